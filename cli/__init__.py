@@ -1,0 +1,1 @@
+"""The ``fmq`` command line (installed as the ``fmq.cli`` package)."""

@@ -1,0 +1,31 @@
+"""``fmq``: the command line. Each command group lives in its own module."""
+
+from __future__ import annotations
+
+import click
+
+from fmq import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "FMQ"})
+@click.version_option(__version__, prog_name="fmq")
+def cli() -> None:
+    """FMQ: a durable message store with transactional messages."""
+
+
+def _register() -> None:
+    from fmq.cli import checkpoint_cmds, demo_cmds, index_cmds, log_cmds, tx_cmds
+
+    for module in (log_cmds, checkpoint_cmds, index_cmds, tx_cmds, demo_cmds):
+        module.register(cli)
+    try:  # the network commands (server, produce, consume, stats)
+        from fmq.cli import net_cmds
+    except ImportError:  # pragma: no cover - only before the network layer exists
+        return
+    net_cmds.register(cli)
+
+
+_register()
+
+if __name__ == "__main__":  # pragma: no cover
+    cli()

@@ -1,0 +1,584 @@
+"""The broker: wires the log, the index, the dispatcher, the transaction manager,
+checkpoints and retention together, and is the embedded API.
+
+Threads: callers append under the log lock (queue offsets are assigned there, so queue
+order is log order) and wait for the group commit without it; the dispatcher indexes
+flushed records; one maintenance thread runs the async flush, periodic checkpoints and
+retention.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from fmq.config import BrokerConfig
+from fmq.errors import (
+    BrokerClosed,
+    DataDirLocked,
+    IndexCorrupt,
+    InvalidArgument,
+    LogFailed,
+)
+from fmq.index.dispatcher import Dispatcher
+from fmq.index.store import IndexStore, destroy
+from fmq.log.crc import crc32c
+from fmq.log.fileio import OS_IO, FileIO
+from fmq.log.log import Log
+from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR
+from fmq.log.record import HEADER_SIZE, Record, RecordType, decode
+from fmq.message import (
+    Message,
+    SendResult,
+    StoredMessage,
+    check_fits,
+    check_message,
+    check_name,
+    check_offset,
+    check_queue_id,
+    check_topic,
+)
+from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp, write_checkpoint
+from fmq.recovery.recover import recover
+from fmq.tx.manager import PreMessage, Transaction, TxManager, TxState, UncertainTx
+
+logger = logging.getLogger("fmq.broker")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Broker:
+    """An open data directory. Use :meth:`Broker.open`; close with :meth:`close` or
+    ``with``."""
+
+    def __init__(self, path: str, config: BrokerConfig, io: FileIO) -> None:
+        self.path = os.path.abspath(path)
+        self.config = config
+        self.io = io
+        self._closed = True
+        self._lock_fd = -1
+
+    # ================================================================== open / close
+
+    @classmethod
+    def open(cls, path: str, config: BrokerConfig | None = None, *, io: FileIO = OS_IO,
+             progress: Callable[[int, int], None] | None = None) -> Broker:
+        """Open (creating if needed) the data directory at ``path`` and run recovery.
+        ``progress(done, total)`` is called with replayed bytes during recovery."""
+        broker = cls(path, config or BrokerConfig(), io)
+        try:
+            broker._open(progress)
+        except BaseException:
+            broker._release()
+            raise
+        return broker
+
+    def _open(self, progress: Callable[[int, int], None] | None) -> None:
+        cfg = self.config
+        os.makedirs(self.path, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(self.path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DataDirLocked(self.path) from None
+        remove_stale_temp(os.path.join(self.path, CHECKPOINT_FILE))
+        self.log = Log(os.path.join(self.path, LOG_DIR), cfg.segment_size, self.io)
+        index_path = os.path.join(self.path, INDEX_DIR)
+        rebuilt = not os.path.exists(os.path.join(index_path, "data.mdb"))
+        try:
+            self.index = IndexStore(index_path, cfg.index_map_size)
+        except IndexCorrupt as exc:
+            logger.warning("index unusable (%s): rebuilding it from the log", exc)
+            destroy(index_path)
+            self.index = IndexStore(index_path, cfg.index_map_size)
+            rebuilt = True
+        if rebuilt:
+            self.index.clear_derived()
+        self.tx = TxManager(cfg.max_open_transactions, cfg.tx_finished_memory,
+                            cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms)
+        report, queue_next = recover(self.path, self.log, self.index, self.tx,
+                                     max_record_size=cfg.max_record_size,
+                                     batch=cfg.dispatch_batch, index_rebuilt=rebuilt,
+                                     progress=progress)
+        self.log.start_at(report.end_offset)
+        self._queue_next: dict[tuple[str, int], int] = queue_next
+        self._round_robin: dict[str, int] = {}
+        self.dispatcher = Dispatcher(self.log, self.index, cfg.dispatch_batch,
+                                     cfg.max_record_size, report.end_offset)
+        self.log.on_flushed = self.dispatcher.notify_flushed
+        self.dispatcher.start()
+        self._closed = False
+        # Roll forward transactions whose commit was cut short (REF/TX durable, no COMMIT).
+        for tx in [t for t in self.tx.open.values() if t.state == TxState.COMMITTING]:
+            self._commit_tx(tx)
+            report.rolled_forward.append(tx.tx_id)
+        report.open_transactions = len(self.tx.open)
+        self.recovery = report
+        self.last_checkpoint: Checkpoint | None = None
+        self._stop = threading.Event()
+        self._maintenance = threading.Thread(target=self._maintain, name="fmq-maintenance",
+                                             daemon=True)
+        self._maintenance.start()
+        logger.info(
+            "opened %s: replayed %d records (%d bytes) from %d in %.3fs; log end %d; "
+            "%d open transactions; rolled forward %d; torn tail %s",
+            self.path, report.records_replayed, report.bytes_replayed, report.start_offset,
+            report.seconds, report.end_offset, report.open_transactions,
+            len(report.rolled_forward), report.torn_tail,
+        )
+
+    def close(self) -> None:
+        """Flush, index everything flushed, checkpoint, release the directory."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._maintenance.join()
+        try:
+            if self.log.failed is None:
+                self.log.flush()
+            self.dispatcher.stop()
+            if self.log.failed is None and self.dispatcher.error is None:
+                self.checkpoint()
+        finally:
+            self.index.close()
+            self.log.close()
+            self._release()
+
+    def _release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # drops the flock
+            self._lock_fd = -1
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosed("the broker is closed; open it again with fmq.Broker.open")
+
+    # ================================================================== plain messages
+
+    def _pick_queue(self, msg: Message) -> int:
+        n = self.config.queues_per_topic
+        if msg.queue_id is not None:
+            return msg.queue_id
+        if msg.key:
+            return crc32c(msg.key.encode()) % n
+        rr = self._round_robin.get(msg.topic, 0)
+        self._round_robin[msg.topic] = rr + 1
+        return rr % n
+
+    def send(self, message: Message) -> SendResult:
+        """Append one message; returns once it is durable (sync flush mode)."""
+        return self.send_batch([message])[0]
+
+    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Append several messages in one group commit; all or none are acknowledged."""
+        self._check_open()
+        cfg = self.config
+        for m in messages:
+            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
+            check_fits(m, cfg.segment_size)
+        if not messages:
+            return []
+        results = []
+        store_time = now_ms()
+        log_ = self.log
+        with log_.lock:
+            for m in messages:
+                qid = self._pick_queue(m)
+                qkey = (m.topic, qid)
+                qoff = self._queue_next.get(qkey, 0)
+                rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid,
+                             queue_offset=qoff, topic=m.topic, key=m.key or None,
+                             tags=m.tags or None, properties=m.properties, body=bytes(m.body))
+                log_.append_locked(rec)
+                self._queue_next[qkey] = qoff + 1
+                results.append(SendResult(rec.log_offset, qid, qoff))
+            end = log_.next_offset
+        log_.wait_durable(end, sync=cfg.flush_mode == "sync")
+        return results
+
+    # ================================================================== transactions
+
+    def prepare(self, messages: Sequence[Message], producer_group: str,
+                tx_id: str | None = None) -> str:
+        """Store ``messages`` as a prepared transaction; nothing is consumable until commit.
+        Returns the transaction id once PREPARE and every PRE_MESSAGE are durable."""
+        self._check_open()
+        cfg = self.config
+        check_name(producer_group, "producer_group", allow_none=False)
+        if tx_id is None:
+            from fmq.tx.ids import new_tx_id
+
+            tx_id = new_tx_id()
+        check_name(tx_id, "tx_id", allow_none=False)
+        if not messages:
+            raise InvalidArgument("a transaction needs at least one message")
+        if len(messages) > cfg.max_messages_per_transaction:
+            raise InvalidArgument(
+                f"a transaction may hold at most {cfg.max_messages_per_transaction} messages "
+                f"(max_messages_per_transaction); got {len(messages)}")
+        overhead = len(tx_id.encode()) + len(producer_group.encode())
+        for m in messages:
+            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
+            check_fits(m, cfg.segment_size, overhead)
+        store_time = now_ms()
+        log_ = self.log
+        with self.tx.lock:
+            self.tx.reserve(tx_id)
+            with log_.lock:
+                prep = Record(RecordType.PREPARE, store_time=store_time, tx_id=tx_id,
+                              producer_group=producer_group)
+                log_.append_locked(prep)
+                tx = Transaction(tx_id, producer_group, prep.log_offset, store_time)
+                self.tx.register(tx)
+                try:
+                    for m in messages:
+                        qid = self._pick_queue(m)
+                        rec = Record(RecordType.PRE_MESSAGE, store_time=store_time, queue_id=qid,
+                                     topic=m.topic, tx_id=tx_id, producer_group=producer_group,
+                                     key=m.key or None, tags=m.tags or None,
+                                     properties=m.properties, body=bytes(m.body))
+                        log_.append_locked(rec)
+                        tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
+                                                      rec.key, rec.tags, len(m.body)))
+                except BaseException:
+                    self.tx.finish(tx_id, TxState.ROLLBACK)
+                    raise
+                end = log_.next_offset
+        try:
+            log_.wait_durable(end, sync=True)
+        except LogFailed:
+            with self.tx.lock:
+                self.tx.finish(tx_id, TxState.ROLLBACK)
+            raise
+        self.tx.notify()
+        return tx_id
+
+    def commit(self, tx_id: str) -> TxState:
+        """Make every message of the transaction consumable (REF/TX records, then COMMIT).
+        Idempotent: committing a committed transaction answers COMMIT."""
+        self._check_open()
+        with self.tx.lock:
+            found = self.tx.get_for_end(tx_id, TxState.COMMIT)
+        if isinstance(found, TxState):
+            return found
+        with found.busy:
+            with self.tx.lock:  # it may have ended while we waited for `busy`
+                again = self.tx.get_for_end(tx_id, TxState.COMMIT)
+            if isinstance(again, TxState):
+                return again
+            self._commit_tx(found)
+        return TxState.COMMIT
+
+    def _commit_tx(self, tx: Transaction) -> None:
+        """Write the missing REF/TX records and the COMMIT, wait for durability, forget the
+        transaction. Also used by recovery's roll-forward."""
+        cfg = self.config
+        log_ = self.log
+        pending = [m for m in tx.messages if m.queue_offset < 0]
+        bodies: dict[int, Record] = {}
+
+        def pre_record(m: PreMessage) -> Record:
+            if m.offset not in bodies:
+                bodies[m.offset] = decode(log_.read(m.offset, m.size), 0, base_offset=m.offset,
+                                          max_record_size=cfg.max_record_size)
+            return bodies[m.offset]
+
+        for m in pending:  # read outside the log lock what will surely be copied
+            if m.body_size < cfg.tx_copy_threshold:
+                pre_record(m)
+        store_time = now_ms()
+        tx.state = TxState.COMMITTING
+        with log_.lock:
+            for m in pending:
+                qkey = (m.topic, m.queue_id)
+                qoff = self._queue_next.get(qkey, 0)
+                ref = Record(RecordType.REF_MESSAGE, store_time=store_time, queue_id=m.queue_id,
+                             queue_offset=qoff, ref_offset=m.offset, ref_size=m.size,
+                             topic=m.topic, tx_id=tx.tx_id, key=m.key, tags=m.tags)
+                active = log_.active_segment
+                copy = (m.body_size < cfg.tx_copy_threshold or active is None
+                        or m.offset < active.base
+                        or not log_.fits_in_active(self._ref_size(ref)))
+                if copy:
+                    pre = pre_record(m)
+                    ref.type = RecordType.TX_MESSAGE
+                    ref.properties = pre.properties
+                    ref.body = pre.body
+                log_.append_locked(ref)
+                self._queue_next[qkey] = qoff + 1
+                m.queue_offset = qoff
+            commit = Record(RecordType.COMMIT, store_time=store_time, tx_id=tx.tx_id,
+                            producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
+            log_.append_locked(commit)
+            end = log_.next_offset
+        log_.wait_durable(end, sync=True)
+        with self.tx.lock:
+            self.tx.finish(tx.tx_id, TxState.COMMIT)
+
+    @staticmethod
+    def _ref_size(ref: Record) -> int:
+        return (HEADER_SIZE + len(ref.topic.encode()) + len(ref.tx_id.encode())
+                + len((ref.key or "").encode()) + len((ref.tags or "").encode()))
+
+    def rollback(self, tx_id: str) -> TxState:
+        """Discard the transaction (ROLLBACK record). Idempotent; a conflict after commit."""
+        self._check_open()
+        with self.tx.lock:
+            found = self.tx.get_for_end(tx_id, TxState.ROLLBACK)
+        if isinstance(found, TxState):
+            return found
+        with found.busy:
+            with self.tx.lock:
+                again = self.tx.get_for_end(tx_id, TxState.ROLLBACK)
+            if isinstance(again, TxState):
+                return again
+            log_ = self.log
+            with log_.lock:
+                rec = Record(RecordType.ROLLBACK, store_time=now_ms(), tx_id=tx_id,
+                             producer_group=found.producer_group,
+                             ref_offset=found.prepare_offset)
+                log_.append_locked(rec)
+                end = log_.next_offset
+            log_.wait_durable(end, sync=True)
+            with self.tx.lock:
+                self.tx.finish(tx_id, TxState.ROLLBACK)
+        return TxState.ROLLBACK
+
+    def poll_uncertain(self, producer_group: str, max_items: int = 16, lease_ms: int = 5000,
+                       wait_ms: int = 0) -> list[UncertainTx]:
+        """Feedback: open transactions of ``producer_group`` older than ``tx_check_after_ms``
+        and not leased to another poller, with their messages. Long-polls up to
+        ``wait_ms``. The broker never decides; the producer answers with commit/rollback
+        (or nothing, for "unknown")."""
+        self._check_open()
+        check_name(producer_group, "producer_group", allow_none=False)
+        for name, v in (("max_items", max_items), ("lease_ms", lease_ms), ("wait_ms", wait_ms)):
+            check_offset(v, name)
+        picked = self.tx.poll_uncertain(producer_group, max(1, max_items), lease_ms, wait_ms)
+        out = []
+        for t in picked:
+            msgs = []
+            for m in t.messages:
+                try:
+                    pre = decode(self.log.read(m.offset, m.size), 0, base_offset=m.offset,
+                                 max_record_size=self.config.max_record_size)
+                    body = pre.body
+                    props = pre.properties or {}
+                except Exception:  # noqa: BLE001 - a body we cannot read is still offered
+                    body, props = b"", {}
+                msgs.append({"topic": m.topic, "queue_id": m.queue_id, "key": m.key,
+                             "tags": m.tags, "properties": props, "body": bytes(body),
+                             "offset": m.offset})
+            out.append(UncertainTx(t.tx_id, t.producer_group, t.prepare_offset, t.store_time,
+                                   t.checks, msgs))
+        return out
+
+    def answer_uncertain(self, tx_id: str, state: TxState) -> TxState:
+        """A producer's answer to a feedback offer: commit, rollback or unknown."""
+        state = TxState(state)
+        if state == TxState.COMMIT:
+            return self.commit(tx_id)
+        if state == TxState.ROLLBACK:
+            return self.rollback(tx_id)
+        if state == TxState.UNKNOWN:
+            self.tx.release_lease(tx_id)
+            return TxState.UNKNOWN
+        raise InvalidArgument(f"a feedback answer is commit, rollback or unknown, not {state.value}")
+
+    def open_transactions(self) -> list[dict]:
+        """Open transactions, oldest first: id, group, state, age, checks, messages, offset."""
+        return self.tx.list_open(now_ms())
+
+    # ================================================================== reading
+
+    def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32
+             ) -> list[StoredMessage]:
+        """Up to ``max_messages`` consumable messages of a queue from queue offset ``offset``.
+        An offset below the queue's minimum (deleted by retention) starts at the minimum."""
+        self._check_open()
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_offset(offset)
+        if not isinstance(max_messages, int) or max_messages < 1:
+            raise InvalidArgument(f"max_messages must be an integer >= 1, got {max_messages!r}")
+        lo, _hi = self.index.queue_range(topic, queue_id)
+        entries = self.index.queue_entries(topic, queue_id, max(offset, lo), max_messages)
+        out = []
+        for qoff, doff, dsize, _th, st in entries:
+            rec = decode(self.log.read(doff, dsize), 0, base_offset=doff,
+                         max_record_size=self.config.max_record_size)
+            out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
+                                     rec.properties or {}, st))
+        return out
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, next offset) of a queue: what is consumable now."""
+        self._check_open()
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        return self.index.queue_range(topic, queue_id)
+
+    def messages_by_key(self, topic: str, key: str, limit: int = 100) -> list[StoredMessage]:
+        self._check_open()
+        check_topic(topic)
+        check_name(key, "key", allow_none=False)
+        out = []
+        for qid, qoff in self.index.key_lookup(topic, key, limit):
+            out.extend(self.pull(topic, qid, qoff, 1)[:1])
+        return [m for m in out if m.key == key]
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (the next offset when
+        none is)."""
+        self._check_open()
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_offset(timestamp_ms, "timestamp_ms")
+        found = self.index.offset_for_time(topic, queue_id, timestamp_ms)
+        return self.index.queue_range(topic, queue_id)[1] if found is None else found
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
+        """Record that ``group`` consumed ``topic``/``queue_id`` below ``next_offset``. It
+        survives a process kill at once; a power loss only after the next checkpoint."""
+        self._check_open()
+        check_name(group, "group", allow_none=False)
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_offset(next_offset, "next_offset")
+        self.index.commit_offset(group, topic, queue_id, next_offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        self._check_open()
+        check_name(group, "group", allow_none=False)
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        return self.index.committed_offset(group, topic, queue_id)
+
+    def wait_indexed(self, timeout: float | None = 10.0) -> bool:
+        """Block until everything flushed so far is indexed (consumable)."""
+        return self.dispatcher.wait_applied(self.log.flushed_offset, timeout)
+
+    # ================================================================== checkpoint
+
+    def checkpoint(self) -> Checkpoint:
+        """(1) read the applied offset, (2) sync the index, (3) write min(applied, oldest
+        open PREPARE) atomically."""
+        applied = self.dispatcher.applied_offset
+        self.index.sync()
+        oldest = self.tx.oldest_prepare_offset()
+        recovery = applied if oldest is None else min(applied, oldest)
+        cp = write_checkpoint(os.path.join(self.path, CHECKPOINT_FILE), recovery, applied,
+                              self.log.next_offset, self.io)
+        self.last_checkpoint = cp
+        logger.info("checkpoint: recovery offset %d (applied %d)", recovery, applied)
+        return cp
+
+    # ================================================================== retention
+
+    def enforce_retention(self, now: float | None = None) -> list[str]:
+        """Delete whole segments, oldest first, past ``retention_ms`` or while the log is
+        over ``retention_bytes``; never the active one, never one reaching the
+        checkpoint's recovery offset (which also protects every open transaction's
+        PRE_MESSAGEs). Returns the deleted file names."""
+        self._check_open()
+        cfg = self.config
+        if not cfg.retention_ms and not cfg.retention_bytes:
+            return []
+        cp = self.checkpoint()
+        floor = cp.recovery_offset
+        oldest = self.tx.oldest_prepare_offset()
+        if oldest is not None:
+            floor = min(floor, oldest)
+        now = time.time() if now is None else now
+        deleted = []
+        while True:
+            segs = list(self.log.segments)
+            if len(segs) < 2:
+                break
+            seg = segs[0]
+            if seg is self.log.active_segment or seg.end > floor:
+                break
+            total = sum(s.size for s in segs)
+            too_old = bool(cfg.retention_ms) and (
+                now - os.stat(seg.path).st_mtime) * 1000 > cfg.retention_ms
+            too_big = bool(cfg.retention_bytes) and total > cfg.retention_bytes
+            if not (too_old or too_big):
+                break
+            self.log.delete_segment(seg)
+            deleted.append(seg.name)
+        if deleted:
+            self.index.remove_before(self.log.first_offset)
+            logger.info("retention deleted %d segments: %s", len(deleted), ", ".join(deleted))
+        return deleted
+
+    # ================================================================== stats & upkeep
+
+    def stats(self) -> dict:
+        self._check_open()
+        flushed = self.log.flushed_offset
+        applied = self.dispatcher.applied_offset
+        open_txs = self.tx.list_open(now_ms())
+        return {
+            "log_start": self.log.first_offset,
+            "log_end": self.log.next_offset,
+            "flushed_offset": flushed,
+            "applied_offset": applied,
+            "index_lag": max(0, flushed - applied),
+            "segments": len(self.log.segments),
+            "flushes": self.log.flush_count,
+            "open_transactions": len(open_txs),
+            "oldest_transaction_age_ms": max((t["age_ms"] for t in open_txs), default=0),
+            "feedback_checks_sent": self.tx.checks_sent,
+            "log_failed": str(self.log.failed) if self.log.failed else None,
+            "dispatcher_error": str(self.dispatcher.error) if self.dispatcher.error else None,
+            "last_checkpoint": self.last_checkpoint.to_dict() if self.last_checkpoint else None,
+        }
+
+    def _maintain(self) -> None:
+        cfg = self.config
+        next_cp = time.monotonic() + cfg.checkpoint_interval_ms / 1000.0
+        next_ret = time.monotonic() + cfg.retention_interval_ms / 1000.0
+        tick = cfg.flush_interval_ms / 1000.0 if cfg.flush_mode == "async" else 0.2
+        while not self._stop.wait(tick):
+            try:
+                if cfg.flush_mode == "async":
+                    self.log.flush()
+                now = time.monotonic()
+                if cfg.checkpoint_interval_ms and now >= next_cp:
+                    self.checkpoint()
+                    next_cp = now + cfg.checkpoint_interval_ms / 1000.0
+                if cfg.retention_interval_ms and now >= next_ret:
+                    self.enforce_retention()
+                    next_ret = now + cfg.retention_interval_ms / 1000.0
+            except Exception:  # noqa: BLE001 - reported, the next tick tries again
+                logger.exception("background maintenance failed")
+
+    def all_messages(self, topics: Iterable[str]) -> dict[tuple[str, int], list[StoredMessage]]:
+        """Every consumable message of ``topics`` by queue (tools and tests)."""
+        out = {}
+        for topic in topics:
+            for qid in range(self.config.queues_per_topic):
+                lo, hi = self.index.queue_range(topic, qid)
+                msgs = []
+                off = lo
+                while off < hi:
+                    batch = self.pull(topic, qid, off, 256)
+                    if not batch:
+                        break
+                    msgs.extend(batch)
+                    off = batch[-1].queue_offset + 1
+                out[(topic, qid)] = msgs
+        return out

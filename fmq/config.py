@@ -1,0 +1,112 @@
+"""Broker configuration: every size and interval comes in through :class:`BrokerConfig`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fmq.errors import ConfigError
+from fmq.log.record import HEADER_SIZE
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    #: Maximum bytes of one segment file (files are preallocated to this size).
+    segment_size: int = 64 * MiB
+    #: Queues a topic has; messages spread over them by key hash or round robin.
+    queues_per_topic: int = 4
+    #: "sync": acknowledge after fdatasync (group commit). "async": acknowledge plain
+    #: messages once written to the OS; a background flush runs every ``flush_interval_ms``.
+    #: Transactions always flush synchronously.
+    flush_mode: str = "sync"
+    flush_interval_ms: int = 50
+    #: Largest message body accepted, in bytes.
+    max_message_size: int = 4 * MiB
+    #: Whole segments older than this are deleted (0 = keep forever).
+    retention_ms: int = 0
+    #: Oldest segments are deleted while the log is larger than this (0 = no limit).
+    retention_bytes: int = 0
+    #: How often retention runs in the background (0 = only when called).
+    retention_interval_ms: int = 60_000
+    #: How often a checkpoint is written in the background (0 = only at close / on demand).
+    checkpoint_interval_ms: int = 10_000
+    #: LMDB map size to start with; it grows on demand.
+    index_map_size: int = 1 << 30
+    #: Records per LMDB write transaction in the dispatcher.
+    dispatch_batch: int = 4096
+    #: Open-transaction limit; prepare beyond it raises TooManyTransactions.
+    max_open_transactions: int = 10_000
+    #: Bodies below this many bytes are copied into TX_MESSAGE records at commit.
+    tx_copy_threshold: int = 256
+    #: An open transaction older than this is offered to feedback polls.
+    tx_check_after_ms: int = 6_000
+    #: Longest back-off between two feedback offers of the same transaction.
+    tx_check_max_interval_ms: int = 60_000
+    #: Finished transaction ids remembered for idempotent commit/rollback answers.
+    tx_finished_memory: int = 100_000
+    #: Messages one transaction may hold.
+    max_messages_per_transaction: int = 10_000
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise ConfigError(f"invalid configuration: {what}")
+
+        need(self.segment_size >= 4096, "segment_size must be at least 4096 bytes")
+        need(self.segment_size <= 1 << 40, "segment_size must be at most 1 TiB")
+        need(1 <= self.queues_per_topic <= 65_535, "queues_per_topic must be in 1..65535")
+        need(self.flush_mode in ("sync", "async"), "flush_mode must be 'sync' or 'async'")
+        need(self.flush_interval_ms > 0, "flush_interval_ms must be > 0")
+        need(self.max_message_size >= 1, "max_message_size must be >= 1")
+        need(
+            self.max_message_size + 2 * HEADER_SIZE + 1024 <= self.segment_size,
+            f"max_message_size ({self.max_message_size}) plus record overhead must fit in a "
+            f"segment ({self.segment_size}); raise segment_size or lower max_message_size",
+        )
+        for name in ("retention_ms", "retention_bytes", "retention_interval_ms",
+                     "checkpoint_interval_ms", "tx_copy_threshold"):
+            need(getattr(self, name) >= 0, f"{name} must be >= 0")
+        need(self.index_map_size >= 1 * MiB, "index_map_size must be at least 1 MiB")
+        need(self.dispatch_batch >= 1, "dispatch_batch must be >= 1")
+        need(self.max_open_transactions >= 1, "max_open_transactions must be >= 1")
+        need(self.tx_check_after_ms >= 0, "tx_check_after_ms must be >= 0")
+        need(self.tx_check_max_interval_ms >= 1, "tx_check_max_interval_ms must be >= 1")
+        need(self.tx_finished_memory >= 0, "tx_finished_memory must be >= 0")
+        need(self.max_messages_per_transaction >= 1, "max_messages_per_transaction must be >= 1")
+
+    @property
+    def max_record_size(self) -> int:
+        """Largest record the decoder accepts: a record never exceeds its segment."""
+        return self.segment_size
+
+    def replace(self, **changes: Any) -> BrokerConfig:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_json_file(cls, path: str) -> BrokerConfig:
+        """Load a JSON object of field names to values; unknown names are an error."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a JSON object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown config keys in {path}: {', '.join(unknown)}; known keys: "
+                f"{', '.join(sorted(known))}"
+            )
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from None

@@ -1,0 +1,87 @@
+"""Byte encodings of the index's keys and values.
+
+Keys are built so that LMDB's byte order is the logical order: names end with a NUL
+(names never contain one), integers are fixed-width big-endian. Values are little-endian.
+"""
+
+from __future__ import annotations
+
+import struct
+
+_QID = struct.Struct(">I")
+_QID_QOFF = struct.Struct(">IQ")
+_QID_TIME_QOFF = struct.Struct(">IQQ")
+_U64BE = struct.Struct(">Q")
+
+#: consume-queue value: data offset, data size, tag hash, store time, source offset
+CQ_VALUE = struct.Struct("<QIIqQ")
+#: queue value: min offset, next offset
+QUEUE_VALUE = struct.Struct("<qq")
+#: key-index value: queue id, queue offset
+KEY_VALUE = struct.Struct("<Iq")
+#: consumer offset / applied offset value
+I64 = struct.Struct("<q")
+
+
+def name(s: str) -> bytes:
+    return s.encode() + b"\x00"
+
+
+def queue_prefix(topic: str, queue_id: int) -> bytes:
+    return name(topic) + _QID.pack(queue_id)
+
+
+def cq_key(topic: str, queue_id: int, queue_offset: int) -> bytes:
+    return name(topic) + _QID_QOFF.pack(queue_id, queue_offset)
+
+
+def split_cq_key(key: bytes) -> tuple[str, int, int]:
+    nul = key.index(0)
+    qid, qoff = _QID_QOFF.unpack_from(key, nul + 1)
+    return key[:nul].decode(), qid, qoff
+
+
+def queue_key(topic: str, queue_id: int) -> bytes:
+    return queue_prefix(topic, queue_id)
+
+
+def split_queue_key(key: bytes) -> tuple[str, int]:
+    nul = key.index(0)
+    return key[:nul].decode(), _QID.unpack_from(key, nul + 1)[0]
+
+
+def key_prefix(topic: str, key: str) -> bytes:
+    return name(topic) + name(key)
+
+
+def key_key(topic: str, key: str, source_offset: int) -> bytes:
+    return key_prefix(topic, key) + _U64BE.pack(source_offset)
+
+
+def offset_key(offset: int) -> bytes:
+    return _U64BE.pack(offset)
+
+
+def parse_offset_key(key: bytes) -> int:
+    return _U64BE.unpack(key)[0]
+
+
+def time_key(topic: str, queue_id: int, store_time: int, queue_offset: int) -> bytes:
+    return name(topic) + _QID_TIME_QOFF.pack(queue_id, max(store_time, 0), queue_offset)
+
+
+def split_time_key(key: bytes) -> tuple[int, int]:
+    """(store time, queue offset) of a time-index key."""
+    nul = key.index(0)
+    _qid, t, qoff = _QID_TIME_QOFF.unpack_from(key, nul + 1)
+    return t, qoff
+
+
+def consumer_key(group: str, topic: str, queue_id: int) -> bytes:
+    return name(group) + name(topic) + _QID.pack(queue_id)
+
+
+def split_consumer_key(key: bytes) -> tuple[str, str, int]:
+    a = key.index(0)
+    b = key.index(0, a + 1)
+    return key[:a].decode(), key[a + 1 : b].decode(), _QID.unpack_from(key, b + 1)[0]

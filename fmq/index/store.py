@@ -1,0 +1,344 @@
+"""The LMDB index: derived data, rebuildable from the log at any time.
+
+One LMDB environment (``DATA_DIR/index``) with named databases:
+
+=============  ============================================  ==================================
+database       key                                           value
+=============  ============================================  ==================================
+``cq``         topic NUL, queue id u32, queue offset u64      data offset, size, tag hash,
+                                                             store time, source offset
+``queues``     topic NUL, queue id u32                        min offset, next offset
+``keys``       topic NUL, key NUL, source offset u64          queue id, queue offset
+``keyoff``     source offset u64                              the ``keys`` key (for retention)
+``time``       topic NUL, queue id, store time, queue offset  (empty)
+``consumers``  group NUL, topic NUL, queue id                 next offset to consume
+``meta``       ``applied``                                    log offset applied up to
+=============  ============================================  ==================================
+
+The environment runs without per-commit fsync (``sync=False``): the log is the source of
+truth. It survives a process kill; after a power loss it may be damaged, and then it is
+rebuilt from the log. The checkpoint calls :meth:`IndexStore.sync` before it records an
+applied offset. Entries and the applied offset are written in one LMDB transaction.
+
+``consumers`` is the one database that is not derived from the log; a rebuild keeps it when
+the environment can still be read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Iterable
+
+import lmdb
+
+from fmq.errors import IndexCorrupt
+from fmq.index import keys as K
+from fmq.index.entries import QueueEntry
+
+INDEX_FORMAT = b"fmq-index-1"
+DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"meta")
+_APPLIED = b"applied"
+_FORMAT = b"format"
+
+
+class _ResizeGate:
+    """Readers and writers enter freely; a map resize waits until nobody is inside
+    (py-lmdb forbids ``set_mapsize`` while any transaction of the process is open)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._inside = 0
+        self._resizing = False
+
+    def __enter__(self) -> None:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._inside += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._inside -= 1
+            self._cond.notify_all()
+
+    def resize(self, env: lmdb.Environment) -> None:
+        """Double the map; the caller must not be inside the gate."""
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+            while self._inside:
+                self._cond.wait()
+            try:
+                env.set_mapsize(env.info()["map_size"] * 2)
+            finally:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class IndexStore:
+    def __init__(self, path: str, map_size: int = 1 << 30) -> None:
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        try:
+            self.env = lmdb.open(path, map_size=map_size, max_dbs=len(DERIVED_DBS) + 2,
+                                 sync=False, metasync=False, readahead=False)
+            self._open_dbs()
+            with self.env.begin() as txn:
+                fmt = txn.get(_FORMAT, db=self.meta)
+            if fmt is None:
+                with self.env.begin(write=True) as txn:
+                    txn.put(_FORMAT, INDEX_FORMAT, db=self.meta)
+            elif fmt != INDEX_FORMAT:
+                raise IndexCorrupt(f"index at {path} has format {fmt!r}, expected {INDEX_FORMAT!r}")
+        except lmdb.Error as exc:
+            raise IndexCorrupt(
+                f"cannot open the LMDB index at {path}: {exc}; it will be rebuilt from the log"
+            ) from exc
+        self._gate = _ResizeGate()
+        self._write_lock = threading.Lock()
+
+    def _open_dbs(self) -> None:
+        env = self.env
+        self.cq = env.open_db(b"cq")
+        self.queues = env.open_db(b"queues")
+        self.keys = env.open_db(b"keys")
+        self.keyoff = env.open_db(b"keyoff")
+        self.time = env.open_db(b"time")
+        self.meta = env.open_db(b"meta")
+        self.consumers = env.open_db(b"consumers")
+
+    # ------------------------------------------------------------------ writing
+
+    def _write(self, fn, *args):
+        """Run ``fn(txn, *args)`` in one write transaction, growing the map when full."""
+        with self._write_lock:
+            while True:
+                try:
+                    with self._gate, self.env.begin(write=True) as txn:
+                        return fn(txn, *args)
+                except lmdb.MapFullError:
+                    self._gate.resize(self.env)
+
+    def apply(self, entries: Iterable[QueueEntry], applied_offset: int) -> None:
+        """Write ``entries`` and the new applied offset in one transaction (idempotent)."""
+        self._write(self._apply_txn, list(entries), applied_offset)
+
+    def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int) -> None:
+        queue_next: dict[bytes, int] = {}
+        for e in entries:
+            prefix = K.queue_prefix(e.topic, e.queue_id)
+            txn.put(K.cq_key(e.topic, e.queue_id, e.queue_offset),
+                    K.CQ_VALUE.pack(e.data_offset, e.data_size, e.tag_hash, e.store_time,
+                                    e.source_offset), db=self.cq)
+            txn.put(K.time_key(e.topic, e.queue_id, e.store_time, e.queue_offset), b"",
+                    db=self.time)
+            if e.key:
+                kk = K.key_key(e.topic, e.key, e.source_offset)
+                txn.put(kk, K.KEY_VALUE.pack(e.queue_id, e.queue_offset), db=self.keys)
+                txn.put(K.offset_key(e.source_offset), kk, db=self.keyoff)
+            nxt = e.queue_offset + 1
+            if queue_next.get(prefix, -1) < nxt:
+                queue_next[prefix] = nxt
+        for prefix, nxt in queue_next.items():
+            old = txn.get(prefix, db=self.queues)
+            lo, hi = K.QUEUE_VALUE.unpack(old) if old else (0, 0)
+            if nxt > hi:
+                txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.queues)
+        old = txn.get(_APPLIED, db=self.meta)
+        if old is None or K.I64.unpack(old)[0] < applied:
+            txn.put(_APPLIED, K.I64.pack(applied), db=self.meta)
+
+    def set_applied_offset(self, offset: int) -> None:
+        self._write(lambda txn: txn.put(_APPLIED, K.I64.pack(offset), db=self.meta))
+
+    def sync(self) -> None:
+        self.env.sync(True)
+
+    # ------------------------------------------------------------------ reading
+
+    def applied_offset(self) -> int | None:
+        with self._gate, self.env.begin() as txn:
+            v = txn.get(_APPLIED, db=self.meta)
+        return None if v is None else K.I64.unpack(v)[0]
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        with self._gate, self.env.begin() as txn:
+            v = txn.get(K.queue_key(topic, queue_id), db=self.queues)
+        return K.QUEUE_VALUE.unpack(v) if v else (0, 0)
+
+    def all_queues(self) -> dict[tuple[str, int], tuple[int, int]]:
+        out = {}
+        with self._gate, self.env.begin() as txn:
+            for k, v in txn.cursor(db=self.queues):
+                out[K.split_queue_key(k)] = K.QUEUE_VALUE.unpack(v)
+        return out
+
+    def queue_entries(self, topic: str, queue_id: int, start: int, limit: int
+                      ) -> list[tuple[int, int, int, int, int]]:
+        """Up to ``limit`` entries from queue offset ``start``: (queue offset, data offset,
+        data size, tag hash, store time)."""
+        out = []
+        prefix = K.queue_prefix(topic, queue_id)
+        with self._gate, self.env.begin() as txn:
+            cur = txn.cursor(db=self.cq)
+            if not cur.set_range(K.cq_key(topic, queue_id, start)):
+                return out
+            for k, v in cur:
+                if not k.startswith(prefix) or len(out) >= limit:
+                    break
+                qoff = K.split_cq_key(k)[2]
+                doff, dsize, th, st, _src = K.CQ_VALUE.unpack(v)
+                out.append((qoff, doff, dsize, th, st))
+        return out
+
+    def key_lookup(self, topic: str, key: str, limit: int = 1000) -> list[tuple[int, int]]:
+        """(queue id, queue offset) of messages with ``key``, oldest first."""
+        out = []
+        prefix = K.key_prefix(topic, key)
+        with self._gate, self.env.begin() as txn:
+            cur = txn.cursor(db=self.keys)
+            if not cur.set_range(prefix):
+                return out
+            for k, v in cur:
+                if not k.startswith(prefix) or len(out) >= limit:
+                    break
+                out.append(K.KEY_VALUE.unpack(v))
+        return out
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int | None:
+        """Queue offset of the first entry stored at or after ``timestamp_ms``."""
+        prefix = K.queue_prefix(topic, queue_id)
+        with self._gate, self.env.begin() as txn:
+            cur = txn.cursor(db=self.time)
+            if cur.set_range(K.time_key(topic, queue_id, timestamp_ms, 0)) and cur.key().startswith(prefix):
+                return K.split_time_key(cur.key())[1]
+        return None
+
+    # ------------------------------------------------------------------ consumer offsets
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._write(lambda txn: txn.put(K.consumer_key(group, topic, queue_id),
+                                        K.I64.pack(offset), db=self.consumers))
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        with self._gate, self.env.begin() as txn:
+            v = txn.get(K.consumer_key(group, topic, queue_id), db=self.consumers)
+        return None if v is None else K.I64.unpack(v)[0]
+
+    def consumer_offsets(self) -> dict[tuple[str, str, int], int]:
+        with self._gate, self.env.begin() as txn:
+            return {K.split_consumer_key(k): K.I64.unpack(v)[0]
+                    for k, v in txn.cursor(db=self.consumers)}
+
+    # ------------------------------------------------------------------ maintenance
+
+    def remove_from(self, log_end: int) -> int:
+        """Delete every entry whose source record lies at or after ``log_end`` (index
+        ahead of a cut log) and cap the applied offset. Returns entries removed."""
+        return self._write(self._remove_from_txn, log_end)
+
+    def _remove_from_txn(self, txn: lmdb.Transaction, log_end: int) -> int:
+        removed = 0
+        for qkey, qval in list(txn.cursor(db=self.queues)):
+            topic, qid = K.split_queue_key(qkey)
+            lo, hi = K.QUEUE_VALUE.unpack(qval)
+            new_hi = hi
+            cur = txn.cursor(db=self.cq)
+            while new_hi > lo:
+                k = K.cq_key(topic, qid, new_hi - 1)
+                v = txn.get(k, db=self.cq)
+                if v is None:
+                    new_hi -= 1
+                    continue
+                doff, _ds, _th, st, src = K.CQ_VALUE.unpack(v)
+                if src < log_end:
+                    break
+                txn.delete(k, db=self.cq)
+                txn.delete(K.time_key(topic, qid, st, new_hi - 1), db=self.time)
+                removed += 1
+                new_hi -= 1
+            cur.close()
+            if new_hi != hi:
+                txn.put(qkey, K.QUEUE_VALUE.pack(lo, new_hi), db=self.queues)
+        cur = txn.cursor(db=self.keyoff)
+        if cur.set_range(K.offset_key(log_end)):
+            doomed = list(cur)
+            for k, kk in doomed:
+                txn.delete(kk, db=self.keys)
+                txn.delete(k, db=self.keyoff)
+        v = txn.get(_APPLIED, db=self.meta)
+        if v is not None and K.I64.unpack(v)[0] > log_end:
+            txn.put(_APPLIED, K.I64.pack(log_end), db=self.meta)
+        return removed
+
+    def remove_before(self, log_start: int) -> int:
+        """Delete entries whose data lies before ``log_start`` (segments deleted by
+        retention) and advance each queue's minimum offset. Returns entries removed."""
+        return self._write(self._remove_before_txn, log_start)
+
+    def _remove_before_txn(self, txn: lmdb.Transaction, log_start: int) -> int:
+        removed = 0
+        for qkey, qval in list(txn.cursor(db=self.queues)):
+            topic, qid = K.split_queue_key(qkey)
+            lo, hi = K.QUEUE_VALUE.unpack(qval)
+            new_lo = lo
+            while new_lo < hi:
+                k = K.cq_key(topic, qid, new_lo)
+                v = txn.get(k, db=self.cq)
+                if v is not None:
+                    doff, _ds, _th, st, _src = K.CQ_VALUE.unpack(v)
+                    if doff >= log_start:
+                        break
+                    txn.delete(k, db=self.cq)
+                    txn.delete(K.time_key(topic, qid, st, new_lo), db=self.time)
+                    removed += 1
+                new_lo += 1
+            if new_lo != lo:
+                txn.put(qkey, K.QUEUE_VALUE.pack(new_lo, hi), db=self.queues)
+        cur = txn.cursor(db=self.keyoff)
+        doomed = []
+        if cur.first():
+            for k, kk in cur:
+                if K.parse_offset_key(k) >= log_start:
+                    break
+                doomed.append((k, kk))
+        for k, kk in doomed:
+            txn.delete(kk, db=self.keys)
+            txn.delete(k, db=self.keyoff)
+        return removed
+
+    def set_queue_min(self, topic: str, queue_id: int, min_offset: int) -> None:
+        def fn(txn):
+            k = K.queue_key(topic, queue_id)
+            v = txn.get(k, db=self.queues)
+            lo, hi = K.QUEUE_VALUE.unpack(v) if v else (0, 0)
+            txn.put(k, K.QUEUE_VALUE.pack(max(lo, min_offset), max(hi, min_offset)), db=self.queues)
+        self._write(fn)
+
+    def clear_derived(self) -> None:
+        """Empty every database derived from the log (keeps consumer offsets)."""
+        def fn(txn):
+            for db in (self.cq, self.queues, self.keys, self.keyoff, self.time):
+                txn.drop(db, delete=False)
+            txn.delete(_APPLIED, db=self.meta)
+        self._write(fn)
+
+    def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
+        """Every key and value of every derived database (tests compare indexes with it)."""
+        out = {}
+        with self._gate, self.env.begin() as txn:
+            for name, db in ((b"cq", self.cq), (b"queues", self.queues), (b"keys", self.keys),
+                             (b"keyoff", self.keyoff), (b"time", self.time), (b"meta", self.meta)):
+                out[name.decode()] = list(txn.cursor(db=db))
+        return out
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def destroy(path: str) -> None:
+    """Remove an index directory entirely."""
+    shutil.rmtree(path, ignore_errors=True)

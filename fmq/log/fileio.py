@@ -1,0 +1,70 @@
+"""The file operations the log, the checkpoint and retention use, behind one object.
+
+Production code uses :data:`OS_IO`. Tests pass their own subclass to ``Broker.open(...,
+io=...)`` to count operations and crash (SIGKILL) at the N-th one, to fail with EIO or
+ENOSPC, or to record unsynced writes for a simulated power cut. Every durability-relevant
+step goes through here: writes, fdatasync, fsync, rename, directory fsync, unlink.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class FileIO:
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        return os.open(path, flags, mode)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def pwrite(self, fd: int, data: bytes | memoryview, position: int) -> int:
+        """Write all of ``data`` at ``position`` (loops over short writes)."""
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            n = os.pwrite(fd, view[done:], position + done)
+            if n <= 0:
+                raise OSError(f"pwrite wrote {n} bytes")
+            done += n
+        return done
+
+    def pread(self, fd: int, size: int, position: int) -> bytes:
+        return os.pread(fd, size, position)
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        os.ftruncate(fd, size)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.rename(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def write_file_atomically(self, path: str, data: bytes) -> None:
+        """temp file, write, fsync, rename over ``path``, fsync the directory."""
+        tmp = path + ".tmp"
+        fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            self.pwrite(fd, data, 0)
+            self.fsync(fd)
+        finally:
+            self.close(fd)
+        self.rename(tmp, path)
+        self.fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+OS_IO = FileIO()

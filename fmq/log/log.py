@@ -1,0 +1,298 @@
+"""The segmented log: append with group commit, roll, read, truncate, delete.
+
+Appending is split in two so that the broker can assign queue offsets in log order:
+
+1. Under :attr:`Log.lock`, :meth:`Log.append_locked` places an encoded record at the end
+   of the log (rolling to a new segment when it does not fit) and queues its bytes in
+   memory. Nothing touches the disk yet.
+2. Without the lock, :meth:`Log.wait_durable` returns once the record is on disk. The first
+   waiter that finds no flush under way becomes the *leader*: it takes everything queued,
+   writes it with one ``pwrite`` per segment and one ``fdatasync`` per segment, and wakes the
+   others. Waiters that arrive meanwhile are covered by the next flush: one fsync serves
+   every thread that queued before it (group commit).
+
+A failed write or fsync is fatal: the log keeps the exception, wakes every waiter with
+:class:`~fmq.errors.LogFailed` and refuses all later appends. It never retries an fsync
+(PostgreSQL's "fsyncgate": a retried fsync can succeed after the kernel dropped the data).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections.abc import Callable
+
+from fmq.errors import LogFailed, OffsetOutOfRange
+from fmq.log.fileio import OS_IO, FileIO
+from fmq.log.naming import TEMP_SUFFIX
+from fmq.log.record import HEADER_SIZE, Record, encode, filler
+from fmq.log.scanner import list_segments
+from fmq.log.segment import Segment
+
+_ZEROS = bytes(1 << 20)
+
+
+class _Chunk:
+    """Bytes queued for one segment, starting at ``position`` inside it."""
+
+    __slots__ = ("segment", "position", "data")
+
+    def __init__(self, segment: Segment, position: int) -> None:
+        self.segment = segment
+        self.position = position
+        self.data = bytearray()
+
+
+class Log:
+    def __init__(self, directory: str, segment_size: int, io: FileIO = OS_IO) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        self.io = io
+        os.makedirs(directory, exist_ok=True)
+        for name in os.listdir(directory):
+            if name.endswith(TEMP_SUFFIX):  # a segment whose creation never completed
+                io.unlink(os.path.join(directory, name))
+        self.segments: list[Segment] = [Segment.open(directory, b, io) for b in list_segments(directory)]
+        self._bases = [s.base for s in self.segments]
+        self._retired: list[Segment] = []
+        self.lock = threading.Lock()
+        self._cond = threading.Condition(self.lock)
+        self._chunks: list[_Chunk] = []
+        self._active: Segment | None = None
+        self._position = 0  # next write position inside the active segment
+        self._next_offset = self._bases[0] if self._bases else 0
+        self._written = self._next_offset  # bytes handed to the OS up to here
+        self._flushed = self._next_offset  # bytes fdatasync'd up to here
+        self._leading = False
+        self._unsynced: list[Segment] = []  # written (async mode) but not yet fdatasync'd
+        self._failed: BaseException | None = None
+        self._closed = False
+        #: Called (outside the lock) with the new durable offset after every flush.
+        self.on_flushed: Callable[[int], None] | None = None
+        self.flush_count = 0
+
+    # ------------------------------------------------------------------ positioning
+
+    def start_at(self, end_offset: int) -> None:
+        """Place the write position at ``end_offset`` (recovery calls this once)."""
+        with self.lock:
+            self._next_offset = self._written = self._flushed = end_offset
+            self._active = None
+            for seg in self.segments:
+                if seg.base <= end_offset < seg.end:
+                    self._active = seg
+                    self._position = end_offset - seg.base
+            # end_offset == a sealed segment's end, or an empty log: the next append
+            # creates a new segment at end_offset.
+
+    @property
+    def first_offset(self) -> int:
+        return self._bases[0] if self._bases else self._next_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self._next_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def failed(self) -> BaseException | None:
+        return self._failed
+
+    # ------------------------------------------------------------------ append
+
+    def append_locked(self, record: Record) -> bytes:
+        """Place ``record`` at the end of the log; the caller holds :attr:`lock`.
+
+        Sets ``record.log_offset`` and ``record.size`` and returns the encoded bytes. The
+        record is durable only after :meth:`wait_durable` for its end offset returns.
+        """
+        if self._failed is not None:
+            raise LogFailed(self._failed)
+        if self._closed:
+            raise LogFailed("the log is closed")
+        seg = self._active
+        record.log_offset = self._next_offset
+        data = encode(record)
+        if seg is None or self._position + len(data) + HEADER_SIZE > seg.size:
+            self._roll()
+            record.log_offset = self._next_offset
+            data = encode(record)
+        chunks = self._chunks
+        if not chunks or chunks[-1].segment is not self._active:
+            chunks.append(_Chunk(self._active, self._position))
+        chunks[-1].data += data
+        self._position += len(data)
+        self._next_offset += len(data)
+        return data
+
+    def _roll(self) -> None:
+        """Seal the active segment with a filler and start a new one (lock held)."""
+        seg = self._active
+        if seg is not None:
+            pad = filler(self._next_offset)
+            chunks = self._chunks
+            if not chunks or chunks[-1].segment is not seg:
+                chunks.append(_Chunk(seg, self._position))
+            chunks[-1].data += pad
+            self._next_offset = seg.end
+        try:
+            new = Segment.create(self.directory, self._next_offset, self.segment_size, self.io)
+        except OSError as exc:
+            self._fail(exc)
+            raise LogFailed(exc) from exc
+        self.segments.append(new)
+        self._bases.append(new.base)
+        self._active = new
+        self._position = 0
+
+    def wait_durable(self, end_offset: int, sync: bool = True) -> None:
+        """Return once every byte below ``end_offset`` is written (and fdatasync'd when
+        ``sync``). Raises :class:`LogFailed` if a write or fsync failed first."""
+        while True:
+            with self._cond:
+                while True:
+                    if self._failed is not None:
+                        raise LogFailed(self._failed)
+                    if (self._flushed if sync else self._written) >= end_offset:
+                        return
+                    if not self._leading:
+                        break
+                    self._cond.wait()
+                # This thread leads the next flush: everything queued so far goes in it.
+                self._leading = True
+                chunks, self._chunks = self._chunks, []
+                target = self._next_offset
+                unsynced = self._unsynced
+            self._flush_batch(chunks, target, sync, unsynced)
+
+    def flush(self) -> None:
+        """Write and fdatasync everything appended so far."""
+        self.wait_durable(self._next_offset, sync=True)
+
+    def _flush_batch(self, chunks: list[_Chunk], target: int, sync: bool,
+                     unsynced: list[Segment]) -> None:
+        touched: list[Segment] = []
+        try:
+            for chunk in chunks:
+                chunk.segment.write(chunk.position, chunk.data)
+                if chunk.segment not in touched:
+                    touched.append(chunk.segment)
+            if sync:
+                for seg in unsynced:
+                    if seg not in touched:
+                        seg.sync()
+                for seg in touched:
+                    seg.sync()
+        except BaseException as exc:  # OSError, or a test's injected failure
+            with self._cond:
+                self._fail(exc)
+                self._leading = False
+                self._cond.notify_all()
+            raise LogFailed(exc) from exc
+        with self._cond:
+            self._leading = False
+            self._written = max(self._written, target)
+            if sync:
+                self._flushed = max(self._flushed, target)
+                self._unsynced = []
+                self.flush_count += 1
+            else:
+                for seg in touched:
+                    if seg not in self._unsynced:
+                        self._unsynced.append(seg)
+            self._cond.notify_all()
+        if sync and self.on_flushed is not None:
+            self.on_flushed(target)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failed is None:
+            self._failed = exc
+
+    # ------------------------------------------------------------------ read
+
+    def segment_for(self, offset: int) -> Segment:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i < 0:
+            raise OffsetOutOfRange(
+                f"log offset {offset} is before the first segment ({self.first_offset}); "
+                f"it was deleted by retention"
+            )
+        seg = self.segments[i]
+        if offset >= seg.end:
+            raise OffsetOutOfRange(f"log offset {offset} lies past the end of the log")
+        return seg
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Bytes ``[offset, offset + size)``; they must lie in one segment."""
+        seg = self.segment_for(offset)
+        if offset + size > seg.end:
+            raise OffsetOutOfRange(f"range {offset}+{size} crosses the end of segment {seg.name}")
+        return seg.read(offset - seg.base, size)
+
+    # ------------------------------------------------------------------ repair & retention
+
+    def truncate(self, offset: int) -> list[str]:
+        """Cut the log at ``offset``: zero the rest of its segment, delete later segments.
+
+        Only recovery (torn tail) and the explicit repair command call this. A segment that
+        would be left empty (``offset`` is its base) is deleted too, unless it is the first.
+        Returns the names of the deleted segment files.
+        """
+        deleted: list[str] = []
+        with self.lock:
+            for seg in list(self.segments):
+                if seg.base > offset or (seg.base == offset and seg is not self.segments[0]):
+                    self._remove(seg)
+                    deleted.append(seg.name)
+                elif offset < seg.end:
+                    pos = offset - seg.base
+                    while pos < seg.size:
+                        n = min(len(_ZEROS), seg.size - pos)
+                        seg.write(pos, memoryview(_ZEROS)[:n])
+                        pos += n
+                    seg.sync()
+            if deleted:
+                self.io.fsync_dir(self.directory)
+        return deleted
+
+    def delete_segment(self, seg: Segment) -> None:
+        """Delete a whole sealed segment (retention); its file descriptor stays open until
+        the next deletion or close, so a concurrent reader never hits a reused descriptor."""
+        with self.lock:
+            if seg is self._active:
+                raise ValueError("the active segment is never deleted")
+            for old in self._retired:
+                old.close()
+            self._retired = []
+            self._remove(seg)
+            self.io.fsync_dir(self.directory)
+
+    def _remove(self, seg: Segment) -> None:
+        i = self.segments.index(seg)
+        del self.segments[i]
+        del self._bases[i]
+        self.io.unlink(seg.path)
+        if seg is self._active:
+            self._active = None
+        self._retired.append(seg)
+
+    @property
+    def active_segment(self) -> Segment | None:
+        return self._active
+
+    def fits_in_active(self, nbytes: int) -> bool:
+        """Whether a record of ``nbytes`` fits in the active segment (lock held)."""
+        seg = self._active
+        return seg is not None and self._position + nbytes + HEADER_SIZE <= seg.size
+
+    def close(self) -> None:
+        with self._cond:
+            while self._leading:
+                self._cond.wait()
+            self._closed = True
+        for seg in self.segments + self._retired:
+            seg.close()

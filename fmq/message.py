@@ -1,0 +1,133 @@
+"""What users send and receive, and the checks every message passes before anything is
+written."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from fmq.errors import InvalidArgument, MessageTooLarge
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9_.:%|-]{1,127}$")
+MAX_NAME = 255  # bytes of a key, tags value, producer group or transaction id
+MAX_PROPERTIES = 65_536  # encoded bytes
+
+
+@dataclass
+class Message:
+    topic: str
+    body: bytes
+    key: str | None = None
+    tags: str | None = None
+    properties: dict[str, str] | None = None
+    queue_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SendResult:
+    offset: int
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    topic: str
+    queue_id: int
+    queue_offset: int
+    offset: int  # log offset of the record holding the body
+    body: bytes
+    key: str | None
+    tags: str | None
+    properties: dict[str, str] = field(default_factory=dict)
+    store_time: int = 0
+
+
+def check_topic(topic: object) -> str:
+    if not isinstance(topic, str) or not _TOPIC_RE.match(topic):
+        raise InvalidArgument(
+            f"invalid topic {topic!r}: use 1-127 characters from A-Z a-z 0-9 _ . : % | -"
+        )
+    return topic
+
+
+def check_name(value: object, what: str, allow_none: bool = True) -> str | None:
+    if value is None or value == "":
+        if allow_none:
+            return None
+        raise InvalidArgument(f"{what} must not be empty")
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{what} must be a string, not {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidArgument(f"{what} must not contain NUL characters")
+    if len(value.encode()) > MAX_NAME:
+        raise InvalidArgument(f"{what} is longer than {MAX_NAME} bytes")
+    return value
+
+
+def encoded_size(msg: Message, tx_overhead: int = 0) -> int:
+    """Bytes the message's record takes in the log (``tx_overhead``: tx id + group)."""
+    from fmq.log.record import HEADER_SIZE
+
+    props = 0
+    if msg.properties:
+        props = 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
+    return (HEADER_SIZE + len(msg.topic.encode()) + len((msg.key or "").encode())
+            + len((msg.tags or "").encode()) + props + len(msg.body) + tx_overhead)
+
+
+def check_fits(msg: Message, segment_size: int, tx_overhead: int = 0) -> None:
+    from fmq.log.record import HEADER_SIZE
+
+    size = encoded_size(msg, tx_overhead)
+    if size + HEADER_SIZE > segment_size:
+        raise MessageTooLarge(
+            f"the message takes {size} bytes in the log with its key, tags and properties; "
+            f"a segment holds at most {segment_size - HEADER_SIZE}; shrink it or raise "
+            f"segment_size"
+        )
+
+
+def check_message(msg: object, max_size: int, queues: int) -> Message:
+    if not isinstance(msg, Message):
+        raise InvalidArgument(f"expected fmq.Message, got {type(msg).__name__}")
+    check_topic(msg.topic)
+    if not isinstance(msg.body, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(
+            f"message body must be bytes, not {type(msg.body).__name__}; encode text first"
+        )
+    if len(msg.body) > max_size:
+        raise MessageTooLarge(
+            f"message body is {len(msg.body)} bytes, the limit (max_message_size) is "
+            f"{max_size}; split the payload or raise the limit"
+        )
+    check_name(msg.key, "key")
+    check_name(msg.tags, "tags")
+    if msg.properties is not None:
+        if not isinstance(msg.properties, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in msg.properties.items()
+        ):
+            raise InvalidArgument("properties must be a dict of str to str")
+        size = 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
+        if size > MAX_PROPERTIES or len(msg.properties) > 0xFFFF:
+            raise InvalidArgument(f"properties take {size} bytes encoded; the limit is {MAX_PROPERTIES}")
+    if msg.queue_id is not None:
+        check_queue_id(msg.queue_id, queues)
+    return msg
+
+
+def check_queue_id(queue_id: object, queues: int) -> int:
+    from fmq.errors import UnknownQueue
+
+    if not isinstance(queue_id, int) or isinstance(queue_id, bool) or not 0 <= queue_id < queues:
+        raise UnknownQueue(
+            f"queue id {queue_id!r} does not exist: topics have queues 0..{queues - 1} "
+            f"(queues_per_topic)"
+        )
+    return queue_id
+
+
+def check_offset(offset: object, what: str = "offset") -> int:
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidArgument(f"{what} must be an integer >= 0, got {offset!r}")
+    return offset

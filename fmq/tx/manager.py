@@ -1,0 +1,209 @@
+"""The transaction manager: open transactions in memory, finished ids remembered, feedback
+leases handed out.
+
+It holds state only; the broker writes the log records and calls in here. Everything it
+knows is rebuilt by recovery's redo pass from PREPARE / PRE_MESSAGE / REF / TX / COMMIT /
+ROLLBACK records.
+
+Feedback timing uses the monotonic clock, so a wall-clock jump neither hides a
+transaction from the check-back nor offers it early.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from fmq.errors import (
+    DuplicateTransaction,
+    TooManyTransactions,
+    TransactionConflict,
+    UnknownTransaction,
+)
+
+
+class TxState(StrEnum):
+    """What became (or is to become) of a transaction."""
+
+    OPEN = "open"  # prepared, undecided
+    COMMITTING = "committing"  # REF/TX records written, COMMIT not yet
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+    UNKNOWN = "unknown"  # a producer's answer: "cannot tell yet"
+
+
+@dataclass
+class PreMessage:
+    """A PRE_MESSAGE in the log: where it is and what the future REF needs."""
+
+    offset: int
+    size: int
+    topic: str
+    queue_id: int
+    key: str | None
+    tags: str | None
+    body_size: int
+    #: Set once a REF/TX record for it is durable (queue offset it got).
+    queue_offset: int = -1
+
+
+@dataclass
+class Transaction:
+    tx_id: str
+    producer_group: str
+    prepare_offset: int
+    store_time: int  # wall clock ms of the PREPARE (for display only)
+    messages: list[PreMessage] = field(default_factory=list)
+    state: TxState = TxState.OPEN
+    registered_at: float = field(default_factory=time.monotonic)
+    checks: int = 0
+    next_check_at: float = 0.0
+    lease_until: float = 0.0
+    #: Serialises commit/rollback of this one transaction.
+    busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def referenced(self) -> bool:
+        return any(m.queue_offset >= 0 for m in self.messages)
+
+    def info(self, now_ms: int) -> dict:
+        return {
+            "tx_id": self.tx_id,
+            "producer_group": self.producer_group,
+            "state": self.state.value,
+            "age_ms": max(0, now_ms - self.store_time),
+            "checks": self.checks,
+            "messages": len(self.messages),
+            "prepare_offset": self.prepare_offset,
+        }
+
+
+@dataclass(frozen=True)
+class UncertainTx:
+    """An open transaction offered to a producer by feedback."""
+
+    tx_id: str
+    producer_group: str
+    prepare_offset: int
+    store_time: int
+    checks: int
+    messages: list[dict]
+
+
+class TxManager:
+    def __init__(self, max_open: int, finished_memory: int, check_after_ms: int,
+                 check_max_interval_ms: int) -> None:
+        self.max_open = max_open
+        self.finished_memory = finished_memory
+        self.check_after = check_after_ms / 1000.0
+        self.check_max_interval = check_max_interval_ms / 1000.0
+        self.open: dict[str, Transaction] = {}
+        self.finished: OrderedDict[str, TxState] = OrderedDict()
+        self.lock = threading.Lock()
+        self._uncertain = threading.Condition(self.lock)
+        self.checks_sent = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def reserve(self, tx_id: str) -> None:
+        """Check limits before a PREPARE is written (lock held by the caller)."""
+        if tx_id in self.open or tx_id in self.finished:
+            raise DuplicateTransaction(
+                f"transaction id {tx_id!r} is already in use; let the client generate ids or "
+                f"make yours unique"
+            )
+        if len(self.open) >= self.max_open:
+            raise TooManyTransactions(
+                f"{len(self.open)} transactions are open, the limit (max_open_transactions) "
+                f"is {self.max_open}; commit or roll back some, or raise the limit"
+            )
+
+    def register(self, tx: Transaction) -> None:
+        tx.next_check_at = tx.registered_at + self.check_after
+        self.open[tx.tx_id] = tx
+
+    def get_for_end(self, tx_id: str, wanted: TxState) -> Transaction | TxState:
+        """The open transaction to commit/roll back, or its final state when it already
+        ended that way. Raises on conflict or an unknown id (lock held by the caller)."""
+        tx = self.open.get(tx_id)
+        if tx is not None:
+            if wanted == TxState.ROLLBACK and (tx.state == TxState.COMMITTING or tx.referenced):
+                raise TransactionConflict(
+                    f"transaction {tx_id!r} is committing (its messages are being made "
+                    f"visible); it can only be committed"
+                )
+            return tx
+        final = self.finished.get(tx_id)
+        if final is None:
+            raise UnknownTransaction(
+                f"no open or recently finished transaction {tx_id!r}; it may be older than "
+                f"the finished-id memory (tx_finished_memory), or was never prepared here"
+            )
+        if final != wanted:
+            raise TransactionConflict(
+                f"transaction {tx_id!r} was already ended with {final.value}; it cannot be "
+                f"ended with {wanted.value}"
+            )
+        return final
+
+    def finish(self, tx_id: str, state: TxState) -> None:
+        self.open.pop(tx_id, None)
+        if self.finished_memory:
+            self.finished[tx_id] = state
+            self.finished.move_to_end(tx_id)
+            while len(self.finished) > self.finished_memory:
+                self.finished.popitem(last=False)
+
+    def oldest_prepare_offset(self) -> int | None:
+        with self.lock:
+            return min((t.prepare_offset for t in self.open.values()), default=None)
+
+    # ------------------------------------------------------------------ feedback
+
+    def poll_uncertain(self, producer_group: str, max_items: int, lease_ms: int,
+                       wait_ms: int) -> list[Transaction]:
+        """Open transactions of ``producer_group`` due for a check and not leased to
+        someone else; waits up to ``wait_ms`` for one to become due (long poll)."""
+        deadline = time.monotonic() + wait_ms / 1000.0
+        with self._uncertain:
+            while True:
+                now = time.monotonic()
+                due = [t for t in self.open.values()
+                       if t.producer_group == producer_group and t.state == TxState.OPEN
+                       and t.next_check_at <= now and t.lease_until <= now]
+                if due:
+                    due.sort(key=lambda t: t.prepare_offset)
+                    picked = due[:max_items]
+                    for t in picked:
+                        t.checks += 1
+                        self.checks_sent += 1
+                        t.lease_until = now + lease_ms / 1000.0
+                        backoff = min(self.check_max_interval,
+                                      max(self.check_after, 0.1) * (2 ** min(t.checks, 16)))
+                        t.next_check_at = now + backoff
+                    return picked
+                if now >= deadline:
+                    return []
+                pending = [max(t.next_check_at, t.lease_until) for t in self.open.values()
+                           if t.producer_group == producer_group and t.state == TxState.OPEN]
+                wake = min([deadline, *pending])
+                self._uncertain.wait(max(0.001, wake - now))
+
+    def release_lease(self, tx_id: str) -> None:
+        with self._uncertain:
+            tx = self.open.get(tx_id)
+            if tx is not None:
+                tx.lease_until = 0.0
+                self._uncertain.notify_all()
+
+    def notify(self) -> None:
+        with self._uncertain:
+            self._uncertain.notify_all()
+
+    def list_open(self, now_ms: int) -> list[dict]:
+        with self.lock:
+            txs = sorted(self.open.values(), key=lambda t: t.prepare_offset)
+            return [t.info(now_ms) for t in txs]
