@@ -1,0 +1,41 @@
+"""The FMQ wire protocol: pure encode/parse, shared by the server and the client.
+
+No I/O here: bytes in, typed values out, tested by feeding bytes. Layers (STYLE.md 8):
+
+* :mod:`fmq.protocol.types`: field types (integers, strings, bytes, lists, structs);
+* :mod:`fmq.protocol.schema`: the one table of opcodes and their request/response fields;
+* :mod:`fmq.protocol.frame`: the length-prefixed frame with version, opcode, flags and
+  request id, plus error responses carrying an FMQError code.
+
+``docs/protocol.md`` is the long form, complete enough to write a client in another
+language.
+"""
+
+from fmq.protocol.frame import (
+    DEFAULT_MAX_FRAME,
+    FLAG_ERROR,
+    FLAG_RESPONSE,
+    HEADER_SIZE,
+    PREFIX_SIZE,
+    PROTOCOL_VERSION,
+    Frame,
+    FrameDecoder,
+    FrameTooLarge,
+    decode_error,
+    decode_request,
+    decode_response,
+    encode_error,
+    encode_request,
+    encode_response,
+    frame_length,
+    make_error,
+    parse_frame,
+)
+from fmq.protocol.schema import SCHEMA, Op
+
+__all__ = [
+    "DEFAULT_MAX_FRAME", "FLAG_ERROR", "FLAG_RESPONSE", "Frame", "FrameDecoder",
+    "FrameTooLarge", "HEADER_SIZE", "Op", "PREFIX_SIZE", "PROTOCOL_VERSION", "SCHEMA",
+    "decode_error", "decode_request", "decode_response", "encode_error", "encode_request",
+    "encode_response", "frame_length", "make_error", "parse_frame",
+]

@@ -1,0 +1,202 @@
+"""Frames: the length prefix, the fixed header, and payloads encoded by the schema table.
+
+Frame layout (big-endian)::
+
+    offset  size  field
+    0       4     length      u32: bytes that follow this field (12 + payload size)
+    4       1     version     protocol version, 1
+    5       1     opcode      see schema.Op
+    6       2     flags       bit 0 RESPONSE, bit 1 ERROR; other bits 0
+    8       8     request_id  u64 chosen by the client, echoed in the response
+    16      ...   payload     fields of the opcode's request or response (schema.SCHEMA),
+                              or, with ERROR: u16 code, bool retriable, text message
+
+Pure code: bytes in, values out. The server and the client do the I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from fmq.errors import FMQError, ProtocolError, all_error_classes
+from fmq.protocol.schema import ERROR, SCHEMA, Op
+from fmq.protocol.types import Struct
+
+PROTOCOL_VERSION = 1
+LENGTH = struct.Struct(">I")
+HEADER = struct.Struct(">BBHQ")  # version, opcode, flags, request id
+HEADER_SIZE = HEADER.size  # 12: the smallest legal value of the length field
+PREFIX_SIZE = LENGTH.size  # 4
+
+FLAG_RESPONSE = 0x1
+FLAG_ERROR = 0x2
+KNOWN_FLAGS = FLAG_RESPONSE | FLAG_ERROR
+
+#: Default largest frame (length field value) a peer accepts.
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+
+_ERROR_STRUCT = Struct("error", ERROR)
+_REQ = {op: Struct(f"{spec.op.name.lower()} request", spec.request) for op, spec in SCHEMA.items()}
+_RESP = {op: Struct(f"{spec.op.name.lower()} response", spec.response)
+         for op, spec in SCHEMA.items()}
+
+
+@dataclass(frozen=True)
+class Frame:
+    version: int
+    opcode: int
+    flags: int
+    request_id: int
+    payload: bytes | memoryview
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flags & FLAG_RESPONSE)
+
+    @property
+    def is_error(self) -> bool:
+        return bool(self.flags & FLAG_ERROR)
+
+
+class FrameTooLarge(ProtocolError):
+    """The length field announces more than the receiver accepts (its max frame size)."""
+
+
+def frame_length(prefix: bytes | memoryview, max_frame: int) -> int:
+    """The length field of a frame (bytes that follow the prefix), checked against
+    ``max_frame`` and the header size before anything is read or allocated."""
+    (n,) = LENGTH.unpack_from(prefix, 0)
+    if n < HEADER_SIZE:
+        raise ProtocolError(f"frame length {n} is shorter than the {HEADER_SIZE}-byte header")
+    if n > max_frame:
+        raise FrameTooLarge(f"frame of {n} bytes exceeds the limit of {max_frame} bytes "
+                            f"(max_frame_size); send smaller batches or raise the limit")
+    return n
+
+
+def parse_frame(body: bytes | memoryview) -> Frame:
+    """Split the bytes after the length prefix into header fields and payload."""
+    if len(body) < HEADER_SIZE:
+        raise ProtocolError(f"frame of {len(body)} bytes is shorter than the header")
+    version, opcode, flags, request_id = HEADER.unpack_from(body, 0)
+    if flags & ~KNOWN_FLAGS:
+        raise ProtocolError(f"unknown frame flags 0x{flags:04x}")
+    return Frame(version, opcode, flags, request_id, memoryview(body)[HEADER_SIZE:])
+
+
+def _frame(opcode: int, flags: int, request_id: int, payload: bytearray) -> bytes:
+    head = LENGTH.pack(HEADER_SIZE + len(payload)) + HEADER.pack(
+        PROTOCOL_VERSION, opcode, flags, request_id)
+    return head + payload
+
+
+def _spec_struct(table: dict[int, Struct], opcode: int) -> Struct:
+    try:
+        return table[opcode]
+    except KeyError:
+        raise ProtocolError(f"unknown opcode {opcode}") from None
+
+
+def encode_request(opcode: int, request_id: int, fields: dict[str, Any]) -> bytes:
+    out = bytearray()
+    _spec_struct(_REQ, opcode).encode(out, fields)
+    return _frame(opcode, 0, request_id, out)
+
+
+def encode_response(opcode: int, request_id: int, fields: dict[str, Any]) -> bytes:
+    out = bytearray()
+    _spec_struct(_RESP, opcode).encode(out, fields)
+    return _frame(opcode, FLAG_RESPONSE, request_id, out)
+
+
+def encode_error(opcode: int, request_id: int, error: BaseException) -> bytes:
+    """An error response. FMQError subclasses keep their code; anything else is sent as
+    the root FMQError (code 1) with its text."""
+    if isinstance(error, FMQError):
+        code, retriable = type(error).code, type(error).retriable
+    else:
+        code, retriable = FMQError.code, False
+    out = bytearray()
+    msg = str(error) or type(error).__name__
+    _ERROR_STRUCT.encode(out, {"code": code, "retriable": retriable, "message": msg[:65536]})
+    # opcode is echoed as-is (it may be one this server does not know) so the client can
+    # match the answer; u8 range is guaranteed by the header it came from.
+    return _frame(opcode & 0xFF, FLAG_RESPONSE | FLAG_ERROR, request_id, out)
+
+
+def _decode(st: Struct, payload: bytes | memoryview) -> dict[str, Any]:
+    buf = memoryview(payload)
+    value, pos = st.decode(buf, 0)
+    if pos != len(buf):
+        raise ProtocolError(f"{st.name} has {len(buf) - pos} trailing bytes")
+    return value
+
+
+def decode_request(frame: Frame) -> dict[str, Any]:
+    return _decode(_spec_struct(_REQ, frame.opcode), frame.payload)
+
+
+def decode_response(frame: Frame) -> dict[str, Any]:
+    return _decode(_spec_struct(_RESP, frame.opcode), frame.payload)
+
+
+def decode_error(frame: Frame) -> FMQError:
+    """The exception an error response carries, as the same FMQError subclass the server
+    raised (the root class when the code is unknown to this client)."""
+    fields = _decode(_ERROR_STRUCT, frame.payload)
+    return make_error(fields["code"], fields["message"], fields["retriable"])
+
+
+_CLASSES = all_error_classes()
+
+
+def make_error(code: int, message: str, retriable: bool = False) -> FMQError:
+    cls = _CLASSES.get(code)
+    if cls is None:
+        exc = FMQError(message)
+        exc.retriable = retriable  # keep the server's hint for a code this client lacks
+        return exc
+    # Some classes take structured constructor arguments (segment, offset...); the wire
+    # carries only the text, so build the instance without running their __init__.
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, message)
+    return exc
+
+
+class FrameDecoder:
+    """Incremental parser: feed received bytes, get whole frames. Raises ProtocolError on a
+    bad length (the stream cannot be resynchronised after that: close it)."""
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        self._buf += data
+        frames = []
+        buf = self._buf
+        pos = 0
+        while len(buf) - pos >= PREFIX_SIZE:
+            n = frame_length(memoryview(buf)[pos:pos + PREFIX_SIZE], self.max_frame)
+            if len(buf) - pos - PREFIX_SIZE < n:
+                break
+            start = pos + PREFIX_SIZE
+            frames.append(parse_frame(bytes(buf[start:start + n])))
+            pos = start + n
+        if pos:
+            del buf[:pos]
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+__all__ = [
+    "DEFAULT_MAX_FRAME", "FLAG_ERROR", "FLAG_RESPONSE", "Frame", "FrameDecoder",
+    "FrameTooLarge", "HEADER_SIZE", "Op", "PREFIX_SIZE", "PROTOCOL_VERSION", "decode_error",
+    "decode_request", "decode_response", "encode_error", "encode_request", "encode_response",
+    "frame_length", "make_error", "parse_frame",
+]

@@ -1,0 +1,153 @@
+"""The one schema table: every opcode with its request and response fields.
+
+There is one table for all operations, not a class per message or per version. A new
+protocol version changes this table (and ``PROTOCOL_VERSION``); docs/protocol.md lists the
+same table for implementers in other languages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from fmq.protocol.types import (
+    BOOL,
+    BYTES,
+    I32,
+    I64,
+    OPT_STR,
+    PROPS,
+    STR,
+    TEXT,
+    U8,
+    U16,
+    U32,
+    U64,
+    FieldType,
+    ListOf,
+    Struct,
+)
+
+
+class Op(IntEnum):
+    PING = 1
+    SEND = 2
+    SEND_BATCH = 3
+    PREPARE = 4
+    COMMIT = 5
+    ROLLBACK = 6
+    POLL_UNCERTAIN = 7
+    ANSWER_UNCERTAIN = 8
+    PULL = 9
+    COMMIT_OFFSET = 10
+    FETCH_OFFSET = 11
+    GROUP_JOIN = 12
+    GROUP_HEARTBEAT = 13
+    GROUP_LEAVE = 14
+    QUERY_KEY = 15
+    OFFSET_FOR_TIME = 16
+    QUEUE_RANGE = 17
+    STATS = 18
+    LIST_TX = 19
+    RESOLVE_TX = 20
+
+
+# ------------------------------------------------------------------ composite types
+
+#: A message to store. queue_id -1 = let the broker pick (key hash or round robin).
+MESSAGE = Struct("message", [
+    ("topic", STR), ("body", BYTES), ("key", OPT_STR), ("tags", OPT_STR),
+    ("properties", PROPS), ("queue_id", I32),
+])
+SEND_RESULT = Struct("send_result", [("offset", U64), ("queue_id", U32), ("queue_offset", U64)])
+STORED_MESSAGE = Struct("stored_message", [
+    ("topic", STR), ("queue_id", U32), ("queue_offset", U64), ("offset", U64),
+    ("body", BYTES), ("key", OPT_STR), ("tags", OPT_STR), ("properties", PROPS),
+    ("store_time", I64),
+])
+UNCERTAIN_MESSAGE = Struct("uncertain_message", [
+    ("topic", STR), ("queue_id", U32), ("key", OPT_STR), ("tags", OPT_STR),
+    ("properties", PROPS), ("body", BYTES), ("offset", U64),
+])
+UNCERTAIN_TX = Struct("uncertain_tx", [
+    ("tx_id", STR), ("producer_group", STR), ("prepare_offset", U64), ("store_time", I64),
+    ("checks", U32), ("messages", ListOf(UNCERTAIN_MESSAGE)),
+])
+TX_INFO = Struct("tx_info", [
+    ("tx_id", STR), ("producer_group", STR), ("state", STR), ("age_ms", U64),
+    ("checks", U32), ("messages", U32), ("prepare_offset", U64),
+])
+QUEUE_REF = Struct("queue_ref", [("topic", STR), ("queue_id", U32)])
+ERROR = [("code", U16), ("retriable", BOOL), ("message", TEXT)]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    op: Op
+    request: list[tuple[str, FieldType]]
+    response: list[tuple[str, FieldType]]
+    doc: str
+
+
+def _spec(op: Op, request: list, response: list, doc: str) -> OpSpec:
+    return OpSpec(op, request, response, doc)
+
+
+SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
+    _spec(Op.PING, [], [
+        ("server_version", STR), ("protocol_version", U8), ("queues_per_topic", U16),
+        ("max_frame_size", U32), ("max_in_flight", U32)],
+        "Liveness and server limits."),
+    _spec(Op.SEND, [("message", MESSAGE)], [("result", SEND_RESULT)],
+          "Store one message; answered once it is durable."),
+    _spec(Op.SEND_BATCH, [("messages", ListOf(MESSAGE))], [("results", ListOf(SEND_RESULT))],
+          "Store several messages in one group commit: all or none."),
+    _spec(Op.PREPARE, [("producer_group", STR), ("tx_id", OPT_STR),
+                       ("messages", ListOf(MESSAGE))],
+          [("tx_id", STR)],
+          "Store a prepared (invisible) transaction; tx_id null = the server makes one."),
+    _spec(Op.COMMIT, [("tx_id", STR)], [("state", STR)],
+          "Commit a prepared transaction (idempotent)."),
+    _spec(Op.ROLLBACK, [("tx_id", STR)], [("state", STR)],
+          "Roll back a prepared transaction (idempotent)."),
+    _spec(Op.POLL_UNCERTAIN, [("producer_group", STR), ("max_items", U16), ("lease_ms", U32),
+                              ("wait_ms", U32)],
+          [("transactions", ListOf(UNCERTAIN_TX))],
+          "Feedback long poll: open transactions of the group due for a check."),
+    _spec(Op.ANSWER_UNCERTAIN, [("tx_id", STR), ("state", STR)], [("state", STR)],
+          "Answer a feedback offer with commit, rollback or unknown."),
+    _spec(Op.PULL, [("topic", STR), ("queue_id", U32), ("offset", U64), ("max_messages", U32),
+                    ("wait_ms", U32)],
+          [("messages", ListOf(STORED_MESSAGE)), ("min_offset", U64), ("next_offset", U64)],
+          "Read a queue from an offset; long-polls up to wait_ms when nothing is there."),
+    _spec(Op.COMMIT_OFFSET, [("group", STR), ("topic", STR), ("queue_id", U32),
+                             ("next_offset", U64)], [],
+          "Record a consumer group's progress in a queue."),
+    _spec(Op.FETCH_OFFSET, [("group", STR), ("topic", STR), ("queue_id", U32)],
+          [("offset", I64)],
+          "A consumer group's committed offset in a queue; -1 = none."),
+    _spec(Op.GROUP_JOIN, [("group", STR), ("member_id", OPT_STR), ("topics", ListOf(STR))],
+          [("member_id", STR), ("generation", U64), ("assignment", ListOf(QUEUE_REF)),
+           ("queues_per_topic", U16), ("heartbeat_interval_ms", U32),
+           ("session_timeout_ms", U32)],
+          "Join a consumer group; the answer carries this member's queues."),
+    _spec(Op.GROUP_HEARTBEAT, [("group", STR), ("member_id", STR), ("topics", ListOf(STR))],
+          [("generation", U64), ("assignment", ListOf(QUEUE_REF))],
+          "Keep membership alive (re-joins an expired member); returns the current queues."),
+    _spec(Op.GROUP_LEAVE, [("group", STR), ("member_id", STR)], [],
+          "Leave a consumer group; its queues go to the other members."),
+    _spec(Op.QUERY_KEY, [("topic", STR), ("key", STR), ("limit", U32)],
+          [("messages", ListOf(STORED_MESSAGE))],
+          "Messages of a topic with a key."),
+    _spec(Op.OFFSET_FOR_TIME, [("topic", STR), ("queue_id", U32), ("timestamp_ms", U64)],
+          [("offset", U64)],
+          "First queue offset stored at or after a time."),
+    _spec(Op.QUEUE_RANGE, [("topic", STR), ("queue_id", U32)],
+          [("min_offset", U64), ("next_offset", U64)],
+          "Consumable range of a queue."),
+    _spec(Op.STATS, [], [("json", TEXT)], "Broker and server statistics as a JSON object."),
+    _spec(Op.LIST_TX, [], [("transactions", ListOf(TX_INFO))],
+          "Open transactions, oldest first."),
+    _spec(Op.RESOLVE_TX, [("tx_id", STR), ("decision", STR)], [("state", STR)],
+          "An operator ends an open transaction: decision commit or rollback."),
+]}
