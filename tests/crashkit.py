@@ -1,0 +1,181 @@
+"""Crash harness: run a workload in a child process and SIGKILL it at an injected point.
+
+The child opens a real broker on a real data directory with :class:`CrashingIO`, a
+:class:`fmq.log.fileio.FileIO` that counts operations and, once *armed*, kills its own
+process with SIGKILL at the chosen operation:
+
+* ``before``: before the operation runs;
+* ``after``: right after it (for ``fdatasync``: the data is durable, the ack never left);
+* ``records=R[,extra=B]`` (pwrite only): write the first R whole records of the buffer
+  (plus B bytes of the next one), then die, so the page cache holds a torn batch.
+
+The child writes every acknowledgement to a side file, one JSON line each, fsync'd before
+it goes on: what the parent finds there was acknowledged before the crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+
+from fmq.log.fileio import FileIO
+from fmq.log.record import record_length
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CrashingIO(FileIO):
+    """Counts operations by kind; kills the process at the armed one."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.plan: dict | None = None
+        #: Count (and allow crashing on) writes to ``*.tmp`` files; see :meth:`arm`.
+        self.include_tmp = False
+        #: Every counted operation in order, as (kind, path) (``trace=True`` only).
+        self.trace: list[tuple[str, str]] | None = None
+
+    @property
+    def total(self) -> int:
+        """Operations counted so far, all kinds together."""
+        return sum(self.counts.values())
+
+    def arm(self, op: str, nth: int = 1, mode: str = "before", records: int = 0,
+            extra: int = 0, segments_only: bool = True, include_tmp: bool = False) -> None:
+        """Crash at the ``nth`` ``op`` from now on (``op`` = "pwrite", "fdatasync",
+        "fsync", "rename", "fsync_dir", "unlink", or "any").
+
+        ``segments_only`` (pwrite): only writes to ``*.seg`` files count towards ``nth``.
+        ``include_tmp``: writes to ``*.tmp`` files (segment zero-fill, checkpoint body)
+        count too; by default they are neither counted nor crashed on.
+        Mode ``"torn"``: for a pwrite, write the first half of the buffer and die; for
+        any other operation the same as ``"before"``."""
+        self.plan = {"op": op, "left": nth, "mode": mode, "records": records, "extra": extra,
+                     "segments_only": segments_only, "include_tmp": include_tmp}
+        self.include_tmp = include_tmp
+
+    def _hit(self, op: str, path_hint: str = "") -> dict | None:
+        self.counts[op] = self.counts.get(op, 0) + 1
+        if self.trace is not None:
+            self.trace.append((op, os.path.basename(path_hint)))
+        plan = self.plan
+        if plan is None or plan["op"] not in (op, "any"):
+            return None
+        if plan["segments_only"] and op == "pwrite" and not path_hint.endswith(".seg"):
+            return None
+        plan["left"] -= 1
+        return plan if plan["left"] == 0 else None
+
+    def pwrite(self, fd: int, data, position: int) -> int:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        zero_fill = path.endswith(".tmp") and not self.include_tmp  # segment creation
+        plan = None if zero_fill else self._hit("pwrite", path)
+        if plan is None:
+            return super().pwrite(fd, data, position)
+        if plan["mode"] == "before":
+            die()
+        if plan["mode"] == "torn":
+            view = memoryview(data)
+            super().pwrite(fd, view[: len(view) // 2], position)
+            die()
+        if plan["mode"] == "records":
+            view = memoryview(data)
+            cut = 0
+            for _ in range(plan["records"]):
+                n = record_length(view, cut)
+                if n == 0:
+                    break
+                cut += n
+            cut = min(len(view), cut + plan["extra"])
+            super().pwrite(fd, view[:cut], position)
+            die()
+        super().pwrite(fd, data, position)
+        die()
+        return 0
+
+    def _simple(self, op: str, fn, *args):
+        plan = self._hit(op, str(args[0]) if args and isinstance(args[0], str) else "")
+        if plan is not None and plan["mode"] in ("before", "torn"):
+            die()
+        result = fn(*args)
+        if plan is not None:
+            die()
+        return result
+
+    def fdatasync(self, fd: int) -> None:
+        self._simple("fdatasync", super().fdatasync, fd)
+
+    def fsync(self, fd: int) -> None:
+        self._simple("fsync", super().fsync, fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._simple("rename", super().rename, src, dst)
+
+    def fsync_dir(self, path: str) -> None:
+        self._simple("fsync_dir", super().fsync_dir, path)
+
+    def unlink(self, path: str) -> None:
+        self._simple("unlink", super().unlink, path)
+
+
+class AckLog:
+    """The child's record of what it got acknowledged (fsync'd line by line)."""
+
+    def __init__(self, path: str) -> None:
+        self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives for the child
+
+    def __call__(self, **event) -> None:
+        self.f.write(json.dumps(event) + "\n")
+        self.f.flush()
+        os.fsync(self.f.fileno())
+
+
+def read_acks(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.endswith("\n"):
+                out.append(json.loads(line))
+    return out
+
+
+@dataclass
+class ChildResult:
+    returncode: int
+    acks: list[dict]
+    stderr: str
+
+    @property
+    def killed(self) -> bool:
+        return self.returncode == -signal.SIGKILL
+
+
+def run_child(script: str, data_dir: str, ack_path: str, timeout: float = 120.0,
+              **params) -> ChildResult:
+    """Run ``script`` (the body of a function with ``broker_dir``, ``io``, ``ack``,
+    ``params``, ``fmq`` in scope) in a fresh interpreter."""
+    prelude = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {ROOT!r})
+        import fmq
+        from tests.crashkit import CrashingIO, AckLog
+        broker_dir = {data_dir!r}
+        params = json.loads({json.dumps(json.dumps(params))})
+        io = CrashingIO()
+        ack = AckLog({ack_path!r})
+    """)
+    code = prelude + textwrap.dedent(script)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    return ChildResult(proc.returncode, read_acks(ack_path), proc.stderr)

@@ -1,0 +1,187 @@
+"""The embedded API: sending, pulling, queues, keys, time, consumer offsets, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import fmq
+from fmq import InvalidArgument, Message, MessageTooLarge, UnknownQueue
+
+
+def test_send_and_pull_round_trip(broker):
+    r = broker.send(Message("orders", b"hello", key="o-1", tags="new", properties={"a": "1"}))
+    assert broker.wait_indexed()
+    [m] = broker.pull("orders", r.queue_id, r.queue_offset)
+    assert (m.topic, m.queue_id, m.queue_offset, m.offset) == ("orders", r.queue_id,
+                                                                 r.queue_offset, r.offset)
+    assert (m.body, m.key, m.tags, m.properties) == (b"hello", "o-1", "new", {"a": "1"})
+    assert abs(m.store_time - time.time() * 1000) < 60_000
+
+
+def test_same_key_same_queue_and_round_robin_without_key(broker):
+    qids = {broker.send(Message("t", b"x", key="customer-7")).queue_id for _ in range(10)}
+    assert len(qids) == 1
+    rr = [broker.send(Message("u", b"x")).queue_id for _ in range(8)]
+    assert rr == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert broker.send(Message("u", b"x", queue_id=2)).queue_id == 2
+
+
+def test_queue_offsets_are_dense_and_in_log_order_under_concurrency(broker):
+    results = []
+    lock = threading.Lock()
+
+    def sender(n):
+        for i in range(50):
+            r = broker.send(Message("c", f"{n}-{i}".encode(), queue_id=i % 2))
+            with lock:
+                results.append(r)
+
+    threads = [threading.Thread(target=sender, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    broker.wait_indexed()
+    for qid in (0, 1):
+        mine = sorted((r for r in results if r.queue_id == qid), key=lambda r: r.offset)
+        assert [r.queue_offset for r in mine] == list(range(len(mine)))  # log order = queue order
+        assert broker.queue_range("c", qid) == (0, len(mine))
+        pulled = broker.all_messages(["c"])[("c", qid)]
+        assert [m.offset for m in pulled] == [r.offset for r in mine]
+
+
+def test_pull_pages_through_a_queue(broker):
+    for i in range(100):
+        broker.send(Message("p", str(i).encode(), queue_id=1))
+    broker.wait_indexed()
+    got, off = [], 0
+    while True:
+        batch = broker.pull("p", 1, off, max_messages=7)
+        if not batch:
+            break
+        got += [int(m.body) for m in batch]
+        off = batch[-1].queue_offset + 1
+    assert got == list(range(100))
+    assert broker.pull("p", 1, 1000) == []
+
+
+def test_messages_by_key_and_offset_for_time(broker):
+    broker.send(Message("k", b"a", key="x"))
+    t_mid = int(time.time() * 1000) + 5
+    time.sleep(0.02)
+    later = broker.send(Message("k", b"b", key="x"))
+    broker.send(Message("k", b"c", key="y"))
+    broker.wait_indexed()
+    assert [m.body for m in broker.messages_by_key("k", "x")] == [b"a", b"b"]
+    assert broker.messages_by_key("k", "nope") == []
+    assert broker.offset_for_time("k", later.queue_id, t_mid) == later.queue_offset
+    assert broker.offset_for_time("k", later.queue_id, 0) == 0
+    assert broker.offset_for_time("k", later.queue_id, 2**62) == broker.queue_range(
+        "k", later.queue_id)[1]
+
+
+def test_consumer_offsets(broker):
+    assert broker.committed_offset("g", "t", 0) is None
+    broker.commit_offset("g", "t", 0, 42)
+    broker.commit_offset("g", "t", 1, 7)
+    assert broker.committed_offset("g", "t", 0) == 42
+    assert broker.committed_offset("other", "t", 0) is None
+
+
+def test_consumer_offsets_survive_reopen(tmp_path, small_config):
+    with fmq.Broker.open(str(tmp_path), small_config) as b:
+        b.commit_offset("g", "t", 3, 99)
+    with fmq.Broker.open(str(tmp_path), small_config) as b:
+        assert b.committed_offset("g", "t", 3) == 99
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda b: b.send(Message("", b"x")), InvalidArgument),
+        (lambda b: b.send(Message("bad topic!", b"x")), InvalidArgument),
+        (lambda b: b.send(Message("t", "text not bytes")), InvalidArgument),
+        (lambda b: b.send(Message("t", b"x" * 5000)), MessageTooLarge),
+        (lambda b: b.send(Message("t", b"x", queue_id=4)), UnknownQueue),
+        (lambda b: b.send(Message("t", b"x", queue_id=-1)), UnknownQueue),
+        (lambda b: b.send(Message("t", b"x", key="a\x00b")), InvalidArgument),
+        (lambda b: b.send(Message("t", b"x", properties={"a": 1})), InvalidArgument),
+        (lambda b: b.send("not a message"), InvalidArgument),
+        (lambda b: b.pull("t", 0, -1), InvalidArgument),
+        (lambda b: b.pull("t", 9, 0), UnknownQueue),
+        (lambda b: b.pull("t", 0, 0, max_messages=0), InvalidArgument),
+        (lambda b: b.commit_offset("g", "t", 0, -5), InvalidArgument),
+        (lambda b: b.commit_offset("", "t", 0, 5), InvalidArgument),
+        (lambda b: b.offset_for_time("t", 0, -1), InvalidArgument),
+    ],
+)
+def test_bad_input_is_a_typed_error_and_writes_nothing(broker, call, error):
+    before = broker.stats()["log_end"]
+    with pytest.raises(error) as info:
+        call(broker)
+    assert isinstance(info.value, fmq.FMQError) and str(info.value)
+    assert broker.stats()["log_end"] == before
+
+
+def test_a_batch_with_one_bad_message_writes_none(broker):
+    before = broker.stats()["log_end"]
+    with pytest.raises(MessageTooLarge):
+        broker.send_batch([Message("t", b"ok"), Message("t", b"x" * 5000)])
+    assert broker.stats()["log_end"] == before
+
+
+def test_closed_broker_refuses(tmp_path, small_config):
+    b = fmq.Broker.open(str(tmp_path), small_config)
+    b.close()
+    b.close()  # idempotent
+    with pytest.raises(fmq.BrokerClosed):
+        b.send(Message("t", b"x"))
+
+
+def test_second_process_is_refused(tmp_path, small_config):
+    with fmq.Broker.open(str(tmp_path), small_config):
+        code = ("import fmq, sys\n"
+                "try:\n"
+                f"    fmq.Broker.open({str(tmp_path)!r})\n"
+                "except fmq.DataDirLocked as e:\n"
+                "    print(e); sys.exit(7)\n")
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 7, proc.stderr
+        assert "in use by another FMQ process" in proc.stdout
+    # released on close
+    fmq.Broker.open(str(tmp_path), small_config).close()
+
+
+def test_stats_report_progress(broker):
+    broker.send(Message("t", b"x"))
+    broker.wait_indexed()
+    s = broker.stats()
+    assert s["flushed_offset"] == s["log_end"] == s["applied_offset"] > 0
+    assert s["index_lag"] == 0 and s["segments"] == 1
+
+
+def test_config_is_validated():
+    with pytest.raises(fmq.ConfigError, match="segment"):
+        fmq.BrokerConfig(segment_size=8192, max_message_size=8192)
+    with pytest.raises(fmq.ConfigError, match="flush_mode"):
+        fmq.BrokerConfig(flush_mode="sometimes")
+
+
+def test_async_flush_mode_acks_and_flushes_in_background(tmp_path):
+    cfg = fmq.BrokerConfig(segment_size=1 << 20, max_message_size=4096, flush_mode="async",
+                           flush_interval_ms=20,
+                           checkpoint_interval_ms=0, retention_interval_ms=0)
+    with fmq.Broker.open(str(tmp_path), cfg) as b:
+        r = b.send(Message("t", b"x"))
+        deadline = time.monotonic() + 10
+        while b.stats()["flushed_offset"] <= r.offset and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert b.stats()["flushed_offset"] > r.offset
+        assert b.wait_indexed()
+        assert b.pull("t", r.queue_id, 0)[0].body == b"x"
