@@ -101,7 +101,8 @@ class Broker:
         if rebuilt:
             self.index.clear_derived()
         self.tx = TxManager(cfg.max_open_transactions, cfg.tx_finished_memory,
-                            cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms)
+                            cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms,
+                            lookup_finished=self._indexed_tx_end)
         report, queue_next = recover(self.path, self.log, self.index, self.tx,
                                      max_record_size=cfg.max_record_size,
                                      batch=cfg.dispatch_batch, index_rebuilt=rebuilt,
@@ -132,6 +133,12 @@ class Broker:
             report.seconds, report.end_offset, report.open_transactions,
             len(report.rolled_forward), report.torn_tail,
         )
+
+    def _indexed_tx_end(self, tx_id: str) -> TxState | None:
+        end = self.index.tx_end(tx_id)
+        if end is None:
+            return None
+        return TxState.COMMIT if end[0] else TxState.ROLLBACK
 
     def close(self) -> None:
         """Flush, index everything flushed, checkpoint, release the directory."""

@@ -12,7 +12,7 @@ import logging
 import threading
 
 from fmq.errors import BadRecord, TornRecord
-from fmq.index.entries import QueueEntry, queue_entry
+from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.record import RecordType, decode
@@ -76,6 +76,7 @@ class Dispatcher:
     def _catch_up(self, target: int) -> None:
         offset = self._applied
         entries: list[QueueEntry] = []
+        ends: list[TxEnd] = []
         while offset < target:
             seg = self.log.segment_for(offset)
             end = min(target, seg.end)
@@ -98,16 +99,20 @@ class Dispatcher:
                 e = queue_entry(rec)
                 if e is not None:
                     entries.append(e)
-                if len(entries) >= self.batch:
-                    self._apply(entries, offset + pos)
-                    entries = []
+                else:
+                    t = tx_end(rec)
+                    if t is not None:
+                        ends.append(t)
+                if len(entries) + len(ends) >= self.batch:
+                    self._apply(entries, offset + pos, ends)
+                    entries, ends = [], []
             offset += pos
             if offset >= seg.end and seg.end < target:
                 offset = seg.end
-        self._apply(entries, offset)
+        self._apply(entries, offset, ends)
 
-    def _apply(self, entries: list[QueueEntry], applied: int) -> None:
-        self.index.apply(entries, applied)
+    def _apply(self, entries: list[QueueEntry], applied: int, ends: list[TxEnd]) -> None:
+        self.index.apply(entries, applied, ends)
         with self._cond:
             self._applied = applied
             self._cond.notify_all()

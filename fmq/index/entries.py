@@ -1,10 +1,12 @@
 """What a record contributes to the index: one pure function, shared by the online
 dispatcher, recovery's redo pass and the Spark rebuild job.
 
-Only MESSAGE, REF_MESSAGE and TX_MESSAGE records are indexed. A REF_MESSAGE's entry points
+MESSAGE, REF_MESSAGE and TX_MESSAGE records get a consume-queue entry; COMMIT and ROLLBACK
+records get a transaction-end entry (so a retried commit or rollback is answered with the
+final state even after a restart). A REF_MESSAGE's entry points
 at its PRE_MESSAGE record (which holds the body), so a consumer reads the body with one
-lookup; MESSAGE and TX_MESSAGE entries point at the record itself. Every other type
-contributes nothing (it still advances the applied offset).
+lookup; MESSAGE and TX_MESSAGE entries point at the record itself. PREPARE, PRE_MESSAGE
+and FILLER contribute nothing (they still advance the applied offset).
 """
 
 from __future__ import annotations
@@ -53,3 +55,18 @@ def queue_entry(record: Record) -> QueueEntry | None:
         record.key,
         record.log_offset,
     )
+
+
+class TxEnd(NamedTuple):
+    tx_id: str
+    committed: bool
+    offset: int  # log offset of the COMMIT / ROLLBACK record
+
+
+def tx_end(record: Record) -> TxEnd | None:
+    """The transaction-end entry of a COMMIT or ROLLBACK record, else None."""
+    if record.type == RecordType.COMMIT:
+        return TxEnd(record.tx_id, True, record.log_offset)
+    if record.type == RecordType.ROLLBACK:
+        return TxEnd(record.tx_id, False, record.log_offset)
+    return None

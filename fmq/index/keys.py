@@ -19,6 +19,8 @@ CQ_VALUE = struct.Struct("<QIIqQ")
 QUEUE_VALUE = struct.Struct("<qq")
 #: key-index value: queue id, queue offset
 KEY_VALUE = struct.Struct("<Iq")
+#: transaction-end value: committed (1) or rolled back (0), log offset of the end record
+TX_END_VALUE = struct.Struct("<Bq")
 #: consumer offset / applied offset value
 I64 = struct.Struct("<q")
 

@@ -11,6 +11,8 @@ database       key                                           value
 ``keys``       topic NUL, key NUL, source offset u64          queue id, queue offset
 ``keyoff``     source offset u64                              the ``keys`` key (for retention)
 ``time``       topic NUL, queue id, store time, queue offset  (empty)
+``txends``     transaction id                                1 commit / 0 rollback, offset
+``txoff``      COMMIT/ROLLBACK offset u64                    transaction id (for retention)
 ``consumers``  group NUL, topic NUL, queue id                 next offset to consume
 ``meta``       ``applied``                                    log offset applied up to
 =============  ============================================  ==================================
@@ -35,10 +37,10 @@ import lmdb
 
 from fmq.errors import IndexCorrupt
 from fmq.index import keys as K
-from fmq.index.entries import QueueEntry
+from fmq.index.entries import QueueEntry, TxEnd
 
 INDEX_FORMAT = b"fmq-index-1"
-DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"meta")
+DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"meta")
 _APPLIED = b"applied"
 _FORMAT = b"format"
 
@@ -107,6 +109,8 @@ class IndexStore:
         self.keys = env.open_db(b"keys")
         self.keyoff = env.open_db(b"keyoff")
         self.time = env.open_db(b"time")
+        self.txends = env.open_db(b"txends")
+        self.txoff = env.open_db(b"txoff")
         self.meta = env.open_db(b"meta")
         self.consumers = env.open_db(b"consumers")
 
@@ -122,11 +126,18 @@ class IndexStore:
                 except lmdb.MapFullError:
                     self._gate.resize(self.env)
 
-    def apply(self, entries: Iterable[QueueEntry], applied_offset: int) -> None:
-        """Write ``entries`` and the new applied offset in one transaction (idempotent)."""
-        self._write(self._apply_txn, list(entries), applied_offset)
+    def apply(self, entries: Iterable[QueueEntry], applied_offset: int,
+              tx_ends: Iterable[TxEnd] = ()) -> None:
+        """Write ``entries``, ``tx_ends`` and the new applied offset in one transaction
+        (idempotent)."""
+        self._write(self._apply_txn, list(entries), applied_offset, list(tx_ends))
 
-    def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int) -> None:
+    def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
+                   tx_ends: list[TxEnd]) -> None:
+        for t in tx_ends:
+            tid = t.tx_id.encode()
+            txn.put(tid, K.TX_END_VALUE.pack(1 if t.committed else 0, t.offset), db=self.txends)
+            txn.put(K.offset_key(t.offset), tid, db=self.txoff)
         queue_next: dict[bytes, int] = {}
         for e in entries:
             prefix = K.queue_prefix(e.topic, e.queue_id)
@@ -217,6 +228,15 @@ class IndexStore:
                 return K.split_time_key(cur.key())[1]
         return None
 
+    def tx_end(self, tx_id: str) -> tuple[bool, int] | None:
+        """(committed?, log offset of the end record) of a finished transaction."""
+        with self._gate, self.env.begin() as txn:
+            v = txn.get(tx_id.encode(), db=self.txends)
+        if v is None:
+            return None
+        committed, offset = K.TX_END_VALUE.unpack(v)
+        return bool(committed), offset
+
     # ------------------------------------------------------------------ consumer offsets
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -269,6 +289,7 @@ class IndexStore:
             for k, kk in doomed:
                 txn.delete(kk, db=self.keys)
                 txn.delete(k, db=self.keyoff)
+        self._drop_tx_ends(txn, log_end, None)
         v = txn.get(_APPLIED, db=self.meta)
         if v is not None and K.I64.unpack(v)[0] > log_end:
             txn.put(_APPLIED, K.I64.pack(log_end), db=self.meta)
@@ -308,7 +329,23 @@ class IndexStore:
         for k, kk in doomed:
             txn.delete(kk, db=self.keys)
             txn.delete(k, db=self.keyoff)
+        self._drop_tx_ends(txn, 0, log_start)
         return removed
+
+    def _drop_tx_ends(self, txn: lmdb.Transaction, start: int, stop: int | None) -> None:
+        """Delete transaction ends recorded at log offsets in [start, stop)."""
+        cur = txn.cursor(db=self.txoff)
+        doomed = []
+        if cur.set_range(K.offset_key(start)):
+            for k, tid in cur:
+                if stop is not None and K.parse_offset_key(k) >= stop:
+                    break
+                doomed.append((k, tid))
+        for k, tid in doomed:
+            v = txn.get(tid, db=self.txends)
+            if v is not None and K.TX_END_VALUE.unpack(v)[1] == K.parse_offset_key(k):
+                txn.delete(tid, db=self.txends)
+            txn.delete(k, db=self.txoff)
 
     def set_queue_min(self, topic: str, queue_id: int, min_offset: int) -> None:
         def fn(txn):
@@ -321,7 +358,8 @@ class IndexStore:
     def clear_derived(self) -> None:
         """Empty every database derived from the log (keeps consumer offsets)."""
         def fn(txn):
-            for db in (self.cq, self.queues, self.keys, self.keyoff, self.time):
+            for db in (self.cq, self.queues, self.keys, self.keyoff, self.time, self.txends,
+                       self.txoff):
                 txn.drop(db, delete=False)
             txn.delete(_APPLIED, db=self.meta)
         self._write(fn)
@@ -331,7 +369,9 @@ class IndexStore:
         out = {}
         with self._gate, self.env.begin() as txn:
             for name, db in ((b"cq", self.cq), (b"queues", self.queues), (b"keys", self.keys),
-                             (b"keyoff", self.keyoff), (b"time", self.time), (b"meta", self.meta)):
+                             (b"keyoff", self.keyoff), (b"time", self.time),
+                             (b"txends", self.txends), (b"txoff", self.txoff),
+                             (b"meta", self.meta)):
                 out[name.decode()] = list(txn.cursor(db=db))
         return out
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fmq.errors import CorruptCheckpoint
-from fmq.index.entries import QueueEntry, queue_entry
+from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.naming import CHECKPOINT_FILE
@@ -67,8 +67,10 @@ class RecoveryReport:
         return dict(self.__dict__)
 
 
-def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry]) -> None:
-    """Apply one record's redo action (table in the module doc)."""
+def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
+                ends: list[TxEnd] | None = None) -> None:
+    """Apply one record's redo action (table in the module doc); index entries go to
+    ``entries`` and transaction ends to ``ends``."""
     rtype = rec.type
     if rtype == RecordType.MESSAGE:
         entries.append(queue_entry(rec))
@@ -90,12 +92,12 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry]) -> None:
                 if m.offset == target:
                     m.queue_offset = rec.queue_offset
                     break
-    elif rtype == RecordType.COMMIT:
+    elif rtype == RecordType.COMMIT or rtype == RecordType.ROLLBACK:
+        if ends is not None:
+            ends.append(tx_end(rec))
         if rec.tx_id in txm.open:
-            txm.finish(rec.tx_id, TxState.COMMIT)
-    elif rtype == RecordType.ROLLBACK:
-        if rec.tx_id in txm.open:
-            txm.finish(rec.tx_id, TxState.ROLLBACK)
+            txm.finish(rec.tx_id, TxState.COMMIT if rtype == RecordType.COMMIT
+                       else TxState.ROLLBACK)
 
 
 def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
@@ -133,18 +135,19 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     scanner = LogScanner(log_.directory, start_offset=start, max_record_size=max_record_size,
                          on_corruption="raise", copy_body=False)
     entries: list[QueueEntry] = []
+    ends: list[TxEnd] = []
     replayed = 0
     for rec in scanner:
         replayed += 1
-        redo_record(rec, txm, entries)
-        if len(entries) >= batch:
-            index.apply(entries, rec.end_offset)
+        redo_record(rec, txm, entries, ends)
+        if len(entries) + len(ends) >= batch:
+            index.apply(entries, rec.end_offset, ends)
             report.entries_indexed += len(entries)
-            entries = []
+            entries, ends = [], []
             if progress is not None:
                 progress(rec.end_offset - start, last_end - start)
     end = scanner.end_offset if log_.segments else first
-    index.apply(entries, end)
+    index.apply(entries, end, ends)
     report.entries_indexed += len(entries)
     report.records_replayed = replayed
     report.bytes_replayed = end - start

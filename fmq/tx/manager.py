@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -95,7 +96,8 @@ class UncertainTx:
 
 class TxManager:
     def __init__(self, max_open: int, finished_memory: int, check_after_ms: int,
-                 check_max_interval_ms: int) -> None:
+                 check_max_interval_ms: int,
+                 lookup_finished: Callable[[str], TxState | None] | None = None) -> None:
         self.max_open = max_open
         self.finished_memory = finished_memory
         self.check_after = check_after_ms / 1000.0
@@ -105,12 +107,20 @@ class TxManager:
         self.lock = threading.Lock()
         self._uncertain = threading.Condition(self.lock)
         self.checks_sent = 0
+        #: Where ends older than this process are found (the index's transaction ends).
+        self.lookup_finished = lookup_finished
+
+    def _finished_state(self, tx_id: str) -> TxState | None:
+        state = self.finished.get(tx_id)
+        if state is None and self.lookup_finished is not None:
+            state = self.lookup_finished(tx_id)
+        return state
 
     # ------------------------------------------------------------------ lifecycle
 
     def reserve(self, tx_id: str) -> None:
         """Check limits before a PREPARE is written (lock held by the caller)."""
-        if tx_id in self.open or tx_id in self.finished:
+        if tx_id in self.open or self._finished_state(tx_id) is not None:
             raise DuplicateTransaction(
                 f"transaction id {tx_id!r} is already in use; let the client generate ids or "
                 f"make yours unique"
@@ -136,7 +146,7 @@ class TxManager:
                     f"visible); it can only be committed"
                 )
             return tx
-        final = self.finished.get(tx_id)
+        final = self._finished_state(tx_id)
         if final is None:
             raise UnknownTransaction(
                 f"no open or recently finished transaction {tx_id!r}; it may be older than "
