@@ -1,6 +1,7 @@
 """``fmq tx list | resolve``: operators' view of open transactions.
 
-With a DATA_DIR these work offline on a stopped broker's directory.
+With ``--server HOST:PORT`` they ask a running server; with a DATA_DIR they work offline on
+a stopped broker's directory.
 """
 
 from __future__ import annotations
@@ -8,21 +9,17 @@ from __future__ import annotations
 import click
 from fmq.cli.common import emit, fmq_errors, json_option
 
+server_option = click.option(
+    "--server", default=None, metavar="HOST:PORT",
+    help="Ask this running server instead of reading a stopped broker's DATA_DIR.")
+
 
 @click.group("tx")
 def tx_group() -> None:
     """List and resolve open (undecided) transactions."""
 
 
-@tx_group.command("list")
-@click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
-@json_option
-@fmq_errors
-def tx_list(data_dir: str, as_json: bool) -> None:
-    """List the open transactions of a stopped broker's DATA_DIR, oldest first."""
-    from fmq.tx.offline import open_transactions_in_log
-
-    txs = open_transactions_in_log(data_dir)
+def _print_txs(txs: list[dict], as_json: bool) -> None:
     if as_json:
         for t in txs:
             emit(t, True)
@@ -35,20 +32,62 @@ def tx_list(data_dir: str, as_json: bool) -> None:
                    f"prepare_offset={t['prepare_offset']}")
 
 
-@tx_group.command("resolve")
-@click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
-@click.argument("tx_id")
-@click.argument("decision", type=click.Choice(["commit", "rollback"]))
+@tx_group.command("list")
+@click.argument("data_dir", required=False, type=click.Path(exists=True, file_okay=False))
+@server_option
 @json_option
 @fmq_errors
-def tx_resolve(data_dir: str, tx_id: str, decision: str, as_json: bool) -> None:
-    """Commit or roll back one open transaction of a stopped broker's DATA_DIR, as an
-    operator who knows what the producer decided."""
-    from fmq.broker import Broker
+def tx_list(data_dir: str | None, server: str | None, as_json: bool) -> None:
+    """List open transactions, oldest first: of a running server (--server) or of a
+    stopped broker's DATA_DIR."""
+    if (data_dir is None) == (server is None):
+        raise click.UsageError("give either DATA_DIR (offline) or --server HOST:PORT")
+    if server is not None:
+        from fmq.client import Client
+        from fmq.protocol import Op
 
-    with Broker.open(data_dir) as broker:
-        state = broker.commit(tx_id) if decision == "commit" else broker.rollback(tx_id)
-    emit({"tx_id": tx_id, "state": state.value}, as_json, f"{tx_id}: {state.value}")
+        with Client(server, retries=1) as client:
+            txs = client.call(Op.LIST_TX, {})["transactions"]
+    else:
+        from fmq.tx.offline import open_transactions_in_log
+
+        txs = open_transactions_in_log(data_dir)
+    _print_txs(txs, as_json)
+
+
+@tx_group.command("resolve")
+@click.argument("args", nargs=-1, required=True, metavar="[DATA_DIR] TXID commit|rollback")
+@server_option
+@json_option
+@fmq_errors
+def tx_resolve(args: tuple[str, ...], server: str | None, as_json: bool) -> None:
+    """Commit or roll back one open transaction, as an operator who knows what the producer
+    decided: on a running server (--server HOST:PORT TXID DECISION) or offline on a stopped
+    broker's directory (DATA_DIR TXID DECISION)."""
+    want = 2 if server is not None else 3
+    if len(args) != want:
+        raise click.UsageError("usage: fmq tx resolve --server HOST:PORT TXID commit|rollback"
+                               " | fmq tx resolve DATA_DIR TXID commit|rollback")
+    tx_id, decision = args[-2], args[-1]
+    if decision not in ("commit", "rollback"):
+        raise click.UsageError(f"DECISION must be commit or rollback, not {decision!r}")
+    if server is not None:
+        from fmq.client import Client
+        from fmq.protocol import Op
+
+        with Client(server, retries=1) as client:
+            state = client.call(Op.RESOLVE_TX, {"tx_id": tx_id, "decision": decision})["state"]
+    else:
+        import os
+
+        from fmq.broker import Broker
+
+        if not os.path.isdir(args[0]):
+            raise click.UsageError(f"DATA_DIR {args[0]!r} is not a directory")
+        with Broker.open(args[0]) as broker:
+            state = (broker.commit(tx_id) if decision == "commit"
+                     else broker.rollback(tx_id)).value
+    emit({"tx_id": tx_id, "state": state}, as_json, f"{tx_id}: {state}")
 
 
 def register(cli: click.Group) -> None:

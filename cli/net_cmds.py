@@ -1,0 +1,193 @@
+"""``fmq server | produce | consume | stats``: the network side of the command line."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+import click
+from fmq.cli.common import emit, fmq_errors, json_option
+
+DEFAULT_SERVER = "127.0.0.1:9876"
+
+server_option = click.option(
+    "--server", "server", default=DEFAULT_SERVER, show_default=True,
+    help="HOST:PORT of the FMQ server (comma-separated for several).")
+
+
+@click.command("server")
+@click.option("--data-dir", default="./fmq-data", show_default=True,
+              type=click.Path(file_okay=False), help="Data directory (created if missing).")
+@click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="Port to listen on, 0 = any free port [default: 9876].")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
+              default=None, help="JSON file: BrokerConfig fields, plus a \"server\" object "
+                                 "with ServerConfig fields (limits, threads, time-outs).")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@fmq_errors
+def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
+           log_level: str) -> None:
+    """Run the FMQ server until SIGINT/SIGTERM (then it finishes in-flight requests,
+    checkpoints and exits 0)."""
+    from fmq.server import load_config, run_server
+
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    broker_cfg, server_cfg = load_config(config_file)
+    changes = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    if changes:
+        server_cfg = server_cfg.replace(**changes)
+    run_server(data_dir, broker_cfg, server_cfg)
+
+
+def _bodies(body: tuple[str, ...]) -> Iterator[str]:
+    if body:
+        yield from body
+        return
+    for line in sys.stdin:
+        line = line.rstrip("\n")
+        if line:
+            yield line
+
+
+@click.command("produce")
+@server_option
+@click.option("--topic", required=True, help="Topic to send to.")
+@click.option("--body", multiple=True,
+              help="Message body (repeatable). Without --body: one message per stdin line.")
+@click.option("--key", default=None, help="Message key (routes to one queue).")
+@click.option("--tags", default=None, help="Message tags.")
+@click.option("--count", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Send the bodies this many times; {i} in a body becomes the sequence number.")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Messages per request (one group commit each).")
+@click.option("--tx", "tx", type=click.Choice(["commit", "rollback", "unknown"]), default=None,
+              help="Send everything as one transaction and end it so ('unknown' leaves it "
+                   "open for feedback or `fmq tx resolve`).")
+@click.option("--group", "producer_group", default="fmq-cli", show_default=True,
+              help="Producer group (transactions).")
+@json_option
+@fmq_errors
+def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tags: str | None,
+            count: int, batch: int, tx: str | None, producer_group: str, as_json: bool) -> None:
+    """Send messages; prints where each one was stored."""
+    import fmq
+    from fmq.client import Producer, TransactionProducer
+
+    bodies = list(_bodies(body))
+    msgs = [fmq.Message(topic, b.replace("{i}", str(i * len(bodies) + j)).encode(), key, tags)
+            for i in range(count) for j, b in enumerate(bodies)]
+    if not msgs:
+        raise click.UsageError("nothing to send: give --body or lines on stdin")
+    if tx is not None:
+        decision = fmq.TxState(tx)
+        with TransactionProducer(server, producer_group, lambda u: fmq.TxState.UNKNOWN,
+                                 feedback=False) as producer:
+            result = producer.send_in_transaction(msgs, lambda tx_id, arg: decision)
+        emit({"tx_id": result.tx_id, "state": result.state.value, "messages": len(msgs)},
+             as_json, f"transaction {result.tx_id}: {result.state.value} ({len(msgs)} messages)")
+        return
+    with Producer(server) as producer:
+        for start in range(0, len(msgs), batch):
+            chunk = msgs[start:start + batch]
+            results = (producer.send_batch(chunk) if len(chunk) > 1
+                       else [producer.send_message(chunk[0])])
+            for r in results:
+                emit({"topic": topic, "queue_id": r.queue_id, "queue_offset": r.queue_offset,
+                      "offset": r.offset}, as_json,
+                     f"sent to {topic}/{r.queue_id} offset {r.queue_offset} (log {r.offset})")
+
+
+def _message_dict(m) -> dict:
+    d = {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+         "offset": m.offset, "key": m.key, "tags": m.tags, "properties": m.properties,
+         "store_time": m.store_time}
+    try:
+        d["body"] = m.body.decode("utf-8")
+    except UnicodeDecodeError:
+        d["body_base64"] = base64.b64encode(m.body).decode()
+    return d
+
+
+@click.command("consume")
+@server_option
+@click.option("--topic", "topics", multiple=True, required=True, help="Topic (repeatable).")
+@click.option("--group", default="fmq-cli", show_default=True, help="Consumer group.")
+@click.option("--from-beginning", is_flag=True,
+              help="Start at the start of each queue instead of the group's committed offset.")
+@click.option("--max", "max_messages", type=click.IntRange(min=1), default=None,
+              help="Stop after this many messages.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0), default=None,
+              help="Stop when no message came for this many seconds (default: wait forever).")
+@click.option("--no-commit", is_flag=True, help="Do not commit the group's offsets.")
+@json_option
+@fmq_errors
+def consume(server: str, topics: tuple[str, ...], group: str, from_beginning: bool,
+            max_messages: int | None, idle_timeout: float | None, no_commit: bool,
+            as_json: bool) -> None:
+    """Print messages as a member of a consumer group; commits offsets as it goes."""
+    import time
+
+    from fmq.client import Consumer
+
+    seen = 0
+    start = "earliest" if from_beginning else "committed"
+    with Consumer(server, group, list(topics), start=start) as consumer:
+        last = time.monotonic()
+        while max_messages is None or seen < max_messages:
+            msgs = consumer.poll(1.0 if idle_timeout is None else min(1.0, idle_timeout))
+            if not msgs:
+                if idle_timeout is not None and time.monotonic() - last >= idle_timeout:
+                    break
+                continue
+            last = time.monotonic()
+            if max_messages is not None:
+                msgs = msgs[:max_messages - seen]
+            for m in msgs:
+                d = _message_dict(m)
+                emit(d, as_json, f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key} "
+                                 f"tags={m.tags}: {d.get('body', '<binary>')}")
+            seen += len(msgs)
+            if not no_commit:
+                if max_messages is not None and seen >= max_messages:
+                    _commit_upto(consumer, msgs)
+                else:
+                    consumer.commit()
+        if not as_json:
+            click.echo(f"consumed {seen} messages", err=True)
+
+
+def _commit_upto(consumer, printed: list) -> None:
+    """With --max the last poll may hold more than was printed: commit only what was."""
+    from fmq.protocol import Op
+
+    last: dict[tuple[str, int], int] = {}
+    for m in printed:
+        last[(m.topic, m.queue_id)] = m.queue_offset + 1
+    for (topic, qid), off in last.items():
+        consumer.call(Op.COMMIT_OFFSET, {"group": consumer.group, "topic": topic,
+                                         "queue_id": qid, "next_offset": off})
+
+
+@click.command("stats")
+@server_option
+@json_option
+@fmq_errors
+def stats(server: str, as_json: bool) -> None:
+    """Broker and server statistics of a running server."""
+    from fmq.client import Client
+    from fmq.protocol import Op
+
+    with Client(server, retries=1) as client:
+        data = json.loads(client.call(Op.STATS, {})["json"])
+    emit(data, as_json, "\n".join(f"{k}: {v}" for k, v in data.items()))
+
+
+def register(cli: click.Group) -> None:
+    for cmd in (server, produce, consume, stats):
+        cli.add_command(cmd)

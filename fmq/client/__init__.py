@@ -1,0 +1,19 @@
+"""The FMQ Python client: synchronous and thread-safe.
+
+* :class:`Producer`: ``send`` / ``send_batch``;
+* :class:`TransactionProducer`: ``send_in_transaction(messages, local_transaction)``,
+  ``with producer.transaction() as tx``, and a feedback thread that asks ``checker`` about
+  transactions left open;
+* :class:`Consumer`: consumer groups, ``poll`` / ``commit`` / iteration.
+
+Errors are the :class:`fmq.FMQError` tree: a server error arrives as the same class the
+embedded API raises; ``retriable`` says whether the same request may succeed later.
+"""
+
+from fmq.client.base import Client
+from fmq.client.connection import Connection, parse_servers
+from fmq.client.consumer import Consumer
+from fmq.client.producer import Producer, Transaction, TransactionProducer, TransactionResult
+
+__all__ = ["Client", "Connection", "Consumer", "Producer", "Transaction", "TransactionProducer",
+           "TransactionResult", "parse_servers"]

@@ -1,0 +1,112 @@
+"""What every client shares: server addresses, one pipelined connection, reconnect with
+back-off, time-outs and retries of retriable errors."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from fmq.errors import BrokerClosed, ConnectionLost, FMQError
+from fmq.protocol import Op
+
+from .connection import Connection, parse_servers
+
+logger = logging.getLogger("fmq.client")
+
+
+class Client:
+    """Base of Producer, TransactionProducer and Consumer.
+
+    ``request_timeout``: seconds to wait for one answer. ``retries``: how many times a
+    request that failed with a *retriable* error (connection lost, time-out, server busy) is
+    sent again, after a back-off from ``backoff_initial`` doubling up to ``backoff_max``
+    seconds. A retried send may store a message twice (at-least-once)."""
+
+    def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
+                 connect_timeout: float = 5.0, retries: int = 3,
+                 backoff_initial: float = 0.05, backoff_max: float = 2.0) -> None:
+        self.servers = parse_servers(servers)
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._conn: Connection | None = None
+        self._conn_lock = threading.Lock()
+        self._next_server = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ connection
+
+    def _connection(self) -> Connection:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        with self._conn_lock:
+            if self._closed:
+                raise BrokerClosed("this client is closed; create a new one")
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                return conn
+            if conn is not None:
+                conn.close()
+                self._conn = None
+            errors = []
+            for _ in range(len(self.servers)):
+                addr = self.servers[self._next_server % len(self.servers)]
+                self._next_server += 1
+                try:
+                    self._conn = Connection(addr, self.connect_timeout)
+                    logger.debug("connected to %s:%d", *addr)
+                    return self._conn
+                except ConnectionLost as exc:
+                    errors.append(str(exc))
+            raise ConnectionLost("; ".join(errors))
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.backoff_max, self.backoff_initial * (2 ** attempt))
+        return base * (0.5 + random.random() / 2)  # jitter: reconnects do not stampede
+
+    def call(self, op: Op, fields: dict[str, Any], *, timeout: float | None = None,
+             retries: int | None = None) -> dict[str, Any]:
+        """Send one request and wait for its answer, retrying retriable errors."""
+        timeout = self.request_timeout if timeout is None else timeout
+        retries = self.retries if retries is None else retries
+        attempt = 0
+        while True:
+            try:
+                return self._connection().request(op, fields, timeout)
+            except FMQError as exc:
+                if not exc.retriable or attempt >= retries or self._closed:
+                    raise
+                delay = self._backoff(attempt)
+                logger.debug("%s failed (%s); retry %d in %.2fs", op.name, exc, attempt + 1,
+                             delay)
+                attempt += 1
+                time.sleep(delay)
+
+    def submit(self, op: Op, fields: dict[str, Any]) -> Future:
+        """Send without waiting (pipelining); no retry."""
+        return self._connection().submit(op, fields)
+
+    def ping(self) -> dict[str, Any]:
+        """Server version and limits."""
+        return self.call(Op.PING, {})
+
+    def close(self) -> None:
+        with self._conn_lock:
+            self._closed = True
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

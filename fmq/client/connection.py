@@ -1,0 +1,171 @@
+"""One TCP connection to an FMQ server: framing and request-id matching, nothing else.
+
+Any number of threads may call :meth:`Connection.submit` at once: each request gets a fresh
+request id and a :class:`concurrent.futures.Future`; a reader thread parses response frames
+and completes the future with the same id (pipelining: answers may come back in any order).
+When the socket breaks, every pending future fails with :class:`ConnectionLost`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from fmq.errors import ConnectionLost, FMQError, InvalidArgument, ProtocolError, RequestTimeout
+from fmq.protocol import (
+    DEFAULT_MAX_FRAME,
+    FrameDecoder,
+    Op,
+    decode_error,
+    decode_response,
+    encode_request,
+)
+
+logger = logging.getLogger("fmq.client")
+
+DEFAULT_PORT = 9876
+
+
+def parse_servers(servers: str | Sequence[str]) -> list[tuple[str, int]]:
+    """``"host:port"``, ``"h1:p1,h2:p2"`` or a list of such strings → addresses."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, str(DEFAULT_PORT)
+        try:
+            out.append((host.strip("[]") or "127.0.0.1", int(port)))
+        except ValueError:
+            raise InvalidArgument(f"bad server address {item!r}: use HOST:PORT") from None
+    if not out:
+        raise InvalidArgument("no server address given: use HOST:PORT (e.g. 127.0.0.1:9876)")
+    return out
+
+
+class Connection:
+    def __init__(self, address: tuple[str, int], connect_timeout: float = 5.0,
+                 max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.address = address
+        try:
+            sock = socket.create_connection(address, timeout=connect_timeout)
+        except OSError as exc:
+            raise ConnectionLost(
+                f"cannot connect to FMQ server {address[0]}:{address[1]} ({exc}); check that "
+                f"`fmq server` runs there and the address is right") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)
+        self._sock = sock
+        self._decoder = FrameDecoder(max_frame)
+        self._pending: dict[int, tuple[int, Future]] = {}
+        self._lock = threading.Lock()  # guards _pending and _closed
+        self._send_lock = threading.Lock()  # one frame at a time on the socket
+        self._ids = itertools.count(1)  # id 0 is reserved for connection-level errors
+        self._closed: BaseException | None = None
+        self._reader = threading.Thread(target=self._read_loop, daemon=True,
+                                        name=f"fmq-conn-{address[0]}:{address[1]}")
+        self._reader.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    def submit(self, op: Op, fields: dict[str, Any]) -> Future:
+        """Send a request; the future resolves to the response fields or raises the
+        server's error (the same FMQError class the embedded API raises)."""
+        fut: Future = Future()
+        rid = next(self._ids)
+        data = encode_request(op, rid, fields)
+        with self._lock:
+            if self._closed is not None:
+                raise self._lost()
+            self._pending[rid] = (op, fut)
+        try:
+            with self._send_lock:
+                self._sock.sendall(data)
+        except OSError as exc:
+            self._shutdown(exc)
+        return fut
+
+    def request(self, op: Op, fields: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        fut = self.submit(op, fields)
+        try:
+            return fut.result(timeout)
+        except FutureTimeout:
+            self.forget(fut)
+            raise RequestTimeout(
+                f"no answer to {op.name} from {self.address[0]}:{self.address[1]} within "
+                f"{timeout:.1f}s; the request may or may not have been applied") from None
+
+    def forget(self, fut: Future) -> None:
+        with self._lock:
+            for rid, (_op, f) in list(self._pending.items()):
+                if f is fut:
+                    del self._pending[rid]
+
+    def _lost(self) -> ConnectionLost:
+        cause = self._closed
+        if isinstance(cause, FMQError) and not isinstance(cause, ConnectionLost):
+            return cause  # type: ignore[return-value]
+        return ConnectionLost(
+            f"connection to {self.address[0]}:{self.address[1]} lost ({cause}); the request "
+            f"may or may not have been applied")
+
+    def _read_loop(self) -> None:
+        sock = self._sock
+        try:
+            while True:
+                data = sock.recv(1 << 18)
+                if not data:
+                    raise ConnectionError("the server closed the connection")
+                for frame in self._decoder.feed(data):
+                    if frame.request_id == 0 and frame.is_error:
+                        # A connection-level error (bad frame, limits): the server closes.
+                        raise decode_error(frame)
+                    with self._lock:
+                        entry = self._pending.pop(frame.request_id, None)
+                    if entry is None:
+                        continue  # a request we stopped waiting for (time-out)
+                    fut = entry[1]
+                    try:
+                        if frame.is_error:
+                            fut.set_exception(decode_error(frame))
+                        else:
+                            fut.set_result(decode_response(frame))
+                    except ProtocolError as exc:
+                        fut.set_exception(exc)
+        except (OSError, FMQError) as exc:
+            self._shutdown(exc)
+        except BaseException as exc:  # noqa: BLE001 - never leave futures hanging
+            self._shutdown(exc)
+            raise
+
+    def _shutdown(self, cause: BaseException) -> None:
+        with self._lock:
+            if self._closed is None:
+                self._closed = cause
+            pending, self._pending = self._pending, {}
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        err = self._lost()
+        for _op, fut in pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+
+    def close(self) -> None:
+        self._shutdown(ConnectionError("closed by the client"))
+        try:
+            self._sock.close()
+        except OSError:
+            pass

@@ -1,0 +1,226 @@
+"""The consumer: group membership, queue assignment, pipelined long-poll pulls, offsets."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from typing import Any
+
+from fmq.errors import FMQError, InvalidArgument
+from fmq.message import StoredMessage, check_name, check_topic
+from fmq.protocol import Op
+
+from .base import Client
+
+logger = logging.getLogger("fmq.client")
+
+STARTS = ("committed", "earliest", "latest")
+Queue = tuple[str, int]
+
+
+def _stored(d: dict) -> StoredMessage:
+    return StoredMessage(d["topic"], d["queue_id"], d["queue_offset"], d["offset"], d["body"],
+                         d["key"], d["tags"], d["properties"], d["store_time"])
+
+
+class Consumer(Client):
+    """Reads ``topics`` as a member of consumer ``group``: the server gives each queue of a
+    topic to one live member, and moves queues when members join, leave or stop
+    heart-beating. Delivery is at-least-once: call :meth:`commit` after processing what
+    :meth:`poll` returned; a queue that moves to another member resumes from the last
+    commit.
+
+    ``start`` decides where this consumer begins in a queue it gets:
+    ``"committed"`` (default): the group's committed offset, or the queue's start when the
+    group has none; ``"earliest"``: the queue's start (replay); ``"latest"``: only messages
+    stored from now on. ``"earliest"``/``"latest"`` apply to each queue the first time this
+    consumer gets it and ignore the committed offset.
+    """
+
+    def __init__(self, servers: str | Sequence[str], group: str, topics: str | Sequence[str],
+                 start: str = "committed", *, max_messages: int = 64, **options: Any) -> None:
+        super().__init__(servers, **options)
+        check_name(group, "group", allow_none=False)
+        self.group = group
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        for t in self.topics:
+            check_topic(t)
+        if not self.topics:
+            raise InvalidArgument("a consumer needs at least one topic")
+        if start not in STARTS:
+            raise InvalidArgument(f"start must be one of {', '.join(STARTS)}, not {start!r}")
+        self.start = start
+        self.max_messages = max_messages
+        self.member_id: str | None = None
+        self.generation = -1
+        self._lock = threading.Lock()
+        self._assigned: list[Queue] = []  # applied by poll()
+        self._incoming: list[Queue] | None = None  # from the heartbeat thread
+        self._positions: dict[Queue, int] = {}  # next offset to deliver
+        self._committed: dict[Queue, int] = {}
+        self._seen: set[Queue] = set()
+        self._inflight: dict[Queue, tuple[int, Future]] = {}
+        self._heartbeat_interval = 1.0
+        self._stop = threading.Event()
+        self._join()
+        self._hb = threading.Thread(target=self._heartbeat_loop, daemon=True,
+                                    name=f"fmq-heartbeat-{group}")
+        self._hb.start()
+
+    # ------------------------------------------------------------------ membership
+
+    def _join(self) -> None:
+        resp = self.call(Op.GROUP_JOIN, {"group": self.group, "member_id": self.member_id,
+                                         "topics": self.topics})
+        self.member_id = resp["member_id"]
+        self._heartbeat_interval = resp["heartbeat_interval_ms"] / 1000
+        self._take(resp["generation"], resp["assignment"])
+
+    def _take(self, generation: int, assignment: list[dict]) -> None:
+        queues = sorted((a["topic"], a["queue_id"]) for a in assignment)
+        with self._lock:
+            if generation != self.generation or queues != self._assigned:
+                self.generation = generation
+                self._incoming = queues
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self._heartbeat_interval):
+            try:
+                resp = self.call(Op.GROUP_HEARTBEAT, {
+                    "group": self.group, "member_id": self.member_id, "topics": self.topics},
+                    retries=1)
+                self._take(resp["generation"], resp["assignment"])
+            except FMQError as exc:
+                if not self._stop.is_set():
+                    logger.warning("heartbeat of %s in group %s failed: %s", self.member_id,
+                                   self.group, exc)
+
+    @property
+    def assignment(self) -> list[Queue]:
+        """Queues this consumer reads now."""
+        self._apply_assignment()
+        return list(self._assigned)
+
+    def _apply_assignment(self) -> None:
+        with self._lock:
+            incoming, self._incoming = self._incoming, None
+        if incoming is None:
+            return
+        old = set(self._assigned)
+        for q in old - set(incoming):
+            self._positions.pop(q, None)
+            self._committed.pop(q, None)
+            self._inflight.pop(q, None)  # a late answer is dropped
+        for q in incoming:
+            if q not in old:
+                self._positions[q] = self._start_position(q)
+        self._assigned = incoming
+        logger.info("consumer %s of group %s now reads %s", self.member_id, self.group,
+                    ", ".join(f"{t}/{q}" for t, q in incoming) or "nothing")
+
+    def _start_position(self, q: Queue) -> int:
+        topic, qid = q
+        first = q not in self._seen
+        self._seen.add(q)
+        if self.start == "committed" or not first:
+            off = self.call(Op.FETCH_OFFSET, {"group": self.group, "topic": topic,
+                                              "queue_id": qid})["offset"]
+            if off >= 0:
+                self._committed[q] = off
+                return off
+        rng = self.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": qid})
+        return rng["next_offset"] if self.start == "latest" and first else rng["min_offset"]
+
+    # ------------------------------------------------------------------ reading
+
+    def poll(self, timeout: float = 1.0) -> list[StoredMessage]:
+        """Messages from the assigned queues, waiting up to ``timeout`` seconds for some.
+        One pull per queue stays in flight on the server (long poll), so a message is
+        delivered as soon as it is consumable."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            self._apply_assignment()
+            remaining = deadline - time.monotonic()
+            wait_ms = int(min(max(remaining, 0.0), 1.0) * 1000)
+            for q in self._assigned:
+                if q not in self._inflight:
+                    self._pull(q, wait_ms)
+            out = self._collect()
+            if out:
+                return out
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return []
+            futures = [f for _o, f in self._inflight.values()]
+            if futures:
+                wait(futures, timeout=min(remaining, 0.5), return_when=FIRST_COMPLETED)
+            else:
+                time.sleep(min(remaining, 0.1))
+
+    def _pull(self, q: Queue, wait_ms: int) -> None:
+        offset = self._positions[q]
+        try:
+            fut = self.submit(Op.PULL, {"topic": q[0], "queue_id": q[1], "offset": offset,
+                                        "max_messages": self.max_messages, "wait_ms": wait_ms})
+        except FMQError as exc:
+            logger.warning("pull of %s/%d failed: %s", q[0], q[1], exc)
+            time.sleep(self._backoff(1))
+            return
+        self._inflight[q] = (offset, fut)
+
+    def _collect(self) -> list[StoredMessage]:
+        out: list[StoredMessage] = []
+        for q, (offset, fut) in list(self._inflight.items()):
+            if not fut.done():
+                continue
+            del self._inflight[q]
+            try:
+                resp = fut.result()
+            except FMQError as exc:
+                if not exc.retriable:
+                    raise
+                logger.warning("pull of %s/%d failed: %s; retrying", q[0], q[1], exc)
+                continue
+            if self._positions.get(q) != offset:
+                continue  # the queue moved away and back meanwhile: stale answer
+            msgs = [_stored(m) for m in resp["messages"]]
+            if msgs:
+                self._positions[q] = msgs[-1].queue_offset + 1
+                out.extend(msgs)
+            elif resp["min_offset"] > offset:
+                self._positions[q] = resp["min_offset"]  # retention deleted what we wanted
+        return out
+
+    def commit(self) -> None:
+        """Commit the position after everything :meth:`poll` returned so far."""
+        for q in list(self._assigned):
+            pos = self._positions.get(q)
+            if pos is None or self._committed.get(q) == pos:
+                continue
+            self.call(Op.COMMIT_OFFSET, {"group": self.group, "topic": q[0], "queue_id": q[1],
+                                         "next_offset": pos})
+            self._committed[q] = pos
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        """Messages forever (until :meth:`close`); commit as you go."""
+        while not self._closed:
+            yield from self.poll(1.0)
+
+    def close(self) -> None:
+        """Leave the group (its queues go to the other members at once) and disconnect."""
+        if self._closed:
+            return
+        self._stop.set()
+        self._hb.join(5)
+        try:
+            self.call(Op.GROUP_LEAVE, {"group": self.group, "member_id": self.member_id},
+                      retries=0, timeout=2.0)
+        except FMQError:
+            pass  # the session times out on the server instead
+        super().close()
+
+    def __enter__(self) -> Consumer:
+        return self

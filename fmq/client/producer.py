@@ -1,0 +1,258 @@
+"""Producers: plain sends and transactions with feedback (seed 3.2.1 - 3.2.3, 3.3.5)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fmq.errors import DuplicateTransaction, FMQError, InvalidArgument
+from fmq.message import Message, SendResult
+from fmq.protocol import Op
+from fmq.tx.ids import new_tx_id
+from fmq.tx.manager import TxState, UncertainTx
+
+from .base import Client
+
+logger = logging.getLogger("fmq.client")
+
+
+def _wire_message(m: Message) -> dict[str, Any]:
+    if not isinstance(m, Message):
+        raise InvalidArgument(f"expected fmq.Message, got {type(m).__name__}")
+    body = m.body
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(
+            f"message body must be bytes, not {type(body).__name__}; encode text first")
+    return {"topic": m.topic, "body": bytes(body), "key": m.key or None,
+            "tags": m.tags or None, "properties": m.properties or {},
+            "queue_id": -1 if m.queue_id is None else m.queue_id}
+
+
+def _result(d: dict) -> SendResult:
+    return SendResult(d["offset"], d["queue_id"], d["queue_offset"])
+
+
+class Producer(Client):
+    """Sends messages to an FMQ server. Thread-safe: share one producer between threads;
+    their requests are pipelined on one connection and share the server's group commit.
+
+    ``servers``: ``"host:port"`` (comma-separated or a list for several)."""
+
+    def __init__(self, servers: str | Sequence[str], producer_group: str | None = None,
+                 **options: Any) -> None:
+        super().__init__(servers, **options)
+        self.producer_group = producer_group
+
+    def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
+             properties: dict[str, str] | None = None,
+             queue_id: int | None = None) -> SendResult:
+        """Store one message; returns once it is durable on the server."""
+        msg = _wire_message(Message(topic, body, key, tags, properties, queue_id))
+        return _result(self.call(Op.SEND, {"message": msg})["result"])
+
+    def send_message(self, message: Message) -> SendResult:
+        return _result(self.call(Op.SEND, {"message": _wire_message(message)})["result"])
+
+    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Store several messages in one request and one group commit: all or none."""
+        wire = [_wire_message(m) for m in messages]
+        if not wire:
+            return []
+        return [_result(r) for r in self.call(Op.SEND_BATCH, {"messages": wire})["results"]]
+
+    def __enter__(self) -> Producer:
+        return self
+
+
+@dataclass(frozen=True)
+class TransactionResult:
+    """What became of :meth:`TransactionProducer.send_in_transaction`.
+
+    ``state``: COMMIT, ROLLBACK, or OPEN (left to feedback: the local transaction answered
+    UNKNOWN or raised, or the commit/rollback could not reach the server). ``local_state``:
+    what the local transaction returned. ``error``: its exception, or the failure to end
+    the transaction, when there was one."""
+
+    tx_id: str
+    state: TxState
+    local_state: TxState
+    error: BaseException | None = None
+
+
+Checker = Callable[[UncertainTx], TxState]
+LocalTransaction = Callable[[str, Any], TxState]
+
+
+class Transaction:
+    """Collects the messages of ``with producer.transaction() as tx:``. Nothing reaches the
+    server before the block ends: then the messages are prepared and committed. When the
+    block raises, nothing was stored, which is a rollback."""
+
+    def __init__(self, producer: TransactionProducer, tx_id: str | None) -> None:
+        self.producer = producer
+        self.tx_id = tx_id
+        self.messages: list[Message] = []
+        self.result: TransactionResult | None = None
+
+    def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
+             properties: dict[str, str] | None = None, queue_id: int | None = None) -> None:
+        msg = Message(topic, body, key, tags, properties, queue_id)
+        _wire_message(msg)  # fail inside the block, where the caller can react
+        self.messages.append(msg)
+
+
+class TransactionProducer(Producer):
+    """A producer of transactional messages with a feedback (check-back) thread.
+
+    ``checker(uncertain) -> TxState`` is called from the feedback thread for every open
+    transaction of ``producer_group`` the server offers (one older than the server's
+    ``tx_check_after_ms``, e.g. because the producer that prepared it died); it answers
+    COMMIT, ROLLBACK or UNKNOWN (ask again later). An exception counts as UNKNOWN.
+    """
+
+    def __init__(self, servers: str | Sequence[str], producer_group: str,
+                 checker: Checker, *, feedback_interval: float = 0.1,
+                 feedback_timeout: float = 5.0, feedback: bool = True,
+                 **options: Any) -> None:
+        if not producer_group:
+            raise InvalidArgument("a TransactionProducer needs a producer_group")
+        super().__init__(servers, producer_group, **options)
+        self.checker = checker
+        self.feedback_interval = feedback_interval
+        self.feedback_timeout = feedback_timeout
+        self.checks_answered = 0
+        self._stop = threading.Event()
+        self._feedback: threading.Thread | None = None
+        if feedback:
+            self._feedback = threading.Thread(target=self._feedback_loop, daemon=True,
+                                              name=f"fmq-feedback-{producer_group}")
+            self._feedback.start()
+
+    # ------------------------------------------------------------------ transactions
+
+    def prepare(self, messages: Sequence[Message], tx_id: str | None = None) -> str:
+        """Store ``messages`` as a prepared (invisible) transaction; returns its id."""
+        wire = [_wire_message(m) for m in messages]
+        tx_id = tx_id or new_tx_id()
+        req = {"producer_group": self.producer_group, "tx_id": tx_id, "messages": wire}
+        try:
+            return self.call(Op.PREPARE, req)["tx_id"]
+        except DuplicateTransaction:
+            # A retry after a lost answer: the first attempt did store it (the id is ours).
+            if self.retries:
+                return tx_id
+            raise
+
+    def commit(self, tx_id: str) -> TxState:
+        return TxState(self.call(Op.COMMIT, {"tx_id": tx_id})["state"])
+
+    def rollback(self, tx_id: str) -> TxState:
+        return TxState(self.call(Op.ROLLBACK, {"tx_id": tx_id})["state"])
+
+    def send_in_transaction(self, messages: Message | Sequence[Message],
+                            local_transaction: LocalTransaction, arg: Any = None,
+                            tx_id: str | None = None) -> TransactionResult:
+        """Prepare ``messages``, run ``local_transaction(tx_id, arg)``, then commit (it
+        returned COMMIT), roll back (ROLLBACK) or leave the transaction to feedback
+        (UNKNOWN, or it raised). Raises only when the prepare fails (then nothing is
+        stored and the local transaction is not run)."""
+        if isinstance(messages, Message):
+            messages = [messages]
+        tx_id = self.prepare(messages, tx_id)
+        error: BaseException | None = None
+        try:
+            local = local_transaction(tx_id, arg)
+            local = TxState(local) if local is not None else TxState.UNKNOWN
+            if local not in (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN):
+                raise InvalidArgument(f"a local transaction returns COMMIT, ROLLBACK or "
+                                      f"UNKNOWN, not {local.value}")
+        except Exception as exc:  # noqa: BLE001 - by contract: an exception means UNKNOWN
+            logger.warning("local transaction of %s raised %r: left open for feedback",
+                           tx_id, exc)
+            local, error = TxState.UNKNOWN, exc
+        if local == TxState.UNKNOWN:
+            return TransactionResult(tx_id, TxState.OPEN, local, error)
+        try:
+            state = self.commit(tx_id) if local == TxState.COMMIT else self.rollback(tx_id)
+        except FMQError as exc:
+            # The decision is made; feedback will ask the checker again and apply it.
+            logger.warning("could not %s %s (%s): left to feedback", local.value, tx_id, exc)
+            return TransactionResult(tx_id, TxState.OPEN, local, exc)
+        return TransactionResult(tx_id, state, local)
+
+    @contextmanager
+    def transaction(self, tx_id: str | None = None) -> Iterator[Transaction]:
+        """``with producer.transaction() as tx: tx.send(...)``: prepare and commit on a
+        normal exit (``tx.result`` then holds the outcome); nothing is stored when the
+        block raises."""
+        tx = Transaction(self, tx_id)
+        yield tx
+        if not tx.messages:
+            return
+        tid = self.prepare(tx.messages, tx.tx_id)
+        tx.tx_id = tid
+        tx.result = TransactionResult(tid, self.commit(tid), TxState.COMMIT)
+
+    # ------------------------------------------------------------------ feedback
+
+    def _feedback_loop(self) -> None:
+        """Long-poll the server for uncertain transactions of our group about every
+        ``feedback_interval`` and answer each with the checker's verdict."""
+        failures = 0
+        wait_ms = int(self.feedback_interval * 1000)
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                resp = self.call(Op.POLL_UNCERTAIN, {
+                    "producer_group": self.producer_group, "max_items": 16,
+                    "lease_ms": int(self.feedback_timeout * 1000), "wait_ms": wait_ms},
+                    timeout=self.feedback_timeout + wait_ms / 1000, retries=0)
+                failures = 0
+                for t in resp["transactions"]:
+                    if self._stop.is_set():
+                        break
+                    self._answer(UncertainTx(t["tx_id"], t["producer_group"],
+                                             t["prepare_offset"], t["store_time"],
+                                             t["checks"], t["messages"]))
+            except FMQError as exc:
+                if self._stop.is_set():
+                    break
+                failures += 1
+                if failures == 1 or failures % 50 == 0:
+                    logger.warning("feedback poll for group %s failed: %s", self.producer_group,
+                                   exc)
+                self._stop.wait(self._backoff(min(failures, 6)))
+                continue
+            rest = self.feedback_interval - (time.monotonic() - started)
+            if rest > 0:
+                self._stop.wait(rest)
+
+    def _answer(self, uncertain: UncertainTx) -> None:
+        try:
+            state = TxState(self.checker(uncertain))
+        except Exception as exc:  # noqa: BLE001 - by contract: an exception means UNKNOWN
+            logger.warning("checker raised %r for %s: answering unknown", exc, uncertain.tx_id)
+            state = TxState.UNKNOWN
+        if state not in (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN):
+            state = TxState.UNKNOWN
+        try:
+            final = self.call(Op.ANSWER_UNCERTAIN, {"tx_id": uncertain.tx_id,
+                                                    "state": state.value})["state"]
+            self.checks_answered += 1
+            logger.info("feedback: %s answered %s -> %s", uncertain.tx_id, state.value, final)
+        except FMQError as exc:
+            logger.warning("feedback answer for %s failed: %s", uncertain.tx_id, exc)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._feedback is not None and self._feedback is not threading.current_thread():
+            self._feedback.join(self.feedback_timeout + 1)
+        super().close()
+
+    def __enter__(self) -> TransactionProducer:
+        return self
