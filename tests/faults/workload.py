@@ -1,0 +1,210 @@
+"""Deterministic workloads for the fault tests: a *plan* (a list of JSON-able operations)
+run by a child process against a real broker, acknowledging each completed operation to
+an fsync'd side file (:class:`tests.crashkit.AckLog`).
+
+Every message carries a unique id at the start of its body (``body_for``), so the
+checker can tell each message apart wherever it ends up (a MESSAGE, a PRE_MESSAGE, the
+TX_MESSAGE copy a commit wrote, or the body a REF_MESSAGE points to).
+
+Operations:
+
+=============  ===================================================================
+``send``       ``msgs``: one or more messages, sent with ``send_batch``; ack: their results
+``prepare``    ``tx``, ``group``, ``msgs``; ack once PREPARE + PRE_MESSAGEs are durable
+``commit``     ``tx``; ack once the COMMIT is durable
+``rollback``   ``tx``; ack once the ROLLBACK is durable
+``checkpoint`` write a checkpoint
+``retention``  run retention (the config must set a retention limit)
+=============  ===================================================================
+
+A message is ``{"id": str, "size": int, "topic": str, "key": str|None, "queue_id": int}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import textwrap
+
+from tests.crashkit import ChildResult, run_child
+
+TOPICS = ("orders", "pay")
+GROUP = "shop"
+
+
+def body_for(mid: str, size: int) -> bytes:
+    """The deterministic body of message ``mid``: its id, a bar, then pseudo-random bytes."""
+    head = mid.encode() + b"|"
+    seed = hashlib.blake2b(mid.encode(), digest_size=16).digest()
+    out = bytearray(head)
+    while len(out) < size:
+        seed = hashlib.blake2b(seed, digest_size=64).digest()
+        out += seed
+    return bytes(out[: max(size, len(head))])
+
+
+def message_id(body: bytes) -> str:
+    return bytes(body).split(b"|", 1)[0].decode()
+
+
+def config_kwargs(**overrides) -> dict:
+    """The small configuration the exhaustive tests use (16 KiB segments: rolls happen)."""
+    cfg = dict(segment_size=16 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
+               retention_interval_ms=0, tx_check_after_ms=100, queues_per_topic=2,
+               dispatch_batch=8)
+    cfg.update(overrides)
+    return cfg
+
+
+def make_config(kwargs: dict):
+    import fmq
+
+    return fmq.BrokerConfig(**kwargs)
+
+
+def msg(mid: str, size: int, topic: str = "orders", key: str | None = None,
+        queue_id: int | None = None) -> dict:
+    return {"id": mid, "size": size, "topic": topic, "key": key, "queue_id": queue_id}
+
+
+def small_plan() -> list[dict]:
+    """Plain sends and transactions (commit, rollback, one left open, one committed from
+    an older segment), a checkpoint, and enough bytes for a segment roll at 16 KiB."""
+    return [
+        {"op": "send", "msgs": [msg("m0", 1500, key="k0"), msg("m1", 900, "pay")]},
+        {"op": "prepare", "tx": "tx1", "group": GROUP,
+         "msgs": [msg("t1a", 100), msg("t1b", 700, "pay", key="kt")]},
+        {"op": "send", "msgs": [msg("m2", 1200, queue_id=1)]},
+        {"op": "commit", "tx": "tx1"},
+        {"op": "prepare", "tx": "tx2", "group": GROUP, "msgs": [msg("t2a", 500)]},
+        {"op": "rollback", "tx": "tx2"},
+        {"op": "prepare", "tx": "tx3", "group": GROUP,
+         "msgs": [msg("t3a", 800), msg("t3b", 50, "pay")]},
+        {"op": "checkpoint"},
+        {"op": "send", "msgs": [msg("m3", 2500), msg("m4", 2000, "pay", key="k4")]},
+        {"op": "send", "msgs": [msg("m5", 3000)]},
+        {"op": "send", "msgs": [msg("m6", 2200, queue_id=0)]},
+        {"op": "commit", "tx": "tx3"},  # its PRE_MESSAGEs lie in the previous segment
+        {"op": "prepare", "tx": "tx4", "group": GROUP, "msgs": [msg("t4a", 400)]},
+        {"op": "send", "msgs": [msg("m7", 300), msg("m8", 300, "pay")]},
+        {"op": "checkpoint"},
+        {"op": "prepare", "tx": "tx5", "group": GROUP, "msgs": [msg("t5a", 600)]},
+    ]
+
+
+def random_plan(rng: random.Random, n_ops: int, prefix: str = "", max_size: int = 3000,
+                retention: bool = False) -> list[dict]:
+    """A random plan of ``n_ops`` operations; ids start with ``prefix`` (unique per run)."""
+    plan: list[dict] = []
+    open_txs: list[str] = []
+    counter = 0
+
+    def new_msg() -> dict:
+        nonlocal counter
+        counter += 1
+        return msg(f"{prefix}m{counter}", rng.randint(10, max_size), rng.choice(TOPICS),
+                   key=rng.choice([None, None, "ka", "kb"]),
+                   queue_id=rng.choice([None, None, 0, 1]))
+
+    for i in range(n_ops):
+        r = rng.random()
+        if r < 0.45:
+            plan.append({"op": "send", "msgs": [new_msg() for _ in range(rng.randint(1, 3))]})
+        elif r < 0.65 and len(open_txs) < 4:
+            tx = f"{prefix}tx{i}"
+            open_txs.append(tx)
+            plan.append({"op": "prepare", "tx": tx, "group": GROUP,
+                         "msgs": [new_msg() for _ in range(rng.randint(1, 3))]})
+        elif r < 0.85 and open_txs:
+            tx = open_txs.pop(rng.randrange(len(open_txs)))
+            plan.append({"op": rng.choice(["commit", "commit", "rollback"]), "tx": tx})
+        elif r < 0.93:
+            plan.append({"op": "checkpoint"})
+        elif retention:
+            plan.append({"op": "retention"})
+        else:
+            plan.append({"op": "checkpoint"})
+    return plan
+
+
+def plan_messages(plan: list[dict]) -> dict[str, dict]:
+    """Every message of the plan by id."""
+    out = {}
+    for op in plan:
+        for m in op.get("msgs", ()):
+            out[m["id"]] = m
+    return out
+
+
+def to_message(m: dict):
+    import fmq
+
+    return fmq.Message(m["topic"], body_for(m["id"], m["size"]), key=m["key"],
+                       queue_id=m["queue_id"])
+
+
+def execute(broker, plan: list[dict], ack, start: int = 0) -> None:
+    """Run ``plan[start:]`` on ``broker``; ``ack(**event)`` after each acknowledged step."""
+    for i, op in enumerate(plan[start:], start):
+        kind = op["op"]
+        if kind == "send":
+            results = broker.send_batch([to_message(m) for m in op["msgs"]])
+            ack(i=i, op="send", ids=[m["id"] for m in op["msgs"]],
+                results=[[r.offset, r.queue_id, r.queue_offset] for r in results])
+        elif kind == "prepare":
+            broker.prepare([to_message(m) for m in op["msgs"]], op["group"], tx_id=op["tx"])
+            ack(i=i, op="prepare", tx=op["tx"])
+        elif kind == "commit":
+            state = broker.commit(op["tx"])
+            ack(i=i, op="commit", tx=op["tx"], state=str(state))
+        elif kind == "rollback":
+            state = broker.rollback(op["tx"])
+            ack(i=i, op="rollback", tx=op["tx"], state=str(state))
+        elif kind == "checkpoint":
+            broker.checkpoint()
+            ack(i=i, op="checkpoint")
+        elif kind == "retention":
+            deleted = broker.enforce_retention()
+            ack(i=i, op="retention", deleted=deleted)
+        else:
+            raise ValueError(f"unknown plan operation {kind}")
+
+
+CHILD = """
+from tests.faults.workload import execute, make_config
+cfg = make_config(params["config"])
+if params.get("arm"):
+    io.arm(**params["arm"])
+if params.get("trace"):
+    io.trace = []
+broker = fmq.Broker.open(broker_dir, cfg, io=io)
+ack(op="opened")
+execute(broker, params["plan"], ack, params.get("start", 0))
+ack(op="done", ops=io.total, trace=io.trace)
+if params.get("close", True):
+    broker.close()
+    ack(op="closed", ops=io.total, trace=io.trace)
+if params.get("die_at_end"):
+    from tests.crashkit import die
+    die()
+"""
+
+
+def run_plan(data_dir: str, ack_path: str, plan: list[dict], config: dict,
+             arm: dict | None = None, **extra) -> ChildResult:
+    """Run ``plan`` in a child process (armed to crash at ``arm``, see CrashingIO.arm)."""
+    return run_child(CHILD, data_dir, ack_path, plan=plan, config=config, arm=arm, **extra)
+
+
+def run_script(script: str, data_dir: str, ack_path: str, **params) -> ChildResult:
+    """A free-form child (``broker_dir``, ``io``, ``ack``, ``params``, ``fmq`` in scope)."""
+    return run_child(textwrap.dedent(script), data_dir, ack_path, **params)
+
+
+def copy_dir(src: str, dst: str) -> str:
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    return dst
