@@ -136,7 +136,11 @@ class _Connection:
             try:
                 prefix = await reader.readexactly(PREFIX_SIZE)
             except (asyncio.IncompleteReadError, ConnectionError):
-                return  # clean EOF between frames (or a reset)
+                # Clean EOF between frames (or a reset). Requests in flight still get their
+                # answers, but pull long polls end now: nobody will send more.
+                self.closing = True
+                srv._wake_pullers()
+                return
             try:
                 n = frame_length(prefix, cfg.max_frame_size)
             except ProtocolError as exc:

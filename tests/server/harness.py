@@ -1,0 +1,93 @@
+"""A real ``fmq server`` subprocess on 127.0.0.1 and a random free port, for the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from fmq.client import Client
+from fmq.errors import FMQError
+
+FMQ = [sys.executable, "-m", "fmq.cli.main"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cli(*args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*FMQ, *args], input=input, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+class ServerProcess:
+    def __init__(self, data_dir: str, config: dict | None = None, port: int | None = None) -> None:
+        self.data_dir = str(data_dir)
+        self.port = port or free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.config_path = None
+        if config is not None:
+            self.config_path = os.path.join(os.path.dirname(self.data_dir),
+                                            f"config-{self.port}.json")
+            with open(self.config_path, "w") as f:
+                json.dump(config, f)
+        self.log_path = os.path.join(os.path.dirname(self.data_dir), f"server-{self.port}.log")
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        args = [*FMQ, "server", "--data-dir", self.data_dir, "--host", "127.0.0.1",
+                "--port", str(self.port)]
+        if self.config_path:
+            args += ["--config", self.config_path]
+        self.starts += 1
+        log = open(self.log_path, "a")  # noqa: SIM115 - the child owns it
+        log.write(f"---- start {self.starts}\n")
+        log.flush()
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"fmq server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with Client(self.address, retries=0, connect_timeout=0.5,
+                            request_timeout=2) as c:
+                    c.ping()
+                return self
+            except FMQError:
+                time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"fmq server did not answer within {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        with open(self.log_path) as f:
+            return f.read()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: the graceful shutdown path."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None

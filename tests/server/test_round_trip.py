@@ -1,0 +1,167 @@
+"""Produce and consume through a real server: the CLI and the SDK."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import fmq
+from fmq.client import Client, Consumer, Producer, TransactionProducer
+from fmq.errors import (
+    InvalidArgument,
+    MessageTooLarge,
+    TransactionConflict,
+    UnknownQueue,
+    UnknownTransaction,
+)
+from fmq.protocol import Op
+
+from .conftest import FAST
+from .harness import json_lines, run_cli
+
+
+def test_cli_produce_then_consume_round_trip(start_server):
+    srv = start_server(FAST)
+    out = run_cli("produce", "--server", srv.address, "--topic", "cli", "--body", "m-{i}",
+                  "--count", "10", "--json")
+    assert out.returncode == 0, out.stderr
+    sent = json_lines(out.stdout)
+    assert len(sent) == 10 and {s["queue_id"] for s in sent} == {0, 1, 2, 3}
+    out = run_cli("produce", "--server", srv.address, "--topic", "cli", "--key", "k",
+                  "--tags", "t1", "--json", input="line a\nline b\n")
+    assert out.returncode == 0, out.stderr
+    assert len(json_lines(out.stdout)) == 2
+    out = run_cli("produce", "--server", srv.address, "--topic", "cli", "--body", "never",
+                  "--tx", "rollback", "--json")
+    assert json_lines(out.stdout)[0]["state"] == "rollback"
+    out = run_cli("produce", "--server", srv.address, "--topic", "cli", "--body", "tx-yes",
+                  "--tx", "commit", "--json")
+    assert json_lines(out.stdout)[0]["state"] == "commit"
+
+    out = run_cli("consume", "--server", srv.address, "--topic", "cli", "--group", "g1",
+                  "--max", "13", "--json", timeout=30)
+    assert out.returncode == 0, out.stderr
+    got = json_lines(out.stdout)
+    bodies = sorted(m["body"] for m in got)
+    assert bodies == sorted([f"m-{i}" for i in range(10)] + ["line a", "line b", "tx-yes"])
+    assert all(m["key"] == "k" and m["tags"] == "t1" for m in got if m["body"].startswith("line"))
+    # Offsets were committed: the same group gets nothing more.
+    out = run_cli("consume", "--server", srv.address, "--topic", "cli", "--group", "g1",
+                  "--idle-timeout", "1", "--json")
+    assert out.returncode == 0 and json_lines(out.stdout) == []
+    # --from-beginning replays.
+    out = run_cli("consume", "--server", srv.address, "--topic", "cli", "--group", "g1",
+                  "--from-beginning", "--max", "13", "--json", timeout=30)
+    assert len(json_lines(out.stdout)) == 13
+
+    out = run_cli("stats", "--server", srv.address, "--json")
+    stats = json_lines(out.stdout)[0]
+    assert stats["open_transactions"] == 0 and stats["log_failed"] is None
+    assert stats["server"]["requests"] > 0
+
+
+def test_sdk_round_trip_and_queries(start_server):
+    srv = start_server(FAST)
+    with Producer(srv.address) as p:
+        r = p.send("sdk", b"one", key="order-1", tags="a", properties={"x": "1"})
+        batch = p.send_batch([fmq.Message("sdk", f"b{i}".encode(), key=f"k{i}")
+                              for i in range(20)])
+        assert len(batch) == 20 and r.queue_offset == 0
+        with Client(srv.address) as c:
+            hits = c.call(Op.QUERY_KEY, {"topic": "sdk", "key": "order-1", "limit": 10})
+            assert [m["body"] for m in hits["messages"]] == [b"one"]
+            rng = c.call(Op.QUEUE_RANGE, {"topic": "sdk", "queue_id": r.queue_id})
+            assert rng["min_offset"] == 0 and rng["next_offset"] >= 1
+            t = c.call(Op.OFFSET_FOR_TIME, {"topic": "sdk", "queue_id": r.queue_id,
+                                            "timestamp_ms": 0})
+            assert t["offset"] == 0
+    with Consumer(srv.address, "g", ["sdk"]) as c:
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 21 and time.monotonic() < deadline:
+            got.extend(c.poll(1.0))
+        c.commit()
+    assert sorted(m.body for m in got) == sorted([b"one"] + [f"b{i}".encode() for i in range(20)])
+    first = next(m for m in got if m.body == b"one")
+    assert (first.key, first.tags, first.properties) == ("order-1", "a", {"x": "1"})
+
+
+def test_server_errors_arrive_as_the_embedded_classes(start_server):
+    srv = start_server(FAST)
+    with TransactionProducer(srv.address, "errs", lambda u: fmq.TxState.UNKNOWN,
+                             feedback=False) as p:
+        with pytest.raises(InvalidArgument, match="invalid topic"):
+            p.send("bad topic!", b"x")
+        with pytest.raises(UnknownQueue):
+            p.send("t", b"x", queue_id=99)
+        with pytest.raises(MessageTooLarge):
+            p.send("t", b"x" * (4 * 1024 * 1024 + 1))
+        with pytest.raises(UnknownTransaction):
+            p.commit("no-such-tx")
+        res = p.send_in_transaction([fmq.Message("t", b"r")], lambda tx, arg: fmq.TxState.ROLLBACK)
+        assert res.state == fmq.TxState.ROLLBACK
+        with pytest.raises(TransactionConflict) as info:
+            p.commit(res.tx_id)
+        assert not info.value.retriable
+        assert p.rollback(res.tx_id) == fmq.TxState.ROLLBACK  # idempotent
+
+
+def test_transaction_context_manager_and_local_transaction_outcomes(start_server):
+    srv = start_server(FAST)
+    with TransactionProducer(srv.address, "ctx", lambda u: fmq.TxState.UNKNOWN,
+                             feedback=False) as p:
+        with p.transaction() as tx:
+            tx.send("ctx", b"c1")
+            tx.send("ctx", b"c2")
+        assert tx.result.state == fmq.TxState.COMMIT
+        with pytest.raises(RuntimeError), p.transaction() as tx2:
+            tx2.send("ctx", b"never-1")
+            raise RuntimeError("application failure")
+        assert tx2.result is None
+
+        def boom(tx_id, arg):
+            raise ValueError("local db down")
+
+        res = p.send_in_transaction(fmq.Message("ctx", b"open-1"), boom)
+        assert res.state == fmq.TxState.OPEN and isinstance(res.error, ValueError)
+        res2 = p.send_in_transaction(fmq.Message("ctx", b"yes"), lambda t, a: a, arg=fmq.TxState.COMMIT)
+        assert res2.state == fmq.TxState.COMMIT
+        txs = p.call(Op.LIST_TX, {})["transactions"]
+        assert [t["tx_id"] for t in txs] == [res.tx_id]
+    with Consumer(srv.address, "g", "ctx") as c:
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            got.extend(c.poll(0.5))
+        got.extend(c.poll(0.5))
+    assert sorted(m.body for m in got) == [b"c1", b"c2", b"yes"]
+
+
+def test_long_poll_delivers_promptly(start_server):
+    srv = start_server(FAST)
+    with Consumer(srv.address, "lp", "lp", start="latest") as c, Producer(srv.address) as p:
+        assert c.poll(0.3) == []
+        sent_at = {}
+
+        def later():
+            time.sleep(0.5)
+            sent_at["t"] = time.monotonic()
+            p.send("lp", b"wake")
+
+        threading.Thread(target=later).start()
+        t0 = time.monotonic()
+        got = c.poll(10.0)
+        took = time.monotonic() - sent_at["t"]
+    assert [m.body for m in got] == [b"wake"]
+    assert time.monotonic() - t0 < 5
+    assert took < 0.5, f"long poll answered {took:.3f}s after the send"
+
+
+def test_second_server_on_the_same_dir_fails_clearly(start_server):
+    srv = start_server(FAST)
+    out = run_cli("server", "--data-dir", srv.data_dir, "--port", "0", timeout=30)
+    assert out.returncode == 1
+    assert "in use by another FMQ process" in out.stderr
+    assert srv.alive
