@@ -111,8 +111,10 @@ class Broker:
         self._queue_next: dict[tuple[str, int], int] = queue_next
         self._round_robin: dict[str, int] = {}
         self.dispatcher = Dispatcher(self.log, self.index, cfg.dispatch_batch,
-                                     cfg.max_record_size, report.end_offset)
+                                     cfg.max_record_size, report.end_offset,
+                                     cfg.dispatch_max_pending)
         self.log.on_flushed = self.dispatcher.notify_flushed
+        self.log.on_append = self.dispatcher.on_append
         self.dispatcher.start()
         self._closed = False
         # Roll forward transactions whose commit was cut short (REF/TX durable, no COMMIT).

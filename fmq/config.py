@@ -38,6 +38,9 @@ class BrokerConfig:
     index_map_size: int = 1 << 30
     #: Records per LMDB write transaction in the dispatcher.
     dispatch_batch: int = 4096
+    #: Index entries handed from the write path to the dispatcher in memory; beyond this
+    #: backlog the dispatcher reads the flushed log instead until it catches up.
+    dispatch_max_pending: int = 200_000
     #: Open-transaction limit; prepare beyond it raises TooManyTransactions.
     max_open_transactions: int = 10_000
     #: Bodies below this many bytes are copied into TX_MESSAGE records at commit.
@@ -75,6 +78,7 @@ class BrokerConfig:
             need(getattr(self, name) >= 0, f"{name} must be >= 0")
         need(self.index_map_size >= 1 * MiB, "index_map_size must be at least 1 MiB")
         need(self.dispatch_batch >= 1, "dispatch_batch must be >= 1")
+        need(self.dispatch_max_pending >= 1, "dispatch_max_pending must be >= 1")
         need(self.max_open_transactions >= 1, "max_open_transactions must be >= 1")
         need(self.tx_check_after_ms >= 0, "tx_check_after_ms must be >= 0")
         need(self.tx_check_max_interval_ms >= 1, "tx_check_max_interval_ms must be >= 1")

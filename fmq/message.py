@@ -79,6 +79,8 @@ def encoded_size(msg: Message, tx_overhead: int = 0) -> int:
 def check_fits(msg: Message, segment_size: int, tx_overhead: int = 0) -> None:
     from fmq.log.record import HEADER_SIZE
 
+    if not msg.properties and len(msg.body) + 4 * HEADER_SIZE + 2048 + tx_overhead < segment_size:
+        return  # fast path: topic, key and tags are bounded (checked), so it surely fits
     size = encoded_size(msg, tx_overhead)
     if size + HEADER_SIZE > segment_size:
         raise MessageTooLarge(

@@ -1,21 +1,32 @@
-"""The dispatcher: tails the *flushed* part of the log and applies it to the index.
+"""The dispatcher: applies the *flushed* part of the log to the index.
 
-It never reads past the durable offset (RocketMQ #8239: indexing unflushed data let
+It never indexes past the durable offset (RocketMQ #8239: indexing unflushed data let
 consumers read messages a crash then lost). Each batch of entries and the offset applied up
 to go into one LMDB transaction, so a crash leaves the index at a batch boundary and the
 redo pass re-applies from the checkpoint idempotently.
+
+Two ways to learn what a flushed record contributes, both through the same pure functions
+(:func:`~fmq.index.entries.queue_entry`, :func:`~fmq.index.entries.tx_end`):
+
+* **hand-off** (normal): the log calls :meth:`Dispatcher.on_append` for every record it
+  appends, under its lock, so entries queue up in log order; once a flush covers them they
+  are applied. This saves reading and decoding every record a second time.
+* **tailing** (fallback): when the backlog exceeds ``max_pending`` entries (the index cannot
+  keep up), the hand-off queue is dropped and the dispatcher reads and decodes the flushed
+  log from its applied offset instead, then switches back.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 
 from fmq.errors import BadRecord, TornRecord
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
-from fmq.log.record import RecordType, decode
+from fmq.log.record import Record, RecordType, decode
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +35,13 @@ READ_CHUNK = 4 << 20
 
 class Dispatcher:
     def __init__(self, log_: Log, index: IndexStore, batch: int, max_record_size: int,
-                 start_offset: int) -> None:
+                 start_offset: int, max_pending: int = 200_000) -> None:
         self.log = log_
+        self.max_pending = max_pending
+        self._pending: deque[tuple[int, QueueEntry | TxEnd]] = deque()
+        self._accepting = True
+        self._generation = 0
+        self._file_until = start_offset  # below this, entries come from reading the log
         self.index = index
         self.batch = batch
         self.max_record_size = max_record_size
@@ -50,6 +66,20 @@ class Dispatcher:
                 self._target = offset
                 self._cond.notify_all()
 
+    def on_append(self, record: Record) -> None:
+        """The log calls this for every appended record, with the log lock held."""
+        if not self._accepting:
+            return
+        item = queue_entry(record) or tx_end(record)
+        if item is None:
+            return
+        pending = self._pending
+        pending.append((record.log_offset + record.size, item))
+        if len(pending) > self.max_pending:  # the index lags: read the log instead
+            self._accepting = False
+            self._generation += 1
+            pending.clear()
+
     def wait_applied(self, offset: int, timeout: float | None = None) -> bool:
         """Block until the index covers the log below ``offset``."""
         with self._cond:
@@ -66,12 +96,45 @@ class Dispatcher:
                     if self._stop and self._target <= self._applied:
                         return
                     target = self._target
-                self._catch_up(target)
+                self._dispatch(target)
         except BaseException as exc:  # the broker reports it in stats and on close
             log.exception("dispatcher stopped: %s", exc)
             with self._cond:
                 self.error = exc
                 self._cond.notify_all()
+
+    def _dispatch(self, target: int) -> None:
+        generation = self._generation
+        if self._accepting and self._applied >= self._file_until:
+            entries: list[QueueEntry] = []
+            ends: list[TxEnd] = []
+            pending = self._pending
+            while True:
+                try:
+                    end, item = pending[0]
+                except IndexError:
+                    break
+                if end > target:
+                    break
+                pending.popleft()
+                (entries if isinstance(item, QueueEntry) else ends).append(item)
+                if len(entries) + len(ends) >= self.batch and generation == self._generation:
+                    self._apply(entries, end, ends)
+                    entries, ends = [], []
+            if generation == self._generation:
+                self._apply(entries, target, ends)
+                return
+            # The hand-off overflowed while we took from it: read the log instead.
+        self._catch_up(target)
+        pending = self._pending
+        while pending and pending[0][0] <= self._applied:
+            pending.popleft()
+        if not self._accepting:
+            with self.log.lock:  # from the next append on, the hand-off is complete again
+                pending.clear()
+                self._file_until = self.log.next_offset
+                self._generation += 1
+                self._accepting = True
 
     def _catch_up(self, target: int) -> None:
         offset = self._applied

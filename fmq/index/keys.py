@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import struct
 
-_QID = struct.Struct(">I")
-_QID_QOFF = struct.Struct(">IQ")
-_QID_TIME_QOFF = struct.Struct(">IQQ")
-_U64BE = struct.Struct(">Q")
+QID = _QID = struct.Struct(">I")
+QID_QOFF = _QID_QOFF = struct.Struct(">IQ")
+QID_TIME_QOFF = _QID_TIME_QOFF = struct.Struct(">IQQ")
+U64BE = _U64BE = struct.Struct(">Q")
 
 #: consume-queue value: data offset, data size, tag hash, store time, source offset
 CQ_VALUE = struct.Struct("<QIIqQ")

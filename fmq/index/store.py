@@ -139,23 +139,47 @@ class IndexStore:
             txn.put(tid, K.TX_END_VALUE.pack(1 if t.committed else 0, t.offset), db=self.txends)
             txn.put(K.offset_key(t.offset), tid, db=self.txoff)
         queue_next: dict[bytes, int] = {}
+        queue_first: dict[bytes, int] = {}
+        names: dict[str, bytes] = {}  # topic -> encoded name, built once per batch
+        cq_items = []
+        time_items = []
+        key_items = []
+        keyoff_items = []
+        cq_pack = K.CQ_VALUE.pack
+        key_pack = K.KEY_VALUE.pack
+        qid_qoff = K.QID_QOFF.pack
+        qid_time_qoff = K.QID_TIME_QOFF.pack
+        u64 = K.U64BE.pack
         for e in entries:
-            prefix = K.queue_prefix(e.topic, e.queue_id)
-            txn.put(K.cq_key(e.topic, e.queue_id, e.queue_offset),
-                    K.CQ_VALUE.pack(e.data_offset, e.data_size, e.tag_hash, e.store_time,
-                                    e.source_offset), db=self.cq)
-            txn.put(K.time_key(e.topic, e.queue_id, e.store_time, e.queue_offset), b"",
-                    db=self.time)
+            name = names.get(e.topic)
+            if name is None:
+                name = names[e.topic] = K.name(e.topic)
+            qid, qoff = e.queue_id, e.queue_offset
+            cq_items.append((name + qid_qoff(qid, qoff),
+                             cq_pack(e.data_offset, e.data_size, e.tag_hash, e.store_time,
+                                     e.source_offset)))
+            time_items.append((name + qid_time_qoff(qid, max(e.store_time, 0), qoff), b""))
             if e.key:
-                kk = K.key_key(e.topic, e.key, e.source_offset)
-                txn.put(kk, K.KEY_VALUE.pack(e.queue_id, e.queue_offset), db=self.keys)
-                txn.put(K.offset_key(e.source_offset), kk, db=self.keyoff)
-            nxt = e.queue_offset + 1
-            if queue_next.get(prefix, -1) < nxt:
-                queue_next[prefix] = nxt
+                kk = name + K.name(e.key) + u64(e.source_offset)
+                key_items.append((kk, key_pack(qid, qoff)))
+                keyoff_items.append((u64(e.source_offset), kk))
+            prefix = name + K.QID.pack(qid)
+            if queue_next.get(prefix, -1) <= qoff:
+                queue_next[prefix] = qoff + 1
+            if qoff < queue_first.get(prefix, qoff + 1):
+                queue_first[prefix] = qoff
+        for db, items in ((self.cq, cq_items), (self.time, time_items), (self.keys, key_items),
+                          (self.keyoff, keyoff_items)):
+            if items:
+                consumed, _added = txn.cursor(db=db).putmulti(items)
+                if consumed != len(items):  # NOTES.md: never trust a bulk put blindly
+                    raise IndexCorrupt(f"LMDB stored {consumed} of {len(items)} index entries")
         for prefix, nxt in queue_next.items():
             old = txn.get(prefix, db=self.queues)
-            lo, hi = K.QUEUE_VALUE.unpack(old) if old else (0, 0)
+            # A queue first seen here starts at its first entry, not 0: a rebuild from a
+            # log whose oldest segments retention deleted must match the live index.
+            first = queue_first[prefix]
+            lo, hi = K.QUEUE_VALUE.unpack(old) if old else (first, first)
             if nxt > hi:
                 txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.queues)
         old = txn.get(_APPLIED, db=self.meta)

@@ -70,6 +70,8 @@ class Log:
         self._closed = False
         #: Called (outside the lock) with the new durable offset after every flush.
         self.on_flushed: Callable[[int], None] | None = None
+        #: Called (inside the lock) with every record appended, in log order.
+        self.on_append: Callable[[Record], None] | None = None
         self.flush_count = 0
 
     # ------------------------------------------------------------------ positioning
@@ -127,6 +129,8 @@ class Log:
         chunks[-1].data += data
         self._position += len(data)
         self._next_offset += len(data)
+        if self.on_append is not None:
+            self.on_append(record)
         return data
 
     def _roll(self) -> None:
