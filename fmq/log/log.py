@@ -19,18 +19,24 @@ A failed write or fsync is fatal: the log keeps the exception, wakes every waite
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import threading
 from collections.abc import Callable
 
 from fmq.errors import LogFailed, OffsetOutOfRange
 from fmq.log.fileio import OS_IO, FileIO
-from fmq.log.naming import TEMP_SUFFIX
+from fmq.log.naming import TEMP_SUFFIX, format_segment_name
 from fmq.log.record import HEADER_SIZE, Record, encode, filler
 from fmq.log.scanner import list_segments
 from fmq.log.segment import Segment
 
+logger = logging.getLogger(__name__)
+
 _ZEROS = bytes(1 << 20)
+#: Segments at least this large are prepared (zero-filled) in the background ahead of the
+#: roll; smaller ones cost less to create than a thread hand-off.
+PREALLOCATE_AHEAD_MIN = 1 << 20
 
 
 class _Chunk:
@@ -68,6 +74,8 @@ class Log:
         self._unsynced: list[Segment] = []  # written (async mode) but not yet fdatasync'd
         self._failed: BaseException | None = None
         self._closed = False
+        self._spare: tuple[int, int] | None = None  # (base, fd) of a prepared next segment
+        self._spare_thread: threading.Thread | None = None
         #: Called (outside the lock) with the new durable offset after every flush.
         self.on_flushed: Callable[[int], None] | None = None
         #: Called (inside the lock) with every record appended, in log order.
@@ -87,6 +95,7 @@ class Log:
                     self._position = end_offset - seg.base
             # end_offset == a sealed segment's end, or an empty log: the next append
             # creates a new segment at end_offset.
+            self._prepare_spare(self._active.end if self._active else end_offset)
 
     @property
     def first_offset(self) -> int:
@@ -144,7 +153,10 @@ class Log:
             chunks[-1].data += pad
             self._next_offset = seg.end
         try:
-            new = Segment.create(self.directory, self._next_offset, self.segment_size, self.io)
+            new = self._take_spare(self._next_offset)
+            if new is None:
+                new = Segment.create(self.directory, self._next_offset, self.segment_size,
+                                     self.io)
         except OSError as exc:
             self._fail(exc)
             raise LogFailed(exc) from exc
@@ -152,6 +164,45 @@ class Log:
         self._bases.append(new.base)
         self._active = new
         self._position = 0
+        self._prepare_spare(new.end)
+
+    def _prepare_spare(self, base: int) -> None:
+        """Zero-fill the segment after the active one in the background (lock held)."""
+        if self.segment_size < PREALLOCATE_AHEAD_MIN or self._closed:
+            return
+        if self._spare_thread is not None and self._spare_thread.is_alive():
+            return
+
+        def work() -> None:
+            try:
+                fd = Segment.prepare(self.directory, base, self.segment_size, self.io)
+            except OSError as exc:  # the roll then creates it itself and reports the error
+                logger.warning("could not prepare the next segment: %s", exc)
+                return
+            self._spare = (base, fd)
+
+        self._spare_thread = threading.Thread(target=work, name="fmq-segment-prep", daemon=True)
+        self._spare_thread.start()
+
+    def _take_spare(self, base: int) -> Segment | None:
+        if self._spare_thread is not None:
+            self._spare_thread.join()  # at worst as slow as creating it here
+            self._spare_thread = None
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        spare_base, fd = spare
+        if spare_base != base:  # the layout changed (truncation): throw it away
+            self._discard(spare_base, fd)
+            return None
+        return Segment.install(self.directory, base, self.segment_size, fd, self.io)
+
+    def _discard(self, base: int, fd: int) -> None:
+        self.io.close(fd)
+        try:
+            self.io.unlink(os.path.join(self.directory, format_segment_name(base)) + TEMP_SUFFIX)
+        except FileNotFoundError:
+            pass
 
     def wait_durable(self, end_offset: int, sync: bool = True) -> None:
         """Return once every byte below ``end_offset`` is written (and fdatasync'd when
@@ -298,5 +349,10 @@ class Log:
             while self._leading:
                 self._cond.wait()
             self._closed = True
+        if self._spare_thread is not None:
+            self._spare_thread.join()
+        if self._spare is not None:
+            self._discard(*self._spare)
+            self._spare = None
         for seg in self.segments + self._retired:
             seg.close()

@@ -38,8 +38,13 @@ class Segment:
 
     @classmethod
     def create(cls, directory: str, base: int, size: int, io: FileIO) -> Segment:
-        final = os.path.join(directory, format_segment_name(base))
-        tmp = final + TEMP_SUFFIX
+        return cls.install(directory, base, size, cls.prepare(directory, base, size, io), io)
+
+    @staticmethod
+    def prepare(directory: str, base: int, size: int, io: FileIO) -> int:
+        """Create ``BASE.seg.tmp`` zero-filled to ``size`` and fsync'd; returns its fd.
+        Slow (it writes the whole file), so the log does it ahead of time."""
+        tmp = os.path.join(directory, format_segment_name(base)) + TEMP_SUFFIX
         fd = io.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         try:
             position = 0
@@ -48,7 +53,17 @@ class Segment:
                 io.pwrite(fd, memoryview(_ZERO_CHUNK)[:chunk], position)
                 position += chunk
             io.fsync(fd)
-            io.rename(tmp, final)
+        except BaseException:
+            io.close(fd)
+            raise
+        return fd
+
+    @classmethod
+    def install(cls, directory: str, base: int, size: int, fd: int, io: FileIO) -> Segment:
+        """Rename a prepared file to its segment name and fsync the directory (fast)."""
+        final = os.path.join(directory, format_segment_name(base))
+        try:
+            io.rename(final + TEMP_SUFFIX, final)
             io.fsync_dir(directory)
         except BaseException:
             io.close(fd)

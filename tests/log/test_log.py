@@ -145,3 +145,37 @@ def test_truncate_zeroes_the_tail_and_drops_later_segments(tmp_path):
     offsets = [r.log_offset for r in scanner if r.type == RecordType.MESSAGE]
     assert offsets == [r.log_offset for r in recs[:5]]
     assert scanner.end_offset == cut and scanner.torn is None
+
+
+def test_large_segments_are_prepared_ahead_in_the_background(tmp_path):
+    size = 2 << 20
+    log = Log(str(tmp_path), size)
+    log.start_at(0)
+    first = append(log, b"a")
+    for _ in range(3):  # fill three segments
+        while log.segment_for(log.next_offset - 1).base == log.active_segment.base and \
+                log.next_offset < log.active_segment.base + size - 70_000:
+            append(log, b"b" * 60_000, sync=False)
+        append(log, b"c" * 60_000)
+    log.flush()
+    spare_thread = log._spare_thread
+    assert spare_thread is not None  # the segment after the active one is being prepared
+    spare_thread.join(30)
+    assert log._spare is not None and log._spare[0] == log.active_segment.end
+    assert os.path.exists(os.path.join(tmp_path, format_segment_name(log.active_segment.end))
+                          + ".tmp")
+    bases = list_segments(str(tmp_path))
+    assert len(bases) >= 3 and all(os.path.getsize(tmp_path / format_segment_name(b)) == size
+                                   for b in bases)
+    log.close()
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]  # discarded at close
+    records = [r for r in LogScanner(str(tmp_path)) if r.type == RecordType.MESSAGE]
+    assert records[0].log_offset == first.log_offset and len(records) > 100
+
+
+def test_a_leftover_temp_segment_is_removed_on_open(tmp_path):
+    with open(tmp_path / (format_segment_name(4096) + ".tmp"), "wb") as f:
+        f.write(b"half-prepared")
+    log = Log(str(tmp_path), 4096)
+    assert os.listdir(tmp_path) == []
+    log.close()
