@@ -23,6 +23,7 @@ from fmq.errors import (
     IndexCorrupt,
     InvalidArgument,
     LogFailed,
+    OffsetOutOfRange,
 )
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore, destroy
@@ -427,8 +428,13 @@ class Broker:
         entries = self.index.queue_entries(topic, queue_id, max(offset, lo), max_messages)
         out = []
         for qoff, doff, dsize, _th, st in entries:
-            rec = decode(self.log.read(doff, dsize), 0, base_offset=doff,
-                         max_record_size=self.config.max_record_size)
+            try:
+                data = self.log.read(doff, dsize)
+            except OffsetOutOfRange:
+                if doff < self.log.first_offset:
+                    continue  # retention deleted its segment after we read the index
+                raise
+            rec = decode(data, 0, base_offset=doff, max_record_size=self.config.max_record_size)
             out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
                                      rec.properties or {}, st))
         return out
