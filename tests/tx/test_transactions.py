@@ -280,3 +280,32 @@ def test_stats_show_the_oldest_transaction_age(broker):
     time.sleep(0.05)
     s = broker.stats()
     assert s["open_transactions"] == 1 and s["oldest_transaction_age_ms"] >= 40
+
+
+def test_a_damaged_pre_message_body_is_corruption_not_a_skip(tmp_path):
+    import os
+
+    from fmq.log.naming import CHECKPOINT_FILE, format_segment_name
+
+    with fmq.Broker.open(str(tmp_path), cfg()) as b:
+        b.prepare(msgs(b"precious" * 40), "g", tx_id="open-tx")
+        pre = next(r for r in records(b) if r.type == RecordType.PRE_MESSAGE)
+        for _ in range(5):
+            b.send(Message("u", b"after" * 10))
+    with open(os.path.join(tmp_path, LOG_DIR, format_segment_name(0)), "r+b") as f:
+        f.seek(pre.log_offset + pre.size - 20)  # inside the body
+        f.write(b"X")
+    assert os.path.exists(tmp_path / CHECKPOINT_FILE)  # recovery starts at the PREPARE
+    with pytest.raises(fmq.CorruptLog) as info:
+        fmq.Broker.open(str(tmp_path), cfg())
+    assert info.value.offset == pre.log_offset
+
+
+def test_periodic_checkpoint_runs_in_the_background(tmp_path):
+    with fmq.Broker.open(str(tmp_path), cfg(checkpoint_interval_ms=100)) as b:
+        b.send(Message("t", b"x"))
+        deadline = time.monotonic() + 10
+        while b.last_checkpoint is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert b.last_checkpoint is not None
+        assert b.last_checkpoint.recovery_offset == b.stats()["log_end"]

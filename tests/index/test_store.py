@@ -1,0 +1,59 @@
+"""The LMDB store: map growth and the derived/non-derived split."""
+
+from __future__ import annotations
+
+import lmdb
+import pytest
+
+from fmq.errors import IndexCorrupt
+from fmq.index.entries import QueueEntry, TxEnd
+from fmq.index.store import IndexStore
+
+
+def entries(start: int, n: int) -> list[QueueEntry]:
+    return [QueueEntry("topic", i % 4, i // 4, i * 100, 100, 0, 1000 + i, f"key-{i}" * 8, i * 100)
+            for i in range(start, start + n)]
+
+
+def test_map_full_grows_the_map_and_loses_nothing(tmp_path):
+    store = IndexStore(str(tmp_path), map_size=1 << 20)  # 1 MiB: far too small
+    before = store.env.info()["map_size"]
+    for batch in range(20):
+        store.apply(entries(batch * 1000, 1000), (batch + 1) * 100_000,
+                    [TxEnd(f"tx-{batch}", True, batch)])
+    assert store.env.info()["map_size"] > before
+    assert store.applied_offset() == 2_000_000
+    assert sum(store.queue_range("topic", q)[1] for q in range(4)) == 20_000
+    assert len(store.key_lookup("topic", "key-19999" * 8)) == 1
+    assert store.tx_end("tx-7") == (True, 7)
+    store.close()
+
+
+def test_clear_derived_keeps_consumer_offsets(tmp_path):
+    store = IndexStore(str(tmp_path))
+    store.apply(entries(0, 10), 1000)
+    store.commit_offset("g", "topic", 1, 5)
+    store.clear_derived()
+    assert store.applied_offset() is None and store.queue_range("topic", 0) == (0, 0)
+    assert store.committed_offset("g", "topic", 1) == 5
+    store.close()
+
+
+def test_apply_is_idempotent(tmp_path):
+    store = IndexStore(str(tmp_path))
+    store.apply(entries(0, 50), 5000)
+    once = store.dump()
+    store.apply(entries(0, 50), 5000)
+    store.apply(entries(10, 20), 3000)  # replaying an older range changes nothing
+    assert store.dump() == once
+    store.close()
+
+
+def test_a_foreign_lmdb_is_refused(tmp_path):
+    env = lmdb.open(str(tmp_path), max_dbs=10)
+    meta = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        txn.put(b"format", b"something-else", db=meta)
+    env.close()
+    with pytest.raises(IndexCorrupt, match="format"):
+        IndexStore(str(tmp_path))
