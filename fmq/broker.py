@@ -90,6 +90,9 @@ class Broker:
             raise DataDirLocked(self.path) from None
         remove_stale_temp(os.path.join(self.path, CHECKPOINT_FILE))
         self.log = Log(os.path.join(self.path, LOG_DIR), cfg.segment_size, self.io)
+        # Segments keep the size they were created with: a smaller configured size must
+        # not make the decoder reject the larger records of older segments.
+        self.max_record_size = max([cfg.max_record_size] + [s.size for s in self.log.segments])
         index_path = os.path.join(self.path, INDEX_DIR)
         rebuilt = not os.path.exists(os.path.join(index_path, "data.mdb"))
         try:
@@ -105,14 +108,14 @@ class Broker:
                             cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms,
                             lookup_finished=self._indexed_tx_end)
         report, queue_next = recover(self.path, self.log, self.index, self.tx,
-                                     max_record_size=cfg.max_record_size,
+                                     max_record_size=self.max_record_size,
                                      batch=cfg.dispatch_batch, index_rebuilt=rebuilt,
                                      progress=progress)
         self.log.start_at(report.end_offset)
         self._queue_next: dict[tuple[str, int], int] = queue_next
         self._round_robin: dict[str, int] = {}
         self.dispatcher = Dispatcher(self.log, self.index, cfg.dispatch_batch,
-                                     cfg.max_record_size, report.end_offset,
+                                     self.max_record_size, report.end_offset,
                                      cfg.dispatch_max_pending)
         self.log.on_flushed = self.dispatcher.notify_flushed
         self.log.on_append = self.dispatcher.on_append
@@ -303,7 +306,7 @@ class Broker:
         def pre_record(m: PreMessage) -> Record:
             if m.offset not in bodies:
                 bodies[m.offset] = decode(log_.read(m.offset, m.size), 0, base_offset=m.offset,
-                                          max_record_size=cfg.max_record_size)
+                                          max_record_size=self.max_record_size)
             return bodies[m.offset]
 
         for m in pending:  # read outside the log lock what will surely be copied
@@ -384,7 +387,7 @@ class Broker:
             for m in t.messages:
                 try:
                     pre = decode(self.log.read(m.offset, m.size), 0, base_offset=m.offset,
-                                 max_record_size=self.config.max_record_size)
+                                 max_record_size=self.max_record_size)
                     body = pre.body
                     props = pre.properties or {}
                 except Exception:  # noqa: BLE001 - a body we cannot read is still offered
@@ -434,7 +437,7 @@ class Broker:
                 if doff < self.log.first_offset:
                     continue  # retention deleted its segment after we read the index
                 raise
-            rec = decode(data, 0, base_offset=doff, max_record_size=self.config.max_record_size)
+            rec = decode(data, 0, base_offset=doff, max_record_size=self.max_record_size)
             out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
                                      rec.properties or {}, st))
         return out

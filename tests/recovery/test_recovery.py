@@ -262,3 +262,16 @@ def test_retention_by_age(tmp_path):
         assert b.enforce_retention() == []  # all younger than a second
         deleted = b.enforce_retention(now=time.time() + 3600)
         assert len(deleted) == n - 1  # everything but the active segment
+
+
+def test_reopening_with_a_smaller_segment_size_keeps_large_records(tmp_path):
+    big = config(segment_size=64 * 1024, max_message_size=32 * 1024)
+    with fmq.Broker.open(str(tmp_path), big) as b:
+        r = b.send(fmq.Message("a", b"L" * 30_000, queue_id=0))
+    os.unlink(tmp_path / CHECKPOINT_FILE)  # replay the large record
+    with fmq.Broker.open(str(tmp_path), config(segment_size=8192, max_message_size=4096)) as b:
+        assert b.recovery.torn_tail is None
+        b.wait_indexed()
+        assert b.pull("a", 0, r.queue_offset)[0].body == b"L" * 30_000
+        b.send(fmq.Message("a", b"small", queue_id=0))  # new segments get the new size
+        assert b.log.segments[-1].size in (8192, 64 * 1024)
