@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,18 +31,16 @@ from fmq.errors import (
     ProtocolError,
     ServerBusy,
 )
-from fmq.message import Message, SendResult, StoredMessage
+from fmq.message import Message, SendResult, StoredMessage, check_fits, check_message
 from fmq.protocol import (
-    PREFIX_SIZE,
     PROTOCOL_VERSION,
     SCHEMA,
     Frame,
+    FrameDecoder,
     Op,
     decode_request,
     encode_error,
     encode_response,
-    frame_length,
-    parse_frame,
 )
 from fmq.server.config import ServerConfig
 from fmq.server.groups import GroupCoordinator
@@ -92,99 +91,128 @@ def _tx_state(value: str, allowed: tuple[TxState, ...]) -> TxState:
 # ---------------------------------------------------------------- connection
 
 
-class _Connection:
-    """One client socket: reads frames, runs each request as a task, writes responses."""
+class _Connection(asyncio.Protocol):
+    """One client socket: parses frames as bytes arrive, runs each request as a task,
+    writes each response as soon as it is ready (pipelining)."""
 
-    def __init__(self, server: Server, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, conn_id: int) -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
-        self.reader = reader
-        self.writer = writer
-        self.id = conn_id
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.id = 0
+        self.peer = "?"
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder(server.config.max_frame_size)
         self.tasks: set[asyncio.Task] = set()
-        self.closing = False
+        self.closing = False  # no more requests will be read
+        self.eof = False
+        self._paused = False
 
-    async def send(self, data: bytes) -> None:
-        if self.closing and self.writer.is_closing():
+    # ------------------------------------------------------------------ asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:  # answers are small and latency matters: no Nagle delay
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.server._connection_made(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
             return
         try:
-            self.writer.write(data)
-            await self.writer.drain()
-        except (ConnectionError, RuntimeError):
-            pass  # the peer went away; its requests' answers have nowhere to go
+            frames = self.decoder.feed(data)
+        except ProtocolError as exc:
+            # The length prefix is bad: the stream cannot be resynchronised.
+            self.fail(0, 0, exc, "bad frame")
+            return
+        for frame in frames:
+            self.on_frame(frame)
+            if self.closing:
+                return
 
-    async def fail(self, opcode: int, request_id: int, exc: FMQError, why: str) -> None:
+    def eof_received(self) -> bool:
+        if self.decoder.buffered:
+            logger.warning("connection %d from %s: closed inside a frame (%d bytes "
+                           "buffered)", self.id, self.peer, self.decoder.buffered)
+            self.server.protocol_errors += 1
+        # Requests in flight still get their answers (half-close); pull long polls end now:
+        # nobody will send more.
+        self.eof = True
+        self.closing = True
+        self.server._wake_pullers(self)
+        if not self.tasks:
+            self.close()
+        return True
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.closing = True
+        self.server._connection_lost(self)
+
+    def pause_writing(self) -> None:
+        # The peer does not read its answers: stop reading its requests (back-pressure).
+        self._paused = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    # ------------------------------------------------------------------ requests
+
+    def send(self, data: bytes) -> None:
+        t = self.transport
+        if t is not None and not t.is_closing():
+            t.write(data)
+
+    def fail(self, opcode: int, request_id: int, exc: FMQError, why: str) -> None:
         """Answer with an error, then close this connection (malformed input: the stream
         cannot be trusted any more). Other connections are untouched."""
         logger.warning("connection %d from %s: %s: %s; closing it", self.id, self.peer, why, exc)
         self.server.protocol_errors += 1
-        await self.send(encode_error(opcode, request_id, exc))
+        self.send(encode_error(opcode, request_id, exc))
         self.close()
 
     def close(self) -> None:
         self.closing = True
-        if not self.writer.is_closing():
-            self.writer.close()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()  # flushes what is buffered first
 
-    async def run(self) -> None:
+    def on_frame(self, frame: Frame) -> None:
         srv = self.server
         cfg = srv.config
-        reader = self.reader
-        while not self.closing:
-            try:
-                prefix = await reader.readexactly(PREFIX_SIZE)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                # Clean EOF between frames (or a reset). Requests in flight still get their
-                # answers, but pull long polls end now: nobody will send more.
-                self.closing = True
-                srv._wake_pullers()
-                return
-            try:
-                n = frame_length(prefix, cfg.max_frame_size)
-            except ProtocolError as exc:
-                await self.fail(0, 0, exc, "bad frame length")
-                return
-            try:
-                body = await reader.readexactly(n)
-            except asyncio.IncompleteReadError as exc:
-                logger.warning("connection %d from %s: closed inside a frame (%d of %d "
-                               "bytes)", self.id, self.peer, len(exc.partial), n)
-                srv.protocol_errors += 1
-                return
-            except ConnectionError:
-                return
-            try:
-                frame = parse_frame(body)
-            except ProtocolError as exc:
-                await self.fail(body[1] if len(body) > 1 else 0, 0, exc, "malformed header")
-                return
-            if frame.version != PROTOCOL_VERSION or frame.is_response:
-                why = ("unsupported protocol version" if frame.version != PROTOCOL_VERSION
-                       else "a response frame sent to the server")
-                await self.fail(frame.opcode, frame.request_id, ProtocolError(
-                    f"{why} ({frame.version}); this server speaks version {PROTOCOL_VERSION} "
-                    f"requests, see docs/protocol.md"), why)
-                return
-            if len(self.tasks) >= cfg.max_in_flight:
-                srv.busy_refusals += 1
-                await self.send(encode_error(frame.opcode, frame.request_id, ServerBusy(
-                    f"{cfg.max_in_flight} requests of this connection are in flight "
-                    f"(max_in_flight); wait for answers before sending more")))
-                continue
-            if srv.stopping:
-                await self.send(encode_error(frame.opcode, frame.request_id, ServerBusy(
-                    "the server is shutting down; retry against the restarted server")))
-                continue
-            task = asyncio.create_task(self.handle(frame))
-            self.tasks.add(task)
-            srv.all_tasks.add(task)
-            task.add_done_callback(self._done)
+        if frame.version != PROTOCOL_VERSION or frame.is_response:
+            why = ("unsupported protocol version" if frame.version != PROTOCOL_VERSION
+                   else "a response frame sent to the server")
+            self.fail(frame.opcode, frame.request_id, ProtocolError(
+                f"{why} ({frame.version}); this server speaks version {PROTOCOL_VERSION} "
+                f"requests, see docs/protocol.md"), why)
+            return
+        if len(self.tasks) >= cfg.max_in_flight:
+            srv.busy_refusals += 1
+            self.send(encode_error(frame.opcode, frame.request_id, ServerBusy(
+                f"{cfg.max_in_flight} requests of this connection are in flight "
+                f"(max_in_flight); wait for answers before sending more")))
+            return
+        if srv.stopping:
+            self.send(encode_error(frame.opcode, frame.request_id, ServerBusy(
+                "the server is shutting down; retry against the restarted server")))
+            return
+        task = asyncio.ensure_future(self.handle(frame))
+        self.tasks.add(task)
+        srv.all_tasks.add(task)
+        task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
         self.server.all_tasks.discard(task)
+        if self.eof and not self.tasks:
+            self.close()
 
     async def handle(self, frame: Frame) -> None:
         srv = self.server
@@ -192,13 +220,13 @@ class _Connection:
         handler = _HANDLERS.get(op)
         if handler is None:
             # Framing is intact, so the connection stays usable: newer clients can probe.
-            await self.send(encode_error(op, rid, ProtocolError(
+            self.send(encode_error(op, rid, ProtocolError(
                 f"unknown opcode {op}; this server knows {sorted(int(o) for o in SCHEMA)}")))
             return
         try:
             req = decode_request(frame)
         except ProtocolError as exc:
-            await self.fail(op, rid, exc, f"malformed {Op(op).name} payload")
+            self.fail(op, rid, exc, f"malformed {Op(op).name} payload")
             return
         srv.requests += 1
         try:
@@ -209,7 +237,69 @@ class _Connection:
         except Exception as exc:  # noqa: BLE001 - a bug must not kill the connection
             logger.exception("request %s failed unexpectedly", Op(op).name)
             data = encode_error(op, rid, exc)
-        await self.send(data)
+        self.send(data)
+
+
+class _SendBatcher:
+    """Coalesces the sends that arrive in one event-loop turn, from every connection, into
+    one ``broker.send_batch``: one thread hand-off and one log-lock hold for all of them
+    (the log's group commit then batches the fsync across batches in flight).
+
+    Every message is checked before it joins a batch, so one bad message fails only its own
+    request; what can still fail a batch (a failed fsync, a closed broker) fails every
+    request in it, and none of them was acknowledged."""
+
+    MAX_BATCH = 4096
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.pending: list[tuple[list[Message], asyncio.Future]] = []
+        self.scheduled = False
+
+    def submit(self, msgs: list[Message]) -> asyncio.Future:
+        cfg = self.server.broker.config
+        for m in msgs:
+            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
+            check_fits(m, cfg.segment_size)
+        loop = self.server._loop
+        fut = loop.create_future()
+        self.pending.append((msgs, fut))
+        if not self.scheduled:
+            self.scheduled = True
+            loop.call_soon(self._flush)
+        return fut
+
+    def _flush(self) -> None:
+        self.scheduled = False
+        pending, self.pending = self.pending, []
+        while pending:
+            batch: list[tuple[list[Message], asyncio.Future]] = []
+            count = 0
+            while pending and (not batch or count + len(pending[0][0]) <= self.MAX_BATCH):
+                item = pending.pop(0)
+                batch.append(item)
+                count += len(item[0])
+            msgs = [m for ms, _f in batch for m in ms]
+            done = self.server._loop.run_in_executor(self.server.workers,
+                                                     self.server.broker.send_batch, msgs)
+            done.add_done_callback(lambda d, batch=batch: self._deliver(d, batch))
+
+    def _deliver(self, done: asyncio.Future, batch: list) -> None:
+        exc = done.exception()
+        pos = 0
+        results = None if exc is not None else done.result()
+        for msgs, fut in batch:
+            if fut.done():
+                continue
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(results[pos:pos + len(msgs)])
+            pos += len(msgs)
+        if results:
+            sent = [m for ms, _f in batch for m in ms]
+            self.server.data_arrived({(m.topic, r.queue_id)
+                                      for m, r in zip(sent, results, strict=True)})
 
 
 # ---------------------------------------------------------------- server
@@ -237,7 +327,12 @@ class Server:
         self._next_conn = 0
         self._server: asyncio.base_events.Server | None = None
         self._stop_event: asyncio.Event | None = None
-        self._data_event: asyncio.Event | None = None
+        #: Pull long polls wait on these: one per (topic, queue) with waiters, one per
+        #: connection (it closing), and one for "anything" (transaction commits, whose
+        #: queues the broker does not report).
+        self._queue_events: dict[tuple[str, int], asyncio.Event] = {}
+        self._conn_events: dict[int, asyncio.Event] = {}
+        self._any_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ running
@@ -245,10 +340,10 @@ class Server:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
-        self._data_event = asyncio.Event()
-        self._server = await asyncio.start_server(
-            self._accept, self.config.host, self.config.port,
-            backlog=1024)
+        self._any_event = asyncio.Event()
+        self.batcher = _SendBatcher(self)
+        self._server = await self._loop.create_server(
+            lambda: _Connection(self), self.config.host, self.config.port, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         logger.info("listening on %s:%d (protocol %d, max frame %d bytes, %d worker threads)",
                     self.config.host, self.port, PROTOCOL_VERSION, self.config.max_frame_size,
@@ -296,31 +391,27 @@ class Server:
         logger.info("stopped after %d requests; checkpoint at %s", self.requests,
                     cp.recovery_offset if cp else "none")
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _connection_made(self, conn: _Connection) -> None:
         self._next_conn += 1
-        conn = _Connection(self, reader, writer, self._next_conn)
+        conn.id = self._next_conn
         if self.stopping or len(self.connections) >= self.config.max_connections:
             why = ("the server is shutting down" if self.stopping else
                    f"{len(self.connections)} connections are open (max_connections)")
             logger.warning("refused connection from %s: %s", conn.peer, why)
-            await conn.send(encode_error(0, 0, ServerBusy(f"{why}; retry later")))
+            conn.send(encode_error(0, 0, ServerBusy(f"{why}; retry later")))
             conn.close()
             return
         self.connections[conn.id] = conn
         logger.info("connection %d from %s", conn.id, conn.peer)
-        try:
-            await conn.run()
-        except Exception:  # noqa: BLE001 - one connection's bug must not stop the server
-            logger.exception("connection %d from %s failed", conn.id, conn.peer)
-        finally:
-            # Let its requests finish (a send being fsync'd still completes), then forget it.
-            if conn.tasks:
-                await asyncio.wait(list(conn.tasks))
-            conn.close()
-            del self.connections[conn.id]
-            for group, member in self.groups.drop_owner(conn):
-                logger.info("group %s: member %s left with its connection", group, member)
-            logger.info("connection %d from %s closed", conn.id, conn.peer)
+
+    def _connection_lost(self, conn: _Connection) -> None:
+        # Requests still running finish (a send being fsync'd completes); answers are dropped.
+        self._wake_pullers(conn)
+        if self.connections.pop(conn.id, None) is None:
+            return
+        for group, member in self.groups.drop_owner(conn):
+            logger.info("group %s: member %s left with its connection", group, member)
+        logger.info("connection %d from %s closed", conn.id, conn.peer)
 
     async def _expire_members(self) -> None:
         tick = min(1.0, self.config.group_session_timeout_ms / 4000)
@@ -335,15 +426,42 @@ class Server:
         """Run a blocking broker call in the worker pool."""
         return self._loop.run_in_executor(self.workers, fn, *args)
 
-    def data_arrived(self) -> None:
-        """A write completed: wake pull long polls."""
-        self._wake_pullers()
+    def data_arrived(self, queues: set[tuple[str, int]] | None = None) -> None:
+        """A write completed: wake the pull long polls of ``queues`` (None: all of them)."""
+        if queues is None:
+            self._wake_pullers()
+            return
+        for q in queues:
+            ev = self._queue_events.pop(q, None)
+            if ev is not None:
+                ev.set()
 
-    def _wake_pullers(self) -> None:
-        ev = self._data_event
-        if ev is not None:
-            self._data_event = asyncio.Event()
+    def _wake_pullers(self, conn: _Connection | None = None) -> None:
+        """Wake every pull long poll (or those of one connection)."""
+        if conn is not None:
+            ev = self._conn_events.pop(conn.id, None)
+            if ev is not None:
+                ev.set()
+            return
+        events = list(self._queue_events.values()) + list(self._conn_events.values())
+        self._queue_events.clear()
+        self._conn_events.clear()
+        if self._any_event is not None:
+            events.append(self._any_event)
+            self._any_event = asyncio.Event()
+        for ev in events:
             ev.set()
+
+    def pull_waiters(self, topic: str, queue_id: int, conn: _Connection) -> list[asyncio.Event]:
+        """The events a pull of ``topic``/``queue_id`` waits on: its queue, any commit, its
+        connection closing."""
+        qev = self._queue_events.get((topic, queue_id))
+        if qev is None:
+            qev = self._queue_events[(topic, queue_id)] = asyncio.Event()
+        cev = self._conn_events.get(conn.id)
+        if cev is None:
+            cev = self._conn_events[conn.id] = asyncio.Event()
+        return [qev, self._any_event, cev]
 
     def wait_ms(self, requested: int) -> float:
         return min(requested, self.config.max_wait_ms) / 1000.0
@@ -376,16 +494,14 @@ async def _ping(srv: Server, conn: _Connection, req: dict) -> dict:
 
 @handles(Op.SEND)
 async def _send(srv: Server, conn: _Connection, req: dict) -> dict:
-    result = await srv.run(srv.broker.send, to_message(req["message"]))
-    srv.data_arrived()
-    return {"result": from_result(result)}
+    results = await srv.batcher.submit([to_message(req["message"])])
+    return {"result": from_result(results[0])}
 
 
 @handles(Op.SEND_BATCH)
 async def _send_batch(srv: Server, conn: _Connection, req: dict) -> dict:
     msgs = [to_message(m) for m in req["messages"]]
-    results = await srv.run(srv.broker.send_batch, msgs)
-    srv.data_arrived()
+    results = await srv.batcher.submit(msgs) if msgs else []
     return {"results": [from_result(r) for r in results]}
 
 
@@ -414,9 +530,19 @@ async def _poll_uncertain(srv: Server, conn: _Connection, req: dict) -> dict:
     wait_ms = int(srv.wait_ms(req["wait_ms"]) * 1000)
     if srv.stopping:
         wait_ms = 0
-    txs = await srv._loop.run_in_executor(
+    poll = srv._loop.run_in_executor(
         srv.pollers, srv.broker.poll_uncertain, req["producer_group"], req["max_items"],
         req["lease_ms"], wait_ms)
+    # A shutdown does not wait for a long poll: it is answered empty at once. Anything the
+    # thread still picks is leased but not delivered; the lease runs out and it is offered
+    # again after the restart.
+    stopped = asyncio.ensure_future(srv._stop_event.wait())
+    await asyncio.wait([poll, stopped], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if not poll.done():
+        poll.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it
+        return {"transactions": []}
+    txs = poll.result()
     return {"transactions": [
         {"tx_id": t.tx_id, "producer_group": t.producer_group,
          "prepare_offset": t.prepare_offset, "store_time": t.store_time, "checks": t.checks,
@@ -446,20 +572,23 @@ def _pull_now(broker: Broker, topic: str, queue_id: int, offset: int, max_messag
 async def _pull(srv: Server, conn: _Connection, req: dict) -> dict:
     loop = srv._loop
     deadline = loop.time() + srv.wait_ms(req["wait_ms"])
-    args = (req["topic"], req["queue_id"], req["offset"], max(1, min(req["max_messages"], 4096)))
+    topic, queue_id = req["topic"], req["queue_id"]
+    args = (topic, queue_id, req["offset"], max(1, min(req["max_messages"], 4096)))
     catch_up = False
     while True:
-        event = srv._data_event
+        # Take the events before reading, so a write landing meanwhile is not missed.
+        events = srv.pull_waiters(topic, queue_id, conn)
         msgs, lo, hi = await srv.run(_pull_now, srv.broker, *args, catch_up)
         remaining = deadline - loop.time()
         if msgs or remaining <= 0 or srv.stopping or conn.closing:
             break
-        # Re-check at least every 100 ms: a write may be flushed before it is indexed.
-        try:
-            await asyncio.wait_for(event.wait(), min(remaining, 0.1))
-            catch_up = True
-        except TimeoutError:
-            catch_up = False
+        waits = [asyncio.ensure_future(ev.wait()) for ev in events]
+        # Re-check every second anyway (cheap insurance against a missed wake-up).
+        done, _ = await asyncio.wait(waits, timeout=min(remaining, 1.0),
+                                     return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        catch_up = bool(done)
     return {"messages": [from_stored(m) for m in msgs], "min_offset": lo, "next_offset": hi}
 
 

@@ -1,0 +1,149 @@
+"""End-to-end network benchmark: a real ``fmq server`` subprocess on 127.0.0.1, producers in
+client processes, 1 KiB bodies, every acknowledgement after fdatasync (flush_mode sync).
+
+Prints sends/s and p50/p99 acknowledgement latency with 1, 16 and 64 concurrent producers
+(each producer is a thread with its own connection; producers are spread over client
+processes so the client's GIL is not what gets measured), then transactions/s
+(prepare + local transaction + commit, 16 concurrent producers).
+
+Not part of the test run (pytest's testpaths is tests/). Run::
+
+    python bench/bench_network.py [--seconds 5] [--data-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BODY = b"x" * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(data_dir: str, port: int) -> subprocess.Popen:
+    from fmq.client import Client
+    from fmq.errors import FMQError
+
+    log = open(os.path.join(os.path.dirname(data_dir), "bench-server.log"), "a")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "fmq.cli.main", "server", "--data-dir",
+                             data_dir, "--port", str(port), "--log-level", "WARNING"],
+                            stdout=log, stderr=log)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with Client(f"127.0.0.1:{port}", retries=0, connect_timeout=0.5) as c:
+                c.ping()
+            return proc
+        except FMQError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("server did not start")
+
+
+def _worker(address: str, threads: int, seconds: float, mode: str, start_at: float,
+            out: mp.Queue) -> None:
+    import fmq
+    from fmq.client import Producer, TransactionProducer
+
+    lat: list[float] = []
+    counts = [0]
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        if mode == "tx":
+            p = TransactionProducer(address, f"bench-{os.getpid()}-{i}",
+                                    lambda u: fmq.TxState.COMMIT, feedback=False)
+        else:
+            p = Producer(address)
+        mine = []
+        with p:
+            p.ping()
+            while time.time() < start_at:
+                time.sleep(0.001)
+            end = start_at + seconds
+            msg = fmq.Message("bench", BODY)
+            while True:
+                t0 = time.perf_counter()
+                if time.time() >= end:
+                    break
+                if mode == "tx":
+                    r = p.send_in_transaction(msg, lambda tx, arg: fmq.TxState.COMMIT)
+                    assert r.state == fmq.TxState.COMMIT
+                else:
+                    p.send("bench", BODY)
+                mine.append(time.perf_counter() - t0)
+        with lock:
+            lat.extend(mine)
+            counts[0] += len(mine)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    out.put(lat)
+
+
+def measure(address: str, producers: int, seconds: float, mode: str = "send") -> dict:
+    procs = min(producers, 4)
+    per = [producers // procs + (1 if i < producers % procs else 0) for i in range(procs)]
+    out: mp.Queue = mp.Queue()
+    start_at = time.time() + 1.0 + 0.02 * producers  # everyone connected before the clock
+    ps = [mp.Process(target=_worker, args=(address, n, seconds, mode, start_at, out))
+          for n in per]
+    for p in ps:
+        p.start()
+    lat: list[float] = []
+    for _ in ps:
+        lat.extend(out.get(timeout=seconds + 120))
+    for p in ps:
+        p.join()
+    lat.sort()
+    q = statistics.quantiles(lat, n=100, method="inclusive")
+    return {"producers": producers, "ops": len(lat), "ops_per_s": len(lat) / seconds,
+            "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--data-dir", default=None, help="default: a fresh temporary directory")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="fmq-bench-")
+    data_dir = args.data_dir or os.path.join(tmp, "data")
+    port = free_port()
+    server = start_server(data_dir, port)
+    address = f"127.0.0.1:{port}"
+    try:
+        print(f"fmq network benchmark: 1 KiB bodies, flush_mode sync, {args.seconds:.0f} s per "
+              f"row, server {address}, {os.cpu_count()} CPUs")
+        print(f"{'test':<14}{'producers':>10}{'ops':>10}{'ops/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
+        rows = [("send", n) for n in (1, 16, 64)] + [("tx", 1), ("tx", 16)]
+        for mode, n in rows:
+            r = measure(address, n, args.seconds, mode)
+            label = "sends" if mode == "send" else "transactions"
+            print(f"{label:<14}{r['producers']:>10}{r['ops']:>10}{r['ops_per_s']:>10.0f}"
+                  f"{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}", flush=True)
+    finally:
+        server.terminate()
+        server.wait(60)
+        if args.data_dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
