@@ -212,3 +212,31 @@ def test_random_bytes_never_escape_as_other_exceptions():
                 decode_request(frame)
         except ProtocolError:
             pass
+
+
+def test_worked_example_of_docs_protocol_md():
+    """The bytes printed in docs/protocol.md section 5, so the doc stays true."""
+    import pathlib
+    import re
+
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
+    blocks = re.findall(r"```\n(.*?)```", doc.split("## 5. Worked example")[1], re.S)
+
+    def hexbytes(block: str) -> bytes:
+        out = []
+        for line in block.splitlines():
+            cells = line.split()
+            for cell in cells:
+                if re.fullmatch(r"[0-9a-f]{2}", cell):
+                    out.append(cell)
+                else:
+                    break
+        return bytes.fromhex("".join(out))
+
+    req = encode_request(Op.SEND, 1, {"message": {
+        "topic": "orders", "body": b"hi", "key": "o-1", "tags": None, "properties": {},
+        "queue_id": -1}})
+    assert hexbytes(blocks[0]) == req
+    resp = encode_response(Op.SEND, 1, {"result": {"offset": 0, "queue_id": 2,
+                                                   "queue_offset": 0}})
+    assert hexbytes(blocks[1]) == resp
