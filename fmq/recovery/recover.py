@@ -18,7 +18,8 @@
 
 3. **Cut the torn tail**: zero everything after the last valid record and delete later
    segments that hold nothing valid.
-4. **Index beyond the end**: remove index entries for records past the recovered end.
+4. **Index beyond the end**: remove index entries for records past the recovered end
+   (and before the log's start: retention deleted their segments).
 5. **Queue high-water marks**: the next queue offset of every queue, from the index.
 
 Roll-forward of committing transactions and handing open ones back to feedback happen in
@@ -160,8 +161,10 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
         log.warning("cut the log at %d (torn tail: %s; empty segments deleted: %s)", end,
                     report.torn_tail, report.segments_deleted)
 
-    # Pass 4: index entries beyond the end.
+    # Pass 4: index entries beyond the end, and before the start (a crash between
+    # retention's segment deletion and its index cleanup leaves entries pointing there).
     report.index_entries_removed = index.remove_from(end)
+    report.index_entries_removed += index.remove_before(first)
     index.set_applied_offset(end)
 
     # Pass 5: queue high-water marks.

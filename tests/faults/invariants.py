@@ -33,6 +33,7 @@ from fmq.log.record import FORMAT_MAX_RECORD, Record, RecordType
 from fmq.log.scanner import LogScanner
 from tests.crashkit import read_acks
 from tests.faults.workload import (
+    RECOVER_AND_DIE_SCRIPT,
     TOPICS,
     body_for,
     copy_dir,
@@ -143,6 +144,7 @@ def check_acked_and_transactions(broker, records: list[Record], plan: list[dict]
     # ---- I3 from the log itself
     txs: dict[str, TxView] = {}
     plain: list[str] = []
+    referenced: list[str] = []  # ids REF/TX records make visible (committed, or rolled forward)
     for r in records:
         t = r.type
         if t == RecordType.MESSAGE:
@@ -154,6 +156,10 @@ def check_acked_and_transactions(broker, records: list[Record], plan: list[dict]
         elif t in (RecordType.REF_MESSAGE, RecordType.TX_MESSAGE):
             v = txs.setdefault(r.tx_id, TxView())
             v.refs[r.ref_offset] += 1
+            if t == RecordType.TX_MESSAGE:
+                referenced.append(message_id(r.body))
+            elif r.ref_offset in by_offset:
+                referenced.append(message_id(by_offset[r.ref_offset].body))
             if t == RecordType.TX_MESSAGE and r.ref_offset in v.pres and \
                     message_id(r.body) != v.pres[r.ref_offset]:
                 fail("I3", f"TX_MESSAGE at {r.log_offset} copies another body than its PRE_MESSAGE")
@@ -168,7 +174,9 @@ def check_acked_and_transactions(broker, records: list[Record], plan: list[dict]
         if v.commit and v.rollback:
             fail("I3", f"transaction {tx} has both COMMIT and ROLLBACK in the log")
         if v.prepare < 0:
-            continue  # its PREPARE was deleted by retention: nothing more to check here
+            if not retention:
+                fail("I2", f"records of transaction {tx} but no PREPARE in the log")
+            continue  # its PREPARE was deleted by retention: checked through `referenced`
         if v.commit:
             for off, mid in v.pres.items():
                 if v.refs[off] != 1:
@@ -199,6 +207,9 @@ def check_acked_and_transactions(broker, records: list[Record], plan: list[dict]
         fail("I3", f"open transactions {sorted(listed)}, the log says {sorted(expected_open)}")
     for mid in plain:
         expect_consumable_once(mid, "I1", "sent as a plain message")
+    for mid in referenced:
+        expect_consumable_once(mid, "I3", "made visible by a REF/TX record")
+        allowed.add(mid)
     stray = set(seen) - allowed
     if stray:
         fail("I3", f"consumable messages {sorted(stray)} come from no MESSAGE or committed transaction")
@@ -321,13 +332,6 @@ def verify_recovery(data_dir: str, plan: list[dict], acks: list[dict], config,
     return state
 
 
-RECOVER_AND_DIE = """
-b = fmq.Broker.open(broker_dir, make_config(params["config"]))
-b.wait_indexed(30)
-from tests.crashkit import die
-die()
-"""
-
 AFTER_PLAN = [
     {"op": "send", "msgs": [msg("after-a", 700), msg("after-b", 300, "pay")]},
     {"op": "prepare", "tx": "after-tx", "group": "shop", "msgs": [msg("after-t", 400)]},
@@ -348,8 +352,8 @@ def verify_crash(data_dir: str, plan: list[dict], acks: list[dict], config_kw: d
     raw = copy_dir(data_dir, os.path.join(workdir, "raw")) if twice else None
     state = verify_recovery(data_dir, plan, acks, config, workdir, reference, retention)
     if twice:
-        res = run_script("from tests.faults.workload import make_config\n" + RECOVER_AND_DIE,
-                         raw, os.path.join(workdir, "twice.acks"), config=config_kw)
+        res = run_script(RECOVER_AND_DIE_SCRIPT, raw, os.path.join(workdir, "twice.acks"),
+                         config=config_kw)
         if not res.killed:
             fail("I5", f"the recover-and-die child did not die as planned: {res.stderr[-2000:]}")
         b = open_broker(raw, config)

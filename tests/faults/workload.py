@@ -192,6 +192,15 @@ if params.get("die_at_end"):
 """
 
 
+RECOVER_AND_DIE_SCRIPT = """
+from tests.faults.workload import make_config
+from tests.crashkit import die
+b = fmq.Broker.open(broker_dir, make_config(params["config"]))
+b.wait_indexed(30)
+die()
+"""
+
+
 def run_plan(data_dir: str, ack_path: str, plan: list[dict], config: dict,
              arm: dict | None = None, **extra) -> ChildResult:
     """Run ``plan`` in a child process (armed to crash at ``arm``, see CrashingIO.arm)."""
