@@ -1,0 +1,146 @@
+"""Index rebuild throughput: the in-process rebuild vs the Spark job at local[1] and local[2].
+
+Not part of the test run (pytest's testpaths is tests/). Run it by hand::
+
+    python bench/bench_rebuild.py --size-mb 1100 --dir /tmp/fmq-bench-rebuild
+
+It writes a log of at least ``--size-mb`` MB of 1 KiB messages with :class:`fmq.log.log.Log`
+directly (no fsync per message: the log is only input here), then times
+
+1. ``fmq.index.rebuild.rebuild_index`` (delete the index, recovery replays the log);
+2. ``python -m fmq.spark.rebuild DIR --master local[1] --out ...`` and ``local[2]`` in
+   fresh processes (so each pays its own JVM start, as an operator would),
+
+reports MB of log per second (log bytes = valid log end - log start), checks that the
+three indexes hold the same keys and values (a SHA-256 over every derived database), and
+deletes the log unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from fmq.config import BrokerConfig
+from fmq.index.store import DERIVED_DBS, IndexStore
+from fmq.log.log import Log
+from fmq.log.naming import INDEX_DIR, LOG_DIR
+from fmq.log.record import Record, RecordType
+
+MB = 1_000_000
+
+
+def build_log(data_dir: str, size_mb: int, body_size: int, segment_size: int) -> int:
+    """Append MESSAGE records until the log holds ``size_mb`` MB; returns the log end."""
+    log = Log(os.path.join(data_dir, LOG_DIR), segment_size)
+    body = (b"0123456789abcdef" * (body_size // 16 + 1))[:body_size]
+    queues = 8
+    next_qoff = [0] * queues
+    now = int(time.time() * 1000)
+    i = 0
+    target = size_mb * MB
+    while log.next_offset < target:
+        with log.lock:
+            for _ in range(1000):
+                q = i % queues
+                rec = Record(RecordType.MESSAGE, store_time=now + i // 1000, queue_id=q,
+                             queue_offset=next_qoff[q], topic=f"bench-{q % 2}",
+                             key=f"k{i}" if i % 10 == 0 else None,
+                             tags="t" if i % 3 == 0 else None, body=body)
+                log.append_locked(rec)
+                next_qoff[q] += 1
+                i += 1
+            end = log.next_offset
+        log.wait_durable(end, sync=False)
+    log.flush()
+    end = log.next_offset
+    log.close()
+    return end
+
+
+def index_digest(path: str) -> tuple[str, dict[str, int]]:
+    """SHA-256 over every key and value of every derived database, and entry counts."""
+    store = IndexStore(path)
+    h = hashlib.sha256()
+    counts = {}
+    try:
+        with store.env.begin() as txn:  # streamed: dump() would hold every item in memory
+            for name in DERIVED_DBS:
+                db = store.env.open_db(name, txn=txn, create=False)
+                n = 0
+                h.update(name)
+                for k, v in txn.cursor(db=db):
+                    h.update(len(k).to_bytes(4, "little") + k + len(v).to_bytes(4, "little") + v)
+                    n += 1
+                counts[name.decode()] = n
+    finally:
+        store.close()
+    return h.hexdigest(), counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default="/tmp/fmq-bench-rebuild")
+    parser.add_argument("--size-mb", type=int, default=1100)
+    parser.add_argument("--body", type=int, default=1024)
+    parser.add_argument("--segment-mb", type=int, default=64)
+    parser.add_argument("--masters", default="local[1],local[2]")
+    parser.add_argument("--keep", action="store_true", help="keep the log afterwards")
+    args = parser.parse_args()
+
+    data_dir = os.path.join(args.dir, "data")
+    segment_size = args.segment_mb * 1024 * 1024
+    shutil.rmtree(args.dir, ignore_errors=True)
+    os.makedirs(data_dir)
+    results: dict = {"size_mb_target": args.size_mb, "body": args.body,
+                     "segment_mb": args.segment_mb, "cpus": os.cpu_count()}
+    try:
+        t = time.monotonic()
+        end = build_log(data_dir, args.size_mb, args.body, segment_size)
+        results["log_bytes"] = end
+        results["build_seconds"] = round(time.monotonic() - t, 1)
+        print(f"log: {end / MB:.0f} MB in {results['build_seconds']} s", flush=True)
+
+        from fmq.index.rebuild import rebuild_index
+
+        t = time.monotonic()
+        report = rebuild_index(data_dir, BrokerConfig(segment_size=segment_size))
+        secs = time.monotonic() - t
+        digest, counts = index_digest(os.path.join(data_dir, INDEX_DIR))
+        results["in_process"] = {"seconds": round(secs, 2), "mb_per_s": round(end / MB / secs, 1),
+                                 "records": report["records_replayed"], "entries": counts}
+        print("in-process:", results["in_process"], flush=True)
+
+        for master in args.masters.split(","):
+            out = os.path.join(args.dir, "index-" + master.replace('local[', '').rstrip(']'))
+            t = time.monotonic()
+            proc = subprocess.run(
+                [sys.executable, "-m", "fmq.spark.rebuild", data_dir, "--master", master,
+                 "--out", out, "--json"], capture_output=True, text=True, check=False)
+            wall = time.monotonic() - t
+            if proc.returncode != 0:
+                print(proc.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"spark rebuild at {master} failed")
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            same = index_digest(out)[0] == digest
+            results[master] = {
+                "wall_seconds": round(wall, 2), "mb_per_s_wall": round(end / MB / wall, 1),
+                "job_seconds": res["seconds"], "phase_seconds": res["phase_seconds"],
+                "identical_to_in_process": same,
+            }
+            print(f"{master}:", results[master], flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.dir, ignore_errors=True)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

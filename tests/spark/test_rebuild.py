@@ -1,0 +1,198 @@
+"""The Spark index rebuild: identical to the online index, the broker opens on it with
+nothing to replay but the open transactions, corruption fails it, audits are right."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from fmq.cli.main import cli
+
+import fmq
+from fmq.index.store import DERIVED_DBS, IndexStore
+from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR
+from fmq.recovery.checkpoint import read_checkpoint
+from fmq.spark.rebuild import run_rebuild
+
+from . import damage as D
+from .conftest import pulls_of, small_config
+
+
+def _dump(index_dir: str) -> dict:
+    store = IndexStore(index_dir)
+    try:
+        return store.dump()
+    finally:
+        store.close()
+
+
+def _consumers(index_dir: str) -> dict:
+    store = IndexStore(index_dir)
+    try:
+        return store.consumer_offsets()
+    finally:
+        store.close()
+
+
+def assert_same_index(got: dict, online: dict) -> None:
+    # Every database the index declares derived, key by key and value by value.
+    assert sorted(got) == sorted(online) == sorted(n.decode() for n in DERIVED_DBS)
+    for name in online:
+        assert got[name] == online[name], f"database {name} differs"
+
+
+def _open_tx_view(txs: list[dict]) -> list[tuple]:
+    return sorted((t["tx_id"], t["producer_group"], t["state"], t["messages"],
+                   t["prepare_offset"]) for t in txs)
+
+
+def test_in_place_rebuild_equals_online_index_and_broker_serves_identical_pulls(
+        spark, built_log, log_copy):
+    # Something to throw away: the rebuild must replace the old index, not merge into it.
+    assert len(built_log.online_dump["cq"]) > 100
+    result = run_rebuild(log_copy, master="local[2]")
+
+    assert_same_index(_dump(os.path.join(log_copy, INDEX_DIR)), built_log.online_dump)
+    assert _consumers(os.path.join(log_copy, INDEX_DIR)) == built_log.consumers
+    assert result["consumer_offsets_kept"] == len(built_log.consumers) == 2
+    # The retention-emptied topic's high-water marks survive (carried from the old index).
+    assert result["queues_carried_over"] == sum(1 for t, _q in built_log.queues if t == "early")
+    assert result["torn_tail"]["offset"] == built_log.torn_offset
+    assert result["log_end"] == built_log.log_end
+
+    # Open transactions, computed in Spark, are the broker's.
+    assert _open_tx_view(result["open_transactions"]) == _open_tx_view(built_log.open_transactions)
+    oldest = min(t["prepare_offset"] for t in built_log.open_transactions)
+    cp = read_checkpoint(os.path.join(log_copy, CHECKPOINT_FILE))
+    assert cp.recovery_offset == oldest == result["checkpoint"]["recovery_offset"]
+    assert cp.applied_offset == built_log.log_end
+
+    with fmq.Broker.open(log_copy, small_config()) as b:
+        rep = b.recovery
+        assert not rep.index_rebuilt
+        # Only the open transactions' range is replayed (it holds them), and the torn
+        # tail is cut.
+        assert rep.start_offset == oldest
+        assert rep.bytes_replayed == built_log.log_end - oldest
+        assert rep.torn_tail is not None and rep.torn_tail["offset"] == built_log.torn_offset
+        assert pulls_of(b) == built_log.pulls
+        assert _open_tx_view(b.open_transactions()) == _open_tx_view(built_log.open_transactions)
+        assert b.index.all_queues() == built_log.queues
+        assert b.committed_offset("g1", "orders", 1) == 3
+        # Producing goes on at the right queue offsets, including in emptied queues.
+        r = b.send(fmq.Message("early", b"after", queue_id=0))
+        assert r.queue_offset == built_log.queues[("early", 0)][1]
+
+
+def test_out_dir_leaves_data_dir_alone_and_writes_parquet_audit(spark, built_log, log_copy,
+                                                                tmp_path):
+    before = _dump(os.path.join(log_copy, INDEX_DIR))
+    cp_before = open(os.path.join(log_copy, CHECKPOINT_FILE), "rb").read()
+    out = str(tmp_path / "new-index")
+    pq = str(tmp_path / "audit")
+    result = run_rebuild(log_copy, master="local[2]", out_dir=out, parquet_dir=pq)
+
+    assert_same_index(_dump(out), built_log.online_dump)
+    assert _dump(os.path.join(log_copy, INDEX_DIR)) == before
+    assert open(os.path.join(log_copy, CHECKPOINT_FILE), "rb").read() == cp_before
+    assert read_checkpoint(os.path.join(out, CHECKPOINT_FILE)).recovery_offset == min(
+        t["prepare_offset"] for t in built_log.open_transactions)
+
+    records = spark.read.parquet(result["parquet"]["records"])
+    assert records.where("damage IS NULL").count() == result["records"] == len(D.records(log_copy))
+    summary = {(r["topic"], r["queue_id"]): r.asDict()
+               for r in spark.read.parquet(result["parquet"]["summary"]).collect()}
+    txs = {r["tx_id"]: r["state"] for r in spark.read.parquet(result["parquet"]["transactions"])
+           .collect()}
+    expected_states = _tx_states(log_copy)
+    assert {t: s for t, s in txs.items()} == expected_states
+    for q, msgs in built_log.pulls.items():
+        if not msgs:
+            continue
+        row = summary[q]
+        assert row["messages"] == len(msgs), q
+        assert row["bytes"] == sum(len(m[1]) for m in msgs), q
+        assert row["min_queue_offset"] == msgs[0][0] and row["next_queue_offset"] == msgs[-1][0] + 1
+    # Transactions per queue, from an independent walk of the log.
+    per_queue = _tx_counts_per_queue(log_copy, expected_states)
+    for q, counts in per_queue.items():
+        row = summary[q]
+        assert (row["committed_transactions"], row["rolled_back_transactions"],
+                row["open_transactions"]) == counts, q
+    assert sum(c[2] for c in per_queue.values()) == 3  # open-1 in two queues, open-2 in one
+    assert sum(c[1] for c in per_queue.values()) == 6
+
+
+def _tx_states(data_dir: str) -> dict[str, str]:
+    state: dict[str, str] = {}
+    for r in D.records(data_dir):
+        name = r.type.name
+        if name == "PREPARE":
+            state[r.tx_id] = "open"
+        elif name in ("COMMIT", "ROLLBACK") and state.get(r.tx_id) == "open":
+            state[r.tx_id] = "commit" if name == "COMMIT" else "rollback"
+    return state
+
+
+def _tx_counts_per_queue(data_dir: str, states: dict[str, str]) -> dict:
+    seen: dict[tuple, set] = {}
+    for r in D.records(data_dir):
+        if r.type.name == "PRE_MESSAGE":
+            seen.setdefault((r.topic, r.queue_id), set()).add(r.tx_id)
+    return {q: (sum(states[t] == "commit" for t in ids), sum(states[t] == "rollback" for t in ids),
+                sum(states[t] == "open" for t in ids)) for q, ids in seen.items()}
+
+
+def test_cli_spark_rebuild_prints_what_it_did(spark, built_log, log_copy):
+    res = CliRunner().invoke(cli, ["index", "rebuild", log_copy, "--spark", "--master",
+                                   "local[2]", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["index_dir"] == os.path.join(os.path.abspath(log_copy), INDEX_DIR)
+    assert out["queue_entries"] == len(built_log.online_dump["cq"])
+    assert_same_index(_dump(os.path.join(log_copy, INDEX_DIR)), built_log.online_dump)
+
+
+def test_refuses_a_data_dir_a_broker_holds(log_copy):
+    with fmq.Broker.open(log_copy, small_config()):
+        with pytest.raises(fmq.DataDirLocked):
+            run_rebuild(log_copy, master="local[2]")
+
+
+def test_corruption_in_sealed_segment_fails_the_job_naming_segment_and_offset(
+        spark, built_log, log_copy):
+    before = _dump(os.path.join(log_copy, INDEX_DIR))
+    segment, offset = D.flip_body_byte_in_sealed_segment(log_copy)
+    with pytest.raises(fmq.CorruptLog) as info:
+        run_rebuild(log_copy, master="local[2]")
+    assert (info.value.segment, info.value.offset) == (segment, offset)
+    assert "CRC-32C mismatch" in info.value.reason
+    assert f"segment {segment} at log offset {offset}" in str(info.value)
+    # The old index is untouched and no temporary directory is left behind.
+    assert _dump(os.path.join(log_copy, INDEX_DIR)) == before
+    assert sorted(os.listdir(log_copy)) == sorted(os.listdir(built_log.path))
+
+
+def test_spark_submit_of_the_module(built_log, log_copy, tmp_path):
+    """A separate JVM through the real spark-submit, as an operator would run it."""
+    spark_submit = shutil.which("spark-submit", path=os.path.dirname(sys.executable))
+    assert spark_submit, "spark-submit ships with pyspark and sits next to the interpreter"
+    import fmq.spark.rebuild as module
+
+    out = str(tmp_path / "idx")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run(
+        [spark_submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.ui.showConsoleProgress=false", module.__file__, log_copy,
+         "--out", out, "--json"],
+        capture_output=True, text=True, env=env, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["master"] == "local[1]"
+    assert_same_index(_dump(out), built_log.online_dump)
