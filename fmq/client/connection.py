@@ -30,6 +30,9 @@ from fmq.protocol import (
 logger = logging.getLogger("fmq.client")
 
 DEFAULT_PORT = 9876
+#: Largest answer accepted. The server keeps pull answers near 8 MiB, but one message may be
+#: as large as the broker's max_message_size; this only guards against a rogue peer.
+CLIENT_MAX_FRAME = 4 * DEFAULT_MAX_FRAME
 
 
 def parse_servers(servers: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -54,7 +57,7 @@ def parse_servers(servers: str | Sequence[str]) -> list[tuple[str, int]]:
 
 class Connection:
     def __init__(self, address: tuple[str, int], connect_timeout: float = 5.0,
-                 max_frame: int = DEFAULT_MAX_FRAME) -> None:
+                 max_frame: int = CLIENT_MAX_FRAME) -> None:
         self.address = address
         try:
             sock = socket.create_connection(address, timeout=connect_timeout)

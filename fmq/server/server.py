@@ -26,6 +26,7 @@ from typing import Any
 from fmq import __version__
 from fmq.broker import Broker
 from fmq.errors import (
+    ConfigError,
     FMQError,
     InvalidArgument,
     ProtocolError,
@@ -47,6 +48,9 @@ from fmq.server.groups import GroupCoordinator
 from fmq.tx.manager import TxState
 
 logger = logging.getLogger("fmq.server")
+
+#: Bytes of message bodies one PULL answer carries at most (at least one message).
+RESPONSE_BUDGET = 8 * 1024 * 1024
 
 Handler = Callable[["Server", "_Connection", dict], Awaitable[dict]]
 _HANDLERS: dict[int, Handler] = {}
@@ -342,8 +346,13 @@ class Server:
         self._stop_event = asyncio.Event()
         self._any_event = asyncio.Event()
         self.batcher = _SendBatcher(self)
-        self._server = await self._loop.create_server(
-            lambda: _Connection(self), self.config.host, self.config.port, backlog=1024)
+        try:
+            self._server = await self._loop.create_server(
+                lambda: _Connection(self), self.config.host, self.config.port, backlog=1024)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {self.config.host}:{self.config.port} ({exc.strerror or exc});"
+                f" stop the process using that port or choose another --port/--host") from None
         self.port = self._server.sockets[0].getsockname()[1]
         logger.info("listening on %s:%d (protocol %d, max frame %d bytes, %d worker threads)",
                     self.config.host, self.port, PROTOCOL_VERSION, self.config.max_frame_size,
@@ -466,9 +475,9 @@ class Server:
     def wait_ms(self, requested: int) -> float:
         return min(requested, self.config.max_wait_ms) / 1000.0
 
-    def stats(self) -> dict:
-        s = self.broker.stats()
-        s["server"] = {
+    def server_stats(self) -> dict:
+        """The server's own counters (event-loop thread only: it reads loop state)."""
+        return {
             "version": __version__,
             "connections": len(self.connections),
             "requests": self.requests,
@@ -478,7 +487,6 @@ class Server:
             "uptime_s": round(time.time() - self.started, 3),
             "groups": self.groups.describe(),
         }
-        return s
 
 
 # ---------------------------------------------------------------- handlers
@@ -564,6 +572,16 @@ def _pull_now(broker: Broker, topic: str, queue_id: int, offset: int, max_messag
     if catch_up:  # woken by a write: it is flushed, let the dispatcher index it
         broker.wait_indexed(0.5)
     msgs = broker.pull(topic, queue_id, offset, max_messages)
+    if not msgs and not catch_up and broker.wait_indexed(0.5):
+        # Nothing yet, but a write acknowledged just before may still be on its way to the
+        # index: a pull sees every message acknowledged before it arrived.
+        msgs = broker.pull(topic, queue_id, offset, max_messages)
+    budget = RESPONSE_BUDGET  # keep the answer far below any client's frame limit
+    for i, m in enumerate(msgs):
+        budget -= len(m.body) + 256
+        if budget < 0 and i > 0:
+            msgs = msgs[:i]
+            break
     lo, hi = broker.queue_range(topic, queue_id)
     return msgs, lo, hi
 
@@ -634,29 +652,38 @@ async def _group_leave(srv: Server, conn: _Connection, req: dict) -> dict:
     return {}
 
 
+def _indexed(broker: Broker, fn: Callable[..., Any], *args: Any) -> Any:
+    """Queries see every message acknowledged before they arrived: an acknowledged message
+    is flushed at once but indexed a moment later, so wait for the index first."""
+    broker.wait_indexed(1.0)
+    return fn(*args)
+
+
 @handles(Op.QUERY_KEY)
 async def _query_key(srv: Server, conn: _Connection, req: dict) -> dict:
-    msgs = await srv.run(srv.broker.messages_by_key, req["topic"], req["key"],
-                         max(1, min(req["limit"], 4096)))
+    msgs = await srv.run(_indexed, srv.broker, srv.broker.messages_by_key, req["topic"],
+                         req["key"], max(1, min(req["limit"], 4096)))
     return {"messages": [from_stored(m) for m in msgs]}
 
 
 @handles(Op.OFFSET_FOR_TIME)
 async def _offset_for_time(srv: Server, conn: _Connection, req: dict) -> dict:
-    off = await srv.run(srv.broker.offset_for_time, req["topic"], req["queue_id"],
-                        req["timestamp_ms"])
+    off = await srv.run(_indexed, srv.broker, srv.broker.offset_for_time, req["topic"],
+                        req["queue_id"], req["timestamp_ms"])
     return {"offset": off}
 
 
 @handles(Op.QUEUE_RANGE)
 async def _queue_range(srv: Server, conn: _Connection, req: dict) -> dict:
-    lo, hi = await srv.run(srv.broker.queue_range, req["topic"], req["queue_id"])
+    lo, hi = await srv.run(_indexed, srv.broker, srv.broker.queue_range, req["topic"],
+                           req["queue_id"])
     return {"min_offset": lo, "next_offset": hi}
 
 
 @handles(Op.STATS)
 async def _stats(srv: Server, conn: _Connection, req: dict) -> dict:
-    stats = await srv.run(srv.stats)
+    stats = await srv.run(srv.broker.stats)
+    stats["server"] = srv.server_stats()
     return {"json": json.dumps(stats, sort_keys=True, default=str)}
 
 

@@ -165,3 +165,21 @@ def test_second_server_on_the_same_dir_fails_clearly(start_server):
     assert out.returncode == 1
     assert "in use by another FMQ process" in out.stderr
     assert srv.alive
+
+
+def test_large_messages_are_split_over_pull_answers(start_server):
+    srv = start_server(FAST)
+    big = [bytes([i]) * (3 * 1024 * 1024) for i in range(4)]
+    with Producer(srv.address) as p:
+        for b in big:
+            p.send("big", b, queue_id=0)
+    with Client(srv.address) as c:
+        first = c.call(Op.PULL, {"topic": "big", "queue_id": 0, "offset": 0,
+                                 "max_messages": 100, "wait_ms": 0})
+        assert 1 <= len(first["messages"]) < 4  # kept under the answer budget
+    with Consumer(srv.address, "big", "big") as c:
+        got = []
+        deadline = time.monotonic() + 20
+        while len(got) < 4 and time.monotonic() < deadline:
+            got.extend(c.poll(1.0))
+    assert [m.body for m in got] == big
