@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import dataclass
 
 from fmq.log.fileio import FileIO
@@ -41,7 +42,7 @@ class CrashingIO(FileIO):
         self.plan: dict | None = None
         #: Count (and allow crashing on) writes to ``*.tmp`` files; see :meth:`arm`.
         self.include_tmp = False
-        #: Every counted operation in order, as (kind, path) (``trace=True`` only).
+        #: Every counted operation in order, as (kind, path), once set to a list.
         self.trace: list[tuple[str, str]] | None = None
 
     @property
@@ -128,15 +129,19 @@ class CrashingIO(FileIO):
 
 
 class AckLog:
-    """The child's record of what it got acknowledged (fsync'd line by line)."""
+    """The child's record of what it got acknowledged (fsync'd line by line; safe to call
+    from several producer threads)."""
 
     def __init__(self, path: str) -> None:
         self.f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives for the child
+        self.lock = threading.Lock()
 
     def __call__(self, **event) -> None:
-        self.f.write(json.dumps(event) + "\n")
-        self.f.flush()
-        os.fsync(self.f.fileno())
+        line = json.dumps(event) + "\n"
+        with self.lock:
+            self.f.write(line)
+            self.f.flush()
+            os.fsync(self.f.fileno())
 
 
 def read_acks(path: str) -> list[dict]:

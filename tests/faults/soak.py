@@ -42,6 +42,7 @@ from tests.faults.invariants import (
 from tests.faults.workload import (
     GROUP,
     RECOVER_AND_DIE_SCRIPT,
+    ack_path,
     config_kwargs,
     copy_dir,
     make_config,
@@ -104,11 +105,11 @@ class Soak:
             arm = {"op": op, "nth": rng.randint(1, nth),
                    "mode": rng.choice(["before", "after", "torn"]),
                    "segments_only": False, "include_tmp": rng.random() < 0.5}
-        ack_path = os.path.join(self.workdir, f"acks-{i}")
-        res = run_plan(self.data, ack_path, plan, SOAK_CONFIG, arm=arm, close=False,
+        path = ack_path(f"soak-{i}")
+        res = run_plan(self.data, path, plan, SOAK_CONFIG, arm=arm, close=False,
                        die_at_end=True)
-        acks = read_acks(ack_path)
-        os.unlink(ack_path)
+        acks = read_acks(path)
+        os.unlink(path)
         if not res.killed:
             raise AssertionError(f"the child did not crash but exited {res.returncode}:\n"
                                  f"{res.stderr[-4000:]}")
@@ -138,7 +139,7 @@ class Soak:
         self.last_log = [record_key(r) for r in log_records(self.data)]
         self.records_checked += len(self.last_log)
         if self.twice_every and i % self.twice_every == 0:
-            res = run_script(RECOVER_AND_DIE_SCRIPT, raw, os.path.join(self.workdir, "t.acks"),
+            res = run_script(RECOVER_AND_DIE_SCRIPT, raw, ack_path("twice"),
                              config=SOAK_CONFIG)
             if not res.killed:
                 raise AssertionError(f"recover-and-die child: {res.stderr[-3000:]}")

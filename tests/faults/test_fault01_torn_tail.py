@@ -29,6 +29,7 @@ from tests.faults.invariants import (
     verify_recovery,
 )
 from tests.faults.workload import (
+    ack_path,
     config_kwargs,
     copy_dir,
     make_config,
@@ -52,9 +53,10 @@ def written(tmp_path_factory):
     that recovery replays the tail, as after a crash) and its record keys."""
     work = str(tmp_path_factory.mktemp("torn"))
     data = os.path.join(work, "base")
-    res = run_plan(data, os.path.join(work, "acks"), PLAN, CONFIG)
+    path = ack_path()
+    res = run_plan(data, path, PLAN, CONFIG)
     assert res.returncode == 0, res.stderr[-3000:]
-    acks = read_acks(os.path.join(work, "acks"))
+    acks = read_acks(path)
     keys = [record_key(r) for r in log_records(data)]
     return data, keys, acks
 

@@ -33,6 +33,7 @@ from tests.crashkit import read_acks
 from tests.faults.invariants import log_records, record_key
 from tests.faults.workload import (
     TOPICS,
+    ack_path,
     body_for,
     config_kwargs,
     copy_dir,
@@ -52,9 +53,10 @@ SEG = CONFIG["segment_size"]
 def written(tmp_path_factory):
     work = str(tmp_path_factory.mktemp("corrupt"))
     data = os.path.join(work, "base")
-    res = run_plan(data, os.path.join(work, "acks"), PLAN, CONFIG)
+    path = ack_path()
+    res = run_plan(data, path, PLAN, CONFIG)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert read_acks(os.path.join(work, "acks"))[-1]["op"] == "closed"
+    assert read_acks(path)[-1]["op"] == "closed"
     keys = [record_key(r) for r in log_records(data)]
     return data, keys
 

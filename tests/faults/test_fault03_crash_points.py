@@ -21,7 +21,7 @@ import pytest
 
 from tests.crashkit import read_acks
 from tests.faults.invariants import reference_run, verify_crash
-from tests.faults.workload import config_kwargs, run_plan, small_plan
+from tests.faults.workload import ack_path, config_kwargs, run_plan, small_plan
 
 PLAN = small_plan()
 CONFIG = config_kwargs()
@@ -37,11 +37,11 @@ def _crash_at(tmp_path, reference, n: int, mode: str, **checks) -> bool:
     keys, _ops = reference
     data = str(tmp_path / "data")
     shutil.rmtree(data, ignore_errors=True)
-    ack_path = str(tmp_path / f"acks-{n}")
-    res = run_plan(data, ack_path, PLAN, CONFIG,
+    path = ack_path(f"crash-{n}")
+    res = run_plan(data, path, PLAN, CONFIG,
                    arm={"op": "any", "nth": n, "mode": mode, "segments_only": False,
                         "include_tmp": True})
-    acks = read_acks(ack_path)
+    acks = read_acks(path)
     if res.returncode == 0:
         assert acks[-1]["op"] == "closed"
         return False

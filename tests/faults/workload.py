@@ -22,10 +22,13 @@ A message is ``{"id": str, "size": int, "topic": str, "key": str|None, "queue_id
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import itertools
 import os
 import random
 import shutil
+import tempfile
 import textwrap
 
 from tests.crashkit import ChildResult, run_child
@@ -210,6 +213,24 @@ def run_plan(data_dir: str, ack_path: str, plan: list[dict], config: dict,
 def run_script(script: str, data_dir: str, ack_path: str, **params) -> ChildResult:
     """A free-form child (``broker_dir``, ``io``, ``ack``, ``params``, ``fmq`` in scope)."""
     return run_child(textwrap.dedent(script), data_dir, ack_path, **params)
+
+
+_ACK_DIR: str | None = None
+_ACK_SEQ = itertools.count()
+
+
+def ack_path(name: str = "acks") -> str:
+    """A fresh path for a child's acknowledgement file, on /dev/shm when there is one.
+
+    The child fsyncs every line (the harness's contract); on tmpfs that costs nothing, and
+    a SIGKILL keeps the lines either way. The data dirs stay on the real disk.
+    """
+    global _ACK_DIR
+    if _ACK_DIR is None:
+        root = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        _ACK_DIR = tempfile.mkdtemp(prefix="fmq-acks-", dir=root)
+        atexit.register(shutil.rmtree, _ACK_DIR, True)
+    return os.path.join(_ACK_DIR, f"{next(_ACK_SEQ)}-{name}")
 
 
 def copy_dir(src: str, dst: str) -> str:
