@@ -129,6 +129,9 @@ def consumable(broker) -> dict[str, list[tuple[str, int, int, bytes]]]:
 def check_acked_and_transactions(broker, records: list[Record], plan: list[dict],
                                  acks: list[dict], retention: bool = False) -> dict:
     """I1 and I3 against the open broker; returns the consumable view."""
+    # roll-forward records are written after the redo pass and indexed asynchronously
+    if not broker.wait_indexed(30):
+        fail("I3", f"the index did not catch up with the log: {broker.stats()}")
     msgs = plan_messages(plan)
     by_offset = {r.log_offset: r for r in records}
     log_start = records[0].log_offset if records else 0

@@ -14,7 +14,8 @@ it starts over. Each iteration, drawn from ``random.Random(f"{seed}/{i}")``:
    ``--twice-every`` iterations, I5 (recover twice, the first time killed after open).
 
 Everything is deterministic given the seed (single-threaded child, no background timers),
-so a failure is replayed with the same ``--seed`` and ``--iterations`` = the failing
+so a failure is replayed with the same ``--seed``, ``--start`` = the failing iteration
+(the replay begins at the last fresh data dir before it) and ``--iterations`` = the failing
 iteration + 1; ``--keep`` keeps the data dir. The seed is printed first.
 """
 
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=1.0, help="stop after this long")
     p.add_argument("--iterations", type=int, default=0,
                    help="stop after this many iterations (replaying a failure)")
+    p.add_argument("--start", type=int, default=0,
+                   help="first iteration (rounded down to a multiple of --fresh-every, where "
+                        "the data dir starts empty, so a late failure replays quickly)")
     p.add_argument("--fresh-every", type=int, default=40)
     p.add_argument("--twice-every", type=int, default=3)
     p.add_argument("--workdir", default=None)
@@ -175,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     soak = Soak(seed, workdir, args.fresh_every, args.twice_every, args.verbose)
     deadline = time.monotonic() + args.minutes * 60
     t0 = time.monotonic()
-    i = 0
+    i = args.start - args.start % args.fresh_every
     status = 0
     while True:
         if args.iterations and i >= args.iterations:
@@ -187,14 +191,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # noqa: BLE001 - report with the replay command
             traceback.print_exc()
             print(f"FAILED at iteration {i}; replay with: python -m tests.faults.soak "
-                  f"--seed {seed} --iterations {i + 1} --keep  (work dir {workdir})",
-                  flush=True)
+                  f"--seed {seed} --start {i} --iterations {i + 1} --keep  (work dir "
+                  f"{workdir})", flush=True)
             status = 1
             break
         if args.verbose:
             print(f"[{i}] {line}", flush=True)
         i += 1
-        soak.iterations = i
+        soak.iterations += 1
     minutes = (time.monotonic() - t0) / 60
     print(f"soak seed {seed}: {soak.iterations} iterations in {minutes:.1f} min, "
           f"{soak.crashes} crashes survived, {soak.completed} runs completed "
