@@ -56,7 +56,9 @@ class Consumer(Client):
         self.max_messages = max_messages
         self.member_id: str | None = None
         self.generation = -1
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _incoming (heartbeat thread)
+        #: poll/commit/close may be called from several threads; they take turns.
+        self._use = threading.RLock()
         self._assigned: list[Queue] = []  # applied by poll()
         self._incoming: list[Queue] | None = None  # from the heartbeat thread
         self._positions: dict[Queue, int] = {}  # next offset to deliver
@@ -101,8 +103,9 @@ class Consumer(Client):
     @property
     def assignment(self) -> list[Queue]:
         """Queues this consumer reads now."""
-        self._apply_assignment()
-        return list(self._assigned)
+        with self._use:
+            self._apply_assignment()
+            return list(self._assigned)
 
     def _apply_assignment(self) -> None:
         with self._lock:
@@ -140,6 +143,10 @@ class Consumer(Client):
         """Messages from the assigned queues, waiting up to ``timeout`` seconds for some.
         One pull per queue stays in flight on the server (long poll), so a message is
         delivered as soon as it is consumable."""
+        with self._use:
+            return self._poll(timeout)
+
+    def _poll(self, timeout: float) -> list[StoredMessage]:
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             self._apply_assignment()
@@ -196,6 +203,10 @@ class Consumer(Client):
 
     def commit(self) -> None:
         """Commit the position after everything :meth:`poll` returned so far."""
+        with self._use:
+            self._commit()
+
+    def _commit(self) -> None:
         for q in list(self._assigned):
             pos = self._positions.get(q)
             if pos is None or self._committed.get(q) == pos:

@@ -183,3 +183,47 @@ def test_large_messages_are_split_over_pull_answers(start_server):
         while len(got) < 4 and time.monotonic() < deadline:
             got.extend(c.poll(1.0))
     assert [m.body for m in got] == big
+
+
+def test_cli_tx_list_and_resolve_against_a_server(start_server):
+    srv = start_server(FAST)
+    out = run_cli("produce", "--server", srv.address, "--topic", "op", "--body", "held",
+                  "--tx", "unknown", "--json")
+    tx_id = json_lines(out.stdout)[0]["tx_id"]
+    assert json_lines(out.stdout)[0]["state"] == "open"
+    listed = json_lines(run_cli("tx", "list", "--server", srv.address, "--json").stdout)
+    assert [t["tx_id"] for t in listed] == [tx_id] and listed[0]["state"] == "open"
+    out = run_cli("tx", "resolve", "--server", srv.address, tx_id, "commit", "--json")
+    assert out.returncode == 0 and json_lines(out.stdout) == [{"tx_id": tx_id, "state": "commit"}]
+    out = run_cli("tx", "resolve", "--server", srv.address, tx_id, "rollback")
+    assert out.returncode == 1 and "already ended with commit" in out.stderr
+    assert "resolved transaction" in srv.log()
+    out = run_cli("tx", "list", "--server", srv.address)
+    assert out.stdout.strip() == "no open transactions"
+    out = run_cli("tx", "list")
+    assert out.returncode == 2  # neither DATA_DIR nor --server
+    got = run_cli("consume", "--server", srv.address, "--topic", "op", "--max", "1", "--json")
+    assert json_lines(got.stdout)[0]["body"] == "held"
+
+
+def test_request_timeout_is_retriable_and_the_connection_survives(start_server):
+    from fmq.errors import RequestTimeout
+
+    srv = start_server(FAST)
+    with Client(srv.address, request_timeout=0.3, retries=0) as c:
+        t0 = time.monotonic()
+        with pytest.raises(RequestTimeout) as info:
+            c.call(Op.PULL, {"topic": "idle", "queue_id": 0, "offset": 0, "max_messages": 1,
+                             "wait_ms": 3000})
+        assert info.value.retriable and time.monotonic() - t0 < 2
+        assert c.ping()["protocol_version"] == 1  # a late answer is dropped, not misrouted
+
+
+def test_client_reports_an_unreachable_server_clearly():
+    from fmq.errors import ConnectionLost
+
+    from .harness import free_port
+
+    with pytest.raises(ConnectionLost, match="fmq server"), \
+            Producer(f"127.0.0.1:{free_port()}", retries=1, backoff_initial=0.01) as p:
+        p.send("t", b"x")
