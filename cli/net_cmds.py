@@ -131,35 +131,44 @@ def consume(server: str, topics: tuple[str, ...], group: str, from_beginning: bo
             max_messages: int | None, idle_timeout: float | None, no_commit: bool,
             as_json: bool) -> None:
     """Print messages as a member of a consumer group; commits offsets as it goes."""
-    import time
-
     from fmq.client import Consumer
 
-    seen = 0
     start = "earliest" if from_beginning else "committed"
-    with Consumer(server, group, list(topics), start=start) as consumer:
+    try:
+        with Consumer(server, group, list(topics), start=start) as consumer:
+            seen = _consume(consumer, max_messages, idle_timeout, no_commit, as_json)
+    except KeyboardInterrupt:  # Ctrl-C: the with block left the group; no traceback
+        sys.exit(130)
+    if not as_json:
+        click.echo(f"consumed {seen} messages", err=True)
+
+
+def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
+             no_commit: bool, as_json: bool) -> int:
+    import time
+
+    seen = 0
+    last = time.monotonic()
+    while max_messages is None or seen < max_messages:
+        msgs = consumer.poll(1.0 if idle_timeout is None else min(1.0, idle_timeout))
+        if not msgs:
+            if idle_timeout is not None and time.monotonic() - last >= idle_timeout:
+                break
+            continue
         last = time.monotonic()
-        while max_messages is None or seen < max_messages:
-            msgs = consumer.poll(1.0 if idle_timeout is None else min(1.0, idle_timeout))
-            if not msgs:
-                if idle_timeout is not None and time.monotonic() - last >= idle_timeout:
-                    break
-                continue
-            last = time.monotonic()
-            if max_messages is not None:
-                msgs = msgs[:max_messages - seen]
-            for m in msgs:
-                d = _message_dict(m)
-                emit(d, as_json, f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key} "
-                                 f"tags={m.tags}: {d.get('body', '<binary>')}")
-            seen += len(msgs)
-            if not no_commit:
-                if max_messages is not None and seen >= max_messages:
-                    _commit_upto(consumer, msgs)
-                else:
-                    consumer.commit()
-        if not as_json:
-            click.echo(f"consumed {seen} messages", err=True)
+        if max_messages is not None:
+            msgs = msgs[:max_messages - seen]
+        for m in msgs:
+            d = _message_dict(m)
+            emit(d, as_json, f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key} "
+                             f"tags={m.tags}: {d.get('body', '<binary>')}")
+        seen += len(msgs)
+        if not no_commit:
+            if max_messages is not None and seen >= max_messages:
+                _commit_upto(consumer, msgs)
+            else:
+                consumer.commit()
+    return seen
 
 
 def _commit_upto(consumer, printed: list) -> None:

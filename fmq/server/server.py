@@ -533,24 +533,33 @@ async def _rollback(srv: Server, conn: _Connection, req: dict) -> dict:
     return {"state": state.value}
 
 
+#: A feedback long poll holds a thread for at most this long at a time, so a shutdown never
+#: waits long for one (the interpreter joins pool threads at exit).
+POLL_SLICE_S = 0.25
+
+
 @handles(Op.POLL_UNCERTAIN)
 async def _poll_uncertain(srv: Server, conn: _Connection, req: dict) -> dict:
-    wait_ms = int(srv.wait_ms(req["wait_ms"]) * 1000)
-    if srv.stopping:
-        wait_ms = 0
-    poll = srv._loop.run_in_executor(
-        srv.pollers, srv.broker.poll_uncertain, req["producer_group"], req["max_items"],
-        req["lease_ms"], wait_ms)
-    # A shutdown does not wait for a long poll: it is answered empty at once. Anything the
-    # thread still picks is leased but not delivered; the lease runs out and it is offered
-    # again after the restart.
-    stopped = asyncio.ensure_future(srv._stop_event.wait())
-    await asyncio.wait([poll, stopped], return_when=asyncio.FIRST_COMPLETED)
-    stopped.cancel()
-    if not poll.done():
-        poll.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it
-        return {"transactions": []}
-    txs = poll.result()
+    loop = srv._loop
+    deadline = loop.time() + srv.wait_ms(req["wait_ms"])
+    args = (req["producer_group"], req["max_items"], req["lease_ms"])
+    while True:
+        remaining = deadline - loop.time()
+        if srv.stopping or conn.closing:
+            remaining = 0.0
+        slice_ms = int(max(0.0, min(remaining, POLL_SLICE_S)) * 1000)
+        poll = loop.run_in_executor(srv.pollers, srv.broker.poll_uncertain, *args, slice_ms)
+        # A shutdown answers a long poll (empty) at once. Anything the thread still picks is
+        # leased but not delivered; the lease runs out and it is offered again later.
+        stopped = asyncio.ensure_future(srv._stop_event.wait())
+        await asyncio.wait([poll, stopped], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not poll.done():
+            poll.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it
+            return {"transactions": []}
+        txs = poll.result()
+        if txs or deadline - loop.time() <= 0 or srv.stopping or conn.closing:
+            break
     return {"transactions": [
         {"tx_id": t.tx_id, "producer_group": t.producer_group,
          "prepare_offset": t.prepare_offset, "store_time": t.store_time, "checks": t.checks,

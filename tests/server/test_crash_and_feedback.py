@@ -193,3 +193,32 @@ def test_graceful_shutdown_leaves_a_clean_checkpoint(start_server):
     bodies = {m.body for m in consume_all(srv.address, "grace", "v", idle=1.0)}
     assert set(acked) <= bodies
     assert b"tx-c" in bodies and b"tx-r" not in bodies
+
+
+def test_sigterm_answers_requests_in_flight_before_closing(start_server):
+    import socket
+
+    from fmq.protocol import FrameDecoder, decode_response, encode_request
+
+    srv = start_server(FAST)
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(encode_request(Op.PULL, 1, {"topic": "idle", "queue_id": 0, "offset": 0,
+                                          "max_messages": 1, "wait_ms": 20000})
+              + encode_request(Op.POLL_UNCERTAIN, 2, {"producer_group": "none", "max_items": 1,
+                                                      "lease_ms": 1000, "wait_ms": 20000}))
+    time.sleep(0.3)  # both long polls are waiting on the server
+    t0 = time.monotonic()
+    srv.proc.send_signal(15)
+    dec = FrameDecoder()
+    frames = []
+    while True:
+        data = s.recv(65536)
+        if not data:
+            break
+        frames.extend(dec.feed(data))
+    took = time.monotonic() - t0
+    assert sorted(f.request_id for f in frames) == [1, 2]
+    assert not any(f.is_error for f in frames)  # answered (empty), not dropped
+    assert decode_response(next(f for f in frames if f.request_id == 1))["messages"] == []
+    assert took < 5, f"shutdown waited {took:.1f}s for long polls"
+    assert srv.proc.wait(10) == 0
