@@ -250,9 +250,9 @@ class TransactionProducer(Producer):
 
     def close(self) -> None:
         self._stop.set()
+        super().close()  # fails a feedback poll in flight at once, so the join is quick
         if self._feedback is not None and self._feedback is not threading.current_thread():
             self._feedback.join(self.feedback_timeout + 1)
-        super().close()
 
     def __enter__(self) -> TransactionProducer:
         return self
