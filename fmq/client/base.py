@@ -40,6 +40,8 @@ class Client:
         self._conn_lock = threading.Lock()
         self._next_server = 0
         self._closed = False
+        #: Connections this client opened so far (part of generated transaction ids).
+        self.connection_seq = 0
 
     # ------------------------------------------------------------------ connection
 
@@ -62,6 +64,7 @@ class Client:
                 self._next_server += 1
                 try:
                     self._conn = Connection(addr, self.connect_timeout)
+                    self.connection_seq += 1
                     logger.debug("connected to %s:%d", *addr)
                     return self._conn
                 except ConnectionLost as exc:

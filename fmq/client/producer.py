@@ -138,7 +138,8 @@ class TransactionProducer(Producer):
     def prepare(self, messages: Sequence[Message], tx_id: str | None = None) -> str:
         """Store ``messages`` as a prepared (invisible) transaction; returns its id."""
         wire = [_wire_message(m) for m in messages]
-        tx_id = tx_id or new_tx_id()
+        # Seed 3.2.3: version-ip-start time-pid-connection seq-tx seq.
+        tx_id = tx_id or new_tx_id(self.connection_seq)
         req = {"producer_group": self.producer_group, "tx_id": tx_id, "messages": wire}
         try:
             return self.call(Op.PREPARE, req)["tx_id"]

@@ -150,10 +150,12 @@ def test_long_poll_delivers_promptly(start_server):
             sent_at["t"] = time.monotonic()
             p.send("lp", b"wake")
 
-        threading.Thread(target=later).start()
+        sender = threading.Thread(target=later)
+        sender.start()
         t0 = time.monotonic()
         got = c.poll(10.0)
         took = time.monotonic() - sent_at["t"]
+        sender.join(10)
     assert [m.body for m in got] == [b"wake"]
     assert time.monotonic() - t0 < 5
     assert took < 0.5, f"long poll answered {took:.3f}s after the send"
