@@ -2,9 +2,16 @@
 client processes, 1 KiB bodies, every acknowledgement after fdatasync (flush_mode sync).
 
 Prints sends/s and p50/p99 acknowledgement latency with 1, 16 and 64 concurrent producers
-(each producer is a thread with its own connection; producers are spread over client
-processes so the client's GIL is not what gets measured), then transactions/s
-(prepare + local transaction + commit, 16 concurrent producers).
+then transactions/s (prepare + local transaction + commit, 1 and 16 concurrent producers).
+
+Two kinds of client, each row once with each:
+
+* ``sdk``: every producer is a thread with its own ``fmq.client.Producer`` (its own
+  connection), spread over up to 4 client processes: what an application gets;
+* ``raw``: every producer is an asyncio connection speaking the protocol directly (one
+  request in flight each), in up to 2 processes: what the server sustains when the client
+  costs little. On a small machine the client processes compete with the server for the
+  same cores, so the difference between the two shows the SDK's own cost.
 
 Not part of the test run (pytest's testpaths is tests/). Run::
 
@@ -98,12 +105,65 @@ def _worker(address: str, threads: int, seconds: float, mode: str, start_at: flo
     out.put(lat)
 
 
-def measure(address: str, producers: int, seconds: float, mode: str = "send") -> dict:
+def _raw_worker(address: str, conns: int, seconds: float, mode: str, start_at: float,
+                out: mp.Queue) -> None:
+    """Producers as plain asyncio connections speaking the protocol (fmq.protocol), one
+    request in flight each: what the server sustains without the SDK's thread hand-offs."""
+    import asyncio
+
+    from fmq.protocol import FrameDecoder, Op, decode_response, encode_request
+
+    host, port = address.rsplit(":", 1)
+    msg = {"topic": "bench", "body": BODY, "key": None, "tags": None, "properties": {},
+           "queue_id": -1}
+
+    async def one() -> list[float]:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        dec = FrameDecoder()
+        lat: list[float] = []
+        rid = 0
+
+        async def call(op: Op, fields: dict) -> dict:
+            nonlocal rid
+            rid += 1
+            writer.write(encode_request(op, rid, fields))
+            while True:
+                frames = dec.feed(await reader.read(65536))
+                if frames:
+                    assert not frames[0].is_error, frames
+                    return decode_response(frames[0])
+
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        end = start_at + seconds
+        while time.time() < end:
+            t0 = time.perf_counter()
+            if mode == "tx":
+                tx = (await call(Op.PREPARE, {"producer_group": "bench", "tx_id": None,
+                                              "messages": [msg]}))["tx_id"]
+                await call(Op.COMMIT, {"tx_id": tx})
+            else:
+                await call(Op.SEND, {"message": msg})
+            lat.append(time.perf_counter() - t0)
+        writer.close()
+        return lat
+
+    async def main() -> list[float]:
+        res = await asyncio.gather(*(one() for _ in range(conns)))
+        return [x for r in res for x in r]
+
+    out.put(asyncio.run(main()))
+
+
+def measure(address: str, producers: int, seconds: float, mode: str = "send",
+            raw: bool = False) -> dict:
     procs = min(producers, 4)
     per = [producers // procs + (1 if i < producers % procs else 0) for i in range(procs)]
     out: mp.Queue = mp.Queue()
     start_at = time.time() + 1.0 + 0.02 * producers  # everyone connected before the clock
-    ps = [mp.Process(target=_worker, args=(address, n, seconds, mode, start_at, out))
+    procs = min(producers, 2) if raw else procs
+    per = [producers // procs + (1 if i < producers % procs else 0) for i in range(procs)]
+    target = _raw_worker if raw else _worker
+    ps = [mp.Process(target=target, args=(address, n, seconds, mode, start_at, out))
           for n in per]
     for p in ps:
         p.start()
@@ -122,6 +182,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--data-dir", default=None, help="default: a fresh temporary directory")
+    ap.add_argument("--sdk-only", action="store_true",
+                    help="skip the rows measured with the raw asyncio load generator")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="fmq-bench-")
     data_dir = args.data_dir or os.path.join(tmp, "data")
@@ -131,13 +193,18 @@ def main() -> None:
     try:
         print(f"fmq network benchmark: 1 KiB bodies, flush_mode sync, {args.seconds:.0f} s per "
               f"row, server {address}, {os.cpu_count()} CPUs")
-        print(f"{'test':<14}{'producers':>10}{'ops':>10}{'ops/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
+        print(f"{'client':<8}{'test':<14}{'producers':>10}{'ops':>10}{'ops/s':>10}"
+              f"{'p50 ms':>9}{'p99 ms':>9}")
         rows = [("send", n) for n in (1, 16, 64)] + [("tx", 1), ("tx", 16)]
-        for mode, n in rows:
-            r = measure(address, n, args.seconds, mode)
-            label = "sends" if mode == "send" else "transactions"
-            print(f"{label:<14}{r['producers']:>10}{r['ops']:>10}{r['ops_per_s']:>10.0f}"
-                  f"{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}", flush=True)
+        for raw in (False, True):
+            for mode, n in rows:
+                r = measure(address, n, args.seconds, mode, raw)
+                label = "sends" if mode == "send" else "transactions"
+                print(f"{'raw' if raw else 'sdk':<8}{label:<14}{r['producers']:>10}"
+                      f"{r['ops']:>10}{r['ops_per_s']:>10.0f}{r['p50_ms']:>9.2f}"
+                      f"{r['p99_ms']:>9.2f}", flush=True)
+            if args.sdk_only:
+                break
     finally:
         server.terminate()
         server.wait(60)
