@@ -98,3 +98,50 @@ def test_two_consumers_split_queues_and_take_over_when_one_dies(start_server):
     finally:
         b.kill()
         a.close()
+
+
+def test_coordinator_invariants_hold_for_random_membership_changes():
+    """Property: after any sequence of joins, leaves, silences and closed connections,
+    every queue of every subscribed topic has exactly one owner, owners are subscribers,
+    and subscribers of a topic differ by at most one queue."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    topics = ["a", "b", "c"]
+    step = st.tuples(st.sampled_from(["join", "leave", "tick", "drop", "beat"]),
+                     st.integers(0, 5), st.sets(st.sampled_from(topics), min_size=1))
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.integers(1, 6), st.lists(step, max_size=40))
+    def check(queues, steps):
+        now = [0.0]
+        g = GroupCoordinator(queues, session_timeout_ms=1000, clock=lambda: now[0])
+        for action, who, subs in steps:
+            mid = f"m{who}"
+            if action == "join":
+                g.join("grp", mid, sorted(subs), owner=who % 2)
+            elif action == "beat" and "grp" in g.groups and mid in g.groups["grp"].members:
+                g.heartbeat("grp", mid, list(g.groups["grp"].members[mid].topics), who % 2)
+            elif action == "leave":
+                g.leave("grp", mid)
+            elif action == "drop":
+                g.drop_owner(who % 2)
+            elif action == "tick":
+                now[0] += 0.6
+                g.expire()
+            grp = g.groups.get("grp")
+            if grp is None:
+                continue
+            owners: dict[tuple[str, int], list[str]] = {}
+            for m, qs in grp.assignment.items():
+                for t, q in qs:
+                    assert t in grp.members[m].topics
+                    owners.setdefault((t, q), []).append(m)
+            for t in {t for m in grp.members.values() for t in m.topics}:
+                for q in range(queues):
+                    assert len(owners.get((t, q), [])) == 1
+                counts = [sum(1 for tt, _ in grp.assignment[m] if tt == t)
+                          for m, mem in grp.members.items() if t in mem.topics]
+                assert max(counts) - min(counts) <= 1
+
+    check()
