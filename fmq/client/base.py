@@ -25,17 +25,21 @@ class Client:
     ``request_timeout``: seconds to wait for one answer. ``retries``: how many times a
     request that failed with a *retriable* error (connection lost, time-out, server busy) is
     sent again, after a back-off from ``backoff_initial`` doubling up to ``backoff_max``
-    seconds. A retried send may store a message twice (at-least-once)."""
+    seconds. A retried send may store a message twice (at-least-once). ``max_in_flight``:
+    requests this client keeps in flight at once on its connection (threads beyond it wait
+    for a slot); keep it at or below the server's ``max_in_flight``."""
 
     def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
                  connect_timeout: float = 5.0, retries: int = 3,
-                 backoff_initial: float = 0.05, backoff_max: float = 2.0) -> None:
+                 backoff_initial: float = 0.05, backoff_max: float = 2.0,
+                 max_in_flight: int = 128) -> None:
         self.servers = parse_servers(servers)
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
+        self.max_in_flight = max_in_flight
         self._conn: Connection | None = None
         self._conn_lock = threading.Lock()
         self._next_server = 0
@@ -63,7 +67,8 @@ class Client:
                 addr = self.servers[self._next_server % len(self.servers)]
                 self._next_server += 1
                 try:
-                    self._conn = Connection(addr, self.connect_timeout)
+                    self._conn = Connection(addr, self.connect_timeout,
+                                            max_in_flight=self.max_in_flight)
                     self.connection_seq += 1
                     logger.debug("connected to %s:%d", *addr)
                     return self._conn

@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -30,6 +30,7 @@ from fmq.protocol import (
 logger = logging.getLogger("fmq.client")
 
 DEFAULT_PORT = 9876
+SLOT_WAIT_S = 60.0
 #: Largest answer accepted. The server keeps pull answers near 8 MiB, but one message may be
 #: as large as the broker's max_message_size; this only guards against a rogue peer.
 CLIENT_MAX_FRAME = 4 * DEFAULT_MAX_FRAME
@@ -57,7 +58,7 @@ def parse_servers(servers: str | Sequence[str]) -> list[tuple[str, int]]:
 
 class Connection:
     def __init__(self, address: tuple[str, int], connect_timeout: float = 5.0,
-                 max_frame: int = CLIENT_MAX_FRAME) -> None:
+                 max_frame: int = CLIENT_MAX_FRAME, max_in_flight: int = 128) -> None:
         self.address = address
         try:
             sock = socket.create_connection(address, timeout=connect_timeout)
@@ -74,6 +75,9 @@ class Connection:
         self._send_lock = threading.Lock()  # one frame at a time on the socket
         self._ids = itertools.count(1)  # id 0 is reserved for connection-level errors
         self._closed: BaseException | None = None
+        # Stay below the server's max_in_flight (256 by default) however many threads share
+        # this connection: a thread waits for a slot instead of getting ServerBusy.
+        self._slots = threading.BoundedSemaphore(max_in_flight)
         self._reader = threading.Thread(target=self._read_loop, daemon=True,
                                         name=f"fmq-conn-{address[0]}:{address[1]}")
         self._reader.start()
@@ -85,11 +89,17 @@ class Connection:
     def submit(self, op: Op, fields: dict[str, Any]) -> Future:
         """Send a request; the future resolves to the response fields or raises the
         server's error (the same FMQError class the embedded API raises)."""
-        fut: Future = Future()
         rid = next(self._ids)
-        data = encode_request(op, rid, fields)
+        data = encode_request(op, rid, fields)  # bad fields fail here, before taking a slot
+        if not self._slots.acquire(timeout=SLOT_WAIT_S):
+            raise RequestTimeout(
+                f"{SLOT_WAIT_S:.0f}s waiting for one of the requests in flight on this "
+                f"connection to finish; the server is overloaded or unreachable")
+        fut: Future = Future()
+        fut.add_done_callback(lambda _f: self._slots.release())
         with self._lock:
             if self._closed is not None:
+                fut.set_exception(self._lost())  # releases the slot
                 raise self._lost()
             self._pending[rid] = (op, fut)
         try:
@@ -104,16 +114,23 @@ class Connection:
         try:
             return fut.result(timeout)
         except FutureTimeout:
-            self.forget(fut)
-            raise RequestTimeout(
+            err = RequestTimeout(
                 f"no answer to {op.name} from {self.address[0]}:{self.address[1]} within "
-                f"{timeout:.1f}s; the request may or may not have been applied") from None
+                f"{timeout:.1f}s; the request may or may not have been applied")
+            self.forget(fut, err)
+            raise err from None
 
-    def forget(self, fut: Future) -> None:
+    def forget(self, fut: Future, error: BaseException) -> None:
+        """Stop waiting for ``fut`` (a late answer is dropped) and fail it with ``error``."""
         with self._lock:
             for rid, (_op, f) in list(self._pending.items()):
                 if f is fut:
                     del self._pending[rid]
+        if not fut.done():
+            try:
+                fut.set_exception(error)
+            except InvalidStateError:
+                pass  # the answer arrived meanwhile
 
     def _lost(self) -> ConnectionLost:
         cause = self._closed
@@ -140,12 +157,17 @@ class Connection:
                         continue  # a request we stopped waiting for (time-out)
                     fut = entry[1]
                     try:
-                        if frame.is_error:
-                            fut.set_exception(decode_error(frame))
-                        else:
-                            fut.set_result(decode_response(frame))
+                        outcome: Any = (decode_error(frame) if frame.is_error
+                                        else decode_response(frame))
                     except ProtocolError as exc:
-                        fut.set_exception(exc)
+                        outcome = exc
+                    try:
+                        if isinstance(outcome, BaseException):
+                            fut.set_exception(outcome)
+                        else:
+                            fut.set_result(outcome)
+                    except InvalidStateError:
+                        pass  # it timed out just now (forget): the answer is dropped
         except (OSError, FMQError) as exc:
             self._shutdown(exc)
         except BaseException as exc:  # noqa: BLE001 - never leave futures hanging

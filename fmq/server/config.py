@@ -67,7 +67,7 @@ def _build(cls: type, data: dict, where: str) -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"unknown {where} keys: {', '.join(unknown)}; known keys: "
+        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; known keys: "
                           f"{', '.join(sorted(known))}")
     try:
         return cls(**data)

@@ -241,6 +241,9 @@ class _Connection(asyncio.Protocol):
         except Exception as exc:  # noqa: BLE001 - a bug must not kill the connection
             logger.exception("request %s failed unexpectedly", Op(op).name)
             data = encode_error(op, rid, exc)
+        # Free the in-flight slot before the answer leaves: the client may send its next
+        # request the moment it reads this one, before the task's done-callback has run.
+        self.tasks.discard(asyncio.current_task())
         self.send(data)
 
 

@@ -229,3 +229,31 @@ def test_client_reports_an_unreachable_server_clearly():
     with pytest.raises(ConnectionLost, match="fmq server"), \
             Producer(f"127.0.0.1:{free_port()}", retries=1, backoff_initial=0.01) as p:
         p.send("t", b"x")
+
+
+def test_many_threads_share_one_producer_without_server_busy(start_server):
+    """64 threads pipeline on one connection: answers are matched by request id, and the
+    client keeps its requests in flight below the server's limit."""
+    srv = start_server(dict(FAST, server=dict(FAST["server"], max_in_flight=16)))
+    results: dict[int, list] = {}
+    errors: list[BaseException] = []
+    with Producer(srv.address, retries=0, max_in_flight=16) as p:  # the server's limit
+
+        def work(i: int) -> None:
+            try:
+                results[i] = [p.send("shared", f"{i}-{n}".encode(), key=f"k{i}")
+                              for n in range(10)]
+            except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert errors == []
+    # Each thread's messages went to its key's queue in order: the answers were not mixed up.
+    for rs in results.values():
+        assert len({r.queue_id for r in rs}) == 1
+        assert [r.queue_offset for r in rs] == sorted(r.queue_offset for r in rs)
+    assert sum(len(rs) for rs in results.values()) == 640
