@@ -18,11 +18,11 @@ Passes:
    :func:`fmq.index.entries.queue_entry`, the function the dispatcher and recovery use;
    the entry becomes the same LMDB keys and values :class:`~fmq.index.store.IndexStore`
    writes. Spark sorts them by (database, key) and writes them to a temporary Parquet
-   table next to the output; queue high-water marks and open transactions are
-   aggregated.
+   table next to the output, and finds the open transactions.
 4. **Write** a fresh LMDB environment in key order with ``putmulti(append=True)``,
    checking the counts it returns (append mode silently skips an out-of-order or
-   duplicate key), plus the queue marks, the applied offset (the log end) and the consumer
+   duplicate key), plus the queue marks (read off the sorted consume-queue keys on the
+   way), the applied offset (the log end) and the consumer
    offsets of the old index when it can be read. Then swap it in place of the old index.
 5. **Checkpoint**: ``min(log end, PREPARE offset of the oldest open transaction)``, so
    the broker opens with nothing to replay but the open transactions' range.
@@ -191,7 +191,15 @@ def spark_session(master: str | None, app_name: str = "fmq-index-rebuild"):
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    return builder.getOrCreate(), True
+    session = builder.getOrCreate()
+    # Spark's default of 200 shuffle partitions turns every aggregation into 200 tasks
+    # (and 200 Python workers where a Python function follows); the job's shuffles are
+    # small next to its input, so one partition per core is plenty. A session the caller
+    # created keeps its own setting.
+    if not session.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        session.conf.set("spark.sql.shuffle.partitions",
+                         str(max(2, session.sparkContext.defaultParallelism)))
+    return session, True
 
 
 _CORRUPT_RE = re.compile(
@@ -259,11 +267,15 @@ def _put_sorted(store: IndexStore, db_name: str, items: list[tuple[bytes, bytes]
             f"holds two records for one index key; run `fmq log verify` and report it")
 
 
-def _write_items(store: IndexStore, files: list[str]) -> dict[str, int]:
-    """Stream the sorted item files into the LMDB databases in key order."""
+def _write_items(store: IndexStore, files: list[str]
+                 ) -> tuple[dict[str, int], dict[bytes, tuple[int, int]]]:
+    """Stream the sorted item files into the LMDB databases in key order. Returns the
+    item counts and, read off the sorted consume-queue keys on the way, each queue's
+    (first queue offset in the log, last + 1) by queue key."""
     import pyarrow.parquet as pq
 
     counts = dict.fromkeys(ITEM_DBS, 0)
+    marks: dict[bytes, tuple[int, int]] = {}
     current = -1
     pending: list[tuple[bytes, bytes]] = []
 
@@ -285,11 +297,17 @@ def _write_items(store: IndexStore, files: list[str]) -> dict[str, int]:
                                               "rerun the job (a partial output was left?)")
                     flush()
                     current = db
+                if db == _DB_CQ:
+                    # cq key = queue key + queue offset (u64 big-endian): sorted keys give
+                    # each queue's offsets in ascending order.
+                    qkey, qoff = k[:-8], int.from_bytes(k[-8:], "big")
+                    lo_hi = marks.get(qkey)
+                    marks[qkey] = (qoff if lo_hi is None else lo_hi[0], qoff + 1)
                 pending.append((k, v))
                 if len(pending) >= _WRITE_CHUNK:
                     flush()
     flush()
-    return counts
+    return counts, marks
 
 
 def _part_files(directory: str) -> list[str]:
@@ -392,7 +410,7 @@ def _rebuild(spark, data_dir: str, log_dir: str, target: str, checkpoint_path: s
     tmp_items = f"{target}.spark-items"
     try:
         try:
-            facts = _derive(spark, raw, tmp_items, parquet_dir, F, phases)
+            facts = _derive(spark, raw, len(bases), tmp_items, parquet_dir, F, phases)
         except FMQError:
             raise
         except Exception as exc:  # noqa: BLE001 - Spark wraps the executor's error
@@ -410,8 +428,8 @@ def _rebuild(spark, data_dir: str, log_dir: str, target: str, checkpoint_path: s
         estimate = sum(os.path.getsize(p) for p in _part_files(tmp_items))
         store = IndexStore(tmp_index, map_size=max(1 << 30, 8 * estimate))
         try:
-            counts = _write_items(store, _part_files(tmp_items))
-            queues = {(t, q): (lo, hi) for t, q, lo, hi in facts["queues"]}
+            counts, marks = _write_items(store, _part_files(tmp_items))
+            queues = {K.split_queue_key(qkey): lo_hi for qkey, lo_hi in marks.items()}
             # A queue whose every record was deleted by retention has no record left to
             # derive its high-water mark from; the old index still knows it, and losing
             # it would hand out its queue offsets a second time.
@@ -474,8 +492,11 @@ def _log_end(bases: list[int], sizes: dict[int, int], last: dict | None) -> int:
     return bases[i] + sizes[bases[i]] if i == len(bases) - 1 else bases[i + 1]
 
 
-def _derive(spark, raw, tmp_items: str, parquet_dir: str | None, F, phases: _Phases) -> dict:
+def _derive(spark, raw, partitions: int, tmp_items: str, parquet_dir: str | None, F,
+            phases: _Phases) -> dict:
     """Passes 2, 3 and 6 on Spark; returns the small facts the driver needs."""
+    from pyspark import StorageLevel
+
     valid = raw.where(F.col("damage").isNull())
 
     # One pass over the log: record count, the last valid record (where the log ends) and
@@ -506,17 +527,20 @@ def _derive(spark, raw, tmp_items: str, parquet_dir: str | None, F, phases: _Pha
     last_ends = (ends.groupBy("tx_id")
                  .agg(F.max_by(F.struct(*_ENTRY_COLUMNS), "offset").alias("e"))
                  .select("e.*"))
+    # The grouping leaves spark.sql.shuffle.partitions partitions; a Python task each is
+    # wasteful for what is one small row per transaction.
+    last_ends = last_ends.coalesce(max(1, partitions))
     items = (indexed.unionByName(ends).mapInArrow(index_items, ITEMS_SCHEMA)
              .unionByName(last_ends.mapInArrow(last_end_items, ITEMS_SCHEMA)))
+    # A global sort runs its input twice (a sampling pass for the range bounds, then the
+    # shuffle): keep the items so the Python derivation runs once.
+    items = items.persist(StorageLevel.MEMORY_AND_DISK)
     shutil.rmtree(tmp_items, ignore_errors=True)
-    items.orderBy("db", "key").write.parquet(_uri(tmp_items))
+    try:
+        items.orderBy("db", "key").write.parquet(_uri(tmp_items))
+    finally:
+        items.unpersist()
     phases.done("derive_and_sort")
-
-    # Queue high-water marks: (first queue offset still in the log, next queue offset).
-    queues = [(r["topic"], r["queue_id"], r["lo"], r["hi"]) for r in
-              indexed.groupBy("topic", "queue_id")
-              .agg(F.min("queue_offset").alias("lo"), (F.max("queue_offset") + 1).alias("hi"))
-              .collect()]
 
     txs = transaction_table(valid, F)
     opens = [
@@ -526,12 +550,12 @@ def _derive(spark, raw, tmp_items: str, parquet_dir: str | None, F, phases: _Pha
         for r in txs.where(F.col("state").isin("open", "committing"))
         .orderBy("prepare_offset").collect()
     ]
-    phases.done("queues_and_transactions")
+    phases.done("transactions")
     parquet = None
     if parquet_dir is not None:
         parquet = write_audit(raw, txs, parquet_dir, F)
         phases.done("audit_parquet")
-    return {"records": summary["n"], "torn": torn, "last": last, "queues": queues,
+    return {"records": summary["n"], "torn": torn, "last": last,
             "open_transactions": opens, "parquet": parquet}
 
 
@@ -541,36 +565,35 @@ def transaction_table(valid, F):
     after it are its messages; a REF/TX after it without an end makes it "committing"
     (the broker rolls it forward on open). A transaction whose PREPARE retention deleted
     is never open ("commit"/"rollback" when its end is still in the log, else "unknown").
+    One shuffle: the window and the grouping share the partitioning by tx_id.
     """
-    tx = valid.where(F.col("tx_id").isNotNull()).select("offset", "type", "tx_id",
-                                                        "producer_group", "store_time")
-    prep = (tx.where(F.col("type") == "PREPARE").groupBy("tx_id")
-            .agg(F.max_by(F.struct("offset", "producer_group", "store_time"), "offset")
-                 .alias("p"))
-            .select("tx_id", F.col("p.offset").alias("prepare_offset"),
-                    F.col("p.producer_group").alias("producer_group"),
-                    F.col("p.store_time").alias("prepare_time")))
-    ids = tx.select("tx_id").distinct()
-    after = F.col("prepare_offset").isNull() | (F.col("offset") > F.col("prepare_offset"))
-    joined = tx.drop("producer_group").join(prep, "tx_id", "left").where(after)
-    ends = F.col("type").isin("COMMIT", "ROLLBACK")
-    agg = joined.groupBy("tx_id").agg(
-        F.sum(F.when(F.col("type") == "PRE_MESSAGE", 1).otherwise(0)).alias("messages"),
-        F.sum(F.when(F.col("type").isin("REF_MESSAGE", "TX_MESSAGE"), 1).otherwise(0))
-        .alias("copies"),
+    from pyspark.sql import Window
+
+    is_prepare = F.col("type") == "PREPARE"
+    ends = F.col("type").isin(*_ENDS)
+    tx = (valid.where(F.col("tx_id").isNotNull())
+          .select("offset", "type", "tx_id", "producer_group", "store_time")
+          .withColumn("prepare_offset",
+                      F.max(F.when(is_prepare, F.col("offset"))).over(Window.partitionBy("tx_id"))))
+    after = F.col("prepare_offset").isNull() | (F.col("offset") >= F.col("prepare_offset"))
+    table = tx.where(after).groupBy("tx_id").agg(
+        F.max("prepare_offset").alias("prepare_offset"),
+        F.max_by("producer_group", F.when(is_prepare, F.col("offset"))).alias("producer_group"),
+        F.max_by("store_time", F.when(is_prepare, F.col("offset"))).alias("prepare_time"),
+        F.count(F.when(F.col("type") == "PRE_MESSAGE", 1)).alias("messages"),
+        F.count(F.when(F.col("type").isin("REF_MESSAGE", "TX_MESSAGE"), 1)).alias("copies"),
         F.min_by(F.when(ends, F.col("type")), F.when(ends, F.col("offset"))).alias("end"),
         F.min(F.when(ends, F.col("offset"))).alias("end_offset"),
     )
-    table = ids.join(prep, "tx_id", "left").join(agg, "tx_id", "left")
     state = (F.when(F.col("end") == "COMMIT", "commit")
              .when(F.col("end") == "ROLLBACK", "rollback")
              .when(F.col("prepare_offset").isNull(), "unknown")
-             .when(F.coalesce(F.col("copies"), F.lit(0)) > 0, "committing")
+             .when(F.col("copies") > 0, "committing")
              .otherwise("open"))
     return table.select(
         "tx_id", "producer_group", "prepare_offset", "prepare_time",
-        F.coalesce(F.col("messages"), F.lit(0)).cast("long").alias("messages"),
-        F.coalesce(F.col("copies"), F.lit(0)).cast("long").alias("copies"),
+        F.col("messages").cast("long").alias("messages"),
+        F.col("copies").cast("long").alias("copies"),
         "end_offset", state.alias("state"))
 
 

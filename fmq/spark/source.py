@@ -55,7 +55,7 @@ from pyspark.sql.types import StructType
 
 from fmq.errors import CorruptLog, InvalidArgument
 from fmq.log.naming import LOG_DIR, format_segment_name, parse_segment_name
-from fmq.log.record import FORMAT_MAX_RECORD
+from fmq.log.record import FORMAT_MAX_RECORD, NONE, RecordType
 from fmq.log.scanner import Damage, SegmentReader, find_valid_record
 from fmq.spark.errors import TornTail
 
@@ -85,6 +85,7 @@ EXTRA_COLUMNS: list[tuple[str, str, pa.DataType]] = [
 ]
 BODY_COLUMN: tuple[str, str, pa.DataType] = ("body", "binary", pa.binary())
 RECORD_FIELDS = [name for name, _ddl, _arrow in RECORD_COLUMNS]
+_TYPE_NAMES = {int(t): t.name for t in RecordType}
 
 #: Rows per Arrow batch handed to Spark: big enough to amortise the conversion, small
 #: enough that a batch of 4 MiB bodies stays within an executor's memory.
@@ -213,10 +214,25 @@ class _Batch:
         self.body_bytes = 0
 
     def add_record(self, rec, segment: str, with_body: bool) -> None:
-        d = rec.to_dict()
+        # Field by field what Record.to_dict() gives (the values of `fmq log dump --json`;
+        # tests/spark compares the two), without building a dict per record: this loop is
+        # most of the data source's CPU time.
         data = self.data
-        for name in RECORD_FIELDS:
-            data[name].append(d[name])
+        data["offset"].append(rec.log_offset)
+        data["size"].append(rec.size)
+        data["type"].append(_TYPE_NAMES[rec.type])
+        data["store_time"].append(rec.store_time)
+        data["topic"].append(rec.topic or None)
+        data["queue_id"].append(None if rec.queue_id == NONE else rec.queue_id)
+        data["queue_offset"].append(None if rec.queue_offset == NONE else rec.queue_offset)
+        data["tx_id"].append(rec.tx_id or None)
+        data["producer_group"].append(rec.producer_group or None)
+        data["ref_offset"].append(None if rec.ref_offset == NONE else rec.ref_offset)
+        data["ref_size"].append(rec.ref_size or None)
+        data["key"].append(rec.key)
+        data["tags"].append(rec.tags)
+        data["properties"].append(rec.properties or {})
+        data["body_size"].append(len(rec.body))
         data["segment"].append(segment)
         data["damage"].append(None)
         if with_body:
