@@ -1,6 +1,9 @@
 """The FMQ network server: asyncio around one embedded :class:`fmq.Broker`.
 
-* :mod:`fmq.server.server`: connections, pipelined requests, handlers, graceful stop;
+* :mod:`fmq.server.server`: the server: thread pools, send batching, long-poll wake-ups,
+  graceful stop;
+* :mod:`fmq.server.connection`: one socket: framing, request ids, pipelined tasks;
+* :mod:`fmq.server.handlers`: what each operation does;
 * :mod:`fmq.server.groups`: consumer-group membership and queue assignment;
 * :mod:`fmq.server.config`: server limits and the ``--config`` file loader.
 

@@ -1,0 +1,294 @@
+"""What each operation does: decoded request fields in, response fields out.
+
+Every blocking broker call runs in the server's worker threads (``srv.run``); sends go
+through the server's batcher (one ``send_batch`` per event-loop turn); pull and feedback long
+polls wait without holding a thread for long. The table at the end maps opcodes to
+handlers; the wire format of each is in :mod:`fmq.protocol.schema`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from fmq import __version__
+from fmq.broker import Broker
+from fmq.errors import InvalidArgument
+from fmq.message import Message, SendResult, StoredMessage
+from fmq.protocol import PROTOCOL_VERSION, Op
+from fmq.tx.manager import TxState
+
+if TYPE_CHECKING:
+    from fmq.server.connection import Connection
+    from fmq.server.server import Server
+
+logger = logging.getLogger("fmq.server")
+
+#: Bytes of message bodies one PULL answer carries at most (at least one message).
+RESPONSE_BUDGET = 8 * 1024 * 1024
+
+Handler = Callable[["Server", "Connection", dict], Awaitable[dict]]
+HANDLERS: dict[int, Handler] = {}
+
+
+def handles(op: Op) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        HANDLERS[op] = fn
+        return fn
+    return register
+
+
+# ---------------------------------------------------------------- value conversion
+
+def to_message(d: dict) -> Message:
+    qid = d["queue_id"]
+    return Message(d["topic"], d["body"], key=d["key"], tags=d["tags"],
+                   properties=d["properties"] or None, queue_id=None if qid < 0 else qid)
+
+
+def from_result(r: SendResult) -> dict:
+    return {"offset": r.offset, "queue_id": r.queue_id, "queue_offset": r.queue_offset}
+
+
+def from_stored(m: StoredMessage) -> dict:
+    return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+            "offset": m.offset, "body": m.body, "key": m.key, "tags": m.tags,
+            "properties": m.properties or {}, "store_time": m.store_time}
+
+
+def _tx_state(value: str, allowed: tuple[TxState, ...]) -> TxState:
+    try:
+        state = TxState(value)
+    except ValueError:
+        state = None
+    if state not in allowed:
+        raise InvalidArgument(f"transaction state must be one of "
+                              f"{', '.join(s.value for s in allowed)}, not {value!r}")
+    return state
+
+
+@handles(Op.PING)
+async def _ping(srv: Server, conn: Connection, req: dict) -> dict:
+    cfg = srv.config
+    return {"server_version": __version__, "protocol_version": PROTOCOL_VERSION,
+            "queues_per_topic": srv.broker.config.queues_per_topic,
+            "max_frame_size": cfg.max_frame_size, "max_in_flight": cfg.max_in_flight}
+
+
+@handles(Op.SEND)
+async def _send(srv: Server, conn: Connection, req: dict) -> dict:
+    results = await srv.batcher.submit([to_message(req["message"])])
+    return {"result": from_result(results[0])}
+
+
+@handles(Op.SEND_BATCH)
+async def _send_batch(srv: Server, conn: Connection, req: dict) -> dict:
+    msgs = [to_message(m) for m in req["messages"]]
+    results = await srv.batcher.submit(msgs) if msgs else []
+    return {"results": [from_result(r) for r in results]}
+
+
+@handles(Op.PREPARE)
+async def _prepare(srv: Server, conn: Connection, req: dict) -> dict:
+    msgs = [to_message(m) for m in req["messages"]]
+    tx_id = await srv.run(srv.broker.prepare, msgs, req["producer_group"], req["tx_id"])
+    return {"tx_id": tx_id}
+
+
+@handles(Op.COMMIT)
+async def _commit(srv: Server, conn: Connection, req: dict) -> dict:
+    state = await srv.run(srv.broker.commit, req["tx_id"])
+    srv.data_arrived()
+    return {"state": state.value}
+
+
+@handles(Op.ROLLBACK)
+async def _rollback(srv: Server, conn: Connection, req: dict) -> dict:
+    state = await srv.run(srv.broker.rollback, req["tx_id"])
+    return {"state": state.value}
+
+
+#: A feedback long poll holds a thread for at most this long at a time, so a shutdown never
+#: waits long for one (the interpreter joins pool threads at exit).
+POLL_SLICE_S = 0.25
+
+
+@handles(Op.POLL_UNCERTAIN)
+async def _poll_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
+    loop = srv._loop
+    deadline = loop.time() + srv.wait_ms(req["wait_ms"])
+    args = (req["producer_group"], req["max_items"], req["lease_ms"])
+    while True:
+        remaining = deadline - loop.time()
+        if srv.stopping or conn.closing:
+            remaining = 0.0
+        slice_ms = int(max(0.0, min(remaining, POLL_SLICE_S)) * 1000)
+        poll = loop.run_in_executor(srv.pollers, srv.broker.poll_uncertain, *args, slice_ms)
+        # A shutdown answers a long poll (empty) at once. Anything the thread still picks is
+        # leased but not delivered; the lease runs out and it is offered again later.
+        stopped = asyncio.ensure_future(srv._stop_event.wait())
+        await asyncio.wait([poll, stopped], return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not poll.done():
+            poll.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it
+            return {"transactions": []}
+        txs = poll.result()
+        if txs or deadline - loop.time() <= 0 or srv.stopping or conn.closing:
+            break
+    return {"transactions": [
+        {"tx_id": t.tx_id, "producer_group": t.producer_group,
+         "prepare_offset": t.prepare_offset, "store_time": t.store_time, "checks": t.checks,
+         "messages": [dict(m, properties=m.get("properties") or {}) for m in t.messages]}
+        for t in txs]}
+
+
+@handles(Op.ANSWER_UNCERTAIN)
+async def _answer_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
+    state = _tx_state(req["state"], (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN))
+    final = await srv.run(srv.broker.answer_uncertain, req["tx_id"], state)
+    if final == TxState.COMMIT:
+        srv.data_arrived()
+    return {"state": final.value}
+
+
+def _pull_now(broker: Broker, topic: str, queue_id: int, offset: int, max_messages: int,
+              catch_up: bool) -> tuple[list[StoredMessage], int, int]:
+    if catch_up:  # woken by a write: it is flushed, let the dispatcher index it
+        broker.wait_indexed(0.5)
+    msgs = broker.pull(topic, queue_id, offset, max_messages)
+    if not msgs and not catch_up and broker.wait_indexed(0.5):
+        # Nothing yet, but a write acknowledged just before may still be on its way to the
+        # index: a pull sees every message acknowledged before it arrived.
+        msgs = broker.pull(topic, queue_id, offset, max_messages)
+    budget = RESPONSE_BUDGET  # keep the answer far below any client's frame limit
+    for i, m in enumerate(msgs):
+        budget -= len(m.body) + 256
+        if budget < 0 and i > 0:
+            msgs = msgs[:i]
+            break
+    lo, hi = broker.queue_range(topic, queue_id)
+    return msgs, lo, hi
+
+
+@handles(Op.PULL)
+async def _pull(srv: Server, conn: Connection, req: dict) -> dict:
+    loop = srv._loop
+    deadline = loop.time() + srv.wait_ms(req["wait_ms"])
+    topic, queue_id = req["topic"], req["queue_id"]
+    args = (topic, queue_id, req["offset"], max(1, min(req["max_messages"], 4096)))
+    catch_up = False
+    while True:
+        # Take the events before reading, so a write landing meanwhile is not missed.
+        events = srv.pull_waiters(topic, queue_id, conn)
+        msgs, lo, hi = await srv.run(_pull_now, srv.broker, *args, catch_up)
+        remaining = deadline - loop.time()
+        if msgs or remaining <= 0 or srv.stopping or conn.closing:
+            break
+        waits = [asyncio.ensure_future(ev.wait()) for ev in events]
+        # Re-check every second anyway (cheap insurance against a missed wake-up).
+        done, _ = await asyncio.wait(waits, timeout=min(remaining, 1.0),
+                                     return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        catch_up = bool(done)
+    return {"messages": [from_stored(m) for m in msgs], "min_offset": lo, "next_offset": hi}
+
+
+@handles(Op.COMMIT_OFFSET)
+async def _commit_offset(srv: Server, conn: Connection, req: dict) -> dict:
+    await srv.run(srv.broker.commit_offset, req["group"], req["topic"], req["queue_id"],
+                  req["next_offset"])
+    return {}
+
+
+@handles(Op.FETCH_OFFSET)
+async def _fetch_offset(srv: Server, conn: Connection, req: dict) -> dict:
+    off = await srv.run(srv.broker.committed_offset, req["group"], req["topic"], req["queue_id"])
+    return {"offset": -1 if off is None else off}
+
+
+def _assignment(pairs: list[tuple[str, int]]) -> list[dict]:
+    return [{"topic": t, "queue_id": q} for t, q in pairs]
+
+
+@handles(Op.GROUP_JOIN)
+async def _group_join(srv: Server, conn: Connection, req: dict) -> dict:
+    member, gen, assigned = srv.groups.join(req["group"], req["member_id"], req["topics"], conn)
+    logger.info("group %s: member %s joined from %s (generation %d, %d queues)",
+                req["group"], member, conn.peer, gen, len(assigned))
+    cfg = srv.config
+    return {"member_id": member, "generation": gen, "assignment": _assignment(assigned),
+            "queues_per_topic": srv.broker.config.queues_per_topic,
+            "heartbeat_interval_ms": cfg.group_heartbeat_interval_ms,
+            "session_timeout_ms": cfg.group_session_timeout_ms}
+
+
+@handles(Op.GROUP_HEARTBEAT)
+async def _group_heartbeat(srv: Server, conn: Connection, req: dict) -> dict:
+    gen, assigned = srv.groups.heartbeat(req["group"], req["member_id"], req["topics"], conn)
+    return {"generation": gen, "assignment": _assignment(assigned)}
+
+
+@handles(Op.GROUP_LEAVE)
+async def _group_leave(srv: Server, conn: Connection, req: dict) -> dict:
+    if srv.groups.leave(req["group"], req["member_id"]):
+        logger.info("group %s: member %s left", req["group"], req["member_id"])
+    return {}
+
+
+def _indexed(broker: Broker, fn: Callable[..., Any], *args: Any) -> Any:
+    """Queries see every message acknowledged before they arrived: an acknowledged message
+    is flushed at once but indexed a moment later, so wait for the index first."""
+    broker.wait_indexed(1.0)
+    return fn(*args)
+
+
+@handles(Op.QUERY_KEY)
+async def _query_key(srv: Server, conn: Connection, req: dict) -> dict:
+    msgs = await srv.run(_indexed, srv.broker, srv.broker.messages_by_key, req["topic"],
+                         req["key"], max(1, min(req["limit"], 4096)))
+    return {"messages": [from_stored(m) for m in msgs]}
+
+
+@handles(Op.OFFSET_FOR_TIME)
+async def _offset_for_time(srv: Server, conn: Connection, req: dict) -> dict:
+    off = await srv.run(_indexed, srv.broker, srv.broker.offset_for_time, req["topic"],
+                        req["queue_id"], req["timestamp_ms"])
+    return {"offset": off}
+
+
+@handles(Op.QUEUE_RANGE)
+async def _queue_range(srv: Server, conn: Connection, req: dict) -> dict:
+    lo, hi = await srv.run(_indexed, srv.broker, srv.broker.queue_range, req["topic"],
+                           req["queue_id"])
+    return {"min_offset": lo, "next_offset": hi}
+
+
+@handles(Op.STATS)
+async def _stats(srv: Server, conn: Connection, req: dict) -> dict:
+    stats = await srv.run(srv.broker.stats)
+    stats["server"] = srv.server_stats()
+    return {"json": json.dumps(stats, sort_keys=True, default=str)}
+
+
+@handles(Op.LIST_TX)
+async def _list_tx(srv: Server, conn: Connection, req: dict) -> dict:
+    txs = await srv.run(srv.broker.open_transactions)
+    return {"transactions": [{k: t[k] for k in ("tx_id", "producer_group", "state", "age_ms",
+                                                "checks", "messages", "prepare_offset")}
+                             for t in txs]}
+
+
+@handles(Op.RESOLVE_TX)
+async def _resolve_tx(srv: Server, conn: Connection, req: dict) -> dict:
+    decision = _tx_state(req["decision"], (TxState.COMMIT, TxState.ROLLBACK))
+    fn = srv.broker.commit if decision == TxState.COMMIT else srv.broker.rollback
+    state = await srv.run(fn, req["tx_id"])
+    logger.info("operator at %s resolved transaction %s: %s", conn.peer, req["tx_id"],
+                state.value)
+    if state == TxState.COMMIT:
+        srv.data_arrived()
+    return {"state": state.value}
