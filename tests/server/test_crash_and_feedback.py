@@ -222,3 +222,28 @@ def test_sigterm_answers_requests_in_flight_before_closing(start_server):
     assert decode_response(next(f for f in frames if f.request_id == 1))["messages"] == []
     assert took < 5, f"shutdown waited {took:.1f}s for long polls"
     assert srv.proc.wait(10) == 0
+
+
+def test_feedback_asks_again_after_unknown_and_a_raising_checker(start_server):
+    srv = start_server(FAST)
+    with TransactionProducer(srv.address, "later", lambda u: fmq.TxState.UNKNOWN,
+                             feedback=False) as p:
+        res = p.send_in_transaction(fmq.Message("later", b"eventually"),
+                                    lambda tx, arg: fmq.TxState.UNKNOWN)
+    assert res.state == fmq.TxState.OPEN
+    answers = iter(["unknown", "raise", "commit"])
+    asked: list[int] = []
+
+    def checker(u: fmq.UncertainTx) -> fmq.TxState:
+        asked.append(u.checks)
+        answer = next(answers)
+        if answer == "raise":
+            raise RuntimeError("local database unreachable")
+        return fmq.TxState(answer)
+
+    with TransactionProducer(srv.address, "later", checker) as p2:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and p2.call(Op.LIST_TX, {})["transactions"]:
+            time.sleep(0.1)
+    assert asked == [1, 2, 3]  # the server counted each check it sent
+    assert [m.body for m in consume_all(srv.address, "later", "v", idle=0.5)] == [b"eventually"]
