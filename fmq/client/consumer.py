@@ -173,7 +173,8 @@ class Consumer(Client):
             fut = self.submit(Op.PULL, {"topic": q[0], "queue_id": q[1], "offset": offset,
                                         "max_messages": self.max_messages, "wait_ms": wait_ms})
         except FMQError as exc:
-            logger.warning("pull of %s/%d failed: %s", q[0], q[1], exc)
+            # The server is unreachable; the heartbeat thread already says so once a second.
+            logger.debug("pull of %s/%d failed: %s", q[0], q[1], exc)
             time.sleep(self._backoff(1))
             return
         self._inflight[q] = (offset, fut)
@@ -189,7 +190,7 @@ class Consumer(Client):
             except FMQError as exc:
                 if not exc.retriable:
                     raise
-                logger.warning("pull of %s/%d failed: %s; retrying", q[0], q[1], exc)
+                logger.debug("pull of %s/%d failed: %s; retrying", q[0], q[1], exc)
                 continue
             if self._positions.get(q) != offset:
                 continue  # the queue moved away and back meanwhile: stale answer
