@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
-from fmq.errors import FMQError, InvalidArgument
+from fmq.errors import BrokerClosed, FMQError, InvalidArgument
 from fmq.message import StoredMessage, check_name, check_topic
 from fmq.protocol import Op
 
@@ -217,9 +217,16 @@ class Consumer(Client):
             self._committed[q] = pos
 
     def __iter__(self) -> Iterator[StoredMessage]:
-        """Messages forever (until :meth:`close`); commit as you go."""
+        """Messages until :meth:`close` (from another thread, or a signal handler); commit
+        as you go."""
         while not self._closed:
-            yield from self.poll(1.0)
+            try:
+                batch = self.poll(1.0)
+            except BrokerClosed:
+                if self._closed:
+                    return
+                raise
+            yield from batch
 
     def close(self) -> None:
         """Leave the group (its queues go to the other members at once) and disconnect."""

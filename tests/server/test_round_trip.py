@@ -257,3 +257,17 @@ def test_many_threads_share_one_producer_without_server_busy(start_server):
         assert len({r.queue_id for r in rs}) == 1
         assert [r.queue_offset for r in rs] == sorted(r.queue_offset for r in rs)
     assert sum(len(rs) for rs in results.values()) == 640
+
+
+def test_consumer_iteration_ends_when_closed_from_another_thread(start_server):
+    srv = start_server(FAST)
+    with Producer(srv.address) as p:
+        p.send("it", b"one")
+    c = Consumer(srv.address, "it", "it")
+    got = []
+    threading.Timer(1.5, c.close).start()
+    t0 = time.monotonic()
+    for m in c:
+        got.append(m.body)
+        c.commit()
+    assert got == [b"one"] and time.monotonic() - t0 < 10
