@@ -44,7 +44,8 @@ class _SendBatcher:
     request; what can still fail a batch (a failed fsync, a closed broker) fails every
     request in it, and none of them was acknowledged."""
 
-    MAX_BATCH = 4096
+    MAX_BATCH = 4096  # messages per send_batch
+    MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per send_batch (it holds the log lock)
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -70,10 +71,13 @@ class _SendBatcher:
         while pending:
             batch: list[tuple[list[Message], asyncio.Future]] = []
             count = 0
-            while pending and (not batch or count + len(pending[0][0]) <= self.MAX_BATCH):
+            size = 0
+            while pending and (not batch or (count + len(pending[0][0]) <= self.MAX_BATCH
+                                             and size < self.MAX_BATCH_BYTES)):
                 item = pending.pop(0)
                 batch.append(item)
                 count += len(item[0])
+                size += sum(len(m.body) for m in item[0])
             msgs = [m for ms, _f in batch for m in ms]
             done = self.server._loop.run_in_executor(self.server.workers,
                                                      self.server.broker.send_batch, msgs)
