@@ -118,6 +118,12 @@ def test_malformed_truncated_oversize_frames_close_only_that_connection(start_se
         frames, closed = read_until_eof(s)
         assert closed and frames[0].is_error
 
+        # Unknown flag bits.
+        s = raw(srv.address)
+        s.sendall(struct.pack(">IBBHQ", 12, 1, Op.PING, 0x80, 6))
+        frames, closed = read_until_eof(s)
+        assert closed and frames[0].request_id == 0 and "flags" in str(decode_error(frames[0]))
+
         # Wrong protocol version.
         s = raw(srv.address)
         s.sendall(struct.pack(">IBBHQ", 12, 9, Op.PING, 0, 8))
