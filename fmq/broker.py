@@ -267,14 +267,14 @@ class Broker:
                         tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
                                                       rec.key, rec.tags, len(m.body)))
                 except BaseException:
-                    self.tx.finish(tx_id, TxState.ROLLBACK)
+                    self.tx.forget(tx_id)
                     raise
                 end = log_.next_offset
         try:
             log_.wait_durable(end, sync=True)
         except LogFailed:
             with self.tx.lock:
-                self.tx.finish(tx_id, TxState.ROLLBACK)
+                self.tx.forget(tx_id)
             raise
         self.tx.notify()
         return tx_id

@@ -87,6 +87,15 @@ class IndexStore:
         try:
             self.env = lmdb.open(path, map_size=map_size, max_dbs=len(DERIVED_DBS) + 2,
                                  sync=False, metasync=False, readahead=False)
+            # A file shorter than its meta page says (a power cut lost the extension, or a
+            # truncation) would kill the process with SIGBUS on the first page read.
+            pages = self.env.info()["last_pgno"] + 1
+            needed = pages * self.env.stat()["psize"]
+            have = os.path.getsize(os.path.join(path, "data.mdb"))
+            if have < needed:
+                self.env.close()
+                raise IndexCorrupt(f"index file at {path} has {have} bytes, its meta page "
+                                   f"needs {needed}; it will be rebuilt from the log")
             self._open_dbs()
             with self.env.begin() as txn:
                 fmt = txn.get(_FORMAT, db=self.meta)

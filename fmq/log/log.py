@@ -244,17 +244,28 @@ class Log:
     def _flush_batch(self, chunks: list[_Chunk], target: int, sync: bool,
                      unsynced: list[Segment]) -> None:
         touched: list[Segment] = []
+        synced: list[Segment] = []
         try:
             for chunk in chunks:
+                if touched and chunk.segment is not touched[-1]:
+                    # Crossing into a later segment: what precedes it (the filler too) is
+                    # made durable first. Otherwise a power cut or a failed fsync could keep
+                    # records of the new segment but lose the old one's tail, which recovery
+                    # must call corruption (valid records after a gap), not a torn tail.
+                    for seg in unsynced + touched:
+                        if seg not in synced:
+                            seg.sync()
+                            synced.append(seg)
                 chunk.segment.write(chunk.position, chunk.data)
                 if chunk.segment not in touched:
                     touched.append(chunk.segment)
             if sync:
                 for seg in unsynced:
-                    if seg not in touched:
+                    if seg not in touched and seg not in synced:
                         seg.sync()
                 for seg in touched:
-                    seg.sync()
+                    if seg not in synced:
+                        seg.sync()
         except BaseException as exc:  # OSError, or a test's injected failure
             with self._cond:
                 self._fail(exc)

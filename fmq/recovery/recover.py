@@ -34,11 +34,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fmq.errors import CorruptCheckpoint
+from fmq.errors import CorruptCheckpoint, CorruptLog
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
-from fmq.log.naming import CHECKPOINT_FILE
+from fmq.log.naming import CHECKPOINT_FILE, format_segment_name
 from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
@@ -148,6 +148,13 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
             if progress is not None:
                 progress(rec.end_offset - start, last_end - start)
     end = scanner.end_offset if log_.segments else first
+    if cp is not None and first <= end < cp.applied_offset:
+        # The checkpoint saw the log durable (and indexed) up to applied_offset: valid data
+        # stopping before that is lost synced data, not a torn tail. Never cut it silently.
+        base = max((s.base for s in log_.segments if s.base <= end), default=first)
+        raise CorruptLog(format_segment_name(base), end,
+                         f"the log's valid records end at {end}, but the checkpoint recorded "
+                         f"them durable up to {cp.applied_offset}: synced data is missing")
     index.apply(entries, end, ends)
     report.entries_indexed += len(entries)
     report.records_replayed = replayed

@@ -167,6 +167,13 @@ class TxManager:
             while len(self.finished) > self.finished_memory:
                 self.finished.popitem(last=False)
 
+    def forget(self, tx_id: str) -> None:
+        """Drop a transaction whose prepare failed, remembering *no* final state: its
+        PREPARE may still have reached the disk, and then it is open again after a
+        restart, so answering a later commit/rollback with "rolled back" would be an
+        acknowledgement the log does not back (a later one gets UnknownTransaction)."""
+        self.open.pop(tx_id, None)
+
     def oldest_prepare_offset(self) -> int | None:
         with self.lock:
             return min((t.prepare_offset for t in self.open.values()), default=None)
