@@ -11,7 +11,9 @@ Two kinds of client, each row once with each:
 * ``raw``: every producer is an asyncio connection speaking the protocol directly (one
   request in flight each), in up to 2 processes: what the server sustains when the client
   costs little. On a small machine the client processes compete with the server for the
-  same cores, so the difference between the two shows the SDK's own cost.
+  same cores, so the difference between the two shows the SDK's own cost;
+* ``embedded``: the same sends on an embedded ``fmq.Broker`` in one process (threads, no
+  network), measured in the same run for comparison.
 
 Not part of the test run (pytest's testpaths is tests/). Run::
 
@@ -154,6 +156,45 @@ def _raw_worker(address: str, conns: int, seconds: float, mode: str, start_at: f
     out.put(asyncio.run(main()))
 
 
+def _embedded_worker(data_dir: str, threads: int, seconds: float, out: mp.Queue) -> None:
+    """The same load on an embedded broker (no network), for comparison."""
+    import fmq
+
+    broker = fmq.Broker.open(data_dir)
+    lat: list[float] = []
+    lock = threading.Lock()
+    end = time.time() + seconds
+
+    def run() -> None:
+        mine = []
+        msg = fmq.Message("bench", BODY)
+        while time.time() < end:
+            t0 = time.perf_counter()
+            broker.send(msg)
+            mine.append(time.perf_counter() - t0)
+        with lock:
+            lat.extend(mine)
+
+    ts = [threading.Thread(target=run) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    broker.close()
+    out.put(lat)
+
+
+def measure_embedded(data_dir: str, threads: int, seconds: float) -> dict:
+    out: mp.Queue = mp.Queue()
+    p = mp.Process(target=_embedded_worker, args=(data_dir, threads, seconds, out))
+    p.start()
+    lat = sorted(out.get(timeout=seconds + 120))
+    p.join()
+    q = statistics.quantiles(lat, n=100, method="inclusive")
+    return {"producers": threads, "ops": len(lat), "ops_per_s": len(lat) / seconds,
+            "p50_ms": q[49] * 1000, "p99_ms": q[98] * 1000}
+
+
 def measure(address: str, producers: int, seconds: float, mode: str = "send",
             raw: bool = False) -> dict:
     procs = min(producers, 4)
@@ -193,18 +234,24 @@ def main() -> None:
     try:
         print(f"fmq network benchmark: 1 KiB bodies, flush_mode sync, {args.seconds:.0f} s per "
               f"row, server {address}, {os.cpu_count()} CPUs")
-        print(f"{'client':<8}{'test':<14}{'producers':>10}{'ops':>10}{'ops/s':>10}"
+        print(f"{'client':<10}{'test':<14}{'producers':>10}{'ops':>10}{'ops/s':>10}"
               f"{'p50 ms':>9}{'p99 ms':>9}")
         rows = [("send", n) for n in (1, 16, 64)] + [("tx", 1), ("tx", 16)]
         for raw in (False, True):
             for mode, n in rows:
                 r = measure(address, n, args.seconds, mode, raw)
                 label = "sends" if mode == "send" else "transactions"
-                print(f"{'raw' if raw else 'sdk':<8}{label:<14}{r['producers']:>10}"
+                print(f"{'raw' if raw else 'sdk':<10}{label:<14}{r['producers']:>10}"
                       f"{r['ops']:>10}{r['ops_per_s']:>10.0f}{r['p50_ms']:>9.2f}"
                       f"{r['p99_ms']:>9.2f}", flush=True)
             if args.sdk_only:
                 break
+        if not args.sdk_only:
+            for n in (1, 16, 64):  # no network: what the broker itself does here, now
+                r = measure_embedded(os.path.join(tmp, f"embedded-{n}"), n, args.seconds)
+                print(f"{'embedded':<10}{'sends':<14}{r['producers']:>10}{r['ops']:>10}"
+                      f"{r['ops_per_s']:>10.0f}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}",
+                      flush=True)
     finally:
         server.terminate()
         server.wait(60)
