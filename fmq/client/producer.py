@@ -10,7 +10,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from fmq.errors import DuplicateTransaction, FMQError, InvalidArgument
+from fmq.errors import (
+    ConnectionLost,
+    DuplicateTransaction,
+    FMQError,
+    InvalidArgument,
+    RequestTimeout,
+)
 from fmq.message import Message, SendResult
 from fmq.protocol import Op
 from fmq.tx.ids import new_tx_id
@@ -141,13 +147,22 @@ class TransactionProducer(Producer):
         # Seed 3.2.3: version-ip-start time-pid-connection seq-tx seq.
         tx_id = tx_id or new_tx_id(self.connection_seq)
         req = {"producer_group": self.producer_group, "tx_id": tx_id, "messages": wire}
-        try:
-            return self.call(Op.PREPARE, req)["tx_id"]
-        except DuplicateTransaction:
-            # A retry after a lost answer: the first attempt did store it (the id is ours).
-            if self.retries:
-                return tx_id
-            raise
+        maybe_applied = False
+        attempt = 0
+        while True:
+            try:
+                return self.call(Op.PREPARE, req, retries=0)["tx_id"]
+            except DuplicateTransaction:
+                if maybe_applied:
+                    # An earlier attempt whose answer was lost did store it (the id is ours).
+                    return tx_id
+                raise
+            except FMQError as exc:
+                if not exc.retriable or attempt >= self.retries or self._closed:
+                    raise
+                maybe_applied = maybe_applied or isinstance(exc, (ConnectionLost, RequestTimeout))
+                time.sleep(self._backoff(attempt))
+                attempt += 1
 
     def commit(self, tx_id: str) -> TxState:
         return TxState(self.call(Op.COMMIT, {"tx_id": tx_id})["state"])

@@ -271,3 +271,16 @@ def test_consumer_iteration_ends_when_closed_from_another_thread(start_server):
         got.append(m.body)
         c.commit()
     assert got == [b"one"] and time.monotonic() - t0 < 10
+
+
+def test_prepare_with_a_duplicate_id_is_refused(start_server):
+    from fmq.errors import DuplicateTransaction
+
+    srv = start_server(FAST)
+    with TransactionProducer(srv.address, "dup", lambda u: fmq.TxState.UNKNOWN,
+                             feedback=False) as p:
+        tx = p.prepare([fmq.Message("dup", b"a")], tx_id="order-42")
+        assert tx == "order-42"
+        with pytest.raises(DuplicateTransaction):
+            p.prepare([fmq.Message("dup", b"b")], tx_id="order-42")
+        assert p.rollback(tx) == fmq.TxState.ROLLBACK
