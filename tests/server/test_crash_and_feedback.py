@@ -247,3 +247,54 @@ def test_feedback_asks_again_after_unknown_and_a_raising_checker(start_server):
             time.sleep(0.1)
     assert asked == [1, 2, 3]  # the server counted each check it sent
     assert [m.body for m in consume_all(srv.address, "later", "v", idle=0.5)] == [b"eventually"]
+
+
+def test_a_consumer_group_keeps_going_across_a_server_kill(start_server):
+    """At-least-once through a crash: a consumer polling and committing while the server is
+    SIGKILLed and restarted gets every acknowledged message (duplicates allowed)."""
+    srv = start_server(FAST)
+    acked: list[bytes] = []
+    consumed: list[bytes] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Producer(srv.address, retries=0, connect_timeout=1) as p:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    p.send("live", f"l{n}".encode())
+                    acked.append(f"l{n}".encode())
+                except FMQError:
+                    time.sleep(0.05)
+
+    c = Consumer(srv.address, "live-group", "live", connect_timeout=1)
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        t_end = time.monotonic() + 1.0
+        while time.monotonic() < t_end:
+            consumed.extend(m.body for m in c.poll(0.2))
+            c.commit()
+        srv.kill()
+        time.sleep(0.3)
+        srv.start()
+        t_end = time.monotonic() + 1.5
+        while time.monotonic() < t_end:
+            try:
+                consumed.extend(m.body for m in c.poll(0.2))
+                c.commit()
+            except FMQError:
+                time.sleep(0.05)  # the server was down for a moment
+        stop.set()
+        producer.join(10)
+        deadline = time.monotonic() + 20
+        while not set(acked) <= set(consumed) and time.monotonic() < deadline:
+            consumed.extend(m.body for m in c.poll(0.5))
+            c.commit()
+    finally:
+        stop.set()
+        c.close()
+    assert len(acked) > 50
+    missing = set(acked) - set(consumed)
+    assert not missing, f"{len(missing)} acknowledged messages never consumed"
