@@ -240,3 +240,20 @@ def test_worked_example_of_docs_protocol_md():
     resp = encode_response(Op.SEND, 1, {"result": {"offset": 0, "queue_id": 2,
                                                    "queue_offset": 0}})
     assert hexbytes(blocks[1]) == resp
+
+
+def test_string_length_limits():
+    from fmq.protocol import types as T
+
+    out = bytearray()
+    T.STR.encode(out, "x" * 0xFFFF)  # str: up to 65535 bytes
+    with pytest.raises(ProtocolError, match="limit"):
+        T.STR.encode(bytearray(), "x" * 0x10000)
+    T.OPT_STR.encode(bytearray(), "x" * 0xFFFE)  # optstr: 0xFFFF means null
+    with pytest.raises(ProtocolError, match="limit"):
+        T.OPT_STR.encode(bytearray(), "x" * 0xFFFF)
+    with pytest.raises(ProtocolError, match="must not be null"):
+        T.STR.encode(bytearray(), None)
+    assert T.OPT_STR.decode(memoryview(b"\xff\xff"), 0) == (None, 2)
+    with pytest.raises(ProtocolError, match="0 or 1"):
+        T.BOOL.decode(memoryview(b"\x02"), 0)

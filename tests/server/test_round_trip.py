@@ -284,3 +284,18 @@ def test_prepare_with_a_duplicate_id_is_refused(start_server):
         with pytest.raises(DuplicateTransaction):
             p.prepare([fmq.Message("dup", b"b")], tx_id="order-42")
         assert p.rollback(tx) == fmq.TxState.ROLLBACK
+
+
+def test_server_list_fails_over_to_a_live_server(start_server):
+    from fmq.client import parse_servers
+
+    from .harness import free_port
+
+    assert parse_servers("a:1, b:2") == [("a", 1), ("b", 2)]
+    assert parse_servers(["h"]) == [("h", 9876)]
+    with pytest.raises(InvalidArgument):
+        parse_servers("host:notaport")
+    srv = start_server(FAST)
+    with Producer([f"127.0.0.1:{free_port()}", srv.address], retries=2,
+                  backoff_initial=0.01) as p:
+        assert p.send("fo", b"x").queue_offset == 0
