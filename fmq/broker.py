@@ -160,6 +160,9 @@ class Broker:
             if self.log.failed is None and self.dispatcher.error is None:
                 self.checkpoint()
         finally:
+            # also when the flush above failed: closing LMDB under a running dispatcher
+            # hung env.close() (found by the power-loss test)
+            self.dispatcher.stop()
             self.index.close()
             self.log.close()
             self._release()

@@ -170,6 +170,14 @@ def run_child(script: str, data_dir: str, ack_path: str, timeout: float = 120.0,
               **params) -> ChildResult:
     """Run ``script`` (the body of a function with ``broker_dir``, ``io``, ``ack``,
     ``params``, ``fmq`` in scope) in a fresh interpreter."""
+    code = child_code(script, data_dir, ack_path, **params)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    return ChildResult(proc.returncode, read_acks(ack_path), proc.stderr)
+
+
+def child_code(script: str, data_dir: str, ack_path: str, **params) -> str:
+    """The program :func:`run_child` runs: the prelude, then ``script``."""
     prelude = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {ROOT!r})
@@ -180,7 +188,15 @@ def run_child(script: str, data_dir: str, ack_path: str, timeout: float = 120.0,
         io = CrashingIO()
         ack = AckLog({ack_path!r})
     """)
-    code = prelude + textwrap.dedent(script)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
-    return ChildResult(proc.returncode, read_acks(ack_path), proc.stderr)
+    return prelude + textwrap.dedent(script)
+
+
+def start_child(script: str, data_dir: str, ack_path: str, wrapper: tuple[str, ...] = (),
+                **params) -> subprocess.Popen:
+    """Like :func:`run_child`, but return at once with the running process (for faults
+    injected from outside, e.g. a file system shut down while the child writes).
+    ``wrapper`` prefixes the command (e.g. ``("eatmydata",)``)."""
+    return subprocess.Popen([*wrapper, sys.executable, "-c",
+                             child_code(script, data_dir, ack_path, **params)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)

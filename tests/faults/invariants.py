@@ -114,7 +114,11 @@ class TxView:
 def consumable(broker) -> dict[str, list[tuple[str, int, int, bytes]]]:
     """message id -> every (topic, queue, queue offset, body) where a consumer sees it."""
     out: dict[str, list] = {}
-    for (topic, qid), msgs in broker.all_messages(TOPICS).items():
+    try:
+        queues = broker.all_messages(TOPICS)
+    except fmq.FMQError as exc:  # an indexed message that cannot be read back
+        fail("I1", f"reading the consumable messages failed: {exc!r}")
+    for (topic, qid), msgs in queues.items():
         expect = None
         for m in msgs:
             if expect is not None and m.queue_offset != expect:

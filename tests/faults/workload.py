@@ -132,6 +132,16 @@ def random_plan(rng: random.Random, n_ops: int, prefix: str = "", max_size: int 
     return plan
 
 
+def bulk_messages(producers: int, per_producer: int, transactions: int
+                  ) -> tuple[dict[int, list[dict]], dict[str, list[dict]]]:
+    """Deterministic messages for threaded writers: per producer, and per transaction."""
+    sends = {p: [msg(f"p{p}.{k}", 200 + (p * 37 + k * 11) % 900, TOPICS[p % 2])
+                 for k in range(per_producer)] for p in range(producers)}
+    txs = {f"x.{k}": [msg(f"x.{k}.{j}", 120 + 40 * j, "pay") for j in range(2)]
+           for k in range(transactions)}
+    return sends, txs
+
+
 def plan_messages(plan: list[dict]) -> dict[str, dict]:
     """Every message of the plan by id."""
     out = {}
