@@ -24,6 +24,7 @@ from fmq.protocol import (
     encode_error,
     encode_response,
 )
+from fmq.server.handlers import from_result, to_message
 
 if TYPE_CHECKING:
     from fmq.server.server import Server
@@ -143,10 +144,46 @@ class Connection(asyncio.Protocol):
             self.send(encode_error(frame.opcode, frame.request_id, ServerBusy(
                 "the server is shutting down; retry against the restarted server")))
             return
+        if frame.opcode == Op.SEND:
+            self._send_fast(frame)
+            return
         task = asyncio.ensure_future(self.handle(frame))
         self.tasks.add(task)
         srv.all_tasks.add(task)
         task.add_done_callback(self._done)
+
+    def _send_fast(self, frame: Frame) -> None:
+        """SEND, the hot path, without a task: the batcher's future answers it directly."""
+        srv = self.server
+        op, rid = frame.opcode, frame.request_id
+        try:
+            req = decode_request(frame)
+        except ProtocolError as exc:
+            self.fail(op, rid, exc, "malformed SEND payload")
+            return
+        srv.requests += 1
+        try:
+            fut = srv.batcher.submit([to_message(req["message"])])
+        except FMQError as exc:
+            self.send(encode_error(op, rid, exc))
+            return
+        self.tasks.add(fut)
+        srv.all_tasks.add(fut)
+
+        def answer(f: asyncio.Future) -> None:
+            self.tasks.discard(f)  # the slot is free before the answer leaves
+            exc = f.exception() if not f.cancelled() else ServerBusy(
+                "the send was cancelled by a shutdown; retry against the restarted server")
+            if exc is None:
+                data = encode_response(op, rid, {"result": from_result(f.result()[0])})
+            else:
+                if not isinstance(exc, FMQError):
+                    logger.error("SEND failed unexpectedly: %r", exc)
+                data = encode_error(op, rid, exc)
+            self.send(data)
+            self._done(f)
+
+        fut.add_done_callback(answer)
 
     def _done(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)

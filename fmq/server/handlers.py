@@ -78,10 +78,8 @@ async def _ping(srv: Server, conn: Connection, req: dict) -> dict:
             "max_frame_size": cfg.max_frame_size, "max_in_flight": cfg.max_in_flight}
 
 
-@handles(Op.SEND)
-async def _send(srv: Server, conn: Connection, req: dict) -> dict:
-    results = await srv.batcher.submit([to_message(req["message"])])
-    return {"result": from_result(results[0])}
+# SEND, the hot path, is answered without a task by Connection._send_fast (same steps:
+# decode, batcher.submit, answer with the SendResult).
 
 
 @handles(Op.SEND_BATCH)
