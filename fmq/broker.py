@@ -76,6 +76,14 @@ class Broker:
         try:
             broker._open(progress)
         except BaseException:
+            # a refused open (CorruptLog, ...) must not leak the index, segment fds or
+            # threads: a caller that retries would run out of descriptors and mappings
+            dispatcher = getattr(broker, "dispatcher", None)
+            if dispatcher is not None:
+                dispatcher.stop()
+            for part in ("index", "log"):
+                if getattr(broker, part, None) is not None:
+                    getattr(broker, part).close()
             broker._release()
             raise
         return broker

@@ -162,3 +162,23 @@ def test_damage_outside_the_tail_is_named_never_cut(tmp_path, written, where, mo
         assert _segment_bytes(data) == before, f"{what}: the log was modified"
     assert tried > len(cases) * 0.9
     print(f"fault 2 ({where}, {mode}): {tried} damages named; opened {opened}")
+
+
+def test_refused_open_releases_everything(tmp_path, written):
+    """Opening a corrupt log again and again (an operator or a supervisor retrying) leaks
+    no file descriptor, index mapping or thread, and never takes the lock for good."""
+    import threading
+
+    base, keys = written
+    data = copy_dir(base, str(tmp_path / "data"))
+    os.unlink(os.path.join(data, "checkpoint"))
+    shutil.rmtree(os.path.join(data, "index"))
+    _damage(data, "bitflip", keys[3][1] + 10, random.Random(2))
+    config = make_config(CONFIG)
+    fds = len(os.listdir("/proc/self/fd"))
+    threads = threading.active_count()
+    for _ in range(30):
+        with pytest.raises(fmq.CorruptLog):
+            fmq.Broker.open(data, config)
+    assert len(os.listdir("/proc/self/fd")) <= fds, "a refused open leaked file descriptors"
+    assert threading.active_count() <= threads, "a refused open left threads running"
