@@ -14,8 +14,8 @@ from fmq.cli.common import emit, fmq_errors, json_option
 DEFAULT_SERVER = "127.0.0.1:9876"
 
 server_option = click.option(
-    "--server", "server", default=DEFAULT_SERVER, show_default=True,
-    help="HOST:PORT of the FMQ server (comma-separated for several).")
+    "--server", "server", default=DEFAULT_SERVER, show_default=True, envvar="FMQ_SERVER",
+    help="HOST:PORT of the FMQ server (comma-separated for several); env FMQ_SERVER.")
 
 
 @click.command("server")

@@ -12,6 +12,8 @@ from fmq.cli.common import emit, fmq_errors, json_option
 server_option = click.option(
     "--server", default=None, metavar="HOST:PORT",
     help="Ask this running server instead of reading a stopped broker's DATA_DIR.")
+# (No FMQ_SERVER default here: with it set, `fmq tx resolve DIR ...` would silently go to a
+# server instead of the directory named on the command line.)
 
 
 @click.group("tx")

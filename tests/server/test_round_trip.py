@@ -299,3 +299,17 @@ def test_server_list_fails_over_to_a_live_server(start_server):
     with Producer([f"127.0.0.1:{free_port()}", srv.address], retries=2,
                   backoff_initial=0.01) as p:
         assert p.send("fo", b"x").queue_offset == 0
+
+
+def test_fmq_server_environment_variable(start_server):
+    import os
+    import subprocess
+
+    from .harness import FMQ
+
+    srv = start_server(FAST)
+    env = dict(os.environ, FMQ_SERVER=srv.address)
+    out = subprocess.run([*FMQ, "produce", "--topic", "env", "--body", "e", "--json"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json_lines(out.stdout)[0]["queue_offset"] == 0
