@@ -20,7 +20,7 @@ import shutil
 import pytest
 
 from tests.crashkit import read_acks
-from tests.faults.invariants import reference_run, verify_crash
+from tests.faults.invariants import InvariantViolation, reference_run, verify_crash
 from tests.faults.workload import ack_path, config_kwargs, run_plan, small_plan
 
 PLAN = small_plan()
@@ -66,3 +66,26 @@ def test_every_crash_point_of_the_small_workload(tmp_path, reference, mode):
     assert crashed == total, f"{crashed} crash points, the reference run counted {total}"
     print(f"fault 3 ({mode}): {crashed} crash points enumerated")
     assert not os.path.exists(tmp_path / "raw")
+
+
+def test_control_an_early_acknowledgement_is_caught(tmp_path, reference):
+    """The enumeration can fail: a writer that acknowledges a send before the broker has
+    it (what a broker acking before its write/fsync does) is caught by I1."""
+    keys, total = reference
+    for n in range(1, total + 1):
+        data = str(tmp_path / "data")
+        shutil.rmtree(data, ignore_errors=True)
+        path = ack_path(f"early-{n}")
+        res = run_plan(data, path, PLAN, CONFIG, ack_early=True,
+                       arm={"op": "any", "nth": n, "mode": "before", "segments_only": False,
+                            "include_tmp": True})
+        if not res.killed:
+            continue
+        try:
+            verify_crash(data, PLAN, read_acks(path), CONFIG, str(tmp_path), keys,
+                         twice=False, append_after=False)
+        except InvariantViolation as exc:
+            assert "I1" in str(exc)
+            print(f"fault 3 control: early acknowledgement caught at crash point {n}")
+            return
+    raise AssertionError("no crash point caught a send acknowledged before it was stored")

@@ -158,11 +158,20 @@ def to_message(m: dict):
                        queue_id=m["queue_id"])
 
 
-def execute(broker, plan: list[dict], ack, start: int = 0) -> None:
-    """Run ``plan[start:]`` on ``broker``; ``ack(**event)`` after each acknowledged step."""
+def execute(broker, plan: list[dict], ack, start: int = 0, ack_early: bool = False) -> None:
+    """Run ``plan[start:]`` on ``broker``; ``ack(**event)`` after each acknowledged step.
+
+    ``ack_early`` (a deliberately broken writer, for control tests): each send is
+    acknowledged *before* the broker is asked to store it, as a broker acknowledging
+    before its fsync would."""
     for i, op in enumerate(plan[start:], start):
         kind = op["op"]
-        if kind == "send":
+        if kind == "send" and ack_early:
+            head = broker.log.next_offset
+            ack(i=i, op="send", ids=[op["msgs"][0]["id"]],
+                results=[[head, op["msgs"][0]["queue_id"] or 0, -1]])
+            broker.send_batch([to_message(m) for m in op["msgs"]])
+        elif kind == "send":
             results = broker.send_batch([to_message(m) for m in op["msgs"]])
             ack(i=i, op="send", ids=[m["id"] for m in op["msgs"]],
                 results=[[r.offset, r.queue_id, r.queue_offset] for r in results])
@@ -194,7 +203,7 @@ if params.get("trace"):
     io.trace = []
 broker = fmq.Broker.open(broker_dir, cfg, io=io)
 ack(op="opened")
-execute(broker, params["plan"], ack, params.get("start", 0))
+execute(broker, params["plan"], ack, params.get("start", 0), params.get("ack_early", False))
 ack(op="done", ops=io.total, trace=io.trace)
 if params.get("close", True):
     broker.close()
