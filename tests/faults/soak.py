@@ -30,6 +30,7 @@ import tempfile
 import time
 import traceback
 
+import fmq
 from tests.crashkit import read_acks
 from tests.faults.invariants import (
     check_acked_and_transactions,
@@ -40,12 +41,14 @@ from tests.faults.invariants import (
     record_key,
     state_of,
 )
+from tests.faults.powerloss import PowerCut, PowerLossIO
 from tests.faults.workload import (
     GROUP,
     RECOVER_AND_DIE_SCRIPT,
     ack_path,
     config_kwargs,
     copy_dir,
+    execute,
     make_config,
     random_plan,
     run_plan,
@@ -66,7 +69,7 @@ def _resolve_old(rng: random.Random, plan: list[dict], open_txs: list[str]) -> l
 
 class Soak:
     def __init__(self, seed: int, workdir: str, fresh_every: int, twice_every: int,
-                 verbose: bool) -> None:
+                 verbose: bool, power_every: int = 0) -> None:
         self.seed = seed
         self.workdir = workdir
         self.fresh_every = fresh_every
@@ -77,6 +80,8 @@ class Soak:
         self.completed = 0
         self.iterations = 0
         self.records_checked = 0
+        self.power_cuts = 0
+        self.power_every = power_every
         #: Known limitation met (see invariants.emptied_queues): reported, not failed.
         self.emptied_queues: list[bytes] = []
         self._reset()
@@ -99,6 +104,8 @@ class Soak:
             if op["op"] == "prepare":
                 op["group"] = GROUP
         kind = rng.random()
+        if self.power_every and i % self.power_every == self.power_every - 1:
+            return self._power_iteration(i, rng, plan)
         if kind < 0.1:
             arm = None  # no crash: the child exits without closing (SIGKILL at the end)
         else:
@@ -121,6 +128,48 @@ class Soak:
         self.crashes += not done
         self.plans += plan
         self.acks += [a for a in acks if a["op"] not in ("opened", "done", "closed")]
+        return self._check(i, f"{len(plan)} ops, {'completed' if done else 'crashed'} "
+                              f"({arm['op'] + ' #' + str(arm['nth']) + ' ' + arm['mode'] if arm else 'no fault'})")
+
+    def _power_iteration(self, i: int, rng: random.Random, plan: list[dict]) -> str:
+        """The plan runs in this process on PowerLossIO; the power is cut at a random
+        operation and the files rewritten as a disk could hold them (random keep / drop /
+        garble of unsynced writes and directory entries; index kept, deleted or rolled back
+        to the last checkpoint)."""
+        snaps = os.path.join(self.workdir, "snaps")
+        shutil.rmtree(snaps, ignore_errors=True)
+        os.makedirs(snaps)
+        io = PowerLossIO(cut_at=rng.randint(1, 3 * len(plan) + 2), snapshot_dir=snaps)
+        acks: list[dict] = []
+        broker = None
+        try:
+            broker = fmq.Broker.open(self.data, self.config, io=io)
+            execute(broker, plan, lambda **e: acks.append(e))
+        except (PowerCut, fmq.FMQError):
+            pass
+        finally:
+            if broker is not None:
+                try:
+                    broker.close()
+                except (PowerCut, fmq.FMQError):
+                    pass
+        self.plans += plan
+        self.acks += acks
+        if not io.dead:
+            self.completed += 1
+            return self._check(i, f"{len(plan)} ops, power never cut")
+        self.power_cuts += 1
+        decided = io.apply_power_cut(rng, "random")
+        fate = rng.choice(["keep", "delete", "checkpoint"])
+        index = os.path.join(self.data, "index")
+        if fate != "keep":
+            shutil.rmtree(index, ignore_errors=True)
+            if fate == "checkpoint" and io.index_snapshot:
+                shutil.copytree(io.index_snapshot, index)
+        return self._check(i, f"{len(plan)} ops, power cut at op {io.cut_at} ({decided}, "
+                              f"index {fate})")
+
+    def _check(self, i: int, what: str) -> str:
         raw = copy_dir(self.data, os.path.join(self.workdir, "raw"))
         broker = open_broker(self.data, self.config)
         try:
@@ -154,9 +203,7 @@ class Soak:
                 b.close()
             compare_states(state, again, "recovering twice")
         shutil.rmtree(raw, ignore_errors=True)
-        return (f"{len(plan)} ops, {'completed' if done else 'crashed'} "
-                f"({arm['op'] + ' #' + str(arm['nth']) + ' ' + arm['mode'] if arm else 'no fault'}), "
-                f"log {len(self.last_log)} records, {len(self.open_txs)} open tx")
+        return f"{what}, log {len(self.last_log)} records, {len(self.open_txs)} open tx"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
                         "the data dir starts empty, so a late failure replays quickly)")
     p.add_argument("--fresh-every", type=int, default=40)
     p.add_argument("--twice-every", type=int, default=3)
+    p.add_argument("--power-every", type=int, default=4,
+                   help="every N-th iteration cuts the power (PowerLossIO, in this process) "
+                        "instead of killing a child (0: never)")
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true", help="keep the work dir")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -179,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak seed {seed}", flush=True)
     workdir = args.workdir or tempfile.mkdtemp(prefix=f"fmq-soak-{seed}-")
     os.makedirs(workdir, exist_ok=True)
-    soak = Soak(seed, workdir, args.fresh_every, args.twice_every, args.verbose)
+    soak = Soak(seed, workdir, args.fresh_every, args.twice_every, args.verbose,
+                args.power_every)
     deadline = time.monotonic() + args.minutes * 60
     t0 = time.monotonic()
     i = args.start - args.start % args.fresh_every
@@ -204,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         soak.iterations += 1
     minutes = (time.monotonic() - t0) / 60
     print(f"soak seed {seed}: {soak.iterations} iterations in {minutes:.1f} min, "
-          f"{soak.crashes} crashes survived, {soak.completed} runs completed "
+          f"{soak.crashes} crashes (SIGKILL) and {soak.power_cuts} power cuts survived, "
+          f"{soak.completed} runs completed "
           f"(killed at the end), {soak.records_checked} recovered records checked, "
           f"{len(soak.emptied_queues)} times a queue emptied by retention was unknown to "
           f"the rebuilt index (known limitation)"
