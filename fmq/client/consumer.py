@@ -113,13 +113,19 @@ class Consumer(Client):
         if incoming is None:
             return
         old = set(self._assigned)
+        try:
+            starts = {q: self._start_position(q) for q in incoming if q not in old}
+        except FMQError:
+            with self._lock:  # try again at the next poll unless a newer assignment came
+                if self._incoming is None:
+                    self._incoming = incoming
+            raise
         for q in old - set(incoming):
             self._positions.pop(q, None)
             self._committed.pop(q, None)
             self._inflight.pop(q, None)  # a late answer is dropped
-        for q in incoming:
-            if q not in old:
-                self._positions[q] = self._start_position(q)
+        self._positions.update(starts)
+        self._seen.update(starts)
         self._assigned = incoming
         logger.info("consumer %s of group %s now reads %s", self.member_id, self.group,
                     ", ".join(f"{t}/{q}" for t, q in incoming) or "nothing")
@@ -127,7 +133,6 @@ class Consumer(Client):
     def _start_position(self, q: Queue) -> int:
         topic, qid = q
         first = q not in self._seen
-        self._seen.add(q)
         if self.start == "committed" or not first:
             off = self.call(Op.FETCH_OFFSET, {"group": self.group, "topic": topic,
                                               "queue_id": qid})["offset"]
