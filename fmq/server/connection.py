@@ -132,7 +132,7 @@ class Connection(asyncio.Protocol):
                    else "a response frame sent to the server")
             self.fail(frame.opcode, frame.request_id, ProtocolError(
                 f"{why} ({frame.version}); this server speaks version {PROTOCOL_VERSION} "
-                f"requests, see docs/protocol.md"), why)
+                f"requests, see docs/protocol.md"), "bad frame header")
             return
         if len(self.tasks) >= cfg.max_in_flight:
             srv.busy_refusals += 1
