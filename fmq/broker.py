@@ -30,7 +30,7 @@ from fmq.index.store import IndexStore, destroy
 from fmq.log.crc import crc32c
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.log import Log
-from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR
+from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR, QUEUE_FLOORS_FILE
 from fmq.log.record import HEADER_SIZE, Record, RecordType, decode
 from fmq.message import (
     Message,
@@ -44,6 +44,7 @@ from fmq.message import (
     check_topic,
 )
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp, write_checkpoint
+from fmq.recovery.floors import write_floors
 from fmq.recovery.recover import recover
 from fmq.tx.manager import PreMessage, Transaction, TxManager, TxState, UncertainTx
 
@@ -546,6 +547,10 @@ class Broker:
             too_big = bool(cfg.retention_bytes) and total > cfg.retention_bytes
             if not (too_old or too_big):
                 break
+            if not deleted:  # before the first deletion: queues it empties keep their marks
+                write_floors(os.path.join(self.path, QUEUE_FLOORS_FILE),
+                             {q: hi for q, (_lo, hi) in self.index.all_queues().items()},
+                             self.io)
             self.log.delete_segment(seg)
             deleted.append(seg.name)
         if deleted:

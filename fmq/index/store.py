@@ -338,18 +338,26 @@ class IndexStore:
         for qkey, qval in list(txn.cursor(db=self.queues)):
             topic, qid = K.split_queue_key(qkey)
             lo, hi = K.QUEUE_VALUE.unpack(qval)
-            new_lo = lo
-            while new_lo < hi:
-                k = K.cq_key(topic, qid, new_lo)
-                v = txn.get(k, db=self.cq)
-                if v is not None:
-                    doff, _ds, _th, st, _src = K.CQ_VALUE.unpack(v)
-                    if doff >= log_start:
+            new_lo = hi  # unless an entry at or after log_start remains
+            doomed_entries = []
+            cur = txn.cursor(db=self.cq)
+            # Seek, don't count: after a rebuild the stored minimum is 0 while the first
+            # remaining entry may be millions of offsets further.
+            if cur.set_range(K.cq_key(topic, qid, lo)):
+                for k, v in cur:
+                    if not k.startswith(qkey):
                         break
-                    txn.delete(k, db=self.cq)
-                    txn.delete(K.time_key(topic, qid, st, new_lo), db=self.time)
-                    removed += 1
-                new_lo += 1
+                    doff, _ds, _th, st, _src = K.CQ_VALUE.unpack(v)
+                    qoff = K.split_cq_key(k)[2]
+                    if doff >= log_start:
+                        new_lo = qoff
+                        break
+                    doomed_entries.append((k, K.time_key(topic, qid, st, qoff)))
+            for k, tk in doomed_entries:
+                txn.delete(k, db=self.cq)
+                txn.delete(tk, db=self.time)
+            removed += len(doomed_entries)
+            new_lo = max(new_lo, lo)
             if new_lo != lo:
                 txn.put(qkey, K.QUEUE_VALUE.pack(new_lo, hi), db=self.queues)
         cur = txn.cursor(db=self.keyoff)
@@ -380,13 +388,23 @@ class IndexStore:
                 txn.delete(tid, db=self.txends)
             txn.delete(k, db=self.txoff)
 
-    def set_queue_min(self, topic: str, queue_id: int, min_offset: int) -> None:
+    def apply_floors(self, floors: dict[tuple[str, int], int]) -> int:
+        """Raise each queue's offsets to its floor (queue-floors file); returns how many
+        queues changed."""
         def fn(txn):
-            k = K.queue_key(topic, queue_id)
-            v = txn.get(k, db=self.queues)
-            lo, hi = K.QUEUE_VALUE.unpack(v) if v else (0, 0)
-            txn.put(k, K.QUEUE_VALUE.pack(max(lo, min_offset), max(hi, min_offset)), db=self.queues)
-        self._write(fn)
+            changed = 0
+            for (topic, qid), floor in floors.items():
+                k = K.queue_key(topic, qid)
+                v = txn.get(k, db=self.queues)
+                lo, hi = K.QUEUE_VALUE.unpack(v) if v else (floor, floor)
+                top = max(hi, floor)
+                # An empty queue moves up to its floor; one with entries keeps its minimum.
+                new = (top, top) if lo >= hi else (lo, top)
+                if v is None or new != (lo, hi):
+                    txn.put(k, K.QUEUE_VALUE.pack(*new), db=self.queues)
+                    changed += 1
+            return changed
+        return self._write(fn)
 
     def clear_derived(self) -> None:
         """Empty every database derived from the log (keeps consumer offsets)."""

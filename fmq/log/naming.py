@@ -15,6 +15,7 @@ _SEGMENT_RE = re.compile(r"^(\d{20})\.seg$")
 LOG_DIR = "log"
 INDEX_DIR = "index"
 CHECKPOINT_FILE = "checkpoint"
+QUEUE_FLOORS_FILE = "queue-floors"
 LOCK_FILE = "LOCK"
 
 

@@ -20,7 +20,8 @@
    segments that hold nothing valid.
 4. **Index beyond the end**: remove index entries for records past the recovered end
    (and before the log's start: retention deleted their segments).
-5. **Queue high-water marks**: the next queue offset of every queue, from the index.
+5. **Queue high-water marks**: the next queue offset of every queue, from the index,
+   raised to the floors retention recorded for queues it emptied (``queue-floors``).
 
 Roll-forward of committing transactions and handing open ones back to feedback happen in
 the broker (they write to the log) right after these passes.
@@ -38,10 +39,11 @@ from fmq.errors import CorruptCheckpoint, CorruptLog
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
-from fmq.log.naming import CHECKPOINT_FILE, format_segment_name
+from fmq.log.naming import CHECKPOINT_FILE, QUEUE_FLOORS_FILE, format_segment_name
 from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
+from fmq.recovery.floors import read_floors
 from fmq.tx.manager import PreMessage, Transaction, TxManager, TxState
 
 log = logging.getLogger(__name__)
@@ -174,7 +176,8 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     report.index_entries_removed += index.remove_before(first)
     index.set_applied_offset(end)
 
-    # Pass 5: queue high-water marks.
+    # Pass 5: queue high-water marks, raised to the floors of queues retention emptied.
+    index.apply_floors(read_floors(os.path.join(data_dir, QUEUE_FLOORS_FILE)))
     queue_next = {q: hi for q, (_lo, hi) in index.all_queues().items()}
     report.open_transactions = len(txm.open)
     report.seconds = time.monotonic() - t0
