@@ -280,9 +280,9 @@ def test_reopening_with_a_smaller_segment_size_keeps_large_records(tmp_path):
 def test_a_queue_emptied_by_retention_keeps_its_offsets_through_an_index_rebuild(tmp_path):
     cfg = config(retention_bytes=20 * 1024)
     with fmq.Broker.open(str(tmp_path), cfg) as b:
-        for i in range(40):  # queue 3 of "a" only early on
+        for _i in range(40):  # queue 3 of "a" only early on
             b.send(fmq.Message("a", b"early" * 40, queue_id=3))
-        for i in range(300):
+        for _i in range(300):
             b.send(fmq.Message("b", b"later" * 40, queue_id=0))
         b.wait_indexed()
         assert b.enforce_retention()
