@@ -12,7 +12,8 @@ rewrites the files as a disk could hold them after the cut: each file is its las
 content plus each unsynced write **kept**, **dropped** or **garbled** (random bytes), and
 each unsynced directory operation is kept or undone (a created file vanishes, a rename goes
 back, an unlinked file comes back). ``policy="drop"`` drops and undoes everything unsynced,
-``"random"`` decides each one with the given RNG.
+``"random"`` decides each one with the given RNG, ``"ordered"`` keeps a random prefix of
+each file's unsynced writes (write-back in file order; the next write may be torn).
 
 ``nosync=True`` turns ``fdatasync`` into a no-op that makes nothing durable (the negative
 control, fault 12: the suite must then detect lost acknowledged data).
@@ -173,7 +174,7 @@ class PowerLossIO(FileIO):
     def apply_power_cut(self, rng: random.Random, policy: str = "random") -> dict:
         """Rewrite the files as they could be after the cut (call once every fd the broker
         held is closed). Returns what was decided, for the failure message."""
-        assert policy in ("drop", "random", "keep")
+        assert policy in ("drop", "random", "keep", "ordered")
         self.dead = True
 
         def choose(options, weights):
@@ -187,8 +188,16 @@ class PowerLossIO(FileIO):
         images: dict[int, bytes] = {}
         for fid, pending in self._pending.items():
             image = bytearray(self._durable[fid] or b"")
-            for op in pending:
-                what = choose(["keep", "garble", "drop"], [4, 1, 4])
+            # "ordered": the file's unsynced writes reach the disk in order (write-back by
+            # increasing page of an appended file): a random prefix is kept, the next one
+            # may be torn (garbled), the rest are lost
+            prefix = rng.randint(0, len(pending)) if policy == "ordered" else -1
+            for k, op in enumerate(pending):
+                if policy == "ordered":
+                    what = "keep" if k < prefix else (
+                        rng.choice(["garble", "drop"]) if k == prefix else "drop")
+                else:
+                    what = choose(["keep", "garble", "drop"], [4, 1, 4])
                 if what == "drop":
                     decided["dropped"] += 1
                     continue
@@ -206,8 +215,12 @@ class PowerLossIO(FileIO):
             images[fid] = bytes(image)
         where = dict(self._path)
         for ops in self._dirops.values():
-            for op in reversed(ops):
-                if choose(["keep", "undo"], [1, 1]) == "keep":
+            undo_last = rng.randint(0, len(ops)) if policy == "ordered" else -1
+            for k, op in enumerate(reversed(ops)):
+                if policy == "ordered":  # a journal: a suffix of the operations is lost
+                    if k >= undo_last:
+                        continue
+                elif choose(["keep", "undo"], [1, 1]) == "keep":
                     continue
                 decided["undone"] += 1
                 if op[0] == "create":

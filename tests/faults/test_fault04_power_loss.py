@@ -66,18 +66,20 @@ def _index_fate(data: str, io: PowerLossIO, rng: random.Random, policy: str) -> 
     return "delete"
 
 
-def power_cut_run(tmp_path, n: int, trial: str, keys, nosync: bool = False) -> str:
+def power_cut_run(tmp_path, n: int, trial: str, keys, nosync: bool = False,
+                  config_kw: dict = CONFIG) -> str:
     """Run the plan, cut the power at operation ``n``, recover and check; returns a
-    description of what the cut decided."""
+    description of what the cut decided. In async flush mode plain sends are acknowledged
+    before their fsync (by design), so only transaction acknowledgements are checked."""
     data = str(tmp_path / "data")
     snaps = str(tmp_path / "snaps")
     for d in (data, snaps):
         shutil.rmtree(d, ignore_errors=True)
     os.makedirs(snaps)
     rng = random.Random(f"fault4-{n}-{trial}-{nosync}")
-    policy = "drop" if trial == "drop" else "random"
+    policy = {"drop": "drop", "ordered": "ordered"}.get(trial, "random")
     io = PowerLossIO(cut_at=n, nosync=nosync, snapshot_dir=snaps)
-    config = make_config(CONFIG)
+    config = make_config(config_kw)
     acks: list[dict] = []
     broker = None
     try:
@@ -91,6 +93,8 @@ def power_cut_run(tmp_path, n: int, trial: str, keys, nosync: bool = False) -> s
                 broker.close()
             except (PowerCut, fmq.FMQError):
                 pass
+    if config.flush_mode == "async":
+        acks = [a for a in acks if a["op"] != "send"]
     decided = io.apply_power_cut(rng, policy)
     fate = _index_fate(data, io, rng, policy)
     what = f"power cut at op {n} ({trial}: {decided}, index {fate})"
@@ -110,6 +114,21 @@ def test_power_cut_at_every_operation(tmp_path, reference):
         for trial in TRIALS:
             power_cut_run(tmp_path, n, trial, keys)
     print(f"fault 4: {total} power-cut points x {len(TRIALS)} trials")
+
+
+def test_power_cut_in_async_flush_mode(tmp_path, reference):
+    """Async flush mode: plain sends may be lost (documented), but never a transaction
+    step, and recovery never refuses the log (a later segment durable while the earlier
+    one's unsynced tail was lost would look like corruption). Several unsynced writes of
+    one file reach the disk in order here (``ordered``); with arbitrary reordering inside
+    one file, a lost write followed by a kept one is reported as corruption (see
+    docs/reliability.md, known limitations)."""
+    keys, total = reference
+    cfg = dict(CONFIG, flush_mode="async", flush_interval_ms=10_000)
+    for n in range(1, total + 1):
+        for trial in ("drop", "ordered"):
+            power_cut_run(tmp_path, n, trial, keys, config_kw=cfg)
+    print(f"fault 4 (async flush): {total} power-cut points x 2 trials")
 
 
 def test_negative_control_no_fsync_loses_acknowledged_data(tmp_path, reference):
