@@ -127,6 +127,7 @@ class Server:
         self._next_conn = 0
         self._server: asyncio.base_events.Server | None = None
         self._stop_event: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None  # set by a second stop signal
         #: Pull long polls wait on these: one per (topic, queue) with waiters, one per
         #: connection (it closing), and one for "anything" (transaction commits, whose
         #: queues the broker does not report).
@@ -140,6 +141,7 @@ class Server:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
+        self._hurry = asyncio.Event()
         self._any_event = asyncio.Event()
         self.batcher = _SendBatcher(self)
         try:
@@ -170,6 +172,11 @@ class Server:
         if not self.stopping:
             logger.info("%s: stopping (no new connections or requests; finishing in-flight)",
                         why)
+        elif self._hurry is not None and not self._hurry.is_set():
+            # A second Ctrl-C: stop waiting for requests in flight; the broker is still
+            # closed properly (flush, checkpoint).
+            logger.warning("%s again: not waiting for requests in flight", why)
+            self._hurry.set()
         self.stopping = True
         self._wake_pullers()
         if self._stop_event is not None:
@@ -181,10 +188,15 @@ class Server:
             self._server.close()
         pending = list(self.all_tasks)
         if pending:
-            _, late = await asyncio.wait(pending, timeout=self.config.shutdown_grace_ms / 1000)
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait([asyncio.gather(*pending, return_exceptions=True), hurry],
+                               timeout=self.config.shutdown_grace_ms / 1000,
+                               return_when=asyncio.FIRST_COMPLETED)
+            hurry.cancel()
+            late = [t for t in pending if not t.done()]
             if late:
-                logger.warning("%d requests still running after %d ms; abandoning them",
-                               len(late), self.config.shutdown_grace_ms)
+                logger.warning("abandoning %d requests still running (shutdown_grace_ms %d or a "
+                               "second stop signal)", len(late), self.config.shutdown_grace_ms)
         for conn in list(self.connections.values()):
             conn.close()
         loop = asyncio.get_running_loop()
