@@ -144,7 +144,9 @@ def test_malformed_truncated_oversize_frames_close_only_that_connection(start_se
         dec = FrameDecoder()
         frames = []
         while len(frames) < 2:
-            frames.extend(dec.feed(s.recv(65536)))
+            data = s.recv(65536)
+            assert data, "the server closed a connection that only sent an unknown opcode"
+            frames.extend(dec.feed(data))
         assert frames[0].request_id == 9 and "unknown opcode" in str(decode_error(frames[0]))
         assert frames[1].request_id == 10 and decode_response(frames[1])["protocol_version"] == 1
         s.close()
