@@ -42,7 +42,7 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(server.config.max_frame_size)
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Future] = set()  # requests in flight
         self.closing = False  # no more requests will be read
         self.eof = False
         self._paused = False
@@ -185,7 +185,7 @@ class Connection(asyncio.Protocol):
 
         fut.add_done_callback(answer)
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Future) -> None:
         self.tasks.discard(task)
         self.server.all_tasks.discard(task)
         if self.eof and not self.tasks:

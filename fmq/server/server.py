@@ -68,13 +68,16 @@ class _SendBatcher:
     def _flush(self) -> None:
         self.scheduled = False
         pending, self.pending = self.pending, []
-        while pending:
+        i = 0
+        while i < len(pending):
             batch: list[tuple[list[Message], asyncio.Future]] = []
             count = 0
             size = 0
-            while pending and (not batch or (count + len(pending[0][0]) <= self.MAX_BATCH
-                                             and size < self.MAX_BATCH_BYTES)):
-                item = pending.pop(0)
+            while i < len(pending) and (not batch or (
+                    count + len(pending[i][0]) <= self.MAX_BATCH
+                    and size < self.MAX_BATCH_BYTES)):
+                item = pending[i]
+                i += 1
                 batch.append(item)
                 count += len(item[0])
                 size += sum(len(m.body) for m in item[0])
@@ -117,7 +120,8 @@ class Server:
                                           thread_name_prefix="fmq-longpoll")
         self.handlers = HANDLERS
         self.connections: dict[int, Connection] = {}
-        self.all_tasks: set[asyncio.Task] = set()
+        #: Requests in flight on every connection (tasks, and futures of fast-path sends).
+        self.all_tasks: set[asyncio.Future] = set()
         self.stopping = False
         self.port = config.port
         self.requests = 0
