@@ -260,25 +260,8 @@ def check_acked_and_transactions(broker, records: list[Record], plan: list[dict]
 # ---------------------------------------------------------------- I6
 
 
-def emptied_queues(live: dict, rebuilt: dict) -> list[bytes]:
-    """Queues the live index knows as (k, k) with no entry left, which a rebuild cannot
-    know: KNOWN LIMITATION (docs/reliability.md): when retention deleted every message of a
-    queue, its high-water mark is in no log record, so a rebuilt index restarts it at 0."""
-    have = {k for k, _v in rebuilt.get("queues", [])}
-    out = []
-    for k, v in live.get("queues", []):
-        lo, hi = K.QUEUE_VALUE.unpack(v)
-        if lo == hi and k not in have:
-            out.append(k)
-    return out
-
-
-def check_index_matches_rebuild(broker, data_dir: str, config, workdir: str,
-                                allow_emptied: list | None = None) -> dict:
-    """I6: the live index equals one rebuilt from the log. Closes ``broker``.
-
-    With ``allow_emptied`` (a list), queues retention emptied completely are left out of
-    the comparison and appended to it (the soak counts and reports them)."""
+def check_index_matches_rebuild(broker, data_dir: str, config, workdir: str) -> dict:
+    """I6: the live index equals one rebuilt from the log. Closes ``broker``."""
     if not broker.wait_indexed(30):
         fail("I6", f"the dispatcher did not catch up: {broker.stats()}")
     live = broker.index.dump()
@@ -291,12 +274,6 @@ def check_index_matches_rebuild(broker, data_dir: str, config, workdir: str,
     finally:
         store.close()
     shutil.rmtree(copy, ignore_errors=True)
-    if allow_emptied is not None:
-        gone = set(emptied_queues(live, rebuilt))
-        if gone:
-            allow_emptied.extend(sorted(gone))
-            live = dict(live)
-            live["queues"] = [(k, v) for k, v in live["queues"] if k not in gone]
     for name in sorted(set(live) | set(rebuilt)):
         a, b = live.get(name, []), rebuilt.get(name, [])
         if a != b:
