@@ -512,8 +512,12 @@ class Broker:
         recovery = applied if oldest is None else min(applied, oldest)
         cp = write_checkpoint(os.path.join(self.path, CHECKPOINT_FILE), recovery, applied,
                               self.log.next_offset, self.io)
-        self.last_checkpoint = cp
-        logger.info("checkpoint: recovery offset %d (applied %d)", recovery, applied)
+        previous, self.last_checkpoint = self.last_checkpoint, cp
+        moved = previous is None or (previous.recovery_offset, previous.applied_offset) != (
+            recovery, applied)
+        # One line when it moved; an idle broker does not repeat itself every interval.
+        logger.log(logging.INFO if moved else logging.DEBUG,
+                   "checkpoint: recovery offset %d (applied %d)", recovery, applied)
         return cp
 
     # ================================================================== retention
