@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -64,6 +65,11 @@ def build_log(data_dir: str, size_mb: int, body_size: int, segment_size: int) ->
     return end
 
 
+def _cpu(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
 def index_digest(path: str) -> tuple[str, dict[str, int]]:
     """SHA-256 over every key and value of every derived database, and entry counts."""
     store = IndexStore(path)
@@ -91,6 +97,8 @@ def main() -> int:
     parser.add_argument("--body", type=int, default=1024)
     parser.add_argument("--segment-mb", type=int, default=64)
     parser.add_argument("--masters", default="local[1],local[2]")
+    parser.add_argument("--driver-memory", default="2g",
+                        help="JVM heap of the Spark driver (with local[N] it runs the tasks)")
     parser.add_argument("--keep", action="store_true", help="keep the log afterwards")
     args = parser.parse_args()
 
@@ -99,6 +107,7 @@ def main() -> int:
     shutil.rmtree(args.dir, ignore_errors=True)
     os.makedirs(data_dir)
     results: dict = {"size_mb_target": args.size_mb, "body": args.body,
+                     "driver_memory": args.driver_memory,
                      "segment_mb": args.segment_mb, "cpus": os.cpu_count()}
     try:
         t = time.monotonic()
@@ -109,21 +118,32 @@ def main() -> int:
 
         from fmq.index.rebuild import rebuild_index
 
+        load0 = os.getloadavg()[0]
         t = time.monotonic()
+        cpu0 = _cpu(resource.RUSAGE_SELF)
         report = rebuild_index(data_dir, BrokerConfig(segment_size=segment_size))
         secs = time.monotonic() - t
+        cpu = _cpu(resource.RUSAGE_SELF) - cpu0
         digest, counts = index_digest(os.path.join(data_dir, INDEX_DIR))
         results["in_process"] = {"seconds": round(secs, 2), "mb_per_s": round(end / MB / secs, 1),
+                                 "cpu_seconds": round(cpu, 1), "load_before": round(load0, 1),
                                  "records": report["records_replayed"], "entries": counts}
         print("in-process:", results["in_process"], flush=True)
 
         for master in args.masters.split(","):
             out = os.path.join(args.dir, "index-" + master.replace('local[', '').rstrip(']'))
             t = time.monotonic()
+            cpu0 = _cpu(resource.RUSAGE_CHILDREN)
+            load0 = os.getloadavg()[0]
             proc = subprocess.run(
                 [sys.executable, "-m", "fmq.spark.rebuild", data_dir, "--master", master,
-                 "--out", out, "--json"], capture_output=True, text=True, check=False)
+                 "--out", out, "--json"], capture_output=True, text=True, check=False,
+                env=dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
+                                                         f"pyspark-shell"))
             wall = time.monotonic() - t
+            # CPU of the JVM and the Python workers (all reaped descendants): on a shared
+            # machine it says more than wall time about what the job costs.
+            cpu = _cpu(resource.RUSAGE_CHILDREN) - cpu0
             if proc.returncode != 0:
                 print(proc.stderr[-3000:], file=sys.stderr)
                 raise SystemExit(f"spark rebuild at {master} failed")
@@ -132,6 +152,8 @@ def main() -> int:
             results[master] = {
                 "wall_seconds": round(wall, 2), "mb_per_s_wall": round(end / MB / wall, 1),
                 "job_seconds": res["seconds"], "phase_seconds": res["phase_seconds"],
+                "cpu_seconds": round(cpu, 1), "load_before": round(load0, 1),
+                "load_after": round(os.getloadavg()[0], 1),
                 "identical_to_in_process": same,
             }
             print(f"{master}:", results[master], flush=True)

@@ -45,6 +45,9 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute in last_end_items
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from fmq.errors import CorruptLog, DataDirLocked, FMQError, IndexCorrupt, InvalidArgument
 from fmq.index import keys as K
@@ -173,11 +176,10 @@ def _under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def spark_session(master: str | None, app_name: str = "fmq-index-rebuild"):
+def spark_session(master: str | None, app_name: str = "fmq-index-rebuild"
+                  ) -> tuple[SparkSession, bool]:
     """(session, created): the active session if there is one, else a new one on
     ``master`` (None: the master spark-submit was given, else ``local[*]``)."""
-    from pyspark.sql import SparkSession
-
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
@@ -389,11 +391,8 @@ def run_rebuild(data_dir: str, master: str | None = "local[*]", out_dir: str | N
     return result
 
 
-def _rebuild(spark, data_dir: str, log_dir: str, target: str, checkpoint_path: str,
+def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, checkpoint_path: str,
              parquet_dir: str | None) -> dict:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     from fmq.spark.source import SegmentFiles, register
 
     register(spark)
@@ -410,7 +409,7 @@ def _rebuild(spark, data_dir: str, log_dir: str, target: str, checkpoint_path: s
     tmp_items = f"{target}.spark-items"
     try:
         try:
-            facts = _derive(spark, raw, len(bases), tmp_items, parquet_dir, F, phases)
+            facts = _derive(raw, len(bases), tmp_items, parquet_dir, phases)
         except FMQError:
             raise
         except Exception as exc:  # noqa: BLE001 - Spark wraps the executor's error
@@ -492,11 +491,9 @@ def _log_end(bases: list[int], sizes: dict[int, int], last: dict | None) -> int:
     return bases[i] + sizes[bases[i]] if i == len(bases) - 1 else bases[i + 1]
 
 
-def _derive(spark, raw, partitions: int, tmp_items: str, parquet_dir: str | None, F,
+def _derive(raw: DataFrame, partitions: int, tmp_items: str, parquet_dir: str | None,
             phases: _Phases) -> dict:
     """Passes 2, 3 and 6 on Spark; returns the small facts the driver needs."""
-    from pyspark import StorageLevel
-
     valid = raw.where(F.col("damage").isNull())
 
     # One pass over the log: record count, the last valid record (where the log ends) and
@@ -542,7 +539,7 @@ def _derive(spark, raw, partitions: int, tmp_items: str, parquet_dir: str | None
         items.unpersist()
     phases.done("derive_and_sort")
 
-    txs = transaction_table(valid, F)
+    txs = transaction_table(valid)
     opens = [
         {"tx_id": r["tx_id"], "producer_group": r["producer_group"], "state": r["state"],
          "messages": r["messages"], "prepare_offset": r["prepare_offset"],
@@ -553,13 +550,13 @@ def _derive(spark, raw, partitions: int, tmp_items: str, parquet_dir: str | None
     phases.done("transactions")
     parquet = None
     if parquet_dir is not None:
-        parquet = write_audit(raw, txs, parquet_dir, F)
+        parquet = write_audit(raw, txs, parquet_dir)
         phases.done("audit_parquet")
     return {"records": summary["n"], "torn": torn, "last": last,
             "open_transactions": opens, "parquet": parquet}
 
 
-def transaction_table(valid, F):
+def transaction_table(valid: DataFrame) -> DataFrame:
     """One row per transaction id, with redo's semantics (fmq/recovery/recover.py): the
     latest PREPARE opens it; the first COMMIT/ROLLBACK after that ends it; PRE_MESSAGEs
     after it are its messages; a REF/TX after it without an end makes it "committing"
@@ -597,7 +594,7 @@ def transaction_table(valid, F):
         "end_offset", state.alias("state"))
 
 
-def write_audit(raw, txs, parquet_dir: str, F) -> dict:
+def write_audit(raw: DataFrame, txs: DataFrame, parquet_dir: str) -> dict:
     """``records/`` (every row of the data source, without bodies), ``summary/`` (one row
     per topic and queue) and ``transactions/`` as Parquet under ``parquet_dir``."""
     out = os.path.abspath(parquet_dir)

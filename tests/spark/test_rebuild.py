@@ -22,6 +22,10 @@ from fmq.spark.rebuild import run_rebuild
 from . import damage as D
 from .conftest import pulls_of, small_config
 
+# A rebuild is a dozen Spark jobs; on a loaded 2-core machine the first one (cold Python
+# workers) has taken over 2 minutes. The limit is there to catch a hang, not to time it.
+pytestmark = pytest.mark.timeout(600)
+
 
 def _dump(index_dir: str) -> dict:
     store = IndexStore(index_dir)
@@ -170,6 +174,23 @@ def test_corruption_in_sealed_segment_fails_the_job_naming_segment_and_offset(
     # The old index is untouched and no temporary directory is left behind.
     assert _dump(os.path.join(log_copy, INDEX_DIR)) == before
     assert sorted(os.listdir(log_copy)) == sorted(os.listdir(built_log.path))
+
+
+def test_module_main_prints_what_it_did(spark, built_log, log_copy, tmp_path, capsys):
+    from fmq.spark.rebuild import main
+
+    out = str(tmp_path / "idx")
+    assert main([log_copy, "--out", out]) == 0
+    printed = capsys.readouterr().out
+    assert f"index_dir: {out}" in printed
+    assert f"queue_entries: {len(built_log.online_dump['cq'])}" in printed
+    assert "open_transactions: [" in printed
+    assert_same_index(_dump(out), built_log.online_dump)
+    # And an error is one line on stderr with exit status 1, no traceback.
+    with fmq.Broker.open(log_copy, small_config()):
+        assert main([log_copy]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: data directory") and "Traceback" not in err
 
 
 def test_spark_submit_of_the_module(built_log, log_copy, tmp_path):
