@@ -133,7 +133,6 @@ def main() -> int:
         for master in args.masters.split(","):
             out = os.path.join(args.dir, "index-" + master.replace('local[', '').rstrip(']'))
             t = time.monotonic()
-            cpu0 = _cpu(resource.RUSAGE_CHILDREN)
             load0 = os.getloadavg()[0]
             proc = subprocess.run(
                 [sys.executable, "-m", "fmq.spark.rebuild", data_dir, "--master", master,
@@ -141,9 +140,6 @@ def main() -> int:
                 env=dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
                                                          f"pyspark-shell"))
             wall = time.monotonic() - t
-            # CPU of the JVM and the Python workers (all reaped descendants): on a shared
-            # machine it says more than wall time about what the job costs.
-            cpu = _cpu(resource.RUSAGE_CHILDREN) - cpu0
             if proc.returncode != 0:
                 print(proc.stderr[-3000:], file=sys.stderr)
                 raise SystemExit(f"spark rebuild at {master} failed")
@@ -152,7 +148,8 @@ def main() -> int:
             results[master] = {
                 "wall_seconds": round(wall, 2), "mb_per_s_wall": round(end / MB / wall, 1),
                 "job_seconds": res["seconds"], "phase_seconds": res["phase_seconds"],
-                "cpu_seconds": round(cpu, 1), "load_before": round(load0, 1),
+                # (no CPU seconds: the JVM is not a reaped child, getrusage misses it)
+                "load_before": round(load0, 1),
                 "load_after": round(os.getloadavg()[0], 1),
                 "identical_to_in_process": same,
             }

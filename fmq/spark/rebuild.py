@@ -43,6 +43,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
+import lmdb
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute in last_end_items
 from pyspark import StorageLevel
@@ -256,11 +257,9 @@ def _put_sorted(store: IndexStore, db_name: str, items: list[tuple[bytes, bytes]
             with store.env.begin(write=True) as txn:
                 consumed, added = txn.cursor(db=db).putmulti(items, append=True)
             break
-        except Exception as exc:
-            import lmdb
-
-            if not isinstance(exc, lmdb.MapFullError):
-                raise
+        except lmdb.MapFullError:
+            # The transaction was aborted: grow the map (no transaction is open now) and
+            # write the same batch again.
             store.env.set_mapsize(store.env.info()["map_size"] * 2)
     if consumed != len(items) or added != len(items):
         raise RebuildConflict(
@@ -464,7 +463,9 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         "segments": len(bases),
         "log_start": bases[0] if bases else 0,
         "log_end": end,
-        "log_bytes": sum(s for _b, s in segments),
+        # Bytes of log data read (segment files are preallocated: the active one is
+        # mostly zeros, which would flatter the throughput).
+        "log_bytes": end - (bases[0] if bases else 0),
         "records": records,
         "queue_entries": counts["cq"],
         "key_entries": counts["keys"],

@@ -211,3 +211,29 @@ def test_spark_submit_of_the_module(built_log, log_copy, tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["master"] == "local[1]"
     assert_same_index(_dump(out), built_log.online_dump)
+
+
+def test_commit_cut_short_is_committing_and_the_broker_rolls_it_forward(spark, log_copy):
+    """A crash between the REF/TX records and the COMMIT (seed 3.3.7.5): the rebuild
+    reports the transaction as committing, keeps the checkpoint at its PREPARE, and the
+    broker opening on the rebuilt index rolls it forward."""
+    from fmq.log.repair import cut_log
+
+    recs = D.records(log_copy)
+    commit = [r for r in recs if r.type.name == "COMMIT"][-1]
+    prepare = next(r for r in recs if r.type.name == "PREPARE" and r.tx_id == commit.tx_id)
+    copies = [r for r in recs if r.tx_id == commit.tx_id
+              and r.type.name in ("REF_MESSAGE", "TX_MESSAGE")]
+    assert copies
+    cut_log(log_copy, commit.log_offset)
+
+    result = run_rebuild(log_copy, master="local[2]")
+    assert [(t["tx_id"], t["state"], t["prepare_offset"]) for t in result["open_transactions"]] \
+        == [(commit.tx_id, "committing", prepare.log_offset)]
+    assert result["checkpoint"]["recovery_offset"] == prepare.log_offset
+    with fmq.Broker.open(log_copy, small_config()) as b:
+        assert b.recovery.rolled_forward == [commit.tx_id]
+        assert b.open_transactions() == []
+        visible = {m.queue_offset for m in b.all_messages(["payments", "audit"]).get(
+            (copies[0].topic, copies[0].queue_id), [])}
+        assert copies[0].queue_offset in visible
