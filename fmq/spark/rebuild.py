@@ -22,8 +22,9 @@ Passes:
 4. **Write** a fresh LMDB environment in key order with ``putmulti(append=True)``,
    checking the counts it returns (append mode silently skips an out-of-order or
    duplicate key), plus the queue marks (read off the sorted consume-queue keys on the
-   way), the applied offset (the log end) and the consumer
-   offsets of the old index when it can be read. Then swap it in place of the old index.
+   way) raised to the ``queue-floors`` retention wrote (as recovery does), the applied
+   offset (the log end) and the consumer offsets of the old index when it can be read.
+   Then swap it in place of the old index.
 5. **Checkpoint**: ``min(log end, PREPARE offset of the oldest open transaction)``, so
    the broker opens with nothing to replay but the open transactions' range.
 6. **Audit** (``--parquet OUT``): the record table, a per-queue summary and the
@@ -54,9 +55,10 @@ from fmq.errors import CorruptLog, DataDirLocked, FMQError, IndexCorrupt, Invali
 from fmq.index import keys as K
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore
-from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR
+from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR, QUEUE_FLOORS_FILE
 from fmq.log.record import NONE, Record, RecordType
 from fmq.recovery.checkpoint import write_checkpoint
+from fmq.recovery.floors import read_floors
 from fmq.spark.errors import RebuildConflict, SparkJobError, TornTail
 
 #: LMDB databases the derived items go to, in the order Spark sorts them.
@@ -437,6 +439,10 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
                            for (t, q), (lo, hi) in queues.items())
             if items:
                 _put_sorted(store, "queues", items)
+            # The floors retention recorded for the queues it emptied, applied exactly as
+            # recovery's pass 5 does (this also covers a lost or unreadable old index).
+            floors = read_floors(os.path.join(data_dir, QUEUE_FLOORS_FILE))
+            floors_applied = store.apply_floors(floors)
             store.set_applied_offset(end)
             for (group, topic, qid), off in sorted(consumers.items()):
                 store.commit_offset(group, topic, qid, off)
@@ -471,6 +477,7 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         "key_entries": counts["keys"],
         "queues": len(queues),
         "queues_carried_over": len(carried),
+        "queue_floors_applied": floors_applied,
         "consumer_offsets_kept": len(consumers),
         "torn_tail": torn,
         "open_transactions": opens,

@@ -237,3 +237,13 @@ def test_commit_cut_short_is_committing_and_the_broker_rolls_it_forward(spark, l
         visible = {m.queue_offset for m in b.all_messages(["payments", "audit"]).get(
             (copies[0].topic, copies[0].queue_id), [])}
         assert copies[0].queue_offset in visible
+
+
+def test_without_the_old_index_retention_floors_keep_emptied_queues(spark, built_log, log_copy):
+    """Nothing to carry over: the queues retention emptied come back from queue-floors
+    (as recovery applies them), so the index is still the online one."""
+    shutil.rmtree(os.path.join(log_copy, INDEX_DIR))
+    result = run_rebuild(log_copy, master="local[2]")
+    assert result["queues_carried_over"] == 0 and result["consumer_offsets_kept"] == 0
+    assert result["queue_floors_applied"] >= sum(1 for t, _q in built_log.queues if t == "early")
+    assert_same_index(_dump(os.path.join(log_copy, INDEX_DIR)), built_log.online_dump)
