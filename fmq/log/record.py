@@ -84,7 +84,7 @@ class RecordType(IntEnum):
     FILLER = 127
 
 
-_TYPES = frozenset(int(t) for t in RecordType)
+_TYPE_BY_CODE = {int(t): t for t in RecordType}  # a dict lookup, not an Enum call per record
 #: Record types that take a consume-queue entry when dispatched.
 INDEXED_TYPES = frozenset({RecordType.MESSAGE, RecordType.REF_MESSAGE, RecordType.TX_MESSAGE})
 
@@ -302,7 +302,8 @@ def decode(
         raise BadRecord(offset, "CRC-32C mismatch")
     if magic != MAGIC or version != FORMAT_VERSION:
         raise BadRecord(offset, f"magic {magic:#x} / version {version} not recognised")
-    if rtype not in _TYPES:
+    record_type = _TYPE_BY_CODE.get(rtype)
+    if record_type is None:
         raise BadRecord(offset, f"unknown record type {rtype}")
     if log_offset != offset:
         raise BadRecord(offset, f"record claims log offset {log_offset}")
@@ -327,7 +328,7 @@ def decode(
     p += props_len
     body = view[p : p + body_len]
     return Record(
-        RecordType(rtype),
+        record_type,
         log_offset=offset,
         store_time=store_time,
         queue_id=queue_id,
