@@ -7,6 +7,9 @@ Keys are built so that LMDB's byte order is the logical order: names end with a 
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
+
+from fmq.index.entries import QueueEntry, TxEnd
 
 QID = _QID = struct.Struct(">I")
 QID_QOFF = _QID_QOFF = struct.Struct(">IQ")
@@ -87,3 +90,34 @@ def split_consumer_key(key: bytes) -> tuple[str, str, int]:
     a = key.index(0)
     b = key.index(0, a + 1)
     return key[:a].decode(), key[a + 1 : b].decode(), _QID.unpack_from(key, b + 1)[0]
+
+
+# ---------------------------------------------------------------- items of an entry
+
+#: The databases index items go to; items name them by position in this tuple.
+ITEM_DBS = ("cq", "time", "keys", "keyoff", "txends", "txoff")
+DB_CQ, DB_TIME, DB_KEYS, DB_KEYOFF, DB_TXENDS, DB_TXOFF = range(len(ITEM_DBS))
+
+
+def entry_items(e: QueueEntry) -> Iterator[tuple[int, bytes, bytes]]:
+    """(database, key, value) of everything a queue entry puts into the index: the one
+    definition, used by the online index and the Spark rebuild. Queue marks and the applied
+    offset are not items (they summarise many entries)."""
+    name_ = name(e.topic)
+    qid, qoff = e.queue_id, e.queue_offset
+    yield DB_CQ, name_ + QID_QOFF.pack(qid, qoff), CQ_VALUE.pack(
+        e.data_offset, e.data_size, e.tag_hash, e.store_time, e.source_offset)
+    yield DB_TIME, name_ + QID_TIME_QOFF.pack(qid, max(e.store_time, 0), qoff), b""
+    if e.key:
+        kk = name_ + name(e.key) + U64BE.pack(e.source_offset)
+        yield DB_KEYS, kk, KEY_VALUE.pack(qid, qoff)
+        yield DB_KEYOFF, U64BE.pack(e.source_offset), kk
+
+
+def end_items(t: TxEnd, latest: bool = True) -> Iterator[tuple[int, bytes, bytes]]:
+    """The items of a transaction end. Every end is in ``txoff``; ``txends`` holds one value
+    per id, the ``latest`` end in log order (the online index overwrites as it goes)."""
+    tid = t.tx_id.encode()
+    if latest:
+        yield DB_TXENDS, tid, TX_END_VALUE.pack(1 if t.committed else 0, t.offset)
+    yield DB_TXOFF, U64BE.pack(t.offset), tid

@@ -143,51 +143,32 @@ class IndexStore:
 
     def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
                    tx_ends: list[TxEnd]) -> None:
-        for t in tx_ends:
-            tid = t.tx_id.encode()
-            txn.put(tid, K.TX_END_VALUE.pack(1 if t.committed else 0, t.offset), db=self.txends)
-            txn.put(K.offset_key(t.offset), tid, db=self.txoff)
-        queue_next: dict[bytes, int] = {}
-        queue_first: dict[bytes, int] = {}
-        names: dict[str, bytes] = {}  # topic -> encoded name, built once per batch
-        cq_items = []
-        time_items = []
-        key_items = []
-        keyoff_items = []
-        cq_pack = K.CQ_VALUE.pack
-        key_pack = K.KEY_VALUE.pack
-        qid_qoff = K.QID_QOFF.pack
-        qid_time_qoff = K.QID_TIME_QOFF.pack
-        u64 = K.U64BE.pack
+        items: list[list[tuple[bytes, bytes]]] = [[] for _ in K.ITEM_DBS]
+        queue_next: dict[tuple[str, int], int] = {}
+        queue_first: dict[tuple[str, int], int] = {}
         for e in entries:
-            name = names.get(e.topic)
-            if name is None:
-                name = names[e.topic] = K.name(e.topic)
-            qid, qoff = e.queue_id, e.queue_offset
-            cq_items.append((name + qid_qoff(qid, qoff),
-                             cq_pack(e.data_offset, e.data_size, e.tag_hash, e.store_time,
-                                     e.source_offset)))
-            time_items.append((name + qid_time_qoff(qid, max(e.store_time, 0), qoff), b""))
-            if e.key:
-                kk = name + K.name(e.key) + u64(e.source_offset)
-                key_items.append((kk, key_pack(qid, qoff)))
-                keyoff_items.append((u64(e.source_offset), kk))
-            prefix = name + K.QID.pack(qid)
-            if queue_next.get(prefix, -1) <= qoff:
-                queue_next[prefix] = qoff + 1
-            if qoff < queue_first.get(prefix, qoff + 1):
-                queue_first[prefix] = qoff
-        for db, items in ((self.cq, cq_items), (self.time, time_items), (self.keys, key_items),
-                          (self.keyoff, keyoff_items)):
-            if items:
-                consumed, _added = txn.cursor(db=db).putmulti(items)
-                if consumed != len(items):  # NOTES.md: never trust a bulk put blindly
-                    raise IndexCorrupt(f"LMDB stored {consumed} of {len(items)} index entries")
-        for prefix, nxt in queue_next.items():
+            for db, k, v in K.entry_items(e):
+                items[db].append((k, v))
+            q, qoff = (e.topic, e.queue_id), e.queue_offset
+            if queue_next.get(q, -1) <= qoff:
+                queue_next[q] = qoff + 1
+            if qoff < queue_first.get(q, qoff + 1):
+                queue_first[q] = qoff
+        for t in tx_ends:
+            for db, k, v in K.end_items(t):
+                items[db].append((k, v))
+        handles = (self.cq, self.time, self.keys, self.keyoff, self.txends, self.txoff)
+        for db, db_items in zip(handles, items, strict=True):
+            if db_items:
+                consumed, _added = txn.cursor(db=db).putmulti(db_items)
+                if consumed != len(db_items):  # NOTES.md: never trust a bulk put blindly
+                    raise IndexCorrupt(f"LMDB stored {consumed} of {len(db_items)} index items")
+        for (topic, qid), nxt in queue_next.items():
+            prefix = K.queue_key(topic, qid)
             old = txn.get(prefix, db=self.queues)
             # A queue first seen here starts at its first entry, not 0: a rebuild from a
             # log whose oldest segments retention deleted must match the live index.
-            first = queue_first[prefix]
+            first = queue_first[(topic, qid)]
             lo, hi = K.QUEUE_VALUE.unpack(old) if old else (first, first)
             if nxt > hi:
                 txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.queues)

@@ -53,7 +53,7 @@ from pyspark.sql import functions as F
 
 from fmq.errors import CorruptLog, DataDirLocked, FMQError, IndexCorrupt, InvalidArgument
 from fmq.index import keys as K
-from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
+from fmq.index.entries import queue_entry, tx_end
 from fmq.index.store import IndexStore
 from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR, QUEUE_FLOORS_FILE
 from fmq.log.record import NONE, Record, RecordType
@@ -61,9 +61,9 @@ from fmq.recovery.checkpoint import write_checkpoint
 from fmq.recovery.floors import read_floors
 from fmq.spark.errors import RebuildConflict, SparkJobError, TornTail
 
-#: LMDB databases the derived items go to, in the order Spark sorts them.
-ITEM_DBS = ("cq", "time", "keys", "keyoff", "txends", "txoff")
-_DB_CQ, _DB_TIME, _DB_KEYS, _DB_KEYOFF, _DB_TXENDS, _DB_TXOFF = range(len(ITEM_DBS))
+#: LMDB databases the derived items go to, in the order Spark sorts them (fmq.index.keys).
+ITEM_DBS = K.ITEM_DBS
+_DB_CQ, _DB_TXENDS = K.DB_CQ, K.DB_TXENDS
 ITEMS_SCHEMA = "db int, key binary, value binary"
 _ITEMS_ARROW = pa.schema([("db", pa.int32()), ("key", pa.binary()), ("value", pa.binary())])
 #: The columns the derivation reads (what queue_entry and the tx table need).
@@ -101,29 +101,6 @@ def record_from_row(row: Mapping) -> Record:
     )
 
 
-def entry_items(e: QueueEntry) -> Iterator[tuple[int, bytes, bytes]]:
-    """(database, key, value) of everything one queue entry puts into the index. Mirrors
-    ``IndexStore._apply_txn`` (queue marks and the applied offset are written apart);
-    ``tests/spark`` compares the two indexes byte for byte, database by database."""
-    yield _DB_CQ, K.cq_key(e.topic, e.queue_id, e.queue_offset), K.CQ_VALUE.pack(
-        e.data_offset, e.data_size, e.tag_hash, e.store_time, e.source_offset)
-    yield _DB_TIME, K.time_key(e.topic, e.queue_id, e.store_time, e.queue_offset), b""
-    if e.key:
-        kk = K.key_key(e.topic, e.key, e.source_offset)
-        yield _DB_KEYS, kk, K.KEY_VALUE.pack(e.queue_id, e.queue_offset)
-        yield _DB_KEYOFF, K.offset_key(e.source_offset), kk
-
-
-def end_items(t: TxEnd, last: bool) -> Iterator[tuple[int, bytes, bytes]]:
-    """The index items of one transaction end (``IndexStore._apply_txn`` again): every end
-    is in ``txoff``; ``txends`` keeps one value per id, and since the online index
-    overwrites it in log order, the rebuild gives it only the id's ``last`` end."""
-    tid = t.tx_id.encode()
-    if last:
-        yield _DB_TXENDS, tid, K.TX_END_VALUE.pack(1 if t.committed else 0, t.offset)
-    yield _DB_TXOFF, K.offset_key(t.offset), tid
-
-
 def _items_of(batches: Iterable[pa.RecordBatch], last: bool) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         dbs: list[int] = []
@@ -133,12 +110,12 @@ def _items_of(batches: Iterable[pa.RecordBatch], last: bool) -> Iterator[pa.Reco
             rec = record_from_row(row)
             entry = queue_entry(rec)
             if entry is not None:
-                produced = entry_items(entry)
+                produced = K.entry_items(entry)
             else:
                 end = tx_end(rec)
                 if end is None:
                     continue
-                produced = end_items(end, last)
+                produced = K.end_items(end, last)
             for db, k, v in produced:
                 dbs.append(db)
                 keys.append(k)
