@@ -58,9 +58,7 @@ class BrokerConfig:
         self.validate()
 
     def validate(self) -> None:
-        def need(ok: bool, what: str) -> None:
-            if not ok:
-                raise ConfigError(f"invalid configuration: {what}")
+        need = require
 
         need(self.segment_size >= 4096, "segment_size must be at least 4096 bytes")
         need(self.segment_size <= 1 << 40, "segment_size must be at most 1 TiB")
@@ -96,21 +94,36 @@ class BrokerConfig:
     @classmethod
     def from_json_file(cls, path: str) -> BrokerConfig:
         """Load a JSON object of field names to values; unknown names are an error."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must hold a JSON object")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown config keys in {path}: {', '.join(unknown)}; known keys: "
-                f"{', '.join(sorted(known))}"
-            )
-        try:
-            return cls(**data)
-        except TypeError as exc:
-            raise ConfigError(f"config file {path}: {exc}") from None
+        return build_config(cls, read_json_object(path), f"config file {path}")
+
+
+def require(ok: bool, what: str, subject: str = "configuration") -> None:
+    """Raise ConfigError naming the rule ``what`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"invalid {subject}: {what}")
+
+
+def read_json_object(path: str) -> dict:
+    """The JSON object in ``path``, or a ConfigError that says what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a JSON object")
+    return data
+
+
+def build_config(cls: type, data: dict, where: str) -> Any:
+    """``cls(**data)`` for a config dataclass; unknown keys are an error, so a typo never
+    silently falls back to a default."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; known keys: "
+                          f"{', '.join(sorted(known))}")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from None

@@ -185,3 +185,20 @@ def test_async_flush_mode_acks_and_flushes_in_background(tmp_path):
         assert b.stats()["flushed_offset"] > r.offset
         assert b.wait_indexed()
         assert b.pull("t", r.queue_id, 0)[0].body == b"x"
+
+
+def test_config_from_json_file(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text('{"segment_size": 1048576, "queues_per_topic": 8}')
+    assert fmq.BrokerConfig.from_json_file(str(good)).queues_per_topic == 8
+    typo = tmp_path / "typo.json"
+    typo.write_text('{"segment_sise": 1048576}')
+    with pytest.raises(fmq.ConfigError, match="unknown keys segment_sise"):
+        fmq.BrokerConfig.from_json_file(str(typo))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(fmq.ConfigError, match="cannot read config file"):
+        fmq.BrokerConfig.from_json_file(str(broken))
+    with pytest.raises(fmq.ConfigError, match="must hold a JSON object"):
+        typo.write_text("[1, 2]")
+        fmq.BrokerConfig.from_json_file(str(typo))

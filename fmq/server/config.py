@@ -9,11 +9,10 @@ falls back to a default.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from fmq.config import BrokerConfig
+from fmq.config import BrokerConfig, build_config, read_json_object, require
 from fmq.errors import ConfigError
 
 MiB = 1024 * 1024
@@ -45,8 +44,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:
-            if not ok:
-                raise ConfigError(f"invalid server configuration: {what}")
+            require(ok, what, "server configuration")
 
         need(0 <= self.port <= 65_535, "port must be in 0..65535")
         need(4096 <= self.max_frame_size <= 0xFFFF_FFFF,
@@ -63,31 +61,13 @@ class ServerConfig:
         return dataclasses.replace(self, **changes)
 
 
-def _build(cls: type, data: dict, where: str) -> Any:
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; known keys: "
-                          f"{', '.join(sorted(known))}")
-    try:
-        return cls(**data)
-    except TypeError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
-
 def load_config(path: str | None) -> tuple[BrokerConfig, ServerConfig]:
     """Read ``path`` (None → defaults) into a broker and a server configuration."""
     if path is None:
         return BrokerConfig(), ServerConfig()
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a JSON object")
+    data = read_json_object(path)
     server = data.pop("server", {})
     if not isinstance(server, dict):
         raise ConfigError(f"config file {path}: \"server\" must be a JSON object")
-    return (_build(BrokerConfig, data, f"broker config in {path}"),
-            _build(ServerConfig, server, f"\"server\" config in {path}"))
+    return (build_config(BrokerConfig, data, f"broker config in {path}"),
+            build_config(ServerConfig, server, f"\"server\" config in {path}"))
