@@ -189,7 +189,7 @@ def test_async_flush_mode_acks_and_flushes_in_background(tmp_path):
 
 def test_config_from_json_file(tmp_path):
     good = tmp_path / "good.json"
-    good.write_text('{"segment_size": 1048576, "queues_per_topic": 8}')
+    good.write_text('{"segment_size": 1048576, "max_message_size": 4096, "queues_per_topic": 8}')
     assert fmq.BrokerConfig.from_json_file(str(good)).queues_per_topic == 8
     typo = tmp_path / "typo.json"
     typo.write_text('{"segment_sise": 1048576}')
