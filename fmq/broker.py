@@ -24,6 +24,7 @@ from fmq.errors import (
     InvalidArgument,
     LogFailed,
     OffsetOutOfRange,
+    StorageError,
 )
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore, destroy
@@ -507,11 +508,19 @@ class Broker:
         """(1) read the applied offset, (2) sync the index, (3) write min(applied, oldest
         open PREPARE) atomically."""
         applied = self.dispatcher.applied_offset
-        self.index.sync()
         oldest = self.tx.oldest_prepare_offset()
         recovery = applied if oldest is None else min(applied, oldest)
-        cp = write_checkpoint(os.path.join(self.path, CHECKPOINT_FILE), recovery, applied,
-                              self.log.next_offset, self.io)
+        try:
+            self.index.sync()
+            cp = write_checkpoint(os.path.join(self.path, CHECKPOINT_FILE), recovery, applied,
+                                  self.log.next_offset, self.io)
+        except OSError as exc:
+            # The previous checkpoint file is intact (replaced only by rename): recovery
+            # just replays more. Say so in FMQ's terms rather than as a bare OSError.
+            raise StorageError(
+                f"could not write the checkpoint ({exc}); the previous one stays valid and "
+                f"nothing acknowledged is at risk. Free space or fix the disk; the next "
+                f"checkpoint retries") from exc
         previous, self.last_checkpoint = self.last_checkpoint, cp
         moved = previous is None or (previous.recovery_offset, previous.applied_offset) != (
             recovery, applied)

@@ -202,3 +202,30 @@ def test_config_from_json_file(tmp_path):
     with pytest.raises(fmq.ConfigError, match="must hold a JSON object"):
         typo.write_text("[1, 2]")
         fmq.BrokerConfig.from_json_file(str(typo))
+
+
+def test_a_failing_checkpoint_is_a_typed_error_and_keeps_the_old_one(tmp_path, small_config):
+    import errno
+
+    from fmq.log.fileio import FileIO
+    from fmq.log.naming import CHECKPOINT_FILE
+    from fmq.recovery.checkpoint import read_checkpoint
+
+    class NoSpaceForRenames(FileIO):
+        fail = False
+
+        def rename(self, src, dst):
+            if self.fail:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            super().rename(src, dst)
+
+    io = NoSpaceForRenames()
+    with fmq.Broker.open(str(tmp_path), small_config, io=io) as b:
+        b.send(Message("t", b"x"))
+        first = b.checkpoint()
+        b.send(Message("t", b"y"))
+        io.fail = True
+        with pytest.raises(fmq.StorageError, match="previous one stays valid"):
+            b.checkpoint()
+        assert read_checkpoint(str(tmp_path / CHECKPOINT_FILE)) == first
+        io.fail = False
