@@ -6,8 +6,9 @@ rename or directory fsync, for every N the workload reaches. A failing fdatasync
 also *drops* the unsynced bytes (overwrites them with zeros): after "fsyncgate" the data
 may be gone although a retried fsync would succeed. Checked:
 
-* the failing operation raises :class:`fmq.LogFailed` (a checkpoint may raise the OSError
-  itself: the old checkpoint stays valid) and so does every later write: nothing is
+* the failing operation raises :class:`fmq.LogFailed` (a checkpoint raises
+  :class:`fmq.StorageError`: the old checkpoint stays valid; never a bare OSError) and so
+  does every later write: nothing is
   acknowledged after the failure (**I7**), and every acknowledged record ends at or below
   the offset the last *successful* fdatasync covered;
 * after a restart with a healthy disk, recovery keeps every acknowledged record (I1), the
@@ -117,9 +118,12 @@ def _run_until_failure(broker, acks: list[dict]) -> tuple[int | None, list[str]]
             if failed_at is None:
                 problems.append(f"step {i} ({op['op']}) raised {exc!r} before any failure")
             continue
-        except OSError as exc:
+        except fmq.StorageError as exc:
             if op["op"] != "checkpoint":
-                problems.append(f"step {i} ({op['op']}) raised a bare {exc!r}, not LogFailed")
+                problems.append(f"step {i} ({op['op']}) raised {exc!r}, not LogFailed")
+            continue
+        except OSError as exc:
+            problems.append(f"step {i} ({op['op']}) raised a bare {exc!r}, not an FMQError")
             continue
         if failed_at is not None and op["op"] != "checkpoint":
             problems.append(f"step {i} ({op['op']}) was acknowledged after the log failed "
@@ -156,7 +160,7 @@ def test_io_error_fails_the_log_acks_nothing_more_and_recovers(tmp_path, referen
         finally:
             try:
                 broker.close()
-            except OSError:
+            except fmq.StorageError:
                 pass  # the clean-close checkpoint failed: the previous one stays valid
         what = f"{err} at {op} #{nth}"
         assert io.failed, f"{what}: never reached"
@@ -217,15 +221,21 @@ def test_real_enospc_on_a_full_tmpfs(tiny_fs):
     finally:
         try:
             broker.close()
-        except OSError:
+        except fmq.StorageError:
             pass  # the clean-close checkpoint may not fit either
     assert failures > 0, "the 1 MiB file system never filled up"
     assert len(acked) > 10
     # restart on the same full disk: everything acknowledged is there
-    with fmq.Broker.open(data, config) as b:
+    b = fmq.Broker.open(data, config)
+    try:
         b.wait_indexed(30)
         for mid, r in acked:
             got = b.pull("orders", r.queue_id, r.queue_offset, 1)
             assert got and got[0].body == body_for(mid, 3000), f"acknowledged {mid} lost"
+    finally:
+        try:
+            b.close()
+        except fmq.StorageError:
+            pass  # the disk is still full: the closing checkpoint may not fit
     print(f"fault 8 (real ENOSPC): {len(acked)} acknowledged before the disk filled, "
           f"{failures} sends refused with LogFailed")
