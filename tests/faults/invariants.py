@@ -66,6 +66,16 @@ def log_records(data_dir: str, on_corruption: str = "raise") -> list[Record]:
     return list(scanner)
 
 
+def write_reference(work: str, plan: list[dict], config: dict) -> tuple[str, list[tuple], list[dict]]:
+    """Run ``plan`` to completion in a child into ``work/base``: the reference data dir, its
+    record keys and the acknowledgements (module-scoped fixtures damage copies of it)."""
+    data = os.path.join(work, "base")
+    path = ack_path()
+    res = run_plan(data, path, plan, config)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return data, [record_key(r) for r in log_records(data)], read_acks(path)
+
+
 def record_key(rec: Record) -> tuple:
     """What identifies a record's content (everything but the store time)."""
     return (RecordType(rec.type).name, rec.log_offset, rec.size, rec.topic, rec.queue_id,

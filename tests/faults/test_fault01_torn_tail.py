@@ -21,20 +21,18 @@ import shutil
 import pytest
 
 from fmq.log.naming import LOG_DIR, format_segment_name
-from tests.crashkit import read_acks
 from tests.faults.invariants import (
     log_records,
     record_key,
     verify_crash,
     verify_recovery,
+    write_reference,
 )
 from tests.faults.workload import (
-    ack_path,
     config_kwargs,
     copy_dir,
     make_config,
     msg,
-    run_plan,
     small_plan,
 )
 
@@ -51,14 +49,7 @@ LAST_RECORDS = 5
 def written(tmp_path_factory):
     """The reference data dir (closed cleanly, then its checkpoint and index removed so
     that recovery replays the tail, as after a crash) and its record keys."""
-    work = str(tmp_path_factory.mktemp("torn"))
-    data = os.path.join(work, "base")
-    path = ack_path()
-    res = run_plan(data, path, PLAN, CONFIG)
-    assert res.returncode == 0, res.stderr[-3000:]
-    acks = read_acks(path)
-    keys = [record_key(r) for r in log_records(data)]
-    return data, keys, acks
+    return write_reference(str(tmp_path_factory.mktemp("torn")), PLAN, CONFIG)
 
 
 def _tear(data: str, keys: list[tuple], k: int, variant: str, rng: random.Random) -> None:

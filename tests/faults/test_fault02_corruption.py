@@ -29,18 +29,15 @@ import pytest
 import fmq
 from fmq.log.naming import LOG_DIR, format_segment_name
 from fmq.log.scanner import LogScanner
-from tests.crashkit import read_acks
-from tests.faults.invariants import log_records, record_key
+from tests.faults.invariants import write_reference
 from tests.faults.workload import (
     TOPICS,
-    ack_path,
     body_for,
     config_kwargs,
     copy_dir,
     make_config,
     message_id,
     plan_messages,
-    run_plan,
     small_plan,
 )
 
@@ -51,13 +48,8 @@ SEG = CONFIG["segment_size"]
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    work = str(tmp_path_factory.mktemp("corrupt"))
-    data = os.path.join(work, "base")
-    path = ack_path()
-    res = run_plan(data, path, PLAN, CONFIG)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert read_acks(path)[-1]["op"] == "closed"
-    keys = [record_key(r) for r in log_records(data)]
+    data, keys, acks = write_reference(str(tmp_path_factory.mktemp("corrupt")), PLAN, CONFIG)
+    assert acks[-1]["op"] == "closed"
     return data, keys
 
 

@@ -18,22 +18,18 @@ import fmq
 from fmq.index.store import IndexStore
 from fmq.log.naming import INDEX_DIR, LOG_DIR, format_segment_name
 from fmq.recovery.checkpoint import read_checkpoint
-from tests.crashkit import read_acks
 from tests.faults.invariants import (
     fail,
-    log_records,
-    record_key,
     verify_recovery,
     without_store_times,
+    write_reference,
 )
 from tests.faults.workload import (
-    ack_path,
     config_kwargs,
     copy_dir,
     execute,
     make_config,
     msg,
-    run_plan,
     small_plan,
 )
 
@@ -44,14 +40,7 @@ SEG = CONFIG["segment_size"]
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    work = str(tmp_path_factory.mktemp("index"))
-    data = os.path.join(work, "base")
-    path = ack_path()
-    res = run_plan(data, path, PLAN, CONFIG)
-    assert res.returncode == 0, res.stderr[-3000:]
-    acks = read_acks(path)
-    keys = [record_key(r) for r in log_records(data)]
-    return data, keys, acks
+    return write_reference(str(tmp_path_factory.mktemp("index")), PLAN, CONFIG)
 
 
 def _log_bytes(data: str) -> dict[str, bytes]:
