@@ -87,23 +87,18 @@ class GroupCoordinator:
 
     def drop_owner(self, owner: object) -> list[tuple[str, str]]:
         """Remove every member a closed connection had joined."""
-        dropped = []
-        for g in list(self.groups.values()):
-            gone = [mid for mid, m in g.members.items() if m.owner is owner]
-            for mid in gone:
-                del g.members[mid]
-                dropped.append((g.name, mid))
-            if gone:
-                self._rebalance(g)
-        return dropped
+        return self._drop(lambda m: m.owner is owner)
 
     def expire(self) -> list[tuple[str, str]]:
         """Drop members silent for longer than the session timeout."""
         now = self.clock()
+        return self._drop(lambda m: now - m.last_seen > self.session_timeout)
+
+    def _drop(self, doomed) -> list[tuple[str, str]]:
+        """Remove the members ``doomed(member)`` picks; rebalance the groups that lost one."""
         dropped = []
         for g in list(self.groups.values()):
-            gone = [mid for mid, m in g.members.items()
-                    if now - m.last_seen > self.session_timeout]
+            gone = [mid for mid, m in g.members.items() if doomed(m)]
             for mid in gone:
                 del g.members[mid]
                 dropped.append((g.name, mid))
