@@ -28,6 +28,7 @@ import os
 import random
 import shutil
 
+import fmq
 from fmq.log.fileio import FileIO
 
 
@@ -246,3 +247,25 @@ class PowerLossIO(FileIO):
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+def run_until_power_cut(data: str, config: fmq.BrokerConfig, plan: list[dict],
+                        io: PowerLossIO) -> list[dict]:
+    """Run ``plan`` on a broker whose I/O goes through ``io`` until the power cut (or an
+    FMQ error it causes); returns the acknowledgements it got before that."""
+    from tests.faults.workload import execute
+
+    acks: list[dict] = []
+    broker = None
+    try:
+        broker = fmq.Broker.open(data, config, io=io)
+        execute(broker, plan, lambda **e: acks.append(e))
+    except (PowerCut, fmq.FMQError):
+        pass
+    finally:
+        if broker is not None:
+            try:
+                broker.close()
+            except (PowerCut, fmq.FMQError):
+                pass
+    return acks

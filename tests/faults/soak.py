@@ -30,7 +30,6 @@ import tempfile
 import time
 import traceback
 
-import fmq
 from tests.crashkit import read_acks
 from tests.faults.invariants import (
     check_acked_and_transactions,
@@ -41,14 +40,13 @@ from tests.faults.invariants import (
     record_key,
     state_of,
 )
-from tests.faults.powerloss import PowerCut, PowerLossIO
+from tests.faults.powerloss import PowerLossIO, run_until_power_cut
 from tests.faults.workload import (
     GROUP,
     RECOVER_AND_DIE_SCRIPT,
     ack_path,
     config_kwargs,
     copy_dir,
-    execute,
     make_config,
     random_plan,
     run_plan,
@@ -138,19 +136,7 @@ class Soak:
         shutil.rmtree(snaps, ignore_errors=True)
         os.makedirs(snaps)
         io = PowerLossIO(cut_at=rng.randint(1, 3 * len(plan) + 2), snapshot_dir=snaps)
-        acks: list[dict] = []
-        broker = None
-        try:
-            broker = fmq.Broker.open(self.data, self.config, io=io)
-            execute(broker, plan, lambda **e: acks.append(e))
-        except (PowerCut, fmq.FMQError):
-            pass
-        finally:
-            if broker is not None:
-                try:
-                    broker.close()
-                except (PowerCut, fmq.FMQError):
-                    pass
+        acks = run_until_power_cut(self.data, self.config, plan, io)
         self.plans += plan
         self.acks += acks
         if not io.dead:

@@ -30,7 +30,7 @@ import pytest
 import fmq
 from fmq.log.naming import INDEX_DIR
 from tests.faults.invariants import InvariantViolation, reference_run, verify_recovery
-from tests.faults.powerloss import PowerCut, PowerLossIO
+from tests.faults.powerloss import PowerCut, PowerLossIO, run_until_power_cut
 from tests.faults.workload import (
     config_kwargs,
     execute,
@@ -80,19 +80,7 @@ def power_cut_run(tmp_path, n: int, trial: str, keys, nosync: bool = False,
     policy = {"drop": "drop", "ordered": "ordered"}.get(trial, "random")
     io = PowerLossIO(cut_at=n, nosync=nosync, snapshot_dir=snaps)
     config = make_config(config_kw)
-    acks: list[dict] = []
-    broker = None
-    try:
-        broker = fmq.Broker.open(data, config, io=io)
-        execute(broker, PLAN, lambda **e: acks.append(e))
-    except (PowerCut, fmq.FMQError):
-        pass
-    finally:
-        if broker is not None:
-            try:
-                broker.close()
-            except (PowerCut, fmq.FMQError):
-                pass
+    acks = run_until_power_cut(data, config, PLAN, io)
     if config.flush_mode == "async":
         acks = [a for a in acks if a["op"] != "send"]
     decided = io.apply_power_cut(rng, policy)
