@@ -39,6 +39,8 @@ from fmq.errors import (  # noqa: E402
     TornRecord,
     TransactionConflict,
     TransactionError,
+    TransactionInProgress,
+    TransactionRolledBack,
     UnknownQueue,
     UnknownTransaction,
 )
@@ -68,6 +70,8 @@ __all__ = [
     "TooManyTransactions",
     "TornRecord",
     "TransactionConflict",
+    "TransactionInProgress",
+    "TransactionRolledBack",
     "TransactionError",
     "TxState",
     "UncertainTx",

@@ -22,7 +22,6 @@ from fmq.errors import (
     DataDirLocked,
     IndexCorrupt,
     InvalidArgument,
-    LogFailed,
     OffsetOutOfRange,
     StorageError,
 )
@@ -131,8 +130,22 @@ class Broker:
         self.log.on_append = self.dispatcher.on_append
         self.dispatcher.start()
         self._closed = False
+        # Roll back prepares a crash cut short: they can never be committed (the client was
+        # never told they were stored). A committing one cannot be incomplete (its commit
+        # was asked after the prepare was durable); roll it forward like the others.
+        for tx in [t for t in self.tx.open.values()
+                   if not t.complete and t.state != TxState.COMMITTING]:
+            logger.warning("rolling back transaction %r of group %r: a crash cut its prepare "
+                           "short (%d of %d messages in the log)", tx.tx_id,
+                           tx.producer_group, len(tx.messages), tx.expected_messages)
+            self._write_end(tx, RecordType.ROLLBACK)
         # Roll forward transactions whose commit was cut short (REF/TX durable, no COMMIT).
         for tx in [t for t in self.tx.open.values() if t.state == TxState.COMMITTING]:
+            if not tx.complete:
+                logger.error("transaction %r is committing but its prepare is incomplete "
+                             "(%d of %d messages): committing what the log holds", tx.tx_id,
+                             len(tx.messages), tx.expected_messages)
+            tx.prepared = True
             self._commit_tx(tx)
             report.rolled_forward.append(tx.tx_id)
         report.open_transactions = len(self.tx.open)
@@ -264,10 +277,12 @@ class Broker:
         with self.tx.lock:
             self.tx.reserve(tx_id)
             with log_.lock:
+                # ref_size = the message count: recovery proves the prepare complete by it.
                 prep = Record(RecordType.PREPARE, store_time=store_time, tx_id=tx_id,
-                              producer_group=producer_group)
+                              producer_group=producer_group, ref_size=len(messages))
                 log_.append_locked(prep)
-                tx = Transaction(tx_id, producer_group, prep.log_offset, store_time)
+                tx = Transaction(tx_id, producer_group, prep.log_offset, store_time,
+                                 expected_messages=len(messages))
                 self.tx.register(tx)
                 try:
                     for m in messages:
@@ -285,10 +300,12 @@ class Broker:
                 end = log_.next_offset
         try:
             log_.wait_durable(end, sync=True)
-        except LogFailed:
+        except BaseException:
             with self.tx.lock:
                 self.tx.forget(tx_id)
             raise
+        with self.tx.lock:
+            tx.prepared = True
         self.tx.notify()
         return tx_id
 
@@ -371,17 +388,22 @@ class Broker:
                 again = self.tx.get_for_end(tx_id, TxState.ROLLBACK)
             if isinstance(again, TxState):
                 return again
-            log_ = self.log
-            with log_.lock:
-                rec = Record(RecordType.ROLLBACK, store_time=now_ms(), tx_id=tx_id,
-                             producer_group=found.producer_group,
-                             ref_offset=found.prepare_offset)
-                log_.append_locked(rec)
-                end = log_.next_offset
-            log_.wait_durable(end, sync=True)
-            with self.tx.lock:
-                self.tx.finish(tx_id, TxState.ROLLBACK)
+            self._write_end(found, RecordType.ROLLBACK)
         return TxState.ROLLBACK
+
+    def _write_end(self, tx: Transaction, end_type: RecordType) -> None:
+        """Append the transaction's ROLLBACK (or COMMIT) record, wait until it is durable,
+        and forget the transaction."""
+        log_ = self.log
+        with log_.lock:
+            rec = Record(end_type, store_time=now_ms(), tx_id=tx.tx_id,
+                         producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
+            log_.append_locked(rec)
+            end = log_.next_offset
+        log_.wait_durable(end, sync=True)
+        with self.tx.lock:
+            self.tx.finish(tx.tx_id, TxState.COMMIT if end_type == RecordType.COMMIT
+                           else TxState.ROLLBACK)
 
     def poll_uncertain(self, producer_group: str, max_items: int = 16, lease_ms: int = 5000,
                        wait_ms: int = 0) -> list[UncertainTx]:

@@ -16,6 +16,7 @@ from fmq.errors import (
     FMQError,
     InvalidArgument,
     RequestTimeout,
+    TransactionRolledBack,
 )
 from fmq.message import Message, SendResult
 from fmq.protocol import Op
@@ -144,9 +145,12 @@ class TransactionProducer(Producer):
     def prepare(self, messages: Sequence[Message], tx_id: str | None = None) -> str:
         """Store ``messages`` as a prepared (invisible) transaction; returns its id."""
         wire = [_wire_message(m) for m in messages]
-        # Seed 3.2.3: version-ip-start time-pid-connection seq-tx seq.
+        generated = not tx_id
+        # Ids are version-ip-start time-pid-connection seq-tx seq (docs/transactions.md).
         tx_id = tx_id or new_tx_id(self.connection_seq)
         req = {"producer_group": self.producer_group, "tx_id": tx_id, "messages": wire}
+        # The answer to an attempt was lost (connection, time-out): it may be stored, whole
+        # or (after a server crash) cut short, which recovery rolls back.
         maybe_applied = False
         attempt = 0
         while True:
@@ -154,9 +158,21 @@ class TransactionProducer(Producer):
                 return self.call(Op.PREPARE, req, retries=0)["tx_id"]
             except DuplicateTransaction:
                 if maybe_applied:
-                    # An earlier attempt whose answer was lost did store it (the id is ours).
+                    # The server only reports an id as prepared once every message of it
+                    # is durable: our earlier attempt is stored whole.
                     return tx_id
                 raise
+            except TransactionRolledBack:
+                if not (maybe_applied and generated) or attempt >= self.retries:
+                    raise
+                # Our earlier attempt was cut short by a crash and rolled back: nothing of
+                # it is stored. Prepare again under a fresh id (never commit the old one).
+                logger.warning("prepare of %s was cut short by a server crash and rolled "
+                               "back; preparing again under a new id", tx_id)
+                tx_id = new_tx_id(self.connection_seq)
+                req["tx_id"] = tx_id
+                maybe_applied = False
+                attempt += 1
             except FMQError as exc:
                 if not exc.retriable or attempt >= self.retries or self._closed:
                     raise

@@ -35,7 +35,10 @@ Properties are ``u16 count`` then per pair ``u16 len, key bytes, u16 len, value 
 What each type carries (other fields zero-length / -1):
 
 * ``MESSAGE`` (1): topic, queue id, queue offset, key, tags, properties, body.
-* ``PREPARE`` (2): tx id, producer group. Opens a transaction.
+* ``PREPARE`` (2): tx id, producer group; ``ref_size`` = the number of PRE_MESSAGEs the
+  transaction holds (they follow the PREPARE in the log). Opens a transaction. Recovery
+  proves a prepare complete by counting its PRE_MESSAGEs; a cut one is rolled back. Logs
+  written before the count existed carry 0 there: "not recorded", taken as complete.
 * ``PRE_MESSAGE`` (3): tx id, group, topic, queue id, key, tags, properties, body. No queue offset.
 * ``REF_MESSAGE`` (4): tx id, topic, queue id, queue offset, key, tags; ``ref_offset`` /
   ``ref_size`` address its PRE_MESSAGE, whose body the consumer reads. No body.

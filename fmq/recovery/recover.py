@@ -23,8 +23,11 @@
 5. **Queue high-water marks**: the next queue offset of every queue, from the index,
    raised to the floors retention recorded for queues it emptied (``queue-floors``).
 
-Roll-forward of committing transactions and handing open ones back to feedback happen in
-the broker (they write to the log) right after these passes.
+6. **Complete prepares**: an open transaction with fewer PRE_MESSAGEs than its PREPARE
+   announced (a crash cut the prepare short) is listed as incomplete.
+
+Then the broker (it writes to the log) rolls incomplete prepares back with a ROLLBACK
+record, rolls committing transactions forward, and hands the open ones back to feedback.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ class RecoveryReport:
     index_rebuilt: bool = False
     open_transactions: int = 0
     rolled_forward: list[str] = field(default_factory=list)
+    #: Transactions whose prepare a crash cut short; the broker rolls them back on open.
+    incomplete_prepares: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
@@ -79,7 +84,8 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
         entries.append(queue_entry(rec))
     elif rtype == RecordType.PREPARE:
         txm.finished.pop(rec.tx_id, None)
-        txm.register(Transaction(rec.tx_id, rec.producer_group, rec.log_offset, rec.store_time))
+        txm.register(Transaction(rec.tx_id, rec.producer_group, rec.log_offset, rec.store_time,
+                                 expected_messages=rec.ref_size))
     elif rtype == RecordType.PRE_MESSAGE:
         tx = txm.open.get(rec.tx_id)
         if tx is not None:
@@ -106,7 +112,7 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
 def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
             max_record_size: int, batch: int, index_rebuilt: bool,
             progress: Callable[[int, int], None] | None = None) -> tuple[RecoveryReport, dict]:
-    """Run passes 1-5. Returns the report and the next queue offset of every queue."""
+    """Run passes 1-6. Returns the report and the next queue offset of every queue."""
     t0 = time.monotonic()
     report = RecoveryReport(index_rebuilt=index_rebuilt)
     first = log_.first_offset
@@ -179,6 +185,12 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     # Pass 5: queue high-water marks, raised to the floors of queues retention emptied.
     index.apply_floors(read_floors(os.path.join(data_dir, QUEUE_FLOORS_FILE)))
     queue_next = {q: hi for q, (_lo, hi) in index.all_queues().items()}
+    # Pass 6: prove every open prepare complete. One whose PRE_MESSAGEs a crash cut short
+    # (fewer than its PREPARE announced) can never be committed: the broker rolls it back.
+    for tx in txm.open.values():
+        tx.prepared = tx.complete
+        if not tx.complete:
+            report.incomplete_prepares.append(tx.tx_id)
     report.open_transactions = len(txm.open)
     report.seconds = time.monotonic() - t0
     return report, queue_next

@@ -529,7 +529,7 @@ def _derive(raw: DataFrame, partitions: int, tmp_items: str, parquet_dir: str | 
         {"tx_id": r["tx_id"], "producer_group": r["producer_group"], "state": r["state"],
          "messages": r["messages"], "prepare_offset": r["prepare_offset"],
          "store_time": r["prepare_time"]}
-        for r in txs.where(F.col("state").isin("open", "committing"))
+        for r in txs.where(F.col("state").isin("open", "committing", "incomplete"))
         .orderBy("prepare_offset").collect()
     ]
     phases.done("transactions")
@@ -545,7 +545,8 @@ def transaction_table(valid: DataFrame) -> DataFrame:
     """One row per transaction id, with redo's semantics (fmq/recovery/recover.py): the
     latest PREPARE opens it; the first COMMIT/ROLLBACK after that ends it; PRE_MESSAGEs
     after it are its messages; a REF/TX after it without an end makes it "committing"
-    (the broker rolls it forward on open). A transaction whose PREPARE retention deleted
+    (the broker rolls it forward on open); fewer PRE_MESSAGEs than the PREPARE announced
+    (its ``ref_size``) and no end make it "incomplete" (the broker rolls it back on open). A transaction whose PREPARE retention deleted
     is never open ("commit"/"rollback" when its end is still in the log, else "unknown").
     One shuffle: the window and the grouping share the partitioning by tx_id.
     """
@@ -554,7 +555,7 @@ def transaction_table(valid: DataFrame) -> DataFrame:
     is_prepare = F.col("type") == "PREPARE"
     ends = F.col("type").isin(*_ENDS)
     tx = (valid.where(F.col("tx_id").isNotNull())
-          .select("offset", "type", "tx_id", "producer_group", "store_time")
+          .select("offset", "type", "tx_id", "producer_group", "store_time", "ref_size")
           .withColumn("prepare_offset",
                       F.max(F.when(is_prepare, F.col("offset"))).over(Window.partitionBy("tx_id"))))
     after = F.col("prepare_offset").isNull() | (F.col("offset") >= F.col("prepare_offset"))
@@ -562,6 +563,7 @@ def transaction_table(valid: DataFrame) -> DataFrame:
         F.max("prepare_offset").alias("prepare_offset"),
         F.max_by("producer_group", F.when(is_prepare, F.col("offset"))).alias("producer_group"),
         F.max_by("store_time", F.when(is_prepare, F.col("offset"))).alias("prepare_time"),
+        F.max_by("ref_size", F.when(is_prepare, F.col("offset"))).alias("expected"),
         F.count(F.when(F.col("type") == "PRE_MESSAGE", 1)).alias("messages"),
         F.count(F.when(F.col("type").isin("REF_MESSAGE", "TX_MESSAGE"), 1)).alias("copies"),
         F.min_by(F.when(ends, F.col("type")), F.when(ends, F.col("offset"))).alias("end"),
@@ -571,6 +573,7 @@ def transaction_table(valid: DataFrame) -> DataFrame:
              .when(F.col("end") == "ROLLBACK", "rollback")
              .when(F.col("prepare_offset").isNull(), "unknown")
              .when(F.col("copies") > 0, "committing")
+             .when(F.coalesce(F.col("expected"), F.lit(0)) > F.col("messages"), "incomplete")
              .otherwise("open"))
     return table.select(
         "tx_id", "producer_group", "prepare_offset", "prepare_time",

@@ -22,6 +22,8 @@ from fmq.errors import (
     DuplicateTransaction,
     TooManyTransactions,
     TransactionConflict,
+    TransactionInProgress,
+    TransactionRolledBack,
     UnknownTransaction,
 )
 
@@ -58,6 +60,11 @@ class Transaction:
     prepare_offset: int
     store_time: int  # wall clock ms of the PREPARE (for display only)
     messages: list[PreMessage] = field(default_factory=list)
+    #: PRE_MESSAGEs the PREPARE announced (0: not recorded, an older log).
+    expected_messages: int = 0
+    #: PREPARE and every PRE_MESSAGE are durable (set after the prepare's fsync, or by
+    #: recovery for a complete prepare). Until then a retry of the prepare must wait.
+    prepared: bool = False
     state: TxState = TxState.OPEN
     registered_at: float = field(default_factory=time.monotonic)
     checks: int = 0
@@ -67,6 +74,11 @@ class Transaction:
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
+    def complete(self) -> bool:
+        """Every PRE_MESSAGE the PREPARE announced is in the log."""
+        return len(self.messages) >= self.expected_messages
+
+    @property
     def referenced(self) -> bool:
         return any(m.queue_offset >= 0 for m in self.messages)
 
@@ -74,10 +86,11 @@ class Transaction:
         return {
             "tx_id": self.tx_id,
             "producer_group": self.producer_group,
-            "state": self.state.value,
+            "state": self.state.value if self.complete else "incomplete",
             "age_ms": max(0, now_ms - self.store_time),
             "checks": self.checks,
             "messages": len(self.messages),
+            "expected_messages": self.expected_messages,
             "prepare_offset": self.prepare_offset,
         }
 
@@ -119,11 +132,27 @@ class TxManager:
     # ------------------------------------------------------------------ lifecycle
 
     def reserve(self, tx_id: str) -> None:
-        """Check limits before a PREPARE is written (lock held by the caller)."""
-        if tx_id in self.open or self._finished_state(tx_id) is not None:
+        """Check limits before a PREPARE is written (lock held by the caller).
+
+        A used id gets an answer a retrying client can act on: still being written
+        (retry), rolled back (prepare again under a new id: nothing of it is stored), or
+        fully prepared (the earlier attempt is stored)."""
+        tx = self.open.get(tx_id)
+        if tx is not None and not tx.prepared:
+            raise TransactionInProgress(
+                f"transaction {tx_id!r} is being prepared by an earlier request; retry "
+                f"shortly to learn whether it is stored")
+        final = None if tx is not None else self._finished_state(tx_id)
+        if final == TxState.ROLLBACK:
+            raise TransactionRolledBack(
+                f"transaction {tx_id!r} was rolled back (nothing of it is stored, e.g. a "
+                f"crash cut its prepare short); prepare the messages again under a new "
+                f"transaction id")
+        if tx is not None or final is not None:
             raise DuplicateTransaction(
-                f"transaction id {tx_id!r} is already in use; let the client generate ids or "
-                f"make yours unique"
+                f"transaction id {tx_id!r} is already prepared "
+                f"({tx.state.value if tx is not None else final.value}); let the client "
+                f"generate ids or make yours unique"
             )
         if len(self.open) >= self.max_open:
             raise TooManyTransactions(
@@ -140,6 +169,10 @@ class TxManager:
         ended that way. Raises on conflict or an unknown id (lock held by the caller)."""
         tx = self.open.get(tx_id)
         if tx is not None:
+            if not tx.prepared:
+                raise TransactionInProgress(
+                    f"transaction {tx_id!r} is still being prepared; end it once its "
+                    f"prepare has answered")
             if wanted == TxState.ROLLBACK and (tx.state == TxState.COMMITTING or tx.referenced):
                 raise TransactionConflict(
                     f"transaction {tx_id!r} is committing (its messages are being made "
@@ -190,7 +223,7 @@ class TxManager:
                 now = time.monotonic()
                 due = [t for t in self.open.values()
                        if t.producer_group == producer_group and t.state == TxState.OPEN
-                       and t.next_check_at <= now and t.lease_until <= now]
+                       and t.prepared and t.next_check_at <= now and t.lease_until <= now]
                 if due:
                     due.sort(key=lambda t: t.prepare_offset)
                     picked = due[:max_items]

@@ -247,3 +247,29 @@ def test_without_the_old_index_retention_floors_keep_emptied_queues(spark, built
     assert result["queues_carried_over"] == 0 and result["consumer_offsets_kept"] == 0
     assert result["queue_floors_applied"] >= sum(1 for t, _q in built_log.queues if t == "early")
     assert_same_index(_dump(os.path.join(log_copy, INDEX_DIR)), built_log.online_dump)
+
+
+def test_prepare_cut_short_is_incomplete_and_the_broker_rolls_it_back(spark, log_copy):
+    """A crash inside a prepare's PRE_MESSAGEs: the rebuild reports the transaction as
+    incomplete (fewer PRE_MESSAGEs than its PREPARE announced), keeps the checkpoint at its
+    PREPARE, and the broker opening on the rebuilt index rolls it back."""
+    from fmq.log.repair import cut_log
+
+    recs = D.records(log_copy)
+    pres: dict[str, list] = {}
+    for r in recs:
+        if r.type.name == "PRE_MESSAGE":
+            pres.setdefault(r.tx_id, []).append(r)
+    prepare = [r for r in recs if r.type.name == "PREPARE" and len(pres.get(r.tx_id, [])) >= 2][-1]
+    assert prepare.ref_size == len(pres[prepare.tx_id])
+    cut_log(log_copy, pres[prepare.tx_id][1].log_offset)  # keep the PREPARE and one message
+
+    result = run_rebuild(log_copy, master="local[2]")
+    states = {t["tx_id"]: (t["state"], t["prepare_offset"]) for t in result["open_transactions"]}
+    assert states[prepare.tx_id] == ("incomplete", prepare.log_offset)
+    assert result["checkpoint"]["recovery_offset"] <= prepare.log_offset
+    with fmq.Broker.open(log_copy, small_config()) as b:
+        assert b.recovery.incomplete_prepares == [prepare.tx_id]
+        assert prepare.tx_id not in {t["tx_id"] for t in b.open_transactions()}
+        with pytest.raises(fmq.TransactionConflict):
+            b.commit(prepare.tx_id)

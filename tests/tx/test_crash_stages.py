@@ -49,11 +49,13 @@ sys.exit(3)  # the armed crash never came
 STAGES = {
     "3.3.7.1 before PREPARE flush": ("prepare", dict(op="pwrite", mode="before"),
                                      False, 0, None, False),
+    # A prepare cut short is incomplete (fewer PRE_MESSAGEs than its PREPARE announced):
+    # recovery rolls it back, so feedback never offers it and nobody can commit it.
     "3.3.7.2 PREPARE durable, before PRE_MESSAGE flush": (
-        "prepare", dict(op="pwrite", mode="records", records=1), True, 0, "rollback", False),
+        "prepare", dict(op="pwrite", mode="records", records=1), False, 0, None, False),
     "3.3.7.3 inside PRE_MESSAGE flush": (
-        "prepare", dict(op="pwrite", mode="records", records=2, extra=150), True, 1,
-        "rollback", False),
+        "prepare", dict(op="pwrite", mode="records", records=2, extra=150), False, 1,
+        None, False),
     "3.3.7.3b PRE_MESSAGEs durable, ack lost": (
         "prepare", dict(op="fdatasync", mode="after"), True, 3, "rollback", False),
     "3.3.7.4 before REF flush": ("commit", dict(op="pwrite", mode="before"), True, 3,
@@ -93,6 +95,14 @@ def test_crash_at_stage(tmp_path, stage):
             assert open_txs[0]["messages"] == pre_count
         if stage.startswith(("3.3.7.5", "3.3.7.6")):
             assert b.recovery.rolled_forward == ["tx-1"]
+        cut_prepare = stage.startswith(("3.3.7.2", "3.3.7.3 "))
+        assert b.recovery.incomplete_prepares == (["tx-1"] if cut_prepare else [])
+        if cut_prepare:
+            with pytest.raises(fmq.TransactionConflict):
+                b.commit("tx-1")
+            with pytest.raises(fmq.TransactionRolledBack):
+                b.prepare([fmq.Message("t", b"again")], "g", tx_id="tx-1")
+            assert b.rollback("tx-1") == TxState.ROLLBACK
         visible = all_bodies(b)
         expected_now = sorted([b"plain-before"] + (BODIES if committed and not open_after else []))
         assert visible == expected_now  # never a partly visible transaction

@@ -1,0 +1,1 @@
+"""Child-process workloads the tests start with ``python -m tests.workloads.NAME``."""
