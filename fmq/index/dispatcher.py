@@ -17,11 +17,12 @@ Two ways to learn what a flushed record contributes, both through the same pure 
 
 **A failing index write does not stop it.** An error a later attempt can get past (ENOSPC
 or EIO on the LMDB file, LMDB out of memory or reader slots, an ``OSError`` reading the
-log: :func:`is_transient`) is logged once; the dispatcher drops the hand-off queue, waits
-with exponential back-off and retries from its applied offset by reading the flushed log,
-until a write succeeds. While it is failing, :attr:`Dispatcher.failing` holds the error and
-the broker refuses new messages (acknowledged must keep meaning consumable once indexed).
-Anything else (a corrupt index or log record, a bug) stops it for good:
+log: :func:`~fmq.index.store.is_transient`) is logged once; the dispatcher drops the
+hand-off queue, waits with exponential back-off and retries from its applied offset by
+reading the flushed log, until a write succeeds. While it is failing,
+:attr:`Dispatcher.failing` holds the error and the broker refuses new messages
+(acknowledged must keep meaning consumable once indexed). Anything else (a corrupt index
+or log record, a bug) stops it for good:
 :attr:`Dispatcher.error`.
 """
 
@@ -32,31 +33,15 @@ import threading
 import time
 from collections import deque
 
-import lmdb
-
 from fmq.errors import BadRecord, TornRecord
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
-from fmq.index.store import IndexStore
+from fmq.index.store import IndexStore, is_transient
 from fmq.log.log import Log
 from fmq.log.record import Record, RecordType, decode
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 4 << 20
-
-#: LMDB errors that say "not now" (space, memory, reader slots, locks), not "damaged" or
-#: "misused": retrying the same write later can succeed.
-_TRANSIENT_LMDB = (lmdb.DiskError, lmdb.MemoryError, lmdb.MapFullError, lmdb.MapResizedError,
-                   lmdb.ReadersFullError, lmdb.TlsFullError, lmdb.LockError)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether retrying the same index write later may succeed: ENOSPC, EIO and their kin
-    from LMDB or from reading the log. Corruption and bugs are not (py-lmdb raises the
-    plain ``lmdb.Error`` for an OS error it has no class for, EIO among them)."""
-    return (isinstance(exc, OSError) or type(exc) is lmdb.Error
-            or isinstance(exc, _TRANSIENT_LMDB))
-
 
 class Dispatcher:
     def __init__(self, log_: Log, index: IndexStore, batch: int, max_record_size: int,

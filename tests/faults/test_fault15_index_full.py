@@ -12,7 +12,8 @@ fills it, the log's preallocated segment still takes writes, LMDB cannot grow it
 
 A second process holding the LMDB writer lock makes the index lag: sends are refused once the
 lag passes ``index_max_lag_bytes`` and accepted again when the lock is released. A damaged
-flushed record stops the dispatcher for good: sends are refused with ``IndexCorrupt``.
+flushed record stops the dispatcher for good: sends are refused with ``IndexCorrupt``. A
+consumer offset that cannot be stored on the full disk raises ``IndexUnavailable``.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def small_fs(tmp_path):
 
 def fill_disk(directory: str) -> str:
     """Another program's file taking every free byte of the file system."""
-    path = os.path.join(directory, "filler")
+    path = filler_path(directory)
     chunk = bytes(1 << 16)
     with open(path, "wb") as f:
         try:
@@ -76,6 +77,18 @@ def fill_disk(directory: str) -> str:
         except OSError:
             pass
     return path
+
+
+def filler_path(directory: str) -> str:
+    return os.path.join(directory, "filler")
+
+
+def close_with_space(broker: fmq.Broker, directory: str) -> None:
+    """Close after freeing the disk, also when an assertion failed while it was full (the
+    closing checkpoint would fail and hide that assertion)."""
+    if os.path.exists(filler_path(directory)):
+        os.unlink(filler_path(directory))
+    broker.close()
 
 
 def send(broker: fmq.Broker, name: str, refused: list[fmq.FMQError]) -> fmq.SendResult | None:
@@ -131,6 +144,13 @@ def test_full_disk_refuses_or_indexes_later_and_resumes_without_restart(small_fs
         assert refused, f"the full disk never stopped the index: {stats}"
         assert stats["index_error"] and stats["dispatcher_error"] is None, stats
         assert "free disk space" in str(refused[0]), refused[0]
+        offsets_refused = 0
+        for i in range(50):  # a consumer offset is stored or refused, never a bare LMDB error
+            try:
+                broker.commit_offset("billing", TOPIC, 0, i)
+            except fmq.IndexUnavailable as exc:
+                assert exc.retriable and "commit it again" in str(exc), exc
+                offsets_refused += 1
 
         os.unlink(filler)
         after = [f"after{i}" for i in range(100)]
@@ -143,17 +163,30 @@ def test_full_disk_refuses_or_indexes_later_and_resumes_without_restart(small_fs
         missing = sorted(set(acked) - got)
         assert not missing, (f"{len(missing)} of {len(acked)} acknowledged messages are not "
                              f"consumable without a restart, e.g. {missing[:5]}")
+        broker.commit_offset("billing", TOPIC, 0, 7)
+        assert broker.committed_offset("billing", TOPIC, 0) == 7
         print(f"fault 15 (full disk): {len(while_full)} acknowledged and {len(refused)} refused "
               f"while full; after freeing space {len(after)} of {len(after)} acknowledged; "
               f"all {len(acked)} consumable without a restart "
-              f"({stats['index_retries']} index retries)")
+              f"({stats['index_retries']} index retries); {offsets_refused} of 50 consumer "
+              f"offsets refused while full")
     finally:
-        broker.close()
+        close_with_space(broker, small_fs)
 
     with fmq.Broker.open(data, config()) as b:  # every acknowledged message exactly once
         assert b.wait_indexed(DEADLINE)
         seen = [m.body for msgs in b.all_messages([TOPIC]).values() for m in msgs]
     assert sorted(seen) == sorted(body_of(name) for name in acked)
+
+
+def test_index_limits_are_validated():
+    with pytest.raises(fmq.ConfigError, match="index_max_lag_bytes"):
+        config(index_max_lag_bytes=-1)
+    with pytest.raises(fmq.ConfigError, match="index_retry_initial_ms"):
+        config(index_retry_initial_ms=0)
+    with pytest.raises(fmq.ConfigError, match="index_retry_max_ms"):
+        config(index_retry_initial_ms=100, index_retry_max_ms=50)
+    assert config(index_max_lag_bytes=0).index_max_lag_bytes == 0  # 0 = no limit
 
 
 HOLD_WRITER = """
@@ -242,4 +275,4 @@ def test_damaged_record_stops_the_index_and_sends_are_refused_as_corrupt(small_f
         with pytest.raises(fmq.IndexCorrupt):
             broker.prepare([fmq.Message(TOPIC, body_of("refused-tx"), queue_id=0)], "shop")
     finally:
-        broker.close()
+        close_with_space(broker, small_fs)

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import errno
 import shutil
 import threading
 
-import lmdb
-
 import fmq
-from fmq.index.dispatcher import is_transient
 from fmq.log.naming import INDEX_DIR
 
 
@@ -72,15 +68,3 @@ def test_nothing_unflushed_is_indexed(tmp_path):
         b.log.flush()
         assert b.wait_indexed()
         assert b.pull("t", 0, 0)[0].body == b"not yet durable"
-
-
-def test_only_errors_a_retry_can_get_past_are_transient():
-    for exc in (lmdb.DiskError("mdb_txn_commit", errno.ENOSPC),
-                lmdb.Error("mdb_txn_commit", errno.EIO),
-                lmdb.ReadersFullError("mdb_txn_begin", 0),
-                OSError(errno.EIO, "Input/output error")):
-        assert is_transient(exc), exc
-    for exc in (lmdb.CorruptedError("mdb_get", 0), lmdb.PanicError("mdb_txn_begin", 0),
-                lmdb.BadValsizeError("mdb_put", 0), fmq.IndexCorrupt("stored 1 of 2"),
-                fmq.BadRecord(0, "crc"), TypeError("a bug")):
-        assert not is_transient(exc), exc
