@@ -26,8 +26,11 @@ import time
 import pytest
 
 import fmq
+from fmq.client import Client, Producer
 from fmq.log.naming import INDEX_DIR, LOG_DIR, format_segment_name
 from fmq.log.record import HEADER_SIZE
+from fmq.protocol import Op
+from tests.server.harness import ServerProcess
 
 BODY = 1000
 TOPIC = "orders"
@@ -199,6 +202,13 @@ txn.abort()
 """
 
 
+def hold_index_writer(data: str) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITER, os.path.join(data, INDEX_DIR)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "holding"
+    return holder
+
+
 def test_lagging_index_refuses_sends_past_the_lag_bound(tmp_path):
     data = str(tmp_path / "data")
     limit = 32 * 1024
@@ -209,10 +219,7 @@ def test_lagging_index_refuses_sends_past_the_lag_bound(tmp_path):
     try:
         acked["first"] = broker.send(fmq.Message(TOPIC, body_of("first"), queue_id=0))
         assert broker.wait_indexed(DEADLINE)
-        holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITER,
-                                   os.path.join(data, INDEX_DIR)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert holder.stdout.readline().strip() == "holding"
+        holder = hold_index_writer(data)
         for i in range(500):  # 500 KB: far past the bound
             r = send(broker, f"lag{i}", refused)
             if r is None:
@@ -237,6 +244,48 @@ def test_lagging_index_refuses_sends_past_the_lag_bound(tmp_path):
             holder.kill()
             holder.wait()
         broker.close()
+
+
+def test_server_answers_a_lagging_index_with_the_retriable_code_30(tmp_path):
+    data = str(tmp_path / "data")
+    srv = ServerProcess(data, {"index_max_lag_bytes": 32 * 1024, "checkpoint_interval_ms": 0})
+    srv.start()
+    holder = None
+    try:
+        with Producer(srv.address, retries=0) as producer:
+            acked = [producer.send(TOPIC, body_of("first"), queue_id=0)]
+            holder = hold_index_writer(data)
+            refusal = None
+            for i in range(500):
+                try:
+                    acked.append(producer.send(TOPIC, body_of(f"lag{i}"), queue_id=0))
+                except fmq.IndexUnavailable as exc:
+                    refusal = exc
+                    break
+            assert refusal is not None, "500 sends acknowledged while the index could not move"
+            assert refusal.code == 30 and refusal.retriable, refusal
+            assert producer.ping()  # the connection stays usable
+
+            holder.stdin.close()
+            assert holder.wait(DEADLINE) == 0
+            holder = None
+        with Producer(srv.address, retries=20, backoff_max=0.5) as producer:
+            acked.append(producer.send(TOPIC, body_of("after"), queue_id=0))
+        want = [r.queue_offset for r in acked]
+        deadline = time.monotonic() + DEADLINE
+        with Client(srv.address) as client:
+            while True:  # bounded: the index catches up by itself once the lock is free
+                got = client.call(Op.PULL, {"topic": TOPIC, "queue_id": 0, "offset": 0,
+                                            "max_messages": 1000, "wait_ms": 500})
+                offsets = [m["queue_offset"] for m in got["messages"]]
+                if offsets == want or time.monotonic() > deadline:
+                    break
+        assert offsets == want
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+        srv.kill()
 
 
 def test_damaged_record_stops_the_index_and_sends_are_refused_as_corrupt(small_fs):
