@@ -22,8 +22,7 @@ hand-off queue, waits with exponential back-off and retries from its applied off
 reading the flushed log, until a write succeeds. While it is failing,
 :attr:`Dispatcher.failing` holds the error and the broker refuses new messages
 (acknowledged must keep meaning consumable once indexed). Anything else (a corrupt index
-or log record, a bug) stops it for good:
-:attr:`Dispatcher.error`.
+or log record, a bug) stops it for good: :attr:`Dispatcher.error`.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from fmq.log.record import Record, RecordType, decode
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 4 << 20
+
 
 class Dispatcher:
     def __init__(self, log_: Log, index: IndexStore, batch: int, max_record_size: int,
@@ -129,14 +129,8 @@ class Dispatcher:
                 except BaseException as exc:
                     if not is_transient(exc):
                         raise
-                    if self._stop:  # closing: recovery re-applies the rest from the log
-                        log.warning("dispatcher stopping with the index failing (%s); the "
-                                    "next open indexes the rest from the log", exc)
+                    if not self._back_off(exc, delay):
                         return
-                    self._note_failure(exc, delay)  # from now on the broker refuses sends
-                    self._read_log_from_applied()
-                    with self._cond:
-                        self._cond.wait_for(lambda: self._stop, delay)
                     delay = min(delay * 2, self.retry_max)
                     continue
                 delay = self.retry_initial
@@ -147,6 +141,19 @@ class Dispatcher:
             with self._cond:
                 self.error = exc
                 self._cond.notify_all()
+
+    def _back_off(self, exc: BaseException, delay: float) -> bool:
+        """After a transient failure: wait ``delay`` before the next attempt. False when the
+        dispatcher is stopping instead."""
+        if self._stop:  # closing: the next open's recovery indexes the rest from the log
+            log.warning("dispatcher stopping with the index failing (%s); the next open "
+                        "indexes the rest from the log", exc)
+            return False
+        self._note_failure(exc, delay)  # from now on the broker refuses new messages
+        self._read_log_from_applied()
+        with self._cond:
+            self._cond.wait_for(lambda: self._stop, delay)
+        return True
 
     def _read_log_from_applied(self) -> None:
         """After a failed write the hand-off queue no longer matches the applied offset (the
