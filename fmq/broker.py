@@ -21,6 +21,7 @@ from fmq.errors import (
     BrokerClosed,
     DataDirLocked,
     IndexCorrupt,
+    IndexUnavailable,
     InvalidArgument,
     OffsetOutOfRange,
     StorageError,
@@ -125,7 +126,9 @@ class Broker:
         self._round_robin: dict[str, int] = {}
         self.dispatcher = Dispatcher(self.log, self.index, cfg.dispatch_batch,
                                      self.max_record_size, report.end_offset,
-                                     cfg.dispatch_max_pending)
+                                     cfg.dispatch_max_pending,
+                                     cfg.index_retry_initial_ms / 1000.0,
+                                     cfg.index_retry_max_ms / 1000.0)
         self.log.on_flushed = self.dispatcher.notify_flushed
         self.log.on_append = self.dispatcher.on_append
         self.dispatcher.start()
@@ -230,6 +233,7 @@ class Broker:
             check_fits(m, cfg.segment_size)
         if not messages:
             return []
+        self._refuse_unless_indexable()
         results = []
         store_time = now_ms()
         log_ = self.log
@@ -247,6 +251,27 @@ class Broker:
             end = log_.next_offset
         log_.wait_durable(end, sync=cfg.flush_mode == "sync")
         return results
+
+    def _refuse_unless_indexable(self) -> None:
+        """Refuse new messages the index could not make consumable soon: acknowledged must
+        keep meaning consumable once indexed, not stored in the log for a restart to find."""
+        dispatcher = self.dispatcher
+        if dispatcher.error is not None:
+            raise IndexCorrupt(
+                f"the index stopped after an error it cannot retry ({dispatcher.error}); new "
+                f"messages are refused because consumers would never see them. Stop the "
+                f"broker, run `fmq index rebuild {self.path}` and start it again")
+        if dispatcher.failing is not None:
+            raise IndexUnavailable(
+                f"the index cannot be written ({dispatcher.failing}); new messages are refused "
+                f"until it can. FMQ retries by itself: free disk space or fix the disk, then "
+                f"send again")
+        limit = self.config.index_max_lag_bytes
+        lag = self.log.flushed_offset - dispatcher.applied_offset
+        if limit and lag > limit:
+            raise IndexUnavailable(
+                f"the index is {lag} bytes behind the log (index_max_lag_bytes {limit}); new "
+                f"messages are refused until it catches up. Send again after a short wait")
 
     # ================================================================== transactions
 
@@ -272,6 +297,7 @@ class Broker:
         for m in messages:
             check_message(m, cfg.max_message_size, cfg.queues_per_topic)
             check_fits(m, cfg.segment_size, overhead)
+        self._refuse_unless_indexable()
         store_time = now_ms()
         log_ = self.log
         with self.tx.lock:
@@ -613,6 +639,8 @@ class Broker:
             "feedback_checks_sent": self.tx.checks_sent,
             "log_failed": str(self.log.failed) if self.log.failed else None,
             "dispatcher_error": str(self.dispatcher.error) if self.dispatcher.error else None,
+            "index_error": str(self.dispatcher.failing) if self.dispatcher.failing else None,
+            "index_retries": self.dispatcher.retries,
             "last_checkpoint": self.last_checkpoint.to_dict() if self.last_checkpoint else None,
         }
 

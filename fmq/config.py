@@ -41,6 +41,14 @@ class BrokerConfig:
     #: Index entries handed from the write path to the dispatcher in memory; beyond this
     #: backlog the dispatcher reads the flushed log instead until it catches up.
     dispatch_max_pending: int = 200_000
+    #: Sends and prepares are refused with IndexUnavailable while the index lags the flushed
+    #: log by more than this many bytes (0 = no limit). They are always refused while index
+    #: writes fail (e.g. a full disk).
+    index_max_lag_bytes: int = 256 * MiB
+    #: First and longest wait between two attempts of an index write that failed with a
+    #: transient error (ENOSPC, EIO); the wait doubles from one to the other.
+    index_retry_initial_ms: int = 50
+    index_retry_max_ms: int = 5_000
     #: Open-transaction limit; prepare beyond it raises TooManyTransactions.
     max_open_transactions: int = 10_000
     #: Bodies below this many bytes are copied into TX_MESSAGE records at commit.
@@ -77,6 +85,10 @@ class BrokerConfig:
         need(self.index_map_size >= 1 * MiB, "index_map_size must be at least 1 MiB")
         need(self.dispatch_batch >= 1, "dispatch_batch must be >= 1")
         need(self.dispatch_max_pending >= 1, "dispatch_max_pending must be >= 1")
+        need(self.index_max_lag_bytes >= 0, "index_max_lag_bytes must be >= 0 (0 = no limit)")
+        need(self.index_retry_initial_ms >= 1, "index_retry_initial_ms must be >= 1")
+        need(self.index_retry_max_ms >= self.index_retry_initial_ms,
+             "index_retry_max_ms must be >= index_retry_initial_ms")
         need(self.max_open_transactions >= 1, "max_open_transactions must be >= 1")
         need(self.tx_check_after_ms >= 0, "tx_check_after_ms must be >= 0")
         need(self.tx_check_max_interval_ms >= 1, "tx_check_max_interval_ms must be >= 1")

@@ -141,6 +141,18 @@ class IndexCorrupt(StorageError):
     code = 25
 
 
+class IndexUnavailable(StorageError):
+    """The index cannot take new messages now (its writes fail, e.g. the disk is full, or it
+    lags too far behind the log); the message was not stored. Retry later.
+
+    FMQ retries the index writes by itself; new sends and prepares are refused meanwhile so
+    that nothing is acknowledged that consumers cannot read.
+    """
+
+    code = 30
+    retriable = True
+
+
 class BrokerClosed(FMQError):
     """The broker was closed; open it again."""
 

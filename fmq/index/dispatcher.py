@@ -14,6 +14,15 @@ Two ways to learn what a flushed record contributes, both through the same pure 
 * **tailing** (fallback): when the backlog exceeds ``max_pending`` entries (the index cannot
   keep up), the hand-off queue is dropped and the dispatcher reads and decodes the flushed
   log from its applied offset instead, then switches back.
+
+**A failing index write does not stop it.** An error a later attempt can get past (ENOSPC
+or EIO on the LMDB file, LMDB out of memory or reader slots, an ``OSError`` reading the
+log: :func:`~fmq.index.store.is_transient`) is logged once; the dispatcher drops the
+hand-off queue, waits with exponential back-off and retries from its applied offset by
+reading the flushed log, until a write succeeds. While it is failing,
+:attr:`Dispatcher.failing` holds the error and the broker refuses new messages
+(acknowledged must keep meaning consumable once indexed). Anything else (a corrupt index
+or log record, a bug) stops it for good: :attr:`Dispatcher.error`.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from collections import deque
 
 from fmq.errors import BadRecord, TornRecord
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
-from fmq.index.store import IndexStore
+from fmq.index.store import IndexStore, is_transient
 from fmq.log.log import Log
 from fmq.log.record import Record, RecordType, decode
 
@@ -36,9 +45,12 @@ READ_CHUNK = 4 << 20
 
 class Dispatcher:
     def __init__(self, log_: Log, index: IndexStore, batch: int, max_record_size: int,
-                 start_offset: int, max_pending: int = 200_000) -> None:
+                 start_offset: int, max_pending: int = 200_000, retry_initial: float = 0.05,
+                 retry_max: float = 5.0) -> None:
         self.log = log_
         self.max_pending = max_pending
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
         self.linger = 0.001
         self._pending: deque[tuple[int, QueueEntry | TxEnd]] = deque()
         self._accepting = True
@@ -51,7 +63,14 @@ class Dispatcher:
         self._cond = threading.Condition()
         self._target = start_offset
         self._stop = False
+        #: Set when the dispatcher stopped for good (corruption, a bug): nothing more is indexed.
         self.error: BaseException | None = None
+        #: The last error of an index write that is being retried; None once one succeeds.
+        self.failing: BaseException | None = None
+        #: Index writes retried after a transient error, since the broker opened.
+        self.retries = 0
+        self._failing_since = 0.0
+        self._retries_at_start = 0
         self._thread = threading.Thread(target=self._run, name="fmq-dispatcher", daemon=True)
 
     def start(self) -> None:
@@ -91,25 +110,79 @@ class Dispatcher:
 
     def _run(self) -> None:
         try:
+            delay = self.retry_initial
             while True:
                 with self._cond:
                     while self._target <= self._applied and not self._stop:
                         self._cond.wait()
                     if self._stop and self._target <= self._applied:
                         return
-                if self.linger and not self._stop:
+                if self.linger and not self._stop and self.failing is None:
                     # Gather a few flushes per LMDB transaction: each one applied alone
                     # costs the writers more in GIL hand-offs than it costs consumers to
                     # see messages a millisecond later.
                     time.sleep(self.linger)
                 with self._cond:
                     target = self._target
-                self._dispatch(target)
-        except BaseException as exc:  # the broker reports it in stats and on close
+                try:
+                    self._dispatch(target)
+                except BaseException as exc:
+                    if not is_transient(exc):
+                        raise
+                    if not self._back_off(exc, delay):
+                        return
+                    delay = min(delay * 2, self.retry_max)
+                    continue
+                delay = self.retry_initial
+                if self.failing is not None:
+                    self._recovered()
+        except BaseException as exc:  # the broker reports it in stats and refuses sends
             log.exception("dispatcher stopped: %s", exc)
             with self._cond:
                 self.error = exc
                 self._cond.notify_all()
+
+    def _back_off(self, exc: BaseException, delay: float) -> bool:
+        """After a transient failure: wait ``delay`` before the next attempt. False when the
+        dispatcher is stopping instead."""
+        if self._stop:  # closing: the next open's recovery indexes the rest from the log
+            log.warning("dispatcher stopping with the index failing (%s); the next open "
+                        "indexes the rest from the log", exc)
+            return False
+        self._note_failure(exc, delay)  # from now on the broker refuses new messages
+        self._read_log_from_applied()
+        with self._cond:
+            self._cond.wait_for(lambda: self._stop, delay)
+        return True
+
+    def _read_log_from_applied(self) -> None:
+        """After a failed write the hand-off queue no longer matches the applied offset (the
+        failed batch was taken from it): read the flushed log instead until caught up."""
+        with self.log.lock:
+            self._accepting = False
+            self._generation += 1
+            self._pending.clear()
+
+    def _note_failure(self, exc: BaseException, delay: float) -> None:
+        with self._cond:
+            if self.failing is None:  # log once per episode, not once per retry
+                self._failing_since = time.monotonic()
+                self._retries_at_start = self.retries
+                log.error("index write failed: %s; new messages are refused until it works "
+                          "again; retrying with back-off up to %.1f s (free disk space or fix "
+                          "the disk)", exc, self.retry_max)
+            else:
+                log.debug("index write failed again: %s; next retry in %.2f s", exc, delay)
+            self.failing = exc
+            self.retries += 1
+
+    def _recovered(self) -> None:
+        with self._cond:
+            log.warning("index writes work again after %d retries (%.1f s); indexed up to %d",
+                        self.retries - self._retries_at_start,
+                        time.monotonic() - self._failing_since, self._applied)
+            self.failing = None
+            self._cond.notify_all()
 
     def _dispatch(self, target: int) -> None:
         generation = self._generation
@@ -189,7 +262,8 @@ class Dispatcher:
             self._cond.notify_all()
 
     def stop(self) -> None:
-        """Finish applying what is flushed, then stop the thread."""
+        """Finish applying what is flushed, then stop the thread. While index writes fail it
+        stops after one more attempt: the next open's recovery indexes the rest."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 
 import lmdb
 
-from fmq.errors import IndexCorrupt
+from fmq.errors import IndexCorrupt, IndexUnavailable
 from fmq.index import keys as K
 from fmq.index.entries import QueueEntry, TxEnd
 
@@ -43,6 +43,19 @@ INDEX_FORMAT = b"fmq-index-1"
 DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"meta")
 _APPLIED = b"applied"
 _FORMAT = b"format"
+
+#: LMDB errors that say "not now" (space, memory, reader slots, locks), not "damaged" or
+#: "misused": retrying the same write later can succeed.
+_TRANSIENT_LMDB = (lmdb.DiskError, lmdb.MemoryError, lmdb.MapFullError, lmdb.MapResizedError,
+                   lmdb.ReadersFullError, lmdb.TlsFullError, lmdb.LockError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying the same index write later may succeed: ENOSPC, EIO and their kin
+    from LMDB or from reading the log. Corruption and bugs are not (py-lmdb raises the
+    plain ``lmdb.Error`` for an OS error it has no class for, EIO among them)."""
+    return (isinstance(exc, OSError) or type(exc) is lmdb.Error
+            or isinstance(exc, _TRANSIENT_LMDB))
 
 
 class _ResizeGate:
@@ -254,8 +267,16 @@ class IndexStore:
     # ------------------------------------------------------------------ consumer offsets
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self._write(lambda txn: txn.put(K.consumer_key(group, topic, queue_id),
-                                        K.I64.pack(offset), db=self.consumers))
+        try:
+            self._write(lambda txn: txn.put(K.consumer_key(group, topic, queue_id),
+                                            K.I64.pack(offset), db=self.consumers))
+        except lmdb.Error as exc:  # a caller gets an FMQ error, never a bare LMDB one
+            if not is_transient(exc):
+                raise IndexCorrupt(f"could not store the consumer offset: {exc}; stop the "
+                                   f"broker and rebuild the index (`fmq index rebuild`)") from exc
+            raise IndexUnavailable(f"could not store the consumer offset ({exc}); it is not "
+                                   f"saved. Free disk space or fix the disk, then commit it "
+                                   f"again") from exc
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         with self._gate, self.env.begin() as txn:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+
 import lmdb
 import pytest
 
-from fmq.errors import IndexCorrupt
+from fmq.errors import BadRecord, IndexCorrupt
 from fmq.index.entries import QueueEntry, TxEnd
-from fmq.index.store import IndexStore
+from fmq.index.store import IndexStore, is_transient
 
 
 def entries(start: int, n: int) -> list[QueueEntry]:
@@ -57,3 +59,15 @@ def test_a_foreign_lmdb_is_refused(tmp_path):
     env.close()
     with pytest.raises(IndexCorrupt, match="format"):
         IndexStore(str(tmp_path))
+
+
+def test_only_errors_a_retry_can_get_past_are_transient():
+    for exc in (lmdb.DiskError("mdb_txn_commit", errno.ENOSPC),
+                lmdb.Error("mdb_txn_commit", errno.EIO),
+                lmdb.ReadersFullError("mdb_txn_begin", 0),
+                OSError(errno.EIO, "Input/output error")):
+        assert is_transient(exc), exc
+    for exc in (lmdb.CorruptedError("mdb_get", 0), lmdb.PanicError("mdb_txn_begin", 0),
+                lmdb.BadValsizeError("mdb_put", 0), IndexCorrupt("stored 1 of 2"),
+                BadRecord(0, "crc"), TypeError("a bug")):
+        assert not is_transient(exc), exc
