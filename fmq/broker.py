@@ -20,6 +20,7 @@ from fmq.config import BrokerConfig
 from fmq.errors import (
     BrokerClosed,
     DataDirLocked,
+    FMQError,
     IndexCorrupt,
     IndexUnavailable,
     InvalidArgument,
@@ -33,6 +34,7 @@ from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.log import Log
 from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR, QUEUE_FLOORS_FILE
 from fmq.log.record import HEADER_SIZE, Record, RecordType, decode
+from fmq.log.segment import Segment
 from fmq.message import (
     Message,
     SendResult,
@@ -153,6 +155,8 @@ class Broker:
             report.rolled_forward.append(tx.tx_id)
         report.open_transactions = len(self.tx.open)
         self.recovery = report
+        self.tx_relocations = 0  # open transactions retention rewrote at the log head
+        self.tx_timeouts = 0  # transactions tx_timeout_ms rolled back
         self.last_checkpoint: Checkpoint | None = None
         self._stop = threading.Event()
         self._maintenance = threading.Thread(target=self._maintain, name="fmq-maintenance",
@@ -583,24 +587,23 @@ class Broker:
         """Delete whole segments, oldest first, past ``retention_ms`` or while the log is
         over ``retention_bytes``; never the active one, never one reaching the
         checkpoint's recovery offset (which also protects every open transaction's
-        PRE_MESSAGEs). Returns the deleted file names."""
+        PRE_MESSAGEs). An open transaction whose PREPARE pins a segment due for deletion is
+        relocated to the log head first, so an abandoned transaction cannot keep the log
+        growing. Returns the deleted file names."""
         self._check_open()
         cfg = self.config
         if not cfg.retention_ms and not cfg.retention_bytes:
             return []
-        cp = self.checkpoint()
-        floor = cp.recovery_offset
-        oldest = self.tx.oldest_prepare_offset()
-        if oldest is not None:
-            floor = min(floor, oldest)
+        floor = self._retention_floor()
         now = time.time() if now is None else now
         deleted = []
+        relocated: set[str] = set()
         while True:
             segs = list(self.log.segments)
             if len(segs) < 2:
                 break
             seg = segs[0]
-            if seg is self.log.active_segment or seg.end > floor:
+            if seg is self.log.active_segment:
                 break
             total = sum(s.size for s in segs)
             too_old = bool(cfg.retention_ms) and (
@@ -608,6 +611,14 @@ class Broker:
             too_big = bool(cfg.retention_bytes) and total > cfg.retention_bytes
             if not (too_old or too_big):
                 break
+            if seg.end > floor:
+                # Open transactions whose PREPARE lies in this segment pin it (and every
+                # later one): move them to the log head, then the checkpoint can pass it.
+                if not self._relocate_pinning(seg, relocated):
+                    break
+                floor = self._retention_floor()
+                if seg.end > floor:
+                    break
             if not deleted:  # before the first deletion: queues it empties keep their marks
                 write_floors(os.path.join(self.path, QUEUE_FLOORS_FILE),
                              {q: hi for q, (_lo, hi) in self.index.all_queues().items()},
@@ -618,6 +629,88 @@ class Broker:
             self.index.remove_before(self.log.first_offset)
             logger.info("retention deleted %d segments: %s", len(deleted), ", ".join(deleted))
         return deleted
+
+    def _retention_floor(self) -> int:
+        """The lowest offset retention must keep: the checkpoint's recovery offset (taken
+        now), which is at or before every open transaction's PREPARE."""
+        floor = self.checkpoint().recovery_offset
+        oldest = self.tx.oldest_prepare_offset()
+        return floor if oldest is None else min(floor, oldest)
+
+    def _relocate_pinning(self, seg: Segment, done: set[str]) -> bool:
+        """Relocate the open transactions whose PREPARE lies before ``seg.end``. False when
+        one of them cannot move (committing, being ended, or already moved in this run:
+        a transaction larger than the retention limit moves at most once per run)."""
+        with self.tx.lock:
+            pinning = [t for t in self.tx.open.values() if t.prepare_offset < seg.end]
+        if not pinning:
+            return True  # the floor is the index's progress, not a transaction
+        for tx in sorted(pinning, key=lambda t: t.prepare_offset):
+            if tx.tx_id in done or not self._relocate(tx):
+                return False
+            done.add(tx.tx_id)
+        return True
+
+    def _relocate(self, tx: Transaction) -> bool:
+        """Rewrite an open transaction at the log head: a PREPARE whose ``ref_offset`` names
+        the current one, then copies of its PRE_MESSAGEs, in one group commit. Recovery
+        takes the copy only once it is complete, so a crash at any point leaves one whole
+        copy; the in-memory transaction switches to the copy once it is durable."""
+        if not tx.busy.acquire(blocking=False):
+            return False  # being committed or rolled back right now
+        try:
+            with self.tx.lock:
+                if (self.tx.open.get(tx.tx_id) is not tx or tx.state != TxState.OPEN
+                        or not tx.prepared or tx.referenced):
+                    return False
+                messages = list(tx.messages)
+            pres = [decode(self.log.read(m.offset, m.size), 0, base_offset=m.offset,
+                           max_record_size=self.max_record_size) for m in messages]
+            log_ = self.log
+            with log_.lock:
+                prep = Record(RecordType.PREPARE, store_time=tx.store_time, tx_id=tx.tx_id,
+                              producer_group=tx.producer_group, ref_size=len(pres),
+                              ref_offset=tx.prepare_offset)
+                log_.append_locked(prep)
+                moved = []
+                for pre in pres:
+                    rec = Record(RecordType.PRE_MESSAGE, store_time=pre.store_time,
+                                 queue_id=pre.queue_id, topic=pre.topic, tx_id=tx.tx_id,
+                                 producer_group=tx.producer_group, key=pre.key, tags=pre.tags,
+                                 properties=pre.properties, body=bytes(pre.body))
+                    log_.append_locked(rec)
+                    moved.append(PreMessage(rec.log_offset, rec.size, rec.topic, rec.queue_id,
+                                            rec.key, rec.tags, len(rec.body)))
+                end = log_.next_offset
+            log_.wait_durable(end, sync=True)
+            old_offset = tx.prepare_offset
+            with self.tx.lock:
+                tx.prepare_offset = prep.log_offset
+                tx.messages = moved
+            self.tx_relocations += 1
+            logger.info("retention relocated open transaction %r (%d messages) from %d to %d",
+                        tx.tx_id, len(moved), old_offset, prep.log_offset)
+            return True
+        finally:
+            tx.busy.release()
+
+    def _roll_back_timed_out(self) -> None:
+        """``tx_timeout_ms``: roll back transactions open longer than that."""
+        limit = self.config.tx_timeout_ms / 1000.0
+        now = time.monotonic()
+        with self.tx.lock:
+            due = [t for t in self.tx.open.values() if t.state == TxState.OPEN and t.prepared
+                   and now - t.registered_at > limit]
+        for tx in due:
+            try:
+                self.rollback(tx.tx_id)
+            except FMQError as exc:  # committed meanwhile (conflict), closed broker, ...
+                logger.info("tx_timeout_ms: transaction %r not rolled back: %s", tx.tx_id, exc)
+                continue
+            self.tx_timeouts += 1
+            logger.warning("rolled back transaction %r of group %r: open for more than "
+                           "tx_timeout_ms (%d ms) with no decision", tx.tx_id,
+                           tx.producer_group, self.config.tx_timeout_ms)
 
     # ================================================================== stats & upkeep
 
@@ -637,6 +730,8 @@ class Broker:
             "open_transactions": len(open_txs),
             "oldest_transaction_age_ms": max((t["age_ms"] for t in open_txs), default=0),
             "feedback_checks_sent": self.tx.checks_sent,
+            "tx_relocations": self.tx_relocations,
+            "tx_timeouts": self.tx_timeouts,
             "log_failed": str(self.log.failed) if self.log.failed else None,
             "dispatcher_error": str(self.dispatcher.error) if self.dispatcher.error else None,
             "index_error": str(self.dispatcher.failing) if self.dispatcher.failing else None,
@@ -657,6 +752,8 @@ class Broker:
                 if cfg.checkpoint_interval_ms and now >= next_cp:
                     self.checkpoint()
                     next_cp = now + cfg.checkpoint_interval_ms / 1000.0
+                if cfg.tx_timeout_ms:
+                    self._roll_back_timed_out()
                 if cfg.retention_interval_ms and now >= next_ret:
                     self.enforce_retention()
                     next_ret = now + cfg.retention_interval_ms / 1000.0

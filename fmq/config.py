@@ -61,6 +61,10 @@ class BrokerConfig:
     tx_finished_memory: int = 100_000
     #: Messages one transaction may hold.
     max_messages_per_transaction: int = 10_000
+    #: Roll back a transaction still open this long after this broker learned of it (its
+    #: prepare, or the restart that recovered it), whatever feedback got: 0 = never, the
+    #: default (the broker never decides on its own unless told to).
+    tx_timeout_ms: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -80,7 +84,7 @@ class BrokerConfig:
             f"segment ({self.segment_size}); raise segment_size or lower max_message_size",
         )
         for name in ("retention_ms", "retention_bytes", "retention_interval_ms",
-                     "checkpoint_interval_ms", "tx_copy_threshold"):
+                     "checkpoint_interval_ms", "tx_copy_threshold", "tx_timeout_ms"):
             need(getattr(self, name) >= 0, f"{name} must be >= 0")
         need(self.index_map_size >= 1 * MiB, "index_map_size must be at least 1 MiB")
         need(self.dispatch_batch >= 1, "dispatch_batch must be >= 1")

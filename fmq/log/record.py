@@ -39,6 +39,8 @@ What each type carries (other fields zero-length / -1):
   transaction holds (they follow the PREPARE in the log). Opens a transaction. Recovery
   proves a prepare complete by counting its PRE_MESSAGEs; a cut one is rolled back. Logs
   written before the count existed carry 0 there: "not recorded", taken as complete.
+  ``ref_offset`` is -1, or, for a *relocated* prepare (retention rewrote an old open
+  transaction at the log head), the offset of the PREPARE it replaces once complete.
 * ``PRE_MESSAGE`` (3): tx id, group, topic, queue id, key, tags, properties, body. No queue offset.
 * ``REF_MESSAGE`` (4): tx id, topic, queue id, queue offset, key, tags; ``ref_offset`` /
   ``ref_size`` address its PRE_MESSAGE, whose body the consumer reads. No body.

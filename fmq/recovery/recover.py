@@ -24,7 +24,10 @@
    raised to the floors retention recorded for queues it emptied (``queue-floors``).
 
 6. **Complete prepares**: an open transaction with fewer PRE_MESSAGEs than its PREPARE
-   announced (a crash cut the prepare short) is listed as incomplete.
+   announced (a crash cut the prepare short) is listed as incomplete. A *relocated*
+   PREPARE (its ``ref_offset`` names the open transaction's PREPARE) replaces the
+   original only once all of its PRE_MESSAGEs are read in pass 2; a relocation a crash
+   cut short is dropped and the original stays.
 
 Then the broker (it writes to the log) rolls incomplete prepares back with a ROLLBACK
 record, rolls committing transactions forward, and hands the open ones back to feedback.
@@ -84,13 +87,24 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
         entries.append(queue_entry(rec))
     elif rtype == RecordType.PREPARE:
         txm.finished.pop(rec.tx_id, None)
-        txm.register(Transaction(rec.tx_id, rec.producer_group, rec.log_offset, rec.store_time,
-                                 expected_messages=rec.ref_size))
+        tx = Transaction(rec.tx_id, rec.producer_group, rec.log_offset, rec.store_time,
+                         expected_messages=rec.ref_size)
+        original = txm.open.get(rec.tx_id)
+        if (rec.ref_offset >= 0 and original is not None
+                and original.prepare_offset == rec.ref_offset):
+            txm.relocating[rec.tx_id] = tx  # replaces the original once complete
+        else:
+            txm.relocating.pop(rec.tx_id, None)
+            txm.register(tx)
     elif rtype == RecordType.PRE_MESSAGE:
-        tx = txm.open.get(rec.tx_id)
+        copy = txm.relocating.get(rec.tx_id)
+        tx = copy if copy is not None else txm.open.get(rec.tx_id)
         if tx is not None:
             tx.messages.append(PreMessage(rec.log_offset, rec.size, rec.topic, rec.queue_id,
                                           rec.key, rec.tags, len(rec.body)))
+            if copy is not None and copy.complete:
+                del txm.relocating[rec.tx_id]
+                txm.register(copy)
     elif rtype == RecordType.REF_MESSAGE or rtype == RecordType.TX_MESSAGE:
         entries.append(queue_entry(rec))
         tx = txm.open.get(rec.tx_id)
@@ -102,6 +116,7 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
                     m.queue_offset = rec.queue_offset
                     break
     elif rtype == RecordType.COMMIT or rtype == RecordType.ROLLBACK:
+        txm.relocating.pop(rec.tx_id, None)
         if ends is not None:
             ends.append(tx_end(rec))
         if rec.tx_id in txm.open:
@@ -187,6 +202,12 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     queue_next = {q: hi for q, (_lo, hi) in index.all_queues().items()}
     # Pass 6: prove every open prepare complete. One whose PRE_MESSAGEs a crash cut short
     # (fewer than its PREPARE announced) can never be committed: the broker rolls it back.
+    # A relocated copy a crash cut short is dropped: its original is whole and stays.
+    for tx_id, copy in txm.relocating.items():
+        log.warning("transaction %r: its relocation at %d was cut short (%d of %d messages); "
+                    "it keeps its earlier copy", tx_id, copy.prepare_offset,
+                    len(copy.messages), copy.expected_messages)
+    txm.relocating.clear()
     for tx in txm.open.values():
         tx.prepared = tx.complete
         if not tx.complete:

@@ -396,7 +396,9 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         torn = facts["torn"]
         end = _log_end(bases, dict(segments), facts["last"])
         opens = facts["open_transactions"]
-        recovery = min([end] + [t["prepare_offset"] for t in opens])
+        # From the first PREPARE of each open transaction: a relocation a crash cut short
+        # must be replayed together with the original it did not replace.
+        recovery = min([end] + [t["first_prepare_offset"] for t in opens])
 
         # Pass 4: the LMDB index, next to the target, then swapped in.
         consumers, old_queues = _read_old_index(os.path.join(data_dir, INDEX_DIR))
@@ -528,7 +530,7 @@ def _derive(raw: DataFrame, partitions: int, tmp_items: str, parquet_dir: str | 
     opens = [
         {"tx_id": r["tx_id"], "producer_group": r["producer_group"], "state": r["state"],
          "messages": r["messages"], "prepare_offset": r["prepare_offset"],
-         "store_time": r["prepare_time"]}
+         "first_prepare_offset": r["first_prepare_offset"], "store_time": r["prepare_time"]}
         for r in txs.where(F.col("state").isin("open", "committing", "incomplete"))
         .orderBy("prepare_offset").collect()
     ]
@@ -546,7 +548,9 @@ def transaction_table(valid: DataFrame) -> DataFrame:
     latest PREPARE opens it; the first COMMIT/ROLLBACK after that ends it; PRE_MESSAGEs
     after it are its messages; a REF/TX after it without an end makes it "committing"
     (the broker rolls it forward on open); fewer PRE_MESSAGEs than the PREPARE announced
-    (its ``ref_size``) and no end make it "incomplete" (the broker rolls it back on open). A transaction whose PREPARE retention deleted
+    (its ``ref_size``) and no end make it "incomplete" (the broker rolls it back on open),
+    unless that PREPARE is a relocation (``ref_offset`` set): a cut relocation leaves the
+    original whole, so the transaction is "open" (its message count is then the copy's). A transaction whose PREPARE retention deleted
     is never open ("commit"/"rollback" when its end is still in the log, else "unknown").
     One shuffle: the window and the grouping share the partitioning by tx_id.
     """
@@ -564,6 +568,8 @@ def transaction_table(valid: DataFrame) -> DataFrame:
         F.max_by("producer_group", F.when(is_prepare, F.col("offset"))).alias("producer_group"),
         F.max_by("store_time", F.when(is_prepare, F.col("offset"))).alias("prepare_time"),
         F.max_by("ref_size", F.when(is_prepare, F.col("offset"))).alias("expected"),
+        F.max_by("ref_offset", F.when(is_prepare, F.col("offset"))).alias("relocated_from"),
+        F.min(F.when(is_prepare, F.col("offset"))).alias("first_prepare_offset"),
         F.count(F.when(F.col("type") == "PRE_MESSAGE", 1)).alias("messages"),
         F.count(F.when(F.col("type").isin("REF_MESSAGE", "TX_MESSAGE"), 1)).alias("copies"),
         F.min_by(F.when(ends, F.col("type")), F.when(ends, F.col("offset"))).alias("end"),
@@ -573,10 +579,11 @@ def transaction_table(valid: DataFrame) -> DataFrame:
              .when(F.col("end") == "ROLLBACK", "rollback")
              .when(F.col("prepare_offset").isNull(), "unknown")
              .when(F.col("copies") > 0, "committing")
-             .when(F.coalesce(F.col("expected"), F.lit(0)) > F.col("messages"), "incomplete")
+             .when((F.coalesce(F.col("expected"), F.lit(0)) > F.col("messages"))
+                   & F.col("relocated_from").isNull(), "incomplete")
              .otherwise("open"))
     return table.select(
-        "tx_id", "producer_group", "prepare_offset", "prepare_time",
+        "tx_id", "producer_group", "prepare_offset", "first_prepare_offset", "prepare_time",
         F.col("messages").cast("long").alias("messages"),
         F.col("copies").cast("long").alias("copies"),
         "end_offset", state.alias("state"))

@@ -116,6 +116,10 @@ class TxManager:
         self.check_after = check_after_ms / 1000.0
         self.check_max_interval = check_max_interval_ms / 1000.0
         self.open: dict[str, Transaction] = {}
+        #: Recovery only: relocated copies of open transactions, read so far; one replaces
+        #: its original once all its PRE_MESSAGEs are read (an interrupted relocation
+        #: never replaces a whole original with a part).
+        self.relocating: dict[str, Transaction] = {}
         self.finished: OrderedDict[str, TxState] = OrderedDict()
         self.lock = threading.Lock()
         self._uncertain = threading.Condition(self.lock)

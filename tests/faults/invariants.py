@@ -140,6 +140,8 @@ class TxView:
     refs: Counter = field(default_factory=Counter)  # PRE offset -> REF/TX records
     commit: bool = False
     rollback: bool = False
+    #: A relocated copy being read: (its PREPARE offset, messages announced, its PREs).
+    relocation: tuple[int, int, dict] | None = None
 
 
 def consumable(broker) -> dict[str, list[tuple[str, int, int, bytes]]]:
@@ -190,9 +192,23 @@ def check_acked_and_transactions(broker, records: list[Record], plan: list[dict]
         if t == RecordType.MESSAGE:
             plain.append(message_id(r.body))
         elif t == RecordType.PREPARE:
-            txs.setdefault(r.tx_id, TxView()).prepare = r.log_offset
+            v = txs.setdefault(r.tx_id, TxView())
+            if r.ref_offset >= 0 and r.ref_offset == v.prepare and not (v.commit or v.rollback):
+                # retention relocated the open transaction: the copy counts once whole
+                v.relocation = (r.log_offset, r.ref_size, {})
+            else:
+                v.prepare, v.pres, v.relocation = r.log_offset, {}, None
         elif t == RecordType.PRE_MESSAGE:
-            txs.setdefault(r.tx_id, TxView()).pres[r.log_offset] = message_id(r.body)
+            v = txs.setdefault(r.tx_id, TxView())
+            if v.relocation is None:
+                v.pres[r.log_offset] = message_id(r.body)
+            else:
+                at, announced, copies = v.relocation
+                copies[r.log_offset] = message_id(r.body)
+                if len(copies) == announced:
+                    if sorted(copies.values()) != sorted(v.pres.values()):
+                        fail("I3", f"relocated {r.tx_id} holds other messages than the original")
+                    v.prepare, v.pres, v.relocation = at, copies, None
         elif t in (RecordType.REF_MESSAGE, RecordType.TX_MESSAGE):
             v = txs.setdefault(r.tx_id, TxView())
             v.refs[r.ref_offset] += 1
