@@ -50,7 +50,7 @@ class ServerConfig:
     #: Members one consumer group may have.
     max_members_per_group: int = 1_000
     #: Group memberships one connection may hold (every group it joined, every member id).
-    max_members_per_connection: int = 100
+    max_members_per_connection: int = 32
     #: On SIGTERM/SIGINT, in-flight requests get this long to finish.
     shutdown_grace_ms: int = 30_000
 

@@ -69,7 +69,7 @@ class GroupLimits:
 
     max_topics_per_member: int = 1000
     max_members_per_group: int = 1000
-    max_members_per_connection: int = 100
+    max_members_per_connection: int = 32
 
 
 class GroupCoordinator:
