@@ -1,6 +1,6 @@
 """The asyncio server around one :class:`fmq.Broker`.
 
-Layers (STYLE.md 8): :mod:`fmq.protocol` parses and encodes (pure);
+Layers: :mod:`fmq.protocol` parses and encodes (pure);
 :mod:`fmq.server.connection` does the framing on one socket and runs each request as its
 own task (pipelining: answers go out in completion order, matched by request id);
 :mod:`fmq.server.handlers` says what each operation does; :class:`Server` (here) holds the
