@@ -355,6 +355,13 @@ class Broker:
             self._commit_tx(found)
         return TxState.COMMIT
 
+    def transaction_queues(self, tx_id: str) -> set[tuple[str, int]]:
+        """The (topic, queue id) pairs an open transaction's messages go to; empty when it
+        is not open. Lets the server wake only the readers of those queues on a commit."""
+        with self.tx.lock:
+            tx = self.tx.open.get(tx_id)
+            return {(m.topic, m.queue_id) for m in tx.messages} if tx is not None else set()
+
     def _commit_tx(self, tx: Transaction) -> None:
         """Write the missing REF/TX records and the COMMIT, wait for durability, forget the
         transaction. Also used by recovery's roll-forward."""

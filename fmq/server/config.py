@@ -33,12 +33,24 @@ class ServerConfig:
     worker_threads: int = 64
     #: Separate threads for feedback long polls, so they never starve sends.
     long_poll_threads: int = 16
+    #: Threads for reads (PULL, FETCH_OFFSET, QUERY_KEY, OFFSET_FOR_TIME, QUEUE_RANGE):
+    #: a pool of their own, so many consumers never queue ahead of sends and commits.
+    read_threads: int = 16
+    #: Messages one SEND_BATCH may carry; more is refused (InvalidArgument) from the list
+    #: count alone, before the messages are decoded.
+    max_batch_messages: int = 10_000
     #: Longest wait_ms honoured for pull and feedback long polls.
     max_wait_ms: int = 30_000
     #: A consumer-group member that sends no heartbeat for this long is dropped.
     group_session_timeout_ms: int = 10_000
     #: Heartbeat interval the server asks group members to keep.
     group_heartbeat_interval_ms: int = 1_000
+    #: Topics one consumer-group member may subscribe to (GROUP_JOIN / GROUP_HEARTBEAT).
+    max_topics_per_member: int = 1_000
+    #: Members one consumer group may have.
+    max_members_per_group: int = 1_000
+    #: Group memberships one connection may hold (every group it joined, every member id).
+    max_members_per_connection: int = 32
     #: On SIGTERM/SIGINT, in-flight requests get this long to finish.
     shutdown_grace_ms: int = 30_000
 
@@ -50,7 +62,9 @@ class ServerConfig:
         need(4096 <= self.max_frame_size <= 0xFFFF_FFFF,
              "max_frame_size must be in 4096..4294967295")
         for name in ("max_connections", "max_in_flight", "worker_threads", "long_poll_threads",
-                     "group_session_timeout_ms", "group_heartbeat_interval_ms"):
+                     "read_threads", "max_batch_messages", "group_session_timeout_ms",
+                     "group_heartbeat_interval_ms", "max_topics_per_member",
+                     "max_members_per_group", "max_members_per_connection"):
             need(getattr(self, name) >= 1, f"{name} must be >= 1")
         need(self.max_wait_ms >= 0, "max_wait_ms must be >= 0")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")

@@ -201,6 +201,12 @@ class Connection(asyncio.Protocol):
                 f"unknown opcode {op}; this server knows {sorted(int(o) for o in SCHEMA)}")))
             return
         try:
+            srv.limits.check(frame)  # list limits, from the counts, before decoding
+        except FMQError as exc:  # this request only: the framing is intact
+            srv.requests += 1
+            self.send(encode_error(op, rid, exc))
+            return
+        try:
             req = decode_request(frame)
         except ProtocolError as exc:
             self.fail(op, rid, exc, f"malformed {Op(op).name} payload")

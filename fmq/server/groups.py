@@ -1,34 +1,51 @@
 """Consumer groups: membership and queue assignment, in memory on the server.
 
 Each queue of a topic goes to exactly one live member of the group subscribed to that topic:
-members sorted by id, queue ``q`` to member ``q mod n``. A member joins, heart-beats and
-leaves; one that misses heart-beats for the session timeout, or whose connection closes, is
-dropped. Any change bumps the group's generation and moves queues.
+subscribers sorted by id, queue ``q`` to subscriber ``q mod n``. A member joins, heart-beats
+and leaves; one that misses heart-beats for the session timeout, or whose connection closes,
+is dropped. Any change bumps the group's generation and moves queues.
 
 During a rebalance two members may briefly both read a queue (the old owner learns of the
 change at its next heartbeat). Delivery is at-least-once: consumers commit offsets after
 processing, so an overlap causes duplicates, never loss.
+
+Every operation costs in proportion to what it touches, never to the size of the server:
+a join, leave or topic change recomputes only the topics of that member (the owners of a
+topic depend only on its sorted subscribers); a heartbeat is a dictionary lookup; expiry
+pops members from the front of a deadline-ordered list; a closed connection finds its
+members through an index by owner. Limits on topics per member, members per group and
+members per connection bound the rest (a client cannot make one request, or the server's
+memory, arbitrarily large).
 
 Pure state (the clock is passed in), driven by the server's event loop, so no locks.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 import uuid
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from fmq.errors import InvalidArgument
 from fmq.message import check_name, check_topic
 
+MemberKey = tuple[str, str]  # (group, member id)
+
 
 @dataclass
 class Member:
     member_id: str
-    topics: tuple[str, ...]
+    topics: frozenset[str]
     owner: object  # the connection that joined it (dropped with it)
     last_seen: float
+    #: Queue ids this member owns, per topic; only its own topics appear.
+    owned: dict[str, list[int]] = field(default_factory=dict)
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return [(t, q) for t in sorted(self.owned) for q in self.owned[t]]
 
 
 @dataclass
@@ -36,40 +53,80 @@ class Group:
     name: str
     generation: int = 0
     members: dict[str, Member] = field(default_factory=dict)
-    assignment: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    #: Sorted member ids subscribed to each topic.
+    subscribers: dict[str, list[str]] = field(default_factory=dict)
+    #: The member owning each queue of a topic (index = queue id).
+    owners: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def assignment(self) -> dict[str, list[tuple[str, int]]]:
+        return {mid: m.assignment() for mid, m in self.members.items()}
+
+
+@dataclass(frozen=True)
+class GroupLimits:
+    """What one client may make the coordinator hold (see ServerConfig)."""
+
+    max_topics_per_member: int = 1000
+    max_members_per_group: int = 1000
+    max_members_per_connection: int = 32
 
 
 class GroupCoordinator:
     def __init__(self, queues_per_topic: int, session_timeout_ms: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 limits: GroupLimits | None = None) -> None:
         self.queues = queues_per_topic
         self.session_timeout = session_timeout_ms / 1000.0
         self.clock = clock
+        self.limits = limits or GroupLimits()
         self.groups: dict[str, Group] = {}
+        #: Every member, least recently seen first: expiry looks only at the front.
+        self._by_last_seen: OrderedDict[MemberKey, Member] = OrderedDict()
+        self._by_owner: dict[object, set[MemberKey]] = {}
 
-    @staticmethod
-    def _topics(topics: list[str]) -> tuple[str, ...]:
+    def _topics(self, topics: list[str]) -> frozenset[str]:
         if not topics:
             raise InvalidArgument("a consumer group member must subscribe to at least one topic")
-        return tuple(sorted({check_topic(t) for t in topics}))
+        limit = self.limits.max_topics_per_member
+        if len(topics) > limit:  # checked before any per-topic work
+            raise InvalidArgument(
+                f"a consumer group member may subscribe to at most {limit} topics "
+                f"(max_topics_per_member), this one lists {len(topics)}; split the topics "
+                f"over several members or groups")
+        return frozenset(check_topic(t) for t in topics)
 
     def join(self, group: str, member_id: str | None, topics: list[str],
              owner: object) -> tuple[str, int, list[tuple[str, int]]]:
         check_name(group, "group", allow_none=False)
         subs = self._topics(topics)
-        g = self.groups.setdefault(group, Group(group))
         if member_id is None:
             member_id = uuid.uuid4().hex
         check_name(member_id, "member_id", allow_none=False)
         now = self.clock()
-        m = g.members.get(member_id)
-        if m is None or m.topics != subs:
-            g.members[member_id] = Member(member_id, subs, owner, now)
-            self._rebalance(g)
+        g = self.groups.get(group)
+        m = g.members.get(member_id) if g is not None else None
+        if m is None:
+            self._check_room(g, owner)
+            if g is None:
+                g = self.groups[group] = Group(group)
+            m = g.members[member_id] = Member(member_id, subs, owner, now)
+            self._by_last_seen[(group, member_id)] = m
+            self._by_owner.setdefault(owner, set()).add((group, member_id))
+            self._subscribe(g, m, subs)
+            self._rebalance(g, subs)
         else:
-            m.last_seen = now
-            m.owner = owner
-        return member_id, g.generation, list(g.assignment.get(member_id, []))
+            if m.owner is not owner:
+                self._check_room(None, owner)
+                self._set_owner(g.name, m, owner)
+            self._seen(g.name, m, now)
+            if m.topics != subs:
+                changed = m.topics ^ subs
+                self._unsubscribe(g, m, m.topics - subs)
+                self._subscribe(g, m, subs - m.topics)
+                m.topics = subs
+                self._rebalance(g, changed)
+        return member_id, g.generation, m.assignment()
 
     def heartbeat(self, group: str, member_id: str, topics: list[str],
                   owner: object) -> tuple[int, list[tuple[str, int]]]:
@@ -80,46 +137,118 @@ class GroupCoordinator:
 
     def leave(self, group: str, member_id: str) -> bool:
         g = self.groups.get(group)
-        if g is None or g.members.pop(member_id, None) is None:
+        if g is None or member_id not in g.members:
             return False
-        self._rebalance(g)
+        self._remove(g, [g.members[member_id]])
         return True
 
-    def drop_owner(self, owner: object) -> list[tuple[str, str]]:
+    def drop_owner(self, owner: object) -> list[MemberKey]:
         """Remove every member a closed connection had joined."""
-        return self._drop(lambda m: m.owner is owner)
+        keys = sorted(self._by_owner.get(owner, ()))
+        self._drop(keys)
+        return keys
 
-    def expire(self) -> list[tuple[str, str]]:
+    def expire(self) -> list[MemberKey]:
         """Drop members silent for longer than the session timeout."""
-        now = self.clock()
-        return self._drop(lambda m: now - m.last_seen > self.session_timeout)
+        cutoff = self.clock() - self.session_timeout
+        doomed = []
+        for key, m in self._by_last_seen.items():
+            if m.last_seen >= cutoff:
+                break  # the rest were seen later
+            doomed.append(key)
+        self._drop(doomed)
+        return doomed
 
-    def _drop(self, doomed) -> list[tuple[str, str]]:
-        """Remove the members ``doomed(member)`` picks; rebalance the groups that lost one."""
-        dropped = []
-        for g in list(self.groups.values()):
-            gone = [mid for mid, m in g.members.items() if doomed(m)]
-            for mid in gone:
-                del g.members[mid]
-                dropped.append((g.name, mid))
-            if gone:
-                self._rebalance(g)
-        return dropped
+    # ------------------------------------------------------------------ bookkeeping
 
-    def _rebalance(self, g: Group) -> None:
-        g.generation += 1
-        assignment: dict[str, list[tuple[str, int]]] = {mid: [] for mid in g.members}
-        topics = sorted({t for m in g.members.values() for t in m.topics})
-        for topic in topics:
-            subs = sorted(mid for mid, m in g.members.items() if topic in m.topics)
-            for q in range(self.queues):
-                assignment[subs[q % len(subs)]].append((topic, q))
-        g.assignment = assignment
-        if not g.members:
+    def _check_room(self, g: Group | None, owner: object) -> None:
+        lim = self.limits
+        if g is not None and len(g.members) >= lim.max_members_per_group:
+            raise InvalidArgument(
+                f"consumer group {g.name!r} already has {len(g.members)} members, the limit "
+                f"(max_members_per_group) is {lim.max_members_per_group}; a group never uses "
+                f"more members than it has queues, so join fewer")
+        held = len(self._by_owner.get(owner, ()))
+        if held >= lim.max_members_per_connection:
+            raise InvalidArgument(
+                f"this connection already holds {held} consumer group memberships, the "
+                f"limit (max_members_per_connection) is {lim.max_members_per_connection}; "
+                f"leave groups you no longer read or use another connection")
+
+    def _seen(self, group: str, m: Member, now: float) -> None:
+        m.last_seen = now
+        self._by_last_seen.move_to_end((group, m.member_id))
+
+    def _set_owner(self, group: str, m: Member, owner: object) -> None:
+        key = (group, m.member_id)
+        self._forget_owner(key, m.owner)
+        m.owner = owner
+        self._by_owner.setdefault(owner, set()).add(key)
+
+    def _forget_owner(self, key: MemberKey, owner: object) -> None:
+        held = self._by_owner.get(owner)
+        if held is not None:
+            held.discard(key)
+            if not held:
+                del self._by_owner[owner]
+
+    def _drop(self, keys: Iterable[MemberKey]) -> None:
+        by_group: dict[str, list[Member]] = {}
+        for group, mid in keys:
+            g = self.groups.get(group)
+            if g is not None and mid in g.members:
+                by_group.setdefault(group, []).append(g.members[mid])
+        for group, members in by_group.items():
+            self._remove(self.groups[group], members)
+
+    def _remove(self, g: Group, members: list[Member]) -> None:
+        """Take ``members`` out of ``g`` and rebalance once for all of them."""
+        changed: set[str] = set()
+        for m in members:
+            key = (g.name, m.member_id)
+            del g.members[m.member_id]
+            self._by_last_seen.pop(key, None)
+            self._forget_owner(key, m.owner)
+            self._unsubscribe(g, m, m.topics)
+            changed |= m.topics
+        if g.members:
+            self._rebalance(g, changed)
+        else:
             del self.groups[g.name]
+
+    @staticmethod
+    def _subscribe(g: Group, m: Member, topics: Iterable[str]) -> None:
+        for t in topics:
+            bisect.insort(g.subscribers.setdefault(t, []), m.member_id)
+
+    @staticmethod
+    def _unsubscribe(g: Group, m: Member, topics: Iterable[str]) -> None:
+        for t in topics:
+            subs = g.subscribers[t]
+            subs.pop(bisect.bisect_left(subs, m.member_id))
+            if not subs:
+                del g.subscribers[t]
+            m.owned.pop(t, None)
+
+    def _rebalance(self, g: Group, topics: Iterable[str]) -> None:
+        """Recompute the owners of ``topics`` (the only ones whose subscribers changed):
+        subscribers of a topic sorted by id, queue ``q`` to subscriber ``q mod n``. Only
+        the previous owners (at most one per queue) are touched, not every subscriber."""
+        g.generation += 1
+        for t in topics:
+            for mid in set(g.owners.pop(t, ())):
+                m = g.members.get(mid)
+                if m is not None:
+                    m.owned.pop(t, None)
+            subs = g.subscribers.get(t)
+            if not subs:
+                continue
+            owners = g.owners[t] = [subs[q % len(subs)] for q in range(self.queues)]
+            for q, mid in enumerate(owners):
+                g.members[mid].owned.setdefault(t, []).append(q)
 
     def describe(self) -> dict:
         return {name: {"generation": g.generation,
-                       "members": {mid: [f"{t}/{q}" for t, q in g.assignment.get(mid, [])]
-                                   for mid in g.members}}
+                       "members": {mid: [f"{t}/{q}" for t, q in m.assignment()]
+                                   for mid, m in g.members.items()}}
                 for name, g in self.groups.items()}

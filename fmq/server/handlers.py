@@ -1,8 +1,9 @@
 """What each operation does: decoded request fields in, response fields out.
 
-Every blocking broker call runs in the server's worker threads (``srv.run``); sends go
-through the server's batcher (one ``send_batch`` per event-loop turn); pull and feedback long
-polls wait without holding a thread for long. The table at the end maps opcodes to
+Every blocking broker call runs in a thread: writes in the server's worker threads
+(``srv.run``), reads in its reader threads (``srv.read``); sends go through the server's
+batcher (one ``send_batch`` per event-loop turn); pull and feedback long polls wait without
+holding a thread for long. The table at the end maps opcodes to
 handlers; the wire format of each is in :mod:`fmq.protocol.schema`.
 """
 
@@ -96,10 +97,21 @@ async def _prepare(srv: Server, conn: Connection, req: dict) -> dict:
     return {"tx_id": tx_id}
 
 
+def _commit_tx(broker: Broker, tx_id: str) -> tuple[TxState, set[tuple[str, int]]]:
+    """Commit, and say which queues got messages (so only their pullers are woken)."""
+    queues = broker.transaction_queues(tx_id)
+    return broker.commit(tx_id), queues
+
+
+async def _commit_and_wake(srv: Server, tx_id: str) -> TxState:
+    state, queues = await srv.run(_commit_tx, srv.broker, tx_id)
+    srv.data_arrived(queues)
+    return state
+
+
 @handles(Op.COMMIT)
 async def _commit(srv: Server, conn: Connection, req: dict) -> dict:
-    state = await srv.run(srv.broker.commit, req["tx_id"])
-    srv.data_arrived()
+    state = await _commit_and_wake(srv, req["tx_id"])
     return {"state": state.value}
 
 
@@ -146,9 +158,10 @@ async def _poll_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
 @handles(Op.ANSWER_UNCERTAIN)
 async def _answer_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
     state = _tx_state(req["state"], (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN))
-    final = await srv.run(srv.broker.answer_uncertain, req["tx_id"], state)
-    if final == TxState.COMMIT:
-        srv.data_arrived()
+    if state == TxState.COMMIT:
+        final = await _commit_and_wake(srv, req["tx_id"])
+    else:
+        final = await srv.run(srv.broker.answer_uncertain, req["tx_id"], state)
     return {"state": final.value}
 
 
@@ -179,24 +192,21 @@ async def _pull(srv: Server, conn: Connection, req: dict) -> dict:
     args = (topic, queue_id, req["offset"], max(1, min(req["max_messages"], 4096)))
     catch_up = False
     while True:
-        # Take the events before reading, so a write landing meanwhile is not missed.
         events = srv.pull_waiters(topic, queue_id, conn)
-        msgs, lo, hi = await srv.run(_pull_now, srv.broker, *args, catch_up)
+        srv.pull_reads += 1
+        msgs, lo, hi = await srv.read(_pull_now, srv.broker, *args, catch_up)
         remaining = deadline - loop.time()
         if msgs or remaining <= 0 or srv.stopping or conn.closing:
             break
-        waits = [asyncio.ensure_future(ev.wait()) for ev in events]
-        # Re-check every second anyway (cheap insurance against a missed wake-up).
-        done, _ = await asyncio.wait(waits, timeout=min(remaining, 1.0),
-                                     return_when=asyncio.FIRST_COMPLETED)
-        for w in waits:
-            w.cancel()
-        catch_up = bool(done)
+        # Only a write to this queue, the deadline, a closing connection or a shutdown
+        # ends the wait: an idle long poll costs no thread and no reads meanwhile.
+        catch_up = await srv.wait_for_data(events, remaining)
     return {"messages": [from_stored(m) for m in msgs], "min_offset": lo, "next_offset": hi}
 
 
 @handles(Op.COMMIT_OFFSET)
 async def _commit_offset(srv: Server, conn: Connection, req: dict) -> dict:
+    # Progress of a group, not data: it wakes no pull.
     await srv.run(srv.broker.commit_offset, req["group"], req["topic"], req["queue_id"],
                   req["next_offset"])
     return {}
@@ -204,7 +214,7 @@ async def _commit_offset(srv: Server, conn: Connection, req: dict) -> dict:
 
 @handles(Op.FETCH_OFFSET)
 async def _fetch_offset(srv: Server, conn: Connection, req: dict) -> dict:
-    off = await srv.run(srv.broker.committed_offset, req["group"], req["topic"], req["queue_id"])
+    off = await srv.read(srv.broker.committed_offset, req["group"], req["topic"], req["queue_id"])
     return {"offset": -1 if off is None else off}
 
 
@@ -246,21 +256,21 @@ def _indexed(broker: Broker, fn: Callable[..., Any], *args: Any) -> Any:
 
 @handles(Op.QUERY_KEY)
 async def _query_key(srv: Server, conn: Connection, req: dict) -> dict:
-    msgs = await srv.run(_indexed, srv.broker, srv.broker.messages_by_key, req["topic"],
+    msgs = await srv.read(_indexed, srv.broker, srv.broker.messages_by_key, req["topic"],
                          req["key"], max(1, min(req["limit"], 4096)))
     return {"messages": [from_stored(m) for m in msgs]}
 
 
 @handles(Op.OFFSET_FOR_TIME)
 async def _offset_for_time(srv: Server, conn: Connection, req: dict) -> dict:
-    off = await srv.run(_indexed, srv.broker, srv.broker.offset_for_time, req["topic"],
+    off = await srv.read(_indexed, srv.broker, srv.broker.offset_for_time, req["topic"],
                         req["queue_id"], req["timestamp_ms"])
     return {"offset": off}
 
 
 @handles(Op.QUEUE_RANGE)
 async def _queue_range(srv: Server, conn: Connection, req: dict) -> dict:
-    lo, hi = await srv.run(_indexed, srv.broker, srv.broker.queue_range, req["topic"],
+    lo, hi = await srv.read(_indexed, srv.broker, srv.broker.queue_range, req["topic"],
                            req["queue_id"])
     return {"min_offset": lo, "next_offset": hi}
 
@@ -283,10 +293,10 @@ async def _list_tx(srv: Server, conn: Connection, req: dict) -> dict:
 @handles(Op.RESOLVE_TX)
 async def _resolve_tx(srv: Server, conn: Connection, req: dict) -> dict:
     decision = _tx_state(req["decision"], (TxState.COMMIT, TxState.ROLLBACK))
-    fn = srv.broker.commit if decision == TxState.COMMIT else srv.broker.rollback
-    state = await srv.run(fn, req["tx_id"])
+    if decision == TxState.COMMIT:
+        state = await _commit_and_wake(srv, req["tx_id"])
+    else:
+        state = await srv.run(srv.broker.rollback, req["tx_id"])
     logger.info("operator at %s resolved transaction %s: %s", conn.peer, req["tx_id"],
                 state.value)
-    if state == TxState.COMMIT:
-        srv.data_arrived()
     return {"state": state.value}

@@ -1,15 +1,16 @@
 """The asyncio server around one :class:`fmq.Broker`.
 
-Layers (STYLE.md 8): :mod:`fmq.protocol` parses and encodes (pure);
+Layers: :mod:`fmq.protocol` parses and encodes (pure);
 :mod:`fmq.server.connection` does the framing on one socket and runs each request as its
 own task (pipelining: answers go out in completion order, matched by request id);
 :mod:`fmq.server.handlers` says what each operation does; :class:`Server` (here) holds the
 broker, the limits, the thread pools, consumer groups, long-poll wake-ups and shutdown.
 
-Blocking broker calls (waiting for the group-commit fsync, LMDB reads) run in a thread pool,
-so the event loop never blocks and requests from all connections wait for the *same* fsync.
-Feedback long polls block a thread too; they get their own pool so they never starve sends.
-Pull long polls wait on the event loop instead (woken when a write completes).
+Blocking broker calls run in thread pools, so the event loop never blocks: writes (sends,
+transactions, offset commits) in ``workers``, where requests from all connections wait for
+the *same* fsync; reads (pulls and queries) in ``readers``, so many consumers never queue
+ahead of sends; feedback long polls in ``pollers``. Pull long polls wait on the event loop,
+woken only when a write lands in their own queue.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from typing import Any
 
 from fmq import __version__
 from fmq.broker import Broker
-from fmq.errors import ConfigError, ServerBusy
+from fmq.errors import ConfigError, InvalidArgument, ServerBusy
 from fmq.message import Message, check_fits, check_message
-from fmq.protocol import PROTOCOL_VERSION, encode_error
+from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
 from fmq.server.config import ServerConfig
 from fmq.server.connection import Connection
-from fmq.server.groups import GroupCoordinator
+from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.handlers import HANDLERS
+from fmq.server.request_limits import ListLimit, RequestLimits
 
 logger = logging.getLogger("fmq.server")
 
@@ -54,6 +56,10 @@ class _SendBatcher:
 
     def submit(self, msgs: list[Message]) -> asyncio.Future:
         cfg = self.server.broker.config
+        limit = self.server.config.max_batch_messages
+        if len(msgs) > limit:  # the wire checks this before decoding; embedded callers here
+            raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
+                                  f"(max_batch_messages) of {limit}; send smaller batches")
         for m in msgs:
             check_message(m, cfg.max_message_size, cfg.queues_per_topic)
             check_fits(m, cfg.segment_size)
@@ -113,9 +119,13 @@ class Server:
     def __init__(self, broker: Broker, config: ServerConfig) -> None:
         self.broker = broker
         self.config = config
-        self.groups = GroupCoordinator(broker.config.queues_per_topic,
-                                       config.group_session_timeout_ms)
+        self.groups = GroupCoordinator(
+            broker.config.queues_per_topic, config.group_session_timeout_ms,
+            limits=GroupLimits(config.max_topics_per_member, config.max_members_per_group,
+                               config.max_members_per_connection))
+        self.limits = request_limits(broker, config)
         self.workers = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="fmq-worker")
+        self.readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix="fmq-reader")
         self.pollers = ThreadPoolExecutor(config.long_poll_threads,
                                           thread_name_prefix="fmq-longpoll")
         self.handlers = HANDLERS
@@ -127,17 +137,20 @@ class Server:
         self.requests = 0
         self.protocol_errors = 0
         self.busy_refusals = 0
+        #: Pull long polls waiting now, how many waits data in their queue ended, and how
+        #: many times a PULL read its queue.
+        self.pulls_waiting = 0
+        self.pull_wakeups = 0
+        self.pull_reads = 0
         self.started = time.time()
         self._next_conn = 0
         self._server: asyncio.base_events.Server | None = None
         self._stop_event: asyncio.Event | None = None
         self._hurry: asyncio.Event | None = None  # set by a second stop signal
-        #: Pull long polls wait on these: one per (topic, queue) with waiters, one per
-        #: connection (it closing), and one for "anything" (transaction commits, whose
-        #: queues the broker does not report).
+        #: Pull long polls wait on these: one per (topic, queue) with waiters (set when a
+        #: write lands there) and one per connection (set when it closes).
         self._queue_events: dict[tuple[str, int], asyncio.Event] = {}
         self._conn_events: dict[int, asyncio.Event] = {}
-        self._any_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ running
@@ -146,7 +159,6 @@ class Server:
         self._loop = asyncio.get_running_loop()
         self._stop_event = asyncio.Event()
         self._hurry = asyncio.Event()
-        self._any_event = asyncio.Event()
         self.batcher = _SendBatcher(self)
         try:
             self._server = await self._loop.create_server(
@@ -205,6 +217,8 @@ class Server:
             conn.close()
         loop = asyncio.get_running_loop()
         self.pollers.shutdown(wait=False, cancel_futures=True)
+        # No read may still be inside LMDB when the broker closes it (reads are short).
+        await asyncio.to_thread(self.readers.shutdown, wait=True, cancel_futures=True)
         # close() flushes, indexes and checkpoints: a clean start replays nothing.
         await loop.run_in_executor(self.workers, self.broker.close)
         self.workers.shutdown(wait=True)
@@ -244,14 +258,15 @@ class Server:
     # ------------------------------------------------------------------ helpers
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
-        """Run a blocking broker call in the worker pool."""
+        """Run a blocking broker call that writes (or waits for a write) in the worker pool."""
         return self._loop.run_in_executor(self.workers, fn, *args)
 
-    def data_arrived(self, queues: set[tuple[str, int]] | None = None) -> None:
-        """A write completed: wake the pull long polls of ``queues`` (None: all of them)."""
-        if queues is None:
-            self._wake_pullers()
-            return
+    def read(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        """Run a blocking broker read in the reader pool."""
+        return self._loop.run_in_executor(self.readers, fn, *args)
+
+    def data_arrived(self, queues: set[tuple[str, int]]) -> None:
+        """A write completed: wake the pull long polls of ``queues``, and only those."""
         for q in queues:
             ev = self._queue_events.pop(q, None)
             if ev is not None:
@@ -267,22 +282,38 @@ class Server:
         events = list(self._queue_events.values()) + list(self._conn_events.values())
         self._queue_events.clear()
         self._conn_events.clear()
-        if self._any_event is not None:
-            events.append(self._any_event)
-            self._any_event = asyncio.Event()
         for ev in events:
             ev.set()
 
-    def pull_waiters(self, topic: str, queue_id: int, conn: Connection) -> list[asyncio.Event]:
-        """The events a pull of ``topic``/``queue_id`` waits on: its queue, any commit, its
-        connection closing."""
+    def pull_waiters(self, topic: str, queue_id: int, conn: Connection
+                     ) -> tuple[asyncio.Event, asyncio.Event]:
+        """The events a pull of ``topic``/``queue_id`` waits on: data in its queue, and its
+        connection closing. Take them *before* reading the queue, so a write landing
+        between the read and the wait is not missed."""
         qev = self._queue_events.get((topic, queue_id))
         if qev is None:
             qev = self._queue_events[(topic, queue_id)] = asyncio.Event()
         cev = self._conn_events.get(conn.id)
         if cev is None:
             cev = self._conn_events[conn.id] = asyncio.Event()
-        return [qev, self._any_event, cev]
+        return qev, cev
+
+    async def wait_for_data(self, events: tuple[asyncio.Event, asyncio.Event],
+                            timeout: float) -> bool:
+        """Wait until data lands in the queue (True), or the connection closes, the server
+        stops or ``timeout`` passes (False)."""
+        qev, cev = events
+        waits = [asyncio.ensure_future(qev.wait()), asyncio.ensure_future(cev.wait())]
+        self.pulls_waiting += 1
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.pulls_waiting -= 1
+            for w in waits:
+                w.cancel()
+        woken = qev.is_set() and not self.stopping
+        self.pull_wakeups += woken
+        return woken
 
     def wait_ms(self, requested: int) -> float:
         return min(requested, self.config.max_wait_ms) / 1000.0
@@ -296,9 +327,27 @@ class Server:
             "in_flight": len(self.all_tasks),
             "protocol_errors": self.protocol_errors,
             "busy_refusals": self.busy_refusals,
+            "pulls_waiting": self.pulls_waiting,
+            "pull_wakeups": self.pull_wakeups,
+            "pull_reads": self.pull_reads,
             "uptime_s": round(time.time() - self.started, 3),
             "groups": self.groups.describe(),
         }
+
+
+def request_limits(broker: Broker, config: ServerConfig) -> RequestLimits:
+    """The list limits checked before a request is decoded."""
+    topics = ListLimit("topics", config.max_topics_per_member, "max_topics_per_member",
+                       "split the topics over several members or groups")
+    return RequestLimits({
+        Op.SEND_BATCH: ListLimit("messages", config.max_batch_messages, "max_batch_messages",
+                                 "send smaller batches"),
+        Op.PREPARE: ListLimit("messages", broker.config.max_messages_per_transaction,
+                              "max_messages_per_transaction",
+                              "split the work into smaller transactions"),
+        Op.GROUP_JOIN: topics,
+        Op.GROUP_HEARTBEAT: topics,
+    })
 
 
 # ---------------------------------------------------------------- entry point
