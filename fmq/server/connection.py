@@ -134,6 +134,13 @@ class Connection(asyncio.Protocol):
                 f"{why} ({frame.version}); this server speaks version {PROTOCOL_VERSION} "
                 f"requests, see docs/protocol.md"), "bad frame header")
             return
+        if frame.request_id == 0:
+            # Id 0 marks connection-level errors: an answer carrying it would make the
+            # client fail every request pending on this connection, so treat it as one.
+            self.fail(0, 0, ProtocolError(
+                "request id 0 is reserved for connection-level errors; number requests from "
+                "1 (docs/protocol.md section 1)"), "reserved request id")
+            return
         if len(self.tasks) >= cfg.max_in_flight:
             srv.busy_refusals += 1
             self.send(encode_error(frame.opcode, frame.request_id, ServerBusy(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fmq import __version__
 from fmq.broker import Broker
 from fmq.errors import InvalidArgument
-from fmq.message import Message, SendResult, StoredMessage
+from fmq.message import Message, SendResult, StoredMessage, check_count
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.tx.manager import TxState
 
@@ -43,10 +43,16 @@ def handles(op: Op) -> Callable[[Handler], Handler]:
 
 # ---------------------------------------------------------------- value conversion
 
+#: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
+#: negative value is an unknown queue, not a second way of saying "pick".
+BROKER_PICKS_QUEUE = -1
+
+
 def to_message(d: dict) -> Message:
     qid = d["queue_id"]
     return Message(d["topic"], d["body"], key=d["key"], tags=d["tags"],
-                   properties=d["properties"] or None, queue_id=None if qid < 0 else qid)
+                   properties=d["properties"] or None,
+                   queue_id=None if qid == BROKER_PICKS_QUEUE else qid)
 
 
 def from_result(r: SendResult) -> dict:
@@ -176,7 +182,8 @@ async def _pull(srv: Server, conn: Connection, req: dict) -> dict:
     loop = srv._loop
     deadline = loop.time() + srv.wait_ms(req["wait_ms"])
     topic, queue_id = req["topic"], req["queue_id"]
-    args = (topic, queue_id, req["offset"], max(1, min(req["max_messages"], 4096)))
+    check_count(req["max_messages"], "max_messages")
+    args = (topic, queue_id, req["offset"], min(req["max_messages"], 4096))
     catch_up = False
     while True:
         # Take the events before reading, so a write landing meanwhile is not missed.
@@ -215,7 +222,7 @@ def _assignment(pairs: list[tuple[str, int]]) -> list[dict]:
 @handles(Op.GROUP_JOIN)
 async def _group_join(srv: Server, conn: Connection, req: dict) -> dict:
     member, gen, assigned = srv.groups.join(req["group"], req["member_id"], req["topics"], conn)
-    logger.info("group %s: member %s joined from %s (generation %d, %d queues)",
+    logger.info("group %r: member %r joined from %s (generation %d, %d queues)",
                 req["group"], member, conn.peer, gen, len(assigned))
     cfg = srv.config
     return {"member_id": member, "generation": gen, "assignment": _assignment(assigned),
@@ -233,7 +240,7 @@ async def _group_heartbeat(srv: Server, conn: Connection, req: dict) -> dict:
 @handles(Op.GROUP_LEAVE)
 async def _group_leave(srv: Server, conn: Connection, req: dict) -> dict:
     if srv.groups.leave(req["group"], req["member_id"]):
-        logger.info("group %s: member %s left", req["group"], req["member_id"])
+        logger.info("group %r: member %r left", req["group"], req["member_id"])
     return {}
 
 
@@ -246,8 +253,9 @@ def _indexed(broker: Broker, fn: Callable[..., Any], *args: Any) -> Any:
 
 @handles(Op.QUERY_KEY)
 async def _query_key(srv: Server, conn: Connection, req: dict) -> dict:
+    check_count(req["limit"], "limit")
     msgs = await srv.run(_indexed, srv.broker, srv.broker.messages_by_key, req["topic"],
-                         req["key"], max(1, min(req["limit"], 4096)))
+                         req["key"], min(req["limit"], 4096))
     return {"messages": [from_stored(m) for m in msgs]}
 
 
@@ -285,7 +293,7 @@ async def _resolve_tx(srv: Server, conn: Connection, req: dict) -> dict:
     decision = _tx_state(req["decision"], (TxState.COMMIT, TxState.ROLLBACK))
     fn = srv.broker.commit if decision == TxState.COMMIT else srv.broker.rollback
     state = await srv.run(fn, req["tx_id"])
-    logger.info("operator at %s resolved transaction %s: %s", conn.peer, req["tx_id"],
+    logger.info("operator at %s resolved transaction %r: %s", conn.peer, req["tx_id"],
                 state.value)
     if state == TxState.COMMIT:
         srv.data_arrived()
