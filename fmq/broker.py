@@ -388,17 +388,20 @@ class Broker:
         return TxState.ROLLBACK
 
     def poll_uncertain(self, producer_group: str, max_items: int = 16, lease_ms: int = 5000,
-                       wait_ms: int = 0) -> list[UncertainTx]:
+                       wait_ms: int = 0, owner: object = None) -> list[UncertainTx]:
         """Feedback: open transactions of ``producer_group`` older than ``tx_check_after_ms``
         and not leased to another poller, with their messages. Long-polls up to
-        ``wait_ms``. The broker never decides; the producer answers with commit/rollback
-        (or nothing, for "unknown")."""
+        ``wait_ms``. Each is leased to ``owner`` (an opaque token, e.g. the server's
+        connection; None for embedded callers) for ``lease_ms``, lowered to
+        ``max_feedback_lease_ms``. The broker never decides; the producer answers with
+        commit/rollback (or nothing, for "unknown")."""
         self._check_open()
         check_name(producer_group, "producer_group", allow_none=False)
         check_count(max_items, "max_items")
         for name, v in (("lease_ms", lease_ms), ("wait_ms", wait_ms)):
             check_offset(v, name)
-        picked = self.tx.poll_uncertain(producer_group, max_items, lease_ms, wait_ms)
+        lease_ms = min(lease_ms, self.config.max_feedback_lease_ms)
+        picked = self.tx.poll_uncertain(producer_group, max_items, lease_ms, wait_ms, owner)
         out = []
         for t in picked:
             msgs = []
@@ -417,8 +420,10 @@ class Broker:
                                    t.checks, msgs))
         return out
 
-    def answer_uncertain(self, tx_id: str, state: TxState) -> TxState:
-        """A producer's answer to a feedback offer: commit, rollback or unknown."""
+    def answer_uncertain(self, tx_id: str, state: TxState, owner: object = None) -> TxState:
+        """A producer's answer to a feedback offer: commit, rollback or unknown. Commit and
+        rollback are accepted from anyone (they are idempotent and the producer group
+        decides); unknown returns the lease only when ``owner`` holds it."""
         check_label(tx_id, "tx_id", allow_none=False)
         try:
             state = TxState(state)
@@ -430,9 +435,14 @@ class Broker:
         if state == TxState.ROLLBACK:
             return self.rollback(tx_id)
         if state == TxState.UNKNOWN:
-            self.tx.release_lease(tx_id)
+            self.tx.release_lease(tx_id, owner)
             return TxState.UNKNOWN
         raise InvalidArgument(f"a feedback answer is commit, rollback or unknown, not {state.value}")
+
+    def release_feedback_leases(self, owner: object) -> int:
+        """Return every feedback lease ``owner`` holds (its connection closed): those
+        transactions are offered to the next poll at once. Returns how many."""
+        return self.tx.release_leases(owner)
 
     def open_transactions(self) -> list[dict]:
         """Open transactions, oldest first: id, group, state, age, checks, messages, offset."""

@@ -45,6 +45,9 @@ class Connection(asyncio.Protocol):
         self.tasks: set[asyncio.Future] = set()  # requests in flight
         self.closing = False  # no more requests will be read
         self.eof = False
+        self.lost = False  # the socket is gone: answers can no longer be delivered
+        #: Whether it ever polled for feedback (then its leases are returned on close).
+        self.leases_taken = False
         self._paused = False
 
     # ------------------------------------------------------------------ asyncio callbacks
@@ -91,7 +94,20 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closing = True
+        self.lost = True
+        if self.leases_taken:
+            self._return_leases()
         self.server._connection_lost(self)
+
+    def _return_leases(self) -> None:
+        """Feedback leases are bound to the connection that polled: once it is gone nobody
+        answers for them, so they go back to the producer group at once (in a worker: the
+        transaction lock is not taken on the event loop)."""
+        srv = self.server
+        try:
+            srv.run(srv.broker.release_feedback_leases, self)
+        except RuntimeError:  # the worker pool is shut down: the broker is closing anyway
+            pass
 
     def pause_writing(self) -> None:
         # The peer does not read its answers: stop reading its requests (back-pressure).

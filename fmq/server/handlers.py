@@ -125,12 +125,14 @@ async def _poll_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
     loop = srv._loop
     deadline = loop.time() + srv.wait_ms(req["wait_ms"])
     args = (req["producer_group"], req["max_items"], req["lease_ms"])
+    conn.leases_taken = True  # its leases are returned when it closes
     while True:
         remaining = deadline - loop.time()
         if srv.stopping or conn.closing:
             remaining = 0.0
         slice_ms = int(max(0.0, min(remaining, POLL_SLICE_S)) * 1000)
-        poll = loop.run_in_executor(srv.pollers, srv.broker.poll_uncertain, *args, slice_ms)
+        poll = loop.run_in_executor(srv.pollers, srv.broker.poll_uncertain, *args, slice_ms,
+                                    conn)
         # A shutdown answers a long poll (empty) at once. Anything the thread still picks is
         # leased but not delivered; the lease runs out and it is offered again later.
         stopped = asyncio.ensure_future(srv._stop_event.wait())
@@ -140,6 +142,9 @@ async def _poll_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
             poll.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it
             return {"transactions": []}
         txs = poll.result()
+        if txs and conn.lost:
+            # Leased after the connection's close returned its leases: nobody will answer.
+            await srv.run(srv.broker.release_feedback_leases, conn)
         if txs or deadline - loop.time() <= 0 or srv.stopping or conn.closing:
             break
     return {"transactions": [
@@ -152,7 +157,7 @@ async def _poll_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
 @handles(Op.ANSWER_UNCERTAIN)
 async def _answer_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
     state = _tx_state(req["state"], (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN))
-    final = await srv.run(srv.broker.answer_uncertain, req["tx_id"], state)
+    final = await srv.run(srv.broker.answer_uncertain, req["tx_id"], state, conn)
     if final == TxState.COMMIT:
         srv.data_arrived()
     return {"state": final.value}
