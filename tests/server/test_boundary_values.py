@@ -177,6 +177,9 @@ def test_boundary_value_requests_get_typed_answers(start_server):
                                         "queue_id": ref_queue})["offset"] == 1
         assert c.call(Op.COMMIT, {"tx_id": ref_tx})["state"] == "commit"
     assert srv.alive
-    assert "failed unexpectedly" not in srv.log()
+    log = srv.log()
+    assert "failed unexpectedly" not in log
+    # names with newlines were sent: none may have started a line of its own
+    assert not any(line.startswith(("INFO forged", "\x1b")) for line in log.splitlines())
     assert sorted(read_topic(srv.address, REF_TOPIC, len(bodies))) == sorted(bodies)
     assert read_topic(srv.address, REF_TX_TOPIC, 1) == [b"ref-tx"]
