@@ -39,7 +39,9 @@ from fmq.message import (
     Message,
     SendResult,
     StoredMessage,
+    check_count,
     check_fits,
+    check_label,
     check_message,
     check_name,
     check_offset,
@@ -343,6 +345,7 @@ class Broker:
         """Make every message of the transaction consumable (REF/TX records, then COMMIT).
         Idempotent: committing a committed transaction answers COMMIT."""
         self._check_open()
+        check_label(tx_id, "tx_id", allow_none=False)
         with self.tx.lock:
             found = self.tx.get_for_end(tx_id, TxState.COMMIT)
         if isinstance(found, TxState):
@@ -416,6 +419,7 @@ class Broker:
     def rollback(self, tx_id: str) -> TxState:
         """Discard the transaction (ROLLBACK record). Idempotent; a conflict after commit."""
         self._check_open()
+        check_label(tx_id, "tx_id", allow_none=False)
         with self.tx.lock:
             found = self.tx.get_for_end(tx_id, TxState.ROLLBACK)
         if isinstance(found, TxState):
@@ -443,16 +447,20 @@ class Broker:
                            else TxState.ROLLBACK)
 
     def poll_uncertain(self, producer_group: str, max_items: int = 16, lease_ms: int = 5000,
-                       wait_ms: int = 0) -> list[UncertainTx]:
+                       wait_ms: int = 0, owner: object = None) -> list[UncertainTx]:
         """Feedback: open transactions of ``producer_group`` older than ``tx_check_after_ms``
         and not leased to another poller, with their messages. Long-polls up to
-        ``wait_ms``. The broker never decides; the producer answers with commit/rollback
-        (or nothing, for "unknown")."""
+        ``wait_ms``. Each is leased to ``owner`` (an opaque token, e.g. the server's
+        connection; None for embedded callers) for ``lease_ms``, lowered to
+        ``max_feedback_lease_ms``. The broker never decides; the producer answers with
+        commit/rollback (or nothing, for "unknown")."""
         self._check_open()
         check_name(producer_group, "producer_group", allow_none=False)
-        for name, v in (("max_items", max_items), ("lease_ms", lease_ms), ("wait_ms", wait_ms)):
+        check_count(max_items, "max_items")
+        for name, v in (("lease_ms", lease_ms), ("wait_ms", wait_ms)):
             check_offset(v, name)
-        picked = self.tx.poll_uncertain(producer_group, max(1, max_items), lease_ms, wait_ms)
+        lease_ms = min(lease_ms, self.config.max_feedback_lease_ms)
+        picked = self.tx.poll_uncertain(producer_group, max_items, lease_ms, wait_ms, owner)
         out = []
         for t in picked:
             msgs = []
@@ -471,17 +479,29 @@ class Broker:
                                    t.checks, msgs))
         return out
 
-    def answer_uncertain(self, tx_id: str, state: TxState) -> TxState:
-        """A producer's answer to a feedback offer: commit, rollback or unknown."""
-        state = TxState(state)
+    def answer_uncertain(self, tx_id: str, state: TxState, owner: object = None) -> TxState:
+        """A producer's answer to a feedback offer: commit, rollback or unknown. Commit and
+        rollback are accepted from anyone (they are idempotent and the producer group
+        decides); unknown returns the lease only when ``owner`` holds it."""
+        check_label(tx_id, "tx_id", allow_none=False)
+        try:
+            state = TxState(state)
+        except ValueError:
+            raise InvalidArgument(f"a feedback answer is commit, rollback or unknown, not "
+                                  f"{state!r}") from None
         if state == TxState.COMMIT:
             return self.commit(tx_id)
         if state == TxState.ROLLBACK:
             return self.rollback(tx_id)
         if state == TxState.UNKNOWN:
-            self.tx.release_lease(tx_id)
+            self.tx.release_lease(tx_id, owner)
             return TxState.UNKNOWN
         raise InvalidArgument(f"a feedback answer is commit, rollback or unknown, not {state.value}")
+
+    def release_feedback_leases(self, owner: object) -> int:
+        """Return every feedback lease ``owner`` holds (its connection closed): those
+        transactions are offered to the next poll at once. Returns how many."""
+        return self.tx.release_leases(owner)
 
     def open_transactions(self) -> list[dict]:
         """Open transactions, oldest first: id, group, state, age, checks, messages, offset."""
@@ -497,8 +517,7 @@ class Broker:
         check_topic(topic)
         check_queue_id(queue_id, self.config.queues_per_topic)
         check_offset(offset)
-        if not isinstance(max_messages, int) or max_messages < 1:
-            raise InvalidArgument(f"max_messages must be an integer >= 1, got {max_messages!r}")
+        check_count(max_messages, "max_messages")
         lo, _hi = self.index.queue_range(topic, queue_id)
         entries = self.index.queue_entries(topic, queue_id, max(offset, lo), max_messages)
         out = []
@@ -524,7 +543,7 @@ class Broker:
     def messages_by_key(self, topic: str, key: str, limit: int = 100) -> list[StoredMessage]:
         self._check_open()
         check_topic(topic)
-        check_name(key, "key", allow_none=False)
+        check_label(key, "key", allow_none=False)
         out = []
         for qid, qoff in self.index.key_lookup(topic, key, limit):
             out.extend(self.pull(topic, qid, qoff, 1)[:1])
@@ -548,6 +567,14 @@ class Broker:
         check_topic(topic)
         check_queue_id(queue_id, self.config.queues_per_topic)
         check_offset(next_offset, "next_offset")
+        # The write path's next offset counts too: a message acknowledged a moment ago may
+        # not be indexed yet, and committing just past it is legitimate.
+        end = max(self.index.queue_range(topic, queue_id)[1],
+                  self._queue_next.get((topic, queue_id), 0))
+        if next_offset > end:
+            raise OffsetOutOfRange(
+                f"next_offset {next_offset} is past the end of queue {queue_id} of topic "
+                f"{topic!r}: commit an offset in 0..{end} (the queue's next offset)")
         self.index.commit_offset(group, topic, queue_id, next_offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:

@@ -57,6 +57,9 @@ class BrokerConfig:
     tx_check_after_ms: int = 6_000
     #: Longest back-off between two feedback offers of the same transaction.
     tx_check_max_interval_ms: int = 60_000
+    #: Longest feedback lease a poller gets; a longer ``lease_ms`` is lowered to it, so no
+    #: poller can keep a transaction from its producers for longer.
+    max_feedback_lease_ms: int = 60_000
     #: Finished transaction ids remembered for idempotent commit/rollback answers.
     tx_finished_memory: int = 100_000
     #: Messages one transaction may hold.
@@ -96,6 +99,7 @@ class BrokerConfig:
         need(self.max_open_transactions >= 1, "max_open_transactions must be >= 1")
         need(self.tx_check_after_ms >= 0, "tx_check_after_ms must be >= 0")
         need(self.tx_check_max_interval_ms >= 1, "tx_check_max_interval_ms must be >= 1")
+        need(self.max_feedback_lease_ms >= 1, "max_feedback_lease_ms must be >= 1")
         need(self.tx_finished_memory >= 0, "tx_finished_memory must be >= 0")
         need(self.max_messages_per_transaction >= 1, "max_messages_per_transaction must be >= 1")
 

@@ -8,9 +8,16 @@ from dataclasses import dataclass, field
 
 from fmq.errors import InvalidArgument, MessageTooLarge
 
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9_.:%|-]{1,127}$")
+_TOPIC_RE = re.compile(r"[A-Za-z0-9_.:%|-]{1,127}")  # matched with fullmatch: "t\n" is no topic
+#: Characters no name may hold: C0 and C1 controls (NUL, newline, escape...) and the Unicode
+#: line and paragraph separators. A name reaches log lines, so a newline in one would let a
+#: client forge a line.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 MAX_NAME = 255  # bytes of a key, tags value, producer group or transaction id
 MAX_PROPERTIES = 65_536  # encoded bytes
+#: Largest offset (log, queue, consumer) and timestamp the store holds: they are i64 in the
+#: log records and the index.
+MAX_OFFSET = (1 << 63) - 1
 
 
 @dataclass
@@ -44,7 +51,7 @@ class StoredMessage:
 
 
 def check_topic(topic: object) -> str:
-    if not isinstance(topic, str) or not _TOPIC_RE.match(topic):
+    if not isinstance(topic, str) or not _TOPIC_RE.fullmatch(topic):
         raise InvalidArgument(
             f"invalid topic {topic!r}: use 1-127 characters from A-Z a-z 0-9 _ . : % | -"
         )
@@ -52,6 +59,24 @@ def check_topic(topic: object) -> str:
 
 
 def check_name(value: object, what: str, allow_none: bool = True) -> str | None:
+    """A group, producer group, member or new transaction id: 1-255 bytes of UTF-8
+    without control characters (empty counts as absent when ``allow_none``)."""
+    value = check_label(value, what, allow_none)
+    if value is not None:
+        bad = _CONTROL_RE.search(value)
+        if bad:
+            raise InvalidArgument(
+                f"{what} {value!r} contains the control character {bad.group()!r} at "
+                f"position {bad.start()}; names may not contain control characters "
+                f"(newline, NUL, escape...)")
+    return value
+
+
+def check_label(value: object, what: str, allow_none: bool = True) -> str | None:
+    """A key or tags value (message data, never logged), or the id of an existing
+    transaction: 1-255 bytes of UTF-8 without NUL (the index separates names with NUL).
+    Transaction ids are looked up with this looser rule so that one prepared before names
+    refused control characters can still be ended."""
     if value is None or value == "":
         if allow_none:
             return None
@@ -59,7 +84,7 @@ def check_name(value: object, what: str, allow_none: bool = True) -> str | None:
     if not isinstance(value, str):
         raise InvalidArgument(f"{what} must be a string, not {type(value).__name__}")
     if "\x00" in value:
-        raise InvalidArgument(f"{what} must not contain NUL characters")
+        raise InvalidArgument(f"{what} must not contain NUL (control character '\\x00')")
     if len(value.encode()) > MAX_NAME:
         raise InvalidArgument(f"{what} is longer than {MAX_NAME} bytes")
     return value
@@ -103,8 +128,8 @@ def check_message(msg: object, max_size: int, queues: int) -> Message:
             f"message body is {len(msg.body)} bytes, the limit (max_message_size) is "
             f"{max_size}; split the payload or raise the limit"
         )
-    check_name(msg.key, "key")
-    check_name(msg.tags, "tags")
+    check_label(msg.key, "key")
+    check_label(msg.tags, "tags")
     if msg.properties is not None:
         if not isinstance(msg.properties, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in msg.properties.items()
@@ -130,6 +155,14 @@ def check_queue_id(queue_id: object, queues: int) -> int:
 
 
 def check_offset(offset: object, what: str = "offset") -> int:
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise InvalidArgument(f"{what} must be an integer >= 0, got {offset!r}")
+    if (not isinstance(offset, int) or isinstance(offset, bool)
+            or not 0 <= offset <= MAX_OFFSET):
+        raise InvalidArgument(f"{what} must be an integer in 0..{MAX_OFFSET}, got {offset!r}")
     return offset
+
+
+def check_count(value: object, what: str) -> int:
+    """A number of items asked for (messages, transactions): at least one."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgument(f"{what} must be an integer >= 1, got {value!r}")
+    return value

@@ -11,6 +11,7 @@ import pytest
 
 import fmq
 from fmq import InvalidArgument, Message, MessageTooLarge, UnknownQueue
+from fmq.errors import OffsetOutOfRange
 
 
 def test_send_and_pull_round_trip(broker):
@@ -85,7 +86,14 @@ def test_messages_by_key_and_offset_for_time(broker):
         "k", later.queue_id)[1]
 
 
+def fill_queue(broker, topic: str, queue_id: int, count: int) -> None:
+    """``count`` messages in one queue: offsets up to ``count`` can then be committed."""
+    broker.send_batch([Message(topic, b"x", queue_id=queue_id) for _ in range(count)])
+
+
 def test_consumer_offsets(broker):
+    fill_queue(broker, "t", 0, 42)
+    fill_queue(broker, "t", 1, 7)
     assert broker.committed_offset("g", "t", 0) is None
     broker.commit_offset("g", "t", 0, 42)
     broker.commit_offset("g", "t", 1, 7)
@@ -95,6 +103,7 @@ def test_consumer_offsets(broker):
 
 def test_consumer_offsets_survive_reopen(tmp_path, small_config):
     with fmq.Broker.open(str(tmp_path), small_config) as b:
+        fill_queue(b, "t", 3, 99)
         b.commit_offset("g", "t", 3, 99)
     with fmq.Broker.open(str(tmp_path), small_config) as b:
         assert b.committed_offset("g", "t", 3) == 99
@@ -117,6 +126,19 @@ def test_consumer_offsets_survive_reopen(tmp_path, small_config):
         (lambda b: b.pull("t", 0, 0, max_messages=0), InvalidArgument),
         (lambda b: b.commit_offset("g", "t", 0, -5), InvalidArgument),
         (lambda b: b.commit_offset("", "t", 0, 5), InvalidArgument),
+        (lambda b: b.commit_offset("g", "t", 0, 1), OffsetOutOfRange),  # past the queue end
+        (lambda b: b.commit_offset("g", "t", 0, 2**63), InvalidArgument),
+        (lambda b: b.commit_offset("g\n", "t", 0, 0), InvalidArgument),
+        (lambda b: b.send(Message("t\n", b"x")), InvalidArgument),
+        (lambda b: b.send(Message("t", b"x", queue_id=-2)), UnknownQueue),
+        (lambda b: b.pull("t", 0, 2**63), InvalidArgument),
+        (lambda b: b.prepare([Message("t", b"x")], "shop\r\nforged"), InvalidArgument),
+        (lambda b: b.prepare([Message("t", b"x")], "shop", tx_id="a\x1bb"), InvalidArgument),
+        (lambda b: b.commit(""), InvalidArgument),
+        (lambda b: b.rollback(""), InvalidArgument),
+        (lambda b: b.answer_uncertain("", fmq.TxState.COMMIT), InvalidArgument),
+        (lambda b: b.answer_uncertain("x", "maybe"), InvalidArgument),
+        (lambda b: b.poll_uncertain("shop", max_items=0), InvalidArgument),
         (lambda b: b.offset_for_time("t", 0, -1), InvalidArgument),
     ],
 )

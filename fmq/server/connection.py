@@ -45,6 +45,9 @@ class Connection(asyncio.Protocol):
         self.tasks: set[asyncio.Future] = set()  # requests in flight
         self.closing = False  # no more requests will be read
         self.eof = False
+        self.lost = False  # the socket is gone: answers can no longer be delivered
+        #: Whether it ever polled for feedback (then its leases are returned on close).
+        self.leases_taken = False
         self._paused = False
 
     # ------------------------------------------------------------------ asyncio callbacks
@@ -91,7 +94,20 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self.closing = True
+        self.lost = True
+        if self.leases_taken:
+            self._return_leases()
         self.server._connection_lost(self)
+
+    def _return_leases(self) -> None:
+        """Feedback leases are bound to the connection that polled: once it is gone nobody
+        answers for them, so they go back to the producer group at once (in a worker: the
+        transaction lock is not taken on the event loop)."""
+        srv = self.server
+        try:
+            srv.run(srv.broker.release_feedback_leases, self)
+        except RuntimeError:  # the worker pool is shut down: the broker is closing anyway
+            pass
 
     def pause_writing(self) -> None:
         # The peer does not read its answers: stop reading its requests (back-pressure).
@@ -133,6 +149,13 @@ class Connection(asyncio.Protocol):
             self.fail(frame.opcode, frame.request_id, ProtocolError(
                 f"{why} ({frame.version}); this server speaks version {PROTOCOL_VERSION} "
                 f"requests, see docs/protocol.md"), "bad frame header")
+            return
+        if frame.request_id == 0:
+            # Id 0 marks connection-level errors: an answer carrying it would make the
+            # client fail every request pending on this connection, so treat it as one.
+            self.fail(0, 0, ProtocolError(
+                "request id 0 is reserved for connection-level errors; number requests from "
+                "1 (docs/protocol.md section 1)"), "reserved request id")
             return
         if len(self.tasks) >= cfg.max_in_flight:
             srv.busy_refusals += 1

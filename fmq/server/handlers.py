@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fmq import __version__
 from fmq.broker import Broker
 from fmq.errors import InvalidArgument
-from fmq.message import Message, SendResult, StoredMessage
+from fmq.message import Message, SendResult, StoredMessage, check_count
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.tx.manager import TxState
 
@@ -44,10 +44,16 @@ def handles(op: Op) -> Callable[[Handler], Handler]:
 
 # ---------------------------------------------------------------- value conversion
 
+#: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
+#: negative value is an unknown queue, not a second way of saying "pick".
+BROKER_PICKS_QUEUE = -1
+
+
 def to_message(d: dict) -> Message:
     qid = d["queue_id"]
     return Message(d["topic"], d["body"], key=d["key"], tags=d["tags"],
-                   properties=d["properties"] or None, queue_id=None if qid < 0 else qid)
+                   properties=d["properties"] or None,
+                   queue_id=None if qid == BROKER_PICKS_QUEUE else qid)
 
 
 def from_result(r: SendResult) -> dict:
@@ -131,12 +137,14 @@ async def _poll_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
     loop = srv._loop
     deadline = loop.time() + srv.wait_ms(req["wait_ms"])
     args = (req["producer_group"], req["max_items"], req["lease_ms"])
+    conn.leases_taken = True  # its leases are returned when it closes
     while True:
         remaining = deadline - loop.time()
         if srv.stopping or conn.closing:
             remaining = 0.0
         slice_ms = int(max(0.0, min(remaining, POLL_SLICE_S)) * 1000)
-        poll = loop.run_in_executor(srv.pollers, srv.broker.poll_uncertain, *args, slice_ms)
+        poll = loop.run_in_executor(srv.pollers, srv.broker.poll_uncertain, *args, slice_ms,
+                                    conn)
         # A shutdown answers a long poll (empty) at once. Anything the thread still picks is
         # leased but not delivered; the lease runs out and it is offered again later.
         stopped = asyncio.ensure_future(srv._stop_event.wait())
@@ -146,6 +154,9 @@ async def _poll_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
             poll.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it
             return {"transactions": []}
         txs = poll.result()
+        if txs and conn.lost:
+            # Leased after the connection's close returned its leases: nobody will answer.
+            await srv.run(srv.broker.release_feedback_leases, conn)
         if txs or deadline - loop.time() <= 0 or srv.stopping or conn.closing:
             break
     return {"transactions": [
@@ -161,7 +172,7 @@ async def _answer_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
     if state == TxState.COMMIT:
         final = await _commit_and_wake(srv, req["tx_id"])
     else:
-        final = await srv.run(srv.broker.answer_uncertain, req["tx_id"], state)
+        final = await srv.run(srv.broker.answer_uncertain, req["tx_id"], state, conn)
     return {"state": final.value}
 
 
@@ -189,7 +200,8 @@ async def _pull(srv: Server, conn: Connection, req: dict) -> dict:
     loop = srv._loop
     deadline = loop.time() + srv.wait_ms(req["wait_ms"])
     topic, queue_id = req["topic"], req["queue_id"]
-    args = (topic, queue_id, req["offset"], max(1, min(req["max_messages"], 4096)))
+    check_count(req["max_messages"], "max_messages")
+    args = (topic, queue_id, req["offset"], min(req["max_messages"], 4096))
     catch_up = False
     while True:
         events = srv.pull_waiters(topic, queue_id, conn)
@@ -225,7 +237,7 @@ def _assignment(pairs: list[tuple[str, int]]) -> list[dict]:
 @handles(Op.GROUP_JOIN)
 async def _group_join(srv: Server, conn: Connection, req: dict) -> dict:
     member, gen, assigned = srv.groups.join(req["group"], req["member_id"], req["topics"], conn)
-    logger.info("group %s: member %s joined from %s (generation %d, %d queues)",
+    logger.info("group %r: member %r joined from %s (generation %d, %d queues)",
                 req["group"], member, conn.peer, gen, len(assigned))
     cfg = srv.config
     return {"member_id": member, "generation": gen, "assignment": _assignment(assigned),
@@ -243,7 +255,7 @@ async def _group_heartbeat(srv: Server, conn: Connection, req: dict) -> dict:
 @handles(Op.GROUP_LEAVE)
 async def _group_leave(srv: Server, conn: Connection, req: dict) -> dict:
     if srv.groups.leave(req["group"], req["member_id"]):
-        logger.info("group %s: member %s left", req["group"], req["member_id"])
+        logger.info("group %r: member %r left", req["group"], req["member_id"])
     return {}
 
 
@@ -256,8 +268,9 @@ def _indexed(broker: Broker, fn: Callable[..., Any], *args: Any) -> Any:
 
 @handles(Op.QUERY_KEY)
 async def _query_key(srv: Server, conn: Connection, req: dict) -> dict:
+    check_count(req["limit"], "limit")
     msgs = await srv.read(_indexed, srv.broker, srv.broker.messages_by_key, req["topic"],
-                         req["key"], max(1, min(req["limit"], 4096)))
+                          req["key"], min(req["limit"], 4096))
     return {"messages": [from_stored(m) for m in msgs]}
 
 
@@ -297,6 +310,6 @@ async def _resolve_tx(srv: Server, conn: Connection, req: dict) -> dict:
         state = await _commit_and_wake(srv, req["tx_id"])
     else:
         state = await srv.run(srv.broker.rollback, req["tx_id"])
-    logger.info("operator at %s resolved transaction %s: %s", conn.peer, req["tx_id"],
+    logger.info("operator at %s resolved transaction %r: %s", conn.peer, req["tx_id"],
                 state.value)
     return {"state": state.value}

@@ -70,6 +70,9 @@ class Transaction:
     checks: int = 0
     next_check_at: float = 0.0
     lease_until: float = 0.0
+    #: Who holds the lease (an opaque token: the server passes the polling connection,
+    #: embedded callers None). Only the holder can return the lease early.
+    lease_owner: object = None
     #: Serialises commit/rollback of this one transaction.
     busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -218,9 +221,10 @@ class TxManager:
     # ------------------------------------------------------------------ feedback
 
     def poll_uncertain(self, producer_group: str, max_items: int, lease_ms: int,
-                       wait_ms: int) -> list[Transaction]:
+                       wait_ms: int, owner: object = None) -> list[Transaction]:
         """Open transactions of ``producer_group`` due for a check and not leased to
-        someone else; waits up to ``wait_ms`` for one to become due (long poll)."""
+        someone else, leased to ``owner`` for ``lease_ms``; waits up to ``wait_ms`` for one
+        to become due (long poll). The caller caps ``lease_ms``."""
         deadline = time.monotonic() + wait_ms / 1000.0
         with self._uncertain:
             while True:
@@ -235,6 +239,7 @@ class TxManager:
                         t.checks += 1
                         self.checks_sent += 1
                         t.lease_until = now + lease_ms / 1000.0
+                        t.lease_owner = owner
                         backoff = min(self.check_max_interval,
                                       max(self.check_after, 0.1) * (2 ** min(t.checks, 16)))
                         t.next_check_at = now + backoff
@@ -246,12 +251,35 @@ class TxManager:
                 wake = min([deadline, *pending])
                 self._uncertain.wait(max(0.001, wake - now))
 
-    def release_lease(self, tx_id: str) -> None:
+    def release_lease(self, tx_id: str, owner: object = None) -> bool:
+        """Return ``owner``'s lease of ``tx_id`` (an UNKNOWN answer): it is offered again
+        after its back-off. Someone else's lease stays; returns whether one was released."""
         with self._uncertain:
             tx = self.open.get(tx_id)
-            if tx is not None:
-                tx.lease_until = 0.0
+            if tx is None or tx.lease_owner != owner or tx.lease_until <= time.monotonic():
+                return False
+            tx.lease_until = 0.0
+            tx.lease_owner = None
+            self._uncertain.notify_all()
+            return True
+
+    def release_leases(self, owner: object) -> int:
+        """Return every lease ``owner`` holds (its connection closed): nobody will answer
+        for them, so they are offered again at once, back-off or not."""
+        with self._uncertain:
+            now = time.monotonic()
+            released = 0
+            for tx in self.open.values():
+                if tx.lease_owner != owner:
+                    continue
+                tx.lease_owner = None  # expired or not: drop the reference to the owner
+                if tx.lease_until > now:
+                    tx.lease_until = 0.0
+                    tx.next_check_at = min(tx.next_check_at, now)
+                    released += 1
+            if released:
                 self._uncertain.notify_all()
+            return released
 
     def notify(self) -> None:
         with self._uncertain:
