@@ -101,7 +101,9 @@ def test_group_join_at_a_large_limit_leaves_pings_answered(start_server):
     latencies = probe.finish()
     assert len(first["assignment"]) == 4 * 20_000
     assert len(second["assignment"]) + len(beat["assignment"]) == 4 * 20_000  # split
-    assert max(latencies) < 1.0, f"a PING waited {max(latencies):.2f}s behind the joins"
+    # Quiet machine: 4.6 s before the fix, 0.16 s after. The bound leaves 15x for a loaded
+    # machine (the old quadratic code only gets slower under load too).
+    assert max(latencies) < 2.5, f"a PING waited {max(latencies):.2f}s behind the joins"
 
 
 # ---------------------------------------------------------------- SEND_BATCH items
