@@ -559,7 +559,8 @@ def transaction_table(valid: DataFrame) -> DataFrame:
     is_prepare = F.col("type") == "PREPARE"
     ends = F.col("type").isin(*_ENDS)
     tx = (valid.where(F.col("tx_id").isNotNull())
-          .select("offset", "type", "tx_id", "producer_group", "store_time", "ref_size")
+          .select("offset", "type", "tx_id", "producer_group", "store_time", "ref_size",
+                  "ref_offset")
           .withColumn("prepare_offset",
                       F.max(F.when(is_prepare, F.col("offset"))).over(Window.partitionBy("tx_id"))))
     after = F.col("prepare_offset").isNull() | (F.col("offset") >= F.col("prepare_offset"))
