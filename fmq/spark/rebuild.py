@@ -562,7 +562,9 @@ def transaction_table(valid: DataFrame) -> DataFrame:
           .select("offset", "type", "tx_id", "producer_group", "store_time", "ref_size",
                   "ref_offset")
           .withColumn("prepare_offset",
-                      F.max(F.when(is_prepare, F.col("offset"))).over(Window.partitionBy("tx_id"))))
+                      F.max(F.when(is_prepare, F.col("offset"))).over(Window.partitionBy("tx_id")))
+          .withColumn("first_prepare",
+                      F.min(F.when(is_prepare, F.col("offset"))).over(Window.partitionBy("tx_id"))))
     after = F.col("prepare_offset").isNull() | (F.col("offset") >= F.col("prepare_offset"))
     table = tx.where(after).groupBy("tx_id").agg(
         F.max("prepare_offset").alias("prepare_offset"),
@@ -570,7 +572,7 @@ def transaction_table(valid: DataFrame) -> DataFrame:
         F.max_by("store_time", F.when(is_prepare, F.col("offset"))).alias("prepare_time"),
         F.max_by("ref_size", F.when(is_prepare, F.col("offset"))).alias("expected"),
         F.max_by("ref_offset", F.when(is_prepare, F.col("offset"))).alias("relocated_from"),
-        F.min(F.when(is_prepare, F.col("offset"))).alias("first_prepare_offset"),
+        F.min("first_prepare").alias("first_prepare_offset"),
         F.count(F.when(F.col("type") == "PRE_MESSAGE", 1)).alias("messages"),
         F.count(F.when(F.col("type").isin("REF_MESSAGE", "TX_MESSAGE"), 1)).alias("copies"),
         F.min_by(F.when(ends, F.col("type")), F.when(ends, F.col("offset"))).alias("end"),

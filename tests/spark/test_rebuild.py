@@ -273,3 +273,37 @@ def test_prepare_cut_short_is_incomplete_and_the_broker_rolls_it_back(spark, log
         assert prepare.tx_id not in {t["tx_id"] for t in b.open_transactions()}
         with pytest.raises(fmq.TransactionConflict):
             b.commit(prepare.tx_id)
+
+
+def test_relocation_cut_short_keeps_the_original_and_the_checkpoint_before_it(spark, tmp_path):
+    """A crash inside retention's relocation of an open transaction (its new PREPARE and
+    part of the copies durable): the rebuild keeps the checkpoint at the *first* PREPARE,
+    so the broker replays the whole original and keeps the transaction open and whole."""
+    from fmq.log.repair import cut_log
+
+    data = str(tmp_path / "data")
+    bodies = [f"r{i}-".encode().ljust(300, b"r") for i in range(3)]
+    with fmq.Broker.open(data, small_config()) as b:
+        b.prepare([fmq.Message("pay", body) for body in bodies], "shop", tx_id="reloc")
+        b.send(fmq.Message("plain", b"after"))
+        with b.tx.lock:
+            tx = b.tx.open["reloc"]
+        assert b._relocate(tx)
+    recs = D.records(data)
+    prepares = [r for r in recs if r.type.name == "PREPARE" and r.tx_id == "reloc"]
+    assert [p.ref_offset for p in prepares] == [-1, prepares[0].log_offset]
+    copies = [r for r in recs if r.type.name == "PRE_MESSAGE" and r.log_offset > prepares[1].log_offset]
+    cut_log(data, copies[1].log_offset)  # the new PREPARE and one of three copies survive
+
+    result = run_rebuild(data, master="local[2]")
+    assert [(t["tx_id"], t["state"]) for t in result["open_transactions"]] == [("reloc", "open")]
+    assert result["checkpoint"]["recovery_offset"] <= prepares[0].log_offset
+    with fmq.Broker.open(data, small_config()) as b:
+        assert b.recovery.incomplete_prepares == []
+        [info] = b.open_transactions()
+        assert (info["tx_id"], info["messages"], info["prepare_offset"]) == (
+            "reloc", 3, prepares[0].log_offset)
+        assert b.commit("reloc") == fmq.TxState.COMMIT
+        assert b.wait_indexed()
+        got = sorted(bytes(m.body) for ms in b.all_messages(["pay"]).values() for m in ms)
+        assert got == sorted(bodies)
