@@ -113,6 +113,14 @@ class Server:
     """Serve ``broker`` on ``config.host:config.port`` until :meth:`request_stop`."""
 
     def __init__(self, broker: Broker, config: ServerConfig) -> None:
+        #: Bytes of the largest one-message PULL/QUERY_KEY answer this broker can produce.
+        self.largest_reply = largest_single_reply(broker.config.max_message_size)
+        if self.largest_reply > config.reply_budget_per_connection:
+            raise ConfigError(
+                f"invalid server configuration: reply_budget_per_connection "
+                f"({config.reply_budget_per_connection}) must hold one answer carrying the "
+                f"largest message ({self.largest_reply} bytes with max_message_size "
+                f"{broker.config.max_message_size}); raise it or lower max_message_size")
         self.broker = broker
         self.config = config
         self.groups = GroupCoordinator(broker.config.queues_per_topic,
@@ -125,14 +133,6 @@ class Server:
                                            config.request_budget_per_connection)
         self.reply_budget = SharedBudget("reply", config.reply_budget_total,
                                          config.reply_budget_per_connection)
-        #: Bytes of the largest one-message PULL/QUERY_KEY answer this broker can produce.
-        self.largest_reply = largest_single_reply(broker.config.max_message_size)
-        if self.largest_reply > config.reply_budget_per_connection:
-            raise ConfigError(
-                f"invalid server configuration: reply_budget_per_connection "
-                f"({config.reply_budget_per_connection}) must hold one answer carrying the "
-                f"largest message ({self.largest_reply} bytes with max_message_size "
-                f"{broker.config.max_message_size}); raise it or lower max_message_size")
         #: Established connections (they sent a complete request), and the ones that have
         #: not yet, oldest first.
         self.connections: dict[int, Connection] = {}
@@ -227,7 +227,7 @@ class Server:
             if late:
                 logger.warning("abandoning %d requests still running (shutdown_grace_ms %d or a "
                                "second stop signal)", len(late), self.config.shutdown_grace_ms)
-        for conn in list(self.connections.values()):
+        for conn in [*self.pending.values(), *self.connections.values()]:
             conn.close()
         loop = asyncio.get_running_loop()
         self.pollers.shutdown(wait=False, cancel_futures=True)

@@ -15,14 +15,19 @@ import struct
 import threading
 import time
 
+import pytest
+
+from fmq import Broker, BrokerConfig
 from fmq.client import Client, Producer
-from fmq.errors import FMQError
+from fmq.errors import ConfigError, FMQError
 from fmq.message import Message, StoredMessage
 from fmq.protocol import PREFIX_SIZE, FrameDecoder, Op, decode_response, encode_request
 from fmq.protocol.frame import encode_response
 from fmq.server.budgets import SharedBudget
+from fmq.server.config import ServerConfig
 from fmq.server.handlers import from_stored
 from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, stored_message_size
+from fmq.server.server import Server
 
 from .conftest import FAST
 
@@ -123,6 +128,31 @@ def test_shared_budget_first_come_first_served_and_per_connection():
     budget.release(a, 50)
     assert granted == [("c", 30), ("a", 20)]
     assert budget.used == 50 and budget.peak == 100
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"request_budget_per_connection": 1 * MiB}, "at least max_frame_size"),
+    ({"request_budget_total": 32 * MiB}, "request_budget_total"),
+    ({"max_reply_size": 1000}, "max_reply_size"),
+    ({"reply_budget_per_connection": 4 * MiB}, "at least max_reply_size"),
+    ({"reply_budget_total": 16 * MiB}, "reply_budget_total"),
+    ({"max_pending_connections": 0}, "max_pending_connections"),
+    ({"handshake_timeout_ms": 0}, "handshake_timeout_ms"),
+    ({"idle_timeout_ms": -1}, "idle_timeout_ms"),
+])
+def test_limit_fields_are_validated(changes, match):
+    with pytest.raises(ConfigError, match=match):
+        ServerConfig(**changes)
+
+
+def test_reply_budget_must_hold_the_largest_message(tmp_path):
+    with Broker.open(str(tmp_path / "d"), BrokerConfig(max_message_size=40 * MiB,
+                                                       segment_size=64 * MiB)) as broker:
+        with pytest.raises(ConfigError, match="reply_budget_per_connection"):
+            Server(broker, ServerConfig())
+        srv = Server(broker, ServerConfig(reply_budget_per_connection=48 * MiB))
+        srv.workers.shutdown()
+        srv.pollers.shutdown()
 
 
 # ---------------------------------------------------------------- reply budget
