@@ -64,6 +64,7 @@ class Connection(asyncio.Protocol):
         self.decoder = FrameDecoder(server.config.max_frame_size)
         self.tasks: set[asyncio.Future] = set()  # requests in flight
         self.closing = False  # no more requests will be read
+        self.aborted = False
         self.eof = False
         self.established = False  # sent a complete request: counts against max_connections
         now = server.now()
@@ -220,8 +221,8 @@ class Connection(asyncio.Protocol):
     def _sync_unsent(self, reserved: int = 0) -> None:
         """Count what the transport still holds against the reply budget; ``reserved``
         bytes reserved for the reply just written move over to it."""
-        t = self.transport
-        size = t.get_write_buffer_size() if t is not None and not t.is_closing() else 0
+        # A closing transport still holds what it has to flush: that counts too.
+        size = self.transport.get_write_buffer_size() if self.transport is not None else 0
         delta = size - self.unsent
         if delta > 0 and not self.unsent or delta < 0:
             self.drained_at = self.server.now()
@@ -259,7 +260,7 @@ class Connection(asyncio.Protocol):
     def abort(self, why: str) -> None:
         """Close at once, dropping unsent replies (time-outs, making room)."""
         logger.warning("connection %d from %s: %s; closing it", self.id, self.peer, why)
-        self.closing = True
+        self.closing = self.aborted = True
         if self.transport is not None:
             self.transport.abort()
 

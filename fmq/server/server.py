@@ -293,7 +293,9 @@ class Server:
             now = self.now()
             for conn in [*self.pending.values(), *self.connections.values()]:
                 why = conn.overdue(now)
-                if why is not None and not conn.transport.is_closing():
+                # A closing connection is watched too: a peer that does not read would
+                # keep its unsent answers (flushed before the close) forever.
+                if why is not None and not conn.aborted:
                     self.timed_out += 1
                     conn.abort(why)
 
