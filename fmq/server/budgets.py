@@ -81,13 +81,20 @@ class SharedBudget:
     def try_take(self, share: Share, minimum: int, want: int) -> int:
         """Take between ``minimum`` and ``want`` bytes now if they fit and nobody waits
         for the total; 0 when the caller has to :meth:`wait`."""
+        # Every request frame passes here: plain arithmetic, no calls.
         if self._total_blocked:
             return 0
-        room = min(self.per_connection - share.used, self.total - self.used)
+        room = self.per_connection - share.used
+        total_room = self.total - self.used
+        if total_room < room:
+            room = total_room
         if room < minimum:
             return 0
-        n = min(want, room)
-        self.take(share, n)
+        n = want if want < room else room
+        share.used += n
+        used = self.used = self.used + n
+        if used > self.peak:
+            self.peak = used
         return n
 
     def wait(self, share: Share, minimum: int, want: int, grant: Grant) -> _Waiter:

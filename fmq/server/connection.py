@@ -405,7 +405,8 @@ class Connection(asyncio.Protocol):
         self.tasks.discard(task)
         self.server.all_tasks.discard(task)
         self._release_request(self._held.pop(task, 0))
-        self._settle_reply(task)
+        if self._reserved:
+            self._settle_reply(task)
         if self.eof and not self.tasks:
             self.close()
 
