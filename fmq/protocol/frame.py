@@ -204,11 +204,6 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buf)
 
-    @property
-    def in_frame(self) -> bool:
-        """Whether an admitted frame is partly received."""
-        return self._head_admitted
-
 
 __all__ = [
     "DEFAULT_MAX_FRAME", "FLAG_ERROR", "FLAG_RESPONSE", "Frame", "FrameDecoder",
