@@ -509,10 +509,12 @@ class Broker:
 
     # ================================================================== reading
 
-    def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32
-             ) -> list[StoredMessage]:
+    def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
+             max_bytes: int | None = None) -> list[StoredMessage]:
         """Up to ``max_messages`` consumable messages of a queue from queue offset ``offset``.
-        An offset below the queue's minimum (deleted by retention) starts at the minimum."""
+        An offset below the queue's minimum (deleted by retention) starts at the minimum.
+        ``max_bytes`` stops before the message whose stored record would take the bytes
+        read past it (the first message is always read)."""
         self._check_open()
         check_topic(topic)
         check_queue_id(queue_id, self.config.queues_per_topic)
@@ -521,7 +523,12 @@ class Broker:
         lo, _hi = self.index.queue_range(topic, queue_id)
         entries = self.index.queue_entries(topic, queue_id, max(offset, lo), max_messages)
         out = []
+        read = 0
         for qoff, doff, dsize, _th, st in entries:
+            if max_bytes is not None:
+                read += dsize
+                if out and read > max_bytes:
+                    break
             try:
                 data = self.log.read(doff, dsize)
             except OffsetOutOfRange:
@@ -540,14 +547,25 @@ class Broker:
         check_queue_id(queue_id, self.config.queues_per_topic)
         return self.index.queue_range(topic, queue_id)
 
-    def messages_by_key(self, topic: str, key: str, limit: int = 100) -> list[StoredMessage]:
+    def messages_by_key(self, topic: str, key: str, limit: int = 100,
+                        max_bytes: int | None = None) -> list[StoredMessage]:
+        """Up to ``limit`` messages of ``topic`` with ``key``. ``max_bytes`` stops once the
+        bodies, names and properties read add up to more (the first message always counts)."""
         self._check_open()
         check_topic(topic)
         check_label(key, "key", allow_none=False)
         out = []
+        read = 0
         for qid, qoff in self.index.key_lookup(topic, key, limit):
-            out.extend(self.pull(topic, qid, qoff, 1)[:1])
-        return [m for m in out if m.key == key]
+            for m in self.pull(topic, qid, qoff, 1)[:1]:
+                if m.key != key:
+                    continue
+                out.append(m)
+                read += (len(m.body) + len(m.topic) + len(key) + len(m.tags or "")
+                         + sum(len(k) + len(v) for k, v in m.properties.items()))
+            if max_bytes is not None and read >= max_bytes:
+                break
+        return out
 
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (the next offset when

@@ -17,6 +17,7 @@ Pure code: bytes in, values out. The server and the client do the I/O.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,22 +168,32 @@ def make_error(code: int, message: str, retriable: bool = False) -> FMQError:
 
 class FrameDecoder:
     """Incremental parser: feed received bytes, get whole frames. Raises ProtocolError on a
-    bad length (the stream cannot be resynchronised after that: close it)."""
+    bad length (the stream cannot be resynchronised after that: close it).
+
+    ``admit``, when given to :meth:`feed`, is asked once per frame, with the frame's length
+    field, as soon as that is known: a receiver with a memory budget refuses (False) until it
+    has room, then feeds again (empty data is fine) and admits it."""
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
         self._buf = bytearray()
+        self._head_admitted = False
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes, admit: Callable[[int], bool] | None = None) -> list[Frame]:
         self._buf += data
         frames = []
         buf = self._buf
         pos = 0
         while len(buf) - pos >= PREFIX_SIZE:
             n = frame_length(memoryview(buf)[pos:pos + PREFIX_SIZE], self.max_frame)
+            if admit is not None and not self._head_admitted:
+                if not admit(n):
+                    break
+                self._head_admitted = True
             if len(buf) - pos - PREFIX_SIZE < n:
                 break
             start = pos + PREFIX_SIZE
+            self._head_admitted = False
             frames.append(parse_frame(bytes(buf[start:start + n])))
             pos = start + n
         if pos:

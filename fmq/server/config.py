@@ -24,8 +24,38 @@ class ServerConfig:
     port: int = 9876
     #: Largest frame accepted (the length field); bigger → error response, connection closed.
     max_frame_size: int = 64 * MiB
-    #: Connections open at once; one more gets a ServerBusy error and is closed.
+    #: Established connections (that sent a complete request) open at once; one more gets
+    #: a ServerBusy error and is closed.
     max_connections: int = 1024
+    #: Connections that have not sent a complete request yet; a new one beyond this closes
+    #: the oldest of them, so half-open connections cannot lock real clients out.
+    max_pending_connections: int = 128
+    #: A new connection must complete its first request within this, or it is closed.
+    handshake_timeout_ms: int = 10_000
+    #: A frame whose first bytes arrived must be complete within this, or the connection is
+    #: closed (0 = no limit). Time spent waiting for the request budget does not count.
+    read_timeout_ms: int = 60_000
+    #: Replies the peer does not read: when none of its unsent reply bytes drained for this
+    #: long, the connection is closed (0 = no limit).
+    write_timeout_ms: int = 60_000
+    #: A connection with no request running that sent nothing for this long is closed
+    #: (0 = never).
+    idle_timeout_ms: int = 600_000
+    #: Request bytes held per connection: frames being received (counted at their declared
+    #: length from the moment their length is read) and requests running. Over it, the
+    #: connection is not read until its requests finish. At least max_frame_size.
+    request_budget_per_connection: int = 64 * MiB
+    #: Request bytes held by all connections together; over it, reading waits (first come,
+    #: first served) instead of allocating.
+    request_budget_total: int = 256 * MiB
+    #: Largest PULL or QUERY_KEY answer, every field counted; at least one message is
+    #: always sent, even when it alone is larger.
+    max_reply_size: int = 8 * MiB
+    #: Reply bytes held per connection: replies being built and replies not yet taken by the
+    #: peer. A PULL or QUERY_KEY reserves its reply here before it reads anything.
+    reply_budget_per_connection: int = 32 * MiB
+    #: Reply bytes held by all connections together.
+    reply_budget_total: int = 256 * MiB
     #: Requests one connection may have in flight; beyond it → ServerBusy (retriable).
     max_in_flight: int = 256
     #: Threads running blocking broker calls (fsync waits, LMDB). Many threads let requests
@@ -64,8 +94,21 @@ class ServerConfig:
         for name in ("max_connections", "max_in_flight", "worker_threads", "long_poll_threads",
                      "read_threads", "max_batch_messages", "group_session_timeout_ms",
                      "group_heartbeat_interval_ms", "max_topics_per_member",
-                     "max_members_per_group", "max_members_per_connection"):
+                     "max_members_per_group", "max_members_per_connection",
+                     "max_pending_connections", "handshake_timeout_ms"):
             need(getattr(self, name) >= 1, f"{name} must be >= 1")
+        for name in ("read_timeout_ms", "write_timeout_ms", "idle_timeout_ms"):
+            need(getattr(self, name) >= 0, f"{name} must be >= 0 (0 = no limit)")
+        need(self.request_budget_per_connection >= self.max_frame_size,
+             "request_budget_per_connection must be at least max_frame_size (a largest "
+             "frame must fit)")
+        need(self.request_budget_total >= self.request_budget_per_connection,
+             "request_budget_total must be at least request_budget_per_connection")
+        need(self.max_reply_size >= 64 * 1024, "max_reply_size must be at least 65536")
+        need(self.reply_budget_per_connection >= self.max_reply_size,
+             "reply_budget_per_connection must be at least max_reply_size")
+        need(self.reply_budget_total >= self.reply_budget_per_connection,
+             "reply_budget_total must be at least reply_budget_per_connection")
         need(self.max_wait_ms >= 0, "max_wait_ms must be >= 0")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
         need(self.group_heartbeat_interval_ms < self.group_session_timeout_ms,

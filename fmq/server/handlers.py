@@ -20,6 +20,7 @@ from fmq.broker import Broker
 from fmq.errors import InvalidArgument
 from fmq.message import Message, SendResult, StoredMessage, check_count
 from fmq.protocol import PROTOCOL_VERSION, Op
+from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, fit
 from fmq.tx.manager import TxState
 
 if TYPE_CHECKING:
@@ -27,9 +28,6 @@ if TYPE_CHECKING:
     from fmq.server.server import Server
 
 logger = logging.getLogger("fmq.server")
-
-#: Bytes of message bodies one PULL answer carries at most (at least one message).
-RESPONSE_BUDGET = 8 * 1024 * 1024
 
 Handler = Callable[["Server", "Connection", dict], Awaitable[dict]]
 HANDLERS: dict[int, Handler] = {}
@@ -177,22 +175,30 @@ async def _answer_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
 
 
 def _pull_now(broker: Broker, topic: str, queue_id: int, offset: int, max_messages: int,
-              catch_up: bool) -> tuple[list[StoredMessage], int, int]:
+              catch_up: bool, max_bytes: int) -> tuple[list[StoredMessage], int, int, int]:
+    """The messages that fit an answer of ``max_bytes`` (at least one), the queue range, and
+    the answer's size."""
     if catch_up:  # woken by a write: it is flushed, let the dispatcher index it
         broker.wait_indexed(0.5)
-    msgs = broker.pull(topic, queue_id, offset, max_messages)
+    budget = max_bytes - PULL_REPLY_BASE
+    msgs = broker.pull(topic, queue_id, offset, max_messages, budget)
     if not msgs and not catch_up and broker.wait_indexed(0.5):
         # Nothing yet, but a write acknowledged just before may still be on its way to the
         # index: a pull sees every message acknowledged before it arrived.
-        msgs = broker.pull(topic, queue_id, offset, max_messages)
-    budget = RESPONSE_BUDGET  # keep the answer far below any client's frame limit
-    for i, m in enumerate(msgs):
-        budget -= len(m.body) + 256
-        if budget < 0 and i > 0:
-            msgs = msgs[:i]
-            break
+        msgs = broker.pull(topic, queue_id, offset, max_messages, budget)
+    msgs, size = fit(msgs, budget)
     lo, hi = broker.queue_range(topic, queue_id)
-    return msgs, lo, hi
+    return msgs, lo, hi, PULL_REPLY_BASE + size
+
+
+async def _reserve(srv: Server, conn: Connection, need: int = 0) -> int:
+    """Reserve this request's answer in the reply budget before anything is read: up to
+    max_reply_size, at least enough for one message (``need``: exactly that much)."""
+    cfg = srv.config
+    if need:
+        return await conn.reserve_reply(need, need)
+    return await conn.reserve_reply(cfg.max_reply_size,
+                                    min(cfg.max_reply_size, srv.largest_reply))
 
 
 @handles(Op.PULL)
@@ -203,16 +209,31 @@ async def _pull(srv: Server, conn: Connection, req: dict) -> dict:
     check_count(req["max_messages"], "max_messages")
     args = (topic, queue_id, req["offset"], min(req["max_messages"], 4096))
     catch_up = False
+    need = 0
     while True:
         events = srv.pull_waiters(topic, queue_id, conn)
+        granted = await _reserve(srv, conn, need)
         srv.pull_reads += 1
-        msgs, lo, hi = await srv.read(_pull_now, srv.broker, *args, catch_up)
+        try:
+            msgs, lo, hi, size = await srv.read(_pull_now, srv.broker, *args, catch_up,
+                                                granted)
+        except BaseException:
+            conn.unreserve_reply(granted)
+            raise
+        if size > granted:
+            # One message larger than the part of the budget we got (only when
+            # max_reply_size is below the largest message): read again with room for it.
+            conn.unreserve_reply(granted)
+            need = size
+            continue
         remaining = deadline - loop.time()
         if msgs or remaining <= 0 or srv.stopping or conn.closing:
             break
+        conn.unreserve_reply(granted)  # a long poll holds no reply budget while it waits
         # Only a write to this queue, the deadline, a closing connection or a shutdown
         # ends the wait: an idle long poll costs no thread and no reads meanwhile.
         catch_up = await srv.wait_for_data(events, remaining)
+    conn.unreserve_reply(granted - size)  # the rest is held until the answer is written
     return {"messages": [from_stored(m) for m in msgs], "min_offset": lo, "next_offset": hi}
 
 
@@ -266,11 +287,31 @@ def _indexed(broker: Broker, fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
+def _query_now(broker: Broker, topic: str, key: str, limit: int, max_bytes: int
+               ) -> tuple[list[StoredMessage], int]:
+    budget = max_bytes - QUERY_REPLY_BASE
+    msgs, size = fit(broker.messages_by_key(topic, key, limit, budget), budget)
+    return msgs, QUERY_REPLY_BASE + size
+
+
 @handles(Op.QUERY_KEY)
 async def _query_key(srv: Server, conn: Connection, req: dict) -> dict:
     check_count(req["limit"], "limit")
-    msgs = await srv.read(_indexed, srv.broker, srv.broker.messages_by_key, req["topic"],
-                          req["key"], min(req["limit"], 4096))
+    args = (req["topic"], req["key"], min(req["limit"], 4096))
+    need = 0
+    while True:
+        granted = await _reserve(srv, conn, need)
+        try:
+            msgs, size = await srv.read(_indexed, srv.broker, _query_now, srv.broker, *args,
+                                        granted)
+        except BaseException:
+            conn.unreserve_reply(granted)
+            raise
+        if size <= granted:
+            break
+        conn.unreserve_reply(granted)
+        need = size  # one message larger than what we got: read again with room for it
+    conn.unreserve_reply(granted - size)  # the rest is held until the answer is written
     return {"messages": [from_stored(m) for m in msgs]}
 
 

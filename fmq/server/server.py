@@ -28,10 +28,12 @@ from fmq.broker import Broker
 from fmq.errors import ConfigError, InvalidArgument, ServerBusy
 from fmq.message import Message, check_fits, check_message
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
+from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.connection import Connection
 from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.handlers import HANDLERS
+from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 
 logger = logging.getLogger("fmq.server")
@@ -117,6 +119,14 @@ class Server:
     """Serve ``broker`` on ``config.host:config.port`` until :meth:`request_stop`."""
 
     def __init__(self, broker: Broker, config: ServerConfig) -> None:
+        #: Bytes of the largest one-message PULL/QUERY_KEY answer this broker can produce.
+        self.largest_reply = largest_single_reply(broker.config.max_message_size)
+        if self.largest_reply > config.reply_budget_per_connection:
+            raise ConfigError(
+                f"invalid server configuration: reply_budget_per_connection "
+                f"({config.reply_budget_per_connection}) must hold one answer carrying the "
+                f"largest message ({self.largest_reply} bytes with max_message_size "
+                f"{broker.config.max_message_size}); raise it or lower max_message_size")
         self.broker = broker
         self.config = config
         self.groups = GroupCoordinator(
@@ -129,7 +139,14 @@ class Server:
         self.pollers = ThreadPoolExecutor(config.long_poll_threads,
                                           thread_name_prefix="fmq-longpoll")
         self.handlers = HANDLERS
+        self.request_budget = SharedBudget("request", config.request_budget_total,
+                                           config.request_budget_per_connection)
+        self.reply_budget = SharedBudget("reply", config.reply_budget_total,
+                                         config.reply_budget_per_connection)
+        #: Established connections (they sent a complete request), and the ones that have
+        #: not yet, oldest first.
         self.connections: dict[int, Connection] = {}
+        self.pending: dict[int, Connection] = {}
         #: Requests in flight on every connection (tasks, and futures of fast-path sends).
         self.all_tasks: set[asyncio.Future] = set()
         self.stopping = False
@@ -142,6 +159,7 @@ class Server:
         self.pulls_waiting = 0
         self.pull_wakeups = 0
         self.pull_reads = 0
+        self.timed_out = 0  # connections closed by a time-out or to make room
         self.started = time.time()
         self._next_conn = 0
         self._server: asyncio.base_events.Server | None = None
@@ -152,6 +170,11 @@ class Server:
         self._queue_events: dict[tuple[str, int], asyncio.Event] = {}
         self._conn_events: dict[int, asyncio.Event] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._watchdog: asyncio.Task | None = None
+
+    def now(self) -> float:
+        """The event loop's clock (monotonic seconds)."""
+        return self._loop.time()
 
     # ------------------------------------------------------------------ running
 
@@ -168,6 +191,7 @@ class Server:
                 f"cannot listen on {self.config.host}:{self.config.port} ({exc.strerror or exc});"
                 f" stop the process using that port or choose another --port/--host") from None
         self.port = self._server.sockets[0].getsockname()[1]
+        self._watchdog = asyncio.ensure_future(self._watch_connections())
         logger.info("listening on %s:%d (protocol %d, max frame %d bytes, %d worker threads)",
                     self.config.host, self.port, PROTOCOL_VERSION, self.config.max_frame_size,
                     self.config.worker_threads)
@@ -202,6 +226,8 @@ class Server:
         self.stopping = True
         if self._server is not None:
             self._server.close()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         pending = list(self.all_tasks)
         if pending:
             hurry = asyncio.ensure_future(self._hurry.wait())
@@ -213,7 +239,7 @@ class Server:
             if late:
                 logger.warning("abandoning %d requests still running (shutdown_grace_ms %d or a "
                                "second stop signal)", len(late), self.config.shutdown_grace_ms)
-        for conn in list(self.connections.values()):
+        for conn in [*self.pending.values(), *self.connections.values()]:
             conn.close()
         loop = asyncio.get_running_loop()
         self.pollers.shutdown(wait=False, cancel_futures=True)
@@ -230,23 +256,62 @@ class Server:
         self._next_conn += 1
         conn.id = self._next_conn
         if self.stopping or len(self.connections) >= self.config.max_connections:
-            why = ("the server is shutting down" if self.stopping else
-                   f"{len(self.connections)} connections are open (max_connections)")
-            logger.warning("refused connection from %s: %s", conn.peer, why)
-            conn.send(encode_error(0, 0, ServerBusy(f"{why}; retry later")))
-            conn.close()
+            self._refuse(conn)
             return
-        self.connections[conn.id] = conn
+        if len(self.pending) >= self.config.max_pending_connections:
+            # Half-open connections must not lock real clients out: the oldest one goes.
+            oldest = self.pending.pop(next(iter(self.pending)))
+            self.timed_out += 1
+            oldest.abort(f"{self.config.max_pending_connections} connections have not sent a "
+                         f"complete request yet (max_pending_connections); this one is the "
+                         f"oldest")
+        self.pending[conn.id] = conn
         logger.info("connection %d from %s", conn.id, conn.peer)
+
+    def _refuse(self, conn: Connection) -> None:
+        why = ("the server is shutting down" if self.stopping else
+               f"{len(self.connections)} connections are open (max_connections)")
+        logger.warning("refused connection %d from %s: %s", conn.id, conn.peer, why)
+        conn.send(encode_error(0, 0, ServerBusy(f"{why}; retry later")))
+        conn.close()
+
+    def _establish(self, conn: Connection) -> bool:
+        """``conn`` sent its first complete request: count it against max_connections
+        (False: refused and closed)."""
+        self.pending.pop(conn.id, None)
+        if self.stopping or len(self.connections) >= self.config.max_connections:
+            self._refuse(conn)
+            return False
+        conn.established = True
+        self.connections[conn.id] = conn
+        return True
 
     def _connection_lost(self, conn: Connection) -> None:
         # Requests still running finish (a send being fsync'd completes); answers are dropped.
         self._wake_pullers(conn)
+        self.pending.pop(conn.id, None)
         if self.connections.pop(conn.id, None) is None:
             return
         for group, member in self.groups.drop_owner(conn):
             logger.info("group %s: member %s left with its connection", group, member)
         logger.info("connection %d from %s closed", conn.id, conn.peer)
+
+    async def _watch_connections(self) -> None:
+        """Close connections past a time-out (handshake, read, write, idle)."""
+        cfg = self.config
+        timeouts = [t for t in (cfg.handshake_timeout_ms, cfg.read_timeout_ms,
+                                cfg.write_timeout_ms, cfg.idle_timeout_ms) if t]
+        tick = min(1.0, max(0.05, min(timeouts) / 4000))
+        while True:
+            await asyncio.sleep(tick)
+            now = self.now()
+            for conn in [*self.pending.values(), *self.connections.values()]:
+                why = conn.overdue(now)
+                # A closing connection is watched too: a peer that does not read would
+                # keep its unsent answers (flushed before the close) forever.
+                if why is not None and not conn.aborted:
+                    self.timed_out += 1
+                    conn.abort(why)
 
     async def _expire_members(self) -> None:
         tick = min(1.0, self.config.group_session_timeout_ms / 4000)
@@ -323,6 +388,7 @@ class Server:
         return {
             "version": __version__,
             "connections": len(self.connections),
+            "pending_connections": len(self.pending),
             "requests": self.requests,
             "in_flight": len(self.all_tasks),
             "protocol_errors": self.protocol_errors,
@@ -330,6 +396,13 @@ class Server:
             "pulls_waiting": self.pulls_waiting,
             "pull_wakeups": self.pull_wakeups,
             "pull_reads": self.pull_reads,
+            "timed_out": self.timed_out,
+            "request_bytes": self.request_budget.used,
+            "request_bytes_peak": self.request_budget.peak,
+            "request_budget_waiting": self.request_budget.waiting,
+            "reply_bytes": self.reply_budget.used,
+            "reply_bytes_peak": self.reply_budget.peak,
+            "reply_budget_waiting": self.reply_budget.waiting,
             "uptime_s": round(time.time() - self.started, 3),
             "groups": self.groups.describe(),
         }
