@@ -104,6 +104,25 @@ def send(broker: fmq.Broker, name: str, refused: list[fmq.FMQError]) -> fmq.Send
         return None
 
 
+def send_while_full(broker: fmq.Broker, refused: list[fmq.FMQError],
+                    count: int = 1500) -> dict[str, fmq.SendResult]:
+    """Send ``count`` messages on the full disk; if none was refused yet (a loaded machine
+    may not have scheduled the dispatcher's write), wait for the index to report its
+    error, then send until one is refused (bounded). Returns what was acknowledged."""
+    acked = {}
+    for i in range(count + 500):
+        if i == count and not refused:
+            deadline = time.monotonic() + DEADLINE
+            while broker.stats()["index_error"] is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        elif i >= count and refused:
+            break
+        r = send(broker, f"full{i}", refused)
+        if r is not None:
+            acked[f"full{i}"] = r
+    return acked
+
+
 def send_until_acknowledged(broker: fmq.Broker, name: str) -> fmq.SendResult:
     refused: list[fmq.FMQError] = []
     deadline = time.monotonic() + DEADLINE
@@ -137,12 +156,10 @@ def test_full_disk_refuses_or_indexes_later_and_resumes_without_restart(small_fs
         assert broker.wait_indexed(DEADLINE)
         filler = fill_disk(small_fs)
 
-        while_full = []
-        for i in range(1500):  # 1.5 MB of messages: the index must grow its file
-            r = send(broker, f"full{i}", refused)
-            if r is not None:
-                acked[f"full{i}"] = r
-                while_full.append(f"full{i}")
+        # 1.5 MB of messages: the index must grow its file
+        full = send_while_full(broker, refused)
+        acked.update(full)
+        while_full = list(full)
         stats = broker.stats()
         assert refused, f"the full disk never stopped the index: {stats}"
         assert stats["index_error"] and stats["dispatcher_error"] is None, stats
@@ -296,9 +313,7 @@ def test_damaged_record_stops_the_index_and_sends_are_refused_as_corrupt(small_f
         assert broker.wait_indexed(DEADLINE)
         filler = fill_disk(small_fs)
         refused: list[fmq.FMQError] = []
-        for i in range(1500):
-            if send(broker, f"full{i}", refused) is None:
-                break
+        send_while_full(broker, refused)
         assert refused, f"the full disk never stopped the index: {broker.stats()}"
         # The failing dispatcher retries by reading the log from its applied offset, where a
         # flushed record (the one whose indexing failed) waits. Damage it on disk.
