@@ -43,6 +43,7 @@ from fmq.message import (
     check_offset,
     check_queue_id,
     check_topic,
+    encoded_size,
 )
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp, write_checkpoint
 from fmq.recovery.floors import write_floors
@@ -221,6 +222,7 @@ class Broker:
         store_time = now_ms()
         log_ = self.log
         with log_.lock:
+            log_.reserve_locked([encoded_size(m) for m in messages])  # all or nothing
             for m in messages:
                 qid = self._pick_queue(m)
                 qkey = (m.topic, qid)
@@ -264,6 +266,8 @@ class Broker:
         with self.tx.lock:
             self.tx.reserve(tx_id)
             with log_.lock:
+                log_.reserve_locked([HEADER_SIZE + overhead]  # PREPARE, then PRE_MESSAGEs
+                                    + [encoded_size(m, overhead) for m in messages])
                 prep = Record(RecordType.PREPARE, store_time=store_time, tx_id=tx_id,
                               producer_group=producer_group)
                 log_.append_locked(prep)
@@ -326,8 +330,11 @@ class Broker:
             if m.body_size < cfg.tx_copy_threshold:
                 pre_record(m)
         store_time = now_ms()
-        tx.state = TxState.COMMITTING
         with log_.lock:
+            # A REF or TX record is never larger than its PRE_MESSAGE.
+            log_.reserve_locked([m.size for m in pending] + [
+                HEADER_SIZE + len(tx.tx_id.encode()) + len(tx.producer_group.encode())])
+            tx.state = TxState.COMMITTING  # after the reservation: a refusal changes nothing
             for m in pending:
                 qkey = (m.topic, m.queue_id)
                 qoff = self._queue_next.get(qkey, 0)
