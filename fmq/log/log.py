@@ -87,6 +87,7 @@ class Log:
         self._spare: tuple[int, int] | None = None  # (base, fd) of a prepared next segment
         #: Segments created ahead for the records being placed (reserve_locked), in order.
         self._ready: list[Segment] = []
+        self._refused = 0  # appends refused since a segment last could be created
         self._spare_thread: threading.Thread | None = None
         #: Called (outside the lock) with the new durable offset after every flush.
         self.on_flushed: Callable[[int], None] | None = None
@@ -211,11 +212,17 @@ class Log:
             if new is None:
                 new = Segment.create(self.directory, base, self.segment_size, self.io)
         except SegmentUnavailable as exc:
-            logger.warning("%s", exc)
+            if not self._refused:  # once per outage: clients retry, each would log it
+                logger.warning("%s", exc)
+            self._refused += 1
             raise
         except OSError as exc:
             self._fail(exc)
             raise LogFailed(exc) from exc
+        if self._refused:
+            logger.warning("created segment %s after refusing %d appends without it",
+                           new.name, self._refused)
+            self._refused = 0
         return new
 
     def _prepare_spare(self, base: int) -> None:
