@@ -24,8 +24,12 @@ class ServerConfig:
     port: int = 9876
     #: Largest frame accepted (the length field); bigger → error response, connection closed.
     max_frame_size: int = 64 * MiB
-    #: Connections open at once; one more gets a ServerBusy error and is closed.
+    #: Connections open at once; one more gets a ServerBusy error and is closed. Lowered at
+    #: start (with a warning) when it does not fit under the open-file limit.
     max_connections: int = 1024
+    #: Descriptors kept free beyond those open at start, for new log segments, the directory
+    #: fsync of a roll, checkpoints and the event loop (docs/operations.md).
+    descriptor_reserve: int = 64
     #: Requests one connection may have in flight; beyond it → ServerBusy (retriable).
     max_in_flight: int = 256
     #: Threads running blocking broker calls (fsync waits, LMDB). Many threads let requests
@@ -53,6 +57,7 @@ class ServerConfig:
                      "group_session_timeout_ms", "group_heartbeat_interval_ms"):
             need(getattr(self, name) >= 1, f"{name} must be >= 1")
         need(self.max_wait_ms >= 0, "max_wait_ms must be >= 0")
+        need(self.descriptor_reserve >= 16, "descriptor_reserve must be >= 16")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
         need(self.group_heartbeat_interval_ms < self.group_session_timeout_ms,
              "group_heartbeat_interval_ms must be below group_session_timeout_ms")
