@@ -29,6 +29,7 @@ from fmq.message import Message, check_fits, check_message
 from fmq.protocol import PROTOCOL_VERSION, encode_error
 from fmq.server.config import ServerConfig
 from fmq.server.connection import Connection
+from fmq.server.descriptors import fit_connections
 from fmq.server.groups import GroupCoordinator
 from fmq.server.handlers import HANDLERS
 
@@ -314,6 +315,14 @@ def run_server(data_dir: str, broker_config: Any = None,
     logger.info("recovery: replayed %d records from offset %d, %d open transactions, "
                 "torn tail %s", rec.records_replayed, rec.start_offset,
                 rec.open_transactions, rec.torn_tail)
+    try:  # after the broker opened its segments and index: they count as in use
+        connections = fit_connections(server_config.max_connections,
+                                      server_config.descriptor_reserve)
+    except BaseException:
+        broker.close()
+        raise
+    if connections != server_config.max_connections:
+        server_config = server_config.replace(max_connections=connections)
     server = Server(broker, server_config)
     try:
         asyncio.run(server.serve())
