@@ -118,13 +118,15 @@ def _send_counting(producer: Producer, counts: dict, acked: list, tag: str, n: i
             acked.append((mid, r))
 
 
-def flood_then_send(address: str, idle: int, sends: int, settle: float = 30.0) -> dict:
+def flood_then_send(address: str, idle: int, sends: int, settle: float = 30.0,
+                    retries: int = 5) -> dict:
     """Open ``idle`` idle connections next to one producer, send ``sends`` messages (they roll
-    segments), close the idle connections, send 10 more. Returns the counts."""
+    segments), close the idle connections, send 10 more. Returns the counts (an ad-hoc
+    script runs the issue's 1224 connections under `ulimit -n 1024` with it)."""
     host, port = address.rsplit(":", 1)
     counts = {"ok": 0, "log_failed": 0, "unavailable": 0, "busy": 0, "connect_failed": 0}
     acked: list = []
-    with Producer(address, retries=5, request_timeout=30) as producer:
+    with Producer(address, retries=retries, request_timeout=30) as producer:
         producer.ping()
         socks: list[socket.socket] = []
         for _ in range(idle):
