@@ -34,6 +34,7 @@ from fmq.log.log import Log
 from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR, QUEUE_FLOORS_FILE
 from fmq.log.record import HEADER_SIZE, Record, RecordType, decode
 from fmq.message import (
+    MAX_NAME,
     Message,
     SendResult,
     StoredMessage,
@@ -55,6 +56,25 @@ logger = logging.getLogger("fmq.broker")
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+#: A record's size beyond its body and properties is at most this (topic, key, tags; the
+#: transaction fields are added separately).
+_RECORD_BOUND = HEADER_SIZE + 127 + 2 * MAX_NAME
+
+
+def _reserve_segments(log_: Log, messages: Sequence[Message], overhead: int = 0,
+                      first: int = 0) -> None:
+    """Create the segments the records of ``messages`` (after one record of ``first``
+    bytes) will roll into, before any of them is placed (log lock held), so that a refused
+    request stores nothing. Exact sizes cost about a microsecond per message, so they are
+    computed only when a rough upper bound does not fit in the active segment."""
+    rough = first + sum(len(m.body) for m in messages) + len(messages) * (_RECORD_BOUND
+                                                                          + overhead)
+    if log_.fits_in_active(rough) and not any(m.properties for m in messages):
+        return
+    sizes = [first] if first else []
+    log_.reserve_locked(sizes + [encoded_size(m, overhead) for m in messages])
 
 
 class Broker:
@@ -222,7 +242,7 @@ class Broker:
         store_time = now_ms()
         log_ = self.log
         with log_.lock:
-            log_.reserve_locked([encoded_size(m) for m in messages])  # all or nothing
+            _reserve_segments(log_, messages)  # all or nothing
             for m in messages:
                 qid = self._pick_queue(m)
                 qkey = (m.topic, qid)
@@ -266,8 +286,7 @@ class Broker:
         with self.tx.lock:
             self.tx.reserve(tx_id)
             with log_.lock:
-                log_.reserve_locked([HEADER_SIZE + overhead]  # PREPARE, then PRE_MESSAGEs
-                                    + [encoded_size(m, overhead) for m in messages])
+                _reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
                 prep = Record(RecordType.PREPARE, store_time=store_time, tx_id=tx_id,
                               producer_group=producer_group)
                 log_.append_locked(prep)
