@@ -84,6 +84,27 @@ class LogFailed(StorageError):
         self.cause = cause
 
 
+class SegmentUnavailable(StorageError):
+    """The next log segment could not be created (no free file descriptor, disk full).
+
+    Nothing of the refused request was written and the log stays usable: the next append
+    tries to create the segment again.
+    """
+
+    code = 31
+    retriable = True
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(
+            f"cannot create the next log segment {path} ({cause.strerror or cause}); the "
+            f"request was not stored, retry later. Free file descriptors (raise the process's "
+            f"open-file limit, `ulimit -n`, or lower max_connections) or disk space (retention, "
+            f"a bigger disk); the log keeps working once the segment can be created"
+        )
+        self.path = path
+        self.cause = cause
+
+
 class CorruptLog(StorageError):
     """A record that fails its checks lies before valid records: not a torn tail.
 

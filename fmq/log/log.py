@@ -14,6 +14,13 @@ Appending is split in two so that the broker can assign queue offsets in log ord
 A failed write or fsync is fatal: the log keeps the exception, wakes every waiter with
 :class:`~fmq.errors.LogFailed` and refuses all later appends. It never retries an fsync
 (PostgreSQL's "fsyncgate": a retried fsync can succeed after the kernel dropped the data).
+
+A next segment that cannot be *created* for want of a descriptor or disk space is not a
+lost write: the append that needs it raises :class:`~fmq.errors.SegmentUnavailable` with
+the log exactly as before, and the next append tries again. The roll creates the new
+segment before it seals the old one, and :meth:`Log.reserve_locked` creates every segment
+a batch of records will need before the first of them is placed, so a batch is stored whole
+or not at all.
 """
 
 from __future__ import annotations
@@ -23,9 +30,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from fmq.errors import LogFailed, OffsetOutOfRange
+from fmq.errors import LogFailed, OffsetOutOfRange, SegmentUnavailable
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.naming import TEMP_SUFFIX, format_segment_name
 from fmq.log.record import HEADER_SIZE, Record, encode, filler
@@ -78,6 +85,9 @@ class Log:
         self._failed: BaseException | None = None
         self._closed = False
         self._spare: tuple[int, int] | None = None  # (base, fd) of a prepared next segment
+        #: Segments created ahead for the records being placed (reserve_locked), in order.
+        self._ready: list[Segment] = []
+        self._refused = 0  # appends refused since a segment last could be created
         self._spare_thread: threading.Thread | None = None
         #: Called (outside the lock) with the new durable offset after every flush.
         self.on_flushed: Callable[[int], None] | None = None
@@ -98,7 +108,7 @@ class Log:
                     self._position = end_offset - seg.base
             # end_offset == a sealed segment's end, or an empty log: the next append
             # creates a new segment at end_offset.
-            self._prepare_spare(self._active.end if self._active else end_offset)
+            self._prepare_spare(self._next_base())
 
     @property
     def first_offset(self) -> int:
@@ -124,10 +134,7 @@ class Log:
         Sets ``record.log_offset`` and ``record.size`` and returns the encoded bytes. The
         record is durable only after :meth:`wait_durable` for its end offset returns.
         """
-        if self._failed is not None:
-            raise LogFailed(self._failed)
-        if self._closed:
-            raise LogFailed("the log is closed")
+        self._check_writable()
         seg = self._active
         record.log_offset = self._next_offset
         data = encode(record)
@@ -145,8 +152,43 @@ class Log:
             self.on_append(record)
         return data
 
+    def reserve_locked(self, sizes: Iterable[int]) -> None:
+        """Create now every segment that appending records of ``sizes`` (in this order)
+        will roll into; the caller holds :attr:`lock` and appends them in the same hold.
+
+        Raises SegmentUnavailable before any of the records is placed, so a batch is never
+        stored in part. Sizes may be upper bounds: the roll is next-fit packing, and larger
+        records never need fewer segments (at worst a segment is created a little early).
+        """
+        self._check_writable()
+        capacity = self._active.size if self._active is not None else 0
+        position = self._position if self._active is not None else capacity
+        rolls = 0
+        for size in sizes:
+            if position + size + HEADER_SIZE > capacity:
+                rolls += 1
+                capacity, position = self.segment_size, 0
+            position += size
+        while len(self._ready) < rolls:
+            self._ready.append(self._create_segment(self._next_base()))
+
+    def _check_writable(self) -> None:
+        if self._failed is not None:
+            raise LogFailed(self._failed)
+        if self._closed:
+            raise LogFailed("the log is closed")
+
+    def _next_base(self) -> int:
+        """Where the next segment to create starts (lock held)."""
+        if self._ready:
+            return self._ready[-1].end
+        return self._active.end if self._active is not None else self._next_offset
+
     def _roll(self) -> None:
-        """Seal the active segment with a filler and start a new one (lock held)."""
+        """Seal the active segment with a filler and start the next one (lock held).
+
+        The next segment is created first: when that fails nothing has changed."""
+        new = self._ready.pop(0) if self._ready else self._create_segment(self._next_base())
         seg = self._active
         if seg is not None:
             pad = filler(self._next_offset)
@@ -155,19 +197,33 @@ class Log:
                 chunks.append(_Chunk(seg, self._position))
             chunks[-1].data += pad
             self._next_offset = seg.end
-        try:
-            new = self._take_spare(self._next_offset)
-            if new is None:
-                new = Segment.create(self.directory, self._next_offset, self.segment_size,
-                                     self.io)
-        except OSError as exc:
-            self._fail(exc)
-            raise LogFailed(exc) from exc
         self.segments.append(new)
         self._bases.append(new.base)
         self._active = new
         self._position = 0
-        self._prepare_spare(new.end)
+        self._prepare_spare(self._next_base())
+
+    def _create_segment(self, base: int) -> Segment:
+        """The installed segment at ``base``: the spare prepared in the background, or one
+        created here (lock held). A missing descriptor or disk space raises
+        SegmentUnavailable and leaves the log as it was; any other error fails the log."""
+        try:
+            new = self._take_spare(base)
+            if new is None:
+                new = Segment.create(self.directory, base, self.segment_size, self.io)
+        except SegmentUnavailable as exc:
+            if not self._refused:  # once per outage: clients retry, each would log it
+                logger.warning("%s", exc)
+            self._refused += 1
+            raise
+        except OSError as exc:
+            self._fail(exc)
+            raise LogFailed(exc) from exc
+        if self._refused:
+            logger.warning("created segment %s after refusing %d appends without it",
+                           new.name, self._refused)
+            self._refused = 0
+        return new
 
     def _prepare_spare(self, base: int) -> None:
         """Zero-fill the segment after the active one in the background (lock held)."""
@@ -179,7 +235,7 @@ class Log:
         def work() -> None:
             try:
                 fd = Segment.prepare(self.directory, base, self.segment_size, self.io)
-            except OSError as exc:  # the roll then creates it itself and reports the error
+            except (OSError, SegmentUnavailable) as exc:  # the roll then creates it itself
                 logger.warning("could not prepare the next segment: %s", exc)
                 return
             self._spare = (base, fd)
@@ -378,5 +434,14 @@ class Log:
         if self._spare is not None:
             self._discard(*self._spare)
             self._spare = None
+        if self._ready:  # created for records never placed: empty, no longer needed
+            try:
+                for seg in self._ready:
+                    seg.close()
+                    self.io.unlink(seg.path)
+                self.io.fsync_dir(self.directory)
+            except OSError as exc:  # recovery deletes empty segments after the end anyway
+                logger.warning("could not remove unused segments: %s", exc)
+            self._ready = []
         for seg in self.segments + self._retired:
             seg.close()

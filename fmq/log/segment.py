@@ -4,17 +4,29 @@ A segment is created under a temporary name, filled with zeros to its full size,
 renamed to its final name and the directory fsync'd: a file with a segment name therefore
 always has its full size, and zeros past the last record mean "no data yet". Writing into
 already-allocated blocks lets ``fdatasync`` skip the metadata update a growing file needs.
+
+Creating a segment can fail for want of a resource (no free file descriptor, a full disk)
+before any record is in it. Such a failure raises :class:`~fmq.errors.SegmentUnavailable`
+after removing what was created, so the log can refuse the append and try again later.
+Any other error (EIO) stays a bare ``OSError``: the log treats it as a failed disk.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 
+from fmq.errors import SegmentUnavailable
 from fmq.log.fileio import FileIO
 from fmq.log.naming import TEMP_SUFFIX, format_segment_name
 
 _ZERO_CHUNK = bytes(1 << 20)
+
+#: Errors that only say "no descriptor right now": open() raises them, fsync never does.
+NO_DESCRIPTOR = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+#: Errors of the temporary file or the rename that leave nothing behind once it is removed.
+NO_RESOURCE = NO_DESCRIPTOR | {errno.ENOSPC, errno.EDQUOT}
 
 
 class Segment:
@@ -43,9 +55,16 @@ class Segment:
     @staticmethod
     def prepare(directory: str, base: int, size: int, io: FileIO) -> int:
         """Create ``BASE.seg.tmp`` zero-filled to ``size`` and fsync'd; returns its fd.
-        Slow (it writes the whole file), so the log does it ahead of time."""
+        Slow (it writes the whole file), so the log does it ahead of time.
+
+        Raises SegmentUnavailable (the temporary file removed) when a descriptor or disk
+        space is missing; the temporary file is not part of the log, so nothing is lost."""
         tmp = os.path.join(directory, format_segment_name(base)) + TEMP_SUFFIX
-        fd = io.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        try:
+            fd = io.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        except OSError as exc:
+            _raise_if_resource(exc, tmp, NO_RESOURCE)
+            raise
         try:
             position = 0
             while position < size:
@@ -53,20 +72,39 @@ class Segment:
                 io.pwrite(fd, memoryview(_ZERO_CHUNK)[:chunk], position)
                 position += chunk
             io.fsync(fd)
-        except BaseException:
+        except BaseException as exc:
             io.close(fd)
+            _remove_quietly(io, tmp)  # a full disk gets its space back
+            if isinstance(exc, OSError):
+                _raise_if_resource(exc, tmp, NO_RESOURCE)
             raise
         return fd
 
     @classmethod
     def install(cls, directory: str, base: int, size: int, fd: int, io: FileIO) -> Segment:
-        """Rename a prepared file to its segment name and fsync the directory (fast)."""
+        """Rename a prepared file to its segment name and fsync the directory (fast).
+
+        Raises SegmentUnavailable (the file removed again) when the rename lacks space or
+        the directory cannot be opened for its fsync. A failed directory *fsync* stays an
+        OSError: retrying it could report success for an entry that never reached the disk."""
         final = os.path.join(directory, format_segment_name(base))
         try:
             io.rename(final + TEMP_SUFFIX, final)
-            io.fsync_dir(directory)
-        except BaseException:
+        except BaseException as exc:
             io.close(fd)
+            _remove_quietly(io, final + TEMP_SUFFIX)
+            if isinstance(exc, OSError):
+                _raise_if_resource(exc, final, NO_RESOURCE)
+            raise
+        try:
+            io.fsync_dir(directory)
+        except BaseException as exc:
+            io.close(fd)
+            if isinstance(exc, OSError) and exc.errno in NO_DESCRIPTOR:
+                # Not in use yet and its name not made durable: drop it; the next attempt
+                # creates it again, with its own directory fsync.
+                _remove_quietly(io, final)
+                _raise_if_resource(exc, final, NO_DESCRIPTOR)
             raise
         return cls(directory, base, size, fd, io)
 
@@ -96,3 +134,15 @@ class Segment:
         if self.fd >= 0:
             self.io.close(self.fd)
             self.fd = -1
+
+
+def _raise_if_resource(exc: OSError, path: str, retriable: frozenset[int]) -> None:
+    if exc.errno in retriable:
+        raise SegmentUnavailable(path, exc) from exc
+
+
+def _remove_quietly(io: FileIO, path: str) -> None:
+    try:
+        io.unlink(path)
+    except OSError:  # absent, or the disk refuses even that: the next attempt truncates it
+        pass

@@ -25,8 +25,13 @@ class ServerConfig:
     #: Largest frame accepted (the length field); bigger → error response, connection closed.
     max_frame_size: int = 64 * MiB
     #: Established connections (that sent a complete request) open at once; one more gets
-    #: a ServerBusy error and is closed.
+    #: a ServerBusy error and is closed. Lowered at start (with a warning) when it does not
+    #: fit under the open-file limit.
     max_connections: int = 1024
+    #: Descriptors kept free beyond those open at start (and beyond max_connections and
+    #: max_pending_connections), for new log segments, the directory fsync of a roll,
+    #: checkpoints and the event loop (docs/operations.md).
+    descriptor_reserve: int = 64
     #: Connections that have not sent a complete request yet; a new one beyond this closes
     #: the oldest of them, so half-open connections cannot lock real clients out.
     max_pending_connections: int = 128
@@ -110,6 +115,7 @@ class ServerConfig:
         need(self.reply_budget_total >= self.reply_budget_per_connection,
              "reply_budget_total must be at least reply_budget_per_connection")
         need(self.max_wait_ms >= 0, "max_wait_ms must be >= 0")
+        need(self.descriptor_reserve >= 16, "descriptor_reserve must be >= 16")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
         need(self.group_heartbeat_interval_ms < self.group_session_timeout_ms,
              "group_heartbeat_interval_ms must be below group_session_timeout_ms")

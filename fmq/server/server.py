@@ -31,6 +31,7 @@ from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.connection import Connection
+from fmq.server.descriptors import fit_connections
 from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.handlers import HANDLERS
 from fmq.server.replies import largest_single_reply
@@ -436,6 +437,16 @@ def run_server(data_dir: str, broker_config: Any = None,
     logger.info("recovery: replayed %d records from offset %d, %d open transactions, "
                 "torn tail %s", rec.records_replayed, rec.start_offset,
                 rec.open_transactions, rec.torn_tail)
+    try:  # after the broker opened its segments and index: they count as in use
+        # Connections that have not sent a request yet hold descriptors too.
+        connections = fit_connections(server_config.max_connections,
+                                      server_config.descriptor_reserve
+                                      + server_config.max_pending_connections)
+    except BaseException:
+        broker.close()
+        raise
+    if connections != server_config.max_connections:
+        server_config = server_config.replace(max_connections=connections)
     server = Server(broker, server_config)
     try:
         asyncio.run(server.serve())
