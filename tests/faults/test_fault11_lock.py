@@ -36,6 +36,7 @@ b = fmq.Broker.open({data!r}, make_config(json.loads({cfg!r})))
 for i in range(5):
     r = b.send(fmq.Message("orders", body_for(f"h{{i}}", 500), queue_id=0))
     ack(op="send", id=f"h{{i}}", offset=r.offset)
+b.wait_indexed(30)  # the holder's own index writes must not race the snapshot
 ack(op="holding")
 time.sleep(120)
 """
