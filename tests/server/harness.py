@@ -31,6 +31,22 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def wait_until_serving(address: str, proc: subprocess.Popen, timeout: float) -> bool:
+    """Ping ``address`` until it answers (True) or ``proc`` exits (False); raises
+    TimeoutError when neither happens within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            with Client(address, retries=0, connect_timeout=0.5, request_timeout=2) as c:
+                c.ping()
+            return True
+        except FMQError:
+            time.sleep(0.05)
+    raise TimeoutError(f"the server at {address} did not answer within {timeout}s")
+
+
 class ServerProcess:
     def __init__(self, data_dir: str, config: dict | None = None, port: int | None = None) -> None:
         self.data_dir = str(data_dir)
@@ -57,19 +73,14 @@ class ServerProcess:
         log.flush()
         self.proc = subprocess.Popen(args, stdout=log, stderr=log)
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"fmq server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with Client(self.address, retries=0, connect_timeout=0.5,
-                            request_timeout=2) as c:
-                    c.ping()
+        try:
+            if wait_until_serving(self.address, self.proc, timeout):
                 return self
-            except FMQError:
-                time.sleep(0.05)
-        self.kill()
-        raise RuntimeError(f"fmq server did not answer within {timeout}s:\n{self.log()}")
+        except TimeoutError:
+            self.kill()
+            raise RuntimeError(f"fmq server did not answer within {timeout}s:\n{self.log()}") \
+                from None
+        raise RuntimeError(f"fmq server exited with {self.proc.returncode}:\n{self.log()}")
 
     def log(self) -> str:
         with open(self.log_path) as f:

@@ -15,14 +15,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import fmq
-from fmq.client import Client, TransactionProducer
-from fmq.errors import FMQError
+from fmq.client import TransactionProducer
 from tests.crashkit import ROOT
 
-from .harness import ServerProcess, free_port
+from .harness import ServerProcess, free_port, wait_until_serving
 from .test_crash_and_feedback import consume_all
 
 CONFIG = {"segment_size": 256 * 1024, "max_message_size": 4096, "checkpoint_interval_ms": 0,
@@ -38,18 +36,13 @@ def start_crashing_server(tmp_path, port: int, arm: dict, arm_on: str) -> subpro
                              str(tmp_path / "data"), str(port), spec],
                             cwd=ROOT, stdout=log, stderr=log)
     log.close()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, (tmp_path / "crashing-server.log").read_text()
-        try:
-            with Client(f"127.0.0.1:{port}", retries=0, connect_timeout=0.5,
-                        request_timeout=2) as c:
-                c.ping()
-            return proc
-        except FMQError:
-            time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the crashing server did not start")
+    try:
+        serving = wait_until_serving(f"127.0.0.1:{port}", proc, 30)
+    except TimeoutError:
+        proc.kill()
+        raise
+    assert serving, (tmp_path / "crashing-server.log").read_text()
+    return proc
 
 
 def crash_during_transaction(tmp_path, arm: dict, arm_on: str):

@@ -27,7 +27,7 @@ from fmq.errors import FMQError, ServerBusy
 from fmq.protocol import Op
 from fmq.protocol.frame import FrameDecoder, decode_error, encode_request
 
-from .harness import FMQ, free_port
+from .harness import FMQ, free_port, wait_until_serving
 
 CONFIG = {"segment_size": 64 * 1024, "max_message_size": 8192, "checkpoint_interval_ms": 0}
 BODY = 3000
@@ -56,18 +56,12 @@ class LimitedServer:
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=log,
                                          preexec_fn=self._lower_limit)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return self
-            try:
-                with Client(self.address, retries=0, connect_timeout=0.5,
-                            request_timeout=2) as c:
-                    c.ping()
-                return self
-            except FMQError:
-                time.sleep(0.05)
-        raise RuntimeError(f"server did not answer within {timeout}s:\n{self.log()}")
+        try:
+            wait_until_serving(self.address, self.proc, timeout)  # or it exited: the test looks
+        except TimeoutError:
+            raise RuntimeError(f"server did not answer within {timeout}s:\n{self.log()}") \
+                from None
+        return self
 
     def log(self) -> str:
         with open(self.log_path) as f:
