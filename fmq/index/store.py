@@ -174,7 +174,7 @@ class IndexStore:
         for db, db_items in zip(handles, items, strict=True):
             if db_items:
                 consumed, _added = txn.cursor(db=db).putmulti(db_items)
-                if consumed != len(db_items):  # NOTES.md: never trust a bulk put blindly
+                if consumed != len(db_items):  # append mode silently skips out-of-order keys
                     raise IndexCorrupt(f"LMDB stored {consumed} of {len(db_items)} index items")
         for (topic, qid), nxt in queue_next.items():
             prefix = K.queue_key(topic, qid)

@@ -1,6 +1,6 @@
 """The FMQ wire protocol: pure encode/parse, shared by the server and the client.
 
-No I/O here: bytes in, typed values out, tested by feeding bytes. Layers (STYLE.md 8):
+No I/O here: bytes in, typed values out, tested by feeding bytes. Layers:
 
 * :mod:`fmq.protocol.types`: field types (integers, strings, bytes, lists, structs);
 * :mod:`fmq.protocol.schema`: the one table of opcodes and their request/response fields;
