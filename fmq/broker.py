@@ -166,7 +166,7 @@ class Broker:
             logger.warning("rolling back transaction %r of group %r: a crash cut its prepare "
                            "short (%d of %d messages in the log)", tx.tx_id,
                            tx.producer_group, len(tx.messages), tx.expected_messages)
-            self._write_end(tx, RecordType.ROLLBACK)
+            self._write_rollback(tx)
         # Roll forward transactions whose commit was cut short (REF/TX durable, no COMMIT).
         for tx in [t for t in self.tx.open.values() if t.state == TxState.COMMITTING]:
             if not tx.complete:
@@ -347,8 +347,7 @@ class Broker:
                                      key=m.key or None, tags=m.tags or None,
                                      properties=m.properties, body=bytes(m.body))
                         log_.append_locked(rec)
-                        tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
-                                                      rec.key, rec.tags, len(m.body)))
+                        tx.messages.append(PreMessage.of(rec))
                 except BaseException:
                     self.tx.forget(tx_id)
                     raise
@@ -398,8 +397,7 @@ class Broker:
 
         def pre_record(m: PreMessage) -> Record:
             if m.offset not in bodies:
-                bodies[m.offset] = decode(log_.read(m.offset, m.size), 0, base_offset=m.offset,
-                                          max_record_size=self.max_record_size)
+                bodies[m.offset] = self._read_record(m.offset, m.size)
             return bodies[m.offset]
 
         for m in pending:  # read outside the log lock what will surely be copied
@@ -455,22 +453,26 @@ class Broker:
                 again = self.tx.get_for_end(tx_id, TxState.ROLLBACK)
             if isinstance(again, TxState):
                 return again
-            self._write_end(found, RecordType.ROLLBACK)
+            self._write_rollback(found)
         return TxState.ROLLBACK
 
-    def _write_end(self, tx: Transaction, end_type: RecordType) -> None:
-        """Append the transaction's ROLLBACK (or COMMIT) record, wait until it is durable,
-        and forget the transaction."""
+    def _read_record(self, offset: int, size: int) -> Record:
+        """The record stored at ``offset`` (``size`` bytes), decoded and checked."""
+        return decode(self.log.read(offset, size), 0, base_offset=offset,
+                      max_record_size=self.max_record_size)
+
+    def _write_rollback(self, tx: Transaction) -> None:
+        """Append the transaction's ROLLBACK record, wait until it is durable, and forget
+        the transaction."""
         log_ = self.log
         with log_.lock:
-            rec = Record(end_type, store_time=now_ms(), tx_id=tx.tx_id,
+            rec = Record(RecordType.ROLLBACK, store_time=now_ms(), tx_id=tx.tx_id,
                          producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
             log_.append_locked(rec)
             end = log_.next_offset
         log_.wait_durable(end, sync=True)
         with self.tx.lock:
-            self.tx.finish(tx.tx_id, TxState.COMMIT if end_type == RecordType.COMMIT
-                           else TxState.ROLLBACK)
+            self.tx.finish(tx.tx_id, TxState.ROLLBACK)
 
     def poll_uncertain(self, producer_group: str, max_items: int = 16, lease_ms: int = 5000,
                        wait_ms: int = 0, owner: object = None) -> list[UncertainTx]:
@@ -492,8 +494,7 @@ class Broker:
             msgs = []
             for m in t.messages:
                 try:
-                    pre = decode(self.log.read(m.offset, m.size), 0, base_offset=m.offset,
-                                 max_record_size=self.max_record_size)
+                    pre = self._read_record(m.offset, m.size)
                     body = pre.body
                     props = pre.properties or {}
                 except Exception:  # noqa: BLE001 - a body we cannot read is still offered
@@ -742,8 +743,7 @@ class Broker:
                         or not tx.prepared or tx.referenced):
                     return False
                 messages = list(tx.messages)
-            pres = [decode(self.log.read(m.offset, m.size), 0, base_offset=m.offset,
-                           max_record_size=self.max_record_size) for m in messages]
+            pres = [self._read_record(m.offset, m.size) for m in messages]
             log_ = self.log
             with log_.lock:
                 prep = Record(RecordType.PREPARE, store_time=tx.store_time, tx_id=tx.tx_id,
@@ -757,8 +757,7 @@ class Broker:
                                  producer_group=tx.producer_group, key=pre.key, tags=pre.tags,
                                  properties=pre.properties, body=bytes(pre.body))
                     log_.append_locked(rec)
-                    moved.append(PreMessage(rec.log_offset, rec.size, rec.topic, rec.queue_id,
-                                            rec.key, rec.tags, len(rec.body)))
+                    moved.append(PreMessage.of(rec))
                 end = log_.next_offset
             log_.wait_durable(end, sync=True)
             old_offset = tx.prepare_offset

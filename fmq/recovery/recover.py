@@ -100,8 +100,7 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
         copy = txm.relocating.get(rec.tx_id)
         tx = copy if copy is not None else txm.open.get(rec.tx_id)
         if tx is not None:
-            tx.messages.append(PreMessage(rec.log_offset, rec.size, rec.topic, rec.queue_id,
-                                          rec.key, rec.tags, len(rec.body)))
+            tx.messages.append(PreMessage.of(rec))
             if copy is not None and copy.complete:
                 del txm.relocating[rec.tx_id]
                 txm.register(copy)

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from fmq.errors import (
     DuplicateTransaction,
@@ -26,6 +27,9 @@ from fmq.errors import (
     TransactionRolledBack,
     UnknownTransaction,
 )
+
+if TYPE_CHECKING:  # the manager holds state only; it never decodes records itself
+    from fmq.log.record import Record
 
 
 class TxState(StrEnum):
@@ -51,6 +55,12 @@ class PreMessage:
     body_size: int
     #: Set once a REF/TX record for it is durable (queue offset it got).
     queue_offset: int = -1
+
+    @classmethod
+    def of(cls, rec: Record) -> PreMessage:
+        """The PRE_MESSAGE record ``rec`` (its offset and size set by encode or decode)."""
+        return cls(rec.log_offset, rec.size, rec.topic, rec.queue_id, rec.key, rec.tags,
+                   len(rec.body))
 
 
 @dataclass
