@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 
 import pytest
 
@@ -38,6 +37,7 @@ import fmq
 from fmq.log.fileio import FileIO
 from fmq.log.record import RecordType
 from tests.faults.invariants import log_records, reference_run, verify_recovery
+from tests.faults.tmpfs import small_tmpfs
 from tests.faults.workload import (
     body_for,
     config_kwargs,
@@ -202,17 +202,8 @@ def test_io_error_fails_the_log_acks_nothing_more_and_recovers(tmp_path, referen
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a 1 MiB tmpfs for the ENOSPC test (needs root): "
-                    f"{res.stderr.strip()}")
-    try:
-        yield str(mnt)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with small_tmpfs(tmp_path / "tiny", "1m", "the ENOSPC test") as mnt:
+        yield mnt
 
 
 def test_real_enospc_on_a_full_tmpfs(tiny_fs):

@@ -30,6 +30,7 @@ from fmq.client import Client, Producer
 from fmq.log.naming import INDEX_DIR, LOG_DIR, format_segment_name
 from fmq.log.record import HEADER_SIZE
 from fmq.protocol import Op
+from tests.faults.tmpfs import small_tmpfs
 from tests.server.harness import ServerProcess
 
 BODY = 1000
@@ -55,17 +56,8 @@ def config(**changes) -> fmq.BrokerConfig:
 
 @pytest.fixture
 def small_fs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a 16 MiB tmpfs for the full-disk test (needs root): "
-                    f"{res.stderr.strip()}")
-    try:
-        yield str(mnt)
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with small_tmpfs(tmp_path / "small", "16m", "the full-disk test") as mnt:
+        yield mnt
 
 
 def fill_disk(directory: str) -> str:
