@@ -29,9 +29,9 @@ import sys
 import time
 
 from fmq.config import BrokerConfig
+from fmq.datadir import INDEX_DIR, LOG_DIR
 from fmq.index.store import DERIVED_DBS, IndexStore
 from fmq.log.log import Log
-from fmq.log.naming import INDEX_DIR, LOG_DIR
 from fmq.log.record import Record, RecordType
 
 MB = 1_000_000

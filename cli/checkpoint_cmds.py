@@ -7,7 +7,7 @@ import os
 import click
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
 
-from fmq.log.naming import CHECKPOINT_FILE
+from fmq.datadir import CHECKPOINT_FILE
 from fmq.recovery.checkpoint import read_checkpoint
 
 

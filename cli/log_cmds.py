@@ -8,7 +8,7 @@ import sys
 import click
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
 
-from fmq.log.naming import LOG_DIR
+from fmq.datadir import LOG_DIR
 from fmq.log.record import RecordType
 from fmq.log.scanner import LogScanner
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from fmq import __version__
+from fmq.version import __version__
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "FMQ"})

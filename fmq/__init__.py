@@ -16,11 +16,12 @@ index and the dispatcher), ``fmq.recovery`` (checkpoint and redo), ``fmq.tx`` (t
 manager and feedback). ``docs/`` holds the format spec and the operations guide.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-from fmq.broker import Broker  # noqa: E402
-from fmq.config import BrokerConfig  # noqa: E402
-from fmq.errors import (  # noqa: E402
+from typing import TYPE_CHECKING
+
+from fmq.config import BrokerConfig
+from fmq.errors import (
     BadRecord,
     BrokerClosed,
     ConfigError,
@@ -46,8 +47,22 @@ from fmq.errors import (  # noqa: E402
     UnknownQueue,
     UnknownTransaction,
 )
-from fmq.message import Message, SendResult, StoredMessage  # noqa: E402
-from fmq.tx.manager import TxState, UncertainTx  # noqa: E402
+from fmq.message import Message, SendResult, StoredMessage
+from fmq.tx.state import TxState, UncertainTx
+from fmq.version import __version__
+
+if TYPE_CHECKING:
+    from fmq.broker import Broker
+
+
+def __getattr__(name: str) -> object:
+    # The broker (and with it LMDB) loads on first use of ``fmq.Broker``, so that
+    # ``import fmq.client`` in an application needs none of the server's storage libraries.
+    if name == "Broker":
+        from fmq.broker import Broker
+
+        return Broker
+    raise AttributeError(f"module 'fmq' has no attribute {name!r}")
 
 __all__ = [
     "BadRecord",

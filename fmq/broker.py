@@ -9,7 +9,6 @@ retention.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -17,9 +16,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from fmq.config import BrokerConfig
+from fmq.datadir import (
+    CHECKPOINT_FILE,
+    INDEX_DIR,
+    LOG_DIR,
+    QUEUE_FLOORS_FILE,
+    DataDirLock,
+    index_exists,
+)
 from fmq.errors import (
     BrokerClosed,
-    DataDirLocked,
     FMQError,
     IndexCorrupt,
     IndexUnavailable,
@@ -32,7 +38,6 @@ from fmq.index.store import IndexStore, destroy
 from fmq.log.crc import crc32c
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.log import Log
-from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR, QUEUE_FLOORS_FILE
 from fmq.log.record import HEADER_SIZE, Record, RecordType, decode
 from fmq.log.segment import Segment
 from fmq.message import (
@@ -53,7 +58,8 @@ from fmq.message import (
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp, write_checkpoint
 from fmq.recovery.floors import write_floors
 from fmq.recovery.recover import recover
-from fmq.tx.manager import PreMessage, Transaction, TxManager, TxState, UncertainTx
+from fmq.tx.manager import PreMessage, Transaction, TxManager
+from fmq.tx.state import TxState, UncertainTx
 
 logger = logging.getLogger("fmq.broker")
 
@@ -90,7 +96,7 @@ class Broker:
         self.config = config
         self.io = io
         self._closed = True
-        self._lock_fd = -1
+        self._lock = DataDirLock(self.path)
 
     # ================================================================== open / close
 
@@ -118,18 +124,14 @@ class Broker:
     def _open(self, progress: Callable[[int, int], None] | None) -> None:
         cfg = self.config
         os.makedirs(self.path, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(self.path, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DataDirLocked(self.path) from None
+        self._lock.acquire()
         remove_stale_temp(os.path.join(self.path, CHECKPOINT_FILE))
         self.log = Log(os.path.join(self.path, LOG_DIR), cfg.segment_size, self.io)
         # Segments keep the size they were created with: a smaller configured size must
         # not make the decoder reject the larger records of older segments.
         self.max_record_size = max([cfg.max_record_size] + [s.size for s in self.log.segments])
         index_path = os.path.join(self.path, INDEX_DIR)
-        rebuilt = not os.path.exists(os.path.join(index_path, "data.mdb"))
+        rebuilt = not index_exists(index_path)
         try:
             self.index = IndexStore(index_path, cfg.index_map_size)
         except IndexCorrupt as exc:
@@ -221,9 +223,7 @@ class Broker:
             self._release()
 
     def _release(self) -> None:
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)  # drops the flock
-            self._lock_fd = -1
+        self._lock.release()
 
     def __enter__(self) -> Broker:
         return self

@@ -229,8 +229,8 @@ def test_config_from_json_file(tmp_path):
 def test_a_failing_checkpoint_is_a_typed_error_and_keeps_the_old_one(tmp_path, small_config):
     import errno
 
+    from fmq.datadir import CHECKPOINT_FILE
     from fmq.log.fileio import FileIO
-    from fmq.log.naming import CHECKPOINT_FILE
     from fmq.recovery.checkpoint import read_checkpoint
 
     class NoSpaceForRenames(FileIO):

@@ -1,4 +1,4 @@
-"""Producers: plain sends and transactions with feedback (seed 3.2.1 - 3.2.3, 3.3.5)."""
+"""Producers: plain sends and transactions with feedback."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from fmq.errors import (
 from fmq.message import Message, SendResult
 from fmq.protocol import Op
 from fmq.tx.ids import new_tx_id
-from fmq.tx.manager import TxState, UncertainTx
+from fmq.tx.state import TxState, UncertainTx
 
 from .base import Client
 

@@ -3,14 +3,12 @@ whole log into a fresh index through the same redo code the crash path uses), cl
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Callable
 
 from fmq.config import BrokerConfig
-from fmq.errors import DataDirLocked
+from fmq.datadir import INDEX_DIR, DataDirLock, index_exists
 from fmq.index.store import IndexStore, destroy
-from fmq.log.naming import INDEX_DIR, LOCK_FILE
 
 
 def rebuild_index(data_dir: str, config: BrokerConfig | None = None,
@@ -23,13 +21,8 @@ def rebuild_index(data_dir: str, config: BrokerConfig | None = None,
     saved: dict = {}
     # Hold the data dir's lock while the old index is read and deleted: a running broker
     # must not lose its index (and the consumer offsets only it holds) under its feet.
-    lock_fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DataDirLocked(data_dir) from None
-        if os.path.exists(os.path.join(index_path, "data.mdb")):
+    with DataDirLock(data_dir):
+        if index_exists(index_path):
             try:
                 old = IndexStore(index_path)
                 saved = old.consumer_offsets()
@@ -37,8 +30,6 @@ def rebuild_index(data_dir: str, config: BrokerConfig | None = None,
             except Exception:  # noqa: BLE001 - a damaged index: nothing to carry over
                 saved = {}
         destroy(index_path)
-    finally:
-        os.close(lock_fd)
     broker = Broker.open(data_dir, config, progress=progress)
     try:
         for (group, topic, qid), off in saved.items():

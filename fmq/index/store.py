@@ -35,6 +35,7 @@ from collections.abc import Iterable
 
 import lmdb
 
+from fmq.datadir import INDEX_DATA_FILE
 from fmq.errors import IndexCorrupt, IndexUnavailable
 from fmq.index import keys as K
 from fmq.index.entries import QueueEntry, TxEnd
@@ -104,7 +105,7 @@ class IndexStore:
             # truncation) would kill the process with SIGBUS on the first page read.
             pages = self.env.info()["last_pgno"] + 1
             needed = pages * self.env.stat()["psize"]
-            have = os.path.getsize(os.path.join(path, "data.mdb"))
+            have = os.path.getsize(os.path.join(path, INDEX_DATA_FILE))
             if have < needed:
                 self.env.close()
                 raise IndexCorrupt(f"index file at {path} has {have} bytes, its meta page "

@@ -32,9 +32,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from fmq.datadir import TEMP_SUFFIX, format_segment_name
 from fmq.errors import LogFailed, OffsetOutOfRange, SegmentUnavailable
 from fmq.log.fileio import OS_IO, FileIO
-from fmq.log.naming import TEMP_SUFFIX, format_segment_name
 from fmq.log.record import HEADER_SIZE, Record, encode, filler
 from fmq.log.scanner import list_segments
 from fmq.log.segment import Segment

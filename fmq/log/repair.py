@@ -8,25 +8,19 @@ point past the cut.
 
 from __future__ import annotations
 
-import fcntl
 import os
 
-from fmq.errors import DataDirLocked, InvalidArgument
+from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock
+from fmq.errors import InvalidArgument
 from fmq.index.store import destroy
 from fmq.log.log import Log
-from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR
 from fmq.log.record import FORMAT_MAX_RECORD
 from fmq.log.scanner import LogScanner
 
 
 def cut_log(data_dir: str, offset: int) -> list[str]:
     """Cut the log of a stopped broker at ``offset`` (a record boundary)."""
-    lock_fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise DataDirLocked(data_dir) from None
+    with DataDirLock(data_dir):
         log_dir = os.path.join(data_dir, LOG_DIR)
         boundaries = set()
         scanner = LogScanner(log_dir, on_corruption="skip", copy_body=False,
@@ -52,5 +46,3 @@ def cut_log(data_dir: str, offset: int) -> list[str]:
         except FileNotFoundError:
             pass
         return deleted
-    finally:
-        os.close(lock_fd)

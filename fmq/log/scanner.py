@@ -26,8 +26,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from fmq.datadir import format_segment_name, parse_segment_name
 from fmq.errors import BadRecord, CorruptLog, TornRecord
-from fmq.log.naming import format_segment_name, parse_segment_name
 from fmq.log.record import (
     FORMAT_MAX_RECORD,
     MAGIC_BYTES,

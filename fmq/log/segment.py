@@ -17,9 +17,9 @@ import errno
 import mmap
 import os
 
+from fmq.datadir import TEMP_SUFFIX, format_segment_name
 from fmq.errors import SegmentUnavailable
 from fmq.log.fileio import FileIO
-from fmq.log.naming import TEMP_SUFFIX, format_segment_name
 
 _ZERO_CHUNK = bytes(1 << 20)
 

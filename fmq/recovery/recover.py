@@ -41,16 +41,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fmq.datadir import CHECKPOINT_FILE, QUEUE_FLOORS_FILE, format_segment_name
 from fmq.errors import CorruptCheckpoint, CorruptLog
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
-from fmq.log.naming import CHECKPOINT_FILE, QUEUE_FLOORS_FILE, format_segment_name
 from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
 from fmq.recovery.floors import read_floors
-from fmq.tx.manager import PreMessage, Transaction, TxManager, TxState
+from fmq.tx.manager import PreMessage, Transaction, TxManager
+from fmq.tx.state import TxState
 
 log = logging.getLogger(__name__)
 

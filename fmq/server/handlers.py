@@ -15,13 +15,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from fmq import __version__
 from fmq.broker import Broker
 from fmq.errors import InvalidArgument
 from fmq.message import Message, SendResult, StoredMessage, check_count
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, fit
-from fmq.tx.manager import TxState
+from fmq.tx.state import TxState
+from fmq.version import __version__
 
 if TYPE_CHECKING:
     from fmq.server.connection import Connection

@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fmq import __version__
 from fmq.broker import Broker
 from fmq.errors import ConfigError, InvalidArgument, ServerBusy
 from fmq.message import Message, check_fits, check_message
@@ -36,6 +35,7 @@ from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.handlers import HANDLERS
 from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
+from fmq.version import __version__
 
 logger = logging.getLogger("fmq.server")
 

@@ -34,7 +34,6 @@ Passes:
 from __future__ import annotations
 
 import argparse
-import fcntl
 import glob
 import json
 import os
@@ -51,11 +50,18 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from fmq.errors import CorruptLog, DataDirLocked, FMQError, IndexCorrupt, InvalidArgument
+from fmq.datadir import (
+    CHECKPOINT_FILE,
+    INDEX_DIR,
+    LOG_DIR,
+    QUEUE_FLOORS_FILE,
+    DataDirLock,
+    index_exists,
+)
+from fmq.errors import CorruptLog, FMQError, IndexCorrupt, InvalidArgument
 from fmq.index import keys as K
 from fmq.index.entries import queue_entry, tx_end
 from fmq.index.store import IndexStore
-from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR, QUEUE_FLOORS_FILE
 from fmq.log.record import NONE, Record, RecordType
 from fmq.recovery.checkpoint import write_checkpoint
 from fmq.recovery.floors import read_floors
@@ -140,17 +146,6 @@ def last_end_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch
 # ====================================================================== helpers
 
 
-def _lock_data_dir(data_dir: str) -> int:
-    """Take the broker's lock on the data directory (refuse while a broker runs)."""
-    fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise DataDirLocked(data_dir) from None
-    return fd
-
-
 def _under_spark_submit() -> bool:
     # spark-submit starts the JVM first and hands its port to the Python driver.
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -213,7 +208,7 @@ def translate_spark_error(exc: BaseException) -> FMQError:
 
 def _read_old_index(path: str) -> tuple[dict, dict]:
     """Consumer offsets and queue marks of the old index, if it can be read."""
-    if not os.path.exists(os.path.join(path, "data.mdb")):
+    if not index_exists(path):
         return {}, {}
     try:
         old = IndexStore(path)
@@ -353,16 +348,13 @@ def run_rebuild(data_dir: str, master: str | None = "local[*]", out_dir: str | N
     target = os.path.join(data_dir, INDEX_DIR) if in_place else os.path.abspath(out_dir)
     checkpoint_path = (os.path.join(data_dir, CHECKPOINT_FILE) if in_place
                        else os.path.join(target, CHECKPOINT_FILE))
-    lock_fd = _lock_data_dir(data_dir)
-    try:
+    with DataDirLock(data_dir):
         spark, created = spark_session(master)
         try:
             result = _rebuild(spark, data_dir, log_dir, target, checkpoint_path, parquet_dir)
         finally:
             if created:
                 spark.stop()
-    finally:
-        os.close(lock_fd)  # drops the flock
     result["seconds"] = round(time.monotonic() - t0, 3)
     mb = result["log_bytes"] / 1e6
     result["mb_per_second"] = round(mb / result["seconds"], 2) if result["seconds"] else None
@@ -499,7 +491,7 @@ def _derive(raw: DataFrame, partitions: int, tmp_items: str, parquet_dir: str | 
     phases.done("scan")
     last = None
     if summary["last"] is not None:
-        from fmq.log.naming import parse_segment_name
+        from fmq.datadir import parse_segment_name
 
         lr = summary["last"]
         last = {"offset": lr["offset"], "size": lr["size"], "type": lr["type"],

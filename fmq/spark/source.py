@@ -53,8 +53,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from fmq.datadir import LOG_DIR, format_segment_name, parse_segment_name
 from fmq.errors import CorruptLog, InvalidArgument
-from fmq.log.naming import LOG_DIR, format_segment_name, parse_segment_name
 from fmq.log.record import FORMAT_MAX_RECORD, NONE, RecordType
 from fmq.log.scanner import Damage, SegmentReader, find_valid_record
 from fmq.spark.errors import TornTail

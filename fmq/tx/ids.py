@@ -1,4 +1,5 @@
-"""Transaction ids (seed 3.2.3): ``version-ip-start time-pid-connection seq-tx seq``."""
+"""Transaction ids: ``version-ip-start time-pid-connection seq-tx seq``, unique across the
+processes and restarts of a host."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import socket
 import threading
 import time
 
-from fmq import __version__
+from fmq.version import __version__
 
 _START_MS = int(time.time() * 1000)
 _tx_seq = itertools.count(1)

@@ -16,7 +16,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from fmq.errors import (
@@ -27,19 +26,10 @@ from fmq.errors import (
     TransactionRolledBack,
     UnknownTransaction,
 )
+from fmq.tx.state import TxState
 
 if TYPE_CHECKING:  # the manager holds state only; it never decodes records itself
     from fmq.log.record import Record
-
-
-class TxState(StrEnum):
-    """What became (or is to become) of a transaction."""
-
-    OPEN = "open"  # prepared, undecided
-    COMMITTING = "committing"  # REF/TX records written, COMMIT not yet
-    COMMIT = "commit"
-    ROLLBACK = "rollback"
-    UNKNOWN = "unknown"  # a producer's answer: "cannot tell yet"
 
 
 @dataclass
@@ -106,18 +96,6 @@ class Transaction:
             "expected_messages": self.expected_messages,
             "prepare_offset": self.prepare_offset,
         }
-
-
-@dataclass(frozen=True)
-class UncertainTx:
-    """An open transaction offered to a producer by feedback."""
-
-    tx_id: str
-    producer_group: str
-    prepare_offset: int
-    store_time: int
-    checks: int
-    messages: list[dict]
 
 
 class TxManager:

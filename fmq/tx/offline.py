@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from fmq.log.naming import LOG_DIR
+from fmq.datadir import LOG_DIR
 from fmq.log.record import FORMAT_MAX_RECORD
 from fmq.log.scanner import LogScanner
 from fmq.recovery.recover import redo_record

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from fmq.cli.main import cli
 
 import fmq
-from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, format_segment_name
+from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, format_segment_name
 
 CFG = fmq.BrokerConfig(segment_size=16 * 1024, max_message_size=4096,
                        checkpoint_interval_ms=0, retention_interval_ms=0)

@@ -26,10 +26,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import fmq
+from fmq.datadir import INDEX_DIR, LOG_DIR
 from fmq.index import keys as K
 from fmq.index.rebuild import rebuild_index
 from fmq.index.store import IndexStore
-from fmq.log.naming import INDEX_DIR, LOG_DIR
 from fmq.log.record import FORMAT_MAX_RECORD, Record, RecordType
 from fmq.log.scanner import LogScanner
 from tests.crashkit import read_acks

@@ -20,7 +20,7 @@ import shutil
 
 import pytest
 
-from fmq.log.naming import LOG_DIR, format_segment_name
+from fmq.datadir import LOG_DIR, format_segment_name
 from tests.faults.invariants import (
     log_records,
     record_key,

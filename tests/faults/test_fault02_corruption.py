@@ -27,7 +27,7 @@ import shutil
 import pytest
 
 import fmq
-from fmq.log.naming import LOG_DIR, format_segment_name
+from fmq.datadir import LOG_DIR, format_segment_name
 from fmq.log.scanner import LogScanner
 from tests.faults.invariants import write_reference
 from tests.faults.workload import (

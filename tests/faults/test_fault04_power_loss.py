@@ -28,7 +28,7 @@ import threading
 import pytest
 
 import fmq
-from fmq.log.naming import INDEX_DIR
+from fmq.datadir import INDEX_DIR
 from tests.faults.invariants import InvariantViolation, reference_run, verify_recovery
 from tests.faults.powerloss import PowerCut, PowerLossIO, run_until_power_cut
 from tests.faults.workload import (

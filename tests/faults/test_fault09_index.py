@@ -15,8 +15,8 @@ import shutil
 import pytest
 
 import fmq
+from fmq.datadir import INDEX_DIR, LOG_DIR, format_segment_name
 from fmq.index.store import IndexStore
-from fmq.log.naming import INDEX_DIR, LOG_DIR, format_segment_name
 from fmq.recovery.checkpoint import read_checkpoint
 from tests.faults.invariants import (
     fail,

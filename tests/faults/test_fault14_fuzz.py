@@ -17,9 +17,9 @@ import tracemalloc
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from fmq.datadir import format_segment_name
 from fmq.errors import FMQError
 from fmq.log.crc import crc32c
-from fmq.log.naming import format_segment_name
 from fmq.log.record import (
     HEADER_SIZE,
     Record,

@@ -27,7 +27,7 @@ import pytest
 
 import fmq
 from fmq.client import Client, Producer
-from fmq.log.naming import INDEX_DIR, LOG_DIR, format_segment_name
+from fmq.datadir import INDEX_DIR, LOG_DIR, format_segment_name
 from fmq.log.record import HEADER_SIZE
 from fmq.protocol import Op
 from tests.faults.tmpfs import small_tmpfs

@@ -6,7 +6,7 @@ import shutil
 import threading
 
 import fmq
-from fmq.log.naming import INDEX_DIR
+from fmq.datadir import INDEX_DIR
 
 
 def config(**kw):

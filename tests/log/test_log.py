@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
+from fmq.datadir import format_segment_name, parse_segment_name
 from fmq.errors import LogFailed
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
-from fmq.log.naming import format_segment_name, parse_segment_name
 from fmq.log.record import HEADER_SIZE, Record, RecordType
 from fmq.log.scanner import LogScanner, list_segments
 

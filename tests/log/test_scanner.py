@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from fmq.datadir import format_segment_name
 from fmq.errors import CorruptLog
 from fmq.log.log import Log
-from fmq.log.naming import format_segment_name
 from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
 

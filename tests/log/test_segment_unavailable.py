@@ -23,9 +23,9 @@ import sys
 import pytest
 
 import fmq
+from fmq.datadir import TEMP_SUFFIX
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
-from fmq.log.naming import TEMP_SUFFIX
 from fmq.log.scanner import list_segments
 from fmq.message import encoded_size
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import fmq
-from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, format_segment_name
+from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, format_segment_name
 from fmq.log.record import RecordType
 from fmq.log.scanner import LogScanner
 from tests.crashkit import ROOT
@@ -298,7 +298,7 @@ def test_a_queue_emptied_by_retention_keeps_its_offsets_through_an_index_rebuild
 
 
 def test_damaged_queue_floors_stop_the_open(tmp_path):
-    from fmq.log.naming import QUEUE_FLOORS_FILE
+    from fmq.datadir import QUEUE_FLOORS_FILE
 
     cfg = config(retention_bytes=20 * 1024)
     fill(tmp_path, 300, retention_bytes=20 * 1024)

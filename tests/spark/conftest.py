@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pytest
 
 import fmq
+from fmq.datadir import INDEX_DIR, LOG_DIR
 from fmq.index.store import IndexStore
-from fmq.log.naming import INDEX_DIR, LOG_DIR
 from fmq.log.scanner import LogScanner, list_segments
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fmq.log.naming import LOG_DIR, format_segment_name
+from fmq.datadir import LOG_DIR, format_segment_name
 from fmq.log.record import HEADER_SIZE, RecordType
 from fmq.log.scanner import LogScanner, list_segments
 

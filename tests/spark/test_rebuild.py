@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from fmq.cli.main import cli
 
 import fmq
+from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR
 from fmq.index.store import DERIVED_DBS, IndexStore
-from fmq.log.naming import CHECKPOINT_FILE, INDEX_DIR
 from fmq.recovery.checkpoint import read_checkpoint
 from fmq.spark.rebuild import run_rebuild
 

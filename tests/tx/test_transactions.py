@@ -9,7 +9,7 @@ import pytest
 
 import fmq
 from fmq import Message, TxState
-from fmq.log.naming import LOG_DIR
+from fmq.datadir import LOG_DIR
 from fmq.log.record import RecordType
 from fmq.log.scanner import LogScanner
 
@@ -287,7 +287,7 @@ def test_stats_show_the_oldest_transaction_age(broker):
 def test_a_damaged_pre_message_body_is_corruption_not_a_skip(tmp_path):
     import os
 
-    from fmq.log.naming import CHECKPOINT_FILE, format_segment_name
+    from fmq.datadir import CHECKPOINT_FILE, format_segment_name
 
     with fmq.Broker.open(str(tmp_path), cfg()) as b:
         b.prepare(msgs(b"precious" * 40), "g", tx_id="open-tx")
