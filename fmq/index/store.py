@@ -136,6 +136,9 @@ class IndexStore:
         self.txoff = env.open_db(b"txoff")
         self.meta = env.open_db(b"meta")
         self.consumers = env.open_db(b"consumers")
+        self._item_dbs = {"cq": self.cq, "queues": self.queues, "keys": self.keys,
+                          "keyoff": self.keyoff, "time": self.time, "txends": self.txends,
+                          "txoff": self.txoff}
 
     # ------------------------------------------------------------------ writing
 
@@ -189,6 +192,14 @@ class IndexStore:
         old = txn.get(_APPLIED, db=self.meta)
         if old is None or K.I64.unpack(old)[0] < applied:
             txn.put(_APPLIED, K.I64.pack(applied), db=self.meta)
+
+    def append_sorted(self, db_name: str, items: list[tuple[bytes, bytes]]) -> int:
+        """Bulk load: append ``items`` (sorted, unique, after the database's last key) to
+        the derived database ``db_name`` in one transaction, growing the map when full.
+        Returns how many LMDB stored: append mode silently skips a key out of order or
+        repeated, so a caller that gets fewer than ``len(items)`` has a conflict."""
+        db = self._item_dbs[db_name]
+        return self._write(lambda txn: txn.cursor(db=db).putmulti(items, append=True)[1])
 
     def set_applied_offset(self, offset: int) -> None:
         self._write(lambda txn: txn.put(_APPLIED, K.I64.pack(offset), db=self.meta))
