@@ -4,7 +4,9 @@
   Data Source API), one input partition per segment file, parsed by :mod:`fmq.log`'s codec
   and :class:`~fmq.log.scanner.SegmentReader`.
 * :mod:`fmq.spark.rebuild`: the index rebuild job (``fmq index rebuild DIR --spark``, or
-  ``spark-submit`` of the module) and the Parquet audit tables.
+  ``spark-submit`` of the module), run in passes by :mod:`~fmq.spark.session`,
+  :mod:`~fmq.spark.derive`, :mod:`~fmq.spark.transactions`, :mod:`~fmq.spark.bulk_load`,
+  :mod:`~fmq.spark.swap` and :mod:`~fmq.spark.audit` (the Parquet audit tables).
 
 Needs the ``spark`` extra (``pip install 'fmq[spark]'``) on the driver and on every
 executor; ``docs/spark.md`` is the guide.

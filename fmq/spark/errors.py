@@ -1,9 +1,12 @@
 """Errors of the Spark job, as subclasses of the :mod:`fmq.errors` tree (so ``fmq_errors``
-in the CLI prints them as one line and callers can catch ``FMQError``)."""
+in the CLI prints them as one line and callers can catch ``FMQError``), and the
+translation of a failed Spark action back into them."""
 
 from __future__ import annotations
 
-from fmq.errors import DataDirLocked, FMQError, StorageError
+import re
+
+from fmq.errors import CorruptLog, DataDirLocked, FMQError, StorageError
 
 
 class TornTail(StorageError):
@@ -35,4 +38,35 @@ class RebuildConflict(StorageError):
     refused): the log holds two records for one index key, which FMQ never writes."""
 
 
-__all__ = ["DataDirLocked", "RebuildConflict", "SparkJobError", "TornTail"]
+# An executor's exception reaches the driver only as the text of its Python traceback
+# inside Spark's own exception (PythonException carries no exception object), so the
+# fields are read back off the messages CorruptLog and TornTail build.
+_CORRUPT_RE = re.compile(
+    r"corrupt record in segment (\S+) at log offset (\d+): (.*?)\. Valid records follow it")
+_TORN_RE = re.compile(r"torn tail in segment (\S+) at log offset (\d+): (.*?)\. Nothing valid")
+
+
+def translate_spark_error(exc: BaseException) -> FMQError:
+    """A typed FMQ error for a failed Spark action: the executor's CorruptLog / TornTail
+    comes back as text inside Spark's exception, so it is parsed out again."""
+    text = str(exc)
+    m = _CORRUPT_RE.search(text)
+    if m:
+        return CorruptLog(m.group(1), int(m.group(2)), m.group(3))
+    m = _TORN_RE.search(text)
+    if m:
+        return TornTail(m.group(1), int(m.group(2)), m.group(3))
+    for line in text.splitlines():  # Spark's messages open with a useful line
+        if line.strip():
+            first = line.strip()
+            break
+    else:
+        first = type(exc).__name__
+    return SparkJobError(
+        f"the Spark job failed: {first[:500]}. Check that every executor has fmq installed "
+        f"(pip install 'fmq[spark]') with the driver's Python version and can read the "
+        f"segment files at the same path")
+
+
+__all__ = ["DataDirLocked", "RebuildConflict", "SparkJobError", "TornTail",
+           "translate_spark_error"]

@@ -1,0 +1,48 @@
+"""The Spark session the rebuild job runs in: the active one, or a new one on the master
+the caller or ``spark-submit`` chose; and the URIs of the local paths it reads and writes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+
+def _under_spark_submit() -> bool:
+    # spark-submit starts the JVM first and hands its port to the Python driver.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_session(master: str | None, app_name: str = "fmq-index-rebuild"
+                  ) -> tuple[SparkSession, bool]:
+    """(session, created): the active session if there is one, else a new one on
+    ``master`` (None: the master spark-submit was given, else ``local[*]``)."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active, False
+    if master is None and not _under_spark_submit():
+        master = "local[*]"
+    if master is not None and master.startswith("local"):
+        # Executors are local Python workers: they must run this interpreter (which has
+        # fmq installed), and a host name that does not resolve must not stall startup.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    session = builder.getOrCreate()
+    # Spark's default of 200 shuffle partitions turns every aggregation into 200 tasks
+    # (and 200 Python workers where a Python function follows); the job's shuffles are
+    # small next to its input, so one partition per core is plenty. A session the caller
+    # created keeps its own setting.
+    if not session.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        session.conf.set("spark.sql.shuffle.partitions",
+                         str(max(2, session.sparkContext.defaultParallelism)))
+    return session, True
+
+
+def file_uri(path: str) -> str:
+    """``path`` as a ``file://`` URI, so Spark reads and writes the local file system
+    whatever its default file system is."""
+    return "file://" + os.path.abspath(path)
