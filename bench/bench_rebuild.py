@@ -30,7 +30,8 @@ import time
 
 from fmq.config import BrokerConfig
 from fmq.datadir import INDEX_DIR, LOG_DIR
-from fmq.index.store import DERIVED_DBS, IndexStore
+from fmq.index.lmdb_env import DERIVED_DBS
+from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.record import Record, RecordType
 

@@ -38,61 +38,18 @@ import lmdb
 from fmq.datadir import INDEX_DATA_FILE
 from fmq.errors import IndexCorrupt, IndexUnavailable
 from fmq.index import keys as K
+from fmq.index import trim
 from fmq.index.entries import QueueEntry, TxEnd
+from fmq.index.lmdb_env import (
+    APPLIED,
+    DERIVED_DBS,
+    FORMAT,
+    Databases,
+    ResizeGate,
+    is_transient,
+)
 
 INDEX_FORMAT = b"fmq-index-1"
-DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"meta")
-_APPLIED = b"applied"
-_FORMAT = b"format"
-
-#: LMDB errors that say "not now" (space, memory, reader slots, locks), not "damaged" or
-#: "misused": retrying the same write later can succeed.
-_TRANSIENT_LMDB = (lmdb.DiskError, lmdb.MemoryError, lmdb.MapFullError, lmdb.MapResizedError,
-                   lmdb.ReadersFullError, lmdb.TlsFullError, lmdb.LockError)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether retrying the same index write later may succeed: ENOSPC, EIO and their kin
-    from LMDB or from reading the log. Corruption and bugs are not (py-lmdb raises the
-    plain ``lmdb.Error`` for an OS error it has no class for, EIO among them)."""
-    return (isinstance(exc, OSError) or type(exc) is lmdb.Error
-            or isinstance(exc, _TRANSIENT_LMDB))
-
-
-class _ResizeGate:
-    """Readers and writers enter freely; a map resize waits until nobody is inside
-    (py-lmdb forbids ``set_mapsize`` while any transaction of the process is open)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._inside = 0
-        self._resizing = False
-
-    def __enter__(self) -> None:
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._inside += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._cond:
-            self._inside -= 1
-            self._cond.notify_all()
-
-    def resize(self, env: lmdb.Environment) -> None:
-        """Double the map; the caller must not be inside the gate."""
-        with self._cond:
-            while self._resizing:
-                self._cond.wait()
-            self._resizing = True
-            while self._inside:
-                self._cond.wait()
-            try:
-                env.set_mapsize(env.info()["map_size"] * 2)
-            finally:
-                self._resizing = False
-                self._cond.notify_all()
-
 
 class IndexStore:
     def __init__(self, path: str, map_size: int = 1 << 30) -> None:
@@ -110,35 +67,20 @@ class IndexStore:
                 self.env.close()
                 raise IndexCorrupt(f"index file at {path} has {have} bytes, its meta page "
                                    f"needs {needed}; it will be rebuilt from the log")
-            self._open_dbs()
+            self.db = Databases.open(self.env)
             with self.env.begin() as txn:
-                fmt = txn.get(_FORMAT, db=self.meta)
+                fmt = txn.get(FORMAT, db=self.db.meta)
             if fmt is None:
                 with self.env.begin(write=True) as txn:
-                    txn.put(_FORMAT, INDEX_FORMAT, db=self.meta)
+                    txn.put(FORMAT, INDEX_FORMAT, db=self.db.meta)
             elif fmt != INDEX_FORMAT:
                 raise IndexCorrupt(f"index at {path} has format {fmt!r}, expected {INDEX_FORMAT!r}")
         except lmdb.Error as exc:
             raise IndexCorrupt(
                 f"cannot open the LMDB index at {path}: {exc}; it will be rebuilt from the log"
             ) from exc
-        self._gate = _ResizeGate()
+        self._gate = ResizeGate()
         self._write_lock = threading.Lock()
-
-    def _open_dbs(self) -> None:
-        env = self.env
-        self.cq = env.open_db(b"cq")
-        self.queues = env.open_db(b"queues")
-        self.keys = env.open_db(b"keys")
-        self.keyoff = env.open_db(b"keyoff")
-        self.time = env.open_db(b"time")
-        self.txends = env.open_db(b"txends")
-        self.txoff = env.open_db(b"txoff")
-        self.meta = env.open_db(b"meta")
-        self.consumers = env.open_db(b"consumers")
-        self._item_dbs = {"cq": self.cq, "queues": self.queues, "keys": self.keys,
-                          "keyoff": self.keyoff, "time": self.time, "txends": self.txends,
-                          "txoff": self.txoff}
 
     # ------------------------------------------------------------------ writing
 
@@ -174,7 +116,7 @@ class IndexStore:
         for t in tx_ends:
             for db, k, v in K.end_items(t):
                 items[db].append((k, v))
-        handles = (self.cq, self.time, self.keys, self.keyoff, self.txends, self.txoff)
+        handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends, self.db.txoff)
         for db, db_items in zip(handles, items, strict=True):
             if db_items:
                 consumed, _added = txn.cursor(db=db).putmulti(db_items)
@@ -182,27 +124,27 @@ class IndexStore:
                     raise IndexCorrupt(f"LMDB stored {consumed} of {len(db_items)} index items")
         for (topic, qid), nxt in queue_next.items():
             prefix = K.queue_key(topic, qid)
-            old = txn.get(prefix, db=self.queues)
+            old = txn.get(prefix, db=self.db.queues)
             # A queue first seen here starts at its first entry, not 0: a rebuild from a
             # log whose oldest segments retention deleted must match the live index.
             first = queue_first[(topic, qid)]
             lo, hi = K.QUEUE_VALUE.unpack(old) if old else (first, first)
             if nxt > hi:
-                txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.queues)
-        old = txn.get(_APPLIED, db=self.meta)
+                txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.db.queues)
+        old = txn.get(APPLIED, db=self.db.meta)
         if old is None or K.I64.unpack(old)[0] < applied:
-            txn.put(_APPLIED, K.I64.pack(applied), db=self.meta)
+            txn.put(APPLIED, K.I64.pack(applied), db=self.db.meta)
 
     def append_sorted(self, db_name: str, items: list[tuple[bytes, bytes]]) -> int:
         """Bulk load: append ``items`` (sorted, unique, after the database's last key) to
         the derived database ``db_name`` in one transaction, growing the map when full.
         Returns how many LMDB stored: append mode silently skips a key out of order or
         repeated, so a caller that gets fewer than ``len(items)`` has a conflict."""
-        db = self._item_dbs[db_name]
+        db = self.db.derived()[db_name]
         return self._write(lambda txn: txn.cursor(db=db).putmulti(items, append=True)[1])
 
     def set_applied_offset(self, offset: int) -> None:
-        self._write(lambda txn: txn.put(_APPLIED, K.I64.pack(offset), db=self.meta))
+        self._write(lambda txn: txn.put(APPLIED, K.I64.pack(offset), db=self.db.meta))
 
     def sync(self) -> None:
         self.env.sync(True)
@@ -211,18 +153,18 @@ class IndexStore:
 
     def applied_offset(self) -> int | None:
         with self._gate, self.env.begin() as txn:
-            v = txn.get(_APPLIED, db=self.meta)
+            v = txn.get(APPLIED, db=self.db.meta)
         return None if v is None else K.I64.unpack(v)[0]
 
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
         with self._gate, self.env.begin() as txn:
-            v = txn.get(K.queue_key(topic, queue_id), db=self.queues)
+            v = txn.get(K.queue_key(topic, queue_id), db=self.db.queues)
         return K.QUEUE_VALUE.unpack(v) if v else (0, 0)
 
     def all_queues(self) -> dict[tuple[str, int], tuple[int, int]]:
         out = {}
         with self._gate, self.env.begin() as txn:
-            for k, v in txn.cursor(db=self.queues):
+            for k, v in txn.cursor(db=self.db.queues):
                 out[K.split_queue_key(k)] = K.QUEUE_VALUE.unpack(v)
         return out
 
@@ -233,7 +175,7 @@ class IndexStore:
         out = []
         prefix = K.queue_prefix(topic, queue_id)
         with self._gate, self.env.begin() as txn:
-            cur = txn.cursor(db=self.cq)
+            cur = txn.cursor(db=self.db.cq)
             if not cur.set_range(K.cq_key(topic, queue_id, start)):
                 return out
             for k, v in cur:
@@ -249,7 +191,7 @@ class IndexStore:
         out = []
         prefix = K.key_prefix(topic, key)
         with self._gate, self.env.begin() as txn:
-            cur = txn.cursor(db=self.keys)
+            cur = txn.cursor(db=self.db.keys)
             if not cur.set_range(prefix):
                 return out
             for k, v in cur:
@@ -262,7 +204,7 @@ class IndexStore:
         """Queue offset of the first entry stored at or after ``timestamp_ms``."""
         prefix = K.queue_prefix(topic, queue_id)
         with self._gate, self.env.begin() as txn:
-            cur = txn.cursor(db=self.time)
+            cur = txn.cursor(db=self.db.time)
             if cur.set_range(K.time_key(topic, queue_id, timestamp_ms, 0)) and cur.key().startswith(prefix):
                 return K.split_time_key(cur.key())[1]
         return None
@@ -270,7 +212,7 @@ class IndexStore:
     def tx_end(self, tx_id: str) -> tuple[bool, int] | None:
         """(committed?, log offset of the end record) of a finished transaction."""
         with self._gate, self.env.begin() as txn:
-            v = txn.get(tx_id.encode(), db=self.txends)
+            v = txn.get(tx_id.encode(), db=self.db.txends)
         if v is None:
             return None
         committed, offset = K.TX_END_VALUE.unpack(v)
@@ -281,7 +223,7 @@ class IndexStore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         try:
             self._write(lambda txn: txn.put(K.consumer_key(group, topic, queue_id),
-                                            K.I64.pack(offset), db=self.consumers))
+                                            K.I64.pack(offset), db=self.db.consumers))
         except lmdb.Error as exc:  # a caller gets an FMQ error, never a bare LMDB one
             if not is_transient(exc):
                 raise IndexCorrupt(f"could not store the consumer offset: {exc}; stop the "
@@ -292,152 +234,45 @@ class IndexStore:
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         with self._gate, self.env.begin() as txn:
-            v = txn.get(K.consumer_key(group, topic, queue_id), db=self.consumers)
+            v = txn.get(K.consumer_key(group, topic, queue_id), db=self.db.consumers)
         return None if v is None else K.I64.unpack(v)[0]
 
     def consumer_offsets(self) -> dict[tuple[str, str, int], int]:
         with self._gate, self.env.begin() as txn:
             return {K.split_consumer_key(k): K.I64.unpack(v)[0]
-                    for k, v in txn.cursor(db=self.consumers)}
+                    for k, v in txn.cursor(db=self.db.consumers)}
 
     # ------------------------------------------------------------------ maintenance
 
     def remove_from(self, log_end: int) -> int:
         """Delete every entry whose source record lies at or after ``log_end`` (index
         ahead of a cut log) and cap the applied offset. Returns entries removed."""
-        return self._write(self._remove_from_txn, log_end)
-
-    def _remove_from_txn(self, txn: lmdb.Transaction, log_end: int) -> int:
-        removed = 0
-        for qkey, qval in list(txn.cursor(db=self.queues)):
-            topic, qid = K.split_queue_key(qkey)
-            lo, hi = K.QUEUE_VALUE.unpack(qval)
-            new_hi = hi
-            cur = txn.cursor(db=self.cq)
-            while new_hi > lo:
-                k = K.cq_key(topic, qid, new_hi - 1)
-                v = txn.get(k, db=self.cq)
-                if v is None:
-                    new_hi -= 1
-                    continue
-                doff, _ds, _th, st, src = K.CQ_VALUE.unpack(v)
-                if src < log_end:
-                    break
-                txn.delete(k, db=self.cq)
-                txn.delete(K.time_key(topic, qid, st, new_hi - 1), db=self.time)
-                removed += 1
-                new_hi -= 1
-            cur.close()
-            if new_hi != hi:
-                txn.put(qkey, K.QUEUE_VALUE.pack(lo, new_hi), db=self.queues)
-        cur = txn.cursor(db=self.keyoff)
-        if cur.set_range(K.offset_key(log_end)):
-            doomed = list(cur)
-            for k, kk in doomed:
-                txn.delete(kk, db=self.keys)
-                txn.delete(k, db=self.keyoff)
-        self._drop_tx_ends(txn, log_end, None)
-        v = txn.get(_APPLIED, db=self.meta)
-        if v is not None and K.I64.unpack(v)[0] > log_end:
-            txn.put(_APPLIED, K.I64.pack(log_end), db=self.meta)
-        return removed
+        return self._write(trim.remove_from, self.db, log_end)
 
     def remove_before(self, log_start: int) -> int:
         """Delete entries whose data lies before ``log_start`` (segments deleted by
         retention) and advance each queue's minimum offset. Returns entries removed."""
-        return self._write(self._remove_before_txn, log_start)
-
-    def _remove_before_txn(self, txn: lmdb.Transaction, log_start: int) -> int:
-        removed = 0
-        for qkey, qval in list(txn.cursor(db=self.queues)):
-            topic, qid = K.split_queue_key(qkey)
-            lo, hi = K.QUEUE_VALUE.unpack(qval)
-            new_lo = hi  # unless an entry at or after log_start remains
-            doomed_entries = []
-            cur = txn.cursor(db=self.cq)
-            # Seek, don't count: after a rebuild the stored minimum is 0 while the first
-            # remaining entry may be millions of offsets further.
-            if cur.set_range(K.cq_key(topic, qid, lo)):
-                for k, v in cur:
-                    if not k.startswith(qkey):
-                        break
-                    doff, _ds, _th, st, _src = K.CQ_VALUE.unpack(v)
-                    qoff = K.split_cq_key(k)[2]
-                    if doff >= log_start:
-                        new_lo = qoff
-                        break
-                    doomed_entries.append((k, K.time_key(topic, qid, st, qoff)))
-            for k, tk in doomed_entries:
-                txn.delete(k, db=self.cq)
-                txn.delete(tk, db=self.time)
-            removed += len(doomed_entries)
-            new_lo = max(new_lo, lo)
-            if new_lo != lo:
-                txn.put(qkey, K.QUEUE_VALUE.pack(new_lo, hi), db=self.queues)
-        cur = txn.cursor(db=self.keyoff)
-        doomed = []
-        if cur.first():
-            for k, kk in cur:
-                if K.parse_offset_key(k) >= log_start:
-                    break
-                doomed.append((k, kk))
-        for k, kk in doomed:
-            txn.delete(kk, db=self.keys)
-            txn.delete(k, db=self.keyoff)
-        self._drop_tx_ends(txn, 0, log_start)
-        return removed
-
-    def _drop_tx_ends(self, txn: lmdb.Transaction, start: int, stop: int | None) -> None:
-        """Delete transaction ends recorded at log offsets in [start, stop)."""
-        cur = txn.cursor(db=self.txoff)
-        doomed = []
-        if cur.set_range(K.offset_key(start)):
-            for k, tid in cur:
-                if stop is not None and K.parse_offset_key(k) >= stop:
-                    break
-                doomed.append((k, tid))
-        for k, tid in doomed:
-            v = txn.get(tid, db=self.txends)
-            if v is not None and K.TX_END_VALUE.unpack(v)[1] == K.parse_offset_key(k):
-                txn.delete(tid, db=self.txends)
-            txn.delete(k, db=self.txoff)
+        return self._write(trim.remove_before, self.db, log_start)
 
     def apply_floors(self, floors: dict[tuple[str, int], int]) -> int:
         """Raise each queue's offsets to its floor (queue-floors file); returns how many
         queues changed."""
-        def fn(txn):
-            changed = 0
-            for (topic, qid), floor in floors.items():
-                k = K.queue_key(topic, qid)
-                v = txn.get(k, db=self.queues)
-                lo, hi = K.QUEUE_VALUE.unpack(v) if v else (floor, floor)
-                top = max(hi, floor)
-                # An empty queue moves up to its floor; one with entries keeps its minimum.
-                new = (top, top) if lo >= hi else (lo, top)
-                if v is None or new != (lo, hi):
-                    txn.put(k, K.QUEUE_VALUE.pack(*new), db=self.queues)
-                    changed += 1
-            return changed
-        return self._write(fn)
+        return self._write(trim.raise_to_floors, self.db, floors)
 
     def clear_derived(self) -> None:
         """Empty every database derived from the log (keeps consumer offsets)."""
         def fn(txn):
-            for db in (self.cq, self.queues, self.keys, self.keyoff, self.time, self.txends,
-                       self.txoff):
+            for db in self.db.derived().values():
                 txn.drop(db, delete=False)
-            txn.delete(_APPLIED, db=self.meta)
+            txn.delete(APPLIED, db=self.db.meta)
         self._write(fn)
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
         """Every key and value of every derived database (tests compare indexes with it)."""
         out = {}
         with self._gate, self.env.begin() as txn:
-            for name, db in ((b"cq", self.cq), (b"queues", self.queues), (b"keys", self.keys),
-                             (b"keyoff", self.keyoff), (b"time", self.time),
-                             (b"txends", self.txends), (b"txoff", self.txoff),
-                             (b"meta", self.meta)):
-                out[name.decode()] = list(txn.cursor(db=db))
+            for name in DERIVED_DBS:
+                out[name.decode()] = list(txn.cursor(db=getattr(self.db, name.decode())))
         return out
 
     def close(self) -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from fmq.errors import BadRecord, IndexCorrupt
 from fmq.index.entries import QueueEntry, TxEnd
-from fmq.index.store import IndexStore, is_transient
+from fmq.index.lmdb_env import is_transient
+from fmq.index.store import IndexStore
 
 
 def entries(start: int, n: int) -> list[QueueEntry]:

@@ -27,6 +27,6 @@ def test_full_map_grows_and_the_batch_is_written_once(tmp_path):
         put_sorted(store, "cq", items)
         assert store.env.info()["map_size"] > 1 << 20
         with store.env.begin() as txn:
-            assert list(txn.cursor(db=store.cq)) == items
+            assert list(txn.cursor(db=store.db.cq)) == items
     finally:
         store.close()

@@ -15,7 +15,8 @@ from fmq.cli.main import cli
 
 import fmq
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR
-from fmq.index.store import DERIVED_DBS, IndexStore
+from fmq.index.lmdb_env import DERIVED_DBS
+from fmq.index.store import IndexStore
 from fmq.recovery.checkpoint import read_checkpoint
 from fmq.spark.rebuild import run_rebuild
 

@@ -1,0 +1,88 @@
+"""The LMDB environment of the index: its named databases, the gate that lets the map grow
+while readers come and go, and which LMDB errors are worth a retry."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import lmdb
+
+#: The databases derived from the log, in the order a rebuild writes and compares them.
+DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"meta")
+#: ``meta`` keys.
+APPLIED = b"applied"
+FORMAT = b"format"
+
+
+@dataclass(frozen=True)
+class Databases:
+    """The handles of the index's named databases (see :mod:`fmq.index.store` for their keys)."""
+
+    cq: object
+    queues: object
+    keys: object
+    keyoff: object
+    time: object
+    txends: object
+    txoff: object
+    meta: object
+    consumers: object
+
+    @classmethod
+    def open(cls, env: lmdb.Environment) -> Databases:
+        return cls(*(env.open_db(name.encode()) for name in cls.__dataclass_fields__))
+
+    def derived(self) -> dict[str, object]:
+        """The databases derived from the log but ``meta``, by name."""
+        return {"cq": self.cq, "queues": self.queues, "keys": self.keys, "keyoff": self.keyoff,
+                "time": self.time, "txends": self.txends, "txoff": self.txoff}
+
+
+#: LMDB errors that say "not now" (space, memory, reader slots, locks), not "damaged" or
+#: "misused": retrying the same write later can succeed.
+_TRANSIENT_LMDB = (lmdb.DiskError, lmdb.MemoryError, lmdb.MapFullError, lmdb.MapResizedError,
+                   lmdb.ReadersFullError, lmdb.TlsFullError, lmdb.LockError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying the same index write later may succeed: ENOSPC, EIO and their kin
+    from LMDB or from reading the log. Corruption and bugs are not (py-lmdb raises the
+    plain ``lmdb.Error`` for an OS error it has no class for, EIO among them)."""
+    return (isinstance(exc, OSError) or type(exc) is lmdb.Error
+            or isinstance(exc, _TRANSIENT_LMDB))
+
+
+class ResizeGate:
+    """Readers and writers enter freely; a map resize waits until nobody is inside
+    (py-lmdb forbids ``set_mapsize`` while any transaction of the process is open)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._inside = 0
+        self._resizing = False
+
+    def __enter__(self) -> None:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._inside += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._inside -= 1
+            self._cond.notify_all()
+
+    def resize(self, env: lmdb.Environment) -> None:
+        """Double the map; the caller must not be inside the gate."""
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+            while self._inside:
+                self._cond.wait()
+            try:
+                env.set_mapsize(env.info()["map_size"] * 2)
+            finally:
+                self._resizing = False
+                self._cond.notify_all()
