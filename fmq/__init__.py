@@ -52,14 +52,14 @@ from fmq.tx.state import TxState, UncertainTx
 from fmq.version import __version__
 
 if TYPE_CHECKING:
-    from fmq.broker import Broker
+    from fmq.engine.broker import Broker
 
 
 def __getattr__(name: str) -> object:
     # The broker (and with it LMDB) loads on first use of ``fmq.Broker``, so that
     # ``import fmq.client`` in an application needs none of the server's storage libraries.
     if name == "Broker":
-        from fmq.broker import Broker
+        from fmq.engine.broker import Broker
 
         return Broker
     raise AttributeError(f"module 'fmq' has no attribute {name!r}")

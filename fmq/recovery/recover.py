@@ -29,8 +29,9 @@
    original only once all of its PRE_MESSAGEs are read in pass 2; a relocation a crash
    cut short is dropped and the original stays.
 
-Then the broker (it writes to the log) rolls incomplete prepares back with a ROLLBACK
-record, rolls committing transactions forward, and hands the open ones back to feedback.
+Then, once the log is writable, :mod:`fmq.recovery.roll_forward` rolls incomplete prepares
+back with a ROLLBACK record and rolls committing transactions forward; the open ones are
+handed back to feedback.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
 from fmq.recovery.floors import read_floors
-from fmq.tx.manager import PreMessage, Transaction, TxManager
+from fmq.tx.manager import OpenTransaction, PreMessage, TxManager
 from fmq.tx.state import TxState
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class RecoveryReport:
     index_rebuilt: bool = False
     open_transactions: int = 0
     rolled_forward: list[str] = field(default_factory=list)
-    #: Transactions whose prepare a crash cut short; the broker rolls them back on open.
+    #: Transactions whose prepare a crash cut short; roll_forward rolls them back on open.
     incomplete_prepares: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -88,7 +89,7 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
         entries.append(queue_entry(rec))
     elif rtype == RecordType.PREPARE:
         txm.finished.pop(rec.tx_id, None)
-        tx = Transaction(rec.tx_id, rec.producer_group, rec.log_offset, rec.store_time,
+        tx = OpenTransaction(rec.tx_id, rec.producer_group, rec.log_offset, rec.store_time,
                          expected_messages=rec.ref_size)
         original = txm.open.get(rec.tx_id)
         if (rec.ref_offset >= 0 and original is not None
@@ -201,7 +202,7 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     index.apply_floors(read_floors(os.path.join(data_dir, QUEUE_FLOORS_FILE)))
     queue_next = {q: hi for q, (_lo, hi) in index.all_queues().items()}
     # Pass 6: prove every open prepare complete. One whose PRE_MESSAGEs a crash cut short
-    # (fewer than its PREPARE announced) can never be committed: the broker rolls it back.
+    # (fewer than its PREPARE announced) can never be committed: roll_forward rolls it back.
     # A relocated copy a crash cut short is dropped: its original is whole and stays.
     for tx_id, copy in txm.relocating.items():
         log.warning("transaction %r: its relocation at %d was cut short (%d of %d messages); "
