@@ -82,13 +82,11 @@ def tx_resolve(args: tuple[str, ...], server: str | None, as_json: bool) -> None
     else:
         import os
 
-        from fmq.engine.broker import Broker
+        from fmq.admin.transactions import resolve_transaction
 
         if not os.path.isdir(args[0]):
             raise click.UsageError(f"DATA_DIR {args[0]!r} is not a directory")
-        with Broker.open(args[0]) as broker:
-            state = (broker.commit(tx_id) if decision == "commit"
-                     else broker.rollback(tx_id)).value
+        state = resolve_transaction(args[0], tx_id, decision).value
     emit({"tx_id": tx_id, "state": state}, as_json, f"{tx_id}: {state}")
 
 

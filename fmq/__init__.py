@@ -12,8 +12,10 @@ Start here::
         messages = broker.pull("orders", result.queue_id, 0)
 
 Packages: ``fmq.log`` (record format, segments, group commit), ``fmq.index`` (the LMDB
-index and the dispatcher), ``fmq.recovery`` (checkpoint and redo), ``fmq.tx`` (transaction
-manager and feedback). ``docs/`` holds the format spec and the operations guide.
+index and the dispatcher), ``fmq.tx`` (transaction records, state and feedback),
+``fmq.recovery`` (checkpoint, redo and roll-forward), ``fmq.engine`` (the broker),
+``fmq.admin`` (offline tools for a stopped data directory). ``docs/`` holds the format spec
+and the operations guide.
 """
 
 from __future__ import annotations
