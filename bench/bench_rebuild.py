@@ -7,7 +7,7 @@ Not part of the test run (pytest's testpaths is tests/). Run it by hand::
 It writes a log of at least ``--size-mb`` MB of 1 KiB messages with :class:`fmq.log.log.Log`
 directly (no fsync per message: the log is only input here), then times
 
-1. ``fmq.index.rebuild.rebuild_index`` (delete the index, recovery replays the log);
+1. ``fmq.admin.rebuild_index.rebuild_index`` (delete the index, recovery replays the log);
 2. ``python -m fmq.spark.rebuild DIR --master local[1] --out ...`` and ``local[2]`` in
    fresh processes (so each pays its own JVM start, as an operator would),
 
@@ -117,7 +117,7 @@ def main() -> int:
         results["build_seconds"] = round(time.monotonic() - t, 1)
         print(f"log: {end / MB:.0f} MB in {results['build_seconds']} s", flush=True)
 
-        from fmq.index.rebuild import rebuild_index
+        from fmq.admin.rebuild_index import rebuild_index
 
         load0 = os.getloadavg()[0]
         t = time.monotonic()

@@ -34,7 +34,7 @@ def rebuild(data_dir: str, spark: bool, master: str, out_dir: str | None,
         return
     if out_dir or parquet_dir:
         raise click.UsageError("--out and --parquet need --spark")
-    from fmq.index.rebuild import rebuild_index
+    from fmq.admin.rebuild_index import rebuild_index
 
     with click.progressbar(length=1, label="rebuilding index", file=sys.stderr) as bar:
         state = {"done": 0}

@@ -95,7 +95,7 @@ def dump(data_dir: str, start: int | None, limit: int | None, body: bool, as_jso
 def repair(data_dir: str, cut_at: int, yes: bool) -> None:
     """Explicitly cut the log at an offset (after `log verify` named corruption there).
     Records after it are lost; the index is rebuilt on the next open."""
-    from fmq.log.repair import cut_log
+    from fmq.admin.repair import cut_log
 
     if not yes:
         click.confirm(f"Delete every record at or after log offset {cut_at}?", abort=True)

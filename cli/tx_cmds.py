@@ -51,7 +51,7 @@ def tx_list(data_dir: str | None, server: str | None, as_json: bool) -> None:
         with Client(server, retries=1) as client:
             txs = client.call(Op.LIST_TX, {})["transactions"]
     else:
-        from fmq.tx.offline import open_transactions_in_log
+        from fmq.admin.transactions import open_transactions_in_log
 
         txs = open_transactions_in_log(data_dir)
     _print_txs(txs, as_json)
@@ -82,13 +82,11 @@ def tx_resolve(args: tuple[str, ...], server: str | None, as_json: bool) -> None
     else:
         import os
 
-        from fmq.broker import Broker
+        from fmq.admin.transactions import resolve_transaction
 
         if not os.path.isdir(args[0]):
             raise click.UsageError(f"DATA_DIR {args[0]!r} is not a directory")
-        with Broker.open(args[0]) as broker:
-            state = (broker.commit(tx_id) if decision == "commit"
-                     else broker.rollback(tx_id)).value
+        state = resolve_transaction(args[0], tx_id, decision).value
     emit({"tx_id": tx_id, "state": state}, as_json, f"{tx_id}: {state}")
 
 

@@ -12,8 +12,10 @@ Start here::
         messages = broker.pull("orders", result.queue_id, 0)
 
 Packages: ``fmq.log`` (record format, segments, group commit), ``fmq.index`` (the LMDB
-index and the dispatcher), ``fmq.recovery`` (checkpoint and redo), ``fmq.tx`` (transaction
-manager and feedback). ``docs/`` holds the format spec and the operations guide.
+index and the dispatcher), ``fmq.tx`` (transaction records, state and feedback),
+``fmq.recovery`` (checkpoint, redo and roll-forward), ``fmq.engine`` (the broker),
+``fmq.admin`` (offline tools for a stopped data directory). ``docs/`` holds the format spec
+and the operations guide.
 """
 
 from __future__ import annotations
@@ -52,14 +54,14 @@ from fmq.tx.state import TxState, UncertainTx
 from fmq.version import __version__
 
 if TYPE_CHECKING:
-    from fmq.broker import Broker
+    from fmq.engine.broker import Broker
 
 
 def __getattr__(name: str) -> object:
     # The broker (and with it LMDB) loads on first use of ``fmq.Broker``, so that
     # ``import fmq.client`` in an application needs none of the server's storage libraries.
     if name == "Broker":
-        from fmq.broker import Broker
+        from fmq.engine.broker import Broker
 
         return Broker
     raise AttributeError(f"module 'fmq' has no attribute {name!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-STORAGE_MODULES = ("lmdb", "fmq.broker", "fmq.index.store", "fmq.log.log")
+STORAGE_MODULES = ("lmdb", "fmq.engine.broker", "fmq.index.store", "fmq.log.log")
 
 
 def test_importing_the_client_loads_no_storage_module():

@@ -266,6 +266,15 @@ def encode(record: Record) -> bytes:
     return bytes(out)
 
 
+def encoded_length(record: Record) -> int:
+    """The bytes ``encode(record)`` would take, without encoding it (e.g. whether a REF
+    record still fits in the active segment)."""
+    return (HEADER_SIZE + len(record.topic.encode()) + len(record.tx_id.encode())
+            + len(record.producer_group.encode()) + len((record.key or "").encode())
+            + len((record.tags or "").encode()) + len(encode_properties(record.properties))
+            + len(record.body))
+
+
 def record_length(buf: bytes | memoryview, pos: int) -> int:
     """The ``length`` field at ``pos`` (0 when fewer than 4 bytes remain: end of data)."""
     if pos + 4 > len(buf):

@@ -29,8 +29,9 @@
    original only once all of its PRE_MESSAGEs are read in pass 2; a relocation a crash
    cut short is dropped and the original stays.
 
-Then the broker (it writes to the log) rolls incomplete prepares back with a ROLLBACK
-record, rolls committing transactions forward, and hands the open ones back to feedback.
+Then, once the log is writable, :mod:`fmq.recovery.roll_forward` rolls incomplete prepares
+back with a ROLLBACK record and rolls committing transactions forward; the open ones are
+handed back to feedback.
 """
 
 from __future__ import annotations
@@ -46,12 +47,12 @@ from fmq.errors import CorruptCheckpoint, CorruptLog
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
-from fmq.log.record import Record, RecordType
+from fmq.log.record import INDEXED_TYPES, Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
 from fmq.recovery.floors import read_floors
-from fmq.tx.manager import PreMessage, Transaction, TxManager
-from fmq.tx.state import TxState
+from fmq.tx.manager import TxManager
+from fmq.tx.redo import redo_transaction_record
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class RecoveryReport:
     index_rebuilt: bool = False
     open_transactions: int = 0
     rolled_forward: list[str] = field(default_factory=list)
-    #: Transactions whose prepare a crash cut short; the broker rolls them back on open.
+    #: Transactions whose prepare a crash cut short; roll_forward rolls them back on open.
     incomplete_prepares: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -82,46 +83,13 @@ class RecoveryReport:
 def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
                 ends: list[TxEnd] | None = None) -> None:
     """Apply one record's redo action (table in the module doc); index entries go to
-    ``entries`` and transaction ends to ``ends``."""
+    ``entries``, transaction ends to ``ends``, transaction state to ``txm``."""
     rtype = rec.type
-    if rtype == RecordType.MESSAGE:
+    if rtype in INDEXED_TYPES:
         entries.append(queue_entry(rec))
-    elif rtype == RecordType.PREPARE:
-        txm.finished.pop(rec.tx_id, None)
-        tx = Transaction(rec.tx_id, rec.producer_group, rec.log_offset, rec.store_time,
-                         expected_messages=rec.ref_size)
-        original = txm.open.get(rec.tx_id)
-        if (rec.ref_offset >= 0 and original is not None
-                and original.prepare_offset == rec.ref_offset):
-            txm.relocating[rec.tx_id] = tx  # replaces the original once complete
-        else:
-            txm.relocating.pop(rec.tx_id, None)
-            txm.register(tx)
-    elif rtype == RecordType.PRE_MESSAGE:
-        copy = txm.relocating.get(rec.tx_id)
-        tx = copy if copy is not None else txm.open.get(rec.tx_id)
-        if tx is not None:
-            tx.messages.append(PreMessage.of(rec))
-            if copy is not None and copy.complete:
-                del txm.relocating[rec.tx_id]
-                txm.register(copy)
-    elif rtype == RecordType.REF_MESSAGE or rtype == RecordType.TX_MESSAGE:
-        entries.append(queue_entry(rec))
-        tx = txm.open.get(rec.tx_id)
-        if tx is not None:
-            tx.state = TxState.COMMITTING
-            target = rec.ref_offset
-            for m in tx.messages:
-                if m.offset == target:
-                    m.queue_offset = rec.queue_offset
-                    break
-    elif rtype == RecordType.COMMIT or rtype == RecordType.ROLLBACK:
-        txm.relocating.pop(rec.tx_id, None)
-        if ends is not None:
-            ends.append(tx_end(rec))
-        if rec.tx_id in txm.open:
-            txm.finish(rec.tx_id, TxState.COMMIT if rtype == RecordType.COMMIT
-                       else TxState.ROLLBACK)
+    elif ends is not None and (rtype == RecordType.COMMIT or rtype == RecordType.ROLLBACK):
+        ends.append(tx_end(rec))
+    redo_transaction_record(rec, txm)
 
 
 def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
@@ -201,7 +169,7 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     index.apply_floors(read_floors(os.path.join(data_dir, QUEUE_FLOORS_FILE)))
     queue_next = {q: hi for q, (_lo, hi) in index.all_queues().items()}
     # Pass 6: prove every open prepare complete. One whose PRE_MESSAGEs a crash cut short
-    # (fewer than its PREPARE announced) can never be committed: the broker rolls it back.
+    # (fewer than its PREPARE announced) can never be committed: roll_forward rolls it back.
     # A relocated copy a crash cut short is dropped: its original is whole and stays.
     for tx_id, copy in txm.relocating.items():
         log.warning("transaction %r: its relocation at %d was cut short (%d of %d messages); "

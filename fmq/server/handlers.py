@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from fmq.broker import Broker
+from fmq.engine.broker import Broker
 from fmq.errors import InvalidArgument
 from fmq.message import Message, SendResult, StoredMessage, check_count
 from fmq.protocol import PROTOCOL_VERSION, Op

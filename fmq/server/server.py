@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fmq.broker import Broker
+from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, InvalidArgument, ServerBusy
 from fmq.message import Message, check_fits, check_message
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error

@@ -1,9 +1,9 @@
 """The transaction manager: open transactions in memory, finished ids remembered, feedback
 leases handed out.
 
-It holds state only; the broker writes the log records and calls in here. Everything it
-knows is rebuilt by recovery's redo pass from PREPARE / PRE_MESSAGE / REF / TX / COMMIT /
-ROLLBACK records.
+It holds state only; :mod:`fmq.tx.writer` writes the log records and calls in here.
+Everything it knows is rebuilt by recovery's redo pass from PREPARE / PRE_MESSAGE / REF /
+TX / COMMIT / ROLLBACK records.
 
 Feedback timing uses the monotonic clock, so a wall-clock jump neither hides a
 transaction from the check-back nor offers it early.
@@ -54,7 +54,10 @@ class PreMessage:
 
 
 @dataclass
-class Transaction:
+class OpenTransaction:
+    """A transaction prepared in the log and not yet ended, as the broker tracks it (not
+    :class:`fmq.client.Transaction`, a producer's handle on one)."""
+
     tx_id: str
     producer_group: str
     prepare_offset: int
@@ -106,11 +109,11 @@ class TxManager:
         self.finished_memory = finished_memory
         self.check_after = check_after_ms / 1000.0
         self.check_max_interval = check_max_interval_ms / 1000.0
-        self.open: dict[str, Transaction] = {}
+        self.open: dict[str, OpenTransaction] = {}
         #: Recovery only: relocated copies of open transactions, read so far; one replaces
         #: its original once all its PRE_MESSAGEs are read (an interrupted relocation
         #: never replaces a whole original with a part).
-        self.relocating: dict[str, Transaction] = {}
+        self.relocating: dict[str, OpenTransaction] = {}
         self.finished: OrderedDict[str, TxState] = OrderedDict()
         self.lock = threading.Lock()
         self._uncertain = threading.Condition(self.lock)
@@ -155,11 +158,11 @@ class TxManager:
                 f"is {self.max_open}; commit or roll back some, or raise the limit"
             )
 
-    def register(self, tx: Transaction) -> None:
+    def register(self, tx: OpenTransaction) -> None:
         tx.next_check_at = tx.registered_at + self.check_after
         self.open[tx.tx_id] = tx
 
-    def get_for_end(self, tx_id: str, wanted: TxState) -> Transaction | TxState:
+    def get_for_end(self, tx_id: str, wanted: TxState) -> OpenTransaction | TxState:
         """The open transaction to commit/roll back, or its final state when it already
         ended that way. Raises on conflict or an unknown id (lock held by the caller)."""
         tx = self.open.get(tx_id)
@@ -209,7 +212,7 @@ class TxManager:
     # ------------------------------------------------------------------ feedback
 
     def poll_uncertain(self, producer_group: str, max_items: int, lease_ms: int,
-                       wait_ms: int, owner: object = None) -> list[Transaction]:
+                       wait_ms: int, owner: object = None) -> list[OpenTransaction]:
         """Open transactions of ``producer_group`` due for a check and not leased to
         someone else, leased to ``owner`` for ``lease_ms``; waits up to ``wait_ms`` for one
         to become due (long poll). The caller caps ``lease_ms``."""

@@ -26,9 +26,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import fmq
+from fmq.admin.rebuild_index import rebuild_index
 from fmq.datadir import INDEX_DIR, LOG_DIR
 from fmq.index import keys as K
-from fmq.index.rebuild import rebuild_index
 from fmq.index.store import IndexStore
 from fmq.log.record import FORMAT_MAX_RECORD, Record, RecordType
 from fmq.log.scanner import LogScanner

@@ -17,8 +17,8 @@ import time
 import pytest
 
 import fmq
-from fmq.index.rebuild import rebuild_index
-from fmq.log.repair import cut_log
+from fmq.admin.rebuild_index import rebuild_index
+from fmq.admin.repair import cut_log
 from tests.crashkit import ROOT, read_acks
 from tests.faults.invariants import log_records, record_key
 from tests.faults.workload import ack_path, body_for, config_kwargs, make_config

@@ -111,7 +111,7 @@ def test_deleting_the_index_loses_nothing(tmp_path):
 
 
 def test_index_rebuild_command_keeps_consumer_offsets(tmp_path):
-    from fmq.index.rebuild import rebuild_index
+    from fmq.admin.rebuild_index import rebuild_index
 
     fill(tmp_path, 40)
     with fmq.Broker.open(str(tmp_path), config()) as b:

@@ -218,7 +218,7 @@ def test_commit_cut_short_is_committing_and_the_broker_rolls_it_forward(spark, l
     """A crash between the REF/TX records and the COMMIT (seed 3.3.7.5): the rebuild
     reports the transaction as committing, keeps the checkpoint at its PREPARE, and the
     broker opening on the rebuilt index rolls it forward."""
-    from fmq.log.repair import cut_log
+    from fmq.admin.repair import cut_log
 
     recs = D.records(log_copy)
     commit = [r for r in recs if r.type.name == "COMMIT"][-1]
@@ -254,7 +254,7 @@ def test_prepare_cut_short_is_incomplete_and_the_broker_rolls_it_back(spark, log
     """A crash inside a prepare's PRE_MESSAGEs: the rebuild reports the transaction as
     incomplete (fewer PRE_MESSAGEs than its PREPARE announced), keeps the checkpoint at its
     PREPARE, and the broker opening on the rebuilt index rolls it back."""
-    from fmq.log.repair import cut_log
+    from fmq.admin.repair import cut_log
 
     recs = D.records(log_copy)
     pres: dict[str, list] = {}
@@ -280,7 +280,7 @@ def test_relocation_cut_short_keeps_the_original_and_the_checkpoint_before_it(sp
     """A crash inside retention's relocation of an open transaction (its new PREPARE and
     part of the copies durable): the rebuild keeps the checkpoint at the *first* PREPARE,
     so the broker replays the whole original and keeps the transaction open and whole."""
-    from fmq.log.repair import cut_log
+    from fmq.admin.repair import cut_log
 
     data = str(tmp_path / "data")
     bodies = [f"r{i}-".encode().ljust(300, b"r") for i in range(3)]
@@ -289,7 +289,7 @@ def test_relocation_cut_short_keeps_the_original_and_the_checkpoint_before_it(sp
         b.send(fmq.Message("plain", b"after"))
         with b.tx.lock:
             tx = b.tx.open["reloc"]
-        assert b._relocate(tx)
+        assert b.tx_writer.relocate(tx)
     recs = D.records(data)
     prepares = [r for r in recs if r.type.name == "PREPARE" and r.tx_id == "reloc"]
     assert [p.ref_offset for p in prepares] == [-1, prepares[0].log_offset]

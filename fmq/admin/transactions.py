@@ -1,4 +1,5 @@
-"""Open transactions of a stopped broker, read straight from its log (no index, no lock)."""
+"""Transactions of a stopped broker: list the open ones straight from its log (no index, no
+lock), or end one as an operator who knows what the producer decided."""
 
 from __future__ import annotations
 
@@ -6,20 +7,27 @@ import os
 import time
 
 from fmq.datadir import LOG_DIR
+from fmq.engine.broker import Broker
 from fmq.log.record import FORMAT_MAX_RECORD
 from fmq.log.scanner import LogScanner
-from fmq.recovery.recover import redo_record
 from fmq.tx.manager import TxManager
+from fmq.tx.redo import redo_transaction_record
+from fmq.tx.state import TxState
 
 
 def open_transactions_in_log(data_dir: str) -> list[dict]:
     """Replay every transaction record of the log and list those never ended."""
     txm = TxManager(max_open=1 << 62, finished_memory=0, check_after_ms=0,
                     check_max_interval_ms=1)
-    sink: list = []
     scanner = LogScanner(os.path.join(data_dir, LOG_DIR), on_corruption="raise",
                          copy_body=False, max_record_size=FORMAT_MAX_RECORD)
     for rec in scanner:
-        redo_record(rec, txm, sink)
-        sink.clear()
+        redo_transaction_record(rec, txm)
     return txm.list_open(time.time_ns() // 1_000_000)
+
+
+def resolve_transaction(data_dir: str, tx_id: str, decision: str) -> TxState:
+    """Open the stopped broker at ``data_dir`` (recovery runs, the lock is taken), commit
+    (``decision`` "commit") or roll back the transaction, close it again."""
+    with Broker.open(data_dir) as broker:
+        return broker.commit(tx_id) if decision == "commit" else broker.rollback(tx_id)

@@ -1,0 +1,328 @@
+"""The broker: opens a data directory (its lock, recovery), wires the log, the index, the
+dispatcher, transactions, checkpoints and retention together, and is the embedded API.
+
+Threads: callers append under the log lock (queue offsets are assigned there, so queue
+order is log order) and wait for the group commit without it; the dispatcher indexes
+flushed records; one maintenance thread runs the async flush, periodic checkpoints and
+retention.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+from fmq.config import BrokerConfig
+from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, index_exists
+from fmq.engine.admission import IndexAdmission
+from fmq.engine.checkpoints import Checkpointer
+from fmq.engine.maintenance import Upkeep, start_maintenance
+from fmq.engine.queues import Queues, append_messages
+from fmq.engine.reads import Reader
+from fmq.engine.retention import Retention
+from fmq.engine.stats import broker_stats
+from fmq.errors import BrokerClosed, IndexCorrupt
+from fmq.index.dispatcher import Dispatcher
+from fmq.index.store import IndexStore, destroy
+from fmq.log.fileio import OS_IO, FileIO
+from fmq.log.log import Log
+from fmq.message import Message, SendResult, StoredMessage, check_fits, check_message
+from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp
+from fmq.recovery.recover import recover
+from fmq.recovery.roll_forward import end_cut_transactions
+from fmq.tx.feedback import Feedback
+from fmq.tx.log_access import now_ms
+from fmq.tx.manager import TxManager
+from fmq.tx.state import TxState, UncertainTx
+from fmq.tx.writer import TxWriter
+
+logger = logging.getLogger("fmq.broker")
+
+
+class Broker:
+    """An open data directory. Use :meth:`Broker.open`; close with :meth:`close` or
+    ``with``."""
+
+    def __init__(self, path: str, config: BrokerConfig, io: FileIO) -> None:
+        self.path = os.path.abspath(path)
+        self.config = config
+        self.io = io
+        self._closed = True
+        self._lock = DataDirLock(self.path)
+
+    # ================================================================== open / close
+
+    @classmethod
+    def open(cls, path: str, config: BrokerConfig | None = None, *, io: FileIO = OS_IO,
+             progress: Callable[[int, int], None] | None = None) -> Broker:
+        """Open (creating if needed) the data directory at ``path`` and run recovery.
+        ``progress(done, total)`` is called with replayed bytes during recovery."""
+        broker = cls(path, config or BrokerConfig(), io)
+        try:
+            broker._open(progress)
+        except BaseException:
+            # a refused open (CorruptLog, ...) must not leak the index, segment fds or
+            # threads: a caller that retries would run out of descriptors and mappings
+            dispatcher = getattr(broker, "dispatcher", None)
+            if dispatcher is not None:
+                dispatcher.stop()
+            for part in ("index", "log"):
+                if getattr(broker, part, None) is not None:
+                    getattr(broker, part).close()
+            broker._release()
+            raise
+        return broker
+
+    def _open(self, progress: Callable[[int, int], None] | None) -> None:
+        cfg = self.config
+        os.makedirs(self.path, exist_ok=True)
+        self._lock.acquire()
+        remove_stale_temp(os.path.join(self.path, CHECKPOINT_FILE))
+        self.log = Log(os.path.join(self.path, LOG_DIR), cfg.segment_size, self.io)
+        # Segments keep the size they were created with: a smaller configured size must
+        # not make the decoder reject the larger records of older segments.
+        self.max_record_size = max([cfg.max_record_size] + [s.size for s in self.log.segments])
+        self.index, rebuilt = self._open_index()
+        self.tx = TxManager(cfg.max_open_transactions, cfg.tx_finished_memory,
+                            cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms,
+                            lookup_finished=self._indexed_tx_end)
+        report, queue_next = recover(self.path, self.log, self.index, self.tx,
+                                     max_record_size=self.max_record_size,
+                                     batch=cfg.dispatch_batch, index_rebuilt=rebuilt,
+                                     progress=progress)
+        self.log.start_at(report.end_offset)
+        self._queues = Queues(cfg.queues_per_topic, queue_next)
+        self.dispatcher = Dispatcher(self.log, self.index, cfg.dispatch_batch,
+                                     self.max_record_size, report.end_offset,
+                                     cfg.dispatch_max_pending,
+                                     cfg.index_retry_initial_ms / 1000.0,
+                                     cfg.index_retry_max_ms / 1000.0)
+        self.log.on_flushed = self.dispatcher.notify_flushed
+        self.log.on_append = self.dispatcher.on_append
+        self.dispatcher.start()
+        self._closed = False
+        self._admit = IndexAdmission(self.path, cfg, self.log, self.dispatcher)
+        self.tx_writer = TxWriter(self.log, self.tx, cfg, self._queues, self.max_record_size,
+                                  self._admit)
+        self._feedback = Feedback(self.tx, cfg, self.tx_writer.read_record, self.commit,
+                                  self.rollback)
+        self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,
+                              self._check_open)
+        end_cut_transactions(self.tx, self.tx_writer, report)
+        self.recovery = report
+        self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
+                                          self.tx, self.io)
+        self._retention = Retention(self.path, cfg, self.log, self.index, self.tx,
+                                    self.tx_writer, self._checkpointer, self.io, self.rollback)
+        self._stop = threading.Event()
+        self._maintenance = start_maintenance(
+            cfg, self.log, Upkeep(self.checkpoint, self._retention.roll_back_timed_out,
+                                  self.enforce_retention), self._stop)
+        logger.info(
+            "opened %s: replayed %d records (%d bytes) from %d in %.3fs; log end %d; "
+            "%d open transactions; rolled forward %d; torn tail %s",
+            self.path, report.records_replayed, report.bytes_replayed, report.start_offset,
+            report.seconds, report.end_offset, report.open_transactions,
+            len(report.rolled_forward), report.torn_tail,
+        )
+
+    def _open_index(self) -> tuple[IndexStore, bool]:
+        """The index, rebuilt from the log (True) when missing or unusable."""
+        index_path = os.path.join(self.path, INDEX_DIR)
+        rebuilt = not index_exists(index_path)
+        try:
+            index = IndexStore(index_path, self.config.index_map_size)
+        except IndexCorrupt as exc:
+            logger.warning("index unusable (%s): rebuilding it from the log", exc)
+            destroy(index_path)
+            index = IndexStore(index_path, self.config.index_map_size)
+            rebuilt = True
+        if rebuilt:
+            index.clear_derived()
+        return index, rebuilt
+
+    def _indexed_tx_end(self, tx_id: str) -> TxState | None:
+        end = self.index.tx_end(tx_id)
+        if end is None:
+            return None
+        return TxState.COMMIT if end[0] else TxState.ROLLBACK
+
+    def close(self) -> None:
+        """Flush, index everything flushed, checkpoint, release the directory."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._maintenance.join()
+        try:
+            if self.log.failed is None:
+                self.log.flush()
+            self.dispatcher.stop()
+            if self.log.failed is None and self.dispatcher.error is None:
+                self.checkpoint()
+        finally:
+            # also when the flush above failed: closing LMDB under a running dispatcher
+            # hung env.close() (found by the power-loss test)
+            self.dispatcher.stop()
+            self.index.close()
+            self.log.close()
+            self._release()
+
+    def _release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosed("the broker is closed; open it again with fmq.Broker.open")
+
+    # ================================================================== writing
+
+    def send(self, message: Message) -> SendResult:
+        """Append one message; returns once it is durable (sync flush mode)."""
+        return self.send_batch([message])[0]
+
+    def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Append several messages in one group commit; all or none are acknowledged."""
+        self._check_open()
+        cfg = self.config
+        for m in messages:
+            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
+            check_fits(m, cfg.segment_size)
+        if not messages:
+            return []
+        self._admit()
+        return append_messages(self.log, self._queues, messages, cfg.flush_mode == "sync")
+
+    def prepare(self, messages: Sequence[Message], producer_group: str,
+                tx_id: str | None = None) -> str:
+        """Store ``messages`` as a prepared transaction; nothing is consumable until commit.
+        Returns the transaction id once PREPARE and every PRE_MESSAGE are durable."""
+        self._check_open()
+        return self.tx_writer.prepare(messages, producer_group, tx_id)
+
+    def commit(self, tx_id: str) -> TxState:
+        """Make every message of the transaction consumable (REF/TX records, then COMMIT).
+        Idempotent: committing a committed transaction answers COMMIT."""
+        self._check_open()
+        return self.tx_writer.commit(tx_id)
+
+    def rollback(self, tx_id: str) -> TxState:
+        """Discard the transaction (ROLLBACK record). Idempotent; a conflict after commit."""
+        self._check_open()
+        return self.tx_writer.rollback(tx_id)
+
+    def transaction_queues(self, tx_id: str) -> set[tuple[str, int]]:
+        """The (topic, queue id) pairs an open transaction's messages go to; empty when it
+        is not open. Lets the server wake only the readers of those queues on a commit."""
+        with self.tx.lock:
+            tx = self.tx.open.get(tx_id)
+            return {(m.topic, m.queue_id) for m in tx.messages} if tx is not None else set()
+
+    # ================================================================== feedback
+
+    def poll_uncertain(self, producer_group: str, max_items: int = 16, lease_ms: int = 5000,
+                       wait_ms: int = 0, owner: object = None) -> list[UncertainTx]:
+        """Feedback: open transactions of ``producer_group`` older than ``tx_check_after_ms``
+        and not leased to another poller, with their messages; see
+        :meth:`fmq.tx.feedback.Feedback.poll_uncertain`."""
+        self._check_open()
+        return self._feedback.poll_uncertain(producer_group, max_items, lease_ms, wait_ms, owner)
+
+    def answer_uncertain(self, tx_id: str, state: TxState, owner: object = None) -> TxState:
+        """A producer's answer to a feedback offer: commit, rollback or unknown."""
+        return self._feedback.answer_uncertain(tx_id, state, owner)
+
+    def release_feedback_leases(self, owner: object) -> int:
+        """Return every feedback lease ``owner`` holds (its connection closed): those
+        transactions are offered to the next poll at once. Returns how many."""
+        return self._feedback.release_leases(owner)
+
+    def open_transactions(self) -> list[dict]:
+        """Open transactions, oldest first: id, group, state, age, checks, messages, offset."""
+        return self.tx.list_open(now_ms())
+
+    # ================================================================== reading
+
+    def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
+             max_bytes: int | None = None) -> list[StoredMessage]:
+        """Up to ``max_messages`` consumable messages of a queue from queue offset ``offset``.
+        An offset below the queue's minimum (deleted by retention) starts at the minimum.
+        ``max_bytes`` stops before the message whose stored record would take the bytes
+        read past it (the first message is always read)."""
+        return self._reader.pull(topic, queue_id, offset, max_messages, max_bytes)
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, next offset) of a queue: what is consumable now."""
+        return self._reader.queue_range(topic, queue_id)
+
+    def messages_by_key(self, topic: str, key: str, limit: int = 100,
+                        max_bytes: int | None = None) -> list[StoredMessage]:
+        """Up to ``limit`` messages of ``topic`` with ``key``. ``max_bytes`` stops once the
+        bodies, names and properties read add up to more (the first message always counts)."""
+        return self._reader.messages_by_key(topic, key, limit, max_bytes)
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (the next offset when
+        none is)."""
+        return self._reader.offset_for_time(topic, queue_id, timestamp_ms)
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
+        """Record that ``group`` consumed ``topic``/``queue_id`` below ``next_offset``. It
+        survives a process kill at once; a power loss only after the next checkpoint."""
+        self._reader.commit_offset(group, topic, queue_id, next_offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self._reader.committed_offset(group, topic, queue_id)
+
+    def all_messages(self, topics: Iterable[str]) -> dict[tuple[str, int], list[StoredMessage]]:
+        """Every consumable message of ``topics`` by queue (tools and tests)."""
+        return self._reader.all_messages(topics)
+
+    def wait_indexed(self, timeout: float | None = 10.0) -> bool:
+        """Block until everything flushed so far is indexed (consumable)."""
+        return self.dispatcher.wait_applied(self.log.flushed_offset, timeout)
+
+    # ================================================================== upkeep
+
+    def checkpoint(self) -> Checkpoint:
+        """(1) read the applied offset, (2) sync the index, (3) write min(applied, oldest
+        open PREPARE) atomically."""
+        return self._checkpointer.checkpoint()
+
+    @property
+    def last_checkpoint(self) -> Checkpoint | None:
+        return self._checkpointer.last
+
+    @property
+    def tx_relocations(self) -> int:
+        """Open transactions retention rewrote at the log head."""
+        return self.tx_writer.relocations
+
+    @property
+    def tx_timeouts(self) -> int:
+        """Transactions ``tx_timeout_ms`` rolled back."""
+        return self._retention.timeouts
+
+    def enforce_retention(self, now: float | None = None) -> list[str]:
+        """Delete whole segments, oldest first, past ``retention_ms`` or while the log is
+        over ``retention_bytes``; never the active one, never one reaching the
+        checkpoint's recovery offset (which also protects every open transaction's
+        PRE_MESSAGEs). An open transaction whose PREPARE pins a segment due for deletion is
+        relocated to the log head first, so an abandoned transaction cannot keep the log
+        growing. Returns the deleted file names."""
+        self._check_open()
+        return self._retention.enforce(now)
+
+    def stats(self) -> dict:
+        """Counters and offsets of the running broker (``fmq stats``, STATS)."""
+        self._check_open()
+        return broker_stats(self.log, self.dispatcher, self.tx, self.tx_writer,
+                            self._retention, self._checkpointer)

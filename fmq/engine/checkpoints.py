@@ -1,0 +1,55 @@
+"""The checkpoint of a running broker: where the next recovery may start."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from fmq.datadir import CHECKPOINT_FILE
+from fmq.errors import StorageError
+from fmq.index.dispatcher import Dispatcher
+from fmq.index.store import IndexStore
+from fmq.log.fileio import FileIO
+from fmq.log.log import Log
+from fmq.recovery.checkpoint import Checkpoint, write_checkpoint
+from fmq.tx.manager import TxManager
+
+logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
+
+
+class Checkpointer:
+    """Writes checkpoints and remembers the last one written."""
+
+    def __init__(self, path: str, log_: Log, index: IndexStore, dispatcher: Dispatcher,
+                 txm: TxManager, io: FileIO) -> None:
+        self.file = os.path.join(path, CHECKPOINT_FILE)
+        self.log = log_
+        self.index = index
+        self.dispatcher = dispatcher
+        self.tx = txm
+        self.io = io
+        self.last: Checkpoint | None = None
+
+    def checkpoint(self) -> Checkpoint:
+        """(1) read the applied offset, (2) sync the index, (3) write min(applied, oldest
+        open PREPARE) atomically."""
+        applied = self.dispatcher.applied_offset
+        oldest = self.tx.oldest_prepare_offset()
+        recovery = applied if oldest is None else min(applied, oldest)
+        try:
+            self.index.sync()
+            cp = write_checkpoint(self.file, recovery, applied, self.log.next_offset, self.io)
+        except OSError as exc:
+            # The previous checkpoint file is intact (replaced only by rename): recovery
+            # just replays more. Say so in FMQ's terms rather than as a bare OSError.
+            raise StorageError(
+                f"could not write the checkpoint ({exc}); the previous one stays valid and "
+                f"nothing acknowledged is at risk. Free space or fix the disk; the next "
+                f"checkpoint retries") from exc
+        previous, self.last = self.last, cp
+        moved = previous is None or (previous.recovery_offset, previous.applied_offset) != (
+            recovery, applied)
+        # One line when it moved; an idle broker does not repeat itself every interval.
+        logger.log(logging.INFO if moved else logging.DEBUG,
+                   "checkpoint: recovery offset %d (applied %d)", recovery, applied)
+        return cp

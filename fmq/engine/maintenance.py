@@ -1,0 +1,54 @@
+"""The broker's one background thread: the async flush, periodic checkpoints, the
+transaction timeout and retention, each on its own interval."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from fmq.config import BrokerConfig
+from fmq.log.log import Log
+
+logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
+
+
+class Upkeep:
+    """What the thread runs: the broker's checkpoint, timeout and retention steps."""
+
+    def __init__(self, checkpoint: Callable[[], object], roll_back_timed_out: Callable[[], None],
+                 enforce_retention: Callable[[], object]) -> None:
+        self.checkpoint = checkpoint
+        self.roll_back_timed_out = roll_back_timed_out
+        self.enforce_retention = enforce_retention
+
+
+def start_maintenance(config: BrokerConfig, log_: Log, upkeep: Upkeep,
+                      stop: threading.Event) -> threading.Thread:
+    """Start the maintenance thread; it ends once ``stop`` is set."""
+    thread = threading.Thread(target=_maintain, args=(config, log_, upkeep, stop),
+                              name="fmq-maintenance", daemon=True)
+    thread.start()
+    return thread
+
+
+def _maintain(cfg: BrokerConfig, log_: Log, upkeep: Upkeep, stop: threading.Event) -> None:
+    next_cp = time.monotonic() + cfg.checkpoint_interval_ms / 1000.0
+    next_ret = time.monotonic() + cfg.retention_interval_ms / 1000.0
+    tick = cfg.flush_interval_ms / 1000.0 if cfg.flush_mode == "async" else 0.2
+    while not stop.wait(tick):
+        try:
+            if cfg.flush_mode == "async":
+                log_.flush()
+            now = time.monotonic()
+            if cfg.checkpoint_interval_ms and now >= next_cp:
+                upkeep.checkpoint()
+                next_cp = now + cfg.checkpoint_interval_ms / 1000.0
+            if cfg.tx_timeout_ms:
+                upkeep.roll_back_timed_out()
+            if cfg.retention_interval_ms and now >= next_ret:
+                upkeep.enforce_retention()
+                next_ret = now + cfg.retention_interval_ms / 1000.0
+        except Exception:  # noqa: BLE001 - reported, the next tick tries again
+            logger.exception("background maintenance failed")

@@ -1,0 +1,65 @@
+"""Queues of the write path: which queue a message goes to, the next queue offset of every
+queue, and the plain send path that places MESSAGE records.
+
+Queue offsets are assigned under the log lock, so queue order is log order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fmq.log.crc import crc32c
+from fmq.log.log import Log
+from fmq.log.record import Record, RecordType
+from fmq.message import Message, SendResult
+from fmq.tx.log_access import now_ms, reserve_segments
+
+
+class Queues:
+    """Queue choice and queue-offset allocation (the log lock held by the caller)."""
+
+    def __init__(self, queues_per_topic: int, queue_next: dict[tuple[str, int], int]) -> None:
+        self.queues_per_topic = queues_per_topic
+        self._next = queue_next
+        self._round_robin: dict[str, int] = {}
+
+    def pick_queue(self, message: Message) -> int:
+        """The message's own queue id, else its key's hash, else round robin per topic."""
+        n = self.queues_per_topic
+        if message.queue_id is not None:
+            return message.queue_id
+        if message.key:
+            return crc32c(message.key.encode()) % n
+        rr = self._round_robin.get(message.topic, 0)
+        self._round_robin[message.topic] = rr + 1
+        return rr % n
+
+    def next_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next record of the queue gets."""
+        return self._next.get((topic, queue_id), 0)
+
+    def advance(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        """``queue_offset`` is taken (its record is placed)."""
+        self._next[(topic, queue_id)] = queue_offset + 1
+
+
+def append_messages(log_: Log, queues: Queues, messages: Sequence[Message],
+                    sync: bool) -> list[SendResult]:
+    """Place one MESSAGE record per message (all or none: the segments are reserved first)
+    and wait for the group commit that makes them durable."""
+    results = []
+    store_time = now_ms()
+    with log_.lock:
+        reserve_segments(log_, messages)
+        for m in messages:
+            qid = queues.pick_queue(m)
+            qoff = queues.next_offset(m.topic, qid)
+            rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid,
+                         queue_offset=qoff, topic=m.topic, key=m.key or None,
+                         tags=m.tags or None, properties=m.properties, body=bytes(m.body))
+            log_.append_locked(rec)
+            queues.advance(m.topic, qid, qoff)
+            results.append(SendResult(rec.log_offset, qid, qoff))
+        end = log_.next_offset
+    log_.wait_durable(end, sync=sync)
+    return results

@@ -1,0 +1,141 @@
+"""The read side: pull from a queue, queue ranges, lookups by key and by time, consumer
+group offsets. Everything read here is what the index made consumable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from fmq.config import BrokerConfig
+from fmq.engine.queues import Queues
+from fmq.errors import OffsetOutOfRange
+from fmq.index.store import IndexStore
+from fmq.log.log import Log
+from fmq.log.record import decode
+from fmq.message import (
+    StoredMessage,
+    check_count,
+    check_label,
+    check_name,
+    check_offset,
+    check_queue_id,
+    check_topic,
+)
+
+
+class Reader:
+    """Reads of one broker; ``check_open()`` raises once the broker is closed."""
+
+    def __init__(self, log_: Log, index: IndexStore, config: BrokerConfig, queues: Queues,
+                 max_record_size: int, check_open: Callable[[], None]) -> None:
+        self.log = log_
+        self.index = index
+        self.config = config
+        self.queues = queues
+        self.max_record_size = max_record_size
+        self.check_open = check_open
+
+    def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
+             max_bytes: int | None = None) -> list[StoredMessage]:
+        """See :meth:`fmq.engine.broker.Broker.pull`."""
+        self.check_open()
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_offset(offset)
+        check_count(max_messages, "max_messages")
+        lo, _hi = self.index.queue_range(topic, queue_id)
+        entries = self.index.queue_entries(topic, queue_id, max(offset, lo), max_messages)
+        out = []
+        read = 0
+        for qoff, doff, dsize, _th, st in entries:
+            if max_bytes is not None:
+                read += dsize
+                if out and read > max_bytes:
+                    break
+            try:
+                data = self.log.read(doff, dsize)
+            except OffsetOutOfRange:
+                if doff < self.log.first_offset:
+                    continue  # retention deleted its segment after we read the index
+                raise
+            rec = decode(data, 0, base_offset=doff, max_record_size=self.max_record_size)
+            out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
+                                     rec.properties or {}, st))
+        return out
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, next offset) of a queue: what is consumable now."""
+        self.check_open()
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        return self.index.queue_range(topic, queue_id)
+
+    def messages_by_key(self, topic: str, key: str, limit: int = 100,
+                        max_bytes: int | None = None) -> list[StoredMessage]:
+        """See :meth:`fmq.engine.broker.Broker.messages_by_key`."""
+        self.check_open()
+        check_topic(topic)
+        check_label(key, "key", allow_none=False)
+        out = []
+        read = 0
+        for qid, qoff in self.index.key_lookup(topic, key, limit):
+            for m in self.pull(topic, qid, qoff, 1)[:1]:
+                if m.key != key:
+                    continue
+                out.append(m)
+                read += (len(m.body) + len(m.topic) + len(key) + len(m.tags or "")
+                         + sum(len(k) + len(v) for k, v in m.properties.items()))
+            if max_bytes is not None and read >= max_bytes:
+                break
+        return out
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (the next offset when
+        none is)."""
+        self.check_open()
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_offset(timestamp_ms, "timestamp_ms")
+        found = self.index.offset_for_time(topic, queue_id, timestamp_ms)
+        return self.index.queue_range(topic, queue_id)[1] if found is None else found
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
+        """See :meth:`fmq.engine.broker.Broker.commit_offset`."""
+        self.check_open()
+        check_name(group, "group", allow_none=False)
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_offset(next_offset, "next_offset")
+        # The write path's next offset counts too: a message acknowledged a moment ago may
+        # not be indexed yet, and committing just past it is legitimate.
+        end = max(self.index.queue_range(topic, queue_id)[1],
+                  self.queues.next_offset(topic, queue_id))
+        if next_offset > end:
+            raise OffsetOutOfRange(
+                f"next_offset {next_offset} is past the end of queue {queue_id} of topic "
+                f"{topic!r}: commit an offset in 0..{end} (the queue's next offset)")
+        self.index.commit_offset(group, topic, queue_id, next_offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The next offset ``group`` committed for the queue (None: never committed)."""
+        self.check_open()
+        check_name(group, "group", allow_none=False)
+        check_topic(topic)
+        check_queue_id(queue_id, self.config.queues_per_topic)
+        return self.index.committed_offset(group, topic, queue_id)
+
+    def all_messages(self, topics: Iterable[str]) -> dict[tuple[str, int], list[StoredMessage]]:
+        """Every consumable message of ``topics`` by queue (tools and tests)."""
+        out = {}
+        for topic in topics:
+            for qid in range(self.config.queues_per_topic):
+                lo, hi = self.index.queue_range(topic, qid)
+                msgs = []
+                off = lo
+                while off < hi:
+                    batch = self.pull(topic, qid, off, 256)
+                    if not batch:
+                        break
+                    msgs.extend(batch)
+                    off = batch[-1].queue_offset + 1
+                out[(topic, qid)] = msgs
+        return out

@@ -1,0 +1,248 @@
+"""The transaction records in the log: PREPARE and its PRE_MESSAGEs, the REF or TX record
+each message gets on commit (and the rule choosing between them), COMMIT, ROLLBACK, and
+the rewrite of an open transaction at the log head (relocation).
+
+The writer holds no state of its own: open transactions live in
+:class:`~fmq.tx.manager.TxManager`, queue offsets with whoever implements
+:class:`QueueAssigner` (the engine's queues).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from fmq.config import BrokerConfig
+from fmq.errors import InvalidArgument
+from fmq.log.log import Log
+from fmq.log.record import HEADER_SIZE, Record, RecordType, encoded_length
+from fmq.message import Message, check_fits, check_label, check_message, check_name
+from fmq.tx.ids import new_tx_id
+from fmq.tx.log_access import now_ms, read_record, reserve_segments
+from fmq.tx.manager import OpenTransaction, PreMessage, TxManager
+from fmq.tx.state import TxState
+
+logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
+
+
+class QueueAssigner(Protocol):
+    """Queue choice and queue-offset allocation, called with the log lock held."""
+
+    def pick_queue(self, message: Message) -> int: ...
+
+    def next_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def advance(self, topic: str, queue_id: int, queue_offset: int) -> None: ...
+
+
+class TxWriter:
+    """Writes every transaction record; ``admit()`` refuses a prepare the index could not
+    make consumable (it raises)."""
+
+    def __init__(self, log_: Log, txm: TxManager, config: BrokerConfig, queues: QueueAssigner,
+                 max_record_size: int, admit: Callable[[], None]) -> None:
+        self.log = log_
+        self.tx = txm
+        self.config = config
+        self.queues = queues
+        self.max_record_size = max_record_size
+        self.admit = admit
+        self.relocations = 0  # open transactions rewritten at the log head
+
+    def read_record(self, offset: int, size: int) -> Record:
+        """The stored record (a PRE_MESSAGE) at ``offset``, decoded and checked."""
+        return read_record(self.log, offset, size, self.max_record_size)
+
+    # ------------------------------------------------------------------ prepare
+
+    def prepare(self, messages: Sequence[Message], producer_group: str,
+                tx_id: str | None = None) -> str:
+        """PREPARE (announcing the message count) and one PRE_MESSAGE per message, durable
+        before it returns the transaction id."""
+        cfg = self.config
+        check_name(producer_group, "producer_group", allow_none=False)
+        if tx_id is None:
+            tx_id = new_tx_id()
+        check_name(tx_id, "tx_id", allow_none=False)
+        if not messages:
+            raise InvalidArgument("a transaction needs at least one message")
+        if len(messages) > cfg.max_messages_per_transaction:
+            raise InvalidArgument(
+                f"a transaction may hold at most {cfg.max_messages_per_transaction} messages "
+                f"(max_messages_per_transaction); got {len(messages)}")
+        overhead = len(tx_id.encode()) + len(producer_group.encode())
+        for m in messages:
+            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
+            check_fits(m, cfg.segment_size, overhead)
+        self.admit()
+        store_time = now_ms()
+        log_ = self.log
+        with self.tx.lock:
+            self.tx.reserve(tx_id)
+            with log_.lock:
+                reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
+                # ref_size = the message count: recovery proves the prepare complete by it.
+                prep = Record(RecordType.PREPARE, store_time=store_time, tx_id=tx_id,
+                              producer_group=producer_group, ref_size=len(messages))
+                log_.append_locked(prep)
+                tx = OpenTransaction(tx_id, producer_group, prep.log_offset, store_time,
+                                     expected_messages=len(messages))
+                self.tx.register(tx)
+                try:
+                    for m in messages:
+                        qid = self.queues.pick_queue(m)
+                        rec = Record(RecordType.PRE_MESSAGE, store_time=store_time, queue_id=qid,
+                                     topic=m.topic, tx_id=tx_id, producer_group=producer_group,
+                                     key=m.key or None, tags=m.tags or None,
+                                     properties=m.properties, body=bytes(m.body))
+                        log_.append_locked(rec)
+                        tx.messages.append(PreMessage.of(rec))
+                except BaseException:
+                    self.tx.forget(tx_id)
+                    raise
+                end = log_.next_offset
+        try:
+            log_.wait_durable(end, sync=True)
+        except BaseException:
+            with self.tx.lock:
+                self.tx.forget(tx_id)
+            raise
+        with self.tx.lock:
+            tx.prepared = True
+        self.tx.notify()
+        return tx_id
+
+    # ------------------------------------------------------------------ commit / rollback
+
+    def commit(self, tx_id: str) -> TxState:
+        """Commit by id; idempotent (a committed transaction answers COMMIT)."""
+        return self._end(tx_id, TxState.COMMIT, self.commit_tx)
+
+    def rollback(self, tx_id: str) -> TxState:
+        """Roll back by id; idempotent, a conflict after commit."""
+        return self._end(tx_id, TxState.ROLLBACK, self.write_rollback)
+
+    def _end(self, tx_id: str, wanted: TxState,
+             write: Callable[[OpenTransaction], None]) -> TxState:
+        check_label(tx_id, "tx_id", allow_none=False)
+        with self.tx.lock:
+            found = self.tx.get_for_end(tx_id, wanted)
+        if isinstance(found, TxState):
+            return found
+        with found.busy:
+            with self.tx.lock:  # it may have ended while we waited for `busy`
+                again = self.tx.get_for_end(tx_id, wanted)
+            if isinstance(again, TxState):
+                return again
+            write(found)
+        return wanted
+
+    def commit_tx(self, tx: OpenTransaction) -> None:
+        """Write the missing REF/TX records and the COMMIT, wait for durability, forget the
+        transaction. Also recovery's roll-forward of a commit a crash cut short."""
+        cfg = self.config
+        log_ = self.log
+        pending = [m for m in tx.messages if m.queue_offset < 0]
+        bodies: dict[int, Record] = {}
+
+        def pre_record(m: PreMessage) -> Record:
+            if m.offset not in bodies:
+                bodies[m.offset] = self.read_record(m.offset, m.size)
+            return bodies[m.offset]
+
+        for m in pending:  # read outside the log lock what will surely be copied
+            if m.body_size < cfg.tx_copy_threshold:
+                pre_record(m)
+        store_time = now_ms()
+        with log_.lock:
+            # A REF or TX record is never larger than its PRE_MESSAGE.
+            log_.reserve_locked([m.size for m in pending] + [
+                HEADER_SIZE + len(tx.tx_id.encode()) + len(tx.producer_group.encode())])
+            tx.state = TxState.COMMITTING  # after the reservation: a refusal changes nothing
+            for m in pending:
+                qoff = self.queues.next_offset(m.topic, m.queue_id)
+                ref = Record(RecordType.REF_MESSAGE, store_time=store_time, queue_id=m.queue_id,
+                             queue_offset=qoff, ref_offset=m.offset, ref_size=m.size,
+                             topic=m.topic, tx_id=tx.tx_id, key=m.key, tags=m.tags)
+                if self._must_copy(m, ref):
+                    pre = pre_record(m)
+                    ref.type = RecordType.TX_MESSAGE
+                    ref.properties = pre.properties
+                    ref.body = pre.body
+                log_.append_locked(ref)
+                self.queues.advance(m.topic, m.queue_id, qoff)
+                m.queue_offset = qoff
+            commit = Record(RecordType.COMMIT, store_time=store_time, tx_id=tx.tx_id,
+                            producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
+            log_.append_locked(commit)
+            end = log_.next_offset
+        log_.wait_durable(end, sync=True)
+        with self.tx.lock:
+            self.tx.finish(tx.tx_id, TxState.COMMIT)
+
+    def _must_copy(self, m: PreMessage, ref: Record) -> bool:
+        """REF versus copy: a small body is copied (a TX record), and so is one whose
+        PRE_MESSAGE is not in the active segment or whose REF would not fit in it (a REF
+        must never point into another segment, which retention may delete on its own)."""
+        active = self.log.active_segment
+        return (m.body_size < self.config.tx_copy_threshold or active is None
+                or m.offset < active.base
+                or not self.log.fits_in_active(encoded_length(ref)))
+
+    def write_rollback(self, tx: OpenTransaction) -> None:
+        """Append the transaction's ROLLBACK record, wait until it is durable, and forget
+        the transaction."""
+        log_ = self.log
+        with log_.lock:
+            rec = Record(RecordType.ROLLBACK, store_time=now_ms(), tx_id=tx.tx_id,
+                         producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
+            log_.append_locked(rec)
+            end = log_.next_offset
+        log_.wait_durable(end, sync=True)
+        with self.tx.lock:
+            self.tx.finish(tx.tx_id, TxState.ROLLBACK)
+
+    # ------------------------------------------------------------------ relocation
+
+    def relocate(self, tx: OpenTransaction) -> bool:
+        """Rewrite an open transaction at the log head: a PREPARE whose ``ref_offset`` names
+        the current one, then copies of its PRE_MESSAGEs, in one group commit. Recovery
+        takes the copy only once it is complete, so a crash at any point leaves one whole
+        copy; the in-memory transaction switches to the copy once it is durable. False when
+        it cannot move now (being ended, committing, or not yet prepared)."""
+        if not tx.busy.acquire(blocking=False):
+            return False  # being committed or rolled back right now
+        try:
+            with self.tx.lock:
+                if (self.tx.open.get(tx.tx_id) is not tx or tx.state != TxState.OPEN
+                        or not tx.prepared or tx.referenced):
+                    return False
+                messages = list(tx.messages)
+            pres = [self.read_record(m.offset, m.size) for m in messages]
+            log_ = self.log
+            with log_.lock:
+                prep = Record(RecordType.PREPARE, store_time=tx.store_time, tx_id=tx.tx_id,
+                              producer_group=tx.producer_group, ref_size=len(pres),
+                              ref_offset=tx.prepare_offset)
+                log_.append_locked(prep)
+                moved = []
+                for pre in pres:
+                    rec = Record(RecordType.PRE_MESSAGE, store_time=pre.store_time,
+                                 queue_id=pre.queue_id, topic=pre.topic, tx_id=tx.tx_id,
+                                 producer_group=tx.producer_group, key=pre.key, tags=pre.tags,
+                                 properties=pre.properties, body=bytes(pre.body))
+                    log_.append_locked(rec)
+                    moved.append(PreMessage.of(rec))
+                end = log_.next_offset
+            log_.wait_durable(end, sync=True)
+            old_offset = tx.prepare_offset
+            with self.tx.lock:
+                tx.prepare_offset = prep.log_offset
+                tx.messages = moved
+            self.relocations += 1
+            logger.info("retention relocated open transaction %r (%d messages) from %d to %d",
+                        tx.tx_id, len(moved), old_offset, prep.log_offset)
+            return True
+        finally:
+            tx.busy.release()
