@@ -215,7 +215,7 @@ def test_spark_submit_of_the_module(built_log, log_copy, tmp_path):
 
 
 def test_commit_cut_short_is_committing_and_the_broker_rolls_it_forward(spark, log_copy):
-    """A crash between the REF/TX records and the COMMIT (seed 3.3.7.5): the rebuild
+    """A crash between the REF/TX records and the COMMIT (stage S5 of docs/transactions.md): the rebuild
     reports the transaction as committing, keeps the checkpoint at its PREPARE, and the
     broker opening on the rebuilt index rolls it forward."""
     from fmq.admin.repair import cut_log

@@ -1,9 +1,9 @@
-"""The seed's crash analysis (3.3.7.1 - 3.3.7.8), one SIGKILL per stage.
+"""The crash table of docs/transactions.md (stages S1 - S8), one SIGKILL per stage.
 
 A child process sends one plain message, then runs a three-message transaction; the
 crash harness kills it with SIGKILL at the exact point of the stage (an armed I/O
-operation, not a sleep). The parent reopens the broker and checks the outcome the seed
-predicts, with FMQ's roll-forward where a commit was under way, then completes the
+operation, not a sleep). The parent reopens the broker and checks the outcome the table
+predicts (roll-forward where a commit was under way), then completes the
 transaction the way the producer would through feedback and checks that every message is
 consumable exactly once, and that nothing of a rolled-back or open transaction is ever
 pulled.
@@ -47,28 +47,28 @@ sys.exit(3)  # the armed crash never came
 # stage: (phase, arm, open after recovery?, PRE_MESSAGEs recovered, decision the producer
 #         gives feedback (None: feedback must offer nothing), committed in the end?)
 STAGES = {
-    "3.3.7.1 before PREPARE flush": ("prepare", dict(op="pwrite", mode="before"),
+    "S1 before PREPARE flush": ("prepare", dict(op="pwrite", mode="before"),
                                      False, 0, None, False),
     # A prepare cut short is incomplete (fewer PRE_MESSAGEs than its PREPARE announced):
     # recovery rolls it back, so feedback never offers it and nobody can commit it.
-    "3.3.7.2 PREPARE durable, before PRE_MESSAGE flush": (
+    "S2 PREPARE durable, before PRE_MESSAGE flush": (
         "prepare", dict(op="pwrite", mode="records", records=1), False, 0, None, False),
-    "3.3.7.3 inside PRE_MESSAGE flush": (
+    "S3 inside PRE_MESSAGE flush": (
         "prepare", dict(op="pwrite", mode="records", records=2, extra=150), False, 1,
         None, False),
-    "3.3.7.3b PRE_MESSAGEs durable, ack lost": (
+    "S3b PRE_MESSAGEs durable, ack lost": (
         "prepare", dict(op="fdatasync", mode="after"), True, 3, "rollback", False),
-    "3.3.7.4 before REF flush": ("commit", dict(op="pwrite", mode="before"), True, 3,
+    "S4 before REF flush": ("commit", dict(op="pwrite", mode="before"), True, 3,
                                  "commit", True),
-    "3.3.7.5 inside REF flush": ("commit", dict(op="pwrite", mode="records", records=1,
+    "S5 inside REF flush": ("commit", dict(op="pwrite", mode="records", records=1,
                                                 extra=30), False, 3, None, True),
-    "3.3.7.6 before COMMIT flush": ("commit", dict(op="pwrite", mode="records", records=3),
+    "S6 before COMMIT flush": ("commit", dict(op="pwrite", mode="records", records=3),
                                     False, 3, None, True),
-    "3.3.7.7 after COMMIT flush": ("commit", dict(op="fdatasync", mode="after"), False, 3,
+    "S7 after COMMIT flush": ("commit", dict(op="fdatasync", mode="after"), False, 3,
                                    None, True),
-    "3.3.7.8a before ROLLBACK flush": ("rollback", dict(op="pwrite", mode="before"), True, 3,
+    "S8a before ROLLBACK flush": ("rollback", dict(op="pwrite", mode="before"), True, 3,
                                        "rollback", False),
-    "3.3.7.8b after ROLLBACK flush": ("rollback", dict(op="fdatasync", mode="after"), False,
+    "S8b after ROLLBACK flush": ("rollback", dict(op="fdatasync", mode="after"), False,
                                       3, None, False),
 }
 
@@ -93,9 +93,9 @@ def test_crash_at_stage(tmp_path, stage):
         assert [t["tx_id"] for t in open_txs] == (["tx-1"] if open_after else [])
         if open_after:
             assert open_txs[0]["messages"] == pre_count
-        if stage.startswith(("3.3.7.5", "3.3.7.6")):
+        if stage.startswith(("S5", "S6")):
             assert b.recovery.rolled_forward == ["tx-1"]
-        cut_prepare = stage.startswith(("3.3.7.2", "3.3.7.3 "))
+        cut_prepare = stage.startswith(("S2", "S3 "))
         assert b.recovery.incomplete_prepares == (["tx-1"] if cut_prepare else [])
         if cut_prepare:
             with pytest.raises(fmq.TransactionConflict):
