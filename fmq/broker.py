@@ -40,20 +40,19 @@ from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.log import Log
 from fmq.log.record import HEADER_SIZE, Record, RecordType, decode
 from fmq.log.segment import Segment
+from fmq.log.sizing import check_fits, encoded_size
 from fmq.message import (
     MAX_NAME,
     Message,
     SendResult,
     StoredMessage,
     check_count,
-    check_fits,
     check_label,
     check_message,
     check_name,
     check_offset,
     check_queue_id,
     check_topic,
-    encoded_size,
 )
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp, write_checkpoint
 from fmq.recovery.floors import write_floors

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from fmq.datadir import TEMP_SUFFIX, format_segment_name
 from fmq.errors import LogFailed, OffsetOutOfRange, SegmentUnavailable
 from fmq.log.fileio import OS_IO, FileIO
-from fmq.log.record import HEADER_SIZE, Record, encode, filler
+from fmq.log.record import HEADER_SIZE, Record, encode_into, filler
 from fmq.log.scanner import list_segments
 from fmq.log.segment import Segment
 
@@ -135,22 +135,33 @@ class Log:
         record is durable only after :meth:`wait_durable` for its end offset returns.
         """
         self._check_writable()
-        seg = self._active
-        record.log_offset = self._next_offset
-        data = encode(record)
-        if seg is None or self._position + len(data) + HEADER_SIZE > seg.size:
+        if self._active is None:
             self._roll()
+        chunk = self._chunk_for_active()
+        start = len(chunk.data)
+        record.log_offset = self._next_offset
+        size = encode_into(chunk.data, start, record)
+        if self._position + size + HEADER_SIZE > self._active.size:
+            del chunk.data[start:]  # does not fit: the record goes to the next segment
+            if not chunk.data:
+                self._chunks.pop()
+            self._roll()
+            chunk = self._chunk_for_active()
+            start = len(chunk.data)
             record.log_offset = self._next_offset
-            data = encode(record)
-        chunks = self._chunks
-        if not chunks or chunks[-1].segment is not self._active:
-            chunks.append(_Chunk(self._active, self._position))
-        chunks[-1].data += data
-        self._position += len(data)
-        self._next_offset += len(data)
+            size = encode_into(chunk.data, start, record)
+        data = bytes(memoryview(chunk.data)[start : start + size])
+        self._position += size
+        self._next_offset += size
         if self.on_append is not None:
             self.on_append(record)
         return data
+
+    def _chunk_for_active(self) -> _Chunk:
+        chunks = self._chunks
+        if not chunks or chunks[-1].segment is not self._active:
+            chunks.append(_Chunk(self._active, self._position))
+        return chunks[-1]
 
     def reserve_locked(self, sizes: Iterable[int]) -> None:
         """Create now every segment that appending records of ``sizes`` (in this order)
