@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable
 from fmq.datadir import TEMP_SUFFIX, format_segment_name
 from fmq.errors import LogFailed, OffsetOutOfRange, SegmentUnavailable
 from fmq.log.fileio import OS_IO, FileIO
+from fmq.log.reader import list_segments
 from fmq.log.record import HEADER_SIZE, Record, encode_into, filler
-from fmq.log.scanner import list_segments
 from fmq.log.segment import Segment
 
 logger = logging.getLogger(__name__)

@@ -12,8 +12,9 @@ from fmq.datadir import format_segment_name, parse_segment_name
 from fmq.errors import LogFailed
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
+from fmq.log.reader import list_segments
 from fmq.log.record import HEADER_SIZE, Record, RecordType
-from fmq.log.scanner import LogScanner, list_segments
+from fmq.log.scanner import LogScanner
 
 
 def append(log: Log, body: bytes = b"x" * 100, sync: bool = True) -> Record:
