@@ -11,7 +11,7 @@ from fmq.cli.main import cli
 
 from fmq.log.reader import list_segments
 from fmq.log.scanner import LogScanner
-from fmq.spark.source import RECORD_FIELDS
+from fmq.spark.rows import RECORD_FIELDS
 
 from . import damage as D
 
