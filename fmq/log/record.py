@@ -251,20 +251,23 @@ def encode_into(buf: bytearray, offset: int, record: Record) -> int:
     if length > FORMAT_MAX_RECORD:
         raise ValueError("record longer than 4 GiB")
     end = offset + length
-    if len(buf) < end:
-        buf.extend(bytes(end - len(buf)))
-    HEADER.pack_into(
-        buf, offset, length, 0, MAGIC, FORMAT_VERSION, int(record.type), record.log_offset,
-        record.store_time, record.queue_id, record.queue_offset, record.ref_offset,
-        record.ref_size, len(topic), len(tx_id), len(group), len(key), len(tags), 0,
-        len(props), len(body),
-    )
-    pos = offset + HEADER_SIZE
-    for field in (topic, tx_id, group, key, tags, props, body):
-        n = len(field)
-        if n:
-            buf[pos : pos + n] = field
-            pos += n
+    header = (length, 0, MAGIC, FORMAT_VERSION, int(record.type), record.log_offset,
+              record.store_time, record.queue_id, record.queue_offset, record.ref_offset,
+              record.ref_size, len(topic), len(tx_id), len(group), len(key), len(tags), 0,
+              len(props), len(body))
+    fields = (topic, tx_id, group, key, tags, props, body)
+    if offset == len(buf):  # appending: extend, with no zero-fill to overwrite
+        buf += HEADER.pack(*header)
+        for field in fields:
+            buf += field
+    else:
+        if len(buf) < end:
+            buf.extend(bytes(end - len(buf)))
+        HEADER.pack_into(buf, offset, *header)
+        pos = offset + HEADER_SIZE
+        for field in fields:
+            buf[pos : pos + len(field)] = field
+            pos += len(field)
     _LENGTH.pack_into(buf, offset + 4, crc32c(memoryview(buf)[offset + 8 : end]))
     record.size = length
     return length
