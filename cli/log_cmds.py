@@ -9,6 +9,7 @@ import click
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
 
 from fmq.datadir import LOG_DIR
+from fmq.log.reader import OnCorruption
 from fmq.log.record import RecordType
 from fmq.log.scanner import LogScanner
 
@@ -31,7 +32,7 @@ def log_group() -> None:
 def verify(data_dir: str, as_json: bool) -> None:
     """Check every record's CRC and fields. Exit 0 when clean (a torn tail is reported: the
     broker cuts it on open), 3 when corruption lies before valid records."""
-    scanner = LogScanner(_log_dir(data_dir), on_corruption="skip", copy_body=False)
+    scanner = LogScanner(_log_dir(data_dir), on_corruption=OnCorruption.SKIP, copy_body=False)
     counts: dict[str, int] = {}
     with click.progressbar(scanner, label="verifying", file=sys.stderr) as records:
         for rec in records:
@@ -70,7 +71,7 @@ def verify(data_dir: str, as_json: bool) -> None:
 @fmq_errors
 def dump(data_dir: str, start: int | None, limit: int | None, body: bool, as_json: bool) -> None:
     """Print records, one per line (fillers included)."""
-    scanner = LogScanner(_log_dir(data_dir), start_offset=start, on_corruption="raise",
+    scanner = LogScanner(_log_dir(data_dir), start_offset=start, on_corruption=OnCorruption.RAISE,
                          copy_body=body)
     n = 0
     for rec in scanner:

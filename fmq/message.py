@@ -90,31 +90,6 @@ def check_label(value: object, what: str, allow_none: bool = True) -> str | None
     return value
 
 
-def encoded_size(msg: Message, tx_overhead: int = 0) -> int:
-    """Bytes the message's record takes in the log (``tx_overhead``: tx id + group)."""
-    from fmq.log.record import HEADER_SIZE
-
-    props = 0
-    if msg.properties:
-        props = 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
-    return (HEADER_SIZE + len(msg.topic.encode()) + len((msg.key or "").encode())
-            + len((msg.tags or "").encode()) + props + len(msg.body) + tx_overhead)
-
-
-def check_fits(msg: Message, segment_size: int, tx_overhead: int = 0) -> None:
-    from fmq.log.record import HEADER_SIZE
-
-    if not msg.properties and len(msg.body) + 4 * HEADER_SIZE + 2048 + tx_overhead < segment_size:
-        return  # fast path: topic, key and tags are bounded (checked), so it surely fits
-    size = encoded_size(msg, tx_overhead)
-    if size + HEADER_SIZE > segment_size:
-        raise MessageTooLarge(
-            f"the message takes {size} bytes in the log with its key, tags and properties; "
-            f"a segment holds at most {segment_size - HEADER_SIZE}; shrink it or raise "
-            f"segment_size"
-        )
-
-
 def check_message(msg: object, max_size: int, queues: int) -> Message:
     if not isinstance(msg, Message):
         raise InvalidArgument(f"expected fmq.Message, got {type(msg).__name__}")

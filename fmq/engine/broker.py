@@ -28,7 +28,8 @@ from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore, destroy
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.log import Log
-from fmq.message import Message, SendResult, StoredMessage, check_fits, check_message
+from fmq.log.sizing import check_fits
+from fmq.message import Message, SendResult, StoredMessage, check_message
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp
 from fmq.recovery.recover import recover
 from fmq.recovery.roll_forward import end_cut_transactions

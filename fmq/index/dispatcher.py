@@ -12,8 +12,8 @@ Two ways to learn what a flushed record contributes, both through the same pure 
   appends, under its lock, so entries queue up in log order; once a flush covers them they
   are applied. This saves reading and decoding every record a second time.
 * **tailing** (fallback): when the backlog exceeds ``max_pending`` entries (the index cannot
-  keep up), the hand-off queue is dropped and the dispatcher reads and decodes the flushed
-  log from its applied offset instead, then switches back.
+  keep up), the hand-off queue is dropped and the dispatcher reads the flushed log from its
+  applied offset instead, through :class:`~fmq.log.scanner.LogScanner`, then switches back.
 
 **A failing index write does not stop it.** An error a later attempt can get past (ENOSPC
 or EIO on the LMDB file, LMDB out of memory or reader slots, an ``OSError`` reading the
@@ -32,15 +32,15 @@ import threading
 import time
 from collections import deque
 
-from fmq.errors import BadRecord, TornRecord
+from fmq.errors import BadRecord
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore, is_transient
 from fmq.log.log import Log
-from fmq.log.record import Record, RecordType, decode
+from fmq.log.reader import OnCorruption, OpenSegmentSource
+from fmq.log.record import Record, RecordType
+from fmq.log.scanner import LogScanner
 
 log = logging.getLogger(__name__)
-
-READ_CHUNK = 4 << 20
 
 
 class Dispatcher:
@@ -218,41 +218,37 @@ class Dispatcher:
                 self._accepting = True
 
     def _catch_up(self, target: int) -> None:
+        """Index the flushed log from the applied offset up to ``target``, read through the
+        log scanner over the log's open segments. Only flushed records are read: the scan
+        stops at ``target``, before any byte a flush has not covered yet."""
         offset = self._applied
         entries: list[QueueEntry] = []
         ends: list[TxEnd] = []
-        while offset < target:
-            seg = self.log.segment_for(offset)
-            end = min(target, seg.end)
-            buf = seg.read(offset - seg.base, min(READ_CHUNK, end - offset))
-            pos = 0
-            while pos < len(buf):
-                try:
-                    rec = decode(buf, pos, base_offset=offset,
-                                 max_record_size=self.max_record_size, copy_body=False)
-                except TornRecord:
-                    if pos == 0:
-                        raise
-                    break  # the record continues past this chunk: read it next round
-                except BadRecord:
-                    raise
-                pos += rec.size
-                if rec.type == RecordType.FILLER:
-                    pos = seg.end - offset  # the rest of the segment is unused
-                    break
-                e = queue_entry(rec)
-                if e is not None:
-                    entries.append(e)
-                else:
-                    t = tx_end(rec)
-                    if t is not None:
-                        ends.append(t)
+        self.log.segment_for(offset)  # OffsetOutOfRange when retention deleted it
+        with self.log.lock:
+            segments = list(self.log.segments)
+        scanner = LogScanner(source=OpenSegmentSource(segments), start_offset=offset,
+                             max_record_size=self.max_record_size,
+                             on_corruption=OnCorruption.RAISE, copy_body=False)
+        for rec in scanner:
+            if rec.type == RecordType.FILLER:
+                offset = self.log.segment_for(rec.log_offset).end  # the rest is unused
+            else:
+                offset = rec.end_offset
+                item = queue_entry(rec) or tx_end(rec)
+                if isinstance(item, QueueEntry):
+                    entries.append(item)
+                elif item is not None:
+                    ends.append(item)
                 if len(entries) + len(ends) >= self.batch:
-                    self._apply(entries, offset + pos, ends)
+                    self._apply(entries, offset, ends)
                     entries, ends = [], []
-            offset += pos
-            if offset >= seg.end and seg.end < target:
-                offset = seg.end
+            if offset >= target:
+                break
+        if offset < target:
+            torn = scanner.torn
+            raise BadRecord(offset, torn.reason if torn else
+                            f"the log ends at {offset}, before the flushed offset {target}")
         self._apply(entries, offset, ends)
 
     def _apply(self, entries: list[QueueEntry], applied: int, ends: list[TxEnd]) -> None:

@@ -230,8 +230,11 @@ def decode_properties(data: bytes | memoryview, offset: int = 0) -> dict[str, st
     return out
 
 
-def encode(record: Record) -> bytes:
-    """Encode ``record`` (with its ``log_offset`` already set); sets ``record.size``."""
+def encode_into(buf: bytearray, offset: int, record: Record) -> int:
+    """Encode ``record`` (with its ``log_offset`` already set) into ``buf`` at ``offset``,
+    growing ``buf`` when it is too short; sets ``record.size`` and returns it.
+
+    The append path encodes straight into its write buffer: no intermediate bytes object."""
     topic = record.topic.encode()
     tx_id = record.tx_id.encode()
     group = record.producer_group.encode()
@@ -247,22 +250,33 @@ def encode(record: Record) -> bytes:
               + len(props) + len(body))
     if length > FORMAT_MAX_RECORD:
         raise ValueError("record longer than 4 GiB")
-    header = HEADER.pack(
-        length, 0, MAGIC, FORMAT_VERSION, int(record.type), record.log_offset,
-        record.store_time, record.queue_id, record.queue_offset, record.ref_offset,
-        record.ref_size, len(topic), len(tx_id), len(group), len(key), len(tags), 0,
-        len(props), len(body),
-    )
-    out = bytearray(header)
-    out += topic
-    out += tx_id
-    out += group
-    out += key
-    out += tags
-    out += props
-    out += body
-    _LENGTH.pack_into(out, 4, crc32c(memoryview(out)[8:]))
+    end = offset + length
+    header = (length, 0, MAGIC, FORMAT_VERSION, int(record.type), record.log_offset,
+              record.store_time, record.queue_id, record.queue_offset, record.ref_offset,
+              record.ref_size, len(topic), len(tx_id), len(group), len(key), len(tags), 0,
+              len(props), len(body))
+    fields = (topic, tx_id, group, key, tags, props, body)
+    if offset == len(buf):  # appending: extend, with no zero-fill to overwrite
+        buf += HEADER.pack(*header)
+        for field in fields:
+            buf += field
+    else:
+        if len(buf) < end:
+            buf.extend(bytes(end - len(buf)))
+        HEADER.pack_into(buf, offset, *header)
+        pos = offset + HEADER_SIZE
+        for field in fields:
+            buf[pos : pos + len(field)] = field
+            pos += len(field)
+    _LENGTH.pack_into(buf, offset + 4, crc32c(memoryview(buf)[offset + 8 : end]))
     record.size = length
+    return length
+
+
+def encode(record: Record) -> bytes:
+    """Encode ``record`` (with its ``log_offset`` already set); sets ``record.size``."""
+    out = bytearray()
+    encode_into(out, 0, record)
     return bytes(out)
 
 

@@ -25,7 +25,8 @@ from typing import Any
 
 from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, InvalidArgument, ServerBusy
-from fmq.message import Message, check_fits, check_message
+from fmq.log.sizing import check_fits
+from fmq.message import Message, check_message
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig

@@ -1,8 +1,9 @@
 """FMQ on Spark: the raw log as a DataFrame and the index rebuilt from it.
 
 * :mod:`fmq.spark.source`: ``spark.read.format("fmq").load(DATA_DIR)`` (Spark 4's Python
-  Data Source API), one input partition per segment file, parsed by :mod:`fmq.log`'s codec
-  and :class:`~fmq.log.scanner.SegmentReader`.
+  Data Source API), one input partition per segment file, parsed by
+  :class:`~fmq.log.reader.SegmentReader` and judged by :mod:`fmq.log.scanner`; the
+  segment files come from :mod:`fmq.spark.files`, the rows from :mod:`fmq.spark.rows`.
 * :mod:`fmq.spark.rebuild`: the index rebuild job (``fmq index rebuild DIR --spark``, or
   ``spark-submit`` of the module), run in passes by :mod:`~fmq.spark.session`,
   :mod:`~fmq.spark.derive`, :mod:`~fmq.spark.transactions`, :mod:`~fmq.spark.bulk_load`,
@@ -12,4 +13,4 @@ Needs the ``spark`` extra (``pip install 'fmq[spark]'``) on the driver and on ev
 executor; ``docs/spark.md`` is the guide.
 """
 
-__all__ = ["source", "rebuild"]
+__all__ = ["files", "rows", "source", "rebuild"]

@@ -48,13 +48,15 @@ from pyspark.sql import functions as F
 
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, parse_segment_name
 from fmq.errors import FMQError, InvalidArgument
+from fmq.log.scanner import log_end
 from fmq.recovery.checkpoint import write_checkpoint
 from fmq.spark.audit import write_audit
 from fmq.spark.bulk_load import load_index
 from fmq.spark.derive import write_sorted_items
 from fmq.spark.errors import translate_spark_error
+from fmq.spark.files import SegmentFiles
 from fmq.spark.session import spark_session
-from fmq.spark.source import SegmentFiles, register
+from fmq.spark.source import register
 from fmq.spark.swap import swap_in
 from fmq.spark.transactions import open_transactions, transaction_table
 
@@ -125,7 +127,10 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
             raise
         except Exception as exc:  # noqa: BLE001 - Spark wraps the executor's error
             raise translate_spark_error(exc) from exc
-        end = _log_end(bases, dict(segments), facts["last"])
+        last = facts["last"]
+        end = log_end(bases, dict(segments), last and last["base"],
+                      last["offset"] + last["size"] if last else 0,
+                      last is not None and last["type"] == "FILLER")
         opens = facts["open_transactions"]
         # From the first PREPARE of each open transaction: a relocation a crash cut short
         # must be replayed together with the original it did not replace.
@@ -171,18 +176,6 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         "parquet": facts["parquet"],
         "phase_seconds": phases.seconds,
     }
-
-
-def _log_end(bases: list[int], sizes: dict[int, int], last: dict | None) -> int:
-    """Where the valid log ends, as :attr:`LogScanner.end_offset` defines it: after the
-    last valid record; after a filler, the end of its segment when it is the last one,
-    else the base of the next (empty) segment, where the scanner stopped."""
-    if last is None:
-        return bases[0] if bases else 0
-    if last["type"] != "FILLER":
-        return last["offset"] + last["size"]
-    i = bases.index(last["base"])
-    return bases[i] + sizes[bases[i]] if i == len(bases) - 1 else bases[i + 1]
 
 
 def _derive(raw: DataFrame, partitions: int, tmp_items: str, parquet_dir: str | None,

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from fmq.log.log import Log
 from fmq.log.record import HEADER_SIZE, Record, decode
-from fmq.message import MAX_NAME, Message, encoded_size
+from fmq.log.sizing import encoded_size
+from fmq.message import MAX_NAME, Message
 
 #: A record's size beyond its body and properties is at most this (topic, key, tags; the
 #: transaction fields are added separately).

@@ -17,7 +17,8 @@ from fmq.config import BrokerConfig
 from fmq.errors import InvalidArgument
 from fmq.log.log import Log
 from fmq.log.record import HEADER_SIZE, Record, RecordType, encoded_length
-from fmq.message import Message, check_fits, check_label, check_message, check_name
+from fmq.log.sizing import check_fits
+from fmq.message import Message, check_label, check_message, check_name
 from fmq.tx.ids import new_tx_id
 from fmq.tx.log_access import now_ms, read_record, reserve_segments
 from fmq.tx.manager import OpenTransaction, PreMessage, TxManager

@@ -12,8 +12,9 @@ from fmq.datadir import format_segment_name, parse_segment_name
 from fmq.errors import LogFailed
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
+from fmq.log.reader import list_segments
 from fmq.log.record import HEADER_SIZE, Record, RecordType
-from fmq.log.scanner import LogScanner, list_segments
+from fmq.log.scanner import LogScanner
 
 
 def append(log: Log, body: bytes = b"x" * 100, sync: bool = True) -> Record:
@@ -158,10 +159,10 @@ def test_large_segments_are_prepared_ahead_in_the_background(tmp_path):
             append(log, b"b" * 60_000, sync=False)
         append(log, b"c" * 60_000)
     log.flush()
-    spare_thread = log._spare_thread
+    spare_thread = log._files._spare_thread
     assert spare_thread is not None  # the segment after the active one is being prepared
     spare_thread.join(30)
-    assert log._spare is not None and log._spare[0] == log.active_segment.end
+    assert log._files._spare is not None and log._files._spare[0] == log.active_segment.end
     assert os.path.exists(os.path.join(tmp_path, format_segment_name(log.active_segment.end))
                           + ".tmp")
     bases = list_segments(str(tmp_path))

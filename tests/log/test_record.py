@@ -18,6 +18,7 @@ from fmq.log.record import (
     decode,
     decode_properties,
     encode,
+    encode_into,
     encode_properties,
     filler,
 )
@@ -49,6 +50,15 @@ def golden_record() -> Record:
 
 def test_golden_bytes_of_a_message():
     assert encode(golden_record()) == GOLDEN_MESSAGE
+
+
+def test_encode_into_writes_the_golden_bytes_at_an_offset_and_grows_the_buffer():
+    buf = bytearray(b"x" * 10)
+    assert encode_into(buf, 10, golden_record()) == len(GOLDEN_MESSAGE)
+    assert bytes(buf) == b"x" * 10 + GOLDEN_MESSAGE
+    buf = bytearray(200)  # long enough already: written in place, nothing added
+    encode_into(buf, 50, golden_record())
+    assert len(buf) == 200 and bytes(buf[50 : 50 + len(GOLDEN_MESSAGE)]) == GOLDEN_MESSAGE
 
 
 def test_golden_crc_matches_crcmod_reference():

@@ -9,8 +9,9 @@ import pytest
 from fmq.datadir import format_segment_name
 from fmq.errors import CorruptLog
 from fmq.log.log import Log
+from fmq.log.reader import DamageKind, OnCorruption, list_segments
 from fmq.log.record import Record, RecordType
-from fmq.log.scanner import LogScanner
+from fmq.log.scanner import LogScanner, log_end
 
 
 def build(path, n=12, body=b"q" * 300, seg=4096) -> list[Record]:
@@ -90,3 +91,42 @@ def test_missing_middle_segment_is_corruption(tmp_path):
     os.unlink(os.path.join(tmp_path, format_segment_name(4096)))
     with pytest.raises(CorruptLog, match="missing"):
         list(LogScanner(str(tmp_path)))
+
+
+def _log_end_of(path, seg=4096) -> int:
+    """log_end computed from the last valid record, as the Spark rebuild does."""
+    last = None
+    for rec in LogScanner(str(path)):
+        last = rec
+    bases = list_segments(str(path))
+    sizes = {b: seg for b in bases}
+    if last is None:
+        return log_end(bases, sizes, None, 0, False)
+    return log_end(bases, sizes, last.log_offset // seg * seg, last.end_offset,
+                   last.type == RecordType.FILLER)
+
+
+@pytest.mark.parametrize("cut", ["none", "torn_last", "after_filler"])
+def test_log_end_agrees_with_the_scanner(tmp_path, cut):
+    recs = build(tmp_path)
+    if cut == "torn_last":
+        poke(str(tmp_path), recs[-1].log_offset + 10, b"\x00" * (recs[-1].size - 10))
+    elif cut == "after_filler":  # the last segment holds nothing valid: zero it all
+        last_base = list_segments(str(tmp_path))[-1]
+        poke(str(tmp_path), last_base, b"\x00" * 4096)
+    scanner = LogScanner(str(tmp_path))
+    list(scanner)
+    assert _log_end_of(tmp_path) == scanner.end_offset
+
+
+def test_policies_and_kinds_are_enums_that_still_read_as_their_names(tmp_path):
+    recs = build(tmp_path)
+    poke(str(tmp_path), recs[1].log_offset + 100, b"\xff")
+    by_enum = LogScanner(str(tmp_path), on_corruption=OnCorruption.SKIP)
+    by_name = LogScanner(str(tmp_path), on_corruption="skip")
+    assert [r.log_offset for r in by_enum] == [r.log_offset for r in by_name]
+    assert by_enum.damages == by_name.damages
+    assert by_enum.damages[0].kind is DamageKind.CORRUPT
+    assert by_enum.damages[0].to_dict()["kind"] == "corrupt"
+    with pytest.raises(ValueError):
+        LogScanner(str(tmp_path), on_corruption="ignore")

@@ -26,8 +26,8 @@ import fmq
 from fmq.datadir import TEMP_SUFFIX
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
-from fmq.log.scanner import list_segments
-from fmq.message import encoded_size
+from fmq.log.reader import list_segments
+from fmq.log.sizing import encoded_size
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BODY = 3000

@@ -15,7 +15,8 @@ import pytest
 import fmq
 from fmq.datadir import INDEX_DIR, LOG_DIR
 from fmq.index.store import IndexStore
-from fmq.log.scanner import LogScanner, list_segments
+from fmq.log.reader import list_segments
+from fmq.log.scanner import LogScanner
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 from fmq.datadir import LOG_DIR, format_segment_name
+from fmq.log.reader import list_segments
 from fmq.log.record import HEADER_SIZE, RecordType
-from fmq.log.scanner import LogScanner, list_segments
+from fmq.log.scanner import LogScanner
 
 
 def log_dir(data_dir: str) -> str:

@@ -9,8 +9,9 @@ import pytest
 from click.testing import CliRunner
 from fmq.cli.main import cli
 
-from fmq.log.scanner import LogScanner, list_segments
-from fmq.spark.source import RECORD_FIELDS
+from fmq.log.reader import list_segments
+from fmq.log.scanner import LogScanner
+from fmq.spark.rows import RECORD_FIELDS
 
 from . import damage as D
 

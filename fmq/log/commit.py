@@ -1,0 +1,179 @@
+"""Group commit: the append buffer, the leader/follower flush and the sticky failure.
+
+Appends queue their bytes here in memory, per segment, under the log's lock. A thread
+that needs its record on disk calls :meth:`GroupCommit.wait_durable`: the first waiter
+that finds no flush under way becomes the *leader*: it takes everything queued, writes it
+with one ``pwrite`` per segment and one ``fdatasync`` per segment, and wakes the others.
+Waiters that arrive meanwhile are covered by the next flush: one fsync serves every thread
+that queued before it.
+
+A failed write or fsync is fatal: the failure is kept, every waiter is woken with
+:class:`~fmq.errors.LogFailed` and every later append is refused. An fsync is never
+retried (PostgreSQL's "fsyncgate": a retried fsync can succeed after the kernel dropped
+the data).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from fmq.errors import LogFailed
+from fmq.log.segment import Segment
+
+
+class _Chunk:
+    """Bytes queued for one segment, starting at ``position`` inside it."""
+
+    __slots__ = ("segment", "position", "data")
+
+    def __init__(self, segment: Segment, position: int) -> None:
+        self.segment = segment
+        self.position = position
+        self.data = bytearray()
+
+
+class GroupCommit:
+    """The bytes queued for the disk and how far they are written and fdatasync'd.
+
+    ``cond`` wraps the log's lock: queueing happens with it held, flushing without."""
+
+    def __init__(self, cond: threading.Condition, offset: int) -> None:
+        self._cond = cond
+        self._chunks: list[_Chunk] = []
+        #: Log offset just past the last byte queued (where the next flush ends).
+        self.queued_end = offset
+        self._written = offset  # bytes handed to the OS up to here
+        self._flushed = offset  # bytes fdatasync'd up to here
+        self._leading = False
+        self._waiting = 0  # threads waiting for a flush
+        self.coalesce = True
+        self._unsynced: list[Segment] = []  # written (async mode) but not yet fdatasync'd
+        self._failed: BaseException | None = None
+        self._closed = False
+        #: Called (outside the lock) with the new durable offset after every flush.
+        self.on_flushed: Callable[[int], None] | None = None
+        self.flush_count = 0
+
+    def restart_at(self, offset: int) -> None:
+        """Everything below ``offset`` is on disk (recovery places the log end; lock held)."""
+        self.queued_end = self._written = self._flushed = offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed
+
+    @property
+    def failed(self) -> BaseException | None:
+        return self._failed
+
+    def check_writable(self) -> None:
+        if self._failed is not None:
+            raise LogFailed(self._failed)
+        if self._closed:
+            raise LogFailed("the log is closed")
+
+    def fail(self, exc: BaseException) -> None:
+        """Keep the first failure: from now on the log refuses appends (lock held)."""
+        if self._failed is None:
+            self._failed = exc
+
+    # ------------------------------------------------------------------ queueing (lock held)
+
+    def buffer_for(self, segment: Segment, position: int) -> bytearray:
+        """The queue buffer that bytes for ``segment`` at ``position`` are appended to."""
+        chunks = self._chunks
+        if not chunks or chunks[-1].segment is not segment:
+            chunks.append(_Chunk(segment, position))
+        return chunks[-1].data
+
+    def drop_empty_buffer(self) -> None:
+        """Forget the last buffer if nothing is left in it (an append was undone)."""
+        if self._chunks and not self._chunks[-1].data:
+            self._chunks.pop()
+
+    # ------------------------------------------------------------------ flushing
+
+    def wait_durable(self, end_offset: int, sync: bool = True) -> None:
+        """Return once every byte below ``end_offset`` is written (and fdatasync'd when
+        ``sync``). Raises :class:`LogFailed` if a write or fsync failed first."""
+        while True:
+            with self._cond:
+                while True:
+                    if self._failed is not None:
+                        raise LogFailed(self._failed)
+                    if (self._flushed if sync else self._written) >= end_offset:
+                        return
+                    if not self._leading:
+                        break
+                    self._waiting += 1
+                    try:
+                        self._cond.wait()
+                    finally:
+                        self._waiting -= 1
+                # This thread leads the next flush: everything queued so far goes in it.
+                self._leading = True
+                if self._waiting and self.coalesce:
+                    # Threads woken by the last flush are about to append: let them, so
+                    # this flush carries their records too (bigger batches, fewer fsyncs).
+                    self._cond.release()
+                    time.sleep(0)
+                    self._cond.acquire()
+                chunks, self._chunks = self._chunks, []
+                target = self.queued_end
+                unsynced = self._unsynced
+            self._flush_batch(chunks, target, sync, unsynced)
+
+    def _flush_batch(self, chunks: list[_Chunk], target: int, sync: bool,
+                     unsynced: list[Segment]) -> None:
+        touched: list[Segment] = []
+        synced: list[Segment] = []
+        try:
+            for chunk in chunks:
+                if touched and chunk.segment is not touched[-1]:
+                    # Crossing into a later segment: what precedes it (the filler too) is
+                    # made durable first. Otherwise a power cut or a failed fsync could keep
+                    # records of the new segment but lose the old one's tail, which recovery
+                    # must call corruption (valid records after a gap), not a torn tail.
+                    for seg in unsynced + touched:
+                        if seg not in synced:
+                            seg.sync()
+                            synced.append(seg)
+                chunk.segment.write(chunk.position, chunk.data)
+                if chunk.segment not in touched:
+                    touched.append(chunk.segment)
+            if sync:
+                for seg in unsynced:
+                    if seg not in touched and seg not in synced:
+                        seg.sync()
+                for seg in touched:
+                    if seg not in synced:
+                        seg.sync()
+        except BaseException as exc:  # OSError, or a test's injected failure
+            with self._cond:
+                self.fail(exc)
+                self._leading = False
+                self._cond.notify_all()
+            raise LogFailed(exc) from exc
+        with self._cond:
+            self._leading = False
+            self._written = max(self._written, target)
+            if sync:
+                self._flushed = max(self._flushed, target)
+                self._unsynced = []
+                self.flush_count += 1
+            else:
+                for seg in touched:
+                    if seg not in self._unsynced:
+                        self._unsynced.append(seg)
+            self._cond.notify_all()
+        if sync and self.on_flushed is not None:
+            self.on_flushed(target)
+
+    def close(self) -> None:
+        """Wait for a flush under way, then refuse every later append."""
+        with self._cond:
+            while self._leading:
+                self._cond.wait()
+            self._closed = True

@@ -1,0 +1,189 @@
+"""The one segment reader: the records of one segment's bytes, and the damage inside it.
+
+A segment's bytes come from a *byte source*, so the same reader serves every caller: a
+log directory on local disk (:class:`DirectorySource`, read with mmap), the open segments
+of a running log (:class:`OpenSegmentSource`, mmaps of their descriptors), or the Spark
+file source (local paths or filesystem URIs). A source lists segment bases in log order
+and hands out the bytes of one segment as anything that supports ``len``, ``find`` and
+the buffer protocol (an mmap or bytes).
+
+The reader only judges what one segment shows; what a problem means for the whole log
+(is anything valid after it?) is decided by :mod:`fmq.log.scanner`.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Protocol
+
+from fmq.datadir import format_segment_name, parse_segment_name
+from fmq.errors import BadRecord, CorruptLog, TornRecord
+from fmq.log.record import MAGIC_BYTES, MAGIC_POSITION, Record, RecordType, decode, record_length
+from fmq.log.segment import Segment
+
+
+class OnCorruption(StrEnum):
+    """What a reader does with corruption (a bad record with valid records after it)."""
+
+    RAISE = "raise"  # raise CorruptLog naming segment and offset
+    SKIP = "skip"  # report a Damage, jump to the next valid record and go on
+
+
+class DamageKind(StrEnum):
+    TORN = "torn"  # nothing valid after it: a write that never completed
+    CORRUPT = "corrupt"  # valid records after it: damage to data once complete
+
+
+class SegmentEnd(Enum):
+    """How the records of one segment stop."""
+
+    SEALED = "sealed"  # with the end filler
+    END = "end"  # zeros (or the end of the file) after the last record
+    TORN = "torn"  # a bad record with nothing valid after it in this segment
+
+
+@dataclass(frozen=True)
+class Damage:
+    kind: DamageKind
+    segment: str
+    offset: int
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind.value, "segment": self.segment, "offset": self.offset,
+                "reason": self.reason}
+
+
+class SegmentSource(Protocol):
+    """Where segment bytes come from."""
+
+    def bases(self) -> list[int]:
+        """Base offsets of the segments, in log order."""
+
+    def read(self, base: int) -> bytes | mmap.mmap:
+        """The whole bytes of the segment at ``base`` (``b""`` when the file is empty)."""
+
+
+def list_segments(directory: str) -> list[int]:
+    """Base offsets of the segment files in ``directory``, in log order."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    bases = [b for b in (parse_segment_name(n) for n in names) if b is not None]
+    return sorted(bases)
+
+
+def map_file(path: str) -> bytes | mmap.mmap:
+    """A read-only mmap of the file at ``path`` (``b""`` when it is empty)."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+
+
+class DirectorySource:
+    """The segment files of a log directory on a local filesystem."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def bases(self) -> list[int]:
+        return list_segments(self.directory)
+
+    def read(self, base: int) -> bytes | mmap.mmap:
+        return map_file(os.path.join(self.directory, format_segment_name(base)))
+
+
+class OpenSegmentSource:
+    """The segments a running log holds open (a snapshot of its list), read through their
+    own descriptors, so a file retention unlinks meanwhile stays readable."""
+
+    def __init__(self, segments: Sequence[Segment]) -> None:
+        self._by_base = {seg.base: seg for seg in segments}
+
+    def bases(self) -> list[int]:
+        return list(self._by_base)
+
+    def read(self, base: int) -> bytes | mmap.mmap:
+        return self._by_base[base].map()
+
+
+def find_valid_record(buf, start: int, base_offset: int, max_record_size: int) -> int | None:
+    """Position of the first fully valid record at or after ``start`` in ``buf``, or None.
+
+    Only a candidate that passes every check *and* whose header names its own position
+    counts, so stale or shifted bytes never pass for a record."""
+    search_from = start + MAGIC_POSITION
+    while True:
+        hit = buf.find(MAGIC_BYTES, search_from)
+        if hit < 0:
+            return None
+        candidate = hit - MAGIC_POSITION
+        try:
+            decode(buf, candidate, base_offset=base_offset, max_record_size=max_record_size,
+                   copy_body=False)
+            return candidate
+        except (BadRecord, TornRecord):
+            search_from = hit + 1
+
+
+class SegmentReader:
+    """The records of one segment buffer (an mmap or bytes), from a start position."""
+
+    def __init__(self, buf, base_offset: int, name: str, max_record_size: int) -> None:
+        self.buf = buf
+        self.base = base_offset
+        self.name = name
+        self.max_record_size = max_record_size
+        #: After iteration: how the records stopped, where, and why when torn.
+        self.end: SegmentEnd | None = None
+        self.end_position = 0
+        self.torn_reason = ""
+
+    def records(self, start: int, on_corruption: OnCorruption,
+                copy_body: bool = True) -> Iterator[Record | Damage]:
+        """Yield every valid record from ``start``; with ``OnCorruption.SKIP`` also a
+        :class:`Damage` for each corrupt stretch skipped, just before the record after it."""
+        buf = self.buf
+        pos = start
+        size = len(buf)
+        while True:
+            if record_length(buf, pos) == 0:
+                later = find_valid_record(buf, pos, self.base, self.max_record_size)
+                if later is None:
+                    self.end, self.end_position = SegmentEnd.END, pos
+                    return
+                reason = f"zeroed bytes where a record should be; valid record at {self.base + later}"
+                yield self._corrupt(pos, reason, on_corruption)
+                pos = later
+                continue
+            try:
+                rec = decode(buf, pos, base_offset=self.base,
+                             max_record_size=self.max_record_size, copy_body=copy_body)
+            except (BadRecord, TornRecord) as exc:
+                later = find_valid_record(buf, pos + 1, self.base, self.max_record_size)
+                if later is None:
+                    self.end, self.end_position, self.torn_reason = SegmentEnd.TORN, pos, exc.reason
+                    return
+                yield self._corrupt(pos, exc.reason, on_corruption)
+                pos = later
+                continue
+            yield rec
+            pos += rec.size
+            if rec.type == RecordType.FILLER:
+                self.end, self.end_position = SegmentEnd.SEALED, pos
+                return
+            if pos >= size:
+                self.end, self.end_position = SegmentEnd.END, pos
+                return
+
+    def _corrupt(self, pos: int, reason: str, on_corruption: OnCorruption) -> Damage:
+        if on_corruption is OnCorruption.RAISE:
+            raise CorruptLog(self.name, self.base + pos, reason)
+        return Damage(DamageKind.CORRUPT, self.name, self.base + pos, reason)
