@@ -32,7 +32,7 @@ from fmq.protocol import (
     encode_error,
     encode_response,
 )
-from fmq.server.handlers import from_result, to_message
+from fmq.protocol.values import message_from_wire, result_to_wire
 
 if TYPE_CHECKING:
     from fmq.server.server import Server
@@ -400,7 +400,7 @@ class Connection(asyncio.Protocol):
             return
         srv.requests += 1
         try:
-            fut = srv.batcher.submit([to_message(req["message"])])
+            fut = srv.batcher.submit([message_from_wire(req["message"])])
         except FMQError as exc:
             self._release_request(size)
             self.send(encode_error(op, rid, exc))
@@ -414,7 +414,7 @@ class Connection(asyncio.Protocol):
             exc = f.exception() if not f.cancelled() else ServerBusy(
                 "the send was cancelled by a shutdown; retry against the restarted server")
             if exc is None:
-                data = encode_response(op, rid, {"result": from_result(f.result()[0])})
+                data = encode_response(op, rid, {"result": result_to_wire(f.result()[0])})
             else:
                 if not isinstance(exc, FMQError):
                     logger.error("SEND failed unexpectedly: %r", exc)

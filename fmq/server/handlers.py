@@ -17,8 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from fmq.broker import Broker
 from fmq.errors import InvalidArgument
-from fmq.message import Message, SendResult, StoredMessage, check_count
+from fmq.message import StoredMessage, check_count
 from fmq.protocol import PROTOCOL_VERSION, Op
+from fmq.protocol.values import (
+    message_from_wire,
+    result_to_wire,
+    stored_to_wire,
+    uncertain_to_wire,
+)
 from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, fit
 from fmq.tx.state import TxState
 from fmq.version import __version__
@@ -38,30 +44,6 @@ def handles(op: Op) -> Callable[[Handler], Handler]:
         HANDLERS[op] = fn
         return fn
     return register
-
-
-# ---------------------------------------------------------------- value conversion
-
-#: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
-#: negative value is an unknown queue, not a second way of saying "pick".
-BROKER_PICKS_QUEUE = -1
-
-
-def to_message(d: dict) -> Message:
-    qid = d["queue_id"]
-    return Message(d["topic"], d["body"], key=d["key"], tags=d["tags"],
-                   properties=d["properties"] or None,
-                   queue_id=None if qid == BROKER_PICKS_QUEUE else qid)
-
-
-def from_result(r: SendResult) -> dict:
-    return {"offset": r.offset, "queue_id": r.queue_id, "queue_offset": r.queue_offset}
-
-
-def from_stored(m: StoredMessage) -> dict:
-    return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-            "offset": m.offset, "body": m.body, "key": m.key, "tags": m.tags,
-            "properties": m.properties or {}, "store_time": m.store_time}
 
 
 def _tx_state(value: str, allowed: tuple[TxState, ...]) -> TxState:
@@ -89,14 +71,14 @@ async def _ping(srv: Server, conn: Connection, req: dict) -> dict:
 
 @handles(Op.SEND_BATCH)
 async def _send_batch(srv: Server, conn: Connection, req: dict) -> dict:
-    msgs = [to_message(m) for m in req["messages"]]
+    msgs = [message_from_wire(m) for m in req["messages"]]
     results = await srv.batcher.submit(msgs) if msgs else []
-    return {"results": [from_result(r) for r in results]}
+    return {"results": [result_to_wire(r) for r in results]}
 
 
 @handles(Op.PREPARE)
 async def _prepare(srv: Server, conn: Connection, req: dict) -> dict:
-    msgs = [to_message(m) for m in req["messages"]]
+    msgs = [message_from_wire(m) for m in req["messages"]]
     tx_id = await srv.run(srv.broker.prepare, msgs, req["producer_group"], req["tx_id"])
     return {"tx_id": tx_id}
 
@@ -157,11 +139,7 @@ async def _poll_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
             await srv.run(srv.broker.release_feedback_leases, conn)
         if txs or deadline - loop.time() <= 0 or srv.stopping or conn.closing:
             break
-    return {"transactions": [
-        {"tx_id": t.tx_id, "producer_group": t.producer_group,
-         "prepare_offset": t.prepare_offset, "store_time": t.store_time, "checks": t.checks,
-         "messages": [dict(m, properties=m.get("properties") or {}) for m in t.messages]}
-        for t in txs]}
+    return {"transactions": [uncertain_to_wire(t) for t in txs]}
 
 
 @handles(Op.ANSWER_UNCERTAIN)
@@ -234,7 +212,7 @@ async def _pull(srv: Server, conn: Connection, req: dict) -> dict:
         # ends the wait: an idle long poll costs no thread and no reads meanwhile.
         catch_up = await srv.wait_for_data(events, remaining)
     conn.unreserve_reply(granted - size)  # the rest is held until the answer is written
-    return {"messages": [from_stored(m) for m in msgs], "min_offset": lo, "next_offset": hi}
+    return {"messages": [stored_to_wire(m) for m in msgs], "min_offset": lo, "next_offset": hi}
 
 
 @handles(Op.COMMIT_OFFSET)
@@ -312,7 +290,7 @@ async def _query_key(srv: Server, conn: Connection, req: dict) -> dict:
         conn.unreserve_reply(granted)
         need = size  # one message larger than what we got: read again with room for it
     conn.unreserve_reply(granted - size)  # the rest is held until the answer is written
-    return {"messages": [from_stored(m) for m in msgs]}
+    return {"messages": [stored_to_wire(m) for m in msgs]}
 
 
 @handles(Op.OFFSET_FOR_TIME)
