@@ -55,7 +55,8 @@ class Producer(Client):
         wire = [message_to_wire(m) for m in messages]
         if not wire:
             return []
-        return [result_from_wire(r) for r in self.call(Op.SEND_BATCH, {"messages": wire})["results"]]
+        answer = self.call(Op.SEND_BATCH, {"messages": wire})
+        return [result_from_wire(r) for r in answer["results"]]
 
     def __enter__(self) -> Producer:
         return self
