@@ -194,5 +194,5 @@ __all__ = [
     "DEFAULT_MAX_FRAME", "FLAG_ERROR", "FLAG_RESPONSE", "Frame", "FrameDecoder",
     "FrameTooLarge", "HEADER_SIZE", "Op", "PREFIX_SIZE", "PROTOCOL_VERSION", "decode_error",
     "decode_request", "decode_response", "encode_error", "encode_request", "encode_response",
-    "frame_length", "make_error", "parse_frame",
+    "frame_length", "parse_frame",
 ]
