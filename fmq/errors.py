@@ -5,9 +5,16 @@ fields a caller needs to react (segment, offset, transaction id) and a message
 that says what to do. ``retriable`` tells a client whether the same request may
 succeed later without a change on the caller's side. ``code`` is the stable
 number the wire protocol uses to carry the error class across the network.
+
+A class with fields names them in ``fields`` (each with the type it is rebuilt as from
+text) and writes its message from ``message_format``, whose ``{name}`` placeholders are
+those fields: the wire carries only the message, and a client rebuilds the same error,
+fields included, from it (``fmq.protocol.error_fields``, docs/protocol.md section 3).
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class FMQError(Exception):
@@ -15,6 +22,10 @@ class FMQError(Exception):
 
     code = 1
     retriable = False
+    #: The fields this class carries, with the type each is rebuilt as from its text.
+    fields: ClassVar[dict[str, type]] = {}
+    #: The message, with a ``{field}`` placeholder for every field (classes with fields).
+    message_format = ""
 
 
 # ---------------------------------------------------------------- user input
@@ -57,12 +68,12 @@ class DataDirLocked(StorageError):
     """Another process holds the data directory."""
 
     code = 21
+    fields = {"path": str}
+    message_format = ("data directory {path} is in use by another FMQ process; stop that "
+                      "process or choose another --data-dir")
 
     def __init__(self, path: str) -> None:
-        super().__init__(
-            f"data directory {path} is in use by another FMQ process; stop that process "
-            f"or choose another --data-dir"
-        )
+        super().__init__(self.message_format.format(path=path))
         self.path = path
 
 
@@ -74,13 +85,13 @@ class LogFailed(StorageError):
     """
 
     code = 22
+    fields = {"cause": str}  # across the wire the cause is its text
+    message_format = ("the log is failed after an I/O error ({cause}); no further writes are "
+                      "accepted. Fix the disk problem (space, hardware) and restart the "
+                      "broker: recovery keeps every acknowledged record")
 
     def __init__(self, cause: BaseException | str) -> None:
-        super().__init__(
-            f"the log is failed after an I/O error ({cause}); no further writes are "
-            f"accepted. Fix the disk problem (space, hardware) and restart the broker: "
-            f"recovery keeps every acknowledged record"
-        )
+        super().__init__(self.message_format.format(cause=cause))
         self.cause = cause
 
 
@@ -93,14 +104,15 @@ class SegmentUnavailable(StorageError):
 
     code = 31
     retriable = True
+    fields = {"path": str, "cause": OSError}  # across the wire: an OSError of its text
+    message_format = (
+        "cannot create the next log segment {path} ({cause}); the request was not stored, "
+        "retry later. Free file descriptors (raise the process's open-file limit, "
+        "`ulimit -n`, or lower max_connections) or disk space (retention, a bigger disk); "
+        "the log keeps working once the segment can be created")
 
     def __init__(self, path: str, cause: OSError) -> None:
-        super().__init__(
-            f"cannot create the next log segment {path} ({cause.strerror or cause}); the "
-            f"request was not stored, retry later. Free file descriptors (raise the process's "
-            f"open-file limit, `ulimit -n`, or lower max_connections) or disk space (retention, "
-            f"a bigger disk); the log keeps working once the segment can be created"
-        )
+        super().__init__(self.message_format.format(path=path, cause=cause.strerror or cause))
         self.path = path
         self.cause = cause
 
@@ -114,15 +126,16 @@ class CorruptLog(StorageError):
     """
 
     code = 23
+    fields = {"segment": str, "offset": int, "reason": str}
+    message_format = (
+        "corrupt record in segment {segment} at log offset {offset}: {reason}. Valid records "
+        "follow it, so this is damage, not a torn tail; FMQ will not cut acknowledged data "
+        "on its own. Inspect with `fmq log verify`, restore the data directory from a "
+        "replica or backup, or cut explicitly with `fmq log repair DIR --cut-at {offset}`")
 
     def __init__(self, segment: str, offset: int, reason: str) -> None:
-        super().__init__(
-            f"corrupt record in segment {segment} at log offset {offset}: {reason}. "
-            f"Valid records follow it, so this is damage, not a torn tail; FMQ will not cut "
-            f"acknowledged data on its own. Inspect with `fmq log verify`, restore the data "
-            f"directory from a replica or backup, or cut explicitly with "
-            f"`fmq log repair DIR --cut-at {offset}`"
-        )
+        super().__init__(self.message_format.format(segment=segment, offset=offset,
+                                                    reason=reason))
         self.segment = segment
         self.offset = offset
         self.reason = reason
@@ -132,9 +145,11 @@ class TornRecord(StorageError):
     """The bytes end inside a record: the record was never completely written."""
 
     code = 28
+    fields = {"offset": int, "reason": str}
+    message_format = "incomplete record at log offset {offset}: {reason}"
 
     def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(f"incomplete record at log offset {offset}: {reason}")
+        super().__init__(self.message_format.format(offset=offset, reason=reason))
         self.offset = offset
         self.reason = reason
 
@@ -143,9 +158,11 @@ class BadRecord(StorageError):
     """A record's checksum or one of its fields does not check out."""
 
     code = 29
+    fields = {"offset": int, "reason": str}
+    message_format = "bad record at log offset {offset}: {reason}"
 
     def __init__(self, offset: int, reason: str) -> None:
-        super().__init__(f"bad record at log offset {offset}: {reason}")
+        super().__init__(self.message_format.format(offset=offset, reason=reason))
         self.offset = offset
         self.reason = reason
 

@@ -12,6 +12,7 @@ from typing import Any
 from fmq.errors import BrokerClosed, FMQError, InvalidArgument
 from fmq.message import StoredMessage, check_name, check_topic
 from fmq.protocol import Op
+from fmq.protocol.values import stored_from_wire
 
 from .base import Client
 
@@ -19,11 +20,6 @@ logger = logging.getLogger("fmq.client")
 
 STARTS = ("committed", "earliest", "latest")
 Queue = tuple[str, int]
-
-
-def _stored(d: dict) -> StoredMessage:
-    return StoredMessage(d["topic"], d["queue_id"], d["queue_offset"], d["offset"], d["body"],
-                         d["key"], d["tags"], d["properties"], d["store_time"])
 
 
 class Consumer(Client):
@@ -199,7 +195,7 @@ class Consumer(Client):
                 continue
             if self._positions.get(q) != offset:
                 continue  # the queue moved away and back meanwhile: stale answer
-            msgs = [_stored(m) for m in resp["messages"]]
+            msgs = [stored_from_wire(m) for m in resp["messages"]]
             if msgs:
                 self._positions[q] = msgs[-1].queue_offset + 1
                 out.extend(msgs)

@@ -20,28 +20,13 @@ from fmq.errors import (
 )
 from fmq.message import Message, SendResult
 from fmq.protocol import Op
+from fmq.protocol.values import message_to_wire, result_from_wire, uncertain_from_wire
 from fmq.tx.ids import new_tx_id
 from fmq.tx.state import TxState, UncertainTx
 
 from .base import Client
 
 logger = logging.getLogger("fmq.client")
-
-
-def _wire_message(m: Message) -> dict[str, Any]:
-    if not isinstance(m, Message):
-        raise InvalidArgument(f"expected fmq.Message, got {type(m).__name__}")
-    body = m.body
-    if not isinstance(body, (bytes, bytearray, memoryview)):
-        raise InvalidArgument(
-            f"message body must be bytes, not {type(body).__name__}; encode text first")
-    return {"topic": m.topic, "body": bytes(body), "key": m.key or None,
-            "tags": m.tags or None, "properties": m.properties or {},
-            "queue_id": -1 if m.queue_id is None else m.queue_id}
-
-
-def _result(d: dict) -> SendResult:
-    return SendResult(d["offset"], d["queue_id"], d["queue_offset"])
 
 
 class Producer(Client):
@@ -59,18 +44,19 @@ class Producer(Client):
              properties: dict[str, str] | None = None,
              queue_id: int | None = None) -> SendResult:
         """Store one message; returns once it is durable on the server."""
-        msg = _wire_message(Message(topic, body, key, tags, properties, queue_id))
-        return _result(self.call(Op.SEND, {"message": msg})["result"])
+        msg = message_to_wire(Message(topic, body, key, tags, properties, queue_id))
+        return result_from_wire(self.call(Op.SEND, {"message": msg})["result"])
 
     def send_message(self, message: Message) -> SendResult:
-        return _result(self.call(Op.SEND, {"message": _wire_message(message)})["result"])
+        return result_from_wire(self.call(Op.SEND, {"message": message_to_wire(message)})["result"])
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store several messages in one request and one group commit: all or none."""
-        wire = [_wire_message(m) for m in messages]
+        wire = [message_to_wire(m) for m in messages]
         if not wire:
             return []
-        return [_result(r) for r in self.call(Op.SEND_BATCH, {"messages": wire})["results"]]
+        answer = self.call(Op.SEND_BATCH, {"messages": wire})
+        return [result_from_wire(r) for r in answer["results"]]
 
     def __enter__(self) -> Producer:
         return self
@@ -109,7 +95,7 @@ class Transaction:
     def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
              properties: dict[str, str] | None = None, queue_id: int | None = None) -> None:
         msg = Message(topic, body, key, tags, properties, queue_id)
-        _wire_message(msg)  # fail inside the block, where the caller can react
+        message_to_wire(msg)  # fail inside the block, where the caller can react
         self.messages.append(msg)
 
 
@@ -144,7 +130,7 @@ class TransactionProducer(Producer):
 
     def prepare(self, messages: Sequence[Message], tx_id: str | None = None) -> str:
         """Store ``messages`` as a prepared (invisible) transaction; returns its id."""
-        wire = [_wire_message(m) for m in messages]
+        wire = [message_to_wire(m) for m in messages]
         generated = not tx_id
         # Ids are version-ip-start time-pid-connection seq-tx seq (docs/transactions.md).
         tx_id = tx_id or new_tx_id(self.connection_seq)
@@ -248,9 +234,7 @@ class TransactionProducer(Producer):
                 for t in resp["transactions"]:
                     if self._stop.is_set():
                         break
-                    self._answer(UncertainTx(t["tx_id"], t["producer_group"],
-                                             t["prepare_offset"], t["store_time"],
-                                             t["checks"], t["messages"]))
+                    self._answer(uncertain_from_wire(t))
             except FMQError as exc:
                 if self._stop.is_set():
                     break

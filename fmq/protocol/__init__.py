@@ -5,12 +5,17 @@ No I/O here: bytes in, typed values out, tested by feeding bytes. Layers:
 * :mod:`fmq.protocol.types`: field types (integers, strings, bytes, lists, structs);
 * :mod:`fmq.protocol.schema`: the one table of opcodes and their request/response fields;
 * :mod:`fmq.protocol.frame`: the length-prefixed frame with version, opcode, flags and
-  request id, plus error responses carrying an FMQError code.
+  request id, plus error responses carrying an FMQError code;
+* :mod:`fmq.protocol.error_fields`: the error a response carries, rebuilt with its class,
+  message and fields;
+* :mod:`fmq.protocol.values`: the wire's field dicts <-> Message, SendResult,
+  StoredMessage and UncertainTx, for the server and the client alike.
 
 ``docs/protocol.md`` is the long form, complete enough to write a client in another
 language.
 """
 
+from fmq.protocol.error_fields import make_error
 from fmq.protocol.frame import (
     DEFAULT_MAX_FRAME,
     FLAG_ERROR,
@@ -28,7 +33,6 @@ from fmq.protocol.frame import (
     encode_request,
     encode_response,
     frame_length,
-    make_error,
     parse_frame,
 )
 from fmq.protocol.schema import SCHEMA, Op

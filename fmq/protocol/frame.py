@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fmq.errors import FMQError, ProtocolError, all_error_classes
+from fmq.errors import FMQError, ProtocolError
+from fmq.protocol.error_fields import make_error
 from fmq.protocol.schema import ERROR, SCHEMA, Op
 from fmq.protocol.types import Struct
 
@@ -145,25 +146,9 @@ def decode_response(frame: Frame) -> dict[str, Any]:
 
 def decode_error(frame: Frame) -> FMQError:
     """The exception an error response carries, as the same FMQError subclass the server
-    raised (the root class when the code is unknown to this client)."""
+    raised, with its fields (the root class when the code is unknown to this client)."""
     fields = _decode(_ERROR_STRUCT, frame.payload)
     return make_error(fields["code"], fields["message"], fields["retriable"])
-
-
-_CLASSES = all_error_classes()
-
-
-def make_error(code: int, message: str, retriable: bool = False) -> FMQError:
-    cls = _CLASSES.get(code)
-    if cls is None:
-        exc = FMQError(message)
-        exc.retriable = retriable  # keep the server's hint for a code this client lacks
-        return exc
-    # Some classes take structured constructor arguments (segment, offset...); the wire
-    # carries only the text, so build the instance without running their __init__.
-    exc = cls.__new__(cls)
-    Exception.__init__(exc, message)
-    return exc
 
 
 class FrameDecoder:
@@ -209,5 +194,5 @@ __all__ = [
     "DEFAULT_MAX_FRAME", "FLAG_ERROR", "FLAG_RESPONSE", "Frame", "FrameDecoder",
     "FrameTooLarge", "HEADER_SIZE", "Op", "PREFIX_SIZE", "PROTOCOL_VERSION", "decode_error",
     "decode_request", "decode_response", "encode_error", "encode_request", "encode_response",
-    "frame_length", "make_error", "parse_frame",
+    "frame_length", "parse_frame",
 ]

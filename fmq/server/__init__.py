@@ -1,9 +1,14 @@
 """The FMQ network server: asyncio around one embedded :class:`fmq.Broker`.
 
-* :mod:`fmq.server.server`: the server: thread pools, send batching, long-poll wake-ups,
-  graceful stop;
-* :mod:`fmq.server.connection`: one socket: framing, request ids, pipelined tasks;
-* :mod:`fmq.server.handlers`: what each operation does;
+* :mod:`fmq.server.server`: the server: listening, accepting and refusing sessions,
+  time-outs, graceful stop;
+* :mod:`fmq.server.session`: one client's socket: framing, request ids, pipelined requests;
+* :mod:`fmq.server.handlers`: what each operation does (the handler table);
+* :mod:`fmq.server.context`: what handlers and sessions may use of the server;
+* :mod:`fmq.server.batcher`: sends of one event-loop turn become one ``send_batch``;
+* :mod:`fmq.server.wakeups`: pull long polls woken by writes to their queue;
+* :mod:`fmq.server.admission`, :mod:`fmq.server.reply_account`: a session's request and
+  reply bytes in the server's budgets;
 * :mod:`fmq.server.groups`: consumer-group membership and queue assignment;
 * :mod:`fmq.server.config`: server limits and the ``--config`` file loader.
 

@@ -1,10 +1,13 @@
 """What each operation does: decoded request fields in, response fields out.
 
-Every blocking broker call runs in a thread: writes in the server's worker threads
-(``srv.run``), reads in its reader threads (``srv.read``); sends go through the server's
-batcher (one ``send_batch`` per event-loop turn); pull and feedback long polls wait without
-holding a thread for long. The table at the end maps opcodes to
-handlers; the wire format of each is in :mod:`fmq.protocol.schema`.
+Every operation is a handler in :data:`HANDLERS`, called with the server's
+:class:`~fmq.server.context.ServerContext`, the session the request came on and the decoded
+request; it returns an awaitable of the response fields. Every blocking broker call runs in
+a thread: writes in the worker threads (``ctx.run``), reads in the reader threads
+(``ctx.read``); sends go through the batcher (one ``send_batch`` per event-loop turn,
+and SEND, the hot path, without a task of its own); pull and feedback long polls wait
+without holding a thread for long. The wire format of each is in
+:mod:`fmq.protocol.schema`.
 """
 
 from __future__ import annotations
@@ -13,23 +16,26 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fmq.engine.broker import Broker
 from fmq.errors import InvalidArgument
-from fmq.message import Message, SendResult, StoredMessage, check_count
+from fmq.message import StoredMessage, check_count
 from fmq.protocol import PROTOCOL_VERSION, Op
+from fmq.protocol.values import (
+    message_from_wire,
+    result_to_wire,
+    stored_to_wire,
+    uncertain_to_wire,
+)
+from fmq.server.context import RequestSession, ServerContext
 from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, fit
 from fmq.tx.state import TxState
 from fmq.version import __version__
 
-if TYPE_CHECKING:
-    from fmq.server.connection import Connection
-    from fmq.server.server import Server
-
 logger = logging.getLogger("fmq.server")
 
-Handler = Callable[["Server", "Connection", dict], Awaitable[dict]]
+Handler = Callable[[ServerContext, RequestSession, dict], Awaitable[dict]]
 HANDLERS: dict[int, Handler] = {}
 
 
@@ -38,30 +44,6 @@ def handles(op: Op) -> Callable[[Handler], Handler]:
         HANDLERS[op] = fn
         return fn
     return register
-
-
-# ---------------------------------------------------------------- value conversion
-
-#: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
-#: negative value is an unknown queue, not a second way of saying "pick".
-BROKER_PICKS_QUEUE = -1
-
-
-def to_message(d: dict) -> Message:
-    qid = d["queue_id"]
-    return Message(d["topic"], d["body"], key=d["key"], tags=d["tags"],
-                   properties=d["properties"] or None,
-                   queue_id=None if qid == BROKER_PICKS_QUEUE else qid)
-
-
-def from_result(r: SendResult) -> dict:
-    return {"offset": r.offset, "queue_id": r.queue_id, "queue_offset": r.queue_offset}
-
-
-def from_stored(m: StoredMessage) -> dict:
-    return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
-            "offset": m.offset, "body": m.body, "key": m.key, "tags": m.tags,
-            "properties": m.properties or {}, "store_time": m.store_time}
 
 
 def _tx_state(value: str, allowed: tuple[TxState, ...]) -> TxState:
@@ -76,28 +58,44 @@ def _tx_state(value: str, allowed: tuple[TxState, ...]) -> TxState:
 
 
 @handles(Op.PING)
-async def _ping(srv: Server, conn: Connection, req: dict) -> dict:
-    cfg = srv.config
+async def _ping(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    cfg = ctx.config
     return {"server_version": __version__, "protocol_version": PROTOCOL_VERSION,
-            "queues_per_topic": srv.broker.config.queues_per_topic,
+            "queues_per_topic": ctx.broker.config.queues_per_topic,
             "max_frame_size": cfg.max_frame_size, "max_in_flight": cfg.max_in_flight}
 
 
-# SEND, the hot path, is answered without a task by Connection._send_fast (same steps:
-# decode, batcher.submit, answer with the SendResult).
+@handles(Op.SEND)
+def _send(ctx: ServerContext, session: RequestSession, req: dict) -> asyncio.Future[dict]:
+    # The hot path: no task; the batcher's future, mapped to the answer, is the request.
+    stored = ctx.batcher.submit([message_from_wire(req["message"])])
+    answer = ctx.loop.create_future()
+
+    def respond(done: asyncio.Future) -> None:
+        if answer.done():
+            return
+        if done.cancelled():
+            answer.cancel()
+        elif done.exception() is not None:
+            answer.set_exception(done.exception())
+        else:
+            answer.set_result({"result": result_to_wire(done.result()[0])})
+
+    stored.add_done_callback(respond)
+    return answer
 
 
 @handles(Op.SEND_BATCH)
-async def _send_batch(srv: Server, conn: Connection, req: dict) -> dict:
-    msgs = [to_message(m) for m in req["messages"]]
-    results = await srv.batcher.submit(msgs) if msgs else []
-    return {"results": [from_result(r) for r in results]}
+async def _send_batch(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    msgs = [message_from_wire(m) for m in req["messages"]]
+    results = await ctx.batcher.submit(msgs) if msgs else []
+    return {"results": [result_to_wire(r) for r in results]}
 
 
 @handles(Op.PREPARE)
-async def _prepare(srv: Server, conn: Connection, req: dict) -> dict:
-    msgs = [to_message(m) for m in req["messages"]]
-    tx_id = await srv.run(srv.broker.prepare, msgs, req["producer_group"], req["tx_id"])
+async def _prepare(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    msgs = [message_from_wire(m) for m in req["messages"]]
+    tx_id = await ctx.run(ctx.broker.prepare, msgs, req["producer_group"], req["tx_id"])
     return {"tx_id": tx_id}
 
 
@@ -107,21 +105,21 @@ def _commit_tx(broker: Broker, tx_id: str) -> tuple[TxState, set[tuple[str, int]
     return broker.commit(tx_id), queues
 
 
-async def _commit_and_wake(srv: Server, tx_id: str) -> TxState:
-    state, queues = await srv.run(_commit_tx, srv.broker, tx_id)
-    srv.data_arrived(queues)
+async def _commit_and_wake(ctx: ServerContext, tx_id: str) -> TxState:
+    state, queues = await ctx.run(_commit_tx, ctx.broker, tx_id)
+    ctx.data_arrived(queues)
     return state
 
 
 @handles(Op.COMMIT)
-async def _commit(srv: Server, conn: Connection, req: dict) -> dict:
-    state = await _commit_and_wake(srv, req["tx_id"])
+async def _commit(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    state = await _commit_and_wake(ctx, req["tx_id"])
     return {"state": state.value}
 
 
 @handles(Op.ROLLBACK)
-async def _rollback(srv: Server, conn: Connection, req: dict) -> dict:
-    state = await srv.run(srv.broker.rollback, req["tx_id"])
+async def _rollback(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    state = await ctx.run(ctx.broker.rollback, req["tx_id"])
     return {"state": state.value}
 
 
@@ -131,46 +129,42 @@ POLL_SLICE_S = 0.25
 
 
 @handles(Op.POLL_UNCERTAIN)
-async def _poll_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
-    loop = srv._loop
-    deadline = loop.time() + srv.wait_ms(req["wait_ms"])
+async def _poll_uncertain(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    loop = ctx.loop
+    deadline = loop.time() + ctx.wait_ms(req["wait_ms"])
     args = (req["producer_group"], req["max_items"], req["lease_ms"])
-    conn.leases_taken = True  # its leases are returned when it closes
+    session.leases_taken = True  # its leases are returned when it closes
     while True:
         remaining = deadline - loop.time()
-        if srv.stopping or conn.closing:
+        if ctx.stopping or session.closing:
             remaining = 0.0
         slice_ms = int(max(0.0, min(remaining, POLL_SLICE_S)) * 1000)
-        poll = loop.run_in_executor(srv.pollers, srv.broker.poll_uncertain, *args, slice_ms,
-                                    conn)
+        poll = loop.run_in_executor(ctx.pollers, ctx.broker.poll_uncertain, *args, slice_ms,
+                                    session)
         # A shutdown answers a long poll (empty) at once. Anything the thread still picks is
         # leased but not delivered; the lease runs out and it is offered again later.
-        stopped = asyncio.ensure_future(srv._stop_event.wait())
+        stopped = asyncio.ensure_future(ctx.stop_requested.wait())
         await asyncio.wait([poll, stopped], return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
         if not poll.done():
             poll.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieve it
             return {"transactions": []}
         txs = poll.result()
-        if txs and conn.lost:
+        if txs and session.lost:
             # Leased after the connection's close returned its leases: nobody will answer.
-            await srv.run(srv.broker.release_feedback_leases, conn)
-        if txs or deadline - loop.time() <= 0 or srv.stopping or conn.closing:
+            await ctx.run(ctx.broker.release_feedback_leases, session)
+        if txs or deadline - loop.time() <= 0 or ctx.stopping or session.closing:
             break
-    return {"transactions": [
-        {"tx_id": t.tx_id, "producer_group": t.producer_group,
-         "prepare_offset": t.prepare_offset, "store_time": t.store_time, "checks": t.checks,
-         "messages": [dict(m, properties=m.get("properties") or {}) for m in t.messages]}
-        for t in txs]}
+    return {"transactions": [uncertain_to_wire(t) for t in txs]}
 
 
 @handles(Op.ANSWER_UNCERTAIN)
-async def _answer_uncertain(srv: Server, conn: Connection, req: dict) -> dict:
+async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     state = _tx_state(req["state"], (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN))
     if state == TxState.COMMIT:
-        final = await _commit_and_wake(srv, req["tx_id"])
+        final = await _commit_and_wake(ctx, req["tx_id"])
     else:
-        final = await srv.run(srv.broker.answer_uncertain, req["tx_id"], state, conn)
+        final = await ctx.run(ctx.broker.answer_uncertain, req["tx_id"], state, session)
     return {"state": final.value}
 
 
@@ -191,63 +185,64 @@ def _pull_now(broker: Broker, topic: str, queue_id: int, offset: int, max_messag
     return msgs, lo, hi, PULL_REPLY_BASE + size
 
 
-async def _reserve(srv: Server, conn: Connection, need: int = 0) -> int:
+async def _reserve(ctx: ServerContext, session: RequestSession, need: int = 0) -> int:
     """Reserve this request's answer in the reply budget before anything is read: up to
     max_reply_size, at least enough for one message (``need``: exactly that much)."""
-    cfg = srv.config
+    cfg = ctx.config
     if need:
-        return await conn.reserve_reply(need, need)
-    return await conn.reserve_reply(cfg.max_reply_size,
-                                    min(cfg.max_reply_size, srv.largest_reply))
+        return await session.reserve_reply(need, need)
+    return await session.reserve_reply(cfg.max_reply_size,
+                                    min(cfg.max_reply_size, ctx.largest_reply))
 
 
 @handles(Op.PULL)
-async def _pull(srv: Server, conn: Connection, req: dict) -> dict:
-    loop = srv._loop
-    deadline = loop.time() + srv.wait_ms(req["wait_ms"])
+async def _pull(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    loop = ctx.loop
+    deadline = loop.time() + ctx.wait_ms(req["wait_ms"])
     topic, queue_id = req["topic"], req["queue_id"]
     check_count(req["max_messages"], "max_messages")
     args = (topic, queue_id, req["offset"], min(req["max_messages"], 4096))
     catch_up = False
     need = 0
     while True:
-        events = srv.pull_waiters(topic, queue_id, conn)
-        granted = await _reserve(srv, conn, need)
-        srv.pull_reads += 1
+        events = ctx.wakeups.events(topic, queue_id, session.id)
+        granted = await _reserve(ctx, session, need)
+        ctx.counters.pull_reads += 1
         try:
-            msgs, lo, hi, size = await srv.read(_pull_now, srv.broker, *args, catch_up,
+            msgs, lo, hi, size = await ctx.read(_pull_now, ctx.broker, *args, catch_up,
                                                 granted)
         except BaseException:
-            conn.unreserve_reply(granted)
+            session.unreserve_reply(granted)
             raise
         if size > granted:
             # One message larger than the part of the budget we got (only when
             # max_reply_size is below the largest message): read again with room for it.
-            conn.unreserve_reply(granted)
+            session.unreserve_reply(granted)
             need = size
             continue
         remaining = deadline - loop.time()
-        if msgs or remaining <= 0 or srv.stopping or conn.closing:
+        if msgs or remaining <= 0 or ctx.stopping or session.closing:
             break
-        conn.unreserve_reply(granted)  # a long poll holds no reply budget while it waits
+        session.unreserve_reply(granted)  # a long poll holds no reply budget while it waits
         # Only a write to this queue, the deadline, a closing connection or a shutdown
         # ends the wait: an idle long poll costs no thread and no reads meanwhile.
-        catch_up = await srv.wait_for_data(events, remaining)
-    conn.unreserve_reply(granted - size)  # the rest is held until the answer is written
-    return {"messages": [from_stored(m) for m in msgs], "min_offset": lo, "next_offset": hi}
+        catch_up = await ctx.wait_for_data(events, remaining)
+    session.unreserve_reply(granted - size)  # the rest is held until the answer is written
+    return {"messages": [stored_to_wire(m) for m in msgs], "min_offset": lo, "next_offset": hi}
 
 
 @handles(Op.COMMIT_OFFSET)
-async def _commit_offset(srv: Server, conn: Connection, req: dict) -> dict:
+async def _commit_offset(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     # Progress of a group, not data: it wakes no pull.
-    await srv.run(srv.broker.commit_offset, req["group"], req["topic"], req["queue_id"],
+    await ctx.run(ctx.broker.commit_offset, req["group"], req["topic"], req["queue_id"],
                   req["next_offset"])
     return {}
 
 
 @handles(Op.FETCH_OFFSET)
-async def _fetch_offset(srv: Server, conn: Connection, req: dict) -> dict:
-    off = await srv.read(srv.broker.committed_offset, req["group"], req["topic"], req["queue_id"])
+async def _fetch_offset(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    off = await ctx.read(ctx.broker.committed_offset, req["group"], req["topic"],
+                         req["queue_id"])
     return {"offset": -1 if off is None else off}
 
 
@@ -256,26 +251,28 @@ def _assignment(pairs: list[tuple[str, int]]) -> list[dict]:
 
 
 @handles(Op.GROUP_JOIN)
-async def _group_join(srv: Server, conn: Connection, req: dict) -> dict:
-    member, gen, assigned = srv.groups.join(req["group"], req["member_id"], req["topics"], conn)
+async def _group_join(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    member, gen, assigned = ctx.groups.join(req["group"], req["member_id"], req["topics"],
+                                            session)
     logger.info("group %r: member %r joined from %s (generation %d, %d queues)",
-                req["group"], member, conn.peer, gen, len(assigned))
-    cfg = srv.config
+                req["group"], member, session.peer, gen, len(assigned))
+    cfg = ctx.config
     return {"member_id": member, "generation": gen, "assignment": _assignment(assigned),
-            "queues_per_topic": srv.broker.config.queues_per_topic,
+            "queues_per_topic": ctx.broker.config.queues_per_topic,
             "heartbeat_interval_ms": cfg.group_heartbeat_interval_ms,
             "session_timeout_ms": cfg.group_session_timeout_ms}
 
 
 @handles(Op.GROUP_HEARTBEAT)
-async def _group_heartbeat(srv: Server, conn: Connection, req: dict) -> dict:
-    gen, assigned = srv.groups.heartbeat(req["group"], req["member_id"], req["topics"], conn)
+async def _group_heartbeat(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    gen, assigned = ctx.groups.heartbeat(req["group"], req["member_id"], req["topics"],
+                                         session)
     return {"generation": gen, "assignment": _assignment(assigned)}
 
 
 @handles(Op.GROUP_LEAVE)
-async def _group_leave(srv: Server, conn: Connection, req: dict) -> dict:
-    if srv.groups.leave(req["group"], req["member_id"]):
+async def _group_leave(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    if ctx.groups.leave(req["group"], req["member_id"]):
         logger.info("group %r: member %r left", req["group"], req["member_id"])
     return {}
 
@@ -295,62 +292,62 @@ def _query_now(broker: Broker, topic: str, key: str, limit: int, max_bytes: int
 
 
 @handles(Op.QUERY_KEY)
-async def _query_key(srv: Server, conn: Connection, req: dict) -> dict:
+async def _query_key(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     check_count(req["limit"], "limit")
     args = (req["topic"], req["key"], min(req["limit"], 4096))
     need = 0
     while True:
-        granted = await _reserve(srv, conn, need)
+        granted = await _reserve(ctx, session, need)
         try:
-            msgs, size = await srv.read(_indexed, srv.broker, _query_now, srv.broker, *args,
+            msgs, size = await ctx.read(_indexed, ctx.broker, _query_now, ctx.broker, *args,
                                         granted)
         except BaseException:
-            conn.unreserve_reply(granted)
+            session.unreserve_reply(granted)
             raise
         if size <= granted:
             break
-        conn.unreserve_reply(granted)
+        session.unreserve_reply(granted)
         need = size  # one message larger than what we got: read again with room for it
-    conn.unreserve_reply(granted - size)  # the rest is held until the answer is written
-    return {"messages": [from_stored(m) for m in msgs]}
+    session.unreserve_reply(granted - size)  # the rest is held until the answer is written
+    return {"messages": [stored_to_wire(m) for m in msgs]}
 
 
 @handles(Op.OFFSET_FOR_TIME)
-async def _offset_for_time(srv: Server, conn: Connection, req: dict) -> dict:
-    off = await srv.read(_indexed, srv.broker, srv.broker.offset_for_time, req["topic"],
-                        req["queue_id"], req["timestamp_ms"])
+async def _offset_for_time(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    off = await ctx.read(_indexed, ctx.broker, ctx.broker.offset_for_time, req["topic"],
+                         req["queue_id"], req["timestamp_ms"])
     return {"offset": off}
 
 
 @handles(Op.QUEUE_RANGE)
-async def _queue_range(srv: Server, conn: Connection, req: dict) -> dict:
-    lo, hi = await srv.read(_indexed, srv.broker, srv.broker.queue_range, req["topic"],
-                           req["queue_id"])
+async def _queue_range(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    lo, hi = await ctx.read(_indexed, ctx.broker, ctx.broker.queue_range, req["topic"],
+                            req["queue_id"])
     return {"min_offset": lo, "next_offset": hi}
 
 
 @handles(Op.STATS)
-async def _stats(srv: Server, conn: Connection, req: dict) -> dict:
-    stats = await srv.run(srv.broker.stats)
-    stats["server"] = srv.server_stats()
+async def _stats(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    stats = await ctx.run(ctx.broker.stats)
+    stats["server"] = ctx.hooks.stats()
     return {"json": json.dumps(stats, sort_keys=True, default=str)}
 
 
 @handles(Op.LIST_TX)
-async def _list_tx(srv: Server, conn: Connection, req: dict) -> dict:
-    txs = await srv.run(srv.broker.open_transactions)
+async def _list_tx(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    txs = await ctx.run(ctx.broker.open_transactions)
     return {"transactions": [{k: t[k] for k in ("tx_id", "producer_group", "state", "age_ms",
                                                 "checks", "messages", "prepare_offset")}
                              for t in txs]}
 
 
 @handles(Op.RESOLVE_TX)
-async def _resolve_tx(srv: Server, conn: Connection, req: dict) -> dict:
+async def _resolve_tx(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     decision = _tx_state(req["decision"], (TxState.COMMIT, TxState.ROLLBACK))
     if decision == TxState.COMMIT:
-        state = await _commit_and_wake(srv, req["tx_id"])
+        state = await _commit_and_wake(ctx, req["tx_id"])
     else:
-        state = await srv.run(srv.broker.rollback, req["tx_id"])
-    logger.info("operator at %s resolved transaction %r: %s", conn.peer, req["tx_id"],
+        state = await ctx.run(ctx.broker.rollback, req["tx_id"])
+    logger.info("operator at %s resolved transaction %r: %s", session.peer, req["tx_id"],
                 state.value)
     return {"state": state.value}

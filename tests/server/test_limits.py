@@ -23,9 +23,9 @@ from fmq.errors import ConfigError, FMQError
 from fmq.message import Message, StoredMessage
 from fmq.protocol import PREFIX_SIZE, FrameDecoder, Op, decode_response, encode_request
 from fmq.protocol.frame import encode_response
+from fmq.protocol.values import stored_from_wire, stored_to_wire
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
-from fmq.server.handlers import from_stored
 from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, stored_message_size
 from fmq.server.server import Server
 
@@ -106,9 +106,9 @@ def test_answer_sizes_count_every_field_exactly():
             {f"p{i}\u00fc": "v" * rnd.randint(0, 300) for i in range(rnd.randint(0, 20))},
             rnd.randint(0, 1 << 41))
         n = rnd.randint(0, 3)
-        pull = encode_response(Op.PULL, 1, {"messages": [from_stored(m)] * n,
+        pull = encode_response(Op.PULL, 1, {"messages": [stored_to_wire(m)] * n,
                                             "min_offset": 0, "next_offset": 0})
-        query = encode_response(Op.QUERY_KEY, 1, {"messages": [from_stored(m)] * n})
+        query = encode_response(Op.QUERY_KEY, 1, {"messages": [stored_to_wire(m)] * n})
         assert len(pull) == PULL_REPLY_BASE + n * stored_message_size(m)
         assert len(query) == QUERY_REPLY_BASE + n * stored_message_size(m)
 
@@ -269,14 +269,9 @@ def test_properties_keys_and_tags_count_against_the_answer_size(start_server):
         assert [m["body"] for m in got[:64]] == [f"m{j}".encode() for j in range(64)]
         assert all(m["properties"] == props and m["key"] == key for m in got[:64])
         found = c.call(Op.QUERY_KEY, {"topic": "props", "key": key, "limit": 4096})
-        sizes = [stored_message_size(_stored(m)) for m in found["messages"]]
+        sizes = [stored_message_size(stored_from_wire(m)) for m in found["messages"]]
         assert 1 <= len(sizes) < 65
         assert len(sizes) == 1 or QUERY_REPLY_BASE + sum(sizes) <= 1 * MiB
-
-
-def _stored(d: dict) -> StoredMessage:
-    return StoredMessage(d["topic"], d["queue_id"], d["queue_offset"], d["offset"], d["body"],
-                         d["key"], d["tags"], d["properties"], d["store_time"])
 
 
 # ---------------------------------------------------------------- request budget

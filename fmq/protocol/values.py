@@ -1,0 +1,71 @@
+"""The one translation between the wire's field dicts and FMQ's value types.
+
+The server turns requests into :class:`~fmq.message.Message` and answers from
+:class:`~fmq.message.SendResult`, :class:`~fmq.message.StoredMessage` and
+:class:`~fmq.tx.state.UncertainTx`; the producer and the consumer do the reverse. Both sides
+use these functions, so a field added to a composite type (``fmq.protocol.schema``) is
+added in one place. Client-safe: nothing of the storage code is imported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmq.errors import InvalidArgument
+from fmq.message import Message, SendResult, StoredMessage
+from fmq.tx.state import UncertainTx
+
+#: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
+#: negative value is an unknown queue, not a second way of saying "pick".
+BROKER_PICKS_QUEUE = -1
+
+
+def message_to_wire(m: Message) -> dict[str, Any]:
+    """The ``message`` fields of ``m``; raises InvalidArgument for what the wire cannot
+    carry (not a Message, a body that is not bytes)."""
+    if not isinstance(m, Message):
+        raise InvalidArgument(f"expected fmq.Message, got {type(m).__name__}")
+    body = m.body
+    if not isinstance(body, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(
+            f"message body must be bytes, not {type(body).__name__}; encode text first")
+    return {"topic": m.topic, "body": bytes(body), "key": m.key or None,
+            "tags": m.tags or None, "properties": m.properties or {},
+            "queue_id": BROKER_PICKS_QUEUE if m.queue_id is None else m.queue_id}
+
+
+def message_from_wire(d: dict[str, Any]) -> Message:
+    qid = d["queue_id"]
+    return Message(d["topic"], d["body"], key=d["key"], tags=d["tags"],
+                   properties=d["properties"] or None,
+                   queue_id=None if qid == BROKER_PICKS_QUEUE else qid)
+
+
+def result_to_wire(r: SendResult) -> dict[str, Any]:
+    return {"offset": r.offset, "queue_id": r.queue_id, "queue_offset": r.queue_offset}
+
+
+def result_from_wire(d: dict[str, Any]) -> SendResult:
+    return SendResult(d["offset"], d["queue_id"], d["queue_offset"])
+
+
+def stored_to_wire(m: StoredMessage) -> dict[str, Any]:
+    return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+            "offset": m.offset, "body": m.body, "key": m.key, "tags": m.tags,
+            "properties": m.properties or {}, "store_time": m.store_time}
+
+
+def stored_from_wire(d: dict[str, Any]) -> StoredMessage:
+    return StoredMessage(d["topic"], d["queue_id"], d["queue_offset"], d["offset"], d["body"],
+                         d["key"], d["tags"], d["properties"], d["store_time"])
+
+
+def uncertain_to_wire(t: UncertainTx) -> dict[str, Any]:
+    return {"tx_id": t.tx_id, "producer_group": t.producer_group,
+            "prepare_offset": t.prepare_offset, "store_time": t.store_time, "checks": t.checks,
+            "messages": [dict(m, properties=m.get("properties") or {}) for m in t.messages]}
+
+
+def uncertain_from_wire(d: dict[str, Any]) -> UncertainTx:
+    return UncertainTx(d["tx_id"], d["producer_group"], d["prepare_offset"], d["store_time"],
+                       d["checks"], d["messages"])

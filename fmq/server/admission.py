@@ -1,0 +1,80 @@
+"""One session's account in the server's request budget: a frame's declared length is taken
+before its body is read, and held until its request finishes.
+
+When the budget has no room the session stops reading (``pause``) until the bytes are
+granted (``resume``), so a flood of large frames waits in the socket, not in memory. A frame
+this small, from a session that holds no other request bytes, never waits: pings,
+heartbeats and small sends keep working while large frames fill the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fmq.server.budgets import Share
+
+#: Frames up to this size skip the total budget when the session holds nothing else; it
+#: adds at most this much per session.
+SMALL_FRAME = 64 * 1024
+
+
+class RequestAdmission:
+    """Request bytes of one session: the frame being received, and each running request's
+    (released by :meth:`release` when it ends)."""
+
+    def __init__(self, share: Share, *, accepting: Callable[[], bool],
+                 pause: Callable[[], None], resume: Callable[[], None]) -> None:
+        self.share = share
+        self._accepting = accepting  # False once the session reads no more requests
+        self._pause = pause
+        self._resume = resume
+        self.receiving = 0  # request bytes admitted for the frame being received
+        self._waiter = None  # our place in the budget's queue
+        self._granted = 0  # bytes granted while we waited, not yet used
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the frame at the head of the buffer waits for room in the budget."""
+        return self._waiter is not None
+
+    def admit(self, n: int) -> bool:
+        """May the frame of ``n`` bytes whose length was just read be received?"""
+        share = self.share
+        budget = share.budget
+        if self._granted:
+            n, self._granted = self._granted, 0
+        elif n <= SMALL_FRAME and share.used == 0:
+            budget.take(share, n)
+        elif not budget.try_take(share, n, n):
+            waiter = budget.wait(share, n, n, self._admitted)
+            if not self._granted:  # not granted at once: stop reading until it is
+                self._waiter = waiter
+                self._pause()
+                return False
+            n, self._granted = self._granted, 0
+        self.receiving += n
+        return True
+
+    def _admitted(self, n: int) -> None:
+        if not self._accepting():
+            self.release(n)
+            return
+        self._granted = n
+        if self._waiter is not None:  # granted later: read on
+            self._waiter = None
+            self._resume()
+
+    def received(self, size: int) -> None:
+        """A whole frame of ``size`` bytes arrived: its request holds them from now on."""
+        self.receiving -= size
+
+    def release(self, size: int) -> None:
+        self.share.budget.release(self.share, size)
+
+    def close(self) -> None:
+        """The socket is gone: give back the frame being received and any grant."""
+        if self._waiter is not None:
+            self.share.budget.cancel(self._waiter)
+            self._waiter = None
+        self.release(self.receiving + self._granted)
+        self.receiving = self._granted = 0

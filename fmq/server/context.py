@@ -1,0 +1,133 @@
+"""What request handlers and client sessions may use of the server, and nothing else.
+
+The :class:`~fmq.server.server.Server` builds one :class:`ServerContext` and hands it to
+every :class:`~fmq.server.session.ClientSession` and, through it, to every handler: the
+broker, the limits, the budgets, the thread pools, the send batcher, pull wake-ups, consumer
+groups and the counters. Sessions report their life (opened, first request, closed) through
+:class:`ServerHooks`, which the server implements; nobody reaches into the server itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fmq.engine.broker import Broker
+from fmq.server.batcher import SendBatcher
+from fmq.server.budgets import SharedBudget
+from fmq.server.config import ServerConfig
+from fmq.server.groups import GroupCoordinator
+from fmq.server.request_limits import RequestLimits
+from fmq.server.wakeups import PullEvents, PullWakeups
+
+
+@dataclass
+class ServerCounters:
+    """What the server counts for ``fmq stats`` (event-loop thread only)."""
+
+    requests: int = 0
+    protocol_errors: int = 0
+    busy_refusals: int = 0
+    pull_reads: int = 0  # times a PULL read its queue
+    pull_wakeups: int = 0  # pull waits that data in their queue ended
+    timed_out: int = 0  # sessions closed by a time-out or to make room
+
+
+class ServerHooks(Protocol):
+    """What the server does when a session's life changes (the server implements it)."""
+
+    def session_opened(self, session: Any) -> None:
+        """A socket was accepted (the server numbers it, or refuses it)."""
+
+    def first_request(self, session: Any) -> bool:
+        """The session sent its first complete request: False when it is refused."""
+
+    def session_closed(self, session: Any) -> None:
+        """The socket is gone."""
+
+    def stats(self) -> dict[str, Any]:
+        """The server's own counters."""
+
+
+class ServerContext:
+    """The server's shared state as handlers and sessions see it. ``loop``, ``batcher`` and
+    ``stop_requested`` exist once the server has started (:meth:`attach`)."""
+
+    def __init__(self, broker: Broker, config: ServerConfig, hooks: ServerHooks, *,
+                 groups: GroupCoordinator, limits: RequestLimits,
+                 request_budget: SharedBudget, reply_budget: SharedBudget,
+                 largest_reply: int, workers: Executor, readers: Executor,
+                 pollers: Executor) -> None:
+        self.broker = broker
+        self.config = config
+        self.hooks = hooks
+        self.groups = groups
+        self.limits = limits
+        self.request_budget = request_budget
+        self.reply_budget = reply_budget
+        #: Bytes of the largest one-message PULL/QUERY_KEY answer this broker can produce.
+        self.largest_reply = largest_reply
+        self.pollers = pollers
+        self._workers = workers
+        self._readers = readers
+        self.wakeups = PullWakeups()
+        self.counters = ServerCounters()
+        #: Requests in flight on every session (tasks, and futures of sends).
+        self.all_tasks: set[asyncio.Future] = set()
+        self.stopping = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.batcher: SendBatcher | None = None
+        self.stop_requested: asyncio.Event | None = None
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bind to the running event loop (the server starts)."""
+        self.loop = loop
+        self.stop_requested = asyncio.Event()
+        self.batcher = SendBatcher(self.broker, loop, self._workers,
+                                   self.config.max_batch_messages, self.data_arrived)
+
+    def now(self) -> float:
+        """The event loop's clock (monotonic seconds)."""
+        return self.loop.time()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        """Run a blocking broker call that writes (or waits for a write) in the worker pool."""
+        return self.loop.run_in_executor(self._workers, fn, *args)
+
+    def read(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        """Run a blocking broker read in the reader pool."""
+        return self.loop.run_in_executor(self._readers, fn, *args)
+
+    def wait_ms(self, requested: int) -> float:
+        """Seconds a long poll asking for ``requested`` ms may wait (max_wait_ms caps it)."""
+        return min(requested, self.config.max_wait_ms) / 1000.0
+
+    def data_arrived(self, queues: set[tuple[str, int]]) -> None:
+        """A write completed: wake the pull long polls of ``queues``, and only those."""
+        self.wakeups.data_arrived(queues)
+
+    async def wait_for_data(self, events: PullEvents, timeout: float) -> bool:
+        """Wait until data lands in the queue (True), or the session closes, the server
+        stops or ``timeout`` passes (False)."""
+        woken = await self.wakeups.wait(events, timeout) and not self.stopping
+        self.counters.pull_wakeups += woken
+        return woken
+
+
+class RequestSession(Protocol):
+    """What a handler uses of the session its request came on."""
+
+    id: int
+    peer: str
+    closing: bool  # no more requests will be read
+    lost: bool  # the socket is gone: answers can no longer be delivered
+    leases_taken: bool  # it polled for feedback: its leases are returned when it closes
+
+    async def reserve_reply(self, want: int, minimum: int) -> int:
+        """Take between ``minimum`` and ``want`` reply bytes for the running request."""
+
+    def unreserve_reply(self, n: int) -> None:
+        """Give back reply bytes of the running request it will not use."""

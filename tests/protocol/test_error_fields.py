@@ -1,0 +1,70 @@
+"""Errors keep their class, message and fields through an error response."""
+
+from __future__ import annotations
+
+import pytest
+
+from fmq.errors import (
+    BadRecord,
+    CorruptLog,
+    DataDirLocked,
+    FMQError,
+    LogFailed,
+    SegmentUnavailable,
+    TornRecord,
+    all_error_classes,
+)
+from fmq.protocol import decode_error, encode_error, parse_frame
+
+#: One instance of every error class with fields, with awkward field text (the format's own
+#: words, colons, newlines, negative offsets).
+WITH_FIELDS = [
+    DataDirLocked("/var/lib/fmq in use by another FMQ process; stop"),
+    LogFailed(OSError(28, "No space left on device")),
+    LogFailed("the log is closed"),
+    SegmentUnavailable("/d/log/00000000000000004096.seg", OSError(24, "Too many open files")),
+    CorruptLog("00000000000000000000.seg", 123456, "CRC-32C mismatch"),
+    CorruptLog("a at log offset 7: b.seg", 9, "reason: with. Valid records follow it\nx"),
+    TornRecord(77, "length 90 but only 3 bytes follow"),
+    BadRecord(-1, "record claims log offset 5: bad record at log offset 6"),
+]
+
+
+def round_trip(exc: BaseException) -> FMQError:
+    data = encode_error(4, 9, exc)
+    return decode_error(parse_frame(data[4:]))
+
+
+def test_every_error_class_with_fields_is_covered_here():
+    covered = {type(e) for e in WITH_FIELDS}
+    assert {cls for cls in all_error_classes().values() if cls.fields} <= covered
+
+
+@pytest.mark.parametrize("exc", WITH_FIELDS, ids=lambda e: type(e).__name__)
+def test_an_error_with_fields_comes_back_with_the_same_class_message_and_fields(exc):
+    back = round_trip(exc)
+    assert type(back) is type(exc)
+    assert str(back) == str(exc)
+    assert back.retriable == exc.retriable
+    for name, kind in type(exc).fields.items():
+        sent = getattr(exc, name)
+        got = getattr(back, name)
+        assert isinstance(got, kind)
+        if kind is OSError:  # the cause travels as the text the message shows
+            assert str(got) == (sent.strerror or str(sent))
+        else:
+            assert got == (sent if isinstance(sent, kind) else kind(str(sent)))
+
+
+def test_an_offset_field_is_an_int_again():
+    back = round_trip(CorruptLog("00000000000000000000.seg", 4096, "CRC-32C mismatch"))
+    assert (back.segment, back.offset, back.reason) == (
+        "00000000000000000000.seg", 4096, "CRC-32C mismatch")
+
+
+def test_a_message_not_in_the_class_format_keeps_its_text_and_has_empty_fields():
+    exc = CorruptLog.__new__(CorruptLog)
+    Exception.__init__(exc, "written by hand")
+    back = round_trip(exc)
+    assert type(back) is CorruptLog and str(back) == "written by hand"
+    assert (back.segment, back.offset, back.reason) == (None, None, None)
