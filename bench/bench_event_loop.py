@@ -12,10 +12,10 @@ others. A real ``fmq server`` subprocess on 127.0.0.1; every scenario prints wha
 
 Not part of the test run. Run::
 
-    python bench/bench_event_loop.py join --topics 1000
-    python bench/bench_event_loop.py batch --messages 10000
-    python bench/bench_event_loop.py heartbeat --groups 10000 --group-connections 100
-    python bench/bench_event_loop.py pulls --pulls 4000 --seconds 5
+    python -m bench.bench_event_loop join --topics 1000
+    python -m bench.bench_event_loop batch --messages 10000
+    python -m bench.bench_event_loop heartbeat --groups 10000 --group-connections 100
+    python -m bench.bench_event_loop pulls --pulls 4000 --seconds 5
 """
 
 from __future__ import annotations
@@ -23,17 +23,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from fmq.client import Client, Producer  # noqa: E402
-from fmq.errors import FMQError  # noqa: E402
-from fmq.protocol import Op  # noqa: E402
-from tests.server.harness import ServerProcess  # noqa: E402
+from fmq.client import Client, Producer
+from fmq.errors import FMQError
+from fmq.protocol import Op
+from tests.server.harness import ServerProcess
 
 
 def vm_kib(pid: int, field: str) -> int:

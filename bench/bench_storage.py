@@ -14,14 +14,11 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import fmq  # noqa: E402
+import fmq
 
 BODY = b"x" * 1024
 CFG = fmq.BrokerConfig(checkpoint_interval_ms=0, retention_interval_ms=0)

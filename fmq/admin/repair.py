@@ -14,6 +14,7 @@ from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock
 from fmq.errors import InvalidArgument
 from fmq.index.store import destroy
 from fmq.log.log import Log
+from fmq.log.reader import OnCorruption
 from fmq.log.record import FORMAT_MAX_RECORD
 from fmq.log.scanner import LogScanner
 
@@ -23,7 +24,7 @@ def cut_log(data_dir: str, offset: int) -> list[str]:
     with DataDirLock(data_dir):
         log_dir = os.path.join(data_dir, LOG_DIR)
         boundaries = set()
-        scanner = LogScanner(log_dir, on_corruption="skip", copy_body=False,
+        scanner = LogScanner(log_dir, on_corruption=OnCorruption.SKIP, copy_body=False,
                              max_record_size=FORMAT_MAX_RECORD)
         for rec in scanner:
             boundaries.add(rec.log_offset)

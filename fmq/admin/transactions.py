@@ -8,6 +8,7 @@ import time
 
 from fmq.datadir import LOG_DIR
 from fmq.engine.broker import Broker
+from fmq.log.reader import OnCorruption
 from fmq.log.record import FORMAT_MAX_RECORD
 from fmq.log.scanner import LogScanner
 from fmq.tx.manager import TxManager
@@ -19,7 +20,7 @@ def open_transactions_in_log(data_dir: str) -> list[dict]:
     """Replay every transaction record of the log and list those never ended."""
     txm = TxManager(max_open=1 << 62, finished_memory=0, check_after_ms=0,
                     check_max_interval_ms=1)
-    scanner = LogScanner(os.path.join(data_dir, LOG_DIR), on_corruption="raise",
+    scanner = LogScanner(os.path.join(data_dir, LOG_DIR), on_corruption=OnCorruption.RAISE,
                          copy_body=False, max_record_size=FORMAT_MAX_RECORD)
     for rec in scanner:
         redo_transaction_record(rec, txm)

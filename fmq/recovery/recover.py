@@ -47,6 +47,7 @@ from fmq.errors import CorruptCheckpoint, CorruptLog
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
+from fmq.log.reader import OnCorruption
 from fmq.log.record import INDEXED_TYPES, Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
@@ -125,7 +126,7 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
 
     # Pass 2: scan and redo.
     scanner = LogScanner(log_.directory, start_offset=start, max_record_size=max_record_size,
-                         on_corruption="raise", copy_body=False)
+                         on_corruption=OnCorruption.RAISE, copy_body=False)
     entries: list[QueueEntry] = []
     ends: list[TxEnd] = []
     replayed = 0
