@@ -1,6 +1,7 @@
 """Deterministic workloads for the fault tests: a *plan* (a list of JSON-able operations)
-run by a child process (:mod:`tests.workloads.plan_writer`) against a real broker, acknowledging each completed operation to
-an fsync'd side file (:class:`tests.crashkit.AckLog`).
+run by a child process (:mod:`tests.workloads.plan_writer`) against a real broker,
+acknowledging each completed operation to an fsync'd side file
+(:class:`tests.crashkit.AckLog`).
 
 Every message carries a unique id at the start of its body (``body_for``), so the
 checker can tell each message apart wherever it ends up (a MESSAGE, a PRE_MESSAGE, the

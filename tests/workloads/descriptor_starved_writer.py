@@ -108,7 +108,8 @@ def run(data: str, segment_size: int) -> None:
         acked.append([f"after-batch-{i}", r.queue_id, r.queue_offset])
     attempt(freed, "commit", lambda: broker.commit(early_tx))
     fill_active_segment(broker, acked, "more")  # the log keeps rolling
-    attempt(freed, "send-after-roll", lambda: broker.send(msg("orders", message_body("z"), queue_id=1)))
+    attempt(freed, "send-after-roll",
+            lambda: broker.send(msg("orders", message_body("z"), queue_id=1)))
     broker.close()
     print(json.dumps({"starved": starved, "freed": freed, "acked": acked}))
 
