@@ -1,12 +1,13 @@
-"""The seed's crash analysis (3.3.7.1 - 3.3.7.8), one SIGKILL per stage.
+"""The crash table of ``docs/transactions.md`` (stages 3.3.7.1 - 3.3.7.8), one SIGKILL per
+stage.
 
-A child process sends one plain message, then runs a three-message transaction; the
-crash harness kills it with SIGKILL at the exact point of the stage (an armed I/O
-operation, not a sleep). The parent reopens the broker and checks the outcome the seed
-predicts, with FMQ's roll-forward where a commit was under way, then completes the
-transaction the way the producer would through feedback and checks that every message is
-consumable exactly once, and that nothing of a rolled-back or open transaction is ever
-pulled.
+A child process (:mod:`tests.workloads.transaction_stage_crash`) sends one plain message,
+then runs a three-message transaction; the crash harness kills it with SIGKILL at the exact
+point of the stage (an armed I/O operation, not a sleep). The parent reopens the broker and
+checks the outcome the table gives, with FMQ's roll-forward where a commit was under way,
+then completes the transaction the way the producer would through feedback and checks
+that every message is consumable exactly once, and that nothing of a rolled-back or open
+transaction is ever pulled.
 """
 
 from __future__ import annotations

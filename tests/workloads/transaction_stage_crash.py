@@ -1,6 +1,6 @@
 """Send one plain message, then run a three-message transaction with the crash harness armed
 in one phase of it (``prepare``, ``commit`` or ``rollback``): the stages of the crash
-analysis in ``tests/tx/test_crash_stages.py``.
+table in ``docs/transactions.md``, checked by ``tests/tx/test_crash_stages.py``.
 
 ``python -m tests.workloads.transaction_stage_crash DATA_DIR ACK_PATH PARAMS_JSON``; the
 parameters: ``cfg`` (BrokerConfig fields), ``bodies`` (the transaction's message bodies),
