@@ -40,11 +40,11 @@ GROUP = "shop"
 def body_for(mid: str, size: int) -> bytes:
     """The deterministic body of message ``mid``: its id, a bar, then pseudo-random bytes."""
     head = mid.encode() + b"|"
-    seed = hashlib.blake2b(mid.encode(), digest_size=16).digest()
+    block = hashlib.blake2b(mid.encode(), digest_size=16).digest()
     out = bytearray(head)
     while len(out) < size:
-        seed = hashlib.blake2b(seed, digest_size=64).digest()
-        out += seed
+        block = hashlib.blake2b(block, digest_size=64).digest()
+        out += block
     return bytes(out[: max(size, len(head))])
 
 
