@@ -9,6 +9,8 @@ process with SIGKILL at the chosen operation:
 * ``records=R[,extra=B]`` (pwrite only): write the first R whole records of the buffer
   (plus B bytes of the next one), then die, so the page cache holds a torn batch.
 
+Each workload is a module of ``tests.workloads`` (run with ``python -m`` from the repository
+root, so that ``tests`` is importable); :func:`child_context` gives it its arguments.
 The child writes every acknowledgement to a side file, one JSON line each, fsync'd before
 it goes on: what the parent finds there was acknowledged before the crash.
 """
@@ -20,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 from dataclasses import dataclass
 
@@ -166,37 +167,45 @@ class ChildResult:
         return self.returncode == -signal.SIGKILL
 
 
-def run_child(script: str, data_dir: str, ack_path: str, timeout: float = 120.0,
+def workload_command(workload: str, data_dir: str, ack_path: str, **params) -> list[str]:
+    """The command line that runs ``tests.workloads.<workload>`` on ``data_dir``, acknowledging
+    to ``ack_path``, with ``params`` as one JSON argument (see :func:`child_context`)."""
+    return [sys.executable, "-m", f"tests.workloads.{workload}", data_dir, ack_path,
+            json.dumps(params)]
+
+
+def run_child(workload: str, data_dir: str, ack_path: str, timeout: float = 120.0,
               **params) -> ChildResult:
-    """Run ``script`` (the body of a function with ``broker_dir``, ``io``, ``ack``,
-    ``params``, ``fmq`` in scope) in a fresh interpreter."""
-    code = child_code(script, data_dir, ack_path, **params)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
+    """Run the workload module ``tests.workloads.<workload>`` in a fresh interpreter and
+    wait for it (it reads its arguments with :func:`child_context`)."""
+    proc = subprocess.run(workload_command(workload, data_dir, ack_path, **params),
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     return ChildResult(proc.returncode, read_acks(ack_path), proc.stderr)
 
 
-def child_code(script: str, data_dir: str, ack_path: str, **params) -> str:
-    """The program :func:`run_child` runs: the prelude, then ``script``."""
-    prelude = textwrap.dedent(f"""
-        import json, sys
-        sys.path.insert(0, {ROOT!r})
-        import fmq
-        from tests.crashkit import CrashingIO, AckLog
-        broker_dir = {data_dir!r}
-        params = json.loads({json.dumps(json.dumps(params))})
-        io = CrashingIO()
-        ack = AckLog({ack_path!r})
-    """)
-    return prelude + textwrap.dedent(script)
-
-
-def start_child(script: str, data_dir: str, ack_path: str, wrapper: tuple[str, ...] = (),
+def start_child(workload: str, data_dir: str, ack_path: str, wrapper: tuple[str, ...] = (),
                 **params) -> subprocess.Popen:
     """Like :func:`run_child`, but return at once with the running process (for faults
     injected from outside, e.g. a file system shut down while the child writes).
     ``wrapper`` prefixes the command (e.g. ``("eatmydata",)``)."""
-    return subprocess.Popen([*wrapper, sys.executable, "-c",
-                             child_code(script, data_dir, ack_path, **params)],
+    return subprocess.Popen([*wrapper, *workload_command(workload, data_dir, ack_path, **params)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT)
+
+
+@dataclass
+class ChildContext:
+    """What a crash-harness workload starts with: the data dir, its parameters, the
+    (unarmed) crashing I/O and the acknowledgement log."""
+
+    broker_dir: str
+    params: dict
+    io: CrashingIO
+    ack: AckLog
+
+
+def child_context(argv: list[str]) -> ChildContext:
+    """Parse ``DATA_DIR ACK_PATH PARAMS_JSON`` (the arguments :func:`workload_command`
+    passes) in the child."""
+    broker_dir, ack_path, params_json = argv
+    return ChildContext(broker_dir, json.loads(params_json), CrashingIO(), AckLog(ack_path))

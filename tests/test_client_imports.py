@@ -5,19 +5,19 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.crashkit import ROOT
+
 STORAGE_MODULES = ("lmdb", "fmq.engine.broker", "fmq.index.store", "fmq.log.log")
 
 
 def test_importing_the_client_loads_no_storage_module():
-    probe = ("import sys, fmq.client; "
-             f"print(','.join(m for m in {STORAGE_MODULES!r} if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-m", "tests.workloads.import_probe", "fmq.client",
+                          *STORAGE_MODULES], capture_output=True, text=True, timeout=60,
+                         check=True, cwd=ROOT)
     assert out.stdout.strip() == "", f"import fmq.client loaded {out.stdout.strip()}"
 
 
 def test_the_broker_is_still_reachable_as_fmq_broker():
-    probe = "from fmq import Broker; import fmq; print(Broker.__name__, fmq.Broker is Broker)"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-m", "tests.workloads.broker_by_name"],
+                         capture_output=True, text=True, timeout=60, check=True, cwd=ROOT)
     assert out.stdout.split() == ["Broker", "True"]

@@ -12,6 +12,8 @@ import pytest
 import fmq
 from fmq import InvalidArgument, Message, MessageTooLarge, UnknownQueue
 from fmq.errors import OffsetOutOfRange
+from tests.crashkit import ROOT
+from tests.workloads.lock_contender import REFUSED
 
 
 def test_send_and_pull_round_trip(broker):
@@ -167,14 +169,10 @@ def test_closed_broker_refuses(tmp_path, small_config):
 
 def test_second_process_is_refused(tmp_path, small_config):
     with fmq.Broker.open(str(tmp_path), small_config):
-        code = ("import fmq, sys\n"
-                "try:\n"
-                f"    fmq.Broker.open({str(tmp_path)!r})\n"
-                "except fmq.DataDirLocked as e:\n"
-                "    print(e); sys.exit(7)\n")
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=60)
-        assert proc.returncode == 7, proc.stderr
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.workloads.lock_contender", str(tmp_path)],
+            capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert proc.returncode == REFUSED, proc.stderr
         assert "in use by another FMQ process" in proc.stdout
     # released on close
     fmq.Broker.open(str(tmp_path), small_config).close()

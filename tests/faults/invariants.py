@@ -34,7 +34,6 @@ from fmq.log.record import FORMAT_MAX_RECORD, Record, RecordType
 from fmq.log.scanner import LogScanner
 from tests.crashkit import read_acks
 from tests.faults.workload import (
-    RECOVER_AND_DIE_SCRIPT,
     TOPICS,
     ack_path,
     body_for,
@@ -43,8 +42,8 @@ from tests.faults.workload import (
     message_id,
     msg,
     plan_messages,
+    recover_and_die,
     run_plan,
-    run_script,
 )
 
 
@@ -429,8 +428,7 @@ def verify_crash(data_dir: str, plan: list[dict], acks: list[dict], config_kw: d
     raw = copy_dir(data_dir, os.path.join(workdir, "raw")) if twice else None
     state = verify_recovery(data_dir, plan, acks, config, workdir, reference, retention)
     if twice:
-        res = run_script(RECOVER_AND_DIE_SCRIPT, raw, ack_path("twice"),
-                         config=config_kw)
+        res = recover_and_die(raw, ack_path("twice"), config_kw)
         if not res.killed:
             fail("I5", f"the recover-and-die child did not die as planned: {res.stderr[-2000:]}")
         b = open_broker(raw, config)

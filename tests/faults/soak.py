@@ -43,14 +43,13 @@ from tests.faults.invariants import (
 from tests.faults.powerloss import PowerLossIO, run_until_power_cut
 from tests.faults.workload import (
     GROUP,
-    RECOVER_AND_DIE_SCRIPT,
     ack_path,
     config_kwargs,
     copy_dir,
     make_config,
     random_plan,
+    recover_and_die,
     run_plan,
-    run_script,
 )
 
 SOAK_CONFIG = config_kwargs(retention_bytes=64 * 1024, max_open_transactions=64)
@@ -175,8 +174,7 @@ class Soak:
         self.last_log = [record_key(r) for r in log_records(self.data)]
         self.records_checked += len(self.last_log)
         if self.twice_every and i % self.twice_every == 0:
-            res = run_script(RECOVER_AND_DIE_SCRIPT, raw, ack_path("twice"),
-                             config=SOAK_CONFIG)
+            res = recover_and_die(raw, ack_path("twice"), SOAK_CONFIG)
             if not res.killed:
                 raise AssertionError(f"recover-and-die child: {res.stderr[-3000:]}")
             b = open_broker(raw, self.config)

@@ -33,39 +33,6 @@ SENDS, TXS = bulk_messages(PRODUCERS, PER_PRODUCER, N_TX)
 PLAN = [{"op": "send", "msgs": ms} for ms in SENDS.values()] + [
     {"op": "prepare", "tx": tx, "group": "shop", "msgs": ms} for tx, ms in TXS.items()]
 
-CHILD = """
-import threading
-from tests.faults.workload import bulk_messages, make_config, to_message
-SENDS, TXS = bulk_messages(*params["sizes"])
-broker = fmq.Broker.open(broker_dir, make_config(params["config"]))
-ack(op="opened")
-
-def producer(p):
-    for m in SENDS[p]:
-        r = broker.send(to_message(m))
-        ack(op="send", ids=[m["id"]], results=[[r.offset, r.queue_id, r.queue_offset]])
-
-def transactions():
-    for k, (tx, msgs) in enumerate(TXS.items()):
-        broker.prepare([to_message(m) for m in msgs], "shop", tx_id=tx)
-        ack(op="prepare", tx=tx)
-        if k % 3 == 2:
-            broker.rollback(tx)
-            ack(op="rollback", tx=tx)
-        elif k % 3 == 0:
-            broker.commit(tx)
-            ack(op="commit", tx=tx)
-
-threads = [threading.Thread(target=producer, args=(p,)) for p in SENDS]
-threads.append(threading.Thread(target=transactions))
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-ack(op="done")
-"""
-
-
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
@@ -106,7 +73,7 @@ def ext4(tmp_path):
 def _cut(tmp_path, mnt, remount, acks_before_cut: int, wrapper: tuple[str, ...] = ()):
     data = os.path.join(mnt, "data")
     path = ack_path(f"ext4-{acks_before_cut}")
-    child = start_child(CHILD, data, path, wrapper=wrapper, config=CONFIG,
+    child = start_child("bulk_writers", data, path, wrapper=wrapper, config=CONFIG,
                         sizes=[PRODUCERS, PER_PRODUCER, N_TX])
     try:
         deadline = time.monotonic() + 90

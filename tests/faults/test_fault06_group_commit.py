@@ -21,9 +21,9 @@ import shutil
 import pytest
 
 from fmq.log.record import RecordType
-from tests.crashkit import read_acks
+from tests.crashkit import read_acks, run_child
 from tests.faults.invariants import fail, log_records, verify_crash
-from tests.faults.workload import ack_path, config_kwargs, message_id, msg, run_script
+from tests.faults.workload import ack_path, config_kwargs, message_id, msg
 
 CONFIG = config_kwargs(segment_size=32 * 1024)
 PRODUCERS = 4
@@ -45,46 +45,6 @@ SENDS, TXS = _messages()
 # the plan form of everything the child may do, for the checker's message table
 PLAN = [{"op": "send", "msgs": ms} for ms in SENDS.values()] + [
     {"op": "prepare", "tx": tx, "group": "shop", "msgs": ms} for tx, ms in TXS.items()]
-
-CHILD = """
-import threading
-from tests.faults.workload import make_config, to_message
-SENDS = {int(p): ms for p, ms in params["sends"].items()}
-TXS = params["txs"]
-TX_PER_THREAD = params["tx_per_thread"]
-io.arm(**params["arm"])
-broker = fmq.Broker.open(broker_dir, make_config(params["config"]), io=io)
-start = threading.Barrier(len(SENDS) + 2)
-
-def producer(p):
-    start.wait()
-    for m in SENDS[p]:
-        r = broker.send(to_message(m))
-        ack(op="send", ids=[m["id"]], results=[[r.offset, r.queue_id, r.queue_offset]])
-
-def transactions(t):
-    start.wait()
-    for k in range(TX_PER_THREAD):
-        tx = f"x{t}.{k}"
-        broker.prepare([to_message(m) for m in TXS[tx]], "shop", tx_id=tx)
-        ack(op="prepare", tx=tx)
-        if k % 3 == 2:
-            broker.rollback(tx)
-            ack(op="rollback", tx=tx)
-        else:
-            broker.commit(tx)
-            ack(op="commit", tx=tx)
-
-threads = [threading.Thread(target=producer, args=(p,)) for p in SENDS]
-threads += [threading.Thread(target=transactions, args=(t,)) for t in range(2)]
-for th in threads:
-    th.start()
-for th in threads:
-    th.join()
-ack(op="done", counts=io.counts)
-broker.close()
-"""
-
 
 def check_concurrent_prefix(data_dir: str) -> None:
     """I2 for concurrent producers: no duplicates, each producer's sequence has no hole."""
@@ -114,9 +74,9 @@ def test_group_commit_crash_before_and_after_fsync(tmp_path, op, mode):
         data = str(tmp_path / "data")
         shutil.rmtree(data, ignore_errors=True)
         path = ack_path(f"group-{n}")
-        res = run_script(CHILD, data, path, config=CONFIG,
-                         arm={"op": op, "nth": n, "mode": mode}, sends=SENDS, txs=TXS,
-                         tx_per_thread=TX_PER_THREAD)
+        res = run_child("group_commit_writers", data, path, config=CONFIG,
+                        arm={"op": op, "nth": n, "mode": mode}, sends=SENDS, txs=TXS,
+                        tx_threads=TX_THREADS, tx_per_thread=TX_PER_THREAD)
         acks = read_acks(path)
         if res.returncode == 0:
             assert acks[-1]["op"] == "done"

@@ -26,7 +26,7 @@ import shutil
 import pytest
 
 from fmq.recovery.checkpoint import read_checkpoint
-from tests.crashkit import read_acks
+from tests.crashkit import read_acks, run_child
 from tests.faults.invariants import (
     compare_states,
     log_records,
@@ -42,7 +42,6 @@ from tests.faults.workload import (
     make_config,
     msg,
     run_plan,
-    run_script,
     small_plan,
 )
 
@@ -150,15 +149,6 @@ def test_retention_interrupted_at_every_step(tmp_path):
     print(f"fault 7 (retention): {n} interruptions, up to {max(deleted_seen)} segments deleted")
 
 
-RECOVER_ONLY = """
-from tests.faults.workload import make_config
-io.arm(**params["arm"])
-b = fmq.Broker.open(broker_dir, make_config(params["config"]), io=io)
-b.wait_indexed(30)
-ack(op="recovered", rolled=b.recovery.rolled_forward)
-"""
-
-
 @pytest.mark.parametrize("index", ["kept", "deleted"])
 def test_recovery_interrupted_at_every_step(tmp_path, index):
     plan = small_plan()
@@ -184,8 +174,8 @@ def test_recovery_interrupted_at_every_step(tmp_path, index):
     while True:
         n += 1
         data = copy_dir(base, str(tmp_path / "data"))
-        res = run_script(RECOVER_ONLY, data, ack_path(f"rec-{n}"), config=CONFIG,
-                         arm=dict(ARM_ANY, nth=n))
+        res = run_child("armed_recovery", data, ack_path(f"rec-{n}"), config=CONFIG,
+                        arm=dict(ARM_ANY, nth=n))
         if res.returncode == 0:
             break
         assert res.killed, f"recovery killed at op {n}: {res.stderr[-3000:]}"

@@ -8,6 +8,7 @@ the lock is gone with it (flock), and the next open recovers everything acknowle
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,41 +20,12 @@ import pytest
 import fmq
 from fmq.admin.rebuild_index import rebuild_index
 from fmq.admin.repair import cut_log
-from tests.crashkit import ROOT, read_acks
+from tests.crashkit import ROOT, read_acks, workload_command
 from tests.faults.invariants import log_records, record_key
 from tests.faults.workload import ack_path, body_for, config_kwargs, make_config
+from tests.workloads.lock_contender import REFUSED
 
 CONFIG = config_kwargs()
-
-HOLDER = """
-import sys, json, time
-sys.path.insert(0, {root!r})
-import fmq
-from tests.crashkit import AckLog
-from tests.faults.workload import body_for, make_config
-ack = AckLog({acks!r})
-b = fmq.Broker.open({data!r}, make_config(json.loads({cfg!r})))
-for i in range(5):
-    r = b.send(fmq.Message("orders", body_for(f"h{{i}}", 500), queue_id=0))
-    ack(op="send", id=f"h{{i}}", offset=r.offset)
-b.wait_indexed(30)  # the holder's own index writes must not race the snapshot
-ack(op="holding")
-time.sleep(120)
-"""
-
-SECOND = """
-import sys, json
-sys.path.insert(0, {root!r})
-import fmq
-from tests.faults.workload import make_config
-try:
-    fmq.Broker.open({data!r}, make_config(json.loads({cfg!r})))
-except fmq.DataDirLocked as exc:
-    print("LOCKED", exc.path)
-    sys.exit(0)
-print("OPENED")
-sys.exit(1)
-"""
 
 
 def _snapshot(data: str) -> dict[str, bytes]:
@@ -67,13 +39,10 @@ def _snapshot(data: str) -> dict[str, bytes]:
 
 
 def test_second_process_is_refused_until_the_holder_dies(tmp_path):
-    import json
-
     data = str(tmp_path / "data")
     acks = ack_path("holder")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER.format(root=ROOT, acks=acks, data=data,
-                                             cfg=json.dumps(CONFIG))], cwd=ROOT)
+    holder = subprocess.Popen(workload_command("lock_holder", data, acks, config=CONFIG),
+                              cwd=ROOT)
     try:
         deadline = time.monotonic() + 60
         while not any(a["op"] == "holding" for a in read_acks(acks)):
@@ -82,9 +51,9 @@ def test_second_process_is_refused_until_the_holder_dies(tmp_path):
             time.sleep(0.05)
         before = _snapshot(data)
         second = subprocess.run(
-            [sys.executable, "-c", SECOND.format(root=ROOT, data=data, cfg=json.dumps(CONFIG))],
+            [sys.executable, "-m", "tests.workloads.lock_contender", data, json.dumps(CONFIG)],
             capture_output=True, text=True, cwd=ROOT, timeout=60)
-        assert second.returncode == 0 and "LOCKED" in second.stdout, \
+        assert second.returncode == REFUSED and "LOCKED" in second.stdout, \
             f"a second process was not refused: {second.stdout} {second.stderr[-2000:]}"
         assert os.path.abspath(data) in second.stdout
         config = make_config(CONFIG)

@@ -30,6 +30,7 @@ from fmq.client import Client, Producer
 from fmq.datadir import INDEX_DIR, LOG_DIR, format_segment_name
 from fmq.log.record import HEADER_SIZE
 from fmq.protocol import Op
+from tests.crashkit import ROOT
 from tests.faults.tmpfs import small_tmpfs
 from tests.server.harness import ServerProcess
 
@@ -201,19 +202,10 @@ def test_index_limits_are_validated():
     assert config(index_max_lag_bytes=0).index_max_lag_bytes == 0  # 0 = no limit
 
 
-HOLD_WRITER = """
-import sys, lmdb
-env = lmdb.open(sys.argv[1], max_dbs=16)
-txn = env.begin(write=True)  # LMDB has one writer: the broker's dispatcher now waits
-print("holding", flush=True)
-sys.stdin.read()
-txn.abort()
-"""
-
-
 def hold_index_writer(data: str) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_WRITER, os.path.join(data, INDEX_DIR)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-m", "tests.workloads.index_writer_holder",
+                               os.path.join(data, INDEX_DIR)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert holder.stdout.readline().strip() == "holding"
     return holder
 

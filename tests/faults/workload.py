@@ -1,6 +1,7 @@
 """Deterministic workloads for the fault tests: a *plan* (a list of JSON-able operations)
-run by a child process against a real broker, acknowledging each completed operation to
-an fsync'd side file (:class:`tests.crashkit.AckLog`).
+run by a child process (:mod:`tests.workloads.plan_writer`) against a real broker,
+acknowledging each completed operation to an fsync'd side file
+(:class:`tests.crashkit.AckLog`).
 
 Every message carries a unique id at the start of its body (``body_for``), so the
 checker can tell each message apart wherever it ends up (a MESSAGE, a PRE_MESSAGE, the
@@ -29,7 +30,6 @@ import os
 import random
 import shutil
 import tempfile
-import textwrap
 
 from tests.crashkit import ChildResult, run_child
 
@@ -40,11 +40,11 @@ GROUP = "shop"
 def body_for(mid: str, size: int) -> bytes:
     """The deterministic body of message ``mid``: its id, a bar, then pseudo-random bytes."""
     head = mid.encode() + b"|"
-    seed = hashlib.blake2b(mid.encode(), digest_size=16).digest()
+    block = hashlib.blake2b(mid.encode(), digest_size=16).digest()
     out = bytearray(head)
     while len(out) < size:
-        seed = hashlib.blake2b(seed, digest_size=64).digest()
-        out += seed
+        block = hashlib.blake2b(block, digest_size=64).digest()
+        out += block
     return bytes(out[: max(size, len(head))])
 
 
@@ -194,44 +194,18 @@ def execute(broker, plan: list[dict], ack, start: int = 0, ack_early: bool = Fal
             raise ValueError(f"unknown plan operation {kind}")
 
 
-CHILD = """
-from tests.faults.workload import execute, make_config
-cfg = make_config(params["config"])
-if params.get("arm"):
-    io.arm(**params["arm"])
-if params.get("trace"):
-    io.trace = []
-broker = fmq.Broker.open(broker_dir, cfg, io=io)
-ack(op="opened")
-execute(broker, params["plan"], ack, params.get("start", 0), params.get("ack_early", False))
-ack(op="done", ops=io.total, trace=io.trace)
-if params.get("close", True):
-    broker.close()
-    ack(op="closed", ops=io.total, trace=io.trace)
-if params.get("die_at_end"):
-    from tests.crashkit import die
-    die()
-"""
-
-
-RECOVER_AND_DIE_SCRIPT = """
-from tests.faults.workload import make_config
-from tests.crashkit import die
-b = fmq.Broker.open(broker_dir, make_config(params["config"]))
-b.wait_indexed(30)
-die()
-"""
-
-
 def run_plan(data_dir: str, ack_path: str, plan: list[dict], config: dict,
              arm: dict | None = None, **extra) -> ChildResult:
-    """Run ``plan`` in a child process (armed to crash at ``arm``, see CrashingIO.arm)."""
-    return run_child(CHILD, data_dir, ack_path, plan=plan, config=config, arm=arm, **extra)
+    """Run ``plan`` in a child process (armed to crash at ``arm``, see CrashingIO.arm);
+    ``extra`` are the other parameters of :mod:`tests.workloads.plan_writer`."""
+    return run_child("plan_writer", data_dir, ack_path, plan=plan, config=config, arm=arm,
+                     **extra)
 
 
-def run_script(script: str, data_dir: str, ack_path: str, **params) -> ChildResult:
-    """A free-form child (``broker_dir``, ``io``, ``ack``, ``params``, ``fmq`` in scope)."""
-    return run_child(textwrap.dedent(script), data_dir, ack_path, **params)
+def recover_and_die(data_dir: str, ack_path: str, config: dict) -> ChildResult:
+    """Recover ``data_dir`` in a child that SIGKILLs itself once the index caught up
+    (:mod:`tests.workloads.recover_and_die`)."""
+    return run_child("recover_and_die", data_dir, ack_path, config=config)
 
 
 _ACK_DIR: str | None = None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import resource
 import subprocess
 import sys
 
@@ -27,104 +26,13 @@ from fmq.datadir import TEMP_SUFFIX
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
 from fmq.log.reader import list_segments
-from fmq.log.sizing import encoded_size
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BODY = 3000
-
-
-def _config(segment_size: int) -> fmq.BrokerConfig:
-    return fmq.BrokerConfig(segment_size=segment_size, max_message_size=4096,
-                            checkpoint_interval_ms=0, retention_interval_ms=0,
-                            queues_per_topic=2, tx_check_after_ms=60_000)
-
-
-def _body(tag: str) -> bytes:
-    return tag.encode().ljust(BODY, b".")
-
-
-def _fill_active_segment(broker: fmq.Broker, acked: list, tag: str) -> None:
-    """Send until the next message of BODY bytes no longer fits: the next write rolls."""
-    size = encoded_size(fmq.Message("orders", _body("x")))
-    i = 0
-    while broker.log.fits_in_active(size):
-        mid = f"{tag}-{i}"
-        r = broker.send(fmq.Message("orders", _body(mid), queue_id=i % 2))
-        acked.append([mid, r.queue_id, r.queue_offset])
-        i += 1
-
-
-def _exhaust_descriptors() -> list[int]:
-    """Lower the soft limit a little above what is open and take every descriptor left."""
-    open_now = len(os.listdir("/proc/self/fd"))
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 16, hard))
-    held = []
-    while True:
-        try:
-            held.append(os.open("/dev/null", os.O_RDONLY))
-        except OSError as exc:
-            assert exc.errno == 24, exc  # EMFILE
-            return held
-
-
-def _attempt(outcome: dict, what: str, fn) -> object:
-    try:
-        result = fn()
-    except fmq.SegmentUnavailable as exc:
-        assert exc.retriable
-        outcome.setdefault("refused", []).append(what)
-        return None
-    except fmq.LogFailed:
-        outcome.setdefault("log_failed", []).append(what)
-        return None
-    outcome.setdefault("succeeded", []).append(what)
-    return result
-
-
-def child(data: str, segment_size: int) -> None:
-    """Runs in its own process (its descriptor limit is lowered); prints a JSON summary."""
-    broker = fmq.Broker.open(data, _config(segment_size))
-    acked: list = []
-    starved: dict = {}
-    freed: dict = {}
-    msg = fmq.Message
-    # A transaction prepared while descriptors are plentiful, committed while starved.
-    early_tx = broker.prepare([msg("orders", _body("early-tx"), queue_id=0)], "g")
-    _fill_active_segment(broker, acked, "fill")
-    end_before = broker.log.next_offset
-    held = _exhaust_descriptors()
-    _attempt(starved, "send", lambda: broker.send(msg("orders", _body("refused-send"))))
-    _attempt(starved, "batch", lambda: broker.send_batch(
-        [msg("orders", _body(f"refused-batch-{i}"), queue_id=i % 2) for i in range(5)]))
-    _attempt(starved, "prepare", lambda: broker.prepare(
-        [msg("orders", _body("refused-prepare"))], "g"))
-    _attempt(starved, "commit", lambda: broker.commit(early_tx))
-    starved["end_unchanged"] = broker.log.next_offset == end_before
-    starved["log_failed"] = starved.get("log_failed", [])
-    starved["failed_state"] = repr(broker.log.failed) if broker.log.failed else None
-    for fd in held:
-        os.close(fd)
-    r = _attempt(freed, "send", lambda: broker.send(msg("orders", _body("after-send"),
-                                                        queue_id=0)))
-    if r is not None:
-        acked.append(["after-send", r.queue_id, r.queue_offset])
-    rs = _attempt(freed, "batch", lambda: broker.send_batch(
-        [msg("orders", _body(f"after-batch-{i}"), queue_id=i % 2) for i in range(5)]))
-    for i, r in enumerate(rs or ()):
-        acked.append([f"after-batch-{i}", r.queue_id, r.queue_offset])
-    _attempt(freed, "commit", lambda: broker.commit(early_tx))
-    _fill_active_segment(broker, acked, "more")  # the log keeps rolling
-    _attempt(freed, "send-after-roll", lambda: broker.send(msg("orders", _body("z"), queue_id=1)))
-    broker.close()
-    print(json.dumps({"starved": starved, "freed": freed, "acked": acked}))
+from tests.crashkit import ROOT
+from tests.workloads.descriptor_starved_writer import broker_config, message_body
 
 
 def _run_child(data: str, segment_size: int) -> dict:
-    code = (f"import sys; sys.path.insert(0, {ROOT!r}); "
-            f"from tests.log.test_segment_unavailable import child; "
-            f"child({data!r}, {segment_size})")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "tests.workloads.descriptor_starved_writer",
+                          data, str(segment_size)], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
     assert res.returncode == 0, f"child failed:\n{res.stdout}\n{res.stderr}"
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -141,11 +49,11 @@ def test_out_of_descriptors_refuses_retriably_and_the_log_recovers(tmp_path, seg
     assert starved["end_unchanged"], "a refused request placed records anyway"
     assert sorted(freed["succeeded"]) == ["batch", "commit", "send", "send-after-roll"], freed
 
-    with fmq.Broker.open(data, _config(segment_size)) as b:
+    with fmq.Broker.open(data, broker_config(segment_size)) as b:
         assert b.wait_indexed(30)
         for mid, qid, qoff in out["acked"]:
             got = b.pull("orders", qid, qoff, 1)
-            assert got and bytes(got[0].body) == _body(mid), f"acknowledged {mid} lost"
+            assert got and bytes(got[0].body) == message_body(mid), f"acknowledged {mid} lost"
         everything = [bytes(m.body).rstrip(b".").decode()
                       for ms in b.all_messages(["orders"]).values() for m in ms]
         assert not [m for m in everything if m.startswith("refused")], \
@@ -174,10 +82,11 @@ class NoDescriptorForSegments(FileIO):
 def test_a_batch_needing_two_segments_is_stored_whole_or_not_at_all(tmp_path):
     data = str(tmp_path / "data")
     io = NoDescriptorForSegments()
-    config = _config(16 * 1024)
-    batch = [fmq.Message("orders", _body(f"batch-{i}"), queue_id=i % 2) for i in range(12)]
+    config = broker_config(16 * 1024)
+    batch = [fmq.Message("orders", message_body(f"batch-{i}"), queue_id=i % 2)
+             for i in range(12)]
     with fmq.Broker.open(data, config, io=io) as b:
-        b.send(fmq.Message("orders", _body("first")))
+        b.send(fmq.Message("orders", message_body("first")))
         end = b.log.next_offset
         io.starved_after = 1  # the batch's first new segment can be made, its second not
         with pytest.raises(fmq.SegmentUnavailable) as refused:

@@ -44,31 +44,12 @@ def dense(snap: dict) -> bool:
                for msgs in snap.values() if msgs)
 
 
-SENDER = """
-import json, os, sys
-sys.path.insert(0, {root!r})
-import fmq
-cfg = fmq.BrokerConfig(segment_size=16 * 1024, max_message_size=4096, checkpoint_interval_ms=50,
-                       retention_interval_ms=0)
-b = fmq.Broker.open({path!r}, cfg)
-acks = open({acks!r}, "a")
-i = 0
-while True:
-    body = ("msg-%d-" % i).encode() * 10
-    r = b.send(fmq.Message("a" if i % 2 else "b", body, key="k%d" % (i % 7)))
-    acks.write(json.dumps([r.offset, r.queue_id, r.queue_offset, body.decode()]) + "\\n")
-    acks.flush(); os.fsync(acks.fileno())
-    i += 1
-"""
-
-
 @pytest.mark.parametrize("round_", range(3))
 def test_kill_9_while_sending_loses_nothing_acknowledged(tmp_path, round_):
     data, acks = str(tmp_path / "data"), str(tmp_path / "acks")
     for attempt in range(2):  # crash, recover, crash again on top of the recovered log
-        proc = subprocess.Popen([sys.executable, "-c",
-                                 SENDER.format(root=ROOT, path=data, acks=acks)],
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen([sys.executable, "-m", "tests.workloads.endless_sender",
+                                 data, acks], stderr=subprocess.PIPE, cwd=ROOT)
         deadline = time.monotonic() + 30
         target = 150 * (attempt + 1) + 37 * round_
         while len(read_lines(acks)) < target and time.monotonic() < deadline:

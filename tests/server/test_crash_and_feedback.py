@@ -12,6 +12,7 @@ import fmq
 from fmq.client import Client, Consumer, Producer, TransactionProducer
 from fmq.errors import FMQError
 from fmq.protocol import Op
+from tests.crashkit import ROOT
 
 from .conftest import FAST
 from .harness import json_lines, run_cli
@@ -97,28 +98,12 @@ def test_sixteen_producers_while_the_server_is_killed_and_restarted(start_server
     assert not [b for b in bodies if b.startswith(b"rb-")]
 
 
-DOOMED = r"""
-import sys, time
-import fmq
-from fmq.client import TransactionProducer
-
-address, body = sys.argv[1], sys.argv[2].encode()
-p = TransactionProducer(address, "shop", lambda u: fmq.TxState.UNKNOWN, feedback=False)
-
-def local(tx_id, arg):
-    print(tx_id, flush=True)
-    time.sleep(120)  # killed here: after prepare, before commit/rollback
-
-p.send_in_transaction(fmq.Message("orders", body), local)
-"""
-
-
 def test_producer_killed_after_prepare_is_resolved_through_feedback(start_server):
     srv = start_server(FAST)
     tx_ids = {}
     for body in ("commit-me", "rollback-me"):
-        proc = subprocess.Popen([sys.executable, "-c", DOOMED, srv.address, body],
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen([sys.executable, "-m", "tests.workloads.doomed_tx_producer",
+                                 srv.address, body], stdout=subprocess.PIPE, text=True, cwd=ROOT)
         try:
             line = proc.stdout.readline().strip()
             assert line, "the producer did not prepare"

@@ -1,12 +1,13 @@
-"""The crash table of docs/transactions.md (stages S1 - S8), one SIGKILL per stage.
+"""The crash table of ``docs/transactions.md`` (stages S1 - S8), one SIGKILL per
+stage.
 
-A child process sends one plain message, then runs a three-message transaction; the
-crash harness kills it with SIGKILL at the exact point of the stage (an armed I/O
-operation, not a sleep). The parent reopens the broker and checks the outcome the table
-predicts (roll-forward where a commit was under way), then completes the
-transaction the way the producer would through feedback and checks that every message is
-consumable exactly once, and that nothing of a rolled-back or open transaction is ever
-pulled.
+A child process (:mod:`tests.workloads.transaction_stage_crash`) sends one plain message,
+then runs a three-message transaction; the crash harness kills it with SIGKILL at the exact
+point of the stage (an armed I/O operation, not a sleep). The parent reopens the broker and
+checks the outcome the table gives, with FMQ's roll-forward where a commit was under way,
+then completes the transaction the way the producer would through feedback and checks
+that every message is consumable exactly once, and that nothing of a rolled-back or open
+transaction is ever pulled.
 """
 
 from __future__ import annotations
@@ -20,29 +21,6 @@ from tests.crashkit import run_child
 CFG = dict(segment_size=64 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
            retention_interval_ms=0, tx_check_after_ms=50)
 BODIES = [(f"m{i}-" * 100).encode() for i in range(3)]  # 400 bytes: committed by REF
-
-CHILD = """
-cfg = fmq.BrokerConfig(**params["cfg"])
-b = fmq.Broker.open(broker_dir, cfg, io=io)
-b.send(fmq.Message("t", b"plain-before"))
-ack(event="sent")
-msgs = [fmq.Message("t", body.encode(), key="k%d" % i) for i, body in enumerate(params["bodies"])]
-arm = params["arm"]
-if params["phase"] == "prepare":
-    io.arm(**arm)
-tx = b.prepare(msgs, "g", tx_id="tx-1")
-ack(event="prepared")
-if params["phase"] == "commit":
-    io.arm(**arm)
-    b.commit(tx)
-    ack(event="committed")
-elif params["phase"] == "rollback":
-    io.arm(**arm)
-    b.rollback(tx)
-    ack(event="rolled back")
-import sys
-sys.exit(3)  # the armed crash never came
-"""
 
 # stage: (phase, arm, open after recovery?, PRE_MESSAGEs recovered, decision the producer
 #         gives feedback (None: feedback must offer nothing), committed in the end?)
@@ -82,8 +60,8 @@ def all_bodies(b: fmq.Broker) -> list[bytes]:
 def test_crash_at_stage(tmp_path, stage):
     phase, arm, open_after, pre_count, decision, committed = STAGES[stage]
     data = str(tmp_path / "data")
-    child = run_child(CHILD, data, str(tmp_path / "acks"), cfg=CFG, phase=phase, arm=arm,
-                      bodies=[b.decode() for b in BODIES])
+    child = run_child("transaction_stage_crash", data, str(tmp_path / "acks"), cfg=CFG,
+                      phase=phase, arm=arm, bodies=[b.decode() for b in BODIES])
     assert child.killed, child.stderr
     events = [a["event"] for a in child.acks]
     assert "committed" not in events and "rolled back" not in events  # killed before the ack

@@ -66,23 +66,6 @@ def test_retention_relocates_an_abandoned_transaction_and_bounds_the_log(tmp_pat
         assert b.open_transactions() == []
 
 
-CHILD = """
-cfg = fmq.BrokerConfig(**params["cfg"])
-b = fmq.Broker.open(broker_dir, cfg, io=io)
-bodies = [x.encode() for x in params["bodies"]]
-b.prepare([fmq.Message("pay", body) for body in bodies], "shop", tx_id="old")
-ack(event="prepared")
-for i in range(0, params["fill"], 100):
-    b.send_batch([fmq.Message("fill", ("f%d-" % j).encode().ljust(1024, b"f"))
-                  for j in range(i, i + 100)])
-b.wait_indexed()
-io.arm(**params["arm"])
-b.enforce_retention()
-ack(event="retention done")
-import sys
-sys.exit(3)
-"""
-
 RELOCATION_CRASHES = {
     "before the relocation's write": dict(op="pwrite", mode="before"),
     "relocated PREPARE only": dict(op="pwrite", mode="records", records=1),
@@ -95,7 +78,7 @@ RELOCATION_CRASHES = {
 @pytest.mark.parametrize("crash", list(RELOCATION_CRASHES))
 def test_crash_during_relocation_keeps_the_transaction_whole(tmp_path, crash):
     data = str(tmp_path / "data")
-    child = run_child(CHILD, data, str(tmp_path / "acks"), cfg=CFG, fill=FILL,
+    child = run_child("relocation_crash", data, str(tmp_path / "acks"), cfg=CFG, fill=FILL,
                       bodies=[b.decode() for b in TX_BODIES], arm=RELOCATION_CRASHES[crash])
     assert child.killed, child.stderr
     assert [a["event"] for a in child.acks] == ["prepared"]
