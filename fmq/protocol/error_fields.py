@@ -40,14 +40,30 @@ def make_error(code: int, message: str, retriable: bool = False) -> FMQError:
 
 
 def _rebuild_with_fields(cls: type[FMQError], message: str) -> FMQError | None:
-    match = _message_pattern(cls).match(message)
-    if match is None:
-        return None
+    match = _message_pattern(cls).fullmatch(message)
+    return None if match is None else _built(cls, match)
+
+
+def find_error(cls: type[FMQError], text: str) -> FMQError | None:
+    """The first message of ``cls`` found inside ``text`` (a traceback that carried the
+    error only as text), rebuilt with its fields; None when ``text`` holds none. Only for a
+    class whose ``message_format`` ends with text, not a field (else the end is unknown)."""
+    if not cls.fields or cls.message_format.endswith("}"):
+        raise ValueError(f"{cls.__name__}'s message cannot be found inside other text")
+    for match in _message_pattern(cls).finditer(text):
+        exc = _built(cls, match)
+        if exc is not None:
+            return exc
+    return None
+
+
+def _built(cls: type[FMQError], match: re.Match[str]) -> FMQError | None:
+    """``cls`` built from the fields ``match`` read, if it writes exactly the matched text."""
     try:
         exc = cls(**{name: cls.fields[name](text) for name, text in match.groupdict().items()})
     except (TypeError, ValueError):
         return None
-    return exc if str(exc) == message else None
+    return exc if str(exc) == match.group(0) else None
 
 
 def _message_pattern(cls: type[FMQError]) -> re.Pattern[str]:
@@ -67,5 +83,5 @@ def _message_pattern(cls: type[FMQError]) -> re.Pattern[str]:
                 seen.add(name)
                 text = r"-?\d+" if cls.fields[name] is int else ".*?"
                 parts.append(f"(?P<{name}>{text})")
-        pattern = _PATTERNS[cls] = re.compile("".join(parts) + r"\Z", re.DOTALL)
+        pattern = _PATTERNS[cls] = re.compile("".join(parts), re.DOTALL)
     return pattern

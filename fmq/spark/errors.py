@@ -4,9 +4,8 @@ translation of a failed Spark action back into them."""
 
 from __future__ import annotations
 
-import re
-
 from fmq.errors import CorruptLog, DataDirLocked, FMQError, StorageError
+from fmq.protocol.error_fields import find_error
 
 
 class TornTail(StorageError):
@@ -15,14 +14,16 @@ class TornTail(StorageError):
     accepts it with ``.option("tornTail", "allow")`` or ``mode=permissive``."""
 
     code = StorageError.code
+    fields = {"segment": str, "offset": int, "reason": str}
+    message_format = (
+        "torn tail in segment {segment} at log offset {offset}: {reason}. Nothing valid "
+        "follows it: a write that never completed. Opening the broker cuts it; to read "
+        "the log as it is, use .option(\"tornTail\", \"allow\") or "
+        ".option(\"mode\", \"permissive\")")
 
     def __init__(self, segment: str, offset: int, reason: str) -> None:
-        super().__init__(
-            f"torn tail in segment {segment} at log offset {offset}: {reason}. Nothing valid "
-            f"follows it: a write that never completed. Opening the broker cuts it; to read "
-            f"the log as it is, use .option(\"tornTail\", \"allow\") or "
-            f".option(\"mode\", \"permissive\")"
-        )
+        super().__init__(self.message_format.format(segment=segment, offset=offset,
+                                                    reason=reason))
         self.segment = segment
         self.offset = offset
         self.reason = reason
@@ -38,24 +39,16 @@ class RebuildConflict(StorageError):
     refused): the log holds two records for one index key, which FMQ never writes."""
 
 
-# An executor's exception reaches the driver only as the text of its Python traceback
-# inside Spark's own exception (PythonException carries no exception object), so the
-# fields are read back off the messages CorruptLog and TornTail build.
-_CORRUPT_RE = re.compile(
-    r"corrupt record in segment (\S+) at log offset (\d+): (.*?)\. Valid records follow it")
-_TORN_RE = re.compile(r"torn tail in segment (\S+) at log offset (\d+): (.*?)\. Nothing valid")
-
-
 def translate_spark_error(exc: BaseException) -> FMQError:
-    """A typed FMQ error for a failed Spark action: the executor's CorruptLog / TornTail
-    comes back as text inside Spark's exception, so it is parsed out again."""
+    """A typed FMQ error for a failed Spark action. An executor's exception reaches the
+    driver only as the text of its traceback inside Spark's own (PythonException carries
+    no exception object), so CorruptLog / TornTail are found in that text and rebuilt with
+    their fields, the way a client rebuilds an error from the wire."""
     text = str(exc)
-    m = _CORRUPT_RE.search(text)
-    if m:
-        return CorruptLog(m.group(1), int(m.group(2)), m.group(3))
-    m = _TORN_RE.search(text)
-    if m:
-        return TornTail(m.group(1), int(m.group(2)), m.group(3))
+    for cls in (CorruptLog, TornTail):
+        found = find_error(cls, text)
+        if found is not None:
+            return found
     for line in text.splitlines():  # Spark's messages open with a useful line
         if line.strip():
             first = line.strip()

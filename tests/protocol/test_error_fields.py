@@ -68,3 +68,16 @@ def test_a_message_not_in_the_class_format_keeps_its_text_and_has_empty_fields()
     back = round_trip(exc)
     assert type(back) is CorruptLog and str(back) == "written by hand"
     assert (back.segment, back.offset, back.reason) == (None, None, None)
+
+
+def test_an_error_is_found_inside_a_traceback_with_its_fields():
+    from fmq.protocol.error_fields import find_error
+
+    exc = CorruptLog("a at log offset 7: b.seg", 9, "reason: with. Valid records follow it\nx")
+    text = f"Traceback (most recent call last):\n  ...\nfmq.errors.CorruptLog: {exc}\n\tat org..."
+    found = find_error(CorruptLog, text)
+    assert type(found) is CorruptLog and str(found) == str(exc)
+    assert (found.segment, found.offset, found.reason) == (exc.segment, 9, exc.reason)
+    assert find_error(CorruptLog, text[: text.index("--cut-at")]) is None  # cut short: not it
+    with pytest.raises(ValueError):  # a message ending with a field has no known end
+        find_error(TornRecord, text)
