@@ -199,6 +199,13 @@ def encode_properties(properties: dict[str, str] | None) -> bytes:
     return b"".join(parts)
 
 
+def properties_length(properties: dict[str, str] | None) -> int:
+    """The bytes :func:`encode_properties` writes for ``properties``, without encoding them."""
+    if not properties:
+        return 0
+    return 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in properties.items())
+
+
 def decode_properties(data: bytes | memoryview, offset: int = 0) -> dict[str, str]:
     """Parse encoded properties; ``offset`` is only used in error messages."""
     if not data:
@@ -285,7 +292,7 @@ def encoded_length(record: Record) -> int:
     record still fits in the active segment)."""
     return (HEADER_SIZE + len(record.topic.encode()) + len(record.tx_id.encode())
             + len(record.producer_group.encode()) + len((record.key or "").encode())
-            + len((record.tags or "").encode()) + len(encode_properties(record.properties))
+            + len((record.tags or "").encode()) + properties_length(record.properties)
             + len(record.body))
 
 

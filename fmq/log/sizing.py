@@ -8,17 +8,15 @@ no segment could hold.
 from __future__ import annotations
 
 from fmq.errors import MessageTooLarge
-from fmq.log.record import HEADER_SIZE
+from fmq.log.record import HEADER_SIZE, properties_length
 from fmq.message import Message
 
 
 def encoded_size(msg: Message, tx_overhead: int = 0) -> int:
     """Bytes the message's record takes in the log (``tx_overhead``: tx id + group)."""
-    props = 0
-    if msg.properties:
-        props = 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
     return (HEADER_SIZE + len(msg.topic.encode()) + len((msg.key or "").encode())
-            + len((msg.tags or "").encode()) + props + len(msg.body) + tx_overhead)
+            + len((msg.tags or "").encode()) + properties_length(msg.properties)
+            + len(msg.body) + tx_overhead)
 
 
 def check_fits(msg: Message, segment_size: int, tx_overhead: int = 0) -> None:

@@ -169,3 +169,16 @@ def test_random_bytes_raise_only_typed_errors(data, pos):
         decode(data, min(pos, len(data)), base_offset=0, max_record_size=1 << 16)
     except FMQError:
         pass
+
+
+@pytest.mark.parametrize("props", [None, {}, {"a": "b"}, {"k\u00e9y": "v\u00e4lue", "": "", "x": "y" * 300}])
+def test_sizes_computed_without_encoding_match_what_encode_writes(props):
+    from fmq.log.record import encode_properties, properties_length
+    from fmq.log.sizing import encoded_size
+    from fmq.message import Message
+
+    assert properties_length(props) == len(encode_properties(props))
+    msg = Message("orders", b"body" * 9, key="k\u00e9y", tags="t", properties=props)
+    rec = Record(RecordType.MESSAGE, topic=msg.topic, key=msg.key, tags=msg.tags,
+                 properties=msg.properties, body=msg.body)
+    assert encoded_size(msg) == len(encode(rec))
