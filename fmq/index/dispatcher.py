@@ -17,7 +17,7 @@ Two ways to learn what a flushed record contributes, both through the same pure 
 
 **A failing index write does not stop it.** An error a later attempt can get past (ENOSPC
 or EIO on the LMDB file, LMDB out of memory or reader slots, an ``OSError`` reading the
-log: :func:`~fmq.index.store.is_transient`) is logged once; the dispatcher drops the
+log: :func:`~fmq.index.lmdb_env.is_transient`) is logged once; the dispatcher drops the
 hand-off queue, waits with exponential back-off and retries from its applied offset by
 reading the flushed log, until a write succeeds. While it is failing,
 :attr:`Dispatcher.failing` holds the error and the broker refuses new messages
@@ -34,7 +34,8 @@ from collections import deque
 
 from fmq.errors import BadRecord
 from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
-from fmq.index.store import IndexStore, is_transient
+from fmq.index.lmdb_env import is_transient
+from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.reader import OnCorruption, OpenSegmentSource
 from fmq.log.record import Record, RecordType
