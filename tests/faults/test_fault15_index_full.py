@@ -27,7 +27,7 @@ import pytest
 
 import fmq
 from fmq.client import Client, Producer
-from fmq.datadir import INDEX_DIR, LOG_DIR, format_segment_name
+from fmq.datadir import INDEX_DIR, LOG_DIR, TEMP_SUFFIX, format_segment_name
 from fmq.log.record import HEADER_SIZE
 from fmq.protocol import Op
 from tests.crashkit import ROOT
@@ -35,6 +35,7 @@ from tests.faults.tmpfs import small_tmpfs
 from tests.server.harness import ServerProcess
 
 BODY = 1000
+SEGMENT_SIZE = 4 << 20
 TOPIC = "orders"
 #: Generous: the machine is shared; the dispatcher retries every 200 ms at most here.
 DEADLINE = 60.0
@@ -47,7 +48,7 @@ def body_of(name: str) -> bytes:
 def config(**changes) -> fmq.BrokerConfig:
     # One 4 MiB segment holds every message of a test (a roll on a full disk would fail the
     # log, which is fault 8's subject); the index starts with a 1 MiB map and must grow.
-    base = dict(segment_size=4 << 20, max_message_size=64 * 1024, queues_per_topic=2,
+    base = dict(segment_size=SEGMENT_SIZE, max_message_size=64 * 1024, queues_per_topic=2,
                 index_map_size=1 << 20,
                 checkpoint_interval_ms=0, retention_interval_ms=0,
                 index_retry_initial_ms=20, index_retry_max_ms=200)
@@ -61,8 +62,24 @@ def small_fs(tmp_path):
         yield mnt
 
 
+
+def wait_for_spare_segment(data: str) -> None:
+    """Wait until the log has zero-filled its next segment in the background (it starts at
+    open). Filling the disk while that runs races it: the preparation fails, removes its
+    partial file, and the space it gives back lets the index grow after all."""
+    spare = os.path.join(data, LOG_DIR, format_segment_name(SEGMENT_SIZE)) + TEMP_SUFFIX
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        if os.path.exists(spare) and os.path.getsize(spare) == SEGMENT_SIZE:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the next segment {spare} was not prepared in {DEADLINE} s")
+
+
 def fill_disk(directory: str) -> str:
-    """Another program's file taking every free byte of the file system."""
+    """Another program's file taking every free byte of the file system (after the log's
+    background preparation of its next segment, see wait_for_spare_segment)."""
+    wait_for_spare_segment(os.path.join(directory, "data"))
     path = filler_path(directory)
     chunk = bytes(1 << 16)
     with open(path, "wb") as f:
