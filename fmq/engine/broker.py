@@ -19,7 +19,7 @@ from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, index_
 from fmq.engine.admission import IndexAdmission
 from fmq.engine.checkpoints import Checkpointer
 from fmq.engine.maintenance import Upkeep, start_maintenance
-from fmq.engine.queues import Queues, append_messages
+from fmq.engine.queues import Queues, check_messages, place_messages
 from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
 from fmq.engine.stats import broker_stats
@@ -28,8 +28,7 @@ from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore, destroy
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.log import Log
-from fmq.log.sizing import check_fits
-from fmq.message import Message, SendResult, StoredMessage, check_message
+from fmq.message import Message, SendResult, StoredMessage
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp
 from fmq.recovery.recover import recover
 from fmq.recovery.roll_forward import end_cut_transactions
@@ -192,15 +191,29 @@ class Broker:
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Append several messages in one group commit; all or none are acknowledged."""
+        results, end = self.place_batch(messages)
+        self.wait_durable(end)
+        return results
+
+    def place_batch(self, messages: Sequence[Message], checked: bool = False
+                    ) -> tuple[list[SendResult], int]:
+        """Place the messages' records (all or none) without waiting for the disk: returns
+        their results and the log offset they end at. **Not acknowledged** until
+        :meth:`wait_durable` of that offset returns (a pipeline places the next batch while
+        the last one is fsync'd). ``checked``: every message already passed
+        ``check_message`` and ``check_fits`` (the server checks each request on arrival)."""
         self._check_open()
-        cfg = self.config
-        for m in messages:
-            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
-            check_fits(m, cfg.segment_size)
+        if not checked:
+            check_messages(messages, self.config)
         if not messages:
-            return []
+            return [], 0
         self._admit()
-        return append_messages(self.log, self._queues, messages, cfg.flush_mode == "sync")
+        return place_messages(self.log, self._queues, messages)
+
+    def wait_durable(self, end_offset: int) -> None:
+        """Return once the log below ``end_offset`` is durable (written, in flush mode
+        ``async``). Raises LogFailed if a write or fsync failed first."""
+        self.log.wait_durable(end_offset, sync=self.config.flush_mode == "sync")
 
     def prepare(self, messages: Sequence[Message], producer_group: str,
                 tx_id: str | None = None) -> str:

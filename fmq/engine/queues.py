@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from fmq.config import BrokerConfig
 from fmq.log.crc import crc32c
 from fmq.log.log import Log
 from fmq.log.record import Record, RecordType
-from fmq.message import Message, SendResult
+from fmq.log.sizing import check_fits
+from fmq.message import Message, SendResult, check_message
 from fmq.tx.log_access import now_ms, reserve_segments
 
 
@@ -43,10 +45,24 @@ class Queues:
         self._next[(topic, queue_id)] = queue_offset + 1
 
 
-def append_messages(log_: Log, queues: Queues, messages: Sequence[Message],
-                    sync: bool) -> list[SendResult]:
-    """Place one MESSAGE record per message (all or none: the segments are reserved first)
-    and wait for the group commit that makes them durable."""
+def check_messages(messages: Sequence[Message], config: BrokerConfig) -> None:
+    """Raise the typed error of the first message that cannot be stored as it is."""
+    for m in messages:
+        check_message(m, config.max_message_size, config.queues_per_topic)
+        check_fits(m, config.segment_size)
+
+
+def _as_bytes(body: bytes | bytearray | memoryview) -> bytes:
+    # bytes pass as they are (the hot path: no copy); a bytearray could change under us and
+    # a memoryview's len() counts items, not bytes.
+    return body if type(body) is bytes else bytes(body)
+
+
+def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
+                   ) -> tuple[list[SendResult], int]:
+    """Place one MESSAGE record per message (all or none: the segments are reserved first).
+    Returns their results and the log offset they end at; nothing is acknowledged before the
+    log is durable up to that offset (``log_.wait_durable``)."""
     results = []
     store_time = now_ms()
     with log_.lock:
@@ -56,10 +72,9 @@ def append_messages(log_: Log, queues: Queues, messages: Sequence[Message],
             qoff = queues.next_offset(m.topic, qid)
             rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid,
                          queue_offset=qoff, topic=m.topic, key=m.key or None,
-                         tags=m.tags or None, properties=m.properties, body=bytes(m.body))
+                         tags=m.tags or None, properties=m.properties, body=_as_bytes(m.body))
             log_.append_locked(rec)
             queues.advance(m.topic, qid, qoff)
             results.append(SendResult(rec.log_offset, qid, qoff))
         end = log_.next_offset
-    log_.wait_durable(end, sync=sync)
-    return results
+    return results, end

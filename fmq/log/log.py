@@ -107,11 +107,11 @@ class Log:
 
     # ------------------------------------------------------------------ append
 
-    def append_locked(self, record: Record) -> bytes:
+    def append_locked(self, record: Record) -> int:
         """Place ``record`` at the end of the log; the caller holds :attr:`lock`.
 
-        Sets ``record.log_offset`` and ``record.size`` and returns the encoded bytes. The
-        record is durable only after :meth:`wait_durable` for its end offset returns.
+        Sets ``record.log_offset`` and ``record.size`` and returns the size. The record is
+        durable only after :meth:`wait_durable` for its end offset returns.
         """
         self._commit.check_writable()
         if self._active is None:
@@ -128,11 +128,10 @@ class Log:
             start = len(buf)
             record.log_offset = self._next_offset
             size = encode_into(buf, start, record)
-        data = bytes(memoryview(buf)[start : start + size])
         self._advance(size)
         if self.on_append is not None:
             self.on_append(record)
-        return data
+        return size
 
     def _advance(self, size: int) -> None:
         self._position += size

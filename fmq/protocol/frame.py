@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from fmq.errors import FMQError, ProtocolError
 from fmq.protocol.error_fields import make_error
 from fmq.protocol.schema import ERROR, SCHEMA, Op
-from fmq.protocol.types import Struct
+from fmq.protocol.structs import Struct
 
 PROTOCOL_VERSION = 1
 LENGTH = struct.Struct(">I")
@@ -45,13 +44,19 @@ _RESP = {op: Struct(f"{spec.op.name.lower()} response", spec.response)
          for op, spec in SCHEMA.items()}
 
 
-@dataclass(frozen=True)
 class Frame:
-    version: int
-    opcode: int
-    flags: int
-    request_id: int
-    payload: bytes | memoryview
+    """One received frame: the header's fields and the payload (a view of the received
+    bytes, valid while the frame is referenced)."""
+
+    __slots__ = ("version", "opcode", "flags", "request_id", "payload")
+
+    def __init__(self, version: int, opcode: int, flags: int, request_id: int,
+                 payload: bytes | memoryview) -> None:
+        self.version = version
+        self.opcode = opcode
+        self.flags = flags
+        self.request_id = request_id
+        self.payload = payload
 
     @property
     def is_response(self) -> bool:
@@ -60,6 +65,10 @@ class Frame:
     @property
     def is_error(self) -> bool:
         return bool(self.flags & FLAG_ERROR)
+
+    def __repr__(self) -> str:
+        return (f"Frame(version={self.version}, opcode={self.opcode}, flags={self.flags}, "
+                f"request_id={self.request_id}, payload={len(self.payload)} bytes)")
 
 
 class FrameTooLarge(ProtocolError):
@@ -161,28 +170,43 @@ class FrameDecoder:
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
-        self._buf = bytearray()
+        self._buf = bytearray()  # an incomplete frame's bytes
+        self._wanted = PREFIX_SIZE  # bytes _buf must hold before a frame can complete
         self._head_admitted = False
 
     def feed(self, data: bytes, admit: Callable[[int], bool] | None = None) -> list[Frame]:
-        self._buf += data
-        frames = []
         buf = self._buf
+        if buf:
+            buf += data
+            if len(buf) < self._wanted:  # a large frame arriving in pieces: no copy yet
+                return []
+            src = bytes(buf)
+            buf.clear()
+        else:
+            # Frames are parsed in place: their payloads are views of these bytes (one
+            # copy less per request), so they must not change under us.
+            src = data if type(data) is bytes else bytes(data)
+        view = memoryview(src)
+        end = len(src)
+        frames = []
         pos = 0
-        while len(buf) - pos >= PREFIX_SIZE:
-            n = frame_length(memoryview(buf)[pos:pos + PREFIX_SIZE], self.max_frame)
+        incomplete = 0  # the length of a frame whose bytes have not all arrived
+        while end - pos >= PREFIX_SIZE:
+            n = frame_length(view[pos:pos + PREFIX_SIZE], self.max_frame)
             if admit is not None and not self._head_admitted:
                 if not admit(n):
                     break
                 self._head_admitted = True
-            if len(buf) - pos - PREFIX_SIZE < n:
-                break
             start = pos + PREFIX_SIZE
+            if end - start < n:
+                incomplete = n
+                break
             self._head_admitted = False
-            frames.append(parse_frame(bytes(buf[start:start + n])))
+            frames.append(parse_frame(view[start:start + n]))
             pos = start + n
-        if pos:
-            del buf[:pos]
+        if pos < end:
+            self._buf += view[pos:]
+            self._wanted = PREFIX_SIZE + incomplete if incomplete else PREFIX_SIZE
         return frames
 
     @property

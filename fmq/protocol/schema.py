@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from fmq.protocol.structs import Struct
 from fmq.protocol.types import (
     BOOL,
     BYTES,
@@ -25,7 +26,6 @@ from fmq.protocol.types import (
     U64,
     FieldType,
     ListOf,
-    Struct,
 )
 
 

@@ -36,7 +36,7 @@ class FieldType:
         raise NotImplementedError
 
 
-def _need(buf: memoryview, pos: int, n: int, what: str) -> None:
+def need_bytes(buf: memoryview, pos: int, n: int, what: str) -> None:
     if pos + n > len(buf):
         raise ProtocolError(
             f"payload truncated: {what} needs {n} bytes at position {pos}, only "
@@ -44,7 +44,7 @@ def _need(buf: memoryview, pos: int, n: int, what: str) -> None:
         )
 
 
-class _Int(FieldType):
+class IntField(FieldType):
     def __init__(self, name: str, st: struct.Struct, lo: int, hi: int) -> None:
         self.name = name
         self.st = st
@@ -59,43 +59,43 @@ class _Int(FieldType):
 
     def decode(self, buf: memoryview, pos: int) -> tuple[int, int]:
         n = self.st.size
-        _need(buf, pos, n, self.name)
+        need_bytes(buf, pos, n, self.name)
         return self.st.unpack_from(buf, pos)[0], pos + n
 
 
-U8 = _Int("u8", _U8, 0, 0xFF)
-U16 = _Int("u16", _U16, 0, 0xFFFF)
-U32 = _Int("u32", _U32, 0, 0xFFFF_FFFF)
-U64 = _Int("u64", _U64, 0, 0xFFFF_FFFF_FFFF_FFFF)
-I32 = _Int("i32", _I32, -(1 << 31), (1 << 31) - 1)
-I64 = _Int("i64", _I64, -(1 << 63), (1 << 63) - 1)
+U8 = IntField("u8", _U8, 0, 0xFF)
+U16 = IntField("u16", _U16, 0, 0xFFFF)
+U32 = IntField("u32", _U32, 0, 0xFFFF_FFFF)
+U64 = IntField("u64", _U64, 0, 0xFFFF_FFFF_FFFF_FFFF)
+I32 = IntField("i32", _I32, -(1 << 31), (1 << 31) - 1)
+I64 = IntField("i64", _I64, -(1 << 63), (1 << 63) - 1)
 
 
-class _Bool(FieldType):
+class BoolField(FieldType):
     name = "bool"
 
     def encode(self, out: bytearray, value: Any) -> None:
         out.append(1 if value else 0)
 
     def decode(self, buf: memoryview, pos: int) -> tuple[bool, int]:
-        _need(buf, pos, 1, "bool")
+        need_bytes(buf, pos, 1, "bool")
         b = buf[pos]
         if b > 1:
             raise ProtocolError(f"bool field must be 0 or 1, got {b}")
         return b == 1, pos + 1
 
 
-BOOL = _Bool()
+BOOL = BoolField()
 
 
-def _utf8(raw: memoryview, what: str) -> str:
+def utf8_text(raw: memoryview, what: str) -> str:
     try:
         return str(raw, "utf-8")
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"{what} field is not valid UTF-8: {exc}") from None
 
 
-class _Str(FieldType):
+class StrField(FieldType):
     """u16 (or u32 for ``text``) byte length, then UTF-8. ``optional``: length 0xFFFF = null."""
 
     def __init__(self, name: str, st: struct.Struct, optional: bool) -> None:
@@ -120,21 +120,21 @@ class _Str(FieldType):
 
     def decode(self, buf: memoryview, pos: int) -> tuple[str | None, int]:
         size = self.st.size
-        _need(buf, pos, size, self.name)
+        need_bytes(buf, pos, size, self.name)
         n = self.st.unpack_from(buf, pos)[0]
         pos += size
         if self.optional and n == NULL16:
             return None, pos
-        _need(buf, pos, n, self.name)
-        return _utf8(buf[pos:pos + n], self.name), pos + n
+        need_bytes(buf, pos, n, self.name)
+        return utf8_text(buf[pos:pos + n], self.name), pos + n
 
 
-STR = _Str("str", _U16, optional=False)
-OPT_STR = _Str("optstr", _U16, optional=True)
-TEXT = _Str("text", _U32, optional=False)
+STR = StrField("str", _U16, optional=False)
+OPT_STR = StrField("optstr", _U16, optional=True)
+TEXT = StrField("text", _U32, optional=False)
 
 
-class _Bytes(FieldType):
+class BytesField(FieldType):
     name = "bytes"
 
     def encode(self, out: bytearray, value: Any) -> None:
@@ -147,17 +147,17 @@ class _Bytes(FieldType):
         out += value
 
     def decode(self, buf: memoryview, pos: int) -> tuple[bytes, int]:
-        _need(buf, pos, 4, "bytes")
+        need_bytes(buf, pos, 4, "bytes")
         n = _U32.unpack_from(buf, pos)[0]
         pos += 4
-        _need(buf, pos, n, "bytes")
+        need_bytes(buf, pos, n, "bytes")
         return bytes(buf[pos:pos + n]), pos + n
 
 
-BYTES = _Bytes()
+BYTES = BytesField()
 
 
-class _Props(FieldType):
+class PropsField(FieldType):
     """u16 count, then count pairs of ``str`` key, ``str`` value. Null is sent as count 0."""
 
     name = "props"
@@ -172,7 +172,7 @@ class _Props(FieldType):
             STR.encode(out, v)
 
     def decode(self, buf: memoryview, pos: int) -> tuple[dict[str, str], int]:
-        _need(buf, pos, 2, "props")
+        need_bytes(buf, pos, 2, "props")
         n = _U16.unpack_from(buf, pos)[0]
         pos += 2
         out: dict[str, str] = {}
@@ -183,7 +183,7 @@ class _Props(FieldType):
         return out, pos
 
 
-PROPS = _Props()
+PROPS = PropsField()
 
 
 class ListOf(FieldType):
@@ -203,7 +203,7 @@ class ListOf(FieldType):
             enc(out, v)
 
     def decode(self, buf: memoryview, pos: int) -> tuple[list, int]:
-        _need(buf, pos, 4, self.name)
+        need_bytes(buf, pos, 4, self.name)
         n = _U32.unpack_from(buf, pos)[0]
         pos += 4
         if n > len(buf) - pos:
@@ -214,28 +214,4 @@ class ListOf(FieldType):
         for _ in range(n):
             v, pos = dec(buf, pos)
             out.append(v)
-        return out, pos
-
-
-class Struct(FieldType):
-    """Named fields in a fixed order; the Python value is a dict."""
-
-    def __init__(self, name: str, fields: list[tuple[str, FieldType]]) -> None:
-        self.name = name
-        self.fields = fields
-
-    def encode(self, out: bytearray, value: Any) -> None:
-        if not isinstance(value, dict):
-            raise ProtocolError(f"{self.name} needs a dict, got {type(value).__name__}")
-        for fname, ftype in self.fields:
-            try:
-                fvalue = value[fname]
-            except KeyError:
-                raise ProtocolError(f"{self.name} is missing field {fname!r}") from None
-            ftype.encode(out, fvalue)
-
-    def decode(self, buf: memoryview, pos: int) -> tuple[dict, int]:
-        out = {}
-        for fname, ftype in self.fields:
-            out[fname], pos = ftype.decode(buf, pos)
         return out, pos

@@ -1,93 +1,195 @@
-"""The send batcher: the sends of one event-loop turn, from every session, become one
-``broker.send_batch``.
+"""The send pipeline: the sends of every session become a few ``place_batch`` calls and one
+wait for the disk per flush.
 
-One thread hand-off and one log-lock hold for all of them (the log's group commit then
-batches the fsync across batches in flight). Every message is checked before it joins a
-batch, so one bad message fails only its own request; what can still fail a batch (a failed
-fsync, a closed broker) fails every request in it, and none of them was acknowledged.
+Two threads do it, instead of one pool worker per event-loop turn:
+
+* the *placer* takes everything submitted since its last turn and places it in the log
+  (:meth:`Broker.place_batch`: queue offsets, encoding, all or none per batch) without
+  waiting for the disk;
+* the *acknowledger* waits until the group commit covers what was placed and hands every
+  batch that flush covered back to the event loop in one call.
+
+While one flush is on the disk, the event loop decodes the next requests and the placer
+places them, so the next flush carries everything that arrived during this one: the fsync,
+not thread hand-offs, sets the pace. Every message is checked on the event loop before it
+joins a batch (then not again), so one bad message fails only its own request; what can
+still fail a batch (an index that refuses writes, a failed fsync, a closed broker) fails
+every request in it, and none of them was acknowledged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor
+from typing import Any
 
 from fmq.engine.broker import Broker
-from fmq.errors import InvalidArgument
-from fmq.log.sizing import check_fits
-from fmq.message import Message, SendResult, check_message
+from fmq.engine.queues import check_messages
+from fmq.errors import InvalidArgument, ServerBusy
+from fmq.message import Message, SendResult
 
 #: Called with the (topic, queue id) pairs a batch stored messages in.
 StoredIn = Callable[[set[tuple[str, int]]], None]
 
+#: Turns a request's results into its answer (on the event loop).
+Reply = Callable[[list[SendResult]], Any]
+
+#: One request's messages, the future its answer goes to and how to make that answer.
+Submitted = tuple[list[Message], asyncio.Future, Reply | None]
+
 
 class SendBatcher:
-    """Coalesces :meth:`submit` calls into ``send_batch`` calls run in ``workers``."""
+    """Coalesces :meth:`submit` calls into ``place_batch`` calls and flushes."""
 
-    MAX_BATCH = 4096  # messages per send_batch
-    MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per send_batch (it holds the log lock)
+    MAX_BATCH = 4096  # messages per place_batch
+    MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per place_batch (it holds the log lock)
 
-    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop, workers: Executor,
+    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop,
                  max_batch_messages: int, stored_in: StoredIn) -> None:
         self.broker = broker
         self.loop = loop
-        self.workers = workers
         self.max_batch_messages = max_batch_messages
         self.stored_in = stored_in
-        self.pending: list[tuple[list[Message], asyncio.Future]] = []
-        self.scheduled = False
+        self._lock = threading.Lock()
+        self._submitted = threading.Condition(self._lock)
+        self._pending: list[Submitted] = []
+        self._placer_waiting = False
+        self._placed_cond = threading.Condition()
+        #: (log end offset, requests) per placed batch, in log order.
+        self._placed: deque[tuple[int, list[Submitted], list[SendResult]]] = deque()
+        self._stopping = False
+        self._placer = threading.Thread(target=self._place_loop, name="fmq-send-placer",
+                                        daemon=True)
+        self._acknowledger = threading.Thread(target=self._acknowledge_loop,
+                                              name="fmq-send-acker", daemon=True)
+        self._placer.start()
+        self._acknowledger.start()
 
-    def submit(self, msgs: list[Message]) -> asyncio.Future[list[SendResult]]:
+    def submit(self, msgs: list[Message], reply: Reply | None = None) -> asyncio.Future:
         """Queue ``msgs`` for the next batch; the future ends with their results once they
-        are durable. Raises at once (nothing queued) for a message that cannot be stored."""
+        are durable (``reply(results)`` when given: the request's answer, made without a
+        task or a second future). Raises at once (nothing queued) for a message that cannot
+        be stored."""
         limit = self.max_batch_messages
         if len(msgs) > limit:  # the wire checks this before decoding; embedded callers here
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
                                   f"(max_batch_messages) of {limit}; send smaller batches")
-        cfg = self.broker.config
-        for m in msgs:
-            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
-            check_fits(m, cfg.segment_size)
+        check_messages(msgs, self.broker.config)
         fut = self.loop.create_future()
-        self.pending.append((msgs, fut))
-        if not self.scheduled:
-            self.scheduled = True
-            self.loop.call_soon(self._flush)
+        with self._lock:
+            if self._stopping:
+                raise ServerBusy("the server is shutting down; retry against the restarted "
+                                 "server")
+            self._pending.append((msgs, fut, reply))
+            if self._placer_waiting:
+                self._submitted.notify()
         return fut
 
-    def _flush(self) -> None:
-        self.scheduled = False
-        pending, self.pending = self.pending, []
-        i = 0
-        while i < len(pending):
-            batch: list[tuple[list[Message], asyncio.Future]] = []
-            count = 0
-            size = 0
-            while i < len(pending) and (not batch or (
-                    count + len(pending[i][0]) <= self.MAX_BATCH
-                    and size < self.MAX_BATCH_BYTES)):
-                item = pending[i]
-                i += 1
-                batch.append(item)
-                count += len(item[0])
-                size += sum(len(m.body) for m in item[0])
-            msgs = [m for ms, _f in batch for m in ms]
-            done = self.loop.run_in_executor(self.workers, self.broker.send_batch, msgs)
-            done.add_done_callback(lambda d, batch=batch: self._deliver(d, batch))
+    def close(self) -> None:
+        """Finish what was submitted, then stop both threads (the server stops)."""
+        with self._lock:
+            self._stopping = True
+            self._submitted.notify()
+        self._placer.join()
+        with self._placed_cond:
+            self._placed_cond.notify()
+        self._acknowledger.join()
 
-    def _deliver(self, done: asyncio.Future, batch: list) -> None:
-        exc = done.exception()
-        pos = 0
-        results = None if exc is not None else done.result()
-        for msgs, fut in batch:
-            if fut.done():
-                continue
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(results[pos:pos + len(msgs)])
-            pos += len(msgs)
-        if results:
-            sent = [m for ms, _f in batch for m in ms]
-            self.stored_in({(m.topic, r.queue_id) for m, r in zip(sent, results, strict=True)})
+    # ------------------------------------------------------------------ the placer thread
+
+    def _place_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._pending and not self._stopping:
+                    self._placer_waiting = True
+                    self._submitted.wait()
+                    self._placer_waiting = False
+                if not self._pending:
+                    return
+                pending, self._pending = self._pending, []
+            for batch in _split(pending, self.MAX_BATCH, self.MAX_BATCH_BYTES):
+                msgs = [m for item in batch for m in item[0]]
+                try:
+                    results, end = self.broker.place_batch(msgs, checked=True)
+                except BaseException as exc:  # noqa: BLE001 - it fails these requests only
+                    self._hand_back([(0, batch, [])], exc)
+                    continue
+                with self._placed_cond:
+                    self._placed.append((end, batch, results))
+                    self._placed_cond.notify()
+
+    # ------------------------------------------------------------------ the acknowledger
+
+    def _acknowledge_loop(self) -> None:
+        placed = self._placed
+        while True:
+            with self._placed_cond:
+                while not placed:
+                    if self._stopping and not self._placer.is_alive():
+                        return
+                    self._placed_cond.wait(0.5 if self._stopping else None)
+                end = placed[-1][0]
+            failure: BaseException | None = None
+            try:
+                self.broker.wait_durable(end)
+            except BaseException as exc:  # noqa: BLE001 - a failed fsync fails these requests
+                failure = exc
+            with self._placed_cond:
+                done = []
+                while placed and placed[0][0] <= end:
+                    done.append(placed.popleft())
+            self._hand_back(done, failure)
+
+    def _hand_back(self, done: list[tuple[int, list[Submitted], list[SendResult]]],
+                   failure: BaseException | None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._deliver, done, failure)
+        except RuntimeError:  # the loop is closed: a shutdown abandoned these requests
+            pass
+
+    # ------------------------------------------------------------------ the event loop
+
+    def _deliver(self, done: list[tuple[int, list[Submitted], list[SendResult]]],
+                 failure: BaseException | None) -> None:
+        stored: set[tuple[str, int]] = set()
+        for _end, batch, results in done:
+            pos = 0
+            for msgs, fut, reply in batch:
+                n = len(msgs)
+                if failure is not None:
+                    if not fut.done():
+                        fut.set_exception(failure)
+                    continue
+                mine = results[pos:pos + n]
+                pos += n
+                for m, r in zip(msgs, mine, strict=True):
+                    stored.add((m.topic, r.queue_id))
+                if not fut.done():
+                    try:
+                        fut.set_result(reply(mine) if reply is not None else mine)
+                    except Exception as exc:  # noqa: BLE001 - a bug fails its request only
+                        fut.set_exception(exc)
+        if stored:
+            self.stored_in(stored)
+
+
+def _split(pending: list[Submitted], max_messages: int, max_bytes: int
+           ) -> list[list[Submitted]]:
+    """Requests in arrival order, cut into batches of at most ``max_messages`` messages and
+    about ``max_bytes`` body bytes (a request is never split)."""
+    batches: list[list[Submitted]] = []
+    batch: list[Submitted] = []
+    count = size = 0
+    for item in pending:
+        n = len(item[0])
+        if batch and (count + n > max_messages or size >= max_bytes):
+            batches.append(batch)
+            batch, count, size = [], 0, 0
+        batch.append(item)
+        count += n
+        size += sum(len(m.body) for m in item[0])
+    if batch:
+        batches.append(batch)
+    return batches

@@ -86,8 +86,8 @@ class ServerContext:
         """Bind to the running event loop (the server starts)."""
         self.loop = loop
         self.stop_requested = asyncio.Event()
-        self.batcher = SendBatcher(self.broker, loop, self._workers,
-                                   self.config.max_batch_messages, self.data_arrived)
+        self.batcher = SendBatcher(self.broker, loop, self.config.max_batch_messages,
+                                   self.data_arrived)
 
     def now(self) -> float:
         """The event loop's clock (monotonic seconds)."""

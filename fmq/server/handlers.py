@@ -4,8 +4,8 @@ Every operation is a handler in :data:`HANDLERS`, called with the server's
 :class:`~fmq.server.context.ServerContext`, the session the request came on and the decoded
 request; it returns an awaitable of the response fields. Every blocking broker call runs in
 a thread: writes in the worker threads (``ctx.run``), reads in the reader threads
-(``ctx.read``); sends go through the batcher (one ``send_batch`` per event-loop turn,
-and SEND, the hot path, without a task of its own); pull and feedback long polls wait
+(``ctx.read``); sends go through the batcher's pipeline (SEND and SEND_BATCH without a
+task of their own: the batcher's future ends with the answer); pull and feedback long polls wait
 without holding a thread for long. The wire format of each is in
 :mod:`fmq.protocol.schema`.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from fmq.engine.broker import Broker
 from fmq.errors import InvalidArgument
-from fmq.message import StoredMessage, check_count
+from fmq.message import SendResult, StoredMessage, check_count
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.protocol.values import (
     message_from_wire,
@@ -67,29 +67,29 @@ async def _ping(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
 
 @handles(Op.SEND)
 def _send(ctx: ServerContext, session: RequestSession, req: dict) -> asyncio.Future[dict]:
-    # The hot path: no task; the batcher's future, mapped to the answer, is the request.
-    stored = ctx.batcher.submit([message_from_wire(req["message"])])
-    answer = ctx.loop.create_future()
+    # The hot path: no task; the batcher's future is the request, and it ends with the answer.
+    return ctx.batcher.submit([message_from_wire(req["message"])], _send_answer)
 
-    def respond(done: asyncio.Future) -> None:
-        if answer.done():
-            return
-        if done.cancelled():
-            answer.cancel()
-        elif done.exception() is not None:
-            answer.set_exception(done.exception())
-        else:
-            answer.set_result({"result": result_to_wire(done.result()[0])})
 
-    stored.add_done_callback(respond)
-    return answer
+def _send_answer(results: list[SendResult]) -> dict:
+    return {"result": result_to_wire(results[0])}
 
 
 @handles(Op.SEND_BATCH)
-async def _send_batch(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+def _send_batch(ctx: ServerContext, session: RequestSession, req: dict
+                ) -> Awaitable[dict]:
     msgs = [message_from_wire(m) for m in req["messages"]]
-    results = await ctx.batcher.submit(msgs) if msgs else []
+    if not msgs:
+        return _answered({"results": []})
+    return ctx.batcher.submit(msgs, _send_batch_answer)
+
+
+def _send_batch_answer(results: list[SendResult]) -> dict:
     return {"results": [result_to_wire(r) for r in results]}
+
+
+async def _answered(answer: dict) -> dict:
+    return answer
 
 
 @handles(Op.PREPARE)

@@ -158,6 +158,8 @@ class Server:
         self.pollers.shutdown(wait=False, cancel_futures=True)
         # No read may still be inside LMDB when the broker closes it (reads are short).
         await asyncio.to_thread(self.readers.shutdown, wait=True, cancel_futures=True)
+        if self.ctx.batcher is not None:  # places and acknowledges what it still holds
+            await asyncio.to_thread(self.ctx.batcher.close)
         # close() flushes, indexes and checkpoints: a clean start replays nothing.
         await loop.run_in_executor(self.workers, self.broker.close)
         self.workers.shutdown(wait=True)

@@ -71,9 +71,10 @@ def test_send_batch_round_trip():
 def test_every_opcode_round_trips_a_response():
     """Build a value for every response schema from its types and decode it back."""
     from fmq.protocol import types as T
+    from fmq.protocol.structs import Struct
 
     def sample(ftype):
-        if isinstance(ftype, T.Struct):
+        if isinstance(ftype, Struct):
             return {n: sample(t) for n, t in ftype.fields}
         if isinstance(ftype, T.ListOf):
             return [sample(ftype.item), sample(ftype.item)]

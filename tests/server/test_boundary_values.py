@@ -14,6 +14,7 @@ from typing import Any
 from fmq.client import Client, Consumer, Producer
 from fmq.errors import FMQError, ProtocolError
 from fmq.protocol import SCHEMA, FrameDecoder, Op, decode_error, encode_request
+from fmq.protocol.structs import Struct
 from fmq.protocol.types import (
     BOOL,
     BYTES,
@@ -28,7 +29,6 @@ from fmq.protocol.types import (
     U32,
     U64,
     ListOf,
-    Struct,
 )
 
 from .conftest import FAST
