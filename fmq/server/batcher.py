@@ -1,20 +1,19 @@
-"""The send pipeline: the sends of every session become a few ``place_batch`` calls and one
-wait for the disk per flush.
+"""The send pipeline: the sends of one event-loop turn, from every session, are placed in
+the log together, and one thread acknowledges them flush by flush.
 
-Two threads do it, instead of one pool worker per event-loop turn:
+* On the event loop, at the end of each turn, everything submitted in that turn is placed
+  in the log (:meth:`Broker.place_batch`: queue offsets, encoding, all or none per batch),
+  without waiting for the disk.
+* The *acknowledger* thread waits until the group commit covers what was placed and hands
+  every batch that flush covered back to the event loop in one call.
 
-* the *placer* takes everything submitted since its last turn and places it in the log
-  (:meth:`Broker.place_batch`: queue offsets, encoding, all or none per batch) without
-  waiting for the disk;
-* the *acknowledger* waits until the group commit covers what was placed and hands every
-  batch that flush covered back to the event loop in one call.
-
-While one flush is on the disk, the event loop decodes the next requests and the placer
-places them, so the next flush carries everything that arrived during this one: the fsync,
-not thread hand-offs, sets the pace. Every message is checked on the event loop before it
-joins a batch (then not again), so one bad message fails only its own request; what can
-still fail a batch (an index that refuses writes, a failed fsync, a closed broker) fails
-every request in it, and none of them was acknowledged.
+Placing is pure Python work: in another thread it would only contend for the interpreter
+lock with the event loop (a placer thread cost more in lock hand-offs than it saved). The
+disk wait is where a thread pays off: while one fsync runs, the loop decodes and places the
+next requests, so the next flush carries everything that arrived during this one. Every
+message is checked when its request arrives (then not again), so one bad message fails only
+its own request; what can still fail a batch (an index that refuses writes, a failed fsync,
+a closed broker) fails every request in it, and none of them was acknowledged.
 """
 
 from __future__ import annotations
@@ -41,7 +40,8 @@ Submitted = tuple[list[Message], asyncio.Future, Reply | None]
 
 
 class SendBatcher:
-    """Coalesces :meth:`submit` calls into ``place_batch`` calls and flushes."""
+    """Coalesces the :meth:`submit` calls of an event-loop turn into ``place_batch`` calls
+    and answers them flush by flush."""
 
     MAX_BATCH = 4096  # messages per place_batch
     MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per place_batch (it holds the log lock)
@@ -52,72 +52,59 @@ class SendBatcher:
         self.loop = loop
         self.max_batch_messages = max_batch_messages
         self.stored_in = stored_in
-        self._lock = threading.Lock()
-        self._submitted = threading.Condition(self._lock)
         self._pending: list[Submitted] = []
-        self._placer_waiting = False
+        self._scheduled = False
         self._placed_cond = threading.Condition()
-        #: (log end offset, requests) per placed batch, in log order.
+        #: (log end offset, requests, results) per placed batch, in log order.
         self._placed: deque[tuple[int, list[Submitted], list[SendResult]]] = deque()
         self._stopping = False
-        self._placer = threading.Thread(target=self._place_loop, name="fmq-send-placer",
-                                        daemon=True)
+        self._acker_waiting = False  # it waits for placements (not for the disk)
         self._acknowledger = threading.Thread(target=self._acknowledge_loop,
                                               name="fmq-send-acker", daemon=True)
-        self._placer.start()
         self._acknowledger.start()
 
     def submit(self, msgs: list[Message], reply: Reply | None = None) -> asyncio.Future:
-        """Queue ``msgs`` for the next batch; the future ends with their results once they
-        are durable (``reply(results)`` when given: the request's answer, made without a
-        task or a second future). Raises at once (nothing queued) for a message that cannot
-        be stored."""
+        """Queue ``msgs`` for this turn's batch; the future ends with their results once
+        they are durable (``reply(results)`` when given: the request's answer, made without
+        a task or a second future). Raises at once (nothing queued) for a message that
+        cannot be stored."""
         limit = self.max_batch_messages
         if len(msgs) > limit:  # the wire checks this before decoding; embedded callers here
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
                                   f"(max_batch_messages) of {limit}; send smaller batches")
+        if self._stopping:
+            raise ServerBusy("the server is shutting down; retry against the restarted server")
         check_messages(msgs, self.broker.config)
         fut = self.loop.create_future()
-        with self._lock:
-            if self._stopping:
-                raise ServerBusy("the server is shutting down; retry against the restarted "
-                                 "server")
-            self._pending.append((msgs, fut, reply))
-            if self._placer_waiting:
-                self._submitted.notify()
+        self._pending.append((msgs, fut, reply))
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._place)
         return fut
 
     def close(self) -> None:
-        """Finish what was submitted, then stop both threads (the server stops)."""
-        with self._lock:
-            self._stopping = True
-            self._submitted.notify()
-        self._placer.join()
+        """Stop the acknowledger once everything placed is answered (the server stops;
+        called from a thread other than the event loop's)."""
         with self._placed_cond:
+            self._stopping = True
             self._placed_cond.notify()
         self._acknowledger.join()
 
-    # ------------------------------------------------------------------ the placer thread
+    # ------------------------------------------------------------------ the event loop
 
-    def _place_loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._pending and not self._stopping:
-                    self._placer_waiting = True
-                    self._submitted.wait()
-                    self._placer_waiting = False
-                if not self._pending:
-                    return
-                pending, self._pending = self._pending, []
-            for batch in _split(pending, self.MAX_BATCH, self.MAX_BATCH_BYTES):
-                msgs = [m for item in batch for m in item[0]]
-                try:
-                    results, end = self.broker.place_batch(msgs, checked=True)
-                except BaseException as exc:  # noqa: BLE001 - it fails these requests only
-                    self._hand_back([(0, batch, [])], exc)
-                    continue
-                with self._placed_cond:
-                    self._placed.append((end, batch, results))
+    def _place(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, []
+        for batch in _split(pending, self.MAX_BATCH, self.MAX_BATCH_BYTES):
+            msgs = [m for item in batch for m in item[0]]
+            try:
+                results, end = self.broker.place_batch(msgs, checked=True)
+            except Exception as exc:  # noqa: BLE001 - it fails these requests only
+                self._deliver([(0, batch, [])], exc)
+                continue
+            with self._placed_cond:
+                self._placed.append((end, batch, results))
+                if self._acker_waiting:  # else it is flushing and looks again after
                     self._placed_cond.notify()
 
     # ------------------------------------------------------------------ the acknowledger
@@ -127,9 +114,11 @@ class SendBatcher:
         while True:
             with self._placed_cond:
                 while not placed:
-                    if self._stopping and not self._placer.is_alive():
+                    if self._stopping:
                         return
-                    self._placed_cond.wait(0.5 if self._stopping else None)
+                    self._acker_waiting = True
+                    self._placed_cond.wait()
+                    self._acker_waiting = False
                 end = placed[-1][0]
             failure: BaseException | None = None
             try:
@@ -148,8 +137,6 @@ class SendBatcher:
             self.loop.call_soon_threadsafe(self._deliver, done, failure)
         except RuntimeError:  # the loop is closed: a shutdown abandoned these requests
             pass
-
-    # ------------------------------------------------------------------ the event loop
 
     def _deliver(self, done: list[tuple[int, list[Submitted], list[SendResult]]],
                  failure: BaseException | None) -> None:
