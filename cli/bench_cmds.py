@@ -30,13 +30,16 @@ from fmq.loadgen.runner import default_processes
 @click.option("--processes", default=0, show_default=True,
               help=f"Load processes (0: min(4, cores) = {default_processes()} here).")
 @click.option("--topic", default="fmq-bench", show_default=True)
+@click.option("--follow", is_flag=True,
+              help="consume: read the messages that arrive during the run (long polls), "
+                   "not the ones already stored.")
 @click.option("--loop", type=click.Choice(["auto", "asyncio", "uvloop"]), default="auto",
               show_default=True, help="Event loop of the load processes (auto: uvloop if "
                                       "installed).")
 @json_option
 @fmq_errors
 def bench(kind: str, server: str, producers: int, size: int, duration: float, pipeline: int,
-          batch_linger: float, batch: int, processes: int, topic: str, loop: str,
+          batch_linger: float, batch: int, processes: int, topic: str, follow: bool, loop: str,
           as_json: bool) -> None:
     """Load a running server and report msgs/s, MB/s, latency percentiles, errors, the
     server's CPU per message, and whether the broker holds what was acknowledged.
@@ -45,7 +48,8 @@ def bench(kind: str, server: str, producers: int, size: int, duration: float, pi
     report = run_bench(BenchSpec(kind=kind, server=server, producers=producers, size=size,
                                  duration_s=duration, pipeline=pipeline,
                                  batch_linger_ms=batch_linger, batch=batch,
-                                 processes=processes, topic=topic, loop=loop))
+                                 processes=processes, topic=topic, loop=loop,
+                                 follow=follow))
     emit(report.to_dict(), as_json, report.text())
     if not report.ok:
         sys.exit(1)

@@ -5,7 +5,8 @@ means (a follow-up request, or the operation done with so many messages).
   (the opcode and flags say it worked).
 * ``TxPlan``: PREPARE of one message, then COMMIT of the returned transaction id.
 * ``PullPlan``: PULLs over a fixed set of queues from their start to the end they had when
-  the run began, checking that queue offsets arrive without gaps or repeats.
+  the run began (or, following, from their end on, with long polls), checking that queue
+  offsets arrive without gaps or repeats.
 """
 
 from __future__ import annotations
@@ -74,10 +75,15 @@ class QueueCursor:
     gaps: int = 0
 
 
+#: Long-poll wait of a following consumer: it ends at most this late after the deadline.
+FOLLOW_WAIT_MS = 100
+
+
 @dataclass
 class PullPlan(Plan):
     cursors: list[QueueCursor]
     max_messages: int = 256
+    follow: bool = False
     _turn: int = field(default=0, repr=False)
     _pending: dict[int, QueueCursor] = field(default_factory=dict, repr=False)
 
@@ -92,7 +98,7 @@ class PullPlan(Plan):
         return encode_request(Op.PULL, request_id, {
             "topic": cursor.topic, "queue_id": cursor.queue_id, "offset": cursor.next_offset,
             "max_messages": min(self.max_messages, cursor.end_offset - cursor.next_offset),
-            "wait_ms": 0})
+            "wait_ms": FOLLOW_WAIT_MS if self.follow else 0})
 
     def answer(self, frame: Frame, request_id: int) -> tuple[None, int, int]:
         cursor = self._pending.pop(frame.request_id)

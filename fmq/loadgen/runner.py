@@ -19,6 +19,7 @@ from fmq.loadgen.worker import WorkerJob, run_worker, uvloop
 
 KINDS = ("produce", "consume", "tx")
 READY_TIMEOUT_S = 60.0
+FOLLOW_END = (1 << 64) - 1  # a following consumer's queues have no end
 
 
 class BenchFailed(FMQError):
@@ -42,6 +43,7 @@ class BenchSpec:
     processes: int = 0  # 0: default_processes()
     topic: str = "fmq-bench"
     loop: str = "auto"  # auto, asyncio or uvloop
+    follow: bool = False  # consume: read what arrives during the run, not what is stored
 
     def check(self) -> None:
         need = [
@@ -79,7 +81,15 @@ def _jobs(spec: BenchSpec, probe: ServerProbe) -> list[WorkerJob]:
     host, port = parse_servers(spec.server)[0]
     procs = min(spec.producers, spec.processes or default_processes())
     cursors: list[tuple] = [() for _ in range(spec.producers)]
-    if spec.kind == "consume":
+    if spec.kind == "consume" and spec.follow:
+        # Every consumer follows at least one queue; with more consumers than queues they
+        # share queues, each reading all of its queue (as members of different groups).
+        queues = probe.queues_per_topic
+        cursors = [tuple((spec.topic, q, hi, FOLLOW_END)
+                         for q, _, hi in probe.ranges(spec.topic) if q % spec.producers == i
+                         or q == i % queues)
+                   for i in range(spec.producers)]
+    elif spec.kind == "consume":
         ranges = [(spec.topic, q, lo, hi) for q, lo, hi in probe.ranges(spec.topic) if hi > lo]
         if not ranges:
             raise InvalidArgument(f"topic {spec.topic!r} holds no messages to consume: run "
@@ -92,7 +102,8 @@ def _jobs(spec: BenchSpec, probe: ServerProbe) -> list[WorkerJob]:
     for n in _split(spec.producers, procs):
         jobs.append(WorkerJob(host, port, spec.kind, n, spec.pipeline, spec.topic, spec.size,
                               spec.batch if spec.batching else 1, spec.duration_s,
-                              spec.uses_uvloop, cursors=tuple(cursors[at:at + n])))
+                              spec.uses_uvloop, cursors=tuple(cursors[at:at + n]),
+                              follow=spec.follow))
         at += n
     return jobs
 

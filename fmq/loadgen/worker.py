@@ -41,6 +41,7 @@ class WorkerJob:
     use_uvloop: bool
     producer_group: str = "fmq-bench"
     cursors: tuple[tuple[tuple[str, int, int, int], ...], ...] = ()  # per lane, for consume
+    follow: bool = False
 
 
 def _plan(job: WorkerJob, lane: int) -> Plan:
@@ -48,7 +49,7 @@ def _plan(job: WorkerJob, lane: int) -> Plan:
         return SendPlan(job.topic, job.size, job.batch)
     if job.kind == "tx":
         return TxPlan(job.topic, job.size, job.producer_group)
-    return PullPlan([QueueCursor(*c) for c in job.cursors[lane]])
+    return PullPlan([QueueCursor(*c) for c in job.cursors[lane]], follow=job.follow)
 
 
 async def _run(job: WorkerJob, ready: Any, go: Any) -> dict:
