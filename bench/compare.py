@@ -23,6 +23,7 @@ import platform
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -34,6 +35,7 @@ from embedded_peers import (
     group_commit_loop,
     recovery,
 )
+from index_lag import IndexLagProbe
 from redis_peer import RedisPeer, redis_installed
 
 from fmq.client import Producer
@@ -163,12 +165,67 @@ def _recovery_fmq(run: Run) -> Metrics:
     return {"redo MB/s (kill -9, no index)": redo, "reopen s (clean)": reopen}
 
 
+def _recovery_peer(run: Run) -> Metrics | None:
+    """Redis reloads its whole AOF on every start: after a kill -9 and after SIGTERM."""
+    if run.redis is None:
+        return None
+    missing = run.args.recovery_mb * 1_000_000 - run.redis.aof_bytes()
+    if missing > 0:  # about as much AOF as FMQ's log, written the fastest way
+        run.redis.xadd("recovery-fill", SIZE, missing // (SIZE + 40), CONNECTIONS, 16)
+    size = run.redis.aof_bytes()
+    after_kill = run.redis.restart(kill=True)
+    after_term = run.redis.restart(kill=False)
+    return {"redo MB/s (kill -9, no index)": size / after_kill / 1e6,
+            "reopen s (clean)": after_term}
+
+
+CONSUMERS = 16
+
+
+def _with_consumers(run: Run) -> Metrics:
+    """64 producers while 16 consumers follow the topic at full speed."""
+    topic = run.topic()
+    consumers: dict = {}
+
+    def consume() -> None:
+        consumers["report"] = run_bench(BenchSpec(
+            kind="consume", server=run.address, producers=CONSUMERS, follow=True,
+            topic=topic, duration_s=run.args.seconds + 3))
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(2.0)  # the consumer processes start and connect
+    metrics = _sends_and_lag(run, topic)
+    t.join(run.args.seconds + 120)
+    r = consumers.get("report")
+    if r is None or r.count_check != "ok" or r.errors:
+        raise RuntimeError(f"the consumers failed: {r and (r.count_check, r.errors)}")
+    metrics["consumed msgs/s"] = r.msgs_per_s
+    return metrics
+
+
+def _without_consumers(run: Run) -> Metrics:
+    return _sends_and_lag(run, run.topic())
+
+
+def _sends_and_lag(run: Run, topic: str) -> Metrics:
+    with IndexLagProbe(run.address) as probe:
+        spec = BenchSpec(kind="produce", server=run.address, producers=CONNECTIONS,
+                         size=SIZE, duration_s=run.args.seconds, topic=topic)
+        r = run_bench(spec)
+    if r.count_check != "ok" or r.errors:
+        raise RuntimeError(f"fmq bench failed: {r.count_check}, errors {r.errors}")
+    return {"send msgs/s": r.msgs_per_s, "index lag p99 ms": probe.p99_ms()}
+
+
 TARGETS: list[tuple[str, str, Callable, Callable | None]] = [
     ("1 network, 64 producers, 1 in flight", "Redis XADD -c 64", _network, _network_peer),
     ("2 async batching, 1 client process", "Redis XADD -P 16 -c 64", _async_fmq, _async_peer),
     ("3 embedded", "Python group commit / disk", _embedded_fmq, _embedded_peer),
     ("4 transactions of 1 message, 64 producers", "FMQ plain sends", _tx_fmq, _tx_peer),
-    ("5 recovery", "-", _recovery_fmq, None),
+    ("5 recovery", "Redis AOF reload", _recovery_fmq, _recovery_peer),
+    ("6 sends with 16 consumers following", "FMQ without consumers", _with_consumers,
+     _without_consumers),
 ]
 
 
@@ -202,9 +259,12 @@ def main() -> None:
     print_table(targets, results, args)
 
 
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
+
+
 def _stat(values: list[float]) -> str:
-    med = statistics.median(values)
-    return f"{med:,.1f} ({min(values):,.1f}-{max(values):,.1f})"
+    return f"{_num(statistics.median(values))} ({_num(min(values))}-{_num(max(values))})"
 
 
 def print_table(targets: list, results: dict, args: argparse.Namespace) -> None:

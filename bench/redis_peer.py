@@ -40,11 +40,11 @@ class RedisPeer:
              "--daemonize", "no", "--protected-mode", "yes"],
             stdout=log, stderr=log)
         log.close()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.cli("PING") == "PONG":
                 return self
-            time.sleep(0.05)
+            time.sleep(0.01)
         self.stop()
         raise RuntimeError(f"redis-server did not answer on port {self.port}")
 
@@ -77,12 +77,30 @@ class RedisPeer:
                 "server_cpu_us_per_msg": (cpu1 - cpu0) / requests * 1e6,
                 "count_ok": grew == requests, "stored": grew, "requests": requests}
 
-    def stop(self) -> None:
+    def _end(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
+            os.kill(self.proc.pid, sig)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 os.kill(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(10)
+
+    def aof_bytes(self) -> int:
+        total = 0
+        for dirpath, _, files in os.walk(self.dir):
+            total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files
+                         if ".aof" in f)
+        return total
+
+    def restart(self, kill: bool) -> float:
+        """Stop Redis (SIGKILL when ``kill``, else SIGTERM) and start it on the same
+        directory; the seconds until it answers PING again (its whole AOF loaded)."""
+        self._end(signal.SIGKILL if kill else signal.SIGTERM)
+        t0 = time.perf_counter()
+        self.start()
+        return time.perf_counter() - t0
+
+    def stop(self) -> None:
+        self._end(signal.SIGTERM)
         shutil.rmtree(self.dir, ignore_errors=True)
