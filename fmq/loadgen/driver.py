@@ -15,7 +15,7 @@ from collections import Counter
 
 from fmq.errors import FMQError
 from fmq.loadgen.histogram import Histogram
-from fmq.loadgen.plans import Plan, PullPlan
+from fmq.loadgen.plans import Plan
 from fmq.protocol import FrameDecoder, decode_error
 
 
@@ -74,8 +74,7 @@ class Lane(asyncio.Protocol):
                 exc = decode_error(frame)
                 totals.errors[type(exc).__name__] += 1
                 self._note_error(str(exc))
-                if isinstance(self.plan, PullPlan):
-                    self.plan.failed(frame.request_id)
+                self.plan.failed(frame.request_id)
                 self._start_operation(now)
                 continue
             follow_up, messages, size = self.plan.answer(frame, self._new_id())

@@ -34,6 +34,14 @@ class Plan:
     def answer(self, frame: Frame, request_id: int) -> tuple[bytes | None, int, int]:
         raise NotImplementedError
 
+    def failed(self, request_id: int) -> None:
+        """The operation whose last request had ``request_id`` got an error answer."""
+
+    @property
+    def gaps(self) -> int:
+        """Messages that arrived out of order or after a missing one (consumers only)."""
+        return 0
+
 
 class SendPlan(Plan):
     def __init__(self, topic: str, size: int, batch: int) -> None:

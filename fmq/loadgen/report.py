@@ -3,7 +3,7 @@ JSON object (``fmq bench --json``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 
 @dataclass
@@ -30,7 +30,6 @@ class BenchReport:
     loop: str
     count_check: str  # "ok", or what does not match
     broker_count: int | None
-    details: dict = field(default_factory=dict)
 
     @property
     def msgs_per_s(self) -> float:

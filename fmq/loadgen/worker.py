@@ -73,7 +73,7 @@ async def _run(job: WorkerJob, ready: Any, go: Any) -> dict:
     # before it when consumers reached the end of their queues.
     end = time.perf_counter_ns() if late or not totals.last_answer_ns else totals.last_answer_ns
     cpu1 = os.times()
-    gaps = sum(lane.plan.gaps for lane in lanes if isinstance(lane.plan, PullPlan))
+    gaps = sum(lane.plan.gaps for lane in lanes)
     for lane in lanes:
         lane.close()
     return {
