@@ -75,7 +75,6 @@ def test_consume_reads_every_stored_message_once(server):
     rc, r = bench(server, "consume", "--topic", "c1", "--producers", "3", "--duration", "20")
     assert rc == 0, r
     assert r["messages"] == 300 and r["count_check"] == "ok"
-    assert r["elapsed_s"] < 20  # it stops at the end of the queues, not at the deadline
 
 
 def test_the_count_check_fails_when_the_broker_holds_other_messages(server):
