@@ -23,6 +23,9 @@ def _register() -> None:
     except ImportError:  # pragma: no cover - only before the network layer exists
         return
     net_cmds.register(cli)
+    from fmq.cli import bench_cmds
+
+    bench_cmds.register(cli)
 
 
 _register()

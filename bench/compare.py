@@ -1,0 +1,289 @@
+"""FMQ next to its peers, over alternating rounds: one table of medians, spreads and
+FMQ/peer ratios (docs/performance.md says what each row means and records the results).
+
+Peers: a private Redis (``redis-server`` from Debian, ``appendonly yes``, ``appendfsync
+always``, no RDB, 127.0.0.1, its own temporary directory, stopped by its PID) driven by
+``redis-benchmark`` XADD with 1 KiB values; for the embedded rows, a minimal pure-Python
+group-commit loop and the disk's fdatasync'd sequential write bandwidth. Without Redis the
+Redis peers are left out (and said so) and the FMQ rows still run.
+
+Each round runs every target's FMQ side and its peer back to back, FMQ first in odd rounds
+and the peer first in even ones, so a slow phase of a shared machine hits both alike.
+
+Run (loads the machine for a few minutes)::
+
+    python bench/compare.py [--rounds 3] [--seconds 5] [--async-producer loadgen|sdk]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+from bench_network import free_port, start_server
+from embedded_peers import (
+    broker_batch_mb_s,
+    broker_sends,
+    disk_mb_s,
+    group_commit_loop,
+    recovery,
+)
+from index_lag import IndexLagProbe
+from redis_peer import RedisPeer, redis_installed
+
+from fmq.client import Producer
+from fmq.loadgen import BenchSpec, run_bench
+
+SIZE = 1024
+CONNECTIONS = 64
+BATCH_MESSAGES = 64  # 64 x (1 KiB + record header) > 64 KiB per send_batch call
+
+Metrics = dict[str, float]
+
+
+class Run:
+    """What one round measures: the servers, the temporary directory, the counters."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.tmp = tempfile.mkdtemp(prefix="fmq-compare-")
+        self.port = free_port()
+        self.server = start_server(os.path.join(self.tmp, "server"), self.port)
+        self.address = f"127.0.0.1:{self.port}"
+        self.redis = RedisPeer(free_port()).start() if redis_installed() else None
+        self.n = 0
+        self.redis_rate = 5000.0  # requests/s guess, refined after every Redis run
+
+    def topic(self) -> str:
+        self.n += 1
+        return f"cmp-{self.n}"
+
+    def fmq_bench(self, **kw) -> dict:
+        spec = BenchSpec(server=self.address, size=SIZE, duration_s=self.args.seconds,
+                         topic=self.topic(), **kw)
+        r = run_bench(spec)
+        if r.count_check != "ok" or r.errors:
+            raise RuntimeError(f"fmq bench failed: {r.count_check}, errors {r.errors}")
+        return r.to_dict()
+
+    def redis_xadd(self, clients: int, pipeline: int) -> dict:
+        requests = max(2000, int(self.redis_rate * self.args.seconds))
+        r = self.redis.xadd(f"s{self.topic()}", SIZE, requests, clients, pipeline)
+        if not r["count_ok"]:
+            raise RuntimeError(f"Redis stream grew by {r['stored']} after {r['requests']} "
+                               f"XADDs")
+        self.redis_rate = r["msgs_per_s"]
+        return r
+
+    def close(self) -> None:
+        self.server.terminate()
+        self.server.wait(60)
+        if self.redis is not None:
+            self.redis.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _network(run: Run) -> Metrics:
+    f = run.fmq_bench(kind="produce", producers=CONNECTIONS)
+    return {"msgs/s": f["msgs_per_s"], "p99 ms": f["p99_ms"],
+            "server CPU us/msg": f["server_cpu_us_per_msg"]}
+
+
+def _network_peer(run: Run) -> Metrics | None:
+    if run.redis is None:
+        return None
+    r = run.redis_xadd(CONNECTIONS, 1)
+    return {"msgs/s": r["msgs_per_s"], "p99 ms": r["p99_ms"],
+            "server CPU us/msg": r["server_cpu_us_per_msg"]}
+
+
+def _async_fmq(run: Run) -> Metrics:
+    if run.args.async_producer == "sdk":
+        return _async_sdk(run)
+    f = run.fmq_bench(kind="produce", producers=CONNECTIONS, processes=1, batch_linger_ms=1,
+                      batch=16)
+    return {"msgs/s": f["msgs_per_s"], "p99 ms": f["p99_ms"]}
+
+
+def _async_sdk(run: Run) -> Metrics:
+    """The SDK's asynchronous producer (Producer.send_async), one process, one thread."""
+    topic, sent, t0 = run.topic(), 0, time.perf_counter()
+    end = t0 + run.args.seconds
+    with Producer(run.address) as p:
+        futures = []
+        while time.perf_counter() < end:
+            futures.append(p.send_async(topic, b"x" * SIZE))
+            sent += 1
+            if len(futures) >= 4096:
+                for fut in futures:
+                    fut.result()
+                futures.clear()
+        for fut in futures:
+            fut.result()
+    return {"msgs/s": sent / (time.perf_counter() - t0)}
+
+
+def _async_peer(run: Run) -> Metrics | None:
+    if run.redis is None:
+        return None
+    r = run.redis_xadd(CONNECTIONS, 16)
+    return {"msgs/s": r["msgs_per_s"], "p99 ms": r["p99_ms"]}
+
+
+def _embedded_fmq(run: Run) -> Metrics:
+    s = run.args.seconds
+    sends = broker_sends(os.path.join(run.tmp, f"e{run.topic()}"), CONNECTIONS, s)
+    mb, _ = broker_batch_mb_s(os.path.join(run.tmp, f"e{run.topic()}"), BATCH_MESSAGES, s)
+    return {"sends/s (64 threads)": sends, "send_batch MB/s": mb}
+
+
+def _embedded_peer(run: Run) -> Metrics:
+    s = run.args.seconds
+    loop = group_commit_loop(os.path.join(run.tmp, "gc.log"), CONNECTIONS, s)
+    per_call = BATCH_MESSAGES * (SIZE + 72 + 16)  # a record per message: header, topic
+    disk = disk_mb_s(os.path.join(run.tmp, "disk.dat"), per_call, s)
+    return {"sends/s (64 threads)": loop, "send_batch MB/s": disk}
+
+
+def _tx_fmq(run: Run) -> Metrics:
+    return {"msgs/s": run.fmq_bench(kind="tx", producers=CONNECTIONS)["msgs_per_s"]}
+
+
+def _tx_peer(run: Run) -> Metrics:
+    return {"msgs/s": run.fmq_bench(kind="produce", producers=CONNECTIONS)["msgs_per_s"]}
+
+
+def _recovery_fmq(run: Run) -> Metrics:
+    redo, reopen = recovery(os.path.join(run.tmp, f"r{run.topic()}"), run.args.recovery_mb)
+    return {"redo MB/s (kill -9, no index)": redo, "reopen s (clean)": reopen}
+
+
+def _recovery_peer(run: Run) -> Metrics | None:
+    """Redis reloads its whole AOF on every start: after a kill -9 and after SIGTERM."""
+    if run.redis is None:
+        return None
+    missing = run.args.recovery_mb * 1_000_000 - run.redis.aof_bytes()
+    if missing > 0:  # about as much AOF as FMQ's log, written the fastest way
+        run.redis.xadd("recovery-fill", SIZE, missing // (SIZE + 40), CONNECTIONS, 16)
+    size = run.redis.aof_bytes()
+    after_kill = run.redis.restart(kill=True)
+    after_term = run.redis.restart(kill=False)
+    return {"redo MB/s (kill -9, no index)": size / after_kill / 1e6,
+            "reopen s (clean)": after_term}
+
+
+CONSUMERS = 16
+
+
+def _with_consumers(run: Run) -> Metrics:
+    """64 producers while 16 consumers follow the topic at full speed."""
+    topic = run.topic()
+    consumers: dict = {}
+
+    def consume() -> None:
+        consumers["report"] = run_bench(BenchSpec(
+            kind="consume", server=run.address, producers=CONSUMERS, follow=True,
+            topic=topic, duration_s=run.args.seconds + 3))
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(2.0)  # the consumer processes start and connect
+    metrics = _sends_and_lag(run, topic)
+    t.join(run.args.seconds + 120)
+    r = consumers.get("report")
+    if r is None or r.count_check != "ok" or r.errors:
+        raise RuntimeError(f"the consumers failed: {r and (r.count_check, r.errors)}")
+    metrics["consumed msgs/s"] = r.msgs_per_s
+    return metrics
+
+
+def _without_consumers(run: Run) -> Metrics:
+    return _sends_and_lag(run, run.topic())
+
+
+def _sends_and_lag(run: Run, topic: str) -> Metrics:
+    with IndexLagProbe(run.address) as probe:
+        spec = BenchSpec(kind="produce", server=run.address, producers=CONNECTIONS,
+                         size=SIZE, duration_s=run.args.seconds, topic=topic)
+        r = run_bench(spec)
+    if r.count_check != "ok" or r.errors:
+        raise RuntimeError(f"fmq bench failed: {r.count_check}, errors {r.errors}")
+    return {"send msgs/s": r.msgs_per_s, "index lag p99 ms": probe.p99_ms()}
+
+
+TARGETS: list[tuple[str, str, Callable, Callable | None]] = [
+    ("1 network, 64 producers, 1 in flight", "Redis XADD -c 64", _network, _network_peer),
+    ("2 async batching, 1 client process", "Redis XADD -P 16 -c 64", _async_fmq, _async_peer),
+    ("3 embedded", "Python group commit / disk", _embedded_fmq, _embedded_peer),
+    ("4 transactions of 1 message, 64 producers", "FMQ plain sends", _tx_fmq, _tx_peer),
+    ("5 recovery", "Redis AOF reload", _recovery_fmq, _recovery_peer),
+    ("6 sends with 16 consumers following", "FMQ without consumers", _with_consumers,
+     _without_consumers),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    ap.add_argument("--recovery-mb", type=int, default=100)
+    ap.add_argument("--only", default="", help="comma-separated target numbers, e.g. 1,3")
+    ap.add_argument("--async-producer", choices=["loadgen", "sdk"], default="loadgen",
+                    help="row 2's FMQ side: fmq bench --batch-linger, or the SDK's send_async")
+    args = ap.parse_args()
+    if args.async_producer == "sdk" and not hasattr(Producer, "send_async"):
+        ap.error("this fmq has no Producer.send_async yet: use --async-producer loadgen")
+    targets = [t for t in TARGETS if not args.only or t[0].split()[0] in args.only.split(",")]
+    if not redis_installed():
+        print("redis-server / redis-benchmark not installed (apt-get install redis-server "
+              "redis-tools): the Redis peers are left out, the FMQ rows still run")
+    results: dict[tuple[str, str], list[Metrics | None]] = {}
+    run = Run(args)
+    try:
+        for rnd in range(args.rounds):
+            for name, _, fmq_fn, peer_fn in targets:
+                sides = [("fmq", fmq_fn), ("peer", peer_fn)]
+                for side, fn in (sides if rnd % 2 == 0 else sides[::-1]):
+                    value = fn(run) if fn is not None else None
+                    results.setdefault((name, side), []).append(value)
+            print(f"round {rnd + 1}/{args.rounds} done", flush=True)
+    finally:
+        run.close()
+    print_table(targets, results, args)
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.3f}"
+
+
+def _stat(values: list[float]) -> str:
+    return f"{_num(statistics.median(values))} ({_num(min(values))}-{_num(max(values))})"
+
+
+def print_table(targets: list, results: dict, args: argparse.Namespace) -> None:
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
+          f"{os.cpu_count()} cores, {platform.python_version()}, {args.rounds} rounds of "
+          f"{args.seconds:g} s, 1 KiB messages; median (min-max)\n")
+    print("| target | metric | FMQ | peer | value | FMQ/peer |")
+    print("|---|---|---:|---|---:|---:|")
+    for name, peer_name, _, _ in targets:
+        fmq_rounds = [m for m in results[(name, "fmq")] if m]
+        peer_rounds = [m for m in results.get((name, "peer"), []) if m]
+        for metric in fmq_rounds[0]:
+            f = [m[metric] for m in fmq_rounds if m.get(metric) is not None]
+            p = [m[metric] for m in peer_rounds if m.get(metric) is not None]
+            ratio = f"{statistics.median(f) / statistics.median(p):.2f}" if f and p and \
+                statistics.median(p) else "-"
+            print(f"| {name} | {metric} | {_stat(f) if f else '-'} | {peer_name} | "
+                  f"{_stat(p) if p else '-'} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
