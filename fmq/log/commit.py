@@ -5,7 +5,10 @@ that needs its record on disk calls :meth:`GroupCommit.wait_durable`: the first 
 that finds no flush under way becomes the *leader*: it takes everything queued, writes it
 with one ``pwrite`` per segment and one ``fdatasync`` per segment, and wakes the others.
 Waiters that arrive meanwhile are covered by the next flush: one fsync serves every thread
-that queued before it.
+that queued before it. Each waiter sleeps on a lock of its own, and a flush wakes only
+the waiters it covered, plus one other to lead the next flush: with 64 threads waiting,
+waking all of them on every flush (a condition's ``notify_all``) cost more in thread
+switches than the flush itself.
 
 A failed write or fsync is fatal: the failure is kept, every waiter is woken with
 :class:`~fmq.errors.LogFailed` and every later append is refused. An fsync is never
@@ -47,7 +50,9 @@ class GroupCommit:
         self._written = offset  # bytes handed to the OS up to here
         self._flushed = offset  # bytes fdatasync'd up to here
         self._leading = False
-        self._waiting = 0  # threads waiting for a flush
+        #: Threads waiting for a flush: (end offset, sync, their lock, released to wake).
+        self._waiters: list[tuple[int, bool, threading.Lock]] = []
+        self._woken = 0  # waiters the last flush woke: they may be about to append again
         self.coalesce = True
         self._unsynced: list[Segment] = []  # written (async mode) but not yet fdatasync'd
         self._failed: BaseException | None = None
@@ -100,30 +105,50 @@ class GroupCommit:
         ``sync``). Raises :class:`LogFailed` if a write or fsync failed first."""
         while True:
             with self._cond:
-                while True:
-                    if self._failed is not None:
-                        raise LogFailed(self._failed)
-                    if (self._flushed if sync else self._written) >= end_offset:
-                        return
-                    if not self._leading:
-                        break
-                    self._waiting += 1
-                    try:
-                        self._cond.wait()
-                    finally:
-                        self._waiting -= 1
-                # This thread leads the next flush: everything queued so far goes in it.
-                self._leading = True
-                if self._waiting and self.coalesce:
-                    # Threads woken by the last flush are about to append: let them, so
-                    # this flush carries their records too (bigger batches, fewer fsyncs).
-                    self._cond.release()
-                    time.sleep(0)
-                    self._cond.acquire()
-                chunks, self._chunks = self._chunks, []
-                target = self.queued_end
-                unsynced = self._unsynced
+                if self._failed is not None:
+                    raise LogFailed(self._failed)
+                if (self._flushed if sync else self._written) >= end_offset:
+                    return
+                wake = None
+                if self._leading:
+                    wake = threading.Lock()
+                    wake.acquire()
+                    self._waiters.append((end_offset, sync, wake))
+                else:
+                    # This thread leads the next flush: everything queued so far goes in it.
+                    self._leading = True
+                    if self._woken and self.coalesce:
+                        self._woken = 0
+                        # Threads woken by the last flush are about to append: let them, so
+                        # this flush carries their records too (bigger batches, fewer
+                        # fsyncs).
+                        self._cond.release()
+                        time.sleep(0)
+                        self._cond.acquire()
+                    chunks, self._chunks = self._chunks, []
+                    target = self.queued_end
+                    unsynced = self._unsynced
+            if wake is not None:
+                wake.acquire()  # released by a flush that covers us, or to lead the next
+                continue
             self._flush_batch(chunks, target, sync, unsynced)
+
+    def _wake_covered(self) -> None:
+        """After a flush (lock held): wake the waiters it covered, and one more to lead the
+        next flush if any are left."""
+        if not self._waiters:
+            return
+        left = []
+        for waiter in self._waiters:
+            end, sync, wake = waiter
+            if self._failed is not None or (self._flushed if sync else self._written) >= end:
+                wake.release()
+                self._woken += 1
+            else:
+                left.append(waiter)
+        if left and not self._leading:
+            left.pop(0)[2].release()
+        self._waiters = left
 
     def _flush_batch(self, chunks: list[_Chunk], target: int, sync: bool,
                      unsynced: list[Segment]) -> None:
@@ -154,6 +179,7 @@ class GroupCommit:
             with self._cond:
                 self.fail(exc)
                 self._leading = False
+                self._wake_covered()
                 self._cond.notify_all()
             raise LogFailed(exc) from exc
         with self._cond:
@@ -167,7 +193,8 @@ class GroupCommit:
                 for seg in touched:
                     if seg not in self._unsynced:
                         self._unsynced.append(seg)
-            self._cond.notify_all()
+            self._wake_covered()
+            self._cond.notify_all()  # close() waits for the flush under way
         if sync and self.on_flushed is not None:
             self.on_flushed(target)
 
