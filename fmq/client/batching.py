@@ -20,7 +20,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from fmq.errors import ConnectionLost, FMQError, MessageTooLarge, RequestTimeout
+from fmq.errors import (
+    ConnectionLost,
+    FMQError,
+    MessageTooLarge,
+    ProtocolError,
+    RequestTimeout,
+)
+from fmq.message import SendResult
 from fmq.protocol.batch import BATCH_FRAME_OVERHEAD
 
 
@@ -88,6 +95,23 @@ def too_large_error(size: int, limits: Limits) -> MessageTooLarge:
     return MessageTooLarge(
         f"a message of {size} encoded bytes does not fit the server's max_frame_size of "
         f"{limits.max_frame} bytes; send a smaller body or raise the limit")
+
+
+def complete(batch: Batch, outcome: list[SendResult] | BaseException) -> None:
+    """Give every handle of ``batch`` its result, or the batch's error. A handle its
+    owner cancelled (an asyncio future) is skipped."""
+    if isinstance(outcome, BaseException):
+        for handle in batch.handles:
+            if not handle.done():
+                handle.set_exception(outcome)
+        return
+    if len(outcome) != len(batch.handles):
+        complete(batch, ProtocolError(f"the server answered {len(outcome)} results for a "
+                                      f"batch of {len(batch.handles)} messages"))
+        return
+    for handle, result in zip(batch.handles, outcome, strict=True):
+        if not handle.done():
+            handle.set_result(result)
 
 
 def resend_is_safe(error: BaseException, written: bool) -> bool:

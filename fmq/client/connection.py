@@ -57,6 +57,30 @@ def parse_servers(servers: str | Sequence[str]) -> list[tuple[str, int]]:
     return out
 
 
+def cannot_connect(address: tuple[str, int], cause: BaseException) -> ConnectionLost:
+    return ConnectionLost(
+        f"cannot connect to FMQ server {address[0]}:{address[1]} ({cause or 'time-out'}); "
+        f"check that `fmq server` runs there and the address is right")
+
+
+def lost_error(address: tuple[str, int], cause: BaseException | None) -> FMQError:
+    """What a request fails with when its connection broke because of ``cause``."""
+    if isinstance(cause, FMQError) and not isinstance(cause, ConnectionLost):
+        return cause  # a connection-level error the server sent (request id 0)
+    return ConnectionLost(
+        f"connection to {address[0]}:{address[1]} lost ({cause}); the request may or may "
+        f"not have been applied")
+
+
+def outcome_of(frame: Frame, decode: Callable[[Frame], Any]) -> Any:
+    """The answer a response frame carries: the decoded value, or the exception to raise
+    (the server's error, or ProtocolError for an answer that cannot be read)."""
+    try:
+        return decode_error(frame) if frame.is_error else decode(frame)
+    except ProtocolError as exc:
+        return exc
+
+
 class Connection:
     def __init__(self, address: tuple[str, int], connect_timeout: float = 5.0,
                  max_frame: int = CLIENT_MAX_FRAME, max_in_flight: int = 128) -> None:
@@ -64,9 +88,7 @@ class Connection:
         try:
             sock = socket.create_connection(address, timeout=connect_timeout)
         except OSError as exc:
-            raise ConnectionLost(
-                f"cannot connect to FMQ server {address[0]}:{address[1]} ({exc}); check that "
-                f"`fmq server` runs there and the address is right") from None
+            raise cannot_connect(address, exc) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)
         self._sock = sock
@@ -144,13 +166,8 @@ class Connection:
             except InvalidStateError:
                 pass  # the answer arrived meanwhile
 
-    def _lost(self) -> ConnectionLost:
-        cause = self._closed
-        if isinstance(cause, FMQError) and not isinstance(cause, ConnectionLost):
-            return cause  # type: ignore[return-value]
-        return ConnectionLost(
-            f"connection to {self.address[0]}:{self.address[1]} lost ({cause}); the request "
-            f"may or may not have been applied")
+    def _lost(self) -> FMQError:
+        return lost_error(self.address, self._closed)
 
     def _read_loop(self) -> None:
         sock = self._sock
@@ -168,11 +185,7 @@ class Connection:
                     if entry is None:
                         continue  # a request we stopped waiting for (time-out)
                     _op, fut, decode = entry
-                    try:
-                        outcome: Any = (decode_error(frame) if frame.is_error
-                                        else decode(frame))
-                    except ProtocolError as exc:
-                        outcome = exc
+                    outcome = outcome_of(frame, decode)
                     try:
                         if isinstance(outcome, BaseException):
                             fut.set_exception(outcome)

@@ -16,32 +16,25 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from fmq.errors import BrokerClosed, FMQError, ProtocolError, RequestTimeout
-from fmq.message import SendResult
+from fmq.errors import BrokerClosed, FMQError, RequestTimeout
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
 from fmq.protocol.batch import decode_send_results, send_batch_frame
 
-from .batching import Batch, BatchQueue, BufferFull, Limits, resend_is_safe, too_large_error
+from .batching import (
+    Batch,
+    BatchQueue,
+    BufferFull,
+    Limits,
+    complete,
+    resend_is_safe,
+    too_large_error,
+)
 
 if TYPE_CHECKING:
     from .base import Client
     from .connection import Connection
 
 logger = logging.getLogger("fmq.client")
-
-
-def complete(batch: Batch, outcome: list[SendResult] | BaseException) -> None:
-    """Give every handle of ``batch`` its result, or the batch's error."""
-    if isinstance(outcome, BaseException):
-        for handle in batch.handles:
-            handle.set_exception(outcome)
-        return
-    if len(outcome) != len(batch.handles):
-        complete(batch, ProtocolError(f"the server answered {len(outcome)} results for a "
-                                      f"batch of {len(batch.handles)} messages"))
-        return
-    for handle, result in zip(batch.handles, outcome, strict=True):
-        handle.set_result(result)
 
 
 class BatchSender:
