@@ -187,22 +187,19 @@ class AsyncProducer:
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every message given to :meth:`send_async` before this call has its
         outcome; raises RequestTimeout (via asyncio.wait_for) after ``timeout`` seconds."""
-        self._queue.close_open()
+        upto = self._queue.close_open()
         self._wake.set()
-        waiting = list(self._queue.unfinished)
 
         async def all_done() -> None:
-            for batch in waiting:
-                while not batch.done:
-                    self._progress.clear()
-                    await self._progress.wait()
+            while self._queue.waiting_before(upto):
+                self._progress.clear()
+                await self._progress.wait()
 
         try:
             await asyncio.wait_for(all_done(), timeout)
         except TimeoutError:
-            left = sum(len(b.handles) for b in waiting if not b.done)
-            raise RequestTimeout(f"flush: {left} messages still wait for the server after "
-                           f"{timeout}s") from None
+            raise RequestTimeout(f"flush: {self._queue.waiting_before(upto)} messages still "
+                                 f"wait for the server after {timeout}s") from None
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), then close; messages still unsent fail with
@@ -296,8 +293,8 @@ class AsyncProducer:
             return
         if batch.done:
             return
-        self._queue.finished(batch)
         complete(batch, fut.result())
+        self._queue.finished(batch)
         self._progress.set()
         self._wake.set()
 
@@ -310,7 +307,7 @@ class AsyncProducer:
                          len(batch.handles), exc, delay)
             self._queue.send_again(batch, asyncio.get_running_loop().time() + delay)
         else:
-            self._queue.finished(batch)
             complete(batch, exc)
+            self._queue.finished(batch)
             self._progress.set()
         self._wake.set()

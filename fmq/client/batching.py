@@ -38,13 +38,14 @@ class BufferFull(RequestTimeout):
 class Batch:
     """Messages that travel in one SEND_BATCH request."""
 
-    __slots__ = ("attempts", "created", "done", "handles", "parts", "size")
+    __slots__ = ("attempts", "created", "done", "handles", "parts", "seq", "size")
 
-    def __init__(self, created: float) -> None:
+    def __init__(self, created: float, seq: int = 0) -> None:
         self.parts: list[bytes] = []
         self.handles: list[Any] = []
         self.size = 0  # encoded bytes of parts
         self.created = created
+        self.seq = seq  # order of creation; the pieces of a cut batch keep its number
         self.attempts = 0  # times it was sent again after a failure that stored nothing
         self.done = False  # every handle has its outcome
 
@@ -73,7 +74,7 @@ def split_to_fit(batch: Batch, limits: Limits) -> tuple[list[Batch], list[tuple[
     order, plus the messages too large for any frame (with their handles)."""
     out: list[Batch] = []
     too_large: list[tuple[Any, bytes]] = []
-    current = Batch(batch.created)
+    current = Batch(batch.created, batch.seq)
     limit = limits.max_request_bytes
     for part, handle in zip(batch.parts, batch.handles, strict=True):
         if len(part) > limit:
@@ -82,7 +83,7 @@ def split_to_fit(batch: Batch, limits: Limits) -> tuple[list[Batch], list[tuple[
         if current.parts and (current.size + len(part) > limit
                               or len(current.parts) >= limits.max_messages):
             out.append(current)
-            current = Batch(batch.created)
+            current = Batch(batch.created, batch.seq)
         current.add(part, handle)
     if current.parts:
         out.append(current)
@@ -137,6 +138,7 @@ class BatchQueue:
         self.in_flight: dict[Batch, float] = {}  # batch -> answer deadline
         self.unfinished: set[Batch] = set()  # every batch whose handles are not all done
         self.buffered = 0  # encoded bytes of unfinished messages
+        self.next_seq = 0  # the number of the next batch opened
 
     def add(self, part: bytes, handle: Any, now: float) -> bool:
         """Queue one encoded message; True when a sender should look again (a batch was
@@ -150,7 +152,8 @@ class BatchQueue:
             batch = None
             woke = True
         if batch is None:
-            batch = self.open = Batch(now)
+            batch = self.open = Batch(now, self.next_seq)
+            self.next_seq += 1
             self.unfinished.add(batch)
             woke = True
         batch.add(part, handle)
@@ -161,11 +164,17 @@ class BatchQueue:
             woke = True
         return woke
 
-    def close_open(self) -> None:
-        """Close the open batch now (flush: nobody waits for its linger)."""
+    def close_open(self) -> int:
+        """Close the open batch now (flush: nobody waits for its linger); returns the
+        number every batch opened so far is below (see :meth:`waiting_before`)."""
         if self.open is not None:
             self.ready.append(self.open)
             self.open = None
+        return self.next_seq
+
+    def waiting_before(self, seq: int) -> int:
+        """Messages without an outcome yet in batches opened before number ``seq``."""
+        return sum(len(b.handles) for b in self.unfinished if b.seq < seq)
 
     def next_batch(self, now: float, max_in_flight: int) -> tuple[Batch | None, float | None]:
         """The batch to send now, or None and how long to wait at most before asking

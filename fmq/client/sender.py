@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from fmq.errors import BrokerClosed, FMQError, RequestTimeout
+from fmq.message import SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
 from fmq.protocol.batch import decode_send_results, send_batch_frame
 
@@ -81,17 +82,14 @@ class BatchSender:
         """Wait until every message handed over before this call has its outcome."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            self._queue.close_open()
-            waiting = list(self._queue.unfinished)
+            upto = self._queue.close_open()
             self._cond.notify_all()
-            for batch in waiting:
-                while not batch.done:
-                    rest = None if deadline is None else deadline - time.monotonic()
-                    if rest is not None and rest <= 0:
-                        left = sum(len(b.handles) for b in waiting if not b.done)
-                        raise RequestTimeout(f"flush: {left} messages still wait for the "
-                                             f"server after {timeout}s")
-                    self._cond.wait(rest)
+            while self._queue.waiting_before(upto):
+                rest = None if deadline is None else deadline - time.monotonic()
+                if rest is not None and rest <= 0:
+                    raise RequestTimeout(f"flush: {self._queue.waiting_before(upto)} messages "
+                                         f"still wait for the server after {timeout}s")
+                self._cond.wait(rest)
 
     def close(self, timeout: float | None) -> None:
         """Flush (up to ``timeout``), then stop; messages still unsent fail with
@@ -167,8 +165,8 @@ class BatchSender:
             fitted, too_large = self._queue.fit(batch)
             if fitted is not None:
                 self._queue.sending(fitted, float("inf"))  # counts in flight from now
-        for handle, size in too_large:
-            handle.set_exception(too_large_error(size, self._queue.limits))
+            for handle, size in too_large:  # before flush() can see them gone
+                handle.set_exception(too_large_error(size, self._queue.limits))
         if fitted is None:
             return
         parts, size = fitted.parts, fitted.size
@@ -190,12 +188,7 @@ class BatchSender:
         with self._cond:
             self._requests.pop(batch, None)
         if exc is None:
-            with self._cond:
-                if batch.done:
-                    return  # timed out meanwhile: its handles have their error already
-                self._queue.finished(batch)
-                self._cond.notify_all()
-            complete(batch, fut.result())
+            self._finish(batch, fut.result())
         else:
             self._failed(batch, exc, written=True)
 
@@ -211,6 +204,11 @@ class BatchSender:
                 self._queue.send_again(batch, time.monotonic() + delay)
                 self._cond.notify_all()
                 return
+        self._finish(batch, exc)
+
+    def _finish(self, batch: Batch, outcome: list[SendResult] | BaseException) -> None:
+        # Outcomes first: once the batch counts as finished, flush() may return.
+        complete(batch, outcome)
+        with self._cond:
             self._queue.finished(batch)
             self._cond.notify_all()
-        complete(batch, exc)
