@@ -265,10 +265,9 @@ class AsyncProducer:
             self._failed(batch, exc, written=False)
             return
         fitted, too_large = self._queue.fit(batch)
-        for handle, size in too_large:
-            if not handle.done():
-                handle.set_exception(too_large_error(size, self._queue.limits))
-        if too_large:
+        if too_large is not None:
+            complete(too_large, too_large_error(self._queue.limits))
+            self._queue.finished(too_large)
             self._progress.set()
         if fitted is None:
             return

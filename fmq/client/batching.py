@@ -16,7 +16,10 @@ resent batch can land behind a later one (as in Kafka without idempotence).
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
+from concurrent.futures import InvalidStateError
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,16 +72,16 @@ class Limits:
         return self.max_frame - BATCH_FRAME_OVERHEAD
 
 
-def split_to_fit(batch: Batch, limits: Limits) -> tuple[list[Batch], list[tuple[Any, bytes]]]:
+def split_to_fit(batch: Batch, limits: Limits) -> tuple[list[Batch], Batch]:
     """``batch`` cut into batches that fit one request frame and ``max_messages``, in
-    order, plus the messages too large for any frame (with their handles)."""
+    order, plus a batch of the messages too large for any frame (perhaps empty)."""
     out: list[Batch] = []
-    too_large: list[tuple[Any, bytes]] = []
+    too_large = Batch(batch.created, batch.seq)
     current = Batch(batch.created, batch.seq)
     limit = limits.max_request_bytes
     for part, handle in zip(batch.parts, batch.handles, strict=True):
         if len(part) > limit:
-            too_large.append((handle, part))
+            too_large.add(part, handle)
             continue
         if current.parts and (current.size + len(part) > limit
                               or len(current.parts) >= limits.max_messages):
@@ -92,27 +95,34 @@ def split_to_fit(batch: Batch, limits: Limits) -> tuple[list[Batch], list[tuple[
     return out, too_large
 
 
-def too_large_error(size: int, limits: Limits) -> MessageTooLarge:
+def too_large_error(limits: Limits) -> MessageTooLarge:
     return MessageTooLarge(
-        f"a message of {size} encoded bytes does not fit the server's max_frame_size of "
-        f"{limits.max_frame} bytes; send a smaller body or raise the limit")
+        f"the message takes more than {limits.max_request_bytes} encoded bytes and does not "
+        f"fit the server's max_frame_size of {limits.max_frame} bytes; send a smaller body "
+        f"or raise the limit")
 
 
 def complete(batch: Batch, outcome: list[SendResult] | BaseException) -> None:
     """Give every handle of ``batch`` its result, or the batch's error. A handle its
-    owner cancelled (an asyncio future) is skipped."""
+    owner cancelled is skipped (the message is sent all the same)."""
     if isinstance(outcome, BaseException):
         for handle in batch.handles:
             if not handle.done():
-                handle.set_exception(outcome)
+                with suppress(InvalidStateError, asyncio.InvalidStateError):
+                    handle.set_exception(outcome)
         return
     if len(outcome) != len(batch.handles):
         complete(batch, ProtocolError(f"the server answered {len(outcome)} results for a "
                                       f"batch of {len(batch.handles)} messages"))
         return
-    for handle, result in zip(batch.handles, outcome, strict=True):
-        if not handle.done():
+    try:
+        for handle, result in zip(batch.handles, outcome, strict=True):
             handle.set_result(result)
+    except (InvalidStateError, asyncio.InvalidStateError):  # cancelled: rare, go slowly
+        for handle, result in zip(batch.handles, outcome, strict=True):
+            if not handle.done():
+                with suppress(InvalidStateError, asyncio.InvalidStateError):
+                    handle.set_result(result)
 
 
 def resend_is_safe(error: BaseException, written: bool) -> bool:
@@ -201,21 +211,23 @@ class BatchQueue:
             waits.append(due - now)
         return None, min(waits) if waits else None
 
-    def fit(self, batch: Batch) -> tuple[Batch | None, list[tuple[Any, int]]]:
+    def fit(self, batch: Batch) -> tuple[Batch | None, Batch | None]:
         """``batch`` as it may be sent under the current limits: when it is too large for
         one frame or has too many messages, its first piece (the others go first in the
-        ready queue, in order), plus the handles and sizes of messages too large for any
-        frame (no longer counted in the buffer; the caller fails them)."""
+        ready queue, in order); and a batch of the messages too large for any frame, which
+        the caller fails with :func:`too_large_error` and then marks finished."""
         limits = self.limits
         if batch.size <= limits.max_request_bytes and len(batch.parts) <= limits.max_messages:
-            return batch, []
+            return batch, None
         pieces, too_large = split_to_fit(batch, limits)
         self.unfinished.discard(batch)
         batch.done = True
         self.unfinished.update(pieces)
-        self.buffered -= sum(len(part) for _handle, part in too_large)
         self.ready.extendleft(reversed(pieces[1:]))
-        return (pieces[0] if pieces else None), [(h, len(p)) for h, p in too_large]
+        if not too_large.parts:
+            return (pieces[0] if pieces else None), None
+        self.unfinished.add(too_large)
+        return (pieces[0] if pieces else None), too_large
 
     def sending(self, batch: Batch, deadline: float) -> None:
         self.in_flight[batch] = deadline

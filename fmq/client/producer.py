@@ -88,8 +88,7 @@ class Producer(Client):
         batch is durable on the server, or raises the batch's FMQError. A value the wire
         cannot carry raises here, at once."""
         part = encode_message(topic, body, key, tags, properties, queue_id)
-        fut: Future[SendResult] = Future()
-        fut.set_running_or_notify_cancel()  # a message handed over cannot be cancelled
+        fut: Future[SendResult] = Future()  # cancelling it does not take the message back
         sender = self._sender or self._start_sender()
         sender.add(part, fut)
         return fut

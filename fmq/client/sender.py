@@ -48,7 +48,9 @@ class BatchSender:
                                  linger_s)
         self._buffer_memory = buffer_memory
         self._max_block_s = max_block_s
-        self._cond = threading.Condition()
+        # A plain lock: ``add`` takes it once per message (``with self._lock`` runs in C).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._max_in_flight = client.max_in_flight
         self._limits_of: Connection | None = None  # the connection PING was asked on
         self._requests: dict[Batch, tuple[Connection, Future]] = {}  # batches in flight
@@ -61,7 +63,7 @@ class BatchSender:
     def add(self, part: bytes, handle: Future) -> None:
         """Queue one encoded message; blocks up to ``max_block_s`` while the buffer is full."""
         n = len(part)
-        with self._cond:
+        with self._lock:
             queue = self._queue
             if self._closing:
                 raise BrokerClosed("this producer is closed; create a new one")
@@ -165,8 +167,8 @@ class BatchSender:
             fitted, too_large = self._queue.fit(batch)
             if fitted is not None:
                 self._queue.sending(fitted, float("inf"))  # counts in flight from now
-            for handle, size in too_large:  # before flush() can see them gone
-                handle.set_exception(too_large_error(size, self._queue.limits))
+        if too_large is not None:
+            self._finish(too_large, too_large_error(self._queue.limits))
         if fitted is None:
             return
         parts, size = fitted.parts, fitted.size

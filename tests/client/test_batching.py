@@ -94,12 +94,12 @@ def test_fit_cuts_a_batch_to_the_frame_size_and_message_count_in_order():
     q.unfinished.add(big)
     q.buffered = big.size
     first, too_large = q.fit(big)
-    assert too_large == [("too large", 101)]
+    assert too_large.handles == ["too large"] and too_large.size == 101
     pieces = [first, *q.ready]
     assert [p.handles for p in pieces] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert all(p.size <= room and len(p.parts) <= 3 for p in pieces)
-    assert q.buffered == sum(p.size for p in pieces) and q.unfinished == set(pieces)
-    for p in pieces:
+    assert q.unfinished == {*pieces, too_large} and q.waiting_before(1) == 9
+    for p in [*pieces, too_large]:
         q.finished(p)
     assert q.buffered == 0 and q.idle and big.done
 
@@ -109,7 +109,7 @@ def test_a_batch_within_the_limits_is_sent_as_it_is():
     q.add(part(50), "a", 0.0)
     q.close_open()
     batch = q.ready.popleft()
-    assert q.fit(batch) == (batch, [])
+    assert q.fit(batch) == (batch, None)
 
 
 @pytest.mark.parametrize(("error", "written", "safe"), [
@@ -128,13 +128,13 @@ def test_only_a_failure_that_stored_nothing_is_sent_again(error, written, safe):
 
 def test_complete_gives_each_handle_its_result_or_the_error():
     batch = Batch(0.0)
-    handles = [Future(), Future()]
+    handles = [Future(), Future(), Future()]
     for h in handles:
-        h.set_running_or_notify_cancel()
         batch.add(b"m", h)
-    results = [SendResult(1, 0, 0), SendResult(2, 0, 1)]
+    assert handles[1].cancel()  # the owner gave up waiting: the others still get theirs
+    results = [SendResult(1, 0, 0), SendResult(2, 0, 1), SendResult(3, 0, 2)]
     complete(batch, results)
-    assert [h.result() for h in handles] == results
+    assert [handles[0].result(), handles[2].result()] == [results[0], results[2]]
 
     short = Batch(0.0)
     h = Future()
