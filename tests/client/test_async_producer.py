@@ -3,6 +3,7 @@ limits, a server that dies mid-stream, back-pressure, flush and close."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -12,6 +13,7 @@ import pytest
 
 from fmq.client import BufferFull, Producer
 from fmq.errors import BrokerClosed, ConnectionLost, FMQError, MessageTooLarge, RequestTimeout
+from fmq.protocol import Op
 
 from .conftest import FAST
 from .helpers import QUEUES, read_topic
@@ -180,3 +182,21 @@ def test_an_invalid_message_fails_at_once_and_a_refused_one_fails_its_future(sta
         with pytest.raises(FMQError, match="invalid topic"):
             bad.result(WAIT)
         assert p.send_async("t", b"ok").result(WAIT).queue_offset >= 0
+
+
+def test_a_batch_refused_as_busy_is_sent_again_until_stored(start_server):
+    """The server allows one request in flight per connection; a long-poll PULL holds it,
+    so the batch behind it is refused with ServerBusy (nothing stored) and sent again."""
+    srv = start_server(dict(FAST, server=dict(FAST["server"], max_in_flight=1)))
+    with Producer(srv.address, retries=20, backoff_initial=0.1, backoff_max=0.3) as p:
+        p.ping()
+        poll = p.submit(Op.PULL, {"topic": "busy", "queue_id": 3, "offset": 0,
+                                  "max_messages": 1, "wait_ms": 1500})
+        futs = [p.send_async("busy", f"m{i}".encode(), queue_id=0) for i in range(50)]
+        p.flush(WAIT)
+        assert [f.result().queue_offset for f in futs] == list(range(50))
+        assert poll.result(WAIT)["messages"] == []
+        busy = json.loads(p.call(Op.STATS, {})["json"])["server"]["busy_refusals"]
+    assert busy >= 1
+    assert [m.body for m in read_topic(srv.address, "busy")[0]] == [
+        f"m{i}".encode() for i in range(50)]  # each stored once, in order
