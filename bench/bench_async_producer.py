@@ -15,9 +15,13 @@ private ``redis-server`` (appendonly yes, appendfsync always, a temporary direct
 127.0.0.1, stopped by its PID) and runs ``redis-benchmark -P 16 -c 64`` with XADD of a
 1 KiB field, then prints FMQ's rate divided by Redis's.
 
+``--stub`` runs the same producers against a stub server instead (a process that answers
+every SEND_BATCH at once and stores nothing): what the client alone sustains, to tell the
+client's cost from the server's. Those rows are not durable and say so.
+
 Not part of the test run. Run (a few times at most on a shared machine)::
 
-    python bench/bench_async_producer.py [--seconds 5] [--threads 4] [--tasks 64]
+    python bench/bench_async_producer.py [--seconds 5] [--threads 4] [--tasks 64] [--stub]
 """
 
 from __future__ import annotations
@@ -65,6 +69,52 @@ def start_fmq(data_dir: str, port: int) -> subprocess.Popen:
             time.sleep(0.05)
     proc.kill()
     raise RuntimeError("fmq server did not start")
+
+
+def serve_stub(port: int) -> None:
+    """The stub server: PING answers the default limits, SEND_BATCH gets zeroed results
+    for its count of messages without decoding them. Nothing is stored."""
+    import struct
+
+    from fmq.protocol import FrameDecoder, Op, encode_response
+
+    async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = FrameDecoder()
+        while data := await reader.read(1 << 18):
+            for frame in decoder.feed(data):
+                if frame.opcode == Op.PING:
+                    writer.write(encode_response(Op.PING, frame.request_id, {
+                        "server_version": "stub", "protocol_version": 1,
+                        "queues_per_topic": 4, "max_frame_size": 64 << 20,
+                        "max_in_flight": 256}))
+                    continue
+                count = struct.unpack_from(">I", frame.payload, 0)[0] if (
+                    frame.opcode == Op.SEND_BATCH) else 1
+                body = struct.pack(">I", count) + bytes(20 * count) if (
+                    frame.opcode == Op.SEND_BATCH) else bytes(20)
+                writer.write(struct.pack(">IBBHQ", 12 + len(body), 1, frame.opcode, 1,
+                                         frame.request_id) + body)
+            await writer.drain()
+
+    async def main() -> None:
+        server = await asyncio.start_server(session, "127.0.0.1", port)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+def start_stub(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-stub", str(port)])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("stub server did not start")
 
 
 class Meter:
@@ -187,27 +237,34 @@ def run_redis(requests: int) -> dict | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--threads", type=int, default=4, help="producer threads (threads mode)")
+    ap.add_argument("--threads", type=int, default=1, help="producer threads (threads mode)")
     ap.add_argument("--tasks", type=int, default=64, help="producer tasks (asyncio mode)")
     ap.add_argument("--mode", choices=["threads", "asyncio", "both"], default="both")
     ap.add_argument("--linger-ms", type=float, default=5)
     ap.add_argument("--batch-size", type=int, default=64 * 1024)
     ap.add_argument("--redis-requests", type=int, default=200_000)
     ap.add_argument("--data-dir", help="where the server's data goes (default: a temp dir)")
+    ap.add_argument("--stub", action="store_true",
+                    help="a stub server that stores nothing: the client's own ceiling")
+    ap.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve_stub:
+        serve_stub(args.serve_stub)
+        return
 
     base = args.data_dir or tempfile.mkdtemp(prefix="bench-async-")
     port = free_port()
-    server = start_fmq(os.path.join(base, "data"), port)
+    server = start_stub(port) if args.stub else start_fmq(os.path.join(base, "data"), port)
+    kind = "stub (NOT durable)" if args.stub else "fmq"
     address = f"127.0.0.1:{port}"
     opts = {"linger_ms": args.linger_ms, "batch_size": args.batch_size}
     rows = []
     try:
         if args.mode in ("threads", "both"):
-            rows.append((f"fmq threads={args.threads}",
+            rows.append((f"{kind} threads={args.threads}",
                          run_threads(address, args.threads, args.seconds, **opts)))
         if args.mode in ("asyncio", "both"):
-            rows.append((f"fmq asyncio tasks={args.tasks}",
+            rows.append((f"{kind} asyncio tasks={args.tasks}",
                          run_asyncio(address, args.tasks, args.seconds, **opts)))
     finally:
         server.send_signal(signal.SIGTERM)
@@ -215,17 +272,20 @@ def main() -> None:
         if not args.data_dir:
             shutil.rmtree(base, ignore_errors=True)
 
-    print(f"1 KiB bodies, durable (fdatasync before every ack), {os.cpu_count()} cores")
+    print(f"1 KiB bodies, {'a stub server: nothing stored' if args.stub else 'durable (fdatasync before every ack)'}, "
+          f"{os.cpu_count()} cores")
     for name, r in rows:
-        print(f"{name:28s} {r['msgs_s']:9.0f} msgs/s {r['mb_s']:7.1f} MB/s  "
+        print(f"{name:38s} {r['msgs_s']:9.0f} msgs/s {r['mb_s']:7.1f} MB/s  "
               f"ack p50 {r['p50_ms']:6.1f} ms p99 {r['p99_ms']:6.1f} ms  "
               f"client {r['cpu_us_per_msg']:.1f} us CPU/msg")
+    if args.stub:
+        return
     redis = run_redis(args.redis_requests)
     if redis is None:
         print("redis-benchmark not installed: no comparison "
               "(apt-get install redis-server redis-tools)")
         return
-    print(f"{'redis XADD -P 16 -c 64':28s} {redis['msgs_s']:9.0f} msgs/s "
+    print(f"{'redis XADD -P 16 -c 64':38s} {redis['msgs_s']:9.0f} msgs/s "
           f"{redis['msgs_s'] * len(BODY) / 1e6:7.1f} MB/s  ack p50 {redis['p50_ms']:6.1f} ms "
           f"p99 {redis['p99_ms']:6.1f} ms  (appendfsync always)")
     best = max(r["msgs_s"] for _n, r in rows)

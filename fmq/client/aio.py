@@ -180,7 +180,8 @@ class AsyncProducer:
                     f"or raise buffer_memory or max_block_s")
             self._progress.clear()
             try:
-                await asyncio.wait_for(self._progress.wait(), rest)
+                async with asyncio.timeout(rest):  # no task per wait, unlike wait_for
+                    await self._progress.wait()
             except TimeoutError:
                 pass
 
@@ -244,7 +245,8 @@ class AsyncProducer:
             if batch is None:
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), wait)
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
                 continue
