@@ -30,6 +30,7 @@ from .batching import (
     complete,
     resend_is_safe,
     too_large_error,
+    unreachable,
 )
 from .connection import parse_servers
 
@@ -308,7 +309,9 @@ class AsyncProducer:
                          len(batch.handles), exc, delay)
             self._queue.send_again(batch, asyncio.get_running_loop().time() + delay)
         else:
-            complete(batch, exc)
-            self._queue.finished(batch)
+            waiting = self._queue.take_all() if unreachable(exc, written) else []
+            for b in [batch, *waiting]:
+                complete(b, exc)
+                self._queue.finished(b)
             self._progress.set()
         self._wake.set()

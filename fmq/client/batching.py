@@ -135,6 +135,14 @@ def resend_is_safe(error: BaseException, written: bool) -> bool:
     return not written or not isinstance(error, (ConnectionLost, RequestTimeout))
 
 
+def unreachable(error: BaseException, written: bool) -> bool:
+    """True when a batch that was never written failed for good because no connection
+    could be made: then every batch still waiting fails with it too, at once, instead of
+    each trying its own round of reconnects (which would keep ``flush`` waiting for as
+    long as the server is down)."""
+    return not written and isinstance(error, ConnectionLost)
+
+
 class BatchQueue:
     """The batches of one producer: the open one, those closed and waiting, those to send
     again, those in flight, and the bytes they hold (for ``buffer_memory``)."""

@@ -29,6 +29,7 @@ from .batching import (
     complete,
     resend_is_safe,
     too_large_error,
+    unreachable,
 )
 
 if TYPE_CHECKING:
@@ -206,7 +207,9 @@ class BatchSender:
                 self._queue.send_again(batch, time.monotonic() + delay)
                 self._cond.notify_all()
                 return
-        self._finish(batch, exc)
+            waiting = self._queue.take_all() if unreachable(exc, written) else []
+        for b in [batch, *waiting]:
+            self._finish(b, exc)
 
     def _finish(self, batch: Batch, outcome: list[SendResult] | BaseException) -> None:
         # Outcomes first: once the batch counts as finished, flush() may return.

@@ -200,3 +200,25 @@ def test_a_batch_refused_as_busy_is_sent_again_until_stored(start_server):
     assert busy >= 1
     assert [m.body for m in read_topic(srv.address, "busy")[0]] == [
         f"m{i}".encode() for i in range(50)]  # each stored once, in order
+
+
+def test_an_unreachable_server_fails_every_waiting_batch_at_once(start_server):
+    """Once one batch has used its reconnect attempts, the batches behind it fail with the
+    same error instead of each trying a round of reconnects of its own."""
+    srv = start_server(FAST)
+    p = Producer(srv.address, retries=2, backoff_initial=0.05, batch_size=100,
+                 connect_timeout=1)
+    try:
+        p.ping()
+        srv.kill()
+        for _ in range(WAIT * 20):  # the reader thread notices the closed socket
+            if p._conn is None or p._conn.closed:
+                break
+            threading.Event().wait(0.05)
+        futs = [p.send_async("down", bytes(200)) for _ in range(200)]  # 200 batches
+        p.flush(WAIT)
+        errors = {id(f.exception()): f.exception() for f in futs}
+        assert len(errors) == 1
+        assert isinstance(next(iter(errors.values())), ConnectionLost)
+    finally:
+        p.close(WAIT)
