@@ -242,6 +242,7 @@ def main() -> None:
     ap.add_argument("--mode", choices=["threads", "asyncio", "both"], default="both")
     ap.add_argument("--linger-ms", type=float, default=5)
     ap.add_argument("--batch-size", type=int, default=64 * 1024)
+    ap.add_argument("--buffer-mb", type=float, default=32, help="producer buffer_memory, MiB")
     ap.add_argument("--redis-requests", type=int, default=200_000)
     ap.add_argument("--data-dir", help="where the server's data goes (default: a temp dir)")
     ap.add_argument("--stub", action="store_true",
@@ -257,7 +258,8 @@ def main() -> None:
     server = start_stub(port) if args.stub else start_fmq(os.path.join(base, "data"), port)
     kind = "stub (NOT durable)" if args.stub else "fmq"
     address = f"127.0.0.1:{port}"
-    opts = {"linger_ms": args.linger_ms, "batch_size": args.batch_size}
+    opts = {"linger_ms": args.linger_ms, "batch_size": args.batch_size,
+            "buffer_memory": int(args.buffer_mb * 1024 * 1024)}
     rows = []
     try:
         if args.mode in ("threads", "both"):
