@@ -1,6 +1,8 @@
 """The FMQ Python client: synchronous and thread-safe.
 
-* :class:`Producer`: ``send`` / ``send_batch``;
+* :class:`Producer`: ``send`` / ``send_batch``, and ``send_async`` / ``flush`` with
+  client-side batching (``linger_ms``, ``batch_size``, ``buffer_memory``);
+* :class:`fmq.client.aio.AsyncProducer`: the same for asyncio code;
 * :class:`TransactionProducer`: ``send_in_transaction(messages, local_transaction)``,
   ``with producer.transaction() as tx``, and a feedback thread that asks ``checker`` about
   transactions left open;
@@ -11,9 +13,10 @@ embedded API raises; ``retriable`` says whether the same request may succeed lat
 """
 
 from fmq.client.base import Client
+from fmq.client.batching import BufferFull
 from fmq.client.connection import Connection, parse_servers
 from fmq.client.consumer import Consumer
 from fmq.client.producer import Producer, Transaction, TransactionProducer, TransactionResult
 
-__all__ = ["Client", "Connection", "Consumer", "Producer", "Transaction", "TransactionProducer",
+__all__ = ["BufferFull", "Client", "Connection", "Consumer", "Producer", "Transaction", "TransactionProducer",
            "TransactionResult", "parse_servers"]

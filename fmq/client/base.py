@@ -19,6 +19,13 @@ from .connection import Connection, parse_servers
 logger = logging.getLogger("fmq.client")
 
 
+def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
+    """Seconds to wait before retry ``attempt`` (0 first): doubling from ``initial`` up to
+    ``maximum``, with jitter so that reconnecting clients do not stampede."""
+    base = min(maximum, initial * (2 ** attempt))
+    return base * (0.5 + random.random() / 2)
+
+
 class Client:
     """Base of Producer, TransactionProducer and Consumer.
 
@@ -77,8 +84,7 @@ class Client:
             raise ConnectionLost("; ".join(errors))
 
     def _backoff(self, attempt: int) -> float:
-        base = min(self.backoff_max, self.backoff_initial * (2 ** attempt))
-        return base * (0.5 + random.random() / 2)  # jitter: reconnects do not stampede
+        return backoff_delay(attempt, self.backoff_initial, self.backoff_max)
 
     def call(self, op: Op, fields: dict[str, Any], *, timeout: float | None = None,
              retries: int | None = None) -> dict[str, Any]:

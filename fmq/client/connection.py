@@ -12,7 +12,7 @@ import itertools
 import logging
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 from fmq.errors import ConnectionLost, FMQError, InvalidArgument, ProtocolError, RequestTimeout
 from fmq.protocol import (
     DEFAULT_MAX_FRAME,
+    Frame,
     FrameDecoder,
     Op,
     decode_error,
@@ -56,6 +57,30 @@ def parse_servers(servers: str | Sequence[str]) -> list[tuple[str, int]]:
     return out
 
 
+def cannot_connect(address: tuple[str, int], cause: BaseException) -> ConnectionLost:
+    return ConnectionLost(
+        f"cannot connect to FMQ server {address[0]}:{address[1]} ({cause or 'time-out'}); "
+        f"check that `fmq server` runs there and the address is right")
+
+
+def lost_error(address: tuple[str, int], cause: BaseException | None) -> FMQError:
+    """What a request fails with when its connection broke because of ``cause``."""
+    if isinstance(cause, FMQError) and not isinstance(cause, ConnectionLost):
+        return cause  # a connection-level error the server sent (request id 0)
+    return ConnectionLost(
+        f"connection to {address[0]}:{address[1]} lost ({cause}); the request may or may "
+        f"not have been applied")
+
+
+def outcome_of(frame: Frame, decode: Callable[[Frame], Any]) -> Any:
+    """The answer a response frame carries: the decoded value, or the exception to raise
+    (the server's error, or ProtocolError for an answer that cannot be read)."""
+    try:
+        return decode_error(frame) if frame.is_error else decode(frame)
+    except ProtocolError as exc:
+        return exc
+
+
 class Connection:
     def __init__(self, address: tuple[str, int], connect_timeout: float = 5.0,
                  max_frame: int = CLIENT_MAX_FRAME, max_in_flight: int = 128) -> None:
@@ -63,14 +88,13 @@ class Connection:
         try:
             sock = socket.create_connection(address, timeout=connect_timeout)
         except OSError as exc:
-            raise ConnectionLost(
-                f"cannot connect to FMQ server {address[0]}:{address[1]} ({exc}); check that "
-                f"`fmq server` runs there and the address is right") from None
+            raise cannot_connect(address, exc) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(None)
         self._sock = sock
         self._decoder = FrameDecoder(max_frame)
-        self._pending: dict[int, tuple[int, Future]] = {}
+        #: request id -> (opcode, future, decoder of a successful answer)
+        self._pending: dict[int, tuple[int, Future, Callable[[Frame], Any]]] = {}
         self._lock = threading.Lock()  # guards _pending and _closed
         self._send_lock = threading.Lock()  # one frame at a time on the socket
         self._ids = itertools.count(1)  # id 0 is reserved for connection-level errors
@@ -89,8 +113,18 @@ class Connection:
     def submit(self, op: Op, fields: dict[str, Any]) -> Future:
         """Send a request; the future resolves to the response fields or raises the
         server's error (the same FMQError class the embedded API raises)."""
+        return self.submit_encoded(op, lambda rid: encode_request(op, rid, fields),
+                                   decode_response)
+
+    def submit_encoded(self, op: Op, build: Callable[[int], bytes],
+                       decode: Callable[[Frame], Any]) -> Future:
+        """Send the frame ``build(request_id)`` returns; the future resolves to
+        ``decode(answer frame)`` or raises the server's error.
+
+        Raises (ConnectionLost) only when nothing of the request was written; once it
+        returns, a failure to write fails the future instead."""
         rid = next(self._ids)
-        data = encode_request(op, rid, fields)  # bad fields fail here, before taking a slot
+        data = build(rid)  # bad fields fail here, before taking a slot
         if not self._slots.acquire(timeout=SLOT_WAIT_S):
             raise RequestTimeout(
                 f"{SLOT_WAIT_S:.0f}s waiting for one of the requests in flight on this "
@@ -101,7 +135,7 @@ class Connection:
             if self._closed is not None:
                 fut.set_exception(self._lost())  # releases the slot
                 raise self._lost()
-            self._pending[rid] = (op, fut)
+            self._pending[rid] = (op, fut, decode)
         try:
             with self._send_lock:
                 self._sock.sendall(data)
@@ -123,7 +157,7 @@ class Connection:
     def forget(self, fut: Future, error: BaseException) -> None:
         """Stop waiting for ``fut`` (a late answer is dropped) and fail it with ``error``."""
         with self._lock:
-            for rid, (_op, f) in list(self._pending.items()):
+            for rid, (_op, f, _decode) in list(self._pending.items()):
                 if f is fut:
                     del self._pending[rid]
         if not fut.done():
@@ -132,13 +166,8 @@ class Connection:
             except InvalidStateError:
                 pass  # the answer arrived meanwhile
 
-    def _lost(self) -> ConnectionLost:
-        cause = self._closed
-        if isinstance(cause, FMQError) and not isinstance(cause, ConnectionLost):
-            return cause  # type: ignore[return-value]
-        return ConnectionLost(
-            f"connection to {self.address[0]}:{self.address[1]} lost ({cause}); the request "
-            f"may or may not have been applied")
+    def _lost(self) -> FMQError:
+        return lost_error(self.address, self._closed)
 
     def _read_loop(self) -> None:
         sock = self._sock
@@ -155,12 +184,8 @@ class Connection:
                         entry = self._pending.pop(frame.request_id, None)
                     if entry is None:
                         continue  # a request we stopped waiting for (time-out)
-                    fut = entry[1]
-                    try:
-                        outcome: Any = (decode_error(frame) if frame.is_error
-                                        else decode_response(frame))
-                    except ProtocolError as exc:
-                        outcome = exc
+                    _op, fut, decode = entry
+                    outcome = outcome_of(frame, decode)
                     try:
                         if isinstance(outcome, BaseException):
                             fut.set_exception(outcome)
@@ -184,7 +209,7 @@ class Connection:
         except OSError:
             pass
         err = self._lost()
-        for _op, fut in pending.values():
+        for _op, fut, _decode in pending.values():
             if not fut.done():
                 fut.set_exception(err)
 

@@ -6,11 +6,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from fmq.errors import (
+    BrokerClosed,
     ConnectionLost,
     DuplicateTransaction,
     FMQError,
@@ -20,11 +22,13 @@ from fmq.errors import (
 )
 from fmq.message import Message, SendResult
 from fmq.protocol import Op
+from fmq.protocol.batch import encode_message
 from fmq.protocol.values import message_to_wire, result_from_wire, uncertain_from_wire
 from fmq.tx.ids import new_tx_id
 from fmq.tx.state import TxState, UncertainTx
 
 from .base import Client
+from .sender import BatchSender
 
 logger = logging.getLogger("fmq.client")
 
@@ -33,12 +37,31 @@ class Producer(Client):
     """Sends messages to an FMQ server. Thread-safe: share one producer between threads;
     their requests are pipelined on one connection and share the server's group commit.
 
-    ``servers``: ``"host:port"`` (comma-separated or a list for several)."""
+    ``servers``: ``"host:port"`` (comma-separated or a list for several).
 
-    def __init__(self, servers: str | Sequence[str], producer_group: str | None = None,
-                 **options: Any) -> None:
+    :meth:`send_async` batches on the client (like Kafka's ``linger.ms``/``batch.size``):
+    messages wait up to ``linger_ms`` for others, and a batch is sent as one SEND_BATCH
+    when it holds ``batch_size`` encoded bytes or ``max_batch_messages`` messages (keep
+    that at or below the server's limit of the same name). At most ``max_in_flight``
+    requests (and the server's own limit) are in flight at once. Messages not yet answered
+    hold at most ``buffer_memory`` bytes; beyond that ``send_async`` blocks up to
+    ``max_block_s`` and then raises :class:`~fmq.client.batching.BufferFull`."""
+
+    def __init__(self, servers: str | Sequence[str], producer_group: str | None = None, *,
+                 linger_ms: float = 5, batch_size: int = 64 * 1024,
+                 max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
+                 max_block_s: float = 60.0, **options: Any) -> None:
         super().__init__(servers, **options)
+        if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
+            raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
+                                  "positive and linger_ms at least 0")
         self.producer_group = producer_group
+        self._batching = {"linger_s": linger_ms / 1000, "batch_size": batch_size,
+                          "max_batch_messages": max_batch_messages,
+                          "buffer_memory": buffer_memory, "max_block_s": max_block_s}
+        self._sender: BatchSender | None = None
+        self._sender_lock = threading.Lock()
+        self._sender_closed = False
 
     def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
              properties: dict[str, str] | None = None,
@@ -57,6 +80,45 @@ class Producer(Client):
             return []
         answer = self.call(Op.SEND_BATCH, {"messages": wire})
         return [result_from_wire(r) for r in answer["results"]]
+
+    def send_async(self, topic: str, body: bytes, key: str | None = None,
+                   tags: str | None = None, queue_id: int | None = None,
+                   properties: dict[str, str] | None = None) -> Future[SendResult]:
+        """Queue one message for a batch; the future resolves to its SendResult once the
+        batch is durable on the server, or raises the batch's FMQError. A value the wire
+        cannot carry raises here, at once."""
+        part = encode_message(topic, body, key, tags, properties, queue_id)
+        fut: Future[SendResult] = Future()  # cancelling it does not take the message back
+        sender = self._sender or self._start_sender()
+        sender.add(part, fut)
+        return fut
+
+    def _start_sender(self) -> BatchSender:
+        with self._sender_lock:
+            if self._closed or self._sender_closed:
+                raise BrokerClosed("this producer is closed; create a new one")
+            if self._sender is None:
+                self._sender = BatchSender(self, **self._batching)
+            return self._sender
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message given to :meth:`send_async` before this call has its
+        outcome (result or error). Raises RequestTimeout when ``timeout`` seconds pass
+        first."""
+        if self._sender is not None:
+            self._sender.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (up to ``timeout`` seconds), then close; a message still unsent then
+        fails with BrokerClosed."""
+        with self._sender_lock:
+            sender = self._sender
+            self._sender_closed = True
+        try:
+            if sender is not None:
+                sender.close(timeout)
+        finally:
+            super().close()
 
     def __enter__(self) -> Producer:
         return self

@@ -5,7 +5,7 @@
 * :mod:`fmq.server.session`: one client's socket: framing, request ids, pipelined requests;
 * :mod:`fmq.server.handlers`: what each operation does (the handler table);
 * :mod:`fmq.server.context`: what handlers and sessions may use of the server;
-* :mod:`fmq.server.batcher`: the send pipeline (placer and acknowledger threads);
+* :mod:`fmq.server.batcher`: the send pipeline (placed on the loop, acknowledged by a thread);
 * :mod:`fmq.server.wakeups`: pull long polls woken by writes to their queue;
 * :mod:`fmq.server.admission`, :mod:`fmq.server.reply_account`: a session's request and
   reply bytes in the server's budgets;

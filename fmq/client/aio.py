@@ -1,0 +1,317 @@
+"""The asyncio producer: ``await producer.send(...)``, ``await producer.send_batch(...)``
+and client-side batching with ``await producer.send_async(...)``.
+
+The same protocol code as the threaded client (frames, the schema, the SEND_BATCH codec of
+:mod:`fmq.protocol.batch`) and the same batching rules (:mod:`fmq.client.batching`: what
+goes in a batch, the order batches go out, what is sent again): only the I/O is asyncio.
+Use one :class:`AsyncProducer` from one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fmq.errors import BrokerClosed, ConnectionLost, FMQError, InvalidArgument, RequestTimeout
+from fmq.message import Message, SendResult
+from fmq.protocol import DEFAULT_MAX_FRAME, Op
+from fmq.protocol.batch import decode_send_results, encode_message, send_batch_frame
+from fmq.protocol.values import message_to_wire, result_from_wire
+
+from .aio_connection import AsyncConnection
+from .base import backoff_delay
+from .batching import (
+    Batch,
+    BatchQueue,
+    BufferFull,
+    Limits,
+    complete,
+    resend_is_safe,
+    too_large_error,
+    unreachable,
+)
+from .connection import parse_servers
+
+logger = logging.getLogger("fmq.client")
+
+
+class AsyncProducer:
+    """Sends messages to an FMQ server from asyncio code. The options mean what they mean
+    for :class:`fmq.client.Producer`; ``send_async`` waits (up to ``max_block_s``) for
+    room in the buffer, then returns an asyncio future of the message's SendResult."""
+
+    def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
+                 connect_timeout: float = 5.0, retries: int = 3,
+                 backoff_initial: float = 0.05, backoff_max: float = 2.0,
+                 max_in_flight: int = 128, linger_ms: float = 5, batch_size: int = 64 * 1024,
+                 max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
+                 max_block_s: float = 60.0) -> None:
+        if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
+            raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
+                                  "positive and linger_ms at least 0")
+        self.servers = parse_servers(servers)
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.max_in_flight = max_in_flight
+        self._buffer_memory = buffer_memory
+        self._max_block_s = max_block_s
+        self._queue = BatchQueue(Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME),
+                                 linger_ms / 1000)
+        self._batch_in_flight = max_in_flight
+        self._conn: AsyncConnection | None = None
+        self._conn_lock: asyncio.Lock | None = None
+        self._next_server = 0
+        self._closed = False
+        self._requests: dict[Batch, tuple[AsyncConnection, asyncio.Future]] = {}
+        self._wake = asyncio.Event()  # the sender should look again
+        self._progress = asyncio.Event()  # a batch finished: buffer room, flush
+        self._sender: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ requests
+
+    async def _connection(self) -> AsyncConnection:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        if self._conn_lock is None:
+            self._conn_lock = asyncio.Lock()
+        async with self._conn_lock:
+            if self._closed:
+                raise BrokerClosed("this producer is closed; create a new one")
+            if self._conn is not None and not self._conn.closed:
+                return self._conn
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
+            errors = []
+            for _ in range(len(self.servers)):
+                addr = self.servers[self._next_server % len(self.servers)]
+                self._next_server += 1
+                try:
+                    conn = await AsyncConnection.open(addr, self.connect_timeout,
+                                                      self.max_in_flight)
+                except ConnectionLost as exc:
+                    errors.append(str(exc))
+                    continue
+                try:  # the server's limits, for batches
+                    ping = await conn.request(Op.PING, {}, self.request_timeout)
+                except FMQError:
+                    await conn.close()
+                    raise
+                self._batch_in_flight = max(1, min(self.max_in_flight, ping["max_in_flight"]))
+                q = self._queue
+                q.limits = Limits(q.limits.batch_size, q.limits.max_messages,
+                                  ping["max_frame_size"])
+                self._conn = conn
+                return conn
+            raise ConnectionLost("; ".join(errors))
+
+    async def call(self, op: Op, fields: dict[str, Any], *,
+                   retries: int | None = None) -> dict[str, Any]:
+        """Send one request and wait for its answer, retrying retriable errors (a retried
+        send may store a message twice, as with the threaded client)."""
+        retries = self.retries if retries is None else retries
+        attempt = 0
+        while True:
+            try:
+                conn = await self._connection()
+                return await conn.request(op, fields, self.request_timeout)
+            except FMQError as exc:
+                if not exc.retriable or attempt >= retries or self._closed:
+                    raise
+                delay = backoff_delay(attempt, self.backoff_initial, self.backoff_max)
+                attempt += 1
+                await asyncio.sleep(delay)
+
+    async def ping(self) -> dict[str, Any]:
+        return await self.call(Op.PING, {})
+
+    async def send(self, topic: str, body: bytes, key: str | None = None,
+                   tags: str | None = None, properties: dict[str, str] | None = None,
+                   queue_id: int | None = None) -> SendResult:
+        """Store one message; returns once it is durable on the server."""
+        msg = message_to_wire(Message(topic, body, key, tags, properties, queue_id))
+        return result_from_wire((await self.call(Op.SEND, {"message": msg}))["result"])
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
+        """Store several messages in one request and one group commit: all or none."""
+        wire = [message_to_wire(m) for m in messages]
+        if not wire:
+            return []
+        answer = await self.call(Op.SEND_BATCH, {"messages": wire})
+        return [result_from_wire(r) for r in answer["results"]]
+
+    # ------------------------------------------------------------------ batching
+
+    async def send_async(self, topic: str, body: bytes, key: str | None = None,
+                         tags: str | None = None, queue_id: int | None = None,
+                         properties: dict[str, str] | None = None) -> asyncio.Future:
+        """Queue one message for a batch (waiting up to ``max_block_s`` for buffer room);
+        the returned future resolves to its SendResult once the batch is durable, or
+        raises the batch's FMQError."""
+        if self._closed:
+            raise BrokerClosed("this producer is closed; create a new one")
+        part = encode_message(topic, body, key, tags, properties, queue_id)
+        queue, n = self._queue, len(part)
+        if queue.buffered and queue.buffered + n > self._buffer_memory:
+            await self._wait_for_room(n)
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if self._sender is None:
+            self._sender = loop.create_task(self._run())
+        if queue.add(part, fut, loop.time()):
+            self._wake.set()
+        return fut
+
+    async def _wait_for_room(self, n: int) -> None:
+        queue = self._queue
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_block_s
+        while queue.buffered and queue.buffered + n > self._buffer_memory:
+            rest = deadline - loop.time()
+            if rest <= 0 or self._closed:
+                raise BufferFull(
+                    f"the producer's buffer of {self._buffer_memory} bytes stayed full for "
+                    f"{self._max_block_s}s: the server does not keep up; slow down, flush(), "
+                    f"or raise buffer_memory or max_block_s")
+            self._progress.clear()
+            try:
+                async with asyncio.timeout(rest):  # no task per wait, unlike wait_for
+                    await self._progress.wait()
+            except TimeoutError:
+                pass
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until every message given to :meth:`send_async` before this call has its
+        outcome; raises RequestTimeout (via asyncio.wait_for) after ``timeout`` seconds."""
+        upto = self._queue.close_open()
+        self._wake.set()
+
+        async def all_done() -> None:
+            while self._queue.waiting_before(upto):
+                self._progress.clear()
+                await self._progress.wait()
+
+        try:
+            await asyncio.wait_for(all_done(), timeout)
+        except TimeoutError:
+            raise RequestTimeout(f"flush: {self._queue.waiting_before(upto)} messages still "
+                                 f"wait for the server after {timeout}s") from None
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush (up to ``timeout``), then close; messages still unsent fail with
+        BrokerClosed."""
+        try:
+            await self.flush(timeout)
+        finally:
+            self._closed = True
+            left = self._queue.take_all()
+            for batch in left:
+                self._queue.finished(batch)
+            for batch in left:
+                complete(batch, BrokerClosed("the producer was closed before this message "
+                                             "was sent; nothing of it was stored"))
+            self._wake.set()
+            if self._sender is not None:
+                self._sender.cancel()
+                try:
+                    await self._sender
+                except asyncio.CancelledError:
+                    pass
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ the sender task
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        queue = self._queue
+        while not self._closed:
+            now = loop.time()
+            for batch in queue.expired(now):
+                self._time_out(batch)
+            batch, wait = queue.next_batch(now, self._batch_in_flight)
+            if batch is None:
+                self._wake.clear()
+                try:
+                    async with asyncio.timeout(wait):
+                        await self._wake.wait()
+                except TimeoutError:
+                    pass
+                continue
+            await self._send(batch)
+
+    def _time_out(self, batch: Batch) -> None:
+        self._queue.sending(batch, float("inf"))
+        entry = self._requests.get(batch)
+        if entry is not None:
+            entry[0].forget(entry[1], RequestTimeout(
+                f"no answer to a SEND_BATCH of {len(batch.handles)} messages within "
+                f"{self.request_timeout:.1f}s; they may or may not be stored"))
+
+    async def _send(self, batch: Batch) -> None:
+        try:
+            conn = await self._connection()
+        except FMQError as exc:
+            self._failed(batch, exc, written=False)
+            return
+        fitted, too_large = self._queue.fit(batch)
+        if too_large is not None:
+            complete(too_large, too_large_error(self._queue.limits))
+            self._queue.finished(too_large)
+            self._progress.set()
+        if fitted is None:
+            return
+        parts, size = fitted.parts, fitted.size
+        try:
+            fut = conn.submit_encoded(Op.SEND_BATCH,
+                                      lambda rid: send_batch_frame(rid, parts, size),
+                                      decode_send_results)
+        except FMQError as exc:
+            self._failed(fitted, exc, written=False)
+            return
+        self._queue.sending(fitted, asyncio.get_running_loop().time() + self.request_timeout)
+        self._requests[fitted] = (conn, fut)
+        fut.add_done_callback(lambda f: self._answered(fitted, f))
+        await conn.drain()
+
+    def _answered(self, batch: Batch, fut: asyncio.Future) -> None:
+        self._requests.pop(batch, None)
+        exc = fut.exception()
+        if exc is not None:
+            self._failed(batch, exc, written=True)
+            return
+        if batch.done:
+            return
+        complete(batch, fut.result())
+        self._queue.finished(batch)
+        self._progress.set()
+        self._wake.set()
+
+    def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
+        if batch.done:
+            return
+        if resend_is_safe(exc, written) and batch.attempts < self.retries and not self._closed:
+            delay = backoff_delay(batch.attempts, self.backoff_initial, self.backoff_max)
+            logger.debug("batch of %d messages failed (%s); sending it again in %.2fs",
+                         len(batch.handles), exc, delay)
+            self._queue.send_again(batch, asyncio.get_running_loop().time() + delay)
+        else:
+            waiting = self._queue.take_all() if unreachable(exc, written) else []
+            for b in [batch, *waiting]:
+                complete(b, exc)
+                self._queue.finished(b)
+            self._progress.set()
+        self._wake.set()

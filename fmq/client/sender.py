@@ -1,0 +1,219 @@
+"""The background thread behind :meth:`fmq.client.Producer.send_async`.
+
+Callers hand over encoded messages (:meth:`BatchSender.add`); one thread takes closed
+batches from the :class:`~fmq.client.batching.BatchQueue` and writes each as one SEND_BATCH
+on the producer's connection, keeping up to ``max_in_flight`` of them in flight (the
+smaller of the client's setting and the server's, from PING). The connection's reader
+thread completes them: every message's future gets its result, or the batch's error, once
+the server answered, which it does only after the batch is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from fmq.errors import BrokerClosed, FMQError, RequestTimeout
+from fmq.message import SendResult
+from fmq.protocol import DEFAULT_MAX_FRAME, Op
+from fmq.protocol.batch import decode_send_results, send_batch_frame
+
+from .batching import (
+    Batch,
+    BatchQueue,
+    BufferFull,
+    Limits,
+    complete,
+    resend_is_safe,
+    too_large_error,
+    unreachable,
+)
+
+if TYPE_CHECKING:
+    from .base import Client
+    from .connection import Connection
+
+logger = logging.getLogger("fmq.client")
+
+
+class BatchSender:
+    """Batches of one threaded producer and the thread that sends them."""
+
+    def __init__(self, client: Client, *, linger_s: float, batch_size: int,
+                 max_batch_messages: int, buffer_memory: int, max_block_s: float) -> None:
+        self._client = client
+        self._queue = BatchQueue(Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME),
+                                 linger_s)
+        self._buffer_memory = buffer_memory
+        self._max_block_s = max_block_s
+        # A plain lock: ``add`` takes it once per message (``with self._lock`` runs in C).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._max_in_flight = client.max_in_flight
+        self._limits_of: Connection | None = None  # the connection PING was asked on
+        self._requests: dict[Batch, tuple[Connection, Future]] = {}  # batches in flight
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fmq-batch-sender")
+        self._thread.start()
+
+    # ------------------------------------------------------------------ callers
+
+    def add(self, part: bytes, handle: Future) -> None:
+        """Queue one encoded message; blocks up to ``max_block_s`` while the buffer is full."""
+        n = len(part)
+        with self._lock:
+            queue = self._queue
+            if self._closing:
+                raise BrokerClosed("this producer is closed; create a new one")
+            if queue.buffered and queue.buffered + n > self._buffer_memory:
+                deadline = time.monotonic() + self._max_block_s
+                while queue.buffered and queue.buffered + n > self._buffer_memory:
+                    rest = deadline - time.monotonic()
+                    if rest <= 0 or self._closing:
+                        raise BufferFull(
+                            f"the producer's buffer of {self._buffer_memory} bytes stayed full "
+                            f"for {self._max_block_s}s: the server does not keep up; slow "
+                            f"down, flush(), or raise buffer_memory or max_block_s")
+                    self._cond.wait(rest)
+            if queue.add(part, handle, time.monotonic()):
+                self._cond.notify_all()
+
+    def flush(self, timeout: float | None) -> None:
+        """Wait until every message handed over before this call has its outcome."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            upto = self._queue.close_open()
+            self._cond.notify_all()
+            while self._queue.waiting_before(upto):
+                rest = None if deadline is None else deadline - time.monotonic()
+                if rest is not None and rest <= 0:
+                    raise RequestTimeout(f"flush: {self._queue.waiting_before(upto)} messages "
+                                         f"still wait for the server after {timeout}s")
+                self._cond.wait(rest)
+
+    def close(self, timeout: float | None) -> None:
+        """Flush (up to ``timeout``), then stop; messages still unsent fail with
+        BrokerClosed."""
+        try:
+            self.flush(timeout)
+        finally:
+            with self._cond:
+                self._closing = True
+                left = self._queue.take_all()
+                for batch in left:
+                    self._queue.finished(batch)
+                self._cond.notify_all()
+            for batch in left:
+                complete(batch, BrokerClosed("the producer was closed before this message "
+                                             "was sent; nothing of it was stored"))
+            self._thread.join(5)
+
+    # ------------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    overdue = self._queue.expired(now)
+                    if overdue:
+                        break
+                    batch, wait = self._queue.next_batch(now, self._max_in_flight)
+                    if batch is not None:
+                        break
+                    if self._closing and not self._queue.in_flight:
+                        return
+                    self._cond.wait(wait)
+            if overdue:
+                self._time_out(overdue)
+            else:
+                self._send(batch)
+
+    def _time_out(self, overdue: list[Batch]) -> None:
+        for batch in overdue:
+            with self._cond:
+                self._queue.sending(batch, float("inf"))  # not overdue twice
+                entry = self._requests.get(batch)
+            if entry is None:
+                continue  # answered just now
+            conn, fut = entry
+            # The answer is dropped if it comes later; _answered fails the batch.
+            conn.forget(fut, RequestTimeout(
+                f"no answer to a SEND_BATCH of {len(batch.handles)} messages within "
+                f"{self._client.request_timeout:.1f}s; they may or may not be stored"))
+
+    def _connection(self) -> Connection:
+        conn = self._client._connection()
+        if self._limits_of is not conn:
+            ping = self._client.call(Op.PING, {}, retries=0)
+            with self._cond:
+                self._max_in_flight = max(1, min(self._client.max_in_flight,
+                                                 ping["max_in_flight"]))
+                q = self._queue
+                q.limits = Limits(q.limits.batch_size, q.limits.max_messages,
+                                  ping["max_frame_size"])
+            self._limits_of = conn
+        return conn
+
+    def _send(self, batch: Batch) -> None:
+        try:
+            conn = self._connection()
+        except FMQError as exc:
+            self._failed(batch, exc, written=False)
+            return
+        with self._cond:
+            fitted, too_large = self._queue.fit(batch)
+            if fitted is not None:
+                self._queue.sending(fitted, float("inf"))  # counts in flight from now
+        if too_large is not None:
+            self._finish(too_large, too_large_error(self._queue.limits))
+        if fitted is None:
+            return
+        parts, size = fitted.parts, fitted.size
+        try:
+            fut = conn.submit_encoded(Op.SEND_BATCH,
+                                      lambda rid: send_batch_frame(rid, parts, size),
+                                      decode_send_results)
+        except FMQError as exc:
+            self._failed(fitted, exc, written=False)
+            return
+        with self._cond:
+            if not fitted.done and fitted in self._queue.in_flight:
+                self._requests[fitted] = (conn, fut)
+                self._queue.sending(fitted, time.monotonic() + self._client.request_timeout)
+        fut.add_done_callback(lambda f: self._answered(fitted, f))
+
+    def _answered(self, batch: Batch, fut: Future) -> None:
+        exc = fut.exception()
+        with self._cond:
+            self._requests.pop(batch, None)
+        if exc is None:
+            self._finish(batch, fut.result())
+        else:
+            self._failed(batch, exc, written=True)
+
+    def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
+        with self._cond:
+            if batch.done:
+                return
+            if (resend_is_safe(exc, written) and batch.attempts < self._client.retries
+                    and not self._closing):
+                delay = self._client._backoff(batch.attempts)
+                logger.debug("batch of %d messages failed (%s); sending it again in %.2fs",
+                             len(batch.handles), exc, delay)
+                self._queue.send_again(batch, time.monotonic() + delay)
+                self._cond.notify_all()
+                return
+            waiting = self._queue.take_all() if unreachable(exc, written) else []
+        for b in [batch, *waiting]:
+            self._finish(b, exc)
+
+    def _finish(self, batch: Batch, outcome: list[SendResult] | BaseException) -> None:
+        # Outcomes first: once the batch counts as finished, flush() may return.
+        complete(batch, outcome)
+        with self._cond:
+            self._queue.finished(batch)
+            self._cond.notify_all()
