@@ -1,10 +1,9 @@
 """A streaming query from ``format("fmq-topic")`` into a Parquet file sink, in its own
-local Spark session (the parent SIGKILLs it mid-stream, or lets it drain and exit).
+local Spark session, with a 200 ms processing-time trigger, until the parent SIGKILLs it.
 
-``python -m tests.workloads.topic_stream_query ADDRESS TOPICS CHECKPOINT SINK MODE``:
-``TOPICS`` comma-separated; ``MODE`` ``run`` (a 200 ms processing-time trigger, for ever)
-or ``drain`` (``availableNow``: read what is there, then exit 0). Each finished
-micro-batch prints ``batch <id> <rows>`` on stdout.
+``python -m tests.workloads.topic_stream_query ADDRESS TOPICS CHECKPOINT SINK``
+(``TOPICS`` comma-separated). Each finished micro-batch prints ``batch <id> <rows>`` on
+stdout.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from fmq.spark.topic_source import register
 
 
 def main(argv: list[str]) -> None:
-    address, topics, checkpoint, sink, mode = argv
+    address, topics, checkpoint, sink = argv
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     spark = (SparkSession.builder.master("local[2]").appName("fmq-topic-query")
@@ -31,12 +30,10 @@ def main(argv: list[str]) -> None:
     register(spark)
     stream = (spark.readStream.format("fmq-topic").option("servers", address)
               .option("subscribe", topics).option("startingOffsets", "earliest")
-              .option("maxMessagesPerTrigger", "40").load())
-    writer = (stream.writeStream.format("parquet").option("path", sink)
-              .option("checkpointLocation", checkpoint))
-    writer = writer.trigger(availableNow=True) if mode == "drain" \
-        else writer.trigger(processingTime="200 milliseconds")
-    query = writer.start()
+              .option("maxMessagesPerTrigger", "200").load())
+    query = (stream.writeStream.format("parquet").option("path", sink)
+             .option("checkpointLocation", checkpoint)
+             .trigger(processingTime="200 milliseconds").start())
     seen = -1
     while query.isActive:
         query.awaitTermination(0.2)
