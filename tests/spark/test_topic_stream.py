@@ -125,7 +125,10 @@ def test_max_messages_per_trigger_with_available_now(topics, server, tmp_path):
              .writeStream.format("memory").queryName("capped")
              .option("checkpointLocation", str(tmp_path / "cp"))
              .trigger(availableNow=True).start())
-    assert query.awaitTermination(180), "availableNow did not finish"
+    try:
+        assert query.awaitTermination(180), "availableNow did not finish"
+    finally:
+        query.stop()
     assert query.exception() is None
     per_batch = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     assert max(per_batch) == 7 and len(per_batch) == 3
