@@ -52,6 +52,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_messages = positive_int(options, "maxMessagesPerTrigger")
         self._client: QueueClient | None = None
         self._target: Offsets | None = None  # Trigger.AvailableNow: read up to here
+        self._latest_seen: Offsets | None = None  # for Spark's progress report
 
     @property
     def client(self) -> QueueClient:
@@ -72,7 +73,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._latest()
 
     def _latest(self) -> Offsets:
-        return _ends(consistent_ranges(self.client, self.topics), self.topics)
+        self._latest_seen = _ends(consistent_ranges(self.client, self.topics), self.topics)
+        return self._latest_seen
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         latest = self._target if self._target is not None else self._latest()
@@ -85,7 +87,9 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def reportLatestOffset(self) -> dict | None:
-        return self._latest()
+        # What the last planning read; reading the server again here would double the
+        # requests of every trigger for a number in the progress report.
+        return self._latest_seen
 
     def partitions(self, start: dict, end: dict) -> list[QueueRange]:
         return plan(start, end)

@@ -10,6 +10,8 @@ import time
 import pytest
 
 from fmq.client import Producer
+from fmq.spark.topic_client import TopicDataLost
+from fmq.spark.topic_source import TopicBatchReader, register
 from tests.server.harness import ServerProcess
 
 from .topic_traffic import QUEUES, SERVER_CONFIG, Traffic, send_round
@@ -35,8 +37,6 @@ def traffic(server) -> Traffic:
 
 @pytest.fixture(scope="module")
 def topics(spark, traffic):
-    from fmq.spark.topic_source import register
-
     register(spark)
     return spark
 
@@ -143,3 +143,25 @@ def test_bad_options_are_refused_with_a_clear_message(topics, server, options, s
     with pytest.raises(Exception) as info:
         reader.load().collect()
     assert says in str(info.value)
+
+
+def test_a_server_that_lost_planned_messages_fails_the_read(tmp_path):
+    """A range planned on one server and read from a server whose data was replaced
+    (same address, empty data directory) fails with TopicDataLost instead of returning
+    fewer rows than planned."""
+    first = ServerProcess(str(tmp_path / "first"), SERVER_CONFIG).start()
+    try:
+        with Producer(first.address) as p:
+            for i in range(5):
+                p.send("lost", f"m{i}".encode(), queue_id=2)
+        reader = TopicBatchReader({"servers": first.address, "subscribe": "lost"})
+        (part,) = reader.partitions()
+        assert (part.queue_id, part.start, part.end) == (2, 0, 5)
+    finally:
+        first.kill()
+    second = ServerProcess(str(tmp_path / "second"), SERVER_CONFIG, port=first.port).start()
+    try:
+        with pytest.raises(TopicDataLost, match="no message at offset 0"):
+            list(reader.read(part))
+    finally:
+        second.kill()

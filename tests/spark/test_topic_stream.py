@@ -18,6 +18,7 @@ import fmq
 from fmq.client import Producer, TransactionProducer
 from fmq.spark.topic_client import QueueClient
 from fmq.spark.topic_offsets import consistent_ranges
+from fmq.spark.topic_source import register
 from tests.crashkit import ROOT
 from tests.server.harness import ServerProcess
 
@@ -36,8 +37,6 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def topics(spark):
-    from fmq.spark.topic_source import register
-
     register(spark)
     return spark
 
