@@ -10,7 +10,7 @@ import time
 import pytest
 
 from fmq.client import Producer
-from fmq.spark.topic_client import TopicDataLost
+from fmq.spark.topic_client import QueueClient, TopicDataLost
 from fmq.spark.topic_source import TopicBatchReader, register
 from tests.server.harness import ServerProcess
 
@@ -165,3 +165,32 @@ def test_a_server_that_lost_planned_messages_fails_the_read(tmp_path):
             list(reader.read(part))
     finally:
         second.kill()
+
+
+def test_messages_retention_deleted_before_the_read_are_skipped(tmp_path):
+    """A range planned from offset 0, read after retention deleted the oldest segments:
+    the read starts at the queue's new first message and returns the rest once each."""
+    config = {**SERVER_CONFIG, "segment_size": 16 * 1024, "max_message_size": 4096,
+              "retention_bytes": 40 * 1024, "retention_interval_ms": 100}
+    srv = ServerProcess(str(tmp_path / "data"), config).start()
+    try:
+        with Producer(srv.address) as p:  # about 5 segments, each holding some of "kept"
+            for i in range(20):
+                p.send("kept", f"early-{i}".encode().ljust(500, b"."), queue_id=1)
+                for _ in range(4):
+                    p.send("filler", b"f" * 500)
+        reader = TopicBatchReader({"servers": srv.address, "subscribe": "kept",
+                                   "startingOffsets": '{"kept": {"1": 0}}'})
+        (part,) = reader.partitions()
+        assert (part.start, part.end) == (0, 20)
+        with QueueClient(srv.address) as client:
+            deadline = time.monotonic() + 30
+            while client.queue_range("kept", 1)[0] == 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            first = client.queue_range("kept", 1)[0]
+        assert 0 < first < 20, "retention deleted none or all of the planned range"
+        rows = [m for batch in reader.read(part) for m in batch.to_pylist()]
+        assert [r["queue_offset"] for r in rows] == list(range(first, 20))
+        assert rows[0]["body"].startswith(f"early-{first}".encode())
+    finally:
+        srv.kill()
