@@ -1,0 +1,237 @@
+"""Positions of the topic source: the options that choose where a read starts and ends,
+the server's consumable ends of every queue read as one consistent snapshot, and the cut
+of a micro-batch to ``maxMessagesPerTrigger``.
+
+Offsets are kept as Spark keeps a source's offsets in its checkpoint, as JSON:
+``{"orders": {"0": 12, "1": 7}, ...}``, topic to queue id (a string) to the next queue
+offset to read. A range ``start .. end`` of one queue holds queue offsets ``start`` to
+``end - 1``; every one of them was consumable when ``end`` was read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fmq.errors import FMQError, InvalidArgument
+from fmq.message import check_topic
+from fmq.protocol import Op
+from fmq.spark.topic_client import QueueClient
+
+logger = logging.getLogger("fmq.spark")
+
+Offsets = dict[str, dict[str, int]]
+
+EARLIEST = -2  # in per-queue JSON, as in Kafka's connector
+LATEST = -1
+#: Rounds of queue ranges read before the ends are taken although they still moved.
+SNAPSHOT_ROUNDS = 20
+
+
+def option(options: dict, name: str) -> str | None:
+    """An option by its case-insensitive name (Spark lower-cases them; a direct call may
+    not), or None."""
+    for key, value in options.items():
+        if key.lower() == name.lower():
+            return None if value is None else str(value)
+    return None
+
+
+def required(options: dict, name: str, example: str) -> str:
+    value = option(options, name)
+    if not value:
+        raise InvalidArgument(f'the fmq-topic source needs the option {name}, e.g. '
+                              f'.option("{name}", "{example}")')
+    return value
+
+
+def parse_topics(options: dict) -> list[str]:
+    """The ``subscribe`` option: one topic or several, comma-separated."""
+    topics = [t.strip() for t in required(options, "subscribe", "orders,payments").split(",")]
+    topics = [t for t in topics if t]
+    if not topics:
+        raise InvalidArgument('option subscribe names no topic: give e.g. "orders,payments"')
+    for t in topics:
+        check_topic(t)
+    if len(set(topics)) != len(topics):
+        raise InvalidArgument(f"option subscribe names a topic twice: {','.join(topics)}")
+    return topics
+
+
+def positive_int(options: dict, name: str) -> int | None:
+    value = option(options, name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise InvalidArgument(f"option {name} must be a whole number of at least 1, "
+                              f"not {value!r}")
+    return number
+
+
+@dataclass
+class Position:
+    """Where reading starts (or ends) in every queue: ``earliest``, ``latest``, the
+    first message stored at or after ``timestamp_ms``, or per queue (``queues``; queues
+    not named take ``default``)."""
+
+    kind: str  # earliest | latest | timestamp | queues
+    timestamp_ms: int = 0
+    queues: dict[str, dict[int, int]] = field(default_factory=dict)
+    default: int = EARLIEST
+
+
+def parse_position(value: str, name: str, topics: Sequence[str], allowed: tuple[str, ...],
+                   default: int) -> Position:
+    """``earliest``, ``latest`` (each only where ``allowed``) or per-queue JSON such as
+    ``{"orders": {"0": 12, "3": -2}}`` (-2: earliest, -1: latest)."""
+    text = value.strip()
+    if text.lower() in allowed:
+        return Position(text.lower())
+    if not text.startswith("{"):
+        raise InvalidArgument(f"option {name} must be {' or '.join(allowed)} or per-queue JSON "
+                              f'like {{"{topics[0]}": {{"0": 12}}}}, not {value!r}')
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise InvalidArgument(f"option {name} is not valid JSON ({exc}): {value!r}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgument(f"option {name} must be a JSON object of topics: {value!r}")
+    queues: dict[str, dict[int, int]] = {}
+    for topic, per_queue in parsed.items():
+        if topic not in topics:
+            raise InvalidArgument(f"option {name} names topic {topic!r}, which is not in "
+                                  f"subscribe ({','.join(topics)})")
+        if not isinstance(per_queue, dict):
+            raise InvalidArgument(f"option {name}: topic {topic!r} needs an object of queue "
+                                  f'ids to offsets, like {{"0": 12}}')
+        queues[topic] = {}
+        for qid, off in per_queue.items():
+            if not str(qid).isdigit() or isinstance(off, bool) or not isinstance(off, int) \
+                    or off < EARLIEST:
+                raise InvalidArgument(
+                    f"option {name}: topic {topic!r} queue {qid!r} -> {off!r}: queue ids are "
+                    f"whole numbers, offsets whole numbers >= 0 or -2 (earliest), -1 (latest)")
+            queues[topic][int(qid)] = off
+    return Position("queues", queues=queues, default=default)
+
+
+def parse_start(options: dict, topics: Sequence[str], default: str) -> Position:
+    """``startingOffsets`` or ``startingTimestamp`` (not both); ``default`` otherwise."""
+    offsets = option(options, "startingOffsets")
+    timestamp = option(options, "startingTimestamp")
+    if offsets is not None and timestamp is not None:
+        raise InvalidArgument("give startingOffsets or startingTimestamp, not both")
+    if timestamp is not None:
+        try:
+            ms = int(timestamp)
+        except ValueError:
+            ms = -1
+        if ms < 0:
+            raise InvalidArgument(f"option startingTimestamp is milliseconds since the epoch "
+                                  f"(a whole number >= 0), not {timestamp!r}")
+        return Position("timestamp", timestamp_ms=ms)
+    return parse_position(offsets or default, "startingOffsets", topics,
+                          ("earliest", "latest"), EARLIEST)
+
+
+def all_queues(client: QueueClient, topics: Sequence[str]) -> list[tuple[str, int]]:
+    n = client.queues_per_topic()
+    return [(t, q) for t in topics for q in range(n)]
+
+
+def _ranges_once(client: QueueClient, queues: list[tuple[str, int]]
+                 ) -> dict[tuple[str, int], tuple[int, int]]:
+    # All requests in flight at once: the round takes about one round trip, so a
+    # transaction committed meanwhile is rarely caught half-way (see consistent_ranges).
+    try:
+        futures = [client.submit(Op.QUEUE_RANGE, {"topic": t, "queue_id": q})
+                   for t, q in queues]
+        answers = [f.result(client.request_timeout) for f in futures]
+        return {queue: (int(a["min_offset"]), int(a["next_offset"]))
+                for queue, a in zip(queues, answers, strict=True)}
+    except FMQError as exc:
+        if not exc.retriable:
+            raise
+    except TimeoutError:
+        pass
+    return {queue: client.queue_range(*queue) for queue in queues}  # with retries
+
+
+def consistent_ranges(client: QueueClient, topics: Sequence[str]
+                      ) -> dict[tuple[str, int], tuple[int, int]]:
+    """(min, next) of every queue of ``topics``, as they all were at one moment.
+
+    A transaction's messages become consumable together (one index write), but reading
+    the queues takes several requests. So the ranges are read in rounds until two rounds
+    in a row agree: each queue then kept its value from its read in the first round to
+    its read in the second, and every first-round read comes before every second-round
+    read, so at the moment between the two rounds every queue had exactly those values.
+    After :data:`SNAPSHOT_ROUNDS` rounds that still moved (a busy topic) the last round is
+    taken; then a transaction whose commit fell inside that round may be split between
+    two micro-batches (each of its messages is still read exactly once)."""
+    queues = all_queues(client, topics)
+    previous = _ranges_once(client, queues)
+    for _ in range(SNAPSHOT_ROUNDS - 1):
+        current = _ranges_once(client, queues)
+        if current == previous:
+            return current
+        previous = current
+    logger.info("queue ends of %s still moved after %d rounds; taking the last one",
+                ",".join(topics), SNAPSHOT_ROUNDS)
+    return previous
+
+
+def resolve(client: QueueClient, topics: Sequence[str], position: Position,
+            ranges: dict[tuple[str, int], tuple[int, int]]) -> Offsets:
+    """``position`` as an offset for every queue, given the queues' current ``ranges``."""
+    out: Offsets = {t: {} for t in topics}
+    named = {(t, q) for t, qs in position.queues.items() for q in qs}
+    unknown = named - set(ranges)
+    if unknown:
+        t, q = sorted(unknown)[0]
+        raise InvalidArgument(f"queue {q} of topic {t!r} does not exist: the server has "
+                              f"{client.queues_per_topic()} queues per topic (0 .. "
+                              f"{client.queues_per_topic() - 1})")
+    for (t, q), (lo, hi) in ranges.items():
+        if position.kind == "earliest":
+            off = lo
+        elif position.kind == "latest":
+            off = hi
+        elif position.kind == "timestamp":
+            off = client.offset_for_time(t, q, position.timestamp_ms)
+        else:
+            off = position.queues.get(t, {}).get(q, position.default)
+            off = lo if off == EARLIEST else hi if off == LATEST else off
+            if off > hi:
+                raise InvalidArgument(f"offset {off} of queue {q} of topic {t!r} is past the "
+                                      f"queue's end ({hi}): give an offset in {lo} .. {hi}")
+        out[t][str(q)] = off
+    return out
+
+
+def cap(start: Offsets, end: Offsets, max_messages: int) -> Offsets:
+    """``end``, moved back so that at most ``max_messages`` messages lie between ``start``
+    and it, shared fairly: each queue with messages waiting gets an equal share, and what
+    a queue with fewer waiting leaves goes to the others."""
+    lags = {(t, q): end[t][q] - start.get(t, {}).get(q, 0)
+            for t in end for q in end[t]}
+    waiting = sorted((lag, tq) for tq, lag in lags.items() if lag > 0)
+    out = {t: dict(qs) for t, qs in end.items()}
+    budget = max_messages
+    for i, (lag, (t, q)) in enumerate(waiting):
+        share = max(1, budget // (len(waiting) - i)) if budget > 0 else 0
+        take = min(lag, share)
+        budget -= take
+        out[t][q] = start.get(t, {}).get(q, 0) + take
+    return out
+
+
+def count(start: Offsets, end: Offsets) -> int:
+    """Messages between two offsets (retention may have deleted some of them)."""
+    return sum(max(0, off - start.get(t, {}).get(q, 0)) for t in end for q, off in end[t].items())
