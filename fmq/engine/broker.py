@@ -94,7 +94,9 @@ class Broker:
                                      batch=cfg.dispatch_batch, index_rebuilt=rebuilt,
                                      progress=progress)
         self.log.start_at(report.end_offset)
-        self._queues = Queues(cfg.queues_per_topic, queue_next)
+        self._queues = Queues(cfg.queues_per_topic, queue_next,
+                              [(m.topic, m.queue_id) for t in self.tx.open.values()
+                               for m in t.messages])
         self.dispatcher = Dispatcher(self.log, self.index, cfg.dispatch_batch,
                                      self.max_record_size, report.end_offset,
                                      cfg.dispatch_max_pending,
@@ -195,7 +197,7 @@ class Broker:
         self._check_open()
         cfg = self.config
         for m in messages:
-            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
+            check_message(m, cfg.max_message_size, self._queues.queue_count)
             check_fits(m, cfg.segment_size)
         if not messages:
             return []
@@ -219,6 +221,11 @@ class Broker:
         """Discard the transaction (ROLLBACK record). Idempotent; a conflict after commit."""
         self._check_open()
         return self.tx_writer.rollback(tx_id)
+
+    def queue_count(self, topic: str) -> int:
+        """How many queues ``topic`` has: ``queues_per_topic``, or more when the stored data
+        of the topic uses more (a lower setting applies only to new topics)."""
+        return self._queues.queue_count(topic)
 
     def transaction_queues(self, tx_id: str) -> set[tuple[str, int]]:
         """The (topic, queue id) pairs an open transaction's messages go to; empty when it

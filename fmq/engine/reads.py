@@ -39,7 +39,7 @@ class Reader:
         """See :meth:`fmq.engine.broker.Broker.pull`."""
         self.check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         check_offset(offset)
         check_count(max_messages, "max_messages")
         lo, _hi = self.index.queue_range(topic, queue_id)
@@ -66,7 +66,7 @@ class Reader:
         """(min offset, next offset) of a queue: what is consumable now."""
         self.check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         return self.index.queue_range(topic, queue_id)
 
     def messages_by_key(self, topic: str, key: str, limit: int = 100,
@@ -93,7 +93,7 @@ class Reader:
         none is)."""
         self.check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         check_offset(timestamp_ms, "timestamp_ms")
         found = self.index.offset_for_time(topic, queue_id, timestamp_ms)
         return self.index.queue_range(topic, queue_id)[1] if found is None else found
@@ -103,7 +103,7 @@ class Reader:
         self.check_open()
         check_name(group, "group", allow_none=False)
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         check_offset(next_offset, "next_offset")
         # The write path's next offset counts too: a message acknowledged a moment ago may
         # not be indexed yet, and committing just past it is legitimate.
@@ -120,14 +120,14 @@ class Reader:
         self.check_open()
         check_name(group, "group", allow_none=False)
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         return self.index.committed_offset(group, topic, queue_id)
 
     def all_messages(self, topics: Iterable[str]) -> dict[tuple[str, int], list[StoredMessage]]:
         """Every consumable message of ``topics`` by queue (tools and tests)."""
         out = {}
         for topic in topics:
-            for qid in range(self.config.queues_per_topic):
+            for qid in range(self.queues.queue_count(topic)):
                 lo, hi = self.index.queue_range(topic, qid)
                 msgs = []
                 off = lo

@@ -47,7 +47,7 @@ class SendBatcher:
                                   f"(max_batch_messages) of {limit}; send smaller batches")
         cfg = self.broker.config
         for m in msgs:
-            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
+            check_message(m, cfg.max_message_size, self.broker.queue_count)
             check_fits(m, cfg.segment_size)
         fut = self.loop.create_future()
         self.pending.append((msgs, fut))

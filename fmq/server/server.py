@@ -64,7 +64,7 @@ class Server:
         self.ctx = ServerContext(
             broker, config, self,
             groups=GroupCoordinator(
-                broker.config.queues_per_topic, config.group_session_timeout_ms,
+                broker.queue_count, config.group_session_timeout_ms,
                 limits=GroupLimits(config.max_topics_per_member, config.max_members_per_group,
                                    config.max_members_per_connection)),
             limits=request_limits(broker, config),
