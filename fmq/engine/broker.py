@@ -333,4 +333,4 @@ class Broker:
         """Counters and offsets of the running broker (``fmq stats``, STATS)."""
         self._check_open()
         return broker_stats(self.log, self.dispatcher, self.tx, self.tx_writer,
-                            self._retention, self._checkpointer)
+                            self._retention, self._checkpointer, self._reader)

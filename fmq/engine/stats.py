@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fmq.engine.checkpoints import Checkpointer
+from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
 from fmq.index.dispatcher import Dispatcher
 from fmq.log.log import Log
@@ -12,7 +13,7 @@ from fmq.tx.writer import TxWriter
 
 
 def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWriter,
-                 retention: Retention, checkpointer: Checkpointer) -> dict:
+                 retention: Retention, checkpointer: Checkpointer, reader: Reader) -> dict:
     """Log, index, transaction and checkpoint figures of a running broker."""
     flushed = log_.flushed_offset
     applied = dispatcher.applied_offset
@@ -36,4 +37,6 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWr
         "index_error": str(dispatcher.failing) if dispatcher.failing else None,
         "index_retries": dispatcher.retries,
         "last_checkpoint": last.to_dict() if last else None,
+        "bad_records_read": reader.bad_records.records,
+        "bad_record_reads": reader.bad_records.reads,
     }

@@ -1,0 +1,64 @@
+"""Issue 14, item 4: a damaged record a consumer reads through the server is logged at ERROR
+once, with its offset and the advice, and counted in the stats."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import fmq
+from fmq.client import Client
+from fmq.datadir import LOG_DIR
+from fmq.errors import CorruptLog
+from fmq.protocol import Op
+
+from .conftest import FAST
+
+
+def write_and_damage(data: str, count: int = 6, damaged: int = 2) -> int:
+    """``count`` messages in queue 0 of topic ``t`` (clean close: a checkpoint past them),
+    then one byte of message ``damaged``'s body flipped. Returns that record's log offset."""
+    with fmq.Broker.open(data, fmq.BrokerConfig(checkpoint_interval_ms=0)) as b:
+        offsets = [b.send(fmq.Message("t", f"body-{i:04d}".encode(), queue_id=0)).offset
+                   for i in range(count)]
+    (seg,) = os.listdir(os.path.join(data, LOG_DIR))
+    path = os.path.join(data, LOG_DIR, seg)
+    with open(path, "r+b") as f:
+        raw = f.read()
+        pos = raw.index(f"body-{damaged:04d}".encode())
+        f.seek(pos + 5)
+        f.write(bytes([raw[pos + 5] ^ 0x01]))
+    return offsets[damaged]
+
+
+def pull(client: Client, offset: int) -> list[bytes]:
+    reply = client.call(Op.PULL, {"topic": "t", "queue_id": 0, "offset": offset,
+                                  "max_messages": 10, "wait_ms": 0})
+    return [m["body"] for m in reply["messages"]]
+
+
+def stats(client: Client) -> dict:
+    return json.loads(client.call(Op.STATS, {})["json"])
+
+
+def test_damaged_record_is_logged_once_and_counted(tmp_path, start_server):
+    bad = write_and_damage(str(tmp_path / "data"))
+    srv = start_server(FAST)
+    with Client(srv.address, retries=0) as c:
+        assert pull(c, 0) == [b"body-0000", b"body-0001"]  # what precedes the damage
+        for _ in range(3):
+            with pytest.raises(CorruptLog) as err:
+                pull(c, 2)
+            assert err.value.offset == bad
+        assert pull(c, 3)[0] == b"body-0003"  # the queue past it still reads
+        s = stats(c)
+    assert (s["bad_records_read"], s["bad_record_reads"]) == (1, 3)
+    assert srv.stop() == 0
+    errors = [line for line in srv.log().splitlines()
+              if " ERROR " in line and "damaged record" in line]
+    assert len(errors) == 1, srv.log()
+    assert f"log offset {bad}" in errors[0]
+    assert "fmq log verify" in errors[0] and "fmq log repair" in errors[0]
+    assert "reset-offsets" in errors[0] and "--to-offset 3" in errors[0]
