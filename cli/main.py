@@ -23,6 +23,10 @@ def _register() -> None:
     except ImportError:  # pragma: no cover - only before the network layer exists
         return
     net_cmds.register(cli)
+    from fmq.cli import groups_cmds, stats_cmds
+
+    for module in (stats_cmds, groups_cmds):
+        module.register(cli)
 
 
 _register()

@@ -1,9 +1,9 @@
-"""``fmq server | produce | consume | stats``: the network side of the command line."""
+"""``fmq server | produce | consume``: the network side of the command line (``fmq stats``,
+``topics`` and ``groups`` are in their own modules)."""
 
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -183,20 +183,6 @@ def _commit_upto(consumer, printed: list) -> None:
                                          "queue_id": qid, "next_offset": off})
 
 
-@click.command("stats")
-@server_option
-@json_option
-@fmq_errors
-def stats(server: str, as_json: bool) -> None:
-    """Broker and server statistics of a running server."""
-    from fmq.client import Client
-    from fmq.protocol import Op
-
-    with Client(server, retries=1) as client:
-        data = json.loads(client.call(Op.STATS, {})["json"])
-    emit(data, as_json, "\n".join(f"{k}: {v}" for k, v in data.items()))
-
-
 def register(cli: click.Group) -> None:
-    for cmd in (server, produce, consume, stats):
+    for cmd in (server, produce, consume):  # stats: stats_cmds
         cli.add_command(cmd)

@@ -18,6 +18,7 @@ from fmq.config import BrokerConfig
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, index_exists
 from fmq.engine.admission import IndexAdmission
 from fmq.engine.checkpoints import Checkpointer
+from fmq.engine.inventory import Inventory
 from fmq.engine.maintenance import Upkeep, start_maintenance
 from fmq.engine.queues import Queues, append_messages
 from fmq.engine.reads import Reader
@@ -113,6 +114,9 @@ class Broker:
                                   self.rollback)
         self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,
                               self._check_open)
+        #: Topics, groups, disk usage, offset resets (fmq topics / groups / stats).
+        self.inventory = Inventory(self.path, self.index, self._queues, self._reader,
+                                   self._check_open)
         end_cut_transactions(self.tx, self.tx_writer, report)
         self.recovery = report
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,

@@ -186,6 +186,26 @@ class IndexStore:
                 out.append((qoff, doff, dsize, th, st))
         return out
 
+    def queue_bytes(self, topic: str, queue_id: int) -> int:
+        """Log bytes of the records a queue's entries point at (a walk of the queue)."""
+        total = 0
+        prefix = K.queue_prefix(topic, queue_id)
+        with self._gate, self.env.begin() as txn:
+            cur = txn.cursor(db=self.db.cq)
+            if not cur.set_range(prefix):
+                return 0
+            for k, v in cur:
+                if not k.startswith(prefix):
+                    break
+                total += K.CQ_VALUE.unpack(v)[1]
+        return total
+
+    def store_time(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        """Store time (ms) of the queue's entry at ``queue_offset``; None when absent."""
+        with self._gate, self.env.begin() as txn:
+            v = txn.get(K.cq_key(topic, queue_id, queue_offset), db=self.db.cq)
+        return None if v is None else K.CQ_VALUE.unpack(v)[3]
+
     def key_lookup(self, topic: str, key: str, limit: int = 1000) -> list[tuple[int, int]]:
         """(queue id, queue offset) of messages with ``key``, oldest first."""
         out = []

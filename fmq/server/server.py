@@ -28,6 +28,7 @@ from typing import Any
 from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, ServerBusy
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
+from fmq.server import operator_ops  # noqa: F401 - registers the operator's handlers
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
@@ -259,6 +260,11 @@ class Server:
             "reply_budget_waiting": ctx.reply_budget.waiting,
             "uptime_s": round(time.time() - self.started, 3),
             "groups": ctx.groups.describe(),
+            "requests_by_op": {Op(op).name: n for op, n in enumerate(counters.by_op)
+                               if n and op in Op._value2member_map_},
+            "errors_by_code": [{"op": Op(op).name if op in Op._value2member_map_ else str(op),
+                                "code": code, "count": n}
+                               for (op, code), n in sorted(counters.errors.items())],
         }
 
 

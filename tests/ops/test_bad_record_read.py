@@ -62,3 +62,26 @@ def test_damaged_record_is_logged_once_and_counted(tmp_path, start_server):
     assert f"log offset {bad}" in errors[0]
     assert "fmq log verify" in errors[0] and "fmq log repair" in errors[0]
     assert "reset-offsets" in errors[0] and "--to-offset 3" in errors[0]
+
+
+def test_an_operator_reset_lets_a_group_skip_the_damaged_record(tmp_path, start_server):
+    from tests.server.harness import json_lines, run_cli
+
+    write_and_damage(str(tmp_path / "data"))
+    srv = start_server(FAST)
+    args = ("consume", "--server", srv.address, "--topic", "t", "--group", "g", "--max", "6",
+            "--idle-timeout", "2", "--json")
+    stuck = run_cli(*args, timeout=60)
+    assert stuck.returncode == 1 and "corrupt record" in stuck.stderr
+    assert "Traceback" not in stuck.stderr
+    # never automatic: the group's queue is still stuck at the damaged message
+    assert json_lines(run_cli(*args, timeout=60).stdout) == []
+    reset = run_cli("groups", "reset-offsets", "g", "--topic", "t", "--queue", "0",
+                    "--to-offset", "3", "--server", srv.address, "--json")
+    assert reset.returncode == 0, reset.stderr
+    rest = run_cli(*args, timeout=60)
+    assert rest.returncode == 0, rest.stderr
+    assert [m["body"] for m in json_lines(rest.stdout)] == ["body-0003", "body-0004",
+                                                            "body-0005"]
+    assert srv.stop() == 0
+    assert "reset group 'g' offset of t/0" in srv.log()
