@@ -27,11 +27,15 @@ server_option = click.option(
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
               default=None, help="JSON file: BrokerConfig fields, plus a \"server\" object "
                                  "with ServerConfig fields (limits, threads, time-outs).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (/metrics) [default: off].")
+@click.option("--metrics-host", default=None,
+              help="Address of the metrics endpoint [default: 127.0.0.1].")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
-           log_level: str) -> None:
+           metrics_port: int | None, metrics_host: str | None, log_level: str) -> None:
     """Run the FMQ server until SIGINT/SIGTERM (then it finishes in-flight requests,
     checkpoints and exits 0)."""
     from fmq.server import load_config, run_server
@@ -39,7 +43,8 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     broker_cfg, server_cfg = load_config(config_file)
-    changes = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    changes = {k: v for k, v in (("host", host), ("port", port), ("metrics_port", metrics_port),
+                                 ("metrics_host", metrics_host)) if v is not None}
     if changes:
         server_cfg = server_cfg.replace(**changes)
     run_server(data_dir, broker_cfg, server_cfg)

@@ -34,6 +34,7 @@ from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
 from fmq.server.descriptors import fit_connections
 from fmq.server.groups import GroupCoordinator, GroupLimits
+from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 from fmq.server.session import ClientSession
@@ -85,6 +86,7 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._hurry: asyncio.Event | None = None  # set by a second stop signal
         self._watchdog: asyncio.Task | None = None
+        self.metrics: MetricsEndpoint | None = None
 
     @property
     def stopping(self) -> bool:
@@ -96,6 +98,9 @@ class Server:
         loop = asyncio.get_running_loop()
         self.ctx.attach(loop)
         self._hurry = asyncio.Event()
+        if self.config.metrics_port:
+            self.metrics = MetricsEndpoint(self.broker, self.stats, loop,
+                                           self.config.metrics_host, self.config.metrics_port)
         try:
             self._server = await loop.create_server(
                 lambda: ClientSession(self.ctx), self.config.host, self.config.port,
@@ -156,6 +161,8 @@ class Server:
         for session in [*self.pending.values(), *self.sessions.values()]:
             session.close()
         loop = asyncio.get_running_loop()
+        if self.metrics is not None:  # its thread reads the broker: stop it before close
+            await asyncio.to_thread(self.metrics.close)
         self.pollers.shutdown(wait=False, cancel_futures=True)
         # No read may still be inside LMDB when the broker closes it (reads are short).
         await asyncio.to_thread(self.readers.shutdown, wait=True, cancel_futures=True)

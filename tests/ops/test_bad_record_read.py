@@ -13,8 +13,10 @@ from fmq.client import Client
 from fmq.datadir import LOG_DIR
 from fmq.errors import CorruptLog
 from fmq.protocol import Op
+from tests.server.harness import free_port
 
 from .conftest import FAST
+from .test_metrics import scrape, value
 
 
 def write_and_damage(data: str, count: int = 6, damaged: int = 2) -> int:
@@ -45,7 +47,8 @@ def stats(client: Client) -> dict:
 
 def test_damaged_record_is_logged_once_and_counted(tmp_path, start_server):
     bad = write_and_damage(str(tmp_path / "data"))
-    srv = start_server(FAST)
+    port = free_port()
+    srv = start_server({**FAST, "server": {**FAST["server"], "metrics_port": port}})
     with Client(srv.address, retries=0) as c:
         assert pull(c, 0) == [b"body-0000", b"body-0001"]  # what precedes the damage
         for _ in range(3):
@@ -54,7 +57,9 @@ def test_damaged_record_is_logged_once_and_counted(tmp_path, start_server):
             assert err.value.offset == bad
         assert pull(c, 3)[0] == b"body-0003"  # the queue past it still reads
         s = stats(c)
+        metrics = scrape(port)
     assert (s["bad_records_read"], s["bad_record_reads"]) == (1, 3)
+    assert value(metrics, "fmq_bad_records_read_total") == 1
     assert srv.stop() == 0
     errors = [line for line in srv.log().splitlines()
               if " ERROR " in line and "damaged record" in line]
