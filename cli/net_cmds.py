@@ -165,8 +165,7 @@ def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
             msgs = msgs[:max_messages - seen]
         for m in msgs:
             d = _message_dict(m)
-            emit(d, as_json, f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key} "
-                             f"tags={m.tags}: {d.get('body', '<binary>')}")
+            emit(d, as_json, consumed_line(m, d.get("body")))
         seen += len(msgs)
         if not no_commit:
             if max_messages is not None and seen >= max_messages:
@@ -174,6 +173,15 @@ def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
             else:
                 consumer.commit()
     return seen
+
+
+def consumed_line(m, body: str | None) -> str:
+    """``topic/queue@offset [key=K] [tags=T]: body``: key and tags only when the message
+    has them; a body that is not UTF-8 shows its size (``--json`` has it in base64)."""
+    labels = "".join(f" {name}={value}" for name, value in (("key", m.key), ("tags", m.tags))
+                     if value)
+    text = body if body is not None else f"<{len(m.body)} bytes, not UTF-8>"
+    return f"{m.topic}/{m.queue_id}@{m.queue_offset}{labels}: {text}"
 
 
 def _commit_upto(consumer, printed: list) -> None:
