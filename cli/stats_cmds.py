@@ -54,6 +54,8 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
     cp = s.get("last_checkpoint")
     srv = s.get("server", {})
     disk = topics["disk"]
+    oldest = (out.duration_ms(s["oldest_transaction_age_ms"]) if s["open_transactions"]
+              else out.NONE)
     broker = out.fields([
         ("log", f"offsets {out.count(s['log_start'])} .. {out.count(s['log_end'])}, "
                 f"{s['segments']} segments, {out.count(s['flushes'])} flushes"),
@@ -63,8 +65,7 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
         ("checkpoint", out.NONE if not cp else
          f"recovery from {out.count(cp['recovery_offset'])}, written "
          f"{out.date_s(cp['written_at'])}"),
-        ("transactions", f"{s['open_transactions']} open, oldest "
-                         f"{out.duration_ms(s['oldest_transaction_age_ms']) if s['open_transactions'] else out.NONE}, "
+        ("transactions", f"{s['open_transactions']} open, oldest {oldest}, "
                          f"{s['feedback_checks_sent']} check-backs sent"),
     ])
     errors = out.fields([

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from fmq.errors import BadRecord, CorruptLog, TornRecord
+from fmq.errors import BadRecord, TornRecord
 
 logger = logging.getLogger("fmq.broker")
 
@@ -29,8 +29,8 @@ class BadRecords:
         self.reads = 0
 
     def met(self, exc: BadRecord | TornRecord, segment: str, topic: str, queue_id: int,
-            queue_offset: int) -> CorruptLog:
-        """Log and count the damage ``exc`` found; returns the error for the reader."""
+            queue_offset: int) -> None:
+        """Log (the first time) and count the damage ``exc`` found; the reader raises it."""
         with self._lock:
             self.reads += 1
             first = exc.offset not in self._seen
@@ -47,4 +47,3 @@ class BadRecords:
                 "each group skip the message: `fmq groups reset-offsets GROUP --topic %s "
                 "--queue %d --to-offset %d`", exc.offset, segment, topic, queue_id,
                 queue_offset, exc.reason, exc.offset, topic, queue_id, queue_offset + 1)
-        return CorruptLog(segment, exc.offset, exc.reason)

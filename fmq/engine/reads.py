@@ -69,8 +69,9 @@ class Reader:
             except (BadRecord, TornRecord) as exc:
                 if out:  # return what precedes it; the next pull starts at the damage
                     break
-                raise self.bad_records.met(exc, self.log.segment_for(doff).name, topic,
-                                           queue_id, qoff) from exc
+                self.bad_records.met(exc, self.log.segment_for(doff).name, topic, queue_id,
+                                     qoff)
+                raise
             out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
                                      rec.properties or {}, st))
         if out:

@@ -250,6 +250,11 @@ class GroupCoordinator:
             for q, mid in enumerate(owners):
                 g.members[mid].owned.setdefault(t, []).append(q)
 
+    def member_count(self, group: str) -> int:
+        """Live members of ``group`` (0 for a group nobody joined)."""
+        g = self.groups.get(group)
+        return len(g.members) if g is not None else 0
+
     def describe(self) -> dict:
         return {name: {"generation": g.generation,
                        "members": {mid: [f"{t}/{q}" for t, q in m.assignment()]

@@ -61,8 +61,7 @@ async def _groups(ctx: ServerContext, session: RequestSession, req: dict) -> dic
 @handles(Op.RESET_OFFSETS)
 async def _reset_offsets(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     group = check_name(req["group"], "group", allow_none=False)
-    g = ctx.groups.groups.get(group)
-    members = len(g.members) if g is not None else 0
+    members = ctx.groups.member_count(group)
     if members and not req["force"]:
         raise GroupHasMembers(group, members)
     qid = req["queue_id"] if req["queue_id"] >= 0 else None

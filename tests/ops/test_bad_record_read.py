@@ -11,7 +11,7 @@ import pytest
 import fmq
 from fmq.client import Client
 from fmq.datadir import LOG_DIR
-from fmq.errors import CorruptLog
+from fmq.errors import BadRecord
 from fmq.protocol import Op
 from tests.server.harness import free_port
 
@@ -52,7 +52,7 @@ def test_damaged_record_is_logged_once_and_counted(tmp_path, start_server):
     with Client(srv.address, retries=0) as c:
         assert pull(c, 0) == [b"body-0000", b"body-0001"]  # what precedes the damage
         for _ in range(3):
-            with pytest.raises(CorruptLog) as err:
+            with pytest.raises(BadRecord) as err:
                 pull(c, 2)
             assert err.value.offset == bad
         assert pull(c, 3)[0] == b"body-0003"  # the queue past it still reads
@@ -77,7 +77,7 @@ def test_an_operator_reset_lets_a_group_skip_the_damaged_record(tmp_path, start_
     args = ("consume", "--server", srv.address, "--topic", "t", "--group", "g", "--max", "6",
             "--idle-timeout", "2", "--json")
     stuck = run_cli(*args, timeout=60)
-    assert stuck.returncode == 1 and "corrupt record" in stuck.stderr
+    assert stuck.returncode == 1 and "bad record at log offset" in stuck.stderr
     assert "Traceback" not in stuck.stderr
     # never automatic: the group's queue is still stuck at the damaged message
     assert json_lines(run_cli(*args, timeout=60).stdout) == []
