@@ -15,6 +15,9 @@ from fmq.cli.stats_cmds import OFFSET_COLUMNS, call_json
 class GroupsCommand(click.Group):
     """``fmq groups [GROUP]`` describes; a first word that is not a subcommand is a group."""
 
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return ["[GROUP] [--server HOST:PORT] [--json]  |  reset-offsets GROUP ..."]
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
             args = ["describe", *args]

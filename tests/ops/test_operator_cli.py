@@ -93,6 +93,9 @@ def test_reset_offsets_moves_the_group_and_is_refused_while_members_live(start_s
 
     with Consumer(srv.address, "g", ["t"]) as live:
         live.poll(0.5)
+        described = groups(srv, "g")
+        assert list(described["members"]) == [live.member_id]
+        assert {r["owner"] for r in described["offsets"]} == {live.member_id}
         refused = run_cli("groups", "reset-offsets", "g", "--to-latest", "--server",
                           srv.address)
         assert refused.returncode == 1
