@@ -3,6 +3,8 @@ messages flow."""
 
 from __future__ import annotations
 
+import os
+import re
 import time
 import urllib.request
 
@@ -108,3 +110,19 @@ def test_consumer_lag_and_transactions_move(metrics_server):
     assert value(s, "fmq_checkbacks_sent_total") >= 1
     assert value(s, "fmq_checkbacks_answered_total") == 1
     assert value(s, "fmq_messages_in_total", topic="t") == 5
+
+
+def test_every_metric_is_documented(metrics_server):
+    srv, port = metrics_server
+    with Client(srv.address, retries=0) as c:
+        send(c, 1)
+        c.call(Op.COMMIT_OFFSET, {"group": "g", "topic": "t", "queue_id": 0, "next_offset": 1})
+        names = {name for name, _labels in scrape(port)}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "operations.md"), encoding="utf-8") as f:
+        documented = set(re.findall(r"`(fmq_[a-z_]+)`", f.read()))
+    base = {re.sub(r"_(bucket|sum|count|created)$", "", n) for n in names}
+    assert len(base) > 20
+    missing = {n for n in base if n not in documented and n.removesuffix("_total") not in
+               {d.removesuffix("_total") for d in documented}}
+    assert not missing, f"metrics not listed in docs/operations.md: {sorted(missing)}"
