@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import click
+from fmq.cli import output as out
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
 
 from fmq.datadir import CHECKPOINT_FILE
@@ -26,8 +27,12 @@ def show(data_dir: str, as_json: bool) -> None:
     if cp is None:
         emit({"checkpoint": None}, as_json, "no checkpoint: recovery replays the whole log")
         return
-    emit(cp.to_dict(), as_json,
-         "\n".join(f"{k}: {v}" for k, v in cp.to_dict().items()))
+    emit(cp.to_dict(), as_json, out.fields([
+        ("recovery offset", f"{out.count(cp.recovery_offset)} (replay starts here)"),
+        ("applied offset", f"{out.count(cp.applied_offset)} (indexed up to here)"),
+        ("log end", out.count(cp.log_end)),
+        ("written at", out.date_s(cp.written_at)),
+    ]))
 
 
 def register(cli: click.Group) -> None:

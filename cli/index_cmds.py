@@ -28,9 +28,10 @@ def rebuild(data_dir: str, spark: bool, master: str, out_dir: str | None,
     """Rebuild the index of a stopped broker from its log."""
     if spark:
         from fmq.spark.rebuild import run_rebuild
+        from fmq.spark.summary import summary_text
 
         result = run_rebuild(data_dir, master=master, out_dir=out_dir, parquet_dir=parquet_dir)
-        emit(result, as_json, "\n".join(f"{k}: {v}" for k, v in result.items()))
+        emit(result, as_json, summary_text(result))
         return
     if out_dir or parquet_dir:
         raise click.UsageError("--out and --parquet need --spark")

@@ -6,6 +6,7 @@ import os
 import sys
 
 import click
+from fmq.cli import output as out
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
 
 from fmq.datadir import LOG_DIR
@@ -49,8 +50,14 @@ def verify(data_dir: str, as_json: bool) -> None:
     if as_json:
         emit(result, True)
     else:
-        click.echo(f"segments: {result['segments']}, records: {sum(counts.values())} {counts}")
-        click.echo(f"valid log ends at {scanner.end_offset}")
+        click.echo(out.fields([
+            ("segments", result["segments"]),
+            ("records", sum(counts.values())),
+            ("valid log ends at", scanner.end_offset),
+        ]))
+        click.echo(out.table(sorted(counts.items()), [("TYPE", lambda c: c[0]),
+                                                      ("RECORDS", lambda c: c[1])],
+                             "no records"))
         if scanner.torn:
             click.echo(f"torn tail at {scanner.torn.offset} in {scanner.torn.segment}: "
                        f"{scanner.torn.reason} (cut on the next open)")

@@ -23,9 +23,10 @@ def _register() -> None:
     except ImportError:  # pragma: no cover - only before the network layer exists
         return
     net_cmds.register(cli)
-    from fmq.cli import bench_cmds
+    from fmq.cli import bench_cmds, groups_cmds, stats_cmds
 
-    bench_cmds.register(cli)
+    for module in (bench_cmds, stats_cmds, groups_cmds):
+        module.register(cli)
 
 
 _register()

@@ -1,9 +1,9 @@
-"""``fmq server | produce | consume | stats``: the network side of the command line."""
+"""``fmq server | produce | consume``: the network side of the command line (``fmq stats``,
+``topics`` and ``groups`` are in their own modules)."""
 
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -27,11 +27,15 @@ server_option = click.option(
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
               default=None, help="JSON file: BrokerConfig fields, plus a \"server\" object "
                                  "with ServerConfig fields (limits, threads, time-outs).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (/metrics) [default: off].")
+@click.option("--metrics-host", default=None,
+              help="Address of the metrics endpoint [default: 127.0.0.1].")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
-           log_level: str) -> None:
+           metrics_port: int | None, metrics_host: str | None, log_level: str) -> None:
     """Run the FMQ server until SIGINT/SIGTERM (then it finishes in-flight requests,
     checkpoints and exits 0)."""
     from fmq.server import load_config, run_server
@@ -39,7 +43,8 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     broker_cfg, server_cfg = load_config(config_file)
-    changes = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    changes = {k: v for k, v in (("host", host), ("port", port), ("metrics_port", metrics_port),
+                                 ("metrics_host", metrics_host)) if v is not None}
     if changes:
         server_cfg = server_cfg.replace(**changes)
     run_server(data_dir, broker_cfg, server_cfg)
@@ -160,8 +165,7 @@ def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
             msgs = msgs[:max_messages - seen]
         for m in msgs:
             d = _message_dict(m)
-            emit(d, as_json, f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key} "
-                             f"tags={m.tags}: {d.get('body', '<binary>')}")
+            emit(d, as_json, consumed_line(m, d.get("body")))
         seen += len(msgs)
         if not no_commit:
             if max_messages is not None and seen >= max_messages:
@@ -169,6 +173,15 @@ def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
             else:
                 consumer.commit()
     return seen
+
+
+def consumed_line(m, body: str | None) -> str:
+    """``topic/queue@offset [key=K] [tags=T]: body``: key and tags only when the message
+    has them; a body that is not UTF-8 shows its size (``--json`` has it in base64)."""
+    labels = "".join(f" {name}={value}" for name, value in (("key", m.key), ("tags", m.tags))
+                     if value)
+    text = body if body is not None else f"<{len(m.body)} bytes, not UTF-8>"
+    return f"{m.topic}/{m.queue_id}@{m.queue_offset}{labels}: {text}"
 
 
 def _commit_upto(consumer, printed: list) -> None:
@@ -183,20 +196,6 @@ def _commit_upto(consumer, printed: list) -> None:
                                          "queue_id": qid, "next_offset": off})
 
 
-@click.command("stats")
-@server_option
-@json_option
-@fmq_errors
-def stats(server: str, as_json: bool) -> None:
-    """Broker and server statistics of a running server."""
-    from fmq.client import Client
-    from fmq.protocol import Op
-
-    with Client(server, retries=1) as client:
-        data = json.loads(client.call(Op.STATS, {})["json"])
-    emit(data, as_json, "\n".join(f"{k}: {v}" for k, v in data.items()))
-
-
 def register(cli: click.Group) -> None:
-    for cmd in (server, produce, consume, stats):
+    for cmd in (server, produce, consume):  # stats: stats_cmds
         cli.add_command(cmd)

@@ -49,6 +49,21 @@ class UnknownQueue(InvalidArgument):
     code = 12
 
 
+class GroupHasMembers(InvalidArgument):
+    """An offset reset of a consumer group that has live members."""
+
+    code = 14
+    fields = {"group": str, "members": int}
+    message_format = (
+        "consumer group {group} has {members} live members: they keep their own positions "
+        "and would overwrite the reset. Stop them and retry, or pass --force")
+
+    def __init__(self, group: str, members: int) -> None:
+        super().__init__(self.message_format.format(group=group, members=members))
+        self.group = group
+        self.members = members
+
+
 class ConfigError(FMQError, ValueError):
     """A configuration value is out of range or inconsistent."""
 

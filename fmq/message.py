@@ -4,6 +4,7 @@ written."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fmq.errors import InvalidArgument, MessageTooLarge
@@ -90,7 +91,8 @@ def check_label(value: object, what: str, allow_none: bool = True) -> str | None
     return value
 
 
-def check_message(msg: object, max_size: int, queues: int) -> Message:
+def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]) -> Message:
+    """``msg`` checked; ``queues`` is the queue count, or a function of the topic giving it."""
     if not isinstance(msg, Message):
         raise InvalidArgument(f"expected fmq.Message, got {type(msg).__name__}")
     check_topic(msg.topic)
@@ -114,7 +116,7 @@ def check_message(msg: object, max_size: int, queues: int) -> Message:
         if size > MAX_PROPERTIES or len(msg.properties) > 0xFFFF:
             raise InvalidArgument(f"properties take {size} bytes encoded; the limit is {MAX_PROPERTIES}")
     if msg.queue_id is not None:
-        check_queue_id(msg.queue_id, queues)
+        check_queue_id(msg.queue_id, queues(msg.topic) if callable(queues) else queues)
     return msg
 
 

@@ -15,17 +15,18 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 
 from fmq.config import BrokerConfig
-from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, index_exists
+from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock
 from fmq.engine.admission import IndexAdmission
 from fmq.engine.checkpoints import Checkpointer
+from fmq.engine.inventory import Inventory
 from fmq.engine.maintenance import Upkeep, start_maintenance
 from fmq.engine.queues import Queues, check_messages, place_messages
 from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
 from fmq.engine.stats import broker_stats
-from fmq.errors import BrokerClosed, IndexCorrupt
+from fmq.errors import BrokerClosed
 from fmq.index.dispatcher import Dispatcher
-from fmq.index.store import IndexStore, destroy
+from fmq.index.store import open_index
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.log import Log
 from fmq.message import Message, SendResult, StoredMessage
@@ -84,7 +85,8 @@ class Broker:
         # Segments keep the size they were created with: a smaller configured size must
         # not make the decoder reject the larger records of older segments.
         self.max_record_size = max([cfg.max_record_size] + [s.size for s in self.log.segments])
-        self.index, rebuilt = self._open_index()
+        self.index, rebuilt = open_index(os.path.join(self.path, INDEX_DIR),
+                                         cfg.index_map_size)
         self.tx = TxManager(cfg.max_open_transactions, cfg.tx_finished_memory,
                             cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms,
                             lookup_finished=self._indexed_tx_end)
@@ -93,7 +95,9 @@ class Broker:
                                      batch=cfg.dispatch_batch, index_rebuilt=rebuilt,
                                      progress=progress)
         self.log.start_at(report.end_offset)
-        self._queues = Queues(cfg.queues_per_topic, queue_next)
+        self._queues = Queues(cfg.queues_per_topic, queue_next,
+                              [(m.topic, m.queue_id) for t in self.tx.open.values()
+                               for m in t.messages])
         self.dispatcher = Dispatcher(self.log, self.index, cfg.dispatch_batch,
                                      self.max_record_size, report.end_offset,
                                      cfg.dispatch_max_pending,
@@ -110,6 +114,9 @@ class Broker:
                                   self.rollback)
         self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,
                               self._check_open)
+        #: Topics, groups, disk usage, offset resets (fmq topics / groups / stats).
+        self.inventory = Inventory(self.path, self.index, self._queues, self._reader,
+                                   self._check_open)
         end_cut_transactions(self.tx, self.tx_writer, report)
         self.recovery = report
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
@@ -127,21 +134,6 @@ class Broker:
             report.seconds, report.end_offset, report.open_transactions,
             len(report.rolled_forward), report.torn_tail,
         )
-
-    def _open_index(self) -> tuple[IndexStore, bool]:
-        """The index, rebuilt from the log (True) when missing or unusable."""
-        index_path = os.path.join(self.path, INDEX_DIR)
-        rebuilt = not index_exists(index_path)
-        try:
-            index = IndexStore(index_path, self.config.index_map_size)
-        except IndexCorrupt as exc:
-            logger.warning("index unusable (%s): rebuilding it from the log", exc)
-            destroy(index_path)
-            index = IndexStore(index_path, self.config.index_map_size)
-            rebuilt = True
-        if rebuilt:
-            index.clear_derived()
-        return index, rebuilt
 
     def _indexed_tx_end(self, tx_id: str) -> TxState | None:
         end = self.index.tx_end(tx_id)
@@ -204,7 +196,7 @@ class Broker:
         ``check_message`` and ``check_fits`` (the server checks each request on arrival)."""
         self._check_open()
         if not checked:
-            check_messages(messages, self.config)
+            check_messages(messages, self.config, self._queues.queue_count)
         if not messages:
             return [], 0
         self._admit()
@@ -232,6 +224,11 @@ class Broker:
         """Discard the transaction (ROLLBACK record). Idempotent; a conflict after commit."""
         self._check_open()
         return self.tx_writer.rollback(tx_id)
+
+    def queue_count(self, topic: str) -> int:
+        """How many queues ``topic`` has: ``queues_per_topic``, or more when the stored data
+        of the topic uses more (a lower setting applies only to new topics)."""
+        return self._queues.queue_count(topic)
 
     def transaction_queues(self, tx_id: str) -> set[tuple[str, int]]:
         """The (topic, queue id) pairs an open transaction's messages go to; empty when it
@@ -339,4 +336,4 @@ class Broker:
         """Counters and offsets of the running broker (``fmq stats``, STATS)."""
         self._check_open()
         return broker_stats(self.log, self.dispatcher, self.tx, self.tx_writer,
-                            self._retention, self._checkpointer)
+                            self._retention, self._checkpointer, self._reader)

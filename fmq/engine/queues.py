@@ -1,12 +1,19 @@
-"""Queues of the write path: which queue a message goes to, the next queue offset of every
-queue, and the plain send path that places MESSAGE records.
+"""Queues of the write path: how many queues each topic has, which queue a message goes to,
+the next queue offset of every queue, and the plain send path that places MESSAGE records.
 
 Queue offsets are assigned under the log lock, so queue order is log order.
+
+The queue count of a topic is derived from the data, never from the configuration alone: a
+topic has ``max(queues_per_topic, 1 + the highest queue id it holds records or open
+transactional messages in)`` queues, fixed when the broker opens. Lowering
+``queues_per_topic`` therefore applies only to new topics (and to queues that never held
+anything), and no configuration can make a stored message unreachable. The queue ids come
+from the index's queue marks, which recovery and the Spark rebuild derive from the log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from fmq.config import BrokerConfig
 from fmq.log.crc import crc32c
@@ -20,14 +27,29 @@ from fmq.tx.log_access import now_ms, reserve_segments
 class Queues:
     """Queue choice and queue-offset allocation (the log lock held by the caller)."""
 
-    def __init__(self, queues_per_topic: int, queue_next: dict[tuple[str, int], int]) -> None:
+    def __init__(self, queues_per_topic: int, queue_next: dict[tuple[str, int], int],
+                 pending: Iterable[tuple[str, int]] = ()) -> None:
+        """``queue_next``: the next offset of every queue the log holds records of;
+        ``pending``: the (topic, queue id) of every open transactional message."""
         self.queues_per_topic = queues_per_topic
         self._next = queue_next
         self._round_robin: dict[str, int] = {}
+        self._stored_counts = stored_queue_counts(list(queue_next) + list(pending))
+        #: Messages and body bytes placed per topic since the broker opened (metrics).
+        self.messages_in: dict[str, int] = {}
+        self.bytes_in: dict[str, int] = {}
+
+    def queue_count(self, topic: str) -> int:
+        """How many queues ``topic`` has (see the module docstring)."""
+        return max(self.queues_per_topic, self._stored_counts.get(topic, 0))
+
+    def stored_counts(self) -> dict[str, int]:
+        """The queue count each topic's stored data needs (topics with data only)."""
+        return dict(self._stored_counts)
 
     def pick_queue(self, message: Message) -> int:
         """The message's own queue id, else its key's hash, else round robin per topic."""
-        n = self.queues_per_topic
+        n = self.queue_count(message.topic)
         if message.queue_id is not None:
             return message.queue_id
         if message.key:
@@ -40,15 +62,28 @@ class Queues:
         """The queue offset the next record of the queue gets."""
         return self._next.get((topic, queue_id), 0)
 
-    def advance(self, topic: str, queue_id: int, queue_offset: int) -> None:
+    def advance(self, topic: str, queue_id: int, queue_offset: int, body_bytes: int = 0) -> None:
         """``queue_offset`` is taken (its record is placed)."""
         self._next[(topic, queue_id)] = queue_offset + 1
+        self.messages_in[topic] = self.messages_in.get(topic, 0) + 1
+        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + body_bytes
 
 
-def check_messages(messages: Sequence[Message], config: BrokerConfig) -> None:
-    """Raise the typed error of the first message that cannot be stored as it is."""
+def stored_queue_counts(queues: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Per topic, 1 + the highest queue id among ``queues``."""
+    counts: dict[str, int] = {}
+    for topic, qid in queues:
+        if counts.get(topic, 0) <= qid:
+            counts[topic] = qid + 1
+    return counts
+
+
+def check_messages(messages: Sequence[Message], config: BrokerConfig,
+                   queue_count: Callable[[str], int]) -> None:
+    """Raise the typed error of the first message that cannot be stored as it is
+    (``queue_count``: a topic's queue count, see :meth:`Queues.queue_count`)."""
     for m in messages:
-        check_message(m, config.max_message_size, config.queues_per_topic)
+        check_message(m, config.max_message_size, queue_count)
         check_fits(m, config.segment_size)
 
 
@@ -74,7 +109,7 @@ def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
                          queue_offset=qoff, topic=m.topic, key=m.key or None,
                          tags=m.tags or None, properties=m.properties, body=_as_bytes(m.body))
             log_.append_locked(rec)
-            queues.advance(m.topic, qid, qoff)
+            queues.advance(m.topic, qid, qoff, len(m.body))
             results.append(SendResult(rec.log_offset, qid, qoff))
         end = log_.next_offset
     return results, end

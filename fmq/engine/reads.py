@@ -3,11 +3,13 @@ group offsets. Everything read here is what the index made consumable."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 
 from fmq.config import BrokerConfig
+from fmq.engine.bad_records import BadRecords
 from fmq.engine.queues import Queues
-from fmq.errors import OffsetOutOfRange
+from fmq.errors import BadRecord, OffsetOutOfRange, TornRecord
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.record import decode
@@ -33,13 +35,18 @@ class Reader:
         self.queues = queues
         self.max_record_size = max_record_size
         self.check_open = check_open
+        self.bad_records = BadRecords()
+        #: Messages and body bytes returned per topic since the broker opened (metrics).
+        self.messages_out: dict[str, int] = {}
+        self.bytes_out: dict[str, int] = {}
+        self._out_lock = threading.Lock()
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
              max_bytes: int | None = None) -> list[StoredMessage]:
         """See :meth:`fmq.engine.broker.Broker.pull`."""
         self.check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         check_offset(offset)
         check_count(max_messages, "max_messages")
         lo, _hi = self.index.queue_range(topic, queue_id)
@@ -57,16 +64,31 @@ class Reader:
                 if doff < self.log.first_offset:
                     continue  # retention deleted its segment after we read the index
                 raise
-            rec = decode(data, 0, base_offset=doff, max_record_size=self.max_record_size)
+            try:
+                rec = decode(data, 0, base_offset=doff, max_record_size=self.max_record_size)
+            except (BadRecord, TornRecord) as exc:
+                if out:  # return what precedes it; the next pull starts at the damage
+                    break
+                self.bad_records.met(exc, self.log.segment_for(doff).name, topic, queue_id,
+                                     qoff)
+                raise
             out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
                                      rec.properties or {}, st))
+        if out:
+            self._count_out(topic, out)
         return out
+
+    def _count_out(self, topic: str, messages: list[StoredMessage]) -> None:
+        with self._out_lock:  # pulls run in several reader threads
+            self.messages_out[topic] = self.messages_out.get(topic, 0) + len(messages)
+            self.bytes_out[topic] = (self.bytes_out.get(topic, 0)
+                                     + sum(len(m.body) for m in messages))
 
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, next offset) of a queue: what is consumable now."""
         self.check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         return self.index.queue_range(topic, queue_id)
 
     def messages_by_key(self, topic: str, key: str, limit: int = 100,
@@ -93,7 +115,7 @@ class Reader:
         none is)."""
         self.check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         check_offset(timestamp_ms, "timestamp_ms")
         found = self.index.offset_for_time(topic, queue_id, timestamp_ms)
         return self.index.queue_range(topic, queue_id)[1] if found is None else found
@@ -103,7 +125,7 @@ class Reader:
         self.check_open()
         check_name(group, "group", allow_none=False)
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         check_offset(next_offset, "next_offset")
         # The write path's next offset counts too: a message acknowledged a moment ago may
         # not be indexed yet, and committing just past it is legitimate.
@@ -120,14 +142,14 @@ class Reader:
         self.check_open()
         check_name(group, "group", allow_none=False)
         check_topic(topic)
-        check_queue_id(queue_id, self.config.queues_per_topic)
+        check_queue_id(queue_id, self.queues.queue_count(topic))
         return self.index.committed_offset(group, topic, queue_id)
 
     def all_messages(self, topics: Iterable[str]) -> dict[tuple[str, int], list[StoredMessage]]:
         """Every consumable message of ``topics`` by queue (tools and tests)."""
         out = {}
         for topic in topics:
-            for qid in range(self.config.queues_per_topic):
+            for qid in range(self.queues.queue_count(topic)):
                 lo, hi = self.index.queue_range(topic, qid)
                 msgs = []
                 off = lo

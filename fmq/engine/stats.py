@@ -1,18 +1,24 @@
-"""The broker's counters and offsets in one dict (``fmq stats``, the server's STATS)."""
+"""The broker's counters and offsets in one dict (``fmq stats``, the server's STATS, the
+metrics)."""
 
 from __future__ import annotations
 
+import struct
+
 from fmq.engine.checkpoints import Checkpointer
+from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
+from fmq.errors import FMQError
 from fmq.index.dispatcher import Dispatcher
 from fmq.log.log import Log
+from fmq.log.record import HEADER, HEADER_SIZE, RecordType
 from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
 from fmq.tx.writer import TxWriter
 
 
 def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWriter,
-                 retention: Retention, checkpointer: Checkpointer) -> dict:
+                 retention: Retention, checkpointer: Checkpointer, reader: Reader) -> dict:
     """Log, index, transaction and checkpoint figures of a running broker."""
     flushed = log_.flushed_offset
     applied = dispatcher.applied_offset
@@ -24,6 +30,7 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWr
         "flushed_offset": flushed,
         "applied_offset": applied,
         "index_lag": max(0, flushed - applied),
+        "index_lag_ms": index_lag_ms(log_, applied, flushed),
         "segments": len(log_.segments),
         "flushes": log_.flush_count,
         "open_transactions": len(open_txs),
@@ -36,4 +43,20 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWr
         "index_error": str(dispatcher.failing) if dispatcher.failing else None,
         "index_retries": dispatcher.retries,
         "last_checkpoint": last.to_dict() if last else None,
+        "bad_records_read": reader.bad_records.records,
+        "bad_record_reads": reader.bad_records.reads,
     }
+
+
+def index_lag_ms(log_: Log, applied: int, flushed: int) -> int:
+    """How long the oldest durable record the index has not applied has waited: now minus
+    its store time (0 when the index is caught up or the record cannot be read)."""
+    if applied >= flushed:
+        return 0
+    try:
+        header = HEADER.unpack(log_.read(applied, HEADER_SIZE))
+    except (FMQError, struct.error):  # retention deleted it meanwhile: no figure this time
+        return 0
+    if header[4] == RecordType.FILLER or header[6] <= 0:  # a filler has no store time
+        return 0
+    return max(0, now_ms() - header[6])

@@ -28,6 +28,7 @@ the environment can still be read.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -35,7 +36,7 @@ from collections.abc import Iterable
 
 import lmdb
 
-from fmq.datadir import INDEX_DATA_FILE
+from fmq.datadir import INDEX_DATA_FILE, index_exists
 from fmq.errors import IndexCorrupt, IndexUnavailable
 from fmq.index import keys as K
 from fmq.index import trim
@@ -186,6 +187,26 @@ class IndexStore:
                 out.append((qoff, doff, dsize, th, st))
         return out
 
+    def queue_bytes(self, topic: str, queue_id: int) -> int:
+        """Log bytes of the records a queue's entries point at (a walk of the queue)."""
+        total = 0
+        prefix = K.queue_prefix(topic, queue_id)
+        with self._gate, self.env.begin() as txn:
+            cur = txn.cursor(db=self.db.cq)
+            if not cur.set_range(prefix):
+                return 0
+            for k, v in cur:
+                if not k.startswith(prefix):
+                    break
+                total += K.CQ_VALUE.unpack(v)[1]
+        return total
+
+    def store_time(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        """Store time (ms) of the queue's entry at ``queue_offset``; None when absent."""
+        with self._gate, self.env.begin() as txn:
+            v = txn.get(K.cq_key(topic, queue_id, queue_offset), db=self.db.cq)
+        return None if v is None else K.CQ_VALUE.unpack(v)[3]
+
     def key_lookup(self, topic: str, key: str, limit: int = 1000) -> list[tuple[int, int]]:
         """(queue id, queue offset) of messages with ``key``, oldest first."""
         out = []
@@ -278,7 +299,25 @@ class IndexStore:
     def close(self) -> None:
         self.env.close()
 
+logger = logging.getLogger("fmq.index")
+
 
 def destroy(path: str) -> None:
     """Remove an index directory entirely."""
     shutil.rmtree(path, ignore_errors=True)
+
+
+def open_index(path: str, map_size: int) -> tuple[IndexStore, bool]:
+    """The index at ``path``; True when it must be rebuilt from the log (it was missing, or
+    unusable and then emptied)."""
+    rebuilt = not index_exists(path)
+    try:
+        index = IndexStore(path, map_size)
+    except IndexCorrupt as exc:
+        logger.warning("index unusable (%s): rebuilding it from the log", exc)
+        destroy(path)
+        index = IndexStore(path, map_size)
+        rebuilt = True
+    if rebuilt:
+        index.clear_derived()
+    return index, rebuilt

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from fmq.errors import LogFailed
+from fmq.log.flush_stats import FlushStats
 from fmq.log.segment import Segment
 
 
@@ -60,6 +61,7 @@ class GroupCommit:
         #: Called (outside the lock) with the new durable offset after every flush.
         self.on_flushed: Callable[[int], None] | None = None
         self.flush_count = 0
+        self.flush_stats = FlushStats()
 
     def restart_at(self, offset: int) -> None:
         """Everything below ``offset`` is on disk (recovery places the log end; lock held)."""
@@ -152,6 +154,7 @@ class GroupCommit:
 
     def _flush_batch(self, chunks: list[_Chunk], target: int, sync: bool,
                      unsynced: list[Segment]) -> None:
+        started = time.monotonic()
         touched: list[Segment] = []
         synced: list[Segment] = []
         try:
@@ -186,6 +189,8 @@ class GroupCommit:
             self._leading = False
             self._written = max(self._written, target)
             if sync:
+                self.flush_stats.observe(time.monotonic() - started,
+                                         max(0, target - self._flushed))
                 self._flushed = max(self._flushed, target)
                 self._unsynced = []
                 self.flush_count += 1

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from fmq.errors import OffsetOutOfRange
 from fmq.log.commit import GroupCommit
 from fmq.log.fileio import OS_IO, FileIO
+from fmq.log.flush_stats import FlushStats
 from fmq.log.record import HEADER_SIZE, Record, encode_into, filler
 from fmq.log.segment import Segment
 from fmq.log.segments import SegmentSet
@@ -86,6 +87,11 @@ class Log:
     @property
     def flush_count(self) -> int:
         return self._commit.flush_count
+
+    @property
+    def flush_stats(self) -> FlushStats:
+        """Latency and size histograms of the synchronous flushes (the metrics)."""
+        return self._commit.flush_stats
 
     @property
     def coalesce(self) -> bool:

@@ -50,6 +50,9 @@ class Op(IntEnum):
     STATS = 18
     LIST_TX = 19
     RESOLVE_TX = 20
+    TOPICS = 21
+    GROUPS = 22
+    RESET_OFFSETS = 23
 
 
 # ------------------------------------------------------------------ composite types
@@ -150,4 +153,12 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "Open transactions, oldest first."),
     _spec(Op.RESOLVE_TX, [("tx_id", STR), ("decision", STR)], [("state", STR)],
           "An operator ends an open transaction: decision commit or rollback."),
+    _spec(Op.TOPICS, [], [("json", TEXT)],
+          "Every topic (queues, messages, bytes, store times) and disk usage, as JSON."),
+    _spec(Op.GROUPS, [("group", OPT_STR)], [("json", TEXT)],
+          "Consumer groups (members, committed offsets, lag), or one group, as JSON."),
+    _spec(Op.RESET_OFFSETS, [("group", STR), ("topic", OPT_STR), ("queue_id", I32),
+                             ("to", STR), ("value", I64), ("force", BOOL)], [("json", TEXT)],
+          "An operator moves a group's committed offsets; refused while the group has "
+          "members unless force."),
 ]}

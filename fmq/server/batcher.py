@@ -74,7 +74,7 @@ class SendBatcher:
                                   f"(max_batch_messages) of {limit}; send smaller batches")
         if self._stopping:
             raise ServerBusy("the server is shutting down; retry against the restarted server")
-        check_messages(msgs, self.broker.config)
+        check_messages(msgs, self.broker.config, self.broker.queue_count)
         fut = self.loop.create_future()
         self._pending.append((msgs, fut, reply))
         if not self._scheduled:

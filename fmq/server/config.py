@@ -22,6 +22,10 @@ MiB = 1024 * 1024
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 9876
+    #: Port of the Prometheus metrics endpoint (``/metrics``); 0 = no endpoint (default).
+    metrics_port: int = 0
+    #: Address the metrics endpoint listens on: loopback unless chosen otherwise.
+    metrics_host: str = "127.0.0.1"
     #: Largest frame accepted (the length field); bigger → error response, connection closed.
     max_frame_size: int = 64 * MiB
     #: Established connections (that sent a complete request) open at once; one more gets
@@ -94,6 +98,7 @@ class ServerConfig:
             require(ok, what, "server configuration")
 
         need(0 <= self.port <= 65_535, "port must be in 0..65535")
+        need(0 <= self.metrics_port <= 65_535, "metrics_port must be in 0..65535 (0 = off)")
         need(4096 <= self.max_frame_size <= 0xFFFF_FFFF,
              "max_frame_size must be in 4096..4294967295")
         for name in ("max_connections", "max_in_flight", "worker_threads", "long_poll_threads",

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fmq.engine.broker import Broker
+from fmq.errors import FMQError
 from fmq.server.batcher import SendBatcher
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
@@ -34,6 +35,15 @@ class ServerCounters:
     pull_reads: int = 0  # times a PULL read its queue
     pull_wakeups: int = 0  # pull waits that data in their queue ended
     timed_out: int = 0  # sessions closed by a time-out or to make room
+    #: Decoded requests per opcode (a list: one index per request on the hot path).
+    by_op: list[int] = field(default_factory=lambda: [0] * 256)
+    #: Error answers per (opcode, error code).
+    errors: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def failed(self, op: int, exc: BaseException) -> None:
+        """An error answer: an FMQError's code, 1 for anything else."""
+        key = (op, exc.code if isinstance(exc, FMQError) else 1)
+        self.errors[key] = self.errors.get(key, 0) + 1
 
 
 class ServerHooks(Protocol):

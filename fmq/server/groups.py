@@ -73,10 +73,13 @@ class GroupLimits:
 
 
 class GroupCoordinator:
-    def __init__(self, queues_per_topic: int, session_timeout_ms: int,
+    def __init__(self, queues_per_topic: int | Callable[[str], int], session_timeout_ms: int,
                  clock: Callable[[], float] = time.monotonic,
                  limits: GroupLimits | None = None) -> None:
-        self.queues = queues_per_topic
+        """``queues_per_topic``: one count for every topic, or the broker's per-topic count
+        (``Broker.queue_count``): a topic may have more queues than the setting."""
+        self.queue_count = (queues_per_topic if callable(queues_per_topic)
+                            else lambda _topic, n=queues_per_topic: n)
         self.session_timeout = session_timeout_ms / 1000.0
         self.clock = clock
         self.limits = limits or GroupLimits()
@@ -243,9 +246,14 @@ class GroupCoordinator:
             subs = g.subscribers.get(t)
             if not subs:
                 continue
-            owners = g.owners[t] = [subs[q % len(subs)] for q in range(self.queues)]
+            owners = g.owners[t] = [subs[q % len(subs)] for q in range(self.queue_count(t))]
             for q, mid in enumerate(owners):
                 g.members[mid].owned.setdefault(t, []).append(q)
+
+    def member_count(self, group: str) -> int:
+        """Live members of ``group`` (0 for a group nobody joined)."""
+        g = self.groups.get(group)
+        return len(g.members) if g is not None else 0
 
     def describe(self) -> dict:
         return {name: {"generation": g.generation,

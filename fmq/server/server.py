@@ -28,11 +28,13 @@ from typing import Any
 from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, ServerBusy
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
+from fmq.server import operator_ops  # noqa: F401 - registers the operator's handlers
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
 from fmq.server.descriptors import fit_connections
 from fmq.server.groups import GroupCoordinator, GroupLimits
+from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 from fmq.server.session import ClientSession
@@ -64,7 +66,7 @@ class Server:
         self.ctx = ServerContext(
             broker, config, self,
             groups=GroupCoordinator(
-                broker.config.queues_per_topic, config.group_session_timeout_ms,
+                broker.queue_count, config.group_session_timeout_ms,
                 limits=GroupLimits(config.max_topics_per_member, config.max_members_per_group,
                                    config.max_members_per_connection)),
             limits=request_limits(broker, config),
@@ -84,6 +86,7 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._hurry: asyncio.Event | None = None  # set by a second stop signal
         self._watchdog: asyncio.Task | None = None
+        self.metrics: MetricsEndpoint | None = None
 
     @property
     def stopping(self) -> bool:
@@ -95,6 +98,9 @@ class Server:
         loop = asyncio.get_running_loop()
         self.ctx.attach(loop)
         self._hurry = asyncio.Event()
+        if self.config.metrics_port:
+            self.metrics = MetricsEndpoint(self.broker, self.stats, loop,
+                                           self.config.metrics_host, self.config.metrics_port)
         try:
             self._server = await loop.create_server(
                 lambda: ClientSession(self.ctx), self.config.host, self.config.port,
@@ -155,6 +161,8 @@ class Server:
         for session in [*self.pending.values(), *self.sessions.values()]:
             session.close()
         loop = asyncio.get_running_loop()
+        if self.metrics is not None:  # its thread reads the broker: stop it before close
+            await asyncio.to_thread(self.metrics.close)
         self.pollers.shutdown(wait=False, cancel_futures=True)
         # No read may still be inside LMDB when the broker closes it (reads are short).
         await asyncio.to_thread(self.readers.shutdown, wait=True, cancel_futures=True)
@@ -261,6 +269,11 @@ class Server:
             "reply_budget_waiting": ctx.reply_budget.waiting,
             "uptime_s": round(time.time() - self.started, 3),
             "groups": ctx.groups.describe(),
+            "requests_by_op": {Op(op).name: n for op, n in enumerate(counters.by_op)
+                               if n and op in Op._value2member_map_},
+            "errors_by_code": [{"op": Op(op).name if op in Op._value2member_map_ else str(op),
+                                "code": code, "count": n}
+                               for (op, code), n in sorted(counters.errors.items())],
         }
 
 

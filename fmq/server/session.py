@@ -300,11 +300,13 @@ class ClientSession(asyncio.Protocol):
             self.fail(op, rid, exc, f"malformed {Op(op).name} payload")
             return
         ctx.counters.requests += 1
+        ctx.counters.by_op[op] += 1
         try:
             # A coroutine becomes a task; SEND's handler returns a future and needs none.
             request = asyncio.ensure_future(HANDLERS[op](ctx, self, req))
         except FMQError as exc:  # refused before it started (a send that cannot be stored)
             self._release_request(size)
+            ctx.counters.failed(op, exc)
             self.send(encode_error(op, rid, exc))
             return
         self.tasks.add(request)
@@ -324,6 +326,7 @@ class ClientSession(asyncio.Protocol):
             except Exception as enc:  # noqa: BLE001 - a bug must not kill the session
                 exc = enc
         if exc is not None:
+            self.ctx.counters.failed(op, exc)
             if not isinstance(exc, FMQError):
                 logger.error("request %s failed unexpectedly", Op(op).name, exc_info=exc)
             data = encode_error(op, rid, exc)

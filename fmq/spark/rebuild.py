@@ -57,6 +57,7 @@ from fmq.spark.errors import translate_spark_error
 from fmq.spark.files import SegmentFiles
 from fmq.spark.session import spark_session
 from fmq.spark.source import register
+from fmq.spark.summary import summary_text
 from fmq.spark.swap import swap_in
 from fmq.spark.transactions import open_transactions, transaction_table
 
@@ -242,8 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, sort_keys=True, default=str))
     else:
-        for k, v in result.items():
-            print(f"{k}: {v}")
+        print(summary_text(result))
     return 0
 
 

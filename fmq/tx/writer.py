@@ -30,11 +30,14 @@ logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger n
 class QueueAssigner(Protocol):
     """Queue choice and queue-offset allocation, called with the log lock held."""
 
+    def queue_count(self, topic: str) -> int: ...
+
     def pick_queue(self, message: Message) -> int: ...
 
     def next_offset(self, topic: str, queue_id: int) -> int: ...
 
-    def advance(self, topic: str, queue_id: int, queue_offset: int) -> None: ...
+    def advance(self, topic: str, queue_id: int, queue_offset: int,
+                body_bytes: int = 0) -> None: ...
 
 
 class TxWriter:
@@ -74,7 +77,7 @@ class TxWriter:
                 f"(max_messages_per_transaction); got {len(messages)}")
         overhead = len(tx_id.encode()) + len(producer_group.encode())
         for m in messages:
-            check_message(m, cfg.max_message_size, cfg.queues_per_topic)
+            check_message(m, cfg.max_message_size, self.queues.queue_count)
             check_fits(m, cfg.segment_size, overhead)
         self.admit()
         store_time = now_ms()
@@ -172,7 +175,7 @@ class TxWriter:
                     ref.properties = pre.properties
                     ref.body = pre.body
                 log_.append_locked(ref)
-                self.queues.advance(m.topic, m.queue_id, qoff)
+                self.queues.advance(m.topic, m.queue_id, qoff, m.body_size)
                 m.queue_offset = qoff
             commit = Record(RecordType.COMMIT, store_time=store_time, tx_id=tx.tx_id,
                             producer_group=tx.producer_group, ref_offset=tx.prepare_offset)

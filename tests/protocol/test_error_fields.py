@@ -9,6 +9,7 @@ from fmq.errors import (
     CorruptLog,
     DataDirLocked,
     FMQError,
+    GroupHasMembers,
     LogFailed,
     SegmentUnavailable,
     TornRecord,
@@ -27,6 +28,7 @@ WITH_FIELDS = [
     CorruptLog("a at log offset 7: b.seg", 9, "reason: with. Valid records follow it\nx"),
     TornRecord(77, "length 90 but only 3 bytes follow"),
     BadRecord(-1, "record claims log offset 5: bad record at log offset 6"),
+    GroupHasMembers("orders has 2 live members: x", 3),
 ]
 
 

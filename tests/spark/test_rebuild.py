@@ -183,9 +183,14 @@ def test_module_main_prints_what_it_did(spark, built_log, log_copy, tmp_path, ca
     out = str(tmp_path / "idx")
     assert main([log_copy, "--out", out]) == 0
     printed = capsys.readouterr().out
-    assert f"index_dir: {out}" in printed
-    assert f"queue_entries: {len(built_log.online_dump['cq'])}" in printed
-    assert "open_transactions: [" in printed
+    lines = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip()
+             for line in printed.splitlines()}
+    assert lines["index"] == out
+    assert lines["queue entries"].startswith(f"{len(built_log.online_dump['cq']):,} in ")
+    # counts, not lists: the open transactions are one line however many there are
+    assert "{'" not in printed and "[{" not in printed and "None" not in printed
+    assert built_log.open_transactions
+    assert lines["open transactions"] == f"{len(built_log.open_transactions)} (listed by --json)"
     assert_same_index(_dump(out), built_log.online_dump)
     # And an error is one line on stderr with exit status 1, no traceback.
     with fmq.Broker.open(log_copy, small_config()):

@@ -1,0 +1,121 @@
+"""``fmq groups [GROUP]`` (like ``kafka-consumer-groups --describe``) and ``fmq groups
+reset-offsets``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import click
+from fmq.cli import output as out
+from fmq.cli.common import emit, fmq_errors, json_option
+from fmq.cli.net_cmds import server_option
+from fmq.cli.stats_cmds import OFFSET_COLUMNS, call_json
+
+
+class GroupsCommand(click.Group):
+    """``fmq groups [GROUP]`` describes; a first word that is not a subcommand is a group."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return ["[GROUP] [--server HOST:PORT] [--json]  |  reset-offsets GROUP ..."]
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
+            args = ["describe", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("groups", cls=GroupsCommand)
+def groups_group() -> None:
+    """Consumer groups of a running server: `fmq groups [GROUP]` shows members, committed
+    offsets and lag per queue; `fmq groups reset-offsets GROUP ...` moves the offsets."""
+
+
+def render_groups(groups: list[dict]) -> str:
+    if not groups:
+        return "no consumer groups"
+    blocks = []
+    for g in groups:
+        members = ", ".join(f"{mid} ({len(q)} queues)" for mid, q in sorted(g["members"].items()))
+        head = (f"group {g['group']}: {len(g['members'])} members"
+                + (f" (generation {g['generation']}): {members}" if g["members"] else ""))
+        blocks.append(head + "\n" + out.table(g["offsets"], OFFSET_COLUMNS[1:],
+                                              "no committed offsets"))
+    return "\n\n".join(blocks)
+
+
+@groups_group.command("describe", hidden=True)
+@click.argument("group", required=False)
+@server_option
+@json_option
+@fmq_errors
+def describe(group: str | None, server: str, as_json: bool) -> None:
+    """Members, committed offsets and lag of every group, or of GROUP."""
+    data = call_json(server, "GROUPS", {"group": group})
+    if as_json:
+        for g in data["groups"]:
+            emit(g, True)
+    else:
+        click.echo(render_groups(data["groups"]))
+
+
+@groups_group.command("reset-offsets")
+@click.argument("group")
+@click.option("--topic", default=None, help="Only this topic [default: every topic the "
+                                            "group committed in].")
+@click.option("--queue", "queue_id", type=click.IntRange(min=0), default=None,
+              help="Only this queue of --topic.")
+@click.option("--to-earliest", "to", flag_value="earliest", help="The first stored message.")
+@click.option("--to-latest", "to", flag_value="latest", help="Past the last message.")
+@click.option("--to-time", "to_time", default=None, metavar="T",
+              help="The first message stored at or after T: ms since the epoch or an ISO "
+                   "date and time (UTC unless it names a zone), e.g. 2026-11-23T04:00:00.")
+@click.option("--to-offset", "to_offset", type=click.IntRange(min=0), default=None,
+              metavar="N", help="Queue offset N (clamped to what is stored).")
+@click.option("--force", is_flag=True, help="Reset even while the group has live members.")
+@server_option
+@json_option
+@fmq_errors
+def reset_offsets(group: str, topic: str | None, queue_id: int | None, to: str | None,
+                  to_time: str | None, to_offset: int | None, force: bool, server: str,
+                  as_json: bool) -> None:
+    """Move GROUP's committed offsets (logged by the server). Refused while the group has
+    live members, unless --force: stop its consumers first."""
+    chosen = [name for name, v in (("--to-earliest/--to-latest", to), ("--to-time", to_time),
+                                   ("--to-offset", to_offset)) if v is not None]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-time, "
+                               "--to-offset")
+    value = -1
+    if to_time is not None:
+        to, value = "time", parse_time_ms(to_time)
+    elif to_offset is not None:
+        to, value = "offset", to_offset
+    data = call_json(server, "RESET_OFFSETS", {
+        "group": group, "topic": topic, "queue_id": -1 if queue_id is None else queue_id,
+        "to": to, "value": value, "force": force})
+    if as_json:
+        for c in data["changes"]:
+            emit(c, True)
+        return
+    click.echo(out.table(data["changes"], [
+        ("TOPIC", lambda c: c["topic"]), ("QUEUE", lambda c: c["queue_id"]),
+        ("OLD", lambda c: c["old"]), ("NEW", lambda c: c["new"])], "nothing to reset"))
+
+
+def parse_time_ms(value: str) -> int:
+    """Milliseconds since the epoch from digits or an ISO 8601 date and time."""
+    if value.isdigit():
+        return int(value)
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither ms since the epoch nor an ISO date "
+                                 f"and time like 2026-11-23T04:00:00", param_hint="--to-time"
+                                 ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return int(t.timestamp() * 1000)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(groups_group)

@@ -1,0 +1,166 @@
+"""What an operator asks first, read from the index: each topic's queues, messages, bytes and
+store times, each consumer group's committed offsets and lag, disk usage, and moving a
+group's offsets (``fmq topics``, ``fmq groups``, ``fmq stats``, the metrics).
+
+Everything here is a read of the index (a consistent LMDB snapshot per call) except
+:func:`reset_offsets`, which commits offsets through the same path as a consumer's commit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from fmq.datadir import INDEX_DIR, LOG_DIR
+from fmq.engine.queues import Queues
+from fmq.engine.reads import Reader
+from fmq.errors import InvalidArgument
+from fmq.index.store import IndexStore
+from fmq.message import check_name, check_offset, check_queue_id, check_topic
+from fmq.tx.log_access import now_ms
+
+RESET_TARGETS = ("earliest", "latest", "time", "offset")
+
+
+def topic_summaries(index: IndexStore, queue_count: Callable[[str], int]) -> list[dict]:
+    """Per topic: queue count, consumable messages, their stored bytes (a walk of the
+    topic's queue entries: proportional to its messages), first and last store time."""
+    by_topic: dict[str, list[tuple[int, int, int]]] = {}
+    for (topic, qid), (lo, hi) in index.all_queues().items():
+        by_topic.setdefault(topic, []).append((qid, lo, hi))
+    out = []
+    for topic in sorted(by_topic):
+        messages = size = 0
+        first = last = None
+        for qid, lo, hi in by_topic[topic]:
+            if hi <= lo:
+                continue
+            messages += hi - lo
+            size += index.queue_bytes(topic, qid)
+            t0, t1 = index.store_time(topic, qid, lo), index.store_time(topic, qid, hi - 1)
+            first = t0 if first is None or (t0 is not None and t0 < first) else first
+            last = t1 if last is None or (t1 is not None and t1 > last) else last
+        out.append({"topic": topic, "queues": queue_count(topic), "messages": messages,
+                    "bytes": size, "first_store_time": first, "last_store_time": last})
+    return out
+
+
+def group_offsets(index: IndexStore, now_ms: int, group: str | None = None) -> list[dict]:
+    """Per group, topic and queue with a committed offset: the committed and next offsets,
+    lag in messages and in milliseconds (now minus the store time of the first message not
+    consumed; 0 when none is waiting)."""
+    rows = []
+    for (g, topic, qid), committed in sorted(index.consumer_offsets().items()):
+        if group is not None and g != group:
+            continue
+        lo, hi = index.queue_range(topic, qid)
+        pos = max(committed, lo)
+        lag = max(0, hi - pos)
+        waiting = index.store_time(topic, qid, pos) if lag else None
+        rows.append({"group": g, "topic": topic, "queue_id": qid, "committed": committed,
+                     "min_offset": lo, "next_offset": hi, "lag": lag,
+                     "lag_ms": max(0, now_ms - waiting) if waiting is not None else 0})
+    return rows
+
+
+def disk_usage(data_dir: str) -> dict:
+    """Bytes the log's segment files and the index take on disk (allocated blocks)."""
+    def used(path: str) -> tuple[int, int]:
+        total = files = 0
+        for entry in os.scandir(path) if os.path.isdir(path) else ():
+            if entry.is_file(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_blocks * 512
+                files += 1
+        return total, files
+
+    log_bytes, segments = used(os.path.join(data_dir, LOG_DIR))
+    index_bytes, _ = used(os.path.join(data_dir, INDEX_DIR))
+    return {"log_bytes": log_bytes, "segment_files": segments, "index_bytes": index_bytes}
+
+
+def reset_offsets(reader: Reader, index: IndexStore, queue_count: Callable[[str], int],
+                  group: str, topic: str | None, queue_id: int | None, to: str,
+                  value: int | None) -> list[dict]:
+    """Move ``group``'s committed offsets: of one queue, of every queue of ``topic``, or
+    (no topic) of every queue the group committed in. ``to``: ``earliest``, ``latest``,
+    ``time`` (``value`` = ms since the epoch) or ``offset`` (``value``, clamped to the
+    queue's consumable range). Returns each queue's old and new offset."""
+    check_name(group, "group", allow_none=False)
+    if to not in RESET_TARGETS:
+        raise InvalidArgument(f"reset target must be one of {', '.join(RESET_TARGETS)}, "
+                              f"not {to!r}")
+    if to in ("time", "offset"):
+        if value is None:
+            raise InvalidArgument(f"a reset to a {to} needs a value (--to-{to})")
+        check_offset(value, "timestamp_ms" if to == "time" else "offset")
+    if topic is not None:
+        check_topic(topic)
+        qids = ([check_queue_id(queue_id, queue_count(topic))] if queue_id is not None
+                else range(queue_count(topic)))
+        queues = [(topic, q) for q in qids]
+    else:
+        if queue_id is not None:
+            raise InvalidArgument("--queue needs --topic")
+        queues = sorted({(t, q) for (g, t, q) in index.consumer_offsets() if g == group})
+        if not queues:
+            raise InvalidArgument(f"group {group!r} has no committed offsets; name the "
+                                  f"topic to reset (--topic)")
+    changes = []
+    for t, q in queues:
+        lo, hi = index.queue_range(t, q)
+        if to == "earliest":
+            new = lo
+        elif to == "latest":
+            new = hi
+        elif to == "time":
+            new = reader.offset_for_time(t, q, value)
+        else:
+            new = min(max(value, lo), hi)
+        old = reader.committed_offset(group, t, q)
+        reader.commit_offset(group, t, q, new)
+        changes.append({"group": group, "topic": t, "queue_id": q, "old": old, "new": new})
+    return changes
+
+
+class Inventory:
+    """The functions above for one open broker (``broker.inventory``); ``check_open()``
+    raises once the broker is closed."""
+
+    def __init__(self, data_dir: str, index: IndexStore, queues: Queues, reader: Reader,
+                 check_open: Callable[[], None]) -> None:
+        self.data_dir = data_dir
+        self.index = index
+        self.queues = queues
+        self.reader = reader
+        self.check_open = check_open
+
+    def topics(self) -> list[dict]:
+        self.check_open()
+        return topic_summaries(self.index, self.queues.queue_count)
+
+    def groups(self, group: str | None = None) -> list[dict]:
+        self.check_open()
+        if group is not None:
+            check_name(group, "group", allow_none=False)
+        return group_offsets(self.index, now_ms(), group)
+
+    def disk_usage(self) -> dict:
+        return disk_usage(self.data_dir)
+
+    def reset_offsets(self, group: str, topic: str | None, queue_id: int | None, to: str,
+                      value: int | None = None) -> list[dict]:
+        self.check_open()
+        return reset_offsets(self.reader, self.index, self.queues.queue_count, group, topic,
+                             queue_id, to, value)
+
+    def traffic(self) -> dict[str, dict[str, int]]:
+        """Per topic, messages and body bytes written and read since the broker opened."""
+        out: dict[str, dict[str, int]] = {}
+        for name, counts in (("messages_in", self.queues.messages_in),
+                             ("bytes_in", self.queues.bytes_in),
+                             ("messages_out", self.reader.messages_out),
+                             ("bytes_out", self.reader.bytes_out)):
+            for topic, n in dict(counts).items():
+                out.setdefault(topic, {"messages_in": 0, "bytes_in": 0, "messages_out": 0,
+                                       "bytes_out": 0})[name] = n
+        return out

@@ -1,0 +1,183 @@
+"""Prometheus metrics of a running server, served over HTTP on ``metrics_port`` (off by
+default; ``metrics_host`` is loopback by default). docs/operations.md lists every metric.
+
+Nothing is measured per request for this: a custom collector reads, at scrape time, state
+the broker and the server keep anyway (``broker.stats()``, the inventory, the server's
+counters). prometheus-client's HTTP server runs in its own thread, so a scrape never blocks
+the event loop; the server's own state, which only the event loop may touch, is copied
+there by a short callback the scrape waits for (at most ``LOOP_TIMEOUT`` seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from fmq.engine.broker import Broker
+from fmq.errors import ConfigError, FMQError
+from fmq.log.flush_stats import Histogram
+
+logger = logging.getLogger("fmq.server")
+
+#: Longest a scrape waits for the event loop to copy the server's counters.
+LOOP_TIMEOUT = 2.0
+
+
+def _histogram(name: str, doc: str, h: Histogram) -> HistogramMetricFamily:
+    cumulative, running = [], 0
+    for bound, n in zip((*h.bounds, float("inf")), h.counts, strict=True):
+        running += n
+        cumulative.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
+    return HistogramMetricFamily(name, doc, buckets=cumulative, sum_value=h.total)
+
+
+class BrokerCollector:
+    """Reads the broker and, through ``server_state``, the server, on every scrape."""
+
+    def __init__(self, broker: Broker, server_state: Callable[[], dict[str, Any] | None]) -> None:
+        self.broker = broker
+        self.server_state = server_state
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            yield from self._broker_metrics()
+        except FMQError as exc:  # the broker is closing: the scrape gets what there is
+            logger.debug("metrics: broker not readable (%s)", exc)
+        server = self.server_state()
+        if server is not None:
+            yield from self._server_metrics(server)
+
+    def _broker_metrics(self) -> Iterator[Metric]:
+        b = self.broker
+        s = b.stats()
+        inv = b.inventory
+        traffic = inv.traffic()
+        for key, name, doc in (
+                ("messages_in", "fmq_messages_in", "Messages stored, by topic."),
+                ("bytes_in", "fmq_bytes_in", "Body bytes stored, by topic."),
+                ("messages_out", "fmq_messages_out", "Messages read by consumers, by topic."),
+                ("bytes_out", "fmq_bytes_out", "Body bytes read by consumers, by topic.")):
+            c = CounterMetricFamily(name, doc + " Since the server started.", labels=["topic"])
+            for topic, counts in sorted(traffic.items()):
+                c.add_metric([topic], counts[key])
+            yield c
+        latency, size = b.log.flush_stats.snapshot()
+        yield _histogram("fmq_fsync_seconds", "Group-commit flush latency (write and "
+                         "fdatasync), seconds.", latency)
+        yield _histogram("fmq_group_commit_bytes", "Bytes made durable by one group-commit "
+                         "flush.", size)
+        yield CounterMetricFamily("fmq_flushes", "Group-commit flushes.", value=s["flushes"])
+        disk = inv.disk_usage()
+        yield GaugeMetricFamily("fmq_log_bytes", "Log bytes between the first and the next "
+                                "offset.", value=s["log_end"] - s["log_start"])
+        yield GaugeMetricFamily("fmq_log_disk_bytes", "Disk space the segment files take.",
+                                value=disk["log_bytes"])
+        yield GaugeMetricFamily("fmq_index_disk_bytes", "Disk space the index takes.",
+                                value=disk["index_bytes"])
+        yield GaugeMetricFamily("fmq_log_segments", "Segment files.", value=s["segments"])
+        yield GaugeMetricFamily("fmq_index_lag_bytes", "Durable log bytes not yet indexed "
+                                "(not yet consumable).", value=s["index_lag"])
+        yield GaugeMetricFamily("fmq_index_lag_seconds", "How long the oldest durable record "
+                                "not yet indexed has waited.", value=s["index_lag_ms"] / 1000)
+        yield GaugeMetricFamily("fmq_open_transactions", "Open (prepared) transactions.",
+                                value=s["open_transactions"])
+        yield GaugeMetricFamily("fmq_oldest_transaction_age_seconds", "Age of the oldest open "
+                                "transaction.", value=s["oldest_transaction_age_ms"] / 1000)
+        yield CounterMetricFamily("fmq_checkbacks_sent", "Feedback check-backs offered to "
+                                  "producers.", value=s["feedback_checks_sent"])
+        yield CounterMetricFamily("fmq_bad_records_read", "Damaged records consumers met "
+                                  "(each logged at ERROR once).", value=s["bad_records_read"])
+        yield CounterMetricFamily("fmq_tx_timeouts", "Transactions tx_timeout_ms rolled back.",
+                                  value=s["tx_timeouts"])
+        yield GaugeMetricFamily("fmq_log_failed", "1 when the log stopped after an I/O error.",
+                                value=1 if s["log_failed"] else 0)
+        yield from self._group_metrics()
+
+    def _group_metrics(self) -> Iterator[Metric]:
+        labels = ["group", "topic", "queue"]
+        committed = GaugeMetricFamily("fmq_consumer_committed_offset", "A group's committed "
+                                      "offset in a queue.", labels=labels)
+        lag = GaugeMetricFamily("fmq_consumer_lag_messages", "Messages of a queue a group has "
+                                "not consumed.", labels=labels)
+        lag_s = GaugeMetricFamily("fmq_consumer_lag_seconds", "How long the first message a "
+                                  "group has not consumed has been stored.", labels=labels)
+        for r in self.broker.inventory.groups():
+            key = [r["group"], r["topic"], str(r["queue_id"])]
+            committed.add_metric(key, r["committed"])
+            lag.add_metric(key, r["lag"])
+            lag_s.add_metric(key, r["lag_ms"] / 1000)
+        yield from (committed, lag, lag_s)
+
+    def _server_metrics(self, server: dict[str, Any]) -> Iterator[Metric]:
+        yield GaugeMetricFamily("fmq_connections", "Established client connections.",
+                                value=server["connections"])
+        yield GaugeMetricFamily("fmq_pending_connections", "Connections that have not sent a "
+                                "request yet.", value=server["pending_connections"])
+        requests = CounterMetricFamily("fmq_requests", "Requests decoded, by operation.",
+                                       labels=["op"])
+        for op, n in sorted(server["requests_by_op"].items()):
+            requests.add_metric([op], n)
+        yield requests
+        errors = CounterMetricFamily("fmq_request_errors", "Error answers, by operation and "
+                                     "error code (docs/protocol.md).", labels=["op", "code"])
+        for e in server["errors_by_code"]:
+            errors.add_metric([e["op"], str(e["code"])], e["count"])
+        yield errors
+        answers = server["requests_by_op"].get("ANSWER_UNCERTAIN", 0) - sum(
+            e["count"] for e in server["errors_by_code"] if e["op"] == "ANSWER_UNCERTAIN")
+        yield CounterMetricFamily("fmq_checkbacks_answered", "Feedback check-backs producers "
+                                  "answered (ANSWER_UNCERTAIN requests not refused).",
+                                  value=answers)
+        yield CounterMetricFamily("fmq_protocol_errors", "Malformed frames or requests.",
+                                  value=server["protocol_errors"])
+        yield CounterMetricFamily("fmq_busy_refusals", "Requests refused with ServerBusy.",
+                                  value=server["busy_refusals"])
+        members = GaugeMetricFamily("fmq_group_members", "Live members of a consumer group.",
+                                    labels=["group"])
+        for name, g in sorted(server["groups"].items()):
+            members.add_metric([name], len(g["members"]))
+        yield members
+
+
+class MetricsEndpoint:
+    """The HTTP endpoint: started with the server, stopped before the broker closes."""
+
+    def __init__(self, broker: Broker, stats: Callable[[], dict[str, Any]],
+                 loop: asyncio.AbstractEventLoop, host: str, port: int) -> None:
+        self._stats = stats
+        self._loop = loop
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(BrokerCollector(broker, self._server_state))
+        try:
+            self._http, self._thread = start_http_server(port, host, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve metrics on {host}:{port} ({exc.strerror or exc}); "
+                              f"choose another --metrics-port or stop the process using it"
+                              ) from None
+        self.port = self._http.server_address[1]
+        logger.info("metrics on http://%s:%d/metrics", host, self.port)
+
+    def _server_state(self) -> dict[str, Any] | None:
+        """The server's counters, copied on the event loop (None when it does not answer)."""
+        async def copy() -> dict[str, Any]:
+            return self._stats()
+
+        try:
+            return asyncio.run_coroutine_threadsafe(copy(), self._loop).result(LOOP_TIMEOUT)
+        except (RuntimeError, TimeoutError, asyncio.CancelledError):
+            return None  # the loop is stopping: the scrape gets the broker's figures
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+        self._thread.join(5)

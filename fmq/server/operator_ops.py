@@ -1,0 +1,75 @@
+"""The operator's requests: TOPICS, GROUPS and RESET_OFFSETS (``fmq topics``, ``fmq groups``,
+``fmq stats``). They register in the same handler table as every other operation; their
+answers are JSON text, like STATS. The index reads run in the reader threads, an offset reset
+in the worker threads (it commits offsets through the consumer's path); group membership is
+read on the event loop, which owns it."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fmq.errors import GroupHasMembers
+from fmq.message import check_name
+from fmq.protocol import Op
+from fmq.server.context import RequestSession, ServerContext
+from fmq.server.handlers import handles
+
+logger = logging.getLogger("fmq.server")
+
+
+def _dump(obj: object) -> dict:
+    return {"json": json.dumps(obj, sort_keys=True)}
+
+
+@handles(Op.TOPICS)
+async def _topics(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    inventory = ctx.broker.inventory
+    topics = await ctx.read(inventory.topics)
+    disk = await ctx.read(inventory.disk_usage)
+    return _dump({"topics": topics, "disk": disk})
+
+
+def group_members(ctx: ServerContext) -> dict[str, dict]:
+    """Live members of every group: generation and each member's queues (event loop)."""
+    return {name: {"generation": g["generation"],
+                   "members": {mid: sorted(queues) for mid, queues in g["members"].items()}}
+            for name, g in ctx.groups.describe().items()}
+
+
+@handles(Op.GROUPS)
+async def _groups(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    group = req["group"]
+    if group is not None:
+        check_name(group, "group", allow_none=False)
+    offsets = await ctx.read(ctx.broker.inventory.groups, group)
+    live = group_members(ctx)
+    names = sorted({r["group"] for r in offsets} | set(live))
+    out = []
+    for name in names:
+        if group is not None and name != group:
+            continue
+        members = live.get(name, {"generation": 0, "members": {}})
+        owner = {q: mid for mid, queues in members["members"].items() for q in queues}
+        rows = [{**r, "owner": owner.get(f"{r['topic']}/{r['queue_id']}")}
+                for r in offsets if r["group"] == name]
+        out.append({"group": name, "generation": members["generation"],
+                    "members": members["members"], "offsets": rows})
+    return _dump({"groups": out})
+
+
+@handles(Op.RESET_OFFSETS)
+async def _reset_offsets(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    group = check_name(req["group"], "group", allow_none=False)
+    members = ctx.groups.member_count(group)
+    if members and not req["force"]:
+        raise GroupHasMembers(group, members)
+    qid = req["queue_id"] if req["queue_id"] >= 0 else None
+    value = req["value"] if req["value"] >= 0 else None
+    changes = await ctx.run(ctx.broker.inventory.reset_offsets, group, req["topic"], qid,
+                            req["to"], value)
+    for c in changes:
+        logger.warning("operator at %s reset group %r offset of %s/%d: %s -> %d (to %s%s)",
+                       session.peer, group, c["topic"], c["queue_id"], c["old"], c["new"],
+                       req["to"], " with --force" if members else "")
+    return _dump({"changes": changes})
