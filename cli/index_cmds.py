@@ -16,7 +16,7 @@ def index_group() -> None:
 @index_group.command("rebuild")
 @data_dir_argument
 @click.option("--spark", is_flag=True, help="Run the rebuild as a Spark job (fmq[spark]).")
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option("--master", default=None, help="With --spark: Spark master URL [default: local[*]].")
 @click.option("--out", "out_dir", default=None,
               help="With --spark: write the index here instead of DATA_DIR/index.")
 @click.option("--parquet", "parquet_dir", default=None,
@@ -26,9 +26,12 @@ def index_group() -> None:
 def rebuild(data_dir: str, spark: bool, master: str, out_dir: str | None,
             parquet_dir: str | None, as_json: bool) -> None:
     """Rebuild the index of a stopped broker from its log."""
+    if not spark and master is not None:
+        raise click.UsageError("--master needs --spark (the in-process rebuild uses no Spark)")
     if spark:
-        from fmq.spark.rebuild import run_rebuild
-
+        run_rebuild = _spark_rebuild()
+        result = run_rebuild(data_dir, master=master or "local[*]", out_dir=out_dir,
+                             parquet_dir=parquet_dir)
         result = run_rebuild(data_dir, master=master, out_dir=out_dir, parquet_dir=parquet_dir)
         emit(result, as_json, "\n".join(f"{k}: {v}" for k, v in result.items()))
         return
@@ -49,6 +52,20 @@ def rebuild(data_dir: str, spark: bool, master: str, out_dir: str | None,
          f"rebuilt the index: {report['records_replayed']} records, "
          f"{report['bytes_replayed']} bytes, {report['entries_indexed']} queue entries, "
          f"{report['open_transactions']} open transactions, in {report['seconds']:.2f}s")
+
+
+def _spark_rebuild():
+    """The Spark rebuild, or a clear error when the spark extra is not installed."""
+    try:  # pyarrow and pandas are imported by Spark only once the job runs: check them now
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+
+        from fmq.spark.rebuild import run_rebuild
+    except ImportError as exc:
+        raise click.ClickException(
+            f"--spark needs the spark extra ({exc.name or exc} is not installed): "
+            f"pip install 'fmq[spark]' (and Java 17 for a local Spark)") from None
+    return run_rebuild
 
 
 def register(cli: click.Group) -> None:

@@ -8,6 +8,7 @@ import sys
 import click
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
 
+from fmq.admin.log_position import check_record_start
 from fmq.datadir import LOG_DIR
 from fmq.log.reader import OnCorruption
 from fmq.log.record import RecordType
@@ -15,10 +16,7 @@ from fmq.log.scanner import LogScanner
 
 
 def _log_dir(data_dir: str) -> str:
-    path = os.path.join(data_dir, LOG_DIR)
-    if not os.path.isdir(path):
-        raise click.ClickException(f"{data_dir} holds no log/ directory: is it an FMQ data dir?")
-    return path
+    return os.path.join(data_dir, LOG_DIR)
 
 
 @click.group("log")
@@ -29,6 +27,7 @@ def log_group() -> None:
 @log_group.command("verify")
 @data_dir_argument
 @json_option
+@fmq_errors
 def verify(data_dir: str, as_json: bool) -> None:
     """Check every record's CRC and fields. Exit 0 when clean (a torn tail is reported: the
     broker cuts it on open), 3 when corruption lies before valid records."""
@@ -71,6 +70,8 @@ def verify(data_dir: str, as_json: bool) -> None:
 @fmq_errors
 def dump(data_dir: str, start: int | None, limit: int | None, body: bool, as_json: bool) -> None:
     """Print records, one per line (fillers included)."""
+    if start is not None:
+        check_record_start(data_dir, start)
     scanner = LogScanner(_log_dir(data_dir), start_offset=start, on_corruption=OnCorruption.RAISE,
                          copy_body=body)
     n = 0
