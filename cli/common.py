@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -59,6 +60,10 @@ def fmq_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except FMQError as exc:
             fail(str(exc))
+        except BrokenPipeError:  # `fmq ... | head`: the reader left; nothing to say
+            # Point stdout at /dev/null so that the flush at exit does not fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         except OSError as exc:
             fail(describe_os_error(exc))
 
@@ -103,5 +108,27 @@ def _data_dir_params(required: bool) -> Callable[[Callable], Callable]:
 data_dir_argument = _data_dir_params(required=True)
 #: The same, optional (commands that can ask a server instead).
 optional_data_dir_argument = _data_dir_params(required=False)
+
+def data_dir_to_create(default: str | None, help_text: str) -> Callable[[Callable], Callable]:
+    """DATA_DIR or ``--data-dir`` for commands that create the directory when missing
+    (``server``, ``demo``); the command gets ``data_dir`` (``default`` when neither is
+    given)."""
+
+    def decorate(fn: Callable) -> Callable:
+        @wraps(fn)
+        def wrapper(*args: Any, data_dir_arg: str | None = None,
+                    data_dir_opt: str | None = None, **kwargs: Any) -> Any:
+            data_dir = _merge_data_dir(data_dir_arg, data_dir_opt)
+            return fn(*args, data_dir=default if data_dir is None else data_dir, **kwargs)
+
+        path = click.Path(file_okay=False, dir_okay=True)
+        shown = f" [default: {default}]" if default else ""
+        wrapper = click.option("--data-dir", "data_dir_opt", type=path, default=None,
+                               help=help_text + shown)(wrapper)
+        return click.argument("data_dir_arg", metavar="[DATA_DIR]", type=path,
+                              required=False)(wrapper)
+
+    return decorate
+
 
 json_option = click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
