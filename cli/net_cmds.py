@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 
 import click
-from fmq.cli.common import emit, fmq_errors, json_option
+from fmq.cli.common import data_dir_to_create, emit, fmq_errors, json_option
 
 DEFAULT_SERVER = "127.0.0.1:9876"
 
@@ -19,16 +19,17 @@ server_option = click.option(
 
 
 @click.command("server")
-@click.option("--data-dir", default="./fmq-data", show_default=True,
-              type=click.Path(file_okay=False), help="Data directory (created if missing).")
+@data_dir_to_create("./fmq-data", "Data directory (created if missing); or give DATA_DIR.")
 @click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="Port to listen on, 0 = any free port [default: 9876].")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
               default=None, help="JSON file: BrokerConfig fields, plus a \"server\" object "
                                  "with ServerConfig fields (limits, threads, time-outs).")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              help="Log lines below this level are not written (the listening address "
+                   "always is).")
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
            log_level: str) -> None:
@@ -42,7 +43,14 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
     changes = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     if changes:
         server_cfg = server_cfg.replace(**changes)
-    run_server(data_dir, broker_cfg, server_cfg)
+    # Below INFO the log does not say where the server listens; with --port 0 nobody could
+    # find it, so say it on stderr anyway.
+    quiet = logging.getLogger("fmq.server").getEffectiveLevel() > logging.INFO
+    run_server(data_dir, broker_cfg, server_cfg, on_listening=_announce if quiet else None)
+
+
+def _announce(host: str, port: int) -> None:
+    click.echo(f"fmq server listening on {host}:{port}", err=True)
 
 
 def _bodies(body: tuple[str, ...]) -> Iterator[str]:
