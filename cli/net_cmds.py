@@ -94,21 +94,35 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
         raise click.UsageError("nothing to send: give --body or lines on stdin")
     if tx is not None:
         decision = fmq.TxState(tx)
-        with TransactionProducer(server, producer_group, lambda u: fmq.TxState.UNKNOWN,
-                                 feedback=False) as producer:
-            result = producer.send_in_transaction(msgs, lambda tx_id, arg: decision)
+        try:
+            with TransactionProducer(server, producer_group, lambda u: fmq.TxState.UNKNOWN,
+                                     feedback=False) as producer:
+                result = producer.send_in_transaction(msgs, lambda tx_id, arg: decision)
+        except KeyboardInterrupt:
+            click.echo(f"interrupted: the transaction of {len(msgs)} messages may be left "
+                       f"open; see `fmq tx list`", err=True)
+            sys.exit(130)
         emit({"tx_id": result.tx_id, "state": result.state.value, "messages": len(msgs)},
              as_json, f"transaction {result.tx_id}: {result.state.value} ({len(msgs)} messages)")
         return
-    with Producer(server) as producer:
-        for start in range(0, len(msgs), batch):
-            chunk = msgs[start:start + batch]
-            results = (producer.send_batch(chunk) if len(chunk) > 1
-                       else [producer.send_message(chunk[0])])
-            for r in results:
-                emit({"topic": topic, "queue_id": r.queue_id, "queue_offset": r.queue_offset,
-                      "offset": r.offset}, as_json,
-                     f"sent to {topic}/{r.queue_id} offset {r.queue_offset} (log {r.offset})")
+    sent = 0
+    try:
+        with Producer(server) as producer:
+            for start in range(0, len(msgs), batch):
+                chunk = msgs[start:start + batch]
+                results = (producer.send_batch(chunk) if len(chunk) > 1
+                           else [producer.send_message(chunk[0])])
+                sent += len(results)
+                for r in results:
+                    emit({"topic": topic, "queue_id": r.queue_id,
+                          "queue_offset": r.queue_offset, "offset": r.offset}, as_json,
+                         f"sent to {topic}/{r.queue_id} offset {r.queue_offset} "
+                         f"(log {r.offset})")
+    except KeyboardInterrupt:
+        # A request in flight when Ctrl-C came may still be stored: at-least-once.
+        click.echo(f"interrupted: {sent} of {len(msgs)} messages acknowledged (a batch in "
+                   f"flight may be stored too)", err=True)
+        sys.exit(130)
 
 
 def _message_dict(m) -> dict:
@@ -142,17 +156,36 @@ def consume(server: str, topics: tuple[str, ...], group: str, from_beginning: bo
     from fmq.client import Consumer
 
     start = "earliest" if from_beginning else "committed"
+    count = [0]
     try:
         with Consumer(server, group, list(topics), start=start) as consumer:
-            seen = _consume(consumer, max_messages, idle_timeout, no_commit, as_json)
+            _say_which_topics_are_missing(consumer, topics, idle_timeout)
+            _consume(consumer, max_messages, idle_timeout, no_commit, as_json, count)
     except KeyboardInterrupt:  # Ctrl-C: the with block left the group; no traceback
+        click.echo(f"interrupted: consumed {count[0]} messages", err=True)
         sys.exit(130)
     if not as_json:
-        click.echo(f"consumed {seen} messages", err=True)
+        click.echo(f"consumed {count[0]} messages", err=True)
+
+
+def _say_which_topics_are_missing(consumer, topics: tuple[str, ...],
+                                  idle_timeout: float | None) -> None:
+    """A topic exists once a message was sent to it; waiting on one that does not yet must
+    not look like a hang."""
+    from fmq.protocol import Op
+
+    queues = consumer.ping()["queues_per_topic"]
+    for topic in dict.fromkeys(topics):
+        if all(consumer.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": q})["next_offset"] == 0
+               for q in range(queues)):
+            until = (f"for up to {idle_timeout:g}s (--idle-timeout)" if idle_timeout is not None
+                     else "until one comes (Ctrl-C to stop; --idle-timeout SECONDS to give up)")
+            click.echo(f"topic {topic!r} does not exist yet (no message was ever sent to it); "
+                       f"waiting for its first message {until}", err=True)
 
 
 def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
-             no_commit: bool, as_json: bool) -> int:
+             no_commit: bool, as_json: bool, count: list[int]) -> None:
     import time
 
     seen = 0
@@ -171,12 +204,12 @@ def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
             emit(d, as_json, f"{m.topic}/{m.queue_id}@{m.queue_offset} key={m.key} "
                              f"tags={m.tags}: {d.get('body', '<binary>')}")
         seen += len(msgs)
+        count[0] = seen
         if not no_commit:
             if max_messages is not None and seen >= max_messages:
                 _commit_upto(consumer, msgs)
             else:
                 consumer.commit()
-    return seen
 
 
 def _commit_upto(consumer, printed: list) -> None:
