@@ -100,3 +100,17 @@ def test_fmq_server_reports_a_wrongly_typed_value_by_name(tmp_path):
                   write(tmp_path, {"segment_size": "64 MiB per segment"}))
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "segment_size must be a size in bytes" in out.stderr
+
+
+def test_every_setting_is_documented():
+    import dataclasses
+    import os
+
+    from fmq.config import BrokerConfig
+
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "operations.md")
+    with open(docs, encoding="utf-8") as f:
+        text = f.read()
+    missing = [f.name for cls in (BrokerConfig, ServerConfig) for f in dataclasses.fields(cls)
+               if f"`{f.name}`" not in text]
+    assert missing == []
