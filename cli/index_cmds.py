@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
+from fmq.cli.progress import Progress, log_bytes
 
 
 @click.group("index")
@@ -39,15 +38,9 @@ def rebuild(data_dir: str, spark: bool, master: str, out_dir: str | None,
         raise click.UsageError("--out and --parquet need --spark")
     from fmq.admin.rebuild_index import rebuild_index
 
-    with click.progressbar(length=1, label="rebuilding index", file=sys.stderr) as bar:
-        state = {"done": 0}
-
-        def progress(done: int, total: int) -> None:
-            bar.length = max(total, 1)
-            bar.update(done - state["done"])
-            state["done"] = done
-
-        report = rebuild_index(data_dir, progress=progress)
+    first, end = log_bytes(data_dir)  # until recovery says how much it replays
+    with Progress("rebuilding index", end - first) as progress:
+        report = rebuild_index(data_dir, progress=progress.update)
     emit(report, as_json,
          f"rebuilt the index: {report['records_replayed']} records, "
          f"{report['bytes_replayed']} bytes, {report['entries_indexed']} queue entries, "

@@ -7,6 +7,7 @@ import sys
 
 import click
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
+from fmq.cli.progress import Progress, log_bytes
 
 from fmq.admin.log_position import check_record_start
 from fmq.datadir import LOG_DIR
@@ -33,10 +34,12 @@ def verify(data_dir: str, as_json: bool) -> None:
     broker cuts it on open), 3 when corruption lies before valid records."""
     scanner = LogScanner(_log_dir(data_dir), on_corruption=OnCorruption.SKIP, copy_body=False)
     counts: dict[str, int] = {}
-    with click.progressbar(scanner, label="verifying", file=sys.stderr) as records:
-        for rec in records:
+    first, end = log_bytes(data_dir)
+    with Progress("verifying", end - first) as progress:
+        for rec in scanner:
             name = RecordType(rec.type).name
             counts[name] = counts.get(name, 0) + 1
+            progress.update(rec.log_offset - first)
     result = {
         "ok": not scanner.damages,
         "segments": len(scanner.bases),
@@ -75,17 +78,23 @@ def dump(data_dir: str, start: int | None, limit: int | None, body: bool, as_jso
     scanner = LogScanner(_log_dir(data_dir), start_offset=start, on_corruption=OnCorruption.RAISE,
                          copy_body=body)
     n = 0
-    for rec in scanner:
-        if limit is not None and n >= limit:
-            break
-        n += 1
-        d = rec.to_dict(with_body=body)
-        if as_json:
-            emit(d, True)
-        else:
-            fields = " ".join(f"{k}={v}" for k, v in d.items()
-                              if v not in (None, {}) and k not in ("offset", "type"))
-            click.echo(f"{d['offset']:>12} {d['type']:<11} {fields}")
+    first, end = log_bytes(data_dir)
+    first = max(first, start or 0)
+    # Progress only when the records go to a file or a pipe: on a terminal they show it.
+    with Progress("dumping", end - first,
+                  enabled=sys.stderr.isatty() and not sys.stdout.isatty()) as progress:
+        for rec in scanner:
+            if limit is not None and n >= limit:
+                break
+            n += 1
+            d = rec.to_dict(with_body=body)
+            if as_json:
+                emit(d, True)
+            else:
+                fields = " ".join(f"{k}={v}" for k, v in d.items()
+                                  if v not in (None, {}) and k not in ("offset", "type"))
+                click.echo(f"{d['offset']:>12} {d['type']:<11} {fields}")
+            progress.update(rec.log_offset - first)
 
 
 @log_group.command("repair")

@@ -10,6 +10,7 @@ import os
 
 import click
 from fmq.cli.common import emit, fmq_errors, json_option, optional_data_dir_argument
+from fmq.cli.progress import Progress, log_bytes
 
 from fmq.datadir import require_data_dir
 
@@ -68,7 +69,10 @@ def tx_list(data_dir: str | None, server: str | None, as_json: bool) -> None:
     else:
         from fmq.admin.transactions import open_transactions_in_log
 
-        txs = open_transactions_in_log(data_dir)
+        first, end = log_bytes(data_dir)
+        with Progress("reading the log", end - first) as progress:
+            txs = open_transactions_in_log(
+                data_dir, progress=lambda offset: progress.update(offset - first))
     _print_txs(txs, as_json)
 
 

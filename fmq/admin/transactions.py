@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from fmq.datadir import LOG_DIR, require_data_dir
 from fmq.engine.broker import Broker
@@ -16,8 +17,10 @@ from fmq.tx.redo import redo_transaction_record
 from fmq.tx.state import TxState
 
 
-def open_transactions_in_log(data_dir: str) -> list[dict]:
-    """Replay every transaction record of the log and list those never ended."""
+def open_transactions_in_log(data_dir: str,
+                             progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Replay every transaction record of the log and list those never ended;
+    ``progress(log_offset)`` is called after each record."""
     require_data_dir(data_dir)
     txm = TxManager(max_open=1 << 62, finished_memory=0, check_after_ms=0,
                     check_max_interval_ms=1)
@@ -25,6 +28,8 @@ def open_transactions_in_log(data_dir: str) -> list[dict]:
                          copy_body=False, max_record_size=FORMAT_MAX_RECORD)
     for rec in scanner:
         redo_transaction_record(rec, txm)
+        if progress is not None:
+            progress(rec.log_offset)
     return txm.list_open(time.time_ns() // 1_000_000)
 
 
