@@ -36,8 +36,8 @@ def check_record_start(data_dir: str, offset: int) -> None:
                          copy_body=False, max_record_size=FORMAT_MAX_RECORD)
     before: int | None = None
     for rec in scanner:
-        if rec.log_offset == offset:
-            return
+        if rec.log_offset == offset or any(d.offset == offset for d in scanner.damages):
+            return  # a record, or damage the reader will name itself
         if rec.log_offset > offset:
             if before is None:
                 raise NotARecordStart(
@@ -46,7 +46,7 @@ def check_record_start(data_dir: str, offset: int) -> None:
                                   f"and {rec.log_offset})")
         before = rec.log_offset
     end = scanner.end_offset
-    if offset == end:
+    if offset == end or any(d.offset == offset for d in scanner.damages):
         return
     if offset > end:
         raise NotARecordStart(f"{offset} is past the end of the log (ends at {end})")

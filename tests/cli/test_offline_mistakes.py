@@ -111,3 +111,16 @@ def test_index_rebuild_with_spark_but_without_the_extra_says_what_to_install(
 def test_master_without_spark_is_a_usage_error(data_dir):
     result = run("index", "rebuild", data_dir, "--master", "local[2]")
     assert result.exit_code == 2 and "--master needs --spark" in result.stderr
+
+
+def test_dump_from_a_damaged_offset_names_the_damage(data_dir):
+    from fmq.datadir import LOG_DIR, format_segment_name
+
+    starts = offsets(data_dir)
+    with open(os.path.join(data_dir, LOG_DIR, format_segment_name(0)), "r+b") as f:
+        f.seek(starts[3] + 20)  # inside the fourth record: its CRC no longer matches
+        f.write(b"\xff\xff\xff\xff")
+    damage = json.loads(run("log", "verify", data_dir, "--json").stdout)["corruption"][0]
+    result = run("log", "dump", data_dir, "--from", damage["offset"])
+    assert result.exit_code == 1 and "corrupt record" in result.stderr
+    assert "not a record start" not in result.stderr
