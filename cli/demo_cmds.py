@@ -6,22 +6,16 @@ import shutil
 import tempfile
 
 import click
-from fmq.cli.common import fmq_errors
+from fmq.cli.common import data_dir_to_create, fmq_errors
 
 
 @click.command("demo")
-@click.argument("data_dir_arg", metavar="[DATA_DIR]", required=False,
-                type=click.Path(file_okay=False))
-@click.option("--data-dir", "data_dir_opt", default=None, type=click.Path(file_okay=False),
-              help="Keep the demo's data here (the same as DATA_DIR) [default: a temporary "
-                   "directory, deleted afterwards].")
+@data_dir_to_create(None, "Keep the demo's data here (the same as DATA_DIR) [default: a "
+                          "temporary directory, deleted afterwards].")
 @fmq_errors
-def demo(data_dir_arg: str | None, data_dir_opt: str | None) -> None:
+def demo(data_dir: str | None) -> None:
     """Send messages and a transaction through an embedded broker, then read them back.
     Without DATA_DIR it works in a temporary directory, so it never touches a server's data."""
-    if data_dir_arg and data_dir_opt and data_dir_arg != data_dir_opt:
-        raise click.UsageError("two data directories given; give one")
-    data_dir = data_dir_arg or data_dir_opt
     if data_dir is not None:
         _run_demo(data_dir)
         return

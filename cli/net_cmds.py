@@ -24,8 +24,9 @@ server_option = click.option(
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="Port to listen on, 0 = any free port [default: 9876].")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
-              default=None, help="JSON file: BrokerConfig fields, plus a \"server\" object "
-                                 "with ServerConfig fields (limits, threads, time-outs).")
+              default=None, help="TOML (*.toml) or JSON file: BrokerConfig fields, plus a "
+                                 "server table with ServerConfig fields (limits, threads, "
+                                 "time-outs); `fmq config show` prints the result.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Log lines below this level are not written (the listening address "

@@ -61,9 +61,9 @@ class NotADataDir(StorageError):
 
 
 def is_data_dir(path: str) -> bool:
-    """Whether ``path`` holds an FMQ log: a ``log/`` directory with at least one segment
-    (a broker creates its first segment on the first open and retention never deletes the
-    last one)."""
+    """Whether ``path`` is an FMQ data directory: it has a ``log/`` directory, and either a
+    segment file in it or the ``LOCK`` file a broker creates first when it opens (a broker
+    stopped before it created its first segment)."""
     return _not_a_data_dir_reason(path) is None
 
 
@@ -87,8 +87,9 @@ def _not_a_data_dir_reason(path: str) -> str | None:
         names = os.listdir(log_dir)
     except OSError as exc:
         return f"cannot list its log/: {exc.strerror or exc}"
-    if not any(parse_segment_name(n) is not None for n in names):
-        return "its log/ holds no segment file"
+    has_segment = any(parse_segment_name(n) is not None for n in names)
+    if not has_segment and not os.path.exists(os.path.join(path, LOCK_FILE)):
+        return "its log/ holds no segment file and it has no LOCK file"
     return None
 
 

@@ -1,8 +1,9 @@
 """Server limits and the ``--config FILE`` loader.
 
-The config file is one JSON object: BrokerConfig field names at the top level (see
-:class:`fmq.config.BrokerConfig`), and optionally a ``"server"`` object with
-:class:`ServerConfig` field names. Unknown names are an error, so a typo never silently
+The config file is TOML (a name ending in ``.toml``) or one JSON object: BrokerConfig field
+names at the top level (see :class:`fmq.config.BrokerConfig`), and optionally a ``server``
+table (JSON: object) with :class:`ServerConfig` field names. :func:`effective_config` says
+where each value of the result came from. Unknown names are an error, so a typo never silently
 falls back to a default.
 """
 

@@ -124,3 +124,13 @@ def test_dump_from_a_damaged_offset_names_the_damage(data_dir):
     result = run("log", "dump", data_dir, "--from", damage["offset"])
     assert result.exit_code == 1 and "corrupt record" in result.stderr
     assert "not a record start" not in result.stderr
+
+
+def test_a_broker_dir_without_segments_yet_is_still_a_data_dir(tmp_path):
+    """A broker that stopped before its first segment leaves LOCK and an empty log/."""
+    data_dir = tmp_path / "data"
+    (data_dir / "log").mkdir(parents=True)
+    (data_dir / "LOCK").touch()
+    result = run("tx", "list", data_dir, "--json")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert run("index", "rebuild", data_dir).exit_code == 0
