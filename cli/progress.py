@@ -12,6 +12,8 @@ from fmq.datadir import LOG_DIR, parse_segment_name
 
 #: Redraw at most this often (seconds): a redraw per record would cost more than the work.
 REDRAW_INTERVAL = 0.2
+#: Look at the clock once per this many updates (updates come once per record).
+CLOCK_EVERY = 256
 
 
 def log_bytes(data_dir: str) -> tuple[int, int]:
@@ -58,6 +60,7 @@ class Progress:
         self.started = clock()
         self.done = 0
         self._drawn_at: float | None = None
+        self._calls = 0
 
     def update(self, done: int, total: int | None = None) -> None:
         if total is not None:
@@ -65,6 +68,9 @@ class Progress:
         self.done = max(0, min(done, self.total)) if self.total else max(done, 0)
         if not self.enabled:
             return
+        self._calls += 1
+        if self._calls % CLOCK_EVERY and self._drawn_at is not None:
+            return  # reading the clock for every record of a scan costs more than the scan
         now = self.clock()
         if self._drawn_at is not None and now - self._drawn_at < REDRAW_INTERVAL:
             return
