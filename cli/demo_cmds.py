@@ -1,14 +1,33 @@
-"""``fmq demo``: a short embedded session against a local data directory."""
+"""``fmq demo``: a short embedded session against a data directory of its own."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+
 import click
+from fmq.cli.common import data_dir_to_create, fmq_errors
 
 
 @click.command("demo")
-@click.option("--data-dir", default="./fmq-data", show_default=True)
-def demo(data_dir: str) -> None:
-    """Send messages and a transaction through an embedded broker, then read them back."""
+@data_dir_to_create(None, "Keep the demo's data here (the same as DATA_DIR) [default: a "
+                          "temporary directory, deleted afterwards].")
+@fmq_errors
+def demo(data_dir: str | None) -> None:
+    """Send messages and a transaction through an embedded broker, then read them back.
+    Without DATA_DIR it works in a temporary directory, so it never touches a server's data."""
+    if data_dir is not None:
+        _run_demo(data_dir)
+        return
+    scratch = tempfile.mkdtemp(prefix="fmq-demo-")
+    try:
+        click.echo(f"demo data in {scratch} (deleted at the end; keep it with --data-dir)")
+        _run_demo(scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_demo(data_dir: str) -> None:
     import fmq
 
     with fmq.Broker.open(data_dir) as broker:

@@ -8,7 +8,9 @@ import sys
 import click
 from fmq.cli import output as out
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
+from fmq.cli.progress import Progress, log_bytes
 
+from fmq.admin.log_position import check_record_start
 from fmq.datadir import LOG_DIR
 from fmq.log.reader import OnCorruption
 from fmq.log.record import RecordType
@@ -16,10 +18,7 @@ from fmq.log.scanner import LogScanner
 
 
 def _log_dir(data_dir: str) -> str:
-    path = os.path.join(data_dir, LOG_DIR)
-    if not os.path.isdir(path):
-        raise click.ClickException(f"{data_dir} holds no log/ directory: is it an FMQ data dir?")
-    return path
+    return os.path.join(data_dir, LOG_DIR)
 
 
 @click.group("log")
@@ -30,15 +29,18 @@ def log_group() -> None:
 @log_group.command("verify")
 @data_dir_argument
 @json_option
+@fmq_errors
 def verify(data_dir: str, as_json: bool) -> None:
     """Check every record's CRC and fields. Exit 0 when clean (a torn tail is reported: the
     broker cuts it on open), 3 when corruption lies before valid records."""
     scanner = LogScanner(_log_dir(data_dir), on_corruption=OnCorruption.SKIP, copy_body=False)
     counts: dict[str, int] = {}
-    with click.progressbar(scanner, label="verifying", file=sys.stderr) as records:
-        for rec in records:
+    first, end = log_bytes(data_dir)
+    with Progress("verifying", end - first) as progress:
+        for rec in scanner:
             name = RecordType(rec.type).name
             counts[name] = counts.get(name, 0) + 1
+            progress.update(rec.log_offset - first)
     result = {
         "ok": not scanner.damages,
         "segments": len(scanner.bases),
@@ -78,20 +80,28 @@ def verify(data_dir: str, as_json: bool) -> None:
 @fmq_errors
 def dump(data_dir: str, start: int | None, limit: int | None, body: bool, as_json: bool) -> None:
     """Print records, one per line (fillers included)."""
+    if start is not None:
+        check_record_start(data_dir, start)
     scanner = LogScanner(_log_dir(data_dir), start_offset=start, on_corruption=OnCorruption.RAISE,
                          copy_body=body)
     n = 0
-    for rec in scanner:
-        if limit is not None and n >= limit:
-            break
-        n += 1
-        d = rec.to_dict(with_body=body)
-        if as_json:
-            emit(d, True)
-        else:
-            fields = " ".join(f"{k}={v}" for k, v in d.items()
-                              if v not in (None, {}) and k not in ("offset", "type"))
-            click.echo(f"{d['offset']:>12} {d['type']:<11} {fields}")
+    first, end = log_bytes(data_dir)
+    first = max(first, start or 0)
+    # Progress only when the records go to a file or a pipe: on a terminal they show it.
+    with Progress("dumping", end - first,
+                  enabled=sys.stderr.isatty() and not sys.stdout.isatty()) as progress:
+        for rec in scanner:
+            if limit is not None and n >= limit:
+                break
+            n += 1
+            d = rec.to_dict(with_body=body)
+            if as_json:
+                emit(d, True)
+            else:
+                fields = " ".join(f"{k}={v}" for k, v in d.items()
+                                  if v not in (None, {}) and k not in ("offset", "type"))
+                click.echo(f"{d['offset']:>12} {d['type']:<11} {fields}")
+            progress.update(rec.log_offset - first)
 
 
 @log_group.command("repair")

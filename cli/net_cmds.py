@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 
 import click
-from fmq.cli.common import emit, fmq_errors, json_option
+from fmq.cli.common import data_dir_to_create, emit, fmq_errors, json_option
 
 DEFAULT_SERVER = "127.0.0.1:9876"
 
@@ -19,20 +19,22 @@ server_option = click.option(
 
 
 @click.command("server")
-@click.option("--data-dir", default="./fmq-data", show_default=True,
-              type=click.Path(file_okay=False), help="Data directory (created if missing).")
+@data_dir_to_create("./fmq-data", "Data directory (created if missing); or give DATA_DIR.")
 @click.option("--host", default=None, help="Address to listen on [default: 127.0.0.1].")
 @click.option("--port", type=click.IntRange(0, 65535), default=None,
               help="Port to listen on, 0 = any free port [default: 9876].")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
-              default=None, help="JSON file: BrokerConfig fields, plus a \"server\" object "
-                                 "with ServerConfig fields (limits, threads, time-outs).")
+              default=None, help="TOML (*.toml) or JSON file: BrokerConfig fields, plus a "
+                                 "server table with ServerConfig fields (limits, threads, "
+                                 "time-outs); `fmq config show` prints the result.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on this port (/metrics) [default: off].")
 @click.option("--metrics-host", default=None,
               help="Address of the metrics endpoint [default: 127.0.0.1].")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              help="Log lines below this level are not written (the listening address "
+                   "always is).")
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
            metrics_port: int | None, metrics_host: str | None, log_level: str) -> None:
@@ -47,7 +49,14 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
                                  ("metrics_host", metrics_host)) if v is not None}
     if changes:
         server_cfg = server_cfg.replace(**changes)
-    run_server(data_dir, broker_cfg, server_cfg)
+    # Below INFO the log does not say where the server listens; with --port 0 nobody could
+    # find it, so say it on stderr anyway.
+    quiet = logging.getLogger("fmq.server").getEffectiveLevel() > logging.INFO
+    run_server(data_dir, broker_cfg, server_cfg, on_listening=_announce if quiet else None)
+
+
+def _announce(host: str, port: int) -> None:
+    click.echo(f"fmq server listening on {host}:{port}", err=True)
 
 
 def _bodies(body: tuple[str, ...]) -> Iterator[str]:
@@ -91,21 +100,35 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
         raise click.UsageError("nothing to send: give --body or lines on stdin")
     if tx is not None:
         decision = fmq.TxState(tx)
-        with TransactionProducer(server, producer_group, lambda u: fmq.TxState.UNKNOWN,
-                                 feedback=False) as producer:
-            result = producer.send_in_transaction(msgs, lambda tx_id, arg: decision)
+        try:
+            with TransactionProducer(server, producer_group, lambda u: fmq.TxState.UNKNOWN,
+                                     feedback=False) as producer:
+                result = producer.send_in_transaction(msgs, lambda tx_id, arg: decision)
+        except KeyboardInterrupt:
+            click.echo(f"interrupted: the transaction of {len(msgs)} messages may be left "
+                       f"open; see `fmq tx list`", err=True)
+            sys.exit(130)
         emit({"tx_id": result.tx_id, "state": result.state.value, "messages": len(msgs)},
              as_json, f"transaction {result.tx_id}: {result.state.value} ({len(msgs)} messages)")
         return
-    with Producer(server) as producer:
-        for start in range(0, len(msgs), batch):
-            chunk = msgs[start:start + batch]
-            results = (producer.send_batch(chunk) if len(chunk) > 1
-                       else [producer.send_message(chunk[0])])
-            for r in results:
-                emit({"topic": topic, "queue_id": r.queue_id, "queue_offset": r.queue_offset,
-                      "offset": r.offset}, as_json,
-                     f"sent to {topic}/{r.queue_id} offset {r.queue_offset} (log {r.offset})")
+    sent = 0
+    try:
+        with Producer(server) as producer:
+            for start in range(0, len(msgs), batch):
+                chunk = msgs[start:start + batch]
+                results = (producer.send_batch(chunk) if len(chunk) > 1
+                           else [producer.send_message(chunk[0])])
+                sent += len(results)
+                for r in results:
+                    emit({"topic": topic, "queue_id": r.queue_id,
+                          "queue_offset": r.queue_offset, "offset": r.offset}, as_json,
+                         f"sent to {topic}/{r.queue_id} offset {r.queue_offset} "
+                         f"(log {r.offset})")
+    except KeyboardInterrupt:
+        # A request in flight when Ctrl-C came may still be stored: at-least-once.
+        click.echo(f"interrupted: {sent} of {len(msgs)} messages acknowledged (a batch in "
+                   f"flight may be stored too)", err=True)
+        sys.exit(130)
 
 
 def _message_dict(m) -> dict:
@@ -139,17 +162,36 @@ def consume(server: str, topics: tuple[str, ...], group: str, from_beginning: bo
     from fmq.client import Consumer
 
     start = "earliest" if from_beginning else "committed"
+    count = [0]
     try:
         with Consumer(server, group, list(topics), start=start) as consumer:
-            seen = _consume(consumer, max_messages, idle_timeout, no_commit, as_json)
+            _say_which_topics_are_missing(consumer, topics, idle_timeout)
+            _consume(consumer, max_messages, idle_timeout, no_commit, as_json, count)
     except KeyboardInterrupt:  # Ctrl-C: the with block left the group; no traceback
+        click.echo(f"interrupted: consumed {count[0]} messages", err=True)
         sys.exit(130)
     if not as_json:
-        click.echo(f"consumed {seen} messages", err=True)
+        click.echo(f"consumed {count[0]} messages", err=True)
+
+
+def _say_which_topics_are_missing(consumer, topics: tuple[str, ...],
+                                  idle_timeout: float | None) -> None:
+    """A topic exists once a message was sent to it; waiting on one that does not yet must
+    not look like a hang."""
+    from fmq.protocol import Op
+
+    queues = consumer.ping()["queues_per_topic"]
+    for topic in dict.fromkeys(topics):
+        if all(consumer.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": q})["next_offset"] == 0
+               for q in range(queues)):
+            until = (f"for up to {idle_timeout:g}s (--idle-timeout)" if idle_timeout is not None
+                     else "until one comes (Ctrl-C to stop; --idle-timeout SECONDS to give up)")
+            click.echo(f"topic {topic!r} does not exist yet (no message was ever sent to it); "
+                       f"waiting for its first message {until}", err=True)
 
 
 def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
-             no_commit: bool, as_json: bool) -> int:
+             no_commit: bool, as_json: bool, count: list[int]) -> None:
     import time
 
     seen = 0
@@ -167,12 +209,12 @@ def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
             d = _message_dict(m)
             emit(d, as_json, consumed_line(m, d.get("body")))
         seen += len(msgs)
+        count[0] = seen
         if not no_commit:
             if max_messages is not None and seen >= max_messages:
                 _commit_upto(consumer, msgs)
             else:
                 consumer.commit()
-    return seen
 
 
 def consumed_line(m, body: str | None) -> str:

@@ -6,14 +6,31 @@ a stopped broker's directory.
 
 from __future__ import annotations
 
+import os
+
 import click
-from fmq.cli.common import emit, fmq_errors, json_option
+from fmq.cli.common import emit, fmq_errors, json_option, optional_data_dir_argument
+from fmq.cli.progress import Progress, log_bytes
+
+from fmq.datadir import require_data_dir
 
 server_option = click.option(
     "--server", default=None, metavar="HOST:PORT",
-    help="Ask this running server instead of reading a stopped broker's DATA_DIR.")
-# (No FMQ_SERVER default here: with it set, `fmq tx resolve DIR ...` would silently go to a
-# server instead of the directory named on the command line.)
+    help="Ask this running server instead of reading a stopped broker's DATA_DIR; "
+         "env FMQ_SERVER when no DATA_DIR is given.")
+
+
+def _choose_server(data_dir: str | None, server: str | None) -> str | None:
+    """The server to ask, or None to work on ``data_dir``. FMQ_SERVER counts only when no
+    directory is named: `fmq tx resolve DIR ...` must never go to a server instead."""
+    if data_dir is not None and server is not None:
+        raise click.UsageError("give either DATA_DIR (offline) or --server HOST:PORT, not both")
+    if data_dir is None and server is None:
+        server = os.environ.get("FMQ_SERVER") or None
+        if server is None:
+            raise click.UsageError("give DATA_DIR (a stopped broker's directory, offline) or "
+                                   "--server HOST:PORT (or set FMQ_SERVER)")
+    return server
 
 
 @click.group("tx")
@@ -35,15 +52,14 @@ def _print_txs(txs: list[dict], as_json: bool) -> None:
 
 
 @tx_group.command("list")
-@click.argument("data_dir", required=False, type=click.Path(exists=True, file_okay=False))
+@optional_data_dir_argument
 @server_option
 @json_option
 @fmq_errors
 def tx_list(data_dir: str | None, server: str | None, as_json: bool) -> None:
     """List open transactions, oldest first: of a running server (--server) or of a
     stopped broker's DATA_DIR."""
-    if (data_dir is None) == (server is None):
-        raise click.UsageError("give either DATA_DIR (offline) or --server HOST:PORT")
+    server = _choose_server(data_dir, server)
     if server is not None:
         from fmq.client import Client
         from fmq.protocol import Op
@@ -53,23 +69,35 @@ def tx_list(data_dir: str | None, server: str | None, as_json: bool) -> None:
     else:
         from fmq.admin.transactions import open_transactions_in_log
 
-        txs = open_transactions_in_log(data_dir)
+        first, end = log_bytes(data_dir)
+        with Progress("reading the log", end - first) as progress:
+            txs = open_transactions_in_log(
+                data_dir, progress=lambda offset: progress.update(offset - first))
     _print_txs(txs, as_json)
 
 
 @tx_group.command("resolve")
 @click.argument("args", nargs=-1, required=True, metavar="[DATA_DIR] TXID commit|rollback")
+@click.option("--data-dir", "data_dir", default=None,
+              type=click.Path(exists=True, file_okay=False),
+              help="The stopped broker's directory (the same as DATA_DIR).")
 @server_option
 @json_option
 @fmq_errors
-def tx_resolve(args: tuple[str, ...], server: str | None, as_json: bool) -> None:
+def tx_resolve(args: tuple[str, ...], data_dir: str | None, server: str | None,
+               as_json: bool) -> None:
     """Commit or roll back one open transaction, as an operator who knows what the producer
     decided: on a running server (--server HOST:PORT TXID DECISION) or offline on a stopped
     broker's directory (DATA_DIR TXID DECISION)."""
-    want = 2 if server is not None else 3
-    if len(args) != want:
+    if len(args) == 3:
+        if data_dir is not None and data_dir != args[0]:
+            raise click.UsageError(f"two data directories given ({args[0]} and --data-dir "
+                                   f"{data_dir}); give one")
+        data_dir = args[0]
+    elif len(args) != 2:
         raise click.UsageError("usage: fmq tx resolve --server HOST:PORT TXID commit|rollback"
                                " | fmq tx resolve DATA_DIR TXID commit|rollback")
+    server = _choose_server(data_dir, server)
     tx_id, decision = args[-2], args[-1]
     if decision not in ("commit", "rollback"):
         raise click.UsageError(f"DECISION must be commit or rollback, not {decision!r}")
@@ -80,13 +108,10 @@ def tx_resolve(args: tuple[str, ...], server: str | None, as_json: bool) -> None
         with Client(server, retries=1) as client:
             state = client.call(Op.RESOLVE_TX, {"tx_id": tx_id, "decision": decision})["state"]
     else:
-        import os
-
         from fmq.admin.transactions import resolve_transaction
 
-        if not os.path.isdir(args[0]):
-            raise click.UsageError(f"DATA_DIR {args[0]!r} is not a directory")
-        state = resolve_transaction(args[0], tx_id, decision).value
+        require_data_dir(data_dir)
+        state = resolve_transaction(data_dir, tx_id, decision).value
     emit({"tx_id": tx_id, "state": state}, as_json, f"{tx_id}: {state}")
 
 

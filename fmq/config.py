@@ -1,9 +1,16 @@
-"""Broker configuration: every size and interval comes in through :class:`BrokerConfig`."""
+"""Broker configuration: every size and interval comes in through :class:`BrokerConfig`.
+
+Also the reading of configuration files (JSON or TOML) and the typing of their values: a
+size may be written with a unit (``"64MiB"``), a duration too (``"10s"``), and a value of the
+wrong type is refused naming the field and what it takes.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import tomllib
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +77,7 @@ class BrokerConfig:
     tx_timeout_ms: int = 0
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "invalid configuration")
         self.validate()
 
     def validate(self) -> None:
@@ -135,15 +143,94 @@ def read_json_object(path: str) -> dict:
     return data
 
 
+def read_config_file(path: str) -> dict:
+    """The table in a config file: TOML when ``path`` ends in ``.toml``, else JSON."""
+    if not path.endswith(".toml"):
+        return read_json_object(path)
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 1000 ** 2,
+               "mib": MiB, "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40,
+               "tb": 1000 ** 4, "tib": 1 << 40}
+_DURATION_UNITS_MS = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                      "d": 86_400_000}
+_WITH_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def value_kind(name: str, annotation: Any) -> str:
+    """What a config field holds: "size" (bytes), "duration" (milliseconds), "integer" or
+    "string"; told by its name (``*_ms``, ``*_size``, ``*_bytes``, ``*budget*``) and type."""
+    if annotation in (str, "str"):
+        return "string"
+    if name.endswith("_ms"):
+        return "duration"
+    if name.endswith(("_size", "_bytes", "_threshold")) or "budget" in name:
+        return "size"
+    return "integer"
+
+
+_EXPECTED = {
+    "size": 'a size in bytes: an integer or a string with a unit (B, KiB, MiB, GiB, TiB; '
+            'KB, MB, GB, TB are powers of 1000), e.g. 67108864 or "64MiB"',
+    "duration": 'a duration in milliseconds: an integer or a string with a unit (ms, s, m, '
+                'h, d), e.g. 10000 or "10s"',
+    "integer": "an integer",
+    "string": "a string",
+}
+
+
+def coerce_value(name: str, kind: str, value: Any, where: str) -> Any:
+    """``value`` as the field ``name`` of ``kind`` takes it, or a ConfigError naming the
+    field, what it takes, and what was given."""
+    def refuse() -> ConfigError:
+        return ConfigError(f"{where}: {name} must be {_EXPECTED[kind]}, not {value!r}")
+
+    if kind == "string":
+        if not isinstance(value, str):
+            raise refuse()
+        return value
+    if isinstance(value, bool):
+        raise refuse()
+    if isinstance(value, int):
+        return value
+    if kind == "integer" or not isinstance(value, str):
+        raise refuse()
+    m = _WITH_UNIT.match(value)
+    units = _SIZE_UNITS if kind == "size" else _DURATION_UNITS_MS
+    if not m or m.group(2).lower() not in units:
+        raise refuse()
+    number = float(m.group(1)) * units[m.group(2).lower()]
+    if number != int(number):
+        raise refuse()
+    return int(number)
+
+
+def coerce_fields(config: Any, where: str) -> None:
+    """Type every field of a frozen config dataclass in place (units allowed), so that a
+    value of the wrong type is refused by name before any rule compares it."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        typed = coerce_value(f.name, value_kind(f.name, f.type), value, where)
+        if typed is not value:
+            object.__setattr__(config, f.name, typed)
+
+
 def build_config(cls: type, data: dict, where: str) -> Any:
     """``cls(**data)`` for a config dataclass; unknown keys are an error, so a typo never
-    silently falls back to a default."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
+    silently falls back to a default; sizes and durations may carry units."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(f"{where}: unknown keys {', '.join(unknown)}; known keys: "
-                          f"{', '.join(sorted(known))}")
+                          f"{', '.join(sorted(fields))}")
+    typed = {name: coerce_value(name, value_kind(name, fields[name].type), value, where)
+             for name, value in data.items()}
     try:
-        return cls(**data)
+        return cls(**typed)
     except TypeError as exc:
         raise ConfigError(f"{where}: {exc}") from None

@@ -18,7 +18,7 @@ import fcntl
 import os
 import re
 
-from fmq.errors import DataDirLocked
+from fmq.errors import DataDirLocked, StorageError
 
 SEGMENT_SUFFIX = ".seg"
 TEMP_SUFFIX = ".tmp"
@@ -48,6 +48,49 @@ def parse_segment_name(name: str) -> int | None:
 def index_exists(index_path: str) -> bool:
     """Whether an LMDB index has ever been created at ``index_path``."""
     return os.path.exists(os.path.join(index_path, INDEX_DATA_FILE))
+
+
+class NotADataDir(StorageError):
+    """A directory given to an offline tool is not an FMQ data directory."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(
+            f"{path} is not an FMQ data directory ({why}); give the directory the server or "
+            f"broker was started with (its --data-dir), which holds log/ with segment files")
+        self.path = path
+
+
+def is_data_dir(path: str) -> bool:
+    """Whether ``path`` is an FMQ data directory: it has a ``log/`` directory, and either a
+    segment file in it or the ``LOCK`` file a broker creates first when it opens (a broker
+    stopped before it created its first segment)."""
+    return _not_a_data_dir_reason(path) is None
+
+
+def require_data_dir(path: str) -> None:
+    """Raise :class:`NotADataDir` unless ``path`` is an FMQ data directory: offline tools
+    call this first so that they never create files in, nor report on, another directory."""
+    why = _not_a_data_dir_reason(path)
+    if why is not None:
+        raise NotADataDir(path, why)
+
+
+def _not_a_data_dir_reason(path: str) -> str | None:
+    if not os.path.exists(path):
+        return "it does not exist"
+    if not os.path.isdir(path):
+        return "it is not a directory"
+    log_dir = os.path.join(path, LOG_DIR)
+    if not os.path.isdir(log_dir):
+        return "it has no log/ directory"
+    try:
+        names = os.listdir(log_dir)
+    except OSError as exc:
+        return f"cannot list its log/: {exc.strerror or exc}"
+    has_segment = any(parse_segment_name(n) is not None for n in names)
+    if not has_segment and not os.path.exists(os.path.join(path, LOCK_FILE)):
+        return "its log/ holds no segment file and it has no LOCK file"
+    return None
 
 
 class DataDirLock:

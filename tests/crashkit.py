@@ -193,6 +193,17 @@ def start_child(workload: str, data_dir: str, ack_path: str, wrapper: tuple[str,
                             cwd=ROOT)
 
 
+def reap(proc: subprocess.Popen, timeout: float | None = None) -> int:
+    """Wait for ``proc`` to exit and close the pipes the test holds to it (a pipe left open
+    is a ResourceWarning when the Popen object is collected); returns the exit status."""
+    try:
+        return proc.wait(timeout)
+    finally:
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
 @dataclass
 class ChildContext:
     """What a crash-harness workload starts with: the data dir, its parameters, the

@@ -19,10 +19,12 @@ def test_readme_embedded_example_runs(tmp_path, monkeypatch, capsys):
         blocks = python_blocks(f.read())
     embedded = next(b for b in blocks if "fmq.Broker.open" in b)
     monkeypatch.chdir(tmp_path)
-    exec(compile("import fmq\n" + embedded, "README.md", "exec"), {})
+    assert "import fmq" in embedded  # runs as pasted, not only after our own import
+    exec(compile(embedded, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "0 b'{\"id\": 1}'" in out
-    with fmq.Broker.open(str(tmp_path / "fmq-data")) as b:
+    assert not (tmp_path / "fmq-data").exists()  # the running server's directory
+    with fmq.Broker.open(str(tmp_path / "embedded-data")) as b:
         assert b.stats()["open_transactions"] == 0 and b.stats()["log_end"] > 0
 
 
@@ -42,3 +44,29 @@ def test_demo_command_runs(tmp_path):
     result = CliRunner().invoke(cli, ["demo", "--data-dir", str(tmp_path / "demo")])
     assert result.exit_code == 0, result.output
     assert "in a transaction" in result.stdout and "commit" in result.stdout
+
+
+def test_readme_consumer_resumes_where_it_committed():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    consumer = next(b for b in python_blocks(text) if "Consumer(" in b and "commit()" in b)
+    assert 'start="committed"' in consumer and 'start="earliest"' not in consumer
+
+
+def test_readme_set_up_commands_use_a_virtual_environment():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    quick_start = text[text.index("## Quick start"):text.index("## Using it")]
+    commands = re.findall(r"```bash\n(.*?)```", quick_start, flags=re.S)
+    assert len(commands) == 2 and all(c.count("\n") == 1 for c in commands)
+    assert all(c.startswith("python3 -m venv .venv && . .venv/bin/activate && ")
+               for c in commands)
+    assert commands[0].rstrip().endswith("pip install . && fmq server")
+    assert commands[1].rstrip().endswith('pip install -e ".[test]" && python -m pytest')
+
+
+def test_docs_cite_nothing_outside_the_repository():
+    for name in ["README.md", *(f"docs/{n}" for n in os.listdir(os.path.join(ROOT, "docs")))]:
+        with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+            text = f.read()
+        assert "../shared" not in text and not re.search(r"\bseed \d", text), name

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 
 from fmq.config import BrokerConfig
-from fmq.datadir import INDEX_DIR, DataDirLock, index_exists
+from fmq.datadir import INDEX_DIR, DataDirLock, index_exists, require_data_dir
 from fmq.engine.broker import Broker
 from fmq.index.store import IndexStore, destroy
 
@@ -16,6 +16,7 @@ def rebuild_index(data_dir: str, config: BrokerConfig | None = None,
                   progress: Callable[[int, int], None] | None = None) -> dict:
     """Rebuild ``DATA_DIR/index`` from the log of a stopped broker; returns the recovery
     report. Consumer group offsets are carried over when the old index can be read."""
+    require_data_dir(data_dir)  # never create an index (or LOCK) in another directory
     index_path = os.path.join(data_dir, INDEX_DIR)
     saved: dict = {}
     # Hold the data dir's lock while the old index is read and deleted: a running broker

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock
+from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, require_data_dir
 from fmq.errors import InvalidArgument
 from fmq.index.store import destroy
 from fmq.log.log import Log
@@ -21,6 +21,7 @@ from fmq.log.scanner import LogScanner
 
 def cut_log(data_dir: str, offset: int) -> list[str]:
     """Cut the log of a stopped broker at ``offset`` (a record boundary)."""
+    require_data_dir(data_dir)
     with DataDirLock(data_dir):
         log_dir = os.path.join(data_dir, LOG_DIR)
         boundaries = set()

@@ -1,8 +1,9 @@
 """Server limits and the ``--config FILE`` loader.
 
-The config file is one JSON object: BrokerConfig field names at the top level (see
-:class:`fmq.config.BrokerConfig`), and optionally a ``"server"`` object with
-:class:`ServerConfig` field names. Unknown names are an error, so a typo never silently
+The config file is TOML (a name ending in ``.toml``) or one JSON object: BrokerConfig field
+names at the top level (see :class:`fmq.config.BrokerConfig`), and optionally a ``server``
+table (JSON: object) with :class:`ServerConfig` field names. :func:`effective_config` says
+where each value of the result came from. Unknown names are an error, so a typo never silently
 falls back to a default.
 """
 
@@ -12,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from fmq.config import BrokerConfig, build_config, read_json_object, require
+from fmq.config import BrokerConfig, build_config, coerce_fields, read_config_file, require
 from fmq.errors import ConfigError
 
 MiB = 1024 * 1024
@@ -94,6 +95,8 @@ class ServerConfig:
     shutdown_grace_ms: int = 30_000
 
     def __post_init__(self) -> None:
+        coerce_fields(self, "invalid server configuration")
+
         def need(ok: bool, what: str) -> None:
             require(ok, what, "server configuration")
 
@@ -133,9 +136,35 @@ def load_config(path: str | None) -> tuple[BrokerConfig, ServerConfig]:
     """Read ``path`` (None → defaults) into a broker and a server configuration."""
     if path is None:
         return BrokerConfig(), ServerConfig()
-    data = read_json_object(path)
+    data = dict(read_config_file(path))
     server = data.pop("server", {})
     if not isinstance(server, dict):
-        raise ConfigError(f"config file {path}: \"server\" must be a JSON object")
+        raise ConfigError(f"config file {path}: \"server\" must be a JSON object "
+                          f"(a [server] table in TOML)")
     return (build_config(BrokerConfig, data, f"broker config in {path}"),
             build_config(ServerConfig, server, f"\"server\" config in {path}"))
+
+
+def effective_config(path: str | None,
+                     overrides: dict[str, tuple[Any, str]] | None = None) -> list[dict]:
+    """Every setting the server would run with, and where each came from: one row per field
+    (``section`` "broker" or "server", ``key``, ``value``, ``source``: "default", the config
+    file, or the name given with an override). ``overrides`` maps ServerConfig field names
+    to (value, source), as the command line's --host and --port."""
+    data = dict(read_config_file(path)) if path is not None else {}
+    server_data = data.get("server", {})
+    broker, server = load_config(path)
+    changes = {k: v for k, (v, _) in (overrides or {}).items()}
+    if changes:
+        server = server.replace(**changes)
+    rows = []
+    for section, config, given in (("broker", broker, data), ("server", server, server_data)):
+        for f in dataclasses.fields(config):
+            source = "default"
+            if f.name in given:
+                source = f"config file {path}"
+            if section == "server" and f.name in (overrides or {}):
+                source = overrides[f.name][1]
+            rows.append({"section": section, "key": f.name, "value": getattr(config, f.name),
+                         "source": source})
+    return rows

@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -49,7 +51,8 @@ logger = logging.getLogger("fmq.server")
 class Server:
     """Serve ``broker`` on ``config.host:config.port`` until :meth:`request_stop`."""
 
-    def __init__(self, broker: Broker, config: ServerConfig) -> None:
+    def __init__(self, broker: Broker, config: ServerConfig,
+                 listener: socket.socket | None = None) -> None:
         largest_reply = largest_single_reply(broker.config.max_message_size)
         if largest_reply > config.reply_budget_per_connection:
             raise ConfigError(
@@ -87,6 +90,11 @@ class Server:
         self._hurry: asyncio.Event | None = None  # set by a second stop signal
         self._watchdog: asyncio.Task | None = None
         self.metrics: MetricsEndpoint | None = None
+        #: A socket already bound to host:port (see :func:`bind_listener`), or None to bind
+        #: in :meth:`start`.
+        self._listener = listener
+        #: Called with (host, port) once the server accepts connections.
+        self.on_listening: Callable[[str, int], None] | None = None
 
     @property
     def stopping(self) -> bool:
@@ -101,19 +109,17 @@ class Server:
         if self.config.metrics_port:
             self.metrics = MetricsEndpoint(self.broker, self.stats, loop,
                                            self.config.metrics_host, self.config.metrics_port)
-        try:
-            self._server = await loop.create_server(
-                lambda: ClientSession(self.ctx), self.config.host, self.config.port,
-                backlog=1024)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot listen on {self.config.host}:{self.config.port} ({exc.strerror or exc});"
-                f" stop the process using that port or choose another --port/--host") from None
+        if self._listener is None:
+            self._listener = bind_listener(self.config.host, self.config.port)
+        self._server = await loop.create_server(lambda: ClientSession(self.ctx),
+                                                sock=self._listener, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         self._watchdog = asyncio.ensure_future(self._watch_sessions())
         logger.info("listening on %s:%d (protocol %d, max frame %d bytes, %d worker threads)",
                     self.config.host, self.port, PROTOCOL_VERSION, self.config.max_frame_size,
                     self.config.worker_threads)
+        if self.on_listening is not None:
+            self.on_listening(self.config.host, self.port)
 
     async def serve(self, install_signals: bool = True) -> None:
         """Start, serve until SIGINT/SIGTERM (or :meth:`request_stop`), then shut down
@@ -295,12 +301,38 @@ def request_limits(broker: Broker, config: ServerConfig) -> RequestLimits:
 # ---------------------------------------------------------------- entry point
 
 
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``, not yet listening (connections are refused, so
+    clients retry, until the server serves). Raises ConfigError when the address is taken."""
+    sock: socket.socket | None = None
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); stop the process using "
+            f"that port or choose another --port/--host") from None
+    return sock
+
+
 def run_server(data_dir: str, broker_config: Any = None,
-               server_config: ServerConfig | None = None) -> None:
-    """Open the broker (running recovery), serve until SIGINT/SIGTERM, close cleanly.
+               server_config: ServerConfig | None = None,
+               on_listening: Callable[[str, int], None] | None = None) -> None:
+    """Bind the port, open the broker (running recovery), serve until SIGINT/SIGTERM, close
+    cleanly. The port is bound first so that a clash is reported before a long recovery.
     Raises DataDirLocked when another process holds ``data_dir``."""
     server_config = server_config or ServerConfig()
-    broker = Broker.open(data_dir, broker_config)
+    listener = bind_listener(server_config.host, server_config.port)
+    try:
+        broker = Broker.open(data_dir, broker_config)
+    except BaseException:
+        listener.close()
+        raise
     rec = broker.recovery
     logger.info("recovery: replayed %d records from offset %d, %d open transactions, "
                 "torn tail %s", rec.records_replayed, rec.start_offset,
@@ -311,12 +343,15 @@ def run_server(data_dir: str, broker_config: Any = None,
                                       server_config.descriptor_reserve
                                       + server_config.max_pending_connections)
     except BaseException:
+        listener.close()
         broker.close()
         raise
     if connections != server_config.max_connections:
         server_config = server_config.replace(max_connections=connections)
-    server = Server(broker, server_config)
     try:
+        server = Server(broker, server_config, listener)
+        server.on_listening = on_listening
         asyncio.run(server.serve())
     finally:
+        listener.close()  # asyncio closed it after serving; this covers an earlier error
         broker.close()  # no-op after a graceful shutdown; releases the dir after an error

@@ -21,6 +21,7 @@ In both cases nothing is cut: every segment file is byte-for-byte what it was.
 from __future__ import annotations
 
 import os
+import pathlib
 import random
 import shutil
 
@@ -93,7 +94,7 @@ def _damage(data: str, kind: str, off: int, rng: random.Random) -> int | None:
 
 def _segment_bytes(data: str) -> dict[str, bytes]:
     d = os.path.join(data, LOG_DIR)
-    return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
+    return {n: pathlib.Path(d, n).read_bytes() for n in sorted(os.listdir(d))}
 
 
 @pytest.mark.parametrize("mode", ["full-scan", "checkpointed"])

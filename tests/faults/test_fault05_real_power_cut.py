@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from tests.crashkit import read_acks, start_child
+from tests.crashkit import read_acks, reap, start_child
 from tests.faults.invariants import verify_recovery
 from tests.faults.workload import ack_path, bulk_messages, config_kwargs, make_config
 
@@ -85,7 +85,7 @@ def _cut(tmp_path, mnt, remount, acks_before_cut: int, wrapper: tuple[str, ...] 
         assert res.returncode == 0, f"xfs_io shutdown failed: {res.stderr}"
     finally:
         child.send_signal(signal.SIGKILL)
-        child.wait()
+        reap(child)
     acks = [a for a in read_acks(path) if a["op"] not in ("opened", "done")]
     assert len(acks) >= acks_before_cut
     remount()

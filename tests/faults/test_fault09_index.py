@@ -9,6 +9,7 @@ log (I6); never a crash, never a silently wrong answer.
 from __future__ import annotations
 
 import os
+import pathlib
 import random
 import shutil
 
@@ -45,7 +46,7 @@ def written(tmp_path_factory):
 
 def _log_bytes(data: str) -> dict[str, bytes]:
     d = os.path.join(data, LOG_DIR)
-    return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))}
+    return {n: pathlib.Path(d, n).read_bytes() for n in sorted(os.listdir(d))}
 
 
 def _log_bytes_after_cut(base: str, last_seg: int, cut: int) -> dict[str, bytes]:

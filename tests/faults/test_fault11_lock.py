@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ def _snapshot(data: str) -> dict[str, bytes]:
         for f in files:
             if f not in ("LOCK", "lock.mdb"):
                 p = os.path.join(root, f)
-                out[os.path.relpath(p, data)] = open(p, "rb").read()
+                out[os.path.relpath(p, data)] = pathlib.Path(p).read_bytes()
     return out
 
 

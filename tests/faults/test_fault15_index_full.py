@@ -30,7 +30,7 @@ from fmq.client import Client, Producer
 from fmq.datadir import INDEX_DIR, LOG_DIR, TEMP_SUFFIX, format_segment_name
 from fmq.log.record import HEADER_SIZE
 from fmq.protocol import Op
-from tests.crashkit import ROOT
+from tests.crashkit import ROOT, reap
 from tests.faults.tmpfs import small_tmpfs
 from tests.server.harness import ServerProcess
 
@@ -252,7 +252,7 @@ def test_lagging_index_refuses_sends_past_the_lag_bound(tmp_path):
               f"index lag {lag} bytes (bound {limit})")
 
         holder.stdin.close()  # the other writer lets go: the index catches up
-        assert holder.wait(DEADLINE) == 0
+        assert reap(holder, DEADLINE) == 0
         holder = None
         acked["after"] = send_until_acknowledged(broker, "after")
         assert broker.wait_indexed(DEADLINE)
@@ -260,7 +260,7 @@ def test_lagging_index_refuses_sends_past_the_lag_bound(tmp_path):
     finally:
         if holder is not None:
             holder.kill()
-            holder.wait()
+            reap(holder)
         broker.close()
 
 
@@ -285,7 +285,7 @@ def test_server_answers_a_lagging_index_with_the_retriable_code_30(tmp_path):
             assert producer.ping()  # the connection stays usable
 
             holder.stdin.close()
-            assert holder.wait(DEADLINE) == 0
+            assert reap(holder, DEADLINE) == 0
             holder = None
         with Producer(srv.address, retries=20, backoff_max=0.5) as producer:
             acked.append(producer.send(TOPIC, body_of("after"), queue_id=0))
@@ -302,7 +302,7 @@ def test_server_answers_a_lagging_index_with_the_retriable_code_30(tmp_path):
     finally:
         if holder is not None:
             holder.kill()
-            holder.wait()
+            reap(holder)
         srv.kill()
 
 

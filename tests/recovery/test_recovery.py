@@ -15,7 +15,7 @@ import fmq
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, format_segment_name
 from fmq.log.record import RecordType
 from fmq.log.scanner import LogScanner
-from tests.crashkit import ROOT
+from tests.crashkit import ROOT, reap
 
 TOPICS = ["a", "b"]
 
@@ -57,7 +57,7 @@ def test_kill_9_while_sending_loses_nothing_acknowledged(tmp_path, round_):
                 pytest.fail(proc.stderr.read().decode())
             time.sleep(0.01)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        reap(proc, 10)
         acked = [tuple(x) for x in read_lines(acks)]
         assert len(acked) >= target
         with fmq.Broker.open(data, config()) as b:

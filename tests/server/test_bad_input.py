@@ -28,20 +28,22 @@ def raw(address: str) -> socket.socket:
 
 
 def read_until_eof(s: socket.socket, limit: float = 5.0) -> tuple[list, bool]:
-    """Frames received until the server closes (True) or ``limit`` passes (False)."""
+    """Frames received until the server closes (True) or ``limit`` passes (False); then
+    closes ``s``, which is of no further use either way."""
     dec = FrameDecoder()
     frames = []
     deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            data = s.recv(65536)
-        except TimeoutError:
-            break
-        except ConnectionError:
-            return frames, True
-        if not data:
-            return frames, True
-        frames.extend(dec.feed(data))
+    with s:
+        while time.monotonic() < deadline:
+            try:
+                data = s.recv(65536)
+            except TimeoutError:
+                break
+            except ConnectionError:
+                return frames, True
+            if not data:
+                return frames, True
+            frames.extend(dec.feed(data))
     return frames, False
 
 
@@ -157,7 +159,8 @@ def test_malformed_truncated_oversize_frames_close_only_that_connection(start_se
     check_stored(srv.address, good.acked)
     with Client(srv.address) as c:
         assert c.call(Op.QUERY_KEY, {"topic": "good", "key": "x", "limit": 1})["messages"] == []
-    stats = Client(srv.address).call(Op.STATS, {})
+    with Client(srv.address) as c:
+        stats = c.call(Op.STATS, {})
     assert '"log_failed": null' in stats["json"]
 
 

@@ -12,7 +12,7 @@ import fmq
 from fmq.client import Client, Consumer, Producer, TransactionProducer
 from fmq.errors import FMQError
 from fmq.protocol import Op
-from tests.crashkit import ROOT
+from tests.crashkit import ROOT, reap
 
 from .conftest import FAST
 from .harness import json_lines, run_cli
@@ -110,7 +110,7 @@ def test_producer_killed_after_prepare_is_resolved_through_feedback(start_server
             tx_ids[body] = line
         finally:
             proc.kill()
-            proc.wait(10)
+            reap(proc, 10)
     with Client(srv.address) as c:
         open_ids = {t["tx_id"] for t in c.call(Op.LIST_TX, {})["transactions"]}
     assert open_ids == set(tx_ids.values())
@@ -202,6 +202,7 @@ def test_sigterm_answers_requests_in_flight_before_closing(start_server):
             break
         frames.extend(dec.feed(data))
     took = time.monotonic() - t0
+    s.close()
     assert sorted(f.request_id for f in frames) == [1, 2]
     assert not any(f.is_error for f in frames)  # answered (empty), not dropped
     assert decode_response(next(f for f in frames if f.request_id == 1))["messages"] == []

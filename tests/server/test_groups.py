@@ -9,6 +9,7 @@ import time
 import fmq
 from fmq.client import Consumer, Producer
 from fmq.server.groups import GroupCoordinator
+from tests.crashkit import reap
 
 from .conftest import FAST
 from .harness import FMQ, json_lines
@@ -97,6 +98,9 @@ def test_two_consumers_split_queues_and_take_over_when_one_dies(start_server):
         c.close()
     finally:
         b.kill()
+        b.wait(10)
+        reader.join(10)  # it ends at the pipe's EOF; then the pipe can be closed
+        reap(b)
         a.close()
 
 

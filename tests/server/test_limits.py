@@ -221,11 +221,11 @@ def test_a_peer_that_never_reads_is_closed_after_write_timeout(start_server):
                                                       write_timeout_ms=1500)))
     with Producer(srv.address) as p:
         p.send_batch([Message("big", bytes(512 * 1024), queue_id=0) for _ in range(16)])
-    s = raw(srv.address)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-    s.sendall(b"".join(pull_request(i, "big") for i in range(1, 9)))
-    time.sleep(4)  # 1.5 s without draining, plus the watchdog's tick
-    assert closed_by_server(s, 10)
+    with raw(srv.address) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        s.sendall(b"".join(pull_request(i, "big") for i in range(1, 9)))
+        time.sleep(4)  # 1.5 s without draining, plus the watchdog's tick
+        assert closed_by_server(s, 10)
     deadline = time.monotonic() + 10
     while server_stats(srv.address)["reply_bytes"] and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -101,14 +102,14 @@ def test_in_place_rebuild_equals_online_index_and_broker_serves_identical_pulls(
 def test_out_dir_leaves_data_dir_alone_and_writes_parquet_audit(spark, built_log, log_copy,
                                                                 tmp_path):
     before = _dump(os.path.join(log_copy, INDEX_DIR))
-    cp_before = open(os.path.join(log_copy, CHECKPOINT_FILE), "rb").read()
+    cp_before = pathlib.Path(log_copy, CHECKPOINT_FILE).read_bytes()
     out = str(tmp_path / "new-index")
     pq = str(tmp_path / "audit")
     result = run_rebuild(log_copy, master="local[2]", out_dir=out, parquet_dir=pq)
 
     assert_same_index(_dump(out), built_log.online_dump)
     assert _dump(os.path.join(log_copy, INDEX_DIR)) == before
-    assert open(os.path.join(log_copy, CHECKPOINT_FILE), "rb").read() == cp_before
+    assert pathlib.Path(log_copy, CHECKPOINT_FILE).read_bytes() == cp_before
     assert read_checkpoint(os.path.join(out, CHECKPOINT_FILE)).recovery_offset == min(
         t["prepare_offset"] for t in built_log.open_transactions)
 

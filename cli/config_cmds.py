@@ -1,0 +1,56 @@
+"""``fmq config show``: the configuration ``fmq server`` would run with, and where each
+value came from (default, config file, command line or environment)."""
+
+from __future__ import annotations
+
+import click
+from click.core import ParameterSource
+from fmq.cli.common import emit, fmq_errors, json_option
+
+
+def _server_env(name: str) -> str:
+    """The environment variable `fmq server` reads for its option ``--name`` (the command
+    line's FMQ_ prefix): show reads the same ones, so it shows what the server would run."""
+    return f"FMQ_SERVER_{name.upper()}"
+
+
+@click.group("config")
+def config_group() -> None:
+    """Inspect the server's configuration."""
+
+
+@config_group.command("show")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
+              default=None, envvar=_server_env("config"),
+              help="The file `fmq server --config` would read (TOML or JSON).")
+@click.option("--host", default=None, envvar=_server_env("host"), help="As `fmq server --host`.")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, envvar=_server_env("port"),
+              help="As `fmq server --port`.")
+@json_option
+@click.pass_context
+@fmq_errors
+def show(ctx: click.Context, config_file: str | None, host: str | None, port: int | None,
+         as_json: bool) -> None:
+    """Print every broker and server setting with its value and where it came from. Give the
+    same --config, --host and --port as to `fmq server`."""
+    from fmq.server.config import effective_config
+
+    overrides = {}
+    for name, value in (("host", host), ("port", port)):
+        if value is not None:
+            from_env = ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT
+            overrides[name] = (value, f"environment {_server_env(name)}" if from_env
+                               else f"command line --{name}")
+    rows = effective_config(config_file, overrides)
+    if as_json:
+        for row in rows:
+            emit(row, True)
+        return
+    width = max(len(r["key"]) for r in rows)
+    for row in rows:
+        click.echo(f"{row['section']:<6} {row['key']:<{width}}  {row['value']!s:<12}  "
+                   f"({row['source']})")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(config_group)

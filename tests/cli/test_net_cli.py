@@ -1,0 +1,66 @@
+"""The network commands against a real server: Ctrl-C, topics that do not exist yet,
+FMQ_SERVER for `tx list/resolve`."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from tests.server.harness import FMQ, ServerProcess, json_lines, run_cli
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = ServerProcess(str(tmp_path / "data")).start()
+    yield srv
+    srv.kill()
+
+
+def test_ctrl_c_during_produce_says_how_many_were_acknowledged(server):
+    proc = subprocess.Popen([*FMQ, "produce", "--server", server.address, "--topic", "t",
+                             "--body", "m{i}", "--count", "1000000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    printed = [proc.stdout.readline() for _ in range(20)]  # it is sending
+    assert all(line.startswith("sent to t/") for line in printed)
+    proc.send_signal(signal.SIGINT)
+    rest, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr and "Aborted" not in stderr
+    match = re.search(r"interrupted: (\d+) of 1000000 messages acknowledged", stderr)
+    assert match, stderr
+    lines = len(printed) + len(rest.splitlines())
+    assert lines <= int(match.group(1)) < 1_000_000
+
+
+def test_consume_on_a_topic_that_does_not_exist_yet_says_so(server):
+    out = run_cli("consume", "--server", server.address, "--topic", "nothere",
+                  "--idle-timeout", "0.5")
+    assert out.returncode == 0
+    assert ("topic 'nothere' does not exist yet (no message was ever sent to it); waiting "
+            "for its first message for up to 0.5s (--idle-timeout)") in out.stderr
+    assert run_cli("produce", "--server", server.address, "--topic", "here",
+                   "--body", "x").returncode == 0
+    out = run_cli("consume", "--server", server.address, "--topic", "here",
+                  "--idle-timeout", "0.5")
+    assert out.returncode == 0 and "does not exist" not in out.stderr
+    assert "consumed 1 messages" in out.stderr
+
+
+def test_tx_list_and_resolve_use_fmq_server_when_no_directory_is_named(server, tmp_path):
+    out = run_cli("produce", "--server", server.address, "--topic", "t", "--body", "x",
+                  "--tx", "unknown", "--json")
+    [tx] = json_lines(out.stdout)
+    env = {**os.environ, "FMQ_SERVER": server.address}
+    listed = subprocess.run([*FMQ, "tx", "list", "--json"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert [t["tx_id"] for t in json_lines(listed.stdout)] == [tx["tx_id"]]
+    resolved = subprocess.run([*FMQ, "tx", "resolve", tx["tx_id"], "rollback", "--json"],
+                              env=env, capture_output=True, text=True, timeout=60)
+    assert json_lines(resolved.stdout) == [{"tx_id": tx["tx_id"], "state": "rollback"}]
+    # A directory named on the command line wins over FMQ_SERVER (it is never sent there).
+    elsewhere = subprocess.run([*FMQ, "tx", "list", str(tmp_path)], env=env,
+                               capture_output=True, text=True, timeout=60)
+    assert elsewhere.returncode == 1 and "is not an FMQ data directory" in elsewhere.stderr
