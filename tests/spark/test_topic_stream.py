@@ -178,13 +178,19 @@ def test_a_transaction_is_in_one_snapshot_of_queue_ends(server):
                         return
                     tx = tp.prepare([fmq.Message(topic, f"{i}-{q}".encode(), queue_id=q)
                                      for q in range(QUEUES)])
+                    seen = len(snapshots)
                     tp.commit(tx)
+                    # Let a snapshot be taken between two commits (bounded): on a loaded
+                    # machine the commits could otherwise all land between two snapshots.
+                    pace = time.monotonic() + 10
+                    while len(snapshots) <= seen + 1 and time.monotonic() < pace:
+                        time.sleep(0.005)
         except BaseException as exc:  # noqa: BLE001 - asserted below
             errors.append(exc)
 
+    snapshots: list[list[int]] = []
     committer = threading.Thread(target=commit_loop, daemon=True)
     committer.start()
-    snapshots = []
     try:
         with QueueClient(server.address) as client:
             while committer.is_alive() and len(snapshots) < 100_000:
