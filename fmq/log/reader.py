@@ -22,7 +22,15 @@ from typing import Protocol
 
 from fmq.datadir import format_segment_name, parse_segment_name
 from fmq.errors import BadRecord, CorruptLog, TornRecord
-from fmq.log.record import MAGIC_BYTES, MAGIC_POSITION, Record, RecordType, decode, record_length
+from fmq.log.record import (
+    MAGIC_BYTES,
+    MAGIC_POSITION,
+    Record,
+    RecordType,
+    check,
+    decode,
+    record_length,
+)
 from fmq.log.segment import Segment
 
 
@@ -150,9 +158,33 @@ class SegmentReader:
                 copy_body: bool = True) -> Iterator[Record | Damage]:
         """Yield every valid record from ``start``; with ``OnCorruption.SKIP`` also a
         :class:`Damage` for each corrupt stretch skipped, just before the record after it."""
+        base, limit = self.base, self.max_record_size
+
+        def parse(pos: int) -> tuple[Record, int, int]:
+            rec = decode(self.buf, pos, base_offset=base, max_record_size=limit,
+                         copy_body=copy_body)
+            return rec, rec.size, rec.type
+
+        return self._walk(start, on_corruption, parse)
+
+    def positions(self, start: int, on_corruption: OnCorruption) -> Iterator[int | Damage]:
+        """As :meth:`records`, but yield each valid record's position in the buffer instead
+        of decoding it: every check of :func:`~fmq.log.record.check` (length, CRC, header)
+        runs, the text fields are left to the caller (a column-wise reader validates them
+        in bulk and falls back to :meth:`records` when that fails)."""
+        base, limit = self.base, self.max_record_size
+
+        def parse(pos: int) -> tuple[int, int, int]:
+            header = check(self.buf, pos, base_offset=base, max_record_size=limit)
+            return pos, header[0], header[4]
+
+        return self._walk(start, on_corruption, parse)
+
+    def _walk(self, start: int, on_corruption: OnCorruption, parse) -> Iterator:
         buf = self.buf
         pos = start
         size = len(buf)
+        filler = RecordType.FILLER
         while True:
             if record_length(buf, pos) == 0:
                 later = find_valid_record(buf, pos, self.base, self.max_record_size)
@@ -164,8 +196,7 @@ class SegmentReader:
                 pos = later
                 continue
             try:
-                rec = decode(buf, pos, base_offset=self.base,
-                             max_record_size=self.max_record_size, copy_body=copy_body)
+                item, length, rtype = parse(pos)
             except (BadRecord, TornRecord) as exc:
                 later = find_valid_record(buf, pos + 1, self.base, self.max_record_size)
                 if later is None:
@@ -174,9 +205,9 @@ class SegmentReader:
                 yield self._corrupt(pos, exc.reason, on_corruption)
                 pos = later
                 continue
-            yield rec
-            pos += rec.size
-            if rec.type == RecordType.FILLER:
+            yield item
+            pos += length
+            if rtype == filler:
                 self.end, self.end_position = SegmentEnd.SEALED, pos
                 return
             if pos >= size:

@@ -52,11 +52,12 @@ from pyspark.sql.types import StructType
 
 from fmq.errors import InvalidArgument
 from fmq.log.reader import Damage, OnCorruption
-from fmq.log.record import FORMAT_MAX_RECORD
+from fmq.log.record import FORMAT_MAX_RECORD, record_length
 from fmq.log.scanner import LogSegments, SegmentScan
+from fmq.spark.batches import TextNotValid, record_batch
 from fmq.spark.errors import TornTail
 from fmq.spark.files import SegmentFiles
-from fmq.spark.rows import RowBatch, columns, schema_ddl
+from fmq.spark.rows import BATCH_BODY_BYTES, BATCH_ROWS, RowBatch, arrow_schema, columns, schema_ddl
 
 
 def _flag(options: dict, name: str, default: str, allowed: tuple[str, ...]) -> str:
@@ -99,10 +100,54 @@ class FmqReader(DataSourceReader):
     def read(self, partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
         index = partition.index
         previous_end = self.bases[index - 1] + self.sizes[index - 1] if index > 0 else None
-        on_corruption = OnCorruption.RAISE if self.mode == "failfast" else OnCorruption.SKIP
         scan = SegmentScan(self.log, index, previous_end=previous_end,
-                           on_corruption=on_corruption, copy_body=self.with_body,
-                           standalone=True)
+                           on_corruption=self._on_corruption(), standalone=True, positions=True)
+        schema = arrow_schema(self.with_body)
+        chunk: list[int] = []
+        chunk_bytes = 0
+        try:
+            for item in scan:
+                if isinstance(item, Damage):
+                    if chunk:
+                        yield record_batch(scan.buf, chunk, scan.name, self.with_body, schema)
+                        chunk, chunk_bytes = [], 0
+                    yield self._damage_batch(item)
+                    continue
+                chunk.append(item)
+                if self.with_body:
+                    chunk_bytes += record_length(scan.buf, item)
+                if len(chunk) >= BATCH_ROWS or chunk_bytes >= BATCH_BODY_BYTES:
+                    yield record_batch(scan.buf, chunk, scan.name, self.with_body, schema)
+                    chunk, chunk_bytes = [], 0
+            if chunk:
+                yield record_batch(scan.buf, chunk, scan.name, self.with_body, schema)
+        except TextNotValid:
+            # A record whose CRC matches but whose text does not decode: read on from the
+            # chunk record by record, so it is judged exactly as recovery judges it.
+            yield from self._read_rows(index, chunk[0])
+            return
+        yield from self._torn_tail(scan)
+
+    def _on_corruption(self) -> OnCorruption:
+        return OnCorruption.RAISE if self.mode == "failfast" else OnCorruption.SKIP
+
+    def _damage_batch(self, damage: Damage) -> pa.RecordBatch:
+        batch = RowBatch(columns(self.with_body))
+        batch.add_damage(damage, self.with_body)
+        return batch.flush()
+
+    def _torn_tail(self, scan: SegmentScan) -> Iterator[pa.RecordBatch]:
+        torn = scan.torn
+        if torn is not None:
+            if self.mode == "failfast" and self.torn_tail == "fail":
+                raise TornTail(torn.segment, torn.offset, torn.reason)
+            yield self._damage_batch(torn)
+
+    def _read_rows(self, index: int, start: int) -> Iterator[pa.RecordBatch]:
+        """The records of segment ``index`` from buffer position ``start``, decoded one by
+        one (the fallback of the column-wise path)."""
+        scan = SegmentScan(self.log, index, start=start, on_corruption=self._on_corruption(),
+                           copy_body=self.with_body, standalone=True)
         batch = RowBatch(columns(self.with_body))
         for item in scan:
             if isinstance(item, Damage):
@@ -111,13 +156,9 @@ class FmqReader(DataSourceReader):
             batch.add_record(item, scan.name, self.with_body)
             if batch.full():
                 yield batch.flush()
-        torn = scan.torn
-        if torn is not None:
-            if self.mode == "failfast" and self.torn_tail == "fail":
-                raise TornTail(torn.segment, torn.offset, torn.reason)
-            batch.add_damage(torn, self.with_body)
         if batch.rows:
             yield batch.flush()
+        yield from self._torn_tail(scan)
         # The mmap is not closed here: decoded records may still hold views into it; it
         # goes with the last reference.
 

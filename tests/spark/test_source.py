@@ -81,6 +81,15 @@ def test_corruption_in_sealed_segment_fails_naming_segment_and_offset(spark, log
     assert f"corrupt record in segment {segment} at log offset {offset}" in str(info.value)
 
 
+def test_text_that_does_not_decode_fails_like_the_row_decoder(spark, log_copy):
+    # The column-wise path validates text in bulk; the record it cannot decode is judged
+    # by the record decoder, as recovery judges it.
+    segment, offset = D.bad_text_with_valid_crc_in_sealed_segment(log_copy)
+    with pytest.raises(Exception) as info:
+        spark.read.format("fmq").option("tornTail", "allow").load(log_copy).count()
+    assert f"corrupt record in segment {segment} at log offset {offset}" in str(info.value)
+
+
 def test_bad_option_is_refused(spark, built_log):
     with pytest.raises(Exception, match="mode"):
         spark.read.format("fmq").option("mode", "sloppy").load(built_log.path).count()
@@ -92,6 +101,7 @@ def test_bad_option_is_refused(spark, built_log):
     D.delete_middle_segment,
     D.zero_filler_of_first_segment,
     D.garbage_segment_after_the_last,
+    D.bad_text_with_valid_crc_in_sealed_segment,
 ], ids=lambda f: "torn_tail_only" if f is None else f.__name__)
 def test_permissive_mode_reports_what_log_scanner_reports(spark, log_copy, damage):
     if damage is not None:
