@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from fmq.errors import BadRecord
 from fmq.log.record import HEADER, HEADER_SIZE, NONE, RecordType, decode_properties
+from fmq.spark.pushdown import PushedFilters
 from fmq.spark.rows import DAMAGE_ARROW, PROPERTIES_ARROW
 
 #: The record header as a numpy dtype: the same fields, offsets and little-endian types as
@@ -116,9 +117,10 @@ def properties_column(buf, starts: np.ndarray, lengths: np.ndarray,
 
 
 def record_batch(buf, positions: list[int], segment: str, with_body: bool,
-                 schema: pa.Schema) -> pa.RecordBatch:
+                 schema: pa.Schema, pushed: PushedFilters | None = None) -> pa.RecordBatch:
     """The rows of the records at ``positions`` of the segment buffer ``buf`` (checked by
-    the scanner), in the source's schema."""
+    the scanner), in the source's schema; with ``pushed``, only the rows that pass those
+    filters (bodies are copied for those only)."""
     data = np.frombuffer(buf, dtype=np.uint8)
     pos = np.asarray(positions, dtype=np.int64)
     n = len(pos)
@@ -154,6 +156,13 @@ def record_batch(buf, positions: list[int], segment: str, with_body: bool,
         "segment": pa.repeat(pa.scalar(segment, pa.string()), n),
         "damage": pa.nulls(n, DAMAGE_ARROW),
     }
+    body_starts, body_lens = starts["body_len"], lens["body_len"]
+    if pushed is not None and pushed.active:
+        keep = pushed.mask(columns)
+        if not keep.all():
+            selected = pa.array(keep)
+            columns = {name: column.filter(selected) for name, column in columns.items()}
+            body_starts, body_lens = body_starts[keep], body_lens[keep]
     if with_body:
-        columns["body"] = body_column(data, starts["body_len"], lens["body_len"])
+        columns["body"] = body_column(data, body_starts, body_lens)
     return pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)

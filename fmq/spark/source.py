@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
 from fmq.errors import InvalidArgument
@@ -57,6 +57,7 @@ from fmq.log.scanner import LogSegments, SegmentScan
 from fmq.spark.batches import TextNotValid, record_batch
 from fmq.spark.errors import TornTail
 from fmq.spark.files import SegmentFiles
+from fmq.spark.pushdown import PushedFilters
 from fmq.spark.rows import BATCH_BODY_BYTES, BATCH_ROWS, RowBatch, arrow_schema, columns, schema_ddl
 
 
@@ -93,9 +94,19 @@ class FmqReader(DataSourceReader):
         self.bases = [b for b, _s in listed]
         self.sizes = [s for _b, s in listed]
         self.log = LogSegments(self.files, self.max_record_size, self.bases)
+        self.pushed = PushedFilters()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
+        """Take the filters :mod:`fmq.spark.pushdown` can apply; hand the rest back."""
+        for f in filters:
+            if not self.pushed.take(f):
+                yield f
 
     def partitions(self) -> list[SegmentPartition]:
-        return [SegmentPartition(i, b) for i, b in enumerate(self.bases)]
+        ends = self.bases[1:] + [self.bases[-1] + self.sizes[-1]] if self.bases else []
+        return [SegmentPartition(i, b) for i, (b, end) in enumerate(zip(self.bases, ends,
+                                                                        strict=True))
+                if self.pushed.wants_segment(b, end)]
 
     def read(self, partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
         index = partition.index
@@ -109,7 +120,8 @@ class FmqReader(DataSourceReader):
             for item in scan:
                 if isinstance(item, Damage):
                     if chunk:
-                        yield record_batch(scan.buf, chunk, scan.name, self.with_body, schema)
+                        yield record_batch(scan.buf, chunk, scan.name, self.with_body, schema,
+                                           self.pushed)
                         chunk, chunk_bytes = [], 0
                     yield self._damage_batch(item)
                     continue
@@ -117,10 +129,12 @@ class FmqReader(DataSourceReader):
                 if self.with_body:
                     chunk_bytes += record_length(scan.buf, item)
                 if len(chunk) >= BATCH_ROWS or chunk_bytes >= BATCH_BODY_BYTES:
-                    yield record_batch(scan.buf, chunk, scan.name, self.with_body, schema)
+                    yield record_batch(scan.buf, chunk, scan.name, self.with_body, schema,
+                                       self.pushed)
                     chunk, chunk_bytes = [], 0
             if chunk:
-                yield record_batch(scan.buf, chunk, scan.name, self.with_body, schema)
+                yield record_batch(scan.buf, chunk, scan.name, self.with_body, schema,
+                                   self.pushed)
         except TextNotValid:
             # A record whose CRC matches but whose text does not decode: read on from the
             # chunk record by record, so it is judged exactly as recovery judges it.
@@ -134,7 +148,13 @@ class FmqReader(DataSourceReader):
     def _damage_batch(self, damage: Damage) -> pa.RecordBatch:
         batch = RowBatch(columns(self.with_body))
         batch.add_damage(damage, self.with_body)
-        return batch.flush()
+        return self._filtered(batch.flush())
+
+    def _filtered(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if not self.pushed.active:
+            return batch
+        keep = self.pushed.mask({name: batch.column(name) for name in batch.schema.names})
+        return batch.filter(pa.array(keep))
 
     def _torn_tail(self, scan: SegmentScan) -> Iterator[pa.RecordBatch]:
         torn = scan.torn
@@ -155,9 +175,9 @@ class FmqReader(DataSourceReader):
                 continue
             batch.add_record(item, scan.name, self.with_body)
             if batch.full():
-                yield batch.flush()
+                yield self._filtered(batch.flush())
         if batch.rows:
-            yield batch.flush()
+            yield self._filtered(batch.flush())
         yield from self._torn_tail(scan)
         # The mmap is not closed here: decoded records may still hold views into it; it
         # goes with the last reference.
@@ -185,5 +205,8 @@ class FmqDataSource(DataSource):
 
 
 def register(spark) -> None:
-    """Make ``spark.read.format("fmq")`` available in ``spark`` (once per session)."""
+    """Make ``spark.read.format("fmq")`` available in ``spark`` (once per session), with
+    filter pushdown into Python data sources on (the source implements it, and Spark
+    refuses such a source while ``spark.sql.python.filterPushdown.enabled`` is off)."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(FmqDataSource)
