@@ -10,7 +10,7 @@ imports this module, so it must stay importable without the driver's state.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,11 +43,14 @@ def last_end_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch
         yield out.filter(pc.equal(out.column("db"), K.DB_TXENDS))
 
 
-def write_sorted_items(valid: DataFrame, partitions: int, out_dir: str) -> None:
-    """Derive the index items of the ``valid`` rows and write them to a Parquet table at
-    ``out_dir``, sorted by (database, key) across its part files."""
-    indexed = valid.where(F.col("type").isin(*INDEXED_TYPES)).select(*ENTRY_COLUMNS)
-    ends = valid.where(F.col("type").isin(*END_TYPES)).select(*ENTRY_COLUMNS)
+def write_sorted_items(load: Callable[[], DataFrame], partitions: int, out_dir: str) -> None:
+    """Derive the index items of the log's records and write them to a Parquet table at
+    ``out_dir``, sorted by (database, key) across its part files. ``load()`` gives the
+    source's DataFrame with filter pushdown on: one load per differently filtered scan,
+    so the source reads only the record types each needs."""
+    valid = F.col("damage").isNull()
+    indexed = load().where(F.col("type").isin(*INDEXED_TYPES) & valid).select(*ENTRY_COLUMNS)
+    ends = load().where(F.col("type").isin(*END_TYPES) & valid).select(*ENTRY_COLUMNS)
     last_ends = (ends.groupBy("tx_id")
                  .agg(F.max_by(F.struct(*ENTRY_COLUMNS), "offset").alias("e"))
                  .select("e.*"))

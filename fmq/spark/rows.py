@@ -1,5 +1,7 @@
-"""The rows of ``spark.read.format("fmq")``: the columns, the Spark schema and the Arrow
-batches the data source yields, one row per record or per damage found.
+"""The rows of ``spark.read.format("fmq")``: the columns, the Spark schema, and Arrow
+batches built row by row from decoded records and damage (damage rows, and the fallback
+when a chunk's text does not decode; :mod:`fmq.spark.batches` builds the usual batches
+column-wise).
 
 The record columns are exactly the keys of :meth:`fmq.log.record.Record.to_dict` (the
 columns and values of ``fmq log dump --json``).

@@ -13,9 +13,11 @@ One Spark input partition per segment file. Every row is one record as
 (binary) only with ``.option("body", "true")``. Fillers are rows too (type ``FILLER``),
 exactly as ``fmq log dump`` prints them.
 
-Every byte is parsed by :class:`fmq.log.reader.SegmentReader` and judged by
-:class:`fmq.log.scanner.SegmentScan`, the reader and the verdicts recovery uses: there is
-no second parser and no second copy of the rules here. Each Spark task scans one segment
+Every record is checked by :class:`fmq.log.reader.SegmentReader` (length, CRC, header)
+and judged by :class:`fmq.log.scanner.SegmentScan`, the reader and the verdicts recovery
+uses: there is no second copy of the rules here. The checked records of a chunk become
+one Arrow batch column-wise (:mod:`fmq.spark.batches`); filters Spark pushes are applied
+by :mod:`fmq.spark.pushdown` (an offset range skips whole segments). Each Spark task scans one segment
 in the context of the whole log, so it gives the same answers as
 :class:`~fmq.log.scanner.LogScanner`; ``tests/spark/test_source.py`` checks that on
 damaged logs. The segment files come from :mod:`fmq.spark.files`, the rows and their
@@ -34,6 +36,9 @@ Options:
               with nothing valid after it anywhere in the log) fails the job with
               :class:`~fmq.spark.errors.TornTail`. ``allow``: report it as a damage row
               (what recovery would cut) and go on.
+``pushdown``  ``false`` (default) or ``true``: take the filters Spark pushes
+              (:mod:`fmq.spark.pushdown`); see :class:`FilteringFmqReader` for why it
+              is opt-in.
 ``maxRecordSize``  the decoder's length limit (default: the format's 4 GiB limit; the
               broker uses its segment size).
 
@@ -95,12 +100,6 @@ class FmqReader(DataSourceReader):
         self.sizes = [s for _b, s in listed]
         self.log = LogSegments(self.files, self.max_record_size, self.bases)
         self.pushed = PushedFilters()
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
-        """Take the filters :mod:`fmq.spark.pushdown` can apply; hand the rest back."""
-        for f in filters:
-            if not self.pushed.take(f):
-                yield f
 
     def partitions(self) -> list[SegmentPartition]:
         ends = self.bases[1:] + [self.bases[-1] + self.sizes[-1]] if self.bases else []
@@ -183,6 +182,20 @@ class FmqReader(DataSourceReader):
         # goes with the last reference.
 
 
+class FilteringFmqReader(FmqReader):
+    """:class:`FmqReader` that takes pushed filters (option ``pushdown=true``).
+
+    Opt-in because Spark (4.1 to 4.3 at least) hands every scan of one DataFrame the
+    pushed filters of one of them: ``df.where(a).union(df.where(b))`` reads ``b``'s rows
+    twice. Give each differently filtered scan its own ``load()``."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's name
+        """Take the filters :mod:`fmq.spark.pushdown` can apply; hand the rest back."""
+        for f in filters:
+            if not self.pushed.take(f):
+                yield f
+
+
 class FmqDataSource(DataSource):
     """``spark.read.format("fmq")``; see the module docstring for options."""
 
@@ -201,6 +214,8 @@ class FmqDataSource(DataSource):
         # Option names reach us lower-cased by Spark's case-insensitive map; normalise
         # anyway so a direct call with "tornTail" works the same.
         opts = {k.lower(): v for k, v in self.options.items()}
+        if _flag(opts, "pushdown", "false", ("true", "false")) == "true":
+            return FilteringFmqReader(path, opts)
         return FmqReader(path, opts)
 
 
