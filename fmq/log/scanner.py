@@ -102,12 +102,15 @@ class SegmentScan:
     segment). With ``standalone`` the scan first asks whether a scan from the start would
     get here, and reports a missing segment or a torn tail only then (a Spark task). With
     ``positions`` it yields each valid record's position in :attr:`buf` instead of the
-    decoded record (:meth:`SegmentReader.positions`: a column-wise reader's input)."""
+    decoded record (:meth:`SegmentReader.positions`: a column-wise reader's input); with
+    ``stop`` as well it reads one range of a split segment
+    (:meth:`SegmentReader.split_points`): records starting in ``[start, stop)``, and the
+    segment's end verdicts only in the range that reaches the end."""
 
     def __init__(self, log: LogSegments, index: int, *, start: int = 0,
                  previous_end: int | None = None, on_corruption: OnCorruption,
                  copy_body: bool = True, standalone: bool = False,
-                 positions: bool = False) -> None:
+                 positions: bool = False, stop: int | None = None) -> None:
         self.log = log
         self.index = index
         self.base = log.bases[index]
@@ -118,6 +121,7 @@ class SegmentScan:
         self.copy_body = copy_body
         self.standalone = standalone
         self.positions = positions
+        self.stop = stop
         self.buf = log.read(index)
         self.size = len(self.buf)
         #: After iteration: whether the segment ended with its filler, where its valid
@@ -150,10 +154,12 @@ class SegmentScan:
                              "start offset lies past the end of the segment")
         reader = SegmentReader(self.buf, base, self.name, self.log.max_record_size)
         if self.positions:
-            yield from reader.positions(self.start, self.on_corruption)
+            yield from reader.positions(self.start, self.on_corruption, self.stop)
         else:
-            yield from reader.records(self.start, self.on_corruption, self.copy_body)
+            yield from reader.records(self.start, self.on_corruption, self.copy_body, self.stop)
         self.end_offset = base + reader.end_position
+        if reader.end is SegmentEnd.STOP:
+            return  # the range after this one holds the segment's end
         if reader.end is SegmentEnd.SEALED:
             self.sealed = True
             return

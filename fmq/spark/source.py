@@ -7,7 +7,7 @@ Usage::
     df = spark.read.format("fmq").load("/var/lib/fmq")          # DATA_DIR or DATA_DIR/log
     df = spark.read.format("fmq").option("body", "true").load(path)
 
-One Spark input partition per segment file. Every row is one record as
+One Spark input partition per segment file, or per range of a large one (``splitBytes``). Every row is one record as
 :meth:`fmq.log.record.Record.to_dict` describes it (the columns and values of
 ``fmq log dump --json``), plus ``segment`` (the file name) and ``damage``; ``body``
 (binary) only with ``.option("body", "true")``. Fillers are rows too (type ``FILLER``),
@@ -36,6 +36,8 @@ Options:
               with nothing valid after it anywhere in the log) fails the job with
               :class:`~fmq.spark.errors.TornTail`. ``allow``: report it as a damage row
               (what recovery would cut) and go on.
+``splitBytes``  read a segment larger than this (default 64 MiB) in ranges of about this
+              many bytes, split at record boundaries, one Spark task each.
 ``pushdown``  ``false`` (default) or ``true``: take the filters Spark pushes
               (:mod:`fmq.spark.pushdown`); see :class:`FilteringFmqReader` for why it
               is opt-in.
@@ -55,8 +57,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
 from pyspark.sql.types import StructType
 
+from fmq.datadir import format_segment_name
 from fmq.errors import InvalidArgument
-from fmq.log.reader import Damage, OnCorruption
+from fmq.log.reader import Damage, OnCorruption, SegmentReader
 from fmq.log.record import FORMAT_MAX_RECORD, record_length
 from fmq.log.scanner import LogSegments, SegmentScan
 from fmq.spark.batches import TextNotValid, record_batch
@@ -74,13 +77,20 @@ def _flag(options: dict, name: str, default: str, allowed: tuple[str, ...]) -> s
     return value
 
 
-class SegmentPartition(InputPartition):
-    """One segment file: its position in the log's segment list."""
+#: Segments larger than this are read in ranges of about this size, one task each.
+DEFAULT_SPLIT_BYTES = 64 << 20
 
-    def __init__(self, index: int, base: int) -> None:
-        super().__init__(index)
+
+class SegmentPartition(InputPartition):
+    """One segment file (its position in the log's segment list), or one range of it:
+    the records starting in ``[start, stop)`` of its bytes (``stop`` None: to the end)."""
+
+    def __init__(self, index: int, base: int, start: int = 0, stop: int | None = None) -> None:
+        super().__init__((index, start))
         self.index = index
         self.base = base
+        self.start = start
+        self.stop = stop
 
 
 class FmqReader(DataSourceReader):
@@ -92,8 +102,12 @@ class FmqReader(DataSourceReader):
         self.torn_tail = _flag(options, "torntail", "fail", ("fail", "allow"))
         try:
             self.max_record_size = int(options.get("maxrecordsize", FORMAT_MAX_RECORD))
+            self.split_bytes = int(options.get("splitbytes", DEFAULT_SPLIT_BYTES))
         except ValueError:
-            raise InvalidArgument("option maxRecordSize must be an integer number of bytes") from None
+            raise InvalidArgument("options maxRecordSize and splitBytes must be integer numbers "
+                                  "of bytes") from None
+        if self.split_bytes < 1:
+            raise InvalidArgument("option splitBytes must be at least 1 (byte)")
         self.files = SegmentFiles(path).resolve_log_dir()
         listed = self.files.list()
         self.bases = [b for b, _s in listed]
@@ -103,14 +117,27 @@ class FmqReader(DataSourceReader):
 
     def partitions(self) -> list[SegmentPartition]:
         ends = self.bases[1:] + [self.bases[-1] + self.sizes[-1]] if self.bases else []
-        return [SegmentPartition(i, b) for i, (b, end) in enumerate(zip(self.bases, ends,
-                                                                        strict=True))
-                if self.pushed.wants_segment(b, end)]
+        out: list[SegmentPartition] = []
+        for i, (base, end) in enumerate(zip(self.bases, ends, strict=True)):
+            if not self.pushed.wants_segment(base, end):
+                continue
+            if self.sizes[i] <= self.split_bytes or self.files.remote:
+                out.append(SegmentPartition(i, base))
+                continue
+            # A large segment becomes ranges at record boundaries, one task each (a remote
+            # segment is not split: finding the boundaries would read it on the driver).
+            reader = SegmentReader(self.log.read(i), base, format_segment_name(base),
+                                   self.max_record_size)
+            points = reader.split_points(self.split_bytes)
+            out += [SegmentPartition(i, base, start, stop)
+                    for start, stop in zip(points, points[1:] + [None], strict=True)]
+        return out
 
     def read(self, partition: SegmentPartition) -> Iterator[pa.RecordBatch]:
         index = partition.index
         previous_end = self.bases[index - 1] + self.sizes[index - 1] if index > 0 else None
-        scan = SegmentScan(self.log, index, previous_end=previous_end,
+        scan = SegmentScan(self.log, index, start=partition.start, stop=partition.stop,
+                           previous_end=previous_end if partition.start == 0 else None,
                            on_corruption=self._on_corruption(), standalone=True, positions=True)
         schema = arrow_schema(self.with_body)
         chunk: list[int] = []
@@ -137,7 +164,7 @@ class FmqReader(DataSourceReader):
         except TextNotValid:
             # A record whose CRC matches but whose text does not decode: read on from the
             # chunk record by record, so it is judged exactly as recovery judges it.
-            yield from self._read_rows(index, chunk[0])
+            yield from self._read_rows(index, chunk[0], partition.stop)
             return
         yield from self._torn_tail(scan)
 
@@ -162,11 +189,12 @@ class FmqReader(DataSourceReader):
                 raise TornTail(torn.segment, torn.offset, torn.reason)
             yield self._damage_batch(torn)
 
-    def _read_rows(self, index: int, start: int) -> Iterator[pa.RecordBatch]:
-        """The records of segment ``index`` from buffer position ``start``, decoded one by
-        one (the fallback of the column-wise path)."""
-        scan = SegmentScan(self.log, index, start=start, on_corruption=self._on_corruption(),
-                           copy_body=self.with_body, standalone=True)
+    def _read_rows(self, index: int, start: int, stop: int | None) -> Iterator[pa.RecordBatch]:
+        """The records of segment ``index`` from buffer position ``start`` (to ``stop``),
+        decoded one by one (the fallback of the column-wise path)."""
+        scan = SegmentScan(self.log, index, start=start, stop=stop,
+                           on_corruption=self._on_corruption(), copy_body=self.with_body,
+                           standalone=True)
         batch = RowBatch(columns(self.with_body))
         for item in scan:
             if isinstance(item, Damage):
