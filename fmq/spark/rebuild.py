@@ -57,7 +57,7 @@ from fmq.spark.files import SegmentFiles
 from fmq.spark.session import spark_session
 from fmq.spark.source import register
 from fmq.spark.swap import swap_in
-from fmq.spark.transactions import open_transactions, transaction_table
+from fmq.spark.transactions import TX_TYPES, open_transactions, transaction_table
 
 
 class _Phases:
@@ -185,8 +185,6 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
 def _derive(raw: DataFrame, filtered_load, partitions: int, tmp_items: str,
             parquet_dir: str | None, phases: _Phases) -> dict:
     """Passes 2, 3 and 6 on Spark; returns the small facts the driver needs."""
-    valid = raw.where(F.col("damage").isNull())
-
     # One pass over the log: record count, the last valid record (where the log ends) and
     # the torn tail (mode=failfast raised on any other damage).
     damaged = F.col("damage").isNotNull()
@@ -211,7 +209,9 @@ def _derive(raw: DataFrame, filtered_load, partitions: int, tmp_items: str,
     write_sorted_items(filtered_load, partitions, tmp_items)
     phases.done("derive_and_sort")
 
-    txs = transaction_table(valid)
+    # Only the transaction records (the source skips the plain messages' rows).
+    txs = transaction_table(filtered_load().where(F.col("type").isin(*TX_TYPES)
+                                                  & F.col("damage").isNull()))
     opens = open_transactions(txs)
     phases.done("transactions")
     parquet = None
