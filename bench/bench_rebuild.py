@@ -13,7 +13,13 @@ directly (no fsync per message: the log is only input here), then times
 
 reports MB of log per second (log bytes = valid log end - log start), checks that the
 three indexes hold the same keys and values (a SHA-256 over every derived database), and
-deletes the log unless ``--keep``.
+deletes the log unless ``--keep``. Then
+
+3. the data source alone: ``spark.read.format("fmq").load(DIR).select("offset").count()``
+   at each master, timed after the session has started (fresh process each), twice: cold
+   (the count starts the Python workers) and warm;
+4. a 2 MB log rebuilt with ``python -m fmq.spark.rebuild`` at the last master, wall time
+   including the JVM and session start.
 """
 
 from __future__ import annotations
@@ -91,6 +97,52 @@ def index_digest(path: str) -> tuple[str, dict[str, int]]:
     return h.hexdigest(), counts
 
 
+_COUNT = """
+import os, sys, time
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+from pyspark.sql import SparkSession
+from fmq.spark.source import register
+spark = (SparkSession.builder.master(sys.argv[2]).config("spark.ui.enabled", "false")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+register(spark)
+df = spark.read.format("fmq").option("tornTail", "allow").load(sys.argv[1])
+times = []
+for _ in range(2):  # the first count also starts the Python workers
+    t = time.monotonic()
+    n = df.select("offset").count()
+    times.append(time.monotonic() - t)
+print(n, *times)
+spark.stop()
+"""
+
+
+def source_count(data_dir: str, master: str, env: dict) -> tuple[int, float, float]:
+    """(rows, seconds cold, seconds warm) of a pruned count() through the data source, in a
+    fresh process: the first count starts the Python workers, the second reuses them."""
+    proc = subprocess.run([sys.executable, "-c", _COUNT, data_dir, master], env=env,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"source count at {master} failed")
+    rows, cold, warm = proc.stdout.strip().splitlines()[-1].split()
+    return int(rows), float(cold), float(warm)
+
+
+def spark_rebuild(data_dir: str, master: str, out: str, env: dict) -> tuple[dict, float]:
+    """(the job's JSON result, wall seconds) of ``python -m fmq.spark.rebuild``."""
+    t = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "fmq.spark.rebuild", data_dir, "--master", master,
+         "--out", out, "--json"], capture_output=True, text=True, check=False, env=env)
+    wall = time.monotonic() - t
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"spark rebuild at {master} failed")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default="/tmp/fmq-bench-rebuild")
@@ -131,20 +183,13 @@ def main() -> int:
                                  "records": report["records_replayed"], "entries": counts}
         print("in-process:", results["in_process"], flush=True)
 
-        for master in args.masters.split(","):
+        env = dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
+                                                    f"pyspark-shell")
+        masters = args.masters.split(",")
+        for master in masters:
             out = os.path.join(args.dir, "index-" + master.replace('local[', '').rstrip(']'))
-            t = time.monotonic()
             load0 = os.getloadavg()[0]
-            proc = subprocess.run(
-                [sys.executable, "-m", "fmq.spark.rebuild", data_dir, "--master", master,
-                 "--out", out, "--json"], capture_output=True, text=True, check=False,
-                env=dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
-                                                         f"pyspark-shell"))
-            wall = time.monotonic() - t
-            if proc.returncode != 0:
-                print(proc.stderr[-3000:], file=sys.stderr)
-                raise SystemExit(f"spark rebuild at {master} failed")
-            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            res, wall = spark_rebuild(data_dir, master, out, env)
             same = index_digest(out)[0] == digest
             results[master] = {
                 "wall_seconds": round(wall, 2), "mb_per_s_wall": round(end / MB / wall, 1),
@@ -155,6 +200,21 @@ def main() -> int:
                 "identical_to_in_process": same,
             }
             print(f"{master}:", results[master], flush=True)
+        for master in masters:
+            rows, cold, warm = source_count(data_dir, master, env)
+            results[f"source_count {master}"] = {
+                "rows": rows, "seconds_cold": round(cold, 2), "seconds_warm": round(warm, 2),
+                "mb_per_s_cold": round(end / MB / cold, 1),
+                "mb_per_s_warm": round(end / MB / warm, 1)}
+            print(f"source count {master}:", results[f"source_count {master}"], flush=True)
+        small = os.path.join(args.dir, "small")
+        os.makedirs(small)
+        small_end = build_log(small, 2, args.body, 1 << 20)
+        res, wall = spark_rebuild(small, masters[-1], os.path.join(args.dir, "small-index"), env)
+        results[f"2 MB log {masters[-1]}"] = {"log_bytes": small_end,
+                                              "wall_seconds": round(wall, 2),
+                                              "job_seconds": res["seconds"]}
+        print(f"2 MB log {masters[-1]}:", results[f"2 MB log {masters[-1]}"], flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(args.dir, ignore_errors=True)

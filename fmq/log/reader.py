@@ -22,7 +22,16 @@ from typing import Protocol
 
 from fmq.datadir import format_segment_name, parse_segment_name
 from fmq.errors import BadRecord, CorruptLog, TornRecord
-from fmq.log.record import MAGIC_BYTES, MAGIC_POSITION, Record, RecordType, decode, record_length
+from fmq.log.record import (
+    HEADER_SIZE,
+    MAGIC_BYTES,
+    MAGIC_POSITION,
+    Record,
+    RecordType,
+    check,
+    decode,
+    record_length,
+)
 from fmq.log.segment import Segment
 
 
@@ -44,6 +53,7 @@ class SegmentEnd(Enum):
     SEALED = "sealed"  # with the end filler
     END = "end"  # zeros (or the end of the file) after the last record
     TORN = "torn"  # a bad record with nothing valid after it in this segment
+    STOP = "stop"  # reached the caller's stop position (a range of a split segment)
 
 
 @dataclass(frozen=True)
@@ -146,14 +156,45 @@ class SegmentReader:
         self.end_position = 0
         self.torn_reason = ""
 
-    def records(self, start: int, on_corruption: OnCorruption,
-                copy_body: bool = True) -> Iterator[Record | Damage]:
+    def records(self, start: int, on_corruption: OnCorruption, copy_body: bool = True,
+                stop: int | None = None) -> Iterator[Record | Damage]:
         """Yield every valid record from ``start``; with ``OnCorruption.SKIP`` also a
         :class:`Damage` for each corrupt stretch skipped, just before the record after it."""
+        base, limit = self.base, self.max_record_size
+
+        def parse(pos: int) -> tuple[Record, int, int]:
+            rec = decode(self.buf, pos, base_offset=base, max_record_size=limit,
+                         copy_body=copy_body)
+            return rec, rec.size, rec.type
+
+        return self._walk(start, on_corruption, parse, stop)
+
+    def positions(self, start: int, on_corruption: OnCorruption,
+                  stop: int | None = None) -> Iterator[int | Damage]:
+        """As :meth:`records`, but yield each valid record's position in the buffer instead
+        of decoding it: every check of :func:`~fmq.log.record.check` (length, CRC, header)
+        runs, the text fields are left to the caller (a column-wise reader validates them
+        in bulk and falls back to :meth:`records` when that fails). With ``stop``, end
+        (``SegmentEnd.STOP``) at the first record that starts at or after it."""
+        base, limit = self.base, self.max_record_size
+
+        def parse(pos: int) -> tuple[int, int, int]:
+            header = check(self.buf, pos, base_offset=base, max_record_size=limit)
+            return pos, header[0], header[4]
+
+        return self._walk(start, on_corruption, parse, stop)
+
+    def _walk(self, start: int, on_corruption: OnCorruption, parse,
+              stop: int | None = None) -> Iterator:
         buf = self.buf
         pos = start
         size = len(buf)
+        filler = RecordType.FILLER
+        stop = size + 1 if stop is None else stop
         while True:
+            if pos >= stop:
+                self.end, self.end_position = SegmentEnd.STOP, pos
+                return
             if record_length(buf, pos) == 0:
                 later = find_valid_record(buf, pos, self.base, self.max_record_size)
                 if later is None:
@@ -164,8 +205,7 @@ class SegmentReader:
                 pos = later
                 continue
             try:
-                rec = decode(buf, pos, base_offset=self.base,
-                             max_record_size=self.max_record_size, copy_body=copy_body)
+                item, length, rtype = parse(pos)
             except (BadRecord, TornRecord) as exc:
                 later = find_valid_record(buf, pos + 1, self.base, self.max_record_size)
                 if later is None:
@@ -174,14 +214,39 @@ class SegmentReader:
                 yield self._corrupt(pos, exc.reason, on_corruption)
                 pos = later
                 continue
-            yield rec
-            pos += rec.size
-            if rec.type == RecordType.FILLER:
+            yield item
+            pos += length
+            if rtype == filler:
                 self.end, self.end_position = SegmentEnd.SEALED, pos
                 return
             if pos >= size:
                 self.end, self.end_position = SegmentEnd.END, pos
                 return
+
+    def split_points(self, every: int) -> list[int]:
+        """Positions, about ``every`` bytes apart, at which the segment can be read in
+        independent ranges (``positions(start=p_i, stop=p_i+1)``), the first being 0.
+
+        The walk follows the length fields only; each point it keeps passes every check of
+        :func:`~fmq.log.record.check` (its header names its own position), so it is a
+        record a whole-segment walk reaches too: that walk only ever resynchronises to the
+        *first* valid record after damage, and valid records tile the segment. The walk
+        stops at the first length that leads nowhere or at a candidate that fails."""
+        buf, size = self.buf, len(self.buf)
+        points = [0]
+        pos, next_cut = 0, every
+        while True:
+            length = record_length(buf, pos)
+            if length < HEADER_SIZE or pos + length > size:
+                return points
+            pos += length
+            if pos >= next_cut:
+                try:
+                    check(buf, pos, base_offset=self.base, max_record_size=self.max_record_size)
+                except (BadRecord, TornRecord):
+                    return points
+                points.append(pos)
+                next_cut = pos + every
 
     def _corrupt(self, pos: int, reason: str, on_corruption: OnCorruption) -> Damage:
         if on_corruption is OnCorruption.RAISE:

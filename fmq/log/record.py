@@ -303,20 +303,16 @@ def record_length(buf: bytes | memoryview, pos: int) -> int:
     return _LENGTH.unpack_from(buf, pos)[0]
 
 
-def decode(
-    buf: bytes | memoryview,
-    pos: int = 0,
-    *,
-    base_offset: int = 0,
-    max_record_size: int = FORMAT_MAX_RECORD,
-    copy_body: bool = True,
-) -> Record:
-    """Decode the record at ``buf[pos:]``, which lies at log offset ``base_offset + pos``.
+def check(buf: bytes | memoryview, pos: int = 0, *, base_offset: int = 0,
+          max_record_size: int = FORMAT_MAX_RECORD) -> tuple:
+    """Check the record at ``buf[pos:]`` (at log offset ``base_offset + pos``) as far as its
+    header and CRC go, and return the unpacked :data:`HEADER` fields.
 
     Checks, in order: enough bytes for a header; ``length`` within ``[HEADER_SIZE,
     max_record_size]``; enough bytes for ``length`` (else :class:`TornRecord`); CRC; magic,
     version, type; the header's log offset equals the record's position; field lengths add
-    up to ``length``. Any failure after the first two raises :class:`BadRecord`.
+    up to ``length``. Any failure after the first two raises :class:`BadRecord`. The
+    Spark source runs only these and checks the text fields column-wise.
     """
     offset = base_offset + pos
     available = len(buf) - pos
@@ -327,24 +323,39 @@ def decode(
         raise BadRecord(offset, f"length {length} outside [{HEADER_SIZE}, {max_record_size}]")
     if length > available:
         raise TornRecord(offset, f"length {length} but only {available} bytes follow")
-    view = memoryview(buf)[pos : pos + length]
-    (
-        _length, crc, magic, version, rtype, log_offset, store_time, queue_id, queue_offset,
-        ref_offset, ref_size, topic_len, tx_len, group_len, key_len, tags_len, _flags,
-        props_len, body_len,
-    ) = HEADER.unpack_from(view, 0)
-    if crc32c(view[8:]) != crc:
+    header = HEADER.unpack_from(buf, pos)
+    if crc32c(memoryview(buf)[pos + 8 : pos + length]) != header[1]:
         raise BadRecord(offset, "CRC-32C mismatch")
+    magic, version, rtype, log_offset = header[2:6]
     if magic != MAGIC or version != FORMAT_VERSION:
         raise BadRecord(offset, f"magic {magic:#x} / version {version} not recognised")
-    record_type = _TYPE_BY_CODE.get(rtype)
-    if record_type is None:
+    if rtype not in _TYPE_BY_CODE:
         raise BadRecord(offset, f"unknown record type {rtype}")
     if log_offset != offset:
         raise BadRecord(offset, f"record claims log offset {log_offset}")
-    if (HEADER_SIZE + topic_len + tx_len + group_len + key_len + tags_len + props_len
-            + body_len) != length:
+    if HEADER_SIZE + sum(header[11:16]) + header[17] + header[18] != length:
         raise BadRecord(offset, "field lengths do not add up to the record length")
+    return header
+
+
+def decode(
+    buf: bytes | memoryview,
+    pos: int = 0,
+    *,
+    base_offset: int = 0,
+    max_record_size: int = FORMAT_MAX_RECORD,
+    copy_body: bool = True,
+) -> Record:
+    """Decode the record at ``buf[pos:]`` (log offset ``base_offset + pos``) after
+    :func:`check`; text that is not UTF-8 or bad properties raise :class:`BadRecord`."""
+    offset = base_offset + pos
+    (
+        length, _crc, _magic, _version, rtype, _log_offset, store_time, queue_id, queue_offset,
+        ref_offset, ref_size, topic_len, tx_len, group_len, key_len, tags_len, _flags,
+        props_len, body_len,
+    ) = check(buf, pos, base_offset=base_offset, max_record_size=max_record_size)
+    record_type = _TYPE_BY_CODE[rtype]
+    view = memoryview(buf)[pos : pos + length]
     p = HEADER_SIZE
     try:
         topic = str(view[p : p + topic_len], "utf-8")

@@ -100,11 +100,17 @@ class SegmentScan:
 
     ``previous_end`` is where the segment before it ended (None: do not check for a missing
     segment). With ``standalone`` the scan first asks whether a scan from the start would
-    get here, and reports a missing segment or a torn tail only then (a Spark task)."""
+    get here, and reports a missing segment or a torn tail only then (a Spark task). With
+    ``positions`` it yields each valid record's position in :attr:`buf` instead of the
+    decoded record (:meth:`SegmentReader.positions`: a column-wise reader's input); with
+    ``stop`` as well it reads one range of a split segment
+    (:meth:`SegmentReader.split_points`): records starting in ``[start, stop)``, and the
+    segment's end verdicts only in the range that reaches the end."""
 
     def __init__(self, log: LogSegments, index: int, *, start: int = 0,
                  previous_end: int | None = None, on_corruption: OnCorruption,
-                 copy_body: bool = True, standalone: bool = False) -> None:
+                 copy_body: bool = True, standalone: bool = False,
+                 positions: bool = False, stop: int | None = None) -> None:
         self.log = log
         self.index = index
         self.base = log.bases[index]
@@ -114,6 +120,8 @@ class SegmentScan:
         self.on_corruption = on_corruption
         self.copy_body = copy_body
         self.standalone = standalone
+        self.positions = positions
+        self.stop = stop
         self.buf = log.read(index)
         self.size = len(self.buf)
         #: After iteration: whether the segment ended with its filler, where its valid
@@ -137,7 +145,7 @@ class SegmentScan:
             raise CorruptLog(self.name, offset, reason)
         return Damage(DamageKind.CORRUPT, self.name, offset, reason)
 
-    def __iter__(self) -> Iterator[Record | Damage]:
+    def __iter__(self) -> Iterator[Record | int | Damage]:
         base, previous_end = self.base, self.previous_end
         if previous_end is not None and base != previous_end and self._is_reached():
             yield self._corrupt(previous_end, f"the segment starting at {previous_end} is missing")
@@ -145,8 +153,13 @@ class SegmentScan:
             raise CorruptLog(self.name, base + self.start,
                              "start offset lies past the end of the segment")
         reader = SegmentReader(self.buf, base, self.name, self.log.max_record_size)
-        yield from reader.records(self.start, self.on_corruption, self.copy_body)
+        if self.positions:
+            yield from reader.positions(self.start, self.on_corruption, self.stop)
+        else:
+            yield from reader.records(self.start, self.on_corruption, self.copy_body, self.stop)
         self.end_offset = base + reader.end_position
+        if reader.end is SegmentEnd.STOP:
+            return  # the range after this one holds the segment's end
         if reader.end is SegmentEnd.SEALED:
             self.sealed = True
             return

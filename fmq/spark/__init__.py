@@ -1,9 +1,10 @@
 """FMQ on Spark: the raw log as a DataFrame and the index rebuilt from it.
 
 * :mod:`fmq.spark.source`: ``spark.read.format("fmq").load(DATA_DIR)`` (Spark 4's Python
-  Data Source API), one input partition per segment file, parsed by
+  Data Source API), one input partition per segment file, checked by
   :class:`~fmq.log.reader.SegmentReader` and judged by :mod:`fmq.log.scanner`; the
-  segment files come from :mod:`fmq.spark.files`, the rows from :mod:`fmq.spark.rows`.
+  segment files come from :mod:`fmq.spark.files`, the batches from
+  :mod:`fmq.spark.batches` (column-wise) and :mod:`fmq.spark.rows`.
 * :mod:`fmq.spark.rebuild`: the index rebuild job (``fmq index rebuild DIR --spark``, or
   ``spark-submit`` of the module), run in passes by :mod:`~fmq.spark.session`,
   :mod:`~fmq.spark.derive`, :mod:`~fmq.spark.transactions`, :mod:`~fmq.spark.bulk_load`,

@@ -1,5 +1,6 @@
-"""The Parquet audit of a log (``--parquet DIR``): the record table, a per-queue summary
-and the transaction table, for offline queries with Spark SQL."""
+"""The Parquet audit of a log (``--parquet DIR``): the record table, per-queue and
+per-topic summaries and the transaction table, for offline queries with Spark SQL
+(``docs/spark.md`` has example queries)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from fmq.spark.session import file_uri
 
 def write_audit(raw: DataFrame, txs: DataFrame, parquet_dir: str) -> dict:
     """``records/`` (every row of the data source, without bodies), ``summary/`` (one row
-    per topic and queue) and ``transactions/`` as Parquet under ``parquet_dir``."""
+    per topic and queue), ``topics/`` (one row per topic) and ``transactions/`` as Parquet
+    under ``parquet_dir``."""
     out = os.path.abspath(parquet_dir)
     valid = raw.where(F.col("damage").isNull())
     raw.write.mode("overwrite").parquet(file_uri(os.path.join(out, "records")))
@@ -55,4 +57,15 @@ def write_audit(raw: DataFrame, txs: DataFrame, parquet_dir: str) -> dict:
         "first_store_time", "last_store_time", "min_queue_offset", "next_queue_offset",
     ).orderBy("topic", "queue_id")
     summary.write.mode("overwrite").parquet(file_uri(os.path.join(out, "summary")))
-    return {name: os.path.join(out, name) for name in ("records", "summary", "transactions")}
+    # Per topic, from the per-queue table just written (a small read, no second pass over
+    # the log). A transaction with messages in two queues of a topic counts in each.
+    queues = summary.sparkSession.read.parquet(file_uri(os.path.join(out, "summary")))
+    topics = queues.groupBy("topic").agg(
+        F.count(F.lit(1)).alias("queues"),
+        *[F.sum(c).cast("long").alias(c) for c in zero],
+        F.min("first_store_time").alias("first_store_time"),
+        F.max("last_store_time").alias("last_store_time"),
+    ).orderBy("topic")
+    topics.write.mode("overwrite").parquet(file_uri(os.path.join(out, "topics")))
+    return {name: os.path.join(out, name)
+            for name in ("records", "summary", "topics", "transactions")}

@@ -1,6 +1,7 @@
 """The index items derived from the log's rows: the executor-side functions that turn
-record rows into the LMDB keys and values :class:`~fmq.index.store.IndexStore` writes,
-and the Spark plan that runs them and writes the items sorted to a Parquet table.
+Arrow batches of record rows into the LMDB keys and values
+:class:`~fmq.index.store.IndexStore` writes (column-wise, :mod:`fmq.spark.items`), and the
+Spark plan that runs them and writes the items sorted to a Parquet table.
 
 Spark pickles :func:`index_items` and :func:`last_end_items` by reference: every executor
 imports this module, so it must stay importable without the driver's state.
@@ -9,7 +10,7 @@ imports this module, so it must stay importable without the driver's state.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,85 +19,38 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fmq.index import keys as K
-from fmq.index.entries import queue_entry, tx_end
-from fmq.log.record import NONE, Record, RecordType
+from fmq.spark.items import END_TYPES, INDEXED_TYPES, batch_items
 from fmq.spark.session import file_uri
 
 ITEMS_SCHEMA = "db int, key binary, value binary"
-_ITEMS_ARROW = pa.schema([("db", pa.int32()), ("key", pa.binary()), ("value", pa.binary())])
 #: The columns the derivation reads (what queue_entry and the tx table need).
 ENTRY_COLUMNS = ["offset", "size", "type", "store_time", "topic", "queue_id", "queue_offset",
                  "tx_id", "producer_group", "ref_offset", "ref_size", "key", "tags"]
-#: Record types that become queue entries, and those that end a transaction.
-INDEXED_TYPES = ("MESSAGE", "REF_MESSAGE", "TX_MESSAGE")
-END_TYPES = ("COMMIT", "ROLLBACK")
-
-
-def record_from_row(row: Mapping) -> Record:
-    """The inverse of :meth:`Record.to_dict` for the header fields (the data source's row
-    format): the thin adapter that lets :func:`queue_entry` run on a DataFrame row."""
-    def opt(name: str, default: int) -> int:
-        v = row.get(name)
-        return default if v is None else v
-
-    return Record(
-        RecordType[row["type"]],
-        log_offset=row["offset"],
-        size=row["size"],
-        store_time=row["store_time"],
-        queue_id=opt("queue_id", NONE),
-        queue_offset=opt("queue_offset", NONE),
-        ref_offset=opt("ref_offset", NONE),
-        ref_size=opt("ref_size", 0),
-        topic=row.get("topic") or "",
-        tx_id=row.get("tx_id") or "",
-        producer_group=row.get("producer_group") or "",
-        key=row.get("key"),
-        tags=row.get("tags"),
-    )
-
-
-def _items_of(batches: Iterable[pa.RecordBatch], last: bool) -> Iterator[pa.RecordBatch]:
-    for batch in batches:
-        dbs: list[int] = []
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        for row in batch.to_pylist():
-            rec = record_from_row(row)
-            entry = queue_entry(rec)
-            if entry is not None:
-                produced = K.entry_items(entry)
-            else:
-                end = tx_end(rec)
-                if end is None:
-                    continue
-                produced = K.end_items(end, last)
-            for db, k, v in produced:
-                dbs.append(db)
-                keys.append(k)
-                values.append(v)
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(dbs, pa.int32()), pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
-            schema=_ITEMS_ARROW)
+__all__ = ["END_TYPES", "INDEXED_TYPES", "index_items", "last_end_items", "write_sorted_items"]
 
 
 def index_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow function (runs on the executors): record rows → index items, except the
     ``txends`` value (see :func:`last_end_items`)."""
-    return _items_of(batches, last=False)
+    for batch in batches:
+        yield batch_items(batch, latest_ends=False)
 
 
 def last_end_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow function over the last COMMIT/ROLLBACK row of each transaction id."""
-    for out in _items_of(batches, last=True):
+    for batch in batches:
+        out = batch_items(batch, latest_ends=True)
         yield out.filter(pc.equal(out.column("db"), K.DB_TXENDS))
 
 
-def write_sorted_items(valid: DataFrame, partitions: int, out_dir: str) -> None:
-    """Derive the index items of the ``valid`` rows and write them to a Parquet table at
-    ``out_dir``, sorted by (database, key) across its part files."""
-    indexed = valid.where(F.col("type").isin(*INDEXED_TYPES)).select(*ENTRY_COLUMNS)
-    ends = valid.where(F.col("type").isin(*END_TYPES)).select(*ENTRY_COLUMNS)
+def write_sorted_items(load: Callable[[], DataFrame], partitions: int, out_dir: str) -> None:
+    """Derive the index items of the log's records and write them to a Parquet table at
+    ``out_dir``, sorted by (database, key) across its part files. ``load()`` gives the
+    source's DataFrame with filter pushdown on: one load per differently filtered scan,
+    so the source reads only the record types each needs."""
+    valid = F.col("damage").isNull()
+    indexed = load().where(F.col("type").isin(*INDEXED_TYPES) & valid).select(*ENTRY_COLUMNS)
+    ends = load().where(F.col("type").isin(*END_TYPES) & valid).select(*ENTRY_COLUMNS)
     last_ends = (ends.groupBy("tx_id")
                  .agg(F.max_by(F.struct(*ENTRY_COLUMNS), "offset").alias("e"))
                  .select("e.*"))

@@ -13,13 +13,13 @@ Passes:
 2. **Read** ``spark.read.format("fmq")`` with ``mode=failfast`` and ``tornTail=allow``:
    corruption fails the job naming segment and offset (as recovery would); a torn tail is
    reported (the broker cuts it on its next open; this job never writes to the log).
-3. **Derive** on the executors (:mod:`fmq.spark.derive`): each MESSAGE / REF_MESSAGE /
-   TX_MESSAGE row becomes a :class:`~fmq.log.record.Record` again and goes through
-   :func:`fmq.index.entries.queue_entry`, the function the dispatcher and recovery use;
-   the entry becomes the same LMDB keys and values :class:`~fmq.index.store.IndexStore`
-   writes. Spark sorts them by (database, key) and writes them to a temporary Parquet
-   table next to the output, and finds the open transactions
-   (:mod:`fmq.spark.transactions`).
+3. **Derive** on the executors (:mod:`fmq.spark.derive`): the MESSAGE / REF_MESSAGE /
+   TX_MESSAGE / COMMIT / ROLLBACK rows (those types pushed into the source) become,
+   column-wise per Arrow batch (:mod:`fmq.spark.items`), the LMDB keys and values
+   :func:`fmq.index.keys.entry_items` and ``end_items`` give for
+   :func:`fmq.index.entries.queue_entry` and ``tx_end``. Spark sorts them by (database,
+   key) and writes them to a temporary Parquet table next to the output, and finds the
+   open transactions (:mod:`fmq.spark.transactions`).
 4. **Write** a fresh LMDB environment (:mod:`fmq.spark.bulk_load`) in key order with
    ``putmulti(append=True)``, checking the counts it returns (append mode silently skips
    an out-of-order or duplicate key), plus the queue marks (read off the sorted
@@ -29,8 +29,8 @@ Passes:
    (:mod:`fmq.spark.swap`).
 5. **Checkpoint**: ``min(log end, PREPARE offset of the oldest open transaction)``, so
    the broker opens with nothing to replay but the open transactions' range.
-6. **Audit** (``--parquet OUT``, :mod:`fmq.spark.audit`): the record table, a per-queue
-   summary and the transaction table as Parquet.
+6. **Audit** (``--parquet OUT``, :mod:`fmq.spark.audit`): the record table, per-queue
+   and per-topic summaries and the transaction table as Parquet.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ import shutil
 import sys
 import time
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -59,7 +58,7 @@ from fmq.spark.session import spark_session
 from fmq.spark.source import register
 from fmq.spark.summary import summary_text
 from fmq.spark.swap import swap_in
-from fmq.spark.transactions import open_transactions, transaction_table
+from fmq.spark.transactions import TX_TYPES, open_transactions, transaction_table
 
 
 class _Phases:
@@ -118,12 +117,18 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         # The broker's decoder limit is its segment size; a record never exceeds it.
         reader = reader.option("maxRecordSize", str(max_record))
     phases = _Phases()
-    raw = reader.load(log_dir).persist(StorageLevel.MEMORY_AND_DISK)
+    # Not cached: the source reads a segment column-wise faster than Spark caches its
+    # rows. The derivation reads through loads of its own with pushdown on (each
+    # differently filtered scan needs its own load; see FilteringFmqReader).
+    raw = reader.load(log_dir)
+
+    def filtered_load() -> DataFrame:
+        return reader.option("pushdown", "true").load(log_dir)
     tmp_index = f"{target}.spark-tmp"
     tmp_items = f"{target}.spark-items"
     try:
         try:
-            facts = _derive(raw, len(bases), tmp_items, parquet_dir, phases)
+            facts = _derive(raw, filtered_load, len(bases), tmp_items, parquet_dir, phases)
         except FMQError:
             raise
         except Exception as exc:  # noqa: BLE001 - Spark wraps the executor's error
@@ -148,7 +153,6 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         # claim more than the index it sits next to holds).
         cp = write_checkpoint(checkpoint_path, recovery, end, end)
     finally:
-        raw.unpersist()
         shutil.rmtree(tmp_items, ignore_errors=True)
         shutil.rmtree(tmp_index, ignore_errors=True)
 
@@ -179,11 +183,9 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
     }
 
 
-def _derive(raw: DataFrame, partitions: int, tmp_items: str, parquet_dir: str | None,
-            phases: _Phases) -> dict:
+def _derive(raw: DataFrame, filtered_load, partitions: int, tmp_items: str,
+            parquet_dir: str | None, phases: _Phases) -> dict:
     """Passes 2, 3 and 6 on Spark; returns the small facts the driver needs."""
-    valid = raw.where(F.col("damage").isNull())
-
     # One pass over the log: record count, the last valid record (where the log ends) and
     # the torn tail (mode=failfast raised on any other damage).
     damaged = F.col("damage").isNotNull()
@@ -205,10 +207,12 @@ def _derive(raw: DataFrame, partitions: int, tmp_items: str, parquet_dir: str | 
                 "base": parse_segment_name(lr["segment"])}
 
     # Index items, sorted by (database, key), to a temporary Parquet table.
-    write_sorted_items(valid, partitions, tmp_items)
+    write_sorted_items(filtered_load, partitions, tmp_items)
     phases.done("derive_and_sort")
 
-    txs = transaction_table(valid)
+    # Only the transaction records (the source skips the plain messages' rows).
+    txs = transaction_table(filtered_load().where(F.col("type").isin(*TX_TYPES)
+                                                  & F.col("damage").isNull()))
     opens = open_transactions(txs)
     phases.done("transactions")
     parquet = None

@@ -1,5 +1,7 @@
-"""The rows of ``spark.read.format("fmq")``: the columns, the Spark schema and the Arrow
-batches the data source yields, one row per record or per damage found.
+"""The rows of ``spark.read.format("fmq")``: the columns, the Spark schema, and Arrow
+batches built row by row from decoded records and damage (damage rows, and the fallback
+when a chunk's text does not decode; :mod:`fmq.spark.batches` builds the usual batches
+column-wise).
 
 The record columns are exactly the keys of :meth:`fmq.log.record.Record.to_dict` (the
 columns and values of ``fmq log dump --json``).
@@ -11,6 +13,9 @@ import pyarrow as pa
 
 from fmq.log.reader import Damage
 from fmq.log.record import NONE, Record, RecordType
+
+PROPERTIES_ARROW = pa.map_(pa.string(), pa.string())
+DAMAGE_ARROW = pa.struct([("kind", pa.string()), ("reason", pa.string())])
 
 #: Columns of every row, in order: (name, Spark DDL type, Arrow type). The record columns
 #: are exactly the keys of ``Record.to_dict()`` (``fmq log dump --json``).
@@ -28,13 +33,12 @@ RECORD_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("ref_size", "bigint", pa.int64()),
     ("key", "string", pa.string()),
     ("tags", "string", pa.string()),
-    ("properties", "map<string,string>", pa.map_(pa.string(), pa.string())),
+    ("properties", "map<string,string>", PROPERTIES_ARROW),
     ("body_size", "bigint", pa.int64()),
 ]
-_DAMAGE_ARROW = pa.struct([("kind", pa.string()), ("reason", pa.string())])
 EXTRA_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("segment", "string", pa.string()),
-    ("damage", "struct<kind:string,reason:string>", _DAMAGE_ARROW),
+    ("damage", "struct<kind:string,reason:string>", DAMAGE_ARROW),
 ]
 BODY_COLUMN: tuple[str, str, pa.DataType] = ("body", "binary", pa.binary())
 RECORD_FIELDS = [name for name, _ddl, _arrow in RECORD_COLUMNS]
@@ -42,12 +46,17 @@ _TYPE_NAMES = {int(t): t.name for t in RecordType}
 
 #: Rows per Arrow batch handed to Spark: big enough to amortise the conversion, small
 #: enough that a batch of 4 MiB bodies stays within an executor's memory.
-_BATCH_ROWS = 4096
-_BATCH_BODY_BYTES = 64 << 20
+BATCH_ROWS = 4096
+BATCH_BODY_BYTES = 64 << 20
 
 
 def columns(with_body: bool) -> list[tuple[str, str, pa.DataType]]:
     return RECORD_COLUMNS + EXTRA_COLUMNS + ([BODY_COLUMN] if with_body else [])
+
+
+def arrow_schema(with_body: bool) -> pa.Schema:
+    """The Arrow schema of the batches the source yields (Spark checks it exactly)."""
+    return pa.schema([(n, a) for n, _d, a in columns(with_body)])
 
 
 def schema_ddl(with_body: bool = False) -> str:
@@ -105,7 +114,7 @@ class RowBatch:
         self.rows += 1
 
     def full(self) -> bool:
-        return self.rows >= _BATCH_ROWS or self.body_bytes >= _BATCH_BODY_BYTES
+        return self.rows >= BATCH_ROWS or self.body_bytes >= BATCH_BODY_BYTES
 
     def flush(self) -> pa.RecordBatch:
         # Spark rejects a batch whose Arrow types differ from the declared schema in any

@@ -31,6 +31,9 @@ def spark_session(master: str | None, app_name: str = "fmq-index-rebuild"
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
+    if master is not None and master.startswith("local"):
+        # No web UI for a local job: it costs a second of start-up and nobody browses it.
+        builder = builder.config("spark.ui.enabled", "false")
     session = builder.getOrCreate()
     # Spark's default of 200 shuffle partitions turns every aggregation into 200 tasks
     # (and 200 Python workers where a Python function follows); the job's shuffles are

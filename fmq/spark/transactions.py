@@ -8,6 +8,8 @@ from pyspark.sql import functions as F
 
 from fmq.spark.derive import END_TYPES
 
+#: The record types that carry a transaction id (the table reads only these).
+TX_TYPES = ("PREPARE", "PRE_MESSAGE", "REF_MESSAGE", "TX_MESSAGE", "COMMIT", "ROLLBACK")
 #: States of a transaction the broker still has to finish when it opens.
 OPEN_STATES = ("open", "committing", "incomplete")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from fmq.datadir import LOG_DIR, format_segment_name
+from fmq.log.crc import crc32c
 from fmq.log.reader import list_segments
 from fmq.log.record import HEADER_SIZE, RecordType
 from fmq.log.scanner import LogScanner
@@ -66,3 +67,21 @@ def garbage_segment_after_the_last(data_dir: str) -> tuple[str, int]:
     with open(segment_path(data_dir, last + size), "wb") as f:
         f.write(b"\x07" * 100 + bytes(size - 100))
     return format_segment_name(last + size), last + size
+
+
+def bad_text_with_valid_crc_in_sealed_segment(data_dir: str) -> tuple[str, int]:
+    """Make the topic of a MESSAGE in the second segment invalid UTF-8 and recompute its
+    CRC: the record passes every header check but its text does not decode (what a bug,
+    not a disk, would write)."""
+    bases = list_segments(log_dir(data_dir))
+    base = bases[1]
+    victim = next(r for r in records(data_dir)
+                  if base <= r.log_offset < bases[2] and r.type == RecordType.MESSAGE)
+    with open(segment_path(data_dir, base), "r+b") as f:
+        f.seek(victim.log_offset - base)
+        raw = bytearray(f.read(victim.size))
+        raw[HEADER_SIZE] = 0xFF
+        raw[4:8] = crc32c(bytes(raw[8:])).to_bytes(4, "little")
+        f.seek(victim.log_offset - base)
+        f.write(raw)
+    return format_segment_name(base), victim.log_offset

@@ -137,6 +137,39 @@ def test_out_dir_leaves_data_dir_alone_and_writes_parquet_audit(spark, built_log
     assert sum(c[2] for c in per_queue.values()) == 3  # open-1 in two queues, open-2 in one
     assert sum(c[1] for c in per_queue.values()) == 6
 
+    # Per topic: the per-queue rows added up.
+    topics = {r["topic"]: r.asDict()
+              for r in spark.read.parquet(result["parquet"]["topics"]).collect()}
+    for topic in {t for t, _q in summary}:
+        rows = [row for (t, _q), row in summary.items() if t == topic]
+        assert topics[topic]["queues"] == len(rows)
+        for col in ("messages", "bytes", "committed_transactions", "open_transactions"):
+            assert topics[topic][col] == sum(row[col] for row in rows), (topic, col)
+    _docs_queries_answer(spark, result["parquet"], log_copy)
+
+
+def _docs_queries_answer(spark, parquet: dict, data_dir: str) -> None:
+    """The three example queries of docs/spark.md, in plain Spark SQL over the audit."""
+    recs = D.records(data_dir)
+    per_hour = spark.sql(
+        "SELECT topic, date_trunc('hour', timestamp_millis(store_time)) AS hour, "
+        "count(*) AS messages FROM parquet.`{}` "
+        "WHERE type IN ('MESSAGE', 'REF_MESSAGE', 'TX_MESSAGE') GROUP BY 1, 2"
+        .format(parquet["records"])).collect()
+    consumable = [r for r in recs if r.type.name in ("MESSAGE", "REF_MESSAGE", "TX_MESSAGE")]
+    assert sum(r["messages"] for r in per_hour) == len(consumable)
+    assert {r["topic"] for r in per_hour} == {r.topic for r in consumable}
+    old_open = spark.sql(
+        "SELECT tx_id FROM parquet.`{}` WHERE state IN ('open', 'committing', 'incomplete') "
+        "AND prepare_time < unix_millis(current_timestamp()) - 1000"
+        .format(parquet["transactions"])).collect()
+    assert sorted(r["tx_id"] for r in old_open) == ["open-1", "open-2"]
+    history = spark.sql(
+        "SELECT offset, type FROM parquet.`{}` WHERE topic = 'orders' AND key = 'k1' "
+        "ORDER BY offset".format(parquet["records"])).collect()
+    expected = [(r.log_offset, r.type.name) for r in recs if r.topic == "orders" and r.key == "k1"]
+    assert [(r["offset"], r["type"]) for r in history] == expected and expected
+
 
 def _tx_states(data_dir: str) -> dict[str, str]:
     state: dict[str, str] = {}

@@ -50,6 +50,16 @@ def test_one_partition_per_segment_and_log_dir_path(spark, built_log):
     assert segs == {f"{b:020d}.seg" for b in list_segments(log_dir)}
 
 
+def test_large_segments_are_read_in_ranges_with_the_same_rows(spark, built_log):
+    log_dir = D.log_dir(built_log.path)
+    whole = spark.read.format("fmq").option("tornTail", "allow").option("body", "true")
+    split = whole.option("splitBytes", "2000")
+    assert split.load(log_dir).rdd.getNumPartitions() > 3 * len(list_segments(log_dir))
+    rows = [r.asDict(recursive=True) for r in split.load(log_dir).orderBy("offset").collect()]
+    assert rows == [r.asDict(recursive=True)
+                    for r in whole.load(log_dir).orderBy("offset").collect()]
+
+
 def test_body_only_when_asked(spark, built_log):
     plain = spark.read.format("fmq").option("tornTail", "allow").load(built_log.path)
     assert "body" not in plain.columns
@@ -81,6 +91,15 @@ def test_corruption_in_sealed_segment_fails_naming_segment_and_offset(spark, log
     assert f"corrupt record in segment {segment} at log offset {offset}" in str(info.value)
 
 
+def test_text_that_does_not_decode_fails_like_the_row_decoder(spark, log_copy):
+    # The column-wise path validates text in bulk; the record it cannot decode is judged
+    # by the record decoder, as recovery judges it.
+    segment, offset = D.bad_text_with_valid_crc_in_sealed_segment(log_copy)
+    with pytest.raises(Exception) as info:
+        spark.read.format("fmq").option("tornTail", "allow").load(log_copy).count()
+    assert f"corrupt record in segment {segment} at log offset {offset}" in str(info.value)
+
+
 def test_bad_option_is_refused(spark, built_log):
     with pytest.raises(Exception, match="mode"):
         spark.read.format("fmq").option("mode", "sloppy").load(built_log.path).count()
@@ -92,8 +111,10 @@ def test_bad_option_is_refused(spark, built_log):
     D.delete_middle_segment,
     D.zero_filler_of_first_segment,
     D.garbage_segment_after_the_last,
+    D.bad_text_with_valid_crc_in_sealed_segment,
 ], ids=lambda f: "torn_tail_only" if f is None else f.__name__)
-def test_permissive_mode_reports_what_log_scanner_reports(spark, log_copy, damage):
+@pytest.mark.parametrize("split_bytes", [None, 3000], ids=["whole", "split"])
+def test_permissive_mode_reports_what_log_scanner_reports(spark, log_copy, damage, split_bytes):
     if damage is not None:
         damage(log_copy)
     scanner = LogScanner(D.log_dir(log_copy), on_corruption="skip")
@@ -102,7 +123,8 @@ def test_permissive_mode_reports_what_log_scanner_reports(spark, log_copy, damag
         (d.offset, d.kind, d.segment, d.reason)
         for d in scanner.damages + ([scanner.torn] if scanner.torn else []))
     assert expected_damage, "the damage function did no damage"
-    rows = _rows(spark, log_copy, mode="permissive")
+    options = {"mode": "permissive"} | ({"splitBytes": str(split_bytes)} if split_bytes else {})
+    rows = _rows(spark, log_copy, **options)
     assert _records_only(rows) == expected_records
     got_damage = sorted((r["offset"], r["damage"]["kind"], r["segment"], r["damage"]["reason"])
                         for r in rows if r["damage"] is not None)
