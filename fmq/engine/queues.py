@@ -87,12 +87,6 @@ def check_messages(messages: Sequence[Message], config: BrokerConfig,
         check_fits(m, config.segment_size)
 
 
-def _as_bytes(body: bytes | bytearray | memoryview) -> bytes:
-    # bytes pass as they are (the hot path: no copy); a bytearray could change under us and
-    # a memoryview's len() counts items, not bytes.
-    return body if type(body) is bytes else bytes(body)
-
-
 def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
                    ) -> tuple[list[SendResult], int]:
     """Place one MESSAGE record per message (all or none: the segments are reserved first).
@@ -107,7 +101,7 @@ def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
             qoff = queues.next_offset(m.topic, qid)
             rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid,
                          queue_offset=qoff, topic=m.topic, key=m.key or None,
-                         tags=m.tags or None, properties=m.properties, body=_as_bytes(m.body))
+                         tags=m.tags or None, properties=m.properties, body=bytes(m.body))
             log_.append_locked(rec)
             queues.advance(m.topic, qid, qoff, len(m.body))
             results.append(SendResult(rec.log_offset, qid, qoff))
