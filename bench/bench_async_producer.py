@@ -41,34 +41,10 @@ import tempfile
 import threading
 import time
 
+from bench_network import free_port, start_server
+
 BODY = b"x" * 1024
 SAMPLE = 16  # every 16th message's latency is recorded
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_fmq(data_dir: str, port: int) -> subprocess.Popen:
-    from fmq.client import Client
-    from fmq.errors import FMQError
-
-    log = open(os.path.join(os.path.dirname(data_dir), "fmq-server.log"), "a")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "fmq.cli.main", "server", "--data-dir",
-                             data_dir, "--host", "127.0.0.1", "--port", str(port),
-                             "--log-level", "WARNING"], stdout=log, stderr=log)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with Client(f"127.0.0.1:{port}", retries=0, connect_timeout=0.5) as c:
-                c.ping()
-            return proc
-        except FMQError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("fmq server did not start")
 
 
 def serve_stub(port: int) -> None:
@@ -255,7 +231,7 @@ def main() -> None:
 
     base = args.data_dir or tempfile.mkdtemp(prefix="bench-async-")
     port = free_port()
-    server = start_stub(port) if args.stub else start_fmq(os.path.join(base, "data"), port)
+    server = start_stub(port) if args.stub else start_server(os.path.join(base, "data"), port)
     kind = "stub (NOT durable)" if args.stub else "fmq"
     address = f"127.0.0.1:{port}"
     opts = {"linger_ms": args.linger_ms, "batch_size": args.batch_size,

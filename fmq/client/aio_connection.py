@@ -13,10 +13,16 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from fmq.errors import FMQError, RequestTimeout
+from fmq.errors import FMQError
 from fmq.protocol import Frame, FrameDecoder, Op, decode_error, decode_response, encode_request
 
-from .connection import CLIENT_MAX_FRAME, cannot_connect, lost_error, outcome_of
+from .connection import (
+    CLIENT_MAX_FRAME,
+    cannot_connect,
+    lost_error,
+    outcome_of,
+    timed_out_error,
+)
 
 
 class AsyncConnection:
@@ -79,9 +85,7 @@ class AsyncConnection:
             try:
                 return await asyncio.wait_for(asyncio.shield(fut), timeout)
             except TimeoutError:
-                err = RequestTimeout(
-                    f"no answer to {op.name} from {self.address[0]}:{self.address[1]} within "
-                    f"{timeout:.1f}s; the request may or may not have been applied")
+                err = timed_out_error(op, self.address, timeout)
                 self.forget(fut, err)
                 raise err from None
 

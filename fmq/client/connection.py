@@ -72,6 +72,13 @@ def lost_error(address: tuple[str, int], cause: BaseException | None) -> FMQErro
         f"not have been applied")
 
 
+def timed_out_error(op: Op, address: tuple[str, int], timeout: float) -> RequestTimeout:
+    """What a request fails with when no answer came within ``timeout`` seconds."""
+    return RequestTimeout(
+        f"no answer to {op.name} from {address[0]}:{address[1]} within {timeout:.1f}s; the "
+        f"request may or may not have been applied")
+
+
 def outcome_of(frame: Frame, decode: Callable[[Frame], Any]) -> Any:
     """The answer a response frame carries: the decoded value, or the exception to raise
     (the server's error, or ProtocolError for an answer that cannot be read)."""
@@ -148,9 +155,7 @@ class Connection:
         try:
             return fut.result(timeout)
         except FutureTimeout:
-            err = RequestTimeout(
-                f"no answer to {op.name} from {self.address[0]}:{self.address[1]} within "
-                f"{timeout:.1f}s; the request may or may not have been applied")
+            err = timed_out_error(op, self.address, timeout)
             self.forget(fut, err)
             raise err from None
 
