@@ -19,6 +19,9 @@ MAX_PROPERTIES = 65_536  # encoded bytes
 #: Largest offset (log, queue, consumer) and timestamp the store holds: they are i64 in the
 #: log records and the index.
 MAX_OFFSET = (1 << 63) - 1
+#: Topics whose names start with this belong to FMQ itself (retries, dead letters, timers,
+#: offsets...): clients may read them, only the broker writes them. docs/format.md lists them.
+INTERNAL_TOPIC_PREFIX = "%"
 
 
 @dataclass
@@ -59,6 +62,11 @@ def check_topic(topic: object) -> str:
     return topic
 
 
+def is_internal_topic(topic: str) -> bool:
+    """Whether ``topic`` is one of FMQ's own topics (see :data:`INTERNAL_TOPIC_PREFIX`)."""
+    return topic.startswith(INTERNAL_TOPIC_PREFIX)
+
+
 def check_name(value: object, what: str, allow_none: bool = True) -> str | None:
     """A group, producer group, member or new transaction id: 1-255 bytes of UTF-8
     without control characters (empty counts as absent when ``allow_none``)."""
@@ -91,11 +99,18 @@ def check_label(value: object, what: str, allow_none: bool = True) -> str | None
     return value
 
 
-def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]) -> Message:
-    """``msg`` checked; ``queues`` is the queue count, or a function of the topic giving it."""
+def check_message(msg: object, max_size: int, queues: int | Callable[[str], int], *,
+                  internal: bool = False) -> Message:
+    """``msg`` checked; ``queues`` is the queue count, or a function of the topic giving it.
+    Only the broker's own writes pass ``internal=True`` and may target an internal topic."""
     if not isinstance(msg, Message):
         raise InvalidArgument(f"expected fmq.Message, got {type(msg).__name__}")
     check_topic(msg.topic)
+    if not internal and is_internal_topic(msg.topic):
+        raise InvalidArgument(
+            f"topic {msg.topic!r} is reserved: names starting with {INTERNAL_TOPIC_PREFIX!r} "
+            f"belong to FMQ's internal topics (retries, dead letters, timers); pick another name"
+        )
     if not isinstance(msg.body, (bytes, bytearray, memoryview)):
         raise InvalidArgument(
             f"message body must be bytes, not {type(msg.body).__name__}; encode text first"

@@ -132,6 +132,7 @@ def test_consumer_offsets_survive_reopen(tmp_path, small_config):
         (lambda b: b.commit_offset("g", "t", 0, 2**63), InvalidArgument),
         (lambda b: b.commit_offset("g\n", "t", 0, 0), InvalidArgument),
         (lambda b: b.send(Message("t\n", b"x")), InvalidArgument),
+        (lambda b: b.send(Message("%RETRY%g", b"x")), InvalidArgument),  # internal topic
         (lambda b: b.send(Message("t", b"x", queue_id=-2)), UnknownQueue),
         (lambda b: b.pull("t", 0, 2**63), InvalidArgument),
         (lambda b: b.prepare([Message("t", b"x")], "shop\r\nforged"), InvalidArgument),

@@ -94,6 +94,11 @@ def test_server_errors_arrive_as_the_embedded_classes(start_server):
                              feedback=False) as p:
         with pytest.raises(InvalidArgument, match="invalid topic"):
             p.send("bad topic!", b"x")
+        with pytest.raises(InvalidArgument, match="reserved"):
+            p.send("%DLQ%g", b"x")
+        with pytest.raises(InvalidArgument, match="reserved"):
+            p.send_in_transaction([fmq.Message("%DLQ%g", b"x")],
+                                  lambda tx, arg: fmq.TxState.COMMIT)
         with pytest.raises(UnknownQueue):
             p.send("t", b"x", queue_id=99)
         with pytest.raises(MessageTooLarge):
