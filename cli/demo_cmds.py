@@ -7,6 +7,9 @@ import tempfile
 
 import click
 from fmq.cli.common import data_dir_to_create, fmq_errors
+from fmq.cli.output import fields, section
+
+from fmq import units
 
 
 @click.command("demo")
@@ -41,7 +44,13 @@ def _run_demo(data_dir: str) -> None:
             lo, hi = broker.queue_range("demo", qid)
             for m in broker.pull("demo", qid, max(lo, hi - 4)):
                 click.echo(f"queue {qid}@{m.queue_offset}: {m.body.decode()!r} key={m.key}")
-        click.echo(f"stats: {broker.stats()}")
+        s = broker.stats()
+        click.echo(section("broker", fields([
+            ("log", f"{units.size(s['log_end'] - s['log_start'])} in {s['segments']} segment(s)"),
+            ("flushes (group commits)", units.count(s["flushes"])),
+            ("index lag", units.size(s["index_lag"])),
+            ("open transactions", s["open_transactions"]),
+        ])))
 
 
 def register(cli: click.Group) -> None:

@@ -111,6 +111,7 @@ def test_demo_works_beside_a_running_broker_and_leaves_its_data_alone(tmp_path, 
         result = CliRunner().invoke(cli, ["demo"])
         assert result.exit_code == 0, (result.output, result.exception)
         assert "prepared" in result.stdout and server_side.stats()["log_end"] == before
+        assert "open transactions" in result.stdout and "{" not in result.stdout  # no raw dict
     scratch = re.search(r"demo data in (\S+)", result.stdout).group(1)
     assert not os.path.exists(scratch)  # the temporary directory is gone
 
