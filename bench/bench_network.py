@@ -43,13 +43,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(data_dir: str, port: int) -> subprocess.Popen:
+def start_server(data_dir: str, port: int, *extra_args: str) -> subprocess.Popen:
     from fmq.client import Client
     from fmq.errors import FMQError
 
     log = open(os.path.join(os.path.dirname(data_dir), "bench-server.log"), "a")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "fmq.cli.main", "server", "--data-dir",
-                             data_dir, "--port", str(port), "--log-level", "WARNING"],
+                             data_dir, "--port", str(port), "--log-level", "WARNING",
+                             *extra_args],
                             stdout=log, stderr=log)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

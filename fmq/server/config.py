@@ -15,6 +15,7 @@ from typing import Any
 
 from fmq.config import BrokerConfig, build_config, coerce_fields, read_config_file, require
 from fmq.errors import ConfigError
+from fmq.server.event_loop import resolve_event_loop
 
 MiB = 1024 * 1024
 
@@ -93,6 +94,9 @@ class ServerConfig:
     max_members_per_connection: int = 32
     #: On SIGTERM/SIGINT, in-flight requests get this long to finish.
     shutdown_grace_ms: int = 30_000
+    #: The event loop: ``auto`` (uvloop when installed, else asyncio), ``asyncio`` or
+    #: ``uvloop``.
+    event_loop: str = "auto"
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid server configuration")
@@ -125,6 +129,7 @@ class ServerConfig:
         need(self.max_wait_ms >= 0, "max_wait_ms must be >= 0")
         need(self.descriptor_reserve >= 16, "descriptor_reserve must be >= 16")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
+        resolve_event_loop(self.event_loop)  # an unknown or missing loop fails at start
         need(self.group_heartbeat_interval_ms < self.group_session_timeout_ms,
              "group_heartbeat_interval_ms must be below group_session_timeout_ms")
 

@@ -35,6 +35,7 @@ from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
 from fmq.server.descriptors import fit_connections
+from fmq.server.event_loop import resolve_event_loop, run_on_event_loop
 from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replies import largest_single_reply
@@ -351,7 +352,8 @@ def run_server(data_dir: str, broker_config: Any = None,
     try:
         server = Server(broker, server_config, listener)
         server.on_listening = on_listening
-        asyncio.run(server.serve())
+        logger.info("event loop: %s", resolve_event_loop(server_config.event_loop))
+        run_on_event_loop(server.serve(), server_config.event_loop)
     finally:
         listener.close()  # asyncio closed it after serving; this covers an earlier error
         broker.close()  # no-op after a graceful shutdown; releases the dir after an error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -121,3 +122,31 @@ def test_demo_on_a_locked_data_dir_is_one_clear_line(tmp_path):
         result = CliRunner().invoke(cli, ["demo", "--data-dir", str(tmp_path / "d")])
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
     assert "is in use by another FMQ process" in result.stderr
+
+
+def test_the_server_runs_on_uvloop_when_installed_and_on_asyncio_when_asked(tmp_path):
+    for choice, expected in (("auto", "uvloop"), ("asyncio", "asyncio")):
+        config = tmp_path / f"{choice}.json"
+        config.write_text(json.dumps({"server": {"event_loop": choice}}))
+        proc = subprocess.Popen([*FMQ, "server", str(tmp_path / choice), "--port", "0",
+                                 "--config", str(config)], stderr=subprocess.PIPE, text=True)
+        try:
+            lines: list[str] = []
+            while not any("listening on" in ln for ln in lines) and len(lines) < 50:
+                lines.append(proc.stderr.readline())  # the server prints it before serving
+            listening = next(ln for ln in lines if "listening on" in ln)
+            address = re.search(r"127\.0\.0\.1:\d+", listening).group()
+            assert wait_until_serving(address, proc, 30)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        assert any(f"event loop: {expected}" in ln for ln in lines), lines
+
+
+def test_an_unknown_event_loop_is_one_clear_line(tmp_path):
+    config = tmp_path / "loop.json"
+    config.write_text(json.dumps({"server": {"event_loop": "trio"}}))
+    out = run_cli("server", str(tmp_path / "data"), "--port", "0", "--config", str(config))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "event_loop must be one of auto, asyncio, uvloop, not 'trio'" in out.stderr
