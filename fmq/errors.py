@@ -301,6 +301,16 @@ class ServerBusy(FMQError):
     retriable = True
 
 
+# ---------------------------------------------------------------- broker groups
+
+
+class CoordinatorUnavailable(FMQError):
+    """The coordinator (etcd) could not be reached: leadership cannot be proved meanwhile."""
+
+    code = 89
+    retriable = True
+
+
 def all_error_classes() -> dict[int, type[FMQError]]:
     """Map every error code to its class (the wire protocol uses this)."""
     found: dict[int, type[FMQError]] = {}

@@ -1,0 +1,1 @@
+"""Leadership of a broker group through a lease in etcd: FMQ runs no consensus of its own."""
