@@ -114,6 +114,7 @@ class ConsumerOffsets:
         after the answer sees the commit."""
         # fdatasync'd in flush mode async too: the index takes only synced records.
         self.log.wait_durable(end, sync=True)
+        self.dispatcher.hurry()
         self._wait_indexed(end)
 
     def _wait_indexed(self, end: int) -> None:

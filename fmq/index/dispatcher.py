@@ -65,6 +65,7 @@ class Dispatcher:
         self._cond = threading.Condition()
         self._target = start_offset
         self._stop = False
+        self._hurry = False  # someone waits to read what is flushed: skip the linger
         #: Set when the dispatcher stopped for good (corruption, a bug): nothing more is indexed.
         self.error: BaseException | None = None
         #: The last error of an index write that is being retried; None once one succeeds.
@@ -103,6 +104,13 @@ class Dispatcher:
             self._generation += 1
             pending.clear()
 
+    def hurry(self) -> None:
+        """Apply what is flushed without lingering: a caller (an offset commit) answers
+        only once the index has it."""
+        with self._cond:
+            self._hurry = True
+            self._cond.notify_all()
+
     def wait_applied(self, offset: int, timeout: float | None = None) -> bool:
         """Block until the index covers the log below ``offset``."""
         with self._cond:
@@ -123,8 +131,10 @@ class Dispatcher:
                     # Gather a few flushes per LMDB transaction: each one applied alone
                     # costs the writers more in GIL hand-offs than it costs consumers to
                     # see messages a millisecond later.
-                    time.sleep(self.linger)
+                    with self._cond:
+                        self._cond.wait_for(lambda: self._hurry or self._stop, self.linger)
                 with self._cond:
+                    self._hurry = False
                     target = self._target
                 try:
                     self._dispatch(target)
