@@ -20,6 +20,7 @@ from fmq.engine.admission import IndexAdmission
 from fmq.engine.checkpoints import Checkpointer
 from fmq.engine.inventory import Inventory
 from fmq.engine.maintenance import Upkeep, start_maintenance
+from fmq.engine.offsets import ConsumerOffsets
 from fmq.engine.queues import Queues, check_messages, place_messages
 from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
@@ -114,15 +115,20 @@ class Broker:
                                   self.rollback)
         self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,
                               self._check_open)
+        #: Consumer-group offsets, written as OFFSET records (commits, resets, retention).
+        self.offsets = ConsumerOffsets(self.log, self.index, self.dispatcher, cfg,
+                                       self._queues, self._check_open)
         #: Topics, groups, disk usage, offset resets (fmq topics / groups / stats).
         self.inventory = Inventory(self.path, self.index, self._queues, self._reader,
-                                   self._check_open)
+                                   self.offsets, self._check_open)
         end_cut_transactions(self.tx, self.tx_writer, report)
+        self.offsets.upgrade()
         self.recovery = report
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
                                           self.tx, self.io)
         self._retention = Retention(self.path, cfg, self.log, self.index, self.tx,
-                                    self.tx_writer, self._checkpointer, self.io, self.rollback)
+                                    self.tx_writer, self._checkpointer, self.io, self.rollback,
+                                    self.offsets)
         self._stop = threading.Event()
         self._maintenance = start_maintenance(
             cfg, self.log, Upkeep(self.checkpoint, self._retention.roll_back_timed_out,
@@ -286,9 +292,9 @@ class Broker:
         return self._reader.offset_for_time(topic, queue_id, timestamp_ms)
 
     def commit_offset(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
-        """Record that ``group`` consumed ``topic``/``queue_id`` below ``next_offset``. It
-        survives a process kill at once; a power loss only after the next checkpoint."""
-        self._reader.commit_offset(group, topic, queue_id, next_offset)
+        """Record that ``group`` consumed ``topic``/``queue_id`` below ``next_offset`` (an
+        OFFSET record): returns once it is fdatasync'd and readable."""
+        self.offsets.commit(group, [(topic, queue_id, next_offset)])
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._reader.committed_offset(group, topic, queue_id)

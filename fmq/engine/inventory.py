@@ -3,7 +3,8 @@ store times, each consumer group's committed offsets and lag, disk usage, and mo
 group's offsets (``fmq topics``, ``fmq groups``, ``fmq stats``, the metrics).
 
 Everything here is a read of the index (a consistent LMDB snapshot per call) except
-:func:`reset_offsets`, which commits offsets through the same path as a consumer's commit.
+:func:`reset_offsets`, which commits offsets through the same path as a consumer's commit
+(one batch of OFFSET records for all the queues it moves).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 from collections.abc import Callable
 
 from fmq.datadir import INDEX_DIR, LOG_DIR
+from fmq.engine.offsets import ConsumerOffsets
 from fmq.engine.queues import Queues
 from fmq.engine.reads import Reader
 from fmq.errors import InvalidArgument
@@ -78,9 +80,9 @@ def disk_usage(data_dir: str) -> dict:
     return {"log_bytes": log_bytes, "segment_files": segments, "index_bytes": index_bytes}
 
 
-def reset_offsets(reader: Reader, index: IndexStore, queue_count: Callable[[str], int],
-                  group: str, topic: str | None, queue_id: int | None, to: str,
-                  value: int | None) -> list[dict]:
+def reset_offsets(reader: Reader, offsets: ConsumerOffsets, index: IndexStore,
+                  queue_count: Callable[[str], int], group: str, topic: str | None,
+                  queue_id: int | None, to: str, value: int | None) -> list[dict]:
     """Move ``group``'s committed offsets: of one queue, of every queue of ``topic``, or
     (no topic) of every queue the group committed in. ``to``: ``earliest``, ``latest``,
     ``time`` (``value`` = ms since the epoch) or ``offset`` (``value``, clamped to the
@@ -117,8 +119,8 @@ def reset_offsets(reader: Reader, index: IndexStore, queue_count: Callable[[str]
         else:
             new = min(max(value, lo), hi)
         old = reader.committed_offset(group, t, q)
-        reader.commit_offset(group, t, q, new)
         changes.append({"group": group, "topic": t, "queue_id": q, "old": old, "new": new})
+    offsets.commit(group, [(c["topic"], c["queue_id"], c["new"]) for c in changes])
     return changes
 
 
@@ -127,11 +129,12 @@ class Inventory:
     raises once the broker is closed."""
 
     def __init__(self, data_dir: str, index: IndexStore, queues: Queues, reader: Reader,
-                 check_open: Callable[[], None]) -> None:
+                 offsets: ConsumerOffsets, check_open: Callable[[], None]) -> None:
         self.data_dir = data_dir
         self.index = index
         self.queues = queues
         self.reader = reader
+        self.offsets = offsets
         self.check_open = check_open
 
     def topics(self) -> list[dict]:
@@ -150,8 +153,8 @@ class Inventory:
     def reset_offsets(self, group: str, topic: str | None, queue_id: int | None, to: str,
                       value: int | None = None) -> list[dict]:
         self.check_open()
-        return reset_offsets(self.reader, self.index, self.queues.queue_count, group, topic,
-                             queue_id, to, value)
+        return reset_offsets(self.reader, self.offsets, self.index, self.queues.queue_count,
+                             group, topic, queue_id, to, value)
 
     def traffic(self) -> dict[str, dict[str, int]]:
         """Per topic, messages and body bytes written and read since the broker opened."""

@@ -120,23 +120,6 @@ class Reader:
         found = self.index.offset_for_time(topic, queue_id, timestamp_ms)
         return self.index.queue_range(topic, queue_id)[1] if found is None else found
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
-        """See :meth:`fmq.engine.broker.Broker.commit_offset`."""
-        self.check_open()
-        check_name(group, "group", allow_none=False)
-        check_topic(topic)
-        check_queue_id(queue_id, self.queues.queue_count(topic))
-        check_offset(next_offset, "next_offset")
-        # The write path's next offset counts too: a message acknowledged a moment ago may
-        # not be indexed yet, and committing just past it is legitimate.
-        end = max(self.index.queue_range(topic, queue_id)[1],
-                  self.queues.next_offset(topic, queue_id))
-        if next_offset > end:
-            raise OffsetOutOfRange(
-                f"next_offset {next_offset} is past the end of queue {queue_id} of topic "
-                f"{topic!r}: commit an offset in 0..{end} (the queue's next offset)")
-        self.index.commit_offset(group, topic, queue_id, next_offset)
-
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The next offset ``group`` committed for the queue (None: never committed)."""
         self.check_open()

@@ -1,5 +1,6 @@
-"""Retention: delete whole old segments, relocating the open transactions that pin them,
-and roll back transactions left open longer than ``tx_timeout_ms``."""
+"""Retention: delete whole old segments, relocating the open transactions that pin them and
+writing again at the log head the consumer offsets whose latest record they hold, and roll
+back transactions left open longer than ``tx_timeout_ms``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from fmq.config import BrokerConfig
 from fmq.datadir import QUEUE_FLOORS_FILE
 from fmq.engine.checkpoints import Checkpointer
+from fmq.engine.offsets import ConsumerOffsets
 from fmq.errors import FMQError
 from fmq.index.store import IndexStore
 from fmq.log.fileio import FileIO
@@ -30,7 +32,7 @@ class Retention:
 
     def __init__(self, path: str, config: BrokerConfig, log_: Log, index: IndexStore,
                  txm: TxManager, writer: TxWriter, checkpointer: Checkpointer, io: FileIO,
-                 rollback: Callable[[str], TxState]) -> None:
+                 rollback: Callable[[str], TxState], offsets: ConsumerOffsets) -> None:
         self.floors_file = os.path.join(path, QUEUE_FLOORS_FILE)
         self.config = config
         self.log = log_
@@ -40,6 +42,7 @@ class Retention:
         self.checkpointer = checkpointer
         self.io = io
         self.rollback = rollback
+        self.offsets = offsets
         self.timeouts = 0  # transactions tx_timeout_ms rolled back
 
     def enforce(self, now: float | None = None) -> list[str]:
@@ -76,6 +79,9 @@ class Retention:
                 write_floors(self.floors_file,
                              {q: hi for q, (_lo, hi) in self.index.all_queues().items()},
                              self.io)
+            # The segment is indexed (it ends at or before the floor): the offsets whose
+            # latest record it holds are read from the index and written at the head.
+            self.offsets.keep_before(seg.end)
             self.log.delete_segment(seg)
             deleted.append(seg.name)
         if deleted:

@@ -37,6 +37,7 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWr
         "oldest_transaction_age_ms": max((t["age_ms"] for t in open_txs), default=0),
         "feedback_checks_sent": txm.checks_sent,
         "tx_relocations": writer.relocations,
+        "offset_copies": retention.offsets.copies,
         "tx_timeouts": retention.timeouts,
         "log_failed": str(log_.failed) if log_.failed else None,
         "dispatcher_error": str(dispatcher.error) if dispatcher.error else None,

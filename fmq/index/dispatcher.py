@@ -6,7 +6,8 @@ to go into one LMDB transaction, so a crash leaves the index at a batch boundary
 redo pass re-applies from the checkpoint idempotently.
 
 Two ways to learn what a flushed record contributes, both through the same pure functions
-(:func:`~fmq.index.entries.queue_entry`, :func:`~fmq.index.entries.tx_end`):
+(:func:`~fmq.index.entries.queue_entry`, :func:`~fmq.index.entries.index_mark`: transaction
+ends and consumer offsets):
 
 * **hand-off** (normal): the log calls :meth:`Dispatcher.on_append` for every record it
   appends, under its lock, so entries queue up in log order; once a flush covers them they
@@ -33,7 +34,7 @@ import time
 from collections import deque
 
 from fmq.errors import BadRecord
-from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
+from fmq.index.entries import OffsetEntry, QueueEntry, TxEnd, index_mark, queue_entry
 from fmq.index.lmdb_env import is_transient
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
@@ -53,7 +54,7 @@ class Dispatcher:
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self.linger = 0.001
-        self._pending: deque[tuple[int, QueueEntry | TxEnd]] = deque()
+        self._pending: deque[tuple[int, QueueEntry | TxEnd | OffsetEntry]] = deque()
         self._accepting = True
         self._generation = 0
         self._file_until = start_offset  # below this, entries come from reading the log
@@ -64,6 +65,7 @@ class Dispatcher:
         self._cond = threading.Condition()
         self._target = start_offset
         self._stop = False
+        self._hurry = False  # someone waits to read what is flushed: skip the linger
         #: Set when the dispatcher stopped for good (corruption, a bug): nothing more is indexed.
         self.error: BaseException | None = None
         #: The last error of an index write that is being retried; None once one succeeds.
@@ -92,7 +94,7 @@ class Dispatcher:
         """The log calls this for every appended record, with the log lock held."""
         if not self._accepting:
             return
-        item = queue_entry(record) or tx_end(record)
+        item = queue_entry(record) or index_mark(record)
         if item is None:
             return
         pending = self._pending
@@ -101,6 +103,13 @@ class Dispatcher:
             self._accepting = False
             self._generation += 1
             pending.clear()
+
+    def hurry(self) -> None:
+        """Apply what is flushed without lingering: a caller (an offset commit) answers
+        only once the index has it."""
+        with self._cond:
+            self._hurry = True
+            self._cond.notify_all()
 
     def wait_applied(self, offset: int, timeout: float | None = None) -> bool:
         """Block until the index covers the log below ``offset``."""
@@ -122,8 +131,10 @@ class Dispatcher:
                     # Gather a few flushes per LMDB transaction: each one applied alone
                     # costs the writers more in GIL hand-offs than it costs consumers to
                     # see messages a millisecond later.
-                    time.sleep(self.linger)
+                    with self._cond:
+                        self._cond.wait_for(lambda: self._hurry or self._stop, self.linger)
                 with self._cond:
+                    self._hurry = False
                     target = self._target
                 try:
                     self._dispatch(target)
@@ -189,7 +200,7 @@ class Dispatcher:
         generation = self._generation
         if self._accepting and self._applied >= self._file_until:
             entries: list[QueueEntry] = []
-            ends: list[TxEnd] = []
+            ends: list[TxEnd | OffsetEntry] = []
             pending = self._pending
             while True:
                 try:
@@ -224,7 +235,7 @@ class Dispatcher:
         stops at ``target``, before any byte a flush has not covered yet."""
         offset = self._applied
         entries: list[QueueEntry] = []
-        ends: list[TxEnd] = []
+        ends: list[TxEnd | OffsetEntry] = []
         self.log.segment_for(offset)  # OffsetOutOfRange when retention deleted it
         with self.log.lock:
             segments = list(self.log.segments)
@@ -236,7 +247,7 @@ class Dispatcher:
                 offset = self.log.segment_for(rec.log_offset).end  # the rest is unused
             else:
                 offset = rec.end_offset
-                item = queue_entry(rec) or tx_end(rec)
+                item = queue_entry(rec) or index_mark(rec)
                 if isinstance(item, QueueEntry):
                     entries.append(item)
                 elif item is not None:
@@ -252,7 +263,8 @@ class Dispatcher:
                             f"the log ends at {offset}, before the flushed offset {target}")
         self._apply(entries, offset, ends)
 
-    def _apply(self, entries: list[QueueEntry], applied: int, ends: list[TxEnd]) -> None:
+    def _apply(self, entries: list[QueueEntry], applied: int,
+               ends: list[TxEnd | OffsetEntry]) -> None:
         self.index.apply(entries, applied, ends)
         with self._cond:
             self._applied = applied

@@ -5,7 +5,8 @@ MESSAGE, REF_MESSAGE and TX_MESSAGE records get a consume-queue entry; COMMIT an
 records get a transaction-end entry (so a retried commit or rollback is answered with the
 final state even after a restart). A REF_MESSAGE's entry points
 at its PRE_MESSAGE record (which holds the body), so a consumer reads the body with one
-lookup; MESSAGE and TX_MESSAGE entries point at the record itself. PREPARE, PRE_MESSAGE
+lookup; MESSAGE and TX_MESSAGE entries point at the record itself. OFFSET records set a
+consumer group's committed offset (the latest in log order wins). PREPARE, PRE_MESSAGE
 and FILLER contribute nothing (they still advance the applied offset).
 """
 
@@ -70,3 +71,25 @@ def tx_end(record: Record) -> TxEnd | None:
     if record.type == RecordType.ROLLBACK:
         return TxEnd(record.tx_id, False, record.log_offset)
     return None
+
+
+class OffsetEntry(NamedTuple):
+    group: str
+    topic: str
+    queue_id: int
+    offset: int  # the next queue offset the group consumes
+    source_offset: int  # log offset of the OFFSET record
+
+
+def offset_entry(record: Record) -> OffsetEntry | None:
+    """The consumer-offset entry of an OFFSET record, else None."""
+    if record.type == RecordType.OFFSET:
+        return OffsetEntry(record.producer_group, record.topic, record.queue_id,
+                           record.queue_offset, record.log_offset)
+    return None
+
+
+def index_mark(record: Record) -> TxEnd | OffsetEntry | None:
+    """What a record that takes no queue entry puts into the index: a transaction end or a
+    consumer offset (the dispatcher and recovery apply both with the queue entries)."""
+    return tx_end(record) or offset_entry(record)

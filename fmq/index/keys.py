@@ -24,8 +24,10 @@ QUEUE_VALUE = struct.Struct("<qq")
 KEY_VALUE = struct.Struct("<Iq")
 #: transaction-end value: committed (1) or rolled back (0), log offset of the end record
 TX_END_VALUE = struct.Struct("<Bq")
-#: consumer offset / applied offset value
+#: applied offset value (and a consumer offset written before offsets were in the log)
 I64 = struct.Struct("<q")
+#: consumer offset value: next offset to consume, log offset of its OFFSET record
+CONSUMER_VALUE = struct.Struct("<qq")
 
 
 def name(s: str) -> bytes:
@@ -90,6 +92,14 @@ def split_consumer_key(key: bytes) -> tuple[str, str, int]:
     a = key.index(0)
     b = key.index(0, a + 1)
     return key[:a].decode(), key[a + 1 : b].decode(), _QID.unpack_from(key, b + 1)[0]
+
+
+def consumer_value(value: bytes) -> tuple[int, int]:
+    """(next offset, source offset) of a ``consumers`` value; the source is -1 for a value
+    an index from before offsets were in the log holds (8 bytes, no source)."""
+    if len(value) == I64.size:
+        return I64.unpack(value)[0], -1
+    return CONSUMER_VALUE.unpack(value)
 
 
 # ---------------------------------------------------------------- items of an entry

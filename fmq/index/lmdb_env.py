@@ -9,10 +9,14 @@ from dataclasses import dataclass
 import lmdb
 
 #: The databases derived from the log, in the order a rebuild writes and compares them.
-DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"meta")
+DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"consumers",
+               b"meta")
 #: ``meta`` keys.
 APPLIED = b"applied"
 FORMAT = b"format"
+#: Present once the consumer offsets are derived from the log's OFFSET records; an index
+#: from before holds offsets only the index knows (the broker writes them to the log once).
+OFFSETS_IN_LOG = b"offsets-in-log"
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,8 @@ class Databases:
     def derived(self) -> dict[str, object]:
         """The databases derived from the log but ``meta``, by name."""
         return {"cq": self.cq, "queues": self.queues, "keys": self.keys, "keyoff": self.keyoff,
-                "time": self.time, "txends": self.txends, "txoff": self.txoff}
+                "time": self.time, "txends": self.txends, "txoff": self.txoff,
+                "consumers": self.consumers}
 
 
 #: LMDB errors that say "not now" (space, memory, reader slots, locks), not "damaged" or

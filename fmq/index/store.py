@@ -13,7 +13,8 @@ database       key                                           value
 ``time``       topic NUL, queue id, store time, queue offset  (empty)
 ``txends``     transaction id                                1 commit / 0 rollback, offset
 ``txoff``      COMMIT/ROLLBACK offset u64                    transaction id (for retention)
-``consumers``  group NUL, topic NUL, queue id                 next offset to consume
+``consumers``  group NUL, topic NUL, queue id                 next offset to consume, offset of
+                                                             its OFFSET record
 ``meta``       ``applied``                                    log offset applied up to
 =============  ============================================  ==================================
 
@@ -22,8 +23,11 @@ truth. It survives a process kill; after a power loss it may be damaged, and the
 rebuilt from the log. The checkpoint calls :meth:`IndexStore.sync` before it records an
 applied offset. Entries and the applied offset are written in one LMDB transaction.
 
-``consumers`` is the one database that is not derived from the log; a rebuild keeps it when
-the environment can still be read.
+``consumers`` is derived from the log's OFFSET records like the rest. An index from before
+offsets were in the log lacks the ``meta`` key ``offsets-in-log``: its ``consumers`` values
+(8 bytes, no source) are known only to it, so a rebuild keeps them and the broker writes
+them to the log once on its next open (:meth:`ConsumerOffsets.upgrade
+<fmq.engine.offsets.ConsumerOffsets.upgrade>`).
 """
 
 from __future__ import annotations
@@ -37,17 +41,17 @@ from collections.abc import Iterable
 import lmdb
 
 from fmq.datadir import INDEX_DATA_FILE, index_exists
-from fmq.errors import IndexCorrupt, IndexUnavailable
+from fmq.errors import IndexCorrupt
 from fmq.index import keys as K
 from fmq.index import trim
-from fmq.index.entries import QueueEntry, TxEnd
+from fmq.index.entries import OffsetEntry, QueueEntry, TxEnd
 from fmq.index.lmdb_env import (
     APPLIED,
     DERIVED_DBS,
     FORMAT,
+    OFFSETS_IN_LOG,
     Databases,
     ResizeGate,
-    is_transient,
 )
 
 INDEX_FORMAT = b"fmq-index-1"
@@ -71,9 +75,10 @@ class IndexStore:
             self.db = Databases.open(self.env)
             with self.env.begin() as txn:
                 fmt = txn.get(FORMAT, db=self.db.meta)
-            if fmt is None:
+            if fmt is None:  # a new index: its consumer offsets come from the log
                 with self.env.begin(write=True) as txn:
                     txn.put(FORMAT, INDEX_FORMAT, db=self.db.meta)
+                    txn.put(OFFSETS_IN_LOG, b"1", db=self.db.meta)
             elif fmt != INDEX_FORMAT:
                 raise IndexCorrupt(f"index at {path} has format {fmt!r}, expected {INDEX_FORMAT!r}")
         except lmdb.Error as exc:
@@ -96,13 +101,13 @@ class IndexStore:
                     self._gate.resize(self.env)
 
     def apply(self, entries: Iterable[QueueEntry], applied_offset: int,
-              tx_ends: Iterable[TxEnd] = ()) -> None:
-        """Write ``entries``, ``tx_ends`` and the new applied offset in one transaction
-        (idempotent)."""
-        self._write(self._apply_txn, list(entries), applied_offset, list(tx_ends))
+              marks: Iterable[TxEnd | OffsetEntry] = ()) -> None:
+        """Write ``entries``, ``marks`` (transaction ends and consumer offsets, in log
+        order) and the new applied offset in one transaction (idempotent)."""
+        self._write(self._apply_txn, list(entries), applied_offset, list(marks))
 
     def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
-                   tx_ends: list[TxEnd]) -> None:
+                   marks: list[TxEnd | OffsetEntry]) -> None:
         items: list[list[tuple[bytes, bytes]]] = [[] for _ in K.ITEM_DBS]
         queue_next: dict[tuple[str, int], int] = {}
         queue_first: dict[tuple[str, int], int] = {}
@@ -114,7 +119,11 @@ class IndexStore:
                 queue_next[q] = qoff + 1
             if qoff < queue_first.get(q, qoff + 1):
                 queue_first[q] = qoff
-        for t in tx_ends:
+        for t in marks:
+            if type(t) is OffsetEntry:  # in log order: a later commit overwrites
+                txn.put(K.consumer_key(t.group, t.topic, t.queue_id),
+                        K.CONSUMER_VALUE.pack(t.offset, t.source_offset), db=self.db.consumers)
+                continue
             for db, k, v in K.end_items(t):
                 items[db].append((k, v))
         handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends, self.db.txoff)
@@ -241,26 +250,42 @@ class IndexStore:
 
     # ------------------------------------------------------------------ consumer offsets
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        try:
-            self._write(lambda txn: txn.put(K.consumer_key(group, topic, queue_id),
-                                            K.I64.pack(offset), db=self.db.consumers))
-        except lmdb.Error as exc:  # a caller gets an FMQ error, never a bare LMDB one
-            if not is_transient(exc):
-                raise IndexCorrupt(f"could not store the consumer offset: {exc}; stop the "
-                                   f"broker and rebuild the index (`fmq index rebuild`)") from exc
-            raise IndexUnavailable(f"could not store the consumer offset ({exc}); it is not "
-                                   f"saved. Free disk space or fix the disk, then commit it "
-                                   f"again") from exc
+    def put_consumer_offsets(self, offsets: dict[tuple[str, str, int], tuple[int, int]],
+                             in_log: bool) -> None:
+        """Store (next offset, source offset) per (group, topic, queue) and whether they are
+        in the log (a rebuild loading derived offsets, or carrying an old index's)."""
+        def fn(txn: lmdb.Transaction) -> None:
+            for (group, topic, qid), (off, source) in offsets.items():
+                value = K.CONSUMER_VALUE.pack(off, source) if in_log else K.I64.pack(off)
+                txn.put(K.consumer_key(group, topic, qid), value, db=self.db.consumers)
+            if in_log:
+                txn.put(OFFSETS_IN_LOG, b"1", db=self.db.meta)
+            else:
+                txn.delete(OFFSETS_IN_LOG, db=self.db.meta)
+        self._write(fn)
+
+    def mark_offsets_in_log(self) -> None:
+        """Record that every consumer offset here is in the log (after the upgrade)."""
+        self._write(lambda txn: txn.put(OFFSETS_IN_LOG, b"1", db=self.db.meta))
+
+    def offsets_in_log(self) -> bool:
+        """False for an index from before consumer offsets were log records."""
+        with self._gate, self.env.begin() as txn:
+            return txn.get(OFFSETS_IN_LOG, db=self.db.meta) is not None
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         with self._gate, self.env.begin() as txn:
             v = txn.get(K.consumer_key(group, topic, queue_id), db=self.db.consumers)
-        return None if v is None else K.I64.unpack(v)[0]
+        return None if v is None else K.consumer_value(v)[0]
 
     def consumer_offsets(self) -> dict[tuple[str, str, int], int]:
+        return {k: off for k, (off, _src) in self.consumer_offset_sources().items()}
+
+    def consumer_offset_sources(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        """(next offset, log offset of its OFFSET record; -1 when not in the log) of every
+        committed (group, topic, queue)."""
         with self._gate, self.env.begin() as txn:
-            return {K.split_consumer_key(k): K.I64.unpack(v)[0]
+            return {K.split_consumer_key(k): K.consumer_value(v)
                     for k, v in txn.cursor(db=self.db.consumers)}
 
     # ------------------------------------------------------------------ maintenance
@@ -281,10 +306,13 @@ class IndexStore:
         return self._write(trim.raise_to_floors, self.db, floors)
 
     def clear_derived(self) -> None:
-        """Empty every database derived from the log (keeps consumer offsets)."""
+        """Empty every database derived from the log (consumer offsets too, unless they are
+        not in the log yet: an index from before they were)."""
         def fn(txn):
-            for db in self.db.derived().values():
-                txn.drop(db, delete=False)
+            in_log = txn.get(OFFSETS_IN_LOG, db=self.db.meta) is not None
+            for name, db in self.db.derived().items():
+                if in_log or name != "consumers":
+                    txn.drop(db, delete=False)
             txn.delete(APPLIED, db=self.db.meta)
         self._write(fn)
 

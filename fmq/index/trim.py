@@ -13,8 +13,8 @@ from fmq.index.lmdb_env import APPLIED, Databases
 
 
 def remove_from(txn: lmdb.Transaction, db: Databases, log_end: int) -> int:
-    """Delete every entry whose source record lies at or after ``log_end`` and cap the
-    applied offset. Returns entries removed."""
+    """Delete every entry whose source record lies at or after ``log_end`` (consumer
+    offsets included) and cap the applied offset. Returns entries removed."""
     removed = 0
     for qkey, qval in list(txn.cursor(db=db.queues)):
         topic, qid = K.split_queue_key(qkey)
@@ -44,6 +44,12 @@ def remove_from(txn: lmdb.Transaction, db: Databases, log_end: int) -> int:
             txn.delete(kk, db=db.keys)
             txn.delete(k, db=db.keyoff)
     _drop_tx_ends(txn, db, log_end, None)
+    # An offset commit the cut removed is gone from the log: the group's offset is the
+    # earlier one, which only a rebuild can find again, so it restarts per its policy.
+    for k, v in list(txn.cursor(db=db.consumers)):
+        if K.consumer_value(v)[1] >= log_end:
+            txn.delete(k, db=db.consumers)
+            removed += 1
     v = txn.get(APPLIED, db=db.meta)
     if v is not None and K.I64.unpack(v)[0] > log_end:
         txn.put(APPLIED, K.I64.pack(log_end), db=db.meta)

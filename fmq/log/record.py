@@ -46,6 +46,10 @@ What each type carries (other fields zero-length / -1):
   ``ref_size`` address its PRE_MESSAGE, whose body the consumer reads. No body.
 * ``TX_MESSAGE`` (5): as REF_MESSAGE but with a copy of the PRE_MESSAGE's properties and body.
 * ``COMMIT`` (6) / ``ROLLBACK`` (7): tx id, group; ``ref_offset`` = the PREPARE's offset.
+* ``OFFSET`` (8): a consumer group's committed offset: group (in the producer-group
+  field), topic, queue id, ``queue_offset`` = the next offset the group consumes. The
+  latest in log order wins. ``ref_offset`` is -1, or, for a copy retention wrote at the
+  log head before deleting the segment holding the original, the original's offset.
 * ``FILLER`` (127): header only (72 bytes): the rest of the segment is unused.
 
 The codec is pure (bytes in, bytes out): it never touches files and never fsyncs. Decoding
@@ -86,6 +90,7 @@ class RecordType(IntEnum):
     TX_MESSAGE = 5
     COMMIT = 6
     ROLLBACK = 7
+    OFFSET = 8
     FILLER = 127
 
 
@@ -98,23 +103,9 @@ class Record:
     """One decoded (or to-be-encoded) log record. ``size`` and ``log_offset`` are set by
     encoding/decoding; ``body`` may be a memoryview into a larger buffer after decoding."""
 
-    __slots__ = (
-        "type",
-        "log_offset",
-        "store_time",
-        "queue_id",
-        "queue_offset",
-        "ref_offset",
-        "ref_size",
-        "topic",
-        "tx_id",
-        "producer_group",
-        "key",
-        "tags",
-        "properties",
-        "body",
-        "size",
-    )
+    __slots__ = ("type", "log_offset", "store_time", "queue_id", "queue_offset", "ref_offset",
+                 "ref_size", "topic", "tx_id", "producer_group", "key", "tags", "properties",
+                 "body", "size")
 
     def __init__(
         self,

@@ -14,6 +14,7 @@
    REF_MESSAGE      index it; mark its PRE_MESSAGE committed-into-the-queue
    TX_MESSAGE       body checked by its CRC; index it; mark likewise
    COMMIT/ROLLBACK  close the transaction (unknown id: nothing to do)
+   OFFSET           set the consumer group's committed offset
    ===============  ===========================================================
 
 3. **Cut the torn tail**: zero everything after the last valid record and delete later
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 
 from fmq.datadir import CHECKPOINT_FILE, QUEUE_FLOORS_FILE, format_segment_name
 from fmq.errors import CorruptCheckpoint, CorruptLog
-from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
+from fmq.index.entries import OffsetEntry, QueueEntry, TxEnd, index_mark, queue_entry
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.reader import OnCorruption
@@ -56,6 +57,9 @@ from fmq.tx.manager import TxManager
 from fmq.tx.redo import redo_transaction_record
 
 log = logging.getLogger(__name__)
+
+
+_MARK_TYPES = frozenset({RecordType.COMMIT, RecordType.ROLLBACK, RecordType.OFFSET})
 
 
 @dataclass
@@ -82,14 +86,15 @@ class RecoveryReport:
 
 
 def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
-                ends: list[TxEnd] | None = None) -> None:
+                ends: list[TxEnd | OffsetEntry] | None = None) -> None:
     """Apply one record's redo action (table in the module doc); index entries go to
-    ``entries``, transaction ends to ``ends``, transaction state to ``txm``."""
+    ``entries``, transaction ends and consumer offsets to ``ends``, transaction state to
+    ``txm``."""
     rtype = rec.type
     if rtype in INDEXED_TYPES:
         entries.append(queue_entry(rec))
-    elif ends is not None and (rtype == RecordType.COMMIT or rtype == RecordType.ROLLBACK):
-        ends.append(tx_end(rec))
+    elif ends is not None and rtype in _MARK_TYPES:
+        ends.append(index_mark(rec))
     redo_transaction_record(rec, txm)
 
 
@@ -128,7 +133,7 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     scanner = LogScanner(log_.directory, start_offset=start, max_record_size=max_record_size,
                          on_corruption=OnCorruption.RAISE, copy_body=False)
     entries: list[QueueEntry] = []
-    ends: list[TxEnd] = []
+    ends: list[TxEnd | OffsetEntry] = []
     replayed = 0
     for rec in scanner:
         replayed += 1

@@ -1,7 +1,9 @@
 """Loading the sorted index items into a fresh LMDB index on the driver, through
 :meth:`IndexStore.append_sorted` (the store's own map-growth rule), with the queue marks
 read off the items on the way, the queue floors retention recorded, the applied offset
-and the consumer offsets of the old index."""
+and the consumer offsets: the latest OFFSET record of each queue, or the old index's when
+that index is from before offsets were log records (the broker's next open writes those to
+the log)."""
 
 from __future__ import annotations
 
@@ -26,13 +28,15 @@ Queue = tuple[str, int]
 @dataclass(frozen=True)
 class LoadedIndex:
     """What the load wrote: item counts per database, the queue marks, how many queues
-    were carried over from the old index, floors applied and consumer offsets kept."""
+    were carried over from the old index, floors applied, consumer offsets written and
+    whether they came from the log (else from an old index that predates that)."""
 
     counts: dict[str, int]
     queues: dict[Queue, tuple[int, int]]
     carried: int
     floors_applied: int
     consumers: int
+    consumers_from_log: bool
 
 
 def put_sorted(store: IndexStore, db_name: str, items: list[tuple[bytes, bytes]]) -> None:
@@ -95,7 +99,8 @@ def write_items(store: IndexStore, files: list[str]
 
 
 def read_old_index(path: str) -> tuple[dict, dict]:
-    """Consumer offsets and queue marks of the old index, if it can be read."""
+    """The consumer offsets only the old index knows (it predates offsets in the log) and
+    its queue marks, if it can be read."""
     if not index_exists(path):
         return {}, {}
     try:
@@ -103,7 +108,8 @@ def read_old_index(path: str) -> tuple[dict, dict]:
     except IndexCorrupt:
         return {}, {}
     try:
-        return old.consumer_offsets(), old.all_queues()
+        legacy = {} if old.offsets_in_log() else old.consumer_offsets()
+        return legacy, old.all_queues()
     except Exception:  # noqa: BLE001 - a damaged index: nothing to carry over
         return {}, {}
     finally:
@@ -111,10 +117,15 @@ def read_old_index(path: str) -> tuple[dict, dict]:
 
 
 def load_index(index_dir: str, items_dir: str, old_index_dir: str, data_dir: str,
-               log_end: int) -> LoadedIndex:
-    """Build the LMDB index at ``index_dir`` from the sorted item table at ``items_dir``,
-    keeping what the old index at ``old_index_dir`` knows that the log no longer does."""
-    consumers, old_queues = read_old_index(old_index_dir)
+               log_end: int, offsets: dict[tuple[str, str, int], tuple[int, int]]
+               ) -> LoadedIndex:
+    """Build the LMDB index at ``index_dir`` from the sorted item table at ``items_dir``
+    and the consumer ``offsets`` derived from the log ((next offset, record offset) by
+    (group, topic, queue)), keeping what the old index at ``old_index_dir`` knows that the
+    log does not."""
+    legacy, old_queues = read_old_index(old_index_dir)
+    from_log = not legacy
+    consumers = offsets if from_log else {k: (off, -1) for k, off in legacy.items()}
     files = part_files(items_dir)
     # LMDB needs a few times the compressed item bytes; the map grows on demand anyway.
     estimate = sum(os.path.getsize(p) for p in files)
@@ -136,10 +147,9 @@ def load_index(index_dir: str, items_dir: str, old_index_dir: str, data_dir: str
         floors = read_floors(os.path.join(data_dir, QUEUE_FLOORS_FILE))
         floors_applied = store.apply_floors(floors)
         store.set_applied_offset(log_end)
-        for (group, topic, qid), off in sorted(consumers.items()):
-            store.commit_offset(group, topic, qid, off)
+        store.put_consumer_offsets(consumers, in_log=from_log)
         store.sync()
     finally:
         store.close()
-    return LoadedIndex(counts, queues, len(carried), floors_applied, len(consumers))
+    return LoadedIndex(counts, queues, len(carried), floors_applied, len(consumers), from_log)
 

@@ -24,8 +24,9 @@ Passes:
    ``putmulti(append=True)``, checking the counts it returns (append mode silently skips
    an out-of-order or duplicate key), plus the queue marks (read off the sorted
    consume-queue keys on the way) raised to the ``queue-floors`` retention wrote (as
-   recovery does), the applied offset (the log end) and the consumer offsets of the old
-   index when it can be read. Then swap it in place of the old index
+   recovery does), the applied offset (the log end) and the consumer offsets (the latest
+   OFFSET record of each group and queue; an old index from before offsets were log
+   records has its own carried over). Then swap it in place of the old index
    (:mod:`fmq.spark.swap`).
 5. **Checkpoint**: ``min(log end, PREPARE offset of the oldest open transaction)``, so
    the broker opens with nothing to replay but the open transactions' range.
@@ -145,7 +146,7 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         # Pass 4: the LMDB index, next to the target, then swapped in.
         shutil.rmtree(tmp_index, ignore_errors=True)
         loaded = load_index(tmp_index, tmp_items, os.path.join(data_dir, INDEX_DIR), data_dir,
-                            end)
+                            end, facts["consumer_offsets"])
         swap_in(tmp_index, target)
         phases.done("write_lmdb")
 
@@ -174,7 +175,8 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         "queues": len(loaded.queues),
         "queues_carried_over": loaded.carried,
         "queue_floors_applied": loaded.floors_applied,
-        "consumer_offsets_kept": loaded.consumers,
+        "consumer_offsets": loaded.consumers,
+        "consumer_offsets_from_log": loaded.consumers_from_log,
         "torn_tail": facts["torn"],
         "open_transactions": opens,
         "checkpoint": cp.to_dict(),
@@ -215,12 +217,26 @@ def _derive(raw: DataFrame, filtered_load, partitions: int, tmp_items: str,
                                                   & F.col("damage").isNull()))
     opens = open_transactions(txs)
     phases.done("transactions")
+    offsets = consumer_offsets(filtered_load().where((F.col("type") == "OFFSET")
+                                                     & F.col("damage").isNull()))
+    phases.done("consumer_offsets")
     parquet = None
     if parquet_dir is not None:
         parquet = write_audit(raw, txs, parquet_dir)
         phases.done("audit_parquet")
     return {"records": summary["n"], "torn": torn, "last": last,
-            "open_transactions": opens, "parquet": parquet}
+            "open_transactions": opens, "consumer_offsets": offsets, "parquet": parquet}
+
+
+def consumer_offsets(rows: DataFrame) -> dict[tuple[str, str, int], tuple[int, int]]:
+    """(next offset, record offset) of the latest OFFSET row of each (group, topic, queue):
+    what the dispatcher's last write leaves. One small row per queue a group committed."""
+    latest = (rows.groupBy("producer_group", "topic", "queue_id")
+              .agg(F.max_by(F.struct("queue_offset", "offset"), "offset").alias("o"))
+              .collect())
+    return {(r["producer_group"], r["topic"], r["queue_id"]): (r["o"]["queue_offset"],
+                                                                r["o"]["offset"])
+            for r in latest}
 
 
 def main(argv: list[str] | None = None) -> int:

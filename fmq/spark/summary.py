@@ -24,7 +24,9 @@ def summary_text(result: dict) -> str:
                           f"queues ({result['queues_carried_over']} carried over, "
                           f"{result['queue_floors_applied']} raised to their floors)"),
         ("key entries", count(result["key_entries"])),
-        ("consumer offsets", f"{count(result['consumer_offsets_kept'])} kept"),
+        ("consumer offsets", f"{count(result['consumer_offsets'])} "
+         + ("from the log" if result["consumer_offsets_from_log"] else
+            "carried from the old index (written to the log on the next open)")),
         ("torn tail", NONE if torn is None else
          f"at {count(torn['offset'])} in {torn['segment']}: {torn['reason']} (cut)"),
         ("open transactions", f"{count(len(result['open_transactions']))} (listed by --json)"

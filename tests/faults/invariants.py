@@ -10,12 +10,15 @@
   segment and offset;
 * **I5** recovering twice gives the same state; appending after recovery, then crashing
   again, stays correct;
-* **I6** the index equals one rebuilt from nothing out of the log;
+* **I6** the index equals one rebuilt from nothing out of the log (consumer offsets
+  included: they are derived from OFFSET records);
 * **I7** (in the EIO/ENOSPC tests) nothing is acknowledged after a failed write or fsync.
 
 Each check raises :class:`InvariantViolation` (an AssertionError) saying which invariant
 failed and where. :func:`verify_recovery` runs I1, I2, I3 and I6 on a crashed data dir;
-:func:`verify_crash` adds both halves of I5.
+:func:`verify_crash` adds both halves of I5. I1 covers acknowledged consumer-offset commits
+too (:func:`check_acked_offsets`): each queue's committed offset is the last acknowledged
+commit's, or that of a later commit of the same queue the crash left unacknowledged.
 """
 
 from __future__ import annotations
@@ -303,6 +306,32 @@ def check_acked_and_transactions(broker, records: list[Record], plan: list[dict]
     return seen
 
 
+# ---------------------------------------------------------------- I1 for offsets
+
+
+def check_acked_offsets(broker, plan: list[dict], acks: list[dict]) -> None:
+    """I1 for consumer offsets: for each (group, topic, queue) the plan commits, the broker's
+    committed offset is that of the last acknowledged commit or of a later one of the same
+    queue (unacknowledged: it may or may not have become durable); None only when none
+    was acknowledged."""
+    acked = {a["i"] for a in acks if a.get("op") == "offset"}
+    commits: dict[tuple, list[tuple[int, int]]] = {}
+    for i, op in enumerate(plan):
+        if op["op"] == "offset":
+            commits.setdefault((op["group"], op["topic"], op["queue_id"]), []).append(
+                (i, op["offset"]))
+    for (group, topic, qid), steps in commits.items():
+        got = broker.committed_offset(group, topic, qid)
+        last = max((n for n, (i, _o) in enumerate(steps) if i in acked), default=None)
+        allowed = {o for n, (_i, o) in enumerate(steps) if last is None or n >= last}
+        if got is None and last is None:
+            continue
+        if got not in allowed:
+            fail("I1", f"consumer offset of {group}/{topic}/{qid} is {got}; the last "
+                       f"acknowledged commit set {steps[last][1] if last is not None else None}"
+                       f" (allowed: {sorted(allowed)})")
+
+
 # ---------------------------------------------------------------- I6
 
 
@@ -400,6 +429,7 @@ def verify_recovery(data_dir: str, plan: list[dict], acks: list[dict], config,
         if reference is not None:
             check_prefix(records, reference)
         check_acked_and_transactions(broker, records, plan, acks, retention)
+        check_acked_offsets(broker, plan, acks)
         state = state_of(broker, data_dir)
         if rebuild:
             check_index_matches_rebuild(broker, data_dir, config, workdir)

@@ -16,6 +16,8 @@ Operations:
 ``rollback``   ``tx``; ack once the ROLLBACK is durable
 ``checkpoint`` write a checkpoint
 ``retention``  run retention (the config must set a retention limit)
+``offset``     ``group``, ``topic``, ``queue_id``, ``offset``: commit a consumer offset
+               (the plan keeps it within the queue); ack once it is durable
 =============  ===================================================================
 
 A message is ``{"id": str, "size": int, "topic": str, "key": str|None, "queue_id": int}``.
@@ -95,6 +97,22 @@ def small_plan() -> list[dict]:
         {"op": "checkpoint"},
         {"op": "prepare", "tx": "tx5", "group": GROUP, "msgs": [msg("t5a", 600)]},
     ]
+
+
+def offsets_plan(rounds: int = 6) -> list[dict]:
+    """Sends to fixed queues and, after each round, consumer-offset commits of two groups
+    (each queue's offset rising), checkpoints, and a segment roll at 16 KiB."""
+    plan: list[dict] = []
+    for r in range(rounds):
+        plan.append({"op": "send", "msgs": [msg(f"o{r}.{q}", 900, "orders", queue_id=q)
+                                            for q in (0, 1)]})
+        for group in ("billing", "audit"):
+            for q in (0, 1):
+                plan.append({"op": "offset", "group": group, "topic": "orders",
+                             "queue_id": q, "offset": r + 1 - (group == "audit")})
+        if r % 3 == 2:
+            plan.append({"op": "checkpoint"})
+    return plan
 
 
 def random_plan(rng: random.Random, n_ops: int, prefix: str = "", max_size: int = 3000,
@@ -190,6 +208,9 @@ def execute(broker, plan: list[dict], ack, start: int = 0, ack_early: bool = Fal
         elif kind == "retention":
             deleted = broker.enforce_retention()
             ack(i=i, op="retention", deleted=deleted)
+        elif kind == "offset":
+            broker.commit_offset(op["group"], op["topic"], op["queue_id"], op["offset"])
+            ack(i=i, op="offset")
         else:
             raise ValueError(f"unknown plan operation {kind}")
 

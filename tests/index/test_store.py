@@ -8,7 +8,7 @@ import lmdb
 import pytest
 
 from fmq.errors import BadRecord, IndexCorrupt
-from fmq.index.entries import QueueEntry, TxEnd
+from fmq.index.entries import OffsetEntry, QueueEntry, TxEnd
 from fmq.index.lmdb_env import is_transient
 from fmq.index.store import IndexStore
 
@@ -32,13 +32,29 @@ def test_map_full_grows_the_map_and_loses_nothing(tmp_path):
     store.close()
 
 
-def test_clear_derived_keeps_consumer_offsets(tmp_path):
+def test_clear_derived_clears_consumer_offsets_only_when_they_are_in_the_log(tmp_path):
     store = IndexStore(str(tmp_path))
-    store.apply(entries(0, 10), 1000)
-    store.commit_offset("g", "topic", 1, 5)
+    assert store.offsets_in_log()  # a new index derives them from OFFSET records
+    store.apply(entries(0, 10), 1000, [OffsetEntry("g", "topic", 1, 5, 900)])
+    assert store.committed_offset("g", "topic", 1) == 5
     store.clear_derived()
     assert store.applied_offset() is None and store.queue_range("topic", 0) == (0, 0)
-    assert store.committed_offset("g", "topic", 1) == 5
+    assert store.committed_offset("g", "topic", 1) is None
+    # An index from before offsets were log records: only it knows them, a clear keeps them.
+    store.put_consumer_offsets({("g", "topic", 2): (8, -1)}, in_log=False)
+    assert not store.offsets_in_log()
+    store.clear_derived()
+    assert store.consumer_offset_sources() == {("g", "topic", 2): (8, -1)}
+    store.close()
+
+
+def test_later_offset_records_win_and_a_cut_removes_those_past_it(tmp_path):
+    store = IndexStore(str(tmp_path))
+    store.apply([], 300, [OffsetEntry("g", "t", 0, 4, 100), OffsetEntry("g", "t", 0, 9, 200),
+                          OffsetEntry("h", "t", 0, 1, 250)])
+    assert store.consumer_offset_sources() == {("g", "t", 0): (9, 200), ("h", "t", 0): (1, 250)}
+    store.remove_from(250)
+    assert store.consumer_offsets() == {("g", "t", 0): 9}
     store.close()
 
 

@@ -69,7 +69,8 @@ def test_in_place_rebuild_equals_online_index_and_broker_serves_identical_pulls(
 
     assert_same_index(_dump(os.path.join(log_copy, INDEX_DIR)), built_log.online_dump)
     assert _consumers(os.path.join(log_copy, INDEX_DIR)) == built_log.consumers
-    assert result["consumer_offsets_kept"] == len(built_log.consumers) == 2
+    assert result["consumer_offsets"] == len(built_log.consumers) == 2
+    assert result["consumer_offsets_from_log"]
     # The retention-emptied topic's high-water marks survive (carried from the old index).
     assert result["queues_carried_over"] == sum(1 for t, _q in built_log.queues if t == "early")
     assert result["torn_tail"]["offset"] == built_log.torn_offset
@@ -281,10 +282,15 @@ def test_commit_cut_short_is_committing_and_the_broker_rolls_it_forward(spark, l
 
 def test_without_the_old_index_retention_floors_keep_emptied_queues(spark, built_log, log_copy):
     """Nothing to carry over: the queues retention emptied come back from queue-floors
-    (as recovery applies them), so the index is still the online one."""
+    (as recovery applies them), and the consumer offsets from the log's OFFSET records
+    (one of them rewritten at the head when retention deleted its segment), so the index
+    is still the online one."""
     shutil.rmtree(os.path.join(log_copy, INDEX_DIR))
     result = run_rebuild(log_copy, master="local[2]")
-    assert result["queues_carried_over"] == 0 and result["consumer_offsets_kept"] == 0
+    assert result["queues_carried_over"] == 0
+    assert result["consumer_offsets"] == 2 and result["consumer_offsets_from_log"]
+    assert _consumers(os.path.join(log_copy, INDEX_DIR)) == built_log.consumers == {
+        ("g1", "orders", 1): 3, ("g2", "payments", 0): 2}
     assert result["queue_floors_applied"] >= sum(1 for t, _q in built_log.queues if t == "early")
     assert_same_index(_dump(os.path.join(log_copy, INDEX_DIR)), built_log.online_dump)
 
