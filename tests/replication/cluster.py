@@ -9,6 +9,7 @@ import time
 
 from fmq.client import Client
 from fmq.datadir import LOG_DIR
+from fmq.log.record import Record, decode
 from fmq.protocol import Op
 from tests.server.harness import ServerProcess
 
@@ -68,3 +69,21 @@ def pull_all(server: ServerProcess, topic: str, queues: int) -> list[list[tuple]
                 got += [(m["queue_offset"], m["offset"], m["body"]) for m in ans["messages"]]
             out.append(got)
     return out
+
+
+def wait_in_sync(primary: ServerProcess, count: int = 1, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(status(primary)["in_sync"]) >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no follower in sync: {status(primary)}")
+
+
+def record_on_disk(server: ServerProcess, offset: int) -> Record:
+    """The record at log ``offset`` in ``server``'s segment files, read from the file."""
+    for name, data in segment_files(server).items():
+        base = int(name.split(".")[0])
+        if base <= offset < base + len(data):
+            return decode(data, offset - base, base_offset=base)
+    raise AssertionError(f"no segment of {server.data_dir} holds offset {offset}")
