@@ -351,8 +351,8 @@ class ReplicaBehindRetention(ReplicationError):
     fields = {"offset": int, "first_offset": int}
     message_format = (
         "the follower needs the log from offset {offset}, but the primary's log starts at "
-        "{first_offset} (retention deleted the rest): give the follower a fresh copy (stop it, "
-        "empty its data directory, or see docs/replication.md, bootstrap)")
+        "{first_offset} (retention deleted the rest): give the follower a fresh copy: stop "
+        "it, empty its data directory, run fmq replica bootstrap there, start it again")
 
     def __init__(self, offset: int, first_offset: int) -> None:
         super().__init__(self.message_format.format(offset=offset, first_offset=first_offset))

@@ -85,4 +85,7 @@ class ReplicationRole:
             if self.follower is not None:
                 status.update(self.follower.describe())
             return status
-        return {"role": "primary", "ack_mode": self.ack_mode, **self.replicas.describe()}
+        first = log.segments[0] if log.segments else None
+        return {"role": "primary", "ack_mode": self.ack_mode, "first_offset": log.first_offset,
+                "first_segment_size": first.size if first is not None else 0,
+                **self.replicas.describe()}
