@@ -31,13 +31,22 @@ server_option = click.option(
               help="Serve Prometheus metrics on this port (/metrics) [default: off].")
 @click.option("--metrics-host", default=None,
               help="Address of the metrics endpoint [default: 127.0.0.1].")
+@click.option("--follow", default=None, metavar="HOST:PORT",
+              help="Run as a follower of the primary at HOST:PORT: copy its log, take no "
+                   "writes (docs/replication.md) [default: the config file's follow].")
+@click.option("--ack-mode", type=click.Choice(["async", "sync"]), default=None,
+              help="sync: acknowledge writes only once --min-insync followers fsynced them "
+                   "[default: the config file's ack_mode, else async].")
+@click.option("--min-insync", type=click.IntRange(min=1), default=None,
+              help="Followers that must hold a write in sync mode [default: 1].")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Log lines below this level are not written (the listening address "
                    "always is).")
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
-           metrics_port: int | None, metrics_host: str | None, log_level: str) -> None:
+           metrics_port: int | None, metrics_host: str | None, follow: str | None,
+           ack_mode: str | None, min_insync: int | None, log_level: str) -> None:
     """Run the FMQ server until SIGINT/SIGTERM (then it finishes in-flight requests,
     checkpoints and exits 0)."""
     from fmq.server import load_config, run_server
@@ -49,6 +58,11 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
                                  ("metrics_host", metrics_host)) if v is not None}
     if changes:
         server_cfg = server_cfg.replace(**changes)
+    replication = {k: v for k, v in (("follow", follow), ("ack_mode", ack_mode),
+                                     ("min_insync", min_insync)) if v is not None}
+    if replication:
+        broker_cfg = broker_cfg.replace(**replication)
+        broker_cfg.validate()
     # Below INFO the log does not say where the server listens; with --port 0 nobody could
     # find it, so say it on stderr anyway.
     quiet = logging.getLogger("fmq.server").getEffectiveLevel() > logging.INFO

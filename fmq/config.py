@@ -75,6 +75,19 @@ class BrokerConfig:
     #: prepare, or the restart that recovered it), whatever feedback got: 0 = never, the
     #: default (the broker never decides on its own unless told to).
     tx_timeout_ms: int = 0
+    #: Replication (docs/replication.md). "HOST:PORT" of the primary this broker follows:
+    #: it copies that log and takes no writes of its own. Empty: this broker is a primary.
+    follow: str = ""
+    #: "async": acknowledge after the primary's own fsync (followers trail). "sync":
+    #: acknowledge a send, prepare, commit or rollback only once ``min_insync`` followers
+    #: have fsynced past its records.
+    ack_mode: str = "async"
+    #: Followers that must hold a record before it is acknowledged in ``sync`` mode.
+    min_insync: int = 1
+    #: A follower whose durable offset is more than this many bytes behind the primary's,
+    #: or that has not reported for ``max_lag_ms``, leaves the in-sync set.
+    max_lag_bytes: int = 64 * MiB
+    max_lag_ms: int = 10_000
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid configuration")
@@ -110,6 +123,12 @@ class BrokerConfig:
         need(self.max_feedback_lease_ms >= 1, "max_feedback_lease_ms must be >= 1")
         need(self.tx_finished_memory >= 0, "tx_finished_memory must be >= 0")
         need(self.max_messages_per_transaction >= 1, "max_messages_per_transaction must be >= 1")
+        need(self.ack_mode in ("sync", "async"), "ack_mode must be 'sync' or 'async'")
+        need(self.min_insync >= 1, "min_insync must be >= 1")
+        need(self.max_lag_bytes >= 1, "max_lag_bytes must be >= 1")
+        need(self.max_lag_ms >= 100, "max_lag_ms must be >= 100")
+        need(not self.follow or ":" in self.follow,
+             "follow must be HOST:PORT of the primary (or empty)")
 
     @property
     def max_record_size(self) -> int:

@@ -121,8 +121,9 @@ class Broker:
         #: Topics, groups, disk usage, offset resets (fmq topics / groups / stats).
         self.inventory = Inventory(self.path, self.index, self._queues, self._reader,
                                    self.offsets, self._check_open)
-        end_cut_transactions(self.tx, self.tx_writer, report)
-        self.offsets.upgrade()
+        if not cfg.follow:  # a follower writes only what its primary ships
+            end_cut_transactions(self.tx, self.tx_writer, report)
+            self.offsets.upgrade()
         self.recovery = report
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
                                           self.tx, self.io)

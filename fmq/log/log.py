@@ -25,7 +25,7 @@ from fmq.errors import OffsetOutOfRange
 from fmq.log.commit import GroupCommit
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.flush_stats import FlushStats
-from fmq.log.record import HEADER_SIZE, Record, encode_into, filler
+from fmq.log.record import HEADER_SIZE, Record, RecordType, encode_into, filler
 from fmq.log.segment import Segment
 from fmq.log.segments import SegmentSet
 
@@ -164,6 +164,35 @@ class Log:
         ahead = self._files.ahead
         while len(ahead) < rolls:
             ahead.append(self._files.create(self._next_base()))
+
+    def append_copy_locked(self, segment_base: int, segment_size: int, data: bytes,
+                           records: list[Record]) -> None:
+        """Place bytes a primary shipped: ``records`` (already checked, decoded from
+        ``data``) lie at this log's end, in the primary's segment ``[segment_base,
+        segment_base + segment_size)``. The caller holds :attr:`lock`; the bytes are
+        durable after :meth:`wait_durable`, as for :meth:`append_locked`. A FILLER ends
+        the segment: the next copy starts a new one, as the primary did."""
+        self._commit.check_writable()
+        seg = self._active
+        if seg is None or self._next_offset == seg.end:
+            if segment_base != self._next_offset:
+                raise ValueError(f"a copied segment starts at {segment_base}, not at the "
+                                 f"log end {self._next_offset}")
+            seg = self._files.create(segment_base, segment_size)
+            self._files.add(seg)
+            self._active, self._position = seg, 0
+            self._files.prepare_spare(seg.end)
+        elif seg.base != segment_base or seg.size != segment_size:
+            raise ValueError(f"copied bytes for segment {segment_base}+{segment_size} but "
+                             f"the active segment is {seg.base}+{seg.size}")
+        self._commit.buffer_for(seg, self._position).extend(data)
+        self._advance(len(data))
+        if self.on_append is not None:
+            for record in records:
+                self.on_append(record)
+        if records and records[-1].type == RecordType.FILLER:
+            self._next_offset = seg.end
+            self._commit.queued_end = self._next_offset
 
     def _next_base(self) -> int:
         """Where the next segment to create starts (lock held)."""

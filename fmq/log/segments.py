@@ -67,14 +67,16 @@ class SegmentSet:
         self.segments.append(seg)
         self._bases.append(seg.base)
 
-    def create(self, base: int) -> Segment:
+    def create(self, base: int, size: int | None = None) -> Segment:
         """The installed segment at ``base``: the spare prepared in the background, or one
         created here. A missing descriptor or disk space raises SegmentUnavailable and
-        leaves the set as it was; any other error fails the log."""
+        leaves the set as it was; any other error fails the log. ``size``: another size
+        than the configured one (a follower copies its primary's segments)."""
+        size = size or self.segment_size
         try:
-            new = self._take_spare(base)
+            new = self._take_spare(base) if size == self.segment_size else None
             if new is None:
-                new = Segment.create(self.directory, base, self.segment_size, self.io)
+                new = Segment.create(self.directory, base, size, self.io)
         except SegmentUnavailable as exc:
             if not self._refused:  # once per outage: clients retry, each would log it
                 logger.warning("%s", exc)

@@ -53,6 +53,8 @@ class Op(IntEnum):
     TOPICS = 21
     GROUPS = 22
     RESET_OFFSETS = 23
+    REPL_FETCH = 40
+    REPL_STATUS = 41
 
 
 # ------------------------------------------------------------------ composite types
@@ -161,4 +163,12 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
                              ("to", STR), ("value", I64), ("force", BOOL)], [("json", TEXT)],
           "An operator moves a group's committed offsets; refused while the group has "
           "members unless force."),
+    _spec(Op.REPL_FETCH, [("follower", STR), ("epoch", U64), ("from_offset", U64),
+                          ("max_bytes", U32), ("wait_ms", U32)],
+          [("epoch", U64), ("segment_base", U64), ("segment_size", U64), ("data", BYTES),
+           ("durable_end", U64), ("first_offset", U64)],
+          "A follower's fetch: reports that it holds the log durably below from_offset and "
+          "asks for the whole records from there (docs/replication.md)."),
+    _spec(Op.REPL_STATUS, [], [("json", TEXT)],
+          "The server's role, its followers' durable offsets, lag and the in-sync set."),
 ]}

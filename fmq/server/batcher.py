@@ -47,7 +47,8 @@ class SendBatcher:
     MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per place_batch (it holds the log lock)
 
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop,
-                 max_batch_messages: int, stored_in: StoredIn) -> None:
+                 max_batch_messages: int, stored_in: StoredIn,
+                 wait_replicated: Callable[[int], None] | None = None) -> None:
         self.broker = broker
         self.loop = loop
         self.max_batch_messages = max_batch_messages
@@ -62,6 +63,11 @@ class SendBatcher:
         self._acknowledger = threading.Thread(target=self._acknowledge_loop,
                                               name="fmq-send-acker", daemon=True)
         self._acknowledger.start()
+        #: ``sync`` acknowledgement: flushed batches wait here for the followers, in a
+        #: thread of their own so that the next flush is not held up meanwhile.
+        self._replicated: ReplicaStage | None = None
+        if wait_replicated is not None:
+            self._replicated = ReplicaStage(wait_replicated, self._hand_back)
 
     def submit(self, msgs: list[Message], reply: Reply | None = None) -> asyncio.Future:
         """Queue ``msgs`` for this turn's batch; the future ends with their results once
@@ -89,6 +95,8 @@ class SendBatcher:
             self._stopping = True
             self._placed_cond.notify()
         self._acknowledger.join()
+        if self._replicated is not None:
+            self._replicated.close()
 
     # ------------------------------------------------------------------ the event loop
 
@@ -129,7 +137,10 @@ class SendBatcher:
                 done = []
                 while placed and placed[0][0] <= end:
                     done.append(placed.popleft())
-            self._hand_back(done, failure)
+            if self._replicated is not None and failure is None:
+                self._replicated.put(end, done)
+            else:
+                self._hand_back(done, failure)
 
     def _hand_back(self, done: list[tuple[int, list[Submitted], list[SendResult]]],
                    failure: BaseException | None) -> None:
@@ -160,6 +171,51 @@ class SendBatcher:
                         fut.set_exception(exc)
         if stored:
             self.stored_in(stored)
+
+
+Placed = list[tuple[int, list[Submitted], list[SendResult]]]
+
+
+class ReplicaStage:
+    """The ``sync`` acknowledgement's second stage: batches the primary flushed wait until
+    enough followers hold them; one wait covers every batch queued meanwhile."""
+
+    def __init__(self, wait_replicated: Callable[[int], None],
+                 hand_back: Callable[[Placed, BaseException | None], None]) -> None:
+        self._wait_replicated = wait_replicated
+        self._hand_back = hand_back
+        self._cond = threading.Condition()
+        self._queued: list[tuple[int, Placed]] = []
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="fmq-replica-acker",
+                                        daemon=True)
+        self._thread.start()
+
+    def put(self, end: int, done: Placed) -> None:
+        with self._cond:
+            self._queued.append((end, done))
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queued:
+                    if self._stopping:
+                        return
+                    self._cond.wait()
+                queued, self._queued = self._queued, []
+            failure: BaseException | None = None
+            try:
+                self._wait_replicated(queued[-1][0])
+            except BaseException as exc:  # noqa: BLE001 - NotEnoughReplicas fails them all
+                failure = exc
+            self._hand_back([item for _end, done in queued for item in done], failure)
 
 
 def _split(pending: list[Submitted], max_messages: int, max_bytes: int

@@ -21,6 +21,7 @@ from fmq.server.batcher import SendBatcher
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.groups import GroupCoordinator
+from fmq.server.replica_role import ReplicationRole
 from fmq.server.request_limits import RequestLimits
 from fmq.server.wakeups import PullEvents, PullWakeups
 
@@ -90,14 +91,16 @@ class ServerContext:
         self.stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.batcher: SendBatcher | None = None
+        self.replication: ReplicationRole | None = None
         self.stop_requested: asyncio.Event | None = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bind to the running event loop (the server starts)."""
         self.loop = loop
         self.stop_requested = asyncio.Event()
+        self.replication = ReplicationRole(self.broker, loop)
         self.batcher = SendBatcher(self.broker, loop, self.config.max_batch_messages,
-                                   self.data_arrived)
+                                   self.data_arrived, self.replication.wait_replicated)
 
     def now(self) -> float:
         """The event loop's clock (monotonic seconds)."""
@@ -106,6 +109,21 @@ class ServerContext:
     def run(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
         """Run a blocking broker call that writes (or waits for a write) in the worker pool."""
         return self.loop.run_in_executor(self._workers, fn, *args)
+
+    def write(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
+        """:meth:`run` a write (prepare, commit, rollback) and, in ``sync`` acknowledgement
+        mode, answer only once enough followers hold the log it flushed."""
+        wait_replicated = self.replication.wait_replicated
+        if wait_replicated is None:
+            return self.run(fn, *args)
+        log = self.broker.log
+
+        def replicated_write() -> Any:
+            result = fn(*args)
+            wait_replicated(log.flushed_offset)  # covers every record fn wrote
+            return result
+
+        return self.run(replicated_write)
 
     def read(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
         """Run a blocking broker read in the reader pool."""

@@ -96,7 +96,7 @@ async def _answered(answer: dict) -> dict:
 @handles(Op.PREPARE)
 async def _prepare(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     msgs = [message_from_wire(m) for m in req["messages"]]
-    tx_id = await ctx.run(ctx.broker.prepare, msgs, req["producer_group"], req["tx_id"])
+    tx_id = await ctx.write(ctx.broker.prepare, msgs, req["producer_group"], req["tx_id"])
     return {"tx_id": tx_id}
 
 
@@ -107,7 +107,7 @@ def _commit_tx(broker: Broker, tx_id: str) -> tuple[TxState, set[tuple[str, int]
 
 
 async def _commit_and_wake(ctx: ServerContext, tx_id: str) -> TxState:
-    state, queues = await ctx.run(_commit_tx, ctx.broker, tx_id)
+    state, queues = await ctx.write(_commit_tx, ctx.broker, tx_id)
     ctx.data_arrived(queues)
     return state
 
@@ -120,7 +120,7 @@ async def _commit(ctx: ServerContext, session: RequestSession, req: dict) -> dic
 
 @handles(Op.ROLLBACK)
 async def _rollback(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    state = await ctx.run(ctx.broker.rollback, req["tx_id"])
+    state = await ctx.write(ctx.broker.rollback, req["tx_id"])
     return {"state": state.value}
 
 
@@ -165,7 +165,7 @@ async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: di
     if state == TxState.COMMIT:
         final = await _commit_and_wake(ctx, req["tx_id"])
     else:
-        final = await ctx.run(ctx.broker.answer_uncertain, req["tx_id"], state, session)
+        final = await ctx.write(ctx.broker.answer_uncertain, req["tx_id"], state, session)
     return {"state": final.value}
 
 
@@ -351,7 +351,7 @@ async def _resolve_tx(ctx: ServerContext, session: RequestSession, req: dict) ->
     if decision == TxState.COMMIT:
         state = await _commit_and_wake(ctx, req["tx_id"])
     else:
-        state = await ctx.run(ctx.broker.rollback, req["tx_id"])
+        state = await ctx.write(ctx.broker.rollback, req["tx_id"])
     logger.info("operator at %s resolved transaction %r: %s", session.peer, req["tx_id"],
                 state.value)
     return {"state": state.value}

@@ -28,9 +28,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fmq.engine.broker import Broker
-from fmq.errors import ConfigError, ServerBusy
+from fmq.errors import ConfigError, FMQError, ServerBusy
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
-from fmq.server import operator_ops  # noqa: F401 - registers the operator's handlers
+from fmq.server import (
+    operator_ops,  # noqa: F401 - registers the operator's handlers
+    replication_ops,  # noqa: F401 - registers the followers' handlers
+)
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
@@ -96,6 +99,8 @@ class Server:
         self._listener = listener
         #: Called with (host, port) once the server accepts connections.
         self.on_listening: Callable[[str, int], None] | None = None
+        #: Why a follower stopped copying its primary for good (the server then stops).
+        self.replication_failed: FMQError | None = None
 
     @property
     def stopping(self) -> bool:
@@ -121,6 +126,13 @@ class Server:
                     self.config.worker_threads)
         if self.on_listening is not None:
             self.on_listening(self.config.host, self.port)
+        self.ctx.replication.start_follower(f"{self.config.host}:{self.port}",
+                                            self._replication_failed)
+
+    def _replication_failed(self, exc: FMQError) -> None:
+        """A follower cannot go on copying (from its thread): stop serving, say why."""
+        self.replication_failed = exc
+        self.ctx.loop.call_soon_threadsafe(self.request_stop, "replication failed")
 
     async def serve(self, install_signals: bool = True) -> None:
         """Start, serve until SIGINT/SIGTERM (or :meth:`request_stop`), then shut down
@@ -173,6 +185,8 @@ class Server:
         self.pollers.shutdown(wait=False, cancel_futures=True)
         # No read may still be inside LMDB when the broker closes it (reads are short).
         await asyncio.to_thread(self.readers.shutdown, wait=True, cancel_futures=True)
+        if self.ctx.replication is not None:  # no copy may still write as the broker closes
+            await asyncio.to_thread(self.ctx.replication.stop)
         if self.ctx.batcher is not None:  # places and acknowledges what it still holds
             await asyncio.to_thread(self.ctx.batcher.close)
         # close() flushes, indexes and checkpoints: a clean start replays nothing.
@@ -354,6 +368,8 @@ def run_server(data_dir: str, broker_config: Any = None,
         server.on_listening = on_listening
         logger.info("event loop: %s", resolve_event_loop(server_config.event_loop))
         run_on_event_loop(server.serve(), server_config.event_loop)
+        if server.replication_failed is not None:
+            raise server.replication_failed
     finally:
         listener.close()  # asyncio closed it after serving; this covers an earlier error
         broker.close()  # no-op after a graceful shutdown; releases the dir after an error

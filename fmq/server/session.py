@@ -23,7 +23,7 @@ import functools
 import logging
 import socket
 
-from fmq.errors import FMQError, ProtocolError, ServerBusy
+from fmq.errors import FMQError, NotPrimary, ProtocolError, ServerBusy
 from fmq.protocol import (
     HEADER_SIZE,
     PROTOCOL_VERSION,
@@ -343,6 +343,13 @@ class ClientSession(asyncio.Protocol):
             self.close()
 
 
+#: What a follower refuses: writes (its log changes only by what its primary ships) and
+#: the feedback that would end transactions.
+FOLLOWER_REFUSES = frozenset({
+    Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT, Op.ROLLBACK, Op.POLL_UNCERTAIN,
+    Op.ANSWER_UNCERTAIN, Op.RESOLVE_TX, Op.COMMIT_OFFSET, Op.RESET_OFFSETS})
+
+
 def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame
                             ) -> FMQError | None:
     """Why a well-framed request is refused before it is decoded, if it is (the framing is
@@ -355,6 +362,9 @@ def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame
             f"(max_in_flight); wait for answers before sending more")
     if ctx.stopping:
         return ServerBusy("the server is shutting down; retry against the restarted server")
+    primary = ctx.replication.primary if ctx.replication is not None else None
+    if primary is not None and op in FOLLOWER_REFUSES:
+        return NotPrimary(primary)
     if op not in HANDLERS:
         # Framing is intact, so the session stays usable: newer clients can probe.
         return ProtocolError(

@@ -11,6 +11,10 @@ from fmq.errors import (
     FMQError,
     GroupHasMembers,
     LogFailed,
+    NotEnoughReplicas,
+    NotPrimary,
+    ReplicaBehindRetention,
+    ReplicaDiverged,
     SegmentUnavailable,
     TornRecord,
     all_error_classes,
@@ -29,6 +33,10 @@ WITH_FIELDS = [
     TornRecord(77, "length 90 but only 3 bytes follow"),
     BadRecord(-1, "record claims log offset 5: bad record at log offset 6"),
     GroupHasMembers("orders has 2 live members: x", 3),
+    NotPrimary("10.0.0.1:9876"),
+    NotEnoughReplicas(0, 2),
+    ReplicaBehindRetention(4096, 1 << 40),
+    ReplicaDiverged(77, 12),
 ]
 
 

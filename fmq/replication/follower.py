@@ -1,0 +1,146 @@
+"""The follower's copying thread: fetch from the primary, check, append, fdatasync, repeat.
+
+Each fetch asks for the log from this broker's durable end, which reports that offset to
+the primary (RocketMQ's HA model: the slave reports its max durable offset, the master
+sends from there). A chunk is written only after every record in it passed its checks
+(:func:`~fmq.replication.chunks.verify_chunk`); a chunk that fails is dropped, the
+connection is closed and the same offset is asked for again on a new one. Records are
+appended with the log's group commit, then fdatasync'd; they go to the same dispatcher
+(the LMDB index) and the same transaction redo as recovery uses, so the follower's index
+and open transactions are those the primary has.
+
+A primary that no longer holds the follower's offset (retention) or whose log does not
+continue the follower's (divergence) ends the thread: ``on_fatal`` gets the error, which
+tells the operator what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from fmq.client.connection import Connection, parse_servers
+from fmq.engine.broker import Broker
+from fmq.errors import (
+    BadRecord,
+    FMQError,
+    LogFailed,
+    ReplicaBehindRetention,
+    ReplicaDiverged,
+    TornRecord,
+)
+from fmq.protocol import Op
+from fmq.replication.chunks import verify_chunk
+from fmq.tx.redo import redo_transaction_record
+
+logger = logging.getLogger("fmq.replication")
+
+#: Bytes asked for in one fetch (a single larger record still comes whole).
+FETCH_MAX_BYTES = 4 * 1024 * 1024
+RETRY_INITIAL_S = 0.05
+RETRY_MAX_S = 2.0
+
+
+class Follower:
+    """Copies the primary's log into ``broker`` until :meth:`stop`."""
+
+    def __init__(self, broker: Broker, primary: str, name: str,
+                 on_fatal: Callable[[FMQError], None]) -> None:
+        self.broker = broker
+        self.primary = primary
+        self.name = name
+        self.on_fatal = on_fatal
+        self.address = parse_servers(primary)[0]
+        # Report at least twice per max_lag_ms, so an idle follower stays in sync.
+        self.wait_ms = max(50, min(1000, broker.config.max_lag_ms // 3))
+        self._stop = threading.Event()
+        self._conn: Connection | None = None
+        self.connected = False
+        self.primary_end = 0  # the primary's durable end at the last answer
+        self.rejected_chunks = 0  # chunks that failed their checks (never written)
+        self.fetched_bytes = 0
+        self.error: FMQError | None = None
+        self._thread = threading.Thread(target=self._run, name="fmq-follower", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        conn = self._conn
+        if conn is not None:
+            conn.close()
+        self._thread.join(10)
+
+    # ------------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        delay = RETRY_INITIAL_S
+        while not self._stop.is_set():
+            try:
+                self._conn = Connection(self.address, connect_timeout=2.0)
+                logger.info("following %s from offset %d", self.primary,
+                            self.broker.log.flushed_offset)
+                self.connected = True
+                while not self._stop.is_set():
+                    self._fetch(self._conn)
+                    delay = RETRY_INITIAL_S
+            except (ReplicaBehindRetention, ReplicaDiverged, LogFailed) as exc:
+                self.error = exc
+                logger.error("stopped following %s: %s", self.primary, exc)
+                self.on_fatal(exc)
+                return
+            except (BadRecord, TornRecord) as exc:
+                self.rejected_chunks += 1
+                logger.warning("a chunk from %s failed its check and was not written (%s); "
+                               "asking again on a new connection", self.primary, exc)
+            except (FMQError, OSError) as exc:
+                if self._stop.is_set():
+                    return
+                logger.warning("replication from %s interrupted (%s); retrying in %.2fs",
+                               self.primary, exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+            finally:
+                self.connected = False
+                if self._conn is not None:
+                    self._conn.close()
+
+    def _fetch(self, conn: Connection) -> None:
+        log = self.broker.log
+        start = log.flushed_offset
+        answer = conn.request(Op.REPL_FETCH, {
+            "follower": self.name, "epoch": 0, "from_offset": start,
+            "max_bytes": FETCH_MAX_BYTES, "wait_ms": self.wait_ms},
+            timeout=self.wait_ms / 1000.0 + 30.0)
+        self.primary_end = answer["durable_end"]
+        data = answer["data"]
+        if not data:
+            return
+        records = verify_chunk(data, start, answer["segment_base"], answer["segment_size"],
+                               answer["segment_size"])
+        tx = self.broker.tx
+        with log.lock:
+            if log.next_offset != start:  # only this thread writes a follower's log
+                raise LogFailed(f"the follower's log end moved from {start} to "
+                                f"{log.next_offset} while it fetched")
+            try:
+                log.append_copy_locked(answer["segment_base"], answer["segment_size"], data,
+                                       records)
+            except ValueError:  # the primary's segments are not laid out as ours
+                raise ReplicaDiverged(start, self.primary_end) from None
+            with tx.lock:
+                for rec in records:
+                    redo_transaction_record(rec, tx)
+        log.wait_durable(log.next_offset, sync=True)
+        self.fetched_bytes += len(data)
+
+    def describe(self) -> dict:
+        """What REPL_STATUS says about this follower."""
+        durable = self.broker.log.flushed_offset
+        return {"primary": self.primary, "connected": self.connected,
+                "durable_offset": durable, "primary_end": self.primary_end,
+                "lag_bytes": max(0, self.primary_end - durable),
+                "rejected_chunks": self.rejected_chunks, "fetched_bytes": self.fetched_bytes,
+                "error": None if self.error is None else str(self.error)}

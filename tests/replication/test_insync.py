@@ -1,0 +1,59 @@
+"""The in-sync set: a follower leaves it by byte lag or by silence and rejoins once it has
+caught up; a sync acknowledgement waits for a report past its offset."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fmq.errors import NotEnoughReplicas
+from fmq.replication.insync import ReplicaSet
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_follower_leaves_by_bytes_or_silence_and_rejoins():
+    end = [1000]
+    clock = Clock()
+    replicas = ReplicaSet(lambda: end[0], 1, max_lag_bytes=500, max_lag_ms=1000, clock=clock)
+    replicas.report("f1", "p", 1000)
+    assert replicas.in_sync() == ["f1"]
+    end[0] = 1600  # 600 bytes behind
+    assert replicas.in_sync() == []
+    with pytest.raises(NotEnoughReplicas):
+        replicas.wait_replicated(1600)
+    replicas.report("f1", "p", 1200)  # 400 behind: back in
+    assert replicas.in_sync() == ["f1"]
+    clock.now += 1.5  # silent longer than max_lag_ms
+    assert replicas.in_sync() == []
+    replicas.report("f1", "p", 1600)
+    assert replicas.in_sync() == ["f1"]
+    replicas.wait_replicated(1600)  # already there: returns at once
+    assert replicas.describe()["not_enough_replicas"] == 1
+
+
+def test_one_report_releases_a_waiting_acknowledgement():
+    end = [5000]
+    replicas = ReplicaSet(lambda: end[0], 2, max_lag_bytes=10_000, max_lag_ms=10_000)
+    replicas.report("a", "p", 4000)
+    replicas.report("b", "p", 4000)
+    released = threading.Event()
+
+    def wait() -> None:
+        replicas.wait_replicated(5000)
+        released.set()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    replicas.report("a", "p", 5000)
+    assert not released.wait(0.2)  # min_insync 2: one follower is not enough
+    replicas.report("b", "p", 5000)
+    waiter.join(5)
+    assert released.is_set()

@@ -1,0 +1,64 @@
+"""``fmq replica status`` on a primary and a follower, and ``fmq replica bootstrap`` giving
+a follower behind retention a fresh start."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from fmq.client import Producer
+from fmq.datadir import LOG_DIR
+from fmq.message import Message
+from tests.server.harness import run_cli
+
+from .cluster import SMALL, assert_identical_up_to, pull_all, wait_caught_up, wait_in_sync
+
+
+def test_status_names_roles_offsets_and_the_in_sync_set(node):
+    primary = node("primary", SMALL)
+    follower = node("follower", {**SMALL, "follow": primary.address})
+    wait_in_sync(primary)
+    with Producer(primary.address) as p:
+        p.send("t", b"x")
+    end = wait_caught_up(follower, primary)
+    out = run_cli("replica", "status", "--server", primary.address, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    name = f"127.0.0.1:{follower.port}"
+    assert data["role"] == "primary" and data["in_sync"] == [name]
+    [row] = data["followers"]
+    assert row["name"] == name and row["in_sync"]
+    text = run_cli("replica", "status", "--server", primary.address).stdout
+    assert name in text and "in sync" in text
+    out = run_cli("replica", "status", "--server", follower.address, "--json")
+    data = json.loads(out.stdout)
+    assert data["role"] == "follower" and data["primary"] == primary.address
+    assert data["durable_end"] == end
+    assert "follower of" in run_cli("replica", "status", "--server", follower.address).stdout
+
+
+def test_bootstrap_starts_a_follower_at_the_primary_s_retained_log(node, tmp_path):
+    config = {**SMALL, "retention_bytes": 2 * SMALL["segment_size"],
+              "retention_interval_ms": 100, "checkpoint_interval_ms": 100}
+    primary = node("primary", config)
+    first_segment = os.path.join(primary.data_dir, LOG_DIR, f"{0:020d}.seg")
+    with Producer(primary.address) as p:
+        for n in range(10):
+            p.send_batch([Message("t", f"m{n}-{i} ".encode() * 80) for i in range(100)])
+    deadline = time.monotonic() + 20
+    while os.path.exists(first_segment) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(first_segment)
+    follower = node("follower", {**SMALL, "follow": primary.address}, start=False)
+    out = run_cli("replica", "bootstrap", follower.data_dir, "--from", primary.address,
+                  "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["first_offset"] > 0
+    follower.start()
+    end = wait_caught_up(follower, primary)
+    assert_identical_up_to(primary, follower, end)
+    assert pull_all(follower, "t", 4) == pull_all(primary, "t", 4)
+    again = run_cli("replica", "bootstrap", follower.data_dir, "--from", primary.address)
+    assert again.returncode == 1 and "already holds a log" in again.stderr
+    assert "Traceback" not in again.stderr
