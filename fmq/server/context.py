@@ -111,7 +111,8 @@ class ServerContext:
         return self.loop.run_in_executor(self._workers, fn, *args)
 
     def write(self, fn: Callable[..., Any], *args: Any) -> Awaitable[Any]:
-        """:meth:`run` a write (prepare, commit, rollback) and, in ``sync`` acknowledgement
+        """:meth:`run` a write (prepare, commit, rollback, offset commits and resets: OFFSET
+        records) and, in ``sync`` acknowledgement
         mode, answer only once enough followers hold the log it flushed."""
         wait_replicated = self.replication.wait_replicated
         if wait_replicated is None:

@@ -235,8 +235,8 @@ async def _pull(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
 @handles(Op.COMMIT_OFFSET)
 async def _commit_offset(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     # Progress of a group, not data: it wakes no pull.
-    await ctx.run(ctx.broker.commit_offset, req["group"], req["topic"], req["queue_id"],
-                  req["next_offset"])
+    await ctx.write(ctx.broker.commit_offset, req["group"], req["topic"], req["queue_id"],
+                    req["next_offset"])
     return {}
 
 

@@ -66,8 +66,8 @@ async def _reset_offsets(ctx: ServerContext, session: RequestSession, req: dict)
         raise GroupHasMembers(group, members)
     qid = req["queue_id"] if req["queue_id"] >= 0 else None
     value = req["value"] if req["value"] >= 0 else None
-    changes = await ctx.run(ctx.broker.inventory.reset_offsets, group, req["topic"], qid,
-                            req["to"], value)
+    changes = await ctx.write(ctx.broker.inventory.reset_offsets, group, req["topic"], qid,
+                              req["to"], value)
     for c in changes:
         logger.warning("operator at %s reset group %r offset of %s/%d: %s -> %d (to %s%s)",
                        session.peer, group, c["topic"], c["queue_id"], c["old"], c["new"],

@@ -11,6 +11,7 @@ import pytest
 from fmq.client import Producer, TransactionProducer
 from fmq.errors import NotEnoughReplicas
 from fmq.message import Message
+from fmq.protocol import Op
 
 from .cluster import SMALL, record_on_disk, status, wait_in_sync
 
@@ -63,6 +64,10 @@ def test_without_an_in_sync_follower_writes_fail_then_recover(node):
         with TransactionProducer(primary.address, "g", None, feedback=False,
                                  retries=0) as tp, pytest.raises(NotEnoughReplicas):
             tp.prepare([Message("t", b"not acknowledged")])
+        # Offset commits are OFFSET records: acknowledged on as many copies as sends.
+        with pytest.raises(NotEnoughReplicas):
+            p.call(Op.COMMIT_OFFSET, {"group": "cg", "topic": "t", "queue_id": 0,
+                                      "next_offset": 0})
         follower.start()
         wait_in_sync(primary)
         result = p.send("t", b"after the follower came back")
