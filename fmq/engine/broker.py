@@ -237,13 +237,6 @@ class Broker:
         of the topic uses more (a lower setting applies only to new topics)."""
         return self._queues.queue_count(topic)
 
-    def transaction_queues(self, tx_id: str) -> set[tuple[str, int]]:
-        """The (topic, queue id) pairs an open transaction's messages go to; empty when it
-        is not open. Lets the server wake only the readers of those queues on a commit."""
-        with self.tx.lock:
-            tx = self.tx.open.get(tx_id)
-            return {(m.topic, m.queue_id) for m in tx.messages} if tx is not None else set()
-
     # ================================================================== feedback
 
     def poll_uncertain(self, producer_group: str, max_items: int = 16, lease_ms: int = 5000,
@@ -318,16 +311,6 @@ class Broker:
     @property
     def last_checkpoint(self) -> Checkpoint | None:
         return self._checkpointer.last
-
-    @property
-    def tx_relocations(self) -> int:
-        """Open transactions retention rewrote at the log head."""
-        return self.tx_writer.relocations
-
-    @property
-    def tx_timeouts(self) -> int:
-        """Transactions ``tx_timeout_ms`` rolled back."""
-        return self._retention.timeouts
 
     def enforce_retention(self, now: float | None = None) -> list[str]:
         """Delete whole segments, oldest first, past ``retention_ms`` or while the log is

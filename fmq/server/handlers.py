@@ -102,7 +102,7 @@ async def _prepare(ctx: ServerContext, session: RequestSession, req: dict) -> di
 
 def _commit_tx(broker: Broker, tx_id: str) -> tuple[TxState, set[tuple[str, int]]]:
     """Commit, and say which queues got messages (so only their pullers are woken)."""
-    queues = broker.transaction_queues(tx_id)
+    queues = broker.tx.queues_of(tx_id)
     return broker.commit(tx_id), queues
 
 
