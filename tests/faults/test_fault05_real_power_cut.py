@@ -77,7 +77,8 @@ def _cut(tmp_path, mnt, remount, acks_before_cut: int, wrapper: tuple[str, ...] 
                         sizes=[PRODUCERS, PER_PRODUCER, N_TX])
     try:
         deadline = time.monotonic() + 90
-        while len(read_acks(path)) < acks_before_cut:
+        # Count acknowledgements only: the child's "opened" line is not one.
+        while sum(a["op"] not in ("opened", "done") for a in read_acks(path)) < acks_before_cut:
             assert child.poll() is None, f"the writer died early: {child.stderr.read()[-3000:]}"
             assert time.monotonic() < deadline, "the writer is too slow"
             time.sleep(0.002)
