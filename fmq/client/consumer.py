@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from fmq.errors import BrokerClosed, FMQError, InvalidArgument
@@ -209,13 +210,33 @@ class Consumer(Client):
             self._commit()
 
     def _commit(self) -> None:
-        for q in list(self._assigned):
-            pos = self._positions.get(q)
-            if pos is None or self._committed.get(q) == pos:
-                continue
-            self.call(Op.COMMIT_OFFSET, {"group": self.group, "topic": q[0], "queue_id": q[1],
-                                         "next_offset": pos})
+        due = [(q, self._positions[q]) for q in list(self._assigned)
+               if self._positions.get(q) is not None
+               and self._committed.get(q) != self._positions[q]]
+        # Sent together, not one after the other: the server writes each as a log record
+        # and answers after the fdatasync, so pipelined they share one group commit.
+        sent: list[tuple[Queue, int, Future | None]] = []
+        for q, pos in due:
+            try:
+                sent.append((q, pos, self.submit(Op.COMMIT_OFFSET, self._offset_fields(q, pos))))
+            except FMQError as exc:
+                if not exc.retriable:
+                    raise
+                sent.append((q, pos, None))  # not sent: the retrying call below sends it
+        for q, pos, fut in sent:
+            try:
+                if fut is not None:
+                    fut.result(self.request_timeout)
+            except (FMQError, FutureTimeout) as exc:
+                if isinstance(exc, FMQError) and not exc.retriable:
+                    raise
+                fut = None
+            if fut is None:  # the same value again: safe whether or not it was stored
+                self.call(Op.COMMIT_OFFSET, self._offset_fields(q, pos))
             self._committed[q] = pos
+
+    def _offset_fields(self, q: Queue, pos: int) -> dict[str, Any]:
+        return {"group": self.group, "topic": q[0], "queue_id": q[1], "next_offset": pos}
 
     def __iter__(self) -> Iterator[StoredMessage]:
         """Messages until :meth:`close` (from another thread, or a signal handler); commit

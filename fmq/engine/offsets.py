@@ -137,9 +137,11 @@ class ConsumerOffsets:
             return 0
         with self._place_lock:
             # Every commit placed before we took the lock must be indexed first: the copy
-            # reads the index and must not undo a newer commit of the same queue.
-            self.log.flush()
-            self._wait_indexed(self.log.next_offset)
+            # reads the index and must not undo a newer commit of the same queue. (Up to
+            # this offset only: in flush mode async nobody else may sync what follows.)
+            placed = self.log.next_offset
+            self.log.wait_durable(placed, sync=True)
+            self._wait_indexed(placed)
             old = [(g, t, q, off, src) for (g, t, q), (off, src)
                    in sorted(self.index.consumer_offset_sources().items()) if 0 <= src < offset]
             end = self._place(old) if old else 0

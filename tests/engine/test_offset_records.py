@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 
 import pytest
 
@@ -146,3 +147,40 @@ def test_rebuilding_an_old_index_keeps_its_offsets_and_the_next_open_logs_them(t
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
         assert b.index.consumer_offsets() == old
+
+
+def test_retention_copies_never_undo_a_commit_made_meanwhile(tmp_path):
+    """Flush mode async, a consumer committing the offsets retention copies while it runs,
+    and an unsynced send in the log: retention finishes, and the last commit wins."""
+    cfg = config(flush_mode="async", flush_interval_ms=10_000)
+    with fmq.Broker.open(str(tmp_path), cfg) as b:
+        fill(b, per_queue=40)
+        for q in range(4):
+            b.commit_offset("g", "t", q, 1)
+        for _ in range(6):
+            fill(b, per_queue=10, size=400)
+        b.wait_indexed()
+    with fmq.Broker.open(str(tmp_path), config(flush_mode="async", flush_interval_ms=10_000,
+                                               retention_bytes=3 * 16 * 1024)) as b:
+        b.send(fmq.Message("t", b"unsynced", queue_id=0))  # written, not fdatasync'd
+        stop = threading.Event()
+        last: dict[int, int] = {}
+
+        def consume() -> None:
+            n = 2
+            while not stop.is_set() and n <= 40:
+                for q in range(4):
+                    b.commit_offset("g", "t", q, n)
+                    last[q] = n
+                n += 1
+
+        t = threading.Thread(target=consume)
+        t.start()
+        try:
+            assert b.enforce_retention()
+        finally:
+            stop.set()
+            t.join(30)
+        assert b.index.consumer_offsets() == {("g", "t", q): last[q] for q in range(4)}
+        sources = b.index.consumer_offset_sources().values()
+        assert all(src >= b.log.first_offset for _off, src in sources)

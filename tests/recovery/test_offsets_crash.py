@@ -1,6 +1,7 @@
 """Consumer offsets are log records: an acknowledged offset commit survives a kill -9 of the
-broker's process *and* the deletion of its index afterwards (issue 12), and the fault
-suite's invariants hold on a plan that commits offsets, crashed at its fsyncs."""
+broker's process *and* the deletion of its index afterwards (issue 12), the fault suite's
+invariants hold on a plan that commits offsets, crashed at its fsyncs, and the one-time
+upgrade of an old index survives a kill -9 in the middle."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 
 import fmq
 from fmq.datadir import INDEX_DIR
-from tests.crashkit import read_acks, reap, start_child
+from tests.crashkit import read_acks, reap, run_child, start_child
+from tests.engine.test_offset_records import _old_index, offset_records
 from tests.faults.invariants import reference_run, verify_crash
 from tests.faults.workload import ack_path, config_kwargs, offsets_plan, run_plan
 from tests.workloads.offset_committer import GROUPS, QUEUES, commit_of
@@ -81,3 +83,23 @@ def test_invariants_hold_after_a_crash_at_an_fsync_with_the_index_deleted(
     assert any(a.get("op") == "offset" for a in acks) or nth < 6
     shutil.rmtree(os.path.join(data, INDEX_DIR))
     verify_crash(data, PLAN, acks, CONFIG, str(tmp_path / "work"), keys, append_after=False)
+
+
+@pytest.mark.parametrize("op,mode,written", [("pwrite", "before", 0), ("fdatasync", "after", 3)])
+def test_an_upgrade_killed_midway_is_done_again_on_the_next_open(tmp_path, op, mode, written):
+    data = str(tmp_path / "data")
+    cfg = dict(segment_size=16 * 1024, max_message_size=4096, queues_per_topic=4)
+    with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
+        for q in range(4):
+            b.send_batch([fmq.Message("t", b"m", queue_id=q) for _ in range(5)])
+    old = {("g", "t", 0): 3, ("g", "t", 2): 5, ("h", "t", 1): 1}
+    _old_index(data, old)
+    res = run_child("armed_recovery", data, ack_path(f"upgrade-{mode}"), config=cfg,
+                    arm={"op": op, "nth": 1, "mode": mode})
+    assert res.killed, res.stderr[-2000:]
+    assert len(offset_records(data)) == written  # and the index is not marked upgraded
+    with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
+        assert b.index.consumer_offsets() == old and b.index.offsets_in_log()
+    shutil.rmtree(os.path.join(data, INDEX_DIR))
+    with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
+        assert b.index.consumer_offsets() == old

@@ -1,11 +1,12 @@
-"""The driver's LMDB bulk load: append mode's silent skips are caught, a full map grows."""
+"""The driver's LMDB bulk load: append mode's silent skips are caught, a full map grows,
+consumer offsets come from the log unless the old index predates that."""
 
 from __future__ import annotations
 
 import pytest
 
 from fmq.index.store import IndexStore
-from fmq.spark.bulk_load import put_sorted
+from fmq.spark.bulk_load import load_index, put_sorted
 from fmq.spark.errors import RebuildConflict
 
 
@@ -30,3 +31,30 @@ def test_full_map_grows_and_the_batch_is_written_once(tmp_path):
             assert list(txn.cursor(db=store.db.cq)) == items
     finally:
         store.close()
+
+
+def _loaded_offsets(tmp_path, old_offsets: dict | None, in_log: bool) -> tuple[dict, bool]:
+    old_dir, new_dir, items = (str(tmp_path / n) for n in ("old", "new", "items"))
+    if old_offsets is not None:
+        old = IndexStore(old_dir)
+        old.put_consumer_offsets(old_offsets, in_log=in_log)
+        old.close()
+    loaded = load_index(new_dir, items, old_dir, str(tmp_path), 0,
+                        {("g", "t", 0): (5, 4000)})  # what the log's OFFSET records say
+    store = IndexStore(new_dir)
+    try:
+        assert loaded.consumers_from_log == store.offsets_in_log()
+        return store.consumer_offset_sources(), store.offsets_in_log()
+    finally:
+        store.close()
+
+
+def test_consumer_offsets_come_from_the_log(tmp_path):
+    assert _loaded_offsets(tmp_path, {("g", "t", 0): (9, 100)}, in_log=True) == (
+        {("g", "t", 0): (5, 4000)}, True)
+
+
+def test_an_old_index_without_offsets_in_the_log_has_its_offsets_carried(tmp_path):
+    # the broker's next open writes them to the log (ConsumerOffsets.upgrade)
+    assert _loaded_offsets(tmp_path, {("g", "t", 1): (9, -1)}, in_log=False) == (
+        {("g", "t", 1): (9, -1)}, False)
