@@ -20,7 +20,10 @@ async def _repl_fetch(ctx: ServerContext, session: RequestSession, req: dict) ->
     start = req["from_offset"]
     # The fetch is the follower's acknowledgement: it holds everything below `start`.
     role.replicas.report(req["follower"], session.peer, start)
-    timeout = 0.0 if ctx.stopping else ctx.wait_ms(req["wait_ms"])
+    # Answer well within max_lag_ms, whatever the follower asked: an idle follower must
+    # report often enough to stay in sync.
+    timeout = 0.0 if ctx.stopping else min(ctx.wait_ms(req["wait_ms"]),
+                                           role.replicas.max_lag_s / 3)
     await role.wait_flushed_past(start, timeout)
     chunk = await ctx.read(read_chunk, ctx.broker.log, start, req["max_bytes"])
     log = ctx.broker.log
