@@ -96,3 +96,20 @@ def test_killed_follower_catches_up_and_empty_follower_starts_from_zero(node, tm
     copy = Broker.open(follower.data_dir, config.replace(follow=primary.address))
     assert sorted(copy.tx.open) == open_txs
     assert check_index_matches_rebuild(copy, follower.data_dir, config, str(tmp_path)) == index
+
+
+def test_follower_reconnects_after_the_primary_restarts(node):
+    primary = node("primary", SMALL)
+    follower = node("follower", {**SMALL, "follow": primary.address})
+    produce(primary.address, 4, 10, "first")
+    wait_caught_up(follower, primary)
+    primary.kill()  # SIGKILL: its recovery keeps everything the follower already has
+    primary.start()
+    produce(primary.address, 4, 10, "second")
+    assert primary.stop() == 0
+    primary.start()
+    produce(primary.address, 4, 10, "third")
+    end = wait_caught_up(follower, primary)
+    assert_identical_up_to(primary, follower, end)
+    assert pull_all(follower, "t", QUEUES) == pull_all(primary, "t", QUEUES)
+    assert "retrying" in follower.log()
