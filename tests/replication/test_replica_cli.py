@@ -10,7 +10,8 @@ import time
 from fmq.client import Producer
 from fmq.datadir import LOG_DIR
 from fmq.message import Message
-from tests.server.harness import run_cli
+from tests.ops.test_metrics import scrape, value
+from tests.server.harness import free_port, run_cli
 
 from .cluster import SMALL, assert_identical_up_to, pull_all, wait_caught_up, wait_in_sync
 
@@ -62,3 +63,18 @@ def test_bootstrap_starts_a_follower_at_the_primary_s_retained_log(node, tmp_pat
     again = run_cli("replica", "bootstrap", follower.data_dir, "--from", primary.address)
     assert again.returncode == 1 and "already holds a log" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_metrics_show_followers_lag_and_in_sync(node):
+    port = free_port()
+    primary = node("primary", {**SMALL, "server": {"metrics_port": port}})
+    follower_metrics = free_port()
+    follower = node("follower", {**SMALL, "follow": primary.address,
+                                 "server": {"metrics_port": follower_metrics}})
+    wait_in_sync(primary)
+    name = f"127.0.0.1:{follower.port}"
+    samples = scrape(port)
+    assert value(samples, "fmq_follower_in_sync", follower=name) == 1
+    assert value(samples, "fmq_follower_lag_bytes", follower=name) == 0
+    assert ("fmq_not_enough_replicas_total", ()) in samples
+    assert ("fmq_replica_lag_bytes", ()) in scrape(follower_metrics)
