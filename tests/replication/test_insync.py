@@ -9,6 +9,7 @@ import pytest
 
 from fmq.errors import NotEnoughReplicas
 from fmq.replication.insync import ReplicaSet
+from fmq.server.replication_ops import follower_name
 
 
 class Clock:
@@ -57,3 +58,9 @@ def test_one_report_releases_a_waiting_acknowledgement():
     replicas.report("b", "p", 5000)
     waiter.join(5)
     assert released.is_set()
+
+
+def test_followers_listening_on_every_interface_are_named_by_their_host():
+    assert follower_name("0.0.0.0:9877", "10.0.0.5:40112") == "10.0.0.5:9877"
+    assert follower_name("[::]:9877", "10.0.0.6:40112") == "10.0.0.6:9877"
+    assert follower_name("10.1.1.1:9877", "10.0.0.5:40112") == "10.1.1.1:9877"
