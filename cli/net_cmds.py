@@ -62,7 +62,6 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
                                      ("min_insync", min_insync)) if v is not None}
     if replication:
         broker_cfg = broker_cfg.replace(**replication)
-        broker_cfg.validate()
     # Below INFO the log does not say where the server listens; with --port 0 nobody could
     # find it, so say it on stderr anyway.
     quiet = logging.getLogger("fmq.server").getEffectiveLevel() > logging.INFO

@@ -45,9 +45,7 @@ def _maintain(cfg: BrokerConfig, log_: Log, upkeep: Upkeep, stop: threading.Even
             if cfg.checkpoint_interval_ms and now >= next_cp:
                 upkeep.checkpoint()
                 next_cp = now + cfg.checkpoint_interval_ms / 1000.0
-            if cfg.follow:  # a follower's log changes only by what its primary ships
-                continue
-            if cfg.tx_timeout_ms:
+            if cfg.tx_timeout_ms and not cfg.follow:  # a follower's primary decides
                 upkeep.roll_back_timed_out()
             if cfg.retention_interval_ms and now >= next_ret:
                 upkeep.enforce_retention()

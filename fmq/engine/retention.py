@@ -70,7 +70,8 @@ class Retention:
             if seg.end > floor:
                 # Open transactions whose PREPARE lies in this segment pin it (and every
                 # later one): move them to the log head, then the checkpoint can pass it.
-                if not self._relocate_pinning(seg, relocated):
+                # A follower writes nothing of its own: it waits for its primary's move.
+                if cfg.follow or not self._relocate_pinning(seg, relocated):
                     break
                 floor = self._floor()
                 if seg.end > floor:

@@ -181,7 +181,8 @@ class Log:
             seg = self._files.create(segment_base, segment_size)
             self._files.add(seg)
             self._active, self._position = seg, 0
-            self._files.prepare_spare(seg.end)
+            if segment_size == self.segment_size:
+                self._files.prepare_spare(seg.end)
         elif seg.base != segment_base or seg.size != segment_size:
             raise ValueError(f"copied bytes for segment {segment_base}+{segment_size} but "
                              f"the active segment is {seg.base}+{seg.size}")

@@ -6,7 +6,10 @@ segment there, empty (zero-filled, the same size), and the follower then copies 
 from it, sealed segments first. Nothing the follower would need lies before that point:
 retention never deletes a segment the primary's checkpoint still reaches, so every open
 transaction and every consumable message is at or after the first segment, and the index
-the follower builds from there is the primary's.
+the follower builds from there is the primary's. The one thing the log no longer says is
+where the queues that retention emptied stand: their next offsets are written to the
+follower's queue-floors file (as retention writes the primary's), so they continue at the
+same offsets.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ import json
 import os
 
 from fmq.client.connection import Connection, parse_servers
-from fmq.datadir import LOG_DIR, DataDirLock
+from fmq.datadir import LOG_DIR, QUEUE_FLOORS_FILE, DataDirLock
 from fmq.errors import InvalidArgument
 from fmq.log.fileio import OS_IO
 from fmq.log.reader import list_segments
 from fmq.log.segment import Segment
 from fmq.protocol import Op
+from fmq.recovery.floors import Floors, write_floors
 
 
 def bootstrap(data_dir: str, primary: str) -> dict:
@@ -33,18 +37,35 @@ def bootstrap(data_dir: str, primary: str) -> dict:
     conn = Connection(parse_servers(primary)[0])
     try:
         status = json.loads(conn.request(Op.REPL_STATUS, {}, 10.0)["json"])
+        if status["role"] != "primary":
+            raise InvalidArgument(f"{primary} is a follower of {status.get('primary')}: "
+                                  f"bootstrap from the primary")
+        floors = emptied_queues(conn)
     finally:
         conn.close()
-    if status["role"] != "primary":
-        raise InvalidArgument(f"{primary} is a follower of {status.get('primary')}: "
-                              f"bootstrap from the primary")
     first, size = status["first_offset"], status["first_segment_size"]
     os.makedirs(log_dir, exist_ok=True)
     lock = DataDirLock(os.path.abspath(data_dir))
     lock.acquire()  # no server may be running on it meanwhile
     try:
+        if floors:
+            write_floors(os.path.join(data_dir, QUEUE_FLOORS_FILE), floors)
         if size:
             Segment.create(log_dir, first, size, OS_IO).close()
     finally:
         lock.release()
-    return {"primary": primary, "first_offset": first, "segment_size": size}
+    return {"primary": primary, "first_offset": first, "segment_size": size,
+            "queue_floors": len(floors)}
+
+
+def emptied_queues(conn: Connection) -> Floors:
+    """The next offset of every queue of the primary that has none of its messages left."""
+    topics = json.loads(conn.request(Op.TOPICS, {}, 30.0)["json"])["topics"]
+    floors: Floors = {}
+    for t in topics:
+        for queue_id in range(t["queues"]):
+            r = conn.request(Op.QUEUE_RANGE, {"topic": t["topic"], "queue_id": queue_id},
+                             30.0)
+            if r["min_offset"] == r["next_offset"] > 0:
+                floors[(t["topic"], queue_id)] = r["next_offset"]
+    return floors

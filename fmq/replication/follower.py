@@ -95,11 +95,15 @@ class Follower:
                 self.rejected_chunks += 1
                 logger.warning("a chunk from %s failed its check and was not written (%s); "
                                "asking again on a new connection", self.primary, exc)
-            except (FMQError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - a network error, or a bug: retry
                 if self._stop.is_set():
                     return
-                logger.warning("replication from %s interrupted (%s); retrying in %.2fs",
-                               self.primary, exc, delay)
+                if isinstance(exc, (FMQError, OSError)):
+                    logger.warning("replication from %s interrupted (%s); retrying in "
+                                   "%.2fs", self.primary, exc, delay)
+                else:
+                    logger.exception("replication from %s failed unexpectedly; retrying in "
+                                     "%.2fs", self.primary, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
             finally:

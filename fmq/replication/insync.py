@@ -2,9 +2,12 @@
 are in sync, and the wait of a ``sync`` acknowledgement.
 
 A follower reports its durable offset with every fetch (it fetches again only after it
-fdatasync'd what it got). It is *in sync* while it is at most ``max_lag_bytes`` behind the
-primary's durable end and has reported within ``max_lag_ms``; it leaves the set when
-either is exceeded and rejoins as soon as both hold again. :meth:`ReplicaSet.wait_replicated`
+fdatasync'd what it got). It has *caught up* when a report reaches the primary's durable
+end as it was at its previous report (Kafka's rule: under steady writes the end moves on,
+but a follower that keeps up holds, at each fetch, everything there was at the last one).
+It is *in sync* while it caught up within ``max_lag_ms`` and is at most ``max_lag_bytes``
+behind; it leaves the set when either is exceeded (a silent or slow follower, one far
+behind) and rejoins once it has caught up again. :meth:`ReplicaSet.wait_replicated`
 waits for one offset, so one follower report releases every request of every flush below
 it: group commit covers replication too.
 """
@@ -29,6 +32,8 @@ class FollowerState:
     peer: str
     durable: int
     last_report: float  # monotonic seconds
+    end_at_last_report: int  # the primary's durable end when it last reported
+    caught_up_at: float = float("-inf")  # when a report last reached that end
     fetches: int = 0
 
 
@@ -48,18 +53,21 @@ class ReplicaSet:
 
     def report(self, name: str, peer: str, durable: int) -> None:
         """A fetch from ``name``: it holds the log durably below ``durable``."""
+        end, now = self._durable_end(), self._clock()
         with self._cond:
             state = self._followers.get(name)
             if state is None:
-                state = self._followers[name] = FollowerState(name, peer, durable,
-                                                              self._clock())
-            state.peer, state.durable, state.last_report = peer, durable, self._clock()
+                state = self._followers[name] = FollowerState(name, peer, durable, now, end)
+            if durable >= state.end_at_last_report:
+                state.caught_up_at = now
+            state.peer, state.durable, state.last_report = peer, durable, now
+            state.end_at_last_report = end
             state.fetches += 1
             self._cond.notify_all()
 
     def _in_sync(self, state: FollowerState, end: int, now: float) -> bool:
         return (end - state.durable <= self.max_lag_bytes
-                and now - state.last_report <= self.max_lag_s)
+                and now - state.caught_up_at <= self.max_lag_s)
 
     def in_sync(self) -> list[str]:
         """Names of the followers in sync now."""
@@ -91,6 +99,8 @@ class ReplicaSet:
             followers = [{"name": s.name, "peer": s.peer, "durable_offset": s.durable,
                           "lag_bytes": max(0, end - s.durable),
                           "last_report_ms": int((now - s.last_report) * 1000),
+                          "caught_up_ms": (int((now - s.caught_up_at) * 1000)
+                                           if s.caught_up_at > float("-inf") else None),
                           "fetches": s.fetches, "in_sync": self._in_sync(s, end, now)}
                          for s in sorted(self._followers.values(), key=lambda s: s.name)]
         return {"durable_end": end, "min_insync": self.min_insync, "followers": followers,

@@ -114,7 +114,8 @@ class ServerContext:
         """:meth:`run` a write (prepare, commit, rollback, offset commits and resets: OFFSET
         records) and, in ``sync`` acknowledgement
         mode, answer only once enough followers hold the log it flushed."""
-        wait_replicated = self.replication.wait_replicated
+        role = self.replication
+        wait_replicated = role.wait_replicated if role is not None else None
         if wait_replicated is None:
             return self.run(fn, *args)
         log = self.broker.log

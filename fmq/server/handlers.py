@@ -3,7 +3,9 @@
 Every operation is a handler in :data:`HANDLERS`, called with the server's
 :class:`~fmq.server.context.ServerContext`, the session the request came on and the decoded
 request; it returns an awaitable of the response fields. Every blocking broker call runs in
-a thread: writes in the worker threads (``ctx.run``), reads in the reader threads
+a thread: writes in the worker threads (``ctx.write`` for the transaction writes, which
+in ``sync`` acknowledgement mode also waits for the followers; ``ctx.run``), reads in the
+reader threads
 (``ctx.read``); sends go through the batcher's pipeline (SEND and SEND_BATCH without a
 task of their own: the batcher's future ends with the answer); pull and feedback long polls wait
 without holding a thread for long. The wire format of each is in

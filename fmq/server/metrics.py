@@ -147,6 +147,31 @@ class BrokerCollector:
         for name, g in sorted(server["groups"].items()):
             members.add_metric([name], len(g["members"]))
         yield members
+        if server.get("replication"):
+            yield from _replication_metrics(server["replication"])
+
+
+def _replication_metrics(r: dict[str, Any]) -> Iterator[Metric]:
+    """A primary's followers, or a follower's own lag (docs/replication.md)."""
+    if r["role"] == "follower":
+        yield GaugeMetricFamily("fmq_replica_lag_bytes", "This follower's durable copy is "
+                                "this many bytes behind its primary.",
+                                value=r.get("lag_bytes", 0))
+        yield CounterMetricFamily("fmq_replica_rejected_chunks", "Shipped chunks that failed "
+                                  "their checks (never written).",
+                                  value=r.get("rejected_chunks", 0))
+        return
+    lag = GaugeMetricFamily("fmq_follower_lag_bytes", "How far a follower's durable offset "
+                            "is behind this primary's.", labels=["follower"])
+    in_sync = GaugeMetricFamily("fmq_follower_in_sync", "1 while a follower is in the "
+                                "in-sync set.", labels=["follower"])
+    for f in r["followers"]:
+        lag.add_metric([f["name"]], f["lag_bytes"])
+        in_sync.add_metric([f["name"]], 1 if f["in_sync"] else 0)
+    yield from (lag, in_sync)
+    yield CounterMetricFamily("fmq_not_enough_replicas", "Writes refused with "
+                              "NotEnoughReplicas (sync mode).",
+                              value=r["not_enough_replicas"])
 
 
 class MetricsEndpoint:

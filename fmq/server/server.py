@@ -290,6 +290,7 @@ class Server:
             "reply_budget_waiting": ctx.reply_budget.waiting,
             "uptime_s": round(time.time() - self.started, 3),
             "groups": ctx.groups.describe(),
+            "replication": ctx.replication.describe() if ctx.replication else None,
             "requests_by_op": {Op(op).name: n for op, n in enumerate(counters.by_op)
                                if n and op in Op._value2member_map_},
             "errors_by_code": [{"op": Op(op).name if op in Op._value2member_map_ else str(op),

@@ -11,7 +11,7 @@ from fmq.datadir import LOG_DIR
 from fmq.errors import ReplicaBehindRetention
 from fmq.message import Message
 
-from .cluster import SMALL, assert_identical_up_to, status, wait_caught_up
+from .cluster import SMALL, assert_identical_up_to, segment_files, status, wait_caught_up
 from .proxy import BitFlipProxy
 
 
@@ -58,3 +58,28 @@ def test_follower_behind_retention_refuses_with_a_clear_message(node):
     assert "primary's log starts at" in text and "fresh copy" in text
     assert "Traceback" not in text
     assert ReplicaBehindRetention.code == 83
+
+
+def test_follower_applies_its_own_retention_without_writing(node):
+    primary = node("primary", SMALL)
+    follower = node("follower", {**SMALL, "follow": primary.address,
+                                 "retention_bytes": 2 * SMALL["segment_size"],
+                                 "retention_interval_ms": 100, "checkpoint_interval_ms": 100})
+    with Producer(primary.address) as p:
+        for _ in range(10):
+            p.send_batch([p_msg(i) for i in range(100)])
+    end = wait_caught_up(follower, primary)
+    first_segment = os.path.join(follower.data_dir, LOG_DIR, f"{0:020d}.seg")
+    deadline = time.monotonic() + 20
+    while os.path.exists(first_segment) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(first_segment)
+    # What it kept is still byte for byte the primary's; it wrote nothing of its own.
+    mine, theirs = segment_files(primary), segment_files(follower)
+    assert theirs and set(theirs) < set(mine)
+    for name, data in theirs.items():
+        base = int(name.split(".")[0])
+        assert data[:end - base] == mine[name][:end - base]
+    with Producer(primary.address) as p:
+        p.send("t", b"after retention")
+    assert wait_caught_up(follower, primary) > end

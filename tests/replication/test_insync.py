@@ -9,6 +9,7 @@ import pytest
 
 from fmq.errors import NotEnoughReplicas
 from fmq.replication.insync import ReplicaSet
+from fmq.server.replication_ops import follower_name
 
 
 class Clock:
@@ -39,11 +40,26 @@ def test_follower_leaves_by_bytes_or_silence_and_rejoins():
     assert replicas.describe()["not_enough_replicas"] == 1
 
 
+def test_a_follower_far_behind_joins_only_once_it_has_caught_up():
+    end = [50_000]
+    clock = Clock()
+    replicas = ReplicaSet(lambda: end[0], 1, max_lag_bytes=100_000, max_lag_ms=1000,
+                          clock=clock)
+    replicas.report("new", "p", 0)  # within max_lag_bytes, but it holds nothing yet
+    assert replicas.in_sync() == []
+    with pytest.raises(NotEnoughReplicas):
+        replicas.wait_replicated(50_000)
+    end[0] = 60_000  # writes go on while it copies
+    replicas.report("new", "p", 50_000)  # everything there was at its last report
+    assert replicas.in_sync() == ["new"]
+
+
 def test_one_report_releases_a_waiting_acknowledgement():
-    end = [5000]
+    end = [4000]
     replicas = ReplicaSet(lambda: end[0], 2, max_lag_bytes=10_000, max_lag_ms=10_000)
     replicas.report("a", "p", 4000)
     replicas.report("b", "p", 4000)
+    end[0] = 5000  # a flush the followers have not copied yet
     released = threading.Event()
 
     def wait() -> None:
@@ -57,3 +73,9 @@ def test_one_report_releases_a_waiting_acknowledgement():
     replicas.report("b", "p", 5000)
     waiter.join(5)
     assert released.is_set()
+
+
+def test_followers_listening_on_every_interface_are_named_by_their_host():
+    assert follower_name("0.0.0.0:9877", "10.0.0.5:40112") == "10.0.0.5:9877"
+    assert follower_name("[::]:9877", "10.0.0.6:40112") == "10.0.0.6:9877"
+    assert follower_name("10.1.1.1:9877", "10.0.0.5:40112") == "10.1.1.1:9877"

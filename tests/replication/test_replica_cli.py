@@ -7,10 +7,12 @@ import json
 import os
 import time
 
-from fmq.client import Producer
+from fmq.client import Client, Producer
 from fmq.datadir import LOG_DIR
 from fmq.message import Message
-from tests.server.harness import run_cli
+from fmq.protocol import Op
+from tests.ops.test_metrics import scrape, value
+from tests.server.harness import free_port, run_cli
 
 from .cluster import SMALL, assert_identical_up_to, pull_all, wait_caught_up, wait_in_sync
 
@@ -44,6 +46,9 @@ def test_bootstrap_starts_a_follower_at_the_primary_s_retained_log(node, tmp_pat
     primary = node("primary", config)
     first_segment = os.path.join(primary.data_dir, LOG_DIR, f"{0:020d}.seg")
     with Producer(primary.address) as p:
+        # Topic "old" lies wholly in the segments retention deletes: its queues are empty
+        # on the primary but keep their next offsets, and the follower must too.
+        p.send_batch([Message("old", b"gone", queue_id=q) for q in range(4) for _ in range(3)])
         for n in range(10):
             p.send_batch([Message("t", f"m{n}-{i} ".encode() * 80) for i in range(100)])
     deadline = time.monotonic() + 20
@@ -59,6 +64,26 @@ def test_bootstrap_starts_a_follower_at_the_primary_s_retained_log(node, tmp_pat
     end = wait_caught_up(follower, primary)
     assert_identical_up_to(primary, follower, end)
     assert pull_all(follower, "t", 4) == pull_all(primary, "t", 4)
+    with Client(primary.address) as a, Client(follower.address) as b:
+        for q in range(4):
+            ask = {"topic": "old", "queue_id": q}
+            assert b.call(Op.QUEUE_RANGE, ask) == a.call(Op.QUEUE_RANGE, ask) == {
+                "min_offset": 3, "next_offset": 3}
     again = run_cli("replica", "bootstrap", follower.data_dir, "--from", primary.address)
     assert again.returncode == 1 and "already holds a log" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_metrics_show_followers_lag_and_in_sync(node):
+    port = free_port()
+    primary = node("primary", {**SMALL, "server": {"metrics_port": port}})
+    follower_metrics = free_port()
+    follower = node("follower", {**SMALL, "follow": primary.address,
+                                 "server": {"metrics_port": follower_metrics}})
+    wait_in_sync(primary)
+    name = f"127.0.0.1:{follower.port}"
+    samples = scrape(port)
+    assert value(samples, "fmq_follower_in_sync", follower=name) == 1
+    assert value(samples, "fmq_follower_lag_bytes", follower=name) == 0
+    assert ("fmq_not_enough_replicas_total", ()) in samples
+    assert ("fmq_replica_lag_bytes", ()) in scrape(follower_metrics)

@@ -7,9 +7,12 @@ import threading
 
 import pytest
 
+from fmq import Broker
 from fmq.client import Producer, TransactionProducer
+from fmq.config import BrokerConfig
 from fmq.errors import NotPrimary
 from fmq.message import Message
+from tests.faults.invariants import check_index_matches_rebuild
 
 from .cluster import SMALL, assert_identical_up_to, pull_all, status, wait_caught_up
 
@@ -64,7 +67,7 @@ def test_follower_refuses_writes_naming_the_primary(node):
     assert info.value.primary == primary.address and info.value.retriable
 
 
-def test_killed_follower_catches_up_and_empty_follower_starts_from_zero(node):
+def test_killed_follower_catches_up_and_empty_follower_starts_from_zero(node, tmp_path):
     primary = node("primary", SMALL)
     produce(primary.address, 4, 60, "before")  # data before any follower exists
     follower = node("follower", {**SMALL, "follow": primary.address})
@@ -84,3 +87,29 @@ def test_killed_follower_catches_up_and_empty_follower_starts_from_zero(node):
     end = wait_caught_up(follower, primary)
     assert_identical_up_to(primary, follower, end)
     assert pull_all(follower, "t", QUEUES) == pull_all(primary, "t", QUEUES)
+    # Stopped, both hold the same index and open transactions, and the follower's index
+    # is the one a rebuild from its log gives (the fault suite's I6).
+    assert primary.stop() == 0 and follower.stop() == 0
+    config = BrokerConfig(**{k: v for k, v in SMALL.items()})
+    with Broker.open(primary.data_dir, config) as b:
+        index, open_txs = b.index.dump(), sorted(b.tx.open)
+    copy = Broker.open(follower.data_dir, config.replace(follow=primary.address))
+    assert sorted(copy.tx.open) == open_txs
+    assert check_index_matches_rebuild(copy, follower.data_dir, config, str(tmp_path)) == index
+
+
+def test_follower_reconnects_after_the_primary_restarts(node):
+    primary = node("primary", SMALL)
+    follower = node("follower", {**SMALL, "follow": primary.address})
+    produce(primary.address, 4, 10, "first")
+    wait_caught_up(follower, primary)
+    primary.kill()  # SIGKILL: its recovery keeps everything the follower already has
+    primary.start()
+    produce(primary.address, 4, 10, "second")
+    assert primary.stop() == 0
+    primary.start()
+    produce(primary.address, 4, 10, "third")
+    end = wait_caught_up(follower, primary)
+    assert_identical_up_to(primary, follower, end)
+    assert pull_all(follower, "t", QUEUES) == pull_all(primary, "t", QUEUES)
+    assert "retrying" in follower.log()
