@@ -75,6 +75,15 @@ class BrokerConfig:
     #: prepare, or the restart that recovered it), whatever feedback got: 0 = never, the
     #: default (the broker never decides on its own unless told to).
     tx_timeout_ms: int = 0
+    #: How often the timer service looks for due scheduled messages (its precision), and
+    #: how many it delivers per round.
+    timer_poll_ms: int = 10
+    timer_batch: int = 1024
+    #: Back-off before each redelivery of a message a consumer failed (nack), one level per
+    #: attempt (the last repeats), as durations separated by spaces.
+    retry_delays: str = "10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: Redeliveries before a failed message goes to its group's dead-letter topic.
+    max_reconsume_times: int = 16
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid configuration")
@@ -110,6 +119,19 @@ class BrokerConfig:
         need(self.max_feedback_lease_ms >= 1, "max_feedback_lease_ms must be >= 1")
         need(self.tx_finished_memory >= 0, "tx_finished_memory must be >= 0")
         need(self.max_messages_per_transaction >= 1, "max_messages_per_transaction must be >= 1")
+        need(self.timer_poll_ms >= 1, "timer_poll_ms must be >= 1")
+        need(self.timer_batch >= 1, "timer_batch must be >= 1")
+        need(self.max_reconsume_times >= 0, "max_reconsume_times must be >= 0")
+        self.retry_delays_ms  # noqa: B018 - parsed now, so a bad level is refused at start
+
+    @property
+    def retry_delays_ms(self) -> tuple[int, ...]:
+        """The ``retry_delays`` levels in milliseconds."""
+        levels = tuple(coerce_value("retry_delays", "duration", part, "invalid configuration")
+                       for part in self.retry_delays.split())
+        require(bool(levels) and all(v >= 0 for v in levels),
+                "retry_delays must list at least one duration, e.g. \"10s 30s 1m\"")
+        return levels
 
     @property
     def max_record_size(self) -> int:

@@ -42,6 +42,15 @@ class SendResult:
 
 
 @dataclass(frozen=True)
+class ScheduledSend:
+    """The answer to a scheduled send: the message is durable at ``offset`` (its TIMER
+    record) and becomes consumable in its topic at ``deliver_at`` (ms since the epoch)."""
+
+    offset: int
+    deliver_at: int
+
+
+@dataclass(frozen=True)
 class StoredMessage:
     topic: str
     queue_id: int

@@ -24,6 +24,7 @@ from fmq.engine.queues import Queues, check_messages, place_messages
 from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
 from fmq.engine.stats import broker_stats
+from fmq.engine.timers import Timers
 from fmq.errors import BrokerClosed
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import open_index
@@ -118,6 +119,8 @@ class Broker:
         self.inventory = Inventory(self.path, self.index, self._queues, self._reader,
                                    self._check_open)
         end_cut_transactions(self.tx, self.tx_writer, report)
+        self.timers = Timers(cfg, self.log, self.index, self.dispatcher, self._queues,
+                             self.max_record_size, self._admit, self._check_open).start()
         self.recovery = report
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
                                           self.tx, self.io)
@@ -148,6 +151,7 @@ class Broker:
         self._closed = True
         self._stop.set()
         self._maintenance.join()
+        self.timers.stop()
         try:
             if self.log.failed is None:
                 self.log.flush()

@@ -85,10 +85,12 @@ class Retention:
 
     def _floor(self) -> int:
         """The lowest offset retention must keep: the checkpoint's recovery offset (taken
-        now), which is at or before every open transaction's PREPARE."""
+        now), which is at or before every open transaction's PREPARE, and the oldest
+        pending timer (a scheduled message is kept until it is delivered)."""
         floor = self.checkpointer.checkpoint().recovery_offset
         oldest = self.tx.oldest_prepare_offset()
-        return floor if oldest is None else min(floor, oldest)
+        timer = self.index.timer_summary()["oldest_offset"]
+        return min(x for x in (floor, oldest, timer) if x is not None)
 
     def _relocate_pinning(self, seg: Segment, done: set[str]) -> bool:
         """Relocate the open transactions whose PREPARE lies before ``seg.end``. False when

@@ -3,7 +3,8 @@ dispatcher, recovery's redo pass and the Spark rebuild job.
 
 MESSAGE, REF_MESSAGE and TX_MESSAGE records get a consume-queue entry; COMMIT and ROLLBACK
 records get a transaction-end entry (so a retried commit or rollback is answered with the
-final state even after a restart). A REF_MESSAGE's entry points
+final state even after a restart). A TIMER record adds a pending timer; a MESSAGE whose
+``ref_offset`` names a TIMER fires it (removes it from the pending timers). A REF_MESSAGE's entry points
 at its PRE_MESSAGE record (which holds the body), so a consumer reads the body with one
 lookup; MESSAGE and TX_MESSAGE entries point at the record itself. PREPARE, PRE_MESSAGE
 and FILLER contribute nothing (they still advance the applied offset).
@@ -69,4 +70,28 @@ def tx_end(record: Record) -> TxEnd | None:
         return TxEnd(record.tx_id, True, record.log_offset)
     if record.type == RecordType.ROLLBACK:
         return TxEnd(record.tx_id, False, record.log_offset)
+    return None
+
+
+class TimerEntry(NamedTuple):
+    """A pending timer: the TIMER record at ``offset`` becomes consumable at ``due``."""
+
+    due: int  # ms since the Unix epoch
+    offset: int
+    size: int
+    topic: str  # where the message goes when due
+
+
+class TimerFired(NamedTuple):
+    """The TIMER record at ``timer_offset`` was delivered: it is no longer pending."""
+
+    timer_offset: int
+
+
+def timer_item(record: Record) -> TimerEntry | TimerFired | None:
+    """The timer entry a TIMER record adds, the one a firing MESSAGE removes, else None."""
+    if record.type == RecordType.TIMER:
+        return TimerEntry(record.queue_offset, record.log_offset, record.size, record.topic)
+    if record.type == RecordType.MESSAGE and record.ref_offset >= 0:
+        return TimerFired(record.ref_offset)
     return None

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import lmdb
 
 #: The databases derived from the log, in the order a rebuild writes and compares them.
-DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"meta")
+DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"timers",
+               b"timeroff", b"meta")
 #: ``meta`` keys.
 APPLIED = b"applied"
 FORMAT = b"format"
@@ -26,6 +27,8 @@ class Databases:
     time: object
     txends: object
     txoff: object
+    timers: object
+    timeroff: object
     meta: object
     consumers: object
 
@@ -36,7 +39,8 @@ class Databases:
     def derived(self) -> dict[str, object]:
         """The databases derived from the log but ``meta``, by name."""
         return {"cq": self.cq, "queues": self.queues, "keys": self.keys, "keyoff": self.keyoff,
-                "time": self.time, "txends": self.txends, "txoff": self.txoff}
+                "time": self.time, "txends": self.txends, "txoff": self.txoff,
+                "timers": self.timers, "timeroff": self.timeroff}
 
 
 #: LMDB errors that say "not now" (space, memory, reader slots, locks), not "damaged" or

@@ -13,6 +13,8 @@ database       key                                           value
 ``time``       topic NUL, queue id, store time, queue offset  (empty)
 ``txends``     transaction id                                1 commit / 0 rollback, offset
 ``txoff``      COMMIT/ROLLBACK offset u64                    transaction id (for retention)
+``timers``     due time u64, TIMER offset u64                size of the TIMER record
+``timeroff``   TIMER offset u64                              the ``timers`` key
 ``consumers``  group NUL, topic NUL, queue id                 next offset to consume
 ``meta``       ``applied``                                    log offset applied up to
 =============  ============================================  ==================================
@@ -40,7 +42,7 @@ from fmq.datadir import INDEX_DATA_FILE, index_exists
 from fmq.errors import IndexCorrupt, IndexUnavailable
 from fmq.index import keys as K
 from fmq.index import trim
-from fmq.index.entries import QueueEntry, TxEnd
+from fmq.index.entries import QueueEntry, TimerEntry, TimerFired, TxEnd
 from fmq.index.lmdb_env import (
     APPLIED,
     DERIVED_DBS,
@@ -49,6 +51,7 @@ from fmq.index.lmdb_env import (
     ResizeGate,
     is_transient,
 )
+from fmq.index.timer_table import apply_timers
 
 INDEX_FORMAT = b"fmq-index-1"
 
@@ -96,13 +99,15 @@ class IndexStore:
                     self._gate.resize(self.env)
 
     def apply(self, entries: Iterable[QueueEntry], applied_offset: int,
-              tx_ends: Iterable[TxEnd] = ()) -> None:
-        """Write ``entries``, ``tx_ends`` and the new applied offset in one transaction
-        (idempotent)."""
-        self._write(self._apply_txn, list(entries), applied_offset, list(tx_ends))
+              tx_ends: Iterable[TxEnd] = (),
+              timers: Iterable[TimerEntry | TimerFired] = ()) -> None:
+        """Write ``entries``, ``tx_ends``, ``timers`` (in log order) and the new applied
+        offset in one transaction (idempotent)."""
+        self._write(self._apply_txn, list(entries), applied_offset, list(tx_ends),
+                    list(timers))
 
     def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
-                   tx_ends: list[TxEnd]) -> None:
+                   tx_ends: list[TxEnd], timers: list[TimerEntry | TimerFired]) -> None:
         items: list[list[tuple[bytes, bytes]]] = [[] for _ in K.ITEM_DBS]
         queue_next: dict[tuple[str, int], int] = {}
         queue_first: dict[tuple[str, int], int] = {}
@@ -117,8 +122,9 @@ class IndexStore:
         for t in tx_ends:
             for db, k, v in K.end_items(t):
                 items[db].append((k, v))
-        handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends, self.db.txoff)
-        for db, db_items in zip(handles, items, strict=True):
+        handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends,
+                   self.db.txoff)
+        for db, db_items in zip(handles, items[:len(handles)], strict=True):
             if db_items:
                 consumed, _added = txn.cursor(db=db).putmulti(db_items)
                 if consumed != len(db_items):  # append mode silently skips out-of-order keys
@@ -132,6 +138,8 @@ class IndexStore:
             lo, hi = K.QUEUE_VALUE.unpack(old) if old else (first, first)
             if nxt > hi:
                 txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.db.queues)
+        if timers:
+            apply_timers(txn, self.db, timers)
         old = txn.get(APPLIED, db=self.db.meta)
         if old is None or K.I64.unpack(old)[0] < applied:
             txn.put(APPLIED, K.I64.pack(applied), db=self.db.meta)
@@ -238,6 +246,47 @@ class IndexStore:
             return None
         committed, offset = K.TX_END_VALUE.unpack(v)
         return bool(committed), offset
+
+    # ------------------------------------------------------------------ timers
+
+    def due_timers(self, until_ms: int, limit: int) -> list[tuple[int, int, int]]:
+        """Up to ``limit`` pending timers due at or before ``until_ms``, earliest first:
+        (due time, TIMER offset, TIMER size)."""
+        out = []
+        with self._gate, self.env.begin() as txn:
+            cur = txn.cursor(db=self.db.timers)
+            if not cur.first():
+                return out
+            for k, v in cur:
+                due, offset = K.split_timer_key(k)
+                if due > until_ms or len(out) >= limit:
+                    break
+                out.append((due, offset, K.TIMER_VALUE.unpack_from(v)[0]))
+        return out
+
+    def next_timer_due(self) -> int | None:
+        """The due time of the earliest pending timer, None when none is pending."""
+        with self._gate, self.env.begin() as txn:
+            cur = txn.cursor(db=self.db.timers)
+            return K.split_timer_key(cur.key())[0] if cur.first() else None
+
+    def timer_summary(self) -> dict[str, int | None]:
+        """How many timers are pending, and the log offset of the oldest one (retention
+        keeps its segment)."""
+        with self._gate, self.env.begin() as txn:
+            count = txn.stat(self.db.timers)["entries"]
+            cur = txn.cursor(db=self.db.timeroff)
+            first = K.parse_offset_key(cur.key()) if cur.first() else None
+        return {"pending": count, "oldest_offset": first}
+
+    def pending_timers_by_topic(self) -> dict[str, int]:
+        """Pending timers per destination topic (a walk of the pending timers)."""
+        counts: dict[str, int] = {}
+        with self._gate, self.env.begin() as txn:
+            for v in txn.cursor(db=self.db.timers).iternext(keys=False, values=True):
+                topic = bytes(v[K.TIMER_VALUE.size:]).decode()
+                counts[topic] = counts.get(topic, 0) + 1
+        return counts
 
     # ------------------------------------------------------------------ consumer offsets
 

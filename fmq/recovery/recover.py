@@ -14,6 +14,7 @@
    REF_MESSAGE      index it; mark its PRE_MESSAGE committed-into-the-queue
    TX_MESSAGE       body checked by its CRC; index it; mark likewise
    COMMIT/ROLLBACK  close the transaction (unknown id: nothing to do)
+   TIMER            add its pending timer (a MESSAGE naming it removes it)
    ===============  ===========================================================
 
 3. **Cut the torn tail**: zero everything after the last valid record and delete later
@@ -44,7 +45,15 @@ from dataclasses import dataclass, field
 
 from fmq.datadir import CHECKPOINT_FILE, QUEUE_FLOORS_FILE, format_segment_name
 from fmq.errors import CorruptCheckpoint, CorruptLog
-from fmq.index.entries import QueueEntry, TxEnd, queue_entry, tx_end
+from fmq.index.entries import (
+    QueueEntry,
+    TimerEntry,
+    TimerFired,
+    TxEnd,
+    queue_entry,
+    timer_item,
+    tx_end,
+)
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.reader import OnCorruption
@@ -82,14 +91,20 @@ class RecoveryReport:
 
 
 def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
-                ends: list[TxEnd] | None = None) -> None:
+                ends: list[TxEnd] | None = None,
+                timers: list[TimerEntry | TimerFired] | None = None) -> None:
     """Apply one record's redo action (table in the module doc); index entries go to
-    ``entries``, transaction ends to ``ends``, transaction state to ``txm``."""
+    ``entries``, transaction ends to ``ends``, timer entries to ``timers``, transaction
+    state to ``txm``."""
     rtype = rec.type
     if rtype in INDEXED_TYPES:
         entries.append(queue_entry(rec))
     elif ends is not None and (rtype == RecordType.COMMIT or rtype == RecordType.ROLLBACK):
         ends.append(tx_end(rec))
+    if timers is not None and (rtype == RecordType.TIMER or rtype == RecordType.MESSAGE):
+        timer = timer_item(rec)
+        if timer is not None:
+            timers.append(timer)
     redo_transaction_record(rec, txm)
 
 
@@ -129,14 +144,15 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
                          on_corruption=OnCorruption.RAISE, copy_body=False)
     entries: list[QueueEntry] = []
     ends: list[TxEnd] = []
+    timers: list[TimerEntry | TimerFired] = []
     replayed = 0
     for rec in scanner:
         replayed += 1
-        redo_record(rec, txm, entries, ends)
-        if len(entries) + len(ends) >= batch:
-            index.apply(entries, rec.end_offset, ends)
+        redo_record(rec, txm, entries, ends, timers)
+        if len(entries) + len(ends) + len(timers) >= batch:
+            index.apply(entries, rec.end_offset, ends, timers)
             report.entries_indexed += len(entries)
-            entries, ends = [], []
+            entries, ends, timers = [], [], []
             if progress is not None:
                 progress(rec.end_offset - start, last_end - start)
     end = scanner.end_offset if log_.segments else first
@@ -147,7 +163,7 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
         raise CorruptLog(format_segment_name(base), end,
                          f"the log's valid records end at {end}, but the checkpoint recorded "
                          f"them durable up to {cp.applied_offset}: synced data is missing")
-    index.apply(entries, end, ends)
+    index.apply(entries, end, ends, timers)
     report.entries_indexed += len(entries)
     report.records_replayed = replayed
     report.bytes_replayed = end - start
