@@ -62,6 +62,7 @@ class Timers:
         self.on_delivered: Delivered | None = None
         self.delivered = 0  # timers delivered since the broker opened
         self.late_ms_max = 0  # the latest delivery seen (due time to placement)
+        self._delivering = threading.Lock()  # one delivery round at a time
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fmq-timers", daemon=True)
 
@@ -71,6 +72,14 @@ class Timers:
         """Store ``messages`` durably now; each becomes consumable in its topic at
         ``deliver_at`` (ms since the Unix epoch; a past time means at once)."""
         results, end = self.place(messages, deliver_at)
+        self.log.wait_durable(end, sync=self.config.flush_mode == "sync")
+        return results
+
+    def schedule_internal(self, messages: Sequence[Message], deliver_at: int
+                          ) -> list[ScheduledSend]:
+        """:meth:`schedule` for the broker's own messages (retries, dead letters), which
+        may go to internal topics."""
+        results, end = self.place(messages, deliver_at, internal=True)
         self.log.wait_durable(end, sync=self.config.flush_mode == "sync")
         return results
 
@@ -139,7 +148,10 @@ class Timers:
     def deliver_due(self, now: int | None = None) -> int:
         """Deliver up to ``timer_batch`` timers due by ``now``: append their messages,
         wait until they are durable and indexed. Returns how many."""
-        now = now_ms() if now is None else now
+        with self._delivering:
+            return self._deliver_due(now_ms() if now is None else now)
+
+    def _deliver_due(self, now: int) -> int:
         due = self.index.due_timers(now, self.config.timer_batch)
         if not due:
             return 0

@@ -13,6 +13,7 @@ import pytest
 import fmq
 from fmq import InvalidArgument, Message
 from fmq.admin.rebuild_index import rebuild_index
+from fmq.engine import retries
 from fmq.index.store import IndexStore
 from fmq.tx.log_access import now_ms
 
@@ -109,3 +110,72 @@ def test_retention_keeps_the_segment_of_a_pending_timer(tmp_path, small_config):
         b.wait_indexed()
         assert b.enforce_retention()  # delivered: its segment may go
         assert [m.body for m in _all(b, "t")] == [b"wait"]
+
+
+def _nack_until_dead(b, group, topic, loc, deliveries):
+    """Fail the message at ``loc`` every time it comes back; return what was seen."""
+    seen = []
+    while True:
+        m = b.pull(*loc, 1)[0]
+        seen.append(m)
+        _times, dead = retries.nack(b, group, *loc)
+        if dead:
+            return seen
+        b.wait_indexed()
+        assert b.timers.deliver_due(now_ms() + 10 * HOUR_MS) == 1  # not waiting for it
+        retry = retries.retry_topic(group)
+        got = [m for msgs in b.all_messages([retry]).values() for m in msgs]
+        last = max(got, key=lambda m: m.offset)
+        loc = (retry, last.queue_id, last.queue_offset)
+        assert len(seen) <= deliveries
+
+
+def test_nack_redelivers_to_that_group_only_then_dead_letters_and_redrive(tmp_path,
+                                                                        small_config):
+    cfg = small_config.replace(retry_delays="1s 2s 3s", max_reconsume_times=3)
+    with fmq.Broker.open(str(tmp_path / "d"), cfg) as b:
+        r = b.send(Message("orders", b"pay", key="k1", properties={"a": "1"}))
+        b.wait_indexed()
+        seen = _nack_until_dead(b, "g", "orders", ("orders", r.queue_id, r.queue_offset), 4)
+        assert [m.body for m in seen] == [b"pay"] * 4
+        assert [m.properties.get(retries.RECONSUME_TIMES) for m in seen] == [None, "1", "2",
+                                                                             "3"]
+        assert all(m.properties[retries.ORIGIN_TOPIC] == "orders" for m in seen[1:])
+        b.wait_indexed()
+        b.timers.deliver_due()  # the dead letter is stored as a timer due at once
+        b.wait_indexed()
+        [dead] = retries.dead_letters(b, "g")
+        assert (dead.body, dead.key, dead.properties["a"]) == (b"pay", "k1", "1")
+        assert dead.properties[retries.RECONSUME_TIMES] == "3"
+        assert retries.dead_letters(b, "other") == []
+        assert b.all_messages(["orders"])[("orders", r.queue_id)][0].body == b"pay"
+        assert retries.redrive(b, "g") == 1
+        assert retries.redrive(b, "g") == 0  # redriven once
+        b.wait_indexed()
+        b.timers.deliver_due()
+        b.wait_indexed()
+        back = [m for msgs in b.all_messages([retries.retry_topic("g")]).values()
+                for m in msgs]
+        assert back[-1].properties[retries.RECONSUME_TIMES] == "0"
+        assert retries.dead_letters(b, "g") == []
+
+
+def _timer_dues(b):
+    return [due for due, _o, _s in b.index.due_timers(1 << 62, 1000)]
+
+
+def test_nack_waits_for_the_back_off_level_of_its_attempt(broker):
+    cfg_levels = broker.config.retry_delays_ms
+    r = broker.send(Message("orders", b"x"))
+    broker.wait_indexed()
+    before = now_ms()
+    retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset)
+    retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset, delay_ms=60_000)
+    broker.wait_indexed()
+    [first, second] = sorted(_timer_dues(broker))
+    assert before + cfg_levels[0] <= first <= now_ms() + cfg_levels[0]
+    assert before + 60_000 <= second <= now_ms() + 60_000
+    with pytest.raises(InvalidArgument, match="no message"):
+        retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset + 5)
+    with pytest.raises(InvalidArgument, match="delay"):
+        retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset, delay_ms=-1)
