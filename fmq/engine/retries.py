@@ -20,24 +20,23 @@ from __future__ import annotations
 from typing import Any
 
 from fmq.errors import InvalidArgument
-from fmq.message import Message, StoredMessage, check_name
+from fmq.message import (
+    DLQ_PREFIX,
+    ORIGIN_OFFSET,
+    ORIGIN_QUEUE,
+    ORIGIN_TOPIC,
+    RECONSUME_TIMES,
+    RETRY_PREFIX,
+    Message,
+    StoredMessage,
+    check_name,
+    dlq_topic,
+    retry_topic,
+)
 from fmq.tx.log_access import now_ms
 
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-#: Properties the broker sets on a retried or dead message.
-RECONSUME_TIMES = "%RECONSUME_TIMES"
-ORIGIN_TOPIC = "%ORIGIN_TOPIC"
-ORIGIN_QUEUE = "%ORIGIN_QUEUE"
-ORIGIN_OFFSET = "%ORIGIN_OFFSET"
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
+__all__ = ["DLQ_PREFIX", "ORIGIN_TOPIC", "RECONSUME_TIMES", "RETRY_PREFIX", "dead_letters",
+           "delivery_stats", "dlq_topic", "nack", "redrive", "retry_topic"]
 
 
 def _copy(m: StoredMessage, topic: str, reconsume_times: int) -> Message:
@@ -71,7 +70,7 @@ def nack(broker: Any, group: str, topic: str, queue_id: int, queue_offset: int,
                                  or delay_ms < 0):
         raise InvalidArgument(f"delay must be a number of milliseconds >= 0, got {delay_ms!r}")
     m = stored_message(broker, topic, queue_id, queue_offset)
-    done = int((m.properties or {}).get(RECONSUME_TIMES, "0"))
+    done = m.reconsume_times
     cfg = broker.config
     if done >= cfg.max_reconsume_times:
         broker.timers.schedule_internal([_copy(m, dlq_topic(group), done)], 0)
@@ -134,3 +133,13 @@ def group_counts(broker: Any, timers_by_topic: dict[str, int]) -> dict[str, dict
                 "dead_letters": sum(end - start for _q, start, end
                                     in dead_letter_ranges(broker, g))}
             for g in sorted(groups)}
+
+
+def delivery_stats(broker: Any) -> dict[str, Any]:
+    """Timers and per-group retries for ``fmq stats`` and the metrics: pending timers, per
+    destination topic too (a walk of the pending timers), timers delivered since the
+    broker opened, and per group its retries pending and dead letters."""
+    by_topic = broker.index.pending_timers_by_topic()
+    return {"timers_pending": sum(by_topic.values()), "timers_pending_by_topic": by_topic,
+            "timers_delivered": broker.timers.delivered,
+            "groups": group_counts(broker, by_topic)}

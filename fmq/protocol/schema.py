@@ -53,6 +53,9 @@ class Op(IntEnum):
     TOPICS = 21
     GROUPS = 22
     RESET_OFFSETS = 23
+    SEND_AT = 55
+    NACK = 56
+    DLQ_REDRIVE = 57
 
 
 # ------------------------------------------------------------------ composite types
@@ -161,4 +164,14 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
                              ("to", STR), ("value", I64), ("force", BOOL)], [("json", TEXT)],
           "An operator moves a group's committed offsets; refused while the group has "
           "members unless force."),
+    _spec(Op.SEND_AT, [("message", MESSAGE), ("deliver_at", I64), ("delay_ms", I64)],
+          [("offset", U64), ("deliver_at", I64)],
+          "Store one message now, consumable at deliver_at (ms since the epoch) or after "
+          "delay_ms (the other one -1)."),
+    _spec(Op.NACK, [("group", STR), ("topic", STR), ("queue_id", U32), ("queue_offset", U64),
+                    ("delay_ms", I64)], [("reconsume_times", U32), ("dead_letter", BOOL)],
+          "A group failed a message: redeliver it to the group after delay_ms (-1: the "
+          "back-off level), or dead-letter it."),
+    _spec(Op.DLQ_REDRIVE, [("group", STR), ("max_messages", U32)], [("redriven", U32)],
+          "Send a group's dead letters back to its retry topic."),
 ]}

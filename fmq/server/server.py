@@ -30,7 +30,10 @@ from typing import Any
 from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, ServerBusy
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
-from fmq.server import operator_ops  # noqa: F401 - registers the operator's handlers
+from fmq.server import (
+    delivery_ops,  # noqa: F401 - registers SEND_AT, NACK, DLQ_REDRIVE
+    operator_ops,  # noqa: F401 - registers the operator's handlers
+)
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
