@@ -15,7 +15,10 @@ from fmq import InvalidArgument, Message
 from fmq.admin.rebuild_index import rebuild_index
 from fmq.engine import retries
 from fmq.index.store import IndexStore
+from fmq.log.record import RecordType
+from fmq.log.scanner import LogScanner
 from fmq.tx.log_access import now_ms
+from tests.crashkit import run_child
 
 HOUR_MS = 3_600_000
 
@@ -179,3 +182,31 @@ def test_nack_waits_for_the_back_off_level_of_its_attempt(broker):
         retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset + 5)
     with pytest.raises(InvalidArgument, match="delay"):
         retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset, delay_ms=-1)
+
+
+#: Where the child dies: at the 5th delivery round's fdatasync (its MESSAGEs written, not
+#: synced), or inside the 5th round's pwrite (a torn batch of MESSAGEs).
+DELIVERY_CRASHES = {
+    "before-fdatasync": {"op": "fdatasync", "nth": 5, "mode": "before"},
+    "torn-pwrite": {"op": "pwrite", "nth": 5, "records": 3, "extra": 20},
+}
+
+
+@pytest.mark.parametrize("crash", sorted(DELIVERY_CRASHES))
+def test_a_kill_during_delivery_delivers_every_timer_exactly_once(tmp_path, crash):
+    cfg = dict(segment_size=256 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
+               retention_interval_ms=0,
+               timer_batch=16)
+    data = str(tmp_path / "d")
+    child = run_child("timer_delivery_crash", data, str(tmp_path / "acks"), cfg=cfg,
+                      count=200, due_in_ms=300, arm=DELIVERY_CRASHES[crash])
+    assert child.killed, child.stderr
+    assert [a["event"] for a in child.acks] == ["scheduled"]
+    fired = sum(1 for rec in LogScanner(os.path.join(data, "log"))
+                if rec.type == RecordType.MESSAGE and rec.ref_offset >= 0)
+    assert 16 * 4 <= fired < 200  # the crash came in the middle of the deliveries
+    with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
+        assert _wait_for(lambda: b.timers.pending() == 0)
+        b.wait_indexed()
+        bodies = sorted(m.body for m in _all(b, "t"))
+    assert bodies == sorted(b"timer-%d" % i for i in range(200))
