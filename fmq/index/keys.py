@@ -30,6 +30,8 @@ I64 = struct.Struct("<q")
 TIMER_KEY = struct.Struct(">QQ")
 #: pending-timer value: size of the TIMER record, then its topic (UTF-8, to the end)
 TIMER_VALUE = struct.Struct("<I")
+#: ``timertopics`` (key: the topic, UTF-8) value: pending timers of the topic, i64
+TIMER_COUNT = I64
 
 
 def name(s: str) -> bytes:
@@ -99,9 +101,10 @@ def split_consumer_key(key: bytes) -> tuple[str, str, int]:
 # ---------------------------------------------------------------- items of an entry
 
 #: The databases index items go to; items name them by position in this tuple.
-ITEM_DBS = ("cq", "time", "keys", "keyoff", "txends", "txoff", "timers", "timeroff")
-DB_CQ, DB_TIME, DB_KEYS, DB_KEYOFF, DB_TXENDS, DB_TXOFF, DB_TIMERS, DB_TIMEROFF = range(
-    len(ITEM_DBS))
+ITEM_DBS = ("cq", "time", "keys", "keyoff", "txends", "txoff", "timers", "timeroff",
+            "timertopics")
+(DB_CQ, DB_TIME, DB_KEYS, DB_KEYOFF, DB_TXENDS, DB_TXOFF, DB_TIMERS, DB_TIMEROFF,
+ DB_TIMERTOPICS) = range(len(ITEM_DBS))
 
 
 def entry_items(e: QueueEntry) -> Iterator[tuple[int, bytes, bytes]]:

@@ -10,7 +10,7 @@ import lmdb
 
 #: The databases derived from the log, in the order a rebuild writes and compares them.
 DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"timers",
-               b"timeroff", b"meta")
+               b"timeroff", b"timertopics", b"meta")
 #: ``meta`` keys.
 APPLIED = b"applied"
 FORMAT = b"format"
@@ -29,6 +29,7 @@ class Databases:
     txoff: object
     timers: object
     timeroff: object
+    timertopics: object
     meta: object
     consumers: object
 
@@ -40,7 +41,8 @@ class Databases:
         """The databases derived from the log but ``meta``, by name."""
         return {"cq": self.cq, "queues": self.queues, "keys": self.keys, "keyoff": self.keyoff,
                 "time": self.time, "txends": self.txends, "txoff": self.txoff,
-                "timers": self.timers, "timeroff": self.timeroff}
+                "timers": self.timers, "timeroff": self.timeroff,
+                "timertopics": self.timertopics}
 
 
 #: LMDB errors that say "not now" (space, memory, reader slots, locks), not "damaged" or

@@ -15,6 +15,7 @@ database       key                                           value
 ``txoff``      COMMIT/ROLLBACK offset u64                    transaction id (for retention)
 ``timers``     due time u64, TIMER offset u64                size of the TIMER record
 ``timeroff``   TIMER offset u64                              the ``timers`` key
+``timertopics`` topic (UTF-8)                                pending timers of the topic
 ``consumers``  group NUL, topic NUL, queue id                 next offset to consume
 ``meta``       ``applied``                                    log offset applied up to
 =============  ============================================  ==================================
@@ -280,13 +281,10 @@ class IndexStore:
         return {"pending": count, "oldest_offset": first}
 
     def pending_timers_by_topic(self) -> dict[str, int]:
-        """Pending timers per destination topic (a walk of the pending timers)."""
-        counts: dict[str, int] = {}
+        """Pending timers per destination topic (topics with none are absent)."""
         with self._gate, self.env.begin() as txn:
-            for v in txn.cursor(db=self.db.timers).iternext(keys=False, values=True):
-                topic = bytes(v[K.TIMER_VALUE.size:]).decode()
-                counts[topic] = counts.get(topic, 0) + 1
-        return counts
+            return {bytes(k).decode(): K.TIMER_COUNT.unpack(v)[0]
+                    for k, v in txn.cursor(db=self.db.timertopics)}
 
     # ------------------------------------------------------------------ consumer offsets
 

@@ -3,7 +3,9 @@ MESSAGE fires it, and dropping the entries of a log range (a cut tail, deleted s
 
 Each function runs inside the caller's LMDB write transaction. ``timers`` is keyed by due
 time then TIMER offset (firing order); ``timeroff`` by TIMER offset, valued with the
-``timers`` key, so a firing MESSAGE (which names only the TIMER's offset) finds its entry.
+``timers`` key, so a firing MESSAGE (which names only the TIMER's offset) finds its entry;
+``timertopics`` counts the pending timers of each destination topic (no entry at 0), so
+statistics never walk the pending timers.
 """
 
 from __future__ import annotations
@@ -23,14 +25,33 @@ def apply_timers(txn: lmdb.Transaction, db: Databases,
     firing one that is gone (already fired, or its segment deleted) changes nothing."""
     for item in items:
         if isinstance(item, TimerEntry):
-            for dbi, k, v in K.timer_items(item):
-                txn.put(k, v, db=db.timers if dbi == K.DB_TIMERS else db.timeroff)
+            (_d, tkey, value), (_o, okey, _v) = K.timer_items(item)
+            if txn.put(tkey, value, db=db.timers, overwrite=False):  # new, not a redo
+                txn.put(okey, tkey, db=db.timeroff)
+                _count(txn, db, item.topic.encode(), 1)
         else:
-            okey = K.offset_key(item.timer_offset)
-            tkey = txn.get(okey, db=db.timeroff)
-            if tkey is not None:
-                txn.delete(tkey, db=db.timers)
-                txn.delete(okey, db=db.timeroff)
+            _remove(txn, db, K.offset_key(item.timer_offset))
+
+
+def _remove(txn: lmdb.Transaction, db: Databases, okey: bytes) -> None:
+    """Remove the pending timer whose ``timeroff`` key is ``okey`` (absent: nothing)."""
+    tkey = txn.get(okey, db=db.timeroff)
+    if tkey is None:
+        return
+    value = txn.get(tkey, db=db.timers)
+    txn.delete(tkey, db=db.timers)
+    txn.delete(okey, db=db.timeroff)
+    if value is not None:
+        _count(txn, db, bytes(value[K.TIMER_VALUE.size:]), -1)
+
+
+def _count(txn: lmdb.Transaction, db: Databases, topic: bytes, delta: int) -> None:
+    old = txn.get(topic, db=db.timertopics)
+    n = (K.TIMER_COUNT.unpack(old)[0] if old is not None else 0) + delta
+    if n > 0:
+        txn.put(topic, K.TIMER_COUNT.pack(n), db=db.timertopics)
+    elif old is not None:
+        txn.delete(topic, db=db.timertopics)
 
 
 def drop_timers(txn: lmdb.Transaction, db: Databases, start: int, stop: int | None) -> int:
@@ -39,11 +60,10 @@ def drop_timers(txn: lmdb.Transaction, db: Databases, start: int, stop: int | No
     cur = txn.cursor(db=db.timeroff)
     doomed = []
     if cur.set_range(K.offset_key(start)):
-        for k, tkey in cur:
+        for k in cur.iternext(keys=True, values=False):
             if stop is not None and K.parse_offset_key(k) >= stop:
                 break
-            doomed.append((k, tkey))
-    for k, tkey in doomed:
-        txn.delete(tkey, db=db.timers)
-        txn.delete(k, db=db.timeroff)
+            doomed.append(bytes(k))
+    for k in doomed:
+        _remove(txn, db, k)
     return len(doomed)

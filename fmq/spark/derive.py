@@ -19,7 +19,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fmq.index import keys as K
-from fmq.spark.items import END_TYPES, INDEXED_TYPES, TIMER_TYPE, batch_items, timer_batch_items
+from fmq.spark.items import (
+    END_TYPES,
+    INDEXED_TYPES,
+    TIMER_TYPE,
+    batch_items,
+    timer_batch_items,
+    timer_count_items,
+)
 from fmq.spark.session import file_uri
 
 ITEMS_SCHEMA = "db int, key binary, value binary"
@@ -50,6 +57,12 @@ def pending_timer_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Record
         yield timer_batch_items(batch)
 
 
+def timer_topic_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function over (topic, count) rows of pending timers."""
+    for batch in batches:
+        yield timer_count_items(batch)
+
+
 def pending_timers(load: Callable[[], DataFrame]) -> DataFrame:
     """The TIMER rows still pending: those no later MESSAGE names in its ``ref_offset``
     (the MESSAGE that delivered it), as recovery's redo leaves them."""
@@ -76,9 +89,12 @@ def write_sorted_items(load: Callable[[], DataFrame], partitions: int, out_dir: 
     # The grouping leaves spark.sql.shuffle.partitions partitions; a Python task each is
     # wasteful for what is one small row per transaction.
     last_ends = last_ends.coalesce(max(1, partitions))
+    pending = pending_timers(load)
     items = (indexed.unionByName(ends).mapInArrow(index_items, ITEMS_SCHEMA)
              .unionByName(last_ends.mapInArrow(last_end_items, ITEMS_SCHEMA))
-             .unionByName(pending_timers(load).mapInArrow(pending_timer_items, ITEMS_SCHEMA)))
+             .unionByName(pending.mapInArrow(pending_timer_items, ITEMS_SCHEMA))
+             .unionByName(pending.groupBy("topic").count().coalesce(max(1, partitions))
+                          .mapInArrow(timer_topic_items, ITEMS_SCHEMA)))
     # A global sort runs its input twice (a sampling pass for the range bounds, then the
     # shuffle): keep the items so the Python derivation runs once.
     items = items.persist(StorageLevel.MEMORY_AND_DISK)

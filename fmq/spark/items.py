@@ -45,6 +45,7 @@ _KEY_VALUE = _dtype(K.KEY_VALUE.format, ["qid", "qoff"])
 _TX_END_VALUE = _dtype(K.TX_END_VALUE.format, ["committed", "offset"])
 _TIMER_KEY = _dtype(K.TIMER_KEY.format, ["due", "offset"])
 _TIMER_VALUE = _dtype(K.TIMER_VALUE.format, ["size"])
+_I64 = _dtype(K.TIMER_COUNT.format, ["v"])
 
 
 def _packed(dtype: np.dtype, **fields: np.ndarray) -> pa.Array:
@@ -125,6 +126,12 @@ def timer_batch_items(rows: pa.RecordBatch) -> pa.RecordBatch:
                   rows.column("topic").cast(pa.binary()))
     return _items([(K.DB_TIMERS, key, value),
                    (K.DB_TIMEROFF, _packed(_U64BE, v=offset), key)])
+
+
+def timer_count_items(rows: pa.RecordBatch) -> pa.RecordBatch:
+    """The ``timertopics`` items of rows (``topic``, ``count``): pending timers per topic."""
+    counts = _packed(_I64, v=_np(rows.column("count")))
+    return _items([(K.DB_TIMERTOPICS, rows.column("topic").cast(pa.binary()), counts)])
 
 
 def _items(parts: list[tuple[int, pa.Array, pa.Array]]) -> pa.RecordBatch:

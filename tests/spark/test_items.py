@@ -36,7 +36,7 @@ def test_batch_items_equal_entry_and_end_items_of_every_record(built_log):
             got += zip(items.column("db").to_pylist(), items.column("key").to_pylist(),
                        items.column("value").to_pylist(), strict=True)
         assert sorted(got) == sorted(expected)
-        timer_dbs = {K.DB_TIMERS, K.DB_TIMEROFF}  # from the pending TIMER rows, below
+        timer_dbs = {K.DB_TIMERS, K.DB_TIMEROFF, K.DB_TIMERTOPICS}  # from the pending TIMERs
         every = set(range(len(K.ITEM_DBS))) - timer_dbs
         assert {db for db, _k, _v in got} == (every if latest else every - {K.DB_TXENDS})
 
