@@ -125,7 +125,8 @@ class Broker:
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
                                           self.tx, self.io)
         self._retention = Retention(self.path, cfg, self.log, self.index, self.tx,
-                                    self.tx_writer, self._checkpointer, self.io, self.rollback)
+                                    self.tx_writer, self._checkpointer, self.io, self.rollback,
+                                    self.timers)
         self._stop = threading.Event()
         self._maintenance = start_maintenance(
             cfg, self.log, Upkeep(self.checkpoint, self._retention.roll_back_timed_out,

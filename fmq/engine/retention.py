@@ -1,5 +1,5 @@
-"""Retention: delete whole old segments, relocating the open transactions that pin them,
-and roll back transactions left open longer than ``tx_timeout_ms``."""
+"""Retention: delete whole old segments, relocating the open transactions and the pending
+timers that pin them, and roll back transactions left open longer than ``tx_timeout_ms``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Callable
 from fmq.config import BrokerConfig
 from fmq.datadir import QUEUE_FLOORS_FILE
 from fmq.engine.checkpoints import Checkpointer
+from fmq.engine.timers import Timers
 from fmq.errors import FMQError
 from fmq.index.store import IndexStore
 from fmq.log.fileio import FileIO
@@ -30,7 +31,7 @@ class Retention:
 
     def __init__(self, path: str, config: BrokerConfig, log_: Log, index: IndexStore,
                  txm: TxManager, writer: TxWriter, checkpointer: Checkpointer, io: FileIO,
-                 rollback: Callable[[str], TxState]) -> None:
+                 rollback: Callable[[str], TxState], timers: Timers) -> None:
         self.floors_file = os.path.join(path, QUEUE_FLOORS_FILE)
         self.config = config
         self.log = log_
@@ -38,6 +39,7 @@ class Retention:
         self.tx = txm
         self.writer = writer
         self.checkpointer = checkpointer
+        self.timers = timers
         self.io = io
         self.rollback = rollback
         self.timeouts = 0  # transactions tx_timeout_ms rolled back
@@ -69,6 +71,7 @@ class Retention:
                 # later one): move them to the log head, then the checkpoint can pass it.
                 if not self._relocate_pinning(seg, relocated):
                     break
+                self.timers.relocate_before(seg.end)
                 floor = self._floor()
                 if seg.end > floor:
                     break
@@ -86,10 +89,10 @@ class Retention:
     def _floor(self) -> int:
         """The lowest offset retention must keep: the checkpoint's recovery offset (taken
         now), which is at or before every open transaction's PREPARE, and the oldest
-        pending timer (a scheduled message is kept until it is delivered)."""
+        pending timer (``enforce`` moves those of a segment it deletes to the log head)."""
         floor = self.checkpointer.checkpoint().recovery_offset
         oldest = self.tx.oldest_prepare_offset()
-        timer = self.index.timer_summary()["oldest_offset"]
+        timer = self.index.timers.summary()["oldest_offset"]
         return min(x for x in (floor, oldest, timer) if x is not None)
 
     def _relocate_pinning(self, seg: Segment, done: set[str]) -> bool:

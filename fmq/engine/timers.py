@@ -10,6 +10,11 @@ exactly once: a MESSAGE a crash lost was never visible, and its timer is still p
 The service thread looks every ``timer_poll_ms`` for timers due by now (one LMDB cursor
 read), delivers up to ``timer_batch`` of them in one group commit and waits until they are
 indexed before it looks again, so it never delivers a timer twice.
+
+Retention **relocates** pending timers out of a segment it is about to delete: a new TIMER
+at the log head whose ``ref_offset`` names the old one (indexing it moves the pending
+timer), under the same lock as a delivery round, so a timer is either delivered or moved,
+never both. A crash leaves the old or the new one pending, never both.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class Timers:
         #: Called after each delivery round (the server wakes the long polls of those queues).
         self.on_delivered: Delivered | None = None
         self.delivered = 0  # timers delivered since the broker opened
+        self.relocations = 0  # pending timers retention moved to the log head
         self.late_ms_max = 0  # the latest delivery seen (due time to placement)
         self._delivering = threading.Lock()  # one delivery round at a time
         self._stop = threading.Event()
@@ -116,9 +122,47 @@ class Timers:
             end = self.log.next_offset
         return results, end
 
+    def relocate_before(self, offset: int) -> int:
+        """Rewrite every pending timer stored before log offset ``offset`` at the log head
+        (retention deletes the segments below it), ``timer_batch`` per group commit.
+        Returns how many moved."""
+        moved = 0
+        while True:
+            with self._delivering:
+                old = self.index.timers.stored_before(offset, self.config.timer_batch)
+                if not old:
+                    return moved
+                self._append_and_index([read_record(self.log, o, size, self.max_record_size)
+                                        for o, size in old], self._relocated)
+            moved += len(old)
+            self.relocations += len(old)
+
+    @staticmethod
+    def _relocated(timer: Record) -> Record:
+        """The copy of TIMER ``timer`` that replaces it (see the module docstring)."""
+        return Record(RecordType.TIMER, store_time=timer.store_time, queue_id=timer.queue_id,
+                      queue_offset=timer.queue_offset, ref_offset=timer.log_offset,
+                      ref_size=timer.size, topic=timer.topic, key=timer.key, tags=timer.tags,
+                      properties=timer.properties, body=bytes(timer.body))
+
+    def _append_and_index(self, timers: list[Record], make: Callable[[Record], Record]) -> None:
+        """Append ``make(timer)`` for each TIMER (``make`` runs with the log lock held),
+        then wait until they are durable and indexed: until indexed, the old timers still
+        look pending, so the caller holds the delivery lock throughout."""
+        with self.log.lock:
+            self.log.reserve_locked([encoded_length(t) for t in timers])
+            for timer in timers:
+                self.log.append_locked(make(timer))
+            end = self.log.next_offset
+        self.log.wait_durable(end, sync=self.config.flush_mode == "sync")
+        while not self.dispatcher.wait_applied(end, 1.0):
+            if self._stop.is_set() or self.dispatcher.error is not None:
+                raise IndexUnavailable("the index stopped before the timers written were "
+                                       "indexed; they are delivered once it runs again")
+
     def pending(self) -> int:
         """Timers waiting for their time."""
-        return self.index.timer_summary()["pending"]
+        return self.index.timers.summary()["pending"]
 
     # ---------------------------------------------------------------- the service
 
@@ -152,35 +196,27 @@ class Timers:
             return self._deliver_due(now_ms() if now is None else now)
 
     def _deliver_due(self, now: int) -> int:
-        due = self.index.due_timers(now, self.config.timer_batch)
+        due = self.index.timers.due(now, self.config.timer_batch)
         if not due:
             return 0
         timers = [read_record(self.log, offset, size, self.max_record_size)
                   for _due, offset, size in due]
         touched: set[tuple[str, int]] = set()
         store_time = now_ms()
-        with self.log.lock:
-            self.log.reserve_locked([encoded_length(t) for t in timers])
-            for timer in timers:
-                qid = timer.queue_id
-                if not 0 <= qid < self.queues.queue_count(timer.topic):
-                    qid = self.queues.pick_queue(Message(timer.topic, b"", key=timer.key))
-                qoff = self.queues.next_offset(timer.topic, qid)
-                rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid,
-                             queue_offset=qoff, ref_offset=timer.log_offset,
-                             ref_size=timer.size, topic=timer.topic, key=timer.key,
-                             tags=timer.tags, properties=timer.properties,
-                             body=bytes(timer.body))
-                self.log.append_locked(rec)
-                self.queues.advance(timer.topic, qid, qoff, len(rec.body))
-                touched.add((timer.topic, qid))
-            end = self.log.next_offset
-        self.log.wait_durable(end, sync=self.config.flush_mode == "sync")
-        # Until indexed, the timers still look pending: never read them again before.
-        while not self.dispatcher.wait_applied(end, 1.0):
-            if self._stop.is_set() or self.dispatcher.error is not None:
-                raise IndexUnavailable("the index stopped before the delivered timers were "
-                                      "indexed; they are delivered once it runs again")
+
+        def delivery(timer: Record) -> Record:  # called with the log lock held
+            qid = timer.queue_id
+            if not 0 <= qid < self.queues.queue_count(timer.topic):
+                qid = self.queues.pick_queue(Message(timer.topic, b"", key=timer.key))
+            qoff = self.queues.next_offset(timer.topic, qid)
+            self.queues.advance(timer.topic, qid, qoff, len(timer.body))
+            touched.add((timer.topic, qid))
+            return Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid,
+                          queue_offset=qoff, ref_offset=timer.log_offset, ref_size=timer.size,
+                          topic=timer.topic, key=timer.key, tags=timer.tags,
+                          properties=timer.properties, body=bytes(timer.body))
+
+        self._append_and_index(timers, delivery)
         self.delivered += len(timers)
         self.late_ms_max = max(self.late_ms_max, store_time - due[0][0])
         if self.on_delivered is not None:

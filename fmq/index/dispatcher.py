@@ -7,7 +7,7 @@ redo pass re-applies from the checkpoint idempotently.
 
 Two ways to learn what a flushed record contributes, both through the same pure functions
 (:func:`~fmq.index.entries.queue_entry`, :func:`~fmq.index.entries.tx_end`,
-:func:`~fmq.index.entries.timer_item`):
+:func:`~fmq.index.entries.timer_changes`):
 
 * **hand-off** (normal): the log calls :meth:`Dispatcher.on_append` for every record it
   appends, under its lock, so entries queue up in log order; once a flush covers them they
@@ -40,7 +40,7 @@ from fmq.index.entries import (
     TimerFired,
     TxEnd,
     queue_entry,
-    timer_item,
+    timer_changes,
     tx_end,
 )
 from fmq.index.lmdb_env import is_transient
@@ -102,14 +102,14 @@ class Dispatcher:
         if not self._accepting:
             return
         item = queue_entry(record) or tx_end(record)
-        timer = timer_item(record)
-        if item is None and timer is None:
+        timers = timer_changes(record)
+        if item is None and not timers:
             return
         pending = self._pending
         end = record.log_offset + record.size
         if item is not None:
             pending.append((end, item))
-        if timer is not None:  # a firing MESSAGE has both
+        for timer in timers:  # a firing MESSAGE has both
             pending.append((end, timer))
         if len(pending) > self.max_pending:  # the index lags: read the log instead
             self._accepting = False
@@ -264,9 +264,7 @@ class Dispatcher:
                     entries.append(item)
                 elif item is not None:
                     ends.append(item)
-                timer = timer_item(rec)
-                if timer is not None:
-                    timers.append(timer)
+                timers.extend(timer_changes(rec))
                 if len(entries) + len(ends) + len(timers) >= self.batch:
                     self._apply(entries, offset, ends, timers)
                     entries, ends, timers = [], [], []

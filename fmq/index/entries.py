@@ -4,7 +4,8 @@ dispatcher, recovery's redo pass and the Spark rebuild job.
 MESSAGE, REF_MESSAGE and TX_MESSAGE records get a consume-queue entry; COMMIT and ROLLBACK
 records get a transaction-end entry (so a retried commit or rollback is answered with the
 final state even after a restart). A TIMER record adds a pending timer; a MESSAGE whose
-``ref_offset`` names a TIMER fires it (removes it from the pending timers). A REF_MESSAGE's entry points
+``ref_offset`` names a TIMER fires it (removes it from the pending timers), and so does a
+TIMER naming one (retention moved it: the new one replaces it). A REF_MESSAGE's entry points
 at its PRE_MESSAGE record (which holds the body), so a consumer reads the body with one
 lookup; MESSAGE and TX_MESSAGE entries point at the record itself. PREPARE, PRE_MESSAGE
 and FILLER contribute nothing (they still advance the applied offset).
@@ -88,10 +89,16 @@ class TimerFired(NamedTuple):
     timer_offset: int
 
 
-def timer_item(record: Record) -> TimerEntry | TimerFired | None:
-    """The timer entry a TIMER record adds, the one a firing MESSAGE removes, else None."""
-    if record.type == RecordType.TIMER:
-        return TimerEntry(record.queue_offset, record.log_offset, record.size, record.topic)
-    if record.type == RecordType.MESSAGE and record.ref_offset >= 0:
-        return TimerFired(record.ref_offset)
-    return None
+def timer_changes(record: Record) -> tuple[TimerEntry | TimerFired, ...]:
+    """What ``record`` changes in the pending timers, in order: a TIMER adds itself (after
+    removing the TIMER it relocates, if it names one); a MESSAGE that names a TIMER removes
+    it; anything else changes nothing."""
+    rtype = record.type
+    if rtype == RecordType.TIMER:
+        added = TimerEntry(record.queue_offset, record.log_offset, record.size, record.topic)
+        if record.ref_offset >= 0:
+            return TimerFired(record.ref_offset), added
+        return (added,)
+    if rtype == RecordType.MESSAGE and record.ref_offset >= 0:
+        return (TimerFired(record.ref_offset),)
+    return ()

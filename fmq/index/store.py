@@ -52,7 +52,7 @@ from fmq.index.lmdb_env import (
     ResizeGate,
     is_transient,
 )
-from fmq.index.timer_table import apply_timers
+from fmq.index.timer_table import TimerReads, apply_timers
 
 INDEX_FORMAT = b"fmq-index-1"
 
@@ -86,6 +86,8 @@ class IndexStore:
             ) from exc
         self._gate = ResizeGate()
         self._write_lock = threading.Lock()
+        #: Reads of the pending timers (``timers``, ``timeroff``, ``timertopics``).
+        self.timers = TimerReads(self.env, self.db, self._gate)
 
     # ------------------------------------------------------------------ writing
 
@@ -247,44 +249,6 @@ class IndexStore:
             return None
         committed, offset = K.TX_END_VALUE.unpack(v)
         return bool(committed), offset
-
-    # ------------------------------------------------------------------ timers
-
-    def due_timers(self, until_ms: int, limit: int) -> list[tuple[int, int, int]]:
-        """Up to ``limit`` pending timers due at or before ``until_ms``, earliest first:
-        (due time, TIMER offset, TIMER size)."""
-        out = []
-        with self._gate, self.env.begin() as txn:
-            cur = txn.cursor(db=self.db.timers)
-            if not cur.first():
-                return out
-            for k, v in cur:
-                due, offset = K.split_timer_key(k)
-                if due > until_ms or len(out) >= limit:
-                    break
-                out.append((due, offset, K.TIMER_VALUE.unpack_from(v)[0]))
-        return out
-
-    def next_timer_due(self) -> int | None:
-        """The due time of the earliest pending timer, None when none is pending."""
-        with self._gate, self.env.begin() as txn:
-            cur = txn.cursor(db=self.db.timers)
-            return K.split_timer_key(cur.key())[0] if cur.first() else None
-
-    def timer_summary(self) -> dict[str, int | None]:
-        """How many timers are pending, and the log offset of the oldest one (retention
-        keeps its segment)."""
-        with self._gate, self.env.begin() as txn:
-            count = txn.stat(self.db.timers)["entries"]
-            cur = txn.cursor(db=self.db.timeroff)
-            first = K.parse_offset_key(cur.key()) if cur.first() else None
-        return {"pending": count, "oldest_offset": first}
-
-    def pending_timers_by_topic(self) -> dict[str, int]:
-        """Pending timers per destination topic (topics with none are absent)."""
-        with self._gate, self.env.begin() as txn:
-            return {bytes(k).decode(): K.TIMER_COUNT.unpack(v)[0]
-                    for k, v in txn.cursor(db=self.db.timertopics)}
 
     # ------------------------------------------------------------------ consumer offsets
 

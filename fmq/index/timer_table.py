@@ -1,7 +1,8 @@
 """The pending timers in the index: adding a TIMER record's entry, removing it when a
-MESSAGE fires it, and dropping the entries of a log range (a cut tail, deleted segments).
+MESSAGE fires it, dropping the entries of a log range (a cut tail, deleted segments), and
+reading them (:class:`TimerReads`).
 
-Each function runs inside the caller's LMDB write transaction. ``timers`` is keyed by due
+Each write function runs inside the caller's LMDB write transaction. ``timers`` is keyed by due
 time then TIMER offset (firing order); ``timeroff`` by TIMER offset, valued with the
 ``timers`` key, so a firing MESSAGE (which names only the TIMER's offset) finds its entry;
 ``timertopics`` counts the pending timers of each destination topic (no entry at 0), so
@@ -16,7 +17,7 @@ import lmdb
 
 from fmq.index import keys as K
 from fmq.index.entries import TimerEntry, TimerFired
-from fmq.index.lmdb_env import Databases
+from fmq.index.lmdb_env import Databases, ResizeGate
 
 
 def apply_timers(txn: lmdb.Transaction, db: Databases,
@@ -67,3 +68,58 @@ def drop_timers(txn: lmdb.Transaction, db: Databases, start: int, stop: int | No
     for k in doomed:
         _remove(txn, db, k)
     return len(doomed)
+
+
+class TimerReads:
+    """Reads of the pending timers (``IndexStore.timers``); ``gate`` is the store's map
+    resize gate, entered by every read."""
+
+    def __init__(self, env: lmdb.Environment, db: Databases, gate: ResizeGate) -> None:
+        self.env = env
+        self.db = db
+        self._gate = gate
+
+    def due(self, until_ms: int, limit: int) -> list[tuple[int, int, int]]:
+        """Up to ``limit`` pending timers due at or before ``until_ms``, earliest first:
+        (due time, TIMER offset, TIMER size)."""
+        out = []
+        with self._gate, self.env.begin() as txn:
+            cur = txn.cursor(db=self.db.timers)
+            if not cur.first():
+                return out
+            for k, v in cur:
+                due, offset = K.split_timer_key(k)
+                if due > until_ms or len(out) >= limit:
+                    break
+                out.append((due, offset, K.TIMER_VALUE.unpack_from(v)[0]))
+        return out
+
+    def stored_before(self, offset: int, limit: int) -> list[tuple[int, int]]:
+        """Up to ``limit`` pending timers whose TIMER lies before log offset ``offset``,
+        oldest first: (TIMER offset, TIMER size)."""
+        out = []
+        with self._gate, self.env.begin() as txn:
+            cur = txn.cursor(db=self.db.timeroff)
+            if not cur.first():
+                return out
+            for k, tkey in cur:
+                toff = K.parse_offset_key(k)
+                if toff >= offset or len(out) >= limit:
+                    break
+                value = txn.get(tkey, db=self.db.timers)
+                out.append((toff, K.TIMER_VALUE.unpack_from(value)[0]))
+        return out
+
+    def summary(self) -> dict[str, int | None]:
+        """How many timers are pending, and the log offset of the oldest TIMER."""
+        with self._gate, self.env.begin() as txn:
+            count = txn.stat(self.db.timers)["entries"]
+            cur = txn.cursor(db=self.db.timeroff)
+            first = K.parse_offset_key(cur.key()) if cur.first() else None
+        return {"pending": count, "oldest_offset": first}
+
+    def by_topic(self) -> dict[str, int]:
+        """Pending timers per destination topic (topics with none are absent)."""
+        with self._gate, self.env.begin() as txn:
+            return {bytes(k).decode(): K.TIMER_COUNT.unpack(v)[0]
+                    for k, v in txn.cursor(db=self.db.timertopics)}

@@ -46,8 +46,8 @@ What each type carries (other fields zero-length / -1):
   ``ref_size`` address its PRE_MESSAGE, whose body the consumer reads. No body.
 * ``TX_MESSAGE`` (5): as REF_MESSAGE but with a copy of the PRE_MESSAGE's properties and body.
 * ``COMMIT`` (6) / ``ROLLBACK`` (7): tx id, group; ``ref_offset`` = the PREPARE's offset.
-* ``TIMER`` (10): as MESSAGE, but ``queue_offset`` = due time (ms since epoch), ``queue_id``
-  -1 unless chosen. The MESSAGE delivering it sets ``ref_offset``/``ref_size`` to the TIMER.
+* ``TIMER`` (10): as MESSAGE, but ``queue_offset`` = due time (ms), ``queue_id`` -1 unless chosen,
+  ``ref_offset`` = the TIMER it relocates (or -1); a MESSAGE naming a TIMER there delivers it.
 * ``FILLER`` (127): header only (72 bytes): the rest of the segment is unused.
 
 The codec is pure (bytes in, bytes out): it never touches files and never fsyncs. Decoding

@@ -14,7 +14,7 @@
    REF_MESSAGE      index it; mark its PRE_MESSAGE committed-into-the-queue
    TX_MESSAGE       body checked by its CRC; index it; mark likewise
    COMMIT/ROLLBACK  close the transaction (unknown id: nothing to do)
-   TIMER            add its pending timer (a MESSAGE naming it removes it)
+   TIMER            add its pending timer (a MESSAGE or TIMER naming it removes it)
    ===============  ===========================================================
 
 3. **Cut the torn tail**: zero everything after the last valid record and delete later
@@ -51,7 +51,7 @@ from fmq.index.entries import (
     TimerFired,
     TxEnd,
     queue_entry,
-    timer_item,
+    timer_changes,
     tx_end,
 )
 from fmq.index.store import IndexStore
@@ -102,9 +102,7 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
     elif ends is not None and (rtype == RecordType.COMMIT or rtype == RecordType.ROLLBACK):
         ends.append(tx_end(rec))
     if timers is not None and (rtype == RecordType.TIMER or rtype == RecordType.MESSAGE):
-        timer = timer_item(rec)
-        if timer is not None:
-            timers.append(timer)
+        timers.extend(timer_changes(rec))
     redo_transaction_record(rec, txm)
 
 

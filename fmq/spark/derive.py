@@ -64,12 +64,12 @@ def timer_topic_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBa
 
 
 def pending_timers(load: Callable[[], DataFrame]) -> DataFrame:
-    """The TIMER rows still pending: those no later MESSAGE names in its ``ref_offset``
-    (the MESSAGE that delivered it), as recovery's redo leaves them."""
+    """The TIMER rows still pending: those no later MESSAGE (that delivered it) or TIMER
+    (that relocated it) names in its ``ref_offset``, as recovery's redo leaves them."""
     valid = F.col("damage").isNull()
     timers = load().where((F.col("type") == TIMER_TYPE) & valid).select(
         "offset", "size", "queue_offset", "topic")
-    fired = (load().where((F.col("type") == "MESSAGE") & valid
+    fired = (load().where(F.col("type").isin("MESSAGE", TIMER_TYPE) & valid
                           & F.col("ref_offset").isNotNull())
              .select(F.col("ref_offset").alias("offset")))
     return timers.join(fired, "offset", "left_anti")

@@ -1,6 +1,6 @@
 """The index items of a batch of record rows, computed column-wise (numpy and pyarrow
 compute) on the executors: what :func:`fmq.index.entries.queue_entry`,
-:func:`fmq.index.entries.tx_end` and ``timer_item`` give per record, turned into the keys and values of
+:func:`fmq.index.entries.tx_end` and ``timer_changes`` give per record, turned into the keys and values of
 :func:`fmq.index.keys.entry_items` and :func:`fmq.index.keys.end_items`, for a whole Arrow
 batch at once.
 
@@ -118,7 +118,7 @@ def _end_items(rows: pa.RecordBatch, latest: bool) -> list[tuple[int, pa.Array, 
 
 def timer_batch_items(rows: pa.RecordBatch) -> pa.RecordBatch:
     """The ``timers`` and ``timeroff`` items of TIMER rows that are still pending (the
-    caller dropped those a MESSAGE delivered): :func:`fmq.index.keys.timer_items`."""
+    caller dropped those a MESSAGE delivered or a TIMER relocated): :func:`fmq.index.keys.timer_items`."""
     offset = _np(rows.column("offset"))
     key = _packed(_TIMER_KEY, due=np.maximum(_np(rows.column("queue_offset")), 0),
                   offset=offset)

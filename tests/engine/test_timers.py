@@ -100,19 +100,57 @@ def test_pending_timers_survive_a_restart_and_an_index_rebuild(tmp_path, small_c
     assert _timer_tables(data) == ([], [])
 
 
-def test_retention_keeps_the_segment_of_a_pending_timer(tmp_path, small_config):
+def _fill(b, n=60):
+    for _ in range(n):
+        b.send(Message("u", b"." * 1000))
+    b.wait_indexed()
+
+
+def test_retention_moves_pending_timers_out_of_the_segments_it_deletes(tmp_path, small_config):
     cfg = small_config.replace(retention_bytes=1)
-    with fmq.Broker.open(str(tmp_path / "d"), cfg) as b:
-        b.timers.schedule([Message("t", b"wait")], now_ms() + HOUR_MS)
-        for _ in range(60):
-            b.send(Message("u", b"." * 1000))
-        b.wait_indexed()
-        b.enforce_retention()
-        assert b.log.first_offset == 0  # the TIMER's segment stays
-        b.timers.deliver_due(now_ms() + 2 * HOUR_MS)
-        b.wait_indexed()
-        assert b.enforce_retention()  # delivered: its segment may go
-        assert [m.body for m in _all(b, "t")] == [b"wait"]
+    data = str(tmp_path / "d")
+    due = now_ms() + HOUR_MS
+    with fmq.Broker.open(data, cfg) as b:
+        [s] = b.timers.schedule([Message("t", b"wait", key="k", properties={"p": "1"})], due)
+        _fill(b)
+        assert b.enforce_retention()
+        assert b.log.first_offset > s.offset  # the TIMER's segment is gone ...
+        assert b.timers.relocations == 1 and b.timers.pending() == 1  # ... not the timer
+        [(moved, _size)] = b.index.timers.stored_before(1 << 62, 10)
+        assert moved > s.offset
+    os.remove(os.path.join(data, "checkpoint"))  # redo all that is left of the log
+    with fmq.Broker.open(data, cfg) as b:
+        assert b.index.timers.by_topic() == {"t": 1}
+        assert b.timers.deliver_due(due) == 1
+        [m] = _all(b, "t")
+        assert (m.body, m.key, m.properties) == (b"wait", "k", {"p": "1"})
+        assert b.timers.pending() == 0
+
+
+#: Where the child dies while retention relocates its timers: before the copies' fdatasync
+#: (written, not synced), or inside their pwrite (a torn batch of copies).
+RELOCATION_CRASHES = {
+    "before-fdatasync": {"op": "fdatasync", "nth": 1, "mode": "before"},
+    "torn-pwrite": {"op": "pwrite", "nth": 1, "records": 2, "extra": 20},
+}
+
+
+@pytest.mark.parametrize("crash", sorted(RELOCATION_CRASHES))
+def test_a_kill_during_timer_relocation_keeps_each_timer_once(tmp_path, crash):
+    cfg = dict(segment_size=16 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
+               retention_interval_ms=0, retention_bytes=1, timer_batch=1000)
+    data = str(tmp_path / "d")
+    child = run_child("timer_delivery_crash", data, str(tmp_path / "acks"), cfg=cfg,
+                      count=20, due_in_ms=HOUR_MS, fill=60, arm=RELOCATION_CRASHES[crash])
+    assert child.killed, child.stderr
+    assert [a["event"] for a in child.acks] == ["scheduled"]
+    with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
+        assert b.timers.pending() == 20
+        b.enforce_retention()  # now to completion
+        assert b.timers.pending() == 20
+        assert b.timers.deliver_due(now_ms() + 2 * HOUR_MS) == 20
+        bodies = sorted(m.body for m in _all(b, "t"))
+    assert bodies == sorted(b"timer-%d" % i for i in range(20))
 
 
 def _nack_until_dead(b, group, topic, loc, deliveries):
@@ -164,7 +202,7 @@ def test_nack_redelivers_to_that_group_only_then_dead_letters_and_redrive(tmp_pa
 
 
 def _timer_dues(b):
-    return [due for due, _o, _s in b.index.due_timers(1 << 62, 1000)]
+    return [due for due, _o, _s in b.index.timers.due(1 << 62, 1000)]
 
 
 def test_nack_waits_for_the_back_off_level_of_its_attempt(broker):
@@ -210,3 +248,19 @@ def test_a_kill_during_delivery_delivers_every_timer_exactly_once(tmp_path, cras
         b.wait_indexed()
         bodies = sorted(m.body for m in _all(b, "t"))
     assert bodies == sorted(b"timer-%d" % i for i in range(200))
+
+
+def test_pending_counts_per_topic_follow_adds_deliveries_and_redo(tmp_path, small_config):
+    data = str(tmp_path / "d")
+    with fmq.Broker.open(data, small_config) as b:
+        far = now_ms() + HOUR_MS
+        b.timers.schedule([Message("a", b"1"), Message("a", b"2"), Message("b", b"3")], far)
+        b.timers.schedule([Message("b", b"4")], far + HOUR_MS)
+        b.wait_indexed()
+        assert b.index.timers.by_topic() == {"a": 2, "b": 2}
+        b.timers.deliver_due(far)
+        assert b.index.timers.by_topic() == {"b": 1}
+    os.remove(os.path.join(data, "checkpoint"))  # the next open redoes the whole log
+    with fmq.Broker.open(data, small_config) as b:
+        assert b.index.timers.by_topic() == {"b": 1}
+        assert b.timers.pending() == 1

@@ -124,6 +124,9 @@ def build_log(path: str) -> BuiltLog:
         b.send(_msg("audit", 994, 64))
         b.commit_offset("g2", "payments", 0, 2)
         assert b.timers.deliver_due(TIMERS_DUE + 2) == 6
+        # as retention does: the oldest pending timers rewritten at the log head
+        [(oldest, _size), _] = b.index.timers.stored_before(1 << 62, 2)
+        assert b.timers.relocate_before(oldest + 1) == 1
         b.wait_indexed()
         open_txs = b.open_transactions()
         pulls = pulls_of(b)

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fmq.index import keys as K
-from fmq.index.entries import TimerEntry, queue_entry, timer_item, tx_end
+from fmq.index.entries import TimerEntry, queue_entry, timer_changes, tx_end
 from fmq.log.scanner import LogScanner
 from fmq.spark.items import batch_items, timer_batch_items
 from fmq.spark.source import FmqReader
@@ -44,11 +44,11 @@ def test_batch_items_equal_entry_and_end_items_of_every_record(built_log):
 def test_timer_items_of_the_pending_timer_rows_equal_the_per_record_items(built_log):
     pending: dict[int, object] = {}
     for rec in LogScanner(log_dir(built_log.path), copy_body=False):
-        item = timer_item(rec)
-        if isinstance(item, TimerEntry):
-            pending[item.offset] = item
-        elif item is not None:
-            pending.pop(item.timer_offset)
+        for item in timer_changes(rec):
+            if isinstance(item, TimerEntry):
+                pending[item.offset] = item
+            else:
+                pending.pop(item.timer_offset)
     assert len(pending) == 6  # and six were delivered (tests/spark/conftest.py)
     expected = [i for t in pending.values() for i in K.timer_items(t)]
     got = []
