@@ -120,7 +120,7 @@ class Broker:
                                    self._check_open)
         end_cut_transactions(self.tx, self.tx_writer, report)
         self.timers = Timers(cfg, self.log, self.index, self.dispatcher, self._queues,
-                             self.max_record_size, self._admit, self._check_open).start()
+                             self.max_record_size, self._admit, self._check_open)
         self.recovery = report
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
                                           self.tx, self.io)
@@ -131,6 +131,7 @@ class Broker:
         self._maintenance = start_maintenance(
             cfg, self.log, Upkeep(self.checkpoint, self._retention.roll_back_timed_out,
                                   self.enforce_retention), self._stop)
+        self.timers.start()  # last: a failed open has no timer thread to stop
         logger.info(
             "opened %s: replayed %d records (%d bytes) from %d in %.3fs; log end %d; "
             "%d open transactions; rolled forward %d; torn tail %s",
