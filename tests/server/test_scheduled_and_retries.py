@@ -63,9 +63,20 @@ def test_delayed_and_timed_sends_become_consumable_at_their_time(start_server):
         got = _collect(c, 3)
         assert sorted(m.body for m in got) == [b"as" + b"ync", b"at", b"soon"]
         assert result.offset > at.offset
+    out = run_cli("produce", "--topic", "cli", "--body", "x", "--delay", "3600", "--server",
+                  srv.address, "--json")
+    assert out.returncode == 0, out.stderr
+    [sent] = json_lines(out.stdout)
+    assert sent["topic"] == "cli" and sent["deliver_at"] > sent_at + 3_500_000
+    bad = run_cli("produce", "--topic", "cli", "--body", "x", "--deliver-at", "tomorrow",
+                  "--server", srv.address)
+    assert bad.returncode != 0 and "--deliver-at" in bad.stderr
+    assert "Traceback" not in bad.stderr
     stats = json.loads(run_cli("stats", "--server", srv.address, "--json").stdout)
-    assert stats["delivery"]["timers_pending"] == 1
-    assert stats["delivery"]["timers_pending_by_topic"] == {"later": 1}
+    assert stats["delivery"]["timers_pending"] == 2
+    assert stats["delivery"]["timers_pending_by_topic"] == {"later": 1, "cli": 1}
+    human = run_cli("stats", "--server", srv.address).stdout
+    assert "SCHEDULED AND RETRIES" in human and "timers pending" in human
 
 
 def test_a_failing_handler_sees_the_message_again_then_it_is_dead_and_redriven(start_server):
