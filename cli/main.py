@@ -23,9 +23,9 @@ def _register() -> None:
     except ImportError:  # pragma: no cover - only before the network layer exists
         return
     net_cmds.register(cli)
-    from fmq.cli import bench_cmds, groups_cmds, replica_cmds, stats_cmds
+    from fmq.cli import bench_cmds, dlq_cmds, groups_cmds, replica_cmds, stats_cmds
 
-    for module in (bench_cmds, stats_cmds, groups_cmds, replica_cmds):
+    for module in (bench_cmds, stats_cmds, groups_cmds, replica_cmds, dlq_cmds):
         module.register(cli)
 
 

@@ -98,11 +98,18 @@ def _bodies(body: tuple[str, ...]) -> Iterator[str]:
                    "open for feedback or `fmq tx resolve`).")
 @click.option("--group", "producer_group", default="fmq-cli", show_default=True,
               help="Producer group (transactions).")
+@click.option("--delay", type=click.FloatRange(min=0), default=None,
+              help="Seconds (on the server's clock) before the messages become consumable.")
+@click.option("--deliver-at", default=None,
+              help="When the messages become consumable: ms since the epoch, or an ISO-8601 "
+                   "time with a zone (2026-01-02T03:04:05+00:00).")
 @json_option
 @fmq_errors
 def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tags: str | None,
-            count: int, batch: int, tx: str | None, producer_group: str, as_json: bool) -> None:
-    """Send messages; prints where each one was stored."""
+            count: int, batch: int, tx: str | None, producer_group: str, delay: float | None,
+            deliver_at: str | None, as_json: bool) -> None:
+    """Send messages; prints where each one was stored. With --delay or --deliver-at they
+    are stored now and become consumable at their time."""
     import fmq
     from fmq.client import Producer, TransactionProducer
 
@@ -124,6 +131,11 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
         emit({"tx_id": result.tx_id, "state": result.state.value, "messages": len(msgs)},
              as_json, f"transaction {result.tx_id}: {result.state.value} ({len(msgs)} messages)")
         return
+    if delay is not None or deliver_at is not None:
+        if tx is not None:
+            raise click.UsageError("--tx cannot be scheduled: drop --delay / --deliver-at")
+        _produce_scheduled(server, msgs, delay, parse_deliver_at(deliver_at), as_json)
+        return
     sent = 0
     try:
         with Producer(server) as producer:
@@ -142,6 +154,36 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
         click.echo(f"interrupted: {sent} of {len(msgs)} messages acknowledged (a batch in "
                    f"flight may be stored too)", err=True)
         sys.exit(130)
+
+
+def parse_deliver_at(text: str | None) -> int | None:
+    """``--deliver-at`` as ms since the epoch: an integer, or an ISO-8601 time with a zone."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither ms since the epoch nor an ISO-8601 "
+                                 f"time", param_hint="--deliver-at") from None
+    if when.tzinfo is None:
+        raise click.BadParameter("give a time zone (e.g. +00:00 or Z)",
+                                 param_hint="--deliver-at")
+    return round(when.timestamp() * 1000)
+
+
+def _produce_scheduled(server: str, msgs: list, delay: float | None, deliver_at: int | None,
+                       as_json: bool) -> None:
+    from fmq.client import Producer
+
+    with Producer(server) as producer:
+        for m in msgs:
+            r = producer.send_message(m, deliver_at=deliver_at, delay=delay)
+            emit({"topic": m.topic, "offset": r.offset, "deliver_at": r.deliver_at}, as_json,
+                 f"scheduled for {m.topic} at {r.deliver_at} ms (log {r.offset})")
 
 
 def _message_dict(m) -> dict:

@@ -97,6 +97,15 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
          for g in groups["groups"]],
         [("GROUP", lambda g: g["group"]), ("MEMBERS", lambda g: g["members"]),
          ("GENERATION", lambda g: g["generation"])], "no consumer groups")
+    delivery = s.get("delivery", {})
+    retries = out.table(
+        [{"group": g, **c} for g, c in delivery.get("groups", {}).items()],
+        [("GROUP", lambda g: g["group"]), ("RETRIES PENDING", lambda g: g["retries_pending"]),
+         ("DEAD LETTERS", lambda g: g["dead_letters"])], "no retries or dead letters")
+    timers = out.fields([
+        ("timers pending", delivery.get("timers_pending")),
+        ("timers delivered", delivery.get("timers_delivered")),
+    ])
     failures = out.table(srv.get("errors_by_code", []),
                          [("OP", lambda e: e["op"]), ("CODE", lambda e: e["code"]),
                           ("COUNT", lambda e: e["count"])], "no error answers")
@@ -105,6 +114,7 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
         out.section("TOPICS", out.table(topics["topics"], TOPIC_COLUMNS, "no topics")),
         out.section("GROUPS", members + "\n\n" + out.table(rows, OFFSET_COLUMNS,
                                                             "no committed offsets")),
+        out.section("SCHEDULED AND RETRIES", timers + "\n\n" + retries),
         out.section("ERRORS", errors + "\n\n" + failures),
         out.section("SERVER", server),
     ])

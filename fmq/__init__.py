@@ -49,7 +49,7 @@ from fmq.errors import (
     UnknownQueue,
     UnknownTransaction,
 )
-from fmq.message import Message, SendResult, StoredMessage
+from fmq.message import Message, ScheduledSend, SendResult, StoredMessage
 from fmq.tx.state import TxState, UncertainTx
 from fmq.version import __version__
 
@@ -84,6 +84,7 @@ __all__ = [
     "Message",
     "MessageTooLarge",
     "OffsetOutOfRange",
+    "ScheduledSend",
     "SegmentUnavailable",
     "SendResult",
     "StorageError",

@@ -88,6 +88,15 @@ class BrokerConfig:
     #: or that has not reported for ``max_lag_ms``, leaves the in-sync set.
     max_lag_bytes: int = 64 * MiB
     max_lag_ms: int = 10_000
+    #: How often the timer service looks for due scheduled messages (its precision), and
+    #: how many it delivers per round.
+    timer_poll_ms: int = 10
+    timer_batch: int = 1024
+    #: Back-off before each redelivery of a message a consumer failed (nack), one level per
+    #: attempt (the last repeats), as durations separated by spaces.
+    retry_delays: str = "10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    #: Redeliveries before a failed message goes to its group's dead-letter topic.
+    max_reconsume_times: int = 16
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid configuration")
@@ -129,6 +138,19 @@ class BrokerConfig:
         need(self.max_lag_ms >= 100, "max_lag_ms must be >= 100")
         need(not self.follow or ":" in self.follow,
              "follow must be HOST:PORT of the primary (or empty)")
+        need(self.timer_poll_ms >= 1, "timer_poll_ms must be >= 1")
+        need(self.timer_batch >= 1, "timer_batch must be >= 1")
+        need(self.max_reconsume_times >= 0, "max_reconsume_times must be >= 0")
+        self.retry_delays_ms  # noqa: B018 - parsed now, so a bad level is refused at start
+
+    @property
+    def retry_delays_ms(self) -> tuple[int, ...]:
+        """The ``retry_delays`` levels in milliseconds."""
+        levels = tuple(coerce_value("retry_delays", "duration", part, "invalid configuration")
+                       for part in self.retry_delays.split())
+        require(bool(levels) and all(v >= 0 for v in levels),
+                "retry_delays must list at least one duration, e.g. \"10s 30s 1m\"")
+        return levels
 
     @property
     def max_record_size(self) -> int:

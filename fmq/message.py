@@ -22,6 +22,15 @@ MAX_OFFSET = (1 << 63) - 1
 #: Topics whose names start with this belong to FMQ itself (retries, dead letters, timers,
 #: offsets...): clients may read them, only the broker writes them. docs/format.md lists them.
 INTERNAL_TOPIC_PREFIX = "%"
+#: A consumer group's retry and dead-letter topics are these prefixes and the group's name.
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+#: Properties the broker sets on a retried or dead-lettered message: its redeliveries so
+#: far, and where it was first stored.
+RECONSUME_TIMES = "%RECONSUME_TIMES"
+ORIGIN_TOPIC = "%ORIGIN_TOPIC"
+ORIGIN_QUEUE = "%ORIGIN_QUEUE"
+ORIGIN_OFFSET = "%ORIGIN_OFFSET"
 
 
 @dataclass
@@ -42,6 +51,15 @@ class SendResult:
 
 
 @dataclass(frozen=True)
+class ScheduledSend:
+    """The answer to a scheduled send: the message is durable at ``offset`` (its TIMER
+    record) and becomes consumable in its topic at ``deliver_at`` (ms since the epoch)."""
+
+    offset: int
+    deliver_at: int
+
+
+@dataclass(frozen=True)
 class StoredMessage:
     topic: str
     queue_id: int
@@ -53,6 +71,18 @@ class StoredMessage:
     properties: dict[str, str] = field(default_factory=dict)
     store_time: int = 0
 
+    @property
+    def reconsume_times(self) -> int:
+        """How many times this message was delivered again after a consumer of the group
+        failed it (0 for a first delivery)."""
+        return int((self.properties or {}).get(RECONSUME_TIMES, "0"))
+
+    @property
+    def origin_topic(self) -> str:
+        """The topic the message was sent to (``topic`` is the group's retry or
+        dead-letter topic for a redelivery)."""
+        return (self.properties or {}).get(ORIGIN_TOPIC, self.topic)
+
 
 def check_topic(topic: object) -> str:
     if not isinstance(topic, str) or not _TOPIC_RE.fullmatch(topic):
@@ -60,6 +90,16 @@ def check_topic(topic: object) -> str:
             f"invalid topic {topic!r}: use 1-127 characters from A-Z a-z 0-9 _ . : % | -"
         )
     return topic
+
+
+def retry_topic(group: str) -> str:
+    """The topic ``group``'s failed messages come back through (its consumers read it)."""
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """The dead-letter topic of ``group``."""
+    return DLQ_PREFIX + group
 
 
 def is_internal_topic(topic: str) -> bool:

@@ -12,13 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from fmq.errors import BrokerClosed, ConnectionLost, FMQError, InvalidArgument, RequestTimeout
-from fmq.message import Message, SendResult
+from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
 from fmq.protocol.batch import decode_send_results, encode_message, send_batch_frame
-from fmq.protocol.values import message_to_wire, result_from_wire
+from fmq.protocol.values import (
+    message_to_wire,
+    result_from_wire,
+    schedule_to_wire,
+    scheduled_from_wire,
+)
 
 from .aio_connection import AsyncConnection
 from .base import backoff_delay
@@ -133,10 +139,15 @@ class AsyncProducer:
 
     async def send(self, topic: str, body: bytes, key: str | None = None,
                    tags: str | None = None, properties: dict[str, str] | None = None,
-                   queue_id: int | None = None) -> SendResult:
-        """Store one message; returns once it is durable on the server."""
+                   queue_id: int | None = None, *, deliver_at: int | datetime | None = None,
+                   delay: float | timedelta | None = None) -> SendResult | ScheduledSend:
+        """Store one message; returns once it is durable on the server. ``deliver_at`` /
+        ``delay``: as :meth:`fmq.client.producer.Producer.send` (a scheduled message)."""
         msg = message_to_wire(Message(topic, body, key, tags, properties, queue_id))
-        return result_from_wire((await self.call(Op.SEND, {"message": msg}))["result"])
+        if deliver_at is None and delay is None:
+            return result_from_wire((await self.call(Op.SEND, {"message": msg}))["result"])
+        fields = {"message": msg, **schedule_to_wire(deliver_at, delay)}
+        return scheduled_from_wire(await self.call(Op.SEND_AT, fields))
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store several messages in one request and one group commit: all or none."""

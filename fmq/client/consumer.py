@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from fmq.errors import BrokerClosed, FMQError, InvalidArgument
-from fmq.message import StoredMessage, check_name, check_topic
+from fmq.message import StoredMessage, check_name, check_topic, retry_topic
 from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
 
@@ -35,10 +35,17 @@ class Consumer(Client):
     group has none; ``"earliest"``: the queue's start (replay); ``"latest"``: only messages
     stored from now on. ``"earliest"``/``"latest"`` apply to each queue the first time this
     consumer gets it and ignore the committed offset.
+
+    A message the application fails is handed back with :meth:`nack` (or by raising from the
+    handler of :meth:`run`): the server delivers it again to this group only, after a
+    back-off, through the group's retry topic, which the consumer also reads (``retries``
+    False: not). Its ``reconsume_times`` counts the redeliveries; after the server's
+    ``max_reconsume_times`` the next failure moves it to the group's dead-letter topic.
     """
 
     def __init__(self, servers: str | Sequence[str], group: str, topics: str | Sequence[str],
-                 start: str = "committed", *, max_messages: int = 64, **options: Any) -> None:
+                 start: str = "committed", *, max_messages: int = 64, retries: bool = True,
+                 **options: Any) -> None:
         super().__init__(servers, **options)
         check_name(group, "group", allow_none=False)
         self.group = group
@@ -47,6 +54,10 @@ class Consumer(Client):
             check_topic(t)
         if not self.topics:
             raise InvalidArgument("a consumer needs at least one topic")
+        #: The group's retry topic when this consumer reads it (None: it does not).
+        self._retry_topic = retry_topic(group) if retries else None
+        if retries and retry_topic(group) not in self.topics:
+            self.topics.append(retry_topic(group))
         if start not in STARTS:
             raise InvalidArgument(f"start must be one of {', '.join(STARTS)}, not {start!r}")
         self.start = start
@@ -61,6 +72,7 @@ class Consumer(Client):
         self._positions: dict[Queue, int] = {}  # next offset to deliver
         self._committed: dict[Queue, int] = {}
         self._seen: set[Queue] = set()
+        self._starts: dict[Queue, int] = {}  # where each queue was started at
         self._inflight: dict[Queue, tuple[int, Future]] = {}
         self._heartbeat_interval = 1.0
         self._stop = threading.Event()
@@ -99,10 +111,18 @@ class Consumer(Client):
 
     @property
     def assignment(self) -> list[Queue]:
-        """Queues this consumer reads now."""
+        """Queues of ``topics`` this consumer reads now (the queues of the group's retry
+        topic, read as well, are :attr:`retry_assignment`)."""
         with self._use:
             self._apply_assignment()
-            return list(self._assigned)
+            return [q for q in self._assigned if q[0] != self._retry_topic]
+
+    @property
+    def retry_assignment(self) -> list[Queue]:
+        """Queues of the group's retry topic this consumer reads now."""
+        with self._use:
+            self._apply_assignment()
+            return [q for q in self._assigned if q[0] == self._retry_topic]
 
     def _apply_assignment(self) -> None:
         with self._lock:
@@ -122,6 +142,7 @@ class Consumer(Client):
             self._committed.pop(q, None)
             self._inflight.pop(q, None)  # a late answer is dropped
         self._positions.update(starts)
+        self._starts.update(starts)
         self._seen.update(starts)
         self._assigned = incoming
         logger.info("consumer %s of group %s now reads %s", self.member_id, self.group,
@@ -212,7 +233,10 @@ class Consumer(Client):
     def _commit(self) -> None:
         due = [(q, self._positions[q]) for q in list(self._assigned)
                if self._positions.get(q) is not None
-               and self._committed.get(q) != self._positions[q]]
+               and self._committed.get(q) != self._positions[q]
+               # a retry queue nothing came back to yet: no offset to show in `fmq groups`
+               and not (q[0] == self._retry_topic and q not in self._committed
+                        and self._positions[q] == self._starts.get(q))]
         # Sent together, not one after the other: the server writes each as a log record
         # and answers after the fdatasync, so pipelined they share one group commit.
         sent: list[tuple[Queue, int, Future | None]] = []
@@ -237,6 +261,41 @@ class Consumer(Client):
 
     def _offset_fields(self, q: Queue, pos: int) -> dict[str, Any]:
         return {"group": self.group, "topic": q[0], "queue_id": q[1], "next_offset": pos}
+
+    def nack(self, message: StoredMessage, delay: float | None = None) -> int:
+        """This group failed ``message``: the server stores it for a redelivery to this group
+        after ``delay`` seconds (None: the back-off level of its attempt), or in the group's
+        dead-letter topic once it was redelivered ``max_reconsume_times``. Returns its
+        redeliveries so far (-1: dead-lettered). Commit as usual afterwards: the message is
+        safe once this returns."""
+        if delay is not None and (not isinstance(delay, (int, float)) or delay < 0):
+            raise InvalidArgument(f"delay must be seconds >= 0 or None, got {delay!r}")
+        resp = self.call(Op.NACK, {"group": self.group, "topic": message.topic,
+                                   "queue_id": message.queue_id,
+                                   "queue_offset": message.queue_offset,
+                                   "delay_ms": -1 if delay is None else round(delay * 1000)})
+        return -1 if resp["dead_letter"] else resp["reconsume_times"]
+
+    def run(self, handler: Callable[[StoredMessage], object]) -> None:
+        """Call ``handler`` with each message until :meth:`close`; commit after each batch.
+        A handler that raises fails that message (:meth:`nack`, logged), and the others go
+        on."""
+        while not self._closed:
+            try:
+                batch = self.poll(1.0)
+            except BrokerClosed:
+                if self._closed:
+                    return
+                raise
+            for m in batch:
+                try:
+                    handler(m)
+                except Exception as exc:  # noqa: BLE001 - the application's failure
+                    logger.warning("handler failed %s/%d/%d (%s); redelivering later",
+                                   m.topic, m.queue_id, m.queue_offset, exc)
+                    self.nack(m)
+            if batch:
+                self.commit()
 
     def __iter__(self) -> Iterator[StoredMessage]:
         """Messages until :meth:`close` (from another thread, or a signal handler); commit

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from fmq.errors import (
@@ -20,10 +21,16 @@ from fmq.errors import (
     RequestTimeout,
     TransactionRolledBack,
 )
-from fmq.message import Message, SendResult
+from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import Op
 from fmq.protocol.batch import encode_message
-from fmq.protocol.values import message_to_wire, result_from_wire, uncertain_from_wire
+from fmq.protocol.values import (
+    message_to_wire,
+    result_from_wire,
+    schedule_to_wire,
+    scheduled_from_wire,
+    uncertain_from_wire,
+)
 from fmq.tx.ids import new_tx_id
 from fmq.tx.state import TxState, UncertainTx
 
@@ -64,14 +71,24 @@ class Producer(Client):
         self._sender_closed = False
 
     def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
-             properties: dict[str, str] | None = None,
-             queue_id: int | None = None) -> SendResult:
-        """Store one message; returns once it is durable on the server."""
-        msg = message_to_wire(Message(topic, body, key, tags, properties, queue_id))
-        return result_from_wire(self.call(Op.SEND, {"message": msg})["result"])
+             properties: dict[str, str] | None = None, queue_id: int | None = None, *,
+             deliver_at: int | datetime | None = None,
+             delay: float | timedelta | None = None) -> SendResult | ScheduledSend:
+        """Store one message; returns once it is durable on the server. With
+        ``deliver_at`` (ms since the epoch, or an aware datetime) or ``delay`` (seconds, or
+        a timedelta, counted on the server's clock) it becomes consumable only then, and
+        the answer is a :class:`~fmq.message.ScheduledSend`."""
+        return self.send_message(Message(topic, body, key, tags, properties, queue_id),
+                                 deliver_at=deliver_at, delay=delay)
 
-    def send_message(self, message: Message) -> SendResult:
-        return result_from_wire(self.call(Op.SEND, {"message": message_to_wire(message)})["result"])
+    def send_message(self, message: Message, *, deliver_at: int | datetime | None = None,
+                     delay: float | timedelta | None = None) -> SendResult | ScheduledSend:
+        """:meth:`send` of a :class:`~fmq.message.Message`."""
+        msg = message_to_wire(message)
+        if deliver_at is None and delay is None:
+            return result_from_wire(self.call(Op.SEND, {"message": msg})["result"])
+        fields = {"message": msg, **schedule_to_wire(deliver_at, delay)}
+        return scheduled_from_wire(self.call(Op.SEND_AT, fields))
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store several messages in one request and one group commit: all or none."""

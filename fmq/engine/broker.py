@@ -25,6 +25,7 @@ from fmq.engine.queues import Queues, check_messages, place_messages
 from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
 from fmq.engine.stats import broker_stats
+from fmq.engine.timers import Timers
 from fmq.errors import BrokerClosed
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import open_index
@@ -124,16 +125,20 @@ class Broker:
         if not cfg.follow:  # a follower writes only what its primary ships
             end_cut_transactions(self.tx, self.tx_writer, report)
             self.offsets.upgrade()
+        self.timers = Timers(cfg, self.log, self.index, self.dispatcher, self._queues,
+                             self.max_record_size, self._admit, self._check_open)
         self.recovery = report
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
                                           self.tx, self.io)
         self._retention = Retention(self.path, cfg, self.log, self.index, self.tx,
                                     self.tx_writer, self._checkpointer, self.io, self.rollback,
-                                    self.offsets)
+                                    self.offsets, self.timers)
         self._stop = threading.Event()
         self._maintenance = start_maintenance(
             cfg, self.log, Upkeep(self.checkpoint, self._retention.roll_back_timed_out,
                                   self.enforce_retention), self._stop)
+        if not cfg.follow:  # a follower's timers are delivered by its primary
+            self.timers.start()  # last: a failed open has no timer thread to stop
         logger.info(
             "opened %s: replayed %d records (%d bytes) from %d in %.3fs; log end %d; "
             "%d open transactions; rolled forward %d; torn tail %s",
@@ -155,6 +160,7 @@ class Broker:
         self._closed = True
         self._stop.set()
         self._maintenance.join()
+        self.timers.stop()
         try:
             if self.log.failed is None:
                 self.log.flush()

@@ -129,11 +129,15 @@ class ConsumerOffsets:
 
     # ------------------------------------------------------------------ retention
 
+    def pinned_before(self, offset: int) -> bool:
+        """Whether a committed offset's latest OFFSET record lies before ``offset``."""
+        return any(0 <= src < offset for _o, src in self.index.consumer_offset_sources().values())
+
     def keep_before(self, offset: int) -> int:
         """Write again at the log head every committed offset whose latest OFFSET record
         lies before ``offset`` (retention is about to delete it); returns how many. The
         caller made sure the index covers the log up to ``offset``."""
-        if not any(0 <= src < offset for _o, src in self.index.consumer_offset_sources().values()):
+        if not self.pinned_before(offset):
             return 0
         with self._place_lock:
             # Every commit placed before we took the lock must be indexed first: the copy

@@ -1,6 +1,6 @@
-"""Retention: delete whole old segments, relocating the open transactions that pin them and
-writing again at the log head the consumer offsets whose latest record they hold, and roll
-back transactions left open longer than ``tx_timeout_ms``."""
+"""Retention: delete whole old segments, relocating the open transactions and the pending
+timers that pin them and writing again at the log head the consumer offsets whose latest
+record they hold, and roll back transactions left open longer than ``tx_timeout_ms``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from fmq.config import BrokerConfig
 from fmq.datadir import QUEUE_FLOORS_FILE
 from fmq.engine.checkpoints import Checkpointer
 from fmq.engine.offsets import ConsumerOffsets
+from fmq.engine.timers import Timers
 from fmq.errors import FMQError
 from fmq.index.store import IndexStore
 from fmq.log.fileio import FileIO
@@ -32,7 +33,8 @@ class Retention:
 
     def __init__(self, path: str, config: BrokerConfig, log_: Log, index: IndexStore,
                  txm: TxManager, writer: TxWriter, checkpointer: Checkpointer, io: FileIO,
-                 rollback: Callable[[str], TxState], offsets: ConsumerOffsets) -> None:
+                 rollback: Callable[[str], TxState], offsets: ConsumerOffsets,
+                 timers: Timers) -> None:
         self.floors_file = os.path.join(path, QUEUE_FLOORS_FILE)
         self.config = config
         self.log = log_
@@ -40,6 +42,7 @@ class Retention:
         self.tx = txm
         self.writer = writer
         self.checkpointer = checkpointer
+        self.timers = timers
         self.io = io
         self.rollback = rollback
         self.offsets = offsets
@@ -73,6 +76,7 @@ class Retention:
                 # A follower writes nothing of its own: it waits for its primary's move.
                 if cfg.follow or not self._relocate_pinning(seg, relocated):
                     break
+                self.timers.relocate_before(seg.end)
                 floor = self._floor()
                 if seg.end > floor:
                     break
@@ -81,8 +85,13 @@ class Retention:
                              {q: hi for q, (_lo, hi) in self.index.all_queues().items()},
                              self.io)
             # The segment is indexed (it ends at or before the floor): the offsets whose
-            # latest record it holds are read from the index and written at the head.
-            self.offsets.keep_before(seg.end)
+            # latest record it holds are read from the index and written at the head. A
+            # follower writes nothing: it keeps the segment until its primary's copies arrive.
+            if cfg.follow:
+                if self.offsets.pinned_before(seg.end):
+                    break
+            else:
+                self.offsets.keep_before(seg.end)
             self.log.delete_segment(seg)
             deleted.append(seg.name)
         if deleted:
@@ -92,10 +101,12 @@ class Retention:
 
     def _floor(self) -> int:
         """The lowest offset retention must keep: the checkpoint's recovery offset (taken
-        now), which is at or before every open transaction's PREPARE."""
+        now), which is at or before every open transaction's PREPARE, and the oldest
+        pending timer (``enforce`` moves those of a segment it deletes to the log head)."""
         floor = self.checkpointer.checkpoint().recovery_offset
         oldest = self.tx.oldest_prepare_offset()
-        return floor if oldest is None else min(floor, oldest)
+        timer = self.index.timers.summary()["oldest_offset"]
+        return min(x for x in (floor, oldest, timer) if x is not None)
 
     def _relocate_pinning(self, seg: Segment, done: set[str]) -> bool:
         """Relocate the open transactions whose PREPARE lies before ``seg.end``. False when

@@ -7,7 +7,7 @@ redo pass re-applies from the checkpoint idempotently.
 
 Two ways to learn what a flushed record contributes, both through the same pure functions
 (:func:`~fmq.index.entries.queue_entry`, :func:`~fmq.index.entries.index_mark`: transaction
-ends and consumer offsets):
+ends and consumer offsets, :func:`~fmq.index.entries.timer_changes`):
 
 * **hand-off** (normal): the log calls :meth:`Dispatcher.on_append` for every record it
   appends, under its lock, so entries queue up in log order; once a flush covers them they
@@ -34,7 +34,16 @@ import time
 from collections import deque
 
 from fmq.errors import BadRecord
-from fmq.index.entries import OffsetEntry, QueueEntry, TxEnd, index_mark, queue_entry
+from fmq.index.entries import (
+    OffsetEntry,
+    QueueEntry,
+    TimerEntry,
+    TimerFired,
+    TxEnd,
+    index_mark,
+    queue_entry,
+    timer_changes,
+)
 from fmq.index.lmdb_env import is_transient
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
@@ -54,7 +63,8 @@ class Dispatcher:
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self.linger = 0.001
-        self._pending: deque[tuple[int, QueueEntry | TxEnd | OffsetEntry]] = deque()
+        self._pending: deque[tuple[int, QueueEntry | TxEnd | OffsetEntry | TimerEntry
+                                   | TimerFired]] = deque()
         self._accepting = True
         self._generation = 0
         self._file_until = start_offset  # below this, entries come from reading the log
@@ -95,10 +105,15 @@ class Dispatcher:
         if not self._accepting:
             return
         item = queue_entry(record) or index_mark(record)
-        if item is None:
+        timers = timer_changes(record)
+        if item is None and not timers:
             return
         pending = self._pending
-        pending.append((record.log_offset + record.size, item))
+        end = record.log_offset + record.size
+        if item is not None:
+            pending.append((end, item))
+        for timer in timers:  # a firing MESSAGE has both
+            pending.append((end, timer))
         if len(pending) > self.max_pending:  # the index lags: read the log instead
             self._accepting = False
             self._generation += 1
@@ -201,6 +216,7 @@ class Dispatcher:
         if self._accepting and self._applied >= self._file_until:
             entries: list[QueueEntry] = []
             ends: list[TxEnd | OffsetEntry] = []
+            timers: list[TimerEntry | TimerFired] = []
             pending = self._pending
             while True:
                 try:
@@ -210,12 +226,19 @@ class Dispatcher:
                 if end > target:
                     break
                 pending.popleft()
-                (entries if isinstance(item, QueueEntry) else ends).append(item)
-                if len(entries) + len(ends) >= self.batch and generation == self._generation:
-                    self._apply(entries, end, ends)
-                    entries, ends = [], []
+                if isinstance(item, QueueEntry):
+                    entries.append(item)
+                elif isinstance(item, (TimerEntry, TimerFired)):
+                    timers.append(item)
+                else:  # a transaction end or a consumer offset
+                    ends.append(item)
+                if (len(entries) + len(ends) + len(timers) >= self.batch
+                        and generation == self._generation
+                        and (not pending or pending[0][0] != end)):  # a record's items together
+                    self._apply(entries, end, ends, timers)
+                    entries, ends, timers = [], [], []
             if generation == self._generation:
-                self._apply(entries, target, ends)
+                self._apply(entries, target, ends, timers)
                 return
             # The hand-off overflowed while we took from it: read the log instead.
         self._catch_up(target)
@@ -236,6 +259,7 @@ class Dispatcher:
         offset = self._applied
         entries: list[QueueEntry] = []
         ends: list[TxEnd | OffsetEntry] = []
+        timers: list[TimerEntry | TimerFired] = []
         self.log.segment_for(offset)  # OffsetOutOfRange when retention deleted it
         with self.log.lock:
             segments = list(self.log.segments)
@@ -252,20 +276,21 @@ class Dispatcher:
                     entries.append(item)
                 elif item is not None:
                     ends.append(item)
-                if len(entries) + len(ends) >= self.batch:
-                    self._apply(entries, offset, ends)
-                    entries, ends = [], []
+                timers.extend(timer_changes(rec))
+                if len(entries) + len(ends) + len(timers) >= self.batch:
+                    self._apply(entries, offset, ends, timers)
+                    entries, ends, timers = [], [], []
             if offset >= target:
                 break
         if offset < target:
             torn = scanner.torn
             raise BadRecord(offset, torn.reason if torn else
                             f"the log ends at {offset}, before the flushed offset {target}")
-        self._apply(entries, offset, ends)
+        self._apply(entries, offset, ends, timers)
 
     def _apply(self, entries: list[QueueEntry], applied: int,
-               ends: list[TxEnd | OffsetEntry]) -> None:
-        self.index.apply(entries, applied, ends)
+               ends: list[TxEnd | OffsetEntry], timers: list[TimerEntry | TimerFired]) -> None:
+        self.index.apply(entries, applied, ends, timers)
         with self._cond:
             self._applied = applied
             self._cond.notify_all()

@@ -3,7 +3,9 @@ dispatcher, recovery's redo pass and the Spark rebuild job.
 
 MESSAGE, REF_MESSAGE and TX_MESSAGE records get a consume-queue entry; COMMIT and ROLLBACK
 records get a transaction-end entry (so a retried commit or rollback is answered with the
-final state even after a restart). A REF_MESSAGE's entry points
+final state even after a restart). A TIMER record adds a pending timer; a MESSAGE whose
+``ref_offset`` names a TIMER fires it (removes it from the pending timers), and so does a
+TIMER naming one (retention moved it: the new one replaces it). A REF_MESSAGE's entry points
 at its PRE_MESSAGE record (which holds the body), so a consumer reads the body with one
 lookup; MESSAGE and TX_MESSAGE entries point at the record itself. OFFSET records set a
 consumer group's committed offset (the latest in log order wins). PREPARE, PRE_MESSAGE
@@ -93,3 +95,33 @@ def index_mark(record: Record) -> TxEnd | OffsetEntry | None:
     """What a record that takes no queue entry puts into the index: a transaction end or a
     consumer offset (the dispatcher and recovery apply both with the queue entries)."""
     return tx_end(record) or offset_entry(record)
+
+
+class TimerEntry(NamedTuple):
+    """A pending timer: the TIMER record at ``offset`` becomes consumable at ``due``."""
+
+    due: int  # ms since the Unix epoch
+    offset: int
+    size: int
+    topic: str  # where the message goes when due
+
+
+class TimerFired(NamedTuple):
+    """The TIMER record at ``timer_offset`` was delivered: it is no longer pending."""
+
+    timer_offset: int
+
+
+def timer_changes(record: Record) -> tuple[TimerEntry | TimerFired, ...]:
+    """What ``record`` changes in the pending timers, in order: a TIMER adds itself (after
+    removing the TIMER it relocates, if it names one); a MESSAGE that names a TIMER removes
+    it; anything else changes nothing."""
+    rtype = record.type
+    if rtype == RecordType.TIMER:
+        added = TimerEntry(record.queue_offset, record.log_offset, record.size, record.topic)
+        if record.ref_offset >= 0:
+            return TimerFired(record.ref_offset), added
+        return (added,)
+    if rtype == RecordType.MESSAGE and record.ref_offset >= 0:
+        return (TimerFired(record.ref_offset),)
+    return ()

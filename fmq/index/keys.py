@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from fmq.index.entries import QueueEntry, TxEnd
+from fmq.index.entries import QueueEntry, TimerEntry, TxEnd
 
 QID = _QID = struct.Struct(">I")
 QID_QOFF = _QID_QOFF = struct.Struct(">IQ")
@@ -28,6 +28,12 @@ TX_END_VALUE = struct.Struct("<Bq")
 I64 = struct.Struct("<q")
 #: consumer offset value: next offset to consume, log offset of its OFFSET record
 CONSUMER_VALUE = struct.Struct("<qq")
+#: pending-timer key: due time, TIMER record offset (so LMDB's order is firing order)
+TIMER_KEY = struct.Struct(">QQ")
+#: pending-timer value: size of the TIMER record, then its topic (UTF-8, to the end)
+TIMER_VALUE = struct.Struct("<I")
+#: ``timertopics`` (key: the topic, UTF-8) value: pending timers of the topic, i64
+TIMER_COUNT = I64
 
 
 def name(s: str) -> bytes:
@@ -105,8 +111,10 @@ def consumer_value(value: bytes) -> tuple[int, int]:
 # ---------------------------------------------------------------- items of an entry
 
 #: The databases index items go to; items name them by position in this tuple.
-ITEM_DBS = ("cq", "time", "keys", "keyoff", "txends", "txoff")
-DB_CQ, DB_TIME, DB_KEYS, DB_KEYOFF, DB_TXENDS, DB_TXOFF = range(len(ITEM_DBS))
+ITEM_DBS = ("cq", "time", "keys", "keyoff", "txends", "txoff", "timers", "timeroff",
+            "timertopics")
+(DB_CQ, DB_TIME, DB_KEYS, DB_KEYOFF, DB_TXENDS, DB_TXOFF, DB_TIMERS, DB_TIMEROFF,
+ DB_TIMERTOPICS) = range(len(ITEM_DBS))
 
 
 def entry_items(e: QueueEntry) -> Iterator[tuple[int, bytes, bytes]]:
@@ -131,3 +139,19 @@ def end_items(t: TxEnd, latest: bool = True) -> Iterator[tuple[int, bytes, bytes
     if latest:
         yield DB_TXENDS, tid, TX_END_VALUE.pack(1 if t.committed else 0, t.offset)
     yield DB_TXOFF, U64BE.pack(t.offset), tid
+
+
+def timer_key(due: int, offset: int) -> bytes:
+    return TIMER_KEY.pack(max(due, 0), offset)
+
+
+def split_timer_key(key: bytes) -> tuple[int, int]:
+    """(due time, TIMER record offset) of a ``timers`` key."""
+    return TIMER_KEY.unpack(key)
+
+
+def timer_items(t: TimerEntry) -> Iterator[tuple[int, bytes, bytes]]:
+    """The items of a pending timer: by due time (what the timer service reads) and by
+    offset (what a firing MESSAGE and retention find it by), valued with the other key."""
+    yield DB_TIMERS, timer_key(t.due, t.offset), TIMER_VALUE.pack(t.size) + t.topic.encode()
+    yield DB_TIMEROFF, U64BE.pack(t.offset), timer_key(t.due, t.offset)

@@ -10,7 +10,7 @@ import lmdb
 
 #: The databases derived from the log, in the order a rebuild writes and compares them.
 DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"consumers",
-               b"meta")
+               b"timers", b"timeroff", b"timertopics", b"meta")
 #: ``meta`` keys.
 APPLIED = b"applied"
 FORMAT = b"format"
@@ -30,6 +30,9 @@ class Databases:
     time: object
     txends: object
     txoff: object
+    timers: object
+    timeroff: object
+    timertopics: object
     meta: object
     consumers: object
 
@@ -41,7 +44,8 @@ class Databases:
         """The databases derived from the log but ``meta``, by name."""
         return {"cq": self.cq, "queues": self.queues, "keys": self.keys, "keyoff": self.keyoff,
                 "time": self.time, "txends": self.txends, "txoff": self.txoff,
-                "consumers": self.consumers}
+                "consumers": self.consumers, "timers": self.timers, "timeroff": self.timeroff,
+                "timertopics": self.timertopics}
 
 
 #: LMDB errors that say "not now" (space, memory, reader slots, locks), not "damaged" or

@@ -15,6 +15,9 @@ database       key                                           value
 ``txoff``      COMMIT/ROLLBACK offset u64                    transaction id (for retention)
 ``consumers``  group NUL, topic NUL, queue id                 next offset to consume, offset of
                                                              its OFFSET record
+``timers``     due time u64, TIMER offset u64                size of the TIMER record
+``timeroff``   TIMER offset u64                              the ``timers`` key
+``timertopics`` topic (UTF-8)                                pending timers of the topic
 ``meta``       ``applied``                                    log offset applied up to
 =============  ============================================  ==================================
 
@@ -44,7 +47,7 @@ from fmq.datadir import INDEX_DATA_FILE, index_exists
 from fmq.errors import IndexCorrupt
 from fmq.index import keys as K
 from fmq.index import trim
-from fmq.index.entries import OffsetEntry, QueueEntry, TxEnd
+from fmq.index.entries import OffsetEntry, QueueEntry, TimerEntry, TimerFired, TxEnd
 from fmq.index.lmdb_env import (
     APPLIED,
     DERIVED_DBS,
@@ -53,6 +56,7 @@ from fmq.index.lmdb_env import (
     Databases,
     ResizeGate,
 )
+from fmq.index.timer_table import TimerReads, apply_timers
 
 INDEX_FORMAT = b"fmq-index-1"
 
@@ -87,6 +91,8 @@ class IndexStore:
             ) from exc
         self._gate = ResizeGate()
         self._write_lock = threading.Lock()
+        #: Reads of the pending timers (``timers``, ``timeroff``, ``timertopics``).
+        self.timers = TimerReads(self.env, self.db, self._gate)
 
     # ------------------------------------------------------------------ writing
 
@@ -101,13 +107,16 @@ class IndexStore:
                     self._gate.resize(self.env)
 
     def apply(self, entries: Iterable[QueueEntry], applied_offset: int,
-              marks: Iterable[TxEnd | OffsetEntry] = ()) -> None:
+              marks: Iterable[TxEnd | OffsetEntry] = (),
+              timers: Iterable[TimerEntry | TimerFired] = ()) -> None:
         """Write ``entries``, ``marks`` (transaction ends and consumer offsets, in log
-        order) and the new applied offset in one transaction (idempotent)."""
-        self._write(self._apply_txn, list(entries), applied_offset, list(marks))
+        order), ``timers`` (in log order) and the new applied offset in one transaction
+        (idempotent)."""
+        self._write(self._apply_txn, list(entries), applied_offset, list(marks), list(timers))
 
     def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
-                   marks: list[TxEnd | OffsetEntry]) -> None:
+                   marks: list[TxEnd | OffsetEntry],
+                   timers: list[TimerEntry | TimerFired]) -> None:
         items: list[list[tuple[bytes, bytes]]] = [[] for _ in K.ITEM_DBS]
         queue_next: dict[tuple[str, int], int] = {}
         queue_first: dict[tuple[str, int], int] = {}
@@ -126,8 +135,9 @@ class IndexStore:
                 continue
             for db, k, v in K.end_items(t):
                 items[db].append((k, v))
-        handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends, self.db.txoff)
-        for db, db_items in zip(handles, items, strict=True):
+        handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends,
+                   self.db.txoff)
+        for db, db_items in zip(handles, items[:len(handles)], strict=True):
             if db_items:
                 consumed, _added = txn.cursor(db=db).putmulti(db_items)
                 if consumed != len(db_items):  # append mode silently skips out-of-order keys
@@ -141,6 +151,8 @@ class IndexStore:
             lo, hi = K.QUEUE_VALUE.unpack(old) if old else (first, first)
             if nxt > hi:
                 txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.db.queues)
+        if timers:
+            apply_timers(txn, self.db, timers)
         old = txn.get(APPLIED, db=self.db.meta)
         if old is None or K.I64.unpack(old)[0] < applied:
             txn.put(APPLIED, K.I64.pack(applied), db=self.db.meta)

@@ -10,6 +10,7 @@ import lmdb
 
 from fmq.index import keys as K
 from fmq.index.lmdb_env import APPLIED, Databases
+from fmq.index.timer_table import drop_timers
 
 
 def remove_from(txn: lmdb.Transaction, db: Databases, log_end: int) -> int:
@@ -50,6 +51,7 @@ def remove_from(txn: lmdb.Transaction, db: Databases, log_end: int) -> int:
         if K.consumer_value(v)[1] >= log_end:
             txn.delete(k, db=db.consumers)
             removed += 1
+    drop_timers(txn, db, log_end, None)
     v = txn.get(APPLIED, db=db.meta)
     if v is not None and K.I64.unpack(v)[0] > log_end:
         txn.put(APPLIED, K.I64.pack(log_end), db=db.meta)
@@ -95,6 +97,7 @@ def remove_before(txn: lmdb.Transaction, db: Databases, log_start: int) -> int:
         txn.delete(kk, db=db.keys)
         txn.delete(k, db=db.keyoff)
     _drop_tx_ends(txn, db, 0, log_start)
+    drop_timers(txn, db, 0, log_start)
     return removed
 
 def _drop_tx_ends(txn: lmdb.Transaction, db: Databases, start: int, stop: int | None

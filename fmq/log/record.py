@@ -50,6 +50,8 @@ What each type carries (other fields zero-length / -1):
   field), topic, queue id, ``queue_offset`` = the next offset the group consumes. The
   latest in log order wins. ``ref_offset`` is -1, or, for a copy retention wrote at the
   log head before deleting the segment holding the original, the original's offset.
+* ``TIMER`` (10): as MESSAGE, but ``queue_offset`` = due time (ms), ``queue_id`` -1 unless chosen,
+  ``ref_offset`` = the TIMER it relocates (or -1); a MESSAGE naming a TIMER there delivers it.
 * ``FILLER`` (127): header only (72 bytes): the rest of the segment is unused.
 
 The codec is pure (bytes in, bytes out): it never touches files and never fsyncs. Decoding
@@ -91,6 +93,7 @@ class RecordType(IntEnum):
     COMMIT = 6
     ROLLBACK = 7
     OFFSET = 8
+    TIMER = 10
     FILLER = 127
 
 

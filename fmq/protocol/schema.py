@@ -55,6 +55,9 @@ class Op(IntEnum):
     RESET_OFFSETS = 23
     REPL_FETCH = 40
     REPL_STATUS = 41
+    SEND_AT = 55
+    NACK = 56
+    DLQ_REDRIVE = 57
 
 
 # ------------------------------------------------------------------ composite types
@@ -171,4 +174,14 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "asks for the whole records from there (docs/replication.md)."),
     _spec(Op.REPL_STATUS, [], [("json", TEXT)],
           "The server's role, its followers' durable offsets, lag and the in-sync set."),
+    _spec(Op.SEND_AT, [("message", MESSAGE), ("deliver_at", I64), ("delay_ms", I64)],
+          [("offset", U64), ("deliver_at", I64)],
+          "Store one message now, consumable at deliver_at (ms since the epoch) or after "
+          "delay_ms (the other one -1)."),
+    _spec(Op.NACK, [("group", STR), ("topic", STR), ("queue_id", U32), ("queue_offset", U64),
+                    ("delay_ms", I64)], [("reconsume_times", U32), ("dead_letter", BOOL)],
+          "A group failed a message: redeliver it to the group after delay_ms (-1: the "
+          "back-off level), or dead-letter it."),
+    _spec(Op.DLQ_REDRIVE, [("group", STR), ("max_messages", U32)], [("redriven", U32)],
+          "Send a group's dead letters back to its retry topic."),
 ]}

@@ -9,10 +9,11 @@ added in one place. Client-safe: nothing of the storage code is imported.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from fmq.errors import InvalidArgument
-from fmq.message import Message, SendResult, StoredMessage
+from fmq.message import Message, ScheduledSend, SendResult, StoredMessage
 from fmq.tx.state import UncertainTx
 
 #: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
@@ -69,3 +70,33 @@ def uncertain_to_wire(t: UncertainTx) -> dict[str, Any]:
 def uncertain_from_wire(d: dict[str, Any]) -> UncertainTx:
     return UncertainTx(d["tx_id"], d["producer_group"], d["prepare_offset"], d["store_time"],
                        d["checks"], d["messages"])
+
+
+#: ``deliver_at`` / ``delay_ms`` of SEND_AT when the other one is given.
+NOT_GIVEN = -1
+
+
+def schedule_to_wire(deliver_at: object = None, delay: object = None) -> dict[str, int]:
+    """SEND_AT's ``deliver_at`` and ``delay_ms`` for exactly one of ``deliver_at`` (ms since
+    the Unix epoch, or an aware ``datetime``) and ``delay`` (seconds, or a ``timedelta``).
+    The server adds a delay to its own clock, so clocks need not agree for delays."""
+    if (deliver_at is None) == (delay is None):
+        raise InvalidArgument("give exactly one of deliver_at (ms since the epoch or a "
+                              "datetime) and delay (seconds or a timedelta)")
+    if delay is not None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+            raise InvalidArgument(f"delay must be seconds >= 0 or a timedelta, got {delay!r}")
+        return {"deliver_at": NOT_GIVEN, "delay_ms": round(seconds * 1000)}
+    if isinstance(deliver_at, datetime):
+        if deliver_at.tzinfo is None:
+            raise InvalidArgument("deliver_at must be an aware datetime (with a time zone)")
+        deliver_at = round(deliver_at.timestamp() * 1000)
+    if not isinstance(deliver_at, int) or isinstance(deliver_at, bool) or deliver_at < 0:
+        raise InvalidArgument(f"deliver_at must be ms since the epoch >= 0 or a datetime, "
+                              f"got {deliver_at!r}")
+    return {"deliver_at": deliver_at, "delay_ms": NOT_GIVEN}
+
+
+def scheduled_from_wire(d: dict[str, Any]) -> ScheduledSend:
+    return ScheduledSend(d["offset"], d["deliver_at"])

@@ -15,6 +15,7 @@
    TX_MESSAGE       body checked by its CRC; index it; mark likewise
    COMMIT/ROLLBACK  close the transaction (unknown id: nothing to do)
    OFFSET           set the consumer group's committed offset
+   TIMER            add its pending timer (a MESSAGE or TIMER naming it removes it)
    ===============  ===========================================================
 
 3. **Cut the torn tail**: zero everything after the last valid record and delete later
@@ -45,7 +46,16 @@ from dataclasses import dataclass, field
 
 from fmq.datadir import CHECKPOINT_FILE, QUEUE_FLOORS_FILE, format_segment_name
 from fmq.errors import CorruptCheckpoint, CorruptLog
-from fmq.index.entries import OffsetEntry, QueueEntry, TxEnd, index_mark, queue_entry
+from fmq.index.entries import (
+    OffsetEntry,
+    QueueEntry,
+    TimerEntry,
+    TimerFired,
+    TxEnd,
+    index_mark,
+    queue_entry,
+    timer_changes,
+)
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.reader import OnCorruption
@@ -86,15 +96,18 @@ class RecoveryReport:
 
 
 def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
-                ends: list[TxEnd | OffsetEntry] | None = None) -> None:
+                ends: list[TxEnd | OffsetEntry] | None = None,
+                timers: list[TimerEntry | TimerFired] | None = None) -> None:
     """Apply one record's redo action (table in the module doc); index entries go to
-    ``entries``, transaction ends and consumer offsets to ``ends``, transaction state to
-    ``txm``."""
+    ``entries``, transaction ends and consumer offsets to ``ends``, timer entries to
+    ``timers``, transaction state to ``txm``."""
     rtype = rec.type
     if rtype in INDEXED_TYPES:
         entries.append(queue_entry(rec))
     elif ends is not None and rtype in _MARK_TYPES:
         ends.append(index_mark(rec))
+    if timers is not None and (rtype == RecordType.TIMER or rtype == RecordType.MESSAGE):
+        timers.extend(timer_changes(rec))
     redo_transaction_record(rec, txm)
 
 
@@ -134,14 +147,15 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
                          on_corruption=OnCorruption.RAISE, copy_body=False)
     entries: list[QueueEntry] = []
     ends: list[TxEnd | OffsetEntry] = []
+    timers: list[TimerEntry | TimerFired] = []
     replayed = 0
     for rec in scanner:
         replayed += 1
-        redo_record(rec, txm, entries, ends)
-        if len(entries) + len(ends) >= batch:
-            index.apply(entries, rec.end_offset, ends)
+        redo_record(rec, txm, entries, ends, timers)
+        if len(entries) + len(ends) + len(timers) >= batch:
+            index.apply(entries, rec.end_offset, ends, timers)
             report.entries_indexed += len(entries)
-            entries, ends = [], []
+            entries, ends, timers = [], [], []
             if progress is not None:
                 progress(rec.end_offset - start, last_end - start)
     end = scanner.end_offset if log_.segments else first
@@ -152,7 +166,7 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
         raise CorruptLog(format_segment_name(base), end,
                          f"the log's valid records end at {end}, but the checkpoint recorded "
                          f"them durable up to {cp.applied_offset}: synced data is missing")
-    index.apply(entries, end, ends)
+    index.apply(entries, end, ends, timers)
     report.entries_indexed += len(entries)
     report.records_replayed = replayed
     report.bytes_replayed = end - start

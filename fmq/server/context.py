@@ -101,6 +101,15 @@ class ServerContext:
         self.replication = ReplicationRole(self.broker, loop)
         self.batcher = SendBatcher(self.broker, loop, self.config.max_batch_messages,
                                    self.data_arrived, self.replication.wait_replicated)
+        # Scheduled messages and retries land in queues without a request: wake their pulls.
+        self.broker.timers.on_delivered = self._delivered
+
+    def _delivered(self, queues: set[tuple[str, int]]) -> None:
+        """The timer service (its own thread) delivered to ``queues``."""
+        try:
+            self.loop.call_soon_threadsafe(self.data_arrived, queues)
+        except RuntimeError:  # the event loop is closed: no pull is waiting any more
+            pass
 
     def now(self) -> float:
         """The event loop's clock (monotonic seconds)."""

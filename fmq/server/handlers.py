@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fmq.engine.broker import Broker
+from fmq.engine.retries import delivery_stats
 from fmq.errors import InvalidArgument
 from fmq.message import SendResult, StoredMessage, check_count
 from fmq.protocol import PROTOCOL_VERSION, Op
@@ -332,6 +333,7 @@ async def _queue_range(ctx: ServerContext, session: RequestSession, req: dict) -
 @handles(Op.STATS)
 async def _stats(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     stats = await ctx.run(ctx.broker.stats)
+    stats["delivery"] = await ctx.read(delivery_stats, ctx.broker)  # timers, retries, DLQs
     stats["server"] = ctx.hooks.stats()
     # The server process's own CPU time, so `fmq bench` gets CPU per message without /proc.
     times = os.times()

@@ -24,6 +24,7 @@ from prometheus_client.core import (
 )
 
 from fmq.engine.broker import Broker
+from fmq.engine.retries import delivery_stats
 from fmq.errors import ConfigError, FMQError
 from fmq.log.flush_stats import Histogram
 
@@ -102,6 +103,22 @@ class BrokerCollector:
         yield GaugeMetricFamily("fmq_log_failed", "1 when the log stopped after an I/O error.",
                                 value=1 if s["log_failed"] else 0)
         yield from self._group_metrics()
+        yield from self._delivery_metrics()
+
+    def _delivery_metrics(self) -> Iterator[Metric]:
+        d = delivery_stats(self.broker)
+        yield GaugeMetricFamily("fmq_timers_pending", "Scheduled messages and retries waiting "
+                                "for their time.", value=d["timers_pending"])
+        yield CounterMetricFamily("fmq_timers_delivered", "Timers delivered since the server "
+                                  "started.", value=d["timers_delivered"])
+        retries = GaugeMetricFamily("fmq_group_retries_pending", "Failed messages waiting for "
+                                    "their redelivery to a group.", labels=["group"])
+        dead = GaugeMetricFamily("fmq_group_dead_letters", "Dead letters of a group not yet "
+                                 "redriven.", labels=["group"])
+        for group, counts in d["groups"].items():
+            retries.add_metric([group], counts["retries_pending"])
+            dead.add_metric([group], counts["dead_letters"])
+        yield from (retries, dead)
 
     def _group_metrics(self) -> Iterator[Metric]:
         labels = ["group", "topic", "queue"]

@@ -31,6 +31,7 @@ from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, FMQError, ServerBusy
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
 from fmq.server import (
+    delivery_ops,  # noqa: F401 - registers SEND_AT, NACK, DLQ_REDRIVE
     operator_ops,  # noqa: F401 - registers the operator's handlers
     replication_ops,  # noqa: F401 - registers the followers' handlers
 )

@@ -347,7 +347,8 @@ class ClientSession(asyncio.Protocol):
 #: the feedback that would end transactions.
 FOLLOWER_REFUSES = frozenset({
     Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT, Op.ROLLBACK, Op.POLL_UNCERTAIN,
-    Op.ANSWER_UNCERTAIN, Op.RESOLVE_TX, Op.COMMIT_OFFSET, Op.RESET_OFFSETS})
+    Op.ANSWER_UNCERTAIN, Op.RESOLVE_TX, Op.COMMIT_OFFSET, Op.RESET_OFFSETS, Op.SEND_AT,
+    Op.NACK, Op.DLQ_REDRIVE})
 
 
 def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame

@@ -19,14 +19,22 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from fmq.index import keys as K
-from fmq.spark.items import END_TYPES, INDEXED_TYPES, batch_items
+from fmq.spark.items import (
+    END_TYPES,
+    INDEXED_TYPES,
+    TIMER_TYPE,
+    batch_items,
+    timer_batch_items,
+    timer_count_items,
+)
 from fmq.spark.session import file_uri
 
 ITEMS_SCHEMA = "db int, key binary, value binary"
 #: The columns the derivation reads (what queue_entry and the tx table need).
 ENTRY_COLUMNS = ["offset", "size", "type", "store_time", "topic", "queue_id", "queue_offset",
                  "tx_id", "producer_group", "ref_offset", "ref_size", "key", "tags"]
-__all__ = ["END_TYPES", "INDEXED_TYPES", "index_items", "last_end_items", "write_sorted_items"]
+__all__ = ["END_TYPES", "INDEXED_TYPES", "index_items", "last_end_items", "pending_timer_items",
+           "write_sorted_items"]
 
 
 def index_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -43,6 +51,30 @@ def last_end_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch
         yield out.filter(pc.equal(out.column("db"), K.DB_TXENDS))
 
 
+def pending_timer_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function over the TIMER rows no MESSAGE delivered."""
+    for batch in batches:
+        yield timer_batch_items(batch)
+
+
+def timer_topic_items(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function over (topic, count) rows of pending timers."""
+    for batch in batches:
+        yield timer_count_items(batch)
+
+
+def pending_timers(load: Callable[[], DataFrame]) -> DataFrame:
+    """The TIMER rows still pending: those no later MESSAGE (that delivered it) or TIMER
+    (that relocated it) names in its ``ref_offset``, as recovery's redo leaves them."""
+    valid = F.col("damage").isNull()
+    timers = load().where((F.col("type") == TIMER_TYPE) & valid).select(
+        "offset", "size", "queue_offset", "topic")
+    fired = (load().where(F.col("type").isin("MESSAGE", TIMER_TYPE) & valid
+                          & F.col("ref_offset").isNotNull())
+             .select(F.col("ref_offset").alias("offset")))
+    return timers.join(fired, "offset", "left_anti")
+
+
 def write_sorted_items(load: Callable[[], DataFrame], partitions: int, out_dir: str) -> None:
     """Derive the index items of the log's records and write them to a Parquet table at
     ``out_dir``, sorted by (database, key) across its part files. ``load()`` gives the
@@ -57,8 +89,12 @@ def write_sorted_items(load: Callable[[], DataFrame], partitions: int, out_dir: 
     # The grouping leaves spark.sql.shuffle.partitions partitions; a Python task each is
     # wasteful for what is one small row per transaction.
     last_ends = last_ends.coalesce(max(1, partitions))
+    pending = pending_timers(load)
     items = (indexed.unionByName(ends).mapInArrow(index_items, ITEMS_SCHEMA)
-             .unionByName(last_ends.mapInArrow(last_end_items, ITEMS_SCHEMA)))
+             .unionByName(last_ends.mapInArrow(last_end_items, ITEMS_SCHEMA))
+             .unionByName(pending.mapInArrow(pending_timer_items, ITEMS_SCHEMA))
+             .unionByName(pending.groupBy("topic").count().coalesce(max(1, partitions))
+                          .mapInArrow(timer_topic_items, ITEMS_SCHEMA)))
     # A global sort runs its input twice (a sampling pass for the range bounds, then the
     # shuffle): keep the items so the Python derivation runs once.
     items = items.persist(StorageLevel.MEMORY_AND_DISK)

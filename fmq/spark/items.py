@@ -1,6 +1,6 @@
 """The index items of a batch of record rows, computed column-wise (numpy and pyarrow
-compute) on the executors: what :func:`fmq.index.entries.queue_entry` and
-:func:`fmq.index.entries.tx_end` give per record, turned into the keys and values of
+compute) on the executors: what :func:`fmq.index.entries.queue_entry`,
+:func:`fmq.index.entries.tx_end` and ``timer_changes`` give per record, turned into the keys and values of
 :func:`fmq.index.keys.entry_items` and :func:`fmq.index.keys.end_items`, for a whole Arrow
 batch at once.
 
@@ -22,6 +22,7 @@ ITEMS_ARROW = pa.schema([("db", pa.int32()), ("key", pa.binary()), ("value", pa.
 #: Record types that become queue entries, and those that end a transaction.
 INDEXED_TYPES = ("MESSAGE", "REF_MESSAGE", "TX_MESSAGE")
 END_TYPES = ("COMMIT", "ROLLBACK")
+TIMER_TYPE = "TIMER"
 _NUL = pa.scalar(b"\x00", pa.binary())
 _EMPTY = pa.scalar(b"", pa.binary())
 
@@ -42,6 +43,9 @@ _CQ_VALUE = _dtype(K.CQ_VALUE.format, ["data_offset", "data_size", "tag_hash", "
                                        "source_offset"])
 _KEY_VALUE = _dtype(K.KEY_VALUE.format, ["qid", "qoff"])
 _TX_END_VALUE = _dtype(K.TX_END_VALUE.format, ["committed", "offset"])
+_TIMER_KEY = _dtype(K.TIMER_KEY.format, ["due", "offset"])
+_TIMER_VALUE = _dtype(K.TIMER_VALUE.format, ["size"])
+_I64 = _dtype(K.TIMER_COUNT.format, ["v"])
 
 
 def _packed(dtype: np.dtype, **fields: np.ndarray) -> pa.Array:
@@ -112,6 +116,33 @@ def _end_items(rows: pa.RecordBatch, latest: bool) -> list[tuple[int, pa.Array, 
     return out
 
 
+def timer_batch_items(rows: pa.RecordBatch) -> pa.RecordBatch:
+    """The ``timers`` and ``timeroff`` items of TIMER rows that are still pending (the
+    caller dropped those a MESSAGE delivered or a TIMER relocated): :func:`fmq.index.keys.timer_items`."""
+    offset = _np(rows.column("offset"))
+    key = _packed(_TIMER_KEY, due=np.maximum(_np(rows.column("queue_offset")), 0),
+                  offset=offset)
+    value = _join(_packed(_TIMER_VALUE, size=_np(rows.column("size"))),
+                  rows.column("topic").cast(pa.binary()))
+    return _items([(K.DB_TIMERS, key, value),
+                   (K.DB_TIMEROFF, _packed(_U64BE, v=offset), key)])
+
+
+def timer_count_items(rows: pa.RecordBatch) -> pa.RecordBatch:
+    """The ``timertopics`` items of rows (``topic``, ``count``): pending timers per topic."""
+    counts = _packed(_I64, v=_np(rows.column("count")))
+    return _items([(K.DB_TIMERTOPICS, rows.column("topic").cast(pa.binary()), counts)])
+
+
+def _items(parts: list[tuple[int, pa.Array, pa.Array]]) -> pa.RecordBatch:
+    if not parts:
+        return pa.RecordBatch.from_pylist([], schema=ITEMS_ARROW)
+    dbs = pa.concat_arrays([pa.array(np.full(len(k), db, dtype=np.int32)) for db, k, _v in parts])
+    keys = pa.concat_arrays([k for _db, k, _v in parts])
+    values = pa.concat_arrays([v for _db, _k, v in parts])
+    return pa.RecordBatch.from_arrays([dbs, keys, values], schema=ITEMS_ARROW)
+
+
 def batch_items(batch: pa.RecordBatch, latest_ends: bool) -> pa.RecordBatch:
     """(db, key, value) of every index item the rows of ``batch`` make. ``txends`` items
     only with ``latest_ends`` (the caller hands over only the last end of each id)."""
@@ -123,9 +154,4 @@ def batch_items(batch: pa.RecordBatch, latest_ends: bool) -> pa.RecordBatch:
     ends = batch.filter(pc.is_in(rtype, pa.array(END_TYPES)))
     if ends.num_rows:
         parts += _end_items(ends, latest_ends)
-    if not parts:
-        return pa.RecordBatch.from_pylist([], schema=ITEMS_ARROW)
-    dbs = pa.concat_arrays([pa.array(np.full(len(k), db, dtype=np.int32)) for db, k, _v in parts])
-    keys = pa.concat_arrays([k for _db, k, _v in parts])
-    values = pa.concat_arrays([v for _db, _k, v in parts])
-    return pa.RecordBatch.from_arrays([dbs, keys, values], schema=ITEMS_ARROW)
+    return _items(parts)

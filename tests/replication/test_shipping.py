@@ -4,6 +4,7 @@ catching up after a kill and from an empty follower, and a follower refusing wri
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -12,6 +13,7 @@ from fmq.client import Producer, TransactionProducer
 from fmq.config import BrokerConfig
 from fmq.errors import NotPrimary
 from fmq.message import Message
+from fmq.protocol import Op
 from tests.faults.invariants import check_index_matches_rebuild
 
 from .cluster import SMALL, assert_identical_up_to, pull_all, status, wait_caught_up
@@ -65,6 +67,34 @@ def test_follower_refuses_writes_naming_the_primary(node):
     with Producer(follower.address, retries=0) as p, pytest.raises(NotPrimary) as info:
         p.send("t", b"x")
     assert info.value.primary == primary.address and info.value.retriable
+
+
+def test_timers_and_offsets_reach_the_follower_from_the_primary_only(node):
+    """Scheduled messages are delivered by the primary's timer service and consumer offsets
+    are OFFSET records: the follower copies both, writes neither, refuses both."""
+    primary = node("primary", SMALL)
+    follower = node("follower", {**SMALL, "follow": primary.address})
+    with Producer(primary.address, retries=0) as p:
+        for i in range(5):
+            p.send("later", f"due-{i}".encode(), queue_id=0, delay=0.2 + 0.05 * i)
+        p.call(Op.COMMIT_OFFSET, {"group": "cg", "topic": "later", "queue_id": 0,
+                                  "next_offset": 0})
+    deadline = time.monotonic() + 30
+    while len(pull_all(primary, "later", 1)[0]) < 5:  # the primary delivered every timer
+        assert time.monotonic() < deadline, "the timers were not delivered"
+        time.sleep(0.05)
+    end = wait_caught_up(follower, primary)
+    assert_identical_up_to(primary, follower, end)
+    assert pull_all(follower, "later", 1) == pull_all(primary, "later", 1)
+    with Producer(follower.address, retries=0) as f:
+        assert f.call(Op.FETCH_OFFSET, {"group": "cg", "topic": "later",
+                                        "queue_id": 0})["offset"] == 0
+        with pytest.raises(NotPrimary):
+            f.send("later", b"x", delay=1)
+        with pytest.raises(NotPrimary):
+            f.call(Op.COMMIT_OFFSET, {"group": "cg", "topic": "later", "queue_id": 0,
+                                      "next_offset": 1})
+    assert status(follower)["durable_end"] == end  # the follower wrote nothing of its own
 
 
 def test_killed_follower_catches_up_and_empty_follower_starts_from_zero(node, tmp_path):

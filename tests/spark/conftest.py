@@ -21,7 +21,7 @@ from fmq.log.scanner import LogScanner
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 SEGMENT = 16 * 1024
-TOPICS = ("early", "orders", "payments", "audit")
+TOPICS = ("early", "orders", "payments", "audit", "later")
 
 
 def small_config(**changes) -> fmq.BrokerConfig:
@@ -82,6 +82,10 @@ def pulls_of(broker: fmq.Broker) -> dict:
             for q, msgs in broker.all_messages(TOPICS).items()}
 
 
+#: Due time of the test log's scheduled messages: far enough that no broker delivers them.
+TIMERS_DUE = 4_000_000_000_000
+
+
 def build_log(path: str) -> BuiltLog:
     # Phase 1: a topic whose segments retention will delete entirely.
     with fmq.Broker.open(path, small_config()) as b:
@@ -110,12 +114,19 @@ def build_log(path: str) -> BuiltLog:
             b.commit(tx)
             tx = b.prepare([_msg("payments", round_ * 10 + 7, 500)], producer_group="shop")
             b.rollback(tx)
+            # scheduled messages: the first rounds' are delivered below, the rest pend
+            b.timers.schedule([_msg("orders", 500 + round_, 150), _msg("later", round_, 90)],
+                              TIMERS_DUE + round_)
         b.prepare([_msg("payments", 991, 800), _msg("audit", 992, 100)],
                   producer_group="shop", tx_id="open-1")
         b.send(_msg("orders", 999, 100))
         b.prepare([_msg("audit", 993, 2000)], producer_group="billing", tx_id="open-2")
         b.send(_msg("audit", 994, 64))
         b.commit_offset("g2", "payments", 0, 2)
+        assert b.timers.deliver_due(TIMERS_DUE + 2) == 6
+        # as retention does: the oldest pending timers rewritten at the log head
+        [(oldest, _size), _] = b.index.timers.stored_before(1 << 62, 2)
+        assert b.timers.relocate_before(oldest + 1) == 1
         b.wait_indexed()
         open_txs = b.open_transactions()
         pulls = pulls_of(b)

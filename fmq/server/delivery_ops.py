@@ -1,0 +1,59 @@
+"""Scheduled delivery and retries on the wire: SEND_AT, NACK and DLQ_REDRIVE. They register
+in the same handler table as every other operation and run in the worker threads (each
+waits for the group commit of what it stores, and in ``sync`` acknowledgement mode for the
+followers too). The timer service wakes the long polls of the
+queues it delivers to."""
+
+from __future__ import annotations
+
+import logging
+
+from fmq.engine import retries
+from fmq.engine.timers import check_deliver_at
+from fmq.errors import InvalidArgument
+from fmq.message import check_count
+from fmq.protocol import Op
+from fmq.protocol.values import NOT_GIVEN, message_from_wire
+from fmq.server.context import RequestSession, ServerContext
+from fmq.server.handlers import handles
+from fmq.tx.log_access import now_ms
+
+logger = logging.getLogger("fmq.server")
+
+
+def deliver_at_of(deliver_at: int, delay_ms: int) -> int:
+    """The due time a SEND_AT asks for: exactly one of its two fields is given."""
+    if (deliver_at == NOT_GIVEN) == (delay_ms == NOT_GIVEN):
+        raise InvalidArgument("SEND_AT takes exactly one of deliver_at and delay_ms; set the "
+                              "other to -1")
+    if delay_ms != NOT_GIVEN:
+        if delay_ms < 0:
+            raise InvalidArgument(f"delay_ms must be >= 0 (or -1 with deliver_at), got "
+                                  f"{delay_ms}")
+        return now_ms() + delay_ms
+    return check_deliver_at(deliver_at)
+
+
+@handles(Op.SEND_AT)
+async def _send_at(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    due = deliver_at_of(req["deliver_at"], req["delay_ms"])
+    msg = message_from_wire(req["message"])
+    [result] = await ctx.write(ctx.broker.timers.schedule, [msg], due)
+    return {"offset": result.offset, "deliver_at": result.deliver_at}
+
+
+@handles(Op.NACK)
+async def _nack(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    delay = None if req["delay_ms"] == NOT_GIVEN else req["delay_ms"]
+    times, dead = await ctx.write(retries.nack, ctx.broker, req["group"], req["topic"],
+                                req["queue_id"], req["queue_offset"], delay)
+    return {"reconsume_times": times, "dead_letter": dead}
+
+
+@handles(Op.DLQ_REDRIVE)
+async def _dlq_redrive(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    check_count(req["max_messages"], "max_messages")
+    moved = await ctx.write(retries.redrive, ctx.broker, req["group"], req["max_messages"])
+    logger.info("operator at %s redrove %d dead letters of group %r", session.peer, moved,
+                req["group"])
+    return {"redriven": moved}

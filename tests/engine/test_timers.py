@@ -1,0 +1,266 @@
+"""Scheduled delivery in the embedded broker: a TIMER record is durable at once, becomes a
+consumable MESSAGE when due (exactly once), and the pending timers survive a restart and an
+index rebuild."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+import fmq
+from fmq import InvalidArgument, Message
+from fmq.admin.rebuild_index import rebuild_index
+from fmq.engine import retries
+from fmq.index.store import IndexStore
+from fmq.log.record import RecordType
+from fmq.log.scanner import LogScanner
+from fmq.tx.log_access import now_ms
+from tests.crashkit import run_child
+
+HOUR_MS = 3_600_000
+
+
+def _all(broker, topic):
+    return [m for msgs in broker.all_messages([topic]).values() for m in msgs]
+
+
+def _wait_for(predicate, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_due_message_is_delivered_once_and_a_future_one_waits(broker):
+    [later] = broker.timers.schedule([Message("t", b"later", key="k")], now_ms() + HOUR_MS)
+    [soon] = broker.timers.schedule([Message("t", b"soon", tags="x", properties={"p": "1"})],
+                                    now_ms() + 200)
+    assert later.offset < soon.offset and later.deliver_at > soon.deliver_at
+    assert _wait_for(lambda: len(_all(broker, "t")) == 1)
+    [m] = _all(broker, "t")
+    assert (m.body, m.tags, m.properties) == (b"soon", "x", {"p": "1"})
+    assert m.store_time >= soon.deliver_at
+    assert broker.timers.pending() == 1
+    # The due timer is gone from the index: another round delivers nothing more.
+    assert broker.timers.deliver_due() == 0
+    assert broker.timers.deliver_due(now_ms() + 2 * HOUR_MS) == 1
+    assert sorted(m.body for m in _all(broker, "t")) == [b"later", b"soon"]
+    assert broker.timers.pending() == 0
+
+
+def test_a_chosen_queue_is_kept_and_a_past_time_delivers_at_once(broker):
+    broker.timers.schedule([Message("q", b"x", queue_id=3)], 0)
+    assert _wait_for(lambda: len(_all(broker, "q")) == 1)
+    assert _all(broker, "q")[0].queue_id == 3
+
+
+def test_bad_requests_are_refused_and_store_nothing(broker):
+    end = broker.log.next_offset
+    for bad in (-1, "soon", 1.5, True, 1 << 63):
+        with pytest.raises(InvalidArgument, match="deliver_at"):
+            broker.timers.schedule([Message("t", b"x")], bad)
+    with pytest.raises(InvalidArgument, match="reserved"):
+        broker.timers.schedule([Message("%DLQ%g", b"x")], now_ms())
+    assert broker.log.next_offset == end and broker.timers.pending() == 0
+
+
+def _timer_tables(data_dir):
+    store = IndexStore(os.path.join(data_dir, "index"))
+    try:
+        dump = store.dump()
+        return dump["timers"], dump["timeroff"]
+    finally:
+        store.close()
+
+
+def test_pending_timers_survive_a_restart_and_an_index_rebuild(tmp_path, small_config):
+    data = str(tmp_path / "data")
+    with fmq.Broker.open(data, small_config) as b:
+        due = now_ms() + HOUR_MS
+        for i in range(40):  # several segments of TIMER records, then deliver some
+            b.timers.schedule([Message("t", b"m%d" % i + b"." * 900)], due + i)
+        b.timers.deliver_due(due + 9)  # the first ten
+        assert b.timers.pending() == 30
+    before = _timer_tables(data)
+    assert len(before[0]) == len(before[1]) == 30
+    rebuild_index(data, small_config)
+    assert _timer_tables(data) == before
+    shutil.rmtree(os.path.join(data, "index"))  # and through recovery's redo on open
+    with fmq.Broker.open(data, small_config) as b:
+        assert b.timers.pending() == 30
+        assert len(_all(b, "t")) == 10
+        b.timers.deliver_due(due + HOUR_MS)
+        assert sorted(m.body for m in _all(b, "t")) == sorted(
+            b"m%d" % i + b"." * 900 for i in range(40))
+    assert _timer_tables(data) == ([], [])
+
+
+def _fill(b, n=60):
+    for _ in range(n):
+        b.send(Message("u", b"." * 1000))
+    b.wait_indexed()
+
+
+def test_retention_moves_pending_timers_out_of_the_segments_it_deletes(tmp_path, small_config):
+    cfg = small_config.replace(retention_bytes=1)
+    data = str(tmp_path / "d")
+    due = now_ms() + HOUR_MS
+    with fmq.Broker.open(data, cfg) as b:
+        [s] = b.timers.schedule([Message("t", b"wait", key="k", properties={"p": "1"})], due)
+        _fill(b)
+        assert b.enforce_retention()
+        assert b.log.first_offset > s.offset  # the TIMER's segment is gone ...
+        assert b.timers.relocations == 1 and b.timers.pending() == 1  # ... not the timer
+        [(moved, _size)] = b.index.timers.stored_before(1 << 62, 10)
+        assert moved > s.offset
+    os.remove(os.path.join(data, "checkpoint"))  # redo all that is left of the log
+    with fmq.Broker.open(data, cfg) as b:
+        assert b.index.timers.by_topic() == {"t": 1}
+        assert b.timers.deliver_due(due) == 1
+        [m] = _all(b, "t")
+        assert (m.body, m.key, m.properties) == (b"wait", "k", {"p": "1"})
+        assert b.timers.pending() == 0
+
+
+#: Where the child dies while retention relocates its timers: before the copies' fdatasync
+#: (written, not synced), or inside their pwrite (a torn batch of copies).
+RELOCATION_CRASHES = {
+    "before-fdatasync": {"op": "fdatasync", "nth": 1, "mode": "before"},
+    "torn-pwrite": {"op": "pwrite", "nth": 1, "records": 2, "extra": 20},
+}
+
+
+@pytest.mark.parametrize("crash", sorted(RELOCATION_CRASHES))
+def test_a_kill_during_timer_relocation_keeps_each_timer_once(tmp_path, crash):
+    cfg = dict(segment_size=16 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
+               retention_interval_ms=0, retention_bytes=1, timer_batch=1000)
+    data = str(tmp_path / "d")
+    child = run_child("timer_delivery_crash", data, str(tmp_path / "acks"), cfg=cfg,
+                      count=20, due_in_ms=HOUR_MS, fill=60, arm=RELOCATION_CRASHES[crash])
+    assert child.killed, child.stderr
+    assert [a["event"] for a in child.acks] == ["scheduled"]
+    with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
+        assert b.timers.pending() == 20
+        b.enforce_retention()  # now to completion
+        assert b.timers.pending() == 20
+        assert b.timers.deliver_due(now_ms() + 2 * HOUR_MS) == 20
+        bodies = sorted(m.body for m in _all(b, "t"))
+    assert bodies == sorted(b"timer-%d" % i for i in range(20))
+
+
+def _nack_until_dead(b, group, topic, loc, deliveries):
+    """Fail the message at ``loc`` every time it comes back; return what was seen."""
+    seen = []
+    while True:
+        m = b.pull(*loc, 1)[0]
+        seen.append(m)
+        _times, dead = retries.nack(b, group, *loc)
+        if dead:
+            return seen
+        b.wait_indexed()
+        assert b.timers.deliver_due(now_ms() + 10 * HOUR_MS) == 1  # not waiting for it
+        retry = retries.retry_topic(group)
+        got = [m for msgs in b.all_messages([retry]).values() for m in msgs]
+        last = max(got, key=lambda m: m.offset)
+        loc = (retry, last.queue_id, last.queue_offset)
+        assert len(seen) <= deliveries
+
+
+def test_nack_redelivers_to_that_group_only_then_dead_letters_and_redrive(tmp_path,
+                                                                        small_config):
+    cfg = small_config.replace(retry_delays="1s 2s 3s", max_reconsume_times=3)
+    with fmq.Broker.open(str(tmp_path / "d"), cfg) as b:
+        r = b.send(Message("orders", b"pay", key="k1", properties={"a": "1"}))
+        b.wait_indexed()
+        seen = _nack_until_dead(b, "g", "orders", ("orders", r.queue_id, r.queue_offset), 4)
+        assert [m.body for m in seen] == [b"pay"] * 4
+        assert [m.properties.get(retries.RECONSUME_TIMES) for m in seen] == [None, "1", "2",
+                                                                             "3"]
+        assert all(m.properties[retries.ORIGIN_TOPIC] == "orders" for m in seen[1:])
+        b.wait_indexed()
+        b.timers.deliver_due()  # the dead letter is stored as a timer due at once
+        b.wait_indexed()
+        [dead] = retries.dead_letters(b, "g")
+        assert (dead.body, dead.key, dead.properties["a"]) == (b"pay", "k1", "1")
+        assert dead.properties[retries.RECONSUME_TIMES] == "3"
+        assert retries.dead_letters(b, "other") == []
+        assert b.all_messages(["orders"])[("orders", r.queue_id)][0].body == b"pay"
+        assert retries.redrive(b, "g") == 1
+        assert retries.redrive(b, "g") == 0  # redriven once
+        b.wait_indexed()
+        b.timers.deliver_due()
+        b.wait_indexed()
+        back = [m for msgs in b.all_messages([retries.retry_topic("g")]).values()
+                for m in msgs]
+        assert back[-1].properties[retries.RECONSUME_TIMES] == "0"
+        assert retries.dead_letters(b, "g") == []
+
+
+def _timer_dues(b):
+    return [due for due, _o, _s in b.index.timers.due(1 << 62, 1000)]
+
+
+def test_nack_waits_for_the_back_off_level_of_its_attempt(broker):
+    cfg_levels = broker.config.retry_delays_ms
+    r = broker.send(Message("orders", b"x"))
+    broker.wait_indexed()
+    before = now_ms()
+    retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset)
+    retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset, delay_ms=60_000)
+    broker.wait_indexed()
+    [first, second] = sorted(_timer_dues(broker))
+    assert before + cfg_levels[0] <= first <= now_ms() + cfg_levels[0]
+    assert before + 60_000 <= second <= now_ms() + 60_000
+    with pytest.raises(InvalidArgument, match="no message"):
+        retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset + 5)
+    with pytest.raises(InvalidArgument, match="delay"):
+        retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset, delay_ms=-1)
+
+
+#: Where the child dies: at the 5th delivery round's fdatasync (its MESSAGEs written, not
+#: synced), or inside the 5th round's pwrite (a torn batch of MESSAGEs).
+DELIVERY_CRASHES = {
+    "before-fdatasync": {"op": "fdatasync", "nth": 5, "mode": "before"},
+    "torn-pwrite": {"op": "pwrite", "nth": 5, "records": 3, "extra": 20},
+}
+
+
+@pytest.mark.parametrize("crash", sorted(DELIVERY_CRASHES))
+def test_a_kill_during_delivery_delivers_every_timer_exactly_once(tmp_path, crash):
+    cfg = dict(segment_size=256 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
+               retention_interval_ms=0,
+               timer_batch=16)
+    data = str(tmp_path / "d")
+    child = run_child("timer_delivery_crash", data, str(tmp_path / "acks"), cfg=cfg,
+                      count=200, due_in_ms=300, arm=DELIVERY_CRASHES[crash])
+    assert child.killed, child.stderr
+    assert [a["event"] for a in child.acks] == ["scheduled"]
+    fired = sum(1 for rec in LogScanner(os.path.join(data, "log"))
+                if rec.type == RecordType.MESSAGE and rec.ref_offset >= 0)
+    assert 16 * 4 <= fired < 200  # the crash came in the middle of the deliveries
+    with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
+        assert _wait_for(lambda: b.timers.pending() == 0)
+        b.wait_indexed()
+        bodies = sorted(m.body for m in _all(b, "t"))
+    assert bodies == sorted(b"timer-%d" % i for i in range(200))
+
+
+def test_pending_counts_per_topic_follow_adds_deliveries_and_redo(tmp_path, small_config):
+    data = str(tmp_path / "d")
+    with fmq.Broker.open(data, small_config) as b:
+        far = now_ms() + HOUR_MS
+        b.timers.schedule([Message("a", b"1"), Message("a", b"2"), Message("b", b"3")], far)
+        b.timers.schedule([Message("b", b"4")], far + HOUR_MS)
+        b.wait_indexed()
+        assert b.index.timers.by_topic() == {"a": 2, "b": 2}
+        b.timers.deliver_due(far)
+        assert b.index.timers.by_topic() == {"b": 1}
+    os.remove(os.path.join(data, "checkpoint"))  # the next open redoes the whole log
+    with fmq.Broker.open(data, small_config) as b:
+        assert b.index.timers.by_topic() == {"b": 1}
+        assert b.timers.pending() == 1
