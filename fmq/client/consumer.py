@@ -237,30 +237,8 @@ class Consumer(Client):
                # a retry queue nothing came back to yet: no offset to show in `fmq groups`
                and not (q[0] == self._retry_topic and q not in self._committed
                         and self._positions[q] == self._starts.get(q))]
-        # Sent together, not one after the other: the server writes each as a log record
-        # and answers after the fdatasync, so pipelined they share one group commit.
-        sent: list[tuple[Queue, int, Future | None]] = []
-        for q, pos in due:
-            try:
-                sent.append((q, pos, self.submit(Op.COMMIT_OFFSET, self._offset_fields(q, pos))))
-            except FMQError as exc:
-                if not exc.retriable:
-                    raise
-                sent.append((q, pos, None))  # not sent: the retrying call below sends it
-        for q, pos, fut in sent:
-            try:
-                if fut is not None:
-                    fut.result(self.request_timeout)
-            except (FMQError, FutureTimeout) as exc:
-                if isinstance(exc, FMQError) and not exc.retriable:
-                    raise
-                fut = None
-            if fut is None:  # the same value again: safe whether or not it was stored
-                self.call(Op.COMMIT_OFFSET, self._offset_fields(q, pos))
+        for q, pos in commit_offsets(self, self.group, due):
             self._committed[q] = pos
-
-    def _offset_fields(self, q: Queue, pos: int) -> dict[str, Any]:
-        return {"group": self.group, "topic": q[0], "queue_id": q[1], "next_offset": pos}
 
     def nack(self, message: StoredMessage, delay: float | None = None) -> int:
         """This group failed ``message``: the server stores it for a redelivery to this group
@@ -324,3 +302,33 @@ class Consumer(Client):
 
     def __enter__(self) -> Consumer:
         return self
+
+
+def commit_offsets(client: Client, group: str, due: list[tuple[Queue, int]]
+                   ) -> Iterator[tuple[Queue, int]]:
+    """Commit each (queue, next offset) of ``due`` for ``group``, yielding it once stored.
+    Sent together, not one after the other: the server writes each as a log record and
+    answers after the fdatasync, so pipelined they share one group commit."""
+
+    def fields(q: Queue, pos: int) -> dict[str, Any]:
+        return {"group": group, "topic": q[0], "queue_id": q[1], "next_offset": pos}
+
+    sent: list[tuple[Queue, int, Future | None]] = []
+    for q, pos in due:
+        try:
+            sent.append((q, pos, client.submit(Op.COMMIT_OFFSET, fields(q, pos))))
+        except FMQError as exc:
+            if not exc.retriable:
+                raise
+            sent.append((q, pos, None))  # not sent: the retrying call below sends it
+    for q, pos, fut in sent:
+        try:
+            if fut is not None:
+                fut.result(client.request_timeout)
+        except (FMQError, FutureTimeout) as exc:
+            if isinstance(exc, FMQError) and not exc.retriable:
+                raise
+            fut = None
+        if fut is None:  # the same value again: safe whether or not it was stored
+            client.call(Op.COMMIT_OFFSET, fields(q, pos))
+        yield q, pos
