@@ -75,6 +75,15 @@ class BrokerConfig:
     #: prepare, or the restart that recovered it), whatever feedback got: 0 = never, the
     #: default (the broker never decides on its own unless told to).
     tx_timeout_ms: int = 0
+    #: Idempotent producers: sequence numbers remembered per producer id (a resend of one
+    #: is answered with the original's result; a lower one is refused), and how long a
+    #: producer id is remembered after its last message. Recovery replays the log back to
+    #: the oldest message remembered, so a long window makes a restart slower.
+    dedup_window_messages: int = 10_000
+    dedup_window_ms: int = 120_000
+    #: Application dedup keys (the ``%msgid`` property) remembered, over all topics, each
+    #: for ``dedup_window_ms`` at most.
+    dedup_max_message_ids: int = 100_000
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid configuration")
@@ -110,6 +119,9 @@ class BrokerConfig:
         need(self.max_feedback_lease_ms >= 1, "max_feedback_lease_ms must be >= 1")
         need(self.tx_finished_memory >= 0, "tx_finished_memory must be >= 0")
         need(self.max_messages_per_transaction >= 1, "max_messages_per_transaction must be >= 1")
+        need(self.dedup_window_messages >= 1, "dedup_window_messages must be >= 1")
+        need(self.dedup_window_ms >= 1, "dedup_window_ms must be >= 1")
+        need(self.dedup_max_message_ids >= 0, "dedup_max_message_ids must be >= 0")
 
     @property
     def max_record_size(self) -> int:

@@ -22,6 +22,13 @@ MAX_OFFSET = (1 << 63) - 1
 #: Topics whose names start with this belong to FMQ itself (retries, dead letters, timers,
 #: offsets...): clients may read them, only the broker writes them. docs/format.md lists them.
 INTERNAL_TOPIC_PREFIX = "%"
+#: Properties of an idempotent send (docs/format.md, "Idempotent producers"): the producer's
+#: id and the message's sequence number (both or neither), and an application's own dedup
+#: key, unique per topic. The broker answers a resend of either with the original's result.
+PRODUCER_ID_PROPERTY = "%producer"
+SEQUENCE_PROPERTY = "%seq"
+MESSAGE_ID_PROPERTY = "%msgid"
+MAX_PRODUCER_ID = 64  # bytes
 
 
 @dataclass
@@ -130,9 +137,31 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
         size = 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
         if size > MAX_PROPERTIES or len(msg.properties) > 0xFFFF:
             raise InvalidArgument(f"properties take {size} bytes encoded; the limit is {MAX_PROPERTIES}")
+        if (PRODUCER_ID_PROPERTY in msg.properties or SEQUENCE_PROPERTY in msg.properties
+                or MESSAGE_ID_PROPERTY in msg.properties):
+            check_dedup_properties(msg.properties)
     if msg.queue_id is not None:
         check_queue_id(msg.queue_id, queues(msg.topic) if callable(queues) else queues)
     return msg
+
+
+def check_dedup_properties(properties: dict[str, str]) -> None:
+    """The idempotence properties of a message: a producer id (1-64 bytes, no control
+    characters) together with a sequence number (decimal, 0..2**63-1), and a message id."""
+    producer = properties.get(PRODUCER_ID_PROPERTY)
+    seq = properties.get(SEQUENCE_PROPERTY)
+    if (producer is None) != (seq is None):
+        raise InvalidArgument(
+            f"an idempotent send carries both {PRODUCER_ID_PROPERTY!r} and "
+            f"{SEQUENCE_PROPERTY!r} properties, or neither; set both or remove the other")
+    if producer is not None:
+        check_name(producer, "producer id", allow_none=False)
+        if len(producer.encode()) > MAX_PRODUCER_ID:
+            raise InvalidArgument(f"producer id is longer than {MAX_PRODUCER_ID} bytes")
+        if not (seq.isascii() and seq.isdigit() and int(seq) <= MAX_OFFSET):
+            raise InvalidArgument(f"sequence {seq!r} of producer {producer!r} is not a "
+                                  f"decimal number in 0..{MAX_OFFSET}")
+    check_label(properties.get(MESSAGE_ID_PROPERTY), "message id")
 
 
 def check_queue_id(queue_id: object, queues: int) -> int:

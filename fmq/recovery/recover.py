@@ -8,7 +8,7 @@
    :class:`~fmq.errors.CorruptLog` naming segment and offset. Each record is redone:
 
    ===============  ===========================================================
-   MESSAGE          index it
+   MESSAGE          index it; remember an idempotent send in the dedup window
    PREPARE          open the transaction
    PRE_MESSAGE      body checked by its CRC; attach to its transaction
    REF_MESSAGE      index it; mark its PRE_MESSAGE committed-into-the-queue
@@ -51,6 +51,7 @@ from fmq.log.reader import OnCorruption
 from fmq.log.record import INDEXED_TYPES, Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
+from fmq.recovery.dedup import DedupWindow
 from fmq.recovery.floors import read_floors
 from fmq.tx.manager import TxManager
 from fmq.tx.redo import redo_transaction_record
@@ -82,12 +83,15 @@ class RecoveryReport:
 
 
 def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
-                ends: list[TxEnd] | None = None) -> None:
+                ends: list[TxEnd] | None = None, dedup: DedupWindow | None = None) -> None:
     """Apply one record's redo action (table in the module doc); index entries go to
-    ``entries``, transaction ends to ``ends``, transaction state to ``txm``."""
+    ``entries``, transaction ends to ``ends``, transaction state to ``txm``, idempotent
+    sends to ``dedup``."""
     rtype = rec.type
     if rtype in INDEXED_TYPES:
         entries.append(queue_entry(rec))
+        if dedup is not None and rec.properties:
+            dedup.redo(rec)
     elif ends is not None and (rtype == RecordType.COMMIT or rtype == RecordType.ROLLBACK):
         ends.append(tx_end(rec))
     redo_transaction_record(rec, txm)
@@ -95,8 +99,10 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
 
 def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
             max_record_size: int, batch: int, index_rebuilt: bool,
-            progress: Callable[[int, int], None] | None = None) -> tuple[RecoveryReport, dict]:
-    """Run passes 1-6. Returns the report and the next queue offset of every queue."""
+            progress: Callable[[int, int], None] | None = None,
+            dedup: DedupWindow | None = None) -> tuple[RecoveryReport, dict]:
+    """Run passes 1-6 (``dedup``: the window pass 2 rebuilds). Returns the report and the
+    next queue offset of every queue."""
     t0 = time.monotonic()
     report = RecoveryReport(index_rebuilt=index_rebuilt)
     first = log_.first_offset
@@ -132,7 +138,7 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     replayed = 0
     for rec in scanner:
         replayed += 1
-        redo_record(rec, txm, entries, ends)
+        redo_record(rec, txm, entries, ends, dedup)
         if len(entries) + len(ends) >= batch:
             index.apply(entries, rec.end_offset, ends)
             report.entries_indexed += len(entries)
