@@ -29,6 +29,8 @@ PRODUCER_ID_PROPERTY = "%producer"
 SEQUENCE_PROPERTY = "%seq"
 MESSAGE_ID_PROPERTY = "%msgid"
 MAX_PRODUCER_ID = 64  # bytes
+#: The properties a consumer does not get: the producer's bookkeeping, not the application's.
+SEQUENCE_PROPERTIES = frozenset({PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY})
 
 
 @dataclass

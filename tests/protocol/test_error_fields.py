@@ -11,6 +11,7 @@ from fmq.errors import (
     FMQError,
     GroupHasMembers,
     LogFailed,
+    OutOfOrderSequence,
     SegmentUnavailable,
     TornRecord,
     all_error_classes,
@@ -29,6 +30,7 @@ WITH_FIELDS = [
     TornRecord(77, "length 90 but only 3 bytes follow"),
     BadRecord(-1, "record claims log offset 5: bad record at log offset 6"),
     GroupHasMembers("orders has 2 live members: x", 3),
+    OutOfOrderSequence("p-1 is more than 3 below", 12, 9000, 10_000),
 ]
 
 
