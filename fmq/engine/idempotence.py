@@ -54,6 +54,8 @@ class Idempotence:
         self.window = window
         self._check_open = check_open  # the broker's checks before any placing
         self._admit = admit
+        #: Resends answered with their original's result, by topic, since the broker opened.
+        self.duplicates_by_topic: dict[str, int] = {}
 
     def place_batch(self, messages: Sequence[Message]) -> tuple[list[SendResult], int]:
         """One request, all or none: its results (a duplicate's is the original's) and the
@@ -98,6 +100,8 @@ class Idempotence:
                     results.append(placed[i])
                 elif d is not _REFUSED:
                     window.duplicates += 1
+                    topic = messages[i].topic
+                    self.duplicates_by_topic[topic] = self.duplicates_by_topic.get(topic, 0) + 1
                     results.append(placed[d] if isinstance(d, int) else d)
             return results, self.log.next_offset, refused
 
