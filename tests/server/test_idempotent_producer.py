@@ -9,6 +9,7 @@ themselves: a send whose connection was lost is retried, safely, until the serve
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -17,6 +18,7 @@ import pytest
 
 from fmq import Message
 from fmq.client import Client, Producer
+from fmq.client.aio import AsyncProducer
 from fmq.errors import ConnectionLost, OutOfOrderSequence
 from fmq.message import MESSAGE_ID_PROPERTY, PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY
 from fmq.protocol import Op
@@ -90,13 +92,24 @@ def test_a_resend_after_a_crash_between_write_and_reply_gets_the_original(tmp_pa
         server.kill()
 
 
-@pytest.mark.parametrize("mode", ["send", "send_async"])
+async def produce_aio(address: str, bodies: list[bytes]) -> list:
+    async with AsyncProducer(address, retries=200, request_timeout=5, connect_timeout=1,
+                             backoff_max=0.2) as p:
+        futures = [await p.send_async("orders", b) for b in bodies]
+        await p.flush(60)
+        return [f.result() for f in futures]
+
+
+@pytest.mark.parametrize("mode", ["send", "send_async", "aio"])
 def test_the_sdk_producer_retries_a_send_lost_in_a_crash_without_duplicates(tmp_path, mode):
     bodies = [b"m%03d" % i for i in range(100)]
     outcome: dict = {}
 
     def produce(address: str) -> None:
         try:
+            if mode == "aio":
+                outcome["results"] = asyncio.run(produce_aio(address, bodies))
+                return
             with Producer(address, retries=200, request_timeout=5, connect_timeout=1,
                           backoff_max=0.2) as p:
                 if mode == "send":
