@@ -157,13 +157,17 @@ def check_dedup_properties(properties: dict[str, str]) -> None:
             f"an idempotent send carries both {PRODUCER_ID_PROPERTY!r} and "
             f"{SEQUENCE_PROPERTY!r} properties, or neither; set both or remove the other")
     if producer is not None:
-        check_name(producer, "producer id", allow_none=False)
-        if len(producer.encode()) > MAX_PRODUCER_ID:
-            raise InvalidArgument(f"producer id is longer than {MAX_PRODUCER_ID} bytes")
-        if not (seq.isascii() and seq.isdigit() and int(seq) <= MAX_OFFSET):
+        # The common id (printable ASCII) is checked without the general name rules.
+        if not (producer.isascii() and producer.isprintable()
+                and 0 < len(producer) <= MAX_PRODUCER_ID):
+            check_name(producer, "producer id", allow_none=False)
+            if len(producer.encode()) > MAX_PRODUCER_ID:
+                raise InvalidArgument(f"producer id is longer than {MAX_PRODUCER_ID} bytes")
+        if not (seq.isascii() and seq.isdigit() and (len(seq) < 19 or int(seq) <= MAX_OFFSET)):
             raise InvalidArgument(f"sequence {seq!r} of producer {producer!r} is not a "
                                   f"decimal number in 0..{MAX_OFFSET}")
-    check_label(properties.get(MESSAGE_ID_PROPERTY), "message id")
+    if MESSAGE_ID_PROPERTY in properties:
+        check_label(properties[MESSAGE_ID_PROPERTY], "message id", allow_none=False)
 
 
 def check_queue_id(queue_id: object, queues: int) -> int:

@@ -101,6 +101,8 @@ def test_the_time_window_forgets(tmp_path, small_config):
     {PRODUCER_ID_PROPERTY: "p\n", SEQUENCE_PROPERTY: "1"},
     {PRODUCER_ID_PROPERTY: "p" * 65, SEQUENCE_PROPERTY: "1"},
     {MESSAGE_ID_PROPERTY: "a\x00b"},
+    {MESSAGE_ID_PROPERTY: ""},
+    {PRODUCER_ID_PROPERTY: "", SEQUENCE_PROPERTY: "1"},
 ])
 def test_bad_idempotence_properties_are_refused(broker, props):
     with pytest.raises(InvalidArgument):
