@@ -29,6 +29,8 @@ PRODUCER_ID_PROPERTY = "%producer"
 SEQUENCE_PROPERTY = "%seq"
 MESSAGE_ID_PROPERTY = "%msgid"
 MAX_PRODUCER_ID = 64  # bytes
+#: Tags one subscription expression may name.
+MAX_TAGS_IN_EXPRESSION = 64
 #: The properties a consumer does not get: the producer's bookkeeping, not the application's.
 SEQUENCE_PROPERTIES = frozenset({PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY})
 
@@ -168,6 +170,26 @@ def check_dedup_properties(properties: dict[str, str]) -> None:
                                   f"decimal number in 0..{MAX_OFFSET}")
     if MESSAGE_ID_PROPERTY in properties:
         check_label(properties[MESSAGE_ID_PROPERTY], "message id", allow_none=False)
+
+
+def parse_tag_expression(expression: object) -> frozenset[str] | None:
+    """The tags a subscription expression selects: ``"a || b"`` (a message whose tags
+    value is exactly one of them), or None for ``"*"`` or empty (every message)."""
+    if expression is None:
+        return None
+    if not isinstance(expression, str):
+        raise InvalidArgument(f"a tag expression is a string such as 'a || b' or '*', not "
+                              f"{type(expression).__name__}")
+    if expression.strip() in ("", "*"):
+        return None
+    tags = [t.strip() for t in expression.split("||")]
+    if not all(tags) or len(tags) > MAX_TAGS_IN_EXPRESSION:
+        raise InvalidArgument(
+            f"tag expression {expression!r} is not 1-{MAX_TAGS_IN_EXPRESSION} tags separated "
+            f"by '||' (like 'a || b'), nor '*'")
+    for t in tags:
+        check_label(t, "tag")
+    return frozenset(tags)
 
 
 def check_queue_id(queue_id: object, queues: int) -> int:

@@ -10,7 +10,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
 from fmq.errors import BrokerClosed, FMQError, InvalidArgument
-from fmq.message import StoredMessage, check_name, check_topic
+from fmq.message import StoredMessage, check_name, check_topic, parse_tag_expression
 from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
 
@@ -34,11 +34,19 @@ class Consumer(Client):
     group has none; ``"earliest"``: the queue's start (replay); ``"latest"``: only messages
     stored from now on. ``"earliest"``/``"latest"`` apply to each queue the first time this
     consumer gets it and ignore the committed offset.
+
+    ``tags``: a tag expression (``"a || b"``; ``"*"`` or None: every message). The server
+    returns only the messages whose tags value is one of those tags; the others cost no
+    network, and the consumer's position (and what :meth:`commit` records) moves past
+    them all the same. Every member of a group should subscribe with the same expression.
     """
 
     def __init__(self, servers: str | Sequence[str], group: str, topics: str | Sequence[str],
-                 start: str = "committed", *, max_messages: int = 64, **options: Any) -> None:
+                 start: str = "committed", *, max_messages: int = 64,
+                 tags: str | None = None, **options: Any) -> None:
         super().__init__(servers, **options)
+        #: The tag expression, None for every message (a plain PULL then).
+        self.tags = tags if parse_tag_expression(tags) is not None else None
         check_name(group, "group", allow_none=False)
         self.group = group
         self.topics = [topics] if isinstance(topics, str) else list(topics)
@@ -170,9 +178,13 @@ class Consumer(Client):
 
     def _pull(self, q: Queue, wait_ms: int) -> None:
         offset = self._positions[q]
+        req = {"topic": q[0], "queue_id": q[1], "offset": offset,
+               "max_messages": self.max_messages, "wait_ms": wait_ms}
         try:
-            fut = self.submit(Op.PULL, {"topic": q[0], "queue_id": q[1], "offset": offset,
-                                        "max_messages": self.max_messages, "wait_ms": wait_ms})
+            if self.tags is None:
+                fut = self.submit(Op.PULL, req)
+            else:
+                fut = self.submit(Op.PULL_TAGGED, dict(req, tags=self.tags))
         except FMQError as exc:
             # The server is unreachable; the heartbeat thread already says so once a second.
             logger.debug("pull of %s/%d failed: %s", q[0], q[1], exc)
@@ -201,6 +213,8 @@ class Consumer(Client):
                 out.extend(msgs)
             elif resp["min_offset"] > offset:
                 self._positions[q] = resp["min_offset"]  # retention deleted what we wanted
+            if resp.get("resume_offset", 0) > self._positions[q]:
+                self._positions[q] = resp["resume_offset"]  # past what the filter skipped
         return out
 
     def commit(self) -> None:
