@@ -158,7 +158,7 @@ class Broker:
                 self.log.flush()
             self.dispatcher.stop()
             if self.log.failed is None and self.dispatcher.error is None:
-                self.checkpoint()
+                self._checkpointer.checkpoint(final=True)  # saves the dedup window
         finally:
             # also when the flush above failed: closing LMDB under a running dispatcher
             # hung env.close() (found by the power-loss test)

@@ -175,6 +175,45 @@ class DedupWindow:
             offsets.append(next(iter(self._ids.values()))[0].offset)
         return min(offsets, default=None)
 
+    def drop_from(self, end: int) -> None:
+        """Forget what was stored at or after log offset ``end`` (an operator cut the log
+        there after the window was saved)."""
+        for producer, p in list(self._producers.items()):
+            keep = [e for e in p.order if p.results[e >> 64] >> 96 < end]
+            if len(keep) != len(p.order):
+                p.results = {e >> 64: p.results[e >> 64] for e in keep}
+                p.order = deque(keep)
+                if not keep:
+                    del self._producers[producer]
+                else:
+                    p.last = max(p.results)
+        for key in [k for k, v in self._ids.items() if v[0].offset >= end]:
+            del self._ids[key]
+
+    def export(self) -> dict:
+        """Everything remembered, as JSON-ready data (:mod:`fmq.recovery.dedup_file`)."""
+        return {
+            "producers": {k: [p.last, p.last_time, [[e >> 64, e & _LOW, p.results[e >> 64]]
+                                                    for e in p.order]]
+                          for k, p in self._producers.items()},
+            "message_ids": [[t, i, _pack(r), st] for (t, i), (r, st) in self._ids.items()],
+        }
+
+    def load(self, data: dict) -> None:
+        """Replace what is remembered with ``export()``'s data."""
+        self._producers.clear()
+        for producer, (last, last_time, entries) in data["producers"].items():
+            p = self._producers[producer] = _Producer()
+            p.last, p.last_time = last, last_time
+            for seq, store_time, packed in entries:
+                p.order.append((seq << 64) | store_time)
+                p.results[seq] = packed
+        self._ids = OrderedDict(((t, i), (_unpack(packed), st))
+                                for t, i, packed, st in data["message_ids"])
+
+    def __len__(self) -> int:
+        return len(self._producers) + len(self._ids)
+
     def snapshot(self) -> dict:
         """What the answers depend on, comparable with ``==`` (tests compare a window
         rebuilt from the log with the live one): per producer its last sequence and the

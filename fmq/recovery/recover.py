@@ -2,7 +2,8 @@
 
 1. **Checkpoint**: load it; missing or corrupt → replay from the first segment. The start
    is also pulled back to the index's applied offset when the index is behind it (for
-   example a rebuilt index).
+   example a rebuilt index). The dedup window a clean close saved seeds the window when
+   the replay starts at or before where it was saved (:mod:`fmq.recovery.dedup_file`).
 2. **Scan and redo** from the start to the end of the log. Every record is checked (CRC,
    lengths, its own offset); damage with valid records after it raises
    :class:`~fmq.errors.CorruptLog` naming segment and offset. Each record is redone:
@@ -52,6 +53,7 @@ from fmq.log.record import INDEXED_TYPES, Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
 from fmq.recovery.dedup import DedupWindow
+from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE, read_window
 from fmq.recovery.floors import read_floors
 from fmq.tx.manager import TxManager
 from fmq.tx.redo import redo_transaction_record
@@ -97,6 +99,21 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
     redo_transaction_record(rec, txm)
 
 
+def _seed_dedup_window(data_dir: str, dedup: DedupWindow, start: int) -> int | None:
+    """Load the window a clean close saved when the replay from ``start`` completes it;
+    returns the log offset it was saved at, None when not used, -1 when it is damaged
+    (then the whole log is replayed)."""
+    try:
+        saved = read_window(os.path.join(data_dir, DEDUP_WINDOW_FILE))
+    except CorruptCheckpoint as exc:
+        log.warning("saved dedup window unusable (%s): replaying the whole log", exc)
+        return -1
+    if saved is None or start > saved[0]:  # a later checkpoint keeps its records to replay
+        return None
+    dedup.load(saved[1])
+    return saved[0]
+
+
 def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
             max_record_size: int, batch: int, index_rebuilt: bool,
             progress: Callable[[int, int], None] | None = None,
@@ -128,6 +145,9 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
         log.warning("checkpoint offset %d outside the log [%d, %d]: replaying the whole log",
                     start, first, last_end)
         start = first
+    saved_at = _seed_dedup_window(data_dir, dedup, start) if dedup is not None else None
+    if saved_at == -1:
+        start = first
     report.start_offset = start
 
     # Pass 2: scan and redo.
@@ -154,6 +174,8 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
                          f"the log's valid records end at {end}, but the checkpoint recorded "
                          f"them durable up to {cp.applied_offset}: synced data is missing")
     index.apply(entries, end, ends)
+    if saved_at is not None and saved_at > end:  # an operator cut the log since
+        dedup.drop_from(end)
     report.entries_indexed += len(entries)
     report.records_replayed = replayed
     report.bytes_replayed = end - start

@@ -13,6 +13,8 @@ from fmq import InvalidArgument, Message
 from fmq.admin.rebuild_index import rebuild_index
 from fmq.errors import OutOfOrderSequence
 from fmq.message import MESSAGE_ID_PROPERTY, PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY
+from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE
+from tests.crashkit import run_child
 
 
 def idem(topic: str, body: bytes, producer: str, seq: int, **props: str) -> Message:
@@ -149,3 +151,54 @@ def test_transactional_messages_are_not_deduplicated(broker):
         broker.commit(broker.prepare([msg], "group"))
     assert stored(broker, "t") == [b"tx", b"tx"]
     assert broker.stats()["dedup_producers"] == 0
+
+
+def test_a_clean_close_saves_the_window_and_replays_nothing(tmp_path, small_config):
+    path = str(tmp_path / "d")
+    with fmq.Broker.open(path, small_config) as broker:
+        first = broker.send(idem("t", b"a", "p", 0))
+        keyed = broker.send(with_id("t", b"k", "id-1"))
+        broker.send(Message("t", b"plain"))
+        live = broker.idempotence.window.snapshot()
+    with fmq.Broker.open(path, small_config) as broker:
+        assert broker.recovery.records_replayed == 0  # the checkpoint sits at the log end
+        assert broker.idempotence.window.snapshot() == live
+        assert broker.send(idem("t", b"a", "p", 0)) == first
+        assert broker.send(with_id("t", b"k", "id-1")) == keyed
+        broker.send(idem("t", b"b", "p", 1))
+        live = broker.idempotence.window.snapshot()
+    # once more, and then with the saved window damaged: the whole log is replayed
+    with fmq.Broker.open(path, small_config) as broker:
+        assert broker.idempotence.window.snapshot() == live
+    window_file = tmp_path / "d" / DEDUP_WINDOW_FILE
+    window_file.write_bytes(window_file.read_bytes()[:-1] + b"?")
+    with fmq.Broker.open(path, small_config) as broker:
+        assert broker.recovery.start_offset == 0
+        assert broker.idempotence.window.snapshot() == live
+    # a close with nothing to remember removes the saved window
+    with fmq.Broker.open(path, small_config.replace(dedup_window_ms=1)) as broker:
+        time.sleep(0.01)
+    assert not window_file.exists()
+
+
+def test_a_crash_after_a_checkpoint_replays_from_the_oldest_record_remembered(tmp_path):
+    data = str(tmp_path / "d")
+    config = {"segment_size": 16 * 1024, "max_message_size": 4096,
+              "checkpoint_interval_ms": 0, "retention_interval_ms": 0}
+    child = run_child("dedup_checkpoint_then_die", data, str(tmp_path / "acks"),
+                      config=config)
+    assert child.killed, child.stderr
+    seqs = [a for a in child.acks if a["kind"] == "seq"]
+    [keyed] = [a for a in child.acks if a["kind"] == "id"]
+    [cp] = [a for a in child.acks if a["kind"] == "checkpoint"]
+    assert 0 < cp["recovery_offset"] == seqs[0]["offset"]  # pinned by the window
+    with fmq.Broker.open(data, fmq.BrokerConfig(**config)) as broker:
+        assert broker.recovery.start_offset == seqs[0]["offset"]
+        for a in seqs:
+            r = broker.send(idem("t", b"idem %d" % a["seq"], "p", a["seq"]))
+            assert (r.offset, r.queue_id, r.queue_offset) == (
+                a["offset"], a["queue_id"], a["queue_offset"])
+        r = broker.send(with_id("t", b"keyed", "k"))
+        assert (r.offset, r.queue_id, r.queue_offset) == (
+            keyed["offset"], keyed["queue_id"], keyed["queue_offset"])
+        assert broker.stats()["duplicates_dropped"] == 4
