@@ -208,18 +208,20 @@ def _message_dict(m) -> dict:
 @click.option("--idle-timeout", type=click.FloatRange(min=0), default=None,
               help="Stop when no message came for this many seconds (default: wait forever).")
 @click.option("--no-commit", is_flag=True, help="Do not commit the group's offsets.")
+@click.option("--tags", default=None,
+              help="Only messages with one of these tags: 'a || b' (filtered by the server).")
 @json_option
 @fmq_errors
 def consume(server: str, topics: tuple[str, ...], group: str, from_beginning: bool,
             max_messages: int | None, idle_timeout: float | None, no_commit: bool,
-            as_json: bool) -> None:
+            tags: str | None, as_json: bool) -> None:
     """Print messages as a member of a consumer group; commits offsets as it goes."""
     from fmq.client import Consumer
 
     start = "earliest" if from_beginning else "committed"
     count = [0]
     try:
-        with Consumer(server, group, list(topics), start=start) as consumer:
+        with Consumer(server, group, list(topics), start=start, tags=tags) as consumer:
             _say_which_topics_are_missing(consumer, topics, idle_timeout)
             _consume(consumer, max_messages, idle_timeout, no_commit, as_json, count)
     except KeyboardInterrupt:  # Ctrl-C: the with block left the group; no traceback

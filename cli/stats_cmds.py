@@ -67,6 +67,10 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
          f"{out.date_s(cp['written_at'])}"),
         ("transactions", f"{s['open_transactions']} open, oldest {oldest}, "
                          f"{s['feedback_checks_sent']} check-backs sent"),
+        ("idempotence", None if "duplicates_dropped" not in s else
+         f"{out.count(s['duplicates_dropped'])} duplicates dropped; remembers "
+         f"{out.count(s['dedup_producers'])} producers, "
+         f"{out.count(s['dedup_message_ids'])} message ids"),
     ])
     errors = out.fields([
         ("log failure", s["log_failed"]),

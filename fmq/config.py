@@ -97,6 +97,15 @@ class BrokerConfig:
     retry_delays: str = "10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     #: Redeliveries before a failed message goes to its group's dead-letter topic.
     max_reconsume_times: int = 16
+    #: Idempotent producers: sequence numbers remembered per producer id (a resend of one
+    #: is answered with the original's result; a lower one is refused), and how long a
+    #: producer id is remembered after its last message. Recovery replays the log back to
+    #: the oldest message remembered, so a long window makes a restart slower.
+    dedup_window_messages: int = 10_000
+    dedup_window_ms: int = 120_000
+    #: Application dedup keys (the ``%msgid`` property) remembered, over all topics, each
+    #: for ``dedup_window_ms`` at most.
+    dedup_max_message_ids: int = 100_000
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid configuration")
@@ -141,6 +150,9 @@ class BrokerConfig:
         need(self.timer_poll_ms >= 1, "timer_poll_ms must be >= 1")
         need(self.timer_batch >= 1, "timer_batch must be >= 1")
         need(self.max_reconsume_times >= 0, "max_reconsume_times must be >= 0")
+        need(self.dedup_window_messages >= 1, "dedup_window_messages must be >= 1")
+        need(self.dedup_window_ms >= 1, "dedup_window_ms must be >= 1")
+        need(self.dedup_max_message_ids >= 0, "dedup_max_message_ids must be >= 0")
         self.retry_delays_ms  # noqa: B018 - parsed now, so a bad level is refused at start
 
     @property

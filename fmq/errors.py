@@ -70,6 +70,27 @@ class ConfigError(FMQError, ValueError):
     code = 13
 
 
+class OutOfOrderSequence(FMQError):
+    """An idempotent producer's sequence number too far below its last stored one: the
+    broker no longer remembers whether that message was stored (docs/format.md)."""
+
+    code = 90
+    fields = {"producer": str, "sequence": int, "last": int, "window": int}
+    message_format = (
+        "sequence {sequence} of producer {producer} is more than {window} below its last "
+        "stored sequence {last}: the broker no longer knows whether it was stored, so it "
+        "stored nothing. Check the topic for it before sending it again under a new "
+        "sequence, or raise dedup_window_messages")
+
+    def __init__(self, producer: str, sequence: int, last: int, window: int) -> None:
+        super().__init__(self.message_format.format(producer=producer, sequence=sequence,
+                                                    last=last, window=window))
+        self.producer = producer
+        self.sequence = sequence
+        self.last = last
+        self.window = window
+
+
 # ---------------------------------------------------------------- storage
 
 

@@ -31,6 +31,17 @@ RECONSUME_TIMES = "%RECONSUME_TIMES"
 ORIGIN_TOPIC = "%ORIGIN_TOPIC"
 ORIGIN_QUEUE = "%ORIGIN_QUEUE"
 ORIGIN_OFFSET = "%ORIGIN_OFFSET"
+#: Properties of an idempotent send (docs/format.md, "Idempotent producers"): the producer's
+#: id and the message's sequence number (both or neither), and an application's own dedup
+#: key, unique per topic. The broker answers a resend of either with the original's result.
+PRODUCER_ID_PROPERTY = "%producer"
+SEQUENCE_PROPERTY = "%seq"
+MESSAGE_ID_PROPERTY = "%msgid"
+MAX_PRODUCER_ID = 64  # bytes
+#: Tags one subscription expression may name.
+MAX_TAGS_IN_EXPRESSION = 64
+#: The properties a consumer does not get: the producer's bookkeeping, not the application's.
+SEQUENCE_PROPERTIES = frozenset({PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY})
 
 
 @dataclass
@@ -170,9 +181,55 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
         size = 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
         if size > MAX_PROPERTIES or len(msg.properties) > 0xFFFF:
             raise InvalidArgument(f"properties take {size} bytes encoded; the limit is {MAX_PROPERTIES}")
+        if (PRODUCER_ID_PROPERTY in msg.properties or SEQUENCE_PROPERTY in msg.properties
+                or MESSAGE_ID_PROPERTY in msg.properties):
+            check_dedup_properties(msg.properties)
     if msg.queue_id is not None:
         check_queue_id(msg.queue_id, queues(msg.topic) if callable(queues) else queues)
     return msg
+
+
+def check_dedup_properties(properties: dict[str, str]) -> None:
+    """The idempotence properties of a message: a producer id (1-64 bytes, no control
+    characters) together with a sequence number (decimal, 0..2**63-1), and a message id."""
+    producer = properties.get(PRODUCER_ID_PROPERTY)
+    seq = properties.get(SEQUENCE_PROPERTY)
+    if (producer is None) != (seq is None):
+        raise InvalidArgument(
+            f"an idempotent send carries both {PRODUCER_ID_PROPERTY!r} and "
+            f"{SEQUENCE_PROPERTY!r} properties, or neither; set both or remove the other")
+    if producer is not None:
+        # The common id (printable ASCII) is checked without the general name rules.
+        if not (producer.isascii() and producer.isprintable()
+                and 0 < len(producer) <= MAX_PRODUCER_ID):
+            check_name(producer, "producer id", allow_none=False)
+            if len(producer.encode()) > MAX_PRODUCER_ID:
+                raise InvalidArgument(f"producer id is longer than {MAX_PRODUCER_ID} bytes")
+        if not (seq.isascii() and seq.isdigit() and (len(seq) < 19 or int(seq) <= MAX_OFFSET)):
+            raise InvalidArgument(f"sequence {seq!r} of producer {producer!r} is not a "
+                                  f"decimal number in 0..{MAX_OFFSET}")
+    if MESSAGE_ID_PROPERTY in properties:
+        check_label(properties[MESSAGE_ID_PROPERTY], "message id", allow_none=False)
+
+
+def parse_tag_expression(expression: object) -> frozenset[str] | None:
+    """The tags a subscription expression selects: ``"a || b"`` (a message whose tags
+    value is exactly one of them), or None for ``"*"`` or empty (every message)."""
+    if expression is None:
+        return None
+    if not isinstance(expression, str):
+        raise InvalidArgument(f"a tag expression is a string such as 'a || b' or '*', not "
+                              f"{type(expression).__name__}")
+    if expression.strip() in ("", "*"):
+        return None
+    tags = [t.strip() for t in expression.split("||")]
+    if not all(tags) or len(tags) > MAX_TAGS_IN_EXPRESSION:
+        raise InvalidArgument(
+            f"tag expression {expression!r} is not 1-{MAX_TAGS_IN_EXPRESSION} tags separated "
+            f"by '||' (like 'a || b'), nor '*'")
+    for t in tags:
+        check_label(t, "tag")
+    return frozenset(tags)
 
 
 def check_queue_id(queue_id: object, queues: int) -> int:

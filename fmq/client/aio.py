@@ -39,25 +39,32 @@ from .batching import (
     unreachable,
 )
 from .connection import parse_servers
+from .idempotence import Sequencer
 
 logger = logging.getLogger("fmq.client")
 
 
 class AsyncProducer:
     """Sends messages to an FMQ server from asyncio code. The options mean what they mean
-    for :class:`fmq.client.Producer`; ``send_async`` waits (up to ``max_block_s``) for
-    room in the buffer, then returns an asyncio future of the message's SendResult."""
+    for :class:`fmq.client.Producer` (idempotent by default, so a send that timed out or
+    lost its connection is sent again safely); ``send_async`` waits (up to
+    ``max_block_s``) for room in the buffer, then returns an asyncio future of the
+    message's SendResult."""
 
     def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
                  connect_timeout: float = 5.0, retries: int = 3,
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  max_in_flight: int = 128, linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
-                 max_block_s: float = 60.0) -> None:
+                 max_block_s: float = 60.0, idempotent: bool = True,
+                 producer_id: str | None = None) -> None:
         if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
             raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
                                   "positive and linger_ms at least 0")
         self.servers = parse_servers(servers)
+        self._sequencer = Sequencer(idempotent, producer_id)
+        self.idempotent = idempotent
+        self.producer_id = self._sequencer.producer_id
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -120,7 +127,8 @@ class AsyncProducer:
     async def call(self, op: Op, fields: dict[str, Any], *,
                    retries: int | None = None) -> dict[str, Any]:
         """Send one request and wait for its answer, retrying retriable errors (a retried
-        send may store a message twice, as with the threaded client)."""
+        send may store a message twice unless the producer is idempotent, as with the
+        threaded client)."""
         retries = self.retries if retries is None else retries
         attempt = 0
         while True:
@@ -142,16 +150,18 @@ class AsyncProducer:
                    queue_id: int | None = None, *, deliver_at: int | datetime | None = None,
                    delay: float | timedelta | None = None) -> SendResult | ScheduledSend:
         """Store one message; returns once it is durable on the server. ``deliver_at`` /
-        ``delay``: as :meth:`fmq.client.producer.Producer.send` (a scheduled message)."""
-        msg = message_to_wire(Message(topic, body, key, tags, properties, queue_id))
+        ``delay``: as :meth:`fmq.client.producer.Producer.send` (a scheduled message, which
+        takes no sequence number)."""
+        message = Message(topic, body, key, tags, properties, queue_id)
         if deliver_at is None and delay is None:
+            msg = message_to_wire(self._sequencer.stamp(message))
             return result_from_wire((await self.call(Op.SEND, {"message": msg}))["result"])
-        fields = {"message": msg, **schedule_to_wire(deliver_at, delay)}
+        fields = {"message": message_to_wire(message), **schedule_to_wire(deliver_at, delay)}
         return scheduled_from_wire(await self.call(Op.SEND_AT, fields))
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store several messages in one request and one group commit: all or none."""
-        wire = [message_to_wire(m) for m in messages]
+        wire = [message_to_wire(self._sequencer.stamp(m)) for m in messages]
         if not wire:
             return []
         answer = await self.call(Op.SEND_BATCH, {"messages": wire})
@@ -167,7 +177,8 @@ class AsyncProducer:
         raises the batch's FMQError."""
         if self._closed:
             raise BrokerClosed("this producer is closed; create a new one")
-        part = encode_message(topic, body, key, tags, properties, queue_id)
+        part = encode_message(topic, body, key, tags, properties, queue_id,
+                              self._sequencer.for_properties(properties))
         queue, n = self._queue, len(part)
         if queue.buffered and queue.buffered + n > self._buffer_memory:
             await self._wait_for_room(n)
@@ -314,7 +325,7 @@ class AsyncProducer:
     def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
         if batch.done:
             return
-        if resend_is_safe(exc, written) and batch.attempts < self.retries and not self._closed:
+        if resend_is_safe(exc, written, self.idempotent) and batch.attempts < self.retries and not self._closed:
             delay = backoff_delay(batch.attempts, self.backoff_initial, self.backoff_max)
             logger.debug("batch of %d messages failed (%s); sending it again in %.2fs",
                          len(batch.handles), exc, delay)

@@ -32,7 +32,8 @@ class Client:
     ``request_timeout``: seconds to wait for one answer. ``retries``: how many times a
     request that failed with a *retriable* error (connection lost, time-out, server busy) is
     sent again, after a back-off from ``backoff_initial`` doubling up to ``backoff_max``
-    seconds. A retried send may store a message twice (at-least-once). ``max_in_flight``:
+    seconds. A retried send may store a message twice (at-least-once), unless the producer
+    is idempotent (:class:`~fmq.client.Producer`'s default). ``max_in_flight``:
     requests this client keeps in flight at once on its connection (threads beyond it wait
     for a slot); keep it at or below the server's ``max_in_flight``."""
 

@@ -11,7 +11,9 @@ answered; each message has a *handle* (a future of either kind) that gets its
 Order: batches are sent in the order they were closed, and a batch waiting to be resent
 holds back every later batch until it has been sent again. With one batch in flight
 (``max_in_flight=1``) this keeps the order of each queue's messages; with more in flight a
-resent batch can land behind a later one (as in Kafka without idempotence).
+resent batch can land behind a later one (as in Kafka without idempotence). An idempotent
+producer's resent batch is never stored twice: the server answers the messages it already
+stored with their original results.
 """
 
 from __future__ import annotations
@@ -125,14 +127,16 @@ def complete(batch: Batch, outcome: list[SendResult] | BaseException) -> None:
                     handle.set_result(result)
 
 
-def resend_is_safe(error: BaseException, written: bool) -> bool:
-    """True when ``error`` says the batch was not stored, so sending it again cannot store
-    a message twice: a retriable refusal (ServerBusy, IndexUnavailable...), or a lost
-    connection before the request was written. A connection lost or a time-out after it
-    was written may have stored it: that batch fails instead."""
+def resend_is_safe(error: BaseException, written: bool, idempotent: bool = False) -> bool:
+    """True when sending the batch again cannot store a message twice: ``error`` says the
+    batch was not stored (a retriable refusal such as ServerBusy or IndexUnavailable, or a
+    lost connection before the request was written), or the producer is ``idempotent``
+    (the server answers a resend of a stored message with its original result). Without
+    idempotence a connection lost or a time-out after the request was written may have
+    stored it: that batch fails instead."""
     if not isinstance(error, FMQError) or not error.retriable:
         return False
-    return not written or not isinstance(error, (ConnectionLost, RequestTimeout))
+    return idempotent or not written or not isinstance(error, (ConnectionLost, RequestTimeout))
 
 
 def unreachable(error: BaseException, written: bool) -> bool:

@@ -11,7 +11,13 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from fmq.errors import BrokerClosed, FMQError, InvalidArgument
-from fmq.message import StoredMessage, check_name, check_topic, retry_topic
+from fmq.message import (
+    StoredMessage,
+    check_name,
+    check_topic,
+    parse_tag_expression,
+    retry_topic,
+)
 from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
 
@@ -41,12 +47,19 @@ class Consumer(Client):
     back-off, through the group's retry topic, which the consumer also reads (``retries``
     False: not). Its ``reconsume_times`` counts the redeliveries; after the server's
     ``max_reconsume_times`` the next failure moves it to the group's dead-letter topic.
+
+    ``tags``: a tag expression (``"a || b"``; ``"*"`` or None: every message). The server
+    returns only the messages whose tags value is one of those tags; the others cost no
+    network, and the consumer's position (and what :meth:`commit` records) moves past
+    them all the same. Every member of a group should subscribe with the same expression.
     """
 
     def __init__(self, servers: str | Sequence[str], group: str, topics: str | Sequence[str],
                  start: str = "committed", *, max_messages: int = 64, retries: bool = True,
-                 **options: Any) -> None:
+                 tags: str | None = None, **options: Any) -> None:
         super().__init__(servers, **options)
+        #: The tag expression, None for every message (a plain PULL then).
+        self.tags = tags if parse_tag_expression(tags) is not None else None
         check_name(group, "group", allow_none=False)
         self.group = group
         self.topics = [topics] if isinstance(topics, str) else list(topics)
@@ -192,9 +205,13 @@ class Consumer(Client):
 
     def _pull(self, q: Queue, wait_ms: int) -> None:
         offset = self._positions[q]
+        req = {"topic": q[0], "queue_id": q[1], "offset": offset,
+               "max_messages": self.max_messages, "wait_ms": wait_ms}
         try:
-            fut = self.submit(Op.PULL, {"topic": q[0], "queue_id": q[1], "offset": offset,
-                                        "max_messages": self.max_messages, "wait_ms": wait_ms})
+            if self.tags is None:
+                fut = self.submit(Op.PULL, req)
+            else:
+                fut = self.submit(Op.PULL_TAGGED, dict(req, tags=self.tags))
         except FMQError as exc:
             # The server is unreachable; the heartbeat thread already says so once a second.
             logger.debug("pull of %s/%d failed: %s", q[0], q[1], exc)
@@ -223,6 +240,8 @@ class Consumer(Client):
                 out.extend(msgs)
             elif resp["min_offset"] > offset:
                 self._positions[q] = resp["min_offset"]  # retention deleted what we wanted
+            if resp.get("resume_offset", 0) > self._positions[q]:
+                self._positions[q] = resp["resume_offset"]  # past what the filter skipped
         return out
 
     def commit(self) -> None:

@@ -35,6 +35,7 @@ from fmq.tx.ids import new_tx_id
 from fmq.tx.state import TxState, UncertainTx
 
 from .base import Client
+from .idempotence import Sequencer
 from .sender import BatchSender
 
 logger = logging.getLogger("fmq.client")
@@ -52,13 +53,23 @@ class Producer(Client):
     that at or below the server's limit of the same name). At most ``max_in_flight``
     requests (and the server's own limit) are in flight at once. Messages not yet answered
     hold at most ``buffer_memory`` bytes; beyond that ``send_async`` blocks up to
-    ``max_block_s`` and then raises :class:`~fmq.client.batching.BufferFull`."""
+    ``max_block_s`` and then raises :class:`~fmq.client.batching.BufferFull`.
+
+    ``idempotent`` (the default): every message carries this producer's id
+    (``producer_id``, random unless given) and a sequence number, so the server answers a
+    resend with the original's result: a send that timed out or lost its connection is
+    sent again safely, by ``send`` and ``send_batch`` as by ``send_async``. A message whose
+    properties already hold ``%producer`` is sent as it is (the application numbers it)."""
 
     def __init__(self, servers: str | Sequence[str], producer_group: str | None = None, *,
                  linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
-                 max_block_s: float = 60.0, **options: Any) -> None:
+                 max_block_s: float = 60.0, idempotent: bool = True,
+                 producer_id: str | None = None, **options: Any) -> None:
         super().__init__(servers, **options)
+        self._sequencer = Sequencer(idempotent, producer_id)
+        self.idempotent = idempotent
+        self.producer_id = self._sequencer.producer_id
         if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
             raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
                                   "positive and linger_ms at least 0")
@@ -83,16 +94,17 @@ class Producer(Client):
 
     def send_message(self, message: Message, *, deliver_at: int | datetime | None = None,
                      delay: float | timedelta | None = None) -> SendResult | ScheduledSend:
-        """:meth:`send` of a :class:`~fmq.message.Message`."""
-        msg = message_to_wire(message)
+        """:meth:`send` of a :class:`~fmq.message.Message`. A scheduled message takes no
+        sequence number: a SEND_AT retried after a lost answer may store it twice."""
         if deliver_at is None and delay is None:
+            msg = message_to_wire(self._sequencer.stamp(message))
             return result_from_wire(self.call(Op.SEND, {"message": msg})["result"])
-        fields = {"message": msg, **schedule_to_wire(deliver_at, delay)}
+        fields = {"message": message_to_wire(message), **schedule_to_wire(deliver_at, delay)}
         return scheduled_from_wire(self.call(Op.SEND_AT, fields))
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
         """Store several messages in one request and one group commit: all or none."""
-        wire = [message_to_wire(m) for m in messages]
+        wire = [message_to_wire(self._sequencer.stamp(m)) for m in messages]
         if not wire:
             return []
         answer = self.call(Op.SEND_BATCH, {"messages": wire})
@@ -104,7 +116,8 @@ class Producer(Client):
         """Queue one message for a batch; the future resolves to its SendResult once the
         batch is durable on the server, or raises the batch's FMQError. A value the wire
         cannot carry raises here, at once."""
-        part = encode_message(topic, body, key, tags, properties, queue_id)
+        part = encode_message(topic, body, key, tags, properties, queue_id,
+                              self._sequencer.for_properties(properties))
         fut: Future[SendResult] = Future()  # cancelling it does not take the message back
         sender = self._sender or self._start_sender()
         sender.add(part, fut)
@@ -115,7 +128,8 @@ class Producer(Client):
             if self._closed or self._sender_closed:
                 raise BrokerClosed("this producer is closed; create a new one")
             if self._sender is None:
-                self._sender = BatchSender(self, **self._batching)
+                self._sender = BatchSender(self, idempotent=self.idempotent,
+                                           **self._batching)
             return self._sender
 
     def flush(self, timeout: float | None = None) -> None:

@@ -43,8 +43,10 @@ class BatchSender:
     """Batches of one threaded producer and the thread that sends them."""
 
     def __init__(self, client: Client, *, linger_s: float, batch_size: int,
-                 max_batch_messages: int, buffer_memory: int, max_block_s: float) -> None:
+                 max_batch_messages: int, buffer_memory: int, max_block_s: float,
+                 idempotent: bool = False) -> None:
         self._client = client
+        self._idempotent = idempotent  # a written batch may be sent again
         self._queue = BatchQueue(Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME),
                                  linger_s)
         self._buffer_memory = buffer_memory
@@ -199,7 +201,7 @@ class BatchSender:
         with self._cond:
             if batch.done:
                 return
-            if (resend_is_safe(exc, written) and batch.attempts < self._client.retries
+            if (resend_is_safe(exc, written, self._idempotent) and batch.attempts < self._client.retries
                     and not self._closing):
                 delay = self._client._backoff(batch.attempts)
                 logger.debug("batch of %d messages failed (%s); sending it again in %.2fs",

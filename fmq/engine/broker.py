@@ -18,6 +18,7 @@ from fmq.config import BrokerConfig
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock
 from fmq.engine.admission import IndexAdmission
 from fmq.engine.checkpoints import Checkpointer
+from fmq.engine.idempotence import Idempotence, has_dedup
 from fmq.engine.inventory import Inventory
 from fmq.engine.maintenance import Upkeep, start_maintenance
 from fmq.engine.offsets import ConsumerOffsets
@@ -33,6 +34,7 @@ from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.log import Log
 from fmq.message import Message, SendResult, StoredMessage
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp
+from fmq.recovery.dedup import DedupWindow
 from fmq.recovery.recover import recover
 from fmq.recovery.roll_forward import end_cut_transactions
 from fmq.tx.feedback import Feedback
@@ -92,10 +94,11 @@ class Broker:
         self.tx = TxManager(cfg.max_open_transactions, cfg.tx_finished_memory,
                             cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms,
                             lookup_finished=self._indexed_tx_end)
+        dedup = DedupWindow.for_config(cfg)
         report, queue_next = recover(self.path, self.log, self.index, self.tx,
                                      max_record_size=self.max_record_size,
                                      batch=cfg.dispatch_batch, index_rebuilt=rebuilt,
-                                     progress=progress)
+                                     progress=progress, dedup=dedup)
         self.log.start_at(report.end_offset)
         self._queues = Queues(cfg.queues_per_topic, queue_next,
                               [(m.topic, m.queue_id) for t in self.tx.open.values()
@@ -110,6 +113,8 @@ class Broker:
         self.dispatcher.start()
         self._closed = False
         self._admit = IndexAdmission(self.path, cfg, self.log, self.dispatcher)
+        self.idempotence = Idempotence(self.log, self._queues, dedup, self._check_open,
+                                       self._admit)
         self.tx_writer = TxWriter(self.log, self.tx, cfg, self._queues, self.max_record_size,
                                   self._admit)
         self._feedback = Feedback(self.tx, cfg, self.tx_writer.read_record, self.commit,
@@ -129,7 +134,7 @@ class Broker:
                              self.max_record_size, self._admit, self._check_open)
         self.recovery = report
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
-                                          self.tx, self.io)
+                                          self.tx, self.io, dedup)
         self._retention = Retention(self.path, cfg, self.log, self.index, self.tx,
                                     self.tx_writer, self._checkpointer, self.io, self.rollback,
                                     self.offsets, self.timers)
@@ -166,7 +171,7 @@ class Broker:
                 self.log.flush()
             self.dispatcher.stop()
             if self.log.failed is None and self.dispatcher.error is None:
-                self.checkpoint()
+                self._checkpointer.checkpoint(final=True)  # saves the dedup window
         finally:
             # also when the flush above failed: closing LMDB under a running dispatcher
             # hung env.close() (found by the power-loss test)
@@ -212,6 +217,8 @@ class Broker:
             check_messages(messages, self.config, self._queues.queue_count)
         if not messages:
             return [], 0
+        if has_dedup(messages):  # answers a resend with its original's result
+            return self.idempotence.place_batch(messages)
         self._admit()
         return place_messages(self.log, self._queues, messages)
 
@@ -331,5 +338,5 @@ class Broker:
     def stats(self) -> dict:
         """Counters and offsets of the running broker (``fmq stats``, STATS)."""
         self._check_open()
-        return broker_stats(self.log, self.dispatcher, self.tx, self.tx_writer,
-                            self._retention, self._checkpointer, self._reader)
+        return broker_stats(self.log, self.dispatcher, self.tx, self.tx_writer, self._retention,
+                            self._checkpointer, self._reader, self.idempotence.window)

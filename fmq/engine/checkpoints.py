@@ -12,6 +12,9 @@ from fmq.index.store import IndexStore
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
 from fmq.recovery.checkpoint import Checkpoint, write_checkpoint
+from fmq.recovery.dedup import DedupWindow
+from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE, remove_window, write_window
+from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
 
 logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
@@ -21,22 +24,34 @@ class Checkpointer:
     """Writes checkpoints and remembers the last one written."""
 
     def __init__(self, path: str, log_: Log, index: IndexStore, dispatcher: Dispatcher,
-                 txm: TxManager, io: FileIO) -> None:
+                 txm: TxManager, io: FileIO, dedup: DedupWindow) -> None:
         self.file = os.path.join(path, CHECKPOINT_FILE)
+        self.window_file = os.path.join(path, DEDUP_WINDOW_FILE)
         self.log = log_
         self.index = index
         self.dispatcher = dispatcher
         self.tx = txm
         self.io = io
+        self.dedup = dedup
         self.last: Checkpoint | None = None
 
-    def checkpoint(self) -> Checkpoint:
+    def checkpoint(self, final: bool = False) -> Checkpoint:
         """(1) read the applied offset, (2) sync the index, (3) write min(applied, oldest
-        open PREPARE) atomically."""
+        open PREPARE, oldest record the dedup window remembers) atomically. ``final`` (the
+        broker closes, nothing more is written): save the dedup window instead of keeping
+        its records to replay (:mod:`fmq.recovery.dedup_file`)."""
         applied = self.dispatcher.applied_offset
-        oldest = self.tx.oldest_prepare_offset()
-        recovery = applied if oldest is None else min(applied, oldest)
+        with self.log.lock:  # the send path changes the window under this lock
+            self.dedup.prune(now_ms())
+            remembered = self.dedup.oldest_offset()
+            save = final and applied == self.log.next_offset
+        pins = [self.tx.oldest_prepare_offset()] + ([] if save else [remembered])
+        recovery = min([applied] + [o for o in pins if o is not None])
         try:
+            if save and remembered is not None:
+                write_window(self.window_file, self.dedup, applied, self.io)
+            elif save:
+                remove_window(self.window_file, self.io)
             self.index.sync()
             cp = write_checkpoint(self.file, recovery, applied, self.log.next_offset, self.io)
         except OSError as exc:

@@ -14,6 +14,8 @@ from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.record import decode
 from fmq.message import (
+    PRODUCER_ID_PROPERTY,
+    SEQUENCE_PROPERTIES,
     StoredMessage,
     check_count,
     check_label,
@@ -72,8 +74,11 @@ class Reader:
                 self.bad_records.met(exc, self.log.segment_for(doff).name, topic, queue_id,
                                      qoff)
                 raise
+            props = rec.properties or {}
+            if PRODUCER_ID_PROPERTY in props:  # the dedup window's bookkeeping stays inside
+                props = {k: v for k, v in props.items() if k not in SEQUENCE_PROPERTIES}
             out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
-                                     rec.properties or {}, st))
+                                     props, st))
         if out:
             self._count_out(topic, out)
         return out

@@ -12,14 +12,16 @@ from fmq.errors import FMQError
 from fmq.index.dispatcher import Dispatcher
 from fmq.log.log import Log
 from fmq.log.record import HEADER, HEADER_SIZE, RecordType
+from fmq.recovery.dedup import DedupWindow
 from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
 from fmq.tx.writer import TxWriter
 
 
 def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWriter,
-                 retention: Retention, checkpointer: Checkpointer, reader: Reader) -> dict:
-    """Log, index, transaction and checkpoint figures of a running broker."""
+                 retention: Retention, checkpointer: Checkpointer, reader: Reader,
+                 dedup: DedupWindow) -> dict:
+    """Log, index, transaction, checkpoint and dedup figures of a running broker."""
     flushed = log_.flushed_offset
     applied = dispatcher.applied_offset
     open_txs = txm.list_open(now_ms())
@@ -46,6 +48,9 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWr
         "last_checkpoint": last.to_dict() if last else None,
         "bad_records_read": reader.bad_records.records,
         "bad_record_reads": reader.bad_records.reads,
+        # idempotent sends: producer ids and message ids remembered, resends answered
+        # with their original's result since the broker opened
+        **dedup.counts(),
     }
 
 

@@ -58,6 +58,7 @@ class Op(IntEnum):
     SEND_AT = 55
     NACK = 56
     DLQ_REDRIVE = 57
+    PULL_TAGGED = 50
 
 
 # ------------------------------------------------------------------ composite types
@@ -128,6 +129,11 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
                     ("wait_ms", U32)],
           [("messages", ListOf(STORED_MESSAGE)), ("min_offset", U64), ("next_offset", U64)],
           "Read a queue from an offset; long-polls up to wait_ms when nothing is there."),
+    _spec(Op.PULL_TAGGED, [("topic", STR), ("queue_id", U32), ("offset", U64),
+                           ("max_messages", U32), ("wait_ms", U32), ("tags", STR)],
+          [("messages", ListOf(STORED_MESSAGE)), ("min_offset", U64), ("next_offset", U64),
+           ("resume_offset", U64)],
+          "PULL of the messages a tag expression selects; resume_offset: where to go on."),
     _spec(Op.COMMIT_OFFSET, [("group", STR), ("topic", STR), ("queue_id", U32),
                              ("next_offset", U64)], [],
           "Record a consumer group's progress in a queue."),

@@ -2,13 +2,14 @@
 
 1. **Checkpoint**: load it; missing or corrupt → replay from the first segment. The start
    is also pulled back to the index's applied offset when the index is behind it (for
-   example a rebuilt index).
+   example a rebuilt index). The dedup window a clean close saved seeds the window when
+   the replay starts at or before where it was saved (:mod:`fmq.recovery.dedup_file`).
 2. **Scan and redo** from the start to the end of the log. Every record is checked (CRC,
    lengths, its own offset); damage with valid records after it raises
    :class:`~fmq.errors.CorruptLog` naming segment and offset. Each record is redone:
 
    ===============  ===========================================================
-   MESSAGE          index it
+   MESSAGE          index it; remember an idempotent send in the dedup window
    PREPARE          open the transaction
    PRE_MESSAGE      body checked by its CRC; attach to its transaction
    REF_MESSAGE      index it; mark its PRE_MESSAGE committed-into-the-queue
@@ -62,6 +63,8 @@ from fmq.log.reader import OnCorruption
 from fmq.log.record import INDEXED_TYPES, Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
+from fmq.recovery.dedup import DedupWindow
+from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE, read_window
 from fmq.recovery.floors import read_floors
 from fmq.tx.manager import TxManager
 from fmq.tx.redo import redo_transaction_record
@@ -97,13 +100,16 @@ class RecoveryReport:
 
 def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
                 ends: list[TxEnd | OffsetEntry] | None = None,
-                timers: list[TimerEntry | TimerFired] | None = None) -> None:
+                timers: list[TimerEntry | TimerFired] | None = None,
+                dedup: DedupWindow | None = None) -> None:
     """Apply one record's redo action (table in the module doc); index entries go to
     ``entries``, transaction ends and consumer offsets to ``ends``, timer entries to
-    ``timers``, transaction state to ``txm``."""
+    ``timers``, transaction state to ``txm``, idempotent sends to ``dedup``."""
     rtype = rec.type
     if rtype in INDEXED_TYPES:
         entries.append(queue_entry(rec))
+        if dedup is not None and rec.properties:
+            dedup.redo(rec)
     elif ends is not None and rtype in _MARK_TYPES:
         ends.append(index_mark(rec))
     if timers is not None and (rtype == RecordType.TIMER or rtype == RecordType.MESSAGE):
@@ -111,10 +117,27 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
     redo_transaction_record(rec, txm)
 
 
+def _seed_dedup_window(data_dir: str, dedup: DedupWindow, start: int) -> int | None:
+    """Load the window a clean close saved when the replay from ``start`` completes it;
+    returns the log offset it was saved at, None when not used, -1 when it is damaged
+    (then the whole log is replayed)."""
+    try:
+        saved = read_window(os.path.join(data_dir, DEDUP_WINDOW_FILE))
+    except CorruptCheckpoint as exc:
+        log.warning("saved dedup window unusable (%s): replaying the whole log", exc)
+        return -1
+    if saved is None or start > saved[0]:  # a later checkpoint keeps its records to replay
+        return None
+    dedup.load(saved[1])
+    return saved[0]
+
+
 def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
             max_record_size: int, batch: int, index_rebuilt: bool,
-            progress: Callable[[int, int], None] | None = None) -> tuple[RecoveryReport, dict]:
-    """Run passes 1-6. Returns the report and the next queue offset of every queue."""
+            progress: Callable[[int, int], None] | None = None,
+            dedup: DedupWindow | None = None) -> tuple[RecoveryReport, dict]:
+    """Run passes 1-6 (``dedup``: the window pass 2 rebuilds). Returns the report and the
+    next queue offset of every queue."""
     t0 = time.monotonic()
     report = RecoveryReport(index_rebuilt=index_rebuilt)
     first = log_.first_offset
@@ -140,6 +163,9 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
         log.warning("checkpoint offset %d outside the log [%d, %d]: replaying the whole log",
                     start, first, last_end)
         start = first
+    saved_at = _seed_dedup_window(data_dir, dedup, start) if dedup is not None else None
+    if saved_at == -1:
+        start = first
     report.start_offset = start
 
     # Pass 2: scan and redo.
@@ -151,7 +177,7 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     replayed = 0
     for rec in scanner:
         replayed += 1
-        redo_record(rec, txm, entries, ends, timers)
+        redo_record(rec, txm, entries, ends, timers, dedup)
         if len(entries) + len(ends) + len(timers) >= batch:
             index.apply(entries, rec.end_offset, ends, timers)
             report.entries_indexed += len(entries)
@@ -167,6 +193,8 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
                          f"the log's valid records end at {end}, but the checkpoint recorded "
                          f"them durable up to {cp.applied_offset}: synced data is missing")
     index.apply(entries, end, ends, timers)
+    if saved_at is not None and saved_at > end:  # an operator cut the log since
+        dedup.drop_from(end)
     report.entries_indexed += len(entries)
     report.records_replayed = replayed
     report.bytes_replayed = end - start

@@ -12,8 +12,10 @@ lock with the event loop (a placer thread cost more in lock hand-offs than it sa
 disk wait is where a thread pays off: while one fsync runs, the loop decodes and places the
 next requests, so the next flush carries everything that arrived during this one. Every
 message is checked when its request arrives (then not again), so one bad message fails only
-its own request; what can still fail a batch (an index that refuses writes, a failed fsync,
-a closed broker) fails every request in it, and none of them was acknowledged.
+its own request, as does a sequence the dedup window refuses (batches with idempotent sends
+are placed by :meth:`fmq.engine.idempotence.Idempotence.place_requests`, request by
+request); what can still fail a batch (an index that refuses writes, a failed fsync, a
+closed broker) fails every request in it, and none of them was acknowledged.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fmq.engine.broker import Broker
+from fmq.engine.idempotence import has_dedup
 from fmq.engine.queues import check_messages
 from fmq.errors import InvalidArgument, ServerBusy
 from fmq.message import Message, SendResult
@@ -106,7 +109,12 @@ class SendBatcher:
         for batch in _split(pending, self.MAX_BATCH, self.MAX_BATCH_BYTES):
             msgs = [m for item in batch for m in item[0]]
             try:
-                results, end = self.broker.place_batch(msgs, checked=True)
+                if has_dedup(msgs):
+                    results, end, refused = self.broker.idempotence.place_requests(
+                        msgs, [len(item[0]) for item in batch])
+                    batch = self._refuse(batch, refused)
+                else:
+                    results, end = self.broker.place_batch(msgs, checked=True)
             except Exception as exc:  # noqa: BLE001 - it fails these requests only
                 self._deliver([(0, batch, [])], exc)
                 continue
@@ -114,6 +122,18 @@ class SendBatcher:
                 self._placed.append((end, batch, results))
                 if self._acker_waiting:  # else it is flushing and looks again after
                     self._placed_cond.notify()
+
+    @staticmethod
+    def _refuse(batch: list[Submitted], refused: dict[int, Exception]) -> list[Submitted]:
+        """Fail the requests an idempotent producer's sequence refused (nothing of them
+        was stored, so at once); the others, whose results follow, stay."""
+        if not refused:
+            return batch
+        for i, exc in refused.items():
+            fut = batch[i][1]
+            if not fut.done():
+                fut.set_exception(exc)
+        return [item for i, item in enumerate(batch) if i not in refused]
 
     # ------------------------------------------------------------------ the acknowledger
 

@@ -23,8 +23,9 @@ from typing import Any
 
 from fmq.engine.broker import Broker
 from fmq.engine.retries import delivery_stats
+from fmq.engine.tag_filter import pull_tagged
 from fmq.errors import InvalidArgument
-from fmq.message import SendResult, StoredMessage, check_count
+from fmq.message import SendResult, StoredMessage, check_count, parse_tag_expression
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.protocol.values import (
     message_from_wire,
@@ -33,7 +34,7 @@ from fmq.protocol.values import (
     uncertain_to_wire,
 )
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, fit
+from fmq.server.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE, QUERY_REPLY_BASE, fit
 from fmq.tx.state import TxState
 from fmq.version import __version__
 
@@ -173,20 +174,30 @@ async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: di
 
 
 def _pull_now(broker: Broker, topic: str, queue_id: int, offset: int, max_messages: int,
-              catch_up: bool, max_bytes: int) -> tuple[list[StoredMessage], int, int, int]:
-    """The messages that fit an answer of ``max_bytes`` (at least one), the queue range, and
-    the answer's size."""
+              tags: str | None, catch_up: bool, max_bytes: int
+              ) -> tuple[list[StoredMessage], int, int, int, int]:
+    """The messages that fit an answer of ``max_bytes`` (at least one), the queue range,
+    the answer's size and the offset to pull from next (``tags``: PULL_TAGGED's filter)."""
     if catch_up:  # woken by a write: it is flushed, let the dispatcher index it
         broker.wait_indexed(0.5)
-    budget = max_bytes - PULL_REPLY_BASE
-    msgs = broker.pull(topic, queue_id, offset, max_messages, budget)
+    base = PULL_REPLY_BASE if tags is None else PULL_TAGGED_REPLY_BASE
+    budget = max_bytes - base
+
+    def read() -> tuple[list[StoredMessage], int]:
+        if tags is not None:
+            return pull_tagged(broker, topic, queue_id, offset, tags, max_messages, budget)
+        return broker.pull(topic, queue_id, offset, max_messages, budget), offset
+
+    msgs, resume = read()
     if not msgs and not catch_up and broker.wait_indexed(0.5):
         # Nothing yet, but a write acknowledged just before may still be on its way to the
         # index: a pull sees every message acknowledged before it arrived.
-        msgs = broker.pull(topic, queue_id, offset, max_messages, budget)
-    msgs, size = fit(msgs, budget)
+        msgs, resume = read()
+    fitted, size = fit(msgs, budget)
+    if len(fitted) < len(msgs):  # the next pull starts at the first message left out
+        resume = msgs[len(fitted)].queue_offset
     lo, hi = broker.queue_range(topic, queue_id)
-    return msgs, lo, hi, PULL_REPLY_BASE + size
+    return fitted, lo, hi, base + size, resume
 
 
 async def _reserve(ctx: ServerContext, session: RequestSession, need: int = 0) -> int:
@@ -201,11 +212,24 @@ async def _reserve(ctx: ServerContext, session: RequestSession, need: int = 0) -
 
 @handles(Op.PULL)
 async def _pull(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    answer = await _long_poll_pull(ctx, session, req, None)
+    del answer["resume_offset"]
+    return answer
+
+
+@handles(Op.PULL_TAGGED)
+async def _pull_tagged(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    parse_tag_expression(req["tags"])  # a bad expression fails at once, not after a wait
+    return await _long_poll_pull(ctx, session, req, req["tags"])
+
+
+async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict,
+                          tags: str | None) -> dict:
     loop = ctx.loop
     deadline = loop.time() + ctx.wait_ms(req["wait_ms"])
     topic, queue_id = req["topic"], req["queue_id"]
     check_count(req["max_messages"], "max_messages")
-    args = (topic, queue_id, req["offset"], min(req["max_messages"], 4096))
+    offset, max_messages = req["offset"], min(req["max_messages"], 4096)
     catch_up = False
     need = 0
     while True:
@@ -213,8 +237,9 @@ async def _pull(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
         granted = await _reserve(ctx, session, need)
         ctx.counters.pull_reads += 1
         try:
-            msgs, lo, hi, size = await ctx.read(_pull_now, ctx.broker, *args, catch_up,
-                                                granted)
+            msgs, lo, hi, size, resume = await ctx.read(
+                _pull_now, ctx.broker, topic, queue_id, offset, max_messages, tags, catch_up,
+                granted)
         except BaseException:
             session.unreserve_reply(granted)
             raise
@@ -227,12 +252,14 @@ async def _pull(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
         remaining = deadline - loop.time()
         if msgs or remaining <= 0 or ctx.stopping or session.closing:
             break
+        offset = resume  # a filtered pull goes on past what it skipped
         session.unreserve_reply(granted)  # a long poll holds no reply budget while it waits
         # Only a write to this queue, the deadline, a closing connection or a shutdown
         # ends the wait: an idle long poll costs no thread and no reads meanwhile.
         catch_up = await ctx.wait_for_data(events, remaining)
     session.unreserve_reply(granted - size)  # the rest is held until the answer is written
-    return {"messages": [stored_to_wire(m) for m in msgs], "min_offset": lo, "next_offset": hi}
+    return {"messages": [stored_to_wire(m) for m in msgs], "min_offset": lo, "next_offset": hi,
+            "resume_offset": resume}
 
 
 @handles(Op.COMMIT_OFFSET)

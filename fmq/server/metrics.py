@@ -100,6 +100,16 @@ class BrokerCollector:
                                   "(each logged at ERROR once).", value=s["bad_records_read"])
         yield CounterMetricFamily("fmq_tx_timeouts", "Transactions tx_timeout_ms rolled back.",
                                   value=s["tx_timeouts"])
+        dup = CounterMetricFamily("fmq_duplicates_dropped", "Idempotent resends answered "
+                                  "with their original's result instead of being stored, by "
+                                  "topic. Since the server started.", labels=["topic"])
+        for topic, n in sorted(b.idempotence.duplicates_by_topic.items()):
+            dup.add_metric([topic], n)
+        yield dup
+        yield GaugeMetricFamily("fmq_dedup_producers", "Producer ids the dedup window "
+                                "remembers.", value=s["dedup_producers"])
+        yield GaugeMetricFamily("fmq_dedup_message_ids", "Message ids the dedup window "
+                                "remembers.", value=s["dedup_message_ids"])
         yield GaugeMetricFamily("fmq_log_failed", "1 when the log stopped after an I/O error.",
                                 value=1 if s["log_failed"] else 0)
         yield from self._group_metrics()

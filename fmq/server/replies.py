@@ -13,6 +13,8 @@ from fmq.protocol import HEADER_SIZE, PREFIX_SIZE
 
 #: A PULL answer without messages: length prefix, header, list count, min and next offset.
 PULL_REPLY_BASE = PREFIX_SIZE + HEADER_SIZE + 4 + 8 + 8
+#: A PULL_TAGGED answer without messages: a PULL answer's and the resume offset.
+PULL_TAGGED_REPLY_BASE = PULL_REPLY_BASE + 8
 #: A QUERY_KEY answer without messages: length prefix, header, list count.
 QUERY_REPLY_BASE = PREFIX_SIZE + HEADER_SIZE + 4
 #: The fixed-size fields of a stored_message: str/optstr lengths (2 each: topic, key, tags),

@@ -28,8 +28,10 @@ Passes:
    OFFSET record of each group and queue; an old index from before offsets were log
    records has its own carried over). Then swap it in place of the old index
    (:mod:`fmq.spark.swap`).
-5. **Checkpoint**: ``min(log end, PREPARE offset of the oldest open transaction)``, so
-   the broker opens with nothing to replay but the open transactions' range.
+5. **Checkpoint**: ``min(log end, PREPARE offset of the oldest open transaction, the
+   oldest idempotent send younger than dedup_window_ms)``, so the broker opens with
+   nothing to replay but the open transactions' range and what rebuilds its dedup window
+   (:mod:`fmq.recovery.dedup`).
 6. **Audit** (``--parquet OUT``, :mod:`fmq.spark.audit`): the record table, per-queue
    and per-topic summaries and the transaction table as Parquet.
 """
@@ -46,9 +48,11 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from fmq.config import BrokerConfig
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, parse_segment_name
 from fmq.errors import FMQError, InvalidArgument
 from fmq.log.scanner import log_end
+from fmq.message import MESSAGE_ID_PROPERTY, PRODUCER_ID_PROPERTY
 from fmq.recovery.checkpoint import write_checkpoint
 from fmq.spark.audit import write_audit
 from fmq.spark.bulk_load import load_index
@@ -60,6 +64,7 @@ from fmq.spark.source import register
 from fmq.spark.summary import summary_text
 from fmq.spark.swap import swap_in
 from fmq.spark.transactions import TX_TYPES, open_transactions, transaction_table
+from fmq.tx.log_access import now_ms
 
 
 class _Phases:
@@ -76,12 +81,15 @@ class _Phases:
 
 
 def run_rebuild(data_dir: str, master: str | None = "local[*]", out_dir: str | None = None,
-                parquet_dir: str | None = None) -> dict:
+                parquet_dir: str | None = None,
+                dedup_window_ms: int = BrokerConfig.dedup_window_ms) -> dict:
     """Rebuild the index of the stopped broker at ``data_dir`` with Spark.
 
     Writes a fresh LMDB index at ``out_dir`` (default ``DATA_DIR/index``, replacing it)
     and a checkpoint (``DATA_DIR/checkpoint``, or ``OUT_DIR/checkpoint`` with ``out_dir``:
-    copy it next to the index when you move the index in). Returns what it did.
+    copy it next to the index when you move the index in). The checkpoint keeps the
+    idempotent sends of the last ``dedup_window_ms`` (the broker's setting) to replay.
+    Returns what it did.
     Raises :class:`~fmq.errors.DataDirLocked` while a broker runs on ``data_dir``,
     :class:`~fmq.errors.CorruptLog` when the log is damaged before valid records.
     """
@@ -97,7 +105,8 @@ def run_rebuild(data_dir: str, master: str | None = "local[*]", out_dir: str | N
     with DataDirLock(data_dir):
         spark, created = spark_session(master)
         try:
-            result = _rebuild(spark, data_dir, log_dir, target, checkpoint_path, parquet_dir)
+            result = _rebuild(spark, data_dir, log_dir, target, checkpoint_path, parquet_dir,
+                              now_ms() - dedup_window_ms)
         finally:
             if created:
                 spark.stop()
@@ -108,7 +117,7 @@ def run_rebuild(data_dir: str, master: str | None = "local[*]", out_dir: str | N
 
 
 def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, checkpoint_path: str,
-             parquet_dir: str | None) -> dict:
+             parquet_dir: str | None, dedup_since: int) -> dict:
     register(spark)
     segments = SegmentFiles(log_dir).list()
     bases = [b for b, _s in segments]
@@ -129,7 +138,8 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
     tmp_items = f"{target}.spark-items"
     try:
         try:
-            facts = _derive(raw, filtered_load, len(bases), tmp_items, parquet_dir, phases)
+            facts = _derive(raw, filtered_load, len(bases), tmp_items, parquet_dir, phases,
+                            dedup_since)
         except FMQError:
             raise
         except Exception as exc:  # noqa: BLE001 - Spark wraps the executor's error
@@ -141,7 +151,9 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         opens = facts["open_transactions"]
         # From the first PREPARE of each open transaction: a relocation a crash cut short
         # must be replayed together with the original it did not replace.
-        recovery = min([end] + [t["first_prepare_offset"] for t in opens])
+        # And from the oldest idempotent send the dedup window may still remember.
+        recovery = min([end] + [t["first_prepare_offset"] for t in opens]
+                       + [o for o in (facts["dedup_from"],) if o is not None])
 
         # Pass 4: the LMDB index, next to the target, then swapped in.
         shutil.rmtree(tmp_index, ignore_errors=True)
@@ -186,12 +198,18 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
 
 
 def _derive(raw: DataFrame, filtered_load, partitions: int, tmp_items: str,
-            parquet_dir: str | None, phases: _Phases) -> dict:
-    """Passes 2, 3 and 6 on Spark; returns the small facts the driver needs."""
+            parquet_dir: str | None, phases: _Phases, dedup_since: int) -> dict:
+    """Passes 2, 3 and 6 on Spark; returns the small facts the driver needs (and the
+    offset of the first idempotent send stored at or after ``dedup_since``)."""
     # One pass over the log: record count, the last valid record (where the log ends) and
     # the torn tail (mode=failfast raised on any other damage).
     damaged = F.col("damage").isNotNull()
+    props = F.col("properties")
+    idempotent = (~damaged & (F.col("type") == "MESSAGE") & (F.col("store_time") >= dedup_since)
+                  & (F.map_contains_key(props, PRODUCER_ID_PROPERTY)
+                     | F.map_contains_key(props, MESSAGE_ID_PROPERTY)))
     summary = raw.agg(
+        F.min(F.when(idempotent, F.col("offset"))).alias("dedup_from"),
         F.count(F.when(~damaged, F.lit(1))).alias("n"),
         F.max_by(F.struct("offset", "size", "type", "segment"),
                  F.when(~damaged, F.col("offset"))).alias("last"),
@@ -225,6 +243,7 @@ def _derive(raw: DataFrame, filtered_load, partitions: int, tmp_items: str,
         parquet = write_audit(raw, txs, parquet_dir)
         phases.done("audit_parquet")
     return {"records": summary["n"], "torn": torn, "last": last,
+            "dedup_from": summary["dedup_from"],
             "open_transactions": opens, "consumer_offsets": offsets, "parquet": parquet}
 
 

@@ -14,6 +14,7 @@ from fmq.protocol.batch import (
     BATCH_FRAME_OVERHEAD,
     decode_send_results,
     encode_message,
+    idempotence_properties,
     send_batch_frame,
 )
 from fmq.protocol.values import message_to_wire
@@ -95,3 +96,15 @@ def test_a_malformed_answer_is_a_protocol_error(payload):
     frame = parse_frame(struct.pack(">BBHQ", 1, Op.SEND_BATCH, FLAG_RESPONSE, 1) + payload)
     with pytest.raises(ProtocolError):
         decode_send_results(frame)
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=range(len(MESSAGES)))
+@pytest.mark.parametrize("producer, seq", [("0123456789abcdef", 0), ("p-é", 12_345_678_901)])
+def test_an_idempotent_message_frames_the_schema_bytes_with_its_sequence(message, producer,
+                                                                         seq):
+    numbered = Message(message.topic, message.body, message.key, message.tags,
+                       idempotence_properties(message.properties, producer, seq),
+                       message.queue_id)
+    part = encode_message(message.topic, message.body, message.key, message.tags,
+                          message.properties, message.queue_id, (producer, seq))
+    assert send_batch_frame(7, [part], len(part)) == generic([numbered])

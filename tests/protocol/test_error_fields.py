@@ -13,6 +13,7 @@ from fmq.errors import (
     LogFailed,
     NotEnoughReplicas,
     NotPrimary,
+    OutOfOrderSequence,
     ReplicaBehindRetention,
     ReplicaDiverged,
     SegmentUnavailable,
@@ -37,6 +38,7 @@ WITH_FIELDS = [
     NotEnoughReplicas(0, 2),
     ReplicaBehindRetention(4096, 1 << 40),
     ReplicaDiverged(77, 12),
+    OutOfOrderSequence("p-1 is more than 3 below", 12, 9000, 10_000),
 ]
 
 

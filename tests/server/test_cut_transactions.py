@@ -29,8 +29,9 @@ COUNT = 2000
 BODIES = [f"m{i:05d}-".encode().ljust(400, b"x") for i in range(COUNT)]
 
 
-def start_crashing_server(tmp_path, port: int, arm: dict, arm_on: str) -> subprocess.Popen:
-    spec = json.dumps({"config": CONFIG, "arm": arm, "arm_on": arm_on})
+def start_crashing_server(tmp_path, port: int, arm: dict, arm_on: str,
+                          config: dict | None = None) -> subprocess.Popen:
+    spec = json.dumps({"config": config or CONFIG, "arm": arm, "arm_on": arm_on})
     log = open(tmp_path / "crashing-server.log", "w")  # noqa: SIM115 - the child owns it
     proc = subprocess.Popen([sys.executable, "-m", "tests.workloads.crashing_server",
                              str(tmp_path / "data"), str(port), spec],
