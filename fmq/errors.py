@@ -301,6 +301,29 @@ class ServerBusy(FMQError):
     retriable = True
 
 
+# ---------------------------------------------------------------- security
+
+
+class SecurityError(FMQError):
+    """Base class of TLS, authentication and authorisation errors (never retriable: the
+    same request fails the same way until the configuration changes)."""
+
+    code = 70
+
+
+class TLSFailed(SecurityError):
+    """The TLS handshake failed: a certificate not trusted, a host name that does not
+    match, or one side speaking TLS and the other not (docs/security.md)."""
+
+    code = 71
+
+
+class AuthenticationFailed(SecurityError):
+    """Wrong user name or password, or a malformed SCRAM exchange."""
+
+    code = 72
+
+
 def all_error_classes() -> dict[int, type[FMQError]]:
     """Map every error code to its class (the wire protocol uses this)."""
     found: dict[int, type[FMQError]] = {}

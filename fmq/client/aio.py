@@ -33,6 +33,7 @@ from .batching import (
     unreachable,
 )
 from .connection import parse_servers
+from .tls import TLSSetting, client_context
 
 logger = logging.getLogger("fmq.client")
 
@@ -47,11 +48,12 @@ class AsyncProducer:
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  max_in_flight: int = 128, linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
-                 max_block_s: float = 60.0) -> None:
+                 max_block_s: float = 60.0, tls: TLSSetting = None) -> None:
         if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
             raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
                                   "positive and linger_ms at least 0")
         self.servers = parse_servers(servers)
+        self.tls_context = client_context(tls)
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -94,7 +96,8 @@ class AsyncProducer:
                 self._next_server += 1
                 try:
                     conn = await AsyncConnection.open(addr, self.connect_timeout,
-                                                      self.max_in_flight)
+                                                      self.max_in_flight,
+                                                      tls=self.tls_context)
                 except ConnectionLost as exc:
                     errors.append(str(exc))
                     continue

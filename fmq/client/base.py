@@ -15,6 +15,7 @@ from fmq.errors import BrokerClosed, ConnectionLost, FMQError
 from fmq.protocol import Op
 
 from .connection import Connection, parse_servers
+from .tls import TLSSetting, client_context
 
 logger = logging.getLogger("fmq.client")
 
@@ -34,13 +35,16 @@ class Client:
     sent again, after a back-off from ``backoff_initial`` doubling up to ``backoff_max``
     seconds. A retried send may store a message twice (at-least-once). ``max_in_flight``:
     requests this client keeps in flight at once on its connection (threads beyond it wait
-    for a slot); keep it at or below the server's ``max_in_flight``."""
+    for a slot); keep it at or below the server's ``max_in_flight``. ``tls``: None
+    (plaintext), a :class:`~fmq.client.tls.TLSOptions`, an ``ssl.SSLContext``, or True
+    (TLS trusting the system's CAs); see docs/security.md."""
 
     def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
                  connect_timeout: float = 5.0, retries: int = 3,
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
-                 max_in_flight: int = 128) -> None:
+                 max_in_flight: int = 128, tls: TLSSetting = None) -> None:
         self.servers = parse_servers(servers)
+        self.tls_context = client_context(tls)
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -75,7 +79,8 @@ class Client:
                 self._next_server += 1
                 try:
                     self._conn = Connection(addr, self.connect_timeout,
-                                            max_in_flight=self.max_in_flight)
+                                            max_in_flight=self.max_in_flight,
+                                            tls=self.tls_context)
                     self.connection_seq += 1
                     logger.debug("connected to %s:%d", *addr)
                     return self._conn

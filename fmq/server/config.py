@@ -93,6 +93,12 @@ class ServerConfig:
     max_members_per_connection: int = 32
     #: On SIGTERM/SIGINT, in-flight requests get this long to finish.
     shutdown_grace_ms: int = 30_000
+    #: TLS on the client port (docs/security.md): the server's PEM certificate chain ("" =
+    #: plaintext), its key ("" = in the certificate file), and a CA whose client
+    #: certificates are required ("" = no client certificate asked: not mutual TLS).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid server configuration")

@@ -40,6 +40,7 @@ from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 from fmq.server.session import ClientSession
+from fmq.server.tls import TLSAcceptor, server_context
 from fmq.version import __version__
 
 logger = logging.getLogger("fmq.server")
@@ -87,6 +88,7 @@ class Server:
         self.started = time.time()
         self._next_session = 0
         self._server: asyncio.base_events.Server | None = None
+        self._tls: TLSAcceptor | None = None  # accepts instead of _server with TLS
         self._hurry: asyncio.Event | None = None  # set by a second stop signal
         self._watchdog: asyncio.Task | None = None
         self.metrics: MetricsEndpoint | None = None
@@ -111,13 +113,21 @@ class Server:
                                            self.config.metrics_host, self.config.metrics_port)
         if self._listener is None:
             self._listener = bind_listener(self.config.host, self.config.port)
-        self._server = await loop.create_server(lambda: ClientSession(self.ctx),
-                                                sock=self._listener, backlog=1024)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = self._listener.getsockname()[1]
+        tls = server_context(self.config)
+        if tls is None:
+            self._server = await loop.create_server(lambda: ClientSession(self.ctx),
+                                                    sock=self._listener, backlog=1024)
+        else:
+            self._tls = TLSAcceptor(self._listener, tls, lambda: ClientSession(self.ctx),
+                                    self.config.handshake_timeout_ms / 1000,
+                                    self.config.max_pending_connections)
+            self._tls.start()
         self._watchdog = asyncio.ensure_future(self._watch_sessions())
-        logger.info("listening on %s:%d (protocol %d, max frame %d bytes, %d worker threads)",
-                    self.config.host, self.port, PROTOCOL_VERSION, self.config.max_frame_size,
-                    self.config.worker_threads)
+        logger.info("listening on %s:%d (%s, protocol %d, max frame %d bytes, %d worker "
+                    "threads)", self.config.host, self.port,
+                    "plaintext" if tls is None else "TLS", PROTOCOL_VERSION,
+                    self.config.max_frame_size, self.config.worker_threads)
         if self.on_listening is not None:
             self.on_listening(self.config.host, self.port)
 
@@ -151,6 +161,8 @@ class Server:
         self.ctx.stopping = True
         if self._server is not None:
             self._server.close()
+        if self._tls is not None:
+            self._tls.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
         pending = list(self.ctx.all_tasks)
@@ -327,6 +339,7 @@ def run_server(data_dir: str, broker_config: Any = None,
     cleanly. The port is bound first so that a clash is reported before a long recovery.
     Raises DataDirLocked when another process holds ``data_dir``."""
     server_config = server_config or ServerConfig()
+    server_context(server_config)  # unreadable TLS files are reported before anything else
     listener = bind_listener(server_config.host, server_config.port)
     try:
         broker = Broker.open(data_dir, broker_config)

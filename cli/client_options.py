@@ -1,0 +1,53 @@
+"""The options every command that connects to a server shares beyond ``--server``: TLS
+(``--tls``, ``--ca-file``, ``--cert``, ``--cert-key``). A command decorated with
+:func:`security_options` passes :func:`client_kwargs` to the client it makes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+_META = "fmq.client_options"
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta.setdefault(_META, {})[param.name] = value
+    return value
+
+
+def _option(*decls: str, **attrs: Any) -> Callable[[Callable], Callable]:
+    return click.option(*decls, expose_value=False, callback=_remember, **attrs)
+
+
+def security_options(fn: Callable) -> Callable:
+    """Add the TLS options to a command (their values reach :func:`client_kwargs`)."""
+    pem = click.Path(exists=True, dir_okay=False)
+    for decorate in reversed([
+        _option("--tls", is_flag=True, envvar="FMQ_TLS",
+                help="Connect with TLS (implied by --ca-file and --cert); env FMQ_TLS=1."),
+        _option("--ca-file", type=pem, default=None, envvar="FMQ_CA_FILE",
+                help="PEM file of the CA that signed the server's certificate [default: the "
+                     "system's CAs]; env FMQ_CA_FILE."),
+        _option("--cert", type=pem, default=None, envvar="FMQ_CERT",
+                help="PEM client certificate, for a server that requires one (mutual TLS); "
+                     "env FMQ_CERT."),
+        _option("--cert-key", "key_file", type=pem, default=None, envvar="FMQ_CERT_KEY",
+                help="PEM key of --cert (if not in the same file); env FMQ_CERT_KEY."),
+    ]):
+        fn = decorate(fn)
+    return fn
+
+
+def client_kwargs() -> dict[str, Any]:
+    """The keyword arguments of a client (:class:`fmq.client.Client`, ``Producer``, ...)
+    for the options of the running command."""
+    from fmq.client import TLSOptions
+
+    given = click.get_current_context().meta.get(_META, {})
+    kwargs: dict[str, Any] = {}
+    if given.get("tls") or given.get("ca_file") or given.get("cert"):
+        kwargs["tls"] = TLSOptions(ca_file=given.get("ca_file"), cert_file=given.get("cert"),
+                                   key_file=given.get("key_file"))
+    return kwargs

@@ -1,0 +1,69 @@
+"""Certificates made in the test with trustme, and servers that use them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import trustme
+
+from tests.server.conftest import FAST, start_server
+from tests.server.harness import ServerProcess
+
+__all__ = ["FAST", "Certs", "certs", "secure_server", "start_server"]
+
+
+@dataclass
+class Certs:
+    ca: str  # the CA that signed the server's and the client's certificates
+    other_ca: str  # a CA that signed nothing here
+    server_cert: str  # chain and key in one file, for 127.0.0.1 and localhost
+    client_cert: str  # chain and key in one file, signed by ``ca``
+    localhost_only: str  # a server certificate naming only "localhost"
+
+    def server_config(self, mutual: bool = False, cert: str | None = None) -> dict:
+        tls = {"tls_cert_file": cert or self.server_cert}
+        if mutual:
+            tls["tls_client_ca_file"] = self.ca
+        return {**FAST, "server": {**FAST["server"], **tls}}
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory) -> Certs:
+    where: Path = tmp_path_factory.mktemp("certs")
+    ca, other = trustme.CA(), trustme.CA()
+
+    def write(name: str, blob) -> str:
+        path = where / name
+        blob.write_to_path(str(path))
+        return str(path)
+
+    def write_pem(name: str, cert) -> str:
+        path = where / name
+        cert.private_key_and_cert_chain_pem.write_to_path(str(path))
+        return str(path)
+
+    return Certs(
+        ca=write("ca.pem", ca.cert_pem), other_ca=write("other-ca.pem", other.cert_pem),
+        server_cert=write_pem("server.pem", ca.issue_cert("127.0.0.1", "localhost")),
+        client_cert=write_pem("client.pem", ca.issue_cert("client@example.com")),
+        localhost_only=write_pem("localhost.pem", ca.issue_cert("localhost")))
+
+
+@pytest.fixture
+def secure_server(tmp_path):
+    """secure_server(config, client_options, name, extra_args) -> a running ServerProcess
+    that a client with ``client_options`` can reach; all are killed at the end."""
+    started: list[ServerProcess] = []
+
+    def start(config: dict | None = None, client_options: dict | None = None,
+              name: str = "data", extra_args: tuple[str, ...] = ()) -> ServerProcess:
+        srv = ServerProcess(str(tmp_path / name), config, client_options=client_options,
+                            extra_args=extra_args)
+        started.append(srv)
+        return srv.start()
+
+    yield start
+    for srv in started:
+        srv.kill()
