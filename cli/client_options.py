@@ -1,5 +1,6 @@
 """The options every command that connects to a server shares beyond ``--server``: TLS
-(``--tls``, ``--ca-file``, ``--cert``, ``--cert-key``). A command decorated with
+(``--tls``, ``--ca-file``, ``--cert``, ``--cert-key``) and the log-in (``--user``,
+``--password-file``; the password itself only from a file or FMQ_PASSWORD). A command decorated with
 :func:`security_options` passes :func:`client_kwargs` to the client it makes."""
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def security_options(fn: Callable) -> Callable:
                      "env FMQ_CERT."),
         _option("--cert-key", "key_file", type=pem, default=None, envvar="FMQ_CERT_KEY",
                 help="PEM key of --cert (if not in the same file); env FMQ_CERT_KEY."),
+        _option("--user", "login_user", default=None, envvar="FMQ_USER",
+                help="Log in as this user (SCRAM-SHA-256); env FMQ_USER. The password comes "
+                     "from FMQ_PASSWORD or --password-file."),
+        _option("--password-file", type=pem, default=None, envvar="FMQ_PASSWORD_FILE",
+                help="File whose first line is the password; env FMQ_PASSWORD_FILE."),
     ]):
         fn = decorate(fn)
     return fn
@@ -50,4 +56,8 @@ def client_kwargs() -> dict[str, Any]:
     if given.get("tls") or given.get("ca_file") or given.get("cert"):
         kwargs["tls"] = TLSOptions(ca_file=given.get("ca_file"), cert_file=given.get("cert"),
                                    key_file=given.get("key_file"))
+    if given.get("login_user"):
+        kwargs["user"] = given["login_user"]
+    if given.get("password_file"):
+        kwargs["password_file"] = given["password_file"]
     return kwargs

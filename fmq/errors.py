@@ -324,6 +324,12 @@ class AuthenticationFailed(SecurityError):
     code = 72
 
 
+class AuthenticationRequired(SecurityError):
+    """The server has users: a connection must authenticate before anything else."""
+
+    code = 73
+
+
 def all_error_classes() -> dict[int, type[FMQError]]:
     """Map every error code to its class (the wire protocol uses this)."""
     found: dict[int, type[FMQError]] = {}

@@ -21,6 +21,7 @@ from fmq.protocol.batch import decode_send_results, encode_message, send_batch_f
 from fmq.protocol.values import message_to_wire, result_from_wire
 
 from .aio_connection import AsyncConnection
+from .auth import login_steps, resolve_credentials
 from .base import backoff_delay
 from .batching import (
     Batch,
@@ -48,12 +49,14 @@ class AsyncProducer:
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  max_in_flight: int = 128, linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
-                 max_block_s: float = 60.0, tls: TLSSetting = None) -> None:
+                 max_block_s: float = 60.0, tls: TLSSetting = None, user: str | None = None,
+                 password: str | None = None, password_file: str | None = None) -> None:
         if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
             raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
                                   "positive and linger_ms at least 0")
         self.servers = parse_servers(servers)
         self.tls_context = client_context(tls)
+        self.credentials = resolve_credentials(user, password, password_file)
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -75,6 +78,16 @@ class AsyncProducer:
         self._sender: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ requests
+
+    async def _log_in(self, conn: AsyncConnection) -> None:
+        """The SCRAM exchange on a new connection (fmq.client.auth)."""
+        steps = login_steps(self.credentials)
+        op, fields = next(steps)
+        try:
+            while True:
+                op, fields = steps.send(await conn.request(op, fields, self.request_timeout))
+        except StopIteration:
+            pass
 
     async def _connection(self) -> AsyncConnection:
         conn = self._conn
@@ -101,7 +114,9 @@ class AsyncProducer:
                 except ConnectionLost as exc:
                     errors.append(str(exc))
                     continue
-                try:  # the server's limits, for batches
+                try:  # log in, then the server's limits, for batches
+                    if self.credentials is not None:
+                        await self._log_in(conn)
                     ping = await conn.request(Op.PING, {}, self.request_timeout)
                 except FMQError:
                     await conn.close()

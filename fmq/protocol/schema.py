@@ -53,6 +53,13 @@ class Op(IntEnum):
     TOPICS = 21
     GROUPS = 22
     RESET_OFFSETS = 23
+    # security (docs/security.md)
+    HELLO = 30
+    AUTH_START = 31
+    AUTH_FINISH = 32
+    USER_PUT = 33
+    USER_REMOVE = 34
+    USER_LIST = 35
 
 
 # ------------------------------------------------------------------ composite types
@@ -161,4 +168,20 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
                              ("to", STR), ("value", I64), ("force", BOOL)], [("json", TEXT)],
           "An operator moves a group's committed offsets; refused while the group has "
           "members unless force."),
+    _spec(Op.HELLO, [("protocol_version", U8), ("client", STR)],
+          [("protocol_version", U8), ("server_version", STR), ("auth_required", BOOL),
+           ("mechanisms", ListOf(STR))],
+          "The handshake: the highest version each side speaks, and whether the client "
+          "must authenticate (and how) before anything else."),
+    _spec(Op.AUTH_START, [("mechanism", STR), ("message", TEXT)], [("message", TEXT)],
+          "SCRAM client-first message in, server-first message out."),
+    _spec(Op.AUTH_FINISH, [("message", TEXT)], [("message", TEXT), ("principal", STR)],
+          "SCRAM client-final message in, server-final message out: the session is "
+          "authenticated as principal."),
+    _spec(Op.USER_PUT, [("user", STR), ("create", BOOL), ("salt", BYTES), ("iterations", U32),
+                        ("stored_key", BYTES), ("server_key", BYTES)], [],
+          "Add a user (create) or change its password: a SCRAM-SHA-256 credential made by "
+          "the client; the password never travels."),
+    _spec(Op.USER_REMOVE, [("user", STR)], [], "Remove a user."),
+    _spec(Op.USER_LIST, [], [("users", ListOf(STR))], "The users' names."),
 ]}

@@ -99,6 +99,11 @@ class ServerConfig:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_client_ca_file: str = ""
+    #: The slow-down after a failed authentication: the first failure is answered after
+    #: this long, each further failure of the same connection or address after twice the
+    #: previous wait, up to auth_failure_max_delay_ms.
+    auth_failure_delay_ms: int = 100
+    auth_failure_max_delay_ms: int = 5_000
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid server configuration")
@@ -131,6 +136,8 @@ class ServerConfig:
         need(self.max_wait_ms >= 0, "max_wait_ms must be >= 0")
         need(self.descriptor_reserve >= 16, "descriptor_reserve must be >= 16")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
+        need(0 <= self.auth_failure_delay_ms <= self.auth_failure_max_delay_ms,
+             "auth_failure_delay_ms must be in 0..auth_failure_max_delay_ms")
         need(self.group_heartbeat_interval_ms < self.group_session_timeout_ms,
              "group_heartbeat_interval_ms must be below group_session_timeout_ms")
 

@@ -91,6 +91,9 @@ class ServerContext:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.batcher: SendBatcher | None = None
         self.stop_requested: asyncio.Event | None = None
+        #: Users, SCRAM and failed attempts (:class:`fmq.server.authn.Authenticator`); set
+        #: by the server.
+        self.authenticator: Any = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bind to the running event loop (the server starts)."""
@@ -135,6 +138,9 @@ class RequestSession(Protocol):
     closing: bool  # no more requests will be read
     lost: bool  # the socket is gone: answers can no longer be delivered
     leases_taken: bool  # it polled for feedback: its leases are returned when it closes
+    principal: str | None  # the user it authenticated as (None: not authenticated)
+    scram: Any  # the SCRAM exchange under way (between AUTH_START and AUTH_FINISH)
+    auth_failures: int  # failed authentications on this connection
 
     async def reserve_reply(self, want: int, minimum: int) -> int:
         """Take between ``minimum`` and ``want`` reply bytes for the running request."""

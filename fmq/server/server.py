@@ -30,7 +30,9 @@ from typing import Any
 from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, ServerBusy
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
+from fmq.security import UserStore
 from fmq.server import operator_ops  # noqa: F401 - registers the operator's handlers
+from fmq.server.authn import Authenticator
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
@@ -80,6 +82,9 @@ class Server:
                                       config.reply_budget_per_connection),
             largest_reply=largest_reply, workers=self.workers, readers=self.readers,
             pollers=self.pollers)
+        self.ctx.authenticator = Authenticator(UserStore(broker.path),
+                                               config.auth_failure_delay_ms,
+                                               config.auth_failure_max_delay_ms)
         #: Established sessions (they sent a complete request), and the ones that have
         #: not yet, oldest first.
         self.sessions: dict[int, ClientSession] = {}
@@ -279,6 +284,7 @@ class Server:
             "pull_wakeups": counters.pull_wakeups,
             "pull_reads": counters.pull_reads,
             "timed_out": counters.timed_out,
+            "auth_failures": ctx.authenticator.failures,
             "request_bytes": ctx.request_budget.used,
             "request_bytes_peak": ctx.request_budget.peak,
             "request_budget_waiting": ctx.request_budget.waiting,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,9 +10,9 @@ import pytest
 import trustme
 
 from tests.server.conftest import FAST, start_server
-from tests.server.harness import ServerProcess
+from tests.server.harness import FMQ, ServerProcess
 
-__all__ = ["FAST", "Certs", "certs", "secure_server", "start_server"]
+__all__ = ["FAST", "PASSWORD", "Certs", "auth_server", "certs", "secure_server", "start_server"]
 
 
 @dataclass
@@ -67,3 +68,32 @@ def secure_server(tmp_path):
     yield start
     for srv in started:
         srv.kill()
+
+
+#: The slow-down after failed log-ins, short enough for thousands of failures in a test.
+QUICK_SLOW_DOWN = {**FAST, "server": {**FAST["server"], "auth_failure_delay_ms": 1,
+                                      "auth_failure_max_delay_ms": 20}}
+PASSWORD = "correct horse battery staple"  # noqa: S105 - a test password, grepped for
+
+
+def add_user_offline(data_dir: str, user: str, password: str = PASSWORD) -> None:
+    """`fmq user add` on a stopped broker's directory (created by an embedded open)."""
+    import os
+
+    import fmq
+
+    if not os.path.exists(data_dir):
+        fmq.Broker.open(data_dir).close()
+    env = {**os.environ, "FMQ_NEW_PASSWORD": password}
+    out = subprocess.run([*FMQ, "user", "add", user, "--data-dir", data_dir], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.fixture
+def auth_server(tmp_path, secure_server):
+    """A plaintext server with users admin and alice (password PASSWORD)."""
+    data = str(tmp_path / "data")
+    for user in ("admin", "alice"):
+        add_user_offline(data, user)
+    return secure_server(QUICK_SLOW_DOWN, {"user": "admin", "password": PASSWORD})
