@@ -330,6 +330,21 @@ class AuthenticationRequired(SecurityError):
     code = 73
 
 
+class AccessDenied(SecurityError):
+    """No rule allows this user the operation on the resource, or a rule denies it."""
+
+    code = 74
+    fields = {"operation": str, "resource": str}
+    message_format = (
+        "access denied: {operation} on {resource} is not allowed for this user; an "
+        "administrator can allow it with `fmq acl add` (docs/security.md)")
+
+    def __init__(self, operation: str, resource: str) -> None:
+        super().__init__(self.message_format.format(operation=operation, resource=resource))
+        self.operation = operation
+        self.resource = resource
+
+
 def all_error_classes() -> dict[int, type[FMQError]]:
     """Map every error code to its class (the wire protocol uses this)."""
     found: dict[int, type[FMQError]] = {}

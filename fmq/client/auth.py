@@ -72,6 +72,8 @@ def login_steps(credentials: Credentials) -> LoginSteps:
     Raises AuthenticationFailed when the server's proof is wrong (a fake server)."""
     hello = yield Op.HELLO, {"protocol_version": PROTOCOL_VERSION,
                              "client": f"fmq-python/{__version__}"}
+    if not hello["auth_required"]:
+        return ""  # a server without users (yet): nothing to log in to
     if MECHANISM not in hello["mechanisms"]:
         raise ProtocolError(f"the server offers {hello['mechanisms']}, not {MECHANISM}")
     try:

@@ -105,7 +105,7 @@ class Client:
             while True:
                 op, fields = steps.send(conn.request(op, fields, self.request_timeout))
         except StopIteration as done:
-            self.principal = done.value
+            self.principal = done.value or None
         except BaseException:
             conn.close()
             raise

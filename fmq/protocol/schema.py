@@ -60,6 +60,9 @@ class Op(IntEnum):
     USER_PUT = 33
     USER_REMOVE = 34
     USER_LIST = 35
+    ACL_ADD = 36
+    ACL_REMOVE = 37
+    ACL_LIST = 38
 
 
 # ------------------------------------------------------------------ composite types
@@ -89,6 +92,8 @@ TX_INFO = Struct("tx_info", [
 ])
 QUEUE_REF = Struct("queue_ref", [("topic", STR), ("queue_id", U32)])
 ERROR = [("code", U16), ("retriable", BOOL), ("message", TEXT)]
+ACL_RULE = [("principal", STR), ("resource_type", STR), ("pattern", OPT_STR),
+            ("prefix", BOOL), ("operation", STR), ("allow", BOOL)]
 
 
 @dataclass(frozen=True)
@@ -184,4 +189,8 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "the client; the password never travels."),
     _spec(Op.USER_REMOVE, [("user", STR)], [], "Remove a user."),
     _spec(Op.USER_LIST, [], [("users", ListOf(STR))], "The users' names."),
+    _spec(Op.ACL_ADD, ACL_RULE, [("added", BOOL)],
+          "Add an access rule (added false: it was there already)."),
+    _spec(Op.ACL_REMOVE, ACL_RULE, [], "Remove an access rule."),
+    _spec(Op.ACL_LIST, [], [("json", TEXT)], "The access rules, as JSON."),
 ]}

@@ -19,6 +19,7 @@ from scramp import ScramMechanism
 
 from fmq.errors import ConfigError, InvalidArgument
 from fmq.message import check_name
+from fmq.security.acl import Rule
 
 SECURITY_FILE = "security.json"
 FORMAT_VERSION = 1
@@ -73,7 +74,7 @@ class UserStore:
         self.path = os.path.join(data_dir, SECURITY_FILE)
         self._lock = threading.Lock()
         self._users: dict[str, StoredCredential] = {}
-        self._rules: list[dict] = []
+        self._rules: list[Rule] = []
         self._load()
 
     def _load(self) -> None:
@@ -90,15 +91,15 @@ class UserStore:
                               f"{FORMAT_VERSION}; restore it from a backup")
         try:
             self._users = {u: StoredCredential.from_json(c) for u, c in data["users"].items()}
-            self._rules = list(data.get("rules", []))
-        except (KeyError, TypeError, ValueError) as exc:
+            self._rules = [Rule.from_json(r) for r in data.get("rules", [])]
+        except (KeyError, TypeError, ValueError, InvalidArgument) as exc:
             raise ConfigError(f"{self.path} is damaged ({exc!r}); restore it from a "
                               f"backup") from None
 
-    def _save(self, users: dict[str, StoredCredential], rules: list[dict]) -> None:
+    def _save(self, users: dict[str, StoredCredential], rules: list[Rule]) -> None:
         data = {"version": FORMAT_VERSION,
                 "users": {u: c.to_json() for u, c in sorted(users.items())},
-                "rules": rules}
+                "rules": [r.to_json() for r in rules]}
         tmp = self.path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -147,3 +148,25 @@ class UserStore:
             users = dict(self._users)
             del users[user]
             self._save(users, self._rules)
+
+    # ------------------------------------------------------------------ rules
+
+    @property
+    def rules(self) -> list[Rule]:
+        """The access rules (a list replaced on change: safe to read from any thread)."""
+        return self._rules
+
+    def add_rule(self, rule: Rule) -> bool:
+        """Add ``rule``; False when it is there already."""
+        with self._lock:
+            if rule in self._rules:
+                return False
+            self._save(self._users, [*self._rules, rule])
+            return True
+
+    def remove_rule(self, rule: Rule) -> None:
+        with self._lock:
+            if rule not in self._rules:
+                raise InvalidArgument(f"no such rule ({rule.text()}); `fmq acl list` shows "
+                                      f"them")
+            self._save(self._users, [r for r in self._rules if r != rule])

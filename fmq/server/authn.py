@@ -14,6 +14,7 @@ import asyncio
 import functools
 import hashlib
 import hmac
+import json
 import logging
 import os
 import time
@@ -24,7 +25,7 @@ from scramp import ScramException, ScramMechanism
 
 from fmq.errors import AuthenticationFailed, AuthenticationRequired, FMQError, InvalidArgument
 from fmq.protocol import PROTOCOL_VERSION, Op
-from fmq.security import StoredCredential, UserStore
+from fmq.security import Rule, StoredCredential, UserStore
 from fmq.security.users import ITERATIONS, MECHANISM
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.handlers import handles
@@ -126,6 +127,17 @@ async def _refuse(ctx: ServerContext, session: RequestSession, user: str | None,
         "exchange; check FMQ_USER and FMQ_PASSWORD (or --user, --password-file)")
 
 
+def _require_users(ctx: ServerContext, what: str) -> None:
+    """Users and rules change over the wire only by a logged-in administrator, so only on
+    a server that has users; the first ones are added offline."""
+    if not ctx.authenticator.enforcing:
+        raise AuthenticationRequired(
+            f"{what} over the network needs a logged-in user with admin on the cluster, and "
+            f"this server has no users yet: stop it and add the first user and its rules "
+            f"offline (`fmq user add USER DATA_DIR`, `fmq acl add DATA_DIR ...`; "
+            f"docs/security.md)")
+
+
 @handles(Op.HELLO)
 async def _hello(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     return {"protocol_version": min(req["protocol_version"], PROTOCOL_VERSION),
@@ -139,6 +151,9 @@ async def _auth_start(ctx: ServerContext, session: RequestSession, req: dict) ->
     if session.principal is not None:
         raise InvalidArgument(f"this connection is authenticated as {session.principal!r} "
                               f"already; open a new one to log in as another user")
+    if not ctx.authenticator.enforcing:  # nothing to guess: no slow-down
+        raise AuthenticationFailed("this server has no users: connect without a user and "
+                                   "password (docs/security.md)")
     if req["mechanism"] != MECHANISM:
         raise await _refuse(ctx, session, None, f"unknown mechanism {req['mechanism']!r}")
     try:
@@ -152,6 +167,9 @@ async def _auth_start(ctx: ServerContext, session: RequestSession, req: dict) ->
 @handles(Op.AUTH_FINISH)
 async def _auth_finish(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     state, session.scram = session.scram, None  # one try per AUTH_START: no replays
+    if state is None and not ctx.authenticator.enforcing:
+        raise AuthenticationFailed("this server has no users: connect without a user and "
+                                   "password (docs/security.md)")
     if state is None:
         raise await _refuse(ctx, session, None, "AUTH_FINISH without AUTH_START")
     server, user, known = state
@@ -169,6 +187,7 @@ async def _auth_finish(ctx: ServerContext, session: RequestSession, req: dict) -
 
 @handles(Op.USER_PUT)
 async def _user_put(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "adding users or changing passwords")
     cred = StoredCredential(req["salt"], req["iterations"], req["stored_key"],
                             req["server_key"])
     auth: Authenticator = ctx.authenticator
@@ -183,6 +202,7 @@ async def _user_put(ctx: ServerContext, session: RequestSession, req: dict) -> d
 
 @handles(Op.USER_REMOVE)
 async def _user_remove(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "removing users")
     auth: Authenticator = ctx.authenticator
     await ctx.run(auth.store.remove_user, req["user"])
     auth.users_changed()
@@ -193,4 +213,37 @@ async def _user_remove(ctx: ServerContext, session: RequestSession, req: dict) -
 
 @handles(Op.USER_LIST)
 async def _user_list(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "listing users")
     return {"users": ctx.authenticator.store.users()}
+
+
+def _rule(req: dict) -> Rule:
+    return Rule.make(req["principal"], req["resource_type"], req["pattern"] or "",
+                     req["prefix"], req["operation"], req["allow"])
+
+
+@handles(Op.ACL_ADD)
+async def _acl_add(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "adding access rules")
+    rule = _rule(req)
+    added = await ctx.run(ctx.authenticator.store.add_rule, rule)
+    logger.info("%s at %s added the rule: %s", session.principal or "an unauthenticated client",
+                session.peer, rule.text())
+    return {"added": added}
+
+
+@handles(Op.ACL_REMOVE)
+async def _acl_remove(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "removing access rules")
+    rule = _rule(req)
+    await ctx.run(ctx.authenticator.store.remove_rule, rule)
+    logger.info("%s at %s removed the rule: %s", session.principal or
+                "an unauthenticated client", session.peer, rule.text())
+    return {}
+
+
+@handles(Op.ACL_LIST)
+async def _acl_list(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "listing access rules")
+    return {"json": json.dumps({"rules": [r.to_json() for r in
+                                          ctx.authenticator.store.rules]})}

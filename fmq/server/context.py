@@ -35,6 +35,7 @@ class ServerCounters:
     pull_reads: int = 0  # times a PULL read its queue
     pull_wakeups: int = 0  # pull waits that data in their queue ended
     timed_out: int = 0  # sessions closed by a time-out or to make room
+    access_denied: int = 0  # requests an access rule refused (fmq.server.authz)
     #: Decoded requests per opcode (a list: one index per request on the hot path).
     by_op: list[int] = field(default_factory=lambda: [0] * 256)
     #: Error answers per (opcode, error code).

@@ -285,6 +285,7 @@ class Server:
             "pull_reads": counters.pull_reads,
             "timed_out": counters.timed_out,
             "auth_failures": ctx.authenticator.failures,
+            "access_denied": counters.access_denied,
             "request_bytes": ctx.request_budget.used,
             "request_bytes_peak": ctx.request_budget.peak,
             "request_budget_waiting": ctx.request_budget.waiting,

@@ -36,6 +36,7 @@ from fmq.protocol import (
     encode_response,
 )
 from fmq.server.admission import RequestAdmission
+from fmq.server.authz import refusal as access_refusal
 from fmq.server.context import ServerContext
 from fmq.server.handlers import HANDLERS
 from fmq.server.reply_account import ReplyAccount
@@ -304,7 +305,7 @@ class ClientSession(asyncio.Protocol):
             return
         ctx.counters.requests += 1
         ctx.counters.by_op[op] += 1
-        refused = ctx.authenticator.refusal(self, op) if ctx.authenticator.enforcing else None
+        refused = access_refusal(ctx, self, op, req) if ctx.authenticator.enforcing else None
         if refused is not None:
             self._release_request(size)
             ctx.counters.failed(op, refused)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fmq.errors import (
+    AccessDenied,
     BadRecord,
     CorruptLog,
     DataDirLocked,
@@ -29,6 +30,7 @@ WITH_FIELDS = [
     TornRecord(77, "length 90 but only 3 bytes follow"),
     BadRecord(-1, "record claims log offset 5: bad record at log offset 6"),
     GroupHasMembers("orders has 2 live members: x", 3),
+    AccessDenied("produce", "topic 'a on b is not allowed: c'"),
 ]
 
 

@@ -90,10 +90,30 @@ def add_user_offline(data_dir: str, user: str, password: str = PASSWORD) -> None
     assert out.returncode == 0, out.stderr
 
 
+def add_rule_offline(data_dir: str, *args: str) -> None:
+    """`fmq acl add DATA_DIR ARGS...` on a stopped broker."""
+    out = subprocess.run([*FMQ, "acl", "add", data_dir, *args], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+
+
+#: admin may do everything; every user may describe topics; alice may produce to any topic.
+BASE_RULES = [
+    ("--principal", "admin", "--operation", "all", "--cluster"),
+    ("--principal", "admin", "--operation", "all", "--topic", "", "--prefix"),
+    ("--principal", "admin", "--operation", "all", "--group", "", "--prefix"),
+    ("--principal", "admin", "--operation", "all", "--producer-group", "", "--prefix"),
+    ("--principal", "*", "--operation", "describe", "--topic", "", "--prefix"),
+    ("--principal", "alice", "--operation", "produce", "--topic", "", "--prefix"),
+]
+
+
 @pytest.fixture
 def auth_server(tmp_path, secure_server):
-    """A plaintext server with users admin and alice (password PASSWORD)."""
+    """A plaintext server with users admin and alice (password PASSWORD) and BASE_RULES."""
     data = str(tmp_path / "data")
     for user in ("admin", "alice"):
         add_user_offline(data, user)
+    for rule in BASE_RULES:
+        add_rule_offline(data, *rule)
     return secure_server(QUICK_SLOW_DOWN, {"user": "admin", "password": PASSWORD})

@@ -52,7 +52,7 @@ def test_credentials_come_from_the_environment_or_a_file(auth_server, tmp_path, 
     with Client(auth_server.address, password_file=str(secret)) as client:
         client.call(Op.QUEUE_RANGE, {"topic": "t", "queue_id": 0})
     monkeypatch.setenv("FMQ_PASSWORD_FILE", str(secret))
-    out = run_cli("topics", "--server", auth_server.address)
+    out = run_cli("produce", "--server", auth_server.address, "--topic", "t", "--body", "x")
     assert out.returncode == 0, out.stderr
 
 
