@@ -44,6 +44,9 @@ def server_option(fn):
               help="PEM key of --tls-cert (if not in the same file).")
 @click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Require client certificates signed by this CA (mutual TLS).")
+@click.option("--insecure", is_flag=True,
+              help="Listen beyond loopback even though the data directory has no users "
+                   "(anyone who can reach the port may do anything).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Log lines below this level are not written (the listening address "
@@ -51,7 +54,8 @@ def server_option(fn):
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
            metrics_port: int | None, metrics_host: str | None, tls_cert: str | None,
-           tls_key: str | None, tls_client_ca: str | None, log_level: str) -> None:
+           tls_key: str | None, tls_client_ca: str | None, insecure: bool,
+           log_level: str) -> None:
     """Run the FMQ server until SIGINT/SIGTERM (then it finishes in-flight requests,
     checkpoints and exits 0)."""
     from fmq.server import load_config, run_server
@@ -68,7 +72,8 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
     # Below INFO the log does not say where the server listens; with --port 0 nobody could
     # find it, so say it on stderr anyway.
     quiet = logging.getLogger("fmq.server").getEffectiveLevel() > logging.INFO
-    run_server(data_dir, broker_cfg, server_cfg, on_listening=_announce if quiet else None)
+    run_server(data_dir, broker_cfg, server_cfg, on_listening=_announce if quiet else None,
+               insecure=insecure)
 
 
 def _announce(host: str, port: int) -> None:

@@ -119,8 +119,9 @@ async def _refuse(ctx: ServerContext, session: RequestSession, user: str | None,
     session.auth_failures += 1
     delay = auth.delay(session.auth_failures - 1, _address(session))
     # The user name only: the exchange never carries the password itself.
-    logger.warning("connection %d from %s: authentication%s failed (%s); answering in %.1fs",
-                   session.id, session.peer, f" of user {user!r}" if user else "", why, delay)
+    logger.warning("connection %d from %s: authentication%s failed (%s); answering in %d ms",
+                   session.id, session.peer, f" of user {user!r}" if user else "", why,
+                   round(delay * 1000))
     await asyncio.sleep(delay)
     return AuthenticationFailed(
         "authentication failed: wrong user name or password, or a malformed SCRAM "
@@ -203,6 +204,10 @@ async def _user_put(ctx: ServerContext, session: RequestSession, req: dict) -> d
 @handles(Op.USER_REMOVE)
 async def _user_remove(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     _require_users(ctx, "removing users")
+    if ctx.authenticator.store.users() == [req["user"]]:
+        raise InvalidArgument(
+            f"{req['user']!r} is the last user: without users the server would let anyone "
+            f"do anything; add another user first, or remove it offline on the stopped broker")
     auth: Authenticator = ctx.authenticator
     await ctx.run(auth.store.remove_user, req["user"])
     auth.users_changed()

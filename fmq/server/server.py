@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import time
@@ -37,6 +38,7 @@ from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
 from fmq.server.descriptors import fit_connections
+from fmq.server.exposure import check_exposure
 from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replies import largest_single_reply
@@ -341,12 +343,19 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
 def run_server(data_dir: str, broker_config: Any = None,
                server_config: ServerConfig | None = None,
-               on_listening: Callable[[str, int], None] | None = None) -> None:
+               on_listening: Callable[[str, int], None] | None = None,
+               insecure: bool = False) -> None:
     """Bind the port, open the broker (running recovery), serve until SIGINT/SIGTERM, close
     cleanly. The port is bound first so that a clash is reported before a long recovery.
-    Raises DataDirLocked when another process holds ``data_dir``."""
+    Raises DataDirLocked when another process holds ``data_dir``, ConfigError when it has
+    no users and ``server_config.host`` is not loopback (unless ``insecure``)."""
     server_config = server_config or ServerConfig()
     server_context(server_config)  # unreadable TLS files are reported before anything else
+    if os.path.isdir(data_dir):
+        has_users = UserStore(data_dir).has_users
+    else:
+        has_users = False
+    check_exposure(server_config.host, has_users, insecure, data_dir)
     listener = bind_listener(server_config.host, server_config.port)
     try:
         broker = Broker.open(data_dir, broker_config)
