@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 
 import pytest
@@ -139,3 +140,39 @@ def test_the_cli_connects_with_tls(certs, secure_server):
     plain = run_cli("stats", "--server", srv.address)
     assert plain.returncode == 1
     assert "requires TLS" in plain.stderr and "Traceback" not in plain.stderr
+
+
+def body(n: int, i: int) -> bytes:
+    """Mostly small, every 7th about 5 KiB: batches span several TLS records."""
+    return f"{n}-{i}.".encode() * (1 + 997 * (i % 7 == 0))
+
+
+def test_many_threads_share_one_tls_connection(certs, secure_server):
+    """The threaded client's TLS channel: writers in 8 threads and the reader thread on one
+    connection, requests pipelined; every answer arrives and matches its request."""
+    srv = secure_server(certs.server_config(), trusted(certs))
+    errors: list[BaseException] = []
+
+    with Producer(srv.address, **trusted(certs)) as producer:
+        def work(n: int) -> None:
+            try:
+                futures = [producer.send_async("shared", body(n, i))
+                           for i in range(200)]
+                producer.flush()
+                assert len({f.result(60).offset for f in futures}) == 200
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert not errors, errors[:3]
+    with Consumer(srv.address, "g2", "shared", start="earliest", **trusted(certs)) as consumer:
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 1600 and time.monotonic() < deadline:
+            got += consumer.poll(0.5)
+    assert sorted(m.body for m in got) == sorted(body(n, i) for n in range(8)
+                                                 for i in range(200))
