@@ -7,7 +7,7 @@ import sys
 
 import click
 from fmq.cli.common import emit, fmq_errors, json_option
-from fmq.cli.net_cmds import server_option
+from fmq.cli.net_cmds import server_address_option as server_option
 
 from fmq.loadgen import BenchSpec, run_bench
 from fmq.loadgen.runner import default_processes

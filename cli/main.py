@@ -14,9 +14,19 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from fmq.cli import checkpoint_cmds, config_cmds, demo_cmds, index_cmds, log_cmds, tx_cmds
+    from fmq.cli import (
+        acl_cmds,
+        checkpoint_cmds,
+        config_cmds,
+        demo_cmds,
+        index_cmds,
+        log_cmds,
+        tx_cmds,
+        user_cmds,
+    )
 
-    for module in (log_cmds, checkpoint_cmds, index_cmds, tx_cmds, demo_cmds, config_cmds):
+    for module in (log_cmds, checkpoint_cmds, index_cmds, tx_cmds, demo_cmds, config_cmds,
+                   user_cmds, acl_cmds):
         module.register(cli)
     try:  # the network commands (server, produce, consume, stats)
         from fmq.cli import net_cmds

@@ -9,13 +9,20 @@ import sys
 from collections.abc import Iterator
 
 import click
+from fmq.cli.client_options import client_kwargs, security_options
 from fmq.cli.common import data_dir_to_create, emit, fmq_errors, json_option
 
 DEFAULT_SERVER = "127.0.0.1:9876"
 
-server_option = click.option(
+#: ``--server`` alone, for a command whose connections do not take the TLS options yet.
+server_address_option = _server_address = click.option(
     "--server", "server", default=DEFAULT_SERVER, show_default=True, envvar="FMQ_SERVER",
     help="HOST:PORT of the FMQ server (comma-separated for several); env FMQ_SERVER.")
+
+
+def server_option(fn):
+    """``--server`` and the TLS options of every command that connects."""
+    return security_options(_server_address(fn))
 
 
 @click.command("server")
@@ -39,6 +46,15 @@ server_option = click.option(
                    "[default: the config file's ack_mode, else async].")
 @click.option("--min-insync", type=click.IntRange(min=1), default=None,
               help="Followers that must hold a write in sync mode [default: 1].")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Serve TLS with this PEM certificate chain (docs/security.md).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="PEM key of --tls-cert (if not in the same file).")
+@click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Require client certificates signed by this CA (mutual TLS).")
+@click.option("--insecure", is_flag=True,
+              help="Listen beyond loopback even though the data directory has no users "
+                   "(anyone who can reach the port may do anything).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Log lines below this level are not written (the listening address "
@@ -46,7 +62,9 @@ server_option = click.option(
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
            metrics_port: int | None, metrics_host: str | None, follow: str | None,
-           ack_mode: str | None, min_insync: int | None, log_level: str) -> None:
+           ack_mode: str | None, min_insync: int | None, tls_cert: str | None,
+           tls_key: str | None, tls_client_ca: str | None, insecure: bool,
+           log_level: str) -> None:
     """Run the FMQ server until SIGINT/SIGTERM (then it finishes in-flight requests,
     checkpoints and exits 0)."""
     from fmq.server import load_config, run_server
@@ -55,7 +73,9 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     broker_cfg, server_cfg = load_config(config_file)
     changes = {k: v for k, v in (("host", host), ("port", port), ("metrics_port", metrics_port),
-                                 ("metrics_host", metrics_host)) if v is not None}
+                                 ("metrics_host", metrics_host), ("tls_cert_file", tls_cert),
+                                 ("tls_key_file", tls_key),
+                                 ("tls_client_ca_file", tls_client_ca)) if v is not None}
     if changes:
         server_cfg = server_cfg.replace(**changes)
     replication = {k: v for k, v in (("follow", follow), ("ack_mode", ack_mode),
@@ -65,7 +85,8 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
     # Below INFO the log does not say where the server listens; with --port 0 nobody could
     # find it, so say it on stderr anyway.
     quiet = logging.getLogger("fmq.server").getEffectiveLevel() > logging.INFO
-    run_server(data_dir, broker_cfg, server_cfg, on_listening=_announce if quiet else None)
+    run_server(data_dir, broker_cfg, server_cfg, on_listening=_announce if quiet else None,
+               insecure=insecure)
 
 
 def _announce(host: str, port: int) -> None:
@@ -122,7 +143,7 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
         decision = fmq.TxState(tx)
         try:
             with TransactionProducer(server, producer_group, lambda u: fmq.TxState.UNKNOWN,
-                                     feedback=False) as producer:
+                                     feedback=False, **client_kwargs()) as producer:
                 result = producer.send_in_transaction(msgs, lambda tx_id, arg: decision)
         except KeyboardInterrupt:
             click.echo(f"interrupted: the transaction of {len(msgs)} messages may be left "
@@ -138,7 +159,7 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
         return
     sent = 0
     try:
-        with Producer(server) as producer:
+        with Producer(server, **client_kwargs()) as producer:
             for start in range(0, len(msgs), batch):
                 chunk = msgs[start:start + batch]
                 results = (producer.send_batch(chunk) if len(chunk) > 1
@@ -221,7 +242,8 @@ def consume(server: str, topics: tuple[str, ...], group: str, from_beginning: bo
     start = "earliest" if from_beginning else "committed"
     count = [0]
     try:
-        with Consumer(server, group, list(topics), start=start, tags=tags) as consumer:
+        with Consumer(server, group, list(topics), start=start, tags=tags,
+                      **client_kwargs()) as consumer:
             _say_which_topics_are_missing(consumer, topics, idle_timeout)
             _consume(consumer, max_messages, idle_timeout, no_commit, as_json, count)
     except KeyboardInterrupt:  # Ctrl-C: the with block left the group; no traceback

@@ -6,6 +6,7 @@ import json
 
 import click
 from fmq.cli import output as out
+from fmq.cli.client_options import client_kwargs
 from fmq.cli.common import emit, fmq_errors, json_option
 from fmq.cli.net_cmds import server_option
 
@@ -15,7 +16,7 @@ def call_json(server: str, op_name: str, fields: dict | None = None) -> dict:
     from fmq.client import Client
     from fmq.protocol import Op
 
-    with Client(server, retries=1) as client:
+    with Client(server, retries=1, **client_kwargs()) as client:
         return json.loads(client.call(Op[op_name], fields or {})["json"])
 
 

@@ -9,15 +9,21 @@ from __future__ import annotations
 import os
 
 import click
+from fmq.cli.client_options import client_kwargs, security_options
 from fmq.cli.common import emit, fmq_errors, json_option, optional_data_dir_argument
 from fmq.cli.progress import Progress, log_bytes
 
 from fmq.datadir import require_data_dir
 
-server_option = click.option(
+_server_address = click.option(
     "--server", default=None, metavar="HOST:PORT",
     help="Ask this running server instead of reading a stopped broker's DATA_DIR; "
          "env FMQ_SERVER when no DATA_DIR is given.")
+
+
+def server_option(fn):
+    """``--server`` and the TLS options (used with a server only)."""
+    return security_options(_server_address(fn))
 
 
 def _choose_server(data_dir: str | None, server: str | None) -> str | None:
@@ -64,7 +70,7 @@ def tx_list(data_dir: str | None, server: str | None, as_json: bool) -> None:
         from fmq.client import Client
         from fmq.protocol import Op
 
-        with Client(server, retries=1) as client:
+        with Client(server, retries=1, **client_kwargs()) as client:
             txs = client.call(Op.LIST_TX, {})["transactions"]
     else:
         from fmq.admin.transactions import open_transactions_in_log
@@ -105,7 +111,7 @@ def tx_resolve(args: tuple[str, ...], data_dir: str | None, server: str | None,
         from fmq.client import Client
         from fmq.protocol import Op
 
-        with Client(server, retries=1) as client:
+        with Client(server, retries=1, **client_kwargs()) as client:
             state = client.call(Op.RESOLVE_TX, {"tx_id": tx_id, "decision": decision})["state"]
     else:
         from fmq.admin.transactions import resolve_transaction

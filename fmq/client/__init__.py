@@ -17,6 +17,7 @@ from fmq.client.batching import BufferFull
 from fmq.client.connection import Connection, parse_servers
 from fmq.client.consumer import Consumer
 from fmq.client.producer import Producer, Transaction, TransactionProducer, TransactionResult
+from fmq.client.tls import TLSOptions
 
 __all__ = ["BufferFull", "Client", "Connection", "Consumer", "Producer", "Transaction", "TransactionProducer",
-           "TransactionResult", "parse_servers"]
+           "TLSOptions", "TransactionResult", "parse_servers"]

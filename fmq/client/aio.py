@@ -27,6 +27,7 @@ from fmq.protocol.values import (
 )
 
 from .aio_connection import AsyncConnection
+from .auth import login_steps, resolve_credentials
 from .base import backoff_delay
 from .batching import (
     Batch,
@@ -40,6 +41,7 @@ from .batching import (
 )
 from .connection import parse_servers
 from .idempotence import Sequencer
+from .tls import TLSSetting, client_context
 
 logger = logging.getLogger("fmq.client")
 
@@ -57,7 +59,9 @@ class AsyncProducer:
                  max_in_flight: int = 128, linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
                  max_block_s: float = 60.0, idempotent: bool = True,
-                 producer_id: str | None = None) -> None:
+                 producer_id: str | None = None, tls: TLSSetting = None,
+                 user: str | None = None, password: str | None = None,
+                 password_file: str | None = None) -> None:
         if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
             raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
                                   "positive and linger_ms at least 0")
@@ -65,6 +69,8 @@ class AsyncProducer:
         self._sequencer = Sequencer(idempotent, producer_id)
         self.idempotent = idempotent
         self.producer_id = self._sequencer.producer_id
+        self.tls_context = client_context(tls)
+        self.credentials = resolve_credentials(user, password, password_file)
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -87,6 +93,16 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ requests
 
+    async def _log_in(self, conn: AsyncConnection) -> None:
+        """The SCRAM exchange on a new connection (fmq.client.auth)."""
+        steps = login_steps(self.credentials)
+        op, fields = next(steps)
+        try:
+            while True:
+                op, fields = steps.send(await conn.request(op, fields, self.request_timeout))
+        except StopIteration:
+            pass
+
     async def _connection(self) -> AsyncConnection:
         conn = self._conn
         if conn is not None and not conn.closed:
@@ -107,11 +123,14 @@ class AsyncProducer:
                 self._next_server += 1
                 try:
                     conn = await AsyncConnection.open(addr, self.connect_timeout,
-                                                      self.max_in_flight)
+                                                      self.max_in_flight,
+                                                      tls=self.tls_context)
                 except ConnectionLost as exc:
                     errors.append(str(exc))
                     continue
-                try:  # the server's limits, for batches
+                try:  # log in, then the server's limits, for batches
+                    if self.credentials is not None:
+                        await self._log_in(conn)
                     ping = await conn.request(Op.PING, {}, self.request_timeout)
                 except FMQError:
                     await conn.close()

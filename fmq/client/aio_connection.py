@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from .connection import (
     outcome_of,
     timed_out_error,
 )
+from .tls import handshake_failed
 
 
 class AsyncConnection:
@@ -43,11 +45,15 @@ class AsyncConnection:
 
     @classmethod
     async def open(cls, address: tuple[str, int], connect_timeout: float,
-                   max_in_flight: int = 128, max_frame: int = CLIENT_MAX_FRAME
-                   ) -> AsyncConnection:
+                   max_in_flight: int = 128, max_frame: int = CLIENT_MAX_FRAME,
+                   tls: ssl.SSLContext | None = None) -> AsyncConnection:
+        tls_args = {} if tls is None else {"ssl": tls, "server_hostname": address[0],
+                                           "ssl_handshake_timeout": connect_timeout}
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(address[0], address[1]), connect_timeout)
+                asyncio.open_connection(address[0], address[1], **tls_args), connect_timeout)
+        except ssl.SSLError as exc:
+            raise handshake_failed(address, exc) from None
         except (TimeoutError, OSError) as exc:
             raise cannot_connect(address, exc) from None
         return cls(address, reader, writer, max_frame, max_in_flight)

@@ -14,7 +14,9 @@ from typing import Any
 from fmq.errors import BrokerClosed, ConnectionLost, FMQError
 from fmq.protocol import Op
 
+from .auth import login_steps, resolve_credentials
 from .connection import Connection, parse_servers
+from .tls import TLSSetting, client_context
 
 logger = logging.getLogger("fmq.client")
 
@@ -35,13 +37,22 @@ class Client:
     seconds. A retried send may store a message twice (at-least-once), unless the producer
     is idempotent (:class:`~fmq.client.Producer`'s default). ``max_in_flight``:
     requests this client keeps in flight at once on its connection (threads beyond it wait
-    for a slot); keep it at or below the server's ``max_in_flight``."""
+    for a slot); keep it at or below the server's ``max_in_flight``. ``tls``: None
+    (plaintext), a :class:`~fmq.client.tls.TLSOptions`, an ``ssl.SSLContext``, or True
+    (TLS trusting the system's CAs). ``user`` and ``password`` (or ``password_file``, or
+    the environment: FMQ_USER with FMQ_PASSWORD or FMQ_PASSWORD_FILE): log in with SCRAM on
+    every connection; see docs/security.md."""
 
     def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
                  connect_timeout: float = 5.0, retries: int = 3,
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
-                 max_in_flight: int = 128) -> None:
+                 max_in_flight: int = 128, tls: TLSSetting = None, user: str | None = None,
+                 password: str | None = None, password_file: str | None = None) -> None:
         self.servers = parse_servers(servers)
+        self.tls_context = client_context(tls)
+        self.credentials = resolve_credentials(user, password, password_file)
+        #: The user the server authenticated this client as (None: no log-in).
+        self.principal: str | None = None
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -75,14 +86,30 @@ class Client:
                 addr = self.servers[self._next_server % len(self.servers)]
                 self._next_server += 1
                 try:
-                    self._conn = Connection(addr, self.connect_timeout,
-                                            max_in_flight=self.max_in_flight)
+                    conn = Connection(addr, self.connect_timeout,
+                                      max_in_flight=self.max_in_flight, tls=self.tls_context)
+                    if self.credentials is not None:
+                        self._log_in(conn)
+                    self._conn = conn
                     self.connection_seq += 1
                     logger.debug("connected to %s:%d", *addr)
                     return self._conn
                 except ConnectionLost as exc:
                     errors.append(str(exc))
             raise ConnectionLost("; ".join(errors))
+
+    def _log_in(self, conn: Connection) -> None:
+        """Run the SCRAM exchange on a new connection (closed again when it fails)."""
+        steps = login_steps(self.credentials)
+        try:
+            op, fields = next(steps)
+            while True:
+                op, fields = steps.send(conn.request(op, fields, self.request_timeout))
+        except StopIteration as done:
+            self.principal = done.value or None
+        except BaseException:
+            conn.close()
+            raise
 
     def _backoff(self, attempt: int) -> float:
         return backoff_delay(attempt, self.backoff_initial, self.backoff_max)

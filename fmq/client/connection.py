@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
@@ -27,6 +28,8 @@ from fmq.protocol import (
     decode_response,
     encode_request,
 )
+
+from .tls import TLSChannel, handshake_failed
 
 logger = logging.getLogger("fmq.client")
 
@@ -67,6 +70,8 @@ def lost_error(address: tuple[str, int], cause: BaseException | None) -> FMQErro
     """What a request fails with when its connection broke because of ``cause``."""
     if isinstance(cause, FMQError) and not isinstance(cause, ConnectionLost):
         return cause  # a connection-level error the server sent (request id 0)
+    if isinstance(cause, ssl.SSLError):  # e.g. TLS 1.3 refuses a client certificate late
+        return handshake_failed(address, cause)
     return ConnectionLost(
         f"connection to {address[0]}:{address[1]} lost ({cause}); the request may or may "
         f"not have been applied")
@@ -90,13 +95,24 @@ def outcome_of(frame: Frame, decode: Callable[[Frame], Any]) -> Any:
 
 class Connection:
     def __init__(self, address: tuple[str, int], connect_timeout: float = 5.0,
-                 max_frame: int = CLIENT_MAX_FRAME, max_in_flight: int = 128) -> None:
+                 max_frame: int = CLIENT_MAX_FRAME, max_in_flight: int = 128,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.address = address
         try:
             sock = socket.create_connection(address, timeout=connect_timeout)
         except OSError as exc:
             raise cannot_connect(address, exc) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            #: What frames are written to and read from: the socket, or TLS over it.
+            self._io: socket.socket | TLSChannel = (
+                sock if tls is None else TLSChannel(sock, tls, address))
+        except OSError as exc:
+            sock.close()
+            raise cannot_connect(address, exc) from None
+        except BaseException:
+            sock.close()
+            raise
         sock.settimeout(None)
         self._sock = sock
         self._decoder = FrameDecoder(max_frame)
@@ -145,7 +161,7 @@ class Connection:
             self._pending[rid] = (op, fut, decode)
         try:
             with self._send_lock:
-                self._sock.sendall(data)
+                self._io.sendall(data)
         except OSError as exc:
             self._shutdown(exc)
         return fut
@@ -175,10 +191,10 @@ class Connection:
         return lost_error(self.address, self._closed)
 
     def _read_loop(self) -> None:
-        sock = self._sock
+        io = self._io
         try:
             while True:
-                data = sock.recv(1 << 18)
+                data = io.recv(1 << 18)
                 if not data:
                     raise ConnectionError("the server closed the connection")
                 for frame in self._decoder.feed(data):

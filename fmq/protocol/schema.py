@@ -59,6 +59,16 @@ class Op(IntEnum):
     NACK = 56
     DLQ_REDRIVE = 57
     PULL_TAGGED = 50
+    # security (docs/security.md)
+    HELLO = 30
+    AUTH_START = 31
+    AUTH_FINISH = 32
+    USER_PUT = 33
+    USER_REMOVE = 34
+    USER_LIST = 35
+    ACL_ADD = 36
+    ACL_REMOVE = 37
+    ACL_LIST = 38
 
 
 # ------------------------------------------------------------------ composite types
@@ -88,6 +98,8 @@ TX_INFO = Struct("tx_info", [
 ])
 QUEUE_REF = Struct("queue_ref", [("topic", STR), ("queue_id", U32)])
 ERROR = [("code", U16), ("retriable", BOOL), ("message", TEXT)]
+ACL_RULE = [("principal", STR), ("resource_type", STR), ("pattern", OPT_STR),
+            ("prefix", BOOL), ("operation", STR), ("allow", BOOL)]
 
 
 @dataclass(frozen=True)
@@ -190,4 +202,24 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "back-off level), or dead-letter it."),
     _spec(Op.DLQ_REDRIVE, [("group", STR), ("max_messages", U32)], [("redriven", U32)],
           "Send a group's dead letters back to its retry topic."),
+    _spec(Op.HELLO, [("protocol_version", U8), ("client", STR)],
+          [("protocol_version", U8), ("server_version", STR), ("auth_required", BOOL),
+           ("mechanisms", ListOf(STR))],
+          "The handshake: the highest version each side speaks, and whether the client "
+          "must authenticate (and how) before anything else."),
+    _spec(Op.AUTH_START, [("mechanism", STR), ("message", TEXT)], [("message", TEXT)],
+          "SCRAM client-first message in, server-first message out."),
+    _spec(Op.AUTH_FINISH, [("message", TEXT)], [("message", TEXT), ("principal", STR)],
+          "SCRAM client-final message in, server-final message out: the session is "
+          "authenticated as principal."),
+    _spec(Op.USER_PUT, [("user", STR), ("create", BOOL), ("salt", BYTES), ("iterations", U32),
+                        ("stored_key", BYTES), ("server_key", BYTES)], [],
+          "Add a user (create) or change its password: a SCRAM-SHA-256 credential made by "
+          "the client; the password never travels."),
+    _spec(Op.USER_REMOVE, [("user", STR)], [], "Remove a user."),
+    _spec(Op.USER_LIST, [], [("users", ListOf(STR))], "The users' names."),
+    _spec(Op.ACL_ADD, ACL_RULE, [("added", BOOL)],
+          "Add an access rule (added false: it was there already)."),
+    _spec(Op.ACL_REMOVE, ACL_RULE, [], "Remove an access rule."),
+    _spec(Op.ACL_LIST, [], [("json", TEXT)], "The access rules, as JSON."),
 ]}

@@ -97,6 +97,17 @@ class ServerConfig:
     #: The event loop: ``auto`` (uvloop when installed, else asyncio), ``asyncio`` or
     #: ``uvloop``.
     event_loop: str = "auto"
+    #: TLS on the client port (docs/security.md): the server's PEM certificate chain ("" =
+    #: plaintext), its key ("" = in the certificate file), and a CA whose client
+    #: certificates are required ("" = no client certificate asked: not mutual TLS).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""
+    #: The slow-down after a failed authentication: the first failure is answered after
+    #: this long, each further failure of the same connection or address after twice the
+    #: previous wait, up to auth_failure_max_delay_ms.
+    auth_failure_delay_ms: int = 100
+    auth_failure_max_delay_ms: int = 5_000
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid server configuration")
@@ -130,6 +141,8 @@ class ServerConfig:
         need(self.descriptor_reserve >= 16, "descriptor_reserve must be >= 16")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
         resolve_event_loop(self.event_loop)  # an unknown or missing loop fails at start
+        need(0 <= self.auth_failure_delay_ms <= self.auth_failure_max_delay_ms,
+             "auth_failure_delay_ms must be in 0..auth_failure_max_delay_ms")
         need(self.group_heartbeat_interval_ms < self.group_session_timeout_ms,
              "group_heartbeat_interval_ms must be below group_session_timeout_ms")
 

@@ -36,6 +36,7 @@ class ServerCounters:
     pull_reads: int = 0  # times a PULL read its queue
     pull_wakeups: int = 0  # pull waits that data in their queue ended
     timed_out: int = 0  # sessions closed by a time-out or to make room
+    access_denied: int = 0  # requests an access rule refused (fmq.server.authz)
     #: Decoded requests per opcode (a list: one index per request on the hot path).
     by_op: list[int] = field(default_factory=lambda: [0] * 256)
     #: Error answers per (opcode, error code).
@@ -93,6 +94,9 @@ class ServerContext:
         self.batcher: SendBatcher | None = None
         self.replication: ReplicationRole | None = None
         self.stop_requested: asyncio.Event | None = None
+        #: Users, SCRAM and failed attempts (:class:`fmq.server.authn.Authenticator`); set
+        #: by the server.
+        self.authenticator: Any = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bind to the running event loop (the server starts)."""
@@ -164,6 +168,9 @@ class RequestSession(Protocol):
     closing: bool  # no more requests will be read
     lost: bool  # the socket is gone: answers can no longer be delivered
     leases_taken: bool  # it polled for feedback: its leases are returned when it closes
+    principal: str | None  # the user it authenticated as (None: not authenticated)
+    scram: Any  # the SCRAM exchange under way (between AUTH_START and AUTH_FINISH)
+    auth_failures: int  # failed authentications on this connection
 
     async def reserve_reply(self, want: int, minimum: int) -> int:
         """Take between ``minimum`` and ``want`` reply bytes for the running request."""

@@ -169,6 +169,10 @@ class BrokerCollector:
                                   value=server["protocol_errors"])
         yield CounterMetricFamily("fmq_busy_refusals", "Requests refused with ServerBusy.",
                                   value=server["busy_refusals"])
+        yield CounterMetricFamily("fmq_access_denied", "Requests an access rule refused.",
+                                  value=server["access_denied"])
+        yield CounterMetricFamily("fmq_auth_failures", "Failed log-ins.",
+                                  value=server["auth_failures"])
         members = GaugeMetricFamily("fmq_group_members", "Live members of a consumer group.",
                                     labels=["group"])
         for name, g in sorted(server["groups"].items()):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import time
@@ -30,21 +31,25 @@ from typing import Any
 from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, FMQError, ServerBusy
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
+from fmq.security import UserStore
 from fmq.server import (
     delivery_ops,  # noqa: F401 - registers SEND_AT, NACK, DLQ_REDRIVE
     operator_ops,  # noqa: F401 - registers the operator's handlers
     replication_ops,  # noqa: F401 - registers the followers' handlers
 )
+from fmq.server.authn import Authenticator
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
 from fmq.server.descriptors import fit_connections
 from fmq.server.event_loop import resolve_event_loop, run_on_event_loop
+from fmq.server.exposure import check_exposure
 from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 from fmq.server.session import ClientSession
+from fmq.server.tls import TLSAcceptor, server_context
 from fmq.version import __version__
 
 logger = logging.getLogger("fmq.server")
@@ -84,6 +89,9 @@ class Server:
                                       config.reply_budget_per_connection),
             largest_reply=largest_reply, workers=self.workers, readers=self.readers,
             pollers=self.pollers)
+        self.ctx.authenticator = Authenticator(UserStore(broker.path),
+                                               config.auth_failure_delay_ms,
+                                               config.auth_failure_max_delay_ms)
         #: Established sessions (they sent a complete request), and the ones that have
         #: not yet, oldest first.
         self.sessions: dict[int, ClientSession] = {}
@@ -92,6 +100,7 @@ class Server:
         self.started = time.time()
         self._next_session = 0
         self._server: asyncio.base_events.Server | None = None
+        self._tls: TLSAcceptor | None = None  # accepts instead of _server with TLS
         self._hurry: asyncio.Event | None = None  # set by a second stop signal
         self._watchdog: asyncio.Task | None = None
         self.metrics: MetricsEndpoint | None = None
@@ -118,13 +127,21 @@ class Server:
                                            self.config.metrics_host, self.config.metrics_port)
         if self._listener is None:
             self._listener = bind_listener(self.config.host, self.config.port)
-        self._server = await loop.create_server(lambda: ClientSession(self.ctx),
-                                                sock=self._listener, backlog=1024)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = self._listener.getsockname()[1]
+        tls = server_context(self.config)
+        if tls is None:
+            self._server = await loop.create_server(lambda: ClientSession(self.ctx),
+                                                    sock=self._listener, backlog=1024)
+        else:
+            self._tls = TLSAcceptor(self._listener, tls, lambda: ClientSession(self.ctx),
+                                    self.config.handshake_timeout_ms / 1000,
+                                    self.config.max_pending_connections)
+            self._tls.start()
         self._watchdog = asyncio.ensure_future(self._watch_sessions())
-        logger.info("listening on %s:%d (protocol %d, max frame %d bytes, %d worker threads)",
-                    self.config.host, self.port, PROTOCOL_VERSION, self.config.max_frame_size,
-                    self.config.worker_threads)
+        logger.info("listening on %s:%d (%s, protocol %d, max frame %d bytes, %d worker "
+                    "threads)", self.config.host, self.port,
+                    "plaintext" if tls is None else "TLS", PROTOCOL_VERSION,
+                    self.config.max_frame_size, self.config.worker_threads)
         if self.on_listening is not None:
             self.on_listening(self.config.host, self.port)
         self.ctx.replication.start_follower(f"{self.config.host}:{self.port}",
@@ -165,6 +182,8 @@ class Server:
         self.ctx.stopping = True
         if self._server is not None:
             self._server.close()
+        if self._tls is not None:
+            self._tls.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
         pending = list(self.ctx.all_tasks)
@@ -283,6 +302,8 @@ class Server:
             "pull_wakeups": counters.pull_wakeups,
             "pull_reads": counters.pull_reads,
             "timed_out": counters.timed_out,
+            "auth_failures": ctx.authenticator.failures,
+            "access_denied": counters.access_denied,
             "request_bytes": ctx.request_budget.used,
             "request_bytes_peak": ctx.request_budget.peak,
             "request_budget_waiting": ctx.request_budget.waiting,
@@ -339,11 +360,19 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
 def run_server(data_dir: str, broker_config: Any = None,
                server_config: ServerConfig | None = None,
-               on_listening: Callable[[str, int], None] | None = None) -> None:
+               on_listening: Callable[[str, int], None] | None = None,
+               insecure: bool = False) -> None:
     """Bind the port, open the broker (running recovery), serve until SIGINT/SIGTERM, close
     cleanly. The port is bound first so that a clash is reported before a long recovery.
-    Raises DataDirLocked when another process holds ``data_dir``."""
+    Raises DataDirLocked when another process holds ``data_dir``, ConfigError when it has
+    no users and ``server_config.host`` is not loopback (unless ``insecure``)."""
     server_config = server_config or ServerConfig()
+    server_context(server_config)  # unreadable TLS files are reported before anything else
+    if os.path.isdir(data_dir):
+        has_users = UserStore(data_dir).has_users
+    else:
+        has_users = False
+    check_exposure(server_config.host, has_users, insecure, data_dir)
     listener = bind_listener(server_config.host, server_config.port)
     try:
         broker = Broker.open(data_dir, broker_config)

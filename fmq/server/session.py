@@ -36,6 +36,7 @@ from fmq.protocol import (
     encode_response,
 )
 from fmq.server.admission import RequestAdmission
+from fmq.server.authz import refusal as access_refusal
 from fmq.server.context import ServerContext
 from fmq.server.handlers import HANDLERS
 from fmq.server.reply_account import ReplyAccount
@@ -69,6 +70,9 @@ class ClientSession(asyncio.Protocol):
         #: Whether it ever polled for feedback (then its leases are returned on close).
         self.leases_taken = False
         self.established = False  # sent a complete request: counts against max_connections
+        self.principal: str | None = None  # the authenticated user (fmq.server.authn)
+        self.scram = None
+        self.auth_failures = 0
         now = ctx.now()
         self.opened_at = now
         self.last_received = now
@@ -301,6 +305,12 @@ class ClientSession(asyncio.Protocol):
             return
         ctx.counters.requests += 1
         ctx.counters.by_op[op] += 1
+        refused = access_refusal(ctx, self, op, req) if ctx.authenticator.enforcing else None
+        if refused is not None:
+            self._release_request(size)
+            ctx.counters.failed(op, refused)
+            self.send(encode_error(op, rid, refused))
+            return
         try:
             # A coroutine becomes a task; SEND's handler returns a future and needs none.
             request = asyncio.ensure_future(HANDLERS[op](ctx, self, req))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fmq.errors import (
+    AccessDenied,
     BadRecord,
     CorruptLog,
     DataDirLocked,
@@ -39,6 +40,7 @@ WITH_FIELDS = [
     ReplicaBehindRetention(4096, 1 << 40),
     ReplicaDiverged(77, 12),
     OutOfOrderSequence("p-1 is more than 3 below", 12, 9000, 10_000),
+    AccessDenied("produce", "topic 'a on b is not allowed: c'"),
 ]
 
 

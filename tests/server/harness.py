@@ -31,15 +31,18 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def wait_until_serving(address: str, proc: subprocess.Popen, timeout: float) -> bool:
+def wait_until_serving(address: str, proc: subprocess.Popen, timeout: float,
+                       **client_options) -> bool:
     """Ping ``address`` until it answers (True) or ``proc`` exits (False); raises
-    TimeoutError when neither happens within ``timeout`` seconds."""
+    TimeoutError when neither happens within ``timeout`` seconds. ``client_options``: of the
+    pinging client (TLS, credentials)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
         try:
-            with Client(address, retries=0, connect_timeout=0.5, request_timeout=2) as c:
+            with Client(address, retries=0, connect_timeout=0.5, request_timeout=2,
+                        **client_options) as c:
                 c.ping()
             return True
         except FMQError:
@@ -48,7 +51,11 @@ def wait_until_serving(address: str, proc: subprocess.Popen, timeout: float) -> 
 
 
 class ServerProcess:
-    def __init__(self, data_dir: str, config: dict | None = None, port: int | None = None) -> None:
+    def __init__(self, data_dir: str, config: dict | None = None, port: int | None = None,
+                 client_options: dict | None = None, extra_args: tuple[str, ...] = ()) -> None:
+        #: What a client needs to reach this server (TLS, credentials), for the readiness ping.
+        self.client_options = client_options or {}
+        self.extra_args = extra_args
         self.data_dir = str(data_dir)
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -67,6 +74,7 @@ class ServerProcess:
                 "--port", str(self.port)]
         if self.config_path:
             args += ["--config", self.config_path]
+        args += self.extra_args
         self.starts += 1
         log = open(self.log_path, "a")  # noqa: SIM115 - the child owns it
         log.write(f"---- start {self.starts}\n")
@@ -74,7 +82,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(args, stdout=log, stderr=log)
         log.close()
         try:
-            if wait_until_serving(self.address, self.proc, timeout):
+            if wait_until_serving(self.address, self.proc, timeout, **self.client_options):
                 return self
         except TimeoutError:
             self.kill()

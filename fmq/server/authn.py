@@ -1,0 +1,254 @@
+"""Authentication on the server: the HELLO handshake, SCRAM-SHA-256 (``scramp``), the
+users' wire operations, and the slow-down after failed attempts.
+
+A session starts unauthenticated. While the server has no users nothing is asked (the
+server then listens on loopback only, docs/security.md); once it has users, a session may
+only send HELLO, AUTH_START, AUTH_FINISH and PING until AUTH_FINISH succeeded
+(:data:`OPEN_OPS`). An unknown user gets a made-up credential, so the exchange fails at the
+proof exactly as with a wrong password and does not tell which users exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import hmac
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from typing import Any
+
+from scramp import ScramException, ScramMechanism
+
+from fmq.errors import AuthenticationFailed, AuthenticationRequired, FMQError, InvalidArgument
+from fmq.protocol import PROTOCOL_VERSION, Op
+from fmq.security import Rule, StoredCredential, UserStore
+from fmq.security.users import ITERATIONS, MECHANISM
+from fmq.server.context import RequestSession, ServerContext
+from fmq.server.handlers import handles
+from fmq.version import __version__
+
+logger = logging.getLogger("fmq.server")
+
+#: What an unauthenticated session may send when the server has users.
+OPEN_OPS = frozenset({Op.PING, Op.HELLO, Op.AUTH_START, Op.AUTH_FINISH})
+#: Failed attempts remembered per client address (the oldest address is forgotten first).
+MAX_ADDRESSES = 10_000
+#: Seconds without a failure after which an address starts again from no failures.
+FORGET_S = 60.0
+
+
+class Authenticator:
+    """The users, SCRAM, and failure counts of one server."""
+
+    def __init__(self, store: UserStore, first_delay_ms: int = 100,
+                 max_delay_ms: int = 5_000) -> None:
+        self.store = store
+        #: The slow-down: a failure answers after first_delay doubled for each earlier
+        #: failure of the connection and of its address, up to max_delay.
+        self.first_delay = first_delay_ms / 1000
+        self.max_delay = max_delay_ms / 1000
+        #: True while the server has users: sessions must authenticate (read on every
+        #: request: a plain attribute).
+        self.enforcing = store.has_users
+        self._mechanism = ScramMechanism(MECHANISM)
+        self._secret = os.urandom(32)
+        #: Failed attempts per client address, and when the last one was (monotonic).
+        self.failures_by_address: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self.failures = 0  # for the server's stats
+
+    def refusal(self, session: RequestSession, op: int) -> FMQError | None:
+        """Why ``op`` may not run on ``session`` (asked only while enforcing)."""
+        if session.principal is not None or op in OPEN_OPS:
+            return None
+        return AuthenticationRequired(
+            f"{Op(op).name} refused: this server requires authentication first; give a "
+            f"user and password (FMQ_USER and FMQ_PASSWORD, or --user and --password-file; "
+            f"docs/security.md)")
+
+    def users_changed(self) -> None:
+        self.enforcing = self.store.has_users
+
+    def credential(self, user: str) -> tuple[StoredCredential, bool]:
+        """The user's credential and True, or a made-up one and False (unknown user)."""
+        found = self.store.credential(user)
+        if found is not None:
+            return found, True
+        fake = hmac.new(self._secret, user.encode(), hashlib.sha256).digest()
+        return StoredCredential(fake[:16], ITERATIONS, fake, fake[::-1]), False
+
+    def start(self, client_first: str) -> tuple[Any, str, str, bool]:
+        """SCRAM's first step: (server state, server-first message, user, known)."""
+        seen: dict[str, Any] = {}
+
+        def auth_fn(user: str) -> tuple[bytes, bytes, bytes, int]:
+            cred, known = self.credential(user)
+            seen.update(user=user, known=known)
+            return cred.salt, cred.stored_key, cred.server_key, cred.iterations
+
+        server = self._mechanism.make_server(auth_fn)
+        server.set_client_first(client_first)
+        return server, server.get_server_first(), seen["user"], seen["known"]
+
+    def delay(self, session_failures: int, address: str) -> float:
+        """Seconds to wait before answering this failure; counts it. An address's count
+        is forgotten FORGET_S after its last failure (a success does not reset it: any
+        account would otherwise let a guesser start over)."""
+        self.failures += 1
+        now = time.monotonic()
+        count, last = self.failures_by_address.pop(address, (0, now))
+        count = 1 if now - last > FORGET_S else count + 1
+        self.failures_by_address[address] = (count, now)
+        while len(self.failures_by_address) > MAX_ADDRESSES:
+            self.failures_by_address.popitem(last=False)
+        earlier = session_failures + count - 1
+        return min(self.max_delay, self.first_delay * 2 ** min(earlier, 16))
+
+
+def _address(session: RequestSession) -> str:
+    return session.peer.rpartition(":")[0] or session.peer
+
+
+async def _refuse(ctx: ServerContext, session: RequestSession, user: str | None,
+                  why: str) -> AuthenticationFailed:
+    """Log and count a failed attempt, wait the slow-down, and give the error to raise."""
+    auth: Authenticator = ctx.authenticator
+    session.auth_failures += 1
+    delay = auth.delay(session.auth_failures - 1, _address(session))
+    # The user name only: the exchange never carries the password itself.
+    logger.warning("connection %d from %s: authentication%s failed (%s); answering in %d ms",
+                   session.id, session.peer, f" of user {user!r}" if user else "", why,
+                   round(delay * 1000))
+    await asyncio.sleep(delay)
+    return AuthenticationFailed(
+        "authentication failed: wrong user name or password, or a malformed SCRAM "
+        "exchange; check FMQ_USER and FMQ_PASSWORD (or --user, --password-file)")
+
+
+def _require_users(ctx: ServerContext, what: str) -> None:
+    """Users and rules change over the wire only by a logged-in administrator, so only on
+    a server that has users; the first ones are added offline."""
+    if not ctx.authenticator.enforcing:
+        raise AuthenticationRequired(
+            f"{what} over the network needs a logged-in user with admin on the cluster, and "
+            f"this server has no users yet: stop it and add the first user and its rules "
+            f"offline (`fmq user add USER DATA_DIR`, `fmq acl add DATA_DIR ...`; "
+            f"docs/security.md)")
+
+
+@handles(Op.HELLO)
+async def _hello(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    return {"protocol_version": min(req["protocol_version"], PROTOCOL_VERSION),
+            "server_version": __version__, "auth_required": ctx.authenticator.enforcing,
+            "mechanisms": [MECHANISM]}
+
+
+@handles(Op.AUTH_START)
+async def _auth_start(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    session.scram = None
+    if session.principal is not None:
+        raise InvalidArgument(f"this connection is authenticated as {session.principal!r} "
+                              f"already; open a new one to log in as another user")
+    if not ctx.authenticator.enforcing:  # nothing to guess: no slow-down
+        raise AuthenticationFailed("this server has no users: connect without a user and "
+                                   "password (docs/security.md)")
+    if req["mechanism"] != MECHANISM:
+        raise await _refuse(ctx, session, None, f"unknown mechanism {req['mechanism']!r}")
+    try:
+        server, first, user, known = ctx.authenticator.start(req["message"])
+    except (ScramException, KeyError, ValueError, TypeError, IndexError) as exc:
+        raise await _refuse(ctx, session, None, f"bad client-first message: {exc}") from None
+    session.scram = (server, user, known)
+    return {"message": first}
+
+
+@handles(Op.AUTH_FINISH)
+async def _auth_finish(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    state, session.scram = session.scram, None  # one try per AUTH_START: no replays
+    if state is None and not ctx.authenticator.enforcing:
+        raise AuthenticationFailed("this server has no users: connect without a user and "
+                                   "password (docs/security.md)")
+    if state is None:
+        raise await _refuse(ctx, session, None, "AUTH_FINISH without AUTH_START")
+    server, user, known = state
+    try:
+        server.set_client_final(req["message"])
+        final = server.get_server_final()
+    except (ScramException, KeyError, ValueError, TypeError, IndexError) as exc:
+        raise await _refuse(ctx, session, user, f"bad proof: {exc}") from None
+    if not known:  # a made-up credential cannot verify; this is defence in depth
+        raise await _refuse(ctx, session, user, "unknown user")
+    session.principal = user
+    logger.info("connection %d from %s: authenticated as %r", session.id, session.peer, user)
+    return {"message": final, "principal": user}
+
+
+@handles(Op.USER_PUT)
+async def _user_put(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "adding users or changing passwords")
+    cred = StoredCredential(req["salt"], req["iterations"], req["stored_key"],
+                            req["server_key"])
+    auth: Authenticator = ctx.authenticator
+    await ctx.run(functools.partial(auth.store.put_user, req["user"], cred,
+                                    create=req["create"]))
+    auth.users_changed()
+    logger.info("%s at %s %s user %r", session.principal or "an unauthenticated client",
+                session.peer, "added" if req["create"] else "changed the password of",
+                req["user"])
+    return {}
+
+
+@handles(Op.USER_REMOVE)
+async def _user_remove(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "removing users")
+    if ctx.authenticator.store.users() == [req["user"]]:
+        raise InvalidArgument(
+            f"{req['user']!r} is the last user: without users the server would let anyone "
+            f"do anything; add another user first, or remove it offline on the stopped broker")
+    auth: Authenticator = ctx.authenticator
+    await ctx.run(auth.store.remove_user, req["user"])
+    auth.users_changed()
+    logger.info("%s at %s removed user %r", session.principal or "an unauthenticated client",
+                session.peer, req["user"])
+    return {}
+
+
+@handles(Op.USER_LIST)
+async def _user_list(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "listing users")
+    return {"users": ctx.authenticator.store.users()}
+
+
+def _rule(req: dict) -> Rule:
+    return Rule.make(req["principal"], req["resource_type"], req["pattern"] or "",
+                     req["prefix"], req["operation"], req["allow"])
+
+
+@handles(Op.ACL_ADD)
+async def _acl_add(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "adding access rules")
+    rule = _rule(req)
+    added = await ctx.run(ctx.authenticator.store.add_rule, rule)
+    logger.info("%s at %s added the rule: %s", session.principal or "an unauthenticated client",
+                session.peer, rule.text())
+    return {"added": added}
+
+
+@handles(Op.ACL_REMOVE)
+async def _acl_remove(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "removing access rules")
+    rule = _rule(req)
+    await ctx.run(ctx.authenticator.store.remove_rule, rule)
+    logger.info("%s at %s removed the rule: %s", session.principal or
+                "an unauthenticated client", session.peer, rule.text())
+    return {}
+
+
+@handles(Op.ACL_LIST)
+async def _acl_list(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    _require_users(ctx, "listing access rules")
+    return {"json": json.dumps({"rules": [r.to_json() for r in
+                                          ctx.authenticator.store.rules]})}
