@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from fmq.errors import BrokerClosed, ConnectionLost, FMQError, InvalidArgument, RequestTimeout
+from fmq.errors import BrokerClosed, FMQError, InvalidArgument, RequestTimeout
 from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
 from fmq.protocol.batch import decode_send_results, encode_message, send_batch_frame
@@ -26,8 +26,8 @@ from fmq.protocol.values import (
     scheduled_from_wire,
 )
 
-from .aio_connection import AsyncConnection
-from .auth import login_steps, resolve_credentials
+from .aio_connection import AsyncConnection, connect_first
+from .auth import resolve_credentials
 from .base import backoff_delay
 from .batching import (
     Batch,
@@ -93,16 +93,6 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ requests
 
-    async def _log_in(self, conn: AsyncConnection) -> None:
-        """The SCRAM exchange on a new connection (fmq.client.auth)."""
-        steps = login_steps(self.credentials)
-        op, fields = next(steps)
-        try:
-            while True:
-                op, fields = steps.send(await conn.request(op, fields, self.request_timeout))
-        except StopIteration:
-            pass
-
     async def _connection(self) -> AsyncConnection:
         conn = self._conn
         if conn is not None and not conn.closed:
@@ -117,31 +107,14 @@ class AsyncProducer:
             if self._conn is not None:
                 await self._conn.close()
                 self._conn = None
-            errors = []
-            for _ in range(len(self.servers)):
-                addr = self.servers[self._next_server % len(self.servers)]
-                self._next_server += 1
-                try:
-                    conn = await AsyncConnection.open(addr, self.connect_timeout,
-                                                      self.max_in_flight,
-                                                      tls=self.tls_context)
-                except ConnectionLost as exc:
-                    errors.append(str(exc))
-                    continue
-                try:  # log in, then the server's limits, for batches
-                    if self.credentials is not None:
-                        await self._log_in(conn)
-                    ping = await conn.request(Op.PING, {}, self.request_timeout)
-                except FMQError:
-                    await conn.close()
-                    raise
-                self._batch_in_flight = max(1, min(self.max_in_flight, ping["max_in_flight"]))
-                q = self._queue
-                q.limits = Limits(q.limits.batch_size, q.limits.max_messages,
-                                  ping["max_frame_size"])
-                self._conn = conn
-                return conn
-            raise ConnectionLost("; ".join(errors))
+            conn, ping, self._next_server = await connect_first(
+                self.servers, self._next_server, self.connect_timeout, self.max_in_flight,
+                self.tls_context, self.credentials, self.request_timeout)
+            self._batch_in_flight = max(1, min(self.max_in_flight, ping["max_in_flight"]))
+            q = self._queue
+            q.limits = Limits(q.limits.batch_size, q.limits.max_messages, ping["max_frame_size"])
+            self._conn = conn
+            return conn
 
     async def call(self, op: Op, fields: dict[str, Any], *,
                    retries: int | None = None) -> dict[str, Any]:

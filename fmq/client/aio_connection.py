@@ -14,9 +14,10 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from fmq.errors import FMQError
+from fmq.errors import ConnectionLost, FMQError
 from fmq.protocol import Frame, FrameDecoder, Op, decode_error, decode_response, encode_request
 
+from .auth import Credentials, login_steps
 from .connection import (
     CLIENT_MAX_FRAME,
     cannot_connect,
@@ -148,3 +149,40 @@ class AsyncConnection:
                 await self._task
         with contextlib.suppress(OSError, RuntimeError):
             await self._writer.wait_closed()
+
+
+async def log_in(conn: AsyncConnection, credentials: Credentials, timeout: float) -> None:
+    """The SCRAM exchange on a new connection (:mod:`fmq.client.auth`)."""
+    steps = login_steps(credentials)
+    op, fields = next(steps)
+    try:
+        while True:
+            op, fields = steps.send(await conn.request(op, fields, timeout))
+    except StopIteration:
+        pass
+
+
+async def connect_first(servers: list[str], start: int, connect_timeout: float,
+                        max_in_flight: int, tls: ssl.SSLContext | None,
+                        credentials: Credentials | None, request_timeout: float
+                        ) -> tuple[AsyncConnection, dict[str, Any], int]:
+    """A connection to the first server that answers, trying ``servers`` in turn from index
+    ``start``, logged in when there are ``credentials``: (connection, its PING answer,
+    the index to try first next time). ConnectionLost naming every failure if none does."""
+    errors = []
+    for n in range(start, start + len(servers)):
+        try:
+            conn = await AsyncConnection.open(servers[n % len(servers)], connect_timeout,
+                                              max_in_flight, tls=tls)
+        except ConnectionLost as exc:
+            errors.append(str(exc))
+            continue
+        try:  # log in, then the server's limits, for batches
+            if credentials is not None:
+                await log_in(conn, credentials, request_timeout)
+            ping = await conn.request(Op.PING, {}, request_timeout)
+        except FMQError:
+            await conn.close()
+            raise
+        return conn, ping, n + 1
+    raise ConnectionLost("; ".join(errors))

@@ -45,6 +45,7 @@ from fmq.server.descriptors import fit_connections
 from fmq.server.event_loop import resolve_event_loop, run_on_event_loop
 from fmq.server.exposure import check_exposure
 from fmq.server.groups import GroupCoordinator, GroupLimits
+from fmq.server.listener import bind_listener
 from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
@@ -337,25 +338,6 @@ def request_limits(broker: Broker, config: ServerConfig) -> RequestLimits:
 
 
 # ---------------------------------------------------------------- entry point
-
-
-def bind_listener(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port``, not yet listening (connections are refused, so
-    clients retry, until the server serves). Raises ConfigError when the address is taken."""
-    sock: socket.socket | None = None
-    try:
-        family, kind, proto, _, addr = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-    except OSError as exc:
-        if sock is not None:
-            sock.close()
-        raise ConfigError(
-            f"cannot listen on {host}:{port} ({exc.strerror or exc}); stop the process using "
-            f"that port or choose another --port/--host") from None
-    return sock
 
 
 def run_server(data_dir: str, broker_config: Any = None,

@@ -1,0 +1,32 @@
+"""Errors of the wire: a malformed frame, a lost connection, a time-out, a busy server."""
+
+from __future__ import annotations
+
+from fmq.errors.base import FMQError
+
+
+class ProtocolError(FMQError):
+    """A frame that does not follow docs/protocol.md."""
+
+    code = 60
+
+
+class ConnectionLost(FMQError):
+    """The connection to the server broke; the request may or may not have been applied."""
+
+    code = 61
+    retriable = True
+
+
+class RequestTimeout(FMQError):
+    """The server did not answer in time; the request may or may not have been applied."""
+
+    code = 62
+    retriable = True
+
+
+class ServerBusy(FMQError):
+    """The server refused the request because a limit was reached; retry later."""
+
+    code = 63
+    retriable = True

@@ -1,0 +1,46 @@
+"""Errors of TLS, log-in and access rules."""
+
+from __future__ import annotations
+
+from fmq.errors.base import FMQError
+
+
+class SecurityError(FMQError):
+    """Base class of TLS, authentication and authorisation errors (never retriable: the
+    same request fails the same way until the configuration changes)."""
+
+    code = 70
+
+
+class TLSFailed(SecurityError):
+    """The TLS handshake failed: a certificate not trusted, a host name that does not
+    match, or one side speaking TLS and the other not (docs/security.md)."""
+
+    code = 71
+
+
+class AuthenticationFailed(SecurityError):
+    """Wrong user name or password, or a malformed SCRAM exchange."""
+
+    code = 72
+
+
+class AuthenticationRequired(SecurityError):
+    """The server has users: a connection must authenticate before anything else."""
+
+    code = 73
+
+
+class AccessDenied(SecurityError):
+    """No rule allows this user the operation on the resource, or a rule denies it."""
+
+    code = 74
+    fields = {"operation": str, "resource": str}
+    message_format = (
+        "access denied: {operation} on {resource} is not allowed for this user; an "
+        "administrator can allow it with `fmq acl add` (docs/security.md)")
+
+    def __init__(self, operation: str, resource: str) -> None:
+        super().__init__(self.message_format.format(operation=operation, resource=resource))
+        self.operation = operation
+        self.resource = resource
