@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from fmq.config import BrokerConfig
 from fmq.engine.queues import Queues, check_messages
-from fmq.errors import FMQError, IndexUnavailable, InvalidArgument
+from fmq.errors import BrokerClosed, FMQError, IndexUnavailable, InvalidArgument
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
@@ -177,15 +177,22 @@ class Timers:
 
     def _run(self) -> None:
         poll = self.config.timer_poll_ms / 1000.0
+        failures = 0
         while not self._stop.is_set():
             try:
                 delivered = self.deliver_due()
-            except FMQError as exc:  # the log or index failing: retried next round
-                logger.warning("timer delivery failed: %s; retrying", exc)
-                delivered = 0
-            except Exception:  # noqa: BLE001 - a bug must not end scheduled delivery
-                logger.exception("timer delivery failed")
-                delivered = 0
+                failures = 0
+            except BrokerClosed:
+                return
+            except Exception as exc:  # noqa: BLE001 - a bug must not end scheduled delivery
+                # Retried after a back-off that doubles up to a second, logged the first
+                # time and then once in 64, so a lasting failure cannot flood the log.
+                if failures % 64 == 0:
+                    logger.warning("timer delivery failed (%d times in a row): %s; retrying",
+                                   failures + 1, exc, exc_info=not isinstance(exc, FMQError))
+                failures += 1
+                self._stop.wait(min(1.0, poll * 2 ** min(failures, 10)))
+                continue
             if delivered < self.config.timer_batch:  # a full round: more may be due
                 self._stop.wait(poll)
 

@@ -43,6 +43,7 @@ def abandon(b: fmq.Broker) -> None:
     b._closed = True
     b._stop.set()
     b._maintenance.join()
+    b.timers.stop()
     b.dispatcher.stop()
     b.index.close()
     b.log.close()
