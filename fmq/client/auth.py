@@ -8,7 +8,7 @@ threaded and the asyncio client each drive it with their own I/O.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,3 +98,16 @@ def make_user_fields(user: str, password: str, create: bool) -> dict[str, Any]:
         password, iteration_count=4096)
     return {"user": user, "create": create, "salt": salt, "iterations": iterations,
             "stored_key": stored_key, "server_key": server_key}
+
+
+def log_in(request: Callable[[Op, dict[str, Any]], dict[str, Any]],
+           credentials: Credentials) -> str | None:
+    """Run the SCRAM exchange through ``request`` (one request, its answer); returns the
+    principal logged in as (None: the server has no users, nothing to log in to)."""
+    steps = login_steps(credentials)
+    try:
+        op, fields = next(steps)
+        while True:
+            op, fields = steps.send(request(op, fields))
+    except StopIteration as done:
+        return done.value or None

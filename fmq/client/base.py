@@ -14,7 +14,7 @@ from typing import Any
 from fmq.errors import BrokerClosed, ConnectionLost, FMQError
 from fmq.protocol import Op
 
-from .auth import login_steps, resolve_credentials
+from .auth import log_in, resolve_credentials
 from .connection import Connection, parse_servers
 from .tls import TLSSetting, client_context
 
@@ -100,13 +100,10 @@ class Client:
 
     def _log_in(self, conn: Connection) -> None:
         """Run the SCRAM exchange on a new connection (closed again when it fails)."""
-        steps = login_steps(self.credentials)
         try:
-            op, fields = next(steps)
-            while True:
-                op, fields = steps.send(conn.request(op, fields, self.request_timeout))
-        except StopIteration as done:
-            self.principal = done.value or None
+            self.principal = log_in(
+                lambda op, fields: conn.request(op, fields, self.request_timeout),
+                self.credentials)
         except BaseException:
             conn.close()
             raise

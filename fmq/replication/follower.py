@@ -17,9 +17,12 @@ tells the operator what to do.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from collections.abc import Callable
+from functools import partial
 
+from fmq.client.auth import Credentials, log_in
 from fmq.client.connection import Connection, parse_servers
 from fmq.engine.broker import Broker
 from fmq.errors import (
@@ -28,6 +31,7 @@ from fmq.errors import (
     LogFailed,
     ReplicaBehindRetention,
     ReplicaDiverged,
+    SecurityError,
     TornRecord,
 )
 from fmq.protocol import Op
@@ -46,8 +50,11 @@ class Follower:
     """Copies the primary's log into ``broker`` until :meth:`stop`."""
 
     def __init__(self, broker: Broker, primary: str, name: str,
-                 on_fatal: Callable[[FMQError], None]) -> None:
+                 on_fatal: Callable[[FMQError], None], tls: ssl.SSLContext | None = None,
+                 credentials: Credentials | None = None) -> None:
         self.broker = broker
+        self.tls = tls  # how to reach the primary: TLS, and the user to log in as
+        self.credentials = credentials
         self.primary = primary
         self.name = name
         self.on_fatal = on_fatal
@@ -79,7 +86,10 @@ class Follower:
         delay = RETRY_INITIAL_S
         while not self._stop.is_set():
             try:
-                self._conn = Connection(self.address, connect_timeout=2.0)
+                self._conn = Connection(self.address, connect_timeout=2.0, tls=self.tls)
+                if self.credentials is not None:
+                    log_in(partial(self._conn.request, timeout=10.0), self.credentials)
+                self.error = None
                 logger.info("following %s from offset %d", self.primary,
                             self.broker.log.flushed_offset)
                 self.connected = True
@@ -98,6 +108,8 @@ class Follower:
             except Exception as exc:  # noqa: BLE001 - a network error, or a bug: retry
                 if self._stop.is_set():
                     return
+                if isinstance(exc, SecurityError):  # shown by fmq replica status
+                    self.error = exc
                 if isinstance(exc, (FMQError, OSError)):
                     logger.warning("replication from %s interrupted (%s); retrying in "
                                    "%.2fs", self.primary, exc, delay)

@@ -108,6 +108,15 @@ class ServerConfig:
     #: previous wait, up to auth_failure_max_delay_ms.
     auth_failure_delay_ms: int = 100
     auth_failure_max_delay_ms: int = 5_000
+    #: A follower's connection to its primary (docs/replication.md): follow_tls is ""
+    #: (plaintext), "system" (TLS trusting the system's CAs) or a CA file to trust; a client
+    #: certificate for mutual TLS; the user it logs in as, its password read from
+    #: follow_password_file ("" = the FMQ_PASSWORD variable).
+    follow_tls: str = ""
+    follow_cert_file: str = ""
+    follow_key_file: str = ""
+    follow_user: str = ""
+    follow_password_file: str = ""
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid server configuration")

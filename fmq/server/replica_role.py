@@ -10,12 +10,32 @@ waits, so a primary without followers pays one attribute read per flush.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Callable
 
+from fmq.client.auth import Credentials, resolve_credentials
+from fmq.client.tls import TLSOptions
 from fmq.engine.broker import Broker
 from fmq.errors import FMQError
 from fmq.replication.follower import Follower
 from fmq.replication.insync import ReplicaSet
+from fmq.server.config import ServerConfig
+
+
+def primary_access(config: ServerConfig) -> tuple[ssl.SSLContext | None, Credentials | None]:
+    """How a follower reaches its primary: the TLS context (None: plaintext) and the
+    credentials it logs in with (None: no log-in). Unusable files or a user without a
+    password are refused here, when the server starts."""
+    tls = None
+    if config.follow_tls:
+        tls = TLSOptions(ca_file=None if config.follow_tls == "system" else config.follow_tls,
+                         cert_file=config.follow_cert_file or None,
+                         key_file=config.follow_key_file or None).context()
+    credentials = None
+    if config.follow_user:
+        credentials = resolve_credentials(config.follow_user, None,
+                                          config.follow_password_file or None)
+    return tls, credentials
 
 
 class ReplicationRole:
@@ -47,10 +67,14 @@ class ReplicationRole:
 
         broker.log.on_flushed = on_flushed
 
-    def start_follower(self, name: str, on_fatal: Callable[[FMQError], None]) -> None:
-        """On a follower: start copying, reporting as ``name`` (this server's address)."""
+    def start_follower(self, name: str, on_fatal: Callable[[FMQError], None],
+                       config: ServerConfig) -> None:
+        """On a follower: start copying, reporting as ``name`` (this server's address),
+        reaching the primary as ``config``'s ``follow_*`` settings say."""
         if self.primary is not None:
-            self.follower = Follower(self.broker, self.primary, name, on_fatal)
+            tls, credentials = primary_access(config)
+            self.follower = Follower(self.broker, self.primary, name, on_fatal, tls,
+                                     credentials)
             self.follower.start()
 
     def stop(self) -> None:

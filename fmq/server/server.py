@@ -47,6 +47,7 @@ from fmq.server.exposure import check_exposure
 from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.listener import bind_listener
 from fmq.server.metrics import MetricsEndpoint
+from fmq.server.replica_role import primary_access
 from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 from fmq.server.session import ClientSession
@@ -71,6 +72,8 @@ class Server:
                 f"({config.reply_budget_per_connection}) must hold one answer carrying the "
                 f"largest message ({largest_reply} bytes with max_message_size "
                 f"{broker.config.max_message_size}); raise it or lower max_message_size")
+        if broker.config.follow:
+            primary_access(config)  # unusable follow_* settings fail at start, not later
         self.broker = broker
         self.config = config
         self.workers = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="fmq-worker")
@@ -146,7 +149,7 @@ class Server:
         if self.on_listening is not None:
             self.on_listening(self.config.host, self.port)
         self.ctx.replication.start_follower(f"{self.config.host}:{self.port}",
-                                            self._replication_failed)
+                                            self._replication_failed, self.config)
 
     def _replication_failed(self, exc: FMQError) -> None:
         """A follower cannot go on copying (from its thread): stop serving, say why."""

@@ -38,7 +38,9 @@ def p_msg(i: int) -> Message:
 
 def test_follower_behind_retention_refuses_with_a_clear_message(node):
     config = {**SMALL, "retention_bytes": 2 * SMALL["segment_size"],
-              "retention_interval_ms": 100, "checkpoint_interval_ms": 100}
+              "retention_interval_ms": 100, "checkpoint_interval_ms": 100,
+              # idempotent sends keep their segment for dedup_window_ms: not here
+              "dedup_window_ms": 1}
     primary = node("primary", config)
     first_segment = os.path.join(primary.data_dir, LOG_DIR, f"{0:020d}.seg")
     with Producer(primary.address) as p:

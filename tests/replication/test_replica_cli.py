@@ -42,7 +42,9 @@ def test_status_names_roles_offsets_and_the_in_sync_set(node):
 
 def test_bootstrap_starts_a_follower_at_the_primary_s_retained_log(node, tmp_path):
     config = {**SMALL, "retention_bytes": 2 * SMALL["segment_size"],
-              "retention_interval_ms": 100, "checkpoint_interval_ms": 100}
+              "retention_interval_ms": 100, "checkpoint_interval_ms": 100,
+              # idempotent sends keep their segment for dedup_window_ms: not here
+              "dedup_window_ms": 1}
     primary = node("primary", config)
     first_segment = os.path.join(primary.data_dir, LOG_DIR, f"{0:020d}.seg")
     with Producer(primary.address) as p:

@@ -73,6 +73,16 @@ CASES: dict[Op, tuple[dict, list[tuple[str, str, str]] | None]] = {
                      "prefix": False, "operation": "consume", "allow": True},
                     [("admin", "cluster", "cluster")]),
     Op.ACL_LIST: ({}, [("admin", "cluster", "cluster")]),
+    Op.SEND_AT: ({"message": MSG, "deliver_at": -1, "delay_ms": 60_000},
+                 [("produce", "topic", "t1")]),
+    Op.PULL_TAGGED: ({"topic": "t1", "queue_id": 0, "offset": 0, "max_messages": 1,
+                      "wait_ms": 0, "tags": "a || b"}, [("consume", "topic", "t1")]),
+    Op.NACK: ({"group": "g1", "topic": "t1", "queue_id": 0, "queue_offset": 0, "delay_ms": -1},
+              [("consume", "group", "g1"), ("consume", "topic", "t1")]),
+    Op.DLQ_REDRIVE: ({"group": "g1", "max_messages": 1}, [("admin", "cluster", "cluster")]),
+    Op.REPL_FETCH: ({"follower": "127.0.0.1:1", "epoch": 0, "from_offset": 0,
+                     "max_bytes": 4096, "wait_ms": 0}, [("admin", "cluster", "cluster")]),
+    Op.REPL_STATUS: ({}, [("describe", "cluster", "cluster")]),
 }
 #: Extra cases beyond one per operation: GROUPS of one group needs describe on that group.
 EXTRA = [(Op.GROUPS, {"group": "g1"}, [("describe", "group", "g1")])]
