@@ -171,7 +171,8 @@ def test_messages_retention_deleted_before_the_read_are_skipped(tmp_path):
     """A range planned from offset 0, read after retention deleted the oldest segments:
     the read starts at the queue's new first message and returns the rest once each."""
     config = {**SERVER_CONFIG, "segment_size": 16 * 1024, "max_message_size": 4096,
-              "retention_bytes": 40 * 1024, "retention_interval_ms": 100}
+              "retention_bytes": 40 * 1024, "retention_interval_ms": 100,
+              "dedup_window_ms": 1}  # idempotent sends would keep their segment meanwhile
     srv = ServerProcess(str(tmp_path / "data"), config).start()
     try:
         with Producer(srv.address) as p:  # about 5 segments, each holding some of "kept"
