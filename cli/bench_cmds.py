@@ -6,9 +6,11 @@ from __future__ import annotations
 import sys
 
 import click
+from fmq.cli.client_options import client_kwargs, security_options
 from fmq.cli.common import emit, fmq_errors, json_option
 from fmq.cli.net_cmds import server_address_option as server_option
 
+from fmq.client.auth import resolve_credentials
 from fmq.loadgen import BenchSpec, run_bench
 from fmq.loadgen.runner import default_processes
 
@@ -36,6 +38,7 @@ from fmq.loadgen.runner import default_processes
 @click.option("--loop", type=click.Choice(["auto", "asyncio", "uvloop"]), default="auto",
               show_default=True, help="Event loop of the load processes (auto: uvloop if "
                                       "installed).")
+@security_options
 @json_option
 @fmq_errors
 def bench(kind: str, server: str, producers: int, size: int, duration: float, pipeline: int,
@@ -49,7 +52,7 @@ def bench(kind: str, server: str, producers: int, size: int, duration: float, pi
                                  duration_s=duration, pipeline=pipeline,
                                  batch_linger_ms=batch_linger, batch=batch,
                                  processes=processes, topic=topic, loop=loop,
-                                 follow=follow))
+                                 follow=follow, **bench_access()))
     emit(report.to_dict(), as_json, report.text())
     if not report.ok:
         sys.exit(1)
@@ -57,3 +60,10 @@ def bench(kind: str, server: str, producers: int, size: int, duration: float, pi
 
 def register(cli: click.Group) -> None:
     cli.add_command(bench)
+
+
+def bench_access() -> dict:
+    """The TLS options and the credentials of the command line, for every load process."""
+    given = client_kwargs()
+    credentials = resolve_credentials(given.get("user"), None, given.get("password_file"))
+    return {"tls": given.get("tls"), "credentials": credentials}

@@ -8,6 +8,8 @@ import json
 import time
 
 from fmq.client import Client
+from fmq.client.auth import Credentials
+from fmq.client.tls import TLSOptions
 from fmq.protocol import Op
 
 #: How long the count check waits for the index to catch up with the durable log.
@@ -15,8 +17,11 @@ INDEX_CATCH_UP_S = 60.0
 
 
 class ServerProbe:
-    def __init__(self, address: str) -> None:
-        self._client = Client(address, retries=2, request_timeout=30.0)
+    def __init__(self, address: str, tls: TLSOptions | None = None,
+                 credentials: Credentials | None = None) -> None:
+        login = {} if credentials is None else {"user": credentials.user,
+                                                "password": credentials.password}
+        self._client = Client(address, retries=2, request_timeout=30.0, tls=tls, **login)
         self.queues_per_topic: int = self._client.ping()["queues_per_topic"]
 
     def stats(self) -> dict:

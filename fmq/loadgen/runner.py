@@ -10,7 +10,9 @@ import os
 import queue
 from dataclasses import dataclass
 
+from fmq.client.auth import Credentials
 from fmq.client.connection import parse_servers
+from fmq.client.tls import TLSOptions
 from fmq.errors import FMQError, InvalidArgument
 from fmq.loadgen.histogram import Histogram
 from fmq.loadgen.probe import ServerProbe
@@ -44,6 +46,8 @@ class BenchSpec:
     topic: str = "fmq-bench"
     loop: str = "auto"  # auto, asyncio or uvloop
     follow: bool = False  # consume: read what arrives during the run, not what is stored
+    tls: TLSOptions | None = None  # a secured server: TLS and the user to log in as
+    credentials: Credentials | None = None
 
     def check(self) -> None:
         need = [
@@ -103,7 +107,8 @@ def _jobs(spec: BenchSpec, probe: ServerProbe) -> list[WorkerJob]:
         jobs.append(WorkerJob(host, port, spec.kind, n, spec.pipeline, spec.topic, spec.size,
                               spec.batch if spec.batching else 1, spec.duration_s,
                               spec.uses_uvloop, cursors=tuple(cursors[at:at + n]),
-                              follow=spec.follow))
+                              follow=spec.follow, tls=spec.tls,
+                              credentials=spec.credentials))
         at += n
     return jobs
 
@@ -126,7 +131,7 @@ def _collect(results: mp.Queue, count: int, timeout: float) -> list[dict]:
 def run_bench(spec: BenchSpec) -> BenchReport:
     """Run one benchmark against a running server and return its report."""
     spec.check()
-    probe = ServerProbe(spec.server)
+    probe = ServerProbe(spec.server, spec.tls, spec.credentials)
     try:
         return _run(spec, probe)
     finally:

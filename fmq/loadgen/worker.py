@@ -13,7 +13,10 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from fmq.client.auth import Credentials
+from fmq.client.tls import TLSOptions
 from fmq.loadgen.driver import Lane, LaneTotals
+from fmq.loadgen.login import open_protocol
 from fmq.loadgen.plans import Plan, PullPlan, QueueCursor, SendPlan, TxPlan
 
 try:  # the optional extra fmq[bench]
@@ -42,6 +45,8 @@ class WorkerJob:
     producer_group: str = "fmq-bench"
     cursors: tuple[tuple[tuple[str, int, int, int], ...], ...] = ()  # per lane, for consume
     follow: bool = False
+    tls: TLSOptions | None = None  # a secured server (docs/security.md)
+    credentials: Credentials | None = None
 
 
 def _plan(job: WorkerJob, lane: int) -> Plan:
@@ -57,8 +62,8 @@ async def _run(job: WorkerJob, ready: Any, go: Any) -> dict:
     totals = LaneTotals()
     lanes: list[Lane] = []
     for i in range(job.lanes):
-        _, lane = await loop.create_connection(
-            lambda i=i: Lane(_plan(job, i), totals, job.window), job.host, job.port)
+        lane = Lane(_plan(job, i), totals, job.window)
+        await open_protocol(job.host, job.port, lane, job.tls, job.credentials)
         lanes.append(lane)
     ready.put(os.getpid())
     await loop.run_in_executor(None, go.wait)
