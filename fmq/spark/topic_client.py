@@ -73,3 +73,4 @@ class QueueClient(Client):
                     f"although its range reached {end} when this batch was planned "
                     f"(the server now ends it at {resp['next_offset']}): the server's data "
                     f"was replaced or cut. Start the query again on a new checkpoint")
+

@@ -14,7 +14,9 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from fmq.client.tls import TLSOptions
 from fmq.errors import FMQError, InvalidArgument
 from fmq.message import check_topic
 from fmq.protocol import Op
@@ -45,6 +47,26 @@ def required(options: dict, name: str, example: str) -> str:
         raise InvalidArgument(f'the fmq-topic source needs the option {name}, e.g. '
                               f'.option("{name}", "{example}")')
     return value
+
+
+def access_options(options: dict) -> dict[str, Any]:
+    """The client's TLS and log-in from the source's options (``tls``, ``caFile``,
+    ``certFile``, ``keyFile``, ``user``, ``passwordFile``; without ``user`` the client
+    takes FMQ_USER and FMQ_PASSWORD from the environment, as every client does)."""
+    ca, cert = option(options, "caFile"), option(options, "certFile")
+    tls_flag = (option(options, "tls") or "false").lower()
+    if tls_flag not in ("true", "false"):
+        raise InvalidArgument(f'the option tls must be "true" or "false", not {tls_flag!r}')
+    access: dict[str, Any] = {}
+    if tls_flag == "true" or ca or cert:
+        access["tls"] = TLSOptions(ca_file=ca, cert_file=cert,
+                                   key_file=option(options, "keyFile"))
+    if option(options, "user"):
+        access["user"] = option(options, "user")
+        access["password_file"] = option(options, "passwordFile")
+    elif option(options, "passwordFile"):
+        raise InvalidArgument("the option passwordFile needs the option user too")
+    return access
 
 
 def parse_topics(options: dict) -> list[str]:

@@ -4,6 +4,7 @@ partition (one queue range) and the executor-side read of one range into Arrow b
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -73,8 +74,10 @@ def to_arrow(msgs: list[StoredMessage]) -> pa.RecordBatch:
         schema=TOPIC_SCHEMA)
 
 
-def read_range(servers: str | Sequence[str], part: QueueRange) -> Iterator[pa.RecordBatch]:
-    """The messages of one partition, read from the server (runs in a Spark task)."""
-    with QueueClient(servers) as client:
+def read_range(servers: str | Sequence[str], part: QueueRange,
+               access: dict[str, Any] | None = None) -> Iterator[pa.RecordBatch]:
+    """The messages of one partition, read from the server (runs in a Spark task);
+    ``access``: the client's TLS and log-in options."""
+    with QueueClient(servers, **(access or {})) as client:
         for msgs in client.read_range(part.topic, part.queue_id, part.start, part.end):
             yield to_arrow(msgs)

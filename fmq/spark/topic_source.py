@@ -42,6 +42,7 @@ from fmq.errors import InvalidArgument
 from fmq.spark.topic_client import QueueClient
 from fmq.spark.topic_offsets import (
     LATEST,
+    access_options,
     consistent_ranges,
     option,
     parse_position,
@@ -59,6 +60,7 @@ class TopicBatchReader(DataSourceReader):
 
     def __init__(self, options: dict) -> None:
         self.servers = required(options, "servers", "127.0.0.1:7070")
+        self.access = access_options(options)  # TLS and the log-in, for every task too
         topics = parse_topics(options)
         start = parse_start(options, topics, "earliest")
         end = parse_position(option(options, "endingOffsets") or "latest", "endingOffsets",
@@ -66,7 +68,7 @@ class TopicBatchReader(DataSourceReader):
         if option(options, "maxMessagesPerTrigger") is not None:
             raise InvalidArgument("maxMessagesPerTrigger is a streaming option: use it with "
                                   "spark.readStream, or give endingOffsets to a batch read")
-        with QueueClient(self.servers) as client:
+        with QueueClient(self.servers, **self.access) as client:
             ranges = consistent_ranges(client, topics)
             self.start = resolve(client, topics, start, ranges)
             self.end = resolve(client, topics, end, ranges)
@@ -81,7 +83,7 @@ class TopicBatchReader(DataSourceReader):
         return plan(self.start, self.end)
 
     def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:
-        return read_range(self.servers, partition)
+        return read_range(self.servers, partition, self.access)
 
 
 class TopicDataSource(DataSource):

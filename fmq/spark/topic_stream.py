@@ -24,6 +24,7 @@ from pyspark.sql.streaming.datasource import (
 from fmq.spark.topic_client import QueueClient
 from fmq.spark.topic_offsets import (
     Offsets,
+    access_options,
     cap,
     consistent_ranges,
     parse_start,
@@ -47,6 +48,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: dict) -> None:
         self.servers = required(options, "servers", "127.0.0.1:7070")
+        self.access = access_options(options)  # TLS and the log-in, for every task too
         self.topics = parse_topics(options)
         self.start = parse_start(options, self.topics, "latest")
         self.max_messages = positive_int(options, "maxMessagesPerTrigger")
@@ -57,7 +59,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def client(self) -> QueueClient:
         if self._client is None:
-            self._client = QueueClient(self.servers)
+            self._client = QueueClient(self.servers, **self.access)
         return self._client
 
     def initialOffset(self) -> dict:
@@ -95,7 +97,7 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan(start, end)
 
     def read(self, partition: QueueRange) -> Iterator[pa.RecordBatch]:
-        return read_range(self.servers, partition)
+        return read_range(self.servers, partition, self.access)
 
     def commit(self, end: dict) -> None:
         # Positions live in Spark's checkpoint only: nothing to tell the server.

@@ -195,3 +195,43 @@ def test_messages_retention_deleted_before_the_read_are_skipped(tmp_path):
         assert rows[0]["body"].startswith(f"early-{first}".encode())
     finally:
         srv.kill()
+
+
+def test_reads_from_a_server_with_tls_and_users(topics, tmp_path):
+    """The source's tls, caFile, user and passwordFile options reach the driver's and
+    every task's client; without TLS the query fails saying so."""
+    import trustme
+
+    from fmq.client.tls import TLSOptions
+    from tests.security.conftest import PASSWORD, add_rule_offline, add_user_offline
+
+    ca = trustme.CA()
+    ca_file, cert_file = str(tmp_path / "ca.pem"), str(tmp_path / "server.pem")
+    ca.cert_pem.write_to_path(ca_file)
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(cert_file)
+    data = str(tmp_path / "data")
+    add_user_offline(data, "reader")
+    for kind in ("--cluster", "--topic"):
+        add_rule_offline(data, "--principal", "reader", "--operation", "all", kind,
+                         *(("", "--prefix") if kind == "--topic" else ()))
+    login = {"tls": TLSOptions(ca_file=ca_file), "user": "reader", "password": PASSWORD}
+    srv = ServerProcess(data, {**SERVER_CONFIG, "server": {"tls_cert_file": cert_file}},
+                        client_options=login).start()
+    try:
+        with Producer(srv.address, **login) as p:
+            for i in range(10):
+                p.send("secured", f"s-{i}".encode())
+        password_file = tmp_path / "password"
+        password_file.write_text(PASSWORD)
+        def reader():  # a new one each time: DataFrameReader.option changes the reader
+            return (topics.read.format("fmq-topic").option("servers", srv.address)
+                    .option("subscribe", "secured").option("user", "reader")
+                    .option("passwordFile", str(password_file)))
+
+        rows = reader().option("tls", "true").option("caFile", ca_file).load().collect()
+        assert sorted(bytes(r.body) for r in rows) == sorted(f"s-{i}".encode()
+                                                              for i in range(10))
+        with pytest.raises(Exception, match="requires TLS"):
+            reader().load().collect()
+    finally:
+        srv.kill()
