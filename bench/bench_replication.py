@@ -22,40 +22,19 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_network import free_port  # noqa: E402 - the sibling script's helper
+from bench_network import free_port, start_server  # noqa: E402 - the sibling script's helpers
 
 SETUPS = [
     ("single node", None),
     ("async, 1 follower", "async"),
     ("sync, 1 follower", "sync"),
 ]
-
-
-def start(data_dir: str, port: int, *args: str) -> subprocess.Popen:
-    from fmq.client import Client
-    from fmq.errors import FMQError
-
-    log = open(data_dir + ".log", "a")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen([sys.executable, "-m", "fmq.cli.main", "server", "--data-dir",
-                             data_dir, "--port", str(port), "--log-level", "WARNING", *args],
-                            stdout=log, stderr=log)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with Client(f"127.0.0.1:{port}", retries=0, connect_timeout=0.5) as c:
-                c.ping()
-            return proc
-        except FMQError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"server on {data_dir} did not start")
 
 
 def wait_in_sync(address: str) -> None:
@@ -78,12 +57,12 @@ def run_setup(root: str, name: str, mode: str | None, producers: int, seconds: f
     shutil.rmtree(where, ignore_errors=True)
     os.makedirs(where)
     port = free_port()
-    procs = [start(os.path.join(where, "primary"), port,
-                   *(["--ack-mode", mode] if mode else []))]
+    procs = [start_server(os.path.join(where, "primary"), port,
+                          *(["--ack-mode", mode] if mode else []))]
     try:
         if mode:
-            procs.append(start(os.path.join(where, "follower"), free_port(), "--follow",
-                               f"127.0.0.1:{port}"))
+            procs.append(start_server(os.path.join(where, "follower"), free_port(),
+                                      "--follow", f"127.0.0.1:{port}"))
             wait_in_sync(f"127.0.0.1:{port}")
         report = run_bench(BenchSpec(kind="produce", server=f"127.0.0.1:{port}",
                                      producers=producers, size=1024, duration_s=seconds))
@@ -109,7 +88,7 @@ def catch_up(root: str, megabytes: int) -> tuple[float, float]:
     os.makedirs(where)
     port = free_port()
     address = f"127.0.0.1:{port}"
-    procs = [start(os.path.join(where, "primary"), port)]
+    procs = [start_server(os.path.join(where, "primary"), port)]
     try:
         with Producer(address) as p:
             batch = [Message("catch-up", b"x" * 1024) for _ in range(1000)]
@@ -118,8 +97,8 @@ def catch_up(root: str, megabytes: int) -> tuple[float, float]:
         with Client(address) as c:
             end = json.loads(c.call(Op.REPL_STATUS, {})["json"])["durable_end"]
         follower_port = free_port()
-        procs.append(start(os.path.join(where, "follower"), follower_port, "--follow",
-                           address))
+        procs.append(start_server(os.path.join(where, "follower"), follower_port,
+                                  "--follow", address))
         started = time.monotonic()  # it serves: the copy is starting
         with Client(f"127.0.0.1:{follower_port}") as c:
             while json.loads(c.call(Op.REPL_STATUS, {})["json"])["durable_end"] < end:

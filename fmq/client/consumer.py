@@ -277,13 +277,7 @@ class Consumer(Client):
         """Call ``handler`` with each message until :meth:`close`; commit after each batch.
         A handler that raises fails that message (:meth:`nack`, logged), and the others go
         on."""
-        while not self._closed:
-            try:
-                batch = self.poll(1.0)
-            except BrokerClosed:
-                if self._closed:
-                    return
-                raise
+        for batch in self._batches():
             for m in batch:
                 try:
                     handler(m)
@@ -297,14 +291,18 @@ class Consumer(Client):
     def __iter__(self) -> Iterator[StoredMessage]:
         """Messages until :meth:`close` (from another thread, or a signal handler); commit
         as you go."""
+        for batch in self._batches():
+            yield from batch
+
+    def _batches(self) -> Iterator[list[StoredMessage]]:
+        """Polled batches until :meth:`close` (a close from another thread ends it quietly)."""
         while not self._closed:
             try:
-                batch = self.poll(1.0)
+                yield self.poll(1.0)
             except BrokerClosed:
                 if self._closed:
                     return
                 raise
-            yield from batch
 
     def close(self) -> None:
         """Leave the group (its queues go to the other members at once) and disconnect."""
