@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 
 from fmq.errors import FMQError
 from fmq.log.log import Log
-from fmq.log.record import Record, RecordType
 from fmq.message import (
     MESSAGE_ID_PROPERTY,
     PRODUCER_ID_PROPERTY,
@@ -27,7 +26,7 @@ from fmq.message import (
 from fmq.recovery.dedup import DedupWindow
 from fmq.tx.log_access import now_ms, reserve_segments
 
-from .queues import Queues
+from .queues import Queues, place_message_locked
 
 #: What the placement decided for one message: placed (None), the result of an earlier
 #: send, or the index of the message of this batch that stores it.
@@ -143,14 +142,7 @@ class Idempotence:
             if d is not None:
                 continue
             m = messages[i]
-            qid = queues.pick_queue(m)
-            qoff = queues.next_offset(m.topic, qid)
-            rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid,
-                         queue_offset=qoff, topic=m.topic, key=m.key or None,
-                         tags=m.tags or None, properties=m.properties, body=bytes(m.body))
-            log_.append_locked(rec)
-            queues.advance(m.topic, qid, qoff, len(m.body))
-            result = placed[i] = SendResult(rec.log_offset, qid, qoff)
+            result = placed[i] = place_message_locked(log_, queues, m, store_time)
             if m.properties:
                 window.remember(m.topic, m.properties, result, store_time)
         return placed

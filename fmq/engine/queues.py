@@ -87,6 +87,20 @@ def check_messages(messages: Sequence[Message], config: BrokerConfig,
         check_fits(m, config.segment_size)
 
 
+def place_message_locked(log_: Log, queues: Queues, m: Message, store_time: int
+                         ) -> SendResult:
+    """Append one message's MESSAGE record at its queue's next offset (the caller holds
+    ``log_.lock`` and reserved the segments)."""
+    qid = queues.pick_queue(m)
+    qoff = queues.next_offset(m.topic, qid)
+    rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid, queue_offset=qoff,
+                 topic=m.topic, key=m.key or None, tags=m.tags or None,
+                 properties=m.properties, body=bytes(m.body))
+    log_.append_locked(rec)
+    queues.advance(m.topic, qid, qoff, len(m.body))
+    return SendResult(rec.log_offset, qid, qoff)
+
+
 def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
                    ) -> tuple[list[SendResult], int]:
     """Place one MESSAGE record per message (all or none: the segments are reserved first).
@@ -97,13 +111,6 @@ def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
     with log_.lock:
         reserve_segments(log_, messages)
         for m in messages:
-            qid = queues.pick_queue(m)
-            qoff = queues.next_offset(m.topic, qid)
-            rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid,
-                         queue_offset=qoff, topic=m.topic, key=m.key or None,
-                         tags=m.tags or None, properties=m.properties, body=bytes(m.body))
-            log_.append_locked(rec)
-            queues.advance(m.topic, qid, qoff, len(m.body))
-            results.append(SendResult(rec.log_offset, qid, qoff))
+            results.append(place_message_locked(log_, queues, m, store_time))
         end = log_.next_offset
     return results, end
