@@ -68,13 +68,11 @@ class ReplicationRole:
         broker.log.on_flushed = on_flushed
 
     def start_follower(self, name: str, on_fatal: Callable[[FMQError], None],
-                       config: ServerConfig) -> None:
+                       access: tuple[ssl.SSLContext | None, Credentials | None]) -> None:
         """On a follower: start copying, reporting as ``name`` (this server's address),
-        reaching the primary as ``config``'s ``follow_*`` settings say."""
+        reaching the primary with ``access`` (from :func:`primary_access`)."""
         if self.primary is not None:
-            tls, credentials = primary_access(config)
-            self.follower = Follower(self.broker, self.primary, name, on_fatal, tls,
-                                     credentials)
+            self.follower = Follower(self.broker, self.primary, name, on_fatal, *access)
             self.follower.start()
 
     def stop(self) -> None:

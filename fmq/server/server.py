@@ -72,8 +72,9 @@ class Server:
                 f"({config.reply_budget_per_connection}) must hold one answer carrying the "
                 f"largest message ({largest_reply} bytes with max_message_size "
                 f"{broker.config.max_message_size}); raise it or lower max_message_size")
-        if broker.config.follow:
-            primary_access(config)  # unusable follow_* settings fail at start, not later
+        #: How a follower reaches its primary, built now so that unusable follow_*
+        #: settings fail at start, not later.
+        self._primary_access = primary_access(config) if broker.config.follow else (None, None)
         self.broker = broker
         self.config = config
         self.workers = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="fmq-worker")
@@ -149,7 +150,7 @@ class Server:
         if self.on_listening is not None:
             self.on_listening(self.config.host, self.port)
         self.ctx.replication.start_follower(f"{self.config.host}:{self.port}",
-                                            self._replication_failed, self.config)
+                                            self._replication_failed, self._primary_access)
 
     def _replication_failed(self, exc: FMQError) -> None:
         """A follower cannot go on copying (from its thread): stop serving, say why."""
