@@ -18,8 +18,14 @@ deletes the log unless ``--keep``. Then
 3. the data source alone: ``spark.read.format("fmq").load(DIR).select("offset").count()``
    at each master, timed after the session has started (fresh process each), twice: cold
    (the count starts the Python workers) and warm;
-4. a 2 MB log rebuilt with ``python -m fmq.spark.rebuild`` at the last master, wall time
-   including the JVM and session start.
+4. two 2 MB logs rebuilt with ``python -m fmq.spark.rebuild`` at the last master, wall time
+   including the JVM and session start: plain messages (the rebuild skips its whole-log
+   queries: nothing for them), and one the broker wrote with transactions and consumer
+   offsets (:func:`build_mixed_log`); then the session start alone (a fresh process that
+   starts a session and stops it: what the JVM takes of the 10 s target).
+
+The 1-minute load average is recorded before and after each run: on a shared machine it
+says how much of a run's time was other people's.
 """
 
 from __future__ import annotations
@@ -72,6 +78,32 @@ def build_log(data_dir: str, size_mb: int, body_size: int, segment_size: int) ->
     return end
 
 
+def build_mixed_log(data_dir: str, size_mb: int, body_size: int, segment_size: int) -> int:
+    """A log written by the real broker: batches of plain messages, a committed and a
+    rolled-back transaction and a consumer offset after each, one transaction left open
+    (so every pass of the rebuild has work). Returns the log end."""
+    import fmq
+
+    body = (b"0123456789abcdef" * (body_size // 16 + 1))[:body_size]
+    cfg = BrokerConfig(segment_size=segment_size, max_message_size=segment_size // 4)
+    with fmq.Broker.open(data_dir, cfg) as b:
+        i = 0
+        while b.stats()["log_end"] < size_mb * MB:
+            b.send_batch([fmq.Message(f"bench-{j % 2}", body, key=f"k{i + j}")
+                          for j in range(50)])
+            tx = b.prepare([fmq.Message("bench-tx", body), fmq.Message("bench-0", body)],
+                           producer_group="bench")
+            b.commit(tx)
+            b.rollback(b.prepare([fmq.Message("bench-tx", body)], producer_group="bench"))
+            b.wait_indexed()
+            b.commit_offset("readers", "bench-0", 0,
+                            b.index.all_queues().get(("bench-0", 0), (0, 0))[1])
+            i += 50
+        b.prepare([fmq.Message("bench-tx", body)], producer_group="bench", tx_id="left-open")
+        b.wait_indexed()
+        return b.stats()["log_end"]
+
+
 def _cpu(who: int) -> float:
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
@@ -118,6 +150,28 @@ spark.stop()
 """
 
 
+_SESSION = """
+import os, sys, time
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+t = time.monotonic()
+from fmq.spark.session import spark_session
+spark, _created = spark_session(sys.argv[1])
+print(time.monotonic() - t)
+spark.stop()
+"""
+
+
+def session_start(master: str, env: dict) -> float:
+    """Seconds to start the rebuild's Spark session (JVM included) in a fresh process."""
+    proc = subprocess.run([sys.executable, "-c", _SESSION, master], env=env,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"session start at {master} failed")
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
 def source_count(data_dir: str, master: str, env: dict) -> tuple[int, float, float]:
     """(rows, seconds cold, seconds warm) of a pruned count() through the data source, in a
     fresh process: the first count starts the Python workers, the second reuses them."""
@@ -153,6 +207,8 @@ def main() -> int:
     parser.add_argument("--driver-memory", default="2g",
                         help="JVM heap of the Spark driver (with local[N] it runs the tasks)")
     parser.add_argument("--keep", action="store_true", help="keep the log afterwards")
+    parser.add_argument("--small-only", action="store_true",
+                        help="only the 2 MB logs and the session start (step 4)")
     args = parser.parse_args()
 
     data_dir = os.path.join(args.dir, "data")
@@ -163,58 +219,70 @@ def main() -> int:
                      "driver_memory": args.driver_memory,
                      "segment_mb": args.segment_mb, "cpus": os.cpu_count()}
     try:
-        t = time.monotonic()
-        end = build_log(data_dir, args.size_mb, args.body, segment_size)
-        results["log_bytes"] = end
-        results["build_seconds"] = round(time.monotonic() - t, 1)
-        print(f"log: {end / MB:.0f} MB in {results['build_seconds']} s", flush=True)
-
-        from fmq.admin.rebuild_index import rebuild_index
-
-        load0 = os.getloadavg()[0]
-        t = time.monotonic()
-        cpu0 = _cpu(resource.RUSAGE_SELF)
-        report = rebuild_index(data_dir, BrokerConfig(segment_size=segment_size))
-        secs = time.monotonic() - t
-        cpu = _cpu(resource.RUSAGE_SELF) - cpu0
-        digest, counts = index_digest(os.path.join(data_dir, INDEX_DIR))
-        results["in_process"] = {"seconds": round(secs, 2), "mb_per_s": round(end / MB / secs, 1),
-                                 "cpu_seconds": round(cpu, 1), "load_before": round(load0, 1),
-                                 "records": report["records_replayed"], "entries": counts}
-        print("in-process:", results["in_process"], flush=True)
-
+        masters = args.masters.split(",")
         env = dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
                                                     f"pyspark-shell")
-        masters = args.masters.split(",")
-        for master in masters:
-            out = os.path.join(args.dir, "index-" + master.replace('local[', '').rstrip(']'))
+        if not args.small_only:
+            t = time.monotonic()
+            end = build_log(data_dir, args.size_mb, args.body, segment_size)
+            results["log_bytes"] = end
+            results["build_seconds"] = round(time.monotonic() - t, 1)
+            print(f"log: {end / MB:.0f} MB in {results['build_seconds']} s", flush=True)
+
+            from fmq.admin.rebuild_index import rebuild_index
+
             load0 = os.getloadavg()[0]
-            res, wall = spark_rebuild(data_dir, master, out, env)
-            same = index_digest(out)[0] == digest
-            results[master] = {
-                "wall_seconds": round(wall, 2), "mb_per_s_wall": round(end / MB / wall, 1),
-                "job_seconds": res["seconds"], "phase_seconds": res["phase_seconds"],
-                # (no CPU seconds: the JVM is not a reaped child, getrusage misses it)
-                "load_before": round(load0, 1),
-                "load_after": round(os.getloadavg()[0], 1),
-                "identical_to_in_process": same,
-            }
-            print(f"{master}:", results[master], flush=True)
-        for master in masters:
-            rows, cold, warm = source_count(data_dir, master, env)
-            results[f"source_count {master}"] = {
-                "rows": rows, "seconds_cold": round(cold, 2), "seconds_warm": round(warm, 2),
-                "mb_per_s_cold": round(end / MB / cold, 1),
-                "mb_per_s_warm": round(end / MB / warm, 1)}
-            print(f"source count {master}:", results[f"source_count {master}"], flush=True)
-        small = os.path.join(args.dir, "small")
-        os.makedirs(small)
-        small_end = build_log(small, 2, args.body, 1 << 20)
-        res, wall = spark_rebuild(small, masters[-1], os.path.join(args.dir, "small-index"), env)
-        results[f"2 MB log {masters[-1]}"] = {"log_bytes": small_end,
-                                              "wall_seconds": round(wall, 2),
-                                              "job_seconds": res["seconds"]}
-        print(f"2 MB log {masters[-1]}:", results[f"2 MB log {masters[-1]}"], flush=True)
+            t = time.monotonic()
+            cpu0 = _cpu(resource.RUSAGE_SELF)
+            report = rebuild_index(data_dir, BrokerConfig(segment_size=segment_size))
+            secs = time.monotonic() - t
+            cpu = _cpu(resource.RUSAGE_SELF) - cpu0
+            digest, counts = index_digest(os.path.join(data_dir, INDEX_DIR))
+            results["in_process"] = {"seconds": round(secs, 2),
+                                     "mb_per_s": round(end / MB / secs, 1),
+                                     "cpu_seconds": round(cpu, 1),
+                                     "load_before": round(load0, 1),
+                                     "records": report["records_replayed"], "entries": counts}
+            print("in-process:", results["in_process"], flush=True)
+
+            for master in masters:
+                out = os.path.join(args.dir,
+                                   "index-" + master.replace('local[', '').rstrip(']'))
+                load0 = os.getloadavg()[0]
+                res, wall = spark_rebuild(data_dir, master, out, env)
+                same = index_digest(out)[0] == digest
+                results[master] = {
+                    "wall_seconds": round(wall, 2), "mb_per_s_wall": round(end / MB / wall, 1),
+                    "job_seconds": res["seconds"], "phase_seconds": res["phase_seconds"],
+                    # (no CPU seconds: the JVM is not a reaped child, getrusage misses it)
+                    "load_before": round(load0, 1),
+                    "load_after": round(os.getloadavg()[0], 1),
+                    "identical_to_in_process": same,
+                }
+                print(f"{master}:", results[master], flush=True)
+            for master in masters:
+                load0 = os.getloadavg()[0]
+                rows, cold, warm = source_count(data_dir, master, env)
+                results[f"source_count {master}"] = {
+                    "load_before": round(load0, 1), "rows": rows,
+                    "seconds_cold": round(cold, 2), "seconds_warm": round(warm, 2),
+                    "mb_per_s_cold": round(end / MB / cold, 1),
+                    "mb_per_s_warm": round(end / MB / warm, 1)}
+                print(f"source count {master}:", results[f"source_count {master}"], flush=True)
+        for kind, build in (("plain", build_log), ("mixed", build_mixed_log)):
+            small = os.path.join(args.dir, f"small-{kind}")
+            os.makedirs(small)
+            small_end = build(small, 2, args.body, 1 << 20)
+            load0 = os.getloadavg()[0]
+            res, wall = spark_rebuild(small, masters[-1], small + "-index", env)
+            name = f"2 MB {kind} log {masters[-1]}"
+            results[name] = {"log_bytes": small_end, "wall_seconds": round(wall, 2),
+                             "job_seconds": res["seconds"],
+                             "phase_seconds": res["phase_seconds"],
+                             "load_before": round(load0, 1)}
+            print(f"{name}:", results[name], flush=True)
+        results["session start"] = round(session_start(masters[-1], env), 2)
+        print("session start:", results["session start"], flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(args.dir, ignore_errors=True)

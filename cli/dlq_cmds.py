@@ -73,7 +73,7 @@ def list_(group: str, server: str, limit: int, as_json: bool) -> None:
     """The dead letters of GROUP not yet redriven (with --json: one object a line)."""
     from fmq.client import Client
 
-    with Client(server, retries=1) as client:
+    with Client(server, retries=1, node="primary") as client:
         found = [_dead_letter_dict(m) for m in _dead_letters(client, group, limit)]
     if as_json:
         for d in found:
@@ -96,7 +96,7 @@ def show(group: str, queue_id: int, queue_offset: int, server: str, as_json: boo
     from fmq.protocol import Op
     from fmq.protocol.values import stored_from_wire
 
-    with Client(server, retries=1) as client:
+    with Client(server, retries=1, node="primary") as client:
         resp = client.call(Op.PULL, {"topic": dlq_topic(group), "queue_id": queue_id,
                                      "offset": queue_offset, "max_messages": 1, "wait_ms": 0})
     msgs = [stored_from_wire(m) for m in resp["messages"]]
@@ -120,7 +120,7 @@ def redrive(group: str, server: str, max_messages: int, as_json: bool) -> None:
     from fmq.client import Client
     from fmq.protocol import Op
 
-    with Client(server, retries=0) as client:
+    with Client(server, retries=0, node="primary") as client:
         moved = client.call(Op.DLQ_REDRIVE, {"group": group,
                                              "max_messages": max_messages})["redriven"]
     emit({"group": group, "redriven": moved}, as_json,

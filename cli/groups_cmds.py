@@ -50,7 +50,7 @@ def render_groups(groups: list[dict]) -> str:
 @fmq_errors
 def describe(group: str | None, server: str, as_json: bool) -> None:
     """Members, committed offsets and lag of every group, or of GROUP."""
-    data = call_json(server, "GROUPS", {"group": group})
+    data = call_json(server, "GROUPS", {"group": group}, node="primary")
     if as_json:
         for g in data["groups"]:
             emit(g, True)
@@ -92,7 +92,7 @@ def reset_offsets(group: str, topic: str | None, queue_id: int | None, to: str |
         to, value = "offset", to_offset
     data = call_json(server, "RESET_OFFSETS", {
         "group": group, "topic": topic, "queue_id": -1 if queue_id is None else queue_id,
-        "to": to, "value": value, "force": force})
+        "to": to, "value": value, "force": force}, node="primary")
     if as_json:
         for c in data["changes"]:
             emit(c, True)

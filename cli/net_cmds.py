@@ -46,6 +46,13 @@ def server_option(fn):
                    "[default: the config file's ack_mode, else async].")
 @click.option("--min-insync", type=click.IntRange(min=1), default=None,
               help="Followers that must hold a write in sync mode [default: 1].")
+@click.option("--coordinator", default=None, metavar="etcd://HOST:PORT",
+              help="Elect the primary through this etcd (no --follow): fail-over "
+                   "(docs/replication.md) [default: the config file's server.coordinator].")
+@click.option("--group", default=None,
+              help="The broker group to elect in [default: the config file's, else default].")
+@click.option("--node", default=None,
+              help="This node's name in its group [default: its address, HOST:PORT].")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Serve TLS with this PEM certificate chain (docs/security.md).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -62,7 +69,8 @@ def server_option(fn):
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
            metrics_port: int | None, metrics_host: str | None, follow: str | None,
-           ack_mode: str | None, min_insync: int | None, tls_cert: str | None,
+           ack_mode: str | None, min_insync: int | None, coordinator: str | None,
+           group: str | None, node: str | None, tls_cert: str | None,
            tls_key: str | None, tls_client_ca: str | None, insecure: bool,
            log_level: str) -> None:
     """Run the FMQ server until SIGINT/SIGTERM (then it finishes in-flight requests,
@@ -75,7 +83,9 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
     changes = {k: v for k, v in (("host", host), ("port", port), ("metrics_port", metrics_port),
                                  ("metrics_host", metrics_host), ("tls_cert_file", tls_cert),
                                  ("tls_key_file", tls_key),
-                                 ("tls_client_ca_file", tls_client_ca)) if v is not None}
+                                 ("tls_client_ca_file", tls_client_ca),
+                                 ("coordinator", coordinator), ("group", group),
+                                 ("node", node)) if v is not None}
     if changes:
         server_cfg = server_cfg.replace(**changes)
     replication = {k: v for k, v in (("follow", follow), ("ack_mode", ack_mode),
@@ -231,18 +241,27 @@ def _message_dict(m) -> dict:
 @click.option("--no-commit", is_flag=True, help="Do not commit the group's offsets.")
 @click.option("--tags", default=None,
               help="Only messages with one of these tags: 'a || b' (filtered by the server).")
+@click.option("--follower-reads", is_flag=True,
+              help="Pull from the first --server address that answers, which may be a "
+                   "follower (the group and its commits stay on the primary).")
+@click.option("--read-server", default=None, metavar="HOST:PORT",
+              help="With --follower-reads: the node to pull from first.")
 @json_option
 @fmq_errors
 def consume(server: str, topics: tuple[str, ...], group: str, from_beginning: bool,
             max_messages: int | None, idle_timeout: float | None, no_commit: bool,
-            tags: str | None, as_json: bool) -> None:
+            tags: str | None, follower_reads: bool, read_server: str | None,
+            as_json: bool) -> None:
     """Print messages as a member of a consumer group; commits offsets as it goes."""
     from fmq.client import Consumer
 
     start = "earliest" if from_beginning else "committed"
     count = [0]
     try:
+        if read_server is not None and not follower_reads:
+            raise click.UsageError("--read-server needs --follower-reads")
         with Consumer(server, group, list(topics), start=start, tags=tags,
+                      follower_reads=follower_reads, read_server=read_server,
                       **client_kwargs()) as consumer:
             _say_which_topics_are_missing(consumer, topics, idle_timeout)
             _consume(consumer, max_messages, idle_timeout, no_commit, as_json, count)

@@ -4,6 +4,7 @@ stays the complete data."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -25,6 +26,10 @@ def text(value: Any) -> str:
 
 Column = tuple[str, Callable[[dict], Any]]
 
+#: A count, size or duration cell ("1,234", "1.5 MiB", "12 ms"); an address such as
+#: "127.0.0.1:9876" starts with a digit but is not one.
+_NUMBER = re.compile(r"-?\d[\d,]*(\.\d+)?( ?[A-Za-z%/]+)?")
+
 
 def table(rows: Iterable[dict], columns: Sequence[Column], empty: str = "(none)") -> str:
     """An aligned table: a header line, then one line per row. A column whose cells are all
@@ -35,7 +40,8 @@ def table(rows: Iterable[dict], columns: Sequence[Column], empty: str = "(none)"
         return empty
     headers = [h for h, _fn in columns]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    right = [all(c[i] == NONE or c[i][:1].isdigit() for c in cells) for i in range(len(headers))]
+    right = [all(c[i] == NONE or _NUMBER.fullmatch(c[i]) for c in cells)
+             for i in range(len(headers))]
 
     def line(values: Sequence[str]) -> str:
         return "  ".join(v.rjust(w) if r else v.ljust(w)

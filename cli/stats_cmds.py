@@ -11,12 +11,15 @@ from fmq.cli.common import emit, fmq_errors, json_option
 from fmq.cli.net_cmds import server_option
 
 
-def call_json(server: str, op_name: str, fields: dict | None = None) -> dict:
-    """The JSON answer of an operator request (STATS, TOPICS, GROUPS, RESET_OFFSETS)."""
+def call_json(server: str, op_name: str, fields: dict | None = None,
+              node: str = "any") -> dict:
+    """The JSON answer of an operator request (STATS, TOPICS, GROUPS, RESET_OFFSETS),
+    from the first of ``server``'s addresses that answers (``node`` "any") or from the
+    primary among them ("primary")."""
     from fmq.client import Client
     from fmq.protocol import Op
 
-    with Client(server, retries=1, **client_kwargs()) as client:
+    with Client(server, retries=1, node=node, **client_kwargs()) as client:
         return json.loads(client.call(Op[op_name], fields or {})["json"])
 
 
@@ -132,9 +135,9 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
 def stats(server: str, as_json: bool) -> None:
     """Broker and server statistics of a running server: topics, consumer groups and lag,
     disk usage, transactions, error counters."""
-    data = call_json(server, "STATS")
-    topics = call_json(server, "TOPICS")
-    groups = call_json(server, "GROUPS", {"group": None})
+    data = call_json(server, "STATS", node="primary")
+    topics = call_json(server, "TOPICS", node="primary")
+    groups = call_json(server, "GROUPS", {"group": None}, node="primary")
     if as_json:
         emit({**data, "topics": topics["topics"], "disk": topics["disk"],
               "consumer_groups": groups["groups"]}, True)
@@ -148,7 +151,7 @@ def stats(server: str, as_json: bool) -> None:
 @fmq_errors
 def topics(server: str, as_json: bool) -> None:
     """Every topic of a running server: queues, messages, bytes, first and last store time."""
-    data = call_json(server, "TOPICS")
+    data = call_json(server, "TOPICS", node="primary")
     if as_json:
         for t in data["topics"]:
             emit(t, True)

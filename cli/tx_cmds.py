@@ -70,7 +70,7 @@ def tx_list(data_dir: str | None, server: str | None, as_json: bool) -> None:
         from fmq.client import Client
         from fmq.protocol import Op
 
-        with Client(server, retries=1, **client_kwargs()) as client:
+        with Client(server, retries=1, node="primary", **client_kwargs()) as client:
             txs = client.call(Op.LIST_TX, {})["transactions"]
     else:
         from fmq.admin.transactions import open_transactions_in_log
@@ -111,7 +111,7 @@ def tx_resolve(args: tuple[str, ...], data_dir: str | None, server: str | None,
         from fmq.client import Client
         from fmq.protocol import Op
 
-        with Client(server, retries=1, **client_kwargs()) as client:
+        with Client(server, retries=1, node="primary", **client_kwargs()) as client:
             state = client.call(Op.RESOLVE_TX, {"tx_id": tx_id, "decision": decision})["state"]
     else:
         from fmq.admin.transactions import resolve_transaction

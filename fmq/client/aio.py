@@ -26,7 +26,7 @@ from fmq.protocol.values import (
     scheduled_from_wire,
 )
 
-from .aio_connection import AsyncConnection, connect_first
+from .aio_connection import AsyncConnection, find_node
 from .auth import resolve_credentials
 from .base import backoff_delay
 from .batching import (
@@ -40,6 +40,7 @@ from .batching import (
     unreachable,
 )
 from .connection import parse_servers
+from .discovery import PRIMARY, Finder
 from .idempotence import Sequencer
 from .tls import TLSSetting, client_context
 
@@ -51,7 +52,8 @@ class AsyncProducer:
     for :class:`fmq.client.Producer` (idempotent by default, so a send that timed out or
     lost its connection is sent again safely); ``send_async`` waits (up to
     ``max_block_s``) for room in the buffer, then returns an asyncio future of the
-    message's SendResult."""
+    message's SendResult. Given several servers, it sends to the primary among them
+    (docs/client.md)."""
 
     def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
                  connect_timeout: float = 5.0, retries: int = 3,
@@ -84,7 +86,8 @@ class AsyncProducer:
         self._batch_in_flight = max_in_flight
         self._conn: AsyncConnection | None = None
         self._conn_lock: asyncio.Lock | None = None
-        self._next_server = 0
+        #: The primary this producer sends to (:mod:`fmq.client.discovery`).
+        self.finder = Finder(self.servers, PRIMARY)
         self._closed = False
         self._requests: dict[Batch, tuple[AsyncConnection, asyncio.Future]] = {}
         self._wake = asyncio.Event()  # the sender should look again
@@ -95,21 +98,25 @@ class AsyncProducer:
 
     async def _connection(self) -> AsyncConnection:
         conn = self._conn
-        if conn is not None and not conn.closed:
+        if conn is not None and not conn.closed and conn.redirect is None:
             return conn
         if self._conn_lock is None:
             self._conn_lock = asyncio.Lock()
         async with self._conn_lock:
             if self._closed:
                 raise BrokerClosed("this producer is closed; create a new one")
-            if self._conn is not None and not self._conn.closed:
-                return self._conn
-            if self._conn is not None:
-                await self._conn.close()
+            conn = self._conn
+            if conn is not None and not conn.closed and conn.redirect is None:
+                return conn
+            if conn is not None:
+                if conn.redirect is not None:  # a NotPrimary came back on it
+                    self.finder.learn(conn.redirect)
+                await conn.close()
                 self._conn = None
-            conn, ping, self._next_server = await connect_first(
-                self.servers, self._next_server, self.connect_timeout, self.max_in_flight,
-                self.tls_context, self.credentials, self.request_timeout)
+            conn, ping = await find_node(
+                self.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
+                self.credentials, self.request_timeout,
+                lambda n: backoff_delay(n, self.backoff_initial, self.backoff_max))
             self._batch_in_flight = max(1, min(self.max_in_flight, ping["max_in_flight"]))
             q = self._queue
             q.limits = Limits(q.limits.batch_size, q.limits.max_messages, ping["max_frame_size"])

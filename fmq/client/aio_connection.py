@@ -14,10 +14,10 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from fmq.errors import ConnectionLost, FMQError
+from fmq.errors import ConnectionLost, FMQError, NotPrimary
 from fmq.protocol import Frame, FrameDecoder, Op, decode_error, decode_response, encode_request
 
-from .auth import Credentials, login_steps
+from .auth import Credentials
 from .connection import (
     CLIENT_MAX_FRAME,
     cannot_connect,
@@ -25,6 +25,7 @@ from .connection import (
     outcome_of,
     timed_out_error,
 )
+from .discovery import Finder, handshake_steps
 from .tls import handshake_failed
 
 
@@ -40,6 +41,8 @@ class AsyncConnection:
         self._pending: dict[int, tuple[asyncio.Future, Callable[[Frame], Any]]] = {}
         self._ids = itertools.count(1)  # id 0 is reserved for connection-level errors
         self._closed: BaseException | None = None
+        #: As :attr:`fmq.client.Connection.redirect`.
+        self.redirect: str | None = None
         #: Requests of ``request`` in flight; a batching sender counts its own.
         self._slots = asyncio.Semaphore(max_in_flight)
         self._task = asyncio.get_running_loop().create_task(self._read_loop())
@@ -118,6 +121,8 @@ class AsyncConnection:
                         continue  # a request we stopped waiting for (time-out)
                     fut, decode = entry
                     outcome = outcome_of(frame, decode)
+                    if isinstance(outcome, NotPrimary):
+                        self.redirect = outcome.primary or ""
                     if isinstance(outcome, BaseException):
                         fut.set_exception(outcome)
                     else:
@@ -151,38 +156,59 @@ class AsyncConnection:
             await self._writer.wait_closed()
 
 
-async def log_in(conn: AsyncConnection, credentials: Credentials, timeout: float) -> None:
-    """The SCRAM exchange on a new connection (:mod:`fmq.client.auth`)."""
-    steps = login_steps(credentials)
+async def handshake(conn: AsyncConnection, credentials: Credentials | None,
+                    timeout: float) -> dict[str, Any]:
+    """HELLO, and the log-in when there are ``credentials`` (:mod:`fmq.client.discovery`);
+    HELLO's answer."""
+    steps = handshake_steps(credentials)
     op, fields = next(steps)
     try:
         while True:
             op, fields = steps.send(await conn.request(op, fields, timeout))
-    except StopIteration:
-        pass
+    except StopIteration as done:
+        return done.value[0]
 
 
-async def connect_first(servers: list[str], start: int, connect_timeout: float,
-                        max_in_flight: int, tls: ssl.SSLContext | None,
-                        credentials: Credentials | None, request_timeout: float
-                        ) -> tuple[AsyncConnection, dict[str, Any], int]:
-    """A connection to the first server that answers, trying ``servers`` in turn from index
-    ``start``, logged in when there are ``credentials``: (connection, its PING answer,
-    the index to try first next time). ConnectionLost naming every failure if none does."""
-    errors = []
-    for n in range(start, start + len(servers)):
-        try:
-            conn = await AsyncConnection.open(servers[n % len(servers)], connect_timeout,
-                                              max_in_flight, tls=tls)
-        except ConnectionLost as exc:
-            errors.append(str(exc))
-            continue
-        try:  # log in, then the server's limits, for batches
-            if credentials is not None:
-                await log_in(conn, credentials, request_timeout)
-            ping = await conn.request(Op.PING, {}, request_timeout)
-        except FMQError:
+async def find_node(finder: Finder, connect_timeout: float, max_in_flight: int,
+                    tls: ssl.SSLContext | None, credentials: Credentials | None,
+                    request_timeout: float, backoff: Callable[[int], float]
+                    ) -> tuple[AsyncConnection, dict[str, Any]]:
+    """A connection to the node ``finder`` looks for, logged in when there are
+    ``credentials``, and its PING answer: the same search as the threaded client's
+    (:meth:`fmq.client.Client._find`): ConnectionLost at once when no server answers,
+    PrimaryNotFound after ``request_timeout`` seconds when only followers do."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request_timeout
+    finder.start_round(first=True)
+    rounds = 0
+    while True:
+        errors: list[str] = []
+        answered = False
+        while (address := finder.next_address()) is not None:
+            try:
+                conn = await AsyncConnection.open(address, connect_timeout, max_in_flight,
+                                                  tls=tls)
+            except ConnectionLost as exc:
+                finder.unreachable(address)
+                errors.append(str(exc))
+                continue
+            try:
+                hello = await handshake(conn, credentials, request_timeout)
+                if finder.accepts(address, hello):
+                    return conn, await conn.request(Op.PING, {}, request_timeout)
+            except FMQError as exc:
+                await conn.close()
+                if not exc.retriable:
+                    raise
+                errors.append(str(exc))
+                continue
             await conn.close()
-            raise
-        return conn, ping, n + 1
-    raise ConnectionLost("; ".join(errors))
+            answered = True
+        if not answered:
+            raise ConnectionLost("; ".join(errors))
+        rest = deadline - loop.time()
+        if rest <= 0:
+            raise finder.not_found(errors)
+        await asyncio.sleep(min(rest, backoff(rounds)))
+        rounds += 1
+        finder.start_round()

@@ -72,6 +72,12 @@ def login_steps(credentials: Credentials) -> LoginSteps:
     Raises AuthenticationFailed when the server's proof is wrong (a fake server)."""
     hello = yield Op.HELLO, {"protocol_version": PROTOCOL_VERSION,
                              "client": f"fmq-python/{__version__}"}
+    return (yield from scram_steps(hello, credentials))
+
+
+def scram_steps(hello: dict[str, Any], credentials: Credentials) -> LoginSteps:
+    """The log-in after HELLO's answer ``hello``: the SCRAM requests (none when the server
+    has no users); returns the principal ("" without users)."""
     if not hello["auth_required"]:
         return ""  # a server without users (yet): nothing to log in to
     if MECHANISM not in hello["mechanisms"]:

@@ -14,8 +14,9 @@ from typing import Any
 from fmq.errors import BrokerClosed, ConnectionLost, FMQError
 from fmq.protocol import Op
 
-from .auth import log_in, resolve_credentials
+from .auth import resolve_credentials
 from .connection import Connection, parse_servers
+from .discovery import ANY, Finder, handshake_steps
 from .tls import TLSSetting, client_context
 
 logger = logging.getLogger("fmq.client")
@@ -29,7 +30,7 @@ def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
 
 
 class Client:
-    """Base of Producer, TransactionProducer and Consumer.
+    """Base of Producer, TransactionProducer and Consumer; alone, a client for any request.
 
     ``request_timeout``: seconds to wait for one answer. ``retries``: how many times a
     request that failed with a *retriable* error (connection lost, time-out, server busy) is
@@ -41,14 +42,24 @@ class Client:
     (plaintext), a :class:`~fmq.client.tls.TLSOptions`, an ``ssl.SSLContext``, or True
     (TLS trusting the system's CAs). ``user`` and ``password`` (or ``password_file``, or
     the environment: FMQ_USER with FMQ_PASSWORD or FMQ_PASSWORD_FILE): log in with SCRAM on
-    every connection; see docs/security.md."""
+    every connection; see docs/security.md.
+
+    ``servers``: one address or several (``"h1:p1,h2:p2"``, a broker group). ``node``:
+    ``"any"`` (this class's default): the first server that answers, moving on to the
+    primary a NotPrimary error names; ``"primary"`` (producers' and consumers' default):
+    the primary, found on every new connection by asking each node (HELLO), with
+    ``preferred_server`` tried first (docs/client.md, "Several servers")."""
 
     def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
                  connect_timeout: float = 5.0, retries: int = 3,
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  max_in_flight: int = 128, tls: TLSSetting = None, user: str | None = None,
-                 password: str | None = None, password_file: str | None = None) -> None:
+                 password: str | None = None, password_file: str | None = None,
+                 node: str = ANY, preferred_server: str | None = None) -> None:
         self.servers = parse_servers(servers)
+        #: Which node this client talks to, and what it learnt of the primary.
+        self.finder = Finder(self.servers, node,
+                             parse_servers(preferred_server)[0] if preferred_server else None)
         self.tls_context = client_context(tls)
         self.credentials = resolve_credentials(user, password, password_file)
         #: The user the server authenticated this client as (None: no log-in).
@@ -61,7 +72,6 @@ class Client:
         self.max_in_flight = max_in_flight
         self._conn: Connection | None = None
         self._conn_lock = threading.Lock()
-        self._next_server = 0
         self._closed = False
         #: Connections this client opened so far (part of generated transaction ids).
         self.connection_seq = 0
@@ -70,43 +80,77 @@ class Client:
 
     def _connection(self) -> Connection:
         conn = self._conn
-        if conn is not None and not conn.closed:
+        if conn is not None and not conn.closed and conn.redirect is None:
             return conn
         with self._conn_lock:
             if self._closed:
                 raise BrokerClosed("this client is closed; create a new one")
             conn = self._conn
-            if conn is not None and not conn.closed:
+            if conn is not None and not conn.closed and conn.redirect is None:
                 return conn
             if conn is not None:
+                if conn.redirect is not None:  # a NotPrimary came back on it
+                    self.finder.learn(conn.redirect)
                 conn.close()
                 self._conn = None
-            errors = []
-            for _ in range(len(self.servers)):
-                addr = self.servers[self._next_server % len(self.servers)]
-                self._next_server += 1
-                try:
-                    conn = Connection(addr, self.connect_timeout,
-                                      max_in_flight=self.max_in_flight, tls=self.tls_context)
-                    if self.credentials is not None:
-                        self._log_in(conn)
-                    self._conn = conn
-                    self.connection_seq += 1
-                    logger.debug("connected to %s:%d", *addr)
-                    return self._conn
-                except ConnectionLost as exc:
-                    errors.append(str(exc))
-            raise ConnectionLost("; ".join(errors))
+            self._conn = self._find()
+            self.connection_seq += 1
+            logger.debug("connected to %s:%d", *self._conn.address)
+            return self._conn
 
-    def _log_in(self, conn: Connection) -> None:
-        """Run the SCRAM exchange on a new connection (closed again when it fails)."""
+    def _find(self) -> Connection:
+        """A connection to the node this client needs (see :class:`Finder`). When no
+        server answers at all: ConnectionLost at once. When some answer but none is the
+        primary (nor names one that answers): rounds with back-off for up to
+        ``request_timeout`` seconds, then PrimaryNotFound (both retriable)."""
+        finder = self.finder
+        deadline = time.monotonic() + self.request_timeout
+        finder.start_round(first=True)
+        rounds = 0
+        while True:
+            errors: list[str] = []
+            answered = False
+            while (address := finder.next_address()) is not None:
+                try:
+                    conn = Connection(address, self.connect_timeout,
+                                      max_in_flight=self.max_in_flight, tls=self.tls_context)
+                except ConnectionLost as exc:
+                    finder.unreachable(address)
+                    errors.append(str(exc))
+                    continue
+                try:
+                    hello = self._handshake(conn)
+                except FMQError as exc:
+                    conn.close()
+                    if not exc.retriable:
+                        raise
+                    errors.append(str(exc))
+                    continue
+                if finder.accepts(address, hello):
+                    return conn
+                conn.close()
+                answered = True
+            if not answered:
+                raise ConnectionLost("; ".join(errors))
+            rest = deadline - time.monotonic()
+            if rest <= 0:
+                raise finder.not_found(errors)
+            time.sleep(min(rest, self._backoff(rounds)))
+            rounds += 1
+            finder.start_round()
+
+    def _handshake(self, conn: Connection) -> dict[str, Any]:
+        """HELLO, and the log-in when this client has credentials; HELLO's answer."""
+        steps = handshake_steps(self.credentials)
         try:
-            self.principal = log_in(
-                lambda op, fields: conn.request(op, fields, self.request_timeout),
-                self.credentials)
-        except BaseException:
-            conn.close()
-            raise
+            op, fields = next(steps)
+            while True:
+                op, fields = steps.send(conn.request(op, fields, self.request_timeout))
+        except StopIteration as done:
+            hello, principal = done.value
+            if principal is not None:
+                self.principal = principal
+            return hello
 
     def _backoff(self, attempt: int) -> float:
         return backoff_delay(attempt, self.backoff_initial, self.backoff_max)

@@ -29,6 +29,8 @@ from fmq.errors import (
     ConnectionLost,
     FMQError,
     MessageTooLarge,
+    NotEnoughReplicas,
+    PrimaryNotFound,
     ProtocolError,
     RequestTimeout,
 )
@@ -127,24 +129,29 @@ def complete(batch: Batch, outcome: list[SendResult] | BaseException) -> None:
                     handle.set_result(result)
 
 
+#: Retriable failures after which a written batch may be stored all the same.
+MAYBE_STORED = (ConnectionLost, RequestTimeout, NotEnoughReplicas)
+
+
 def resend_is_safe(error: BaseException, written: bool, idempotent: bool = False) -> bool:
     """True when sending the batch again cannot store a message twice: ``error`` says the
     batch was not stored (a retriable refusal such as ServerBusy or IndexUnavailable, or a
     lost connection before the request was written), or the producer is ``idempotent``
     (the server answers a resend of a stored message with its original result). Without
-    idempotence a connection lost or a time-out after the request was written may have
+    idempotence a connection lost or a time-out after the request was written, or a
+    NotEnoughReplicas refusal (its records are in the primary's log all the same), may have
     stored it: that batch fails instead."""
     if not isinstance(error, FMQError) or not error.retriable:
         return False
-    return idempotent or not written or not isinstance(error, (ConnectionLost, RequestTimeout))
+    return idempotent or not written or not isinstance(error, MAYBE_STORED)
 
 
 def unreachable(error: BaseException, written: bool) -> bool:
     """True when a batch that was never written failed for good because no connection
-    could be made: then every batch still waiting fails with it too, at once, instead of
+    could be made (to the primary): then every batch still waiting fails with it too, at once, instead of
     each trying its own round of reconnects (which would keep ``flush`` waiting for as
     long as the server is down)."""
-    return not written and isinstance(error, ConnectionLost)
+    return not written and isinstance(error, (ConnectionLost, PrimaryNotFound))
 
 
 class BatchQueue:

@@ -18,7 +18,14 @@ from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from fmq.errors import ConnectionLost, FMQError, InvalidArgument, ProtocolError, RequestTimeout
+from fmq.errors import (
+    ConnectionLost,
+    FMQError,
+    InvalidArgument,
+    NotPrimary,
+    ProtocolError,
+    RequestTimeout,
+)
 from fmq.protocol import (
     DEFAULT_MAX_FRAME,
     Frame,
@@ -122,6 +129,9 @@ class Connection:
         self._send_lock = threading.Lock()  # one frame at a time on the socket
         self._ids = itertools.count(1)  # id 0 is reserved for connection-level errors
         self._closed: BaseException | None = None
+        #: The primary a NotPrimary answer on this connection named ("" when the follower
+        #: knew none): the client moves to it before its next request.
+        self.redirect: str | None = None
         # Stay below the server's max_in_flight (256 by default) however many threads share
         # this connection: a thread waits for a slot instead of getting ServerBusy.
         self._slots = threading.BoundedSemaphore(max_in_flight)
@@ -207,6 +217,8 @@ class Connection:
                         continue  # a request we stopped waiting for (time-out)
                     _op, fut, decode = entry
                     outcome = outcome_of(frame, decode)
+                    if isinstance(outcome, NotPrimary):
+                        self.redirect = outcome.primary or ""
                     try:
                         if isinstance(outcome, BaseException):
                             fut.set_exception(outcome)

@@ -22,6 +22,7 @@ from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
 
 from .base import Client
+from .discovery import ANY, PRIMARY
 
 logger = logging.getLogger("fmq.client")
 
@@ -52,12 +53,20 @@ class Consumer(Client):
     returns only the messages whose tags value is one of those tags; the others cost no
     network, and the consumer's position (and what :meth:`commit` records) moves past
     them all the same. Every member of a group should subscribe with the same expression.
+
+    ``servers``: one address or several; the group and its commits live on the primary.
+    ``follower_reads``: pulls go to the first server that answers (``read_server`` first),
+    which may be a follower serving what it holds durably and indexed (docs/client.md).
     """
 
     def __init__(self, servers: str | Sequence[str], group: str, topics: str | Sequence[str],
                  start: str = "committed", *, max_messages: int = 64, retries: bool = True,
-                 tags: str | None = None, **options: Any) -> None:
+                 tags: str | None = None, follower_reads: bool = False,
+                 read_server: str | None = None, **options: Any) -> None:
+        options.setdefault("node", PRIMARY)
         super().__init__(servers, **options)
+        #: What pulls go through: this client (the primary), or a follower reads' client.
+        self._reads = reads_client(servers, options, read_server) if follower_reads else self
         #: The tag expression, None for every message (a plain PULL then).
         self.tags = tags if parse_tag_expression(tags) is not None else None
         check_name(group, "group", allow_none=False)
@@ -209,9 +218,9 @@ class Consumer(Client):
                "max_messages": self.max_messages, "wait_ms": wait_ms}
         try:
             if self.tags is None:
-                fut = self.submit(Op.PULL, req)
+                fut = self._reads.submit(Op.PULL, req)
             else:
-                fut = self.submit(Op.PULL_TAGGED, dict(req, tags=self.tags))
+                fut = self._reads.submit(Op.PULL_TAGGED, dict(req, tags=self.tags))
         except FMQError as exc:
             # The server is unreachable; the heartbeat thread already says so once a second.
             logger.debug("pull of %s/%d failed: %s", q[0], q[1], exc)
@@ -315,10 +324,19 @@ class Consumer(Client):
                       retries=0, timeout=2.0)
         except FMQError:
             pass  # the session times out on the server instead
+        if self._reads is not self:
+            self._reads.close()
         super().close()
 
     def __enter__(self) -> Consumer:
         return self
+
+
+def reads_client(servers: str | Sequence[str], options: dict[str, Any],
+                 read_server: str | None) -> Client:
+    """The client of a consumer's follower reads: the first of ``servers`` that answers,
+    ``read_server`` first, with the consumer's other ``options``."""
+    return Client(servers, **{**options, "node": ANY, "preferred_server": read_server})
 
 
 def commit_offsets(client: Client, group: str, due: list[tuple[Queue, int]]

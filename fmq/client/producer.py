@@ -18,6 +18,7 @@ from fmq.errors import (
     DuplicateTransaction,
     FMQError,
     InvalidArgument,
+    NotEnoughReplicas,
     RequestTimeout,
     TransactionRolledBack,
 )
@@ -35,6 +36,7 @@ from fmq.tx.ids import new_tx_id
 from fmq.tx.state import TxState, UncertainTx
 
 from .base import Client
+from .discovery import PRIMARY
 from .idempotence import Sequencer
 from .sender import BatchSender
 
@@ -45,7 +47,9 @@ class Producer(Client):
     """Sends messages to an FMQ server. Thread-safe: share one producer between threads;
     their requests are pipelined on one connection and share the server's group commit.
 
-    ``servers``: ``"host:port"`` (comma-separated or a list for several).
+    ``servers``: ``"host:port"`` (comma-separated or a list for several: the nodes of a
+    broker group, among which the producer finds the primary and, after a fail-over, the
+    new one; docs/client.md).
 
     :meth:`send_async` batches on the client (like Kafka's ``linger.ms``/``batch.size``):
     messages wait up to ``linger_ms`` for others, and a batch is sent as one SEND_BATCH
@@ -66,6 +70,7 @@ class Producer(Client):
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
                  max_block_s: float = 60.0, idempotent: bool = True,
                  producer_id: str | None = None, **options: Any) -> None:
+        options.setdefault("node", PRIMARY)
         super().__init__(servers, **options)
         self._sequencer = Sequencer(idempotent, producer_id)
         self.idempotent = idempotent
@@ -255,7 +260,9 @@ class TransactionProducer(Producer):
             except FMQError as exc:
                 if not exc.retriable or attempt >= self.retries or self._closed:
                     raise
-                maybe_applied = maybe_applied or isinstance(exc, (ConnectionLost, RequestTimeout))
+                # NotEnoughReplicas: stored on the primary, only the followers' copy failed.
+                maybe_applied = maybe_applied or isinstance(
+                    exc, (ConnectionLost, RequestTimeout, NotEnoughReplicas))
                 time.sleep(self._backoff(attempt))
                 attempt += 1
 

@@ -96,6 +96,11 @@ class LeaderLease:
         self.record: LeaderRecord | None = None  # ours, while we hold the lease
 
     @property
+    def etcd(self) -> Any:
+        """The etcd client (the group registry shares it)."""
+        return self._etcd
+
+    @property
     def leader_key(self) -> str:
         return f"/fmq/{self.group}/leader"
 
@@ -195,6 +200,10 @@ class LeaderLease:
             return 0, 0
         value, meta = values[0]
         return int(value), int(meta["mod_revision"])
+
+    def call(self, what: str, request: Callable[[], Any]) -> Any:
+        """Run one etcd request; CoordinatorUnavailable when etcd cannot be reached."""
+        return self._call(what, request)
 
     def _call(self, what: str, request: Callable[[], Any]) -> Any:
         try:

@@ -116,7 +116,7 @@ class Broker:
         self.idempotence = Idempotence(self.log, self._queues, dedup, self._check_open,
                                        self._admit)
         self.tx_writer = TxWriter(self.log, self.tx, cfg, self._queues, self.max_record_size,
-                                  self._admit)
+                                  self._admit, self._check_open, self.index.tx_end)
         self._feedback = Feedback(self.tx, cfg, self.tx_writer.read_record, self.commit,
                                   self.rollback)
         self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,

@@ -25,17 +25,20 @@ from fmq.errors.input import (
 )
 from fmq.errors.network import (
     ConnectionLost,
+    PrimaryNotFound,
     ProtocolError,
     RequestTimeout,
     ServerBusy,
 )
 from fmq.errors.replication import (
     CoordinatorUnavailable,
+    LeadershipLost,
     NotEnoughReplicas,
     NotPrimary,
     ReplicaBehindRetention,
     ReplicaDiverged,
     ReplicationError,
+    StalePrimary,
 )
 from fmq.errors.security import (
     AccessDenied,
@@ -86,12 +89,14 @@ __all__ = [
     "IndexCorrupt",
     "IndexUnavailable",
     "InvalidArgument",
+    "LeadershipLost",
     "LogFailed",
     "MessageTooLarge",
     "NotEnoughReplicas",
     "NotPrimary",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
+    "PrimaryNotFound",
     "ProtocolError",
     "ReplicaBehindRetention",
     "ReplicaDiverged",
@@ -100,6 +105,7 @@ __all__ = [
     "SecurityError",
     "SegmentUnavailable",
     "ServerBusy",
+    "StalePrimary",
     "StorageError",
     "TLSFailed",
     "TooManyTransactions",

@@ -30,3 +30,12 @@ class ServerBusy(FMQError):
 
     code = 63
     retriable = True
+
+
+class PrimaryNotFound(FMQError):
+    """A client that needs the primary (writes, consumer groups) reached some of its
+    servers, but none was the primary, and none named a primary that answers (a fail-over
+    may be under way). Raised by the client, never sent by a server."""
+
+    code = 91
+    retriable = True

@@ -77,6 +77,37 @@ class ReplicaDiverged(ReplicationError):
         self.end = end
 
 
+class StalePrimary(ReplicationError):
+    """A node asked to be followed is in an older term than the node asking: it is not the
+    group's primary any more (a returning old primary that has not yet stepped down)."""
+
+    code = 85
+    retriable = True
+    fields = {"epoch": int, "follower_epoch": int}
+    message_format = (
+        "this node is in epoch {epoch}, older than epoch {follower_epoch} of the node "
+        "following it: it is no longer the group's primary; point the follower at the "
+        "current primary (fmq replica status on each node shows its epoch)")
+
+    def __init__(self, epoch: int, follower_epoch: int) -> None:
+        super().__init__(self.message_format.format(epoch=epoch,
+                                                    follower_epoch=follower_epoch))
+        self.epoch = epoch
+        self.follower_epoch = follower_epoch
+
+
+class LeadershipLost(NotPrimary):
+    """A primary that can no longer prove it holds the group's lease (etcd) answers its
+    writes with this instead of an acknowledgement: their records may be in its log, but
+    nobody was told they are durable."""
+
+    code = 86
+    message_format = ("this node lost the primary's lease and acknowledges nothing more: "
+                      "the request was not acknowledged (its records may be in this node's "
+                      "log); retry on the group's primary [{primary}] (empty while an "
+                      "election runs)")
+
+
 class CoordinatorUnavailable(FMQError):
     """The coordinator (etcd) could not be reached: leadership cannot be proved meanwhile."""
 

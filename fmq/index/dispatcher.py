@@ -32,6 +32,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from fmq.errors import BadRecord
 from fmq.index.entries import (
@@ -50,6 +51,10 @@ from fmq.log.log import Log
 from fmq.log.reader import OnCorruption, OpenSegmentSource
 from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
+
+#: Records that put nothing into the index (half of a transaction's four): skipped on
+#: the append path without deriving entries, marks or timer changes.
+_NOTHING_TO_INDEX = frozenset((RecordType.PREPARE, RecordType.PRE_MESSAGE))
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +89,10 @@ class Dispatcher:
         self.retries = 0
         self._failing_since = 0.0
         self._retries_at_start = 0
+        #: Called (dispatcher thread) with the (topic, queue) pairs an index write made
+        #: consumable, on a follower, whose copied records arrive without a request to
+        #: wake its pulls; None elsewhere (the primary's writes wake them themselves).
+        self.on_applied: Callable[[set[tuple[str, int]]], None] | None = None
         self._thread = threading.Thread(target=self._run, name="fmq-dispatcher", daemon=True)
 
     def start(self) -> None:
@@ -102,7 +111,7 @@ class Dispatcher:
 
     def on_append(self, record: Record) -> None:
         """The log calls this for every appended record, with the log lock held."""
-        if not self._accepting:
+        if not self._accepting or record.type in _NOTHING_TO_INDEX:
             return
         item = queue_entry(record) or index_mark(record)
         timers = timer_changes(record)
@@ -294,6 +303,9 @@ class Dispatcher:
         with self._cond:
             self._applied = applied
             self._cond.notify_all()
+        on_applied = self.on_applied
+        if on_applied is not None and entries:
+            on_applied({(e.topic, e.queue_id) for e in entries})
 
     def stop(self) -> None:
         """Finish applying what is flushed, then stop the thread. While index writes fail it

@@ -8,7 +8,8 @@ final state even after a restart). A TIMER record adds a pending timer; a MESSAG
 TIMER naming one (retention moved it: the new one replaces it). A REF_MESSAGE's entry points
 at its PRE_MESSAGE record (which holds the body), so a consumer reads the body with one
 lookup; MESSAGE and TX_MESSAGE entries point at the record itself. OFFSET records set a
-consumer group's committed offset (the latest in log order wins). PREPARE, PRE_MESSAGE
+consumer group's committed offset (the latest in log order wins); an EPOCH record adds its
+term to the epoch history (:mod:`fmq.index.epochs`). PREPARE, PRE_MESSAGE
 and FILLER contribute nothing (they still advance the applied offset).
 """
 
@@ -47,7 +48,7 @@ def queue_entry(record: Record) -> QueueEntry | None:
         data_offset, data_size = record.ref_offset, record.ref_size
     else:
         return None
-    return QueueEntry(
+    return _new_tuple(QueueEntry, (
         record.topic,
         record.queue_id,
         record.queue_offset,
@@ -57,7 +58,12 @@ def queue_entry(record: Record) -> QueueEntry | None:
         record.store_time,
         record.key,
         record.log_offset,
-    )
+    ))
+
+
+#: A NamedTuple's own constructor is a Python function parsing its arguments; recovery
+#: builds one entry per message, so :func:`queue_entry` makes the tuple directly.
+_new_tuple = tuple.__new__
 
 
 class TxEnd(NamedTuple):
@@ -91,10 +97,26 @@ def offset_entry(record: Record) -> OffsetEntry | None:
     return None
 
 
-def index_mark(record: Record) -> TxEnd | OffsetEntry | None:
-    """What a record that takes no queue entry puts into the index: a transaction end or a
-    consumer offset (the dispatcher and recovery apply both with the queue entries)."""
-    return tx_end(record) or offset_entry(record)
+class EpochEntry(NamedTuple):
+    """A primary's term: epoch ``epoch`` starts at log offset ``start`` (its EPOCH record)."""
+
+    epoch: int
+    start: int
+    node: str
+
+
+def epoch_entry(record: Record) -> EpochEntry | None:
+    """The epoch-history entry of an EPOCH record, else None."""
+    if record.type == RecordType.EPOCH:
+        return EpochEntry(record.queue_offset, record.log_offset, record.producer_group)
+    return None
+
+
+def index_mark(record: Record) -> TxEnd | OffsetEntry | EpochEntry | None:
+    """What a record that takes no queue entry puts into the index: a transaction end, a
+    consumer offset or a term (the dispatcher and recovery apply them with the queue
+    entries)."""
+    return tx_end(record) or offset_entry(record) or epoch_entry(record)
 
 
 class TimerEntry(NamedTuple):

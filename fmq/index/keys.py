@@ -117,19 +117,23 @@ ITEM_DBS = ("cq", "time", "keys", "keyoff", "txends", "txoff", "timers", "timero
  DB_TIMERTOPICS) = range(len(ITEM_DBS))
 
 
-def entry_items(e: QueueEntry) -> Iterator[tuple[int, bytes, bytes]]:
+def entry_items(e: QueueEntry) -> list[tuple[int, bytes, bytes]]:
     """(database, key, value) of everything a queue entry puts into the index: the one
     definition, used by the online index and the Spark rebuild. Queue marks and the applied
-    offset are not items (they summarise many entries)."""
-    name_ = name(e.topic)
-    qid, qoff = e.queue_id, e.queue_offset
-    yield DB_CQ, name_ + QID_QOFF.pack(qid, qoff), CQ_VALUE.pack(
-        e.data_offset, e.data_size, e.tag_hash, e.store_time, e.source_offset)
-    yield DB_TIME, name_ + QID_TIME_QOFF.pack(qid, max(e.store_time, 0), qoff), b""
-    if e.key:
-        kk = name_ + name(e.key) + U64BE.pack(e.source_offset)
-        yield DB_KEYS, kk, KEY_VALUE.pack(qid, qoff)
-        yield DB_KEYOFF, U64BE.pack(e.source_offset), kk
+    offset are not items (they summarise many entries). A list, not a generator: recovery
+    calls this once per message, and the generator's frames cost a fifth of its time."""
+    topic, qid, qoff, data_offset, data_size, tag_hash, store_time, key, source = e
+    name_ = topic.encode() + b"\x00"
+    items = [(DB_CQ, name_ + _QID_QOFF.pack(qid, qoff),
+              CQ_VALUE.pack(data_offset, data_size, tag_hash, store_time, source)),
+             (DB_TIME, name_ + _QID_TIME_QOFF.pack(qid, store_time if store_time > 0 else 0,
+                                                  qoff), b"")]
+    if key:
+        source_key = _U64BE.pack(source)
+        kk = name_ + key.encode() + b"\x00" + source_key
+        items.append((DB_KEYS, kk, KEY_VALUE.pack(qid, qoff)))
+        items.append((DB_KEYOFF, source_key, kk))
+    return items
 
 
 def end_items(t: TxEnd, latest: bool = True) -> Iterator[tuple[int, bytes, bytes]]:

@@ -19,6 +19,7 @@ database       key                                           value
 ``timeroff``   TIMER offset u64                              the ``timers`` key
 ``timertopics`` topic (UTF-8)                                pending timers of the topic
 ``meta``       ``applied``                                    log offset applied up to
+``meta``       ``epoch/`` epoch u64                           start offset, node (fmq.index.epochs)
 =============  ============================================  ==================================
 
 The environment runs without per-commit fsync (``sync=False``): the log is the source of
@@ -47,7 +48,8 @@ from fmq.datadir import INDEX_DATA_FILE, index_exists
 from fmq.errors import IndexCorrupt
 from fmq.index import keys as K
 from fmq.index import trim
-from fmq.index.entries import OffsetEntry, QueueEntry, TimerEntry, TimerFired, TxEnd
+from fmq.index.entries import EpochEntry, OffsetEntry, QueueEntry, TimerEntry, TimerFired, TxEnd
+from fmq.index.epochs import put_epoch, read_history
 from fmq.index.lmdb_env import (
     APPLIED,
     DERIVED_DBS,
@@ -107,7 +109,7 @@ class IndexStore:
                     self._gate.resize(self.env)
 
     def apply(self, entries: Iterable[QueueEntry], applied_offset: int,
-              marks: Iterable[TxEnd | OffsetEntry] = (),
+              marks: Iterable[TxEnd | OffsetEntry | EpochEntry] = (),
               timers: Iterable[TimerEntry | TimerFired] = ()) -> None:
         """Write ``entries``, ``marks`` (transaction ends and consumer offsets, in log
         order), ``timers`` (in log order) and the new applied offset in one transaction
@@ -115,23 +117,34 @@ class IndexStore:
         self._write(self._apply_txn, list(entries), applied_offset, list(marks), list(timers))
 
     def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
-                   marks: list[TxEnd | OffsetEntry],
+                   marks: list[TxEnd | OffsetEntry | EpochEntry],
                    timers: list[TimerEntry | TimerFired]) -> None:
         items: list[list[tuple[bytes, bytes]]] = [[] for _ in K.ITEM_DBS]
+        add = [db_items.append for db_items in items]
+        entry_items = K.entry_items
         queue_next: dict[tuple[str, int], int] = {}
         queue_first: dict[tuple[str, int], int] = {}
-        for e in entries:
-            for db, k, v in K.entry_items(e):
-                items[db].append((k, v))
-            q, qoff = (e.topic, e.queue_id), e.queue_offset
-            if queue_next.get(q, -1) <= qoff:
+        for e in entries:  # recovery's redo runs this per message: kept lean
+            for db, k, v in entry_items(e):
+                add[db]((k, v))
+            q = (e[0], e[1])  # topic, queue id
+            qoff = e[2]
+            hi = queue_next.get(q)
+            if hi is None:
                 queue_next[q] = qoff + 1
-            if qoff < queue_first.get(q, qoff + 1):
                 queue_first[q] = qoff
+            else:
+                if hi <= qoff:
+                    queue_next[q] = qoff + 1
+                if qoff < queue_first[q]:
+                    queue_first[q] = qoff
         for t in marks:
             if type(t) is OffsetEntry:  # in log order: a later commit overwrites
                 txn.put(K.consumer_key(t.group, t.topic, t.queue_id),
                         K.CONSUMER_VALUE.pack(t.offset, t.source_offset), db=self.db.consumers)
+                continue
+            if type(t) is EpochEntry:
+                put_epoch(txn, self.db, t)
                 continue
             for db, k, v in K.end_items(t):
                 items[db].append((k, v))
@@ -301,6 +314,11 @@ class IndexStore:
                     for k, v in txn.cursor(db=self.db.consumers)}
 
     # ------------------------------------------------------------------ maintenance
+
+    def epoch_history(self) -> list[EpochEntry]:
+        """The terms the log records (EPOCH records), oldest first."""
+        with self._gate, self.env.begin() as txn:
+            return read_history(txn, self.db)
 
     def remove_from(self, log_end: int) -> int:
         """Delete every entry whose source record lies at or after ``log_end`` (index

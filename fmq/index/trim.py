@@ -9,6 +9,7 @@ from __future__ import annotations
 import lmdb
 
 from fmq.index import keys as K
+from fmq.index.epochs import drop_epochs_from
 from fmq.index.lmdb_env import APPLIED, Databases
 from fmq.index.timer_table import drop_timers
 
@@ -52,6 +53,7 @@ def remove_from(txn: lmdb.Transaction, db: Databases, log_end: int) -> int:
             txn.delete(k, db=db.consumers)
             removed += 1
     drop_timers(txn, db, log_end, None)
+    removed += drop_epochs_from(txn, db, log_end)
     v = txn.get(APPLIED, db=db.meta)
     if v is not None and K.I64.unpack(v)[0] > log_end:
         txn.put(APPLIED, K.I64.pack(log_end), db=db.meta)

@@ -1,6 +1,7 @@
 """What a benchmark run asks the server outside the measured load, over one ordinary client
-connection: its queues per topic, its process CPU time (STATS), the index lag, and the
-consumable range of each queue of the topic (for the count check and for consumers)."""
+connection: which node of a broker group is the primary (found as the SDK finds it), its
+queues per topic, its process CPU time (STATS), the index lag, and the consumable range of
+each queue of the topic (for the count check and for consumers)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 
 from fmq.client import Client
 from fmq.client.auth import Credentials
+from fmq.client.discovery import PRIMARY, show
 from fmq.client.tls import TLSOptions
 from fmq.protocol import Op
 
@@ -21,8 +23,13 @@ class ServerProbe:
                  credentials: Credentials | None = None) -> None:
         login = {} if credentials is None else {"user": credentials.user,
                                                 "password": credentials.password}
-        self._client = Client(address, retries=2, request_timeout=30.0, tls=tls, **login)
+        # Several addresses (a broker group): the load goes to the primary, found with HELLO.
+        self._client = Client(address, retries=2, request_timeout=30.0, tls=tls,
+                              node=PRIMARY, **login)
         self.queues_per_topic: int = self._client.ping()["queues_per_topic"]
+        primary = self._client.finder.primary or self._client.servers[0]
+        #: The primary's address ("host:port"), where the load processes connect.
+        self.primary: str = show(primary)
 
     def stats(self) -> dict:
         return json.loads(self._client.call(Op.STATS, {})["json"])

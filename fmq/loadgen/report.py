@@ -30,6 +30,7 @@ class BenchReport:
     loop: str
     count_check: str  # "ok", or what does not match
     broker_count: int | None
+    server: str = ""  # the node loaded: the primary of a broker group
 
     @property
     def msgs_per_s(self) -> float:
@@ -57,6 +58,7 @@ class BenchReport:
             f"processes ({self.loop}), {self.size} B bodies, pipeline {self.pipeline}"
             + (f", batches of {self.batch}" if self.batch > 1 else "")
             + f", {what[self.kind]}",
+            f"  server          {self.server:>12}",
             f"  messages        {self.messages:>12,} in {self.elapsed_s:.2f} s",
             f"  throughput      {self.msgs_per_s:>12,.0f} msg/s   {self.mb_per_s:10.2f} MB/s",
             f"  latency (ms)    p50 {self.p50_ms:.3f}   p99 {self.p99_ms:.3f}   "

@@ -82,7 +82,7 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 def _jobs(spec: BenchSpec, probe: ServerProbe) -> list[WorkerJob]:
-    host, port = parse_servers(spec.server)[0]
+    host, port = parse_servers(probe.primary)[0]
     procs = min(spec.producers, spec.processes or default_processes())
     cursors: list[tuple] = [() for _ in range(spec.producers)]
     if spec.kind == "consume" and spec.follow:
@@ -206,4 +206,4 @@ def _report(spec: BenchSpec, probe: ServerProbe, jobs: list[WorkerJob], parts: l
         server_cpu_us_per_msg=cpu_us,
         client_cpu_pct=100 * max(p["cpu_s"] for p in parts) / elapsed if elapsed else 0.0,
         loop="uvloop" if spec.uses_uvloop else "asyncio", count_check=check,
-        broker_count=broker_count)
+        broker_count=broker_count, server=probe.primary)

@@ -30,9 +30,12 @@ from fmq.log.record import (
     RecordType,
     check,
     decode,
+    decode_at,
     record_length,
 )
 from fmq.log.segment import Segment
+
+_MAGIC_FIRST = MAGIC_BYTES[:1]
 
 
 class OnCorruption(StrEnum):
@@ -131,7 +134,13 @@ def find_valid_record(buf, start: int, base_offset: int, max_record_size: int) -
     counts, so stale or shifted bytes never pass for a record."""
     search_from = start + MAGIC_POSITION
     while True:
-        hit = buf.find(MAGIC_BYTES, search_from)
+        # The unwritten tail of a preallocated segment is zeros: a search for the magic's
+        # first byte alone runs at memchr speed (about 10x the three-byte search here) and
+        # finds nothing there; only where that byte occurs is the magic itself looked for.
+        near = buf.find(_MAGIC_FIRST, search_from)
+        if near < 0:
+            return None
+        hit = buf.find(MAGIC_BYTES, near)
         if hit < 0:
             return None
         candidate = hit - MAGIC_POSITION
@@ -162,9 +171,10 @@ class SegmentReader:
         :class:`Damage` for each corrupt stretch skipped, just before the record after it."""
         base, limit = self.base, self.max_record_size
 
+        buf = self.buf
+
         def parse(pos: int) -> tuple[Record, int, int]:
-            rec = decode(self.buf, pos, base_offset=base, max_record_size=limit,
-                         copy_body=copy_body)
+            rec = decode_at(buf, pos, base + pos, limit, copy_body)
             return rec, rec.size, rec.type
 
         return self._walk(start, on_corruption, parse, stop)
@@ -195,18 +205,21 @@ class SegmentReader:
             if pos >= stop:
                 self.end, self.end_position = SegmentEnd.STOP, pos
                 return
-            if record_length(buf, pos) == 0:
-                later = find_valid_record(buf, pos, self.base, self.max_record_size)
-                if later is None:
-                    self.end, self.end_position = SegmentEnd.END, pos
-                    return
-                reason = f"zeroed bytes where a record should be; valid record at {self.base + later}"
-                yield self._corrupt(pos, reason, on_corruption)
-                pos = later
-                continue
             try:
                 item, length, rtype = parse(pos)
             except (BadRecord, TornRecord) as exc:
+                # A zero length (checked only here: a valid record never has one) is where
+                # the writes stopped, unless a valid record follows.
+                if record_length(buf, pos) == 0:
+                    later = find_valid_record(buf, pos, self.base, self.max_record_size)
+                    if later is None:
+                        self.end, self.end_position = SegmentEnd.END, pos
+                        return
+                    reason = (f"zeroed bytes where a record should be; valid record at "
+                              f"{self.base + later}")
+                    yield self._corrupt(pos, reason, on_corruption)
+                    pos = later
+                    continue
                 later = find_valid_record(buf, pos + 1, self.base, self.max_record_size)
                 if later is None:
                     self.end, self.end_position, self.torn_reason = SegmentEnd.TORN, pos, exc.reason

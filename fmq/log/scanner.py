@@ -234,11 +234,14 @@ class LogScanner:
                                previous_end=previous_end, on_corruption=self.on_corruption,
                                copy_body=self.copy_body)
             previous_end = scan.base + scan.size
-            for item in scan:
-                if isinstance(item, Damage):
-                    self.damages.append(item)
-                else:
-                    yield item
+            if self.on_corruption is OnCorruption.RAISE:
+                yield from scan  # damage raises: only records come out (recovery's redo)
+            else:
+                for item in scan:
+                    if isinstance(item, Damage):
+                        self.damages.append(item)
+                    else:
+                        yield item
             self.end_offset = scan.end_offset
             self.last_sealed = scan.sealed
             if scan.sealed:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from fmq.protocol.structs import Struct
+from fmq.protocol.structs import Struct, Trailing
 from fmq.protocol.types import (
     BOOL,
     BYTES,
@@ -55,6 +55,8 @@ class Op(IntEnum):
     RESET_OFFSETS = 23
     REPL_FETCH = 40
     REPL_STATUS = 41
+    EPOCH_END = 42
+    PROMOTE = 43
     SEND_AT = 55
     NACK = 56
     DLQ_REDRIVE = 57
@@ -96,6 +98,12 @@ TX_INFO = Struct("tx_info", [
     ("tx_id", STR), ("producer_group", STR), ("state", STR), ("age_ms", U64),
     ("checks", U32), ("messages", U32), ("prepare_offset", U64),
 ])
+#: HELLO's trailing fields, sent only to a client whose HELLO names protocol_version 2 or
+#: more (an older client reads the payload exactly and would refuse them): "primary" or
+#: "follower", and the primary's address as this node knows it ("" on the primary itself,
+#: and while it is unknown).
+HELLO_NODE = Trailing("hello_node", [("role", STR), ("primary", STR)])
+HELLO_NODE_VERSION = 2
 QUEUE_REF = Struct("queue_ref", [("topic", STR), ("queue_id", U32)])
 ERROR = [("code", U16), ("retriable", BOOL), ("message", TEXT)]
 ACL_RULE = [("principal", STR), ("resource_type", STR), ("pattern", OPT_STR),
@@ -190,6 +198,12 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
            ("durable_end", U64), ("first_offset", U64)],
           "A follower's fetch: reports that it holds the log durably below from_offset and "
           "asks for the whole records from there (docs/replication.md)."),
+    _spec(Op.EPOCH_END, [("epoch", U64)],
+          [("epoch", U64), ("end_offset", U64), ("current_epoch", U64)],
+          "Where epoch ends in the primary's log: the largest epoch it knows at or below the "
+          "one asked, and the offset that epoch ends at (docs/replication.md)."),
+    _spec(Op.PROMOTE, [("node", STR)], [("json", TEXT)],
+          "Make this follower the primary now: a new epoch, the EPOCH record, then it serves."),
     _spec(Op.REPL_STATUS, [], [("json", TEXT)],
           "The server's role, its followers' durable offsets, lag and the in-sync set."),
     _spec(Op.SEND_AT, [("message", MESSAGE), ("deliver_at", I64), ("delay_ms", I64)],
@@ -204,9 +218,10 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "Send a group's dead letters back to its retry topic."),
     _spec(Op.HELLO, [("protocol_version", U8), ("client", STR)],
           [("protocol_version", U8), ("server_version", STR), ("auth_required", BOOL),
-           ("mechanisms", ListOf(STR))],
-          "The handshake: the highest version each side speaks, and whether the client "
-          "must authenticate (and how) before anything else."),
+           ("mechanisms", ListOf(STR)), ("node", HELLO_NODE)],
+          "The handshake: the highest version each side speaks, whether the client must "
+          "authenticate (and how) before anything else, and (to a client whose HELLO names "
+          "version 2 or more) this node's role and its primary."),
     _spec(Op.AUTH_START, [("mechanism", STR), ("message", TEXT)], [("message", TEXT)],
           "SCRAM client-first message in, server-first message out."),
     _spec(Op.AUTH_FINISH, [("message", TEXT)], [("message", TEXT), ("principal", STR)],

@@ -149,3 +149,19 @@ class Struct(FieldType):
 
     def decode(self, buf: memoryview, pos: int) -> tuple[dict, int]:
         return self._decode(buf, pos)
+
+
+class Trailing(Struct):
+    """Fields appended to the end of a payload that a peer may leave out: absent (None)
+    when the payload ends before them, written only when the value is not None. Only the
+    last field of a payload may be one (nothing can follow something optional), so a
+    newer answer keeps the exact bytes of the older one when it leaves them out."""
+
+    def encode(self, out: bytearray, value: Any) -> None:
+        if value is not None:
+            self._encode(out, value)
+
+    def decode(self, buf: memoryview, pos: int) -> tuple[dict | None, int]:
+        if pos == len(buf):
+            return None, pos
+        return self._decode(buf, pos)

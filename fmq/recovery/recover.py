@@ -16,6 +16,7 @@
    TX_MESSAGE       body checked by its CRC; index it; mark likewise
    COMMIT/ROLLBACK  close the transaction (unknown id: nothing to do)
    OFFSET           set the consumer group's committed offset
+   EPOCH            add the term to the epoch history
    TIMER            add its pending timer (a MESSAGE or TIMER naming it removes it)
    ===============  ===========================================================
 
@@ -72,7 +73,9 @@ from fmq.tx.redo import redo_transaction_record
 log = logging.getLogger(__name__)
 
 
-_MARK_TYPES = frozenset({RecordType.COMMIT, RecordType.ROLLBACK, RecordType.OFFSET})
+_MARK_TYPES = frozenset({RecordType.COMMIT, RecordType.ROLLBACK, RecordType.OFFSET,
+                         RecordType.EPOCH})
+_MESSAGE = RecordType.MESSAGE
 
 
 @dataclass
@@ -106,6 +109,13 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
     ``entries``, transaction ends and consumer offsets to ``ends``, timer entries to
     ``timers``, transaction state to ``txm``, idempotent sends to ``dedup``."""
     rtype = rec.type
+    if rtype == _MESSAGE:  # most records: no transaction; a timer only when it names one
+        entries.append(queue_entry(rec))
+        if dedup is not None and rec.properties:
+            dedup.redo(rec)
+        if timers is not None and rec.ref_offset >= 0:
+            timers.extend(timer_changes(rec))
+        return
     if rtype in INDEXED_TYPES:
         entries.append(queue_entry(rec))
         if dedup is not None and rec.properties:

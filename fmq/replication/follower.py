@@ -6,12 +6,20 @@ sends from there). A chunk is written only after every record in it passed its c
 (:func:`~fmq.replication.chunks.verify_chunk`); a chunk that fails is dropped, the
 connection is closed and the same offset is asked for again on a new one. Records are
 appended with the log's group commit, then fdatasync'd; they go to the same dispatcher
-(the LMDB index) and the same transaction redo as recovery uses, so the follower's index
-and open transactions are those the primary has.
+(the LMDB index), the same transaction redo and the same dedup window of idempotent sends
+as recovery uses, so the follower's index, open transactions and dedup window are those
+the primary has (a producer retrying on a promoted follower is answered from it).
+
+Each connection starts with the epoch check (KIP-101): the follower asks where its own
+last epoch ends in the primary's log (EPOCH_END). When the primary is in a newer term and
+this log holds records past that point (written by an older primary, never acknowledged in
+``sync`` mode), ``on_diverged`` gets the offset to cut at: the server reopens the broker
+after cutting the log there (:mod:`fmq.replication.term`). A node in an older term than
+this one is not followed (StalePrimary, retried with back-off).
 
 A primary that no longer holds the follower's offset (retention) or whose log does not
-continue the follower's (divergence) ends the thread: ``on_fatal`` gets the error, which
-tells the operator what to do.
+continue the follower's (divergence in one term) ends the thread: ``on_fatal`` gets the
+error, which tells the operator what to do.
 """
 
 from __future__ import annotations
@@ -32,10 +40,14 @@ from fmq.errors import (
     ReplicaBehindRetention,
     ReplicaDiverged,
     SecurityError,
+    StalePrimary,
     TornRecord,
 )
+from fmq.index.epochs import last_epoch
+from fmq.log.record import RecordType
 from fmq.protocol import Op
 from fmq.replication.chunks import verify_chunk
+from fmq.replication.term import divergence_point
 from fmq.tx.redo import redo_transaction_record
 
 logger = logging.getLogger("fmq.replication")
@@ -51,13 +63,16 @@ class Follower:
 
     def __init__(self, broker: Broker, primary: str, name: str,
                  on_fatal: Callable[[FMQError], None], tls: ssl.SSLContext | None = None,
-                 credentials: Credentials | None = None) -> None:
+                 credentials: Credentials | None = None,
+                 on_diverged: Callable[[int], None] | None = None) -> None:
         self.broker = broker
         self.tls = tls  # how to reach the primary: TLS, and the user to log in as
         self.credentials = credentials
         self.primary = primary
         self.name = name
         self.on_fatal = on_fatal
+        self.on_diverged = on_diverged
+        self.epoch = 0  # this log's newest epoch, sent with every fetch
         self.address = parse_servers(primary)[0]
         # Report at least twice per max_lag_ms, so an idle follower stays in sync.
         self.wait_ms = max(50, min(1000, broker.config.max_lag_ms // 3))
@@ -93,6 +108,8 @@ class Follower:
                 logger.info("following %s from offset %d", self.primary,
                             self.broker.log.flushed_offset)
                 self.connected = True
+                if not self._check_epoch(self._conn):
+                    return
                 while not self._stop.is_set():
                     self._fetch(self._conn)
                     delay = RETRY_INITIAL_S
@@ -108,7 +125,7 @@ class Follower:
             except Exception as exc:  # noqa: BLE001 - a network error, or a bug: retry
                 if self._stop.is_set():
                     return
-                if isinstance(exc, SecurityError):  # shown by fmq replica status
+                if isinstance(exc, (SecurityError, StalePrimary)):  # fmq replica status shows it
                     self.error = exc
                 if isinstance(exc, (FMQError, OSError)):
                     logger.warning("replication from %s interrupted (%s); retrying in "
@@ -127,7 +144,7 @@ class Follower:
         log = self.broker.log
         start = log.flushed_offset
         answer = conn.request(Op.REPL_FETCH, {
-            "follower": self.name, "epoch": 0, "from_offset": start,
+            "follower": self.name, "epoch": self.epoch, "from_offset": start,
             "max_bytes": FETCH_MAX_BYTES, "wait_ms": self.wait_ms},
             timeout=self.wait_ms / 1000.0 + 30.0)
         self.primary_end = answer["durable_end"]
@@ -146,16 +163,46 @@ class Follower:
                                        records)
             except ValueError:  # the primary's segments are not laid out as ours
                 raise ReplicaDiverged(start, self.primary_end) from None
+            dedup = self.broker.idempotence.window  # the log lock guards it
             with tx.lock:
                 for rec in records:
                     redo_transaction_record(rec, tx)
+                    if rec.type == RecordType.EPOCH:
+                        self.epoch = rec.queue_offset
+                    elif rec.properties:  # an idempotent send: a promoted node knows it
+                        dedup.redo(rec)
         log.wait_durable(log.next_offset, sync=True)
         self.fetched_bytes += len(data)
+
+    def _check_epoch(self, conn: Connection) -> bool:
+        """Compare epochs with the primary before the first fetch of a connection; False
+        when this log must be cut first (``on_diverged`` was called)."""
+        broker = self.broker
+        broker.wait_indexed(30.0)  # the epoch history covers every record copied so far
+        history = broker.index.epoch_history()
+        self.epoch = last_epoch(history)
+        answer = conn.request(Op.EPOCH_END, {"epoch": self.epoch}, timeout=30.0)
+        current = answer["current_epoch"]
+        if current < self.epoch:
+            raise StalePrimary(current, self.epoch)
+        end = broker.log.flushed_offset
+        if current == self.epoch:  # one term: the fetch itself finds a divergence
+            return True
+        cut = divergence_point(history, end, answer["epoch"], answer["end_offset"])
+        if cut >= end:
+            return True
+        logger.warning("this log holds %d bytes of epoch %d past %d, where %s's log (epoch "
+                       "%d) goes on differently: cutting them and following", end - cut,
+                       answer["epoch"], cut, self.primary, current)
+        if self.on_diverged is None:
+            raise ReplicaDiverged(cut, answer["end_offset"])
+        self.on_diverged(cut)
+        return False
 
     def describe(self) -> dict:
         """What REPL_STATUS says about this follower."""
         durable = self.broker.log.flushed_offset
-        return {"primary": self.primary, "connected": self.connected,
+        return {"primary": self.primary, "connected": self.connected, "epoch": self.epoch,
                 "durable_offset": durable, "primary_end": self.primary_end,
                 "lag_bytes": max(0, self.primary_end - durable),
                 "rejected_chunks": self.rejected_chunks, "fetched_bytes": self.fetched_bytes,

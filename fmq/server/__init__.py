@@ -1,5 +1,6 @@
 """The FMQ network server: asyncio around one embedded :class:`fmq.Broker`.
 
+* :mod:`fmq.server.lifecycle`: the process: bind, open, serve, reopen on a role change;
 * :mod:`fmq.server.server`: the server: listening, accepting and refusing sessions,
   time-outs, graceful stop;
 * :mod:`fmq.server.session`: one client's socket: framing, request ids, pipelined requests;
@@ -17,6 +18,7 @@ Start one with ``fmq server --data-dir DIR`` or :func:`run_server`.
 
 from fmq.server.config import ServerConfig, load_config
 from fmq.server.groups import GroupCoordinator
-from fmq.server.server import Server, run_server
+from fmq.server.lifecycle import run_server
+from fmq.server.server import Server
 
 __all__ = ["GroupCoordinator", "Server", "ServerConfig", "load_config", "run_server"]

@@ -25,6 +25,7 @@ from scramp import ScramException, ScramMechanism
 
 from fmq.errors import AuthenticationFailed, AuthenticationRequired, FMQError, InvalidArgument
 from fmq.protocol import PROTOCOL_VERSION, Op
+from fmq.protocol.schema import HELLO_NODE_VERSION
 from fmq.security import Rule, StoredCredential, UserStore
 from fmq.security.users import ITERATIONS, MECHANISM
 from fmq.server.context import RequestSession, ServerContext
@@ -141,9 +142,20 @@ def _require_users(ctx: ServerContext, what: str) -> None:
 
 @handles(Op.HELLO)
 async def _hello(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    node = node_role(ctx) if req["protocol_version"] >= HELLO_NODE_VERSION else None
     return {"protocol_version": min(req["protocol_version"], PROTOCOL_VERSION),
             "server_version": __version__, "auth_required": ctx.authenticator.enforcing,
-            "mechanisms": [MECHANISM]}
+            "mechanisms": [MECHANISM], "node": node}
+
+
+def node_role(ctx: ServerContext) -> dict[str, str]:
+    """HELLO's ``node``: this node's role and its primary, read now (a follower may be
+    promoted, a primary may step down). It is answered before log-in, so it says no more
+    than what a follower's NotPrimary says to anyone."""
+    role = ctx.replication
+    if role is None:
+        return {"role": "primary", "primary": ""}
+    return {"role": role.describe()["role"], "primary": role.primary or ""}
 
 
 @handles(Op.AUTH_START)

@@ -101,6 +101,8 @@ ACCESS: dict[int, Needs | None] = {
     # A follower copies the whole log; followers do not log in yet (docs/security.md).
     Op.REPL_FETCH: _on_cluster(Operation.ADMIN),
     Op.REPL_STATUS: _on_cluster(D),
+    Op.EPOCH_END: _on_cluster(Operation.ADMIN),
+    Op.PROMOTE: _on_cluster(Operation.ADMIN),
 }
 
 

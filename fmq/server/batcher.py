@@ -21,6 +21,7 @@ closed broker) fails every request in it, and none of them was acknowledged.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -41,6 +42,15 @@ Reply = Callable[[list[SendResult]], Any]
 #: One request's messages, the future its answer goes to and how to make that answer.
 Submitted = tuple[list[Message], asyncio.Future, Reply | None]
 
+#: A write other than a send (a transaction's records): places its records without waiting
+#: and returns a token and the log offset they end at, or (answer, None) when it placed
+#: nothing and is answered at once.
+Place = Callable[[], tuple[Any, int | None]]
+
+#: Called on the event loop with the token once the write is durable (failure None: its
+#: return value is the answer) or failed (the failure: undo what memory holds of it).
+Finish = Callable[[Any, BaseException | None], Any]
+
 
 class SendBatcher:
     """Coalesces the :meth:`submit` calls of an event-loop turn into ``place_batch`` calls
@@ -57,6 +67,7 @@ class SendBatcher:
         self.max_batch_messages = max_batch_messages
         self.stored_in = stored_in
         self._pending: list[Submitted] = []
+        self._writes: list[tuple[Place, asyncio.Future, Finish]] = []
         self._scheduled = False
         self._placed_cond = threading.Condition()
         #: (log end offset, requests, results) per placed batch, in log order.
@@ -91,6 +102,21 @@ class SendBatcher:
             self.loop.call_soon(self._place)
         return fut
 
+    def submit_write(self, place: Place, finish: Finish) -> asyncio.Future:
+        """Queue a write that is not a send (a transaction's PREPARE or COMMIT) for the end
+        of this turn: ``place()`` runs after the turn's sends, the same flush covers both,
+        and the future ends with ``finish(token, None)`` once the write is durable (and
+        replicated in ``sync`` acknowledgement); an exception of ``place()`` fails it at
+        once. The write's records must need the fdatasync: only for ``flush_mode`` sync."""
+        if self._stopping:
+            raise ServerBusy("the server is shutting down; retry against the restarted server")
+        fut = self.loop.create_future()
+        self._writes.append((place, fut, finish))
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._place)
+        return fut
+
     def close(self) -> None:
         """Stop the acknowledger once everything placed is answered (the server stops;
         called from a thread other than the event loop's)."""
@@ -118,10 +144,40 @@ class SendBatcher:
             except Exception as exc:  # noqa: BLE001 - it fails these requests only
                 self._deliver([(0, batch, [])], exc)
                 continue
-            with self._placed_cond:
-                self._placed.append((end, batch, results))
-                if self._acker_waiting:  # else it is flushing and looks again after
-                    self._placed_cond.notify()
+            self._hand_over(end, batch, results)
+        if self._writes:
+            self._place_writes()
+
+    def _place_writes(self) -> None:
+        writes, self._writes = self._writes, []
+        placed: list = []  # one hand-over for the turn's writes: (None, future, finish)
+        tokens: list = []
+        last_end = 0
+        for place, fut, finish in writes:
+            try:
+                token, end = place()
+            except Exception as exc:  # noqa: BLE001 - it fails this request only
+                if not fut.done():
+                    fut.set_exception(exc)
+                continue
+            if end is None:  # nothing written: answered now, or by the awaitable it gave
+                if asyncio.isfuture(token):
+                    token.add_done_callback(functools.partial(_copy_outcome, fut))
+                elif not fut.done():
+                    fut.set_result(token)
+                continue
+            placed.append((None, fut, finish))
+            tokens.append(token)
+            last_end = end
+        if placed:
+            self._hand_over(last_end, placed, tokens)
+
+    def _hand_over(self, end: int, batch: list, results: Any) -> None:
+        """Queue placed requests for the acknowledger (in log order: all placing is here)."""
+        with self._placed_cond:
+            self._placed.append((end, batch, results))
+            if self._acker_waiting:  # else it is flushing and looks again after
+                self._placed_cond.notify()
 
     @staticmethod
     def _refuse(batch: list[Submitted], refused: dict[int, Exception]) -> list[Submitted]:
@@ -163,16 +219,22 @@ class SendBatcher:
                 self._hand_back(done, failure)
 
     def _hand_back(self, done: list[tuple[int, list[Submitted], list[SendResult]]],
-                   failure: BaseException | None) -> None:
+                   failure: BaseException | None, durable: bool = False) -> None:
         try:
-            self.loop.call_soon_threadsafe(self._deliver, done, failure)
+            self.loop.call_soon_threadsafe(self._deliver, done, failure, durable)
         except RuntimeError:  # the loop is closed: a shutdown abandoned these requests
             pass
 
     def _deliver(self, done: list[tuple[int, list[Submitted], list[SendResult]]],
-                 failure: BaseException | None) -> None:
+                 failure: BaseException | None, durable: bool = False) -> None:
+        """Answer what a flush covered; ``durable``: the failure came after the local
+        fdatasync (the followers' wait), so the writes' state is that of a durable write."""
         stored: set[tuple[str, int]] = set()
         for _end, batch, results in done:
+            if batch[0][0] is None:  # writes of submit_write: results are their tokens
+                for (_none, fut, finish), token in zip(batch, results, strict=True):
+                    self._finish_write(fut, finish, token, failure, durable)
+                continue
             pos = 0
             for msgs, fut, reply in batch:
                 n = len(msgs)
@@ -192,6 +254,22 @@ class SendBatcher:
         if stored:
             self.stored_in(stored)
 
+    @staticmethod
+    def _finish_write(fut: asyncio.Future, finish: Finish, token: Any,
+                      failure: BaseException | None, durable: bool) -> None:
+        try:
+            # Stored locally (only the followers failed): the transaction is prepared or
+            # committed here, as a worker thread's write was; the request still fails.
+            answer = finish(token, None if durable else failure)
+        except Exception as exc:  # noqa: BLE001 - a bug fails its request only
+            failure = failure or exc
+        if fut.done():
+            return
+        if failure is not None:
+            fut.set_exception(failure)
+        else:
+            fut.set_result(answer)
+
 
 Placed = list[tuple[int, list[Submitted], list[SendResult]]]
 
@@ -201,7 +279,7 @@ class ReplicaStage:
     enough followers hold them; one wait covers every batch queued meanwhile."""
 
     def __init__(self, wait_replicated: Callable[[int], None],
-                 hand_back: Callable[[Placed, BaseException | None], None]) -> None:
+                 hand_back: Callable[[Placed, BaseException | None, bool], None]) -> None:
         self._wait_replicated = wait_replicated
         self._hand_back = hand_back
         self._cond = threading.Condition()
@@ -235,7 +313,7 @@ class ReplicaStage:
                 self._wait_replicated(queued[-1][0])
             except BaseException as exc:  # noqa: BLE001 - NotEnoughReplicas fails them all
                 failure = exc
-            self._hand_back([item for _end, done in queued for item in done], failure)
+            self._hand_back([item for _end, done in queued for item in done], failure, True)
 
 
 def _split(pending: list[Submitted], max_messages: int, max_bytes: int
@@ -256,3 +334,15 @@ def _split(pending: list[Submitted], max_messages: int, max_bytes: int
     if batch:
         batches.append(batch)
     return batches
+
+
+def _copy_outcome(to: asyncio.Future, source: asyncio.Future) -> None:
+    """End ``to`` as ``source`` ended."""
+    if to.done():
+        return
+    if source.cancelled():
+        to.cancel()
+    elif source.exception() is not None:
+        to.set_exception(source.exception())
+    else:
+        to.set_result(source.result())

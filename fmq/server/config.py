@@ -117,6 +117,13 @@ class ServerConfig:
     follow_key_file: str = ""
     follow_user: str = ""
     follow_password_file: str = ""
+    #: Fail-over (docs/replication.md): this node's name in its broker group ("" = its
+    #: address, host:port); the etcd that elects the primary (etcd://HOST:PORT, "" = none);
+    #: the group; the leader lease's time to live in seconds.
+    node: str = ""
+    coordinator: str = ""
+    group: str = "default"
+    lease_ttl_s: int = 10
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid server configuration")
@@ -152,6 +159,8 @@ class ServerConfig:
         resolve_event_loop(self.event_loop)  # an unknown or missing loop fails at start
         need(0 <= self.auth_failure_delay_ms <= self.auth_failure_max_delay_ms,
              "auth_failure_delay_ms must be in 0..auth_failure_max_delay_ms")
+        need(self.lease_ttl_s >= 3, "lease_ttl_s must be >= 3")
+        need(bool(self.group), "group must not be empty")
         need(self.group_heartbeat_interval_ms < self.group_session_timeout_ms,
              "group_heartbeat_interval_ms must be below group_session_timeout_ms")
 

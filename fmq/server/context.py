@@ -105,11 +105,15 @@ class ServerContext:
         self.replication = ReplicationRole(self.broker, loop)
         self.batcher = SendBatcher(self.broker, loop, self.config.max_batch_messages,
                                    self.data_arrived, self.replication.wait_replicated)
-        # Scheduled messages and retries land in queues without a request: wake their pulls.
+        # Scheduled messages and retries land in queues without a request: wake their pulls;
+        # so do a follower's copied messages, once its index has them.
         self.broker.timers.on_delivered = self._delivered
+        if self.replication.primary is not None:
+            self.broker.dispatcher.on_applied = self._delivered
 
     def _delivered(self, queues: set[tuple[str, int]]) -> None:
-        """The timer service (its own thread) delivered to ``queues``."""
+        """Data landed in ``queues`` off the event loop: the timer service delivered, or a
+        follower's index applied copied records."""
         try:
             self.loop.call_soon_threadsafe(self.data_arrived, queues)
         except RuntimeError:  # the event loop is closed: no pull is waiting any more

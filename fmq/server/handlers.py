@@ -3,11 +3,11 @@
 Every operation is a handler in :data:`HANDLERS`, called with the server's
 :class:`~fmq.server.context.ServerContext`, the session the request came on and the decoded
 request; it returns an awaitable of the response fields. Every blocking broker call runs in
-a thread: writes in the worker threads (``ctx.write`` for the transaction writes, which
-in ``sync`` acknowledgement mode also waits for the followers; ``ctx.run``), reads in the
-reader threads
+a thread: writes in the worker threads (``ctx.write``, which in ``sync`` acknowledgement
+mode also waits for the followers; ``ctx.run``), reads in the reader threads
 (``ctx.read``); sends go through the batcher's pipeline (SEND and SEND_BATCH without a
-task of their own: the batcher's future ends with the answer); pull and feedback long polls wait
+task of their own: the batcher's future ends with the answer), and so do PREPARE and
+COMMIT (:mod:`fmq.server.tx_ops`); pull and feedback long polls wait
 without holding a thread for long. The wire format of each is in
 :mod:`fmq.protocol.schema`.
 """
@@ -33,6 +33,7 @@ from fmq.protocol.values import (
     stored_to_wire,
     uncertain_to_wire,
 )
+from fmq.server import tx_ops
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE, QUERY_REPLY_BASE, fit
 from fmq.tx.state import TxState
@@ -98,27 +99,21 @@ async def _answered(answer: dict) -> dict:
 
 
 @handles(Op.PREPARE)
-async def _prepare(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+def _prepare(ctx: ServerContext, session: RequestSession, req: dict) -> Awaitable[dict]:
     msgs = [message_from_wire(m) for m in req["messages"]]
-    tx_id = await ctx.write(ctx.broker.prepare, msgs, req["producer_group"], req["tx_id"])
+    return tx_ops.prepare(ctx, msgs, req["producer_group"], req["tx_id"], _prepare_answer)
+
+
+def _prepare_answer(tx_id: str) -> dict:
     return {"tx_id": tx_id}
 
 
-def _commit_tx(broker: Broker, tx_id: str) -> tuple[TxState, set[tuple[str, int]]]:
-    """Commit, and say which queues got messages (so only their pullers are woken)."""
-    queues = broker.tx.queues_of(tx_id)
-    return broker.commit(tx_id), queues
-
-
-async def _commit_and_wake(ctx: ServerContext, tx_id: str) -> TxState:
-    state, queues = await ctx.write(_commit_tx, ctx.broker, tx_id)
-    ctx.data_arrived(queues)
-    return state
-
-
 @handles(Op.COMMIT)
-async def _commit(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    state = await _commit_and_wake(ctx, req["tx_id"])
+def _commit(ctx: ServerContext, session: RequestSession, req: dict) -> Awaitable[dict]:
+    return tx_ops.commit(ctx, req["tx_id"], _state_answer)
+
+
+def _state_answer(state: TxState) -> dict:
     return {"state": state.value}
 
 
@@ -167,7 +162,7 @@ async def _poll_uncertain(ctx: ServerContext, session: RequestSession, req: dict
 async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     state = _tx_state(req["state"], (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN))
     if state == TxState.COMMIT:
-        final = await _commit_and_wake(ctx, req["tx_id"])
+        final = await tx_ops.commit(ctx, req["tx_id"])
     else:
         final = await ctx.write(ctx.broker.answer_uncertain, req["tx_id"], state, session)
     return {"state": final.value}
@@ -380,7 +375,7 @@ async def _list_tx(ctx: ServerContext, session: RequestSession, req: dict) -> di
 async def _resolve_tx(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     decision = _tx_state(req["decision"], (TxState.COMMIT, TxState.ROLLBACK))
     if decision == TxState.COMMIT:
-        state = await _commit_and_wake(ctx, req["tx_id"])
+        state = await tx_ops.commit(ctx, req["tx_id"])
     else:
         state = await ctx.write(ctx.broker.rollback, req["tx_id"])
     logger.info("operator at %s resolved transaction %r: %s", session.peer, req["tx_id"],

@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fmq.client.auth import Credentials, resolve_credentials
 from fmq.client.tls import TLSOptions
 from fmq.engine.broker import Broker
 from fmq.errors import FMQError
+from fmq.index.entries import EpochEntry
+from fmq.index.epochs import last_epoch
 from fmq.replication.follower import Follower
 from fmq.replication.insync import ReplicaSet
 from fmq.server.config import ServerConfig
@@ -38,13 +41,41 @@ def primary_access(config: ServerConfig) -> tuple[ssl.SSLContext | None, Credent
     return tls, credentials
 
 
+#: The ``follow`` of a node that waits for an election (etcd): a follower without a
+#: primary yet (it takes no writes and copies nothing).
+UNKNOWN_PRIMARY = "unknown:0"
+
+
+@dataclass(frozen=True)
+class RoleChange:
+    """The role a node takes next: follow ``follow`` ("" = become the primary, with
+    ``epoch``, or one above the highest the log knows), after cutting its log at ``cut_at``
+    (None: no cut)."""
+
+    follow: str
+    cut_at: int | None = None
+    epoch: int | None = None
+    node: str = ""
+
+    def describe(self) -> str:
+        if not self.follow:
+            return "becoming the primary"
+        if self.follow == UNKNOWN_PRIMARY:
+            return "waiting for an election as a follower"
+        cut = "" if self.cut_at is None else f" after cutting the log at {self.cut_at}"
+        return f"following {self.follow}{cut}"
+
+
 class ReplicationRole:
-    """``primary`` is the address this server follows (None: it is a primary)."""
+    """``primary`` is the address of the group's primary as this node knows it: None on the
+    primary itself, "" while unknown (an election), else the address it follows."""
 
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
         cfg = broker.config
         self.broker = broker
-        self.primary: str | None = cfg.follow or None
+        #: The address this round copies from (fixed until the next role change).
+        self.following = "" if cfg.follow == UNKNOWN_PRIMARY else cfg.follow
+        self.primary: str | None = self.following if cfg.follow else None
         self.ack_mode = cfg.ack_mode
         self.replicas = ReplicaSet(lambda: broker.log.flushed_offset, cfg.min_insync,
                                    cfg.max_lag_bytes, cfg.max_lag_ms)
@@ -54,6 +85,16 @@ class ReplicationRole:
             self.replicas.wait_replicated if cfg.ack_mode == "sync" and not cfg.follow
             else None)
         self.follower: Follower | None = None
+        #: The terms this log records (EPOCH records), oldest first; it changes only when
+        #: the broker reopens in a new role.
+        self.history: list[EpochEntry] = broker.index.epoch_history()
+        #: This node's name in the group (its address, set by the server as it starts).
+        self.node = ""
+        #: On a primary elected through etcd: whether it still holds the lease (None: no
+        #: coordinator). Every write's answer checks it as it is released.
+        self.lease_holds: Callable[[], bool] | None = None
+        #: Set by the server: stop serving in this role and reopen in another.
+        self.change_role: Callable[[RoleChange], None] | None = None
         self._loop = loop
         self._flushed = asyncio.Event()
         self._waiting = 0  # fetches waiting for the next flush
@@ -71,9 +112,27 @@ class ReplicationRole:
                        access: tuple[ssl.SSLContext | None, Credentials | None]) -> None:
         """On a follower: start copying, reporting as ``name`` (this server's address),
         reaching the primary with ``access`` (from :func:`primary_access`)."""
-        if self.primary is not None:
-            self.follower = Follower(self.broker, self.primary, name, on_fatal, *access)
+        if self.primary is not None and self.following:
+            self.follower = Follower(self.broker, self.following, name, on_fatal, *access,
+                                     on_diverged=self._diverged)
             self.follower.start()
+
+    def _diverged(self, cut_at: int) -> None:
+        """The follower found records of an older term past ``cut_at``: cut and follow."""
+        if self.change_role is not None:
+            self.change_role(RoleChange(self.following, cut_at=cut_at))
+
+    @property
+    def epoch(self) -> int:
+        """This node's newest epoch (0: its log has no EPOCH record)."""
+        if self.follower is not None:  # it copies its primary's EPOCH records as they come
+            return max(self.follower.epoch, last_epoch(self.history))
+        return last_epoch(self.history)
+
+    def acknowledges(self) -> bool:
+        """Whether a write may be answered as done now: always, but on a primary elected
+        through etcd that cannot prove it still holds the lease (fencing)."""
+        return self.lease_holds is None or self.lease_holds()
 
     def stop(self) -> None:
         """Stop copying (blocking: call it from a thread, before the broker closes)."""
@@ -103,11 +162,15 @@ class ReplicationRole:
         """REPL_STATUS: the role, and the followers or the copy's progress."""
         log = self.broker.log
         if self.primary is not None:
-            status = {"role": "follower", "durable_end": log.flushed_offset}
+            status = {"role": "follower", "durable_end": log.flushed_offset,
+                      "primary": self.primary, "epoch": self.epoch, "node": self.node}
             if self.follower is not None:
                 status.update(self.follower.describe())
+            status.update(primary=self.primary, epoch=self.epoch)
             return status
         first = log.segments[0] if log.segments else None
-        return {"role": "primary", "ack_mode": self.ack_mode, "first_offset": log.first_offset,
+        return {"role": "primary", "epoch": self.epoch, "node": self.node,
+                "ack_mode": self.ack_mode,
+                "first_offset": log.first_offset,
                 "first_segment_size": first.size if first is not None else 0,
                 **self.replicas.describe()}

@@ -1,15 +1,18 @@
-"""The replication operations: a follower's fetch (REPL_FETCH) and the group's status
-(REPL_STATUS). The protocol is in docs/replication.md."""
+"""The replication operations: a follower's fetch (REPL_FETCH), where an epoch ends
+(EPOCH_END), a promotion by hand (PROMOTE) and the group's status (REPL_STATUS). The
+protocol is in docs/replication.md."""
 
 from __future__ import annotations
 
 import json
 
-from fmq.errors import NotPrimary
+from fmq.errors import InvalidArgument, NotPrimary, ReplicaDiverged, StalePrimary
+from fmq.index.epochs import epoch_end
 from fmq.protocol import Op
 from fmq.replication.chunks import read_chunk
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.handlers import handles
+from fmq.server.replica_role import RoleChange
 
 
 @handles(Op.REPL_FETCH)
@@ -18,6 +21,7 @@ async def _repl_fetch(ctx: ServerContext, session: RequestSession, req: dict) ->
     if role.primary is not None:  # no chains: a follower copies from the primary only
         raise NotPrimary(role.primary)
     start = req["from_offset"]
+    check_follower_epoch(ctx, req["epoch"], start)
     # The fetch is the follower's acknowledgement: it holds everything below `start`.
     role.replicas.report(follower_name(req["follower"], session.peer), session.peer, start)
     # Answer well within max_lag_ms, whatever the follower asked: an idle follower must
@@ -27,7 +31,7 @@ async def _repl_fetch(ctx: ServerContext, session: RequestSession, req: dict) ->
     await role.wait_flushed_past(start, timeout)
     chunk = await ctx.read(read_chunk, ctx.broker.log, start, req["max_bytes"])
     log = ctx.broker.log
-    return {"epoch": 0, "segment_base": chunk.segment_base,
+    return {"epoch": role.epoch, "segment_base": chunk.segment_base,
             "segment_size": chunk.segment_size, "data": chunk.data,
             "durable_end": log.flushed_offset, "first_offset": log.first_offset}
 
@@ -44,6 +48,43 @@ def follower_name(name: str, peer: str) -> str:
     if host in _WILDCARDS:
         return f"{peer.rpartition(':')[0]}:{port}"
     return name
+
+
+def check_follower_epoch(ctx: ServerContext, follower_epoch: int, start: int) -> None:
+    """A follower in a newer term than this primary means this node is stale; one in an
+    older term may fetch only up to where its epoch ends here (it cuts the rest first)."""
+    role = ctx.replication
+    if follower_epoch > role.epoch:
+        raise StalePrimary(role.epoch, follower_epoch)
+    if follower_epoch < role.epoch:
+        _, end = epoch_end(role.history, follower_epoch, ctx.broker.log.flushed_offset)
+        if start > end:
+            raise ReplicaDiverged(start, end)
+
+
+@handles(Op.EPOCH_END)
+async def _epoch_end(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    role = ctx.replication
+    if role.primary is not None:
+        raise NotPrimary(role.primary)
+    found, end = epoch_end(role.history, req["epoch"], ctx.broker.log.flushed_offset)
+    return {"epoch": found, "end_offset": end, "current_epoch": role.epoch}
+
+
+@handles(Op.PROMOTE)
+async def _promote(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    role = ctx.replication
+    if role.primary is None:
+        raise InvalidArgument("this server is the primary already (fmq replica status)")
+    if ctx.config.coordinator:
+        raise InvalidArgument("this group elects its primary through etcd "
+                              f"({ctx.config.coordinator}): stop the primary instead, and "
+                              "the most up-to-date follower takes over")
+    if role.change_role is None or ctx.stopping:
+        raise InvalidArgument("this server is stopping; promote it once it runs again")
+    epoch = max(role.epoch, role.follower.epoch if role.follower else 0) + 1
+    role.change_role(RoleChange("", epoch=epoch, node=req["node"] or role.node))
+    return {"json": json.dumps({"promoting": True, "epoch": epoch})}
 
 
 @handles(Op.REPL_STATUS)

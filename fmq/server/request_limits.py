@@ -50,7 +50,10 @@ class RequestLimits:
     def check(self, frame: Frame) -> None:
         """Raise InvalidArgument when a list of the request is longer than allowed."""
         lim = self.limits.get(frame.opcode)
-        if lim is None:
+        if lim is None or len(frame.payload) <= lim.limit:
+            # Every list item takes at least one byte, so a payload this short cannot hold
+            # more than the limit: a count claiming more is refused by the decode itself
+            # (ProtocolError) before any item is built. Most requests end here, unparsed.
             return
         n = list_count(frame.opcode, frame.payload, lim.field)
         if n is not None and n > lim.limit:

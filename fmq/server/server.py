@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import socket
 import time
@@ -41,13 +40,10 @@ from fmq.server.authn import Authenticator
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
-from fmq.server.descriptors import fit_connections
-from fmq.server.event_loop import resolve_event_loop, run_on_event_loop
-from fmq.server.exposure import check_exposure
 from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.listener import bind_listener
 from fmq.server.metrics import MetricsEndpoint
-from fmq.server.replica_role import primary_access
+from fmq.server.replica_role import RoleChange, primary_access
 from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 from fmq.server.session import ClientSession
@@ -116,6 +112,11 @@ class Server:
         self.on_listening: Callable[[str, int], None] | None = None
         #: Why a follower stopped copying its primary for good (the server then stops).
         self.replication_failed: FMQError | None = None
+        #: The role this node takes next (docs/replication.md, *Role changes*): the server
+        #: stops, and :func:`fmq.server.lifecycle.run_server` reopens the broker so.
+        self.role_change: RoleChange | None = None
+        #: Called with this round's ReplicationRole once it exists (the election's hook).
+        self.on_role: Callable[[Any], None] | None = None
 
     @property
     def stopping(self) -> bool:
@@ -149,8 +150,18 @@ class Server:
                     self.config.max_frame_size, self.config.worker_threads)
         if self.on_listening is not None:
             self.on_listening(self.config.host, self.port)
+        self.ctx.replication.change_role = self._change_role
+        self.ctx.replication.node = self.config.node or f"{self.config.host}:{self.port}"
+        if self.on_role is not None:
+            self.on_role(self.ctx.replication)
         self.ctx.replication.start_follower(f"{self.config.host}:{self.port}",
                                             self._replication_failed, self._primary_access)
+
+    def _change_role(self, change: RoleChange) -> None:
+        """Stop serving in this role (from any thread); the broker reopens in the next."""
+        if self.role_change is None:
+            self.role_change = change
+            self.ctx.loop.call_soon_threadsafe(self.request_stop, change.describe())
 
     def _replication_failed(self, exc: FMQError) -> None:
         """A follower cannot go on copying (from its thread): stop serving, say why."""
@@ -339,54 +350,3 @@ def request_limits(broker: Broker, config: ServerConfig) -> RequestLimits:
         Op.GROUP_JOIN: topics,
         Op.GROUP_HEARTBEAT: topics,
     })
-
-
-# ---------------------------------------------------------------- entry point
-
-
-def run_server(data_dir: str, broker_config: Any = None,
-               server_config: ServerConfig | None = None,
-               on_listening: Callable[[str, int], None] | None = None,
-               insecure: bool = False) -> None:
-    """Bind the port, open the broker (running recovery), serve until SIGINT/SIGTERM, close
-    cleanly. The port is bound first so that a clash is reported before a long recovery.
-    Raises DataDirLocked when another process holds ``data_dir``, ConfigError when it has
-    no users and ``server_config.host`` is not loopback (unless ``insecure``)."""
-    server_config = server_config or ServerConfig()
-    server_context(server_config)  # unreadable TLS files are reported before anything else
-    if os.path.isdir(data_dir):
-        has_users = UserStore(data_dir).has_users
-    else:
-        has_users = False
-    check_exposure(server_config.host, has_users, insecure, data_dir)
-    listener = bind_listener(server_config.host, server_config.port)
-    try:
-        broker = Broker.open(data_dir, broker_config)
-    except BaseException:
-        listener.close()
-        raise
-    rec = broker.recovery
-    logger.info("recovery: replayed %d records from offset %d, %d open transactions, "
-                "torn tail %s", rec.records_replayed, rec.start_offset,
-                rec.open_transactions, rec.torn_tail)
-    try:  # after the broker opened its segments and index: they count as in use
-        # Connections that have not sent a request yet hold descriptors too.
-        connections = fit_connections(server_config.max_connections,
-                                      server_config.descriptor_reserve
-                                      + server_config.max_pending_connections)
-    except BaseException:
-        listener.close()
-        broker.close()
-        raise
-    if connections != server_config.max_connections:
-        server_config = server_config.replace(max_connections=connections)
-    try:
-        server = Server(broker, server_config, listener)
-        server.on_listening = on_listening
-        logger.info("event loop: %s", resolve_event_loop(server_config.event_loop))
-        run_on_event_loop(server.serve(), server_config.event_loop)
-        if server.replication_failed is not None:
-            raise server.replication_failed
-    finally:
-        listener.close()  # asyncio closed it after serving; this covers an earlier error
-        broker.close()  # no-op after a graceful shutdown; releases the dir after an error

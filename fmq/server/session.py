@@ -23,7 +23,7 @@ import functools
 import logging
 import socket
 
-from fmq.errors import FMQError, NotPrimary, ProtocolError, ServerBusy
+from fmq.errors import FMQError, LeadershipLost, NotPrimary, ProtocolError, ServerBusy
 from fmq.protocol import (
     HEADER_SIZE,
     PROTOCOL_VERSION,
@@ -330,6 +330,7 @@ class ClientSession(asyncio.Protocol):
         self.tasks.discard(request)
         exc = request.exception() if not request.cancelled() else ServerBusy(
             "the request was cancelled by a shutdown; retry against the restarted server")
+        exc = fencing_refusal(self.ctx, op) if exc is None else exc
         if exc is None:
             try:
                 data = encode_response(op, rid, request.result())
@@ -359,6 +360,16 @@ FOLLOWER_REFUSES = frozenset({
     Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT, Op.ROLLBACK, Op.POLL_UNCERTAIN,
     Op.ANSWER_UNCERTAIN, Op.RESOLVE_TX, Op.COMMIT_OFFSET, Op.RESET_OFFSETS, Op.SEND_AT,
     Op.NACK, Op.DLQ_REDRIVE})
+
+
+def fencing_refusal(ctx: ServerContext, op: int) -> FMQError | None:
+    """A write done but not to be acknowledged: this primary cannot prove it still holds
+    the group's lease (etcd), which another node may hold by now. Checked as the answer is
+    released, after the fsync and the replication wait."""
+    role = ctx.replication
+    if op in FOLLOWER_REFUSES and role is not None and not role.acknowledges():
+        return LeadershipLost(role.primary or "")
+    return None
 
 
 def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame

@@ -1,4 +1,5 @@
-"""Loading the sorted index items into a fresh LMDB index on the driver, through
+"""Loading the index items (the tasks' item files, :mod:`fmq.spark.item_files`, each
+sorted by (database, key), merged on the way) into a fresh LMDB index on the driver, through
 :meth:`IndexStore.append_sorted` (the store's own map-growth rule), with the queue marks
 read off the items on the way, the queue floors retention recorded, the applied offset
 and the consumer offsets: the latest OFFSET record of each queue, or the old index's when
@@ -7,20 +8,30 @@ the log)."""
 
 from __future__ import annotations
 
-import glob
+import heapq
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-import pyarrow.parquet as pq
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from fmq.datadir import QUEUE_FLOORS_FILE, index_exists
 from fmq.errors import IndexCorrupt
 from fmq.index import keys as K
+from fmq.index.entries import EpochEntry
 from fmq.index.store import IndexStore
 from fmq.recovery.floors import read_floors
 from fmq.spark.errors import RebuildConflict
+from fmq.spark.item_files import file_batches, item_files, read_items
 
 _WRITE_CHUNK = 50_000
+#: Up to this many items in all (about 0.5 GB on the driver), the load sorts them in memory
+#: instead of merging the files item by item (a log of several GB stays under it).
+IN_MEMORY_ITEMS = 8_000_000
+#: Items held in the merge's read batches, all files together.
+_MERGE_MEMORY_ITEMS = 2_000_000
 
 Queue = tuple[str, int]
 
@@ -50,18 +61,80 @@ def put_sorted(store: IndexStore, db_name: str, items: list[tuple[bytes, bytes]]
             f"holds two records for one index key; run `fmq log verify` and report it")
 
 
-def part_files(directory: str) -> list[str]:
-    """The Parquet part files of a sorted table, in key order."""
-    # Spark names output files part-NNNNN-...; after a global sort partition N holds the
-    # N-th key range, so name order is key order.
-    return sorted(glob.glob(os.path.join(directory, "part-*.parquet")))
+def _file_items(path: str, batch_size: int) -> Iterator[tuple[int, bytes, bytes]]:
+    for whole in file_batches(path):
+        for at in range(0, whole.num_rows, batch_size):
+            batch = whole.slice(at, batch_size)
+            yield from zip(batch.column("db").to_pylist(), batch.column("key").to_pylist(),
+                           batch.column("value").to_pylist(), strict=True)
 
 
-def write_items(store: IndexStore, files: list[str]
+def merged_items(files: list[str]) -> Iterator[tuple[int, bytes, bytes]]:
+    """(db, key, value) of every item of the sorted ``files``, in (db, key) order: a
+    streaming merge, one batch per file in memory."""
+    batch_size = max(1_000, min(_WRITE_CHUNK, _MERGE_MEMORY_ITEMS // max(1, len(files))))
+    streams = [_file_items(path, batch_size) for path in files]
+    if len(streams) == 1:
+        return streams[0]
+    return heapq.merge(*streams)
+
+
+def write_items(store: IndexStore, files: list[str], in_memory_items: int = IN_MEMORY_ITEMS
                 ) -> tuple[dict[str, int], dict[bytes, tuple[int, int]]]:
-    """Stream the sorted item files into the LMDB databases in key order. Returns the
-    item counts and, read off the sorted consume-queue keys on the way, each queue's
-    (first queue offset in the log, last + 1) by queue key."""
+    """Write the sorted item files into the LMDB databases in key order. Returns the
+    item counts and, read off the sorted consume-queue keys, each queue's (first queue
+    offset in the log, last + 1) by queue key. Up to ``in_memory_items`` items in all are
+    sorted in memory at once (pyarrow, no Python per item but the LMDB put); more are
+    merged file by file, item by item, in bounded memory."""
+    total = sum(batch.num_rows for path in files for batch in file_batches(path))
+    if total <= in_memory_items:
+        return _write_sorted_table(store, files)
+    return _write_merged(store, files)
+
+
+def _write_sorted_table(store: IndexStore, files: list[str]
+                        ) -> tuple[dict[str, int], dict[bytes, tuple[int, int]]]:
+    counts = dict.fromkeys(K.ITEM_DBS, 0)
+    marks: dict[bytes, tuple[int, int]] = {}
+    if not files:
+        return counts, marks
+    table = (pa.concat_tables([read_items(path) for path in files])
+             .sort_by([("db", "ascending"), ("key", "ascending")]))
+    dbs = table.column("db").to_numpy()
+    cuts = (np.flatnonzero(np.diff(dbs)) + 1).tolist()
+    for start, stop in zip([0, *cuts], [*cuts, len(dbs)], strict=True):
+        db, part = int(dbs[start]), table.slice(start, stop - start)
+        for at in range(0, part.num_rows, _WRITE_CHUNK):
+            chunk = part.slice(at, _WRITE_CHUNK)
+            put_sorted(store, K.ITEM_DBS[db], list(zip(chunk.column("key").to_pylist(),
+                                                       chunk.column("value").to_pylist(),
+                                                       strict=True)))
+        counts[K.ITEM_DBS[db]] += part.num_rows
+        if db == K.DB_CQ:
+            marks = queue_marks(part.column("key").combine_chunks())
+    return counts, marks
+
+
+def queue_marks(cq_keys: pa.Array) -> dict[bytes, tuple[int, int]]:
+    """(first queue offset, last + 1) per queue key of the sorted consume-queue keys
+    (queue key + queue offset as u64 big-endian)."""
+    if not len(cq_keys):
+        return {}
+    ends = np.frombuffer(cq_keys.buffers()[1], dtype=np.int32)[
+        cq_keys.offset + 1 : cq_keys.offset + len(cq_keys) + 1]
+    data = np.frombuffer(cq_keys.buffers()[2], dtype=np.uint8)
+    qoffs = data[ends[:, None] - 8 + np.arange(8)].copy().view(">u8").ravel()
+    queues = pc.binary_slice(cq_keys, 0, -8)
+    # Sorted keys: each queue's keys are one run, its offsets ascending.
+    changes = pc.not_equal(queues.slice(1), queues.slice(0, len(queues) - 1))
+    firsts = [0, *(np.flatnonzero(changes.to_numpy(zero_copy_only=False)) + 1).tolist()]
+    lasts = [*(i - 1 for i in firsts[1:]), len(queues) - 1]
+    return {queues[f].as_py(): (int(qoffs[f]), int(qoffs[la]) + 1)
+            for f, la in zip(firsts, lasts, strict=True)}
+
+
+def _write_merged(store: IndexStore, files: list[str]
+                  ) -> tuple[dict[str, int], dict[bytes, tuple[int, int]]]:
     counts = dict.fromkeys(K.ITEM_DBS, 0)
     marks: dict[bytes, tuple[int, int]] = {}
     current = -1
@@ -73,27 +146,22 @@ def write_items(store: IndexStore, files: list[str]
             counts[K.ITEM_DBS[current]] += len(pending)
             pending.clear()
 
-    for path in files:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=_WRITE_CHUNK):
-            dbs = batch.column("db").to_pylist()
-            keys = batch.column("key").to_pylist()
-            values = batch.column("value").to_pylist()
-            for db, k, v in zip(dbs, keys, values, strict=True):
-                if db != current:
-                    if db < current:
-                        raise RebuildConflict("Spark returned the index items out of order; "
-                                              "rerun the job (a partial output was left?)")
-                    flush()
-                    current = db
-                if db == K.DB_CQ:
-                    # cq key = queue key + queue offset (u64 big-endian): sorted keys give
-                    # each queue's offsets in ascending order.
-                    qkey, qoff = k[:-8], int.from_bytes(k[-8:], "big")
-                    lo_hi = marks.get(qkey)
-                    marks[qkey] = (qoff if lo_hi is None else lo_hi[0], qoff + 1)
-                pending.append((k, v))
-                if len(pending) >= _WRITE_CHUNK:
-                    flush()
+    for db, k, v in merged_items(files):
+        if db != current:
+            if db < current:
+                raise RebuildConflict("Spark returned the index items out of order; "
+                                      "rerun the job (a partial output was left?)")
+            flush()
+            current = db
+        if db == K.DB_CQ:
+            # cq key = queue key + queue offset (u64 big-endian): sorted keys give
+            # each queue's offsets in ascending order.
+            qkey, qoff = k[:-8], int.from_bytes(k[-8:], "big")
+            lo_hi = marks.get(qkey)
+            marks[qkey] = (qoff if lo_hi is None else lo_hi[0], qoff + 1)
+        pending.append((k, v))
+        if len(pending) >= _WRITE_CHUNK:
+            flush()
     flush()
     return counts, marks
 
@@ -117,8 +185,8 @@ def read_old_index(path: str) -> tuple[dict, dict]:
 
 
 def load_index(index_dir: str, items_dir: str, old_index_dir: str, data_dir: str,
-               log_end: int, offsets: dict[tuple[str, str, int], tuple[int, int]]
-               ) -> LoadedIndex:
+               log_end: int, offsets: dict[tuple[str, str, int], tuple[int, int]],
+               epochs: Sequence[EpochEntry] = ()) -> LoadedIndex:
     """Build the LMDB index at ``index_dir`` from the sorted item table at ``items_dir``
     and the consumer ``offsets`` derived from the log ((next offset, record offset) by
     (group, topic, queue)), keeping what the old index at ``old_index_dir`` knows that the
@@ -126,10 +194,11 @@ def load_index(index_dir: str, items_dir: str, old_index_dir: str, data_dir: str
     legacy, old_queues = read_old_index(old_index_dir)
     from_log = not legacy
     consumers = offsets if from_log else {k: (off, -1) for k, off in legacy.items()}
-    files = part_files(items_dir)
-    # LMDB needs a few times the compressed item bytes; the map grows on demand anyway.
+    files = item_files(items_dir)
+    # LMDB needs about twice the raw item bytes (pages, branches); the map grows on demand
+    # anyway.
     estimate = sum(os.path.getsize(p) for p in files)
-    store = IndexStore(index_dir, map_size=max(1 << 30, 8 * estimate))
+    store = IndexStore(index_dir, map_size=max(1 << 30, 3 * estimate))
     try:
         counts, marks = write_items(store, files)
         queues = {K.split_queue_key(qkey): lo_hi for qkey, lo_hi in marks.items()}
@@ -146,6 +215,7 @@ def load_index(index_dir: str, items_dir: str, old_index_dir: str, data_dir: str
         # recovery's pass 5 does (this also covers a lost or unreadable old index).
         floors = read_floors(os.path.join(data_dir, QUEUE_FLOORS_FILE))
         floors_applied = store.apply_floors(floors)
+        store.apply([], log_end, sorted(epochs))  # the epoch history (EPOCH records)
         store.set_applied_offset(log_end)
         store.put_consumer_offsets(consumers, in_log=from_log)
         store.sync()

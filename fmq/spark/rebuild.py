@@ -10,17 +10,21 @@ Passes:
 
 1. **Lock** the data directory (the broker's ``LOCK`` file, ``flock``): refuse while a
    broker runs on it.
-2. **Read** ``spark.read.format("fmq")`` with ``mode=failfast`` and ``tornTail=allow``:
-   corruption fails the job naming segment and offset (as recovery would); a torn tail is
-   reported (the broker cuts it on its next open; this job never writes to the log).
-3. **Derive** on the executors (:mod:`fmq.spark.derive`): the MESSAGE / REF_MESSAGE /
-   TX_MESSAGE / COMMIT / ROLLBACK rows (those types pushed into the source) become,
-   column-wise per Arrow batch (:mod:`fmq.spark.items`), the LMDB keys and values
-   :func:`fmq.index.keys.entry_items` and ``end_items`` give for
-   :func:`fmq.index.entries.queue_entry` and ``tx_end``. Spark sorts them by (database,
-   key) and writes them to a temporary Parquet table next to the output, and finds the
-   open transactions (:mod:`fmq.spark.transactions`).
-4. **Write** a fresh LMDB environment (:mod:`fmq.spark.bulk_load`) in key order with
+2. **Read** the log once (:mod:`fmq.spark.scan`): one task per segment or range of one,
+   each reading with the data source's reader (``mode=failfast``, ``tornTail=allow``)
+   inside a ``mapInArrow`` over ``spark.range``: corruption fails the job naming segment
+   and offset (as recovery would); a torn tail is reported (the broker cuts it on its
+   next open; this job never writes to the log).
+3. **Derive** in the same tasks: the MESSAGE / REF_MESSAGE / TX_MESSAGE / COMMIT /
+   ROLLBACK rows become, column-wise per Arrow batch (:mod:`fmq.spark.items`), the LMDB
+   keys and values :func:`fmq.index.keys.entry_items` and ``end_items`` give for
+   :func:`fmq.index.entries.queue_entry` and ``tx_end``, sorted per task into a Parquet
+   file next to the output. The rows that need the whole log come back to Spark, cached;
+   from them, at once and only where there are such rows: the last end of each
+   transaction and the pending timers (:mod:`fmq.spark.derive`), the open transactions
+   (:mod:`fmq.spark.transactions`) and the consumer offsets.
+4. **Write** a fresh LMDB environment (:mod:`fmq.spark.bulk_load`), merging the sorted
+   files, in key order with
    ``putmulti(append=True)``, checking the counts it returns (append mode silently skips
    an out-of-order or duplicate key), plus the queue marks (read off the sorted
    consume-queue keys on the way) raised to the ``queue-floors`` retention wrote (as
@@ -44,27 +48,34 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from fmq.config import BrokerConfig
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, parse_segment_name
 from fmq.errors import FMQError, InvalidArgument
+from fmq.index.entries import EpochEntry
 from fmq.log.scanner import log_end
-from fmq.message import MESSAGE_ID_PROPERTY, PRODUCER_ID_PROPERTY
 from fmq.recovery.checkpoint import write_checkpoint
 from fmq.spark.audit import write_audit
 from fmq.spark.bulk_load import load_index
-from fmq.spark.derive import write_sorted_items
+from fmq.spark.derive import END_TYPES, TIMER_TYPE, write_cross_segment_items
 from fmq.spark.errors import translate_spark_error
 from fmq.spark.files import SegmentFiles
+from fmq.spark.scan import DAMAGE, RECORD, SIDE_DDL, SUMMARY, ScanJob, scan_partitions
 from fmq.spark.session import spark_session
-from fmq.spark.source import register
+from fmq.spark.source import DEFAULT_SPLIT_BYTES, FmqReader, register
 from fmq.spark.summary import summary_text
 from fmq.spark.swap import swap_in
 from fmq.spark.transactions import TX_TYPES, open_transactions, transaction_table
 from fmq.tx.log_access import now_ms
+
+#: The smallest range the rebuild splits a segment into.
+MIN_SPLIT_BYTES = 8 << 20
 
 
 class _Phases:
@@ -82,14 +93,16 @@ class _Phases:
 
 def run_rebuild(data_dir: str, master: str | None = "local[*]", out_dir: str | None = None,
                 parquet_dir: str | None = None,
-                dedup_window_ms: int = BrokerConfig.dedup_window_ms) -> dict:
+                dedup_window_ms: int = BrokerConfig.dedup_window_ms,
+                range_bytes: int | None = None) -> dict:
     """Rebuild the index of the stopped broker at ``data_dir`` with Spark.
 
     Writes a fresh LMDB index at ``out_dir`` (default ``DATA_DIR/index``, replacing it)
     and a checkpoint (``DATA_DIR/checkpoint``, or ``OUT_DIR/checkpoint`` with ``out_dir``:
     copy it next to the index when you move the index in). The checkpoint keeps the
     idempotent sends of the last ``dedup_window_ms`` (the broker's setting) to replay.
-    Returns what it did.
+    ``range_bytes``: read segments in ranges of about this size, one task each (default:
+    :func:`split_bytes`). Returns what it did.
     Raises :class:`~fmq.errors.DataDirLocked` while a broker runs on ``data_dir``,
     :class:`~fmq.errors.CorruptLog` when the log is damaged before valid records.
     """
@@ -106,7 +119,7 @@ def run_rebuild(data_dir: str, master: str | None = "local[*]", out_dir: str | N
         spark, created = spark_session(master)
         try:
             result = _rebuild(spark, data_dir, log_dir, target, checkpoint_path, parquet_dir,
-                              now_ms() - dedup_window_ms)
+                              now_ms() - dedup_window_ms, range_bytes)
         finally:
             if created:
                 spark.stop()
@@ -117,28 +130,23 @@ def run_rebuild(data_dir: str, master: str | None = "local[*]", out_dir: str | N
 
 
 def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, checkpoint_path: str,
-             parquet_dir: str | None, dedup_since: int) -> dict:
+             parquet_dir: str | None, dedup_since: int, range_bytes: int | None) -> dict:
     register(spark)
     segments = SegmentFiles(log_dir).list()
     bases = [b for b, _s in segments]
+    # The broker's decoder limit is its segment size; a record never exceeds it.
+    if range_bytes is None:
+        range_bytes = split_bytes(segments, spark.sparkContext.defaultParallelism)
+    options = {"mode": "failfast", "torntail": "allow", "splitbytes": str(range_bytes)}
     max_record = max((s for _b, s in segments), default=0)
-    reader = (spark.read.format("fmq").option("mode", "failfast").option("tornTail", "allow"))
     if max_record:
-        # The broker's decoder limit is its segment size; a record never exceeds it.
-        reader = reader.option("maxRecordSize", str(max_record))
+        options["maxrecordsize"] = str(max_record)
     phases = _Phases()
-    # Not cached: the source reads a segment column-wise faster than Spark caches its
-    # rows. The derivation reads through loads of its own with pushdown on (each
-    # differently filtered scan needs its own load; see FilteringFmqReader).
-    raw = reader.load(log_dir)
-
-    def filtered_load() -> DataFrame:
-        return reader.option("pushdown", "true").load(log_dir)
     tmp_index = f"{target}.spark-tmp"
     tmp_items = f"{target}.spark-items"
     try:
         try:
-            facts = _derive(raw, filtered_load, len(bases), tmp_items, parquet_dir, phases,
+            facts = _derive(spark, log_dir, options, tmp_items, parquet_dir, phases,
                             dedup_since)
         except FMQError:
             raise
@@ -158,7 +166,7 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         # Pass 4: the LMDB index, next to the target, then swapped in.
         shutil.rmtree(tmp_index, ignore_errors=True)
         loaded = load_index(tmp_index, tmp_items, os.path.join(data_dir, INDEX_DIR), data_dir,
-                            end, facts["consumer_offsets"])
+                            end, facts["consumer_offsets"], facts["epochs"])
         swap_in(tmp_index, target)
         phases.done("write_lmdb")
 
@@ -176,6 +184,7 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         "master": spark.sparkContext.master,
         "spark_version": spark.version,
         "segments": len(bases),
+        "scan_tasks": facts["scan_tasks"],
         "log_start": bases[0] if bases else 0,
         "log_end": end,
         # Bytes of log data read (segment files are preallocated: the active one is
@@ -197,54 +206,94 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
     }
 
 
-def _derive(raw: DataFrame, filtered_load, partitions: int, tmp_items: str,
+def split_bytes(segments: list[tuple[int, int]], parallelism: int) -> int:
+    """The range size the scan splits segments into: about three tasks per core over the
+    log (so a slow task does not leave a core idle), never ranges under 8 MiB (each task
+    has a fixed cost) nor over the source's default."""
+    total = sum(size for _base, size in segments)
+    return max(MIN_SPLIT_BYTES, min(DEFAULT_SPLIT_BYTES, -(-total // (3 * max(1, parallelism)))))
+
+
+def _derive(spark: SparkSession, log_dir: str, options: dict, tmp_items: str,
             parquet_dir: str | None, phases: _Phases, dedup_since: int) -> dict:
     """Passes 2, 3 and 6 on Spark; returns the small facts the driver needs (and the
     offset of the first idempotent send stored at or after ``dedup_since``)."""
-    # One pass over the log: record count, the last valid record (where the log ends) and
-    # the torn tail (mode=failfast raised on any other damage).
-    damaged = F.col("damage").isNotNull()
-    props = F.col("properties")
-    idempotent = (~damaged & (F.col("type") == "MESSAGE") & (F.col("store_time") >= dedup_since)
-                  & (F.map_contains_key(props, PRODUCER_ID_PROPERTY)
-                     | F.map_contains_key(props, MESSAGE_ID_PROPERTY)))
-    summary = raw.agg(
-        F.min(F.when(idempotent, F.col("offset"))).alias("dedup_from"),
-        F.count(F.when(~damaged, F.lit(1))).alias("n"),
-        F.max_by(F.struct("offset", "size", "type", "segment"),
-                 F.when(~damaged, F.col("offset"))).alias("last"),
-        F.max_by(F.struct("segment", "offset", "damage"),
-                 F.when(damaged, F.col("offset"))).alias("torn"),
-    ).collect()[0]
-    t = summary["torn"]
-    torn = ({"segment": t["segment"], "offset": t["offset"], "reason": t["damage"]["reason"]}
-            if t is not None and t["damage"] is not None else None)
-    phases.done("scan")
-    last = None
-    if summary["last"] is not None:
-        lr = summary["last"]
-        last = {"offset": lr["offset"], "size": lr["size"], "type": lr["type"],
-                "base": parse_segment_name(lr["segment"])}
+    shutil.rmtree(tmp_items, ignore_errors=True)
+    os.makedirs(tmp_items)
+    # Pass 2 and most of 3: one scan (fmq.spark.scan) writes the items of every record
+    # and keeps the rows that need the whole log; nothing but those rows is cached.
+    job = ScanJob(FmqReader(log_dir, options), tmp_items, dedup_since)
+    tasks = len(job.partitions)
+    side = (spark.range(0, tasks, 1, max(1, tasks))
+            .mapInArrow(partial(scan_partitions, job), SIDE_DDL)
+            .persist(StorageLevel.MEMORY_AND_DISK))
+    try:
+        facts = _scan_facts(side.where(F.col("kind") != RECORD).collect())
+        facts["scan_tasks"] = tasks
+        phases.done("scan")
+        # The whole-log queries run only where the scan found rows for them (a log of
+        # plain messages needs none); few rows: one task per core. They run at once, from
+        # threads of their own: each is mostly fixed cost (planning, shuffle set-up), and
+        # one's latency hides behind another's.
+        found = facts.pop("side_types")
+        records = (side.where(F.col("kind") == RECORD)
+                   .coalesce(spark.sparkContext.defaultParallelism))
+        # Planning the table costs a second of py4j calls: only when something reads it.
+        txs = (transaction_table(records.where(F.col("type").isin(*TX_TYPES)))
+               if parquet_dir is not None or any(found.get(t) for t in TX_TYPES) else None)
+        with ThreadPoolExecutor(3) as pool:
+            cross = (pool.submit(write_cross_segment_items, records, tmp_items)
+                     if any(found.get(t) for t in (*END_TYPES, TIMER_TYPE)) else None)
+            opens = pool.submit(open_transactions, txs) if txs is not None else None
+            offsets = (pool.submit(consumer_offsets, records.where(F.col("type") == "OFFSET"))
+                       if found.get("OFFSET") else None)
+            facts["open_transactions"] = [] if opens is None else opens.result()
+            facts["consumer_offsets"] = {} if offsets is None else offsets.result()
+            # The epoch history: one small row per primary's term (EPOCH records are rare).
+            facts["epochs"] = ([EpochEntry(r["queue_offset"], r["offset"], r["producer_group"])
+                                for r in records.where(F.col("type") == "EPOCH")
+                                .select("queue_offset", "offset", "producer_group").collect()]
+                               if found.get("EPOCH") else [])
+            if cross is not None:
+                cross.result()
+        phases.done("whole_log_queries")
+        facts["parquet"] = None
+        if parquet_dir is not None:
+            raw = _source(spark, log_dir, options)
+            facts["parquet"] = write_audit(raw, txs, parquet_dir)
+            phases.done("audit_parquet")
+    finally:
+        side.unpersist()
+    return facts
 
-    # Index items, sorted by (database, key), to a temporary Parquet table.
-    write_sorted_items(filtered_load, partitions, tmp_items)
-    phases.done("derive_and_sort")
 
-    # Only the transaction records (the source skips the plain messages' rows).
-    txs = transaction_table(filtered_load().where(F.col("type").isin(*TX_TYPES)
-                                                  & F.col("damage").isNull()))
-    opens = open_transactions(txs)
-    phases.done("transactions")
-    offsets = consumer_offsets(filtered_load().where((F.col("type") == "OFFSET")
-                                                     & F.col("damage").isNull()))
-    phases.done("consumer_offsets")
-    parquet = None
-    if parquet_dir is not None:
-        parquet = write_audit(raw, txs, parquet_dir)
-        phases.done("audit_parquet")
-    return {"records": summary["n"], "torn": torn, "last": last,
-            "dedup_from": summary["dedup_from"],
-            "open_transactions": opens, "consumer_offsets": offsets, "parquet": parquet}
+def _source(spark: SparkSession, log_dir: str, options: dict) -> DataFrame:
+    reader = spark.read.format("fmq")
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load(log_dir)
+
+
+def _scan_facts(rows: list) -> dict:
+    """Record count, the last valid record (where the log ends), the torn tail (failfast
+    raised on any other damage) and the first idempotent send in the dedup window, from
+    the scan's summary and damage rows."""
+    summaries = [r for r in rows if r["kind"] == SUMMARY]
+    ends = [r for r in summaries if r["offset"] is not None]
+    lr = max(ends, key=lambda r: r["offset"]) if ends else None
+    last = None if lr is None else {"offset": lr["offset"], "size": lr["size"],
+                                    "type": lr["type"], "base": parse_segment_name(lr["segment"])}
+    damage = [r for r in rows if r["kind"] == DAMAGE]
+    t = max(damage, key=lambda r: r["offset"]) if damage else None
+    torn = (None if t is None else
+            {"segment": t["segment"], "offset": t["offset"], "reason": t["damage"]["reason"]})
+    dedup = [r["dedup_from"] for r in summaries if r["dedup_from"] is not None]
+    side_types: dict[str, int] = {}
+    for r in summaries:
+        for rtype, n in (r["side_types"] or {}).items():
+            side_types[rtype] = side_types.get(rtype, 0) + n
+    return {"records": sum(r["records"] for r in summaries), "torn": torn, "last": last,
+            "dedup_from": min(dedup, default=None), "side_types": side_types}
 
 
 def consumer_offsets(rows: DataFrame) -> dict[tuple[str, str, int], tuple[int, int]]:

@@ -26,8 +26,21 @@ def _local_ip() -> str:
 _IP = _local_ip()
 
 
+_prefix = ""  # everything but the sequence numbers; remade in a forked child (new pid)
+
+
+def _make_prefix() -> None:
+    global _prefix
+    _prefix = f"{__version__}-{_IP}-{_START_MS}-{os.getpid()}-"
+
+
+_make_prefix()
+os.register_at_fork(after_in_child=_make_prefix)
+
+
 def new_tx_id(connection_seq: int = 0) -> str:
     """A transaction id unique across processes and restarts of this host's clients."""
+    # One per PREPARE on the server's event loop: the fixed part is formatted once.
     with _lock:
         seq = next(_tx_seq)
-    return f"{__version__}-{_IP}-{_START_MS}-{os.getpid()}-{connection_seq}-{seq}"
+    return f"{_prefix}{connection_seq}-{seq}"

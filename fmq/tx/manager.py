@@ -118,6 +118,12 @@ class TxManager:
         self.lock = threading.Lock()
         self._uncertain = threading.Condition(self.lock)
         self.checks_sent = 0
+        #: Pollers waiting in poll_uncertain, and the latest time one of them sleeps until
+        #: (monotonic; stale-high once they leave, which only costs a spare wake-up).
+        self._waiting = 0
+        self._latest_wake = 0.0
+        #: Prepares that woke the waiting pollers (most need not: see :meth:`prepared`).
+        self.poller_wakeups = 0
         #: Where ends older than this process are found (the index's transaction ends).
         self.lookup_finished = lookup_finished
 
@@ -129,8 +135,10 @@ class TxManager:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def reserve(self, tx_id: str) -> None:
-        """Check limits before a PREPARE is written (lock held by the caller).
+    def reserve(self, tx_id: str, fresh: bool = False) -> None:
+        """Check limits before a PREPARE is written (lock held by the caller); ``fresh``:
+        the broker made the id just now, no earlier transaction can have it (the index is
+        not asked).
 
         A used id gets an answer a retrying client can act on: still being written
         (retry), rolled back (prepare again under a new id: nothing of it is stored), or
@@ -140,7 +148,7 @@ class TxManager:
             raise TransactionInProgress(
                 f"transaction {tx_id!r} is being prepared by an earlier request; retry "
                 f"shortly to learn whether it is stored")
-        final = None if tx is not None else self._finished_state(tx_id)
+        final = None if tx is not None or fresh else self._finished_state(tx_id)
         if final == TxState.ROLLBACK:
             raise TransactionRolledBack(
                 f"transaction {tx_id!r} was rolled back (nothing of it is stored, e.g. a "
@@ -240,7 +248,14 @@ class TxManager:
                 pending = [max(t.next_check_at, t.lease_until) for t in self.open.values()
                            if t.producer_group == producer_group and t.state == TxState.OPEN]
                 wake = min([deadline, *pending])
-                self._uncertain.wait(max(0.001, wake - now))
+                self._waiting += 1
+                self._latest_wake = max(self._latest_wake, wake)
+                try:
+                    self._uncertain.wait(max(0.001, wake - now))
+                finally:
+                    self._waiting -= 1
+                    if not self._waiting:
+                        self._latest_wake = 0.0
 
     def release_lease(self, tx_id: str, owner: object = None) -> bool:
         """Return ``owner``'s lease of ``tx_id`` (an UNKNOWN answer): it is offered again
@@ -272,8 +287,15 @@ class TxManager:
                 self._uncertain.notify_all()
             return released
 
-    def notify(self) -> None:
-        with self._uncertain:
+    def prepared(self, tx: OpenTransaction) -> None:
+        """``tx`` is now prepared (lock held by the caller). The waiting pollers are woken
+        only when it falls due before one of them would wake anyway: with the default
+        ``tx_check_after_ms`` it never does, and waking every feedback poller on every
+        prepare (each then scanning the open transactions) put the check-back path on the
+        commit path."""
+        tx.prepared = True
+        if self._waiting and tx.next_check_at < self._latest_wake:
+            self.poller_wakeups += 1
             self._uncertain.notify_all()
 
     def queues_of(self, tx_id: str) -> set[tuple[str, int]]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from fmq.config import BrokerConfig
-from fmq.errors import InvalidArgument
+from fmq.errors import DuplicateTransaction, InvalidArgument, LogFailed
 from fmq.log.log import Log
 from fmq.log.record import HEADER_SIZE, Record, RecordType, encoded_length
 from fmq.log.sizing import check_fits
@@ -22,6 +22,7 @@ from fmq.message import Message, check_label, check_message, check_name
 from fmq.tx.ids import new_tx_id
 from fmq.tx.log_access import now_ms, read_record, reserve_segments
 from fmq.tx.manager import OpenTransaction, PreMessage, TxManager
+from fmq.tx.retried_prepare import EndedTx, find_committed_prepare, find_retried_prepare
 from fmq.tx.state import TxState
 
 logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
@@ -45,14 +46,28 @@ class TxWriter:
     make consumable (it raises)."""
 
     def __init__(self, log_: Log, txm: TxManager, config: BrokerConfig, queues: QueueAssigner,
-                 max_record_size: int, admit: Callable[[], None]) -> None:
+                 max_record_size: int, admit: Callable[[], None],
+                 check_open: Callable[[], None] = lambda: None,
+                 ended: Callable[[str], EndedTx | None] = lambda tx_id: None) -> None:
         self.log = log_
         self.tx = txm
         self.config = config
         self.queues = queues
         self.max_record_size = max_record_size
         self.admit = admit
+        self.check_open = check_open  # raises BrokerClosed once the broker is closed
+        self.ended = ended  # how a transaction ended, from the index (a retried PREPARE)
         self.relocations = 0  # open transactions rewritten at the log head
+        self._groups_checked: set[str] = set()  # producer groups known to be valid names
+
+    def _check_group(self, group: object) -> None:
+        """``check_name`` of a producer group, remembered: a producer sends the same one
+        with every prepare (the set is bounded; clearing it only costs re-checks)."""
+        if type(group) is not str or group not in self._groups_checked:
+            check_name(group, "producer_group", allow_none=False)
+            if len(self._groups_checked) >= 4096:
+                self._groups_checked.clear()
+            self._groups_checked.add(group)
 
     def read_record(self, offset: int, size: int) -> Record:
         """The stored record (a PRE_MESSAGE) at ``offset``, decoded and checked."""
@@ -64,11 +79,27 @@ class TxWriter:
                 tx_id: str | None = None) -> str:
         """PREPARE (announcing the message count) and one PRE_MESSAGE per message, durable
         before it returns the transaction id."""
+        tx, end = self.place_prepare(messages, producer_group, tx_id)
+        try:
+            self.log.wait_durable(end, sync=True)
+        except BaseException as exc:
+            self.prepare_done(tx, exc)
+            raise
+        return self.prepare_done(tx)
+
+    def place_prepare(self, messages: Sequence[Message], producer_group: str,
+                      tx_id: str | None = None) -> tuple[OpenTransaction, int]:
+        """The first half of :meth:`prepare`, which never waits for the disk: check, place
+        the records, register the transaction (not yet prepared). Returns it and the log
+        offset its records end at; :meth:`prepare_done` once that is durable (or failed)."""
+        self.check_open()
         cfg = self.config
-        check_name(producer_group, "producer_group", allow_none=False)
-        if tx_id is None:
-            tx_id = new_tx_id()
-        check_name(tx_id, "tx_id", allow_none=False)
+        self._check_group(producer_group)
+        fresh = tx_id is None  # an id of this process: no earlier transaction has it
+        if fresh:
+            tx_id = new_tx_id()  # a valid name by construction
+        else:
+            check_name(tx_id, "tx_id", allow_none=False)
         if not messages:
             raise InvalidArgument("a transaction needs at least one message")
         if len(messages) > cfg.max_messages_per_transaction:
@@ -83,7 +114,19 @@ class TxWriter:
         store_time = now_ms()
         log_ = self.log
         with self.tx.lock:
-            self.tx.reserve(tx_id)
+            retried = None if fresh else find_retried_prepare(
+                self.tx, tx_id, producer_group, messages, self.read_record)
+            if retried is not None:  # answered from the first attempt, written once
+                return retried
+            try:
+                self.tx.reserve(tx_id, fresh)
+            except DuplicateTransaction:  # ended: a retry of a transaction committed since?
+                retried = None if tx_id in self.tx.open else find_committed_prepare(
+                    log_, self.ended(tx_id), tx_id, producer_group, messages,
+                    self.max_record_size)
+                if retried is None:
+                    raise
+                return retried
             with log_.lock:
                 reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
                 # ref_size = the message count: recovery proves the prepare complete by it.
@@ -106,16 +149,19 @@ class TxWriter:
                     self.tx.forget(tx_id)
                     raise
                 end = log_.next_offset
-        try:
-            log_.wait_durable(end, sync=True)
-        except BaseException:
-            with self.tx.lock:
-                self.tx.forget(tx_id)
-            raise
+        return tx, end
+
+    def prepare_done(self, tx: OpenTransaction, failure: BaseException | None = None) -> str:
+        """The second half of :meth:`prepare`: its records are durable (the transaction is
+        prepared), or their write failed (it is forgotten). Returns the transaction id."""
         with self.tx.lock:
-            tx.prepared = True
-        self.tx.notify()
-        return tx_id
+            if tx.prepared:  # a retried PREPARE: a failed wait undoes nothing stored
+                return tx.tx_id
+            if failure is not None:
+                self.tx.forget(tx.tx_id)
+            else:
+                self.tx.prepared(tx)
+        return tx.tx_id
 
     # ------------------------------------------------------------------ commit / rollback
 
@@ -126,6 +172,39 @@ class TxWriter:
     def rollback(self, tx_id: str) -> TxState:
         """Roll back by id; idempotent, a conflict after commit."""
         return self._end(tx_id, TxState.ROLLBACK, self.write_rollback)
+
+    def place_commit(self, tx_id: str) -> TxState | tuple[OpenTransaction, int] | None:
+        """The first half of :meth:`commit`, which never blocks: the final state when the
+        transaction already ended; None when it is being ended or relocated right now (use
+        :meth:`commit`, which waits for that); else its REF/TX records and COMMIT are placed
+        and it returns the transaction (its ``busy`` lock held) and the log offset they end
+        at: call :meth:`commit_done` once that is durable (or failed)."""
+        self.check_open()
+        check_label(tx_id, "tx_id", allow_none=False)
+        # `busy` is taken under the manager's lock (without waiting, so no lock order
+        # matters): whoever ends a transaction holds `busy`, so one look is enough.
+        with self.tx.lock:
+            found = self.tx.get_for_end(tx_id, TxState.COMMIT)
+            if isinstance(found, TxState):
+                return found
+            if not found.busy.acquire(blocking=False):
+                return None
+        try:
+            return found, self.place_commit_records(found)
+        except BaseException:
+            found.busy.release()
+            raise
+
+    def commit_done(self, tx: OpenTransaction, failure: BaseException | None = None) -> None:
+        """The second half of :meth:`place_commit`: the COMMIT is durable (the transaction
+        is finished), or its write failed (the log refuses every later write); either way
+        the transaction's ``busy`` lock is released."""
+        try:
+            if failure is None:
+                with self.tx.lock:
+                    self.tx.finish(tx.tx_id, TxState.COMMIT)
+        finally:
+            tx.busy.release()
 
     def _end(self, tx_id: str, wanted: TxState,
              write: Callable[[OpenTransaction], None]) -> TxState:
@@ -145,24 +224,29 @@ class TxWriter:
     def commit_tx(self, tx: OpenTransaction) -> None:
         """Write the missing REF/TX records and the COMMIT, wait for durability, forget the
         transaction. Also recovery's roll-forward of a commit a crash cut short."""
+        end = self.place_commit_records(tx)
+        self.log.wait_durable(end, sync=True)
+        with self.tx.lock:
+            self.tx.finish(tx.tx_id, TxState.COMMIT)
+
+    def place_commit_records(self, tx: OpenTransaction) -> int:
+        """Place the missing REF/TX records and the COMMIT (the caller holds ``tx.busy``);
+        returns the log offset they end at. Not committed before that is durable."""
         cfg = self.config
         log_ = self.log
         pending = [m for m in tx.messages if m.queue_offset < 0]
-        bodies: dict[int, Record] = {}
-
-        def pre_record(m: PreMessage) -> Record:
-            if m.offset not in bodies:
-                bodies[m.offset] = self.read_record(m.offset, m.size)
-            return bodies[m.offset]
-
-        for m in pending:  # read outside the log lock what will surely be copied
-            if m.body_size < cfg.tx_copy_threshold:
-                pre_record(m)
+        # Read outside the log lock what will surely be copied.
+        bodies = {m.offset: self.read_record(m.offset, m.size)
+                  for m in pending if m.body_size < cfg.tx_copy_threshold}
+        tail = HEADER_SIZE + len(tx.tx_id.encode()) + len(tx.producer_group.encode())
         store_time = now_ms()
         with log_.lock:
-            # A REF or TX record is never larger than its PRE_MESSAGE.
-            log_.reserve_locked([m.size for m in pending] + [
-                HEADER_SIZE + len(tx.tx_id.encode()) + len(tx.producer_group.encode())])
+            # A REF or TX record is never larger than its PRE_MESSAGE; segments are
+            # created ahead only when the records may not all fit in the active one.
+            if not log_.fits_in_active(sum(m.size for m in pending) + tail):
+                log_.reserve_locked([m.size for m in pending] + [tail])
+            elif log_.failed is not None:  # as reserve_locked would refuse it
+                raise LogFailed(log_.failed)
             tx.state = TxState.COMMITTING  # after the reservation: a refusal changes nothing
             for m in pending:
                 qoff = self.queues.next_offset(m.topic, m.queue_id)
@@ -170,7 +254,7 @@ class TxWriter:
                              queue_offset=qoff, ref_offset=m.offset, ref_size=m.size,
                              topic=m.topic, tx_id=tx.tx_id, key=m.key, tags=m.tags)
                 if self._must_copy(m, ref):
-                    pre = pre_record(m)
+                    pre = bodies.get(m.offset) or self.read_record(m.offset, m.size)
                     ref.type = RecordType.TX_MESSAGE
                     ref.properties = pre.properties
                     ref.body = pre.body
@@ -180,19 +264,18 @@ class TxWriter:
             commit = Record(RecordType.COMMIT, store_time=store_time, tx_id=tx.tx_id,
                             producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
             log_.append_locked(commit)
-            end = log_.next_offset
-        log_.wait_durable(end, sync=True)
-        with self.tx.lock:
-            self.tx.finish(tx.tx_id, TxState.COMMIT)
+            return log_.next_offset
 
     def _must_copy(self, m: PreMessage, ref: Record) -> bool:
         """REF versus copy: a small body is copied (a TX record), and so is one whose
         PRE_MESSAGE is not in the active segment or whose REF would not fit in it (a REF
         must never point into another segment, which retention may delete on its own)."""
         active = self.log.active_segment
-        return (m.body_size < self.config.tx_copy_threshold or active is None
-                or m.offset < active.base
-                or not self.log.fits_in_active(encoded_length(ref)))
+        if m.body_size < self.config.tx_copy_threshold or active is None or m.offset < active.base:
+            return True
+        # A REF is never larger than its PRE_MESSAGE: when that fits, no need to measure it.
+        return not (self.log.fits_in_active(m.size)
+                    or self.log.fits_in_active(encoded_length(ref)))
 
     def write_rollback(self, tx: OpenTransaction) -> None:
         """Append the transaction's ROLLBACK record, wait until it is durable, and forget

@@ -13,6 +13,8 @@ from fmq.errors import (
     ConnectionLost,
     IndexUnavailable,
     InvalidArgument,
+    NotEnoughReplicas,
+    NotPrimary,
     ProtocolError,
     RequestTimeout,
     ServerBusy,
@@ -118,6 +120,8 @@ def test_a_batch_within_the_limits_is_sent_as_it_is():
     (ConnectionLost("lost"), False, True),
     (ConnectionLost("lost"), True, False),  # it may be stored: never twice
     (RequestTimeout("late"), True, False),
+    (NotEnoughReplicas(0, 1), True, False),  # refused, but its records may be in the log
+    (NotPrimary("h:1"), True, True),  # a follower stores nothing
     (InvalidArgument("bad"), True, False),
     (ProtocolError("bad"), False, False),
     (OSError("not ours"), False, False),

@@ -171,7 +171,8 @@ def test_a_clean_close_saves_the_window_and_replays_nothing(tmp_path, small_conf
     with fmq.Broker.open(path, small_config) as broker:
         assert broker.idempotence.window.snapshot() == live
     window_file = tmp_path / "d" / DEDUP_WINDOW_FILE
-    window_file.write_bytes(window_file.read_bytes()[:-1] + b"?")
+    saved = window_file.read_bytes()
+    window_file.write_bytes(saved[:-1] + bytes([saved[-1] ^ 0xFF]))  # surely damaged
     with fmq.Broker.open(path, small_config) as broker:
         assert broker.recovery.start_offset == 0
         assert broker.idempotence.window.snapshot() == live

@@ -60,6 +60,16 @@ def test_table_aligns_columns_and_right_aligns_numbers():
     assert out.table([], [("X", lambda r: r)], "nothing") == "nothing"
 
 
+def test_addresses_start_with_a_digit_but_stay_left_aligned():
+    rows = [{"at": "127.0.0.1:9876", "lag": 0}, {"at": "127.0.0.1:10", "lag": 4096}]
+    text = out.table(rows, [("ADDRESS", lambda r: r["at"]), ("LAG", lambda r: r["lag"])])
+    assert text.splitlines() == [
+        "ADDRESS           LAG",
+        "127.0.0.1:9876      0",
+        "127.0.0.1:10    4,096",
+    ]
+
+
 def test_checkpoint_show_prints_a_date_not_epoch_seconds(data_dir):
     text = run("checkpoint", "show", data_dir)
     data = json.loads(run("checkpoint", "show", data_dir, "--json"))

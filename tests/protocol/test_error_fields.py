@@ -11,6 +11,7 @@ from fmq.errors import (
     DataDirLocked,
     FMQError,
     GroupHasMembers,
+    LeadershipLost,
     LogFailed,
     NotEnoughReplicas,
     NotPrimary,
@@ -18,6 +19,7 @@ from fmq.errors import (
     ReplicaBehindRetention,
     ReplicaDiverged,
     SegmentUnavailable,
+    StalePrimary,
     TornRecord,
     all_error_classes,
 )
@@ -39,6 +41,9 @@ WITH_FIELDS = [
     NotEnoughReplicas(0, 2),
     ReplicaBehindRetention(4096, 1 << 40),
     ReplicaDiverged(77, 12),
+    StalePrimary(3, 4),
+    LeadershipLost(""),
+    LeadershipLost("10.0.0.1:9876"),
     OutOfOrderSequence("p-1 is more than 3 below", 12, 9000, 10_000),
     AccessDenied("produce", "topic 'a on b is not allowed: c'"),
 ]

@@ -9,6 +9,7 @@ import time
 
 from fmq.client import Client
 from fmq.datadir import LOG_DIR
+from fmq.errors import FMQError
 from fmq.log.record import Record, decode
 from fmq.protocol import Op
 from tests.server.harness import ServerProcess
@@ -25,12 +26,17 @@ def status(server: ServerProcess) -> dict:
 
 def wait_caught_up(follower: ServerProcess, primary: ServerProcess, timeout: float = 30.0
                    ) -> int:
-    """Wait until the follower holds the primary's whole durable log; returns that end."""
+    """Wait until the follower holds the primary's whole durable log; returns that end. A
+    node changing role (it cuts its log and reopens) refuses for a moment: asked again."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        end = status(primary)["durable_end"]
-        if status(follower)["durable_end"] == end:
-            return end
+        try:
+            end = status(primary)["durable_end"]
+            if status(follower)["durable_end"] == end:
+                return end
+        except FMQError as exc:
+            if not exc.retriable:
+                raise
         time.sleep(0.05)
     raise AssertionError(f"follower not caught up: {status(follower)} vs {status(primary)}")
 

@@ -66,7 +66,11 @@ def test_follower_applies_its_own_retention_without_writing(node):
     primary = node("primary", SMALL)
     follower = node("follower", {**SMALL, "follow": primary.address,
                                  "retention_bytes": 2 * SMALL["segment_size"],
-                                 "retention_interval_ms": 100, "checkpoint_interval_ms": 100})
+                                 "retention_interval_ms": 100, "checkpoint_interval_ms": 100,
+                                 # It keeps the dedup window of the idempotent sends it
+                                 # copies (for a promotion), which holds its checkpoint
+                                 # and retention for that long, as on a primary.
+                                 "dedup_window_ms": 200})
     with Producer(primary.address) as p:
         for _ in range(10):
             p.send_batch([p_msg(i) for i in range(100)])

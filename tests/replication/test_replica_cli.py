@@ -89,3 +89,34 @@ def test_metrics_show_followers_lag_and_in_sync(node):
     assert value(samples, "fmq_follower_lag_bytes", follower=name) == 0
     assert ("fmq_not_enough_replicas_total", ()) in samples
     assert ("fmq_replica_lag_bytes", ()) in scrape(follower_metrics)
+
+
+def test_status_of_a_group_shows_every_node_in_one_table(node):
+    primary = node("primary", SMALL)
+    follower = node("follower", {**SMALL, "follow": primary.address})
+    gone = f"127.0.0.1:{free_port()}"  # a node that does not answer
+    wait_in_sync(primary)
+    with Producer(primary.address) as p:
+        p.send("t", b"x")
+    end = wait_caught_up(follower, primary)
+    both = f"{follower.address},{primary.address}"
+    out = run_cli("replica", "status", "--server", both, "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["address"] for r in rows] == [follower.address, primary.address]
+    f, p_ = rows
+    assert (f["role"], f["primary"], f["durable_end"], f["lag_bytes"], f["in_sync_member"]) \
+        == ("follower", primary.address, end, 0, True)
+    assert (p_["role"], p_["durable_end"], p_["lag_bytes"]) == ("primary", end, 0)
+    assert f["epoch"] == p_["epoch"]
+    text = run_cli("replica", "status", "--server", both).stdout
+    lines = text.splitlines()
+    assert lines[0].split()[:4] == ["ADDRESS", "NODE", "ROLE", "EPOCH"]
+    assert lines[1].startswith(follower.address) and f"follower of {primary.address}" in lines[1]
+    assert lines[2].startswith(primary.address) and "primary (async" in lines[2]
+    # A node that does not answer is a row with its error, and the exit status says so.
+    out = run_cli("replica", "status", "--server", f"{both},{gone}", "--json")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    rows = json.loads(out.stdout)
+    assert rows[2]["address"] == gone and rows[2]["error"] and "role" not in rows[2]
+    assert rows[0]["in_sync_member"] is True

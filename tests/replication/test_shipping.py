@@ -64,7 +64,9 @@ def test_follower_copies_byte_identical_log_and_index(node):
 def test_follower_refuses_writes_naming_the_primary(node):
     primary = node("primary", SMALL)
     follower = node("follower", {**SMALL, "follow": primary.address})
-    with Producer(follower.address, retries=0) as p, pytest.raises(NotPrimary) as info:
+    # node="any": talk to the follower itself (a producer would go on to the primary)
+    with Producer(follower.address, retries=0, node="any") as p, \
+            pytest.raises(NotPrimary) as info:
         p.send("t", b"x")
     assert info.value.primary == primary.address and info.value.retriable
 
@@ -86,14 +88,16 @@ def test_timers_and_offsets_reach_the_follower_from_the_primary_only(node):
     end = wait_caught_up(follower, primary)
     assert_identical_up_to(primary, follower, end)
     assert pull_all(follower, "later", 1) == pull_all(primary, "later", 1)
-    with Producer(follower.address, retries=0) as f:
+    # node="any": talk to the follower itself; after a NotPrimary a client moves on to the
+    # primary, so each refusal gets a client of its own.
+    with Producer(follower.address, retries=0, node="any") as f:
         assert f.call(Op.FETCH_OFFSET, {"group": "cg", "topic": "later",
                                         "queue_id": 0})["offset"] == 0
         with pytest.raises(NotPrimary):
             f.send("later", b"x", delay=1)
-        with pytest.raises(NotPrimary):
-            f.call(Op.COMMIT_OFFSET, {"group": "cg", "topic": "later", "queue_id": 0,
-                                      "next_offset": 1})
+    with Producer(follower.address, retries=0, node="any") as f, pytest.raises(NotPrimary):
+        f.call(Op.COMMIT_OFFSET, {"group": "cg", "topic": "later", "queue_id": 0,
+                                  "next_offset": 1})
     assert status(follower)["durable_end"] == end  # the follower wrote nothing of its own
 
 

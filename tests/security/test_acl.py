@@ -83,6 +83,8 @@ CASES: dict[Op, tuple[dict, list[tuple[str, str, str]] | None]] = {
     Op.REPL_FETCH: ({"follower": "127.0.0.1:1", "epoch": 0, "from_offset": 0,
                      "max_bytes": 4096, "wait_ms": 0}, [("admin", "cluster", "cluster")]),
     Op.REPL_STATUS: ({}, [("describe", "cluster", "cluster")]),
+    Op.EPOCH_END: ({"epoch": 0}, [("admin", "cluster", "cluster")]),
+    Op.PROMOTE: ({"node": ""}, [("admin", "cluster", "cluster")]),
 }
 #: Extra cases beyond one per operation: GROUPS of one group needs describe on that group.
 EXTRA = [(Op.GROUPS, {"group": "g1"}, [("describe", "group", "g1")])]

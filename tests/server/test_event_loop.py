@@ -15,7 +15,7 @@ import time
 import pytest
 
 from fmq.client import Client, Producer
-from fmq.errors import FMQError, InvalidArgument
+from fmq.errors import FMQError, InvalidArgument, ProtocolError
 from fmq.protocol import FrameDecoder, Op, decode_error, decode_response, encode_request
 
 from .conftest import FAST
@@ -146,6 +146,31 @@ def test_oversized_lists_are_refused_from_the_count_before_decoding(start_server
     assert err.is_error and isinstance(decode_error(err), InvalidArgument)
     assert "1000000 messages" in str(decode_error(err))
     assert not pong.is_error and decode_response(pong)["protocol_version"] == 1
+
+
+def test_a_payload_too_short_for_its_list_count_is_malformed(start_server):
+    """A payload no longer than the limit cannot hold more items than the limit (each item
+    takes a byte at least), so its count is not pre-decoded: a count claiming more is a
+    malformed payload (ProtocolError, the connection closes) and nothing is stored."""
+    srv = start_server(dict(FAST, server=dict(FAST["server"], max_batch_messages=100)))
+    host, port = srv.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.settimeout(10)
+        payload = struct.pack(">I", 1_000_000) + b"\xff" * 60  # 64 bytes <= 100
+        s.sendall(struct.pack(">IBBHQ", 12 + len(payload), 1, Op.SEND_BATCH, 0, 7) + payload)
+        dec = FrameDecoder()
+        frames: list = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break  # closed by the server, after its answer
+            frames.extend(dec.feed(data))
+    assert len(frames) == 1 and frames[0].is_error
+    err = decode_error(frames[0])
+    assert isinstance(err, ProtocolError) and "claims 1000000 items" in str(err)
+    with Client(srv.address, retries=0) as c:  # the server itself is fine
+        c.call(Op.SEND_BATCH, {"messages": [message("short", b"x")] * 3})
+    assert stored_count(srv.address, "short") == 3
 
 
 # ---------------------------------------------------------------- group memberships

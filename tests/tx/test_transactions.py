@@ -311,3 +311,52 @@ def test_periodic_checkpoint_runs_in_the_background(tmp_path):
             time.sleep(0.05)
         assert b.last_checkpoint is not None
         assert b.last_checkpoint.recovery_offset == b.stats()["log_end"]
+
+
+def test_a_retried_prepare_is_answered_from_the_first_and_written_once(broker):
+    first = msgs(b"a" * 300, b"b" * 300) + [Message("u", b"c", tags="x", properties={"p": "1"})]
+    tx = broker.prepare(first, "g", tx_id="tx-retried")
+    end = broker.stats()["log_end"]
+    again = msgs(b"a" * 300, b"b" * 300) + [Message("u", b"c", tags="x", properties={"p": "1"})]
+    assert broker.prepare(again, "g", tx_id=tx) == tx
+    assert broker.stats()["log_end"] == end  # nothing written twice
+    for other_group, other in [
+        ("h", again),                                                 # another producer group
+        ("g", again[:2]),                                             # a message fewer
+        ("g", msgs(b"a" * 300, b"B" * 300) + again[2:]),              # a body differs
+        ("g", again[:2] + [Message("u", b"c", tags="x", properties={"p": "2"})]),
+        ("g", again[:2] + [Message("t", b"c", tags="x", properties={"p": "1"})]),
+    ]:
+        with pytest.raises(fmq.DuplicateTransaction):
+            broker.prepare(other, other_group, tx_id=tx)
+    assert broker.stats()["log_end"] == end
+    assert broker.commit(tx) == TxState.COMMIT
+    assert visible(broker) == [b"a" * 300, b"b" * 300, b"c"]  # one copy of each
+    with pytest.raises(fmq.DuplicateTransaction):  # ended: a reused id
+        broker.prepare(again[:2], "g", tx_id=tx)
+
+
+def test_a_retried_prepare_of_a_transaction_committed_meanwhile_is_answered(tmp_path):
+    # Feedback committed it (the checker said so) before the producer's retry came.
+    with fmq.Broker.open(str(tmp_path), cfg(segment_size=4096, max_message_size=1024)) as b:
+        first = [Message("t", bytes([i]) * 600, key=f"k{i}", properties={"i": str(i)})
+                 for i in range(8)]  # across segments: fillers between the PRE_MESSAGEs
+        tx = b.prepare(first, "g", tx_id="tx-done")
+        assert b.commit(tx) == TxState.COMMIT
+        b.wait_indexed()
+        end = b.stats()["log_end"]
+        assert b.prepare(list(first), "g", tx_id=tx) == tx
+        assert b.stats()["log_end"] == end
+        assert b.commit(tx) == TxState.COMMIT  # the producer goes on: nothing changes
+        changed = first[:7] + [Message("t", bytes([7]) * 600, key="k7", properties={"i": "8"})]
+        for group, other in [("g", changed), ("h", first), ("g", first[:7])]:
+            with pytest.raises(fmq.DuplicateTransaction):
+                b.prepare(other, group, tx_id=tx)
+        rolled = b.prepare(msgs(b"r"), "g", tx_id="tx-rolled")
+        b.rollback(rolled)
+        b.wait_indexed()
+        end = b.stats()["log_end"]
+        with pytest.raises(fmq.TransactionRolledBack):  # never answered as stored
+            b.prepare(msgs(b"r"), "g", tx_id=rolled)
+        assert b.stats()["log_end"] == end
+        assert visible(b) == sorted(m.body for m in first)

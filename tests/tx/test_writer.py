@@ -1,8 +1,16 @@
-"""The transaction writer's REF-versus-copy rule uses the codec's own size of a record."""
+"""The transaction writer: the REF-versus-copy rule uses the codec's own size of a record;
+the pipelined commit (place, then done) against concurrent enders; the codec's append and
+overwrite paths."""
 
 from __future__ import annotations
 
-from fmq.log.record import Record, RecordType, encode, encoded_length
+import threading
+
+import pytest
+
+from fmq import Broker, BrokerConfig, Message, TxState
+from fmq.errors import InvalidArgument, TransactionConflict
+from fmq.log.record import Record, RecordType, encode, encode_into, encoded_length
 
 
 def test_encoded_length_of_a_ref_record_is_what_encode_writes():
@@ -15,3 +23,89 @@ def test_encoded_length_counts_body_and_properties_of_a_copy():
     rec = Record(RecordType.TX_MESSAGE, topic="pay", tx_id="tx-2", producer_group="shop",
                  properties={"a": "b"}, body=b"x" * 33)
     assert encoded_length(rec) == len(encode(rec))
+
+
+# ---------------------------------------------------------------- the pipelined write path
+
+@pytest.fixture
+def tx_broker(tmp_path):
+    b = Broker.open(str(tmp_path / "data"), BrokerConfig(checkpoint_interval_ms=0,
+                                                         retention_interval_ms=0))
+    yield b
+    b.close()
+
+
+def test_place_commit_leaves_a_transaction_another_thread_is_ending_to_that_thread(tx_broker):
+    w = tx_broker.tx_writer
+    tx_id = tx_broker.prepare([Message("t", b"x" * 400)], "g")
+    open_tx = tx_broker.tx.open[tx_id]
+    with open_tx.busy:  # a rollback or relocation holds it
+        assert w.place_commit(tx_id) is None
+    placed, end = w.place_commit(tx_id)
+    tx_broker.wait_durable(end)
+    w.commit_done(placed)
+    assert not open_tx.busy.locked()
+    assert w.place_commit(tx_id) is TxState.COMMIT  # ended: its state, nothing placed
+
+
+def test_racing_commits_and_rollbacks_end_each_transaction_exactly_once(tx_broker):
+    ids = [tx_broker.prepare([Message("t", b"y" * 300)], "g") for _ in range(40)]
+    outcomes: dict[str, list] = {i: [] for i in ids}
+
+    def commit_all() -> None:
+        w = tx_broker.tx_writer
+        for i in ids:
+            try:
+                placed = w.place_commit(i)
+            except TransactionConflict:
+                continue  # rolled back first
+            if isinstance(placed, tuple):
+                tx_broker.wait_durable(placed[1])
+                w.commit_done(placed[0])
+                outcomes[i].append("commit")
+
+    def rollback_all() -> None:
+        for i in ids:
+            try:
+                if tx_broker.rollback(i) is TxState.ROLLBACK:
+                    outcomes[i].append("rollback")
+            except TransactionConflict:
+                pass  # committed (or committing) first
+
+    threads = [threading.Thread(target=commit_all), threading.Thread(target=rollback_all)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not tx_broker.tx.open
+    for i in ids:
+        final = tx_broker.tx.finished[i]
+        assert outcomes[i] == ["commit" if final is TxState.COMMIT else "rollback"]
+    tx_broker.wait_indexed()
+    stored = sum(len(v) for v in tx_broker.all_messages(["t"]).values())
+    assert stored == sum(1 for i in ids if tx_broker.tx.finished[i] is TxState.COMMIT)
+
+
+def test_a_producer_group_is_still_checked_after_a_valid_one_was_remembered(tx_broker):
+    tx_broker.prepare([Message("t", b"z")], "good")
+    with pytest.raises(InvalidArgument, match="control character"):
+        tx_broker.prepare([Message("t", b"z")], "bad\ngroup")
+    with pytest.raises(InvalidArgument, match="must be a string"):
+        tx_broker.prepare([Message("t", b"z")], ["good"])
+    tx_broker.prepare([Message("t", b"z")], "good")
+
+
+def test_encode_into_names_the_field_longer_than_the_format_allows():
+    rec = Record(RecordType.MESSAGE, topic="t", key="k" * 70000)
+    with pytest.raises(ValueError, match="^key is longer than 65535 bytes"):
+        encode_into(bytearray(), 0, rec)
+
+
+def test_encode_into_over_existing_bytes_writes_what_an_append_writes():
+    rec = Record(RecordType.MESSAGE, topic="t", key="k", tags="a", properties={"p": "q"},
+                 body=b"payload", queue_id=2, queue_offset=5)
+    appended = bytearray(b"head")
+    encode_into(appended, 4, rec)
+    overwritten = bytearray(b"head" + b"\xff" * 300)
+    n = encode_into(overwritten, 4, rec)
+    assert bytes(overwritten[:4 + n]) == bytes(appended)

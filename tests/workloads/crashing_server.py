@@ -24,14 +24,15 @@ from tests.crashkit import CrashingIO
 
 
 def arm_before_first_commit(broker: fmq.Broker, io: CrashingIO, arm: dict[str, Any]) -> None:
-    commit = broker.commit
+    # Every commit (on the send pipeline or in a worker thread) places its records here.
+    place = broker.tx_writer.place_commit_records
 
-    def armed_commit(tx_id: str) -> fmq.TxState:
+    def armed_place(tx: Any) -> int:
         if io.plan is None:
             io.arm(**arm)
-        return commit(tx_id)
+        return place(tx)
 
-    broker.commit = armed_commit  # type: ignore[method-assign]
+    broker.tx_writer.place_commit_records = armed_place  # type: ignore[method-assign]
 
 
 def main(argv: list[str]) -> None:

@@ -1,0 +1,59 @@
+"""A primary's term: the EPOCH record that starts it, and where a follower's log diverges
+from its primary's (Kafka's leader-epoch truncation, KIP-101).
+
+A node that becomes primary (``fmq replica promote``, an election) appends one EPOCH
+record with its epoch and node name and fdatasyncs it before it acknowledges anything, so
+every record after it belongs to the new term. A node that starts following asks its
+primary where its own last epoch ends in the primary's log (EPOCH_END); whatever it holds
+past that point was written by a primary of an older term and never reached the new one,
+so it was never acknowledged in ``sync`` mode: the node cuts it (docs/replication.md).
+"""
+
+from __future__ import annotations
+
+from fmq.engine.broker import Broker
+from fmq.errors import LogFailed
+from fmq.index.entries import EpochEntry
+from fmq.index.epochs import epoch_end, last_epoch
+from fmq.log.record import Record, RecordType, encoded_length
+from fmq.tx.log_access import now_ms
+
+#: How long the new term waits for its EPOCH record to be indexed (it always is at once,
+#: unless the index cannot be written).
+_INDEX_WAIT_S = 30.0
+
+
+def current_epoch(broker: Broker) -> int:
+    """The newest epoch ``broker``'s log records (0: none)."""
+    return last_epoch(broker.index.epoch_history())
+
+
+def start_term(broker: Broker, epoch: int, node: str) -> EpochEntry:
+    """Append the EPOCH record of term ``epoch`` started by ``node``, fdatasync it and wait
+    until the epoch history has it. Call it before the term acknowledges anything."""
+    known = current_epoch(broker)
+    if epoch <= known:
+        raise ValueError(f"epoch {epoch} is not above the log's newest epoch {known}")
+    record = Record(RecordType.EPOCH, store_time=now_ms(), queue_offset=epoch,
+                    producer_group=node)
+    log = broker.log
+    with log.lock:
+        log.reserve_locked([encoded_length(record)])
+        log.append_locked(record)
+        end = log.next_offset
+    log.wait_durable(end, sync=True)
+    if not broker.dispatcher.wait_applied(end, _INDEX_WAIT_S):
+        raise LogFailed(f"the EPOCH record of epoch {epoch} is durable but the index did not "
+                        f"take it ({broker.dispatcher.error or broker.dispatcher.failing}); "
+                        f"restart the server (recovery indexes it)")
+    return EpochEntry(epoch, record.log_offset, node)
+
+
+def divergence_point(history: list[EpochEntry], log_end: int, primary_epoch: int,
+                     primary_end: int) -> int:
+    """Where this log must be cut to continue its primary's: ``history`` and ``log_end``
+    are this node's; the primary answered EPOCH_END for this node's last epoch with
+    (``primary_epoch``, the largest epoch it knows at or below it, ``primary_end``, where
+    that epoch ends in its log). Returns ``log_end`` when nothing is to be cut."""
+    _, own_end = epoch_end(history, primary_epoch, log_end)
+    return min(log_end, own_end, primary_end)

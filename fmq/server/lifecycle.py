@@ -1,0 +1,136 @@
+"""Running a server process: bind the port, open the broker, serve, and reopen the broker in
+another role when the node's role in its broker group changes.
+
+A role change (a follower promoted, a follower that must cut an older term's records, an
+elected or deposed primary) stops the :class:`~fmq.server.server.Server` gracefully (the
+follower thread stops, requests in flight are answered, the broker closes), cuts the log
+if asked, reopens the broker in the new role and serves again on the **same** listening
+socket: clients connecting meanwhile wait in its backlog, clients whose connection closed
+reconnect (docs/replication.md, *Role changes*). A new primary writes its EPOCH record
+(:func:`fmq.replication.term.start_term`) before the server answers anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from fmq.admin.repair import cut_log
+from fmq.config import BrokerConfig
+from fmq.coordination.lease import parse_coordinator
+from fmq.engine.broker import Broker
+from fmq.errors import ConfigError
+from fmq.replication.term import current_epoch, start_term
+from fmq.security import UserStore
+from fmq.server.config import ServerConfig
+from fmq.server.descriptors import fit_connections
+from fmq.server.election import Elector
+from fmq.server.event_loop import resolve_event_loop, run_on_event_loop
+from fmq.server.exposure import check_exposure
+from fmq.server.listener import bind_listener
+from fmq.server.replica_role import RoleChange
+from fmq.server.server import Server
+from fmq.server.tls import server_context
+
+logger = logging.getLogger("fmq.server")
+
+
+def open_in_role(data_dir: str, config: BrokerConfig, change: RoleChange | None) -> Broker:
+    """Open the broker for its next role: cut the log first when ``change`` says so; a new
+    primary starts its term (the EPOCH record, fdatasync'd) before it is returned."""
+    if change is not None and change.cut_at is not None:
+        deleted = cut_log(data_dir, change.cut_at)
+        logger.warning("cut the log at %d (records of an older term; segments deleted: %s); "
+                       "the index is rebuilt from the log", change.cut_at, deleted)
+    broker = Broker.open(data_dir, config)
+    if change is not None and not change.follow:
+        try:
+            epoch = max(change.epoch or 0, current_epoch(broker) + 1)
+            entry = start_term(broker, epoch, change.node)
+        except BaseException:
+            broker.close()
+            raise
+        logger.info("primary of epoch %d (node %s) from log offset %d", entry.epoch,
+                    entry.node, entry.start)
+    return broker
+
+
+def _serve_once(broker: Broker, server_config: ServerConfig, listener: socket.socket,
+                on_listening: Callable[[str, int], None] | None,
+                elector: Elector | None) -> Server:
+    rec = broker.recovery
+    logger.info("recovery: replayed %d records from offset %d, %d open transactions, "
+                "torn tail %s", rec.records_replayed, rec.start_offset,
+                rec.open_transactions, rec.torn_tail)
+    # After the broker opened its segments and index: they count as in use. Connections
+    # that have not sent a request yet hold descriptors too.
+    connections = fit_connections(server_config.max_connections,
+                                  server_config.descriptor_reserve
+                                  + server_config.max_pending_connections)
+    if connections != server_config.max_connections:
+        server_config = server_config.replace(max_connections=connections)
+    # The server closes the socket it serves on; the process keeps the bound one.
+    server = Server(broker, server_config, listener.dup())
+    server.on_listening = on_listening
+    if elector is not None:
+        server.on_role = elector.attach
+    logger.info("event loop: %s", resolve_event_loop(server_config.event_loop))
+    try:
+        run_on_event_loop(server.serve(), server_config.event_loop)
+    finally:
+        if elector is not None:
+            elector.detach()
+    return server
+
+
+def run_server(data_dir: str, broker_config: Any = None,
+               server_config: ServerConfig | None = None,
+               on_listening: Callable[[str, int], None] | None = None,
+               insecure: bool = False) -> None:
+    """Bind the port, open the broker (running recovery), serve until SIGINT/SIGTERM, close
+    cleanly; reopen in a new role as often as the node's role changes. The port is bound
+    first so that a clash is reported before a long recovery. Raises DataDirLocked when
+    another process holds ``data_dir``, ConfigError when it has no users and
+    ``server_config.host`` is not loopback (unless ``insecure``)."""
+    server_config = server_config or ServerConfig()
+    broker_config = broker_config or BrokerConfig()
+    server_context(server_config)  # unreadable TLS files are reported before anything else
+    if server_config.coordinator:
+        if broker_config.follow:
+            raise ConfigError("follow and coordinator exclude each other: with a coordinator "
+                              "the leader key in etcd says whom to follow; drop --follow")
+        parse_coordinator(server_config.coordinator)
+    has_users = UserStore(data_dir).has_users if os.path.isdir(data_dir) else False
+    check_exposure(server_config.host, has_users, insecure, data_dir)
+    listener = bind_listener(server_config.host, server_config.port)
+    broker: Broker | None = None
+    change: RoleChange | None = None
+    elector: Elector | None = None
+    try:
+        if server_config.coordinator:
+            address = f"{server_config.host}:{listener.getsockname()[1]}"
+            elector = Elector(server_config, broker_config, address)
+            broker_config = broker_config.replace(follow=elector.initial_follow())
+            elector.start()
+        while True:
+            broker = open_in_role(data_dir, broker_config, change)
+            server = _serve_once(broker, server_config, listener, on_listening, elector)
+            broker.close()  # no-op after a graceful shutdown
+            if server.replication_failed is not None:
+                raise server.replication_failed
+            change = server.role_change
+            if change is None:
+                return
+            broker_config = broker_config.replace(follow=change.follow)
+            if server_config.port == 0:  # the next round serves the port this one had
+                server_config = server_config.replace(port=server.port)
+            logger.info("role change: %s", change.describe())
+    finally:
+        if elector is not None:
+            elector.stop()
+        listener.close()  # asyncio closed its copy; this covers an earlier error
+        if broker is not None:
+            broker.close()  # releases the directory after an error

@@ -1,0 +1,99 @@
+"""PREPARE and COMMIT on the send pipeline: their records are placed on the event loop at
+the end of the turn, with that turn's sends, and the acknowledger thread answers them with
+the flush that covers them.
+
+A transaction in a worker thread cost two thread hand-offs per request, a wait of its own
+for the group commit and a wake-up from it, which under the interpreter lock cost more than
+the records themselves (measured: docs/performance.md, "Transactions and recovery
+redo"). Through the pipeline a PREPARE or a COMMIT is placed and answered as a send is, and
+shares its flush with the sends and transactions of the same turn. The guarantees are the
+writer's
+(:mod:`fmq.tx.writer`): nothing is answered before its fdatasync (and, in ``sync``
+acknowledgement mode, before the followers hold it), a transaction is prepared only once
+its PREPARE and PRE_MESSAGEs are durable, and its REF/TX records and COMMIT go to the log
+in one placement.
+
+The pipeline is for ``flush_mode`` sync (a transaction is always fdatasync'd; the
+acknowledger of ``async`` mode only waits for the write); otherwise, and for a commit that
+meets its transaction busy (a concurrent commit or a relocation), the worker threads run
+the blocking calls as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from fmq.engine.broker import Broker
+from fmq.message import Message
+from fmq.server.context import ServerContext
+from fmq.tx.manager import OpenTransaction
+from fmq.tx.state import TxState
+
+
+def pipelined(ctx: ServerContext) -> bool:
+    """Whether transaction writes go through the send pipeline (see the module doc)."""
+    return ctx.batcher is not None and ctx.broker.config.flush_mode == "sync"
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def prepare(ctx: ServerContext, messages: Sequence[Message], producer_group: str,
+            tx_id: str | None, answer: Callable[[str], Any] = _same) -> Awaitable[Any]:
+    """PREPARE: ``answer(transaction id)`` once PREPARE and PRE_MESSAGEs are durable (a
+    future, without a task of its own, on the pipeline)."""
+    broker = ctx.broker
+    if not pipelined(ctx):
+        return _in_thread(ctx, answer, broker.prepare, messages, producer_group, tx_id)
+    writer = broker.tx_writer
+
+    def place() -> tuple[OpenTransaction, int]:
+        return writer.place_prepare(messages, producer_group, tx_id)
+
+    def finish(tx: OpenTransaction, failure: BaseException | None) -> Any:
+        return answer(writer.prepare_done(tx, failure))
+
+    return ctx.batcher.submit_write(place, finish)
+
+
+def commit(ctx: ServerContext, tx_id: str, answer: Callable[[TxState], Any] = _same
+           ) -> Awaitable[Any]:
+    """COMMIT: ``answer(final state)`` once the commit is durable; wakes the pulls of the
+    queues the transaction's messages went to."""
+    if not pipelined(ctx):
+        return _in_thread(ctx, answer, _commit_in_thread, ctx, tx_id)
+    writer = ctx.broker.tx_writer
+
+    def place() -> tuple[Any, int | None]:
+        placed = writer.place_commit(tx_id)
+        if placed is None:  # being ended or relocated: a worker thread waits for that
+            return asyncio.ensure_future(_in_thread(ctx, answer, _commit_in_thread, ctx,
+                                                    tx_id)), None
+        if isinstance(placed, TxState):  # it had ended already
+            return answer(placed), None
+        return placed
+
+    def finish(tx: OpenTransaction, failure: BaseException | None) -> Any:
+        writer.commit_done(tx, failure)
+        if failure is None:
+            ctx.data_arrived({(m.topic, m.queue_id) for m in tx.messages})
+        return answer(TxState.COMMIT)
+
+    return ctx.batcher.submit_write(place, finish)
+
+
+async def _in_thread(ctx: ServerContext, answer: Callable[[Any], Any],
+                     fn: Callable[..., Any], *args: Any) -> Any:
+    return answer(await ctx.write(fn, *args))
+
+
+def _commit_in_thread(ctx: ServerContext, tx_id: str) -> TxState:
+    """Commit (blocking) and wake the pulls of the queues that got messages."""
+    broker: Broker = ctx.broker
+    queues = broker.tx.queues_of(tx_id)
+    state = broker.commit(tx_id)
+    ctx.loop.call_soon_threadsafe(ctx.data_arrived, queues)
+    return state

@@ -1,0 +1,261 @@
+"""A broker group of 3 real ``fmq server`` processes electing through a real etcd, and the
+checks the fail-over tests run on it afterwards.
+
+:class:`FailoverGroup` starts etcd (``tests/etcdkit.py``) and the nodes, says who is primary
+and when the group is whole again (one primary, every other node following it and in its
+in-sync set), kills and restarts nodes. :class:`History` is what producers record
+client-side: every message they tried to store, every acknowledgement, every transaction
+decision. :func:`check_readable` checks a node's consumer view against it;
+:func:`check_data_dir` runs the fault suite's invariants (``tests/faults/invariants.py``) on
+a stopped node's data directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter
+
+import fmq
+from fmq.errors import FMQError
+from tests.etcdkit import EtcdProcess
+from tests.faults.invariants import (
+    check_acked_and_transactions,
+    check_index_matches_rebuild,
+    compare_states,
+    log_records,
+    state_of,
+)
+from tests.faults.workload import body_for, message_id, msg
+from tests.server.harness import ServerProcess
+
+from .cluster import SMALL, assert_identical_up_to, pull_all, status
+
+#: The topic the producers write (one of the fault suite's topics, which its checks read).
+TOPIC = "orders"
+QUEUES = 4
+#: The smallest lease TTL the server accepts: a fail-over takes about this long.
+TTL_S = 3
+GROUP_CONFIG = {**SMALL, "queues_per_topic": QUEUES, "ack_mode": "sync", "min_insync": 1,
+                "tx_check_after_ms": 300, "server": {"lease_ttl_s": TTL_S}}
+
+
+def broker_config(config: dict) -> fmq.BrokerConfig:
+    """The broker part of a server config dict (without the ``server`` section)."""
+    return fmq.BrokerConfig(**{k: v for k, v in config.items() if k != "server"})
+
+
+def role_of(node: ServerProcess) -> dict:
+    """The node's REPL_STATUS, or ``{"role": "down"}`` when it does not answer."""
+    if not node.alive:
+        return {"role": "down"}
+    try:
+        return status(node)
+    except (FMQError, OSError):
+        return {"role": "down"}
+
+
+class FailoverGroup:
+    """etcd and the nodes ``names`` of group "g", their data under ``work``."""
+
+    def __init__(self, work: str, names: tuple[str, ...] = ("n1", "n2", "n3"),
+                 config: dict = GROUP_CONFIG) -> None:
+        self.work = work
+        self.config = config
+        self.etcd = EtcdProcess(os.path.join(work, "etcd"))
+        self.nodes: list[ServerProcess] = []
+        self.names = names
+
+    def start(self) -> FailoverGroup:
+        self.etcd.start()
+        for name in self.names:
+            node = ServerProcess(os.path.join(self.work, name), self.config,
+                                 extra_args=("--coordinator", self.etcd.url, "--group", "g",
+                                             "--node", name))
+            self.nodes.append(node)
+        for node in self.nodes:
+            node.start()
+        return self
+
+    @property
+    def servers(self) -> str:
+        """Every node's address, as clients take them."""
+        return ",".join(n.address for n in self.nodes)
+
+    def others(self, node: ServerProcess) -> list[ServerProcess]:
+        return [n for n in self.nodes if n is not node]
+
+    def wait_primary(self, among: list[ServerProcess] | None = None,
+                     timeout: float = 30.0) -> ServerProcess:
+        """The one node of ``among`` (default: all) serving as primary while every other
+        live node of the group follows it."""
+        among = among or self.nodes
+        deadline = time.monotonic() + timeout
+        roles: list[dict] = []
+        while time.monotonic() < deadline:
+            roles = [role_of(n) for n in self.nodes]
+            primaries = [n for n, r in zip(self.nodes, roles, strict=True)
+                         if r["role"] == "primary"]
+            if len(primaries) == 1 and primaries[0] in among and all(
+                    r.get("primary") == primaries[0].address
+                    for n, r in zip(self.nodes, roles, strict=True)
+                    if n is not primaries[0] and r["role"] != "down"):
+                return primaries[0]
+            time.sleep(0.05)
+        raise AssertionError(f"no single primary among {[n.address for n in among]}: {roles}")
+
+    def wait_whole(self, timeout: float = 30.0) -> ServerProcess:
+        """Wait until every node is up, one is primary and the others are in its in-sync
+        set; returns the primary."""
+        deadline = time.monotonic() + timeout
+        while True:
+            primary = self.wait_primary(timeout=max(0.1, deadline - time.monotonic()))
+            st = role_of(primary)
+            want = {n.address for n in self.others(primary)}
+            if st["role"] == "primary" and want <= set(st.get("in_sync", ())):
+                return primary
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the group is not whole and in sync: {st}")
+            time.sleep(0.05)
+
+    def wait_same_end(self, timeout: float = 30.0) -> tuple[ServerProcess, int]:
+        """With no writes coming: wait until every node holds the primary's durable end;
+        returns the primary and that end."""
+        deadline = time.monotonic() + timeout
+        while True:
+            primary = self.wait_whole(timeout=max(0.1, deadline - time.monotonic()))
+            ends = {role_of(n).get("durable_end") for n in self.nodes}
+            if len(ends) == 1 and None not in ends:
+                return primary, ends.pop()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the nodes hold different ends: {ends}")
+            time.sleep(0.05)
+
+    def assert_identical(self) -> tuple[ServerProcess, int]:
+        """Every node's segment files are byte for byte the primary's up to the common
+        durable end (the nodes running, nothing being written)."""
+        primary, end = self.wait_same_end()
+        for node in self.others(primary):
+            assert_identical_up_to(primary, node, end)
+        return primary, end
+
+    def stop(self) -> None:
+        """Stop the followers, then the primary (graceful), then etcd."""
+        primary = next((n for n in self.nodes if role_of(n)["role"] == "primary"), None)
+        for node in [*self.others(primary), primary] if primary else self.nodes:
+            if node.alive:
+                node.stop()
+        self.etcd.stop()
+
+    def kill(self) -> None:
+        for node in self.nodes:
+            if node.alive:
+                node.proc.send_signal(signal.SIGCONT)  # a stopped one cannot die
+                node.kill()
+        self.etcd.stop()
+
+    def count_in_logs(self, text: str) -> int:
+        """How many times ``text`` occurs in the nodes' whole logs."""
+        return sum(n.log().count(text) for n in self.nodes)
+
+    def logs(self) -> str:
+        return "\n".join(f"==== {n.address} ({n.data_dir})\n{n.log()[-4000:]}"
+                         for n in self.nodes)
+
+
+class History:
+    """What the producers did, recorded client-side (thread-safe), in the fault suite's
+    plan and acknowledgement format (``tests/faults/workload.py``) so its checks read it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.plan: list[dict] = []
+        self.acks: list[dict] = []
+        #: tx id -> "commit" or "rollback": the producer's own decision.
+        self.decisions: dict[str, str] = {}
+        #: tx id -> its message ids.
+        self.tx_messages: dict[str, list[str]] = {}
+
+    def attempt_send(self, mid: str, size: int) -> bytes:
+        with self._lock:
+            self.plan.append({"op": "send", "msgs": [msg(mid, size)]})
+        return body_for(mid, size)
+
+    def acked_send(self, mid: str, result: fmq.SendResult) -> None:
+        with self._lock:
+            self.acks.append({"op": "send", "ids": [mid], "results": [
+                (result.offset, result.queue_id, result.queue_offset)]})
+
+    def attempt_tx(self, tx: str, mids: list[str], size: int) -> list[bytes]:
+        with self._lock:
+            self.plan.append({"op": "prepare", "tx": tx, "msgs": [msg(m, size) for m in mids]})
+            self.tx_messages[tx] = list(mids)
+        return [body_for(m, size) for m in mids]
+
+    def decide(self, tx: str, decision: str) -> None:
+        with self._lock:
+            self.decisions[tx] = decision
+
+    def acked(self, op: str, tx: str) -> None:
+        with self._lock:
+            self.acks.append({"op": op, "tx": tx})
+
+    def acked_sends(self) -> set[str]:
+        return {a["ids"][0] for a in self.acks if a["op"] == "send"}
+
+    def acked_ops(self, op: str) -> set[str]:
+        return {a["tx"] for a in self.acks if a["op"] == op}
+
+
+def readable(node: ServerProcess) -> Counter:
+    """How many times each message id is readable on ``node`` (its consumer view)."""
+    return Counter(message_id(bytes(body)) for queue in pull_all(node, TOPIC, QUEUES)
+                   for _q, _o, body in queue)
+
+
+def check_readable(node: ServerProcess, history: History) -> Counter:
+    """On ``node``: every acknowledged send readable exactly once, an unacknowledged one at
+    most once; every committed transaction wholly visible, a rolled-back or abandoned one
+    not at all, none partly; nothing readable that no producer sent."""
+    seen = readable(node)
+    where = node.address
+    sends = {op["msgs"][0]["id"] for op in history.plan if op["op"] == "send"}
+    for mid in history.acked_sends():
+        assert seen[mid] == 1, f"{where}: acknowledged {mid} is readable {seen[mid]} times"
+    for mid in sends:
+        assert seen[mid] <= 1, f"{where}: unacknowledged {mid} is readable {seen[mid]} times"
+    for tx, mids in history.tx_messages.items():
+        counts = [seen[m] for m in mids]
+        decision = history.decisions.get(tx, "rollback")  # no decision: abandoned
+        if decision == "commit":
+            assert counts == [1] * len(mids), f"{where}: committed {tx} shows {counts}"
+        else:
+            assert counts == [0] * len(mids), f"{where}: {decision} {tx} shows {counts}"
+    for tx in history.acked_ops("commit"):
+        assert history.decisions.get(tx) == "commit", tx
+    known = sends | {m for mids in history.tx_messages.values() for m in mids}
+    stray = set(seen) - known
+    assert not stray, f"{where}: readable messages no producer sent: {sorted(stray)[:5]}"
+    return seen
+
+
+def check_data_dir(data_dir: str, config: dict, history: History, work: str) -> None:
+    """The fault suite's invariants on a stopped node's data directory: I1 and I3 against
+    the producers' history, I6 (the index equals a rebuild from the log) and I5's first
+    half (recovering again gives the same state)."""
+    cfg = broker_config(config)
+    broker = fmq.Broker.open(data_dir, cfg)
+    try:
+        check_acked_and_transactions(broker, log_records(data_dir), history.plan,
+                                     history.acks)
+        first = state_of(broker, data_dir)
+        check_index_matches_rebuild(broker, data_dir, cfg, work)  # closes the broker
+    finally:
+        broker.close()
+    again = fmq.Broker.open(data_dir, cfg)
+    try:
+        compare_states(first, state_of(again, data_dir), f"{data_dir} recovered twice")
+    finally:
+        again.close()

@@ -1,0 +1,87 @@
+"""Leader epochs in the log: the EPOCH record, the epoch history derived from it (and
+rebuilt from the log), where an epoch ends, and the divergence point of a follower."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from fmq import Broker
+from fmq.admin.repair import cut_log
+from fmq.config import BrokerConfig
+from fmq.datadir import INDEX_DIR
+from fmq.index.entries import EpochEntry
+from fmq.index.epochs import epoch_end
+from fmq.log.record import RecordType
+from fmq.log.scanner import LogScanner
+from fmq.message import Message
+from fmq.replication.promote import promote_offline
+from fmq.replication.term import current_epoch, divergence_point, start_term
+
+HISTORY = [EpochEntry(2, 100, "a"), EpochEntry(5, 400, "b"), EpochEntry(7, 900, "c")]
+
+
+@pytest.mark.parametrize("asked,expected", [
+    (0, (0, 100)),  # before the first term: epoch 0 ends where epoch 2 starts
+    (1, (0, 100)),
+    (2, (2, 400)),
+    (4, (2, 400)),  # unknown here: the largest epoch below it
+    (5, (5, 900)),
+    (7, (7, 1200)),  # the newest epoch ends at the log end
+    (9, (7, 1200)),
+])
+def test_epoch_end(asked, expected):
+    assert epoch_end(HISTORY, asked, 1200) == expected
+
+
+def test_epoch_end_of_a_log_without_terms_is_its_end():
+    assert epoch_end([], 0, 777) == (0, 777)
+
+
+def test_divergence_point():
+    mine = [EpochEntry(2, 100, "a"), EpochEntry(3, 500, "old")]
+    # The primary knows epoch 2 only up to 450 (it never had epoch 3): cut at 450.
+    assert divergence_point(mine, 800, 2, 450) == 450
+    # The primary's epoch 2 went on past our epoch 3's start: cut at our epoch 3.
+    assert divergence_point(mine, 800, 2, 600) == 500
+    # Same epoch, the primary holds more: nothing to cut.
+    assert divergence_point(mine, 800, 3, 1000) == 800
+
+
+def test_epoch_history_is_derived_from_the_log(tmp_path):
+    path = str(tmp_path / "d")
+    with Broker.open(path) as b:
+        b.send(Message("t", b"before"))
+        assert current_epoch(b) == 0
+        first = start_term(b, 3, "node-a")
+        b.send(Message("t", b"after"))
+        with pytest.raises(ValueError):
+            start_term(b, 3, "node-b")  # an epoch never repeats
+        assert b.index.epoch_history() == [first]
+    second = promote_offline(path, "node-b")
+    assert second["epoch"] == 4
+    records = [r for r in LogScanner(os.path.join(path, "log")) if r.type == RecordType.EPOCH]
+    assert [(r.log_offset, r.queue_offset, r.producer_group) for r in records] == [
+        (first.start, 3, "node-a"), (second["offset"], 4, "node-b")]
+    shutil.rmtree(os.path.join(path, INDEX_DIR))  # deleting the index loses nothing
+    with Broker.open(path) as b:
+        assert b.index.epoch_history() == [first, EpochEntry(4, second["offset"], "node-b")]
+        bodies = sorted(bytes(m.body) for q in range(4) for m in b.pull("t", q, 0))
+        assert bodies == [b"after", b"before"]
+    # A cut before a term's EPOCH record removes the term from the history.
+    cut_log(path, second["offset"])
+    with Broker.open(path) as b:
+        assert b.index.epoch_history() == [first]
+
+
+def test_epoch_record_may_roll_a_segment(tmp_path):
+    path = str(tmp_path / "d")
+    cfg = BrokerConfig(segment_size=64 * 1024, max_message_size=32 * 1024)
+    with Broker.open(path, cfg) as b:
+        b.send(Message("t", b"x" * 30_000))
+        b.send(Message("t", b"x" * 30_000))
+        entry = start_term(b, 1, "n")
+        assert entry.start >= 0
+        assert b.index.epoch_history() == [entry]

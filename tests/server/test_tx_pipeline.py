@@ -1,0 +1,76 @@
+"""PREPARE and COMMIT on the send pipeline (fmq.server.tx_ops): requests that arrive
+together are placed in one event-loop turn, and a COMMIT that meets its transaction busy
+(another COMMIT of it placed in the same turn) is finished by a worker thread with the
+same answer. A real server on 127.0.0.1; raw frames so that several requests arrive in
+one read."""
+
+from __future__ import annotations
+
+import socket
+
+from fmq.client import Client
+from fmq.protocol import FrameDecoder, Op, decode_error, decode_response, encode_request
+
+from .conftest import FAST
+
+
+def message(topic: str, body: bytes) -> dict:
+    return {"topic": topic, "body": body, "key": None, "tags": None, "properties": {},
+            "queue_id": 0}
+
+
+def exchange(address: str, frames: list[bytes], answers: int) -> dict[int, object]:
+    """Send ``frames`` in one write; the decoded answer (or error) by request id."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.settimeout(10)
+        s.sendall(b"".join(frames))
+        dec = FrameDecoder()
+        got: list = []
+        while len(got) < answers:
+            data = s.recv(65536)
+            assert data, "the server closed the connection"
+            got.extend(dec.feed(data))
+    return {f.request_id: decode_error(f) if f.is_error else decode_response(f) for f in got}
+
+
+def test_commits_of_one_transaction_in_one_turn_both_answer_commit(start_server):
+    srv = start_server(FAST)
+    prepared = exchange(srv.address, [encode_request(
+        Op.PREPARE, 1, {"producer_group": "g", "tx_id": None,
+                        "messages": [message("pay", b"once")]})], 1)
+    tx_id = prepared[1]["tx_id"]
+    # Two COMMITs in one read: the second finds the transaction busy with the first.
+    commits = exchange(srv.address, [encode_request(Op.COMMIT, rid, {"tx_id": tx_id})
+                                     for rid in (2, 3, 4)], 3)
+    assert commits == {2: {"state": "commit"}, 3: {"state": "commit"},
+                       4: {"state": "commit"}}
+    rollback = exchange(srv.address, [encode_request(Op.ROLLBACK, 5, {"tx_id": tx_id})], 1)
+    assert "already ended with commit" in str(rollback[5])
+    with Client(srv.address, retries=0) as c:
+        got = c.call(Op.PULL, {"topic": "pay", "queue_id": 0, "offset": 0,
+                               "max_messages": 10, "wait_ms": 0})["messages"]
+    assert [m["body"] for m in got] == [b"once"]
+
+
+def test_prepares_and_commits_arriving_together_are_each_answered(start_server):
+    srv = start_server(FAST)
+    n = 20
+    prepares = exchange(srv.address, [encode_request(
+        Op.PREPARE, rid, {"producer_group": "g", "tx_id": f"tx-{rid}",
+                          "messages": [message("pay", f"m{rid}".encode())]})
+        for rid in range(1, n + 1)] + [encode_request(
+            Op.PREPARE, n + 1, {"producer_group": "g", "tx_id": "tx-1",
+                                "messages": [message("pay", b"again")]})], n + 1)
+    assert {rid: prepares[rid]["tx_id"] for rid in range(1, n + 1)} == {
+        rid: f"tx-{rid}" for rid in range(1, n + 1)}
+    # The same id twice in one turn: the second is refused, the first is stored once.
+    assert "tx-1" in str(prepares[n + 1]) and not isinstance(prepares[n + 1], dict)
+    commits = exchange(srv.address, [encode_request(Op.COMMIT, rid, {"tx_id": f"tx-{rid}"})
+                                     for rid in range(1, n + 1)], n)
+    assert all(commits[rid] == {"state": "commit"} for rid in range(1, n + 1))
+    with Client(srv.address, retries=0) as c:
+        got = c.call(Op.PULL, {"topic": "pay", "queue_id": 0, "offset": 0,
+                               "max_messages": 100, "wait_ms": 0})["messages"]
+    assert sorted(m["body"] for m in got) == sorted(f"m{rid}".encode()
+                                                    for rid in range(1, n + 1))
