@@ -14,6 +14,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +24,21 @@ from typing import Any, TypeVar
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 R = TypeVar("R")
+
+#: Runs ``fmq`` of the checkout named first on its command line. PYTHONPATH alone gives the
+#: checkout's ``fmq`` package but not its ``fmq.cli``: that is the repository's ``cli/``,
+#: which the editable install maps to the installed checkout's, whatever PYTHONPATH says.
+FMQ_OF_TREE = """
+import importlib.util, os, runpy, sys
+import fmq
+cli = os.path.join(sys.argv.pop(1), "cli")
+spec = importlib.util.spec_from_file_location(
+    "fmq.cli", os.path.join(cli, "__init__.py"), submodule_search_locations=[cli])
+sys.modules["fmq.cli"] = module = importlib.util.module_from_spec(spec)
+fmq.cli = module
+spec.loader.exec_module(module)
+runpy.run_module("fmq.cli.main", run_name="__main__", alter_sys=True)
+"""
 
 
 def parser(doc: str, old: bool = True) -> argparse.ArgumentParser:
@@ -45,6 +61,12 @@ def trees(old: str | None) -> dict[str, str]:
                              f"`git worktree add /tmp/ab-old REV`")
         found["old"] = path
     return found
+
+
+def fmq_command(tree: str) -> list[str]:
+    """The command line (to which ``fmq``'s arguments are added) that runs the ``fmq`` CLI
+    of checkout ``tree``, its ``cli/`` with its ``fmq``; run it with PYTHONPATH=tree."""
+    return [sys.executable, "-c", FMQ_OF_TREE, tree]
 
 
 def alternate(names: Sequence[str], rounds: int, run: Callable[[str], R],

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.ab_rounds import (  # noqa: E402
     HERE,
     alternate,
+    fmq_command,
     killed_at_end,
     parser,
     process_cpu_seconds,
@@ -37,8 +38,8 @@ def start_server(tree: str, data_dir: str, port: int) -> subprocess.Popen:
     """An ``fmq server`` running the code of ``tree``."""
     env = dict(os.environ, PYTHONPATH=tree)
     log = open(os.path.join(os.path.dirname(data_dir), "server.log"), "a")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "fmq.cli.main", "server", "--data-dir",
-                             data_dir, "--port", str(port), "--log-level", "WARNING"],
+    proc = subprocess.Popen([*fmq_command(tree), "server", "--data-dir", data_dir, "--port",
+                             str(port), "--log-level", "WARNING"],
                             stdout=log, stderr=log, env=env, cwd=tree)
     try:
         bench(port, "produce", 1, 0.5)  # waits for the port, warms the segment and caches
