@@ -13,14 +13,14 @@ run. Run::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.ab_rounds import alternate, parser, spread, trees  # noqa: E402
 
 #: Runs in a child with the tree under test first on sys.path; prints one JSON object.
 CHILD = r"""
@@ -62,29 +62,17 @@ def one_run(tree: str, n: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", help="an older checkout to compare with (git worktree add)")
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=20000, help="transactions (and sends) a round")
     args = ap.parse_args()
-    trees = {"new": HERE}
-    if args.old:
-        trees["old"] = os.path.abspath(args.old)
-    names = list(trees)
-    results: dict[str, list[dict]] = {name: [] for name in names}
-    for r in range(args.rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            res = one_run(trees[name], args.n)
-            results[name].append(res)
-            print(f"round {r + 1} {name}: {res['tx_us']:.1f} us a transaction, "
-                  f"{res['send_us']:.1f} us a send", flush=True)
+    paths = trees(args.old)
+    results = alternate(list(paths), args.rounds, lambda name: one_run(paths[name], args.n),
+                        lambda name, res: f"{name}: {res['tx_us']:.1f} us a transaction, "
+                                          f"{res['send_us']:.1f} us a send")
     for name, rs in results.items():
-        parts = []
-        for key, what in (("tx_us", "us a transaction"), ("send_us", "us a send")):
-            vals = [x[key] for x in rs]
-            parts.append(f"{statistics.median(vals):.1f} {what} ({min(vals):.1f}-"
-                         f"{max(vals):.1f})")
-        print(f"median {name}: " + ", ".join(parts))
+        print(f"median {name}: {spread(rs, 'tx_us', '.1f', 'us a transaction')}, "
+              f"{spread(rs, 'send_us', '.1f', 'us a send')}")
 
 
 if __name__ == "__main__":

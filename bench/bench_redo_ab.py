@@ -10,16 +10,15 @@ redo's bytes and seconds. Prints each round and the medians. Not part of the tes
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.ab_rounds import HERE, alternate, median, parser, scratch, spread, trees  # noqa: E402
 
 WRITE = """
 import sys, fmq
@@ -58,42 +57,31 @@ def redo(tree: str, written: str, scratch: str) -> dict:
     return result
 
 
+def show(name: str, r: dict) -> str:
+    return (f"{name}: {r['bytes'] / 1e6:.1f} MB in {r['seconds']:.3f} s = {r['mb_per_s']:.0f} "
+            f"MB/s ({r['cpu_mb_per_s']:.0f} MB per CPU second)")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", help="an older checkout to compare with (git worktree add)")
+    ap = parser(__doc__)
     ap.add_argument("--mb", type=int, default=20, help="MB of log to redo")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    trees = {"new": HERE}
-    if args.old:
-        trees["old"] = os.path.abspath(args.old)
-    scratch = tempfile.mkdtemp(prefix="fmq-redo-ab-")
-    try:
-        written = os.path.join(scratch, "written")
+    paths = trees(args.old)
+    with scratch("fmq-redo-ab-") as d:
+        written = os.path.join(d, "written")
         batches = max(1, args.mb * 1_000_000 // (256 * 1100))
         subprocess.run([sys.executable, "-c", WRITE, written, str(batches)], check=True,
                        env=dict(os.environ, PYTHONPATH=HERE), cwd=HERE)
-        names = list(trees)
-        results: dict[str, list[dict]] = {name: [] for name in names}
-        for n in range(args.rounds):
-            for name in names if n % 2 == 0 else names[::-1]:
-                r = redo(trees[name], written, scratch)
-                results[name].append(r)
-                print(f"round {n + 1} {name}: {r['bytes'] / 1e6:.1f} MB in {r['seconds']:.3f} s "
-                      f"= {r['mb_per_s']:.0f} MB/s ({r['cpu_mb_per_s']:.0f} MB per CPU second)",
-                      flush=True)
-        medians = {}
-        for name, rs in results.items():
-            wall = [r["mb_per_s"] for r in rs]
-            cpu = [r["cpu_mb_per_s"] for r in rs]
-            medians[name] = (statistics.median(wall), statistics.median(cpu))
-            print(f"median {name}: {medians[name][0]:.0f} MB/s ({min(wall):.0f}-{max(wall):.0f}), "
-                  f"{medians[name][1]:.0f} MB per CPU second ({min(cpu):.0f}-{max(cpu):.0f})")
-        if "old" in medians:
-            print(f"new/old: {medians['new'][0] / medians['old'][0]:.2f}x wall, "
-                  f"{medians['new'][1] / medians['old'][1]:.2f}x CPU")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        results = alternate(list(paths), args.rounds,
+                            lambda name: redo(paths[name], written, d), show)
+    for name, rs in results.items():
+        print(f"median {name}: {spread(rs, 'mb_per_s', '.0f', 'MB/s')}, "
+              f"{spread(rs, 'cpu_mb_per_s', '.0f', 'MB per CPU second')}")
+    if "old" in results:
+        new, old = results["new"], results["old"]
+        print(f"new/old: {median(new, 'mb_per_s') / median(old, 'mb_per_s'):.2f}x wall, "
+              f"{median(new, 'cpu_mb_per_s') / median(old, 'cpu_mb_per_s'):.2f}x CPU")
 
 
 if __name__ == "__main__":

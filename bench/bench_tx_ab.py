@@ -12,32 +12,41 @@ microseconds per transaction and per send. Not part of the test run. Run::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.ab_rounds import (  # noqa: E402
+    HERE,
+    alternate,
+    fmq_command,
+    killed_at_end,
+    parser,
+    process_cpu_seconds,
+    scratch,
+    spread,
+    trees,
+)
 from bench.bench_network import free_port  # noqa: E402
-from bench.server_loop_ab import process_cpu_seconds  # noqa: E402
-
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def start_server(tree: str, data_dir: str, port: int) -> subprocess.Popen:
     """An ``fmq server`` running the code of ``tree``."""
     env = dict(os.environ, PYTHONPATH=tree)
     log = open(os.path.join(os.path.dirname(data_dir), "server.log"), "a")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "fmq.cli.main", "server", "--data-dir",
-                             data_dir, "--port", str(port), "--log-level", "WARNING"],
+    proc = subprocess.Popen([*fmq_command(tree), "server", "--data-dir", data_dir, "--port",
+                             str(port), "--log-level", "WARNING"],
                             stdout=log, stderr=log, env=env, cwd=tree)
-    bench(port, "produce", 1, 0.5)  # waits for the port, warms the segment and caches
+    try:
+        bench(port, "produce", 1, 0.5)  # waits for the port, warms the segment and caches
+    except BaseException:
+        proc.kill()  # a server that never answered is not left running
+        proc.wait()
+        raise
     return proc
 
 
@@ -58,57 +67,42 @@ def bench(port: int, kind: str, producers: int, seconds: float, retries: int = 6
 
 
 def one_round(tree: str, seconds: float, producers: int) -> dict:
-    scratch = tempfile.mkdtemp(prefix="fmq-tx-ab-")
-    port = free_port()
-    server = start_server(tree, os.path.join(scratch, "data"), port)
-    try:
-        before = process_cpu_seconds(server.pid)
-        tx = bench(port, "tx", producers, seconds)
-        cpu = process_cpu_seconds(server.pid) - before
-        before = process_cpu_seconds(server.pid)
-        plain = bench(port, "produce", producers, seconds)
-        send_cpu = process_cpu_seconds(server.pid) - before
-        return {"tx_per_s": tx["msgs_per_s"], "tx_p99_ms": tx["p99_ms"],
-                "sends_per_s": plain["msgs_per_s"],
-                "ratio": tx["msgs_per_s"] / plain["msgs_per_s"],
-                "cpu_us_per_tx": 1e6 * cpu / max(1, tx["messages"]),
-                "cpu_us_per_send": 1e6 * send_cpu / max(1, plain["messages"])}
-    finally:
-        server.kill()
-        server.wait()
-        shutil.rmtree(scratch, ignore_errors=True)
+    with scratch("fmq-tx-ab-") as d:
+        port = free_port()
+        with killed_at_end(start_server(tree, os.path.join(d, "data"), port)) as server:
+            before = process_cpu_seconds(server.pid)
+            tx = bench(port, "tx", producers, seconds)
+            cpu = process_cpu_seconds(server.pid) - before
+            before = process_cpu_seconds(server.pid)
+            plain = bench(port, "produce", producers, seconds)
+            send_cpu = process_cpu_seconds(server.pid) - before
+    return {"tx_per_s": tx["msgs_per_s"], "tx_p99_ms": tx["p99_ms"],
+            "sends_per_s": plain["msgs_per_s"],
+            "ratio": tx["msgs_per_s"] / plain["msgs_per_s"],
+            "cpu_us_per_tx": 1e6 * cpu / max(1, tx["messages"]),
+            "cpu_us_per_send": 1e6 * send_cpu / max(1, plain["messages"])}
+
+
+def show(name: str, r: dict) -> str:
+    return (f"{name}: {r['tx_per_s']:7.0f} tx/s (p99 {r['tx_p99_ms']:.1f} ms), "
+            f"{r['sends_per_s']:7.0f} sends/s, ratio {r['ratio']:.2f}, server "
+            f"{r['cpu_us_per_tx']:.0f} us CPU/tx, {r['cpu_us_per_send']:.1f} us CPU/send")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", help="an older checkout to compare with (git worktree add)")
+    ap = parser(__doc__)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--producers", type=int, default=64)
     args = ap.parse_args()
-    trees = {"new": HERE}
-    if args.old:
-        trees["old"] = os.path.abspath(args.old)
-    names = list(trees)
-    results: dict[str, list[dict]] = {name: [] for name in names}
-    for n in range(args.rounds):
-        for name in names if n % 2 == 0 else names[::-1]:
-            r = one_round(trees[name], args.seconds, args.producers)
-            results[name].append(r)
-            print(f"round {n + 1} {name}: {r['tx_per_s']:7.0f} tx/s (p99 {r['tx_p99_ms']:.1f} "
-                  f"ms), {r['sends_per_s']:7.0f} sends/s, ratio {r['ratio']:.2f}, server "
-                  f"{r['cpu_us_per_tx']:.0f} us CPU/tx, {r['cpu_us_per_send']:.1f} us CPU/send",
-                  flush=True)
+    paths = trees(args.old)
+    results = alternate(list(paths), args.rounds,
+                        lambda name: one_round(paths[name], args.seconds, args.producers), show)
     for name, rs in results.items():
-        med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-        spread = {k: (min(r[k] for r in rs), max(r[k] for r in rs)) for k in rs[0]}
-        print(f"median {name}: {med['tx_per_s']:.0f} tx/s ({spread['tx_per_s'][0]:.0f}-"
-              f"{spread['tx_per_s'][1]:.0f}), {med['sends_per_s']:.0f} sends/s "
-              f"({spread['sends_per_s'][0]:.0f}-{spread['sends_per_s'][1]:.0f}), ratio "
-              f"{med['ratio']:.2f} ({spread['ratio'][0]:.2f}-{spread['ratio'][1]:.2f}), "
-              f"{med['cpu_us_per_tx']:.0f} us CPU/tx ({spread['cpu_us_per_tx'][0]:.0f}-"
-              f"{spread['cpu_us_per_tx'][1]:.0f}), {med['cpu_us_per_send']:.1f} us CPU/send "
-              f"({spread['cpu_us_per_send'][0]:.1f}-{spread['cpu_us_per_send'][1]:.1f})")
+        print(f"median {name}: {spread(rs, 'tx_per_s', '.0f', 'tx/s')}, "
+              f"{spread(rs, 'sends_per_s', '.0f', 'sends/s')}, ratio {spread(rs, 'ratio', '.2f')}, "
+              f"{spread(rs, 'cpu_us_per_tx', '.0f', 'us CPU/tx')}, "
+              f"{spread(rs, 'cpu_us_per_send', '.1f', 'us CPU/send')}")
 
 
 if __name__ == "__main__":

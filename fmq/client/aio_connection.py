@@ -177,20 +177,14 @@ async def find_node(finder: Finder, connect_timeout: float, max_in_flight: int,
     ``credentials``, and its PING answer: the same search as the threaded client's
     (:meth:`fmq.client.Client._find`): ConnectionLost at once when no server answers,
     PrimaryNotFound after ``request_timeout`` seconds when only followers do."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + request_timeout
-    finder.start_round(first=True)
-    rounds = 0
+    finder.begin(request_timeout, backoff)
     while True:
-        errors: list[str] = []
-        answered = False
         while (address := finder.next_address()) is not None:
             try:
                 conn = await AsyncConnection.open(address, connect_timeout, max_in_flight,
                                                   tls=tls)
             except ConnectionLost as exc:
-                finder.unreachable(address)
-                errors.append(str(exc))
+                finder.unreachable(address, exc)
                 continue
             try:
                 hello = await handshake(conn, credentials, request_timeout)
@@ -200,15 +194,7 @@ async def find_node(finder: Finder, connect_timeout: float, max_in_flight: int,
                 await conn.close()
                 if not exc.retriable:
                     raise
-                errors.append(str(exc))
+                finder.failed(exc)
                 continue
             await conn.close()
-            answered = True
-        if not answered:
-            raise ConnectionLost("; ".join(errors))
-        rest = deadline - loop.time()
-        if rest <= 0:
-            raise finder.not_found(errors)
-        await asyncio.sleep(min(rest, backoff(rounds)))
-        rounds += 1
-        finder.start_round()
+        await asyncio.sleep(finder.pause())

@@ -104,19 +104,14 @@ class Client:
         primary (nor names one that answers): rounds with back-off for up to
         ``request_timeout`` seconds, then PrimaryNotFound (both retriable)."""
         finder = self.finder
-        deadline = time.monotonic() + self.request_timeout
-        finder.start_round(first=True)
-        rounds = 0
+        finder.begin(self.request_timeout, self._backoff)
         while True:
-            errors: list[str] = []
-            answered = False
             while (address := finder.next_address()) is not None:
                 try:
                     conn = Connection(address, self.connect_timeout,
                                       max_in_flight=self.max_in_flight, tls=self.tls_context)
                 except ConnectionLost as exc:
-                    finder.unreachable(address)
-                    errors.append(str(exc))
+                    finder.unreachable(address, exc)
                     continue
                 try:
                     hello = self._handshake(conn)
@@ -124,20 +119,12 @@ class Client:
                     conn.close()
                     if not exc.retriable:
                         raise
-                    errors.append(str(exc))
+                    finder.failed(exc)
                     continue
                 if finder.accepts(address, hello):
                     return conn
                 conn.close()
-                answered = True
-            if not answered:
-                raise ConnectionLost("; ".join(errors))
-            rest = deadline - time.monotonic()
-            if rest <= 0:
-                raise finder.not_found(errors)
-            time.sleep(min(rest, self._backoff(rounds)))
-            rounds += 1
-            finder.start_round()
+            time.sleep(finder.pause())
 
     def _handshake(self, conn: Connection) -> dict[str, Any]:
         """HELLO, and the log-in when this client has credentials; HELLO's answer."""

@@ -4,17 +4,19 @@ consumer groups, offsets), or any node (a consumer's follower reads).
 Every node says who it is in HELLO's answer (its role, and the primary's address as it
 knows it), and a follower refuses a write with NotPrimary naming the primary.
 :class:`Finder` keeps what a client learnt from both and decides which address to try
-next; the threaded and the asyncio client drive it with their own I/O, and send
-:func:`handshake_steps` first on every new connection (docs/client.md, "Several servers").
+next, when to wait and when to give up; the threaded and the asyncio client drive it with
+their own I/O (blocking or awaiting), and send :func:`handshake_steps` first on every new
+connection (docs/client.md, "Several servers").
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
-from fmq.errors import InvalidArgument, PrimaryNotFound
+from fmq.errors import ConnectionLost, FMQError, InvalidArgument, PrimaryNotFound
 from fmq.protocol import Op
 from fmq.protocol.schema import HELLO_NODE_VERSION
 from fmq.version import __version__
@@ -59,12 +61,14 @@ def show(address: Address) -> str:
 
 
 class Finder:
-    """Which address a client tries next, and whether a node that answered will do.
+    """Which address a client tries next, whether a node that answered will do, and how
+    long to keep looking.
 
-    One search is rounds of :meth:`start_round` then :meth:`next_address` until it gives
-    None; a round tries the primary last named first, then ``preferred``, then each of
-    ``servers`` once (from the one after the last used, so a dead server is not always
-    first), and a primary named during the round right after the node that named it."""
+    One search (:meth:`begin`) is rounds of :meth:`next_address` until it gives None, then
+    :meth:`pause`; a round tries the primary last named first, then ``preferred``, then each
+    of ``servers`` once (from the one after the last used, so a dead server is not always
+    first), and a primary named during the round right after the node that named it. The
+    client reports each attempt: :meth:`unreachable`, :meth:`failed` or :meth:`accepts`."""
 
     def __init__(self, servers: list[Address], node: str = PRIMARY,
                  preferred: Address | None = None) -> None:
@@ -80,11 +84,27 @@ class Finder:
         self._tried: set[Address] = set()
         #: What the nodes answered in the current search, for PrimaryNotFound's message.
         self._said: list[str] = []
+        #: The current search: when it gives up, its back-off, rounds so far, and the
+        #: current round's failures and whether any node in it answered HELLO.
+        self._deadline = 0.0
+        self._backoff: Callable[[int], float] = lambda rounds: 0.0
+        self._rounds = 0
+        self._errors: list[str] = []
+        self._answered = False
 
-    def start_round(self, first: bool = False) -> None:
-        if first:
-            self._said = []
+    def begin(self, timeout: float, backoff: Callable[[int], float]) -> None:
+        """Start a search that gives up after ``timeout`` seconds when nodes answer but
+        none will do, waiting ``backoff(rounds)`` seconds between rounds."""
+        self._deadline = time.monotonic() + timeout
+        self._backoff = backoff
+        self._rounds = 0
+        self._said = []
+        self._start_round()
+
+    def _start_round(self) -> None:
         self._tried = set()
+        self._errors = []
+        self._answered = False
         order: list[Address] = []
         if self.primary is not None:  # (a client of any node learns it from NotPrimary)
             order.append(self.primary)
@@ -95,6 +115,7 @@ class Finder:
         self._queue = deque(dict.fromkeys(order))
 
     def next_address(self) -> Address | None:
+        """The address to try next; None: the round is over (then :meth:`pause`)."""
         while self._queue:
             address = self._queue.popleft()
             if address not in self._tried:
@@ -119,6 +140,7 @@ class Finder:
             if address in self.servers:
                 self._next = self.servers.index(address) + 1
             return True
+        self._answered = True
         return False
 
     def learn(self, primary: str | None) -> None:
@@ -131,12 +153,29 @@ class Finder:
         if address not in self._tried:
             self._queue.appendleft(address)
 
-    def unreachable(self, address: Address) -> None:
+    def unreachable(self, address: Address, error: ConnectionLost) -> None:
+        """No connection to ``address``."""
+        self._errors.append(str(error))
         if address == self.primary:
             self.primary = None  # ask the others again rather than insist on it
 
-    def not_found(self, errors: list[str]) -> PrimaryNotFound:
-        said = "; ".join(dict.fromkeys(self._said + errors))
-        return PrimaryNotFound(
-            f"no primary among {', '.join(show(a) for a in self.servers)} ({said}); a "
-            f"fail-over may be under way: retry later, or see `fmq replica status`")
+    def failed(self, error: FMQError) -> None:
+        """A node was reached but its handshake failed with the retriable ``error``."""
+        self._errors.append(str(error))
+
+    def pause(self) -> float:
+        """At the end of a round that found no node: the seconds to wait before the next
+        round, which starts now. Raises ConnectionLost when no node answered in the round
+        (nothing to wait for), PrimaryNotFound when the search's time is up."""
+        if not self._answered:
+            raise ConnectionLost("; ".join(self._errors))
+        rest = self._deadline - time.monotonic()
+        if rest <= 0:
+            said = "; ".join(dict.fromkeys(self._said + self._errors))
+            raise PrimaryNotFound(
+                f"no primary among {', '.join(show(a) for a in self.servers)} ({said}); a "
+                f"fail-over may be under way: retry later, or see `fmq replica status`")
+        delay = min(rest, self._backoff(self._rounds))
+        self._rounds += 1
+        self._start_round()
+        return delay
