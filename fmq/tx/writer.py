@@ -28,6 +28,13 @@ from fmq.tx.state import TxState
 
 logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
 
+# Module constants: an enum member looked up through its class costs a few times a global
+# read, and the placement runs on the event loop once per record.
+_PREPARE = RecordType.PREPARE
+_PRE_MESSAGE = RecordType.PRE_MESSAGE
+_REF_MESSAGE = RecordType.REF_MESSAGE
+_COMMIT = RecordType.COMMIT
+
 
 class QueueAssigner(Protocol):
     """Queue choice and queue-offset allocation, called with the log lock held."""
@@ -131,7 +138,7 @@ class TxWriter:
             with log_.lock:
                 reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
                 # ref_size = the message count: recovery proves the prepare complete by it.
-                prep = Record(RecordType.PREPARE, store_time=store_time, tx_id=tx_id,
+                prep = Record(_PREPARE, store_time=store_time, tx_id=tx_id,
                               producer_group=producer_group, ref_size=len(messages))
                 log_.append_locked(prep, encode_mark_into)
                 tx = OpenTransaction(tx_id, producer_group, prep.log_offset, store_time,
@@ -145,7 +152,7 @@ class TxWriter:
                         key = m.key or None
                         tags = m.tags or None
                         body = bytes(m.body)
-                        rec = Record(RecordType.PRE_MESSAGE, store_time=store_time, queue_id=qid,
+                        rec = Record(_PRE_MESSAGE, store_time=store_time, queue_id=qid,
                                      topic=m.topic, tx_id=tx_id, producer_group=producer_group,
                                      key=key, tags=tags, properties=m.properties, body=body)
                         log_.append_locked(rec)
@@ -267,7 +274,7 @@ class TxWriter:
             for m in pending:
                 topic, qid = m.topic, m.queue_id
                 qoff = queues.next_offset(topic, qid)
-                ref = Record(RecordType.REF_MESSAGE, store_time=store_time, queue_id=qid,
+                ref = Record(_REF_MESSAGE, store_time=store_time, queue_id=qid,
                              queue_offset=qoff, ref_offset=m.offset, ref_size=m.size,
                              topic=topic, tx_id=tx_id, key=m.key, tags=m.tags)
                 if self._must_copy(m, ref):
@@ -278,7 +285,7 @@ class TxWriter:
                 log_.append_locked(ref)
                 queues.advance(topic, qid, qoff, m.body_size)
                 m.queue_offset = qoff
-            commit = Record(RecordType.COMMIT, store_time=store_time, tx_id=tx_id,
+            commit = Record(_COMMIT, store_time=store_time, tx_id=tx_id,
                             producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
             log_.append_locked(commit, encode_mark_into)
             return log_.next_offset
