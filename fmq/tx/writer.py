@@ -144,11 +144,9 @@ class TxWriter:
                 tx = OpenTransaction(tx_id, producer_group, prep.log_offset, store_time,
                                      expected_messages=len(messages))
                 self.tx.register(tx)
-                pick_queue = self.queues.pick_queue
-                pres = tx.messages
                 try:
                     for m in messages:
-                        qid = pick_queue(m)
+                        qid = self.queues.pick_queue(m)
                         key = m.key or None
                         tags = m.tags or None
                         body = bytes(m.body)
@@ -156,8 +154,8 @@ class TxWriter:
                                      topic=m.topic, tx_id=tx_id, producer_group=producer_group,
                                      key=key, tags=tags, properties=m.properties, body=body)
                         log_.append_locked(rec)
-                        pres.append(PreMessage(rec.log_offset, rec.size, m.topic, qid, key, tags,
-                                               len(body)))
+                        tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
+                                                      key, tags, len(body)))
                 except BaseException:
                     self.tx.forget(tx_id)
                     raise
@@ -245,28 +243,17 @@ class TxWriter:
     def place_commit_records(self, tx: OpenTransaction) -> int:
         """Place the missing REF/TX records and the COMMIT (the caller holds ``tx.busy``);
         returns the log offset they end at. Not committed before that is durable."""
-        threshold = self.config.tx_copy_threshold
         log_ = self.log
         tx_id = tx.tx_id
-        # One pass over the messages (most transactions hold one, and none is small
-        # enough to copy): the ones still without a REF, their total size, and the
-        # records that will surely be copied, read outside the log lock.
-        pending = []
-        bodies = {}
+        pending, bodies, size = _uncommitted(tx, self.config.tx_copy_threshold,
+                                             self.read_record)
         tail = HEADER_SIZE + len(tx_id.encode()) + len(tx.producer_group.encode())
-        total = tail
-        for m in tx.messages:
-            if m.queue_offset < 0:
-                pending.append(m)
-                total += m.size
-                if m.body_size < threshold:
-                    bodies[m.offset] = self.read_record(m.offset, m.size)
         store_time = now_ms()
         queues = self.queues
         with log_.lock:
             # A REF or TX record is never larger than its PRE_MESSAGE; segments are
             # created ahead only when the records may not all fit in the active one.
-            if not log_.fits_in_active(total):
+            if not log_.fits_in_active(size + tail):
                 log_.reserve_locked([m.size for m in pending] + [tail])
             elif log_.failed is not None:  # as reserve_locked would refuse it
                 raise LogFailed(log_.failed)
@@ -357,3 +344,20 @@ class TxWriter:
             return True
         finally:
             tx.busy.release()
+
+
+def _uncommitted(tx: OpenTransaction, threshold: int, read: Callable[[int, int], Record]
+                 ) -> tuple[list[PreMessage], dict[int, Record], int]:
+    """A commit's messages still without a REF, the stored records of those that will
+    surely be copied (read here, outside the log lock) and the bytes of their
+    PRE_MESSAGEs: one pass, where most transactions hold one message too big to copy."""
+    pending: list[PreMessage] = []
+    bodies: dict[int, Record] = {}
+    size = 0
+    for m in tx.messages:
+        if m.queue_offset < 0:
+            pending.append(m)
+            size += m.size
+            if m.body_size < threshold:
+                bodies[m.offset] = read(m.offset, m.size)
+    return pending, bodies, size
