@@ -20,6 +20,17 @@ from typing import NamedTuple
 from fmq.log.crc import crc32c
 from fmq.log.record import Record, RecordType
 
+# The record types as module constants: an enum member looked up through its class
+# costs a few times a global read, and every appended record goes through here.
+_MESSAGE = RecordType.MESSAGE
+_TX_MESSAGE = RecordType.TX_MESSAGE
+_REF_MESSAGE = RecordType.REF_MESSAGE
+_COMMIT = RecordType.COMMIT
+_ROLLBACK = RecordType.ROLLBACK
+_OFFSET = RecordType.OFFSET
+_EPOCH = RecordType.EPOCH
+_TIMER = RecordType.TIMER
+
 
 class QueueEntry(NamedTuple):
     topic: str
@@ -42,9 +53,9 @@ def tag_hash(tags: str | None) -> int:
 def queue_entry(record: Record) -> QueueEntry | None:
     """The consume-queue entry ``record`` creates, or None for types that create none."""
     rtype = record.type
-    if rtype == RecordType.MESSAGE or rtype == RecordType.TX_MESSAGE:
+    if rtype == _MESSAGE or rtype == _TX_MESSAGE:
         data_offset, data_size = record.log_offset, record.size
-    elif rtype == RecordType.REF_MESSAGE:
+    elif rtype == _REF_MESSAGE:
         data_offset, data_size = record.ref_offset, record.ref_size
     else:
         return None
@@ -74,10 +85,11 @@ class TxEnd(NamedTuple):
 
 def tx_end(record: Record) -> TxEnd | None:
     """The transaction-end entry of a COMMIT or ROLLBACK record, else None."""
-    if record.type == RecordType.COMMIT:
-        return TxEnd(record.tx_id, True, record.log_offset)
-    if record.type == RecordType.ROLLBACK:
-        return TxEnd(record.tx_id, False, record.log_offset)
+    rtype = record.type
+    if rtype == _COMMIT:
+        return _new_tuple(TxEnd, (record.tx_id, True, record.log_offset))
+    if rtype == _ROLLBACK:
+        return _new_tuple(TxEnd, (record.tx_id, False, record.log_offset))
     return None
 
 
@@ -91,7 +103,7 @@ class OffsetEntry(NamedTuple):
 
 def offset_entry(record: Record) -> OffsetEntry | None:
     """The consumer-offset entry of an OFFSET record, else None."""
-    if record.type == RecordType.OFFSET:
+    if record.type == _OFFSET:
         return OffsetEntry(record.producer_group, record.topic, record.queue_id,
                            record.queue_offset, record.log_offset)
     return None
@@ -107,7 +119,7 @@ class EpochEntry(NamedTuple):
 
 def epoch_entry(record: Record) -> EpochEntry | None:
     """The epoch-history entry of an EPOCH record, else None."""
-    if record.type == RecordType.EPOCH:
+    if record.type == _EPOCH:
         return EpochEntry(record.queue_offset, record.log_offset, record.producer_group)
     return None
 
@@ -139,11 +151,11 @@ def timer_changes(record: Record) -> tuple[TimerEntry | TimerFired, ...]:
     removing the TIMER it relocates, if it names one); a MESSAGE that names a TIMER removes
     it; anything else changes nothing."""
     rtype = record.type
-    if rtype == RecordType.TIMER:
+    if rtype == _TIMER:
         added = TimerEntry(record.queue_offset, record.log_offset, record.size, record.topic)
         if record.ref_offset >= 0:
             return TimerFired(record.ref_offset), added
         return (added,)
-    if rtype == RecordType.MESSAGE and record.ref_offset >= 0:
+    if rtype == _MESSAGE and record.ref_offset >= 0:
         return (TimerFired(record.ref_offset),)
     return ()

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fmq.errors import (
@@ -28,11 +28,14 @@ from fmq.errors import (
 )
 from fmq.tx.state import TxState
 
+_monotonic = time.monotonic
+_new_lock = threading.Lock
+
 if TYPE_CHECKING:  # the manager holds state only; it never decodes records itself
     from fmq.log.record import Record
 
 
-@dataclass
+@dataclass(slots=True)
 class PreMessage:
     """A PRE_MESSAGE in the log: where it is and what the future REF needs."""
 
@@ -53,31 +56,46 @@ class PreMessage:
                    len(rec.body))
 
 
-@dataclass
 class OpenTransaction:
     """A transaction prepared in the log and not yet ended, as the broker tracks it (not
-    :class:`fmq.client.Transaction`, a producer's handle on one)."""
+    :class:`fmq.client.Transaction`, a producer's handle on one).
 
-    tx_id: str
-    producer_group: str
-    prepare_offset: int
-    store_time: int  # wall clock ms of the PREPARE (for display only)
-    messages: list[PreMessage] = field(default_factory=list)
-    #: PRE_MESSAGEs the PREPARE announced (0: not recorded, an older log).
-    expected_messages: int = 0
-    #: PREPARE and every PRE_MESSAGE are durable (set after the prepare's fsync, or by
-    #: recovery for a complete prepare). Until then a retry of the prepare must wait.
-    prepared: bool = False
-    state: TxState = TxState.OPEN
-    registered_at: float = field(default_factory=time.monotonic)
-    checks: int = 0
-    next_check_at: float = 0.0
-    lease_until: float = 0.0
-    #: Who holds the lease (an opaque token: the server passes the polling connection,
-    #: embedded callers None). Only the holder can return the lease early.
-    lease_owner: object = None
-    #: Serialises commit/rollback of this one transaction.
-    busy: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    A slotted class with a written-out ``__init__``: one is made per transaction on the
+    event loop, and the dataclass's default factories cost about as much again."""
+
+    __slots__ = ("tx_id", "producer_group", "prepare_offset", "store_time", "messages",
+                 "expected_messages", "prepared", "state", "registered_at", "checks",
+                 "next_check_at", "lease_until", "lease_owner", "busy")
+
+    def __init__(self, tx_id: str, producer_group: str, prepare_offset: int, store_time: int,
+                 messages: list[PreMessage] | None = None, expected_messages: int = 0,
+                 prepared: bool = False, state: TxState = TxState.OPEN) -> None:
+        self.tx_id = tx_id
+        self.producer_group = producer_group
+        self.prepare_offset = prepare_offset
+        self.store_time = store_time  # wall clock ms of the PREPARE (for display only)
+        self.messages: list[PreMessage] = [] if messages is None else messages
+        #: PRE_MESSAGEs the PREPARE announced (0: not recorded, an older log).
+        self.expected_messages = expected_messages
+        #: PREPARE and every PRE_MESSAGE are durable (set after the prepare's fsync, or by
+        #: recovery for a complete prepare). Until then a retry of the prepare must wait.
+        self.prepared = prepared
+        self.state = state
+        self.registered_at = _monotonic()
+        self.checks = 0
+        self.next_check_at = 0.0
+        self.lease_until = 0.0
+        #: Who holds the lease (an opaque token: the server passes the polling connection,
+        #: embedded callers None). Only the holder can return the lease early.
+        self.lease_owner: object = None
+        #: Serialises commit/rollback of this one transaction.
+        self.busy = _new_lock()
+
+    def __repr__(self) -> str:
+        return (f"OpenTransaction(tx_id={self.tx_id!r}, producer_group="
+                f"{self.producer_group!r}, prepare_offset={self.prepare_offset}, "
+                f"messages={len(self.messages)}, prepared={self.prepared}, "
+                f"state={self.state.value})")
 
     @property
     def complete(self) -> bool:

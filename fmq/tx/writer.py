@@ -16,6 +16,7 @@ from typing import Protocol
 from fmq.config import BrokerConfig
 from fmq.errors import DuplicateTransaction, InvalidArgument, LogFailed
 from fmq.log.log import Log
+from fmq.log.marks import encode_mark_into
 from fmq.log.record import HEADER_SIZE, Record, RecordType, encoded_length
 from fmq.log.sizing import check_fits
 from fmq.message import Message, check_label, check_message, check_name
@@ -26,6 +27,13 @@ from fmq.tx.retried_prepare import EndedTx, find_committed_prepare, find_retried
 from fmq.tx.state import TxState
 
 logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
+
+# Module constants: an enum member looked up through its class costs a few times a global
+# read, and the placement runs on the event loop once per record.
+_PREPARE = RecordType.PREPARE
+_PRE_MESSAGE = RecordType.PRE_MESSAGE
+_REF_MESSAGE = RecordType.REF_MESSAGE
+_COMMIT = RecordType.COMMIT
 
 
 class QueueAssigner(Protocol):
@@ -130,21 +138,24 @@ class TxWriter:
             with log_.lock:
                 reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
                 # ref_size = the message count: recovery proves the prepare complete by it.
-                prep = Record(RecordType.PREPARE, store_time=store_time, tx_id=tx_id,
+                prep = Record(_PREPARE, store_time=store_time, tx_id=tx_id,
                               producer_group=producer_group, ref_size=len(messages))
-                log_.append_locked(prep)
+                log_.append_locked(prep, encode_mark_into)
                 tx = OpenTransaction(tx_id, producer_group, prep.log_offset, store_time,
                                      expected_messages=len(messages))
                 self.tx.register(tx)
                 try:
                     for m in messages:
                         qid = self.queues.pick_queue(m)
-                        rec = Record(RecordType.PRE_MESSAGE, store_time=store_time, queue_id=qid,
+                        key = m.key or None
+                        tags = m.tags or None
+                        body = bytes(m.body)
+                        rec = Record(_PRE_MESSAGE, store_time=store_time, queue_id=qid,
                                      topic=m.topic, tx_id=tx_id, producer_group=producer_group,
-                                     key=m.key or None, tags=m.tags or None,
-                                     properties=m.properties, body=bytes(m.body))
+                                     key=key, tags=tags, properties=m.properties, body=body)
                         log_.append_locked(rec)
-                        tx.messages.append(PreMessage.of(rec))
+                        tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
+                                                      key, tags, len(body)))
                 except BaseException:
                     self.tx.forget(tx_id)
                     raise
@@ -232,38 +243,38 @@ class TxWriter:
     def place_commit_records(self, tx: OpenTransaction) -> int:
         """Place the missing REF/TX records and the COMMIT (the caller holds ``tx.busy``);
         returns the log offset they end at. Not committed before that is durable."""
-        cfg = self.config
         log_ = self.log
-        pending = [m for m in tx.messages if m.queue_offset < 0]
-        # Read outside the log lock what will surely be copied.
-        bodies = {m.offset: self.read_record(m.offset, m.size)
-                  for m in pending if m.body_size < cfg.tx_copy_threshold}
-        tail = HEADER_SIZE + len(tx.tx_id.encode()) + len(tx.producer_group.encode())
+        tx_id = tx.tx_id
+        pending, bodies, size = _uncommitted(tx, self.config.tx_copy_threshold,
+                                             self.read_record)
+        tail = HEADER_SIZE + len(tx_id.encode()) + len(tx.producer_group.encode())
         store_time = now_ms()
+        queues = self.queues
         with log_.lock:
             # A REF or TX record is never larger than its PRE_MESSAGE; segments are
             # created ahead only when the records may not all fit in the active one.
-            if not log_.fits_in_active(sum(m.size for m in pending) + tail):
+            if not log_.fits_in_active(size + tail):
                 log_.reserve_locked([m.size for m in pending] + [tail])
             elif log_.failed is not None:  # as reserve_locked would refuse it
                 raise LogFailed(log_.failed)
             tx.state = TxState.COMMITTING  # after the reservation: a refusal changes nothing
             for m in pending:
-                qoff = self.queues.next_offset(m.topic, m.queue_id)
-                ref = Record(RecordType.REF_MESSAGE, store_time=store_time, queue_id=m.queue_id,
+                topic, qid = m.topic, m.queue_id
+                qoff = queues.next_offset(topic, qid)
+                ref = Record(_REF_MESSAGE, store_time=store_time, queue_id=qid,
                              queue_offset=qoff, ref_offset=m.offset, ref_size=m.size,
-                             topic=m.topic, tx_id=tx.tx_id, key=m.key, tags=m.tags)
+                             topic=topic, tx_id=tx_id, key=m.key, tags=m.tags)
                 if self._must_copy(m, ref):
                     pre = bodies.get(m.offset) or self.read_record(m.offset, m.size)
                     ref.type = RecordType.TX_MESSAGE
                     ref.properties = pre.properties
                     ref.body = pre.body
                 log_.append_locked(ref)
-                self.queues.advance(m.topic, m.queue_id, qoff, m.body_size)
+                queues.advance(topic, qid, qoff, m.body_size)
                 m.queue_offset = qoff
-            commit = Record(RecordType.COMMIT, store_time=store_time, tx_id=tx.tx_id,
+            commit = Record(_COMMIT, store_time=store_time, tx_id=tx_id,
                             producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
-            log_.append_locked(commit)
+            log_.append_locked(commit, encode_mark_into)
             return log_.next_offset
 
     def _must_copy(self, m: PreMessage, ref: Record) -> bool:
@@ -284,7 +295,7 @@ class TxWriter:
         with log_.lock:
             rec = Record(RecordType.ROLLBACK, store_time=now_ms(), tx_id=tx.tx_id,
                          producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
-            log_.append_locked(rec)
+            log_.append_locked(rec, encode_mark_into)
             end = log_.next_offset
         log_.wait_durable(end, sync=True)
         with self.tx.lock:
@@ -333,3 +344,20 @@ class TxWriter:
             return True
         finally:
             tx.busy.release()
+
+
+def _uncommitted(tx: OpenTransaction, threshold: int, read: Callable[[int, int], Record]
+                 ) -> tuple[list[PreMessage], dict[int, Record], int]:
+    """A commit's messages still without a REF, the stored records of those that will
+    surely be copied (read here, outside the log lock) and the bytes of their
+    PRE_MESSAGEs: one pass, where most transactions hold one message too big to copy."""
+    pending: list[PreMessage] = []
+    bodies: dict[int, Record] = {}
+    size = 0
+    for m in tx.messages:
+        if m.queue_offset < 0:
+            pending.append(m)
+            size += m.size
+            if m.body_size < threshold:
+                bodies[m.offset] = read(m.offset, m.size)
+    return pending, bodies, size
