@@ -3,31 +3,15 @@ messages wakes the pulls of their queues, as a send wakes them on the primary.""
 
 from __future__ import annotations
 
-import json
-import time
-
 from fmq.client import Client, Producer
 from fmq.protocol import Op
+from tests.server.harness import server_stats, wait_until
 
 from .cluster import SMALL, wait_caught_up
 
 #: Far longer than the copy takes (and under the server's max_wait_ms, 30 s): only a
 #: wake-up ends the poll early.
 LONG_WAIT_MS = 20_000
-
-
-def server_stats(address: str) -> dict:
-    with Client(address, retries=0, request_timeout=10) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])["server"]
-
-
-def wait_until(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_long_poll_on_a_follower_returns_the_message_copied_meanwhile(node):

@@ -12,6 +12,7 @@ import time
 
 from fmq.client import Client
 from fmq.errors import FMQError
+from fmq.protocol import Op
 
 FMQ = [sys.executable, "-m", "fmq.cli.main"]
 
@@ -29,6 +30,21 @@ def run_cli(*args: str, input: str | None = None, timeout: float = 60) -> subpro
 
 def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def server_stats(address: str) -> dict:
+    """The ``server`` part of a running server's STATS."""
+    with Client(address, retries=3, request_timeout=10) as c:
+        return json.loads(c.call(Op.STATS, {})["json"])["server"]
+
+
+def wait_until(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def wait_until_serving(address: str, proc: subprocess.Popen, timeout: float,

@@ -6,7 +6,6 @@ except for one generous bound on a PING."""
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 import threading
@@ -19,25 +18,12 @@ from fmq.errors import FMQError, InvalidArgument, ProtocolError
 from fmq.protocol import FrameDecoder, Op, decode_error, decode_response, encode_request
 
 from .conftest import FAST
+from .harness import server_stats, wait_until
 
 
 def message(topic: str, body: bytes = b"", queue_id: int = -1) -> dict:
     return {"topic": topic, "body": body, "key": None, "tags": None, "properties": {},
             "queue_id": queue_id}
-
-
-def server_stats(address: str) -> dict:
-    with Client(address, retries=0) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])["server"]
-
-
-def wait_until(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class PingProbe:

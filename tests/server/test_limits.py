@@ -8,7 +8,6 @@ own counters (``stats()["server"]``); nothing asserts on speed.
 
 from __future__ import annotations
 
-import json
 import random
 import socket
 import struct
@@ -30,6 +29,7 @@ from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, stored_message
 from fmq.server.server import Server
 
 from .conftest import FAST
+from .harness import server_stats
 
 MiB = 1024 * 1024
 
@@ -52,11 +52,6 @@ def peak_rss(pid: int) -> int:
 
 #: Request bytes the STATS request asking for the counters holds itself.
 STATS_REQUEST = 12
-
-
-def server_stats(address: str) -> dict:
-    with Client(address, retries=3) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])["server"]
 
 
 def read_frames(s: socket.socket, count: int, limit: float = 60.0) -> list:
