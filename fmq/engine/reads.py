@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterable
 
 from fmq.config import BrokerConfig
 from fmq.engine.bad_records import BadRecords
+from fmq.engine.log_reads import read_records
 from fmq.engine.queues import Queues
-from fmq.errors import BadRecord, OffsetOutOfRange, TornRecord
+from fmq.errors import BadRecord, TornRecord
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.record import decode
@@ -53,19 +54,21 @@ class Reader:
         check_count(max_messages, "max_messages")
         lo, _hi = self.index.queue_range(topic, queue_id)
         entries = self.index.queue_entries(topic, queue_id, max(offset, lo), max_messages)
-        out = []
-        read = 0
-        for qoff, doff, dsize, _th, st in entries:
-            if max_bytes is not None:
-                read += dsize
-                if out and read > max_bytes:
-                    break
-            try:
-                data = self.log.read(doff, dsize)
-            except OffsetOutOfRange:
-                if doff < self.log.first_offset:
-                    continue  # retention deleted its segment after we read the index
-                raise
+        out: list[StoredMessage] = []
+        while entries and not out:  # again only when retention deleted all it read
+            taken = _fitting(entries, max_bytes)
+            self._decode_into(out, topic, queue_id, entries[:taken])
+            del entries[:taken]
+        if out:
+            self._count_out(topic, out)
+        return out
+
+    def _decode_into(self, out: list[StoredMessage], topic: str, queue_id: int,
+                     entries: list[tuple[int, int, int, int, int]]) -> None:
+        records = read_records(self.log, [(doff, dsize) for _q, doff, dsize, _t, _s in entries])
+        for (qoff, doff, _dsize, _th, st), data in zip(entries, records, strict=True):
+            if data is None:
+                continue  # retention deleted its segment after we read the index
             try:
                 rec = decode(data, 0, base_offset=doff, max_record_size=self.max_record_size)
             except (BadRecord, TornRecord) as exc:
@@ -79,9 +82,6 @@ class Reader:
                 props = {k: v for k, v in props.items() if k not in SEQUENCE_PROPERTIES}
             out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
                                      props, st))
-        if out:
-            self._count_out(topic, out)
-        return out
 
     def _count_out(self, topic: str, messages: list[StoredMessage]) -> None:
         with self._out_lock:  # pulls run in several reader threads
@@ -149,3 +149,15 @@ class Reader:
                     off = batch[-1].queue_offset + 1
                 out[(topic, qid)] = msgs
         return out
+
+
+def _fitting(entries: list[tuple[int, int, int, int, int]], max_bytes: int | None) -> int:
+    """How many leading index entries fit ``max_bytes`` of records (at least one)."""
+    if max_bytes is None:
+        return len(entries)
+    read = 0
+    for i, (_qoff, _doff, dsize, _th, _st) in enumerate(entries):
+        read += dsize
+        if i and read > max_bytes:
+            return i
+    return len(entries)
