@@ -169,12 +169,10 @@ async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: di
 
 
 def _pull_now(broker: Broker, topic: str, queue_id: int, offset: int, max_messages: int,
-              tags: str | None, catch_up: bool, max_bytes: int
+              tags: str | None, max_bytes: int
               ) -> tuple[list[StoredMessage], int, int, int, int]:
     """The messages that fit an answer of ``max_bytes`` (at least one), the queue range,
     the answer's size and the offset to pull from next (``tags``: PULL_TAGGED's filter)."""
-    if catch_up:  # woken by a write: it is flushed, let the dispatcher index it
-        broker.wait_indexed(0.5)
     base = PULL_REPLY_BASE if tags is None else PULL_TAGGED_REPLY_BASE
     budget = max_bytes - base
 
@@ -184,9 +182,11 @@ def _pull_now(broker: Broker, topic: str, queue_id: int, offset: int, max_messag
         return broker.pull(topic, queue_id, offset, max_messages, budget), offset
 
     msgs, resume = read()
-    if not msgs and not catch_up and broker.wait_indexed(0.5):
+    if not msgs and broker.wait_indexed(0.5):
         # Nothing yet, but a write acknowledged just before may still be on its way to the
-        # index: a pull sees every message acknowledged before it arrived.
+        # index: a pull sees every message acknowledged before it arrived. (A pull woken
+        # by the index finds what woke it at once; one woken by a transaction's commit,
+        # when it is flushed, waits here for the index.)
         msgs, resume = read()
     fitted, size = fit(msgs, budget)
     if len(fitted) < len(msgs):  # the next pull starts at the first message left out
@@ -225,7 +225,6 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
     topic, queue_id = req["topic"], req["queue_id"]
     check_count(req["max_messages"], "max_messages")
     offset, max_messages = req["offset"], min(req["max_messages"], 4096)
-    catch_up = False
     need = 0
     while True:
         events = ctx.wakeups.events(topic, queue_id, session.id)
@@ -233,8 +232,7 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
         ctx.counters.pull_reads += 1
         try:
             msgs, lo, hi, size, resume = await ctx.read(
-                _pull_now, ctx.broker, topic, queue_id, offset, max_messages, tags, catch_up,
-                granted)
+                _pull_now, ctx.broker, topic, queue_id, offset, max_messages, tags, granted)
         except BaseException:
             session.unreserve_reply(granted)
             raise
@@ -251,7 +249,7 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
         session.unreserve_reply(granted)  # a long poll holds no reply budget while it waits
         # Only a write to this queue, the deadline, a closing connection or a shutdown
         # ends the wait: an idle long poll costs no thread and no reads meanwhile.
-        catch_up = await ctx.wait_for_data(events, remaining)
+        await ctx.wait_for_data(events, remaining)
     session.unreserve_reply(granted - size)  # the rest is held until the answer is written
     return {"messages": [stored_to_wire(m) for m in msgs], "min_offset": lo, "next_offset": hi,
             "resume_offset": resume}
