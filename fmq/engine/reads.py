@@ -10,6 +10,7 @@ from fmq.config import BrokerConfig
 from fmq.engine.bad_records import BadRecords
 from fmq.engine.log_reads import read_records
 from fmq.engine.queues import Queues
+from fmq.engine.recent import RecentMessages
 from fmq.errors import BadRecord, TornRecord
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
@@ -25,6 +26,9 @@ from fmq.message import (
     check_queue_id,
     check_topic,
 )
+
+#: Bytes of records :attr:`Reader.recent` keeps decoded.
+RECENT_BYTES = 8 * 1024 * 1024
 
 
 class Reader:
@@ -43,6 +47,8 @@ class Reader:
         self.messages_out: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
         self._out_lock = threading.Lock()
+        #: Decoded records lately pulled: consumers following one queue share the decode.
+        self.recent = RecentMessages(RECENT_BYTES)
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
              max_bytes: int | None = None) -> list[StoredMessage]:
@@ -65,23 +71,35 @@ class Reader:
 
     def _decode_into(self, out: list[StoredMessage], topic: str, queue_id: int,
                      entries: list[tuple[int, int, int, int, int]]) -> None:
-        records = read_records(self.log, [(doff, dsize) for _q, doff, dsize, _t, _s in entries])
-        for (qoff, doff, _dsize, _th, st), data in zip(entries, records, strict=True):
-            if data is None:
-                continue  # retention deleted its segment after we read the index
-            try:
-                rec = decode(data, 0, base_offset=doff, max_record_size=self.max_record_size)
-            except (BadRecord, TornRecord) as exc:
-                if out:  # return what precedes it; the next pull starts at the damage
-                    break
-                self.bad_records.met(exc, self.log.segment_for(doff).name, topic, queue_id,
-                                     qoff)
-                raise
-            props = rec.properties or {}
-            if PRODUCER_ID_PROPERTY in props:  # the dedup window's bookkeeping stays inside
-                props = {k: v for k, v in props.items() if k not in SEQUENCE_PROPERTIES}
-            out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
-                                     props, st))
+        recent = self.recent
+        cached = [recent.get(doff) for _q, doff, _d, _t, _s in entries]
+        missing = [(doff, dsize) for (_q, doff, dsize, _t, _s), payload
+                   in zip(entries, cached, strict=True) if payload is None]
+        records = iter(read_records(self.log, missing))
+        for (qoff, doff, _dsize, _th, st), payload in zip(entries, cached, strict=True):
+            if payload is None:
+                data = next(records)
+                if data is None:
+                    continue  # retention deleted its segment after we read the index
+                try:
+                    rec = decode(data, 0, base_offset=doff,
+                                 max_record_size=self.max_record_size)
+                except (BadRecord, TornRecord) as exc:
+                    if out:  # return what precedes it; the next pull starts at the damage
+                        break
+                    self.bad_records.met(exc, self.log.segment_for(doff).name, topic,
+                                         queue_id, qoff)
+                    raise
+                props = rec.properties
+                if props and PRODUCER_ID_PROPERTY in props:  # the dedup window's own
+                    props = {k: v for k, v in props.items() if k not in SEQUENCE_PROPERTIES}
+                payload = (rec.body, rec.key, rec.tags,
+                           tuple(props.items()) if props else None, rec.size)
+                recent.put(doff, payload)
+            body, key, tags, items, _size = payload
+            # Every message gets a dict of its own: a caller may change it.
+            out.append(StoredMessage(topic, queue_id, qoff, doff, body, key, tags,
+                                     dict(items) if items else {}, st))
 
     def _count_out(self, topic: str, messages: list[StoredMessage]) -> None:
         with self._out_lock:  # pulls run in several reader threads

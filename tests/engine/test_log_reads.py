@@ -1,5 +1,6 @@
-"""Pulls read neighbouring records with one read: the same bytes, the same messages, runs
-that stop at segment ends and at large gaps, and segments retention deleted."""
+"""Pulls read neighbouring records with one read (the same bytes, the same messages, runs
+that stop at segment ends and at large gaps, segments retention deleted) and share the
+decode of records pulled lately."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 import fmq
 from fmq import Message
 from fmq.engine import log_reads
+from fmq.engine import reads as reads_module
 from fmq.engine.log_reads import read_records
+from fmq.engine.recent import RecentMessages
 from fmq.errors import OffsetOutOfRange
 from fmq.log.log import Log
 from fmq.log.record import Record, RecordType
@@ -79,3 +82,27 @@ def test_pulls_of_interleaved_queues_across_segments(tmp_path):
                 got += [m.body for m in batch]
                 offset = batch[-1].queue_offset + 1
             assert got == bodies
+
+
+def test_recent_messages_forget_the_oldest_past_their_byte_bound():
+    recent = RecentMessages(max_bytes=3000)
+    for offset in range(5):
+        recent.put(offset * 1000, (b"x", None, None, None, 1000))
+    assert len(recent) == 3 and recent.get(0) is None and recent.get(4000) is not None
+    recent.put(9000, (b"big", None, None, None, 3001))  # larger than the bound: not kept
+    assert recent.get(9000) is None and len(recent) == 3
+
+
+def test_a_second_pull_of_the_same_messages_is_decoded_once(broker, monkeypatch):
+    for i in range(20):
+        broker.send(Message("t", f"m{i}".encode(), queue_id=0, properties={"i": str(i)}))
+    assert broker.wait_indexed()
+    first = broker.pull("t", 0, 0, 20)
+    reads = []
+    real = reads_module.read_records
+    monkeypatch.setattr(reads_module, "read_records",
+                        lambda log, places: reads.append(len(places)) or real(log, places))
+    second = broker.pull("t", 0, 0, 20)
+    assert second == first and reads == [0]  # every record came from the recent ones
+    second[0].properties["i"] = "changed"  # each message has a dict of its own
+    assert broker.pull("t", 0, 0, 1)[0].properties == {"i": "0"}
