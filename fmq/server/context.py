@@ -21,6 +21,7 @@ from fmq.server.batcher import SendBatcher
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.groups import GroupCoordinator
+from fmq.server.pull_answers import encoded_cache
 from fmq.server.replica_role import ReplicationRole
 from fmq.server.request_limits import RequestLimits
 from fmq.server.wakeups import PullEvents, PullWakeups
@@ -86,6 +87,8 @@ class ServerContext:
         self._workers = workers
         self._readers = readers
         self.wakeups = PullWakeups()
+        #: PULL answers' messages encoded lately (several groups pull the same ones).
+        self.encoded = encoded_cache()
         self.counters = ServerCounters()
         #: Requests in flight on every session (tasks, and futures of sends).
         self.all_tasks: set[asyncio.Future] = set()
@@ -115,6 +118,11 @@ class ServerContext:
 
     def _delivered(self, queues: set[tuple[str, int]]) -> None:
         """The index made data in ``queues`` consumable (called off the event loop)."""
+        if not self.wakeups.watched:
+            # No pull waits (sends without consumers): skip the event loop's wake-up. A pull
+            # takes its events before it reads, so one that registers after this check
+            # reads what this write made consumable.
+            return
         try:
             self.loop.call_soon_threadsafe(self.data_arrived, queues)
         except RuntimeError:  # the event loop is closed: no pull is waiting any more
