@@ -93,10 +93,9 @@ class Reader:
                 props = rec.properties
                 if props and PRODUCER_ID_PROPERTY in props:  # the dedup window's own
                     props = {k: v for k, v in props.items() if k not in SEQUENCE_PROPERTIES}
-                payload = (rec.body, rec.key, rec.tags,
-                           tuple(props.items()) if props else None, rec.size)
-                recent.put(doff, payload)
-            body, key, tags, items, _size = payload
+                payload = (rec.body, rec.key, rec.tags, tuple(props.items()) if props else None)
+                recent.put(doff, payload, rec.size)
+            body, key, tags, items = payload
             # Every message gets a dict of its own: a caller may change it.
             out.append(StoredMessage(topic, queue_id, qoff, doff, body, key, tags,
                                      dict(items) if items else {}, st))

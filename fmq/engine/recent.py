@@ -12,36 +12,36 @@ costs the others one dictionary lookup per message.
 from __future__ import annotations
 
 import threading
-
-#: (body, key, tags, properties as items or None, record size).
-Payload = tuple[bytes, str | None, str | None, tuple[tuple[str, str], ...] | None, int]
+from collections.abc import Hashable
+from typing import Any
 
 
 class RecentMessages:
-    """Decoded payloads by the log offset of their record, at most ``max_bytes`` of
-    records."""
+    """Values by key (the log offset of their record), at most ``max_bytes`` of them as
+    their ``size`` counts them."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: dict[int, Payload] = {}
+        self._items: dict[Hashable, tuple[Any, int]] = {}
         self._bytes = 0
         self._lock = threading.Lock()  # pulls run in several reader threads
 
-    def get(self, offset: int) -> Payload | None:
-        return self._items.get(offset)  # one dict lookup: atomic, no lock needed
+    def get(self, key: Hashable) -> Any:
+        """The value kept for ``key``, or None."""
+        found = self._items.get(key)  # one dict lookup: atomic, no lock needed
+        return None if found is None else found[0]
 
-    def put(self, offset: int, payload: Payload) -> None:
-        size = payload[4]
+    def put(self, key: Hashable, value: Any, size: int) -> None:
         if size > self.max_bytes:
             return
         with self._lock:
-            if offset in self._items:
+            if key in self._items:
                 return
-            self._items[offset] = payload
+            self._items[key] = (value, size)
             self._bytes += size
             items = self._items
             while self._bytes > self.max_bytes:
-                self._bytes -= items.pop(next(iter(items)))[4]  # the oldest first
+                self._bytes -= items.pop(next(iter(items)))[1]  # the oldest first
 
     def __len__(self) -> int:
         return len(self._items)

@@ -87,9 +87,9 @@ def test_pulls_of_interleaved_queues_across_segments(tmp_path):
 def test_recent_messages_forget_the_oldest_past_their_byte_bound():
     recent = RecentMessages(max_bytes=3000)
     for offset in range(5):
-        recent.put(offset * 1000, (b"x", None, None, None, 1000))
+        recent.put(offset * 1000, b"x", 1000)
     assert len(recent) == 3 and recent.get(0) is None and recent.get(4000) is not None
-    recent.put(9000, (b"big", None, None, None, 3001))  # larger than the bound: not kept
+    recent.put(9000, b"big", 3001)  # larger than the bound: not kept
     assert recent.get(9000) is None and len(recent) == 3
 
 
