@@ -6,8 +6,9 @@ runs compare.py's row 6 against it: 64 producers with the index-lag probe, once 
 once while 16 consumers follow the topic (``fmq bench consume --follow``). The load
 generator, probe and consumers are this tree's, so only the server differs. Prints per
 round and as medians (ranges): sends/s with and without consumers, their ratio, consumed
-msgs/s, the lag p99 with and without consumers and the server's CPU microseconds per sent
-message with consumers. Not part of the test run. Run::
+msgs/s, the lag p99 with and without consumers, the server's CPU microseconds per sent
+message with consumers and without, and how many messages the consumers pulled per message
+sent (each queue has four following consumers). Not part of the test run. Run::
 
     python bench/bench_lag_ab.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--seconds 5] [--rounds 3]
         [--variant NAME='{"server": {"read_threads": 4}}' ...]
@@ -76,7 +77,9 @@ def one_round(tree: str, config: dict | None, seconds: float) -> dict:
     server = start_server(tree, scratch, port, config)
     address = f"127.0.0.1:{port}"
     try:
-        alone, lag_alone, _ = _sends(address, "alone", seconds)
+        before = process_cpu_seconds(server.pid)
+        alone, lag_alone, sent_alone = _sends(address, "alone", seconds)
+        cpu_alone = process_cpu_seconds(server.pid) - before
         consumers: dict = {}
 
         def consume() -> None:
@@ -96,7 +99,9 @@ def one_round(tree: str, config: dict | None, seconds: float) -> dict:
             raise RuntimeError(f"the consumers failed: {r and (r.count_check, r.errors)}")
         return {"sends_alone": alone, "sends_followed": followed, "ratio": followed / alone,
                 "consumed": r.msgs_per_s, "lag_p99_followed": lag_followed or 0.0,
-                "lag_p99_alone": lag_alone or 0.0, "cpu_us_per_send": 1e6 * cpu / max(1, sent)}
+                "lag_p99_alone": lag_alone or 0.0, "cpu_us_per_send": 1e6 * cpu / max(1, sent),
+                "cpu_us_per_send_alone": 1e6 * cpu_alone / max(1, sent_alone),
+                "pulled_per_send": r.messages / max(1, sent)}
     finally:
         server.kill()
         server.wait()
@@ -107,7 +112,9 @@ FIELDS = [("sends_alone", "sends/s alone", "{:.0f}"), ("sends_followed", "sends/
           "{:.0f}"), ("ratio", "ratio", "{:.2f}"), ("consumed", "consumed/s", "{:.0f}"),
           ("lag_p99_followed", "lag p99 followed ms", "{:.1f}"),
           ("lag_p99_alone", "lag p99 alone ms", "{:.1f}"),
-          ("cpu_us_per_send", "server us CPU/send followed", "{:.1f}")]
+          ("cpu_us_per_send", "server us CPU/send followed", "{:.1f}"),
+          ("cpu_us_per_send_alone", "alone", "{:.1f}"),
+          ("pulled_per_send", "messages pulled per send", "{:.2f}")]
 
 
 def _line(r: dict) -> str:
