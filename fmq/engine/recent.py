@@ -15,6 +15,10 @@ import threading
 from collections.abc import Hashable
 from typing import Any
 
+#: Bytes an entry costs beyond its ``size`` (the key, the tuples and strings, the dict's
+#: slot): small messages must not let the cache hold far more memory than its bound.
+ENTRY_OVERHEAD = 256
+
 
 class RecentMessages:
     """Values by key (the log offset of their record), at most ``max_bytes`` of them as
@@ -32,6 +36,7 @@ class RecentMessages:
         return None if found is None else found[0]
 
     def put(self, key: Hashable, value: Any, size: int) -> None:
+        size += ENTRY_OVERHEAD
         if size > self.max_bytes:
             return
         with self._lock:

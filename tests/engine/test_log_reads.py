@@ -13,7 +13,7 @@ from fmq import Message
 from fmq.engine import log_reads
 from fmq.engine import reads as reads_module
 from fmq.engine.log_reads import read_records
-from fmq.engine.recent import RecentMessages
+from fmq.engine.recent import ENTRY_OVERHEAD, RecentMessages
 from fmq.errors import OffsetOutOfRange
 from fmq.log.log import Log
 from fmq.log.record import Record, RecordType
@@ -85,11 +85,12 @@ def test_pulls_of_interleaved_queues_across_segments(tmp_path):
 
 
 def test_recent_messages_forget_the_oldest_past_their_byte_bound():
-    recent = RecentMessages(max_bytes=3000)
+    each = 1000 + ENTRY_OVERHEAD
+    recent = RecentMessages(max_bytes=3 * each)
     for offset in range(5):
         recent.put(offset * 1000, b"x", 1000)
-    assert len(recent) == 3 and recent.get(0) is None and recent.get(4000) is not None
-    recent.put(9000, b"big", 3001)  # larger than the bound: not kept
+    assert len(recent) == 3 and recent.get(0) is None and recent.get(4000) == b"x"
+    recent.put(9000, b"big", 3 * each)  # larger than the bound with its overhead: not kept
     assert recent.get(9000) is None and len(recent) == 3
 
 
