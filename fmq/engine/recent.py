@@ -12,6 +12,7 @@ costs the others one dictionary lookup per message.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
@@ -26,7 +27,9 @@ class RecentMessages:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: dict[Hashable, tuple[Any, int]] = {}
+        # Ordered: taking the oldest entry is O(1) (a plain dict's first key, after many
+        # deletions at its front, is found by skipping their slots one by one).
+        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()  # pulls run in several reader threads
 
@@ -44,9 +47,8 @@ class RecentMessages:
                 return
             self._items[key] = (value, size)
             self._bytes += size
-            items = self._items
             while self._bytes > self.max_bytes:
-                self._bytes -= items.pop(next(iter(items)))[1]  # the oldest first
+                self._bytes -= self._items.popitem(last=False)[1][1]  # the oldest first
 
     def __len__(self) -> int:
         return len(self._items)
