@@ -25,9 +25,10 @@ import time
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _pull_encoder(broker):  # noqa: ANN001, ANN202 - works with either tree's handlers
+def _pull_encoder(broker, shared: bool):  # noqa: ANN001, ANN202 - either tree's handlers
     """A function (offset, n) -> answer bytes for queue 0 of topic "t", for this tree's
-    _pull_now (which changed its signature over time) and a fresh cache per call."""
+    _pull_now (which changed its signature over time) and a fresh cache per call;
+    ``shared``: the queue has several readers (the server keeps what it decodes)."""
     from fmq.protocol import Op
     from fmq.protocol.frame import encode_response
     from fmq.protocol.values import stored_to_wire
@@ -37,10 +38,11 @@ def _pull_encoder(broker):  # noqa: ANN001, ANN202 - works with either tree's ha
     if "encoded" in params:
         from fmq.server.pull_answers import encoded_cache
         cache = encoded_cache()
+        keep = (shared,) if "keep" in params else ()
 
         def pull(offset: int, n: int) -> bytes:
             items, _count, lo, hi, _size, _resume = handlers._pull_now(
-                broker, cache, "t", 0, offset, n, None, 1 << 22)
+                broker, cache, *keep, "t", 0, offset, n, None, 1 << 22)
             return encode_response(Op.PULL, 1, {"messages": items, "min_offset": lo,
                                                 "next_offset": hi})
         return pull
@@ -67,15 +69,15 @@ def measure() -> str:
             broker.send_batch([Message("t", body, queue_id=j % 4) for j in range(64)])
         broker.wait_indexed()
         out = []
-        offset = 0
         for readers in (1, 4):
             for n in (16, 64):
+                offset = 0  # 5 x 30 x 64 pulled: within the 20,000 messages of a queue
                 best = float("inf")
                 for _rep in range(5):
                     if hasattr(broker._reader, "recent"):  # a cold start for every rep
                         from fmq.engine.recent import RecentMessages
                         broker._reader.recent = RecentMessages(8 << 20)
-                    pull = _pull_encoder(broker)
+                    pull = _pull_encoder(broker, readers > 1)
                     t0, pulled = time.thread_time(), 0
                     for _ in range(30):
                         for _r in range(readers):

@@ -1,10 +1,11 @@
 """Target 6's memory part: the server's resident set under compare.py's row-6 load (64
 producers, 16 consumers following) for minutes on end. Samples VmRSS every ``--every``
-seconds and prints each sample, the first one after the warm-up, the last and the largest
-and their ratio. The log is capped by retention (``--retention-mb``) so the run does not
+seconds (and its anonymous part: the heap, without the index's mapped file pages) and
+prints each sample, the first one after the warm-up, the last and the largest and their
+ratios. The log is capped by retention (``--retention-mb``) so the run does not
 fill the disk. Not part of the test run. Run::
 
-    python bench/bench_rss_soak.py [--minutes 10] [--every 10]
+    python bench/bench_rss_soak.py [--minutes 10] [--every 10] [--tree OLDER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ from bench.bench_network import free_port  # noqa: E402
 from fmq.loadgen import BenchSpec, run_bench  # noqa: E402
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, RssAnon) in MB: the rest of the resident set is file pages, the LMDB index's
+    map above all, which grows with the index until retention trims it."""
+    found = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+            key = line.split(":")[0]
+            if key in ("VmRSS", "RssAnon"):
+                found[key] = int(line.split()[1]) / 1024
+    return found.get("VmRSS", 0.0), found.get("RssAnon", 0.0)
 
 
 def main() -> None:
@@ -40,11 +45,12 @@ def main() -> None:
     ap.add_argument("--every", type=float, default=10.0)
     ap.add_argument("--warm-up", type=float, default=30.0, help="seconds before the base")
     ap.add_argument("--retention-mb", type=int, default=1024)
+    ap.add_argument("--tree", default=HERE, help="the checkout whose server runs")
     args = ap.parse_args()
     scratch = tempfile.mkdtemp(prefix="fmq-rss-soak-")
     port = free_port()
     config = {"retention_bytes": args.retention_mb << 20, "retention_interval_ms": 5000}
-    server = start_server(HERE, scratch, port, config)
+    server = start_server(os.path.abspath(args.tree), scratch, port, config)
     address = f"127.0.0.1:{port}"
     seconds = args.minutes * 60
     reports: dict = {}
@@ -66,14 +72,18 @@ def main() -> None:
             elapsed = time.monotonic() - t0
             if elapsed > seconds:
                 break
-            samples.append((elapsed, rss_mb(server.pid)))
-            print(f"{elapsed:6.0f} s  RSS {samples[-1][1]:7.1f} MB", flush=True)
+            rss, anon = rss_mb(server.pid)
+            samples.append((elapsed, rss, anon))
+            print(f"{elapsed:6.0f} s  RSS {rss:7.1f} MB  anonymous {anon:7.1f} MB", flush=True)
         for t in threads:
             t.join(120)
-        base = next((mb for s, mb in samples if s >= args.warm_up), samples[0][1])
-        peak = max(mb for _, mb in samples)
-        print(json.dumps({"base_mb": base, "last_mb": samples[-1][1], "peak_mb": peak,
-                          "peak_over_base": peak / base,
+        base = next((x for x in samples if x[0] >= args.warm_up), samples[0])
+        peak = max(x[1] for x in samples)
+        peak_anon = max(x[2] for x in samples)
+        print(json.dumps({"base_mb": base[1], "last_mb": samples[-1][1], "peak_mb": peak,
+                          "peak_over_base": peak / base[1], "anon_base_mb": base[2],
+                          "anon_last_mb": samples[-1][2], "anon_peak_mb": peak_anon,
+                          "anon_peak_over_base": peak_anon / base[2],
                           "sends_per_s": reports["produce"].msgs_per_s,
                           "consumed_per_s": reports["consume"].msgs_per_s}))
     finally:

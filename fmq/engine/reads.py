@@ -51,7 +51,7 @@ class Reader:
         self.recent = RecentMessages(RECENT_BYTES)
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
-             max_bytes: int | None = None) -> list[StoredMessage]:
+             max_bytes: int | None = None, keep: bool = False) -> list[StoredMessage]:
         """See :meth:`fmq.engine.broker.Broker.pull`."""
         self.check_open()
         check_topic(topic)
@@ -63,14 +63,14 @@ class Reader:
         out: list[StoredMessage] = []
         while entries and not out:  # again only when retention deleted all it read
             taken = _fitting(entries, max_bytes)
-            self._decode_into(out, topic, queue_id, entries[:taken])
+            self._decode_into(out, topic, queue_id, entries[:taken], keep)
             del entries[:taken]
         if out:
             self._count_out(topic, out)
         return out
 
     def _decode_into(self, out: list[StoredMessage], topic: str, queue_id: int,
-                     entries: list[tuple[int, int, int, int, int]]) -> None:
+                     entries: list[tuple[int, int, int, int, int]], keep: bool) -> None:
         recent = self.recent
         cached = [recent.get(doff) for _q, doff, _d, _t, _s in entries]
         missing = [(doff, dsize) for (_q, doff, dsize, _t, _s), payload
@@ -94,7 +94,8 @@ class Reader:
                 if props and PRODUCER_ID_PROPERTY in props:  # the dedup window's own
                     props = {k: v for k, v in props.items() if k not in SEQUENCE_PROPERTIES}
                 payload = (rec.body, rec.key, rec.tags, tuple(props.items()) if props else None)
-                recent.put(doff, payload, rec.size)
+                if keep:  # a reader alone would pay for keeping it and never use it
+                    recent.put(doff, payload, rec.size)
             body, key, tags, items = payload
             # Every message gets a dict of its own: a caller may change it.
             out.append(StoredMessage(topic, queue_id, qoff, doff, body, key, tags,

@@ -21,7 +21,7 @@ from fmq.server.batcher import SendBatcher
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.groups import GroupCoordinator
-from fmq.server.pull_answers import encoded_cache
+from fmq.server.pull_answers import SharedQueues, encoded_cache
 from fmq.server.replica_role import ReplicationRole
 from fmq.server.request_limits import RequestLimits
 from fmq.server.wakeups import PullEvents, PullWakeups
@@ -89,6 +89,7 @@ class ServerContext:
         self.wakeups = PullWakeups()
         #: PULL answers' messages encoded lately (several groups pull the same ones).
         self.encoded = encoded_cache()
+        self.shared_queues = SharedQueues()
         self.counters = ServerCounters()
         #: Requests in flight on every session (tasks, and futures of sends).
         self.all_tasks: set[asyncio.Future] = set()

@@ -171,19 +171,20 @@ async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: di
     return {"state": final.value}
 
 
-def _pull_now(broker: Broker, encoded: RecentMessages, topic: str, queue_id: int,
-              offset: int, max_messages: int, tags: str | None, max_bytes: int
-              ) -> tuple[Encoded, int, int, int, int, int]:
+def _pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
+              queue_id: int, offset: int, max_messages: int, tags: str | None,
+              max_bytes: int) -> tuple[Encoded, int, int, int, int, int]:
     """The messages that fit an answer of ``max_bytes`` (at least one), encoded, and how
     many, the queue range, the answer's size and the offset to pull from next (``tags``:
-    PULL_TAGGED's filter; ``encoded``: messages encoded lately)."""
+    PULL_TAGGED's filter; ``encoded``: messages encoded lately; ``keep``: the queue is
+    shared, keep what it decodes and encodes for the next reader)."""
     base = PULL_REPLY_BASE if tags is None else PULL_TAGGED_REPLY_BASE
     budget = max_bytes - base
 
     def read() -> tuple[list[StoredMessage], int]:
         if tags is not None:
             return pull_tagged(broker, topic, queue_id, offset, tags, max_messages, budget)
-        return broker.pull(topic, queue_id, offset, max_messages, budget), offset
+        return broker.pull(topic, queue_id, offset, max_messages, budget, keep), offset
 
     msgs, resume = read()
     if not msgs and broker.wait_indexed(0.5):
@@ -192,7 +193,7 @@ def _pull_now(broker: Broker, encoded: RecentMessages, topic: str, queue_id: int
         # by the index finds what woke it at once; one woken by a transaction's commit,
         # when it is flushed, waits here for the index.)
         msgs, resume = read()
-    items, count, size = encode_fitting(encoded, msgs, budget)
+    items, count, size = encode_fitting(encoded, msgs, budget, keep)
     if count < len(msgs):  # the next pull starts at the first message left out
         resume = msgs[count].queue_offset
     lo, hi = broker.queue_range(topic, queue_id)
@@ -235,9 +236,10 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
         granted = await _reserve(ctx, session, need)
         ctx.counters.pull_reads += 1
         try:
+            keep = ctx.shared_queues.note(topic, queue_id, session.id, loop.time())
             items, count, lo, hi, size, resume = await ctx.read(
-                _pull_now, ctx.broker, ctx.encoded, topic, queue_id, offset, max_messages,
-                tags, granted)
+                _pull_now, ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
+                max_messages, tags, granted)
         except BaseException:
             session.unreserve_reply(granted)
             raise

@@ -10,7 +10,7 @@ from fmq.message import StoredMessage
 from fmq.protocol import Op
 from fmq.protocol.frame import encode_response
 from fmq.protocol.values import stored_to_wire
-from fmq.server.pull_answers import encode_fitting, encoded_cache
+from fmq.server.pull_answers import CLOSE_S, SHARED_S, SharedQueues, encode_fitting, encoded_cache
 from fmq.server.replies import fit
 
 
@@ -48,3 +48,19 @@ def test_a_second_pull_of_the_same_messages_copies_their_bytes():
     moved = [dataclasses.replace(msgs[0], queue_offset=msgs[0].queue_offset + 1)]
     assert encode_fitting(cache, moved, 10**9)[0].data != first.data[:len(moved[0].body)]
     assert len(cache) == 11  # another queue position is another message
+
+
+def test_without_keep_nothing_is_kept():
+    cache = encoded_cache()
+    encode_fitting(cache, _messages(5), 10**9, keep=False)
+    assert len(cache) == 0
+
+
+def test_a_queue_is_shared_while_two_connections_pull_it_close_together():
+    shared = SharedQueues()
+    assert not shared.note("t", 0, 1, 100.0)
+    assert not shared.note("t", 0, 1, 100.1)  # one connection pulling again
+    assert not shared.note("t", 1, 2, 100.2)  # another queue
+    assert shared.note("t", 0, 2, 100.3)  # a second connection: shared from now on
+    assert shared.note("t", 0, 1, 100.3 + SHARED_S - 0.1)
+    assert not shared.note("t", 0, 1, 200.0 + CLOSE_S)  # alone again for long enough
