@@ -276,12 +276,14 @@ class Broker:
     # ================================================================== reading
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
-             max_bytes: int | None = None) -> list[StoredMessage]:
+             max_bytes: int | None = None, keep: bool = False) -> list[StoredMessage]:
         """Up to ``max_messages`` consumable messages of a queue from queue offset ``offset``.
         An offset below the queue's minimum (deleted by retention) starts at the minimum.
         ``max_bytes`` stops before the message whose stored record would take the bytes
-        read past it (the first message is always read)."""
-        return self._reader.pull(topic, queue_id, offset, max_messages, max_bytes)
+        read past it (the first message is always read). ``keep``: keep the records
+        decoded for other readers of the same messages soon (several consumers of one
+        queue); without it, only what others kept is used."""
+        return self._reader.pull(topic, queue_id, offset, max_messages, max_bytes, keep)
 
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, next offset) of a queue: what is consumable now."""

@@ -8,8 +8,10 @@ from collections.abc import Callable, Iterable
 
 from fmq.config import BrokerConfig
 from fmq.engine.bad_records import BadRecords
+from fmq.engine.log_reads import read_records
 from fmq.engine.queues import Queues
-from fmq.errors import BadRecord, OffsetOutOfRange, TornRecord
+from fmq.engine.recent import RecentMessages
+from fmq.errors import BadRecord, TornRecord
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.record import decode
@@ -24,6 +26,9 @@ from fmq.message import (
     check_queue_id,
     check_topic,
 )
+
+#: Bytes of records :attr:`Reader.recent` keeps decoded.
+RECENT_BYTES = 8 * 1024 * 1024
 
 
 class Reader:
@@ -42,9 +47,11 @@ class Reader:
         self.messages_out: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
         self._out_lock = threading.Lock()
+        #: Decoded records lately pulled: consumers following one queue share the decode.
+        self.recent = RecentMessages(RECENT_BYTES)
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
-             max_bytes: int | None = None) -> list[StoredMessage]:
+             max_bytes: int | None = None, keep: bool = False) -> list[StoredMessage]:
         """See :meth:`fmq.engine.broker.Broker.pull`."""
         self.check_open()
         check_topic(topic)
@@ -53,35 +60,46 @@ class Reader:
         check_count(max_messages, "max_messages")
         lo, _hi = self.index.queue_range(topic, queue_id)
         entries = self.index.queue_entries(topic, queue_id, max(offset, lo), max_messages)
-        out = []
-        read = 0
-        for qoff, doff, dsize, _th, st in entries:
-            if max_bytes is not None:
-                read += dsize
-                if out and read > max_bytes:
-                    break
-            try:
-                data = self.log.read(doff, dsize)
-            except OffsetOutOfRange:
-                if doff < self.log.first_offset:
-                    continue  # retention deleted its segment after we read the index
-                raise
-            try:
-                rec = decode(data, 0, base_offset=doff, max_record_size=self.max_record_size)
-            except (BadRecord, TornRecord) as exc:
-                if out:  # return what precedes it; the next pull starts at the damage
-                    break
-                self.bad_records.met(exc, self.log.segment_for(doff).name, topic, queue_id,
-                                     qoff)
-                raise
-            props = rec.properties or {}
-            if PRODUCER_ID_PROPERTY in props:  # the dedup window's bookkeeping stays inside
-                props = {k: v for k, v in props.items() if k not in SEQUENCE_PROPERTIES}
-            out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
-                                     props, st))
+        out: list[StoredMessage] = []
+        while entries and not out:  # again only when retention deleted all it read
+            taken = _fitting(entries, max_bytes)
+            self._decode_into(out, topic, queue_id, entries[:taken], keep)
+            del entries[:taken]
         if out:
             self._count_out(topic, out)
         return out
+
+    def _decode_into(self, out: list[StoredMessage], topic: str, queue_id: int,
+                     entries: list[tuple[int, int, int, int, int]], keep: bool) -> None:
+        recent = self.recent
+        cached = [recent.get(doff) for _q, doff, _d, _t, _s in entries]
+        missing = [(doff, dsize) for (_q, doff, dsize, _t, _s), payload
+                   in zip(entries, cached, strict=True) if payload is None]
+        records = iter(read_records(self.log, missing))
+        for (qoff, doff, _dsize, _th, st), payload in zip(entries, cached, strict=True):
+            if payload is None:
+                data = next(records)
+                if data is None:
+                    continue  # retention deleted its segment after we read the index
+                try:
+                    rec = decode(data, 0, base_offset=doff,
+                                 max_record_size=self.max_record_size)
+                except (BadRecord, TornRecord) as exc:
+                    if out:  # return what precedes it; the next pull starts at the damage
+                        break
+                    self.bad_records.met(exc, self.log.segment_for(doff).name, topic,
+                                         queue_id, qoff)
+                    raise
+                props = rec.properties
+                if props and PRODUCER_ID_PROPERTY in props:  # the dedup window's own
+                    props = {k: v for k, v in props.items() if k not in SEQUENCE_PROPERTIES}
+                payload = (rec.body, rec.key, rec.tags, tuple(props.items()) if props else None)
+                if keep:  # a reader alone would pay for keeping it and never use it
+                    recent.put(doff, payload, rec.size)
+            body, key, tags, items = payload
+            # Every message gets a dict of its own: a caller may change it.
+            out.append(StoredMessage(topic, queue_id, qoff, doff, body, key, tags,
+                                     dict(items) if items else {}, st))
 
     def _count_out(self, topic: str, messages: list[StoredMessage]) -> None:
         with self._out_lock:  # pulls run in several reader threads
@@ -149,3 +167,15 @@ class Reader:
                     off = batch[-1].queue_offset + 1
                 out[(topic, qid)] = msgs
         return out
+
+
+def _fitting(entries: list[tuple[int, int, int, int, int]], max_bytes: int | None) -> int:
+    """How many leading index entries fit ``max_bytes`` of records (at least one)."""
+    if max_bytes is None:
+        return len(entries)
+    read = 0
+    for i, (_qoff, _doff, dsize, _th, _st) in enumerate(entries):
+        read += dsize
+        if i and read > max_bytes:
+            return i
+    return len(entries)

@@ -90,8 +90,8 @@ class Dispatcher:
         self._failing_since = 0.0
         self._retries_at_start = 0
         #: Called (dispatcher thread) with the (topic, queue) pairs an index write made
-        #: consumable, on a follower, whose copied records arrive without a request to
-        #: wake its pulls; None elsewhere (the primary's writes wake them themselves).
+        #: consumable: the server wakes those queues' pull long polls then, when they can
+        #: read what woke them (a follower's copied records too).
         self.on_applied: Callable[[set[tuple[str, int]]], None] | None = None
         self._thread = threading.Thread(target=self._run, name="fmq-dispatcher", daemon=True)
 

@@ -186,6 +186,17 @@ class PropsField(FieldType):
 PROPS = PropsField()
 
 
+class Encoded:
+    """The items of a list field, already encoded: ``count`` items in ``data`` (a server
+    that keeps encoded messages copies them into an answer instead of encoding again)."""
+
+    __slots__ = ("count", "data")
+
+    def __init__(self, count: int, data: bytes) -> None:
+        self.count = count
+        self.data = data
+
+
 class ListOf(FieldType):
     """u32 count, then the items. Each item takes at least one byte, so a count larger than
     the bytes left is refused before anything is allocated."""
@@ -195,6 +206,10 @@ class ListOf(FieldType):
         self.name = f"list<{item.name}>"
 
     def encode(self, out: bytearray, value: Any) -> None:
+        if type(value) is Encoded:
+            out += _U32.pack(value.count)
+            out += value.data
+            return
         if not isinstance(value, (list, tuple)):
             raise ProtocolError(f"{self.name} field needs a list, got {type(value).__name__}")
         out += _U32.pack(len(value))

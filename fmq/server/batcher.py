@@ -60,7 +60,7 @@ class SendBatcher:
     MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per place_batch (it holds the log lock)
 
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop,
-                 max_batch_messages: int, stored_in: StoredIn,
+                 max_batch_messages: int, stored_in: StoredIn | None,
                  wait_replicated: Callable[[int], None] | None = None) -> None:
         self.broker = broker
         self.loop = loop
@@ -244,8 +244,9 @@ class SendBatcher:
                     continue
                 mine = results[pos:pos + n]
                 pos += n
-                for m, r in zip(msgs, mine, strict=True):
-                    stored.add((m.topic, r.queue_id))
+                if self.stored_in is not None:
+                    for m, r in zip(msgs, mine, strict=True):
+                        stored.add((m.topic, r.queue_id))
                 if not fut.done():
                     try:
                         fut.set_result(reply(mine) if reply is not None else mine)

@@ -21,6 +21,7 @@ from fmq.server.batcher import SendBatcher
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
 from fmq.server.groups import GroupCoordinator
+from fmq.server.pull_answers import SharedQueues, encoded_cache
 from fmq.server.replica_role import ReplicationRole
 from fmq.server.request_limits import RequestLimits
 from fmq.server.wakeups import PullEvents, PullWakeups
@@ -86,6 +87,9 @@ class ServerContext:
         self._workers = workers
         self._readers = readers
         self.wakeups = PullWakeups()
+        #: PULL answers' messages encoded lately (several groups pull the same ones).
+        self.encoded = encoded_cache()
+        self.shared_queues = SharedQueues()
         self.counters = ServerCounters()
         #: Requests in flight on every session (tasks, and futures of sends).
         self.all_tasks: set[asyncio.Future] = set()
@@ -103,17 +107,23 @@ class ServerContext:
         self.loop = loop
         self.stop_requested = asyncio.Event()
         self.replication = ReplicationRole(self.broker, loop)
+        # Sends wake pulls once the index has them (dispatcher.on_applied), not when they
+        # are flushed: woken at the flush, a pull waited in a reader thread for the index,
+        # and under load for one more index batch than its own, as the flushed offset had
+        # moved on by then.
         self.batcher = SendBatcher(self.broker, loop, self.config.max_batch_messages,
-                                   self.data_arrived, self.replication.wait_replicated)
-        # Scheduled messages and retries land in queues without a request: wake their pulls;
-        # so do a follower's copied messages, once its index has them.
-        self.broker.timers.on_delivered = self._delivered
-        if self.replication.primary is not None:
-            self.broker.dispatcher.on_applied = self._delivered
+                                   None, self.replication.wait_replicated)
+        # Every write wakes its pulls this way: sends, commits, scheduled messages and
+        # retries the timer service delivers, a follower's copied records.
+        self.broker.dispatcher.on_applied = self._delivered
 
     def _delivered(self, queues: set[tuple[str, int]]) -> None:
-        """Data landed in ``queues`` off the event loop: the timer service delivered, or a
-        follower's index applied copied records."""
+        """The index made data in ``queues`` consumable (called off the event loop)."""
+        if not self.wakeups.watched:
+            # No pull waits (sends without consumers): skip the event loop's wake-up. A pull
+            # takes its events before it reads, so one that registers after this check
+            # reads what this write made consumable.
+            return
         try:
             self.loop.call_soon_threadsafe(self.data_arrived, queues)
         except RuntimeError:  # the event loop is closed: no pull is waiting any more

@@ -22,11 +22,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fmq.engine.broker import Broker
+from fmq.engine.recent import RecentMessages
 from fmq.engine.retries import delivery_stats
 from fmq.engine.tag_filter import pull_tagged
 from fmq.errors import InvalidArgument
 from fmq.message import SendResult, StoredMessage, check_count, parse_tag_expression
 from fmq.protocol import PROTOCOL_VERSION, Op
+from fmq.protocol.types import Encoded
 from fmq.protocol.values import (
     message_from_wire,
     result_to_wire,
@@ -35,6 +37,7 @@ from fmq.protocol.values import (
 )
 from fmq.server import tx_ops
 from fmq.server.context import RequestSession, ServerContext
+from fmq.server.pull_answers import encode_fitting
 from fmq.server.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE, QUERY_REPLY_BASE, fit
 from fmq.tx.state import TxState
 from fmq.version import __version__
@@ -168,31 +171,33 @@ async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: di
     return {"state": final.value}
 
 
-def _pull_now(broker: Broker, topic: str, queue_id: int, offset: int, max_messages: int,
-              tags: str | None, catch_up: bool, max_bytes: int
-              ) -> tuple[list[StoredMessage], int, int, int, int]:
-    """The messages that fit an answer of ``max_bytes`` (at least one), the queue range,
-    the answer's size and the offset to pull from next (``tags``: PULL_TAGGED's filter)."""
-    if catch_up:  # woken by a write: it is flushed, let the dispatcher index it
-        broker.wait_indexed(0.5)
+def _pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
+              queue_id: int, offset: int, max_messages: int, tags: str | None,
+              max_bytes: int) -> tuple[Encoded, int, int, int, int, int]:
+    """The messages that fit an answer of ``max_bytes`` (at least one), encoded, and how
+    many, the queue range, the answer's size and the offset to pull from next (``tags``:
+    PULL_TAGGED's filter; ``encoded``: messages encoded lately; ``keep``: the queue is
+    shared, keep what it decodes and encodes for the next reader)."""
     base = PULL_REPLY_BASE if tags is None else PULL_TAGGED_REPLY_BASE
     budget = max_bytes - base
 
     def read() -> tuple[list[StoredMessage], int]:
         if tags is not None:
             return pull_tagged(broker, topic, queue_id, offset, tags, max_messages, budget)
-        return broker.pull(topic, queue_id, offset, max_messages, budget), offset
+        return broker.pull(topic, queue_id, offset, max_messages, budget, keep), offset
 
     msgs, resume = read()
-    if not msgs and not catch_up and broker.wait_indexed(0.5):
+    if not msgs and broker.wait_indexed(0.5):
         # Nothing yet, but a write acknowledged just before may still be on its way to the
-        # index: a pull sees every message acknowledged before it arrived.
+        # index: a pull sees every message acknowledged before it arrived. (A pull woken
+        # by the index finds what woke it at once; one woken by a transaction's commit,
+        # when it is flushed, waits here for the index.)
         msgs, resume = read()
-    fitted, size = fit(msgs, budget)
-    if len(fitted) < len(msgs):  # the next pull starts at the first message left out
-        resume = msgs[len(fitted)].queue_offset
+    items, count, size = encode_fitting(encoded, msgs, budget, keep)
+    if count < len(msgs):  # the next pull starts at the first message left out
+        resume = msgs[count].queue_offset
     lo, hi = broker.queue_range(topic, queue_id)
-    return fitted, lo, hi, base + size, resume
+    return items, count, lo, hi, base + size, resume
 
 
 async def _reserve(ctx: ServerContext, session: RequestSession, need: int = 0) -> int:
@@ -225,16 +230,16 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
     topic, queue_id = req["topic"], req["queue_id"]
     check_count(req["max_messages"], "max_messages")
     offset, max_messages = req["offset"], min(req["max_messages"], 4096)
-    catch_up = False
     need = 0
     while True:
         events = ctx.wakeups.events(topic, queue_id, session.id)
         granted = await _reserve(ctx, session, need)
         ctx.counters.pull_reads += 1
         try:
-            msgs, lo, hi, size, resume = await ctx.read(
-                _pull_now, ctx.broker, topic, queue_id, offset, max_messages, tags, catch_up,
-                granted)
+            keep = ctx.shared_queues.note(topic, queue_id, session.id, loop.time())
+            items, count, lo, hi, size, resume = await ctx.read(
+                _pull_now, ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
+                max_messages, tags, granted)
         except BaseException:
             session.unreserve_reply(granted)
             raise
@@ -245,16 +250,15 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
             need = size
             continue
         remaining = deadline - loop.time()
-        if msgs or remaining <= 0 or ctx.stopping or session.closing:
+        if count or remaining <= 0 or ctx.stopping or session.closing:
             break
         offset = resume  # a filtered pull goes on past what it skipped
         session.unreserve_reply(granted)  # a long poll holds no reply budget while it waits
         # Only a write to this queue, the deadline, a closing connection or a shutdown
         # ends the wait: an idle long poll costs no thread and no reads meanwhile.
-        catch_up = await ctx.wait_for_data(events, remaining)
+        await ctx.wait_for_data(events, remaining)
     session.unreserve_reply(granted - size)  # the rest is held until the answer is written
-    return {"messages": [stored_to_wire(m) for m in msgs], "min_offset": lo, "next_offset": hi,
-            "resume_offset": resume}
+    return {"messages": items, "min_offset": lo, "next_offset": hi, "resume_offset": resume}
 
 
 @handles(Op.COMMIT_OFFSET)

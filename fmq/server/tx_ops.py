@@ -77,9 +77,7 @@ def commit(ctx: ServerContext, tx_id: str, answer: Callable[[TxState], Any] = _s
         return placed
 
     def finish(tx: OpenTransaction, failure: BaseException | None) -> Any:
-        writer.commit_done(tx, failure)
-        if failure is None:
-            ctx.data_arrived({(m.topic, m.queue_id) for m in tx.messages})
+        writer.commit_done(tx, failure)  # its pulls wake once the index has the messages
         return answer(TxState.COMMIT)
 
     return ctx.batcher.submit_write(place, finish)
@@ -91,9 +89,6 @@ async def _in_thread(ctx: ServerContext, answer: Callable[[Any], Any],
 
 
 def _commit_in_thread(ctx: ServerContext, tx_id: str) -> TxState:
-    """Commit (blocking) and wake the pulls of the queues that got messages."""
+    """Commit (blocking); the pulls of its queues wake once the index has the messages."""
     broker: Broker = ctx.broker
-    queues = broker.tx.queues_of(tx_id)
-    state = broker.commit(tx_id)
-    ctx.loop.call_soon_threadsafe(ctx.data_arrived, queues)
-    return state
+    return broker.commit(tx_id)

@@ -20,6 +20,11 @@ class PullWakeups:
         #: Pull long polls waiting now.
         self.waiting = 0
 
+    @property
+    def watched(self) -> bool:
+        """Some queue has a pull waiting for data (any thread may ask)."""
+        return bool(self._queues)
+
     def data_arrived(self, queues: set[Queue]) -> None:
         """A write completed: wake the pull long polls of ``queues``, and only those."""
         for q in queues:

@@ -1,0 +1,66 @@
+"""PULL answers built from messages encoded once: the same bytes as encoding them in the
+answer, the same fitting of the reply budget, and a second pull copies the bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from fmq.message import StoredMessage
+from fmq.protocol import Op
+from fmq.protocol.frame import encode_response
+from fmq.protocol.values import stored_to_wire
+from fmq.server.pull_answers import CLOSE_S, SHARED_S, SharedQueues, encode_fitting, encoded_cache
+from fmq.server.replies import fit
+
+
+def _messages(n: int) -> list[StoredMessage]:
+    rnd = random.Random(11)
+    return [StoredMessage(
+        "topic-\u00e9", rnd.randint(0, 7), 100 + i, 5000 + 1100 * i, bytes(rnd.randint(0, 2000)),
+        rnd.choice([None, "", "k\u00e9y"]), rnd.choice([None, "tag"]),
+        {f"p{j}": "v" * rnd.randint(0, 30) for j in range(rnd.randint(0, 3))},
+        rnd.randint(0, 1 << 41)) for i in range(n)]
+
+
+def test_the_answer_has_the_bytes_of_encoding_every_message_in_it():
+    msgs = _messages(60)
+    cache = encoded_cache()
+    for budget in (1, 500, 5_000, 20_000, 10**9):
+        items, count, size = encode_fitting(cache, msgs, budget)
+        fitted, fitted_size = fit(msgs, budget)  # the generic sizing it replaces
+        assert (count, size) == (len(fitted), fitted_size) and count >= 1
+        expect = encode_response(Op.PULL, 7, {
+            "messages": [stored_to_wire(m) for m in fitted], "min_offset": 3,
+            "next_offset": 9})
+        assert encode_response(Op.PULL, 7, {"messages": items, "min_offset": 3,
+                                            "next_offset": 9}) == expect
+
+
+def test_a_second_pull_of_the_same_messages_copies_their_bytes():
+    msgs = _messages(10)
+    cache = encoded_cache()
+    first, _, _ = encode_fitting(cache, msgs, 10**9)
+    assert len(cache) == 10
+    again = [dataclasses.replace(m) for m in msgs]  # another pull's objects, equal messages
+    second, _, _ = encode_fitting(cache, again, 10**9)
+    assert second.data == first.data and len(cache) == 10
+    moved = [dataclasses.replace(msgs[0], queue_offset=msgs[0].queue_offset + 1)]
+    assert encode_fitting(cache, moved, 10**9)[0].data != first.data[:len(moved[0].body)]
+    assert len(cache) == 11  # another queue position is another message
+
+
+def test_without_keep_nothing_is_kept():
+    cache = encoded_cache()
+    encode_fitting(cache, _messages(5), 10**9, keep=False)
+    assert len(cache) == 0
+
+
+def test_a_queue_is_shared_while_two_connections_pull_it_close_together():
+    shared = SharedQueues()
+    assert not shared.note("t", 0, 1, 100.0)
+    assert not shared.note("t", 0, 1, 100.1)  # one connection pulling again
+    assert not shared.note("t", 1, 2, 100.2)  # another queue
+    assert shared.note("t", 0, 2, 100.3)  # a second connection: shared from now on
+    assert shared.note("t", 0, 1, 100.3 + SHARED_S - 0.1)
+    assert not shared.note("t", 0, 1, 200.0 + CLOSE_S)  # alone again for long enough
