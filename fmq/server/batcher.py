@@ -72,6 +72,8 @@ class SendBatcher:
         self._placed_cond = threading.Condition()
         #: (log end offset, requests, results) per placed batch, in log order.
         self._placed: deque[tuple[int, list[Submitted], list[SendResult]]] = deque()
+        #: The highest end handed over: the deque's ends never go down (see _hand_over).
+        self._last_end = 0
         self._stopping = False
         self._acker_waiting = False  # it waits for placements (not for the disk)
         self._acknowledger = threading.Thread(target=self._acknowledge_loop,
@@ -173,7 +175,14 @@ class SendBatcher:
             self._hand_over(last_end, placed, tokens)
 
     def _hand_over(self, end: int, batch: list, results: Any) -> None:
-        """Queue placed requests for the acknowledger (in log order: all placing is here)."""
+        """Queue placed requests for the acknowledger (in log order: all placing is here).
+
+        A retried PREPARE is answered from its first attempt, whose records end before
+        what this turn placed: its entry is queued at the highest end so far, so that the
+        acknowledger, which waits for the last entry's end and releases every entry up to
+        it, always finds the entries in order (it spun without releasing anything before)."""
+        end = max(end, self._last_end)
+        self._last_end = end
         with self._placed_cond:
             self._placed.append((end, batch, results))
             if self._acker_waiting:  # else it is flushing and looks again after

@@ -74,3 +74,22 @@ def test_prepares_and_commits_arriving_together_are_each_answered(start_server):
                                "max_messages": 100, "wait_ms": 0})["messages"]
     assert sorted(m["body"] for m in got) == sorted(f"m{rid}".encode()
                                                     for rid in range(1, n + 1))
+
+
+def test_a_retried_prepare_after_a_send_in_one_turn_is_answered(start_server):
+    """A retried PREPARE ends where its first attempt ended, before the send placed in
+    the same turn: the acknowledger once found nothing to release and spun at 100 % CPU,
+    and neither request was ever answered."""
+    srv = start_server(FAST)
+    prepare = {"producer_group": "g", "tx_id": "tx-again",
+               "messages": [message("pay", b"once")]}
+    first = exchange(srv.address, [encode_request(Op.PREPARE, 1, prepare)], 1)
+    assert first[1]["tx_id"] == "tx-again"
+    both = exchange(srv.address, [
+        encode_request(Op.SEND, 2, {"message": message("other", b"plain")}),
+        encode_request(Op.PREPARE, 3, prepare)], 2)
+    assert both[3]["tx_id"] == "tx-again", both
+    assert not isinstance(both[2], Exception), both
+    # The server is still responsive: a later request is answered too.
+    later = exchange(srv.address, [encode_request(Op.COMMIT, 4, {"tx_id": "tx-again"})], 1)
+    assert later == {4: {"state": "commit"}}
