@@ -106,20 +106,45 @@ def dump(data_dir: str, start: int | None, limit: int | None, body: bool, as_jso
 
 @log_group.command("repair")
 @data_dir_argument
-@click.option("--cut-at", "cut_at", type=click.IntRange(min=0), required=True,
-              help="Log offset to cut at: everything from here on is DELETED.")
+@click.option("--cut-at", "cut_at", type=click.IntRange(min=0), default=None,
+              help="Log offset to cut at: every record from here on is removed from the "
+                   "log (kept in DATA_DIR/repair-<time>/ for --undo).")
+@click.option("--undo", "undo", is_flag=True,
+              help="Put back what the last repair cut (or the one --repair-dir names).")
+@click.option("--repair-dir", "repair_dir", type=click.Path(file_okay=False), default=None,
+              help="With --undo: the repair directory to put back.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @fmq_errors
-def repair(data_dir: str, cut_at: int, yes: bool) -> None:
-    """Explicitly cut the log at an offset (after `log verify` named corruption there).
-    Records after it are lost; the index is rebuilt on the next open."""
-    from fmq.admin.repair import cut_log
+def repair(data_dir: str, cut_at: int | None, undo: bool, repair_dir: str | None,
+           yes: bool) -> None:
+    """Explicitly cut the log at an offset (after `log verify` named corruption there), or
+    undo such a cut. The cut records leave the log but are kept, with a manifest, in a
+    repair directory; the index is rebuilt on the next open."""
+    from fmq.admin.repair import cut_log, plan_cut, undo_repair
+    from fmq.units import size
 
+    if undo == (cut_at is not None):
+        raise click.UsageError("give either --cut-at OFFSET or --undo")
+    if repair_dir is not None and not undo:
+        raise click.UsageError("--repair-dir goes with --undo")
+    if undo:
+        if not yes:
+            click.confirm("Put back the log as it was before the last repair?", abort=True)
+        done = undo_repair(data_dir, repair_dir)
+        click.echo(f"put back {len(done.restored)} segment file(s) from {done.repair_dir}; "
+                   f"the log ends at {done.log_end} again; the index will be rebuilt on "
+                   f"the next open")
+        return
+    # Check everything first (a live broker, an offset that is no record start), then ask.
+    plan = plan_cut(data_dir, cut_at)
     if not yes:
-        click.confirm(f"Delete every record at or after log offset {cut_at}?", abort=True)
-    deleted = cut_log(data_dir, cut_at)
-    click.echo(f"cut the log at {cut_at}; deleted segments: {deleted or 'none'}; "
-               f"the index will be rebuilt on the next open")
+        click.confirm(f"Cut the log at offset {cut_at}, removing {size(plan.bytes_cut)} of "
+                      f"records (kept in a repair directory for --undo)?", abort=True)
+    result = cut_log(data_dir, cut_at)
+    moved = ", ".join(plan.moved) or "none"
+    click.echo(f"cut the log at {cut_at}; the cut bytes are kept in {result.repair_dir} "
+               f"(segments moved there: {moved}); undo with `fmq log repair {data_dir} "
+               f"--undo`; the index will be rebuilt on the next open")
 
 
 def register(cli: click.Group) -> None:

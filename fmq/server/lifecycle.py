@@ -42,9 +42,10 @@ def open_in_role(data_dir: str, config: BrokerConfig, change: RoleChange | None)
     """Open the broker for its next role: cut the log first when ``change`` says so; a new
     primary starts its term (the EPOCH record, fdatasync'd) before it is returned."""
     if change is not None and change.cut_at is not None:
-        deleted = cut_log(data_dir, change.cut_at)
-        logger.warning("cut the log at %d (records of an older term; segments deleted: %s); "
-                       "the index is rebuilt from the log", change.cut_at, deleted)
+        cut = cut_log(data_dir, change.cut_at)
+        logger.warning("cut the log at %d (records of an older term, kept in %s; `fmq log "
+                       "repair --undo` puts them back); the index is rebuilt from the log",
+                       change.cut_at, cut.repair_dir)
     broker = Broker.open(data_dir, config)
     if change is not None and not change.follow:
         try:
