@@ -5,6 +5,7 @@ echo, or read from ``--new-password-file`` or FMQ_NEW_PASSWORD (scripts)."""
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 from fmq.cli.client_options import client_kwargs
@@ -24,6 +25,10 @@ def _new_password(password_file: str | None) -> str:
         return read_password_file(password_file)
     if os.environ.get("FMQ_NEW_PASSWORD"):
         return os.environ["FMQ_NEW_PASSWORD"]
+    if not sys.stdin.isatty():  # getpass would echo, warn, then abort
+        raise click.UsageError(
+            "no terminal to ask for the new password on: give it in FMQ_NEW_PASSWORD or "
+            "in a file with --new-password-file")
     return click.prompt("new password", hide_input=True, confirmation_prompt=True)
 
 

@@ -11,6 +11,7 @@ import threading
 import pytest
 from scramp import ScramClient
 
+import fmq
 from fmq.client import Client, Connection, Producer
 from fmq.client.aio import AsyncProducer
 from fmq.errors import AuthenticationFailed, AuthenticationRequired, FMQError
@@ -222,15 +223,32 @@ def test_users_are_managed_on_a_running_server_and_passwords_never_logged(
     assert PASSWORD not in stored and new_password not in stored
 
 
-def test_users_are_managed_offline(tmp_path):
+def test_users_are_managed_offline(tmp_path, monkeypatch):
     from tests.security.conftest import add_user_offline
 
     data = str(tmp_path / "d")
     add_user_offline(data, "carol")
     out = run_cli("user", "list", data)
     assert out.returncode == 0 and out.stdout.split() == ["carol"]
-    out = run_cli("user", "add", "carol", data, input="x\nx\n")
+    monkeypatch.setenv("FMQ_NEW_PASSWORD", "x")
+    out = run_cli("user", "add", "carol", data)
     assert out.returncode == 1 and "exists already" in out.stderr
     out = run_cli("user", "remove", "nobody", data)
     assert out.returncode == 1 and "no user 'nobody'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_new_password_without_a_terminal_says_where_it_must_come_from(tmp_path,
+                                                                      monkeypatch):
+    """Without a terminal getpass warned (GetPassWarning, a getpass.py line) and the command
+    ended in a bare 'Aborted!'."""
+    monkeypatch.delenv("FMQ_NEW_PASSWORD", raising=False)
+    data = str(tmp_path / "d")
+    with fmq.Broker.open(data):
+        pass
+    out = run_cli("user", "add", "dave", data, input="")
+    assert out.returncode == 2, out
+    assert "FMQ_NEW_PASSWORD" in out.stderr and "--new-password-file" in out.stderr
+    assert "GetPassWarning" not in out.stderr and "getpass.py" not in out.stderr
+    assert "Aborted" not in out.stderr
+    assert run_cli("user", "list", data).stdout.split() == []
