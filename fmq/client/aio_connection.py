@@ -14,14 +14,16 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from fmq.errors import ConnectionLost, FMQError, NotPrimary
+from fmq.errors import ConnectionLost, FMQError, NotPrimary, RequestTimeout
 from fmq.protocol import Frame, FrameDecoder, Op, decode_error, decode_response, encode_request
 
 from .auth import Credentials
 from .connection import (
     CLIENT_MAX_FRAME,
+    PeerCheck,
     cannot_connect,
     lost_error,
+    no_handshake,
     outcome_of,
     timed_out_error,
 )
@@ -38,6 +40,7 @@ class AsyncConnection:
         self._reader = reader
         self._writer = writer
         self._decoder = FrameDecoder(max_frame)
+        self._peer_check = PeerCheck(address)
         self._pending: dict[int, tuple[asyncio.Future, Callable[[Frame], Any]]] = {}
         self._ids = itertools.count(1)  # id 0 is reserved for connection-level errors
         self._closed: BaseException | None = None
@@ -113,7 +116,7 @@ class AsyncConnection:
                 data = await self._reader.read(1 << 18)
                 if not data:
                     raise ConnectionError("the server closed the connection")
-                for frame in self._decoder.feed(data):
+                for frame in self._peer_check.feed(self._decoder, data):
                     if frame.request_id == 0 and frame.is_error:
                         raise decode_error(frame)  # connection-level: the server closes
                     entry = self._pending.pop(frame.request_id, None)
@@ -157,14 +160,19 @@ class AsyncConnection:
 
 
 async def handshake(conn: AsyncConnection, credentials: Credentials | None,
-                    timeout: float) -> dict[str, Any]:
-    """HELLO, and the log-in when there are ``credentials`` (:mod:`fmq.client.discovery`);
-    HELLO's answer."""
+                    timeout: float, hello_timeout: float) -> dict[str, Any]:
+    """HELLO (answered within ``hello_timeout``, or this is no FMQ server), and the log-in
+    when there are ``credentials`` (:mod:`fmq.client.discovery`); HELLO's answer."""
     steps = handshake_steps(credentials)
     op, fields = next(steps)
     try:
+        answer = await conn.request(op, fields, min(timeout, hello_timeout))
+    except RequestTimeout:
+        raise no_handshake(conn.address, min(timeout, hello_timeout)) from None
+    try:
         while True:
-            op, fields = steps.send(await conn.request(op, fields, timeout))
+            op, fields = steps.send(answer)
+            answer = await conn.request(op, fields, timeout)
     except StopIteration as done:
         return done.value[0]
 
@@ -187,7 +195,7 @@ async def find_node(finder: Finder, connect_timeout: float, max_in_flight: int,
                 finder.unreachable(address, exc)
                 continue
             try:
-                hello = await handshake(conn, credentials, request_timeout)
+                hello = await handshake(conn, credentials, request_timeout, connect_timeout)
                 if finder.accepts(address, hello):
                     return conn, await conn.request(Op.PING, {}, request_timeout)
             except FMQError as exc:

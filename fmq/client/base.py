@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from fmq.errors import BrokerClosed, ConnectionLost, FMQError
+from fmq.errors import BrokerClosed, ConnectionLost, FMQError, RequestTimeout
 from fmq.protocol import Op
 
 from .auth import resolve_credentials
-from .connection import Connection, parse_servers
+from .connection import Connection, no_handshake, parse_servers
 from .discovery import ANY, Finder, handshake_steps
 from .tls import TLSSetting, client_context
 
@@ -127,12 +127,20 @@ class Client:
             time.sleep(finder.pause())
 
     def _handshake(self, conn: Connection) -> dict[str, Any]:
-        """HELLO, and the log-in when this client has credentials; HELLO's answer."""
+        """HELLO, and the log-in when this client has credentials; HELLO's answer. An FMQ
+        server answers HELLO at once: a peer silent for ``connect_timeout`` is taken for
+        another kind of server (the log-in's steps may take longer: a slowed-down log-in)."""
         steps = handshake_steps(self.credentials)
+        hello_timeout = min(self.request_timeout, self.connect_timeout)
         try:
             op, fields = next(steps)
+            try:
+                answer = conn.request(op, fields, hello_timeout)
+            except RequestTimeout:
+                raise no_handshake(conn.address, hello_timeout) from None
             while True:
-                op, fields = steps.send(conn.request(op, fields, self.request_timeout))
+                op, fields = steps.send(answer)
+                answer = conn.request(op, fields, self.request_timeout)
         except StopIteration as done:
             hello, principal = done.value
             if principal is not None:

@@ -22,12 +22,14 @@ from fmq.errors import (
     ConnectionLost,
     FMQError,
     InvalidArgument,
+    NotAnFMQServer,
     NotPrimary,
     ProtocolError,
     RequestTimeout,
 )
 from fmq.protocol import (
     DEFAULT_MAX_FRAME,
+    PROTOCOL_VERSION,
     Frame,
     FrameDecoder,
     Op,
@@ -91,6 +93,48 @@ def timed_out_error(op: Op, address: tuple[str, int], timeout: float) -> Request
         f"request may or may not have been applied")
 
 
+def no_handshake(address: tuple[str, int], timeout: float) -> ConnectionLost:
+    """What a connection fails with when the peer did not answer HELLO, the first request
+    (an FMQ server answers it at once; other servers, HTTP among them, wait silently)."""
+    return ConnectionLost(
+        f"{address[0]}:{address[1]} did not answer the FMQ handshake within {timeout:.1f}s: "
+        f"is an FMQ server listening there? Check the address and port (a busy FMQ server: "
+        f"raise connect_timeout)")
+
+
+class PeerCheck:
+    """Recognises a peer that is not an FMQ server from the first bytes it sends: they must
+    start an FMQ answer frame (a sane length, this protocol's version, the response flag).
+    Fed what the connection reads until the first frame has been parsed."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.address = address
+        self.checked = False
+        self._first = b""
+
+    def feed(self, decoder: FrameDecoder, data: bytes) -> list[Frame]:
+        """``decoder.feed(data)``, raising NotAnFMQServer where FMQ would not answer so."""
+        if self.checked:
+            return decoder.feed(data)
+        self._first = (self._first + data)[:32]
+        try:
+            frames = decoder.feed(data)
+        except ProtocolError as exc:
+            raise self._wrong(exc) from None
+        if frames:
+            first = frames[0]
+            if first.version != PROTOCOL_VERSION or not first.is_response:
+                raise self._wrong(None)
+            self.checked = True
+        return frames
+
+    def _wrong(self, cause: ProtocolError | None) -> NotAnFMQServer:
+        why = f"; {cause}" if cause is not None else ""
+        return NotAnFMQServer(
+            f"{self.address[0]}:{self.address[1]} does not speak the FMQ protocol (its first "
+            f"bytes were {self._first!r}{why}); check the address and port")
+
+
 def outcome_of(frame: Frame, decode: Callable[[Frame], Any]) -> Any:
     """The answer a response frame carries: the decoded value, or the exception to raise
     (the server's error, or ProtocolError for an answer that cannot be read)."""
@@ -123,6 +167,7 @@ class Connection:
         sock.settimeout(None)
         self._sock = sock
         self._decoder = FrameDecoder(max_frame)
+        self._peer_check = PeerCheck(address)
         #: request id -> (opcode, future, decoder of a successful answer)
         self._pending: dict[int, tuple[int, Future, Callable[[Frame], Any]]] = {}
         self._lock = threading.Lock()  # guards _pending and _closed
@@ -207,7 +252,7 @@ class Connection:
                 data = io.recv(1 << 18)
                 if not data:
                     raise ConnectionError("the server closed the connection")
-                for frame in self._decoder.feed(data):
+                for frame in self._peer_check.feed(self._decoder, data):
                     if frame.request_id == 0 and frame.is_error:
                         # A connection-level error (bad frame, limits): the server closes.
                         raise decode_error(frame)

@@ -25,6 +25,7 @@ from fmq.errors.input import (
 )
 from fmq.errors.network import (
     ConnectionLost,
+    NotAnFMQServer,
     PrimaryNotFound,
     ProtocolError,
     RequestTimeout,
@@ -92,6 +93,7 @@ __all__ = [
     "LeadershipLost",
     "LogFailed",
     "MessageTooLarge",
+    "NotAnFMQServer",
     "NotEnoughReplicas",
     "NotPrimary",
     "OffsetOutOfRange",

@@ -11,6 +11,13 @@ class ProtocolError(FMQError):
     code = 60
 
 
+class NotAnFMQServer(ProtocolError):
+    """The peer at an address answered with bytes that are not FMQ frames: another kind of
+    server listens there. Raised by the client, never sent by a server."""
+
+    code = 64
+
+
 class ConnectionLost(FMQError):
     """The connection to the server broke; the request may or may not have been applied."""
 
