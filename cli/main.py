@@ -33,9 +33,16 @@ def _register() -> None:
     except ImportError:  # pragma: no cover - only before the network layer exists
         return
     net_cmds.register(cli)
-    from fmq.cli import bench_cmds, dlq_cmds, groups_cmds, replica_cmds, stats_cmds
+    from fmq.cli import (
+        bench_cmds,
+        dlq_cmds,
+        groups_cmds,
+        message_cmds,
+        replica_cmds,
+        stats_cmds,
+    )
 
-    for module in (bench_cmds, stats_cmds, groups_cmds, replica_cmds, dlq_cmds):
+    for module in (bench_cmds, stats_cmds, groups_cmds, replica_cmds, dlq_cmds, message_cmds):
         module.register(cli)
 
 

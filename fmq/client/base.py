@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from fmq.errors import BrokerClosed, ConnectionLost, FMQError, RequestTimeout
+from fmq.errors import BrokerClosed, ConnectionLost, FMQError, OffsetOutOfRange, RequestTimeout
+from fmq.message import StoredMessage
 from fmq.protocol import Op
+from fmq.protocol.values import stored_from_wire
 
 from .auth import resolve_credentials
 from .connection import Connection, no_handshake, parse_servers
@@ -175,6 +177,33 @@ class Client:
     def ping(self) -> dict[str, Any]:
         """Server version and limits."""
         return self.call(Op.PING, {})
+
+    def query_key(self, topic: str, key: str, limit: int = 32,
+                  since_ms: int | None = None) -> list[StoredMessage]:
+        """The messages of ``topic`` stored with ``key`` (at most ``limit``, the first ones
+        found; RocketMQ's ``queryMsgByKey``), those stored before ``since_ms`` (ms since
+        the epoch) left out."""
+        answer = self.call(Op.QUERY_KEY, {"topic": topic, "key": key, "limit": limit})
+        found = [stored_from_wire(d) for d in answer["messages"]]
+        if since_ms is not None:
+            found = [m for m in found if m.store_time >= since_ms]
+        return found
+
+    def get_message(self, topic: str, queue_id: int, offset: int) -> StoredMessage:
+        """The message at queue offset ``offset`` of (``topic``, ``queue_id``). Raises
+        OffsetOutOfRange, naming the offsets the queue holds, when there is none there
+        (never written, or deleted by retention)."""
+        answer = self.call(Op.PULL, {"topic": topic, "queue_id": queue_id, "offset": offset,
+                                     "max_messages": 1, "wait_ms": 0})
+        found = [stored_from_wire(d) for d in answer["messages"]]
+        if not found or found[0].queue_offset != offset:
+            raise OffsetOutOfRange(
+                f"no message at offset {offset} of {topic!r} queue {queue_id}: it holds "
+                f"offsets {answer['min_offset']} to {answer['next_offset'] - 1}"
+                if answer["next_offset"] > answer["min_offset"] else
+                f"no message at offset {offset} of {topic!r} queue {queue_id}: the queue "
+                f"holds no message (next offset {answer['next_offset']})")
+        return found[0]
 
     def close(self) -> None:
         with self._conn_lock:

@@ -1,0 +1,99 @@
+"""``fmq message get | find``: one message by where it sits, or the messages with a key, from
+a running server (RocketMQ's ``queryMsgById`` / ``queryMsgByKey``; Kafka's console
+consumer with ``--partition N --offset X``)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from fmq.cli import output as out
+from fmq.cli.client_options import client_kwargs
+from fmq.cli.common import emit, fail, fmq_errors, json_option
+from fmq.cli.groups_cmds import parse_time_ms
+from fmq.cli.net_cmds import _message_dict, server_option
+
+
+@click.group("message")
+def message_group() -> None:
+    """Look up stored messages: by topic, queue and offset, or by key."""
+
+
+def describe(m) -> str:
+    """A stored message for people: where it is, its key, tags, properties, store time and
+    body (text, or its size when it is not UTF-8)."""
+    try:
+        body = repr(m.body.decode("utf-8"))
+    except UnicodeDecodeError:
+        body = f"<{out.size(len(m.body))}, not UTF-8; --json has it in base64>"
+    props = ", ".join(f"{k}={v}" for k, v in sorted((m.properties or {}).items()))
+    return out.fields([
+        ("message", f"{m.topic} queue {m.queue_id} offset {m.queue_offset}"),
+        ("key", m.key or "(none)"),
+        ("tags", m.tags or "(none)"),
+        ("properties", props or "(none)"),
+        ("stored", out.date_ms(m.store_time)),
+        ("log offset", f"{m.offset} (`fmq log dump DATA_DIR --from {m.offset}` shows "
+                       f"its record)"),
+        ("body", body),
+    ])
+
+
+@message_group.command("get")
+@click.option("--topic", required=True, help="The topic.")
+@click.option("--queue", "queue_id", type=click.IntRange(min=0), required=True,
+              help="The queue id within the topic.")
+@click.option("--offset", type=click.IntRange(min=0), required=True,
+              help="The message's offset in its queue.")
+@server_option
+@json_option
+@fmq_errors
+def get(topic: str, queue_id: int, offset: int, server: str, as_json: bool) -> None:
+    """The message at OFFSET of the queue (an error naming the offsets the queue holds when
+    there is none)."""
+    from fmq.client import Client
+
+    with Client(server, retries=1, **client_kwargs()) as client:
+        m = client.get_message(topic, queue_id, offset)
+    emit(_message_dict(m), as_json, describe(m))
+
+
+@message_group.command("find")
+@click.option("--key", required=True, help="The key the messages were sent with.")
+@click.option("--topic", default=None,
+              help="Only this topic [default: every topic, internal ones included].")
+@click.option("--since", default=None, metavar="T",
+              help="Only messages stored at or after T: ms since the epoch or an ISO date "
+                   "and time (UTC unless it names a zone).")
+@click.option("--limit", type=click.IntRange(1, 4096), default=32, show_default=True,
+              help="At most this many messages per topic.")
+@server_option
+@json_option
+@fmq_errors
+def find(key: str, topic: str | None, since: str | None, limit: int, server: str,
+         as_json: bool) -> None:
+    """The messages stored with KEY, oldest first per topic. Exit 1 when none is found."""
+    from fmq.client import Client
+    from fmq.protocol import Op
+
+    since_ms = parse_time_ms(since) if since is not None else None
+    with Client(server, retries=1, **client_kwargs()) as client:
+        if topic is not None:
+            topics = [topic]
+        else:
+            listing = json.loads(client.call(Op.TOPICS, {})["json"])["topics"]
+            topics = sorted(t["topic"] for t in listing)
+        found = []
+        for name in topics:
+            found += sorted(client.query_key(name, key, limit, since_ms),
+                            key=lambda m: (m.store_time, m.offset))
+    for m in found:
+        emit(_message_dict(m), as_json, describe(m) + "\n")
+    if not found:
+        where = f"topic {topic!r}" if topic is not None else f"any of {len(topics)} topic(s)"
+        fail(f"no message with key {key!r} in {where}"
+             + (f" stored since {out.date_ms(since_ms)}" if since_ms is not None else ""))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(message_group)
