@@ -68,18 +68,21 @@ def seq(producer: str, n: int) -> dict[str, str]:
     return {PRODUCER_ID_PROPERTY: producer, SEQUENCE_PROPERTY: str(n)}
 
 
+def query_key(address: str, topic: str, key: str) -> list[dict]:
+    with as_user(address, "admin") as c:
+        return c.call(Op.QUERY_KEY, {"topic": topic, "key": key, "limit": 10})["messages"]
+
+
 def bodies_with_key(address: str, topic: str, key: str, want: int, patience: float = 10.0
                     ) -> list[bytes]:
     """The bodies of ``topic``'s messages with ``key`` (read as admin), once ``want`` of
     them are indexed or after ``patience`` seconds."""
     deadline = time.monotonic() + patience
-    with as_user(address, "admin") as c:
-        while True:
-            got = [m["body"] for m in c.call(Op.QUERY_KEY, {"topic": topic, "key": key,
-                                                            "limit": 10})["messages"]]
-            if len(got) >= want or time.monotonic() > deadline:
-                return got
-            time.sleep(0.05)
+    while True:
+        got = [m["body"] for m in query_key(address, topic, key)]
+        if len(got) >= want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
 
 
 def test_another_user_cannot_lock_out_a_producer_id(users_server):
@@ -115,6 +118,10 @@ def test_another_user_cannot_hijack_a_producer_id_or_message_id(users_server):
                 **{MESSAGE_ID_PROPERTY: "order-1"}) == theirs
     assert bodies_with_key(address, "orders", "v3", 2, 1.0) == [b"v3"]  # stored once
     assert bodies_with_key(address, "shared", "victim-id", 2, 1.0) == [b"victim-id"]
+    # the principal is the window's bookkeeping: consumers do not get it
+    assert [m["properties"] for m in query_key(address, "orders", "v3")] == [{}]
+    assert [m["properties"] for m in query_key(address, "shared", "victim-id")] == [
+        {MESSAGE_ID_PROPERTY: "order-1"}]
 
 
 BROKER_OWNED = ["%RECONSUME_TIMES", "%ORIGIN_TOPIC", "%ORIGIN_QUEUE", "%ORIGIN_OFFSET",
