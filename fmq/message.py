@@ -38,10 +38,17 @@ PRODUCER_ID_PROPERTY = "%producer"
 SEQUENCE_PROPERTY = "%seq"
 MESSAGE_ID_PROPERTY = "%msgid"
 MAX_PRODUCER_ID = 64  # bytes
+#: The user an idempotent send came from, written into it by a server with users: the dedup
+#: window is kept per principal, so no user can claim another's producer or message ids.
+PRINCIPAL_PROPERTY = "%principal"
+#: The only properties starting with ``%`` a client may set (the idempotence ones); every
+#: other belongs to the broker (retries, dead letters, the principal) and is refused.
+CLIENT_PROPERTIES = frozenset({PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, MESSAGE_ID_PROPERTY})
 #: Tags one subscription expression may name.
 MAX_TAGS_IN_EXPRESSION = 64
-#: The properties a consumer does not get: the producer's bookkeeping, not the application's.
-SEQUENCE_PROPERTIES = frozenset({PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY})
+#: The properties a consumer does not get: the dedup window's bookkeeping, not the
+#: application's.
+HIDDEN_PROPERTIES = frozenset({PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, PRINCIPAL_PROPERTY})
 
 
 @dataclass
@@ -153,7 +160,8 @@ def check_label(value: object, what: str, allow_none: bool = True) -> str | None
 def check_message(msg: object, max_size: int, queues: int | Callable[[str], int], *,
                   internal: bool = False) -> Message:
     """``msg`` checked; ``queues`` is the queue count, or a function of the topic giving it.
-    Only the broker's own writes pass ``internal=True`` and may target an internal topic."""
+    Only the broker's own writes pass ``internal=True``: they may target an internal topic
+    and set the broker's own ``%`` properties."""
     if not isinstance(msg, Message):
         raise InvalidArgument(f"expected fmq.Message, got {type(msg).__name__}")
     check_topic(msg.topic)
@@ -181,12 +189,25 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
         size = 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
         if size > MAX_PROPERTIES or len(msg.properties) > 0xFFFF:
             raise InvalidArgument(f"properties take {size} bytes encoded; the limit is {MAX_PROPERTIES}")
+        if not internal:
+            for name in msg.properties:
+                if name[:1] == "%" and name not in CLIENT_PROPERTIES:
+                    raise reserved_property(name)
         if (PRODUCER_ID_PROPERTY in msg.properties or SEQUENCE_PROPERTY in msg.properties
                 or MESSAGE_ID_PROPERTY in msg.properties):
             check_dedup_properties(msg.properties)
     if msg.queue_id is not None:
         check_queue_id(msg.queue_id, queues(msg.topic) if callable(queues) else queues)
     return msg
+
+
+def reserved_property(name: str) -> InvalidArgument:
+    """The refusal of a client's message setting the broker's property ``name``."""
+    allowed = ", ".join(sorted(CLIENT_PROPERTIES))
+    return InvalidArgument(
+        f"property {name!r} is reserved: properties starting with '%' are set by FMQ itself "
+        f"(retries, dead letters, the sender's principal); a client may set only {allowed}. "
+        f"Rename the property without the leading '%'")
 
 
 def check_dedup_properties(properties: dict[str, str]) -> None:

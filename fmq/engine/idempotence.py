@@ -2,7 +2,12 @@
 message id (:data:`fmq.message.PRODUCER_ID_PROPERTY`...), are checked against the dedup
 window under the log lock; a duplicate is answered with the original's result and not
 stored again, the others are placed as :func:`fmq.engine.queues.place_messages` places
-them and remembered.
+them and remembered: the window takes each placed record as recovery and followers take it
+(:meth:`~fmq.recovery.dedup.DedupWindow.remember`), and looks a send up by the same keys
+(:func:`~fmq.recovery.dedup.send_keys`).
+
+On a server with users, :func:`bind_principal` writes the sender's principal into each
+idempotent send before it is placed, so the keys (and the stored record) hold it.
 
 Other sends never come here (:func:`has_dedup` is the one test the plain path pays). The
 check is a dict lookup per message; nothing is read from disk and no fsync is added. A
@@ -14,19 +19,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from fmq.config import BrokerConfig
 from fmq.errors import FMQError
 from fmq.log.log import Log
+from fmq.log.sizing import check_fits
 from fmq.message import (
     MESSAGE_ID_PROPERTY,
+    PRINCIPAL_PROPERTY,
     PRODUCER_ID_PROPERTY,
-    SEQUENCE_PROPERTY,
     Message,
     SendResult,
+    check_message,
 )
-from fmq.recovery.dedup import DedupWindow
+from fmq.recovery.dedup import DedupWindow, send_keys
 from fmq.tx.log_access import now_ms, reserve_segments
 
-from .queues import Queues, place_message_locked
+from .queues import Queues, append_message_locked
 
 #: What the placement decided for one message: placed (None), the result of an earlier
 #: send, or the index of the message of this batch that stores it.
@@ -41,6 +49,23 @@ def has_dedup(messages: Sequence[Message]) -> bool:
         if p and (PRODUCER_ID_PROPERTY in p or MESSAGE_ID_PROPERTY in p):
             return True
     return False
+
+
+def bind_principal(messages: Sequence[Message], principal: str, config: BrokerConfig,
+                   queue_count: Callable[[str], int]) -> list[Message]:
+    """``messages`` (checked) with ``principal``, the user who sent them, written into each
+    idempotent send: its dedup keys are that user's alone. The properties grow, so those
+    messages are checked again (as the broker's own: the property is the broker's)."""
+    out = []
+    for m in messages:
+        props = m.properties
+        if props and (PRODUCER_ID_PROPERTY in props or MESSAGE_ID_PROPERTY in props):
+            m = Message(m.topic, m.body, m.key, m.tags,
+                        {**props, PRINCIPAL_PROPERTY: principal}, m.queue_id)
+            check_message(m, config.max_message_size, queue_count, internal=True)
+            check_fits(m, config.segment_size)
+        out.append(m)
+    return out
 
 
 class Idempotence:
@@ -106,25 +131,23 @@ class Idempotence:
 
     def _decide(self, m: Message, i: int, claimed: dict[tuple, int], mine: dict[tuple, int],
                 now: int) -> Decision:
-        props = m.properties or {}
-        keys = []
-        producer = props.get(PRODUCER_ID_PROPERTY)
-        if producer is not None:
-            key: tuple = (producer, int(props[SEQUENCE_PROPERTY]))
+        seq_key, id_key = send_keys(m.topic, m.properties or {})
+        keys: list[tuple] = []
+        if seq_key is not None:
+            key: tuple = ("seq", *seq_key)
             earlier = mine.get(key, claimed.get(key))
             if earlier is not None:
                 return earlier
-            stored = self.window.lookup_sequence(producer, key[1], now)
+            stored = self.window.lookup_sequence(seq_key, now)
             if stored is not None:
                 return stored
             keys.append(key)
-        message_id = props.get(MESSAGE_ID_PROPERTY)
-        if message_id is not None:
-            key = (m.topic, message_id, "id")
+        if id_key is not None:
+            key = ("id", *id_key)
             earlier = mine.get(key, claimed.get(key))
             if earlier is not None:
                 return earlier
-            stored = self.window.lookup_message_id(m.topic, message_id, now)
+            stored = self.window.lookup_message_id(id_key, now)
             if stored is not None:
                 return stored
             keys.append(key)
@@ -141,8 +164,7 @@ class Idempotence:
         for i, d in enumerate(plan):
             if d is not None:
                 continue
-            m = messages[i]
-            result = placed[i] = place_message_locked(log_, queues, m, store_time)
-            if m.properties:
-                window.remember(m.topic, m.properties, result, store_time)
+            rec = append_message_locked(log_, queues, messages[i], store_time)
+            placed[i] = SendResult(rec.log_offset, rec.queue_id, rec.queue_offset)
+            window.remember(rec)
         return placed

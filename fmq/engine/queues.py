@@ -87,10 +87,9 @@ def check_messages(messages: Sequence[Message], config: BrokerConfig,
         check_fits(m, config.segment_size)
 
 
-def place_message_locked(log_: Log, queues: Queues, m: Message, store_time: int
-                         ) -> SendResult:
+def append_message_locked(log_: Log, queues: Queues, m: Message, store_time: int) -> Record:
     """Append one message's MESSAGE record at its queue's next offset (the caller holds
-    ``log_.lock`` and reserved the segments)."""
+    ``log_.lock`` and reserved the segments); returns the record placed."""
     qid = queues.pick_queue(m)
     qoff = queues.next_offset(m.topic, qid)
     rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid, queue_offset=qoff,
@@ -98,7 +97,14 @@ def place_message_locked(log_: Log, queues: Queues, m: Message, store_time: int
                  properties=m.properties, body=bytes(m.body))
     log_.append_locked(rec)
     queues.advance(m.topic, qid, qoff, len(m.body))
-    return SendResult(rec.log_offset, qid, qoff)
+    return rec
+
+
+def place_message_locked(log_: Log, queues: Queues, m: Message, store_time: int
+                         ) -> SendResult:
+    """:func:`append_message_locked`, answered with the message's result."""
+    rec = append_message_locked(log_, queues, m, store_time)
+    return SendResult(rec.log_offset, rec.queue_id, rec.queue_offset)
 
 
 def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]

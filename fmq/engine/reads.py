@@ -16,8 +16,9 @@ from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.record import decode
 from fmq.message import (
+    HIDDEN_PROPERTIES,
+    PRINCIPAL_PROPERTY,
     PRODUCER_ID_PROPERTY,
-    SEQUENCE_PROPERTIES,
     StoredMessage,
     check_count,
     check_label,
@@ -91,8 +92,9 @@ class Reader:
                                          queue_id, qoff)
                     raise
                 props = rec.properties
-                if props and PRODUCER_ID_PROPERTY in props:  # the dedup window's own
-                    props = {k: v for k, v in props.items() if k not in SEQUENCE_PROPERTIES}
+                if props and (PRODUCER_ID_PROPERTY in props
+                              or PRINCIPAL_PROPERTY in props):  # the dedup window's own
+                    props = {k: v for k, v in props.items() if k not in HIDDEN_PROPERTIES}
                 payload = (rec.body, rec.key, rec.tags, tuple(props.items()) if props else None)
                 if keep:  # a reader alone would pay for keeping it and never use it
                     recent.put(doff, payload, rec.size)

@@ -2,11 +2,19 @@
 numbers, and the results of recent application message ids, so that a resend is answered
 with the original's result instead of being stored again.
 
-It is derived from the log alone: the send path remembers each MESSAGE record it places
-(:meth:`DedupWindow.remember`), and recovery's redo pass remembers the same records in the
-same order (:meth:`DedupWindow.redo`). The checkpoint never moves the recovery offset past
-the oldest record the window remembers (:meth:`DedupWindow.oldest_offset`), so a restart,
-a crash or an index rebuild (which replays the whole log) rebuilds exactly this state.
+It is derived from the log alone, by one function of a stored record
+(:meth:`DedupWindow.remember`): the send path calls it with each MESSAGE record it places,
+recovery's redo pass and a follower with every record they read, in log order. Only a
+client's idempotent send counts (:func:`counts_as_send`): a MESSAGE record that does not
+deliver a timer. A delivered scheduled message or retry is the broker's write, not a send
+(its SEND_AT was never checked against the window), so it enters no window. The checkpoint
+never moves the recovery offset past the oldest record the window remembers
+(:meth:`DedupWindow.oldest_offset`), so a restart, a crash, an index rebuild (which replays
+the whole log) or a fail-over rebuilds exactly this state.
+
+Every key holds the send's principal (:data:`~fmq.message.PRINCIPAL_PROPERTY`, written
+into the record by a server with users; None without users and in older records): one
+user's producer ids and message ids are never another's.
 
 Rules (docs/format.md, "Idempotent producers"): for a producer id with last stored
 sequence ``L`` and window ``N``,
@@ -26,18 +34,53 @@ are remembered. Not thread-safe: the caller holds the log lock.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Mapping
 
 from fmq.config import BrokerConfig
 from fmq.errors import OutOfOrderSequence
 from fmq.log.record import Record, RecordType
 from fmq.message import (
     MESSAGE_ID_PROPERTY,
+    PRINCIPAL_PROPERTY,
     PRODUCER_ID_PROPERTY,
     SEQUENCE_PROPERTY,
     SendResult,
 )
 
 _LOW = (1 << 64) - 1
+_MESSAGE = RecordType.MESSAGE
+
+#: (principal, producer id, sequence) of a sequenced send.
+SequenceKey = tuple[str | None, str, int]
+#: (principal, topic, message id) of a send with an application's dedup key.
+MessageIdKey = tuple[str | None, str, str]
+
+
+def send_keys(topic: str, properties: Mapping[str, str]
+              ) -> tuple[SequenceKey | None, MessageIdKey | None]:
+    """The window's keys of a send to ``topic`` with ``properties`` (None for what it does
+    not carry): the one derivation the send path and every replay share."""
+    principal = properties.get(PRINCIPAL_PROPERTY)
+    seq_key = id_key = None
+    producer = properties.get(PRODUCER_ID_PROPERTY)
+    if producer is not None:
+        try:
+            seq_key = (principal, producer, int(properties[SEQUENCE_PROPERTY]))
+        except (KeyError, ValueError):  # checked on the way in; never trust the log
+            pass
+    message_id = properties.get(MESSAGE_ID_PROPERTY)
+    if message_id is not None:
+        id_key = (principal, topic, message_id)
+    return seq_key, id_key
+
+
+def counts_as_send(record: Record) -> bool:
+    """Whether a stored record is a client's idempotent send, the only records the window
+    remembers: a MESSAGE record (not a transaction's) that does not deliver a timer (its
+    ``ref_offset`` names no TIMER), with a producer id or a message id."""
+    props = record.properties
+    return (record.type == _MESSAGE and record.ref_offset < 0 and bool(props)
+            and (PRODUCER_ID_PROPERTY in props or MESSAGE_ID_PROPERTY in props))
 
 
 def _pack(r: SendResult) -> int:
@@ -70,9 +113,10 @@ class DedupWindow:
         self.per_producer = per_producer
         self.window_ms = window_ms
         self.max_ids = max_ids
-        self._producers: dict[str, _Producer] = {}
-        #: (topic, message id) -> (result, store time), oldest first.
-        self._ids: OrderedDict[tuple[str, str], tuple[SendResult, int]] = OrderedDict()
+        #: (principal, producer id) -> what is remembered of it.
+        self._producers: dict[tuple[str | None, str], _Producer] = {}
+        #: (principal, topic, message id) -> (result, store time), oldest first.
+        self._ids: OrderedDict[MessageIdKey, tuple[SendResult, int]] = OrderedDict()
         #: Resends answered with the original's result since the broker opened.
         self.duplicates = 0
 
@@ -83,14 +127,15 @@ class DedupWindow:
 
     # ------------------------------------------------------------------ the send path
 
-    def lookup_sequence(self, producer: str, seq: int, now: int) -> SendResult | None:
-        """The stored result of ``producer``'s ``seq``, or None when it is new; raises
+    def lookup_sequence(self, key: SequenceKey, now: int) -> SendResult | None:
+        """The stored result of the send with ``key``, or None when it is new; raises
         OutOfOrderSequence when it is too old to tell (see the module docstring)."""
-        p = self._producers.get(producer)
+        principal, producer, seq = key
+        p = self._producers.get((principal, producer))
         if p is None:
             return None
         if p.last_time < now - self.window_ms:
-            del self._producers[producer]
+            del self._producers[(principal, producer)]
             return None
         result = p.results.get(seq)
         if result is None:
@@ -99,37 +144,36 @@ class DedupWindow:
             return None
         return _unpack(result)
 
-    def lookup_message_id(self, topic: str, message_id: str, now: int) -> SendResult | None:
-        """The stored result of the message with ``message_id`` in ``topic``, if remembered."""
-        entry = self._ids.get((topic, message_id))
+    def lookup_message_id(self, key: MessageIdKey, now: int) -> SendResult | None:
+        """The stored result of the send with ``key``, if remembered."""
+        entry = self._ids.get(key)
         if entry is None or entry[1] < now - self.window_ms:
             return None
         return entry[0]
 
-    def remember(self, topic: str, properties: dict[str, str], result: SendResult,
-                 store_time: int) -> None:
-        """A MESSAGE record with these properties was placed (or replayed) with ``result``."""
-        producer = properties.get(PRODUCER_ID_PROPERTY)
-        if producer is not None:
-            try:
-                seq = int(properties[SEQUENCE_PROPERTY])
-            except (KeyError, ValueError):  # checked on the way in; never trust the log
-                seq = None
-            if seq is not None:
-                self._remember_sequence(producer, seq, result, store_time)
-        message_id = properties.get(MESSAGE_ID_PROPERTY)
-        if message_id is not None and self.max_ids:
-            key = (topic, message_id)
-            self._ids.pop(key, None)
-            self._ids[key] = (result, store_time)
+    def remember(self, record: Record) -> None:
+        """What the stored ``record`` contributes to the window (the one rule: see the
+        module docstring). The send path calls it with each record it places, recovery's
+        redo and a follower with each record they read."""
+        if not counts_as_send(record):
+            return
+        seq_key, id_key = send_keys(record.topic, record.properties)
+        result = SendResult(record.log_offset, record.queue_id, record.queue_offset)
+        store_time = record.store_time
+        if seq_key is not None:
+            self._remember_sequence(seq_key, result, store_time)
+        if id_key is not None and self.max_ids:
+            self._ids.pop(id_key, None)
+            self._ids[id_key] = (result, store_time)
             while len(self._ids) > self.max_ids:
                 self._ids.popitem(last=False)
 
-    def _remember_sequence(self, producer: str, seq: int, result: SendResult,
+    def _remember_sequence(self, key: SequenceKey, result: SendResult,
                            store_time: int) -> None:
-        p = self._producers.get(producer)
+        principal, producer, seq = key
+        p = self._producers.get((principal, producer))
         if p is None:
-            p = self._producers[producer] = _Producer()
+            p = self._producers[(principal, producer)] = _Producer()
         if seq not in p.results:
             p.order.append((seq << 64) | max(store_time, 0))
         p.results[seq] = _pack(result)
@@ -140,16 +184,6 @@ class DedupWindow:
             order, results = p.order, p.results
             while order and order[0] >> 64 <= floor:
                 del results[order.popleft() >> 64]
-
-    # ------------------------------------------------------------------ recovery
-
-    def redo(self, record: Record) -> None:
-        """Recovery's redo of one record: remember it as the send path did."""
-        props = record.properties
-        if record.type == RecordType.MESSAGE and props and (
-                PRODUCER_ID_PROPERTY in props or MESSAGE_ID_PROPERTY in props):
-            self.remember(record.topic, props, SendResult(
-                record.log_offset, record.queue_id, record.queue_offset), record.store_time)
 
     # ------------------------------------------------------------------ upkeep
 
@@ -191,25 +225,27 @@ class DedupWindow:
             del self._ids[key]
 
     def export(self) -> dict:
-        """Everything remembered, as JSON-ready data (:mod:`fmq.recovery.dedup_file`)."""
+        """Everything remembered, as JSON-ready data (:mod:`fmq.recovery.dedup_file`,
+        format 2: each entry starts with its principal)."""
         return {
-            "producers": {k: [p.last, p.last_time, [[e >> 64, e & _LOW, p.results[e >> 64]]
-                                                    for e in p.order]]
-                          for k, p in self._producers.items()},
-            "message_ids": [[t, i, _pack(r), st] for (t, i), (r, st) in self._ids.items()],
+            "producers": [[principal, producer, p.last, p.last_time,
+                           [[e >> 64, e & _LOW, p.results[e >> 64]] for e in p.order]]
+                          for (principal, producer), p in self._producers.items()],
+            "message_ids": [[pr, t, i, _pack(r), st]
+                            for (pr, t, i), (r, st) in self._ids.items()],
         }
 
     def load(self, data: dict) -> None:
         """Replace what is remembered with ``export()``'s data."""
         self._producers.clear()
-        for producer, (last, last_time, entries) in data["producers"].items():
-            p = self._producers[producer] = _Producer()
+        for principal, producer, last, last_time, entries in data["producers"]:
+            p = self._producers[(principal, producer)] = _Producer()
             p.last, p.last_time = last, last_time
             for seq, store_time, packed in entries:
                 p.order.append((seq << 64) | store_time)
                 p.results[seq] = packed
-        self._ids = OrderedDict(((t, i), (_unpack(packed), st))
-                                for t, i, packed, st in data["message_ids"])
+        self._ids = OrderedDict(((pr, t, i), (_unpack(packed), st))
+                                for pr, t, i, packed, st in data["message_ids"])
 
     def __len__(self) -> int:
         return len(self._producers) + len(self._ids)

@@ -2,9 +2,11 @@
 checkpoint can sit at the log end and the next open replays nothing, as before idempotent
 sends existed.
 
-Layout: the window as UTF-8 JSON (``{"format": 1, "log_offset": F, "window": ...}``, see
+Layout: the window as UTF-8 JSON (``{"format": 2, "log_offset": F, "window": ...}``, see
 :meth:`fmq.recovery.dedup.DedupWindow.export`), then the CRC-32C of those bytes
 (u32, little-endian). Written atomically (temp file, fsync, rename, directory fsync).
+Format 1 (written before the window was kept per principal) is still read: its entries are
+the sends of no principal, as its records are.
 
 The file holds the window as it was after every record before log offset ``F``. Recovery
 seeds the window from it when its replay starts at or before ``F`` (the replay then adds
@@ -26,7 +28,7 @@ from fmq.recovery.dedup import DedupWindow
 
 DEDUP_WINDOW_FILE = "dedup-window"
 _CRC = struct.Struct("<I")
-FORMAT = 1
+FORMAT = 2
 
 
 def write_window(path: str, window: DedupWindow, log_offset: int, io: FileIO) -> None:
@@ -49,11 +51,19 @@ def read_window(path: str) -> tuple[int, dict] | None:
         raise CorruptCheckpoint(f"{path}: CRC-32C mismatch")
     try:
         doc = json.loads(body)
-        if doc["format"] != FORMAT:
+        if doc["format"] not in (1, FORMAT):
             raise CorruptCheckpoint(f"{path}: format {doc['format']!r} not recognised")
-        return int(doc["log_offset"]), doc["window"]
-    except (ValueError, KeyError, TypeError) as exc:
+        window = doc["window"] if doc["format"] == FORMAT else _from_format_1(doc["window"])
+        return int(doc["log_offset"]), window
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptCheckpoint(f"{path}: {exc}") from None
+
+
+def _from_format_1(window: dict) -> dict:
+    """A format-1 window (keyed without a principal) in format 2's layout."""
+    return {"producers": [[None, producer, *entry]
+                          for producer, entry in window["producers"].items()],
+            "message_ids": [[None, *entry] for entry in window["message_ids"]]}
 
 
 def remove_window(path: str, io: FileIO) -> None:

@@ -10,6 +10,8 @@
 
    ===============  ===========================================================
    MESSAGE          index it; remember an idempotent send in the dedup window
+                    (:meth:`~fmq.recovery.dedup.DedupWindow.remember`, as the send
+                    path does)
    PREPARE          open the transaction
    PRE_MESSAGE      body checked by its CRC; attach to its transaction
    REF_MESSAGE      index it; mark its PRE_MESSAGE committed-into-the-queue
@@ -112,14 +114,12 @@ def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
     if rtype == _MESSAGE:  # most records: no transaction; a timer only when it names one
         entries.append(queue_entry(rec))
         if dedup is not None and rec.properties:
-            dedup.redo(rec)
+            dedup.remember(rec)
         if timers is not None and rec.ref_offset >= 0:
             timers.extend(timer_changes(rec))
         return
-    if rtype in INDEXED_TYPES:
+    if rtype in INDEXED_TYPES:  # a transaction's messages are not part of the window
         entries.append(queue_entry(rec))
-        if dedup is not None and rec.properties:
-            dedup.redo(rec)
     elif ends is not None and rtype in _MARK_TYPES:
         ends.append(index_mark(rec))
     if timers is not None and (rtype == RecordType.TIMER or rtype == RecordType.MESSAGE):

@@ -170,7 +170,7 @@ class Follower:
                     if rec.type == RecordType.EPOCH:
                         self.epoch = rec.queue_offset
                     elif rec.properties:  # an idempotent send: a promoted node knows it
-                        dedup.redo(rec)
+                        dedup.remember(rec)
         log.wait_durable(log.next_offset, sync=True)
         self.fetched_bytes += len(data)
 

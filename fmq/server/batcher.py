@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fmq.engine.broker import Broker
-from fmq.engine.idempotence import has_dedup
+from fmq.engine.idempotence import bind_principal, has_dedup
 from fmq.engine.queues import check_messages
 from fmq.errors import InvalidArgument, ServerBusy
 from fmq.message import Message, SendResult
@@ -85,11 +85,13 @@ class SendBatcher:
         if wait_replicated is not None:
             self._replicated = ReplicaStage(wait_replicated, self._hand_back)
 
-    def submit(self, msgs: list[Message], reply: Reply | None = None) -> asyncio.Future:
+    def submit(self, msgs: list[Message], reply: Reply | None = None,
+               principal: str | None = None) -> asyncio.Future:
         """Queue ``msgs`` for this turn's batch; the future ends with their results once
         they are durable (``reply(results)`` when given: the request's answer, made without
         a task or a second future). Raises at once (nothing queued) for a message that
-        cannot be stored."""
+        cannot be stored. ``principal``: the user who sent them (None without users), the
+        owner of their producer ids and message ids."""
         limit = self.max_batch_messages
         if len(msgs) > limit:  # the wire checks this before decoding; embedded callers here
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
@@ -97,6 +99,8 @@ class SendBatcher:
         if self._stopping:
             raise ServerBusy("the server is shutting down; retry against the restarted server")
         check_messages(msgs, self.broker.config, self.broker.queue_count)
+        if principal is not None:
+            msgs = bind_principal(msgs, principal, self.broker.config, self.broker.queue_count)
         fut = self.loop.create_future()
         self._pending.append((msgs, fut, reply))
         if not self._scheduled:

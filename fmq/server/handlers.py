@@ -77,7 +77,8 @@ async def _ping(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
 @handles(Op.SEND)
 def _send(ctx: ServerContext, session: RequestSession, req: dict) -> asyncio.Future[dict]:
     # The hot path: no task; the batcher's future is the request, and it ends with the answer.
-    return ctx.batcher.submit([message_from_wire(req["message"])], _send_answer)
+    return ctx.batcher.submit([message_from_wire(req["message"])], _send_answer,
+                              session.principal)
 
 
 def _send_answer(results: list[SendResult]) -> dict:
@@ -90,7 +91,7 @@ def _send_batch(ctx: ServerContext, session: RequestSession, req: dict
     msgs = [message_from_wire(m) for m in req["messages"]]
     if not msgs:
         return _answered({"results": []})
-    return ctx.batcher.submit(msgs, _send_batch_answer)
+    return ctx.batcher.submit(msgs, _send_batch_answer, session.principal)
 
 
 def _send_batch_answer(results: list[SendResult]) -> dict:

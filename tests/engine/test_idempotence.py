@@ -4,6 +4,8 @@ from the log by a reopen, after checkpoints, and by an index rebuild."""
 
 from __future__ import annotations
 
+import json
+import struct
 import time
 
 import pytest
@@ -12,6 +14,7 @@ import fmq
 from fmq import InvalidArgument, Message
 from fmq.admin.rebuild_index import rebuild_index
 from fmq.errors import OutOfOrderSequence
+from fmq.log.crc import crc32c
 from fmq.message import MESSAGE_ID_PROPERTY, PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY
 from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE
 from tests.crashkit import run_child
@@ -203,3 +206,36 @@ def test_a_crash_after_a_checkpoint_replays_from_the_oldest_record_remembered(tm
         assert (r.offset, r.queue_id, r.queue_offset) == (
             keyed["offset"], keyed["queue_id"], keyed["queue_offset"])
         assert broker.stats()["duplicates_dropped"] == 4
+
+
+def test_a_window_saved_before_principals_is_still_read(tmp_path, small_config):
+    """A ``dedup-window`` file of format 1 (keys without a principal) seeds the window with
+    the sends of no principal, as the records it was saved from have."""
+    path = str(tmp_path / "d")
+    with fmq.Broker.open(path, small_config) as broker:
+        first = broker.send(idem("t", b"a", "p", 0))
+        keyed = broker.send(with_id("t", b"k", "id-1"))
+        live = broker.idempotence.window.snapshot()
+    window_file = tmp_path / "d" / DEDUP_WINDOW_FILE
+    doc = json.loads(window_file.read_bytes()[:-4])
+    assert doc["format"] == 2
+    window = doc["window"]
+    doc = {"format": 1, "log_offset": doc["log_offset"], "window": {
+        "producers": {producer: rest for _principal, producer, *rest in window["producers"]},
+        "message_ids": [entry[1:] for entry in window["message_ids"]]}}
+    body = json.dumps(doc).encode()
+    window_file.write_bytes(body + struct.pack("<I", crc32c(body)))
+    with fmq.Broker.open(path, small_config) as broker:
+        assert broker.recovery.records_replayed == 0  # the file was used, not the log
+        assert broker.idempotence.window.snapshot() == live
+        assert broker.send(idem("t", b"a", "p", 0)) == first
+        assert broker.send(with_id("t", b"k", "id-1")) == keyed
+
+
+@pytest.mark.parametrize("name", ["%RECONSUME_TIMES", "%ORIGIN_TOPIC", "%principal", "%x"])
+def test_broker_owned_properties_are_refused_in_an_embedded_send(broker, name):
+    with pytest.raises(InvalidArgument, match=f"'{name}' is reserved"):
+        broker.send(Message("t", b"x", properties={name: "99"}))
+    with pytest.raises(InvalidArgument, match=f"'{name}' is reserved"):
+        broker.timers.schedule([Message("t", b"x", properties={name: "99"})], 0)
+    assert stored(broker, "t") == []
