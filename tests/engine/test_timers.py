@@ -127,6 +127,45 @@ def test_retention_moves_pending_timers_out_of_the_segments_it_deletes(tmp_path,
         assert b.timers.pending() == 0
 
 
+def test_timers_over_the_limit_move_once_per_pass_and_only_when_it_frees_the_limit(
+        tmp_path, small_config):
+    limit = 64 * 1024
+    cfg = small_config.replace(retention_bytes=limit)
+    with fmq.Broker.open(str(tmp_path / "d"), cfg) as b:
+        due = now_ms() + HOUR_MS
+        for _ in range(20):  # 2 000 timers, about 260 KiB: four times the limit
+            b.timers.schedule([Message("t", b"x" * 60) for _ in range(100)], due)
+
+        def log_bytes():
+            return sum(s.size for s in b.log.segments)
+
+        def sends(n):  # n KiB of plain messages behind the timers
+            for _ in range(n):
+                b.send(Message("u", b"." * 1000))
+            b.wait_indexed()
+
+        sends(32)  # less than the limit: moving the timers would write more than it frees
+        b.enforce_retention()
+        assert b.timers.relocations == 0
+        pinning = b.stats()["timers_pinning_retention_bytes"]
+        assert pinning == b.index.timers.pending_bytes() > limit
+        sends(100 - 32)  # now more than the limit: each timer moves once
+        assert b.enforce_retention()
+        assert b.timers.relocations == 2000
+        assert log_bytes() < pinning + limit  # the sends behind the timers are gone
+        end = b.log.next_offset
+        for _ in range(3):  # idle: nothing moves, nothing is written
+            assert b.enforce_retention() == []
+        assert (b.timers.relocations, b.log.next_offset) == (2000, end)
+        sends(100)
+        b.enforce_retention()
+        assert b.timers.relocations == 4000 and b.timers.pending() == 2000
+        assert b.timers.deliver_due(due) == 1024 and b.timers.deliver_due(due) == 976
+        b.wait_indexed()
+        b.enforce_retention()  # the timers are delivered: the log gets under the limit
+        assert log_bytes() <= limit and b.stats()["timers_pinning_retention_bytes"] == 0
+
+
 #: Where the child dies while retention relocates its timers: before the copies' fdatasync
 #: (written, not synced), or inside their pwrite (a torn batch of copies).
 RELOCATION_CRASHES = {
