@@ -303,3 +303,38 @@ def test_pending_counts_per_topic_follow_adds_deliveries_and_redo(tmp_path, smal
     with fmq.Broker.open(data, small_config) as b:
         assert b.index.timers.by_topic() == {"b": 1}
         assert b.timers.pending() == 1
+
+
+#: Where the child dies while it redrives 600 dead letters in batches of 256 (each batch:
+#: its copies' group commit, then the offset commit's): right after the second batch's
+#: copies are durable, inside the pwrite of its offset commit (torn), or before that
+#: commit's fdatasync (written, so a process crash keeps it).
+REDRIVE_CRASHES = {
+    "after-copies": ({"op": "fdatasync", "nth": 3, "mode": "after"}, 256),
+    "torn-offset-commit": ({"op": "pwrite", "nth": 4, "records": 0, "extra": 20}, 256),
+    "before-offset-fdatasync": ({"op": "fdatasync", "nth": 4, "mode": "before"}, 0),
+}
+
+
+@pytest.mark.parametrize("crash", sorted(REDRIVE_CRASHES))
+def test_a_kill_during_redrive_loses_no_dead_letter_and_repeats_at_most_one_batch(
+        tmp_path, crash):
+    arm, repeated = REDRIVE_CRASHES[crash]
+    # One queue and one segment: the batches are 256, 256, 88 and each write is one pwrite.
+    cfg = dict(segment_size=4 * 1024 * 1024, max_message_size=4096, queues_per_topic=1,
+               checkpoint_interval_ms=0, retention_interval_ms=0, max_reconsume_times=0,
+               timer_poll_ms=3_600_000)
+    data = str(tmp_path / "d")
+    child = run_child("redrive_crash", data, str(tmp_path / "acks"), cfg=cfg, count=600,
+                      arm=arm)
+    assert child.killed, child.stderr
+    assert [a["event"] for a in child.acks] == ["dead"]
+    with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
+        assert 0 < retries.redrive(b, "g") < 600  # the rest, after the crash
+        assert retries.dead_letters(b, "g") == []
+        while b.timers.deliver_due(now_ms()):
+            pass
+        b.wait_indexed()
+        bodies = sorted(m.body for m in _all(b, retries.retry_topic("g")))
+    assert sorted(set(bodies)) == sorted(b"dead-%d" % i for i in range(600))  # none lost
+    assert len(bodies) == 600 + repeated  # the batch whose commit the crash cut, again
