@@ -112,7 +112,8 @@ class Retention:
             logger.info("retention deleted %d segments: %s", len(deleted), ", ".join(deleted))
         if moved_timers:
             self.timer_pinning.moved()
-        self.timer_pinning.end_pass(sum(s.size for s in self.log.segments))
+        segs = list(self.log.segments)
+        self.timer_pinning.end_pass(sum(s.size for s in segs), segs[0].end if segs else 0)
         return deleted
 
     def _floor(self) -> int:

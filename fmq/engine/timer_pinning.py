@@ -69,10 +69,11 @@ class TimerPinning:
         """This pass moved timers (called once it ends)."""
         self._moved_at = self.log.next_offset
 
-    def end_pass(self, log_bytes: int) -> None:
-        """Record whether the pending timers alone keep the log over the limit; log it
-        once each time that changes."""
-        over = bool(self.limit) and log_bytes > self.limit
+    def end_pass(self, log_bytes: int, oldest_end: int) -> None:
+        """Record whether the pending timers alone keep the log (``log_bytes``, its oldest
+        segment ending at ``oldest_end``) over the limit; log it once each time that
+        changes. Timers that do not pin the oldest segment are not what keeps it over."""
+        over = bool(self.limit) and log_bytes > self.limit and self.pin(oldest_end)
         pending = self.pending_bytes() if over else 0
         now = pending if pending >= self.limit and over else 0
         if now and not self.pinning_bytes:
