@@ -113,6 +113,8 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
     timers = out.fields([
         ("timers pending", delivery.get("timers_pending")),
         ("timers delivered", delivery.get("timers_delivered")),
+        ("timer relocations", delivery.get("timer_relocations")),
+        ("timers over retention", out.size(s.get("timers_pinning_retention_bytes"))),
     ])
     failures = out.table(srv.get("errors_by_code", []),
                          [("OP", lambda e: e["op"]), ("CODE", lambda e: e["code"]),

@@ -25,6 +25,7 @@ from fmq.engine.offsets import ConsumerOffsets
 from fmq.engine.queues import Queues, check_messages, place_messages
 from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
+from fmq.engine.retries import GroupLocks
 from fmq.engine.stats import broker_stats
 from fmq.engine.timers import Timers
 from fmq.errors import BrokerClosed
@@ -132,6 +133,8 @@ class Broker:
             self.offsets.upgrade()
         self.timers = Timers(cfg, self.log, self.index, self.dispatcher, self._queues,
                              self.max_record_size, self._admit, self._check_open)
+        #: Each group's dead-letter redrive runs alone (fmq.engine.retries.redrive).
+        self.redrive_locks = GroupLocks()
         self.recovery = report
         self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
                                           self.tx, self.io, dedup)

@@ -13,6 +13,7 @@ from fmq.config import BrokerConfig
 from fmq.datadir import QUEUE_FLOORS_FILE
 from fmq.engine.checkpoints import Checkpointer
 from fmq.engine.offsets import ConsumerOffsets
+from fmq.engine.timer_pinning import TimerPinning
 from fmq.engine.timers import Timers
 from fmq.errors import FMQError
 from fmq.index.store import IndexStore
@@ -47,16 +48,22 @@ class Retention:
         self.rollback = rollback
         self.offsets = offsets
         self.timeouts = 0  # transactions tx_timeout_ms rolled back
+        self.passes = 0  # retention passes run
+        self.timer_pinning = TimerPinning(config.retention_bytes, log_, index)
 
     def enforce(self, now: float | None = None) -> list[str]:
         """See :meth:`fmq.engine.broker.Broker.enforce_retention`."""
         cfg = self.config
         if not cfg.retention_ms and not cfg.retention_bytes:
             return []
+        self.passes += 1
+        self.timer_pinning.begin_pass()
         floor = self._floor()
         now = time.time() if now is None else now
         deleted = []
         relocated: set[str] = set()
+        head = self.log.next_offset  # timers stored from here on moved in this pass
+        moved_timers = False
         while True:
             segs = list(self.log.segments)
             if len(segs) < 2:
@@ -71,12 +78,18 @@ class Retention:
             if not (too_old or too_big):
                 break
             if seg.end > floor:
-                # Open transactions whose PREPARE lies in this segment pin it (and every
+                # Open transactions and pending timers in this segment pin it (and every
                 # later one): move them to the log head, then the checkpoint can pass it.
                 # A follower writes nothing of its own: it waits for its primary's move.
-                if cfg.follow or not self._relocate_pinning(seg, relocated):
+                if cfg.follow:
                     break
-                self.timers.relocate_before(seg.end)
+                timers_pin = self.timer_pinning.pin(seg.end)
+                if timers_pin and not self.timer_pinning.may_move(total, too_old):
+                    break
+                if not self._relocate_pinning(seg, relocated):
+                    break
+                if timers_pin and self.timers.relocate_before(min(seg.end, head)):
+                    moved_timers = True
                 floor = self._floor()
                 if seg.end > floor:
                     break
@@ -97,6 +110,10 @@ class Retention:
         if deleted:
             self.index.remove_before(self.log.first_offset)
             logger.info("retention deleted %d segments: %s", len(deleted), ", ".join(deleted))
+        if moved_timers:
+            self.timer_pinning.moved()
+        segs = list(self.log.segments)
+        self.timer_pinning.end_pass(sum(s.size for s in segs), segs[0].end if segs else 0)
         return deleted
 
     def _floor(self) -> int:

@@ -11,12 +11,15 @@ rebuild and replication derive it like any message.
 
 Redriving sends G's dead letters back to ``%RETRY%G`` (due at once, their count reset).
 How far G's dead-letter topic was redriven is G's own committed offset in it (G never
-consumes it otherwise), so it shows in ``fmq groups``; a crash between the copies and that
-commit redrives those dead letters again (at least once, like every delivery).
+consumes it otherwise), so it shows in ``fmq groups``. A redrive of G runs alone (one lock
+per group): a second one waits, then starts where the first stopped, so concurrent redrives
+copy each dead letter once. A crash between a batch's copies and that commit redrives that
+batch (at most 256 dead letters) again: at least once, like every delivery.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from fmq.errors import InvalidArgument
@@ -35,8 +38,24 @@ from fmq.message import (
 )
 from fmq.tx.log_access import now_ms
 
-__all__ = ["DLQ_PREFIX", "ORIGIN_TOPIC", "RECONSUME_TIMES", "RETRY_PREFIX", "dead_letters",
-           "delivery_stats", "dlq_topic", "nack", "redrive", "retry_topic"]
+__all__ = ["DLQ_PREFIX", "ORIGIN_TOPIC", "RECONSUME_TIMES", "RETRY_PREFIX", "GroupLocks",
+           "dead_letters", "delivery_stats", "dlq_topic", "nack", "redrive", "retry_topic"]
+
+#: Dead letters read and copied back per batch (one group commit, then one offset commit).
+REDRIVE_BATCH = 256
+
+
+class GroupLocks:
+    """One lock per consumer group (a broker's ``redrive_locks``): two redrives of a group
+    at once would both copy the dead letters neither had committed yet."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def of(self, group: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(group, threading.Lock())
 
 
 def _copy(m: StoredMessage, topic: str, reconsume_times: int) -> Message:
@@ -108,18 +127,22 @@ def dead_letters(broker: Any, group: str, limit: int = 1000) -> list[StoredMessa
 
 def redrive(broker: Any, group: str, max_messages: int = 10_000) -> int:
     """Send up to ``max_messages`` of the group's dead letters back to its retry topic
-    (consumable at once, redeliveries counted from 0). Returns how many."""
+    (consumable at once, redeliveries counted from 0). Returns how many. A concurrent
+    redrive of the same group waits for this one, then takes what is left."""
     check_name(group, "group", allow_none=False)
     moved = 0
-    for qid, start, end in dead_letter_ranges(broker, group):
-        while start < end and moved < max_messages:
-            got = broker.pull(dlq_topic(group), qid, start, min(256, max_messages - moved))
-            if not got:
-                break
-            broker.timers.schedule_internal([_copy(m, retry_topic(group), 0) for m in got], 0)
-            start = got[-1].queue_offset + 1
-            broker.commit_offset(group, dlq_topic(group), qid, start)
-            moved += len(got)
+    with broker.redrive_locks.of(group):
+        for qid, start, end in dead_letter_ranges(broker, group):
+            while start < end and moved < max_messages:
+                got = broker.pull(dlq_topic(group), qid, start,
+                                  min(REDRIVE_BATCH, max_messages - moved))
+                if not got:
+                    break
+                broker.timers.schedule_internal([_copy(m, retry_topic(group), 0)
+                                                 for m in got], 0)
+                start = got[-1].queue_offset + 1
+                broker.commit_offset(group, dlq_topic(group), qid, start)
+                moved += len(got)
     return moved
 
 

@@ -41,6 +41,9 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWr
         "tx_relocations": writer.relocations,
         "offset_copies": retention.offsets.copies,
         "tx_timeouts": retention.timeouts,
+        "retention_passes": retention.passes,
+        # the pending timers' bytes while they alone keep the log over retention_bytes
+        "timers_pinning_retention_bytes": retention.timer_pinning.pinning_bytes,
         "log_failed": str(log_.failed) if log_.failed else None,
         "dispatcher_error": str(dispatcher.error) if dispatcher.error else None,
         "index_error": str(dispatcher.failing) if dispatcher.failing else None,

@@ -118,6 +118,13 @@ class TimerReads:
             first = K.parse_offset_key(cur.key()) if cur.first() else None
         return {"pending": count, "oldest_offset": first}
 
+    def pending_bytes(self) -> int:
+        """Log bytes the pending timers' TIMER records take (one walk of ``timers``)."""
+        size = K.TIMER_VALUE.unpack_from
+        with self._gate, self.env.begin() as txn:
+            return sum(size(v)[0] for v in
+                       txn.cursor(db=self.db.timers).iternext(keys=False, values=True))
+
     def by_topic(self) -> dict[str, int]:
         """Pending timers per destination topic (topics with none are absent)."""
         with self._gate, self.env.begin() as txn:

@@ -100,6 +100,9 @@ class BrokerCollector:
                                   "(each logged at ERROR once).", value=s["bad_records_read"])
         yield CounterMetricFamily("fmq_tx_timeouts", "Transactions tx_timeout_ms rolled back.",
                                   value=s["tx_timeouts"])
+        yield GaugeMetricFamily("fmq_timers_pinning_retention_bytes", "Bytes of the pending "
+                                "timers while they alone keep the log over retention_bytes "
+                                "(else 0).", value=s["timers_pinning_retention_bytes"])
         dup = CounterMetricFamily("fmq_duplicates_dropped", "Idempotent resends answered "
                                   "with their original's result instead of being stored, by "
                                   "topic. Since the server started.", labels=["topic"])
@@ -121,6 +124,9 @@ class BrokerCollector:
                                 "for their time.", value=d["timers_pending"])
         yield CounterMetricFamily("fmq_timers_delivered", "Timers delivered since the server "
                                   "started.", value=d["timers_delivered"])
+        yield CounterMetricFamily("fmq_timer_relocations", "Pending timers retention moved to "
+                                  "the log head since the server started.",
+                                  value=d["timer_relocations"])
         retries = GaugeMetricFamily("fmq_group_retries_pending", "Failed messages waiting for "
                                     "their redelivery to a group.", labels=["group"])
         dead = GaugeMetricFamily("fmq_group_dead_letters", "Dead letters of a group not yet "

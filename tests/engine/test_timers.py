@@ -127,6 +127,45 @@ def test_retention_moves_pending_timers_out_of_the_segments_it_deletes(tmp_path,
         assert b.timers.pending() == 0
 
 
+def test_timers_over_the_limit_move_once_per_pass_and_only_when_it_frees_the_limit(
+        tmp_path, small_config):
+    limit = 64 * 1024
+    cfg = small_config.replace(retention_bytes=limit)
+    with fmq.Broker.open(str(tmp_path / "d"), cfg) as b:
+        due = now_ms() + HOUR_MS
+        for _ in range(20):  # 2 000 timers, about 260 KiB: four times the limit
+            b.timers.schedule([Message("t", b"x" * 60) for _ in range(100)], due)
+
+        def log_bytes():
+            return sum(s.size for s in b.log.segments)
+
+        def sends(n):  # n KiB of plain messages behind the timers
+            for _ in range(n):
+                b.send(Message("u", b"." * 1000))
+            b.wait_indexed()
+
+        sends(32)  # less than the limit: moving the timers would write more than it frees
+        b.enforce_retention()
+        assert b.timers.relocations == 0
+        pinning = b.stats()["timers_pinning_retention_bytes"]
+        assert pinning == b.index.timers.pending_bytes() > limit
+        sends(100 - 32)  # now more than the limit: each timer moves once
+        assert b.enforce_retention()
+        assert b.timers.relocations == 2000
+        assert log_bytes() < pinning + limit  # the sends behind the timers are gone
+        end = b.log.next_offset
+        for _ in range(3):  # idle: nothing moves, nothing is written
+            assert b.enforce_retention() == []
+        assert (b.timers.relocations, b.log.next_offset) == (2000, end)
+        sends(100)
+        b.enforce_retention()
+        assert b.timers.relocations == 4000 and b.timers.pending() == 2000
+        assert b.timers.deliver_due(due) == 1024 and b.timers.deliver_due(due) == 976
+        b.wait_indexed()
+        b.enforce_retention()  # the timers are delivered: the log gets under the limit
+        assert log_bytes() <= limit and b.stats()["timers_pinning_retention_bytes"] == 0
+
+
 #: Where the child dies while retention relocates its timers: before the copies' fdatasync
 #: (written, not synced), or inside their pwrite (a torn batch of copies).
 RELOCATION_CRASHES = {
@@ -264,3 +303,38 @@ def test_pending_counts_per_topic_follow_adds_deliveries_and_redo(tmp_path, smal
     with fmq.Broker.open(data, small_config) as b:
         assert b.index.timers.by_topic() == {"b": 1}
         assert b.timers.pending() == 1
+
+
+#: Where the child dies while it redrives 600 dead letters in batches of 256 (each batch:
+#: its copies' group commit, then the offset commit's): right after the second batch's
+#: copies are durable, inside the pwrite of its offset commit (torn), or before that
+#: commit's fdatasync (written, so a process crash keeps it).
+REDRIVE_CRASHES = {
+    "after-copies": ({"op": "fdatasync", "nth": 3, "mode": "after"}, 256),
+    "torn-offset-commit": ({"op": "pwrite", "nth": 4, "records": 0, "extra": 20}, 256),
+    "before-offset-fdatasync": ({"op": "fdatasync", "nth": 4, "mode": "before"}, 0),
+}
+
+
+@pytest.mark.parametrize("crash", sorted(REDRIVE_CRASHES))
+def test_a_kill_during_redrive_loses_no_dead_letter_and_repeats_at_most_one_batch(
+        tmp_path, crash):
+    arm, repeated = REDRIVE_CRASHES[crash]
+    # One queue and one segment: the batches are 256, 256, 88 and each write is one pwrite.
+    cfg = dict(segment_size=4 * 1024 * 1024, max_message_size=4096, queues_per_topic=1,
+               checkpoint_interval_ms=0, retention_interval_ms=0, max_reconsume_times=0,
+               timer_poll_ms=3_600_000)
+    data = str(tmp_path / "d")
+    child = run_child("redrive_crash", data, str(tmp_path / "acks"), cfg=cfg, count=600,
+                      arm=arm)
+    assert child.killed, child.stderr
+    assert [a["event"] for a in child.acks] == ["dead"]
+    with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
+        assert 0 < retries.redrive(b, "g") < 600  # the rest, after the crash
+        assert retries.dead_letters(b, "g") == []
+        while b.timers.deliver_due(now_ms()):
+            pass
+        b.wait_indexed()
+        bodies = sorted(m.body for m in _all(b, retries.retry_topic("g")))
+    assert sorted(set(bodies)) == sorted(b"dead-%d" % i for i in range(600))  # none lost
+    assert len(bodies) == 600 + repeated  # the batch whose commit the crash cut, again

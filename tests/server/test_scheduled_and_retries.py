@@ -14,11 +14,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import fmq
-from fmq.client import Consumer, Producer
+from fmq.client import Client, Consumer, Producer
 from fmq.client.aio import AsyncProducer
 from fmq.errors import InvalidArgument
 from fmq.message import dlq_topic
-from tests.server.harness import json_lines, run_cli
+from fmq.protocol import Op
+from tests.server.harness import json_lines, run_cli, wait_until
 
 #: Short back-off levels so a test sees every redelivery within seconds.
 FAST_RETRIES = {"checkpoint_interval_ms": 0, "retry_delays": "300ms 600ms 900ms",
@@ -158,3 +159,53 @@ def test_a_server_kill_while_messages_wait_loses_none_and_delivers_each_once(sta
     assert all(timed[b"t%d" % i].store_time >= dues[i] for i in range(20))
     retried = [m for m in got if m.body == b"retry-me"]
     assert retried[0].reconsume_times == 1 and retried[0].topic == "%RETRY%g"
+
+
+def _topic_messages(address: str) -> dict[str, int]:
+    with Client(address, request_timeout=30) as c:
+        return {t["topic"]: t["messages"]
+                for t in json.loads(c.call(Op.TOPICS, {})["json"])["topics"]}
+
+
+def _timers_pending(address: str) -> int:
+    with Client(address, request_timeout=30) as c:
+        return json.loads(c.call(Op.STATS, {})["json"])["delivery"]["timers_pending"]
+
+
+def test_concurrent_redrives_of_a_group_put_each_dead_letter_back_once(start_server):
+    srv = start_server({**FAST_RETRIES, "max_reconsume_times": 0})  # the first nack: dead
+    with Producer(srv.address) as p:
+        sent = [p.send("orders", b"m%d" % i) for i in range(50)]
+    with Client(srv.address, request_timeout=30) as c:
+        for r in sent:
+            nacked = c.call(Op.NACK, {"group": "billing", "topic": "orders",
+                                      "queue_id": r.queue_id, "queue_offset": r.queue_offset,
+                                      "delay_ms": -1})
+            assert nacked["dead_letter"]
+    wait_until(lambda: _topic_messages(srv.address).get("%DLQ%billing") == 50, 30,
+               "50 dead letters")
+    start = threading.Barrier(4)
+    redriven: list[int] = []
+    errors: list[BaseException] = []
+
+    def redrive() -> None:
+        try:
+            with Client(srv.address, request_timeout=60) as c:
+                start.wait(10)
+                redriven.append(c.call(Op.DLQ_REDRIVE, {"group": "billing",
+                                                        "max_messages": 10_000})["redriven"])
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=redrive) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert errors == [] and len(redriven) == 4
+    wait_until(lambda: _timers_pending(srv.address) == 0, 30, "the redriven copies delivered")
+    retried = _topic_messages(srv.address).get("%RETRY%billing")
+    assert (retried, sum(redriven)) == (50, 50), f"redrives answered {redriven}"
+    assert sorted(redriven)[:3] == [0, 0, 0]  # one redrive took them all, the rest nothing
+    out = run_cli("dlq", "list", "billing", "--server", srv.address, "--json")
+    assert out.returncode == 0 and json_lines(out.stdout) == []
