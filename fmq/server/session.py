@@ -81,7 +81,8 @@ class ClientSession(asyncio.Protocol):
         self.frame_since: float | None = None
         self.admission = RequestAdmission(
             ctx.request_budget.share(), accepting=lambda: not self.closing,
-            pause=lambda: self._block_read(_BLOCKED_BY_BUDGET), resume=self._admitted_later)
+            pause=lambda: self._block_read(_BLOCKED_BY_BUDGET), resume=self._admitted_later,
+            logged_in=lambda: self.principal is not None or not ctx.authenticator.enforcing)
         self.replies = ReplyAccount(ctx.reply_budget.share(), lambda: ctx.loop)
         self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
         self._read_blocks = 0
@@ -113,8 +114,8 @@ class ClientSession(asyncio.Protocol):
     def _parse(self, data: bytes, now: float) -> None:
         try:
             frames = self.decoder.feed(data, self.admission.admit)
-        except ProtocolError as exc:
-            # The length prefix is bad: the stream cannot be resynchronised.
+        except FMQError as exc:
+            # The length prefix is bad or refused: the stream cannot be resynchronised.
             self.fail(0, 0, exc, "bad frame")
             return
         if frames or self.frame_since is None:
