@@ -1,8 +1,9 @@
-"""What a connection leaves behind when it goes (a real ``fmq server`` subprocess on
-127.0.0.1, raw sockets).
+"""What a connection leaves behind when it goes, and what it holds up when the server stops
+(a real ``fmq server`` subprocess on 127.0.0.1, raw sockets).
 
 Memory is checked on the server process itself (``VmRSS`` and its peak ``VmHWM`` in
-/proc/PID/status) against the request budget.
+/proc/PID/status) against the request budget; the stop is checked against a bound far from
+the noise (a third of shutdown_grace_ms), not as a speed claim.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 from collections.abc import Callable
 
 from fmq.client import Producer
-from fmq.protocol import Op
+from fmq.message import Message
+from fmq.protocol import Op, encode_request
 
 from .conftest import FAST
 from .harness import server_stats
@@ -117,3 +119,45 @@ def test_frames_cut_off_by_a_close_are_dropped_at_once(start_server):
     assert stats["request_bytes_peak"] <= 2 * FRAME_LIMIT
     with Producer(srv.address) as p:  # still serving
         assert p.send("real", b"works", queue_id=0).queue_offset == 0
+
+
+# ---------------------------------------------------------------- a stop with a peer not reading
+
+#: Eight 1 MiB messages: six PULLs of them fill the reply budget of one connection (its
+#: socket takes little), so the next PULLs wait for reply room.
+SLOW_READER = dict(FAST, server=dict(FAST["server"], shutdown_grace_ms=20_000,
+                                     max_reply_size=8 * MiB,
+                                     reply_budget_per_connection=32 * MiB,
+                                     write_timeout_ms=120_000))
+
+
+def pull(rid: int) -> bytes:
+    return encode_request(Op.PULL, rid, {"topic": "big", "queue_id": 0, "offset": 0,
+                                         "max_messages": 4096, "wait_ms": 0})
+
+
+def test_a_stop_answers_requests_waiting_for_reply_room(start_server):
+    """A connection with a 4 KiB receive buffer sends 6 PULLs of 8 MiB answers and reads
+    nothing: the PULLs waiting for reply room are answered ServerBusy at SIGTERM, so the
+    server stops long before shutdown_grace_ms (20 s) instead of waiting it out."""
+    srv = start_server(SLOW_READER)
+    with Producer(srv.address) as p:
+        p.send_batch([Message("big", bytes([i]) * MiB, queue_id=0) for i in range(8)])
+    s = raw(srv.address)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.sendall(b"".join(pull(rid) for rid in range(1, 7)))
+    deadline = time.monotonic() + 20
+    while server_stats(srv.address)["reply_budget_waiting"] == 0:
+        assert time.monotonic() < deadline, "no PULL waited for reply room"
+        time.sleep(0.05)
+    started = time.monotonic()
+    code = srv.stop(timeout=60)
+    took = time.monotonic() - started
+    print(f"stopped in {took:.1f} s with exit code {code}")
+    assert code == 0
+    assert took < 10, f"the stop waited {took:.1f} s for a client that does not read"
+    # The waiting PULLs were answered ServerBusy; the answers reach a peer only if it reads
+    # what is queued before them, which this one never does (the process is gone meanwhile).
+    assert "requests waiting for reply room ServerBusy" in srv.log()
+    assert "abandoning" not in srv.log()
+    s.close()
