@@ -13,6 +13,8 @@ import struct
 import time
 from collections.abc import Callable
 
+import pytest
+
 from fmq.client import Producer
 from fmq.message import Message
 from fmq.protocol import Op, encode_request
@@ -102,11 +104,20 @@ def cut_frames_growth(address: str, pid: int, stats: Callable[[], dict]) -> tupl
 SLACK = 32 * MiB
 
 
-def test_frames_cut_off_by_a_close_are_dropped_at_once(start_server):
+def on_loop(config: dict, event_loop: str) -> dict:
+    return dict(config, server=dict(config["server"], event_loop=event_loop))
+
+
+#: Both event loops the server runs on: their protocol callbacks are separate code.
+EVENT_LOOPS = pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+
+
+@EVENT_LOOPS
+def test_frames_cut_off_by_a_close_are_dropped_at_once(start_server, event_loop):
     """24 connections one after another each announce a 16 MiB frame, send all of it but
     the last byte, and close: the server's memory stays near its request budget (32 MiB)
     instead of keeping every cut-off frame until its garbage collector runs (384 MiB)."""
-    srv = start_server(SMALL_BUDGET)
+    srv = start_server(on_loop(SMALL_BUDGET, event_loop))
     seen, peak = cut_frames_growth(srv.address, srv.proc.pid,
                                    lambda: server_stats(srv.address))
     print(f"RSS growth after a close at most {seen / MiB:.0f} MiB, peak growth "
@@ -136,11 +147,12 @@ def pull(rid: int) -> bytes:
                                          "max_messages": 4096, "wait_ms": 0})
 
 
-def test_a_stop_answers_requests_waiting_for_reply_room(start_server):
+@EVENT_LOOPS
+def test_a_stop_answers_requests_waiting_for_reply_room(start_server, event_loop):
     """A connection with a 4 KiB receive buffer sends 6 PULLs of 8 MiB answers and reads
     nothing: the PULLs waiting for reply room are answered ServerBusy at SIGTERM, so the
     server stops long before shutdown_grace_ms (20 s) instead of waiting it out."""
-    srv = start_server(SLOW_READER)
+    srv = start_server(on_loop(SLOW_READER, event_loop))
     with Producer(srv.address) as p:
         p.send_batch([Message("big", bytes([i]) * MiB, queue_id=0) for i in range(8)])
     s = raw(srv.address)
