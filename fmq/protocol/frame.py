@@ -213,6 +213,16 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buf)
 
+    def discard(self) -> int:
+        """Drop the bytes of an incomplete frame (nobody will send the rest: its connection
+        ended); returns how many there were. A new, empty buffer takes the old one's place,
+        so its memory is freed now, whoever still refers to this decoder."""
+        dropped = len(self._buf)
+        self._buf = bytearray()
+        self._wanted = PREFIX_SIZE
+        self._head_admitted = False
+        return dropped
+
 
 __all__ = [
     "DEFAULT_MAX_FRAME", "FLAG_ERROR", "FLAG_RESPONSE", "Frame", "FrameDecoder",

@@ -4,6 +4,10 @@ reserved for their answers, and the answer bytes its socket has not taken yet.
 A request reserves its answer before it reads anything (waiting for room when the budget is
 full); once the answer is written, what the transport still holds stays counted until the
 peer reads it. The session's write time-out looks at :attr:`ReplyAccount.drained_at`.
+
+A request waiting for room is like a pull long poll: when the server stops it is answered
+ServerBusy at once (:meth:`ReplyAccount.stop_waiting`), so a peer that reads none of its
+answers does not hold up a graceful stop for shutdown_grace_ms.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from fmq.errors import ConnectionLost
+from fmq.errors import ConnectionLost, ServerBusy
 from fmq.server.budgets import Share
 
 
@@ -25,6 +29,7 @@ class ReplyAccount:
         self.drained_at = loop().time()  # when unsent reply bytes last went down
         self._reserved: dict[asyncio.Future, int] = {}  # reply bytes per running request
         self._waits: set[asyncio.Future] = set()
+        self._stopping = False  # the server stops: no request waits for room any more
 
     async def reserve(self, want: int, minimum: int) -> int:
         """Take between ``minimum`` and ``want`` reply bytes for the running request
@@ -32,6 +37,8 @@ class ReplyAccount:
         share = self.share
         budget = share.budget
         n = budget.try_take(share, minimum, want)
+        if not n and self._stopping:
+            raise _shutting_down()
         if not n:
             fut = self._loop().create_future()
 
@@ -86,6 +93,15 @@ class ReplyAccount:
         else:
             self.share.budget.release(self.share, -net)
 
+    def stop_waiting(self) -> int:
+        """The server stops: answer the requests waiting for room ServerBusy now, and let
+        none wait from now on; returns how many waited."""
+        self._stopping = True
+        waiting = [fut for fut in self._waits if not fut.done()]
+        for fut in waiting:
+            fut.set_exception(_shutting_down())
+        return len(waiting)
+
     def close(self) -> None:
         """The socket is gone: give back the unsent bytes, and fail requests waiting for
         room. Requests still running release their reservations when they end."""
@@ -96,3 +112,7 @@ class ReplyAccount:
             if not fut.done():
                 fut.set_exception(ConnectionLost("the connection closed while the request "
                                                  "waited for the reply budget"))
+
+
+def _shutting_down() -> ServerBusy:
+    return ServerBusy("the server is shutting down; retry against the restarted server")

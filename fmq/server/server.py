@@ -202,6 +202,13 @@ class Server:
             self._tls.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
+        # Like pull long polls, requests waiting for reply room end now: their peer may
+        # never read the answers that fill its budget.
+        waiting = sum(session.replies.stop_waiting()
+                      for session in [*self.pending.values(), *self.sessions.values()])
+        if waiting:
+            logger.info("answered %d requests waiting for reply room ServerBusy (stopping)",
+                        waiting)
         pending = list(self.ctx.all_tasks)
         if pending:
             hurry = asyncio.ensure_future(self._hurry.wait())

@@ -81,7 +81,8 @@ class ClientSession(asyncio.Protocol):
         self.frame_since: float | None = None
         self.admission = RequestAdmission(
             ctx.request_budget.share(), accepting=lambda: not self.closing,
-            pause=lambda: self._block_read(_BLOCKED_BY_BUDGET), resume=self._admitted_later)
+            pause=lambda: self._block_read(_BLOCKED_BY_BUDGET), resume=self._admitted_later,
+            logged_in=lambda: self.principal is not None or not ctx.authenticator.enforcing)
         self.replies = ReplyAccount(ctx.reply_budget.share(), lambda: ctx.loop)
         self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
         self._read_blocks = 0
@@ -113,8 +114,8 @@ class ClientSession(asyncio.Protocol):
     def _parse(self, data: bytes, now: float) -> None:
         try:
             frames = self.decoder.feed(data, self.admission.admit)
-        except ProtocolError as exc:
-            # The length prefix is bad: the stream cannot be resynchronised.
+        except FMQError as exc:
+            # The length prefix is bad or refused: the stream cannot be resynchronised.
             self.fail(0, 0, exc, "bad frame")
             return
         if frames or self.frame_since is None:
@@ -136,9 +137,6 @@ class ClientSession(asyncio.Protocol):
     def _parse_buffered(self) -> None:
         if not self.closing:
             self._parse(b"", self.ctx.now())
-
-    def _release_request(self, size: int) -> None:
-        self.admission.release(size)
 
     def _block_read(self, why: int) -> None:
         if not self._read_blocks and self.transport is not None \
@@ -203,9 +201,10 @@ class ClientSession(asyncio.Protocol):
             self.transport.abort()
 
     def eof_received(self) -> bool:
-        if self.decoder.buffered:
+        self.admission.close()  # nobody sends the rest of a frame cut off here: it goes now
+        if dropped := self.decoder.discard():
             logger.warning("connection %d from %s: closed inside a frame (%d bytes "
-                           "buffered)", self.id, self.peer, self.decoder.buffered)
+                           "dropped)", self.id, self.peer, dropped)
             self.ctx.counters.protocol_errors += 1
         # Requests in flight still get their answers (half-close); pull long polls end now:
         # nobody will send more.
@@ -221,8 +220,9 @@ class ClientSession(asyncio.Protocol):
         self.lost = True
         if self.leases_taken:
             self._return_leases()
-        # Give back what only this connection held: the frame being received, replies the
-        # socket will never send. Requests still running release theirs when they end.
+        # Drop what only this connection held now, not once the collector finds it: the frame
+        # being received, unsent replies. Running requests release theirs when they end.
+        self.decoder.discard()
         self.admission.close()
         self.replies.close()
         self.ctx.hooks.session_closed(self)
@@ -275,10 +275,10 @@ class ClientSession(asyncio.Protocol):
         ctx = self.ctx
         op, rid = frame.opcode, frame.request_id
         if not self.established and not ctx.hooks.first_request(self):
-            self._release_request(size)
+            self.admission.release(size)
             return
         if frame.version != PROTOCOL_VERSION or frame.is_response:
-            self._release_request(size)
+            self.admission.release(size)
             why = ("unsupported protocol version" if frame.version != PROTOCOL_VERSION
                    else "a response frame sent to the server")
             self.fail(op, rid, ProtocolError(
@@ -294,20 +294,20 @@ class ClientSession(asyncio.Protocol):
             return
         refusal = refusal_before_decoding(ctx, len(self.tasks), frame)
         if refusal is not None:
-            self._release_request(size)
+            self.admission.release(size)
             self.send(encode_error(op, rid, refusal))
             return
         try:
             req = decode_request(frame)
         except ProtocolError as exc:
-            self._release_request(size)
+            self.admission.release(size)
             self.fail(op, rid, exc, f"malformed {Op(op).name} payload")
             return
         ctx.counters.requests += 1
         ctx.counters.by_op[op] += 1
         refused = access_refusal(ctx, self, op, req) if ctx.authenticator.enforcing else None
         if refused is not None:
-            self._release_request(size)
+            self.admission.release(size)
             ctx.counters.failed(op, refused)
             self.send(encode_error(op, rid, refused))
             return
@@ -315,7 +315,7 @@ class ClientSession(asyncio.Protocol):
             # A coroutine becomes a task; SEND's handler returns a future and needs none.
             request = asyncio.ensure_future(HANDLERS[op](ctx, self, req))
         except FMQError as exc:  # refused before it started (a send that cannot be stored)
-            self._release_request(size)
+            self.admission.release(size)
             ctx.counters.failed(op, exc)
             self.send(encode_error(op, rid, exc))
             return
@@ -348,7 +348,7 @@ class ClientSession(asyncio.Protocol):
     def _done(self, request: asyncio.Future) -> None:
         self.tasks.discard(request)
         self.ctx.all_tasks.discard(request)
-        self._release_request(self._held.pop(request, 0))
+        self.admission.release(self._held.pop(request, 0))
         self.replies.settle(request)
         if self.eof and not self.tasks:
             self.close()
