@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from fmq.config import BrokerConfig
 from fmq.engine.queues import Queues
 from fmq.engine.visibility import Visibility
-from fmq.errors import IndexCorrupt, IndexUnavailable, OffsetOutOfRange
+from fmq.errors import IndexCorrupt, IndexUnavailable, OffsetNotReplicated, OffsetOutOfRange
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
@@ -69,11 +69,7 @@ class ConsumerOffsets:
                   self.queues.next_offset(topic, queue_id))
         limit = self.visibility.limit(topic, queue_id) if self.visibility else None
         if limit is not None and next_offset > limit:
-            raise OffsetOutOfRange(
-                f"next_offset {next_offset} of queue {queue_id} of topic {topic!r} is past "
-                f"the messages the followers hold (the high watermark): messages from "
-                f"{limit} on are not replicated yet and nobody may have consumed them; "
-                f"commit at most {limit}")
+            raise OffsetNotReplicated(next_offset, limit)
         if next_offset > end:
             raise OffsetOutOfRange(
                 f"next_offset {next_offset} is past the end of queue {queue_id} of topic "

@@ -25,7 +25,9 @@ from collections import deque
 from collections.abc import Callable
 
 from fmq.log.log import Log
+from fmq.log.reader import OnCorruption, OpenSegmentSource
 from fmq.log.record import Record, RecordType
+from fmq.log.scanner import LogScanner
 
 Queue = tuple[str, int]
 
@@ -40,6 +42,7 @@ class Visibility:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._end: int | None = None  # None: no gate
+        self._resume: tuple[int, int] | None = None  # (visible end, max record size)
         #: Per queue: (record end, queue offset) of its hidden messages, in log order.
         self._hidden: dict[Queue, deque[tuple[int, int]]] = {}
         #: Called with the queues whose messages became visible (long polls wake on it).
@@ -54,14 +57,26 @@ class Visibility:
         """The visible end (a log offset), None without a gate."""
         return self._end
 
+    def resume_at(self, end: int, max_record_size: int) -> None:
+        """A node changing role keeps its visible end: when :meth:`gate` starts, the
+        messages the log holds from ``end`` on stay hidden too (not only those appended
+        later), until the new role's watermark passes them."""
+        self._resume = (end, max_record_size)
+
     def gate(self, log_: Log) -> None:
         """Gate from now on: messages ``log_`` appends from here are hidden until
-        :meth:`advance` passes them; what the log holds now stays visible."""
+        :meth:`advance` passes them; what the log holds now stays visible (but from the
+        end given to :meth:`resume_at`)."""
         with log_.lock:
             if self._end is not None:
                 return
+            end = log_.next_offset
+            resume = self._resume
+            start = end if resume is None else min(resume[0], end)
             with self._lock:
-                self._end = log_.next_offset
+                self._end = start
+            if start < end:  # under the log lock: the hidden stay in log order
+                self._hide_held(log_, start, end, resume[1])
             dispatch, hide = log_.on_append, self.on_append
 
             def on_append(record: Record) -> None:
@@ -84,6 +99,17 @@ class Visibility:
             if hidden is None:
                 hidden = self._hidden[key] = deque()
             hidden.append((end, record.queue_offset))
+
+    def _hide_held(self, log_: Log, start: int, end: int, max_record_size: int) -> None:
+        """Hide the messages of the log's records in ``[start, end)``: read through the
+        scanner (a follower's lag behind its primary's watermark: a few chunks)."""
+        scanner = LogScanner(source=OpenSegmentSource(list(log_.segments)), start_offset=start,
+                             max_record_size=max_record_size,
+                             on_corruption=OnCorruption.RAISE, copy_body=False)
+        for record in scanner:
+            if record.log_offset >= end:
+                break
+            self.on_append(record)
 
     def advance(self, end: int) -> None:
         """The visible end moved to ``end`` (it never goes back)."""

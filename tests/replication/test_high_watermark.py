@@ -13,12 +13,12 @@ import time
 import pytest
 
 from fmq.client import Client, Consumer, Producer
-from fmq.errors import NotEnoughReplicas, OffsetOutOfRange
+from fmq.errors import NotEnoughReplicas, OffsetNotReplicated
 from fmq.protocol import Op
 from tests.etcdkit import ETCD
 
 from .cluster import SMALL, status, wait_caught_up, wait_in_sync
-from .failover_kit import TOPIC, FailoverGroup
+from .failover_kit import GROUP_CONFIG, TOPIC, FailoverGroup
 
 needs_etcd = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (.ci/run installs etcd-server)")
@@ -35,7 +35,7 @@ def consume_until(consumer: Consumer, want: set[bytes], seen: list[bytes],
         if batch:
             try:
                 consumer.commit()
-            except (NotEnoughReplicas, OffsetOutOfRange, ConnectionError):
+            except (NotEnoughReplicas, OffsetNotReplicated, ConnectionError):
                 pass  # the group's progress is not saved: it reads them again
 
 
@@ -47,6 +47,15 @@ def refused_sends(address: str, bodies: list[bytes]) -> None:
         for body in bodies:
             with pytest.raises(NotEnoughReplicas):
                 producer.send(TOPIC, body, queue_id=0)
+
+
+def bodies(server) -> tuple[list[bytes], int]:
+    """Queue 0 as ``server``'s consumers see it: its bodies and its next offset."""
+    with Client(server.address, retries=0, request_timeout=10) as c:
+        ans = c.call(Op.PULL, {"topic": TOPIC, "queue_id": 0, "offset": 0,
+                               "max_messages": 100, "wait_ms": 0})
+        rng = c.call(Op.QUEUE_RANGE, {"topic": TOPIC, "queue_id": 0})
+    return [bytes(m["body"]) for m in ans["messages"]], rng["next_offset"]
 
 
 @needs_etcd
@@ -76,7 +85,7 @@ def test_a_consumer_never_reads_past_the_followers_and_skips_nothing_after_failo
                     c.call(Op.COMMIT_OFFSET, {"group": "billing", "topic": TOPIC,
                                               "queue_id": 0, "next_offset": 25})
                     commit_past = "accepted"
-                except (OffsetOutOfRange, NotEnoughReplicas) as exc:
+                except (OffsetNotReplicated, NotEnoughReplicas) as exc:
                     commit_past = type(exc).__name__
                 rng = c.call(Op.QUEUE_RANGE, {"topic": TOPIC, "queue_id": 0})
             # The primary dies; the followers come back and one of them takes over: the
@@ -92,11 +101,17 @@ def test_a_consumer_never_reads_past_the_followers_and_skips_nothing_after_failo
                            for body in second]
             assert offsets == [20, 21, 22, 23, 24]
             consume_until(consumer, set(second), seen, 30)
+        problems = []
         skipped = sorted(set(first + second) - set(seen))
-        assert not read_unreplicated, f"read before any follower held them: {read_unreplicated}"
-        assert commit_past == "OffsetOutOfRange", f"a commit past them was {commit_past}"
-        assert rng["next_offset"] == 20, f"the primary's queue range shows {rng}"
-        assert not skipped, f"the group skipped acknowledged messages: {skipped}"
+        if skipped:
+            problems.append(f"the group skipped acknowledged messages: {skipped}")
+        if read_unreplicated:
+            problems.append(f"read before any follower held them: {read_unreplicated}")
+        if commit_past != "OffsetNotReplicated":
+            problems.append(f"a commit past them was {commit_past}")
+        if rng["next_offset"] != 20:
+            problems.append(f"the primary's queue range showed {rng}")
+        assert not problems, "; ".join(problems)
     finally:
         group.kill()
 
@@ -117,13 +132,6 @@ def test_follower_reads_stop_at_the_primarys_high_watermark(node):
     wait_caught_up(kept, primary)  # the follower holds them durably
     time.sleep(1.0)  # several fetch answers later
 
-    def bodies(server) -> tuple[list[bytes], int]:
-        with Client(server.address, retries=0, request_timeout=10) as c:
-            ans = c.call(Op.PULL, {"topic": TOPIC, "queue_id": 0, "offset": 0,
-                                   "max_messages": 100, "wait_ms": 0})
-            rng = c.call(Op.QUEUE_RANGE, {"topic": TOPIC, "queue_id": 0})
-        return [bytes(m["body"]) for m in ans["messages"]], rng["next_offset"]
-
     acked = [f"acked-{i}".encode() for i in range(3)]
     assert bodies(kept) == (acked, 3)
     assert bodies(primary) == (acked, 3)
@@ -134,3 +142,34 @@ def test_follower_reads_stop_at_the_primarys_high_watermark(node):
     while bodies(kept)[1] < 5 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert bodies(kept) == (acked + [b"refused-0", b"refused-1"], 5)
+
+
+@needs_etcd
+def test_a_new_primary_shows_only_what_its_followers_hold(tmp_path):
+    """min_insync = 2: a follower that copied refused sends is elected; as the primary it
+    keeps them hidden until two followers hold them (it kept its watermark)."""
+    group = FailoverGroup(str(tmp_path), config={**GROUP_CONFIG, "min_insync": 2}).start()
+    try:
+        primary = group.wait_whole()
+        heir, other = group.others(primary)
+        acked = [f"acked-{i}".encode() for i in range(3)]
+        with Producer(group.servers, linger_ms=0) as producer:
+            for body in acked:
+                producer.send(TOPIC, body, queue_id=0)
+        other.kill()
+        refused_sends(primary.address, [b"refused-0", b"refused-1"])
+        wait_caught_up(heir, primary)
+        primary.kill()
+        group.wait_primary(among=[heir])  # one report is enough with min_insync = 2
+        time.sleep(1.0)  # the new primary serves, with no follower yet
+        shown_alone = bodies(heir)
+        other.start()
+        primary.start()  # back as a follower of the new primary
+        group.wait_whole()
+        deadline = time.monotonic() + 20
+        while bodies(heir)[1] < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert shown_alone == (acked, 3), "the new primary showed records no follower held"
+        assert bodies(heir) == (acked + [b"refused-0", b"refused-1"], 5)
+    finally:
+        group.kill()
