@@ -123,14 +123,6 @@ class Follower:
                 logger.error("stopped following %s: %s", self.primary, exc)
                 self.on_fatal(exc)
                 return
-            except ProtocolError as exc:
-                if not self.asks_visible:
-                    raise
-                # A primary of an older release refuses the field it does not know: read
-                # without its high watermark (its durable end stands for it, as before).
-                self.asks_visible = False
-                logger.warning("%s does not send its high watermark (%s); this follower's "
-                               "consumers see its durable end instead", self.primary, exc)
             except (BadRecord, TornRecord) as exc:
                 self.rejected_chunks += 1
                 logger.warning("a chunk from %s failed its check and was not written (%s); "
@@ -138,6 +130,14 @@ class Follower:
             except Exception as exc:  # noqa: BLE001 - a network error, or a bug: retry
                 if self._stop.is_set():
                     return
+                if isinstance(exc, ProtocolError) and self.asks_visible:
+                    # A primary of an older release refuses the field it does not know:
+                    # fetch without its high watermark (its durable end stands for it).
+                    self.asks_visible = False
+                    logger.warning("%s does not send its high watermark (%s); this "
+                                   "follower's consumers read up to its durable end instead",
+                                   self.primary, exc)
+                    continue
                 if isinstance(exc, (SecurityError, StalePrimary)):  # fmq replica status shows it
                     self.error = exc
                 if isinstance(exc, (FMQError, OSError)):
