@@ -13,9 +13,10 @@ import time
 import pytest
 
 from fmq.client import Client, Consumer, Producer
-from fmq.errors import NotEnoughReplicas, OffsetNotReplicated
-from fmq.protocol import Op
+from fmq.errors import NotEnoughReplicas, OffsetNotReplicated, ProtocolError
+from fmq.protocol import Op, decode_response, encode_error, parse_frame
 from tests.etcdkit import ETCD
+from tests.frame_proxy import FrameProxy
 
 from .cluster import SMALL, status, wait_caught_up, wait_in_sync
 from .failover_kit import GROUP_CONFIG, TOPIC, FailoverGroup
@@ -173,3 +174,38 @@ def test_a_new_primary_shows_only_what_its_followers_hold(tmp_path):
         assert bodies(heir) == (acked + [b"refused-0", b"refused-1"], 5)
     finally:
         group.kill()
+
+
+class OlderPrimaryProxy(FrameProxy):
+    """Between a follower and its primary: answers a REPL_FETCH that asked for the
+    watermark the way a primary of an older release does (ProtocolError: it does not know
+    the trailing field)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.refused = 0
+        super().__init__(upstream)
+
+    def answer(self, frame: bytes) -> bytes | None:
+        parsed = parse_frame(frame[4:])
+        if (parsed.opcode == Op.REPL_FETCH and not parsed.is_error
+                and decode_response(parsed)["visible"] is not None):
+            self.refused += 1
+            return encode_error(parsed.opcode, parsed.request_id,
+                                ProtocolError("12 trailing bytes after the payload"))
+        return frame
+
+
+def test_a_follower_of_an_older_primary_fetches_without_the_watermark(node):
+    primary = node("primary", SMALL)
+    proxy = OlderPrimaryProxy(primary.address)
+    follower = node("follower", {**SMALL, "follow": proxy.address})
+    with Producer(primary.address, linger_ms=0) as producer:
+        for i in range(3):
+            producer.send(TOPIC, f"acked-{i}".encode(), queue_id=0)
+    wait_caught_up(follower, primary)
+    deadline = time.monotonic() + 10
+    while bodies(follower)[1] < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert bodies(follower) == ([f"acked-{i}".encode() for i in range(3)], 3)
+    assert proxy.refused == 1  # asked once, then never again
+    assert "does not send its high watermark" in follower.log()
