@@ -28,6 +28,7 @@ from fmq.engine.retention import Retention
 from fmq.engine.retries import GroupLocks
 from fmq.engine.stats import broker_stats
 from fmq.engine.timers import Timers
+from fmq.engine.visibility import Visibility
 from fmq.errors import BrokerClosed
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import open_index
@@ -120,11 +121,12 @@ class Broker:
                                   self._admit, self._check_open, self.index.tx_end)
         self._feedback = Feedback(self.tx, cfg, self.tx_writer.read_record, self.commit,
                                   self.rollback)
+        self.visibility = Visibility()
         self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,
-                              self._check_open)
+                              self._check_open, self.visibility)
         #: Consumer-group offsets, written as OFFSET records (commits, resets, retention).
         self.offsets = ConsumerOffsets(self.log, self.index, self.dispatcher, cfg,
-                                       self._queues, self._check_open)
+                                       self._queues, self._check_open, self.visibility)
         #: Topics, groups, disk usage, offset resets (fmq topics / groups / stats).
         self.inventory = Inventory(self.path, self.index, self._queues, self._reader,
                                    self.offsets, self._check_open)

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 
 from fmq.config import BrokerConfig
 from fmq.engine.queues import Queues
-from fmq.errors import IndexCorrupt, IndexUnavailable, OffsetOutOfRange
+from fmq.engine.visibility import Visibility
+from fmq.errors import IndexCorrupt, IndexUnavailable, OffsetNotReplicated, OffsetOutOfRange
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
@@ -40,8 +41,10 @@ class ConsumerOffsets:
     closed."""
 
     def __init__(self, log_: Log, index: IndexStore, dispatcher: Dispatcher,
-                 config: BrokerConfig, queues: Queues, check_open: Callable[[], None]) -> None:
+                 config: BrokerConfig, queues: Queues, check_open: Callable[[], None],
+                 visibility: Visibility | None = None) -> None:
         self.log = log_
+        self.visibility = visibility
         self.index = index
         self.dispatcher = dispatcher
         self.config = config
@@ -64,6 +67,9 @@ class ConsumerOffsets:
         # not be indexed yet, and committing just past it is legitimate.
         end = max(self.index.queue_range(topic, queue_id)[1],
                   self.queues.next_offset(topic, queue_id))
+        limit = self.visibility.limit(topic, queue_id) if self.visibility else None
+        if limit is not None and next_offset > limit:
+            raise OffsetNotReplicated(next_offset, limit)
         if next_offset > end:
             raise OffsetOutOfRange(
                 f"next_offset {next_offset} is past the end of queue {queue_id} of topic "

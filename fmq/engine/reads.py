@@ -11,6 +11,7 @@ from fmq.engine.bad_records import BadRecords
 from fmq.engine.log_reads import read_records
 from fmq.engine.queues import Queues
 from fmq.engine.recent import RecentMessages
+from fmq.engine.visibility import Visibility
 from fmq.errors import BadRecord, TornRecord
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
@@ -36,8 +37,11 @@ class Reader:
     """Reads of one broker; ``check_open()`` raises once the broker is closed."""
 
     def __init__(self, log_: Log, index: IndexStore, config: BrokerConfig, queues: Queues,
-                 max_record_size: int, check_open: Callable[[], None]) -> None:
+                 max_record_size: int, check_open: Callable[[], None],
+                 visibility: Visibility) -> None:
         self.log = log_
+        #: The high watermark: no read returns a message past it.
+        self.visibility = visibility
         self.index = index
         self.config = config
         self.queues = queues
@@ -60,7 +64,13 @@ class Reader:
         check_offset(offset)
         check_count(max_messages, "max_messages")
         lo, _hi = self.index.queue_range(topic, queue_id)
-        entries = self.index.queue_entries(topic, queue_id, max(offset, lo), max_messages)
+        start = max(offset, lo)
+        limit = self.visibility.limit(topic, queue_id)
+        if limit is not None:
+            if start >= limit:
+                return []
+            max_messages = min(max_messages, limit - start)
+        entries = self.index.queue_entries(topic, queue_id, start, max_messages)
         out: list[StoredMessage] = []
         while entries and not out:  # again only when retention deleted all it read
             taken = _fitting(entries, max_bytes)
@@ -110,11 +120,16 @@ class Reader:
                                      + sum(len(m.body) for m in messages))
 
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
-        """(min offset, next offset) of a queue: what is consumable now."""
+        """(min offset, next offset) of a queue: what is consumable now (below the high
+        watermark)."""
         self.check_open()
         check_topic(topic)
         check_queue_id(queue_id, self.queues.queue_count(topic))
-        return self.index.queue_range(topic, queue_id)
+        lo, hi = self.index.queue_range(topic, queue_id)
+        limit = self.visibility.limit(topic, queue_id)
+        if limit is not None and limit < hi:
+            hi = max(lo, limit)
+        return lo, hi
 
     def messages_by_key(self, topic: str, key: str, limit: int = 100,
                         max_bytes: int | None = None) -> list[StoredMessage]:
@@ -143,7 +158,8 @@ class Reader:
         check_queue_id(queue_id, self.queues.queue_count(topic))
         check_offset(timestamp_ms, "timestamp_ms")
         found = self.index.offset_for_time(topic, queue_id, timestamp_ms)
-        return self.index.queue_range(topic, queue_id)[1] if found is None else found
+        end = self.queue_range(topic, queue_id)[1]
+        return end if found is None else min(found, end)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The next offset ``group`` committed for the queue (None: never committed)."""

@@ -40,7 +40,7 @@ def pull_tagged(broker: Broker, topic: str, queue_id: int, offset: int, expressi
     check_queue_id(queue_id, broker.queue_count(topic))
     check_offset(offset)
     check_count(max_messages, "max_messages")
-    lo, _hi = broker.queue_range(topic, queue_id)
+    lo, hi = broker.queue_range(topic, queue_id)  # hi: the high watermark's, when gated
     pos = max(offset, lo)
     if tags is None:
         msgs = broker.pull(topic, queue_id, pos, max_messages, max_bytes)
@@ -49,9 +49,9 @@ def pull_tagged(broker: Broker, topic: str, queue_id: int, offset: int, expressi
     out: list[StoredMessage] = []
     used = 0  # bytes of the messages read (the answer's trim to its real size is the caller's)
     scanned = 0
-    while len(out) < max_messages and scanned < SCAN_LIMIT:
-        entries = broker.index.queue_entries(topic, queue_id, pos, min(_CHUNK,
-                                                                       SCAN_LIMIT - scanned))
+    while len(out) < max_messages and scanned < SCAN_LIMIT and pos < hi:
+        entries = broker.index.queue_entries(topic, queue_id, pos,
+                                             min(_CHUNK, SCAN_LIMIT - scanned, hi - pos))
         if not entries:
             break
         scanned += len(entries)

@@ -45,6 +45,27 @@ class NotEnoughReplicas(ReplicationError):
         self.min_insync = min_insync
 
 
+class OffsetNotReplicated(ReplicationError):
+    """A consumer offset commit past the high watermark: the messages from
+    ``visible_offset`` on are not yet on ``min_insync`` followers, so no consumer was given
+    them, and a fail-over may give their queue offsets to other messages."""
+
+    code = 87
+    retriable = True
+    fields = {"next_offset": int, "visible_offset": int}
+    message_format = (
+        "next_offset {next_offset} is past the messages the followers hold: from queue "
+        "offset {visible_offset} on they are not replicated yet and were not delivered; "
+        "commit at most {visible_offset}, or retry once the followers catch up "
+        "(fmq replica status)")
+
+    def __init__(self, next_offset: int, visible_offset: int) -> None:
+        super().__init__(self.message_format.format(next_offset=next_offset,
+                                                    visible_offset=visible_offset))
+        self.next_offset = next_offset
+        self.visible_offset = visible_offset
+
+
 class ReplicaBehindRetention(ReplicationError):
     """A follower asks for log bytes its primary has already deleted (retention)."""
 

@@ -104,6 +104,11 @@ TX_INFO = Struct("tx_info", [
 #: and while it is unknown).
 HELLO_NODE = Trailing("hello_node", [("role", STR), ("primary", STR)])
 HELLO_NODE_VERSION = 2
+#: REPL_FETCH's trailing fields: a follower that reads the high watermark asks for it
+#: (``visible_end`` true), and only then does the answer carry the primary's visible end
+#: (an older peer reads the payload exactly and would refuse the extra bytes).
+REPL_ASK = Trailing("repl_ask", [("visible_end", BOOL)])
+REPL_VISIBLE = Trailing("repl_visible", [("visible_end", U64)])
 QUEUE_REF = Struct("queue_ref", [("topic", STR), ("queue_id", U32)])
 ERROR = [("code", U16), ("retriable", BOOL), ("message", TEXT)]
 ACL_RULE = [("principal", STR), ("resource_type", STR), ("pattern", OPT_STR),
@@ -193,9 +198,9 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "An operator moves a group's committed offsets; refused while the group has "
           "members unless force."),
     _spec(Op.REPL_FETCH, [("follower", STR), ("epoch", U64), ("from_offset", U64),
-                          ("max_bytes", U32), ("wait_ms", U32)],
+                          ("max_bytes", U32), ("wait_ms", U32), ("ask", REPL_ASK)],
           [("epoch", U64), ("segment_base", U64), ("segment_size", U64), ("data", BYTES),
-           ("durable_end", U64), ("first_offset", U64)],
+           ("durable_end", U64), ("first_offset", U64), ("visible", REPL_VISIBLE)],
           "A follower's fetch: reports that it holds the log durably below from_offset and "
           "asks for the whole records from there (docs/replication.md)."),
     _spec(Op.EPOCH_END, [("epoch", U64)],

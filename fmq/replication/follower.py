@@ -37,6 +37,7 @@ from fmq.errors import (
     BadRecord,
     FMQError,
     LogFailed,
+    ProtocolError,
     ReplicaBehindRetention,
     ReplicaDiverged,
     SecurityError,
@@ -83,6 +84,10 @@ class Follower:
         self.rejected_chunks = 0  # chunks that failed their checks (never written)
         self.fetched_bytes = 0
         self.error: FMQError | None = None
+        #: Whether fetches ask for the primary's high watermark (off once a primary that
+        #: does not know the field refused it: then its durable end is the watermark).
+        self.asks_visible = True
+        self.primary_visible = 0  # the primary's visible end at the last answer
         self._thread = threading.Thread(target=self._run, name="fmq-follower", daemon=True)
 
     def start(self) -> None:
@@ -125,6 +130,14 @@ class Follower:
             except Exception as exc:  # noqa: BLE001 - a network error, or a bug: retry
                 if self._stop.is_set():
                     return
+                if isinstance(exc, ProtocolError) and self.asks_visible:
+                    # A primary of an older release refuses the field it does not know:
+                    # fetch without its high watermark (its durable end stands for it).
+                    self.asks_visible = False
+                    logger.warning("%s does not send its high watermark (%s); this "
+                                   "follower's consumers read up to its durable end instead",
+                                   self.primary, exc)
+                    continue
                 if isinstance(exc, (SecurityError, StalePrimary)):  # fmq replica status shows it
                     self.error = exc
                 if isinstance(exc, (FMQError, OSError)):
@@ -145,11 +158,16 @@ class Follower:
         start = log.flushed_offset
         answer = conn.request(Op.REPL_FETCH, {
             "follower": self.name, "epoch": self.epoch, "from_offset": start,
-            "max_bytes": FETCH_MAX_BYTES, "wait_ms": self.wait_ms},
+            "max_bytes": FETCH_MAX_BYTES, "wait_ms": self.wait_ms,
+            "ask": {"visible_end": True} if self.asks_visible else None},
             timeout=self.wait_ms / 1000.0 + 30.0)
         self.primary_end = answer["durable_end"]
+        visible = answer.get("visible")
+        self.primary_visible = (visible["visible_end"] if visible is not None
+                                else self.primary_end)
         data = answer["data"]
         if not data:
+            self._show(start)
             return
         records = verify_chunk(data, start, answer["segment_base"], answer["segment_size"],
                                answer["segment_size"])
@@ -173,6 +191,12 @@ class Follower:
                         dedup.remember(rec)
         log.wait_durable(log.next_offset, sync=True)
         self.fetched_bytes += len(data)
+        self._show(log.flushed_offset)
+
+    def _show(self, durable: int) -> None:
+        """Let this node's consumers read up to the primary's high watermark, never past
+        what this node holds durably."""
+        self.broker.visibility.advance(min(self.primary_visible, durable))
 
     def _check_epoch(self, conn: Connection) -> bool:
         """Compare epochs with the primary before the first fetch of a connection; False
@@ -204,6 +228,7 @@ class Follower:
         durable = self.broker.log.flushed_offset
         return {"primary": self.primary, "connected": self.connected, "epoch": self.epoch,
                 "durable_offset": durable, "primary_end": self.primary_end,
+                "visible_end": self.broker.visibility.end,
                 "lag_bytes": max(0, self.primary_end - durable),
                 "rejected_chunks": self.rejected_chunks, "fetched_bytes": self.fetched_bytes,
                 "error": None if self.error is None else str(self.error)}

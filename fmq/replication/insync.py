@@ -92,6 +92,16 @@ class ReplicaSet:
                     raise NotEnoughReplicas(len(live), self.min_insync)
                 self._cond.wait(RECHECK_S)
 
+    def replicated_end(self) -> int | None:
+        """The offset below which ``min_insync`` followers hold the log durably (None:
+        fewer followers than that ever reported). A durable offset is a fact about the
+        follower's disk whether or not it is in sync now, so every report counts."""
+        with self._cond:
+            durable = sorted((s.durable for s in self._followers.values()), reverse=True)
+        if len(durable) < self.min_insync:
+            return None
+        return durable[self.min_insync - 1] if self.min_insync else self._durable_end()
+
     def describe(self) -> dict:
         """Each follower's durable offset, lag and whether it is in sync (REPL_STATUS)."""
         end, now = self._durable_end(), self._clock()

@@ -116,6 +116,8 @@ class ServerContext:
         # Every write wakes its pulls this way: sends, commits, scheduled messages and
         # retries the timer service delivers, a follower's copied records.
         self.broker.dispatcher.on_applied = self._delivered
+        # ... and so does the high watermark passing messages the index holds already.
+        self.broker.visibility.on_visible = self._delivered
 
     def _delivered(self, queues: set[tuple[str, int]]) -> None:
         """The index made data in ``queues`` consumable (called off the event loop)."""

@@ -116,10 +116,14 @@ def run_server(data_dir: str, broker_config: Any = None,
             elector = Elector(server_config, broker_config, address)
             broker_config = broker_config.replace(follow=elector.initial_follow())
             elector.start()
+        visible: int | None = None  # the high watermark of the previous role
         while True:
             broker = open_in_role(data_dir, broker_config, change)
+            if visible is not None:  # a new primary shows no more than it was shown
+                broker.visibility.resume_at(visible, broker.max_record_size)
             server = _serve_once(broker, server_config, listener, on_listening, elector)
             broker.close()  # no-op after a graceful shutdown
+            visible = broker.visibility.end
             if server.replication_failed is not None:
                 raise server.replication_failed
             change = server.role_change

@@ -85,6 +85,14 @@ class ReplicationRole:
             self.replicas.wait_replicated if cfg.ack_mode == "sync" and not cfg.follow
             else None)
         self.follower: Follower | None = None
+        #: The high watermark: on a follower always (its primary's, learned from each
+        #: fetch answer), on a primary in ``sync`` mode (what ``min_insync`` followers
+        #: hold). An ``async`` primary shows consumers its whole durable log.
+        self.gated = bool(cfg.follow) or (cfg.ack_mode == "sync" and cfg.min_insync > 0)
+        if self.gated:
+            broker.visibility.gate(broker.log)
+        #: Per follower: the visible end its last fetch answer carried.
+        self.told: dict[str, int] = {}
         #: The terms this log records (EPOCH records), oldest first; it changes only when
         #: the broker reopens in a new role.
         self.history: list[EpochEntry] = broker.index.epoch_history()
@@ -139,14 +147,35 @@ class ReplicationRole:
         if self.follower is not None:
             self.follower.stop()
 
-    async def wait_flushed_past(self, offset: int, timeout: float) -> None:
-        """Wait until the primary's durable end is past ``offset``, or ``timeout``."""
+    def visible_end(self) -> int:
+        """The offset below which consumers of this primary read (its high watermark)."""
+        end = self.broker.visibility.end
+        return self.broker.log.flushed_offset if end is None else end
+
+    def note_report(self) -> None:
+        """A follower reported (event loop): move the high watermark to what
+        ``min_insync`` followers now hold, and wake the fetches waiting to tell it."""
+        if not self.gated or self.primary is not None:
+            return
+        replicated = self.replicas.replicated_end()
+        before = self.broker.visibility.end
+        if replicated is not None:
+            self.broker.visibility.advance(min(replicated, self.broker.log.flushed_offset))
+        if self._waiting and self.broker.visibility.end != before:
+            self._flushed.set()
+
+    async def wait_flushed_past(self, offset: int, timeout: float, told: int | None = None
+                                ) -> None:
+        """Wait until the primary's durable end is past ``offset``, or its visible end is
+        past ``told`` (when given), or ``timeout``."""
         self._waiting += 1
         try:
             deadline = self._loop.time() + timeout
             while self.broker.log.flushed_offset <= offset:
                 self._flushed.clear()
                 if self.broker.log.flushed_offset > offset:
+                    break
+                if told is not None and self.visible_end() > told:
                     break
                 remaining = deadline - self._loop.time()
                 if remaining <= 0:
@@ -170,7 +199,7 @@ class ReplicationRole:
             return status
         first = log.segments[0] if log.segments else None
         return {"role": "primary", "epoch": self.epoch, "node": self.node,
-                "ack_mode": self.ack_mode,
+                "ack_mode": self.ack_mode, "visible_end": self.visible_end(),
                 "first_offset": log.first_offset,
                 "first_segment_size": first.size if first is not None else 0,
                 **self.replicas.describe()}

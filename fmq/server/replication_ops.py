@@ -23,17 +23,28 @@ async def _repl_fetch(ctx: ServerContext, session: RequestSession, req: dict) ->
     start = req["from_offset"]
     check_follower_epoch(ctx, req["epoch"], start)
     # The fetch is the follower's acknowledgement: it holds everything below `start`.
-    role.replicas.report(follower_name(req["follower"], session.peer), session.peer, start)
+    name = follower_name(req["follower"], session.peer)
+    role.replicas.report(name, session.peer, start)
+    role.note_report()
+    # A follower that asks for the high watermark is answered as soon as it moved past
+    # what it was told last: its consumers must not wait a whole long poll for it.
+    asks = bool(req.get("ask") and req["ask"]["visible_end"])
+    told = role.told.get(name, -1) if asks else None
     # Answer well within max_lag_ms, whatever the follower asked: an idle follower must
     # report often enough to stay in sync.
     timeout = 0.0 if ctx.stopping else min(ctx.wait_ms(req["wait_ms"]),
                                            role.replicas.max_lag_s / 3)
-    await role.wait_flushed_past(start, timeout)
+    await role.wait_flushed_past(start, timeout, told)
     chunk = await ctx.read(read_chunk, ctx.broker.log, start, req["max_bytes"])
     log = ctx.broker.log
+    visible = None
+    if asks:
+        role.told[name] = role.visible_end()
+        visible = {"visible_end": role.told[name]}
     return {"epoch": role.epoch, "segment_base": chunk.segment_base,
             "segment_size": chunk.segment_size, "data": chunk.data,
-            "durable_end": log.flushed_offset, "first_offset": log.first_offset}
+            "durable_end": log.flushed_offset, "first_offset": log.first_offset,
+            "visible": visible}
 
 
 #: Listening hosts that do not say which machine a follower is on.

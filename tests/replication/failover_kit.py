@@ -19,6 +19,7 @@ import time
 from collections import Counter
 
 import fmq
+from fmq.client import Consumer
 from fmq.errors import FMQError
 from tests.etcdkit import EtcdProcess
 from tests.faults.invariants import (
@@ -207,6 +208,67 @@ class History:
 
     def acked_ops(self, op: str) -> set[str]:
         return {a["tx"] for a in self.acks if a["op"] == op}
+
+
+class GroupConsumer:
+    """The one member of consumer group ``group`` reading TOPIC throughout a run, given
+    every node's address, committing after each batch as an application does (a commit
+    refused meanwhile is simply made again with the next batch). ``consumed`` counts what
+    it was handed, by message id."""
+
+    def __init__(self, servers: str, group: str = "audit") -> None:
+        self.servers = servers
+        self.group = group
+        self.consumed: Counter = Counter()
+        self.errors: list[FMQError] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="group-consumer", daemon=True)
+
+    def start(self) -> GroupConsumer:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        with Consumer(self.servers, self.group, [TOPIC], retries=False, request_timeout=10,
+                      backoff_max=0.5) as consumer:
+            while not self._stop.is_set():
+                try:
+                    batch = consumer.poll(0.5)
+                    for m in batch:
+                        self.consumed[message_id(bytes(m.body))] += 1
+                    if batch:
+                        consumer.commit()
+                except FMQError as exc:  # a fail-over: the consumer carries on
+                    self.errors.append(exc)
+                    self._stop.wait(0.2)
+
+    def wait_for(self, ids: set[str], timeout: float = 60.0) -> None:
+        """Until every id of ``ids`` was consumed, or ``timeout`` (the check then names
+        what is missing)."""
+        deadline = time.monotonic() + timeout
+        while not ids <= self.consumed.keys() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def acknowledged_messages(history: History) -> set[str]:
+    """Every message a consumer must get: acknowledged sends and the messages of the
+    transactions their producer decided to commit."""
+    committed = {m for tx, mids in history.tx_messages.items()
+                 if history.decisions.get(tx) == "commit" for m in mids}
+    return history.acked_sends() | committed
+
+
+def check_consumed(consumed: Counter, history: History) -> None:
+    """The consumer-side invariant: the group consumed every acknowledged message at least
+    once (a message a fail-over took back must not have moved the group past one)."""
+    wanted = acknowledged_messages(history)
+    skipped = sorted(wanted - consumed.keys())
+    assert not skipped, (f"the group never consumed {len(skipped)} of {len(wanted)} "
+                         f"acknowledged messages (skipped): {skipped[:5]}")
 
 
 def readable(node: ServerProcess) -> Counter:

@@ -35,7 +35,10 @@ from .failover_kit import (
     GROUP_CONFIG,
     TOPIC,
     FailoverGroup,
+    GroupConsumer,
     History,
+    acknowledged_messages,
+    check_consumed,
     check_data_dir,
     check_readable,
 )
@@ -149,9 +152,11 @@ def test_no_acknowledged_write_lost_across_repeated_failovers(tmp_path):
     workers += [threading.Thread(target=tx_producer,
                                  args=(k, seed, group.servers, history, stop, errors, done))
                 for k in range(TX_PRODUCERS)]
+    consumer = None
     failovers = 0
     try:
         group.wait_whole()
+        consumer = GroupConsumer(group.servers).start()  # reads throughout the kills
         for w in workers:
             w.start()
         new = None
@@ -176,6 +181,9 @@ def test_no_acknowledged_write_lost_across_repeated_failovers(tmp_path):
         assert errors, "no attempt went unacknowledged: the at-most-once checks checked nothing"
         group.assert_identical()
         check_readable_soon(group, history)
+        consumer.wait_for(acknowledged_messages(history))
+        consumer.stop()
+        check_consumed(consumer.consumed, history)
         group.stop()
         for node in group.nodes:
             check_data_dir(node.data_dir, group.config, history, str(tmp_path))
@@ -186,6 +194,8 @@ def test_no_acknowledged_write_lost_across_repeated_failovers(tmp_path):
     finally:
         stop.set()
         done.set()
+        if consumer is not None:
+            consumer.stop()
         group.kill()
     assert failovers >= 10
     print(f"{failovers} fail-overs; {len(history.acked_sends())} acknowledged sends, "
@@ -193,6 +203,8 @@ def test_no_acknowledged_write_lost_across_repeated_failovers(tmp_path):
           f"{len(history.acked_ops('rollback'))} acknowledged rollbacks, "
           f"{len(errors)} unacknowledged attempts "
           f"({dict(Counter(type(e).__name__ for e in errors))}); "
+          f"the group consumed {len(consumer.consumed)} messages "
+          f"({sum(n > 1 for n in consumer.consumed.values())} more than once); "
           f"{group.count_in_logs('cut the log at')} divergent tails cut")
 
 
@@ -205,8 +217,24 @@ def test_the_checks_catch_a_lost_ack_a_duplicate_and_a_partial_transaction(tmp_p
         history = History()
         with Producer(node.address) as p:
             body = history.attempt_send("p0-0", 100)
-            history.acked_send("p0-0", p.send(TOPIC, body))
+            result = p.send(TOPIC, body)
+            history.acked_send("p0-0", result)
         check_readable(node, history)  # the honest history passes
+        # A group that consumed everything passes; one moved past p0-0 (a commit after a
+        # message a fail-over took back) has skipped it.
+        complete = GroupConsumer(node.address, "complete").start()
+        complete.wait_for({"p0-0"}, 20)
+        complete.stop()
+        check_consumed(complete.consumed, history)
+        with Client(node.address) as c:
+            c.call(Op.COMMIT_OFFSET, {"group": "skipping", "topic": TOPIC,
+                                      "queue_id": result.queue_id,
+                                      "next_offset": result.queue_offset + 1})
+        skipping = GroupConsumer(node.address, "skipping").start()
+        skipping.wait_for({"p0-0"}, 3)
+        skipping.stop()
+        with pytest.raises(AssertionError, match=r"never consumed 1 of 1 .*p0-0"):
+            check_consumed(skipping.consumed, history)
         lost = History()
         lost.plan, lost.acks = list(history.plan), list(history.acks)
         lost.attempt_send("p0-1", 100)

@@ -79,3 +79,17 @@ def test_followers_listening_on_every_interface_are_named_by_their_host():
     assert follower_name("0.0.0.0:9877", "10.0.0.5:40112") == "10.0.0.5:9877"
     assert follower_name("[::]:9877", "10.0.0.6:40112") == "10.0.0.6:9877"
     assert follower_name("10.1.1.1:9877", "10.0.0.5:40112") == "10.1.1.1:9877"
+
+
+def test_the_replicated_end_is_what_min_insync_followers_hold():
+    """The high watermark: the min_insync-th highest durable offset reported (None until
+    that many followers reported), whether or not each is in sync now."""
+    replicas = ReplicaSet(lambda: 1000, 2, max_lag_bytes=10_000, max_lag_ms=10_000)
+    assert replicas.replicated_end() is None
+    replicas.report("a:1", "a:1", 300)
+    assert replicas.replicated_end() is None  # one copy is not two
+    replicas.report("b:1", "b:1", 100)
+    replicas.report("c:1", "c:1", 200)
+    assert replicas.replicated_end() == 200
+    replicas.report("b:1", "b:1", 900)
+    assert replicas.replicated_end() == 300
