@@ -10,7 +10,14 @@ from collections.abc import Iterator
 
 import click
 from fmq.cli.client_options import client_kwargs, security_options
-from fmq.cli.common import data_dir_to_create, emit, fmq_errors, json_option
+from fmq.cli.common import (
+    TIME_HELP,
+    data_dir_to_create,
+    emit,
+    fmq_errors,
+    json_option,
+    parse_time_ms,
+)
 
 DEFAULT_SERVER = "127.0.0.1:9876"
 
@@ -132,8 +139,7 @@ def _bodies(body: tuple[str, ...]) -> Iterator[str]:
 @click.option("--delay", type=click.FloatRange(min=0), default=None,
               help="Seconds (on the server's clock) before the messages become consumable.")
 @click.option("--deliver-at", default=None,
-              help="When the messages become consumable: ms since the epoch, or an ISO-8601 "
-                   "time with a zone (2026-01-02T03:04:05+00:00).")
+              help=f"When the messages become consumable: {TIME_HELP}.")
 @json_option
 @fmq_errors
 def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tags: str | None,
@@ -165,7 +171,8 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
     if delay is not None or deliver_at is not None:
         if tx is not None:
             raise click.UsageError("--tx cannot be scheduled: drop --delay / --deliver-at")
-        _produce_scheduled(server, msgs, delay, parse_deliver_at(deliver_at), as_json)
+        at = None if deliver_at is None else parse_time_ms(deliver_at, "--deliver-at")
+        _produce_scheduled(server, msgs, delay, at, as_json)
         return
     sent = 0
     try:
@@ -185,25 +192,6 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
         click.echo(f"interrupted: {sent} of {len(msgs)} messages acknowledged (a batch in "
                    f"flight may be stored too)", err=True)
         sys.exit(130)
-
-
-def parse_deliver_at(text: str | None) -> int | None:
-    """``--deliver-at`` as ms since the epoch: an integer, or an ISO-8601 time with a zone."""
-    if text is None:
-        return None
-    if text.isdigit():
-        return int(text)
-    from datetime import datetime
-
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither ms since the epoch nor an ISO-8601 "
-                                 f"time", param_hint="--deliver-at") from None
-    if when.tzinfo is None:
-        raise click.BadParameter("give a time zone (e.g. +00:00 or Z)",
-                                 param_hint="--deliver-at")
-    return round(when.timestamp() * 1000)
 
 
 def _produce_scheduled(server: str, msgs: list, delay: float | None, deliver_at: int | None,

@@ -28,6 +28,12 @@ def count(n: int | None) -> str:
     return NONE if n is None else f"{n:,}"
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun in the right number: ``1 message``, ``2 messages``,
+    ``1,024 queues``; ``nouns`` for an irregular plural."""
+    return f"{count(n)} {noun if n == 1 else (nouns or noun + 's')}"
+
+
 def date_s(seconds: float | None) -> str:
     """Seconds since the epoch as a UTC date and time."""
     if seconds is None:
