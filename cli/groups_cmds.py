@@ -9,6 +9,16 @@ from fmq.cli.common import TIME_HELP, emit, fmq_errors, json_option, parse_time_
 from fmq.cli.net_cmds import server_option
 from fmq.cli.stats_cmds import OFFSET_COLUMNS, call_json
 
+from fmq.errors import FMQError
+
+
+class UnknownGroup(FMQError):
+    """``fmq groups GROUP`` named a group with no committed offsets and no live members."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__(f"unknown consumer group {group!r}: it has no committed offsets and "
+                         f"no live members; `fmq groups` lists the groups there are")
+
 
 class GroupsCommand(click.Group):
     """``fmq groups [GROUP]`` describes; a first word that is not a subcommand is a group."""
@@ -33,8 +43,9 @@ def render_groups(groups: list[dict]) -> str:
         return "no consumer groups"
     blocks = []
     for g in groups:
-        members = ", ".join(f"{mid} ({len(q)} queues)" for mid, q in sorted(g["members"].items()))
-        head = (f"group {g['group']}: {len(g['members'])} members"
+        members = ", ".join(f"{mid} ({out.plural(len(q), 'queue')})"
+                            for mid, q in sorted(g["members"].items()))
+        head = (f"group {g['group']}: {out.plural(len(g['members']), 'member')}"
                 + (f" (generation {g['generation']}): {members}" if g["members"] else ""))
         blocks.append(head + "\n" + out.table(g["offsets"], OFFSET_COLUMNS[1:],
                                               "no committed offsets"))
@@ -49,6 +60,9 @@ def render_groups(groups: list[dict]) -> str:
 def describe(group: str | None, server: str, as_json: bool) -> None:
     """Members, committed offsets and lag of every group, or of GROUP."""
     data = call_json(server, "GROUPS", {"group": group}, node="primary")
+    if group is not None and not data["groups"]:
+        # A mistyped name must not read as an empty, healthy group.
+        raise UnknownGroup(group)
     if as_json:
         for g in data["groups"]:
             emit(g, True)
