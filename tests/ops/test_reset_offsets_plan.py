@@ -24,11 +24,8 @@ def _committed(srv, group: str) -> dict[tuple[str, int], int]:
     return {(r["topic"], r["queue_id"]): r["committed"] for r in g["offsets"]}
 
 
-def _dead_letter_then_redrive(srv) -> None:
-    """Group shop: "good" consumed, "bad" retried through %RETRY%shop, dead, redriven."""
-    with Producer(srv.address) as p:
-        p.send("orders", b"bad", key="o-1")
-        p.send("orders", b"good")
+def _fail_until_dead(srv) -> None:
+    """Group shop's consumer fails on "bad" until it is dead-lettered (again)."""
 
     def handler(m: fmq.StoredMessage) -> None:
         if m.body == b"bad":
@@ -42,6 +39,14 @@ def _dead_letter_then_redrive(srv) -> None:
     finally:
         c.close()
         runner.join(10)
+
+
+def _dead_letter_then_redrive(srv) -> None:
+    """Group shop: "good" consumed, "bad" retried through %RETRY%shop, dead, redriven."""
+    with Producer(srv.address) as p:
+        p.send("orders", b"bad", key="o-1")
+        p.send("orders", b"good")
+    _fail_until_dead(srv)
     out = run_cli("dlq", "redrive", "shop", "--server", srv.address)
     assert out.returncode == 0, out.stderr
 
