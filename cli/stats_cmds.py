@@ -96,8 +96,10 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
                      f"flight)"),
         ("request bytes", f"{out.size(srv.get('request_bytes'))} (peak "
                           f"{out.size(srv.get('request_bytes_peak'))})"),
-        ("reply bytes", f"{out.size(srv.get('reply_bytes'))} (peak "
-                        f"{out.size(srv.get('reply_bytes_peak'))})"),
+        # A pull reserves room for its largest possible answer before it reads, so the
+        # peak is mostly reservations (often the per-connection limit), not bytes sent.
+        ("reply bytes", f"{out.size(srv.get('reply_bytes'))} held now, at most "
+                        f"{out.size(srv.get('reply_bytes_peak'))} reserved at once"),
     ])
     rows = [dict(r) for g in groups["groups"] for r in g["offsets"]]
     members = out.table(
