@@ -46,6 +46,15 @@ def date_ms(ms: int | None) -> str:
     return NONE if ms is None else date_s(ms / 1000.0)
 
 
+def timestamp_ms(ms: int | None) -> str:
+    """Milliseconds since the epoch as a compact UTC timestamp to the millisecond, one word
+    (``2026-11-26T12:56:17.621Z``): for dumps, where a record's fields are ``key=value``."""
+    if ms is None:
+        return NONE
+    seconds, millis = divmod(int(ms), 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
 def duration_ms(ms: int | float | None) -> str:
     """A duration in the largest unit that keeps it readable: ``850 ms``, ``12.3 s``,
     ``5.0 min``, ``2.5 h``, ``3.1 d``."""
