@@ -108,8 +108,10 @@ def reset_offsets(group: str, topic: str | None, queue_id: int | None, to: str |
         to, value = "offset", to_offset
     data = call_json(server, "RESET_OFFSETS", {
         "group": group, "topic": topic, "queue_id": -1 if queue_id is None else queue_id,
-        "to": to, "value": value, "force": force, "mode": {"execute": execute}},
-        node="primary")
+        "to": to, "value": value, "force": force,
+        # Executing leaves the field out, so it works with servers older than plans too;
+        # a plan sent to one is refused (a payload longer than it reads), never executed.
+        "mode": None if execute else {"execute": False}}, node="primary")
     if as_json:
         for c in data["changes"]:
             emit({**c, "executed": execute}, True)
