@@ -193,8 +193,12 @@ def test_every_network_command_prints_human_values(start_server):
     assert re.search(r"^tags\s+-$", texts["dlq show"], re.M), texts["dlq show"]
     for args in (("topics",), ("groups", "audit"), ("dlq", "list", "shop"),
                  ("groups", "reset-offsets", "audit", "--to-earliest"),
-                 ("tx", "list"), ("replica", "status"), ("dlq", "redrive", "shop")):
+                 ("tx", "list"), ("replica", "status"), ("dlq", "redrive", "shop"),
+                 ("bench", "produce", "--topic", "b", "--producers", "1", "--processes", "1",
+                  "--duration", "1")):
         texts[" ".join(args)] = cli_text(*args, *at)
+    [bench] = [text for what, text in texts.items() if what.startswith("bench")]
+    assert "1 connection in 1 process " in bench, bench
     assert "redrove 1 dead letter of group shop" in texts["dlq redrive shop"]
     for what, text in texts.items():
         assert_human(what, text)
@@ -202,3 +206,18 @@ def test_every_network_command_prints_human_values(start_server):
 
 def json_lines_of(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_a_bench_report_with_errors_names_them_without_a_python_dict():
+    from fmq.loadgen.report import BenchReport
+
+    report = BenchReport(
+        kind="produce", producers=2, processes=1, size=1024, pipeline=8, batch=1,
+        duration_s=1.0, elapsed_s=1.0, messages=10, operations=10, bytes=10_240, p50_ms=1.0,
+        p99_ms=2.0, p999_ms=3.0, max_ms=4.0, errors={"ServerBusy": 2, "TimedOut": 1},
+        first_error="server busy", server_cpu_us_per_msg=None, client_cpu_pct=50.0,
+        loop="asyncio", count_check="ok", broker_count=None, server="127.0.0.1:9876")
+    text = report.text()
+    assert "(ServerBusy 2, TimedOut 1; first: server busy)" in text, text
+    assert "2 connections in 1 process " in text and "1,024 B bodies" in text
+    assert_human("bench report", text)
