@@ -200,6 +200,9 @@ def test_every_network_command_prints_human_values(start_server):
     [bench] = [text for what, text in texts.items() if what.startswith("bench")]
     assert "1 connection in 1 process " in bench, bench
     assert "redrove 1 dead letter of group shop" in texts["dlq redrive shop"]
+    texts["fmq server: listening"] = next(line for line in srv.log().splitlines()
+                                          if "listening on" in line)
+    assert "max frame 64.0 MiB" in texts["fmq server: listening"]
     for what, text in texts.items():
         assert_human(what, text)
 
