@@ -224,3 +224,18 @@ def test_a_bench_report_with_errors_names_them_without_a_python_dict():
     assert "(ServerBusy 2, TimedOut 1; first: server busy)" in text, text
     assert "2 connections in 1 process " in text and "1,024 B bodies" in text
     assert_human("bench report", text)
+
+
+def test_the_spark_rebuild_summary_counts_in_the_right_number():
+    from fmq.spark.summary import summary_text
+
+    result = {"torn_tail": None, "checkpoint": {"recovery_offset": 0, "log_end": 92},
+              "parquet": {}, "phase_seconds": {"scan": 1.0}, "data_dir": "d", "index_dir": "i",
+              "spark_version": "4.0", "master": "local[2]", "segments": 1, "log_start": 0,
+              "log_end": 92, "log_bytes": 92, "records": 1, "queue_entries": 1, "queues": 1,
+              "queues_carried_over": 0, "queue_floors_applied": 0, "key_entries": 0,
+              "consumer_offsets": 0, "consumer_offsets_from_log": True,
+              "open_transactions": []}
+    text = summary_text(result)
+    assert "1 segment, offsets 0 .. 92 (92 B)" in text and "1 in 1 queue (" in text, text
+    assert_human("index rebuild --spark", text)
