@@ -180,7 +180,12 @@ def test_every_network_command_prints_human_values(start_server):
                 break
     _wait_for_dead_letter(srv.address, "shop")
     with fmq.client.Consumer(srv.address, "one", "orders", start="earliest") as live:
-        live.poll(1.0)
+        deadline = time.monotonic() + 30  # joined once the server lists it as a member
+        while time.monotonic() < deadline:
+            live.poll(0.2)
+            joined = json_lines_of(cli_text("groups", *at, "--json"))
+            if any(g["group"] == "one" and g["members"] for g in joined):
+                break
         texts["groups"] = cli_text("groups", *at)
         texts["stats"] = cli_text("stats", *at)
     assert re.search(r"group one: 1 member \(generation \d+\): \S+ \(\d+ queues?\)",
