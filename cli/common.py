@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import wraps
 from typing import Any, NoReturn
 
@@ -129,6 +130,28 @@ def data_dir_to_create(default: str | None, help_text: str) -> Callable[[Callabl
                               required=False)(wrapper)
 
     return decorate
+
+
+#: The rule every option that takes a point in time states in its help.
+TIME_HELP = ("ms since the epoch, or an ISO-8601 date and time; one without a zone is UTC "
+             "(2026-11-23, 2026-11-23T04:00:00, 2026-11-23T05:00:00+01:00)")
+
+
+def parse_time_ms(text: str, option: str) -> int:
+    """A point in time an operator typed, as ms since the epoch: digits are ms since the
+    epoch; otherwise an ISO-8601 date or date and time, UTC unless it names a zone. The
+    same rule for every option (``option`` names it in the error)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither ms since the epoch nor an ISO-8601 "
+                                 f"date and time like 2026-11-23T04:00:00 (UTC unless it "
+                                 f"names a zone)", param_hint=option) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return round(when.timestamp() * 1000)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 from click.core import ParameterSource
+from fmq.cli import output as out
 from fmq.cli.common import emit, fmq_errors, json_option
 
 
@@ -48,8 +49,23 @@ def show(ctx: click.Context, config_file: str | None, host: str | None, port: in
         return
     width = max(len(r["key"]) for r in rows)
     for row in rows:
-        click.echo(f"{row['section']:<6} {row['key']:<{width}}  {row['value']!s:<12}  "
-                   f"({row['source']})")
+        click.echo(f"{row['section']:<6} {row['key']:<{width}}  "
+                   f"{human_value(row['key'], row['value']):<12}  ({row['source']})")
+
+
+def human_value(key: str, value: object) -> str:
+    """A setting as people write it: sizes with a unit (``16.0 MiB``, not ``16777216``),
+    durations in ms/s/min/h, ports and counts as plain integers, an empty string as ``""``."""
+    from fmq.config import value_kind
+
+    kind = value_kind(key, type(value))
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return str(value)
+    if kind == "size" and isinstance(value, int):
+        return out.size(value)
+    if kind == "duration" and isinstance(value, int):
+        return out.duration_ms(value)
+    return '""' if value == "" else str(value)
 
 
 def register(cli: click.Group) -> None:

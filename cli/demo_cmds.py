@@ -43,10 +43,12 @@ def _run_demo(data_dir: str) -> None:
         for qid in range(broker.config.queues_per_topic):
             lo, hi = broker.queue_range("demo", qid)
             for m in broker.pull("demo", qid, max(lo, hi - 4)):
-                click.echo(f"queue {qid}@{m.queue_offset}: {m.body.decode()!r} key={m.key}")
+                key = f" key={m.key}" if m.key else ""
+                click.echo(f"queue {qid}@{m.queue_offset}{key}: {m.body.decode()}")
         s = broker.stats()
         click.echo(section("broker", fields([
-            ("log", f"{units.size(s['log_end'] - s['log_start'])} in {s['segments']} segment(s)"),
+            ("log", f"{units.size(s['log_end'] - s['log_start'])} in "
+                    f"{units.plural(s['segments'], 'segment')}"),
             ("flushes (group commits)", units.count(s["flushes"])),
             ("index lag", units.size(s["index_lag"])),
             ("open transactions", s["open_transactions"]),

@@ -104,7 +104,25 @@ def show(group: str, queue_id: int, queue_offset: int, server: str, as_json: boo
         raise click.ClickException(f"no dead letter of group {group} at queue {queue_id} "
                                    f"offset {queue_offset}; see `fmq dlq list {group}`")
     d = _dead_letter_dict(msgs[0])
-    emit(d, as_json, "\n".join(f"{k}: {v}" for k, v in d.items()))
+    emit(d, as_json, render_dead_letter(d))
+
+
+def render_dead_letter(d: dict) -> str:
+    """One dead letter as aligned fields: its date as a date, its properties as
+    ``name=value`` pairs, absent key or tags as ``-``."""
+    props = d.get("properties") or {}
+    body = d["body"] if "body" in d else f"<binary, base64> {d['body_base64']}"
+    return out.fields([
+        ("topic", f"{d['topic']}/{d['queue_id']} offset {out.count(d['queue_offset'])} "
+                  f"(log {out.count(d['offset'])})"),
+        ("from topic", d["origin_topic"]),
+        ("retries", d["reconsume_times"]),
+        ("key", d["key"]),
+        ("tags", d["tags"]),
+        ("stored", out.date_ms(d["store_time"])),
+        ("properties", ", ".join(f"{k}={v}" for k, v in sorted(props.items())) or None),
+        ("body", body),
+    ])
 
 
 @dlq.command("redrive")
@@ -124,7 +142,7 @@ def redrive(group: str, server: str, max_messages: int, as_json: bool) -> None:
         moved = client.call(Op.DLQ_REDRIVE, {"group": group,
                                              "max_messages": max_messages})["redriven"]
     emit({"group": group, "redriven": moved}, as_json,
-         f"redrove {moved} dead letter{'s' if moved != 1 else ''} of group {group}")
+         f"redrove {out.plural(moved, 'dead letter')} of group {group}")
 
 
 def register(cli: click.Group) -> None:

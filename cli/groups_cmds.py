@@ -3,13 +3,21 @@ reset-offsets``."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import click
 from fmq.cli import output as out
-from fmq.cli.common import emit, fmq_errors, json_option
+from fmq.cli.common import TIME_HELP, emit, fmq_errors, json_option, parse_time_ms
 from fmq.cli.net_cmds import server_option
 from fmq.cli.stats_cmds import OFFSET_COLUMNS, call_json
+
+from fmq.errors import FMQError
+
+
+class UnknownGroup(FMQError):
+    """``fmq groups GROUP`` named a group with no committed offsets and no live members."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__(f"unknown consumer group {group!r}: it has no committed offsets and "
+                         f"no live members; `fmq groups` lists the groups there are")
 
 
 class GroupsCommand(click.Group):
@@ -35,8 +43,9 @@ def render_groups(groups: list[dict]) -> str:
         return "no consumer groups"
     blocks = []
     for g in groups:
-        members = ", ".join(f"{mid} ({len(q)} queues)" for mid, q in sorted(g["members"].items()))
-        head = (f"group {g['group']}: {len(g['members'])} members"
+        members = ", ".join(f"{mid} ({out.plural(len(q), 'queue')})"
+                            for mid, q in sorted(g["members"].items()))
+        head = (f"group {g['group']}: {out.plural(len(g['members']), 'member')}"
                 + (f" (generation {g['generation']}): {members}" if g["members"] else ""))
         blocks.append(head + "\n" + out.table(g["offsets"], OFFSET_COLUMNS[1:],
                                               "no committed offsets"))
@@ -51,6 +60,9 @@ def render_groups(groups: list[dict]) -> str:
 def describe(group: str | None, server: str, as_json: bool) -> None:
     """Members, committed offsets and lag of every group, or of GROUP."""
     data = call_json(server, "GROUPS", {"group": group}, node="primary")
+    if group is not None and not data["groups"]:
+        # A mistyped name must not read as an empty, healthy group.
+        raise UnknownGroup(group)
     if as_json:
         for g in data["groups"]:
             emit(g, True)
@@ -67,19 +79,23 @@ def describe(group: str | None, server: str, as_json: bool) -> None:
 @click.option("--to-earliest", "to", flag_value="earliest", help="The first stored message.")
 @click.option("--to-latest", "to", flag_value="latest", help="Past the last message.")
 @click.option("--to-time", "to_time", default=None, metavar="T",
-              help="The first message stored at or after T: ms since the epoch or an ISO "
-                   "date and time (UTC unless it names a zone), e.g. 2026-11-23T04:00:00.")
+              help=f"The first message stored at or after T: {TIME_HELP}.")
 @click.option("--to-offset", "to_offset", type=click.IntRange(min=0), default=None,
               metavar="N", help="Queue offset N (clamped to what is stored).")
 @click.option("--force", is_flag=True, help="Reset even while the group has live members.")
+@click.option("--execute", is_flag=True,
+              help="Move the offsets. Without it: only show the plan (each queue's old and "
+                   "new offset) and change nothing.")
 @server_option
 @json_option
 @fmq_errors
 def reset_offsets(group: str, topic: str | None, queue_id: int | None, to: str | None,
-                  to_time: str | None, to_offset: int | None, force: bool, server: str,
-                  as_json: bool) -> None:
-    """Move GROUP's committed offsets (logged by the server). Refused while the group has
-    live members, unless --force: stop its consumers first."""
+                  to_time: str | None, to_offset: int | None, force: bool, execute: bool,
+                  server: str, as_json: bool) -> None:
+    """Show how GROUP's committed offsets would move; with --execute move them (logged by
+    the server). Without --topic: every topic the group committed in but its retry and
+    dead-letter topics (%RETRY%GROUP, %DLQ%GROUP), which move only when named. Refused
+    while the group has live members, unless --force: stop its consumers first."""
     chosen = [name for name, v in (("--to-earliest/--to-latest", to), ("--to-time", to_time),
                                    ("--to-offset", to_offset)) if v is not None]
     if len(chosen) != 1:
@@ -87,34 +103,26 @@ def reset_offsets(group: str, topic: str | None, queue_id: int | None, to: str |
                                "--to-offset")
     value = -1
     if to_time is not None:
-        to, value = "time", parse_time_ms(to_time)
+        to, value = "time", parse_time_ms(to_time, "--to-time")
     elif to_offset is not None:
         to, value = "offset", to_offset
     data = call_json(server, "RESET_OFFSETS", {
         "group": group, "topic": topic, "queue_id": -1 if queue_id is None else queue_id,
-        "to": to, "value": value, "force": force}, node="primary")
+        "to": to, "value": value, "force": force,
+        # Executing leaves the field out, so it works with servers older than plans too;
+        # a plan sent to one is refused (a payload longer than it reads), never executed.
+        "mode": None if execute else {"execute": False}}, node="primary")
     if as_json:
         for c in data["changes"]:
-            emit(c, True)
+            emit({**c, "executed": execute}, True)
         return
     click.echo(out.table(data["changes"], [
         ("TOPIC", lambda c: c["topic"]), ("QUEUE", lambda c: c["queue_id"]),
         ("OLD", lambda c: c["old"]), ("NEW", lambda c: c["new"])], "nothing to reset"))
-
-
-def parse_time_ms(value: str) -> int:
-    """Milliseconds since the epoch from digits or an ISO 8601 date and time."""
-    if value.isdigit():
-        return int(value)
-    try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is neither ms since the epoch nor an ISO date "
-                                 f"and time like 2026-11-23T04:00:00", param_hint="--to-time"
-                                 ) from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
-    return int(t.timestamp() * 1000)
+    if data["changes"]:
+        click.echo(f"moved the offsets of {out.plural(len(data['changes']), 'queue')}"
+                   if execute else
+                   "a plan: nothing changed; add --execute to move the offsets")
 
 
 def register(cli: click.Group) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from fmq.cli import output as out
 from fmq.cli.common import data_dir_argument, emit, fmq_errors, json_option
 from fmq.cli.progress import Progress, log_bytes
 
@@ -43,9 +44,11 @@ def rebuild(data_dir: str, spark: bool, master: str, out_dir: str | None,
     with Progress("rebuilding index", end - first) as progress:
         report = rebuild_index(data_dir, progress=progress.update)
     emit(report, as_json,
-         f"rebuilt the index: {report['records_replayed']} records, "
-         f"{report['bytes_replayed']} bytes, {report['entries_indexed']} queue entries, "
-         f"{report['open_transactions']} open transactions, in {report['seconds']:.2f}s")
+         f"rebuilt the index: {out.plural(report['records_replayed'], 'record')} "
+         f"({out.size(report['bytes_replayed'])}), "
+         f"{out.plural(report['entries_indexed'], 'queue entry', 'queue entries')}, "
+         f"{out.plural(report['open_transactions'], 'open transaction')}, "
+         f"in {out.duration_ms(report['seconds'] * 1000)}")
 
 
 def _spark_rebuild():

@@ -15,6 +15,7 @@ from fmq.datadir import LOG_DIR
 from fmq.log.reader import OnCorruption
 from fmq.log.record import RecordType
 from fmq.log.scanner import LogScanner
+from fmq.units import timestamp_ms
 
 
 def _log_dir(data_dir: str) -> str:
@@ -98,10 +99,23 @@ def dump(data_dir: str, start: int | None, limit: int | None, body: bool, as_jso
             if as_json:
                 emit(d, True)
             else:
-                fields = " ".join(f"{k}={v}" for k, v in d.items()
-                                  if v not in (None, {}) and k not in ("offset", "type"))
-                click.echo(f"{d['offset']:>12} {d['type']:<11} {fields}")
+                click.echo(dump_line(d))
             progress.update(rec.log_offset - first)
+
+
+def dump_line(d: dict) -> str:
+    """One record of ``fmq log dump``: offset, type, then ``key=value`` for every field it
+    has; its store time as a UTC timestamp, its properties as ``name:value`` pairs."""
+    def shown(k: str, v: object) -> str:
+        if k == "store_time":
+            return timestamp_ms(v)
+        if isinstance(v, dict):
+            return ",".join(f"{name}:{value}" for name, value in sorted(v.items()))
+        return str(v)
+
+    fields = " ".join(f"{k}={shown(k, v)}" for k, v in d.items()
+                      if v not in (None, {}) and k not in ("offset", "type"))
+    return f"{d['offset']:>12} {d['type']:<11} {fields}"
 
 
 @log_group.command("repair")
@@ -131,7 +145,8 @@ def repair(data_dir: str, cut_at: int | None, undo: bool, repair_dir: str | None
         if not yes:
             click.confirm("Put back the log as it was before the last repair?", abort=True)
         done = undo_repair(data_dir, repair_dir)
-        click.echo(f"put back {len(done.restored)} segment file(s) from {done.repair_dir}; "
+        click.echo(f"put back {out.plural(len(done.restored), 'segment file')} from "
+                   f"{done.repair_dir}; "
                    f"the log ends at {done.log_end} again; the index will be rebuilt on "
                    f"the next open")
         return

@@ -9,8 +9,7 @@ import json
 import click
 from fmq.cli import output as out
 from fmq.cli.client_options import client_kwargs
-from fmq.cli.common import emit, fail, fmq_errors, json_option
-from fmq.cli.groups_cmds import parse_time_ms
+from fmq.cli.common import TIME_HELP, emit, fail, fmq_errors, json_option, parse_time_ms
 from fmq.cli.net_cmds import _message_dict, server_option
 
 
@@ -63,8 +62,7 @@ def get(topic: str, queue_id: int, offset: int, server: str, as_json: bool) -> N
 @click.option("--topic", default=None,
               help="Only this topic [default: every topic, internal ones included].")
 @click.option("--since", default=None, metavar="T",
-              help="Only messages stored at or after T: ms since the epoch or an ISO date "
-                   "and time (UTC unless it names a zone).")
+              help=f"Only messages stored at or after T: {TIME_HELP}.")
 @click.option("--limit", type=click.IntRange(1, 4096), default=32, show_default=True,
               help="At most this many messages per topic.")
 @server_option
@@ -76,7 +74,7 @@ def find(key: str, topic: str | None, since: str | None, limit: int, server: str
     from fmq.client import Client
     from fmq.protocol import Op
 
-    since_ms = parse_time_ms(since) if since is not None else None
+    since_ms = parse_time_ms(since, "--since") if since is not None else None
     with Client(server, retries=1, **client_kwargs()) as client:
         if topic is not None:
             topics = [topic]

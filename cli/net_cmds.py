@@ -9,8 +9,16 @@ import sys
 from collections.abc import Iterator
 
 import click
+from fmq.cli import output as out
 from fmq.cli.client_options import client_kwargs, security_options
-from fmq.cli.common import data_dir_to_create, emit, fmq_errors, json_option
+from fmq.cli.common import (
+    TIME_HELP,
+    data_dir_to_create,
+    emit,
+    fmq_errors,
+    json_option,
+    parse_time_ms,
+)
 
 DEFAULT_SERVER = "127.0.0.1:9876"
 
@@ -132,8 +140,7 @@ def _bodies(body: tuple[str, ...]) -> Iterator[str]:
 @click.option("--delay", type=click.FloatRange(min=0), default=None,
               help="Seconds (on the server's clock) before the messages become consumable.")
 @click.option("--deliver-at", default=None,
-              help="When the messages become consumable: ms since the epoch, or an ISO-8601 "
-                   "time with a zone (2026-01-02T03:04:05+00:00).")
+              help=f"When the messages become consumable: {TIME_HELP}.")
 @json_option
 @fmq_errors
 def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tags: str | None,
@@ -156,16 +163,18 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
                                      feedback=False, **client_kwargs()) as producer:
                 result = producer.send_in_transaction(msgs, lambda tx_id, arg: decision)
         except KeyboardInterrupt:
-            click.echo(f"interrupted: the transaction of {len(msgs)} messages may be left "
-                       f"open; see `fmq tx list`", err=True)
+            click.echo(f"interrupted: the transaction of {out.plural(len(msgs), 'message')} "
+                       f"may be left open; see `fmq tx list`", err=True)
             sys.exit(130)
         emit({"tx_id": result.tx_id, "state": result.state.value, "messages": len(msgs)},
-             as_json, f"transaction {result.tx_id}: {result.state.value} ({len(msgs)} messages)")
+             as_json, f"transaction {result.tx_id}: {result.state.value} "
+                      f"({out.plural(len(msgs), 'message')})")
         return
     if delay is not None or deliver_at is not None:
         if tx is not None:
             raise click.UsageError("--tx cannot be scheduled: drop --delay / --deliver-at")
-        _produce_scheduled(server, msgs, delay, parse_deliver_at(deliver_at), as_json)
+        at = None if deliver_at is None else parse_time_ms(deliver_at, "--deliver-at")
+        _produce_scheduled(server, msgs, delay, at, as_json)
         return
     sent = 0
     try:
@@ -182,28 +191,9 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
                          f"(log {r.offset})")
     except KeyboardInterrupt:
         # A request in flight when Ctrl-C came may still be stored: at-least-once.
-        click.echo(f"interrupted: {sent} of {len(msgs)} messages acknowledged (a batch in "
+        click.echo(f"interrupted: {sent} of {out.plural(len(msgs), 'message')} acknowledged (a batch in "
                    f"flight may be stored too)", err=True)
         sys.exit(130)
-
-
-def parse_deliver_at(text: str | None) -> int | None:
-    """``--deliver-at`` as ms since the epoch: an integer, or an ISO-8601 time with a zone."""
-    if text is None:
-        return None
-    if text.isdigit():
-        return int(text)
-    from datetime import datetime
-
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is neither ms since the epoch nor an ISO-8601 "
-                                 f"time", param_hint="--deliver-at") from None
-    if when.tzinfo is None:
-        raise click.BadParameter("give a time zone (e.g. +00:00 or Z)",
-                                 param_hint="--deliver-at")
-    return round(when.timestamp() * 1000)
 
 
 def _produce_scheduled(server: str, msgs: list, delay: float | None, deliver_at: int | None,
@@ -214,7 +204,7 @@ def _produce_scheduled(server: str, msgs: list, delay: float | None, deliver_at:
         for m in msgs:
             r = producer.send_message(m, deliver_at=deliver_at, delay=delay)
             emit({"topic": m.topic, "offset": r.offset, "deliver_at": r.deliver_at}, as_json,
-                 f"scheduled for {m.topic} at {r.deliver_at} ms (log {r.offset})")
+                 f"scheduled for {m.topic} at {out.date_ms(r.deliver_at)} (log {r.offset})")
 
 
 def _message_dict(m) -> dict:
@@ -266,26 +256,50 @@ def consume(server: str, topics: tuple[str, ...], group: str, from_beginning: bo
             _say_which_topics_are_missing(consumer, topics, idle_timeout)
             _consume(consumer, max_messages, idle_timeout, no_commit, as_json, count)
     except KeyboardInterrupt:  # Ctrl-C: the with block left the group; no traceback
-        click.echo(f"interrupted: consumed {count[0]} messages", err=True)
+        click.echo(f"interrupted: consumed {out.plural(count[0], 'message')}", err=True)
         sys.exit(130)
     if not as_json:
-        click.echo(f"consumed {count[0]} messages", err=True)
+        click.echo(f"consumed {out.plural(count[0], 'message')}", err=True)
 
 
 def _say_which_topics_are_missing(consumer, topics: tuple[str, ...],
                                   idle_timeout: float | None) -> None:
-    """A topic exists once a message was sent to it; waiting on one that does not yet must
-    not look like a hang."""
+    """A topic's queues fill as its messages become consumable; waiting on one that has
+    none yet must not look like a hang."""
     from fmq.protocol import Op
 
     queues = consumer.ping()["queues_per_topic"]
-    for topic in dict.fromkeys(topics):
-        if all(consumer.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": q})["next_offset"] == 0
-               for q in range(queues)):
-            until = (f"for up to {idle_timeout:g}s (--idle-timeout)" if idle_timeout is not None
-                     else "until one comes (Ctrl-C to stop; --idle-timeout SECONDS to give up)")
-            click.echo(f"topic {topic!r} does not exist yet (no message was ever sent to it); "
-                       f"waiting for its first message {until}", err=True)
+    empty = [topic for topic in dict.fromkeys(topics)
+             if all(consumer.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": q})
+                    ["next_offset"] == 0 for q in range(queues))]
+    if not empty:
+        return
+    scheduled = _scheduled_by_topic(consumer)
+    until = (f"for up to {idle_timeout:g}s (--idle-timeout)" if idle_timeout is not None
+             else "until one comes (Ctrl-C to stop; --idle-timeout SECONDS to give up)")
+    for topic in empty:
+        waiting = scheduled.get(topic, 0) if scheduled is not None else None
+        why = ("no message was ever sent to it" if waiting == 0 else
+               f"{out.plural(waiting, 'message')} sent to it {'is' if waiting == 1 else 'are'} "
+               f"scheduled for later" if waiting else
+               "nothing was sent to it, or what was is scheduled for later")
+        click.echo(f"topic {topic!r} has no consumable message yet ({why}); waiting for "
+                   f"its first message {until}", err=True)
+
+
+def _scheduled_by_topic(consumer) -> dict[str, int] | None:
+    """Messages waiting for their time (--delay, --deliver-at) per topic, or None when the
+    server does not tell this user (STATS needs the admin permission)."""
+    import json
+
+    from fmq.errors import FMQError
+    from fmq.protocol import Op
+
+    try:
+        stats = json.loads(consumer.call(Op.STATS, {})["json"])
+    except FMQError:
+        return None
+    return stats.get("delivery", {}).get("timers_pending_by_topic", {})
 
 
 def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
@@ -320,7 +334,7 @@ def consumed_line(m, body: str | None) -> str:
     has them; a body that is not UTF-8 shows its size (``--json`` has it in base64)."""
     labels = "".join(f" {name}={value}" for name, value in (("key", m.key), ("tags", m.tags))
                      if value)
-    text = body if body is not None else f"<{len(m.body)} bytes, not UTF-8>"
+    text = body if body is not None else f"<{out.size(len(m.body))}, not UTF-8>"
     return f"{m.topic}/{m.queue_id}@{m.queue_offset}{labels}: {text}"
 
 

@@ -8,10 +8,10 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from fmq.units import NONE, count, date_ms, date_s, duration_ms, size
+from fmq.units import NONE, count, date_ms, date_s, duration_ms, plural, size
 
-__all__ = ["NONE", "Column", "count", "date_ms", "date_s", "duration_ms", "fields", "section",
-           "size", "table", "text"]
+__all__ = ["NONE", "Column", "count", "date_ms", "date_s", "duration_ms", "fields", "plural",
+           "section", "size", "table", "text"]
 
 def text(value: Any) -> str:
     """A cell: ``-`` for None, numbers with separators, anything else as its string."""

@@ -54,7 +54,8 @@ def group_status(servers: str) -> list[dict[str, Any]]:
     """Every listed node's status, in the order given. Each answering follower gets
     ``lag_bytes``: how far its durable end is behind the primary's (the primary of the
     newest epoch among the answers; without one, the follower's own figure from its last
-    fetch) and ``in_sync_member``: whether that primary counts it in sync. The primary's
+    fetch) and ``in_sync_member``: whether that primary counts it in sync (by the address
+    the follower reports under, never its node name). The primary's
     lag is 0."""
     nodes = [ask_node(f"{host}:{port}") for host, port in parse_servers(servers)]
     primaries = [n for n in nodes if n.get("role") == "primary"]
@@ -64,7 +65,9 @@ def group_status(servers: str) -> list[dict[str, Any]]:
             n["lag_bytes"] = 0
         elif n.get("role") == "follower" and primary is not None:
             n["lag_bytes"] = max(0, primary["durable_end"] - n["durable_end"])
-            n["in_sync_member"] = n.get("node") in primary.get("in_sync", [])
+            # The in-sync set names followers by the address they report under, which
+            # differs from their node name in an etcd group (--node n1).
+            n["in_sync_member"] = n.get("reports_as", n["address"]) in primary.get("in_sync", [])
     return nodes
 
 

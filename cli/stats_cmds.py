@@ -49,7 +49,8 @@ def render_topics(data: dict) -> str:
     return "\n".join([
         out.table(data["topics"], TOPIC_COLUMNS, "no topics"),
         "",
-        f"disk: log {out.size(disk['log_bytes'])} in {disk['segment_files']} segment files, "
+        f"disk: log {out.size(disk['log_bytes'])} in "
+        f"{out.plural(disk['segment_files'], 'segment file')}, "
         f"index {out.size(disk['index_bytes'])}",
     ])
 
@@ -62,26 +63,27 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
               else out.NONE)
     broker = out.fields([
         ("log", f"offsets {out.count(s['log_start'])} .. {out.count(s['log_end'])}, "
-                f"{s['segments']} segments, {out.count(s['flushes'])} flushes"),
+                f"{out.plural(s['segments'], 'segment')}, "
+                f"{out.plural(s['flushes'], 'flush', 'flushes')}"),
         ("disk", f"log {out.size(disk['log_bytes'])}, index {out.size(disk['index_bytes'])}"),
         ("index lag", f"{out.size(s['index_lag'])} (applied {out.count(s['applied_offset'])}"
                       f" of {out.count(s['flushed_offset'])} flushed)"),
         ("checkpoint", out.NONE if not cp else
          f"recovery from {out.count(cp['recovery_offset'])}, written "
          f"{out.date_s(cp['written_at'])}"),
-        ("transactions", f"{s['open_transactions']} open, oldest {oldest}, "
-                         f"{s['feedback_checks_sent']} check-backs sent"),
+        ("transactions", f"{out.count(s['open_transactions'])} open, oldest {oldest}, "
+                         f"{out.plural(s['feedback_checks_sent'], 'check-back')} sent"),
         ("idempotence", None if "duplicates_dropped" not in s else
-         f"{out.count(s['duplicates_dropped'])} duplicates dropped; remembers "
-         f"{out.count(s['dedup_producers'])} producers, "
-         f"{out.count(s['dedup_message_ids'])} message ids"),
+         f"{out.plural(s['duplicates_dropped'], 'duplicate')} dropped; remembers "
+         f"{out.plural(s['dedup_producers'], 'producer')}, "
+         f"{out.plural(s['dedup_message_ids'], 'message id')}"),
     ])
     errors = out.fields([
         ("log failure", s["log_failed"]),
         ("index failure", s["dispatcher_error"] or s["index_error"]),
         ("index retries", s["index_retries"]),
-        ("bad records read", f"{s['bad_records_read']} "
-                             f"({s['bad_record_reads']} reads refused)"),
+        ("bad records read", f"{out.count(s['bad_records_read'])} "
+                             f"({out.plural(s['bad_record_reads'], 'read')} refused)"),
         ("tx timeouts", s["tx_timeouts"]),
         ("protocol errors", srv.get("protocol_errors")),
         ("busy refusals", srv.get("busy_refusals")),
@@ -90,14 +92,16 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
     server = out.fields([
         ("version", srv.get("version")),
         ("uptime", out.duration_ms(srv["uptime_s"] * 1000) if "uptime_s" in srv else None),
-        ("connections", f"{srv.get('connections', 0)} ({srv.get('pending_connections', 0)} "
-                        f"pending)"),
-        ("requests", f"{out.count(srv.get('requests', 0))} ({srv.get('in_flight', 0)} in "
-                     f"flight)"),
+        ("connections", f"{out.count(srv.get('connections', 0))} "
+                        f"({out.count(srv.get('pending_connections', 0))} pending)"),
+        ("requests", f"{out.count(srv.get('requests', 0))} "
+                     f"({out.count(srv.get('in_flight', 0))} in flight)"),
         ("request bytes", f"{out.size(srv.get('request_bytes'))} (peak "
                           f"{out.size(srv.get('request_bytes_peak'))})"),
-        ("reply bytes", f"{out.size(srv.get('reply_bytes'))} (peak "
-                        f"{out.size(srv.get('reply_bytes_peak'))})"),
+        # A pull reserves room for its largest possible answer before it reads, so the
+        # peak is mostly reservations (often the per-connection limit), not bytes sent.
+        ("reply bytes", f"{out.size(srv.get('reply_bytes'))} held now, at most "
+                        f"{out.size(srv.get('reply_bytes_peak'))} reserved at once"),
     ])
     rows = [dict(r) for g in groups["groups"] for r in g["offsets"]]
     members = out.table(

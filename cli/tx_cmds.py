@@ -11,14 +11,15 @@ import os
 import click
 from fmq.cli.client_options import client_kwargs, security_options
 from fmq.cli.common import emit, fmq_errors, json_option, optional_data_dir_argument
+from fmq.cli.net_cmds import DEFAULT_SERVER
 from fmq.cli.progress import Progress, log_bytes
 
 from fmq.datadir import require_data_dir
 
 _server_address = click.option(
     "--server", default=None, metavar="HOST:PORT",
-    help="Ask this running server instead of reading a stopped broker's DATA_DIR; "
-         "env FMQ_SERVER when no DATA_DIR is given.")
+    help="Ask this running server instead of reading a stopped broker's DATA_DIR "
+         "[default without DATA_DIR: env FMQ_SERVER, else 127.0.0.1:9876].")
 
 
 def server_option(fn):
@@ -32,10 +33,8 @@ def _choose_server(data_dir: str | None, server: str | None) -> str | None:
     if data_dir is not None and server is not None:
         raise click.UsageError("give either DATA_DIR (offline) or --server HOST:PORT, not both")
     if data_dir is None and server is None:
-        server = os.environ.get("FMQ_SERVER") or None
-        if server is None:
-            raise click.UsageError("give DATA_DIR (a stopped broker's directory, offline) or "
-                                   "--server HOST:PORT (or set FMQ_SERVER)")
+        # Like every other network command: FMQ_SERVER, else the local server.
+        server = os.environ.get("FMQ_SERVER") or DEFAULT_SERVER
     return server
 
 

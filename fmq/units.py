@@ -28,6 +28,12 @@ def count(n: int | None) -> str:
     return NONE if n is None else f"{n:,}"
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun in the right number: ``1 message``, ``2 messages``,
+    ``1,024 queues``; ``nouns`` for an irregular plural."""
+    return f"{count(n)} {noun if n == 1 else (nouns or noun + 's')}"
+
+
 def date_s(seconds: float | None) -> str:
     """Seconds since the epoch as a UTC date and time."""
     if seconds is None:
@@ -38,6 +44,15 @@ def date_s(seconds: float | None) -> str:
 def date_ms(ms: int | None) -> str:
     """Milliseconds since the epoch as a UTC date and time."""
     return NONE if ms is None else date_s(ms / 1000.0)
+
+
+def timestamp_ms(ms: int | None) -> str:
+    """Milliseconds since the epoch as a compact UTC timestamp to the millisecond, one word
+    (``2026-11-26T12:56:17.621Z``): for dumps, where a record's fields are ``key=value``."""
+    if ms is None:
+        return NONE
+    seconds, millis = divmod(int(ms), 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 def duration_ms(ms: int | float | None) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -38,6 +39,20 @@ except ImportError:  # only a node that uses etcd needs it
     Etcd3Exception = Exception
 
 ETCD_SCHEME = "etcd://"
+
+
+#: The OS's reason inside a connection error's long text ("[Errno 111] Connection refused").
+_ERRNO = re.compile(r"\[Errno -?\d+\][^\"')]*")
+
+
+def describe_cause(exc: BaseException) -> str:
+    """Why an etcd request failed, never empty: etcd3gw's connection errors have an empty
+    message and keep the reason in ``detail_text`` (or the exception they came from)."""
+    text = (str(exc).strip() or str(getattr(exc, "detail_text", "") or "").strip()
+            or str(exc.__context__ or "").strip())
+    errno = _ERRNO.search(text)
+    reason = errno.group(0).strip() if errno else text
+    return f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -210,6 +225,6 @@ class LeaderLease:
             return request()
         except (Etcd3Exception, OSError) as exc:
             raise CoordinatorUnavailable(
-                f"could not {what} at {self.coordinator}: {exc}. Check that etcd runs "
-                f"there and is reachable; this node does not act as primary meanwhile"
+                f"could not {what} at {self.coordinator}: {describe_cause(exc)}. Check that "
+                f"etcd runs there and is reachable; this node does not act as primary meanwhile"
             ) from None

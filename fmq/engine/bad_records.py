@@ -45,5 +45,5 @@ class BadRecords:
                 "broker); restore the data directory from a replica or backup, or cut it with "
                 "`fmq log repair DIR --cut-at %d`; or, once verify has shown the damage, let "
                 "each group skip the message: `fmq groups reset-offsets GROUP --topic %s "
-                "--queue %d --to-offset %d`", exc.offset, segment, topic, queue_id,
+                "--queue %d --to-offset %d --execute`", exc.offset, segment, topic, queue_id,
                 queue_offset, exc.reason, exc.offset, topic, queue_id, queue_offset + 1)

@@ -18,7 +18,13 @@ from fmq.engine.queues import Queues
 from fmq.engine.reads import Reader
 from fmq.errors import InvalidArgument
 from fmq.index.store import IndexStore
-from fmq.message import check_name, check_offset, check_queue_id, check_topic
+from fmq.message import (
+    check_name,
+    check_offset,
+    check_queue_id,
+    check_topic,
+    is_internal_topic,
+)
 from fmq.tx.log_access import now_ms
 
 RESET_TARGETS = ("earliest", "latest", "time", "offset")
@@ -82,11 +88,15 @@ def disk_usage(data_dir: str) -> dict:
 
 def reset_offsets(reader: Reader, offsets: ConsumerOffsets, index: IndexStore,
                   queue_count: Callable[[str], int], group: str, topic: str | None,
-                  queue_id: int | None, to: str, value: int | None) -> list[dict]:
+                  queue_id: int | None, to: str, value: int | None,
+                  execute: bool = True) -> list[dict]:
     """Move ``group``'s committed offsets: of one queue, of every queue of ``topic``, or
-    (no topic) of every queue the group committed in. ``to``: ``earliest``, ``latest``,
-    ``time`` (``value`` = ms since the epoch) or ``offset`` (``value``, clamped to the
-    queue's consumable range). Returns each queue's old and new offset."""
+    (no topic) of every queue the group committed in but its retry and dead-letter topics
+    (``%RETRY%G``, ``%DLQ%G``: rewinding those redelivers retried messages and redrives
+    dead letters again, so they move only when named as ``topic``). ``to``: ``earliest``,
+    ``latest``, ``time`` (``value`` = ms since the epoch) or ``offset`` (``value``, clamped
+    to the queue's consumable range). Returns each queue's old and new offset; with
+    ``execute`` false that is only the plan and nothing moves."""
     check_name(group, "group", allow_none=False)
     if to not in RESET_TARGETS:
         raise InvalidArgument(f"reset target must be one of {', '.join(RESET_TARGETS)}, "
@@ -103,7 +113,11 @@ def reset_offsets(reader: Reader, offsets: ConsumerOffsets, index: IndexStore,
     else:
         if queue_id is not None:
             raise InvalidArgument("--queue needs --topic")
-        queues = sorted({(t, q) for (g, t, q) in index.consumer_offsets() if g == group})
+        committed = {(t, q) for (g, t, q) in index.consumer_offsets() if g == group}
+        queues = sorted((t, q) for t, q in committed if not is_internal_topic(t))
+        if not queues and committed:
+            raise InvalidArgument(f"group {group!r} committed only in its retry and "
+                                  f"dead-letter topics; name the one to reset (--topic)")
         if not queues:
             raise InvalidArgument(f"group {group!r} has no committed offsets; name the "
                                   f"topic to reset (--topic)")
@@ -120,7 +134,8 @@ def reset_offsets(reader: Reader, offsets: ConsumerOffsets, index: IndexStore,
             new = min(max(value, lo), hi)
         old = reader.committed_offset(group, t, q)
         changes.append({"group": group, "topic": t, "queue_id": q, "old": old, "new": new})
-    offsets.commit(group, [(c["topic"], c["queue_id"], c["new"]) for c in changes])
+    if execute:
+        offsets.commit(group, [(c["topic"], c["queue_id"], c["new"]) for c in changes])
     return changes
 
 
@@ -151,10 +166,10 @@ class Inventory:
         return disk_usage(self.data_dir)
 
     def reset_offsets(self, group: str, topic: str | None, queue_id: int | None, to: str,
-                      value: int | None = None) -> list[dict]:
+                      value: int | None = None, execute: bool = True) -> list[dict]:
         self.check_open()
         return reset_offsets(self.reader, self.offsets, self.index, self.queues.queue_count,
-                             group, topic, queue_id, to, value)
+                             group, topic, queue_id, to, value, execute)
 
     def traffic(self) -> dict[str, dict[str, int]]:
         """Per topic, messages and body bytes written and read since the broker opened."""

@@ -29,7 +29,7 @@ class GroupHasMembers(InvalidArgument):
     code = 14
     fields = {"group": str, "members": int}
     message_format = (
-        "consumer group {group} has {members} live members: they keep their own positions "
+        "consumer group {group} has live members ({members}): they keep their own positions "
         "and would overwrite the reset. Stop them and retry, or pass --force")
 
     def __init__(self, group: str, members: int) -> None:

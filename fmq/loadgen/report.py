@@ -54,8 +54,9 @@ class BenchReport:
     def text(self) -> str:
         what = {"produce": "sends", "tx": "transactions (1 message)", "consume": "pulls"}
         lines = [
-            f"fmq bench {self.kind}: {self.producers} connections in {self.processes} "
-            f"processes ({self.loop}), {self.size} B bodies, pipeline {self.pipeline}"
+            f"fmq bench {self.kind}: {_plural(self.producers, 'connection')} in "
+            f"{_plural(self.processes, 'process', 'processes')} ({self.loop}), "
+            f"{self.size:,} B bodies, pipeline {self.pipeline}"
             + (f", batches of {self.batch}" if self.batch > 1 else "")
             + f", {what[self.kind]}",
             f"  server          {self.server:>12}",
@@ -64,7 +65,8 @@ class BenchReport:
             f"  latency (ms)    p50 {self.p50_ms:.3f}   p99 {self.p99_ms:.3f}   "
             f"p999 {self.p999_ms:.3f}   max {self.max_ms:.3f}",
             f"  errors          {sum(self.errors.values()):>12,}"
-            + (f"   {self.errors} first: {self.first_error}" if self.errors else ""),
+            + (f"   ({', '.join(f'{name} {n:,}' for name, n in sorted(self.errors.items()))}"
+               f"; first: {self.first_error})" if self.errors else ""),
             "  server CPU      " + (f"{self.server_cpu_us_per_msg:>12.1f} us/msg"
                                     if self.server_cpu_us_per_msg is not None
                                     else "         n/a (the server does not report it)"),
@@ -73,3 +75,8 @@ class BenchReport:
             + (f" (broker holds {self.broker_count:,})" if self.broker_count is not None else ""),
         ]
         return "\n".join(lines)
+
+
+def _plural(n: int, noun: str, nouns: str | None = None) -> str:
+    # fmq.units is not among what a client-side package may import (docs/design.md).
+    return f"{n:,} {noun if n == 1 else (nouns or noun + 's')}"

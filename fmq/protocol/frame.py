@@ -82,8 +82,12 @@ def frame_length(prefix: bytes | memoryview, max_frame: int) -> int:
     if n < HEADER_SIZE:
         raise ProtocolError(f"frame length {n} is shorter than the {HEADER_SIZE}-byte header")
     if n > max_frame:
+        # The frame may hold one message or a batch: say what to do about each. A single
+        # message this large is over max_message_size too (that limit stays below this).
         raise FrameTooLarge(f"frame of {n} bytes exceeds the limit of {max_frame} bytes "
-                            f"(max_frame_size); send smaller batches or raise the limit")
+                            f"(max_frame_size): a single message must fit max_message_size, "
+                            f"so send a smaller body; a batch must be split into smaller "
+                            f"batches")
     return n
 
 

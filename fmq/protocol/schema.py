@@ -109,6 +109,10 @@ HELLO_NODE_VERSION = 2
 #: (an older peer reads the payload exactly and would refuse the extra bytes).
 REPL_ASK = Trailing("repl_ask", [("visible_end", BOOL)])
 REPL_VISIBLE = Trailing("repl_visible", [("visible_end", U64)])
+#: RESET_OFFSETS's trailing field: ``execute`` false asks for the plan only (each queue's
+#: old and new offset, nothing changed). A client that leaves it out (older ones) gets the
+#: offsets moved, as before.
+RESET_MODE = Trailing("reset_mode", [("execute", BOOL)])
 QUEUE_REF = Struct("queue_ref", [("topic", STR), ("queue_id", U32)])
 ERROR = [("code", U16), ("retriable", BOOL), ("message", TEXT)]
 ACL_RULE = [("principal", STR), ("resource_type", STR), ("pattern", OPT_STR),
@@ -194,9 +198,10 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
     _spec(Op.GROUPS, [("group", OPT_STR)], [("json", TEXT)],
           "Consumer groups (members, committed offsets, lag), or one group, as JSON."),
     _spec(Op.RESET_OFFSETS, [("group", STR), ("topic", OPT_STR), ("queue_id", I32),
-                             ("to", STR), ("value", I64), ("force", BOOL)], [("json", TEXT)],
-          "An operator moves a group's committed offsets; refused while the group has "
-          "members unless force."),
+                             ("to", STR), ("value", I64), ("force", BOOL),
+                             ("mode", RESET_MODE)], [("json", TEXT)],
+          "An operator moves a group's committed offsets, or with mode.execute false only "
+          "plans the move; refused while the group has members unless force."),
     _spec(Op.REPL_FETCH, [("follower", STR), ("epoch", U64), ("from_offset", U64),
                           ("max_bytes", U32), ("wait_ms", U32), ("ask", REPL_ASK)],
           [("epoch", U64), ("segment_base", U64), ("segment_size", U64), ("data", BYTES),

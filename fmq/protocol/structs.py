@@ -95,7 +95,10 @@ def compile_encoder(name: str, fields: list[tuple[str, FieldType]]) -> Encoder:
              ]
     if fields:
         lines.append("    try:")
-        lines += [f"        v{k} = value[{fname!r}]" for k, (fname, _t) in enumerate(fields)]
+        # A trailing field may be left out of the dict as well as given as None.
+        lines += [f"        v{k} = value.get({fname!r})" if isinstance(ftype, Trailing)
+                  else f"        v{k} = value[{fname!r}]"
+                  for k, (fname, ftype) in enumerate(fields)]
         lines += ["    except KeyError as exc:",
                   f"        raise ProtocolError(f'{name} is missing field {{exc.args[0]!r}}') "
                   "from None"]

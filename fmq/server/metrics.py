@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,9 +25,10 @@ from prometheus_client.core import (
 )
 
 from fmq.engine.broker import Broker
-from fmq.engine.retries import delivery_stats
+from fmq.engine.retries import dead_letter_ranges, delivery_stats
 from fmq.errors import ConfigError, FMQError
 from fmq.log.flush_stats import Histogram
+from fmq.message import DLQ_PREFIX, dlq_topic
 
 logger = logging.getLogger("fmq.server")
 
@@ -131,10 +133,22 @@ class BrokerCollector:
                                     "their redelivery to a group.", labels=["group"])
         dead = GaugeMetricFamily("fmq_group_dead_letters", "Dead letters of a group not yet "
                                  "redriven.", labels=["group"])
+        dead_age = GaugeMetricFamily("fmq_group_dead_letter_age_seconds", "How long the "
+                                     "oldest dead letter of a group not yet redriven has "
+                                     "been stored (0 when none).", labels=["group"])
         for group, counts in d["groups"].items():
             retries.add_metric([group], counts["retries_pending"])
             dead.add_metric([group], counts["dead_letters"])
-        yield from (retries, dead)
+            dead_age.add_metric([group], self._oldest_dead_letter_age_s(group))
+        yield from (retries, dead, dead_age)
+
+    def _oldest_dead_letter_age_s(self, group: str) -> float:
+        topic, stored = dlq_topic(group), []
+        for qid, start, end in dead_letter_ranges(self.broker, group):
+            t = self.broker.index.store_time(topic, qid, start) if start < end else None
+            if t is not None:
+                stored.append(t)
+        return max(0.0, time.time() - min(stored) / 1000) if stored else 0.0
 
     def _group_metrics(self) -> Iterator[Metric]:
         labels = ["group", "topic", "queue"]
@@ -147,6 +161,10 @@ class BrokerCollector:
         for r in self.broker.inventory.groups():
             key = [r["group"], r["topic"], str(r["queue_id"])]
             committed.add_metric(key, r["committed"])
+            if r["topic"].startswith(DLQ_PREFIX):
+                # Dead letters wait for an operator, not for the group's consumers: counted
+                # as lag they would fire the lag alert for every one (fmq_group_dead_letters).
+                continue
             lag.add_metric(key, r["lag"])
             lag_s.add_metric(key, r["lag_ms"] / 1000)
         yield from (committed, lag, lag_s)

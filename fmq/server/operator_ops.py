@@ -66,10 +66,16 @@ async def _reset_offsets(ctx: ServerContext, session: RequestSession, req: dict)
         raise GroupHasMembers(group, members)
     qid = req["queue_id"] if req["queue_id"] >= 0 else None
     value = req["value"] if req["value"] >= 0 else None
-    changes = await ctx.write(ctx.broker.inventory.reset_offsets, group, req["topic"], qid,
-                              req["to"], value)
+    # Without the mode field (an older client) the offsets move, as they always did.
+    execute = req.get("mode") is None or req["mode"]["execute"]
+    # A plan writes nothing, so it need not wait for followers.
+    changes = await (ctx.write if execute else ctx.run)(
+        ctx.broker.inventory.reset_offsets, group, req["topic"], qid, req["to"], value,
+        execute)
+    if not execute:
+        return _dump({"changes": changes, "executed": False})
     for c in changes:
         logger.warning("operator at %s reset group %r offset of %s/%d: %s -> %d (to %s%s)",
                        session.peer, group, c["topic"], c["queue_id"], c["old"], c["new"],
                        req["to"], " with --force" if members else "")
-    return _dump({"changes": changes})
+    return _dump({"changes": changes, "executed": True})

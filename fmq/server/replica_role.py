@@ -195,6 +195,9 @@ class ReplicationRole:
                       "primary": self.primary, "epoch": self.epoch, "node": self.node}
             if self.follower is not None:
                 status.update(self.follower.describe())
+                # The name the primary's in-sync set lists it under (its address, not
+                # its node name): the group view matches the two by it.
+                status["reports_as"] = self.follower.name
             status.update(primary=self.primary, epoch=self.epoch)
             return status
         first = log.segments[0] if log.segments else None

@@ -48,6 +48,7 @@ from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 from fmq.server.session import ClientSession
 from fmq.server.tls import TLSAcceptor, server_context
+from fmq.units import size
 from fmq.version import __version__
 
 logger = logging.getLogger("fmq.server")
@@ -144,10 +145,10 @@ class Server:
                                     self.config.max_pending_connections)
             self._tls.start()
         self._watchdog = asyncio.ensure_future(self._watch_sessions())
-        logger.info("listening on %s:%d (%s, protocol %d, max frame %d bytes, %d worker "
+        logger.info("listening on %s:%d (%s, protocol %d, max frame %s, %d worker "
                     "threads)", self.config.host, self.port,
                     "plaintext" if tls is None else "TLS", PROTOCOL_VERSION,
-                    self.config.max_frame_size, self.config.worker_threads)
+                    size(self.config.max_frame_size), self.config.worker_threads)
         if self.on_listening is not None:
             self.on_listening(self.config.host, self.port)
         self.ctx.replication.change_role = self._change_role

@@ -4,7 +4,7 @@ counted, never printed: ``--json`` has them in full."""
 
 from __future__ import annotations
 
-from fmq.units import NONE, count, size
+from fmq.units import NONE, count, plural, size
 
 
 def summary_text(result: dict) -> str:
@@ -17,11 +17,12 @@ def summary_text(result: dict) -> str:
         ("data dir", result["data_dir"]),
         ("index", result["index_dir"]),
         ("spark", f"{result['spark_version']} on {result['master']}"),
-        ("log", f"{count(result['segments'])} segments, offsets {count(result['log_start'])}"
+        ("log", f"{plural(result['segments'], 'segment')}, offsets {count(result['log_start'])}"
                 f" .. {count(result['log_end'])} ({size(result['log_bytes'])})"),
         ("records", count(result["records"])),
-        ("queue entries", f"{count(result['queue_entries'])} in {count(result['queues'])} "
-                          f"queues ({result['queues_carried_over']} carried over, "
+        ("queue entries", f"{count(result['queue_entries'])} in "
+                          f"{plural(result['queues'], 'queue')} "
+                          f"({count(result['queues_carried_over'])} carried over, "
                           f"{result['queue_floors_applied']} raised to their floors)"),
         ("key entries", count(result["key_entries"])),
         ("consumer offsets", f"{count(result['consumer_offsets'])} "

@@ -66,7 +66,7 @@ def test_damaged_record_is_logged_once_and_counted(tmp_path, start_server):
     assert len(errors) == 1, srv.log()
     assert f"log offset {bad}" in errors[0]
     assert "fmq log verify" in errors[0] and "fmq log repair" in errors[0]
-    assert "reset-offsets" in errors[0] and "--to-offset 3" in errors[0]
+    assert "reset-offsets" in errors[0] and "--to-offset 3 --execute" in errors[0]
 
 
 def test_an_operator_reset_lets_a_group_skip_the_damaged_record(tmp_path, start_server):
@@ -82,7 +82,7 @@ def test_an_operator_reset_lets_a_group_skip_the_damaged_record(tmp_path, start_
     # never automatic: the group's queue is still stuck at the damaged message
     assert json_lines(run_cli(*args, timeout=60).stdout) == []
     reset = run_cli("groups", "reset-offsets", "g", "--topic", "t", "--queue", "0",
-                    "--to-offset", "3", "--server", srv.address, "--json")
+                    "--to-offset", "3", "--execute", "--server", srv.address, "--json")
     assert reset.returncode == 0, reset.stderr
     rest = run_cli(*args, timeout=60)
     assert rest.returncode == 0, rest.stderr

@@ -39,4 +39,4 @@ def test_stats_and_metrics_count_duplicates_dropped(metrics_server):
     assert (stats["duplicates_dropped"], stats["dedup_producers"],
             stats["dedup_message_ids"]) == (3, 1, 1)
     text = run_cli("stats", "--server", srv.address).stdout
-    assert "3 duplicates dropped; remembers 1 producers, 1 message ids" in text
+    assert "3 duplicates dropped; remembers 1 producer, 1 message id" in text

@@ -103,3 +103,145 @@ def test_consume_line_leaves_out_absent_key_and_tags(start_server):
     assert re.fullmatch(r"t/\d@\d+ key=k1 tags=red: labelled", lines[0]), lines
     assert re.fullmatch(r"t/\d@\d+: plain", lines[1]), lines
     assert "None" not in got.stdout
+
+
+# Every command's human output, checked by one rule set: no Python reprs, no epoch
+# milliseconds, no raw byte counts, no "1 messages".
+EPOCH_MS = re.compile(r"(?<![\w.-])1[6-9]\d{11}(?![\w.-])")  # tx ids embed one: not alone
+RAW_BYTES = re.compile(r"\b\d{4,} bytes\b")
+ONE_PLURAL = re.compile(r"(?<![\d,.])1 (messages|segments|segment files|members|queues|records|"
+                        r"transactions|open transactions|entries|queue entries|letters|"
+                        r"dead letters|connections|processes|check-backs|flushes|duplicates|"
+                        r"producers|reads|files)\b")
+HUMAN_REPR = re.compile(r"\{'|\[\{|\['|\bNone\b|\bTrue\b|\bFalse\b")
+
+
+def assert_human(what: str, text: str) -> None:
+    for name, pattern in (("a Python repr", HUMAN_REPR), ("epoch milliseconds", EPOCH_MS),
+                          ("a raw byte count", RAW_BYTES), ("a wrong plural", ONE_PLURAL)):
+        found = pattern.search(text)
+        assert not found, f"{what} prints {name} ({found.group(0)!r}):\n{text}"
+
+
+def cli_text(*args: str, ok: bool = True) -> str:
+    result = run_cli(*args, timeout=90)
+    assert (result.returncode == 0) == ok, (args, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout + result.stderr
+
+
+def test_every_offline_command_prints_human_values(data_dir, tmp_path):
+    config = tmp_path / "fmq.json"
+    config.write_text(json.dumps({"segment_size": "16MiB", "retention_ms": "2h",
+                                  "server": {"max_frame_size": "8MiB"}}))
+    shown = cli_text("config", "show", "--config", str(config))
+    assert re.search(r"^broker segment_size\s+16\.0 MiB\s+\(config file", shown, re.M), shown
+    assert re.search(r"^broker retention_ms\s+2\.0 h\s", shown, re.M), shown
+    assert re.search(r"^server max_frame_size\s+8\.0 MiB\s", shown, re.M), shown
+    assert re.search(r"^server port\s+9876\s", shown, re.M), shown  # a port stays a number
+    assert "16777216" not in shown
+    assert_human("config show", shown)
+    dumped = cli_text("log", "dump", data_dir, "--limit", "3")
+    assert re.search(r"store_time=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", dumped), dumped
+    for args in (("log", "verify", data_dir), ("log", "dump", data_dir),
+                 ("checkpoint", "show", data_dir), ("tx", "list", data_dir),
+                 ("index", "rebuild", data_dir), ("user", "list", data_dir),
+                 ("acl", "list", data_dir), ("demo",)):
+        assert_human(" ".join(args[:2]), cli_text(*args))
+    rebuilt = cli_text("index", "rebuild", data_dir)
+    assert re.search(r"\(\d+(\.\d)? (B|KiB|MiB)\)", rebuilt) and "1 open transaction," in rebuilt
+
+
+def test_every_network_command_prints_human_values(start_server):
+    from tests.server.test_scheduled_and_retries import FAST_RETRIES, _wait_for_dead_letter
+
+    srv = start_server(FAST_RETRIES)
+    at = ("--server", srv.address)
+    texts = {
+        "produce": cli_text("produce", *at, "--topic", "orders", "--body", "bad",
+                            "--key", "o-1"),
+        "produce --tx": cli_text("produce", *at, "--topic", "orders", "--body", "t",
+                                 "--tx", "commit"),
+        "produce --deliver-at": cli_text("produce", *at, "--topic", "later", "--body", "x",
+                                         "--deliver-at", "2027-01-01"),
+    }
+    assert "(1 message)" in texts["produce --tx"]
+    assert "at 2027-01-01 00:00:00 UTC" in texts["produce --deliver-at"]
+    texts["consume"] = cli_text("consume", *at, "--topic", "orders", "--group", "audit",
+                                "--max", "1", "--idle-timeout", "5")
+    assert "consumed 1 message\n" in texts["consume"]
+    # A dead letter of group shop: its handler always fails (retry delays are short).
+    with fmq.client.Consumer(srv.address, "shop", "orders") as c:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for m in c.poll(0.3):
+                if m.body == b"bad":  # only this one: exactly one dead letter
+                    c.nack(m, delay=0.05)
+            if json_lines_of(cli_text("dlq", "list", "shop", *at, "--json")):
+                break
+    _wait_for_dead_letter(srv.address, "shop")
+    with fmq.client.Consumer(srv.address, "one", "orders", start="earliest") as live:
+        deadline = time.monotonic() + 30  # joined once the server lists it as a member
+        while time.monotonic() < deadline:
+            live.poll(0.2)
+            joined = json_lines_of(cli_text("groups", *at, "--json"))
+            if any(g["group"] == "one" and g["members"] for g in joined):
+                break
+        texts["groups"] = cli_text("groups", *at)
+        texts["stats"] = cli_text("stats", *at)
+    assert re.search(r"group one: 1 member \(generation \d+\): \S+ \(\d+ queues?\)",
+                     texts["groups"]), texts["groups"]
+    listed = json_lines_of(cli_text("dlq", "list", "shop", *at, "--json"))
+    dead = listed[0]
+    texts["dlq show"] = cli_text("dlq", "show", "shop", str(dead["queue_id"]),
+                                 str(dead["queue_offset"]), *at)
+    assert re.search(r"^stored\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$", texts["dlq show"], re.M)
+    assert re.search(r"^tags\s+-$", texts["dlq show"], re.M), texts["dlq show"]
+    for args in (("topics",), ("groups", "audit"), ("dlq", "list", "shop"),
+                 ("groups", "reset-offsets", "audit", "--to-earliest"),
+                 ("tx", "list"), ("replica", "status"), ("dlq", "redrive", "shop"),
+                 ("bench", "produce", "--topic", "b", "--producers", "1", "--processes", "1",
+                  "--duration", "1")):
+        texts[" ".join(args)] = cli_text(*args, *at)
+    [bench] = [text for what, text in texts.items() if what.startswith("bench")]
+    assert "1 connection in 1 process " in bench, bench
+    assert "redrove 1 dead letter of group shop" in texts["dlq redrive shop"]
+    texts["fmq server: listening"] = next(line for line in srv.log().splitlines()
+                                          if "listening on" in line)
+    assert "max frame 64.0 MiB" in texts["fmq server: listening"]
+    for what, text in texts.items():
+        assert_human(what, text)
+
+
+def json_lines_of(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_a_bench_report_with_errors_names_them_without_a_python_dict():
+    from fmq.loadgen.report import BenchReport
+
+    report = BenchReport(
+        kind="produce", producers=2, processes=1, size=1024, pipeline=8, batch=1,
+        duration_s=1.0, elapsed_s=1.0, messages=10, operations=10, bytes=10_240, p50_ms=1.0,
+        p99_ms=2.0, p999_ms=3.0, max_ms=4.0, errors={"ServerBusy": 2, "TimedOut": 1},
+        first_error="server busy", server_cpu_us_per_msg=None, client_cpu_pct=50.0,
+        loop="asyncio", count_check="ok", broker_count=None, server="127.0.0.1:9876")
+    text = report.text()
+    assert "(ServerBusy 2, TimedOut 1; first: server busy)" in text, text
+    assert "2 connections in 1 process " in text and "1,024 B bodies" in text
+    assert_human("bench report", text)
+
+
+def test_the_spark_rebuild_summary_counts_in_the_right_number():
+    from fmq.spark.summary import summary_text
+
+    result = {"torn_tail": None, "checkpoint": {"recovery_offset": 0, "log_end": 92},
+              "parquet": {}, "phase_seconds": {"scan": 1.0}, "data_dir": "d", "index_dir": "i",
+              "spark_version": "4.0", "master": "local[2]", "segments": 1, "log_start": 0,
+              "log_end": 92, "log_bytes": 92, "records": 1, "queue_entries": 1, "queues": 1,
+              "queues_carried_over": 0, "queue_floors_applied": 0, "key_entries": 0,
+              "consumer_offsets": 0, "consumer_offsets_from_log": True,
+              "open_transactions": []}
+    text = summary_text(result)
+    assert "1 segment, offsets 0 .. 92 (92 B)" in text and "1 in 1 queue (" in text, text
+    assert_human("index rebuild --spark", text)

@@ -74,8 +74,8 @@ def test_reset_offsets_moves_the_group_and_is_refused_while_members_live(start_s
     srv = start_server(FAST)
     produce(srv, "t", 8)
     consume(srv, "g", 8)
-    reset = run_cli("groups", "reset-offsets", "g", "--to-earliest", "--server", srv.address,
-                    "--json")
+    reset = run_cli("groups", "reset-offsets", "g", "--to-earliest", "--execute", "--server",
+                    srv.address, "--json")
     assert reset.returncode == 0, reset.stderr
     assert {(c["old"], c["new"]) for c in json_lines(reset.stdout)} == {(2, 0)}
     assert sorted(m["body"] for m in consume(srv, "g", 8)) == sorted(f"m-{i}" for i in range(8))
@@ -83,10 +83,10 @@ def test_reset_offsets_moves_the_group_and_is_refused_while_members_live(start_s
     time.sleep(0.01)
     produce(srv, "t", 4)
     reset = run_cli("groups", "reset-offsets", "g", "--topic", "t", "--to-time", str(t_mid),
-                    "--server", srv.address, "--json")
+                    "--execute", "--server", srv.address, "--json")
     assert {c["new"] for c in json_lines(reset.stdout)} == {2}
     reset = run_cli("groups", "reset-offsets", "g", "--topic", "t", "--queue", "1",
-                    "--to-offset", "1", "--server", srv.address, "--json")
+                    "--to-offset", "1", "--execute", "--server", srv.address, "--json")
     assert [(c["queue_id"], c["new"]) for c in json_lines(reset.stdout)] == [(1, 1)]
     assert {(r["queue_id"], r["committed"]) for r in groups(srv, "g")["offsets"]} == {
         (0, 2), (1, 1), (2, 2), (3, 2)}
@@ -102,7 +102,7 @@ def test_reset_offsets_moves_the_group_and_is_refused_while_members_live(start_s
         assert "live members" in refused.stderr and "--force" in refused.stderr
         assert "Traceback" not in refused.stderr
         forced = run_cli("groups", "reset-offsets", "g", "--to-latest", "--force",
-                         "--server", srv.address, "--json")
+                         "--execute", "--server", srv.address, "--json")
         assert forced.returncode == 0, forced.stderr
         assert {c["new"] for c in json_lines(forced.stdout)} == {3}
     assert srv.stop() == 0
