@@ -135,10 +135,10 @@ def forget(node: str, coordinator: str, group: str) -> None:
     """Remove NODE from the group's registry in etcd, for good (a node retired or replaced
     under another name). The election counts registered nodes: a dead node left there can
     block elections (docs/replication.md, *The election rule*)."""
-    from fmq.coordination.group import GroupRegistry
+    from fmq.coordination.broker_group import BrokerGroupRegistry
     from fmq.coordination.lease import LeaderLease
 
-    registry = GroupRegistry(LeaderLease(coordinator, group, "fmq-cli", ""), 10)
+    registry = BrokerGroupRegistry(LeaderLease(coordinator, group, "fmq-cli", ""), 10)
     if not registry.forget(node):
         raise click.ClickException(f"{node} is not registered in group {group}; registered: "
                                    f"{', '.join(sorted(registry.nodes())) or 'none'}")

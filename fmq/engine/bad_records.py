@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from fmq.errors import BadRecord, TornRecord
+from fmq.errors import BadRecord, IncompleteRecord
 
 logger = logging.getLogger("fmq.broker")
 
@@ -28,7 +28,7 @@ class BadRecords:
         #: Reads refused because their record was damaged.
         self.reads = 0
 
-    def met(self, exc: BadRecord | TornRecord, segment: str, topic: str, queue_id: int,
+    def met(self, exc: BadRecord | IncompleteRecord, segment: str, topic: str, queue_id: int,
             queue_offset: int) -> None:
         """Log (the first time) and count the damage ``exc`` found; the reader raises it."""
         with self._lock:

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 from fmq.config import BrokerConfig
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock
-from fmq.engine.admission import IndexAdmission
 from fmq.engine.checkpoints import Checkpointer
 from fmq.engine.idempotence import Idempotence, has_dedup
+from fmq.engine.index_admission import IndexAdmission
 from fmq.engine.inventory import Inventory
 from fmq.engine.maintenance import Upkeep, start_maintenance
 from fmq.engine.offsets import ConsumerOffsets

@@ -12,7 +12,7 @@ from fmq.engine.log_reads import read_records
 from fmq.engine.queues import Queues
 from fmq.engine.recent import RecentMessages
 from fmq.engine.visibility import Visibility
-from fmq.errors import BadRecord, TornRecord
+from fmq.errors import BadRecord, IncompleteRecord
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.record import decode
@@ -95,7 +95,7 @@ class Reader:
                 try:
                     rec = decode(data, 0, base_offset=doff,
                                  max_record_size=self.max_record_size)
-                except (BadRecord, TornRecord) as exc:
+                except (BadRecord, IncompleteRecord) as exc:
                     if out:  # return what precedes it; the next pull starts at the damage
                         break
                     self.bad_records.met(exc, self.log.segment_for(doff).name, topic,

@@ -65,21 +65,11 @@ class SegmentUnavailable(StorageError):
         self.cause = cause
 
 
-class CorruptLog(StorageError):
-    """A record that fails its checks lies before valid records: not a torn tail.
+class LogDamage(StorageError):
+    """A damaged record in the log, named by segment and log offset (the two verdicts
+    below: corruption, or a torn tail a reader was asked to fail on)."""
 
-    FMQ stops rather than cut acknowledged data. ``fmq log verify`` shows the
-    damage; ``fmq log repair --cut-at OFFSET`` cuts there explicitly (losing
-    everything after it).
-    """
-
-    code = 23
     fields = {"segment": str, "offset": int, "reason": str}
-    message_format = (
-        "corrupt record in segment {segment} at log offset {offset}: {reason}. Valid records "
-        "follow it, so this is damage, not a torn tail; FMQ will not cut acknowledged data "
-        "on its own. Inspect with `fmq log verify`, restore the data directory from a "
-        "replica or backup, or cut explicitly with `fmq log repair DIR --cut-at {offset}`")
 
     def __init__(self, segment: str, offset: int, reason: str) -> None:
         super().__init__(self.message_format.format(segment=segment, offset=offset,
@@ -89,7 +79,36 @@ class CorruptLog(StorageError):
         self.reason = reason
 
 
-class TornRecord(StorageError):
+class CorruptLog(LogDamage):
+    """A record that fails its checks lies before valid records: not a torn tail.
+
+    FMQ stops rather than cut acknowledged data. ``fmq log verify`` shows the
+    damage; ``fmq log repair --cut-at OFFSET`` cuts there explicitly (keeping what it
+    cuts for an undo).
+    """
+
+    code = 23
+    message_format = (
+        "corrupt record in segment {segment} at log offset {offset}: {reason}. Valid records "
+        "follow it, so this is damage, not a torn tail; FMQ will not cut acknowledged data "
+        "on its own. Inspect with `fmq log verify`, restore the data directory from a "
+        "replica or backup, or cut explicitly with `fmq log repair DIR --cut-at {offset}`")
+
+
+class TornTail(LogDamage):
+    """The log ends with a torn record (a write that never completed) and the reader was
+    asked to fail on it (the Spark reader's ``tornTail`` option). The broker cuts a torn
+    tail on its next open."""
+
+    code = StorageError.code
+    message_format = (
+        "torn tail in segment {segment} at log offset {offset}: {reason}. Nothing valid "
+        "follows it: a write that never completed. Opening the broker cuts it; to read "
+        "the log as it is, use .option(\"tornTail\", \"allow\") or "
+        ".option(\"mode\", \"permissive\")")
+
+
+class IncompleteRecord(StorageError):
     """The bytes end inside a record: the record was never completely written."""
 
     code = 28

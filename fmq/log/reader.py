@@ -21,7 +21,7 @@ from enum import Enum, StrEnum
 from typing import Protocol
 
 from fmq.datadir import format_segment_name, parse_segment_name
-from fmq.errors import BadRecord, CorruptLog, TornRecord
+from fmq.errors import BadRecord, CorruptLog, IncompleteRecord
 from fmq.log.record import (
     HEADER_SIZE,
     MAGIC_BYTES,
@@ -46,7 +46,7 @@ class OnCorruption(StrEnum):
 
 
 class DamageKind(StrEnum):
-    TORN = "torn"  # nothing valid after it: a write that never completed
+    TORN_TAIL = "torn"  # nothing valid after it: a write that never completed
     CORRUPT = "corrupt"  # valid records after it: damage to data once complete
 
 
@@ -55,7 +55,8 @@ class SegmentEnd(Enum):
 
     SEALED = "sealed"  # with the end filler
     END = "end"  # zeros (or the end of the file) after the last record
-    TORN = "torn"  # a bad record with nothing valid after it in this segment
+    BAD_RECORD = "torn"  # a bad record with nothing valid after it in this segment
+    # (the scanner decides across segments whether it is a torn tail or corruption)
     STOP = "stop"  # reached the caller's stop position (a range of a split segment)
 
 
@@ -148,7 +149,7 @@ def find_valid_record(buf, start: int, base_offset: int, max_record_size: int) -
             decode(buf, candidate, base_offset=base_offset, max_record_size=max_record_size,
                    copy_body=False)
             return candidate
-        except (BadRecord, TornRecord):
+        except (BadRecord, IncompleteRecord):
             search_from = hit + 1
 
 
@@ -207,7 +208,7 @@ class SegmentReader:
                 return
             try:
                 item, length, rtype = parse(pos)
-            except (BadRecord, TornRecord) as exc:
+            except (BadRecord, IncompleteRecord) as exc:
                 # A zero length (checked only here: a valid record never has one) is where
                 # the writes stopped, unless a valid record follows.
                 if record_length(buf, pos) == 0:
@@ -222,7 +223,7 @@ class SegmentReader:
                     continue
                 later = find_valid_record(buf, pos + 1, self.base, self.max_record_size)
                 if later is None:
-                    self.end, self.end_position, self.torn_reason = SegmentEnd.TORN, pos, exc.reason
+                    self.end, self.end_position, self.torn_reason = SegmentEnd.BAD_RECORD, pos, exc.reason
                     return
                 yield self._corrupt(pos, exc.reason, on_corruption)
                 pos = later
@@ -256,7 +257,7 @@ class SegmentReader:
             if pos >= next_cut:
                 try:
                     check(buf, pos, base_offset=self.base, max_record_size=self.max_record_size)
-                except (BadRecord, TornRecord):
+                except (BadRecord, IncompleteRecord):
                     return points
                 points.append(pos)
                 next_cut = pos + every

@@ -58,7 +58,7 @@ What each type carries (other fields zero-length / -1):
 
 The codec is pure (bytes in, bytes out): it never touches files and never fsyncs. Decoding
 checks every length against the bytes available and the configured maximum before slicing,
-and raises :class:`~fmq.errors.TornRecord` when the bytes end inside the record or
+and raises :class:`~fmq.errors.IncompleteRecord` when the bytes end inside the record or
 :class:`~fmq.errors.BadRecord` when a check fails.
 """
 
@@ -67,7 +67,7 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
-from fmq.errors import BadRecord, TornRecord
+from fmq.errors import BadRecord, IncompleteRecord
 from fmq.log.crc import crc32c
 
 FORMAT_VERSION = 1
@@ -304,7 +304,7 @@ def check(buf: bytes | memoryview, pos: int = 0, *, base_offset: int = 0,
     header and CRC go, and return the unpacked :data:`HEADER` fields.
 
     Checks, in order: enough bytes for a header; ``length`` within ``[HEADER_SIZE,
-    max_record_size]``; enough bytes for ``length`` (else :class:`TornRecord`); CRC; magic,
+    max_record_size]``; enough bytes for ``length`` (else :class:`IncompleteRecord`); CRC; magic,
     version, type; the header's log offset equals the record's position; field lengths add
     up to ``length``. Any failure after the first two raises :class:`BadRecord`. The
     Spark source runs only these and checks the text fields column-wise."""
@@ -315,13 +315,13 @@ def _check(buf, pos: int, offset: int, max_record_size: int) -> tuple:
     """:func:`check` with positional arguments (the scan calls it once per record)."""
     available = len(buf) - pos
     if available < HEADER_SIZE:
-        raise TornRecord(offset, f"only {available} bytes where a {HEADER_SIZE}-byte header starts")
+        raise IncompleteRecord(offset, f"only {available} bytes where a {HEADER_SIZE}-byte header starts")
     header = HEADER.unpack_from(buf, pos)
     length = header[0]
     if length < HEADER_SIZE or length > max_record_size:
         raise BadRecord(offset, f"length {length} outside [{HEADER_SIZE}, {max_record_size}]")
     if length > available:
-        raise TornRecord(offset, f"length {length} but only {available} bytes follow")
+        raise IncompleteRecord(offset, f"length {length} but only {available} bytes follow")
     if crc32c(memoryview(buf)[pos + 8 : pos + length]) != header[1]:
         raise BadRecord(offset, "CRC-32C mismatch")
     if header[2] != MAGIC or header[3] != FORMAT_VERSION:

@@ -174,8 +174,8 @@ class SegmentScan:
                 f"but segment {format_segment_name(lbase)} holds a valid record at {lbase + lpos}")
             return
         self.log_ends_here = True
-        if reader.end is SegmentEnd.TORN and self._is_reached():
-            self.torn = Damage(DamageKind.TORN, self.name, self.end_offset, reader.torn_reason)
+        if reader.end is SegmentEnd.BAD_RECORD and self._is_reached():
+            self.torn = Damage(DamageKind.TORN_TAIL, self.name, self.end_offset, reader.torn_reason)
 
 
 class LogScanner:

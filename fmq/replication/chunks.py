@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fmq.errors import BadRecord, ReplicaBehindRetention, ReplicaDiverged, TornRecord
+from fmq.errors import BadRecord, IncompleteRecord, ReplicaBehindRetention, ReplicaDiverged
 from fmq.log.log import Log
 from fmq.log.record import HEADER_SIZE, Record, RecordType, check, decode, record_length
 
@@ -50,7 +50,7 @@ def read_chunk(log: Log, from_offset: int, max_bytes: int) -> Chunk:
         data = seg.read(position, first)  # one record larger than max_bytes
     try:
         check(data, 0, base_offset=from_offset, max_record_size=seg.size)
-    except (BadRecord, TornRecord):
+    except (BadRecord, IncompleteRecord):
         raise ReplicaDiverged(from_offset, end) from None
     cut = 0
     while cut + HEADER_SIZE <= len(data):
@@ -67,7 +67,7 @@ def verify_chunk(data: bytes, offset: int, segment_base: int, segment_size: int,
                  max_record_size: int) -> list[Record]:
     """Decode every record of a shipped chunk that starts at log offset ``offset``.
 
-    Raises BadRecord (CRC, magic, offset, lengths) or TornRecord (bytes end inside a
+    Raises BadRecord (CRC, magic, offset, lengths) or IncompleteRecord (bytes end inside a
     record) for the first record that fails: then nothing of the chunk may be written.
     A FILLER may only end the chunk; the chunk must lie inside its segment."""
     if not segment_base <= offset or offset + len(data) > segment_base + segment_size:

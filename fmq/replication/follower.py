@@ -36,13 +36,13 @@ from fmq.engine.broker import Broker
 from fmq.errors import (
     BadRecord,
     FMQError,
+    IncompleteRecord,
     LogFailed,
     ProtocolError,
     ReplicaBehindRetention,
     ReplicaDiverged,
     SecurityError,
     StalePrimary,
-    TornRecord,
 )
 from fmq.index.epochs import last_epoch
 from fmq.log.record import RecordType
@@ -123,7 +123,7 @@ class Follower:
                 logger.error("stopped following %s: %s", self.primary, exc)
                 self.on_fatal(exc)
                 return
-            except (BadRecord, TornRecord) as exc:
+            except (BadRecord, IncompleteRecord) as exc:
                 self.rejected_chunks += 1
                 logger.warning("a chunk from %s failed its check and was not written (%s); "
                                "asking again on a new connection", self.primary, exc)

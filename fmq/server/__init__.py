@@ -8,17 +8,17 @@
 * :mod:`fmq.server.context`: what handlers and sessions may use of the server;
 * :mod:`fmq.server.batcher`: the send pipeline (placed on the loop, acknowledged by a thread);
 * :mod:`fmq.server.wakeups`: pull long polls woken by writes to their queue;
-* :mod:`fmq.server.admission`, :mod:`fmq.server.reply_account`: a session's request and
+* :mod:`fmq.server.request_admission`, :mod:`fmq.server.reply_account`: a session's request and
   reply bytes in the server's budgets;
-* :mod:`fmq.server.groups`: consumer-group membership and queue assignment;
+* :mod:`fmq.server.consumer_groups`: consumer-group membership and queue assignment;
 * :mod:`fmq.server.config`: server limits and the ``--config`` file loader.
 
 Start one with ``fmq server --data-dir DIR`` or :func:`run_server`.
 """
 
 from fmq.server.config import ServerConfig, load_config
-from fmq.server.groups import GroupCoordinator
+from fmq.server.consumer_groups import ConsumerGroupCoordinator
 from fmq.server.lifecycle import run_server
 from fmq.server.server import Server
 
-__all__ = ["GroupCoordinator", "Server", "ServerConfig", "load_config", "run_server"]
+__all__ = ["ConsumerGroupCoordinator", "Server", "ServerConfig", "load_config", "run_server"]

@@ -20,7 +20,7 @@ from fmq.errors import FMQError
 from fmq.server.batcher import SendBatcher
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
-from fmq.server.groups import GroupCoordinator
+from fmq.server.consumer_groups import ConsumerGroupCoordinator
 from fmq.server.pull_answers import SharedQueues, encoded_cache
 from fmq.server.replica_role import ReplicationRole
 from fmq.server.request_limits import RequestLimits
@@ -70,7 +70,7 @@ class ServerContext:
     ``stop_requested`` exist once the server has started (:meth:`attach`)."""
 
     def __init__(self, broker: Broker, config: ServerConfig, hooks: ServerHooks, *,
-                 groups: GroupCoordinator, limits: RequestLimits,
+                 groups: ConsumerGroupCoordinator, limits: RequestLimits,
                  request_budget: SharedBudget, reply_budget: SharedBudget,
                  largest_reply: int, workers: Executor, readers: Executor,
                  pollers: Executor) -> None:

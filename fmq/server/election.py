@@ -10,7 +10,7 @@ One :class:`Elector` thread per server process, across its role changes
   keep it, the node steps down: it reopens as a follower waiting for the next leader.
 * **Otherwise**: publish this node's (epoch, durable offset); follow the leader key's
   address when there is one; when there is none, take the lease if the group rule allows
-  it (:func:`fmq.coordination.group.may_take_lease`), then reopen as the primary of the
+  it (:func:`fmq.coordination.broker_group.may_take_lease`), then reopen as the primary of the
   lease's epoch (the EPOCH record is written before anything is acknowledged).
 """
 
@@ -21,7 +21,7 @@ import threading
 import time
 
 from fmq.config import BrokerConfig
-from fmq.coordination.group import GroupRegistry, may_take_lease
+from fmq.coordination.broker_group import BrokerGroupRegistry, may_take_lease
 from fmq.coordination.lease import LeaderLease
 from fmq.errors import CoordinatorUnavailable
 from fmq.server.config import ServerConfig
@@ -42,7 +42,7 @@ class Elector:
         self.lease = LeaderLease(config.coordinator, config.group, self.node, address,
                                  ttl_s=ttl, margin_s=ttl / 4,
                                  request_timeout_s=min(2.0, ttl / 4))
-        self.registry = GroupRegistry(self.lease, ttl)
+        self.registry = BrokerGroupRegistry(self.lease, ttl)
         self.min_insync = broker_config.min_insync
         self.tick_s = ttl / 6
         self._role: ReplicationRole | None = None

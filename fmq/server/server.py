@@ -39,8 +39,8 @@ from fmq.server import (
 from fmq.server.authn import Authenticator
 from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
+from fmq.server.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
 from fmq.server.context import ServerContext
-from fmq.server.groups import GroupCoordinator, GroupLimits
 from fmq.server.listener import bind_listener
 from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replica_role import RoleChange, primary_access
@@ -80,9 +80,9 @@ class Server:
                                           thread_name_prefix="fmq-longpoll")
         self.ctx = ServerContext(
             broker, config, self,
-            groups=GroupCoordinator(
+            groups=ConsumerGroupCoordinator(
                 broker.queue_count, config.group_session_timeout_ms,
-                limits=GroupLimits(config.max_topics_per_member, config.max_members_per_group,
+                limits=ConsumerGroupLimits(config.max_topics_per_member, config.max_members_per_group,
                                    config.max_members_per_connection)),
             limits=request_limits(broker, config),
             request_budget=SharedBudget("request", config.request_budget_total,

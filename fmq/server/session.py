@@ -35,11 +35,11 @@ from fmq.protocol import (
     encode_error,
     encode_response,
 )
-from fmq.server.admission import RequestAdmission
 from fmq.server.authz import refusal as access_refusal
 from fmq.server.context import ServerContext
 from fmq.server.handlers import HANDLERS
 from fmq.server.reply_account import ReplyAccount
+from fmq.server.request_admission import RequestAdmission
 
 logger = logging.getLogger("fmq.server")
 

@@ -4,29 +4,8 @@ translation of a failed Spark action back into them."""
 
 from __future__ import annotations
 
-from fmq.errors import CorruptLog, DataDirLocked, FMQError, StorageError
+from fmq.errors import CorruptLog, DataDirLocked, FMQError, StorageError, TornTail
 from fmq.protocol.error_fields import find_error
-
-
-class TornTail(StorageError):
-    """The log ends with a torn record (a write that never completed) and the reader was
-    asked to fail on it. The broker cuts a torn tail on its next open; the Spark reader
-    accepts it with ``.option("tornTail", "allow")`` or ``mode=permissive``."""
-
-    code = StorageError.code
-    fields = {"segment": str, "offset": int, "reason": str}
-    message_format = (
-        "torn tail in segment {segment} at log offset {offset}: {reason}. Nothing valid "
-        "follows it: a write that never completed. Opening the broker cuts it; to read "
-        "the log as it is, use .option(\"tornTail\", \"allow\") or "
-        ".option(\"mode\", \"permissive\")")
-
-    def __init__(self, segment: str, offset: int, reason: str) -> None:
-        super().__init__(self.message_format.format(segment=segment, offset=offset,
-                                                    reason=reason))
-        self.segment = segment
-        self.offset = offset
-        self.reason = reason
 
 
 class SparkJobError(FMQError):

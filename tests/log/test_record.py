@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fmq.errors import BadRecord, FMQError, TornRecord
+from fmq.errors import BadRecord, FMQError, IncompleteRecord
 from fmq.log.crc import crc32c, reference_crc32c
 from fmq.log.record import (
     HEADER_SIZE,
@@ -129,7 +129,7 @@ def test_round_trip_property(topic, key, props, body, offset):
 
 @pytest.mark.parametrize("cut", range(0, len(GOLDEN_MESSAGE)))
 def test_every_truncation_is_torn(cut):
-    with pytest.raises(TornRecord):
+    with pytest.raises(IncompleteRecord):
         decode(GOLDEN_MESSAGE[:cut] if cut >= HEADER_SIZE else GOLDEN_MESSAGE[:cut], 0,
                base_offset=4096)
 
@@ -138,7 +138,7 @@ def test_every_truncation_is_torn(cut):
 def test_every_bit_flip_is_detected(byte):
     data = bytearray(GOLDEN_MESSAGE)
     data[byte] ^= 0x10
-    with pytest.raises((BadRecord, TornRecord)):
+    with pytest.raises((BadRecord, IncompleteRecord)):
         decode(bytes(data), 0, base_offset=4096)
 
 
@@ -152,7 +152,7 @@ def test_length_is_checked_before_anything_is_allocated():
     struct.pack_into("<I", huge, 0, 0xFFFFFFF0)
     with pytest.raises(BadRecord, match="outside"):
         decode(bytes(huge), 0, base_offset=4096, max_record_size=1 << 20)
-    with pytest.raises(TornRecord):  # within the limit but beyond the bytes available
+    with pytest.raises(IncompleteRecord):  # within the limit but beyond the bytes available
         decode(bytes(huge), 0, base_offset=4096)
 
 

@@ -11,7 +11,7 @@ import tempfile
 import pytest
 
 from fmq.client import Producer
-from fmq.coordination.group import GroupRegistry
+from fmq.coordination.broker_group import BrokerGroupRegistry
 from fmq.coordination.lease import LeaderLease
 from fmq.errors import CoordinatorUnavailable, FMQError
 from tests.server.harness import free_port, run_cli
@@ -25,7 +25,7 @@ def test_an_unreachable_etcd_is_logged_with_its_cause():
     url = f"etcd://127.0.0.1:{free_port()}"  # nothing listens there: connection refused
     lease = LeaderLease(url, "g", "n1", "127.0.0.1:9000", ttl_s=5, request_timeout_s=1.0)
     with pytest.raises(CoordinatorUnavailable) as info:
-        GroupRegistry(lease, 5).publish(1, 0)
+        BrokerGroupRegistry(lease, 5).publish(1, 0)
     text = str(info.value)
     assert f"could not grant a report lease at {url}: " in text
     assert ": ." not in text, text

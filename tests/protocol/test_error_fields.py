@@ -11,6 +11,7 @@ from fmq.errors import (
     DataDirLocked,
     FMQError,
     GroupHasMembers,
+    IncompleteRecord,
     LeadershipLost,
     LogFailed,
     NotEnoughReplicas,
@@ -21,7 +22,6 @@ from fmq.errors import (
     ReplicaDiverged,
     SegmentUnavailable,
     StalePrimary,
-    TornRecord,
     all_error_classes,
 )
 from fmq.protocol import decode_error, encode_error, parse_frame
@@ -35,7 +35,7 @@ WITH_FIELDS = [
     SegmentUnavailable("/d/log/00000000000000004096.seg", OSError(24, "Too many open files")),
     CorruptLog("00000000000000000000.seg", 123456, "CRC-32C mismatch"),
     CorruptLog("a at log offset 7: b.seg", 9, "reason: with. Valid records follow it\nx"),
-    TornRecord(77, "length 90 but only 3 bytes follow"),
+    IncompleteRecord(77, "length 90 but only 3 bytes follow"),
     BadRecord(-1, "record claims log offset 5: bad record at log offset 6"),
     GroupHasMembers("orders has 2 live members: x", 3),
     NotPrimary("10.0.0.1:9876"),
@@ -101,4 +101,4 @@ def test_an_error_is_found_inside_a_traceback_with_its_fields():
     assert (found.segment, found.offset, found.reason) == (exc.segment, 9, exc.reason)
     assert find_error(CorruptLog, text[: text.index("--cut-at")]) is None  # cut short: not it
     with pytest.raises(ValueError):  # a message ending with a field has no known end
-        find_error(TornRecord, text)
+        find_error(IncompleteRecord, text)

@@ -14,7 +14,7 @@ import pytest
 from fmq import Broker
 from fmq.client import Client
 from fmq.config import BrokerConfig
-from fmq.coordination.group import GroupRegistry
+from fmq.coordination.broker_group import BrokerGroupRegistry
 from fmq.coordination.lease import LeaderLease
 from fmq.errors import FMQError
 from fmq.message import Message
@@ -212,7 +212,7 @@ def test_no_election_while_too_few_nodes_report(group):
 
 
 def test_replica_forget_removes_a_node_from_the_registry(etcd):
-    registry = GroupRegistry(LeaderLease(etcd.url, "g", "gone", "127.0.0.1:1"), 3)
+    registry = BrokerGroupRegistry(LeaderLease(etcd.url, "g", "gone", "127.0.0.1:1"), 3)
     registry.register()
     assert "gone" in registry.nodes()
     done = run_cli("replica", "forget", "gone", "--coordinator", etcd.url, "--group", "g")

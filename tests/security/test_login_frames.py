@@ -13,7 +13,7 @@ import pytest
 from fmq.client import Client, Producer
 from fmq.errors import AuthenticationRequired
 from fmq.protocol import FrameDecoder, Op, decode_error, encode_request
-from fmq.server.admission import LOGIN_FRAME_LIMIT
+from fmq.server.request_admission import LOGIN_FRAME_LIMIT
 from tests.server.test_connection_close import (
     FRAME_LIMIT,
     SLACK,

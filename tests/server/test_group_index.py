@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fmq.errors import InvalidArgument
-from fmq.server.groups import GroupCoordinator, GroupLimits
+from fmq.server.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
 
 
 def reference_assignment(members: dict[str, frozenset[str]], queues: int
@@ -34,7 +34,7 @@ STEP = st.tuples(st.sampled_from(["join", "leave", "tick", "drop", "beat"]),
 @given(st.integers(1, 5), st.lists(STEP, max_size=50))
 def test_indexes_agree_with_a_plain_recomputation(queues, steps):
     now = [0.0]
-    g = GroupCoordinator(queues, session_timeout_ms=1000, clock=lambda: now[0])
+    g = ConsumerGroupCoordinator(queues, session_timeout_ms=1000, clock=lambda: now[0])
     for action, who, subs, owner in steps:
         group = f"g{who % 2}"
         mid = f"m{who}"
@@ -66,7 +66,7 @@ def test_indexes_agree_with_a_plain_recomputation(queues, steps):
 
 
 def test_a_heartbeat_from_another_connection_moves_the_member_to_it():
-    g = GroupCoordinator(4, session_timeout_ms=1000, clock=lambda: 0.0)
+    g = ConsumerGroupCoordinator(4, session_timeout_ms=1000, clock=lambda: 0.0)
     mid, _, _ = g.join("g", None, ["t"], owner="old")
     g.heartbeat("g", mid, ["t"], owner="new")
     assert g.drop_owner("old") == []
@@ -74,8 +74,8 @@ def test_a_heartbeat_from_another_connection_moves_the_member_to_it():
 
 
 def test_limits_refuse_before_changing_anything():
-    g = GroupCoordinator(4, session_timeout_ms=1000, clock=lambda: 0.0,
-                         limits=GroupLimits(max_topics_per_member=3, max_members_per_group=2,
+    g = ConsumerGroupCoordinator(4, session_timeout_ms=1000, clock=lambda: 0.0,
+                         limits=ConsumerGroupLimits(max_topics_per_member=3, max_members_per_group=2,
                                             max_members_per_connection=2))
     with pytest.raises(InvalidArgument, match="max_topics_per_member"):
         g.join("g", None, ["a", "b", "c", "d"], owner=1)

@@ -8,7 +8,7 @@ import time
 
 import fmq
 from fmq.client import Consumer, Producer
-from fmq.server.groups import GroupCoordinator
+from fmq.server.consumer_groups import ConsumerGroupCoordinator
 from tests.crashkit import reap
 
 from .conftest import FAST
@@ -28,7 +28,7 @@ def wait_for(cond, timeout: float, what: str, tick=None) -> None:
 
 def test_coordinator_assigns_each_queue_to_one_member():
     now = [0.0]
-    g = GroupCoordinator(queues_per_topic=4, session_timeout_ms=1000, clock=lambda: now[0])
+    g = ConsumerGroupCoordinator(queues_per_topic=4, session_timeout_ms=1000, clock=lambda: now[0])
     a, _, qa = g.join("g", None, ["t", "u"], owner="conn-a")
     assert sorted(qa) == [("t", q) for q in range(4)] + [("u", q) for q in range(4)]
     b, gen, _ = g.join("g", None, ["t"], owner="conn-b")
@@ -119,7 +119,7 @@ def test_coordinator_invariants_hold_for_random_membership_changes():
     @given(st.integers(1, 6), st.lists(step, max_size=40))
     def check(queues, steps):
         now = [0.0]
-        g = GroupCoordinator(queues, session_timeout_ms=1000, clock=lambda: now[0])
+        g = ConsumerGroupCoordinator(queues, session_timeout_ms=1000, clock=lambda: now[0])
         for action, who, subs in steps:
             mid = f"m{who}"
             if action == "join":

@@ -58,7 +58,7 @@ def may_take_lease(me: str, nodes: dict[str, str], reports: dict[str, NodeReport
     return True, f"{len(seen)} nodes report and this one holds the most"
 
 
-class GroupRegistry:
+class BrokerGroupRegistry:
     """The registry and the reports of ``lease``'s group, through its etcd client."""
 
     def __init__(self, lease: LeaderLease, report_ttl_s: int) -> None:

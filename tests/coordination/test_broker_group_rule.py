@@ -1,9 +1,9 @@
-"""The rule that lets a node take a free leader lease (fmq.coordination.group.may_take_lease):
+"""The rule that lets a node take a free leader lease (fmq.coordination.broker_group.may_take_lease):
 enough reports that one of them holds every acknowledged write, and no one holding more."""
 
 from __future__ import annotations
 
-from fmq.coordination.group import NodeReport, may_take_lease
+from fmq.coordination.broker_group import NodeReport, may_take_lease
 
 NODES = {"a": "h:1", "b": "h:2", "c": "h:3"}
 

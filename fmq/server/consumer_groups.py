@@ -36,7 +36,7 @@ MemberKey = tuple[str, str]  # (group, member id)
 
 
 @dataclass
-class Member:
+class GroupMember:
     member_id: str
     topics: frozenset[str]
     owner: object  # the connection that joined it (dropped with it)
@@ -49,10 +49,10 @@ class Member:
 
 
 @dataclass
-class Group:
+class ConsumerGroup:
     name: str
     generation: int = 0
-    members: dict[str, Member] = field(default_factory=dict)
+    members: dict[str, GroupMember] = field(default_factory=dict)
     #: Sorted member ids subscribed to each topic.
     subscribers: dict[str, list[str]] = field(default_factory=dict)
     #: The member owning each queue of a topic (index = queue id).
@@ -64,7 +64,7 @@ class Group:
 
 
 @dataclass(frozen=True)
-class GroupLimits:
+class ConsumerGroupLimits:
     """What one client may make the coordinator hold (see ServerConfig)."""
 
     max_topics_per_member: int = 1000
@@ -72,20 +72,20 @@ class GroupLimits:
     max_members_per_connection: int = 32
 
 
-class GroupCoordinator:
+class ConsumerGroupCoordinator:
     def __init__(self, queues_per_topic: int | Callable[[str], int], session_timeout_ms: int,
                  clock: Callable[[], float] = time.monotonic,
-                 limits: GroupLimits | None = None) -> None:
+                 limits: ConsumerGroupLimits | None = None) -> None:
         """``queues_per_topic``: one count for every topic, or the broker's per-topic count
         (``Broker.queue_count``): a topic may have more queues than the setting."""
         self.queue_count = (queues_per_topic if callable(queues_per_topic)
                             else lambda _topic, n=queues_per_topic: n)
         self.session_timeout = session_timeout_ms / 1000.0
         self.clock = clock
-        self.limits = limits or GroupLimits()
-        self.groups: dict[str, Group] = {}
+        self.limits = limits or ConsumerGroupLimits()
+        self.groups: dict[str, ConsumerGroup] = {}
         #: Every member, least recently seen first: expiry looks only at the front.
-        self._by_last_seen: OrderedDict[MemberKey, Member] = OrderedDict()
+        self._by_last_seen: OrderedDict[MemberKey, GroupMember] = OrderedDict()
         self._by_owner: dict[object, set[MemberKey]] = {}
 
     def _topics(self, topics: list[str]) -> frozenset[str]:
@@ -112,8 +112,8 @@ class GroupCoordinator:
         if m is None:
             self._check_room(g, owner)
             if g is None:
-                g = self.groups[group] = Group(group)
-            m = g.members[member_id] = Member(member_id, subs, owner, now)
+                g = self.groups[group] = ConsumerGroup(group)
+            m = g.members[member_id] = GroupMember(member_id, subs, owner, now)
             self._by_last_seen[(group, member_id)] = m
             self._by_owner.setdefault(owner, set()).add((group, member_id))
             self._subscribe(g, m, subs)
@@ -164,7 +164,7 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _check_room(self, g: Group | None, owner: object) -> None:
+    def _check_room(self, g: ConsumerGroup | None, owner: object) -> None:
         lim = self.limits
         if g is not None and len(g.members) >= lim.max_members_per_group:
             raise InvalidArgument(
@@ -178,11 +178,11 @@ class GroupCoordinator:
                 f"limit (max_members_per_connection) is {lim.max_members_per_connection}; "
                 f"leave groups you no longer read or use another connection")
 
-    def _seen(self, group: str, m: Member, now: float) -> None:
+    def _seen(self, group: str, m: GroupMember, now: float) -> None:
         m.last_seen = now
         self._by_last_seen.move_to_end((group, m.member_id))
 
-    def _set_owner(self, group: str, m: Member, owner: object) -> None:
+    def _set_owner(self, group: str, m: GroupMember, owner: object) -> None:
         key = (group, m.member_id)
         self._forget_owner(key, m.owner)
         m.owner = owner
@@ -196,7 +196,7 @@ class GroupCoordinator:
                 del self._by_owner[owner]
 
     def _drop(self, keys: Iterable[MemberKey]) -> None:
-        by_group: dict[str, list[Member]] = {}
+        by_group: dict[str, list[GroupMember]] = {}
         for group, mid in keys:
             g = self.groups.get(group)
             if g is not None and mid in g.members:
@@ -204,7 +204,7 @@ class GroupCoordinator:
         for group, members in by_group.items():
             self._remove(self.groups[group], members)
 
-    def _remove(self, g: Group, members: list[Member]) -> None:
+    def _remove(self, g: ConsumerGroup, members: list[GroupMember]) -> None:
         """Take ``members`` out of ``g`` and rebalance once for all of them."""
         changed: set[str] = set()
         for m in members:
@@ -220,12 +220,12 @@ class GroupCoordinator:
             del self.groups[g.name]
 
     @staticmethod
-    def _subscribe(g: Group, m: Member, topics: Iterable[str]) -> None:
+    def _subscribe(g: ConsumerGroup, m: GroupMember, topics: Iterable[str]) -> None:
         for t in topics:
             bisect.insort(g.subscribers.setdefault(t, []), m.member_id)
 
     @staticmethod
-    def _unsubscribe(g: Group, m: Member, topics: Iterable[str]) -> None:
+    def _unsubscribe(g: ConsumerGroup, m: GroupMember, topics: Iterable[str]) -> None:
         for t in topics:
             subs = g.subscribers[t]
             subs.pop(bisect.bisect_left(subs, m.member_id))
@@ -233,7 +233,7 @@ class GroupCoordinator:
                 del g.subscribers[t]
             m.owned.pop(t, None)
 
-    def _rebalance(self, g: Group, topics: Iterable[str]) -> None:
+    def _rebalance(self, g: ConsumerGroup, topics: Iterable[str]) -> None:
         """Recompute the owners of ``topics`` (the only ones whose subscribers changed):
         subscribers of a topic sorted by id, queue ``q`` to subscriber ``q mod n``. Only
         the previous owners (at most one per queue) are touched, not every subscriber."""
