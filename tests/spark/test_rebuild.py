@@ -333,7 +333,7 @@ def test_relocation_cut_short_keeps_the_original_and_the_checkpoint_before_it(sp
         b.prepare([fmq.Message("pay", body) for body in bodies], "shop", tx_id="reloc")
         b.send(fmq.Message("plain", b"after"))
         with b.tx.lock:
-            tx = b.tx.open["reloc"]
+            tx = b.tx.open["shop", "reloc"]
         assert b.tx_writer.relocate(tx)
     recs = D.records(data)
     prepares = [r for r in recs if r.type.name == "PREPARE" and r.tx_id == "reloc"]
