@@ -265,8 +265,7 @@ class Broker:
                          producer_group: str | None = None) -> TxState:
         """A producer's answer to a feedback offer of ``producer_group``'s transaction
         ``tx_id``: commit, rollback or unknown (without a group, as :meth:`commit`)."""
-        return self._feedback.answer_uncertain(producer_group or self.tx.group_of(tx_id),
-                                               tx_id, state, owner)
+        return self._feedback.answer_uncertain(producer_group or None, tx_id, state, owner)
 
     def release_feedback_leases(self, owner: object) -> int:
         """Return every feedback lease ``owner`` holds (its connection closed): those

@@ -58,19 +58,22 @@ class Feedback:
                                    t.checks, msgs))
         return out
 
-    def answer_uncertain(self, producer_group: str, tx_id: str, state: TxState,
+    def answer_uncertain(self, producer_group: str | None, tx_id: str, state: TxState,
                          owner: object = None) -> TxState:
         """A producer's answer to an offer of ``producer_group``'s transaction ``tx_id``:
         commit, rollback or unknown. Commit and rollback are accepted from anyone allowed
         the group (they are idempotent and the producer group decides); unknown returns the
-        lease only when ``owner`` holds it."""
-        check_label(producer_group, "producer_group", allow_none=False)
+        lease only when ``owner`` holds it. No group: the one that used the id (a trusted
+        caller's shortcut, :meth:`fmq.tx.manager.TxManager.group_of`)."""
         check_label(tx_id, "tx_id", allow_none=False)
         try:
             state = TxState(state)
         except ValueError:
             raise InvalidArgument(f"a feedback answer is commit, rollback or unknown, not "
                                   f"{state!r}") from None
+        if producer_group is None:
+            producer_group = self.tx.group_of(tx_id)
+        check_label(producer_group, "producer_group", allow_none=False)
         if state == TxState.COMMIT:
             return self.commit(producer_group, tx_id)
         if state == TxState.ROLLBACK:
