@@ -268,6 +268,9 @@ def test_errors_do_not_reveal_another_groups_transactions(server):
                                                   "tx_id": "never-used"}), "never-used")
                  for op in (Op.COMMIT, Op.ROLLBACK)}
         assert {kind for kind, _ in never.values()} == {UnknownTransaction}
+        # Asking about an unused id records nothing: it can still be prepared.
+        assert mallory.call(Op.PREPARE, {"producer_group": "mallory-pg", "tx_id": "never-used",
+                                         "messages": [message(b"n")]}) == {"tx_id": "never-used"}
         for tx_id in ("v-open", "v-done", "v-undone"):
             for op in (Op.COMMIT, Op.ROLLBACK):
                 got = error_of(mallory, op, {"producer_group": "mallory-pg", "tx_id": tx_id})
