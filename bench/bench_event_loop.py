@@ -164,7 +164,7 @@ def bench_pulls(srv: ServerProcess, args) -> None:
                 tx = c.call(Op.PREPARE, {"producer_group": "pg", "tx_id": None, "messages": [
                     {"topic": "busy", "body": b"x", "key": None, "tags": None,
                      "properties": {}, "queue_id": -1}]})["tx_id"]
-                c.call(Op.COMMIT, {"tx_id": tx})
+                c.call(Op.COMMIT, {"producer_group": "pg", "tx_id": tx})
                 commits[0] += 1
                 c.call(Op.COMMIT_OFFSET, {"group": "cg", "topic": "busy", "queue_id": 0,
                                           "next_offset": commits[0]})

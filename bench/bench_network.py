@@ -143,7 +143,7 @@ def _raw_worker(address: str, conns: int, seconds: float, mode: str, start_at: f
             if mode == "tx":
                 tx = (await call(Op.PREPARE, {"producer_group": "bench", "tx_id": None,
                                               "messages": [msg]}))["tx_id"]
-                await call(Op.COMMIT, {"tx_id": tx})
+                await call(Op.COMMIT, {"producer_group": "bench", "tx_id": tx})
             else:
                 await call(Op.SEND, {"message": msg})
             lat.append(time.perf_counter() - t0)

@@ -86,21 +86,26 @@ def tx_list(data_dir: str | None, server: str | None, as_json: bool) -> None:
 @click.option("--data-dir", "data_dir", default=None,
               type=click.Path(exists=True, file_okay=False),
               help="The stopped broker's directory (the same as DATA_DIR).")
+@click.option("--group", "producer_group", default=None,
+              help="The transaction's producer group (`fmq tx list` shows it): required "
+                   "with --server; offline, the one group that used TXID by default.")
 @server_option
 @json_option
 @fmq_errors
-def tx_resolve(args: tuple[str, ...], data_dir: str | None, server: str | None,
-               as_json: bool) -> None:
+def tx_resolve(args: tuple[str, ...], data_dir: str | None, producer_group: str | None,
+               server: str | None, as_json: bool) -> None:
     """Commit or roll back one open transaction, as an operator who knows what the producer
-    decided: on a running server (--server HOST:PORT TXID DECISION) or offline on a stopped
-    broker's directory (DATA_DIR TXID DECISION)."""
+    decided: on a running server (--server HOST:PORT --group GROUP TXID DECISION) or
+    offline on a stopped broker's directory (DATA_DIR TXID DECISION). A transaction is
+    its producer group and id: the same id in two groups is two transactions."""
     if len(args) == 3:
         if data_dir is not None and data_dir != args[0]:
             raise click.UsageError(f"two data directories given ({args[0]} and --data-dir "
                                    f"{data_dir}); give one")
         data_dir = args[0]
     elif len(args) != 2:
-        raise click.UsageError("usage: fmq tx resolve --server HOST:PORT TXID commit|rollback"
+        raise click.UsageError("usage: fmq tx resolve --server HOST:PORT --group GROUP TXID "
+                               "commit|rollback"
                                " | fmq tx resolve DATA_DIR TXID commit|rollback")
     server = _choose_server(data_dir, server)
     tx_id, decision = args[-2], args[-1]
@@ -110,13 +115,17 @@ def tx_resolve(args: tuple[str, ...], data_dir: str | None, server: str | None,
         from fmq.client import Client
         from fmq.protocol import Op
 
+        if not producer_group:
+            raise click.UsageError("--group is required with --server: name the "
+                                   "transaction's producer group (`fmq tx list` shows it)")
         with Client(server, retries=1, node="primary", **client_kwargs()) as client:
-            state = client.call(Op.RESOLVE_TX, {"tx_id": tx_id, "decision": decision})["state"]
+            state = client.call(Op.RESOLVE_TX, {"producer_group": producer_group,
+                                                "tx_id": tx_id, "decision": decision})["state"]
     else:
         from fmq.admin.transactions import resolve_transaction
 
         require_data_dir(data_dir)
-        state = resolve_transaction(data_dir, tx_id, decision).value
+        state = resolve_transaction(data_dir, tx_id, decision, producer_group).value
     emit({"tx_id": tx_id, "state": state}, as_json, f"{tx_id}: {state}")
 
 

@@ -33,9 +33,12 @@ def open_transactions_in_log(data_dir: str,
     return txm.list_open(time.time_ns() // 1_000_000)
 
 
-def resolve_transaction(data_dir: str, tx_id: str, decision: str) -> TxState:
+def resolve_transaction(data_dir: str, tx_id: str, decision: str,
+                        producer_group: str | None = None) -> TxState:
     """Open the stopped broker at ``data_dir`` (recovery runs, the lock is taken), commit
-    (``decision`` "commit") or roll back the transaction, close it again."""
+    (``decision`` "commit") or roll back ``producer_group``'s transaction ``tx_id`` (no
+    group: the one group that used the id), close it again."""
     require_data_dir(data_dir)  # Broker.open would create a data dir anywhere
     with Broker.open(data_dir) as broker:
-        return broker.commit(tx_id) if decision == "commit" else broker.rollback(tx_id)
+        end = broker.commit if decision == "commit" else broker.rollback
+        return end(tx_id, producer_group)

@@ -267,10 +267,14 @@ class TransactionProducer(Producer):
                 attempt += 1
 
     def commit(self, tx_id: str) -> TxState:
-        return TxState(self.call(Op.COMMIT, {"tx_id": tx_id})["state"])
+        """Commit this producer group's transaction ``tx_id``."""
+        return TxState(self.call(Op.COMMIT, {"producer_group": self.producer_group,
+                                             "tx_id": tx_id})["state"])
 
     def rollback(self, tx_id: str) -> TxState:
-        return TxState(self.call(Op.ROLLBACK, {"tx_id": tx_id})["state"])
+        """Roll back this producer group's transaction ``tx_id``."""
+        return TxState(self.call(Op.ROLLBACK, {"producer_group": self.producer_group,
+                                               "tx_id": tx_id})["state"])
 
     def send_in_transaction(self, messages: Message | Sequence[Message],
                             local_transaction: LocalTransaction, arg: Any = None,
@@ -357,7 +361,8 @@ class TransactionProducer(Producer):
         if state not in (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN):
             state = TxState.UNKNOWN
         try:
-            final = self.call(Op.ANSWER_UNCERTAIN, {"tx_id": uncertain.tx_id,
+            final = self.call(Op.ANSWER_UNCERTAIN, {"producer_group": uncertain.producer_group,
+                                                    "tx_id": uncertain.tx_id,
                                                     "state": state.value})["state"]
             self.checks_answered += 1
             logger.info("feedback: %s answered %s -> %s", uncertain.tx_id, state.value, final)

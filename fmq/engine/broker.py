@@ -95,7 +95,8 @@ class Broker:
                                          cfg.index_map_size)
         self.tx = TxManager(cfg.max_open_transactions, cfg.tx_finished_memory,
                             cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms,
-                            lookup_finished=self._indexed_tx_end)
+                            lookup_finished=self._indexed_tx_end,
+                            lookup_groups=self.index.tx_ends.groups)
         dedup = DedupWindow.for_config(cfg)
         report, queue_next = recover(self.path, self.log, self.index, self.tx,
                                      max_record_size=self.max_record_size,
@@ -118,9 +119,9 @@ class Broker:
         self.idempotence = Idempotence(self.log, self._queues, dedup, self._check_open,
                                        self._admit)
         self.tx_writer = TxWriter(self.log, self.tx, cfg, self._queues, self.max_record_size,
-                                  self._admit, self._check_open, self.index.tx_end)
-        self._feedback = Feedback(self.tx, cfg, self.tx_writer.read_record, self.commit,
-                                  self.rollback)
+                                  self._admit, self._check_open, self.index.tx_ends.get)
+        self._feedback = Feedback(self.tx, cfg, self.tx_writer.read_record,
+                                  self.tx_writer.commit, self.tx_writer.rollback)
         self.visibility = Visibility()
         self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,
                               self._check_open, self.visibility)
@@ -157,11 +158,9 @@ class Broker:
             len(report.rolled_forward), report.torn_tail,
         )
 
-    def _indexed_tx_end(self, tx_id: str) -> TxState | None:
-        end = self.index.tx_end(tx_id)
-        if end is None:
-            return None
-        return TxState.COMMIT if end[0] else TxState.ROLLBACK
+    def _indexed_tx_end(self, producer_group: str, tx_id: str) -> TxState | None:
+        end = self.index.tx_ends.get(producer_group, tx_id)
+        return None if end is None else TxState.COMMIT if end[0] else TxState.ROLLBACK
 
     def close(self) -> None:
         """Flush, index everything flushed, checkpoint, release the directory."""
@@ -239,16 +238,18 @@ class Broker:
         self._check_open()
         return self.tx_writer.prepare(messages, producer_group, tx_id)
 
-    def commit(self, tx_id: str) -> TxState:
-        """Make every message of the transaction consumable (REF/TX records, then COMMIT).
-        Idempotent: committing a committed transaction answers COMMIT."""
+    def commit(self, tx_id: str, producer_group: str | None = None) -> TxState:
+        """Make every message of ``producer_group``'s transaction ``tx_id`` consumable
+        (REF/TX records, then COMMIT); idempotent. No group: the one that used the id (a
+        trusted caller's shortcut; the server always names the group)."""
         self._check_open()
-        return self.tx_writer.commit(tx_id)
+        return self.tx_writer.commit(producer_group or self.tx.group_of(tx_id), tx_id)
 
-    def rollback(self, tx_id: str) -> TxState:
-        """Discard the transaction (ROLLBACK record). Idempotent; a conflict after commit."""
+    def rollback(self, tx_id: str, producer_group: str | None = None) -> TxState:
+        """Discard ``producer_group``'s transaction ``tx_id`` (ROLLBACK record). Idempotent;
+        a conflict after commit. No group: as :meth:`commit`."""
         self._check_open()
-        return self.tx_writer.rollback(tx_id)
+        return self.tx_writer.rollback(producer_group or self.tx.group_of(tx_id), tx_id)
 
     def queue_count(self, topic: str) -> int:
         """How many queues ``topic`` has: ``queues_per_topic``, or more when the stored data
@@ -265,9 +266,11 @@ class Broker:
         self._check_open()
         return self._feedback.poll_uncertain(producer_group, max_items, lease_ms, wait_ms, owner)
 
-    def answer_uncertain(self, tx_id: str, state: TxState, owner: object = None) -> TxState:
-        """A producer's answer to a feedback offer: commit, rollback or unknown."""
-        return self._feedback.answer_uncertain(tx_id, state, owner)
+    def answer_uncertain(self, tx_id: str, state: TxState, owner: object = None,
+                         producer_group: str | None = None) -> TxState:
+        """A producer's answer to a feedback offer of ``producer_group``'s transaction
+        ``tx_id``: commit, rollback or unknown (without a group, as :meth:`commit`)."""
+        return self._feedback.answer_uncertain(producer_group or None, tx_id, state, owner)
 
     def release_feedback_leases(self, owner: object) -> int:
         """Return every feedback lease ``owner`` holds (its connection closed): those

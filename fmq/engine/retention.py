@@ -125,7 +125,7 @@ class Retention:
         timer = self.index.timers.summary()["oldest_offset"]
         return min(x for x in (floor, oldest, timer) if x is not None)
 
-    def _relocate_pinning(self, seg: Segment, done: set[str]) -> bool:
+    def _relocate_pinning(self, seg: Segment, done: set[tuple[str, str]]) -> bool:
         """Relocate the open transactions whose PREPARE lies before ``seg.end``. False when
         one of them cannot move (committing, being ended, or already moved in this run:
         a transaction larger than the retention limit moves at most once per run)."""
@@ -134,9 +134,9 @@ class Retention:
         if not pinning:
             return True  # the floor is the index's progress, not a transaction
         for tx in sorted(pinning, key=lambda t: t.prepare_offset):
-            if tx.tx_id in done or not self.writer.relocate(tx):
+            if tx.key in done or not self.writer.relocate(tx):
                 return False
-            done.add(tx.tx_id)
+            done.add(tx.key)
         return True
 
     def roll_back_timed_out(self) -> None:
@@ -148,7 +148,7 @@ class Retention:
                    and now - t.registered_at > limit]
         for tx in due:
             try:
-                self.rollback(tx.tx_id)
+                self.rollback(tx.tx_id, tx.producer_group)
             except FMQError as exc:  # committed meanwhile (conflict), closed broker, ...
                 logger.info("tx_timeout_ms: transaction %r not rolled back: %s", tx.tx_id, exc)
                 continue

@@ -79,6 +79,7 @@ _new_tuple = tuple.__new__
 
 class TxEnd(NamedTuple):
     tx_id: str
+    producer_group: str  # with tx_id, what names the transaction
     committed: bool
     offset: int  # log offset of the COMMIT / ROLLBACK record
 
@@ -87,9 +88,11 @@ def tx_end(record: Record) -> TxEnd | None:
     """The transaction-end entry of a COMMIT or ROLLBACK record, else None."""
     rtype = record.type
     if rtype == _COMMIT:
-        return _new_tuple(TxEnd, (record.tx_id, True, record.log_offset))
+        return _new_tuple(TxEnd, (record.tx_id, record.producer_group, True,
+                                  record.log_offset))
     if rtype == _ROLLBACK:
-        return _new_tuple(TxEnd, (record.tx_id, False, record.log_offset))
+        return _new_tuple(TxEnd, (record.tx_id, record.producer_group, False,
+                                  record.log_offset))
     return None
 
 

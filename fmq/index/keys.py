@@ -136,10 +136,16 @@ def entry_items(e: QueueEntry) -> list[tuple[int, bytes, bytes]]:
     return items
 
 
+def tx_end_key(tx_id: str, producer_group: str) -> bytes:
+    """A ``txends`` key: the id first, so the groups that ended an id are one range."""
+    return tx_id.encode() + b"\x00" + producer_group.encode()
+
+
 def end_items(t: TxEnd, latest: bool = True) -> Iterator[tuple[int, bytes, bytes]]:
     """The items of a transaction end. Every end is in ``txoff``; ``txends`` holds one value
-    per id, the ``latest`` end in log order (the online index overwrites as it goes)."""
-    tid = t.tx_id.encode()
+    per (id, group), the ``latest`` end in log order (the online index overwrites as it
+    goes)."""
+    tid = tx_end_key(t.tx_id, t.producer_group)
     if latest:
         yield DB_TXENDS, tid, TX_END_VALUE.pack(1 if t.committed else 0, t.offset)
     yield DB_TXOFF, U64BE.pack(t.offset), tid

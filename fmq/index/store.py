@@ -11,8 +11,8 @@ database       key                                           value
 ``keys``       topic NUL, key NUL, source offset u64          queue id, queue offset
 ``keyoff``     source offset u64                              the ``keys`` key (for retention)
 ``time``       topic NUL, queue id, store time, queue offset  (empty)
-``txends``     transaction id                                1 commit / 0 rollback, offset
-``txoff``      COMMIT/ROLLBACK offset u64                    transaction id (for retention)
+``txends``     transaction id NUL producer group             1 commit / 0 rollback, offset
+``txoff``      COMMIT/ROLLBACK offset u64                    the ``txends`` key (for retention)
 ``consumers``  group NUL, topic NUL, queue id                 next offset to consume, offset of
                                                              its OFFSET record
 ``timers``     due time u64, TIMER offset u64                size of the TIMER record
@@ -59,8 +59,11 @@ from fmq.index.lmdb_env import (
     ResizeGate,
 )
 from fmq.index.timer_table import TimerReads, apply_timers
+from fmq.index.tx_ends import TxEndReads
 
-INDEX_FORMAT = b"fmq-index-1"
+INDEX_FORMAT = b"fmq-index-2"
+#: Keyed ``txends`` by transaction id alone: opened, it is rebuilt from the log.
+_REBUILT_FORMATS = (b"fmq-index-1",)
 
 class IndexStore:
     def __init__(self, path: str, map_size: int = 1 << 30) -> None:
@@ -79,12 +82,16 @@ class IndexStore:
                 raise IndexCorrupt(f"index file at {path} has {have} bytes, its meta page "
                                    f"needs {needed}; it will be rebuilt from the log")
             self.db = Databases.open(self.env)
+            #: An older format this version rebuilds from the log (:func:`open_index`).
+            self.outdated = False
             with self.env.begin() as txn:
                 fmt = txn.get(FORMAT, db=self.db.meta)
             if fmt is None:  # a new index: its consumer offsets come from the log
                 with self.env.begin(write=True) as txn:
                     txn.put(FORMAT, INDEX_FORMAT, db=self.db.meta)
                     txn.put(OFFSETS_IN_LOG, b"1", db=self.db.meta)
+            elif fmt in _REBUILT_FORMATS:
+                self.outdated = True
             elif fmt != INDEX_FORMAT:
                 raise IndexCorrupt(f"index at {path} has format {fmt!r}, expected {INDEX_FORMAT!r}")
         except lmdb.Error as exc:
@@ -95,6 +102,8 @@ class IndexStore:
         self._write_lock = threading.Lock()
         #: Reads of the pending timers (``timers``, ``timeroff``, ``timertopics``).
         self.timers = TimerReads(self.env, self.db, self._gate)
+        #: Reads of the transaction ends (``txends``).
+        self.tx_ends = TxEndReads(self.env, self.db, self._gate)
 
     # ------------------------------------------------------------------ writing
 
@@ -264,15 +273,6 @@ class IndexStore:
                 return K.split_time_key(cur.key())[1]
         return None
 
-    def tx_end(self, tx_id: str) -> tuple[bool, int] | None:
-        """(committed?, log offset of the end record) of a finished transaction."""
-        with self._gate, self.env.begin() as txn:
-            v = txn.get(tx_id.encode(), db=self.db.txends)
-        if v is None:
-            return None
-        committed, offset = K.TX_END_VALUE.unpack(v)
-        return bool(committed), offset
-
     # ------------------------------------------------------------------ consumer offsets
 
     def put_consumer_offsets(self, offsets: dict[tuple[str, str, int], tuple[int, int]],
@@ -337,8 +337,10 @@ class IndexStore:
 
     def clear_derived(self) -> None:
         """Empty every database derived from the log (consumer offsets too, unless they are
-        not in the log yet: an index from before they were)."""
+        not in the log yet: an index from before they were); the index then has this
+        version's format."""
         def fn(txn):
+            txn.put(FORMAT, INDEX_FORMAT, db=self.db.meta)
             in_log = txn.get(OFFSETS_IN_LOG, db=self.db.meta) is not None
             for name, db in self.db.derived().items():
                 if in_log or name != "consumers":
@@ -375,6 +377,9 @@ def open_index(path: str, map_size: int) -> tuple[IndexStore, bool]:
         logger.warning("index unusable (%s): rebuilding it from the log", exc)
         destroy(path)
         index = IndexStore(path, map_size)
+        rebuilt = True
+    if index.outdated:
+        logger.warning("index of an older format: rebuilding it from the log")
         rebuilt = True
     if rebuilt:
         index.clear_derived()

@@ -60,6 +60,7 @@ class SendPlan(Plan):
 class TxPlan(Plan):
     def __init__(self, topic: str, size: int, producer_group: str) -> None:
         self._template = prepare_template(topic, size, producer_group)
+        self._group = producer_group
         self._size = size
 
     def start(self, request_id: int) -> bytes:
@@ -68,7 +69,8 @@ class TxPlan(Plan):
     def answer(self, frame: Frame, request_id: int) -> tuple[bytes | None, int, int]:
         if frame.opcode == Op.PREPARE:
             tx_id = decode_response(frame)["tx_id"]
-            return encode_request(Op.COMMIT, request_id, {"tx_id": tx_id}), 0, 0
+            return encode_request(Op.COMMIT, request_id, {"producer_group": self._group,
+                                                          "tx_id": tx_id}), 0, 0
         return None, 1, self._size
 
 

@@ -42,8 +42,9 @@ What each type carries (other fields zero-length / -1):
   ``ref_offset`` is -1, or, for a *relocated* prepare (retention rewrote an old open
   transaction at the log head), the offset of the PREPARE it replaces once complete.
 * ``PRE_MESSAGE`` (3): tx id, group, topic, queue id, key, tags, properties, body. No queue offset.
-* ``REF_MESSAGE`` (4): tx id, topic, queue id, queue offset, key, tags; ``ref_offset`` /
-  ``ref_size`` address its PRE_MESSAGE, whose body the consumer reads. No body.
+* ``REF_MESSAGE`` (4): tx id, producer group (empty in older logs), topic, queue id, queue
+  offset, key, tags; ``ref_offset`` / ``ref_size`` address its PRE_MESSAGE, whose body the
+  consumer reads. No body.
 * ``TX_MESSAGE`` (5): as REF_MESSAGE but with a copy of the PRE_MESSAGE's properties and body.
 * ``COMMIT`` (6) / ``ROLLBACK`` (7): tx id, group; ``ref_offset`` = the PREPARE's offset.
 * ``OFFSET`` (8): a consumer group's committed offset: group (in the producer-group

@@ -229,9 +229,9 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     # Pass 6: prove every open prepare complete. One whose PRE_MESSAGEs a crash cut short
     # (fewer than its PREPARE announced) can never be committed: roll_forward rolls it back.
     # A relocated copy a crash cut short is dropped: its original is whole and stays.
-    for tx_id, copy in txm.relocating.items():
+    for copy in txm.relocating.values():
         log.warning("transaction %r: its relocation at %d was cut short (%d of %d messages); "
-                    "it keeps its earlier copy", tx_id, copy.prepare_offset,
+                    "it keeps its earlier copy", copy.tx_id, copy.prepare_offset,
                     len(copy.messages), copy.expected_messages)
     txm.relocating.clear()
     for tx in txm.open.values():

@@ -49,10 +49,11 @@ def _prepare(ctx: ServerContext, req: dict) -> list[Need]:
 
 
 def _transaction(ctx: ServerContext, req: dict) -> list[Need]:
-    """The producer group of the open transaction ``tx_id``. One no longer open has nothing
-    left to change: the handler answers its final state or UnknownTransaction."""
-    tx = ctx.broker.tx.open.get(req["tx_id"])
-    return [] if tx is None else [(Operation.TRANSACTION, PGROUP, tx.producer_group)]
+    """The producer group the request names. A transaction is its (group, id), so the
+    operation can only ever touch a transaction of that group, whenever it runs and
+    whatever other groups do with the id: a check that cannot go stale between admission
+    and the operation (one made on the transaction open at admission could)."""
+    return [(Operation.TRANSACTION, PGROUP, req["producer_group"])]
 
 
 def _groups(ctx: ServerContext, req: dict) -> list[Need]:

@@ -114,7 +114,7 @@ def _prepare_answer(tx_id: str) -> dict:
 
 @handles(Op.COMMIT)
 def _commit(ctx: ServerContext, session: RequestSession, req: dict) -> Awaitable[dict]:
-    return tx_ops.commit(ctx, req["tx_id"], _state_answer)
+    return tx_ops.commit(ctx, req["producer_group"], req["tx_id"], _state_answer)
 
 
 def _state_answer(state: TxState) -> dict:
@@ -123,7 +123,7 @@ def _state_answer(state: TxState) -> dict:
 
 @handles(Op.ROLLBACK)
 async def _rollback(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    state = await ctx.write(ctx.broker.rollback, req["tx_id"])
+    state = await ctx.write(ctx.broker.rollback, req["tx_id"], req["producer_group"])
     return {"state": state.value}
 
 
@@ -165,10 +165,12 @@ async def _poll_uncertain(ctx: ServerContext, session: RequestSession, req: dict
 @handles(Op.ANSWER_UNCERTAIN)
 async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     state = _tx_state(req["state"], (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN))
+    group = req["producer_group"]
     if state == TxState.COMMIT:
-        final = await tx_ops.commit(ctx, req["tx_id"])
+        final = await tx_ops.commit(ctx, group, req["tx_id"])
     else:
-        final = await ctx.write(ctx.broker.answer_uncertain, req["tx_id"], state, session)
+        final = await ctx.write(ctx.broker.answer_uncertain, req["tx_id"], state, session,
+                                group)
     return {"state": final.value}
 
 
@@ -379,10 +381,11 @@ async def _list_tx(ctx: ServerContext, session: RequestSession, req: dict) -> di
 @handles(Op.RESOLVE_TX)
 async def _resolve_tx(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     decision = _tx_state(req["decision"], (TxState.COMMIT, TxState.ROLLBACK))
+    group = req["producer_group"]
     if decision == TxState.COMMIT:
-        state = await tx_ops.commit(ctx, req["tx_id"])
+        state = await tx_ops.commit(ctx, group, req["tx_id"])
     else:
-        state = await ctx.write(ctx.broker.rollback, req["tx_id"])
-    logger.info("operator at %s resolved transaction %r: %s", session.peer, req["tx_id"],
-                state.value)
+        state = await ctx.write(ctx.broker.rollback, req["tx_id"], group)
+    logger.info("operator at %s resolved transaction %r of group %r: %s", session.peer,
+                req["tx_id"], group, state.value)
     return {"state": state.value}

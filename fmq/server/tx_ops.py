@@ -59,19 +59,20 @@ def prepare(ctx: ServerContext, messages: Sequence[Message], producer_group: str
     return ctx.batcher.submit_write(place, finish)
 
 
-def commit(ctx: ServerContext, tx_id: str, answer: Callable[[TxState], Any] = _same
-           ) -> Awaitable[Any]:
-    """COMMIT: ``answer(final state)`` once the commit is durable; wakes the pulls of the
-    queues the transaction's messages went to."""
+def commit(ctx: ServerContext, producer_group: str, tx_id: str,
+           answer: Callable[[TxState], Any] = _same) -> Awaitable[Any]:
+    """COMMIT of ``producer_group``'s transaction ``tx_id``: ``answer(final state)`` once
+    the commit is durable; wakes the pulls of the queues the transaction's messages went
+    to."""
     if not pipelined(ctx):
-        return _in_thread(ctx, answer, _commit_in_thread, ctx, tx_id)
+        return _in_thread(ctx, answer, _commit_in_thread, ctx, producer_group, tx_id)
     writer = ctx.broker.tx_writer
 
     def place() -> tuple[Any, int | None]:
-        placed = writer.place_commit(tx_id)
+        placed = writer.place_commit(producer_group, tx_id)
         if placed is None:  # being ended or relocated: a worker thread waits for that
             return asyncio.ensure_future(_in_thread(ctx, answer, _commit_in_thread, ctx,
-                                                    tx_id)), None
+                                                    producer_group, tx_id)), None
         if isinstance(placed, TxState):  # it had ended already
             return answer(placed), None
         return placed
@@ -88,7 +89,7 @@ async def _in_thread(ctx: ServerContext, answer: Callable[[Any], Any],
     return answer(await ctx.write(fn, *args))
 
 
-def _commit_in_thread(ctx: ServerContext, tx_id: str) -> TxState:
+def _commit_in_thread(ctx: ServerContext, producer_group: str, tx_id: str) -> TxState:
     """Commit (blocking); the pulls of its queues wake once the index has the messages."""
     broker: Broker = ctx.broker
-    return broker.commit(tx_id)
+    return broker.commit(tx_id, producer_group)

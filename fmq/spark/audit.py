@@ -39,8 +39,9 @@ def write_audit(raw: DataFrame, txs: DataFrame, parquet_dir: str) -> dict:
         (F.max("queue_offset") + 1).alias("next_queue_offset"),
     )
     # Transactions touching a queue: those with a PRE_MESSAGE in it.
-    tq = (valid.where(F.col("type") == "PRE_MESSAGE").select("topic", "queue_id", "tx_id")
-          .distinct().join(txs.select("tx_id", "state"), "tx_id"))
+    tq = (valid.where(F.col("type") == "PRE_MESSAGE")
+          .select("topic", "queue_id", "tx_id", "producer_group").distinct()
+          .join(txs.select("tx_id", "producer_group", "state"), ["tx_id", "producer_group"]))
     tx_counts = tq.groupBy("topic", "queue_id").agg(
         F.sum(F.when(F.col("state") == "commit", 1).otherwise(0)).alias("committed_transactions"),
         F.sum(F.when(F.col("state") == "rollback", 1).otherwise(0))

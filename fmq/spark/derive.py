@@ -40,7 +40,8 @@ __all__ = ["END_TYPES", "INDEXED_TYPES", "TIMER_TYPE", "last_end_items",
 
 
 def last_end_items(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The ``txends`` items of a batch of last COMMIT/ROLLBACK rows (one per id)."""
+    """The ``txends`` items of a batch of last COMMIT/ROLLBACK rows (one per id and
+    producer group)."""
     out = batch_items(batch, latest_ends=True)
     return out.filter(pc.equal(out.column("db"), K.DB_TXENDS))
 
@@ -77,7 +78,7 @@ def write_cross_segment_items(side: DataFrame, out_dir: str) -> int:
     the scan (:mod:`fmq.spark.scan`); the other items come from the scan's own files.
     Returns how many items were written."""
     ends = side.where(F.col("type").isin(*END_TYPES)).select(*SIDE_ENTRY_COLUMNS)
-    last_ends = (ends.groupBy("tx_id")
+    last_ends = (ends.groupBy("tx_id", "producer_group")
                  .agg(F.max_by(F.struct(*SIDE_ENTRY_COLUMNS), "offset").alias("e"))
                  .select("e.*"))
     pending = pending_timers(side)

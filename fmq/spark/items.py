@@ -106,7 +106,10 @@ def _entry_items(rows: pa.RecordBatch) -> list[tuple[int, pa.Array, pa.Array]]:
 
 def _end_items(rows: pa.RecordBatch, latest: bool) -> list[tuple[int, pa.Array, pa.Array]]:
     offset = _np(rows.column("offset"))
-    tid = rows.column("tx_id").cast(pa.binary())
+    # The ``txends`` key: tx_id NUL producer group (fmq.index.keys.tx_end_key).
+    tid = pc.binary_join_element_wise(
+        rows.column("tx_id").cast(pa.binary()), rows.column("producer_group").cast(pa.binary()),
+        _NUL, null_handling="replace", null_replacement="")
     out = []
     if latest:
         committed = _np(pc.equal(rows.column("type"), "COMMIT"), False).astype(np.uint8)

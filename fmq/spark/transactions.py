@@ -1,5 +1,5 @@
-"""The transaction table of the log in Spark SQL: one row per transaction id with the
-state recovery would give it, and the open ones the rebuilt checkpoint must cover."""
+"""The transaction table of the log in Spark SQL: one row per transaction (producer group
+and id) with the state recovery would give it, and the open ones the rebuilt checkpoint must cover."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ OPEN_STATES = ("open", "committing", "incomplete")
 
 
 def transaction_table(valid: DataFrame) -> DataFrame:
-    """One row per transaction id, with redo's semantics (fmq/recovery/recover.py): the
+    """One row per transaction (group and id), with redo's semantics (fmq/recovery/recover.py): the
     latest PREPARE opens it; the first COMMIT/ROLLBACK after that ends it; PRE_MESSAGEs
     after it are its messages; a REF/TX after it without an end makes it "committing"
     (the broker rolls it forward on open); fewer PRE_MESSAGEs than the PREPARE announced
@@ -24,21 +24,24 @@ def transaction_table(valid: DataFrame) -> DataFrame:
     original whole, so the transaction is "open" (its message count is then the copy's).
     A transaction whose PREPARE retention deleted is never open ("commit"/"rollback" when
     its end is still in the log, else "unknown").
-    One shuffle: the window and the grouping share the partitioning by tx_id.
+    A REF/TX record of a log written before they named their group belongs to the one
+    group of its id (ids were unique across groups then).
+    One shuffle: the windows and the grouping share the partitioning by tx_id.
     """
     is_prepare = F.col("type") == "PREPARE"
     ends = F.col("type").isin(*END_TYPES)
+    one = Window.partitionBy("tx_id", "producer_group")
     tx = (valid.where(F.col("tx_id").isNotNull())
           .select("offset", "type", "tx_id", "producer_group", "store_time", "ref_size",
                   "ref_offset")
-          .withColumn("prepare_offset",
-                      F.max(F.when(is_prepare, F.col("offset"))).over(Window.partitionBy("tx_id")))
-          .withColumn("first_prepare",
-                      F.min(F.when(is_prepare, F.col("offset"))).over(Window.partitionBy("tx_id"))))
+          .withColumn("producer_group", F.coalesce(
+              F.col("producer_group"),
+              F.max("producer_group").over(Window.partitionBy("tx_id"))))
+          .withColumn("prepare_offset", F.max(F.when(is_prepare, F.col("offset"))).over(one))
+          .withColumn("first_prepare", F.min(F.when(is_prepare, F.col("offset"))).over(one)))
     after = F.col("prepare_offset").isNull() | (F.col("offset") >= F.col("prepare_offset"))
-    table = tx.where(after).groupBy("tx_id").agg(
+    table = tx.where(after).groupBy("tx_id", "producer_group").agg(
         F.max("prepare_offset").alias("prepare_offset"),
-        F.max_by("producer_group", F.when(is_prepare, F.col("offset"))).alias("producer_group"),
         F.max_by("store_time", F.when(is_prepare, F.col("offset"))).alias("prepare_time"),
         F.max_by("ref_size", F.when(is_prepare, F.col("offset"))).alias("expected"),
         F.max_by("ref_offset", F.when(is_prepare, F.col("offset"))).alias("relocated_from"),

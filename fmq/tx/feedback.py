@@ -16,11 +16,13 @@ from fmq.tx.state import TxState, UncertainTx
 
 class Feedback:
     """The check-back of one broker's open transactions. ``commit`` and ``rollback`` end a
-    transaction by id the way the broker's own methods do (they check it is open)."""
+    transaction by (producer group, id) the way the broker's writer does (they check it
+    is open)."""
 
     def __init__(self, txm: TxManager, config: BrokerConfig,
                  read_record: Callable[[int, int], Record],
-                 commit: Callable[[str], TxState], rollback: Callable[[str], TxState]) -> None:
+                 commit: Callable[[str, str], TxState],
+                 rollback: Callable[[str, str], TxState]) -> None:
         self.tx = txm
         self.config = config
         self.read_record = read_record
@@ -56,22 +58,28 @@ class Feedback:
                                    t.checks, msgs))
         return out
 
-    def answer_uncertain(self, tx_id: str, state: TxState, owner: object = None) -> TxState:
-        """A producer's answer to an offer: commit, rollback or unknown. Commit and rollback
-        are accepted from anyone (they are idempotent and the producer group decides);
-        unknown returns the lease only when ``owner`` holds it."""
+    def answer_uncertain(self, producer_group: str | None, tx_id: str, state: TxState,
+                         owner: object = None) -> TxState:
+        """A producer's answer to an offer of ``producer_group``'s transaction ``tx_id``:
+        commit, rollback or unknown. Commit and rollback are accepted from anyone allowed
+        the group (they are idempotent and the producer group decides); unknown returns the
+        lease only when ``owner`` holds it. No group: the one that used the id (a trusted
+        caller's shortcut, :meth:`fmq.tx.manager.TxManager.group_of`)."""
         check_label(tx_id, "tx_id", allow_none=False)
         try:
             state = TxState(state)
         except ValueError:
             raise InvalidArgument(f"a feedback answer is commit, rollback or unknown, not "
                                   f"{state!r}") from None
+        if producer_group is None:
+            producer_group = self.tx.group_of(tx_id)
+        check_label(producer_group, "producer_group", allow_none=False)
         if state == TxState.COMMIT:
-            return self.commit(tx_id)
+            return self.commit(producer_group, tx_id)
         if state == TxState.ROLLBACK:
-            return self.rollback(tx_id)
+            return self.rollback(producer_group, tx_id)
         if state == TxState.UNKNOWN:
-            self.tx.release_lease(tx_id, owner)
+            self.tx.release_lease(producer_group, tx_id, owner)
             return TxState.UNKNOWN
         raise InvalidArgument(f"a feedback answer is commit, rollback or unknown, not {state.value}")
 

@@ -1,6 +1,10 @@
 """The transaction manager: open transactions in memory, finished ids remembered, feedback
 leases handed out.
 
+A transaction is known by its producer group and its id together (:data:`TxKey`): the same
+id in two groups is two transactions, and nothing said about one group's transaction (open,
+committed, rolled back) depends on another group's.
+
 It holds state only; :mod:`fmq.tx.writer` writes the log records and calls in here.
 Everything it knows is rebuilt by recovery's redo pass from PREPARE / PRE_MESSAGE / REF /
 TX / COMMIT / ROLLBACK records.
@@ -20,12 +24,14 @@ from typing import TYPE_CHECKING
 
 from fmq.errors import (
     DuplicateTransaction,
+    InvalidArgument,
     TooManyTransactions,
     TransactionConflict,
     TransactionInProgress,
     TransactionRolledBack,
     UnknownTransaction,
 )
+from fmq.message import check_label
 from fmq.tx.state import TxState
 
 _monotonic = time.monotonic
@@ -33,6 +39,9 @@ _new_lock = threading.Lock
 
 if TYPE_CHECKING:  # the manager holds state only; it never decodes records itself
     from fmq.log.record import Record
+
+#: What names a transaction: (producer group, transaction id).
+TxKey = tuple[str, str]
 
 
 @dataclass(slots=True)
@@ -98,6 +107,10 @@ class OpenTransaction:
                 f"state={self.state.value})")
 
     @property
+    def key(self) -> TxKey:
+        return self.producer_group, self.tx_id
+
+    @property
     def complete(self) -> bool:
         """Every PRE_MESSAGE the PREPARE announced is in the log."""
         return len(self.messages) >= self.expected_messages
@@ -122,17 +135,18 @@ class OpenTransaction:
 class TxManager:
     def __init__(self, max_open: int, finished_memory: int, check_after_ms: int,
                  check_max_interval_ms: int,
-                 lookup_finished: Callable[[str], TxState | None] | None = None) -> None:
+                 lookup_finished: Callable[[str, str], TxState | None] | None = None,
+                 lookup_groups: Callable[[str], list[str]] | None = None) -> None:
         self.max_open = max_open
         self.finished_memory = finished_memory
         self.check_after = check_after_ms / 1000.0
         self.check_max_interval = check_max_interval_ms / 1000.0
-        self.open: dict[str, OpenTransaction] = {}
+        self.open: dict[TxKey, OpenTransaction] = {}
         #: Recovery only: relocated copies of open transactions, read so far; one replaces
         #: its original once all its PRE_MESSAGEs are read (an interrupted relocation
         #: never replaces a whole original with a part).
-        self.relocating: dict[str, OpenTransaction] = {}
-        self.finished: OrderedDict[str, TxState] = OrderedDict()
+        self.relocating: dict[TxKey, OpenTransaction] = {}
+        self.finished: OrderedDict[TxKey, TxState] = OrderedDict()
         self.lock = threading.Lock()
         self._uncertain = threading.Condition(self.lock)
         self.checks_sent = 0
@@ -142,31 +156,59 @@ class TxManager:
         self._latest_wake = 0.0
         #: Prepares that woke the waiting pollers (most need not: see :meth:`prepared`).
         self.poller_wakeups = 0
-        #: Where ends older than this process are found (the index's transaction ends).
+        #: Where ends older than this process are found (the index's transaction ends):
+        #: by (group, id), and the groups that ended an id.
         self.lookup_finished = lookup_finished
+        self.lookup_groups = lookup_groups
 
-    def _finished_state(self, tx_id: str) -> TxState | None:
-        state = self.finished.get(tx_id)
+    def _finished_state(self, key: TxKey) -> TxState | None:
+        state = self.finished.get(key)
         if state is None and self.lookup_finished is not None:
-            state = self.lookup_finished(tx_id)
+            state = self.lookup_finished(*key)
         return state
+
+    def open_by_id(self, tx_id: str) -> OpenTransaction | None:
+        """The open transaction ``tx_id`` of whichever group (lock held by the caller):
+        recovery's way to a REF or TX record of a log written before they named their
+        group, when ids were unique across groups."""
+        return next((t for t in self.open.values() if t.tx_id == tx_id), None)
+
+    def group_of(self, tx_id: str) -> str:
+        """The producer group of the transaction ``tx_id``, for a trusted caller that did
+        not name one (embedded use, an operator): open, else ended. Raises when no group
+        or several groups have used the id."""
+        check_label(tx_id, "tx_id", allow_none=False)
+        with self.lock:
+            groups = {g for g, i in self.open if i == tx_id}
+            if not groups:
+                groups = {g for g, i in self.finished if i == tx_id}
+        if not groups and self.lookup_groups is not None:
+            groups = set(self.lookup_groups(tx_id))
+        if len(groups) == 1:
+            return groups.pop()
+        if not groups:
+            raise _unknown(tx_id)
+        raise InvalidArgument(
+            f"transaction id {tx_id!r} is used by the producer groups "
+            f"{', '.join(sorted(groups))}; name the producer group")
 
     # ------------------------------------------------------------------ lifecycle
 
-    def reserve(self, tx_id: str, fresh: bool = False) -> None:
+    def reserve(self, producer_group: str, tx_id: str, fresh: bool = False) -> None:
         """Check limits before a PREPARE is written (lock held by the caller); ``fresh``:
         the broker made the id just now, no earlier transaction can have it (the index is
-        not asked).
+        not asked). Only ``producer_group``'s transactions can make an id used.
 
         A used id gets an answer a retrying client can act on: still being written
         (retry), rolled back (prepare again under a new id: nothing of it is stored), or
         fully prepared (the earlier attempt is stored)."""
-        tx = self.open.get(tx_id)
+        key = (producer_group, tx_id)
+        tx = self.open.get(key)
         if tx is not None and not tx.prepared:
             raise TransactionInProgress(
                 f"transaction {tx_id!r} is being prepared by an earlier request; retry "
                 f"shortly to learn whether it is stored")
-        final = None if tx is not None or fresh else self._finished_state(tx_id)
+        final = None if tx is not None or fresh else self._finished_state(key)
         if final == TxState.ROLLBACK:
             raise TransactionRolledBack(
                 f"transaction {tx_id!r} was rolled back (nothing of it is stored, e.g. a "
@@ -186,12 +228,16 @@ class TxManager:
 
     def register(self, tx: OpenTransaction) -> None:
         tx.next_check_at = tx.registered_at + self.check_after
-        self.open[tx.tx_id] = tx
+        self.open[tx.key] = tx
 
-    def get_for_end(self, tx_id: str, wanted: TxState) -> OpenTransaction | TxState:
+    def get_for_end(self, producer_group: str, tx_id: str, wanted: TxState
+                    ) -> OpenTransaction | TxState:
         """The open transaction to commit/roll back, or its final state when it already
-        ended that way. Raises on conflict or an unknown id (lock held by the caller)."""
-        tx = self.open.get(tx_id)
+        ended that way. Raises on conflict or an unknown id (lock held by the caller): an
+        id this group never used is unknown, whatever other groups did with it, and
+        asking about it records nothing."""
+        key = (producer_group, tx_id)
+        tx = self.open.get(key)
         if tx is not None:
             if not tx.prepared:
                 raise TransactionInProgress(
@@ -203,12 +249,9 @@ class TxManager:
                     f"visible); it can only be committed"
                 )
             return tx
-        final = self._finished_state(tx_id)
+        final = self._finished_state(key)
         if final is None:
-            raise UnknownTransaction(
-                f"no open or recently finished transaction {tx_id!r}; it may be older than "
-                f"the finished-id memory (tx_finished_memory), or was never prepared here"
-            )
+            raise _unknown(tx_id)
         if final != wanted:
             raise TransactionConflict(
                 f"transaction {tx_id!r} was already ended with {final.value}; it cannot be "
@@ -216,20 +259,20 @@ class TxManager:
             )
         return final
 
-    def finish(self, tx_id: str, state: TxState) -> None:
-        self.open.pop(tx_id, None)
+    def finish(self, key: TxKey, state: TxState) -> None:
+        self.open.pop(key, None)
         if self.finished_memory:
-            self.finished[tx_id] = state
-            self.finished.move_to_end(tx_id)
+            self.finished[key] = state
+            self.finished.move_to_end(key)
             while len(self.finished) > self.finished_memory:
                 self.finished.popitem(last=False)
 
-    def forget(self, tx_id: str) -> None:
+    def forget(self, key: TxKey) -> None:
         """Drop a transaction whose prepare failed, remembering *no* final state: its
         PREPARE may still have reached the disk, and then it is open again after a
         restart, so answering a later commit/rollback with "rolled back" would be an
         acknowledgement the log does not back (a later one gets UnknownTransaction)."""
-        self.open.pop(tx_id, None)
+        self.open.pop(key, None)
 
     def oldest_prepare_offset(self) -> int | None:
         with self.lock:
@@ -275,11 +318,11 @@ class TxManager:
                     if not self._waiting:
                         self._latest_wake = 0.0
 
-    def release_lease(self, tx_id: str, owner: object = None) -> bool:
+    def release_lease(self, producer_group: str, tx_id: str, owner: object = None) -> bool:
         """Return ``owner``'s lease of ``tx_id`` (an UNKNOWN answer): it is offered again
         after its back-off. Someone else's lease stays; returns whether one was released."""
         with self._uncertain:
-            tx = self.open.get(tx_id)
+            tx = self.open.get((producer_group, tx_id))
             if tx is None or tx.lease_owner != owner or tx.lease_until <= time.monotonic():
                 return False
             tx.lease_until = 0.0
@@ -316,14 +359,21 @@ class TxManager:
             self.poller_wakeups += 1
             self._uncertain.notify_all()
 
-    def queues_of(self, tx_id: str) -> set[tuple[str, int]]:
+    def queues_of(self, producer_group: str, tx_id: str) -> set[tuple[str, int]]:
         """The (topic, queue id) pairs an open transaction's messages go to; empty when it
         is not open. Lets the server wake only the readers of those queues on a commit."""
         with self.lock:
-            tx = self.open.get(tx_id)
+            tx = self.open.get((producer_group, tx_id))
             return {(m.topic, m.queue_id) for m in tx.messages} if tx is not None else set()
 
     def list_open(self, now_ms: int) -> list[dict]:
         with self.lock:
             txs = sorted(self.open.values(), key=lambda t: t.prepare_offset)
             return [t.info(now_ms) for t in txs]
+
+
+def _unknown(tx_id: str) -> UnknownTransaction:
+    return UnknownTransaction(
+        f"no open or recently finished transaction {tx_id!r} in this producer group; it "
+        f"may be older than the finished-id memory (tx_finished_memory), or was never "
+        f"prepared here")

@@ -2,7 +2,7 @@
 
 A PREPARE refused with NotEnoughReplicas, or whose answer was lost, is in the log all the
 same; the producer's retry carries the same transaction id. When that id names a
-transaction that is prepared and open, with the same producer group and the same messages,
+transaction of the same producer group that is prepared and open, with the same messages,
 the retry is the same request: it is answered with the first attempt's result (after the
 same durability and replication wait) instead of DuplicateTransaction. So is a retry of a
 transaction that was committed meanwhile (feedback asked the producer's checker), found
@@ -35,8 +35,8 @@ def find_retried_prepare(txm: TxManager, tx_id: str, producer_group: str,
     """The open, prepared transaction ``tx_id`` and the log offset its records end at, when
     this PREPARE repeats it; else None (lock held by the caller: the records it reads
     cannot move meanwhile)."""
-    tx = txm.open.get(tx_id)
-    if (tx is None or not tx.prepared or tx.producer_group != producer_group
+    tx = txm.open.get((producer_group, tx_id))
+    if (tx is None or not tx.prepared
             or len(tx.messages) != len(messages)):
         return None
     # The cheap fields first; the bodies are read back only when everything else matches.
@@ -59,7 +59,8 @@ def find_committed_prepare(log_: Log, ended: EndedTx | None, tx_id: str, produce
         return None
     try:
         [commit] = _records(log_, ended[1], 1, max_record_size)
-        if commit.type != RecordType.COMMIT or commit.tx_id != tx_id:
+        if (commit.type != RecordType.COMMIT or commit.tx_id != tx_id
+                or commit.producer_group != producer_group):
             return None
         # PREPARE and its PRE_MESSAGEs were appended together (fillers between segments).
         prepare, *pres = _records(log_, commit.ref_offset, len(messages) + 1, max_record_size)

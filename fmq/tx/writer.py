@@ -56,7 +56,7 @@ class TxWriter:
     def __init__(self, log_: Log, txm: TxManager, config: BrokerConfig, queues: QueueAssigner,
                  max_record_size: int, admit: Callable[[], None],
                  check_open: Callable[[], None] = lambda: None,
-                 ended: Callable[[str], EndedTx | None] = lambda tx_id: None) -> None:
+                 ended: Callable[[str, str], EndedTx | None] = lambda g, i: None) -> None:
         self.log = log_
         self.tx = txm
         self.config = config
@@ -64,7 +64,7 @@ class TxWriter:
         self.max_record_size = max_record_size
         self.admit = admit
         self.check_open = check_open  # raises BrokerClosed once the broker is closed
-        self.ended = ended  # how a transaction ended, from the index (a retried PREPARE)
+        self.ended = ended  # how (group, id) ended, from the index (a retried PREPARE)
         self.relocations = 0  # open transactions rewritten at the log head
         self._groups_checked: set[str] = set()  # producer groups known to be valid names
 
@@ -127,11 +127,11 @@ class TxWriter:
             if retried is not None:  # answered from the first attempt, written once
                 return retried
             try:
-                self.tx.reserve(tx_id, fresh)
+                self.tx.reserve(producer_group, tx_id, fresh)
             except DuplicateTransaction:  # ended: a retry of a transaction committed since?
-                retried = None if tx_id in self.tx.open else find_committed_prepare(
-                    log_, self.ended(tx_id), tx_id, producer_group, messages,
-                    self.max_record_size)
+                retried = None if (producer_group, tx_id) in self.tx.open else (
+                    find_committed_prepare(log_, self.ended(producer_group, tx_id), tx_id,
+                                           producer_group, messages, self.max_record_size))
                 if retried is None:
                     raise
                 return retried
@@ -157,7 +157,7 @@ class TxWriter:
                         tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
                                                       key, tags, len(body)))
                 except BaseException:
-                    self.tx.forget(tx_id)
+                    self.tx.forget(tx.key)
                     raise
                 end = log_.next_offset
         return tx, end
@@ -169,33 +169,35 @@ class TxWriter:
             if tx.prepared:  # a retried PREPARE: a failed wait undoes nothing stored
                 return tx.tx_id
             if failure is not None:
-                self.tx.forget(tx.tx_id)
+                self.tx.forget(tx.key)
             else:
                 self.tx.prepared(tx)
         return tx.tx_id
 
     # ------------------------------------------------------------------ commit / rollback
 
-    def commit(self, tx_id: str) -> TxState:
-        """Commit by id; idempotent (a committed transaction answers COMMIT)."""
-        return self._end(tx_id, TxState.COMMIT, self.commit_tx)
+    def commit(self, producer_group: str, tx_id: str) -> TxState:
+        """Commit by group and id; idempotent (a committed transaction answers COMMIT)."""
+        return self._end(producer_group, tx_id, TxState.COMMIT, self.commit_tx)
 
-    def rollback(self, tx_id: str) -> TxState:
-        """Roll back by id; idempotent, a conflict after commit."""
-        return self._end(tx_id, TxState.ROLLBACK, self.write_rollback)
+    def rollback(self, producer_group: str, tx_id: str) -> TxState:
+        """Roll back by group and id; idempotent, a conflict after commit."""
+        return self._end(producer_group, tx_id, TxState.ROLLBACK, self.write_rollback)
 
-    def place_commit(self, tx_id: str) -> TxState | tuple[OpenTransaction, int] | None:
+    def place_commit(self, producer_group: str, tx_id: str
+                     ) -> TxState | tuple[OpenTransaction, int] | None:
         """The first half of :meth:`commit`, which never blocks: the final state when the
         transaction already ended; None when it is being ended or relocated right now (use
         :meth:`commit`, which waits for that); else its REF/TX records and COMMIT are placed
         and it returns the transaction (its ``busy`` lock held) and the log offset they end
         at: call :meth:`commit_done` once that is durable (or failed)."""
         self.check_open()
+        check_label(producer_group, "producer_group", allow_none=False)
         check_label(tx_id, "tx_id", allow_none=False)
         # `busy` is taken under the manager's lock (without waiting, so no lock order
         # matters): whoever ends a transaction holds `busy`, so one look is enough.
         with self.tx.lock:
-            found = self.tx.get_for_end(tx_id, TxState.COMMIT)
+            found = self.tx.get_for_end(producer_group, tx_id, TxState.COMMIT)
             if isinstance(found, TxState):
                 return found
             if not found.busy.acquire(blocking=False):
@@ -213,20 +215,22 @@ class TxWriter:
         try:
             if failure is None:
                 with self.tx.lock:
-                    self.tx.finish(tx.tx_id, TxState.COMMIT)
+                    self.tx.finish(tx.key, TxState.COMMIT)
         finally:
             tx.busy.release()
 
-    def _end(self, tx_id: str, wanted: TxState,
+    def _end(self, producer_group: str, tx_id: str, wanted: TxState,
              write: Callable[[OpenTransaction], None]) -> TxState:
+        self.check_open()
+        check_label(producer_group, "producer_group", allow_none=False)
         check_label(tx_id, "tx_id", allow_none=False)
         with self.tx.lock:
-            found = self.tx.get_for_end(tx_id, wanted)
+            found = self.tx.get_for_end(producer_group, tx_id, wanted)
         if isinstance(found, TxState):
             return found
         with found.busy:
             with self.tx.lock:  # it may have ended while we waited for `busy`
-                again = self.tx.get_for_end(tx_id, wanted)
+                again = self.tx.get_for_end(producer_group, tx_id, wanted)
             if isinstance(again, TxState):
                 return again
             write(found)
@@ -238,16 +242,16 @@ class TxWriter:
         end = self.place_commit_records(tx)
         self.log.wait_durable(end, sync=True)
         with self.tx.lock:
-            self.tx.finish(tx.tx_id, TxState.COMMIT)
+            self.tx.finish(tx.key, TxState.COMMIT)
 
     def place_commit_records(self, tx: OpenTransaction) -> int:
         """Place the missing REF/TX records and the COMMIT (the caller holds ``tx.busy``);
         returns the log offset they end at. Not committed before that is durable."""
         log_ = self.log
-        tx_id = tx.tx_id
+        tx_id, group = tx.tx_id, tx.producer_group
         pending, bodies, size = _uncommitted(tx, self.config.tx_copy_threshold,
                                              self.read_record)
-        tail = HEADER_SIZE + len(tx_id.encode()) + len(tx.producer_group.encode())
+        tail = HEADER_SIZE + len(tx_id.encode()) + len(group.encode())
         store_time = now_ms()
         queues = self.queues
         with log_.lock:
@@ -263,7 +267,8 @@ class TxWriter:
                 qoff = queues.next_offset(topic, qid)
                 ref = Record(_REF_MESSAGE, store_time=store_time, queue_id=qid,
                              queue_offset=qoff, ref_offset=m.offset, ref_size=m.size,
-                             topic=topic, tx_id=tx_id, key=m.key, tags=m.tags)
+                             topic=topic, tx_id=tx_id, producer_group=group, key=m.key,
+                             tags=m.tags)
                 if self._must_copy(m, ref):
                     pre = bodies.get(m.offset) or self.read_record(m.offset, m.size)
                     ref.type = RecordType.TX_MESSAGE
@@ -273,7 +278,7 @@ class TxWriter:
                 queues.advance(topic, qid, qoff, m.body_size)
                 m.queue_offset = qoff
             commit = Record(_COMMIT, store_time=store_time, tx_id=tx_id,
-                            producer_group=tx.producer_group, ref_offset=tx.prepare_offset)
+                            producer_group=group, ref_offset=tx.prepare_offset)
             log_.append_locked(commit, encode_mark_into)
             return log_.next_offset
 
@@ -299,7 +304,7 @@ class TxWriter:
             end = log_.next_offset
         log_.wait_durable(end, sync=True)
         with self.tx.lock:
-            self.tx.finish(tx.tx_id, TxState.ROLLBACK)
+            self.tx.finish(tx.key, TxState.ROLLBACK)
 
     # ------------------------------------------------------------------ relocation
 
@@ -313,7 +318,7 @@ class TxWriter:
             return False  # being committed or rolled back right now
         try:
             with self.tx.lock:
-                if (self.tx.open.get(tx.tx_id) is not tx or tx.state != TxState.OPEN
+                if (self.tx.open.get(tx.key) is not tx or tx.state != TxState.OPEN
                         or not tx.prepared or tx.referenced):
                     return False
                 messages = list(tx.messages)

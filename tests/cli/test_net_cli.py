@@ -57,7 +57,8 @@ def test_tx_list_and_resolve_use_fmq_server_when_no_directory_is_named(server, t
     listed = subprocess.run([*FMQ, "tx", "list", "--json"], env=env, capture_output=True,
                             text=True, timeout=60)
     assert [t["tx_id"] for t in json_lines(listed.stdout)] == [tx["tx_id"]]
-    resolved = subprocess.run([*FMQ, "tx", "resolve", tx["tx_id"], "rollback", "--json"],
+    resolved = subprocess.run([*FMQ, "tx", "resolve", "--group", "fmq-cli", tx["tx_id"],
+                               "rollback", "--json"],
                               env=env, capture_output=True, text=True, timeout=60)
     assert json_lines(resolved.stdout) == [{"tx_id": tx["tx_id"], "state": "rollback"}]
     # A directory named on the command line wins over FMQ_SERVER (it is never sent there).

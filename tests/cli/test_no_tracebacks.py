@@ -18,7 +18,7 @@ import fmq
 #: Arguments a command needs besides the one the mistake is about.
 EXTRA_ARGS = {
     ("log", "repair"): ["--cut-at", "0", "--yes"],
-    ("tx", "resolve"): ["tx-1", "commit"],
+    ("tx", "resolve"): ["--group", "g", "tx-1", "commit"],
     ("produce",): ["--body", "x"],
 }
 

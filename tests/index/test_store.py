@@ -23,12 +23,14 @@ def test_map_full_grows_the_map_and_loses_nothing(tmp_path):
     before = store.env.info()["map_size"]
     for batch in range(20):
         store.apply(entries(batch * 1000, 1000), (batch + 1) * 100_000,
-                    [TxEnd(f"tx-{batch}", True, batch)])
+                    [TxEnd(f"tx-{batch}", "g", True, batch)])
     assert store.env.info()["map_size"] > before
     assert store.applied_offset() == 2_000_000
     assert sum(store.queue_range("topic", q)[1] for q in range(4)) == 20_000
     assert len(store.key_lookup("topic", "key-19999" * 8)) == 1
-    assert store.tx_end("tx-7") == (True, 7)
+    assert store.tx_ends.get("g", "tx-7") == (True, 7)
+    assert store.tx_ends.get("other", "tx-7") is None
+    assert store.tx_ends.groups("tx-7") == ["g"]
     store.close()
 
 

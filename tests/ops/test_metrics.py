@@ -104,7 +104,7 @@ def test_consumer_lag_and_transactions_move(metrics_server):
         offered = c.call(Op.POLL_UNCERTAIN, {"producer_group": "pg", "max_items": 4,
                                              "lease_ms": 5000, "wait_ms": 2000})
         assert [t["tx_id"] for t in offered["transactions"]] == [tx]
-        c.call(Op.ANSWER_UNCERTAIN, {"tx_id": tx, "state": "commit"})
+        c.call(Op.ANSWER_UNCERTAIN, {"producer_group": "pg", "tx_id": tx, "state": "commit"})
         s = scrape(port)
     assert value(s, "fmq_open_transactions") == 0
     assert value(s, "fmq_checkbacks_sent_total") >= 1

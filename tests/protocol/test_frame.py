@@ -50,8 +50,9 @@ def test_golden_ping_request_bytes():
 
 
 def test_golden_commit_request_bytes():
-    data = encode_request(Op.COMMIT, 0x0102030405060708, {"tx_id": "ab"})
-    assert data == bytes.fromhex("00000010" "01" "05" "0000" "0102030405060708" "0002" "6162")
+    data = encode_request(Op.COMMIT, 0x0102030405060708, {"producer_group": "g", "tx_id": "ab"})
+    assert data == bytes.fromhex("00000013" "01" "05" "0000" "0102030405060708" "0001" "67"
+                                 "0002" "6162")
 
 
 def test_golden_error_response_bytes():
@@ -116,7 +117,7 @@ def test_non_fmq_exception_becomes_root_error():
 
 
 def test_decoder_handles_byte_by_byte_feeding_and_many_frames():
-    data = b"".join(encode_request(Op.COMMIT, i, {"tx_id": f"t{i}"}) for i in range(50))
+    data = b"".join(encode_request(Op.COMMIT, i, {"producer_group": "g", "tx_id": f"t{i}"}) for i in range(50))
     dec = FrameDecoder()
     got = []
     for i in range(len(data)):
@@ -160,7 +161,7 @@ def test_truncated_payload_is_a_protocol_error():
 
 
 def test_trailing_bytes_are_a_protocol_error():
-    frame = encode_request(Op.COMMIT, 1, {"tx_id": "x"})
+    frame = encode_request(Op.COMMIT, 1, {"producer_group": "g", "tx_id": "x"})
     with pytest.raises(ProtocolError, match="trailing"):
         decode_request(parse_frame(frame[4:] + b"\x00"))
 
@@ -199,7 +200,7 @@ def test_random_bytes_never_escape_as_other_exceptions():
     valid = [encode_request(op, 1, {n: v for n, v in sample.items()})
              for op, sample in [(Op.SEND, {"message": MSG}),
                                 (Op.SEND_BATCH, {"messages": [MSG, MSG]}),
-                                (Op.COMMIT, {"tx_id": "abc"})]]
+                                (Op.COMMIT, {"producer_group": "g", "tx_id": "abc"})]]
     for i in range(3000):
         if i % 2:
             data = bytearray(rng.choice(valid))

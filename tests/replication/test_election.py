@@ -123,7 +123,7 @@ def test_group_elects_fails_over_and_the_old_primary_rejoins(group, tmp_path):
     with Client(second.address, retries=0) as c:  # the new primary has it open
         while True:
             try:
-                assert c.call(Op.COMMIT, {"tx_id": tx_id})["state"] == "commit"
+                assert c.call(Op.COMMIT, {"producer_group": "g", "tx_id": tx_id})["state"] == "commit"
                 break
             except FMQError as exc:  # too few replicas yet: the other follower rejoins
                 assert exc.retriable and time.monotonic() < deadline, exc

@@ -35,11 +35,13 @@ CASES: dict[Op, tuple[dict, list[tuple[str, str, str]] | None]] = {
     Op.SEND_BATCH: ({"messages": [MSG, MSG]}, [("produce", "topic", "t1")]),
     Op.PREPARE: ({"producer_group": "pg", "tx_id": None, "messages": [MSG]},
                  [("transaction", "producer-group", "pg"), ("produce", "topic", "t1")]),
-    Op.COMMIT: ({"tx_id": TX}, [("transaction", "producer-group", "pg")]),
-    Op.ROLLBACK: ({"tx_id": TX}, [("transaction", "producer-group", "pg")]),
+    Op.COMMIT: ({"producer_group": "pg", "tx_id": TX},
+                [("transaction", "producer-group", "pg")]),
+    Op.ROLLBACK: ({"producer_group": "pg", "tx_id": TX},
+                  [("transaction", "producer-group", "pg")]),
     Op.POLL_UNCERTAIN: ({"producer_group": "pg", "max_items": 1, "lease_ms": 1000,
                          "wait_ms": 0}, [("transaction", "producer-group", "pg")]),
-    Op.ANSWER_UNCERTAIN: ({"tx_id": TX, "state": "rollback"},
+    Op.ANSWER_UNCERTAIN: ({"producer_group": "pg", "tx_id": TX, "state": "rollback"},
                           [("transaction", "producer-group", "pg")]),
     Op.PULL: ({"topic": "t1", "queue_id": 0, "offset": 0, "max_messages": 1, "wait_ms": 0},
               [("consume", "topic", "t1")]),
@@ -58,7 +60,8 @@ CASES: dict[Op, tuple[dict, list[tuple[str, str, str]] | None]] = {
     Op.QUEUE_RANGE: ({"topic": "t1", "queue_id": 0}, [("describe", "topic", "t1")]),
     Op.STATS: ({}, [("admin", "cluster", "cluster")]),
     Op.LIST_TX: ({}, [("admin", "cluster", "cluster")]),
-    Op.RESOLVE_TX: ({"tx_id": TX, "decision": "rollback"}, [("admin", "cluster", "cluster")]),
+    Op.RESOLVE_TX: ({"producer_group": "pg", "tx_id": TX, "decision": "rollback"},
+                    [("admin", "cluster", "cluster")]),
     Op.TOPICS: ({}, [("describe", "cluster", "cluster")]),
     Op.GROUPS: ({"group": None}, [("describe", "cluster", "cluster")]),
     Op.RESET_OFFSETS: ({"group": "g1", "topic": "t1", "queue_id": -1, "to": "earliest",
@@ -233,15 +236,16 @@ def test_a_producer_cannot_end_or_answer_another_groups_transactions(server):
                                                         "mine")))
         admin.call(Op.ACL_ADD, rule_fields("producer", ("produce", "topic", "t1")))
         own = open_tx(admin, "mine")
-        assert outcome(producer, Op.COMMIT, {"tx_id": own}) is None
+        assert outcome(producer, Op.COMMIT, {"producer_group": "mine", "tx_id": own}) is None
         other = open_tx(admin, "other")
-        for op, fields in ((Op.COMMIT, {"tx_id": other}), (Op.ROLLBACK, {"tx_id": other}),
-                           (Op.ANSWER_UNCERTAIN, {"tx_id": other, "state": "commit"}),
+        named = {"producer_group": "other", "tx_id": other}
+        for op, fields in ((Op.COMMIT, named), (Op.ROLLBACK, named),
+                           (Op.ANSWER_UNCERTAIN, {**named, "state": "commit"}),
                            (Op.POLL_UNCERTAIN, {"producer_group": "other", "max_items": 1,
                                                 "lease_ms": 1000, "wait_ms": 0}),
                            (Op.PREPARE, {"producer_group": "other", "tx_id": None,
                                          "messages": [MSG]}),
-                           (Op.RESOLVE_TX, {"tx_id": other, "decision": "commit"})):
+                           (Op.RESOLVE_TX, {**named, "decision": "commit"})):
             assert isinstance(outcome(producer, op, fields), AccessDenied), op.name
         txs = {t["tx_id"]: t for t in admin.call(Op.LIST_TX, {})["transactions"]}
         assert other in txs  # still open: nothing the producer sent touched it

@@ -172,7 +172,7 @@ def test_random_frames_fuzz_never_crash_the_server(start_server):
         encode_request(Op.PULL, 2, {"topic": "fz", "queue_id": 0, "offset": 0,
                                     "max_messages": 5, "wait_ms": 0}),
         encode_request(Op.QUERY_KEY, 3, {"topic": "fz", "key": "k", "limit": 3}),
-        encode_request(Op.COMMIT, 4, {"tx_id": "none"}),
+        encode_request(Op.COMMIT, 4, {"producer_group": "g", "tx_id": "none"}),
         encode_request(Op.FETCH_OFFSET, 5, {"group": "g", "topic": "fz", "queue_id": 1}),
     ]
     good = Background(srv.address)

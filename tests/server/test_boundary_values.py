@@ -119,7 +119,7 @@ def store_reference(address: str) -> tuple[list[bytes], str, int]:
                                     "messages": [{"topic": REF_TX_TOPIC, "body": b"ref-tx",
                                                   "key": None, "tags": None, "properties": {},
                                                   "queue_id": 0}]})["tx_id"]
-        p.call(Op.COMMIT, {"tx_id": tx_id})
+        p.call(Op.COMMIT, {"producer_group": "ref-producers", "tx_id": tx_id})
         p.call(Op.COMMIT_OFFSET, {"group": REF_GROUP, "topic": REF_TOPIC,
                                   "queue_id": queues[0], "next_offset": 1})
     return bodies, tx_id, queues[0]
@@ -175,7 +175,7 @@ def test_boundary_value_requests_get_typed_answers(start_server):
         assert c.ping()["protocol_version"] == 1
         assert c.call(Op.FETCH_OFFSET, {"group": REF_GROUP, "topic": REF_TOPIC,
                                         "queue_id": ref_queue})["offset"] == 1
-        assert c.call(Op.COMMIT, {"tx_id": ref_tx})["state"] == "commit"
+        assert c.call(Op.COMMIT, {"producer_group": "ref-producers", "tx_id": ref_tx})["state"] == "commit"
     assert srv.alive
     log = srv.log()
     assert "failed unexpectedly" not in log

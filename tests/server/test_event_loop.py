@@ -198,7 +198,7 @@ def test_a_commit_wakes_only_the_pullers_of_its_queues(start_server):
         tx = c.call(Op.PREPARE, {"producer_group": "pg", "tx_id": None,
                                  "messages": [message("wa", b"in-tx", queue_id=0)]})["tx_id"]
         assert not on_a.done()  # prepared is invisible: nothing to wake for
-        c.call(Op.COMMIT, {"tx_id": tx})
+        c.call(Op.COMMIT, {"producer_group": "pg", "tx_id": tx})
         got = on_a.result(20)
         assert [m["body"] for m in got["messages"]] == [b"in-tx"]
         c.call(Op.COMMIT_OFFSET, {"group": "cg", "topic": "wb", "queue_id": 0,
@@ -231,7 +231,7 @@ def test_idle_long_polls_cost_no_reads_while_sends_and_commits_complete(start_se
             for _ in range(20):
                 tx = p.call(Op.PREPARE, {"producer_group": "pg", "tx_id": None,
                                          "messages": [message("busy", b"t")]})["tx_id"]
-                p.call(Op.COMMIT, {"tx_id": tx})
+                p.call(Op.COMMIT, {"producer_group": "pg", "tx_id": tx})
                 p.call(Op.COMMIT_OFFSET, {"group": "cg", "topic": "busy", "queue_id": 0,
                                           "next_offset": 1})
         assert len(sent) == 200

@@ -105,18 +105,21 @@ def test_only_the_lease_owner_can_return_a_lease(start_server):
     with Client(srv.address) as owner, Client(srv.address) as other:
         assert hijack(owner, "shop") == [tx]
         # Another connection's "unknown" must not free the owner's lease.
-        assert other.call(Op.ANSWER_UNCERTAIN, {"tx_id": tx, "state": "unknown"}) == {
+        assert other.call(Op.ANSWER_UNCERTAIN, {"producer_group": "shop", "tx_id": tx,
+                                                "state": "unknown"}) == {
             "state": "unknown"}
         poll = {"producer_group": "shop", "max_items": 10, "lease_ms": 1000, "wait_ms": 2000}
         assert other.call(Op.POLL_UNCERTAIN, poll)["transactions"] == []
         # The owner's "unknown" does; the next poll gets it once its back-off has passed.
-        owner.call(Op.ANSWER_UNCERTAIN, {"tx_id": tx, "state": "unknown"})
+        owner.call(Op.ANSWER_UNCERTAIN, {"producer_group": "shop", "tx_id": tx,
+                                         "state": "unknown"})
         deadline = time.monotonic() + ASKED_WITHIN_S
         got: list = []
         while not got and time.monotonic() < deadline:
             got = other.call(Op.POLL_UNCERTAIN, poll)["transactions"]
         assert [t["tx_id"] for t in got] == [tx]
         # Commit and rollback are accepted from any connection: the group decides.
-        assert owner.call(Op.ANSWER_UNCERTAIN, {"tx_id": tx, "state": "commit"}) == {
+        assert owner.call(Op.ANSWER_UNCERTAIN, {"producer_group": "shop", "tx_id": tx,
+                                                "state": "commit"}) == {
             "state": "commit"}
     assert tx not in open_transactions(srv.address)

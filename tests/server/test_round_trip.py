@@ -200,9 +200,11 @@ def test_cli_tx_list_and_resolve_against_a_server(start_server):
     assert json_lines(out.stdout)[0]["state"] == "open"
     listed = json_lines(run_cli("tx", "list", "--server", srv.address, "--json").stdout)
     assert [t["tx_id"] for t in listed] == [tx_id] and listed[0]["state"] == "open"
-    out = run_cli("tx", "resolve", "--server", srv.address, tx_id, "commit", "--json")
+    out = run_cli("tx", "resolve", "--server", srv.address, "--group", "fmq-cli", tx_id,
+                  "commit", "--json")
     assert out.returncode == 0 and json_lines(out.stdout) == [{"tx_id": tx_id, "state": "commit"}]
-    out = run_cli("tx", "resolve", "--server", srv.address, tx_id, "rollback")
+    out = run_cli("tx", "resolve", "--server", srv.address, "--group", "fmq-cli", tx_id,
+                  "rollback")
     assert out.returncode == 1 and "already ended with commit" in out.stderr
     assert "resolved transaction" in srv.log()
     out = run_cli("tx", "list", "--server", srv.address)

@@ -41,11 +41,13 @@ def test_commits_of_one_transaction_in_one_turn_both_answer_commit(start_server)
                         "messages": [message("pay", b"once")]})], 1)
     tx_id = prepared[1]["tx_id"]
     # Two COMMITs in one read: the second finds the transaction busy with the first.
-    commits = exchange(srv.address, [encode_request(Op.COMMIT, rid, {"tx_id": tx_id})
+    commits = exchange(srv.address, [encode_request(Op.COMMIT, rid, {"producer_group": "g",
+                                                                     "tx_id": tx_id})
                                      for rid in (2, 3, 4)], 3)
     assert commits == {2: {"state": "commit"}, 3: {"state": "commit"},
                        4: {"state": "commit"}}
-    rollback = exchange(srv.address, [encode_request(Op.ROLLBACK, 5, {"tx_id": tx_id})], 1)
+    rollback = exchange(srv.address, [encode_request(Op.ROLLBACK, 5, {"producer_group": "g",
+                                                                "tx_id": tx_id})], 1)
     assert "already ended with commit" in str(rollback[5])
     with Client(srv.address, retries=0) as c:
         got = c.call(Op.PULL, {"topic": "pay", "queue_id": 0, "offset": 0,
@@ -66,7 +68,8 @@ def test_prepares_and_commits_arriving_together_are_each_answered(start_server):
         rid: f"tx-{rid}" for rid in range(1, n + 1)}
     # The same id twice in one turn: the second is refused, the first is stored once.
     assert "tx-1" in str(prepares[n + 1]) and not isinstance(prepares[n + 1], dict)
-    commits = exchange(srv.address, [encode_request(Op.COMMIT, rid, {"tx_id": f"tx-{rid}"})
+    commits = exchange(srv.address, [encode_request(Op.COMMIT, rid, {"producer_group": "g",
+                                                                     "tx_id": f"tx-{rid}"})
                                      for rid in range(1, n + 1)], n)
     assert all(commits[rid] == {"state": "commit"} for rid in range(1, n + 1))
     with Client(srv.address, retries=0) as c:
@@ -91,5 +94,6 @@ def test_a_retried_prepare_after_a_send_in_one_turn_is_answered(start_server):
     assert both[3]["tx_id"] == "tx-again", both
     assert not isinstance(both[2], Exception), both
     # The server is still responsive: a later request is answered too.
-    later = exchange(srv.address, [encode_request(Op.COMMIT, 4, {"tx_id": "tx-again"})], 1)
+    later = exchange(srv.address, [encode_request(Op.COMMIT, 4, {"producer_group": "g",
+                                                              "tx_id": "tx-again"})], 1)
     assert later == {4: {"state": "commit"}}

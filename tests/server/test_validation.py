@@ -60,7 +60,7 @@ def test_valid_names_stay_valid(server):
         assert p.send(topic, b"x", key="key with spaces\tand tab").queue_offset == 0
         tx = p.call(Op.PREPARE, {"producer_group": "grüße-1 ✓", "tx_id": "1-127.0.0.1-9",
                                  "messages": [message(topic)]})["tx_id"]
-        assert p.call(Op.COMMIT, {"tx_id": tx})["state"] == "commit"
+        assert p.call(Op.COMMIT, {"producer_group": "grüße-1 ✓", "tx_id": tx})["state"] == "commit"
         joined = p.call(Op.GROUP_JOIN, {"group": "Grüppe ä", "member_id": "m 1",
                                         "topics": [topic]})
         assert joined["member_id"] == "m 1"
@@ -72,7 +72,8 @@ def test_a_forged_log_line_never_reaches_the_server_log(server):
         for op, fields in [
             (Op.GROUP_JOIN, {"group": forged, "member_id": None, "topics": ["ok"]}),
             (Op.GROUP_JOIN, {"group": "g", "member_id": forged, "topics": ["ok"]}),
-            (Op.RESOLVE_TX, {"tx_id": forged, "decision": "commit"}),
+            (Op.RESOLVE_TX, {"producer_group": "g", "tx_id": forged, "decision": "commit"}),
+            (Op.RESOLVE_TX, {"producer_group": forged, "tx_id": "t", "decision": "commit"}),
             (Op.GROUP_LEAVE, {"group": forged, "member_id": forged}),
         ]:
             try:
@@ -156,7 +157,7 @@ def test_integers_beyond_what_the_store_holds_are_invalid_argument(server):
 
 @pytest.mark.parametrize("op", [Op.COMMIT, Op.ROLLBACK, Op.RESOLVE_TX, Op.ANSWER_UNCERTAIN])
 def test_an_empty_tx_id_is_invalid_argument(server, op):
-    fields = {"tx_id": ""}
+    fields = {"producer_group": "g", "tx_id": ""}
     if op == Op.RESOLVE_TX:
         fields["decision"] = "commit"
     if op == Op.ANSWER_UNCERTAIN:

@@ -117,6 +117,12 @@ def build_log(path: str) -> BuiltLog:
             # scheduled messages: the first rounds' are delivered below, the rest pend
             b.timers.schedule([_msg("orders", 500 + round_, 150), _msg("later", round_, 90)],
                               TIMERS_DUE + round_)
+        # one application id in two producer groups: two transactions, ended each its way
+        for group in ("shop", "billing"):
+            b.prepare([_msg("payments", 980, 60 if group == "shop" else 70)],
+                      producer_group=group, tx_id="same-id")
+        b.rollback("same-id", "billing")
+        b.commit("same-id", "shop")
         b.prepare([_msg("payments", 991, 800), _msg("audit", 992, 100)],
                   producer_group="shop", tx_id="open-1")
         b.send(_msg("orders", 999, 100))

@@ -118,8 +118,8 @@ def test_out_dir_leaves_data_dir_alone_and_writes_parquet_audit(spark, built_log
     assert records.where("damage IS NULL").count() == result["records"] == len(D.records(log_copy))
     summary = {(r["topic"], r["queue_id"]): r.asDict()
                for r in spark.read.parquet(result["parquet"]["summary"]).collect()}
-    txs = {r["tx_id"]: r["state"] for r in spark.read.parquet(result["parquet"]["transactions"])
-           .collect()}
+    txs = {(r["producer_group"], r["tx_id"]): r["state"]
+           for r in spark.read.parquet(result["parquet"]["transactions"]).collect()}
     expected_states = _tx_states(log_copy)
     assert {t: s for t, s in txs.items()} == expected_states
     for q, msgs in built_log.pulls.items():
@@ -136,7 +136,7 @@ def test_out_dir_leaves_data_dir_alone_and_writes_parquet_audit(spark, built_log
         assert (row["committed_transactions"], row["rolled_back_transactions"],
                 row["open_transactions"]) == counts, q
     assert sum(c[2] for c in per_queue.values()) == 3  # open-1 in two queues, open-2 in one
-    assert sum(c[1] for c in per_queue.values()) == 6
+    assert sum(c[1] for c in per_queue.values()) == 7  # six rounds' and billing's same-id
 
     # Per topic: the per-queue rows added up.
     topics = {r["topic"]: r.asDict()
@@ -172,14 +172,15 @@ def _docs_queries_answer(spark, parquet: dict, data_dir: str) -> None:
     assert [(r["offset"], r["type"]) for r in history] == expected and expected
 
 
-def _tx_states(data_dir: str) -> dict[str, str]:
-    state: dict[str, str] = {}
+def _tx_states(data_dir: str) -> dict[tuple[str, str], str]:
+    """The state of each transaction, by (producer group, id)."""
+    state: dict[tuple[str, str], str] = {}
     for r in D.records(data_dir):
-        name = r.type.name
+        name, key = r.type.name, (r.producer_group, r.tx_id)
         if name == "PREPARE":
-            state[r.tx_id] = "open"
-        elif name in ("COMMIT", "ROLLBACK") and state.get(r.tx_id) == "open":
-            state[r.tx_id] = "commit" if name == "COMMIT" else "rollback"
+            state[key] = "open"
+        elif name in ("COMMIT", "ROLLBACK") and state.get(key) == "open":
+            state[key] = "commit" if name == "COMMIT" else "rollback"
     return state
 
 
@@ -187,7 +188,7 @@ def _tx_counts_per_queue(data_dir: str, states: dict[str, str]) -> dict:
     seen: dict[tuple, set] = {}
     for r in D.records(data_dir):
         if r.type.name == "PRE_MESSAGE":
-            seen.setdefault((r.topic, r.queue_id), set()).add(r.tx_id)
+            seen.setdefault((r.topic, r.queue_id), set()).add((r.producer_group, r.tx_id))
     return {q: (sum(states[t] == "commit" for t in ids), sum(states[t] == "rollback" for t in ids),
                 sum(states[t] == "open" for t in ids)) for q, ids in seen.items()}
 
@@ -333,7 +334,7 @@ def test_relocation_cut_short_keeps_the_original_and_the_checkpoint_before_it(sp
         b.prepare([fmq.Message("pay", body) for body in bodies], "shop", tx_id="reloc")
         b.send(fmq.Message("plain", b"after"))
         with b.tx.lock:
-            tx = b.tx.open["reloc"]
+            tx = b.tx.open["shop", "reloc"]
         assert b.tx_writer.relocate(tx)
     recs = D.records(data)
     prepares = [r for r in recs if r.type.name == "PREPARE" and r.tx_id == "reloc"]

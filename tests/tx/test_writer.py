@@ -38,14 +38,14 @@ def tx_broker(tmp_path):
 def test_place_commit_leaves_a_transaction_another_thread_is_ending_to_that_thread(tx_broker):
     w = tx_broker.tx_writer
     tx_id = tx_broker.prepare([Message("t", b"x" * 400)], "g")
-    open_tx = tx_broker.tx.open[tx_id]
+    open_tx = tx_broker.tx.open["g", tx_id]
     with open_tx.busy:  # a rollback or relocation holds it
-        assert w.place_commit(tx_id) is None
-    placed, end = w.place_commit(tx_id)
+        assert w.place_commit("g", tx_id) is None
+    placed, end = w.place_commit("g", tx_id)
     tx_broker.wait_durable(end)
     w.commit_done(placed)
     assert not open_tx.busy.locked()
-    assert w.place_commit(tx_id) is TxState.COMMIT  # ended: its state, nothing placed
+    assert w.place_commit("g", tx_id) is TxState.COMMIT  # ended: its state, nothing placed
 
 
 def test_racing_commits_and_rollbacks_end_each_transaction_exactly_once(tx_broker):
@@ -56,7 +56,7 @@ def test_racing_commits_and_rollbacks_end_each_transaction_exactly_once(tx_broke
         w = tx_broker.tx_writer
         for i in ids:
             try:
-                placed = w.place_commit(i)
+                placed = w.place_commit("g", i)
             except TransactionConflict:
                 continue  # rolled back first
             if isinstance(placed, tuple):
@@ -79,11 +79,11 @@ def test_racing_commits_and_rollbacks_end_each_transaction_exactly_once(tx_broke
         t.join(timeout=60)
     assert not tx_broker.tx.open
     for i in ids:
-        final = tx_broker.tx.finished[i]
+        final = tx_broker.tx.finished["g", i]
         assert outcomes[i] == ["commit" if final is TxState.COMMIT else "rollback"]
     tx_broker.wait_indexed()
     stored = sum(len(v) for v in tx_broker.all_messages(["t"]).values())
-    assert stored == sum(1 for i in ids if tx_broker.tx.finished[i] is TxState.COMMIT)
+    assert stored == sum(1 for i in ids if tx_broker.tx.finished["g", i] is TxState.COMMIT)
 
 
 def test_a_producer_group_is_still_checked_after_a_valid_one_was_remembered(tx_broker):
