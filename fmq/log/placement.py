@@ -1,6 +1,6 @@
-"""What every writer of the log shares (plain sends and transaction records alike): the
-wall-clock stamp of a record, creating the segments a request needs before any of its
-records is placed, and reading a stored record back."""
+"""What every writer of the log shares (plain sends, transaction records, timers, offsets,
+terms alike): the wall-clock stamp of a record, creating the segments a request needs before
+any of its records is placed, and reading a stored record back."""
 
 from __future__ import annotations
 
