@@ -23,7 +23,7 @@ from fmq.config import BrokerConfig
 from fmq.errors import FMQError
 from fmq.log.log import Log
 from fmq.log.placement import now_ms, reserve_segments
-from fmq.log.sizing import check_fits
+from fmq.log.record import check_fits
 from fmq.message import (
     MESSAGE_ID_PROPERTY,
     PRINCIPAL_PROPERTY,

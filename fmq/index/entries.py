@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from fmq.log.crc import crc32c
-from fmq.log.record import Record, RecordType
+from fmq.log.record import Record, RecordType, crc32c
 
 # The record types as module constants: an enum member looked up through its class
 # costs a few times a global read, and every appended record goes through here.

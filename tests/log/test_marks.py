@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fmq.log.marks import encode_mark_into
-from fmq.log.record import Record, RecordType, decode, encode_into
+from fmq.log.record import Record, RecordType, decode, encode_into, encode_mark_into
 
 MARKS = (RecordType.PREPARE, RecordType.COMMIT, RecordType.ROLLBACK)
 NAMES = st.text(min_size=1, max_size=80)

@@ -10,17 +10,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fmq.errors import BadRecord, FMQError, IncompleteRecord
-from fmq.log.crc import crc32c, reference_crc32c
 from fmq.log.record import (
     HEADER_SIZE,
     Record,
     RecordType,
+    crc32c,
     decode,
     decode_properties,
     encode,
     encode_into,
     encode_properties,
     filler,
+    reference_crc32c,
 )
 
 # A MESSAGE at log offset 4096, field by field (docs/format.md has the same example).
@@ -173,8 +174,7 @@ def test_random_bytes_raise_only_typed_errors(data, pos):
 
 @pytest.mark.parametrize("props", [None, {}, {"a": "b"}, {"k\u00e9y": "v\u00e4lue", "": "", "x": "y" * 300}])
 def test_sizes_computed_without_encoding_match_what_encode_writes(props):
-    from fmq.log.record import encode_properties, properties_length
-    from fmq.log.sizing import encoded_size
+    from fmq.log.record import encode_properties, encoded_size, properties_length
     from fmq.message import Message
 
     assert properties_length(props) == len(encode_properties(props))
