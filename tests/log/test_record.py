@@ -14,14 +14,12 @@ from fmq.log.record import (
     HEADER_SIZE,
     Record,
     RecordType,
-    crc32c,
     decode,
     decode_properties,
     encode,
     encode_into,
     encode_properties,
     filler,
-    reference_crc32c,
 )
 
 # A MESSAGE at log offset 4096, field by field (docs/format.md has the same example).
@@ -74,11 +72,6 @@ def test_golden_decodes_field_by_field():
         RecordType.MESSAGE, 4096, 1_700_000_000_000, 2, 7)
     assert (r.topic, r.key, r.tags, r.properties, r.body, r.size) == (
         "orders", "o-1", "paid", {"a": "b"}, b"hello", 98)
-
-
-@given(st.binary(max_size=4096))
-def test_fast_crc_equals_crcmod_reference(data):
-    assert crc32c(data) == reference_crc32c(data)
 
 
 def _all_types() -> list[Record]:
