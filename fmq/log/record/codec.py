@@ -51,9 +51,9 @@ _new_record = object.__new__  # decode sets every slot itself: no keyword parsin
 
 
 def python_codec(crc32c: Crc) -> Codec:
-    """The codec computing its checksums with ``crc32c``. Its functions read ``crc32c`` as
-    a closure variable: as fast as a module global, and the one argument a faster twin
-    replaces."""
+    """The codec computing its checksums with ``crc32c``. :mod:`fmq.log.record` builds it
+    twice: the reference with crcmod's CRC, the running one with the CRC it chose. Its
+    functions read ``crc32c`` as a closure variable, as fast as a module global."""
 
     def encode_into(buf: bytearray, offset: int, record: Record) -> int:
         """Encode ``record`` (with its ``log_offset`` already set) into ``buf`` at ``offset``,
