@@ -34,13 +34,13 @@ from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import open_index
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.log import Log
+from fmq.log.placement import now_ms
 from fmq.message import Message, SendResult, StoredMessage
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp
 from fmq.recovery.dedup import DedupWindow
 from fmq.recovery.recover import recover
 from fmq.recovery.roll_forward import end_cut_transactions
 from fmq.tx.feedback import Feedback
-from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
 from fmq.tx.state import TxState, UncertainTx
 from fmq.tx.writer import TxWriter

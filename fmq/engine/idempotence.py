@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from fmq.config import BrokerConfig
 from fmq.errors import FMQError
 from fmq.log.log import Log
-from fmq.log.sizing import check_fits
+from fmq.log.placement import now_ms, reserve_segments
+from fmq.log.record import check_fits
 from fmq.message import (
     MESSAGE_ID_PROPERTY,
     PRINCIPAL_PROPERTY,
@@ -32,7 +33,6 @@ from fmq.message import (
     check_message,
 )
 from fmq.recovery.dedup import DedupWindow, send_keys
-from fmq.tx.log_access import now_ms, reserve_segments
 
 from .queues import Queues, append_message_locked
 

@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from fmq.errors import InvalidArgument
+from fmq.log.placement import now_ms
 from fmq.message import (
     DLQ_PREFIX,
     ORIGIN_OFFSET,
@@ -36,7 +37,6 @@ from fmq.message import (
     dlq_topic,
     retry_topic,
 )
-from fmq.tx.log_access import now_ms
 
 __all__ = ["DLQ_PREFIX", "ORIGIN_TOPIC", "RECONSUME_TIMES", "RETRY_PREFIX", "GroupLocks",
            "dead_letters", "delivery_stats", "dlq_topic", "nack", "redrive", "retry_topic"]

@@ -11,9 +11,9 @@ from fmq.engine.retention import Retention
 from fmq.errors import FMQError
 from fmq.index.dispatcher import Dispatcher
 from fmq.log.log import Log
+from fmq.log.placement import now_ms
 from fmq.log.record import HEADER, HEADER_SIZE, RecordType
 from fmq.recovery.dedup import DedupWindow
-from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
 from fmq.tx.writer import TxWriter
 

@@ -22,8 +22,8 @@ import os
 import struct
 
 from fmq.errors import CorruptCheckpoint
-from fmq.log.crc import crc32c
 from fmq.log.fileio import FileIO
+from fmq.log.record import crc32c
 from fmq.recovery.dedup import DedupWindow
 
 DEDUP_WINDOW_FILE = "dedup-window"

@@ -15,8 +15,8 @@ from fmq.engine.broker import Broker
 from fmq.errors import LogFailed
 from fmq.index.entries import EpochEntry
 from fmq.index.epochs import epoch_end, last_epoch
+from fmq.log.placement import now_ms
 from fmq.log.record import Record, RecordType, encoded_length
-from fmq.tx.log_access import now_ms
 
 #: How long the new term waits for its EPOCH record to be indexed (it always is at once,
 #: unless the index cannot be written).

@@ -16,12 +16,17 @@ from typing import Protocol
 from fmq.config import BrokerConfig
 from fmq.errors import DuplicateTransaction, InvalidArgument, LogFailed
 from fmq.log.log import Log
-from fmq.log.marks import encode_mark_into
-from fmq.log.record import HEADER_SIZE, Record, RecordType, encoded_length
-from fmq.log.sizing import check_fits
+from fmq.log.placement import now_ms, read_record, reserve_segments
+from fmq.log.record import (
+    HEADER_SIZE,
+    Record,
+    RecordType,
+    check_fits,
+    encode_mark_into,
+    encoded_length,
+)
 from fmq.message import Message, check_label, check_message, check_name
 from fmq.tx.ids import new_tx_id
-from fmq.tx.log_access import now_ms, read_record, reserve_segments
 from fmq.tx.manager import OpenTransaction, PreMessage, TxManager
 from fmq.tx.retried_prepare import EndedTx, find_committed_prepare, find_retried_prepare
 from fmq.tx.state import TxState
