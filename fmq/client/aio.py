@@ -26,6 +26,7 @@ from fmq.protocol.values import (
     scheduled_from_wire,
 )
 
+from .acquire import DEFAULT_GROUP, LinkPool
 from .aio_connection import AsyncConnection, find_node
 from .auth import resolve_credentials
 from .base import backoff_delay
@@ -84,10 +85,9 @@ class AsyncProducer:
         self._queue = BatchQueue(Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME),
                                  linger_ms / 1000)
         self._batch_in_flight = max_in_flight
-        self._conn: AsyncConnection | None = None
         self._conn_lock: asyncio.Lock | None = None
-        #: The primary this producer sends to (:mod:`fmq.client.discovery`).
-        self.finder = Finder(self.servers, PRIMARY)
+        #: This producer's connection (one broker group: :data:`DEFAULT_GROUP`).
+        self.links = LinkPool.single(Finder(self.servers, PRIMARY))
         self._closed = False
         self._requests: dict[Batch, tuple[AsyncConnection, asyncio.Future]] = {}
         self._wake = asyncio.Event()  # the sender should look again
@@ -96,31 +96,39 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ requests
 
-    async def _connection(self) -> AsyncConnection:
-        conn = self._conn
-        if conn is not None and not conn.closed and conn.redirect is None:
+    @property
+    def finder(self) -> Finder:
+        """The primary this producer sends to (:mod:`fmq.client.discovery`)."""
+        return self.links[DEFAULT_GROUP].finder
+
+    @property
+    def _conn(self) -> AsyncConnection | None:
+        return self.links[DEFAULT_GROUP].conn
+
+    async def _connection(self, group: str = DEFAULT_GROUP) -> AsyncConnection:
+        link = self.links[group]
+        conn = link.usable()
+        if conn is not None:
             return conn
         if self._conn_lock is None:
             self._conn_lock = asyncio.Lock()
         async with self._conn_lock:
             if self._closed:
                 raise BrokerClosed("this producer is closed; create a new one")
-            conn = self._conn
-            if conn is not None and not conn.closed and conn.redirect is None:
-                return conn
+            conn = link.usable()
             if conn is not None:
-                if conn.redirect is not None:  # a NotPrimary came back on it
-                    self.finder.learn(conn.redirect)
-                await conn.close()
-                self._conn = None
+                return conn
+            stale = link.retire()
+            if stale is not None:
+                await stale.close()
             conn, ping = await find_node(
-                self.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
+                link.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
                 self.credentials, self.request_timeout,
                 lambda n: backoff_delay(n, self.backoff_initial, self.backoff_max))
             self._batch_in_flight = max(1, min(self.max_in_flight, ping["max_in_flight"]))
             q = self._queue
             q.limits = Limits(q.limits.batch_size, q.limits.max_messages, ping["max_frame_size"])
-            self._conn = conn
+            link.attach(conn)
             return conn
 
     async def call(self, op: Op, fields: dict[str, Any], *,
@@ -244,9 +252,8 @@ class AsyncProducer:
                     await self._sender
                 except asyncio.CancelledError:
                     pass
-            if self._conn is not None:
-                await self._conn.close()
-                self._conn = None
+            for conn in self.links.take_all():
+                await conn.close()
 
     async def __aenter__(self) -> AsyncProducer:
         return self
