@@ -10,12 +10,11 @@ Use one :class:`AsyncProducer` from one event loop.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from fmq.errors import BrokerClosed, FMQError, InvalidArgument, RequestTimeout
+from fmq.errors import BrokerClosed, FMQError, InvalidArgument
 from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
 from fmq.protocol.batch import decode_send_results, encode_message, send_batch_frame
@@ -30,22 +29,12 @@ from .acquire import DEFAULT_GROUP, LinkPool
 from .aio_connection import AsyncConnection, find_node
 from .auth import resolve_credentials
 from .base import backoff_delay
-from .batching import (
-    Batch,
-    BatchQueue,
-    BufferFull,
-    Limits,
-    complete,
-    resend_is_safe,
-    too_large_error,
-    unreachable,
-)
+from .batch_sending import BatchSending
+from .batching import Batch, Limits, complete
 from .connection import parse_servers
 from .discovery import PRIMARY, Finder
 from .idempotence import Sequencer
 from .tls import TLSSetting, client_context
-
-logger = logging.getLogger("fmq.client")
 
 
 class AsyncProducer:
@@ -80,11 +69,12 @@ class AsyncProducer:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.max_in_flight = max_in_flight
-        self._buffer_memory = buffer_memory
-        self._max_block_s = max_block_s
-        self._queue = BatchQueue(Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME),
-                                 linger_ms / 1000)
-        self._batch_in_flight = max_in_flight
+        self._core = BatchSending(
+            Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_ms / 1000,
+            buffer_memory=buffer_memory, max_block_s=max_block_s, max_in_flight=max_in_flight,
+            retries=retries, idempotent=idempotent,
+            backoff=lambda n: backoff_delay(n, self.backoff_initial, self.backoff_max))
+        self._queue = self._core.queue
         self._conn_lock: asyncio.Lock | None = None
         #: This producer's connection (one broker group: :data:`DEFAULT_GROUP`).
         self.links = LinkPool.single(Finder(self.servers, PRIMARY))
@@ -125,9 +115,7 @@ class AsyncProducer:
                 link.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
                 self.credentials, self.request_timeout,
                 lambda n: backoff_delay(n, self.backoff_initial, self.backoff_max))
-            self._batch_in_flight = max(1, min(self.max_in_flight, ping["max_in_flight"]))
-            q = self._queue
-            q.limits = Limits(q.limits.batch_size, q.limits.max_messages, ping["max_frame_size"])
+            self._core.adopt_server_limits(ping)
             link.attach(conn)
             return conn
 
@@ -187,7 +175,7 @@ class AsyncProducer:
         part = encode_message(topic, body, key, tags, properties, queue_id,
                               self._sequencer.for_properties(properties))
         queue, n = self._queue, len(part)
-        if queue.buffered and queue.buffered + n > self._buffer_memory:
+        if self._core.no_room_for(n):
             await self._wait_for_room(n)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -198,16 +186,12 @@ class AsyncProducer:
         return fut
 
     async def _wait_for_room(self, n: int) -> None:
-        queue = self._queue
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._max_block_s
-        while queue.buffered and queue.buffered + n > self._buffer_memory:
+        deadline = loop.time() + self._core.max_block_s
+        while self._core.no_room_for(n):
             rest = deadline - loop.time()
             if rest <= 0 or self._closed:
-                raise BufferFull(
-                    f"the producer's buffer of {self._buffer_memory} bytes stayed full for "
-                    f"{self._max_block_s}s: the server does not keep up; slow down, flush(), "
-                    f"or raise buffer_memory or max_block_s")
+                raise self._core.buffer_full()
             self._progress.clear()
             try:
                 async with asyncio.timeout(rest):  # no task per wait, unlike wait_for
@@ -229,8 +213,7 @@ class AsyncProducer:
         try:
             await asyncio.wait_for(all_done(), timeout)
         except TimeoutError:
-            raise RequestTimeout(f"flush: {self._queue.waiting_before(upto)} messages still "
-                                 f"wait for the server after {timeout}s") from None
+            raise self._core.flush_timed_out(upto, timeout) from None
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), then close; messages still unsent fail with
@@ -239,12 +222,9 @@ class AsyncProducer:
             await self.flush(timeout)
         finally:
             self._closed = True
-            left = self._queue.take_all()
+            left, closed = self._core.abandon()
             for batch in left:
-                self._queue.finished(batch)
-            for batch in left:
-                complete(batch, BrokerClosed("the producer was closed before this message "
-                                             "was sent; nothing of it was stored"))
+                complete(batch, closed)
             self._wake.set()
             if self._sender is not None:
                 self._sender.cancel()
@@ -270,7 +250,7 @@ class AsyncProducer:
             now = loop.time()
             for batch in queue.expired(now):
                 self._time_out(batch)
-            batch, wait = queue.next_batch(now, self._batch_in_flight)
+            batch, wait = queue.next_batch(now, self._core.max_in_flight)
             if batch is None:
                 self._wake.clear()
                 try:
@@ -282,12 +262,10 @@ class AsyncProducer:
             await self._send(batch)
 
     def _time_out(self, batch: Batch) -> None:
-        self._queue.sending(batch, float("inf"))
+        error = self._core.overdue(batch, self.request_timeout)
         entry = self._requests.get(batch)
         if entry is not None:
-            entry[0].forget(entry[1], RequestTimeout(
-                f"no answer to a SEND_BATCH of {len(batch.handles)} messages within "
-                f"{self.request_timeout:.1f}s; they may or may not be stored"))
+            entry[0].forget(entry[1], error)
 
     async def _send(self, batch: Batch) -> None:
         try:
@@ -297,7 +275,7 @@ class AsyncProducer:
             return
         fitted, too_large = self._queue.fit(batch)
         if too_large is not None:
-            complete(too_large, too_large_error(self._queue.limits))
+            complete(too_large, self._core.too_large())
             self._queue.finished(too_large)
             self._progress.set()
         if fitted is None:
@@ -329,17 +307,13 @@ class AsyncProducer:
         self._wake.set()
 
     def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
-        if batch.done:
+        failing = self._core.failed(batch, exc, written, self._closed,
+                                    asyncio.get_running_loop().time())
+        if failing is None:
             return
-        if resend_is_safe(exc, written, self.idempotent) and batch.attempts < self.retries and not self._closed:
-            delay = backoff_delay(batch.attempts, self.backoff_initial, self.backoff_max)
-            logger.debug("batch of %d messages failed (%s); sending it again in %.2fs",
-                         len(batch.handles), exc, delay)
-            self._queue.send_again(batch, asyncio.get_running_loop().time() + delay)
-        else:
-            waiting = self._queue.take_all() if unreachable(exc, written) else []
-            for b in [batch, *waiting]:
-                complete(b, exc)
-                self._queue.finished(b)
+        for b in failing:
+            complete(b, exc)
+            self._queue.finished(b)
+        if failing:
             self._progress.set()
         self._wake.set()
