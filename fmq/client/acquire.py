@@ -16,12 +16,13 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from fmq.errors import ConnectionLost, FMQError, RequestTimeout
+from fmq.errors import BrokerClosed, ConnectionLost, FMQError, RequestTimeout
 from fmq.protocol import Op
 
-from .auth import Credentials
+from .auth import Credentials, resolve_credentials
 from .connection import no_handshake
 from .discovery import Address, Finder, handshake_steps
+from .tls import TLSSetting, client_context
 
 #: The broker group of a client that talks to one group of servers (all clients today).
 DEFAULT_GROUP = "default"
@@ -166,13 +167,20 @@ class Link:
             return conn
         return None
 
-    def retire(self) -> Any:
-        """Take the connection that will no longer do (the caller closes it), learning
-        the primary a NotPrimary on it named; None when there was none."""
+    def claim(self, client_closed: bool, what: str) -> tuple[Any, Any]:
+        """Under the client's connection lock: (the usable connection, None), or (None,
+        the connection that will no longer do, for the caller to close, or None) when a
+        new one must be found; the primary a NotPrimary on the old one named is learnt.
+        Raises BrokerClosed when the client (``what``: "client", "producer") is closed."""
+        if client_closed:
+            raise BrokerClosed(f"this {what} is closed; create a new one")
+        conn = self.usable()
+        if conn is not None:
+            return conn, None
         conn, self.conn = self.conn, None
         if conn is not None and conn.redirect is not None:
             self.finder.learn(conn.redirect)
-        return conn
+        return None, conn
 
     def attach(self, conn: Any) -> None:
         self.conn = conn
@@ -199,3 +207,34 @@ class LinkPool:
         for link in self._links.values():
             link.conn = None
         return conns
+
+
+class PooledClient:
+    """What a client of one broker group reads of its :class:`LinkPool`."""
+
+    links: LinkPool
+
+    def _connect_options(self, *, tls: TLSSetting, user: str | None, password: str | None,
+                         password_file: str | None, request_timeout: float,
+                         connect_timeout: float, retries: int, backoff_initial: float,
+                         backoff_max: float, max_in_flight: int) -> None:
+        """What every connection of this client uses (:class:`fmq.client.Client` says
+        what each option means)."""
+        self.tls_context = client_context(tls)
+        self.credentials = resolve_credentials(user, password, password_file)
+        self.request_timeout = request_timeout
+        self.connect_timeout = connect_timeout
+        self.retries = retries
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.max_in_flight = max_in_flight
+
+    @property
+    def finder(self) -> Finder:
+        """Which node this client talks to, and what it learnt of the primary."""
+        return self.links[DEFAULT_GROUP].finder
+
+    @property
+    def _conn(self) -> Any:
+        """The current connection (None: none yet, or closed)."""
+        return self.links[DEFAULT_GROUP].conn

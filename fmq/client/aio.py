@@ -17,7 +17,7 @@ from typing import Any
 from fmq.errors import BrokerClosed, FMQError, InvalidArgument
 from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
-from fmq.protocol.batch import decode_send_results, encode_message, send_batch_frame
+from fmq.protocol.batch import encode_message
 from fmq.protocol.values import (
     message_to_wire,
     result_from_wire,
@@ -25,19 +25,18 @@ from fmq.protocol.values import (
     scheduled_from_wire,
 )
 
-from .acquire import DEFAULT_GROUP, LinkPool
+from .acquire import DEFAULT_GROUP, LinkPool, PooledClient
 from .aio_connection import AsyncConnection, find_node
-from .auth import resolve_credentials
 from .base import backoff_delay
-from .batch_sending import BatchSending
+from .batch_sending import BatchSending, submit_batch
 from .batching import Batch, Limits, complete
 from .connection import parse_servers
 from .discovery import PRIMARY, Finder
 from .idempotence import Sequencer
-from .tls import TLSSetting, client_context
+from .tls import TLSSetting
 
 
-class AsyncProducer:
+class AsyncProducer(PooledClient):
     """Sends messages to an FMQ server from asyncio code. The options mean what they mean
     for :class:`fmq.client.Producer` (idempotent by default, so a send that timed out or
     lost its connection is sent again safely); ``send_async`` waits (up to
@@ -61,14 +60,10 @@ class AsyncProducer:
         self._sequencer = Sequencer(idempotent, producer_id)
         self.idempotent = idempotent
         self.producer_id = self._sequencer.producer_id
-        self.tls_context = client_context(tls)
-        self.credentials = resolve_credentials(user, password, password_file)
-        self.request_timeout = request_timeout
-        self.connect_timeout = connect_timeout
-        self.retries = retries
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.max_in_flight = max_in_flight
+        self._connect_options(tls=tls, user=user, password=password, password_file=password_file,
+                              request_timeout=request_timeout, connect_timeout=connect_timeout,
+                              retries=retries, backoff_initial=backoff_initial,
+                              backoff_max=backoff_max, max_in_flight=max_in_flight)
         self._core = BatchSending(
             Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_ms / 1000,
             buffer_memory=buffer_memory, max_block_s=max_block_s, max_in_flight=max_in_flight,
@@ -86,15 +81,6 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ requests
 
-    @property
-    def finder(self) -> Finder:
-        """The primary this producer sends to (:mod:`fmq.client.discovery`)."""
-        return self.links[DEFAULT_GROUP].finder
-
-    @property
-    def _conn(self) -> AsyncConnection | None:
-        return self.links[DEFAULT_GROUP].conn
-
     async def _connection(self, group: str = DEFAULT_GROUP) -> AsyncConnection:
         link = self.links[group]
         conn = link.usable()
@@ -103,12 +89,9 @@ class AsyncProducer:
         if self._conn_lock is None:
             self._conn_lock = asyncio.Lock()
         async with self._conn_lock:
-            if self._closed:
-                raise BrokerClosed("this producer is closed; create a new one")
-            conn = link.usable()
+            conn, stale = link.claim(self._closed, "producer")
             if conn is not None:
                 return conn
-            stale = link.retire()
             if stale is not None:
                 await stale.close()
             conn, ping = await find_node(
@@ -280,13 +263,8 @@ class AsyncProducer:
             self._progress.set()
         if fitted is None:
             return
-        parts, size = fitted.parts, fitted.size
-        try:
-            fut = conn.submit_encoded(Op.SEND_BATCH,
-                                      lambda rid: send_batch_frame(rid, parts, size),
-                                      decode_send_results)
-        except FMQError as exc:
-            self._failed(fitted, exc, written=False)
+        fut = submit_batch(conn, fitted, self._failed)
+        if fut is None:
             return
         self._queue.sending(fitted, asyncio.get_running_loop().time() + self.request_timeout)
         self._requests[fitted] = (conn, fut)

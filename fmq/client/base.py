@@ -11,16 +11,24 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from fmq.errors import BrokerClosed, FMQError, OffsetOutOfRange
+from fmq.errors import FMQError, OffsetOutOfRange
 from fmq.message import StoredMessage
 from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
 
-from .acquire import DEFAULT_GROUP, Ask, Drop, LinkPool, Open, Search, search_steps
-from .auth import resolve_credentials
+from .acquire import (
+    DEFAULT_GROUP,
+    Ask,
+    Drop,
+    LinkPool,
+    Open,
+    PooledClient,
+    Search,
+    search_steps,
+)
 from .connection import Connection, parse_servers
 from .discovery import ANY, Finder
-from .tls import TLSSetting, client_context
+from .tls import TLSSetting
 
 logger = logging.getLogger("fmq.client")
 
@@ -32,7 +40,7 @@ def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
     return base * (0.5 + random.random() / 2)
 
 
-class Client:
+class Client(PooledClient):
     """Base of Producer, TransactionProducer and Consumer; alone, a client for any request.
 
     ``request_timeout``: seconds to wait for one answer. ``retries``: how many times a
@@ -64,34 +72,21 @@ class Client:
         self.links = LinkPool.single(
             Finder(self.servers, node,
                    parse_servers(preferred_server)[0] if preferred_server else None))
-        self.tls_context = client_context(tls)
-        self.credentials = resolve_credentials(user, password, password_file)
+        self._connect_options(tls=tls, user=user, password=password, password_file=password_file,
+                              request_timeout=request_timeout, connect_timeout=connect_timeout,
+                              retries=retries, backoff_initial=backoff_initial,
+                              backoff_max=backoff_max, max_in_flight=max_in_flight)
         #: The user the server authenticated this client as (None: no log-in).
         self.principal: str | None = None
-        self.request_timeout = request_timeout
-        self.connect_timeout = connect_timeout
-        self.retries = retries
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.max_in_flight = max_in_flight
         self._conn_lock = threading.Lock()
         self._closed = False
 
     # ------------------------------------------------------------------ connection
 
     @property
-    def finder(self) -> Finder:
-        """Which node this client talks to, and what it learnt of the primary."""
-        return self.links[DEFAULT_GROUP].finder
-
-    @property
     def connection_seq(self) -> int:
         """Connections this client opened so far (part of generated transaction ids)."""
         return self.links[DEFAULT_GROUP].opened
-
-    @property
-    def _conn(self) -> Connection | None:
-        return self.links[DEFAULT_GROUP].conn
 
     def _connection(self, group: str = DEFAULT_GROUP) -> Connection:
         link = self.links[group]
@@ -99,12 +94,9 @@ class Client:
         if conn is not None:
             return conn
         with self._conn_lock:
-            if self._closed:
-                raise BrokerClosed("this client is closed; create a new one")
-            conn = link.usable()
+            conn, stale = link.claim(self._closed, "client")
             if conn is not None:
                 return conn
-            stale = link.retire()
             if stale is not None:
                 stale.close()
             link.attach(self._find(link.finder))

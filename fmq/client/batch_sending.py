@@ -14,7 +14,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from fmq.errors import BrokerClosed, MessageTooLarge, RequestTimeout
+from fmq.errors import BrokerClosed, FMQError, MessageTooLarge, RequestTimeout
+from fmq.protocol import Op
+from fmq.protocol.batch import decode_send_results, send_batch_frame
 
 from .batching import (
     Batch,
@@ -27,6 +29,21 @@ from .batching import (
 )
 
 logger = logging.getLogger("fmq.client")
+
+
+def submit_batch(conn: Any, batch: Batch,
+                 unwritten: Callable[[Batch, BaseException, bool], None]) -> Any | None:
+    """Write ``batch`` as one SEND_BATCH on ``conn`` (a threaded or an asyncio
+    connection); its future resolves to the SendResults. None when nothing could be
+    written: then ``unwritten(batch, error, False)`` was called."""
+    parts, size = batch.parts, batch.size
+    try:
+        return conn.submit_encoded(Op.SEND_BATCH,
+                                   lambda rid: send_batch_frame(rid, parts, size),
+                                   decode_send_results)
+    except FMQError as exc:
+        unwritten(batch, exc, False)
+        return None
 
 
 class BatchSending:

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 from fmq.errors import BrokerClosed, FMQError
 from fmq.message import SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
-from fmq.protocol.batch import decode_send_results, send_batch_frame
 
-from .batch_sending import BatchSending
+from .batch_sending import BatchSending, submit_batch
 from .batching import Batch, Limits, complete
 
 if TYPE_CHECKING:
@@ -151,13 +150,8 @@ class BatchSender:
             self._finish(too_large, self._core.too_large())
         if fitted is None:
             return
-        parts, size = fitted.parts, fitted.size
-        try:
-            fut = conn.submit_encoded(Op.SEND_BATCH,
-                                      lambda rid: send_batch_frame(rid, parts, size),
-                                      decode_send_results)
-        except FMQError as exc:
-            self._failed(fitted, exc, written=False)
+        fut = submit_batch(conn, fitted, self._failed)
+        if fut is None:
             return
         with self._cond:
             if not fitted.done and fitted in self._queue.in_flight:

@@ -19,7 +19,13 @@ from fmq.client.acquire import (
 )
 from fmq.client.auth import Credentials
 from fmq.client.discovery import ANY, PRIMARY, Finder
-from fmq.errors import AuthenticationFailed, ConnectionLost, PrimaryNotFound, RequestTimeout
+from fmq.errors import (
+    AuthenticationFailed,
+    BrokerClosed,
+    ConnectionLost,
+    PrimaryNotFound,
+    RequestTimeout,
+)
 from fmq.protocol import Op
 
 A, B, C = ("127.0.0.1", 1), ("127.0.0.1", 2), ("127.0.0.1", 3)
@@ -126,9 +132,12 @@ def test_the_pool_holds_one_connection_per_broker_group():
     pool[DEFAULT_GROUP].attach(east)
     pool["west"].attach(west)
     assert pool[DEFAULT_GROUP].usable() is east and pool["west"].usable() is west
+    assert pool["west"].claim(False, "client") == (west, None)
     west.redirect = "127.0.0.1:3"  # a NotPrimary came back on it
     assert pool["west"].usable() is None
-    assert pool["west"].retire() is west
+    assert pool["west"].claim(False, "client") == (None, west)
     assert pool["west"].finder.primary == C and pool[DEFAULT_GROUP].finder.primary is None
     assert pool["west"].opened == 1 and pool.take_all() == [east]
     assert pool[DEFAULT_GROUP].usable() is None
+    with pytest.raises(BrokerClosed, match="this producer is closed"):
+        pool[DEFAULT_GROUP].claim(True, "producer")
