@@ -25,6 +25,7 @@ from typing import Any
 from fmq.errors import ProtocolError
 from fmq.message import PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, Message, SendResult
 from fmq.protocol.frame import HEADER, HEADER_SIZE, LENGTH, PROTOCOL_VERSION, Frame
+from fmq.protocol.layout import BATCH_FRAME_OVERHEAD, SEND_RESULT_FORMAT
 from fmq.protocol.schema import MESSAGE, Op
 from fmq.protocol.values import BROKER_PICKS_QUEUE, message_to_wire
 
@@ -34,12 +35,12 @@ _NULL_STR = b"\xff\xff"
 #: Empty properties (u16 count 0) and the queue id, the tail of every fast-path message.
 _TAIL = struct.Struct(">Hi")
 _I32 = struct.Struct(">i")
-_RESULT = struct.Struct(">QIQ")  # send_result: offset u64, queue_id u32, queue_offset u64
+_RESULT = SEND_RESULT_FORMAT
 _MAX_STR = 0xFFFE  # an optional str of 0xFFFF bytes would read as null: the generic path refuses
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
-#: Bytes a SEND_BATCH frame adds to its encoded messages: length prefix, header, count.
-BATCH_FRAME_OVERHEAD = LENGTH.size + HEADER_SIZE + _U32.size
+__all__ = ["BATCH_FRAME_OVERHEAD", "decode_send_results", "encode_message",
+           "idempotence_properties", "send_batch_frame"]
 
 
 def _generic(topic: Any, body: Any, key: Any, tags: Any, properties: Any,
