@@ -5,7 +5,7 @@ when it is installed; otherwise ``fmq.protocol._codecs``, the pure Python writte
 ``python -m fmq.protocol.generate``. ``FMQ_NO_EXTENSIONS=1`` in the environment forces the
 pure one (to compare the two, or to rule the compiled one out). Both must give the bytes
 and the errors of the field types one by one (``Struct.reference``); the shared tests in
-tests/protocol/test_twins.py run the same cases against each.
+tests/protocol/test_structs.py run the same cases against each.
 """
 
 from __future__ import annotations

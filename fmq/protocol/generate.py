@@ -1,4 +1,4 @@
-"""Writes ``fmq/protocol/_codecs.py``, the straight-line codec of every struct in the schema:
+"""Writes ``fmq/protocol/_codecs/``, the straight-line codec of every struct in the schema:
 ``python -m fmq.protocol.generate`` after any change to ``schema.py`` or ``frame.py``'s
 structs (``tests/protocol/test_generated_codecs.py`` fails until it is run).
 
