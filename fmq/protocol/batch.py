@@ -1,7 +1,7 @@
 """SEND_BATCH for a batching client: each message encoded once, the frame joined from them.
 
 The bytes are exactly those :func:`fmq.protocol.encode_request` writes for SEND_BATCH (the
-wire format is the schema's; ``tests/client/test_batch_codec.py`` compares the two). What
+wire format is the schema's; ``tests/protocol/test_message_twins.py`` compares the two). What
 differs is the cost: the common message (no properties, text key and tags) is packed by
 precompiled ``struct`` calls into one ``bytes`` object when it is handed over, so a batch
 is a ``bytes.join`` of finished parts and no field dict is built per message. Anything

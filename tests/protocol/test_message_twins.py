@@ -1,6 +1,7 @@
 """The wire's hand-written fast paths and the schema's codec they stand in for, each pair run
 on one set of cases: the batching client's one-message encoder, its SEND_BATCH answer
-reader, and the size of a stored message in an answer (``fmq.protocol.layout``)."""
+reader, and the size of a stored message in an answer (``fmq.protocol.layout``); and the
+batch frame joined from fast-path messages is the schema's SEND_BATCH request."""
 
 from __future__ import annotations
 
@@ -10,9 +11,21 @@ import pytest
 
 from fmq.errors import InvalidArgument, ProtocolError
 from fmq.message import Message, SendResult, StoredMessage
-from fmq.protocol import FLAG_RESPONSE, Op, decode_response, encode_response, parse_frame
-from fmq.protocol.batch import decode_send_results, encode_message, idempotence_properties
-from fmq.protocol.layout import stored_message_size
+from fmq.protocol import (
+    FLAG_RESPONSE,
+    Op,
+    decode_response,
+    encode_request,
+    encode_response,
+    parse_frame,
+)
+from fmq.protocol.batch import (
+    decode_send_results,
+    encode_message,
+    idempotence_properties,
+    send_batch_frame,
+)
+from fmq.protocol.layout import BATCH_FRAME_OVERHEAD, stored_message_size
 from fmq.protocol.schema import MESSAGE, STORED_MESSAGE
 from fmq.protocol.values import message_to_wire, result_from_wire, stored_to_wire
 
@@ -124,3 +137,14 @@ def test_a_stored_message_takes_its_encoded_size(sizer, message):
     out = bytearray()
     STORED_MESSAGE.reference[0](out, stored_to_wire(message))
     assert SIZERS[sizer](message) == len(out)
+
+
+def test_a_batch_frame_is_the_schema_request():
+    parts = [encode_message(**fields) for fields in MESSAGE_CASES]
+    frame = send_batch_frame(2**64 - 1, parts, sum(map(len, parts)))
+    wires = [message_to_wire(Message(f["topic"], f["body"], f.get("key"), f.get("tags"),
+                                     idempotence_properties(f.get("properties"), *f["idempotence"])
+                                     if "idempotence" in f else f.get("properties"),
+                                     f.get("queue_id"))) for f in MESSAGE_CASES]
+    assert frame == encode_request(Op.SEND_BATCH, 2**64 - 1, {"messages": wires})
+    assert len(frame) == BATCH_FRAME_OVERHEAD + sum(map(len, parts))
