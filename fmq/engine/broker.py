@@ -28,6 +28,7 @@ from fmq.engine.retention import Retention
 from fmq.engine.retries import GroupLocks
 from fmq.engine.stats import broker_stats
 from fmq.engine.timers import Timers
+from fmq.engine.transactions import Transactions
 from fmq.engine.visibility import Visibility
 from fmq.errors import BrokerClosed
 from fmq.index.dispatcher import Dispatcher
@@ -40,7 +41,6 @@ from fmq.recovery.dedup import DedupWindow
 from fmq.recovery.recover import recover
 from fmq.recovery.roll_forward import end_cut_transactions
 from fmq.tx.feedback import Feedback
-from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
 from fmq.tx.state import TxState, UncertainTx
 from fmq.tx.writer import TxWriter
@@ -120,8 +120,11 @@ class Broker:
                                        self._admit)
         self.tx_writer = TxWriter(self.log, self.tx, cfg, self._queues, self.max_record_size,
                                   self._admit, self._check_open, self.index.tx_ends.get)
-        self._feedback = Feedback(self.tx, cfg, self.tx_writer.read_record,
-                                  self.tx_writer.commit, self.tx_writer.rollback)
+        feedback = Feedback(self.tx, cfg, self.tx_writer.read_record,
+                            self.tx_writer.commit, self.tx_writer.rollback)
+        #: Prepare, commit, rollback, feedback: every transaction operation.
+        self.transactions = Transactions(manager=self.tx, writer=self.tx_writer,
+                                         feedback=feedback, check_open=self._check_open)
         self.visibility = Visibility()
         self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,
                               self._check_open, self.visibility)
@@ -231,25 +234,21 @@ class Broker:
         ``async``). Raises LogFailed if a write or fsync failed first."""
         self.log.wait_durable(end_offset, sync=self.config.flush_mode == "sync")
 
+    # The transaction API lives in :class:`fmq.engine.transactions.Transactions`
+    # (``self.transactions``); these are its embedded callers' shortcuts.
+
     def prepare(self, messages: Sequence[Message], producer_group: str,
                 tx_id: str | None = None) -> str:
-        """Store ``messages`` as a prepared transaction; nothing is consumable until commit.
-        Returns the transaction id once PREPARE and every PRE_MESSAGE are durable."""
-        self._check_open()
-        return self.tx_writer.prepare(messages, producer_group, tx_id)
+        """:meth:`Transactions.prepare`: a prepared transaction's id, once durable."""
+        return self.transactions.prepare(messages, producer_group, tx_id)
 
     def commit(self, tx_id: str, producer_group: str | None = None) -> TxState:
-        """Make every message of ``producer_group``'s transaction ``tx_id`` consumable
-        (REF/TX records, then COMMIT); idempotent. No group: the one that used the id (a
-        trusted caller's shortcut; the server always names the group)."""
-        self._check_open()
-        return self.tx_writer.commit(producer_group or self.tx.group_of(tx_id), tx_id)
+        """:meth:`Transactions.commit`: make the transaction's messages consumable."""
+        return self.transactions.commit(tx_id, producer_group)
 
     def rollback(self, tx_id: str, producer_group: str | None = None) -> TxState:
-        """Discard ``producer_group``'s transaction ``tx_id`` (ROLLBACK record). Idempotent;
-        a conflict after commit. No group: as :meth:`commit`."""
-        self._check_open()
-        return self.tx_writer.rollback(producer_group or self.tx.group_of(tx_id), tx_id)
+        """:meth:`Transactions.rollback`: discard the transaction."""
+        return self.transactions.rollback(tx_id, producer_group)
 
     def queue_count(self, topic: str) -> int:
         """How many queues ``topic`` has: ``queues_per_topic``, or more when the stored data
@@ -260,26 +259,22 @@ class Broker:
 
     def poll_uncertain(self, producer_group: str, max_items: int = 16, lease_ms: int = 5000,
                        wait_ms: int = 0, owner: object = None) -> list[UncertainTx]:
-        """Feedback: open transactions of ``producer_group`` older than ``tx_check_after_ms``
-        and not leased to another poller, with their messages; see
-        :meth:`fmq.tx.feedback.Feedback.poll_uncertain`."""
-        self._check_open()
-        return self._feedback.poll_uncertain(producer_group, max_items, lease_ms, wait_ms, owner)
+        """:meth:`Transactions.poll_uncertain`: open transactions to check back."""
+        return self.transactions.poll_uncertain(producer_group, max_items, lease_ms, wait_ms,
+                                                 owner)
 
     def answer_uncertain(self, tx_id: str, state: TxState, owner: object = None,
                          producer_group: str | None = None) -> TxState:
-        """A producer's answer to a feedback offer of ``producer_group``'s transaction
-        ``tx_id``: commit, rollback or unknown (without a group, as :meth:`commit`)."""
-        return self._feedback.answer_uncertain(producer_group or None, tx_id, state, owner)
+        """:meth:`Transactions.answer_uncertain`: a producer's feedback answer."""
+        return self.transactions.answer_uncertain(tx_id, state, owner, producer_group)
 
     def release_feedback_leases(self, owner: object) -> int:
-        """Return every feedback lease ``owner`` holds (its connection closed): those
-        transactions are offered to the next poll at once. Returns how many."""
-        return self._feedback.release_leases(owner)
+        """:meth:`Transactions.release_feedback_leases`: ``owner``'s connection closed."""
+        return self.transactions.release_feedback_leases(owner)
 
     def open_transactions(self) -> list[dict]:
-        """Open transactions, oldest first: id, group, state, age, checks, messages, offset."""
-        return self.tx.list_open(now_ms())
+        """:meth:`Transactions.open_transactions`: oldest first."""
+        return self.transactions.open_transactions()
 
     # ================================================================== reading
 
