@@ -11,39 +11,20 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Sequence
 
 from fmq.config import BrokerConfig
-from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock
-from fmq.engine.checkpoints import Checkpointer
-from fmq.engine.idempotence import Idempotence, has_dedup
-from fmq.engine.index_admission import IndexAdmission
-from fmq.engine.inventory import Inventory
-from fmq.engine.maintenance import Upkeep, start_maintenance
-from fmq.engine.offsets import ConsumerOffsets
-from fmq.engine.queues import Queues, check_messages, place_messages
-from fmq.engine.reads import Reader
-from fmq.engine.retention import Retention
-from fmq.engine.retries import GroupLocks
+from fmq.datadir import CHECKPOINT_FILE, DataDirLock
+from fmq.engine.assembly import assemble, start_threads
+from fmq.engine.idempotence import has_dedup
+from fmq.engine.maintenance import Upkeep
+from fmq.engine.queues import check_messages, place_messages
 from fmq.engine.stats import broker_stats
-from fmq.engine.timers import Timers
-from fmq.engine.transactions import Transactions
-from fmq.engine.visibility import Visibility
 from fmq.errors import BrokerClosed
-from fmq.index.dispatcher import Dispatcher
-from fmq.index.store import open_index
 from fmq.log.fileio import OS_IO, FileIO
-from fmq.log.log import Log
 from fmq.message import Message, SendResult, StoredMessage
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp
-from fmq.recovery.dedup import DedupWindow
-from fmq.recovery.recover import recover
-from fmq.recovery.roll_forward import end_cut_transactions
-from fmq.tx.feedback import Feedback
-from fmq.tx.manager import TxManager
 from fmq.tx.state import TxState, UncertainTx
-from fmq.tx.writer import TxWriter
 
 logger = logging.getLogger("fmq.broker")
 
@@ -78,6 +59,7 @@ class Broker:
             for part in ("index", "log"):
                 if getattr(broker, part, None) is not None:
                     getattr(broker, part).close()
+            broker._closed = True
             broker._release()
             raise
         return broker
@@ -87,72 +69,31 @@ class Broker:
         os.makedirs(self.path, exist_ok=True)
         self._lock.acquire()
         remove_stale_temp(os.path.join(self.path, CHECKPOINT_FILE))
-        self.log = Log(os.path.join(self.path, LOG_DIR), cfg.segment_size, self.io)
-        # Segments keep the size they were created with: a smaller configured size must
-        # not make the decoder reject the larger records of older segments.
-        self.max_record_size = max([cfg.max_record_size] + [s.size for s in self.log.segments])
-        self.index, rebuilt = open_index(os.path.join(self.path, INDEX_DIR),
-                                         cfg.index_map_size)
-        self.tx = TxManager(cfg.max_open_transactions, cfg.tx_finished_memory,
-                            cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms,
-                            lookup_finished=self._indexed_tx_end,
-                            lookup_groups=self.index.tx_ends.groups)
-        dedup = DedupWindow.for_config(cfg)
-        report, queue_next = recover(self.path, self.log, self.index, self.tx,
-                                     max_record_size=self.max_record_size,
-                                     batch=cfg.dispatch_batch, index_rebuilt=rebuilt,
-                                     progress=progress, dedup=dedup)
-        self.log.start_at(report.end_offset)
-        self._queues = Queues(cfg.queues_per_topic, queue_next,
-                              [(m.topic, m.queue_id) for t in self.tx.open.values()
-                               for m in t.messages])
-        self.dispatcher = Dispatcher(self.log, self.index, cfg.dispatch_batch,
-                                     self.max_record_size, report.end_offset,
-                                     cfg.dispatch_max_pending,
-                                     cfg.index_retry_initial_ms / 1000.0,
-                                     cfg.index_retry_max_ms / 1000.0)
-        self.log.on_flushed = self.dispatcher.notify_flushed
-        self.log.on_append = self.dispatcher.on_append
-        self.dispatcher.start()
-        self._closed = False
-        self._admit = IndexAdmission(self.path, cfg, self.log, self.dispatcher)
-        self.idempotence = Idempotence(self.log, self._queues, dedup, self._check_open,
-                                       self._admit)
-        self.tx_writer = TxWriter(self.log, self.tx, cfg, self._queues, self.max_record_size,
-                                  self._admit, self._check_open, self.index.tx_ends.get)
-        feedback = Feedback(self.tx, cfg, self.tx_writer.read_record,
-                            self.tx_writer.commit, self.tx_writer.rollback)
+        self._closed = False  # recovery's last pass writes (cut transactions, offsets)
+        parts = assemble(path=self.path, config=cfg, io=self.io, check_open=self._check_open,
+                         progress=progress)
+        self.log, self.index, self.dispatcher = parts.log, parts.index, parts.dispatcher
+        self.max_record_size = parts.max_record_size
+        self.recovery = report = parts.recovery
+        self.tx, self.tx_writer = parts.tx, parts.tx_writer
         #: Prepare, commit, rollback, feedback: every transaction operation.
-        self.transactions = Transactions(manager=self.tx, writer=self.tx_writer,
-                                         feedback=feedback, check_open=self._check_open)
-        self.visibility = Visibility()
-        self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,
-                              self._check_open, self.visibility)
+        self.transactions = parts.transactions
+        self.idempotence = parts.idempotence
+        self.visibility = parts.visibility
         #: Consumer-group offsets, written as OFFSET records (commits, resets, retention).
-        self.offsets = ConsumerOffsets(self.log, self.index, self.dispatcher, cfg,
-                                       self._queues, self._check_open, self.visibility)
+        self.offsets = parts.offsets
         #: Topics, groups, disk usage, offset resets (fmq topics / groups / stats).
-        self.inventory = Inventory(self.path, self.index, self._queues, self._reader,
-                                   self.offsets, self._check_open)
-        if not cfg.follow:  # a follower writes only what its primary ships
-            end_cut_transactions(self.tx, self.tx_writer, report)
-            self.offsets.upgrade()
-        self.timers = Timers(cfg, self.log, self.index, self.dispatcher, self._queues,
-                             self.max_record_size, self._admit, self._check_open)
+        self.inventory = parts.inventory
+        self.timers = parts.timers
         #: Each group's dead-letter redrive runs alone (fmq.engine.retries.redrive).
-        self.redrive_locks = GroupLocks()
-        self.recovery = report
-        self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
-                                          self.tx, self.io, dedup)
-        self._retention = Retention(self.path, cfg, self.log, self.index, self.tx,
-                                    self.tx_writer, self._checkpointer, self.io, self.rollback,
-                                    self.offsets, self.timers)
-        self._stop = threading.Event()
-        self._maintenance = start_maintenance(
-            cfg, self.log, Upkeep(self.checkpoint, self._retention.roll_back_timed_out,
-                                  self.enforce_retention), self._stop)
-        if not cfg.follow:  # a follower's timers are delivered by its primary
-            self.timers.start()  # last: a failed open has no timer thread to stop
+        self.redrive_locks = parts.redrive_locks
+        self._queues, self._admit, self._reader = parts.queues, parts.admit, parts.reader
+        self._checkpointer, self._retention = parts.checkpointer, parts.retention
+        self._stop = parts.stop
+        start_threads(parts, cfg, Upkeep(checkpoint=self.checkpoint,
+                                         roll_back_timed_out=self._retention.roll_back_timed_out,
+                                         enforce_retention=self.enforce_retention))
+        self._maintenance = parts.maintenance
         logger.info(
             "opened %s: replayed %d records (%d bytes) from %d in %.3fs; log end %d; "
             "%d open transactions; rolled forward %d; torn tail %s",
@@ -160,10 +101,6 @@ class Broker:
             report.seconds, report.end_offset, report.open_transactions,
             len(report.rolled_forward), report.torn_tail,
         )
-
-    def _indexed_tx_end(self, producer_group: str, tx_id: str) -> TxState | None:
-        end = self.index.tx_ends.get(producer_group, tx_id)
-        return None if end is None else TxState.COMMIT if end[0] else TxState.ROLLBACK
 
     def close(self) -> None:
         """Flush, index everything flushed, checkpoint, release the directory."""
