@@ -22,6 +22,7 @@ from fmq.engine.maintenance import Upkeep, start_maintenance
 from fmq.engine.offsets import ConsumerOffsets
 from fmq.engine.queues import Queues
 from fmq.engine.reads import Reader
+from fmq.engine.replica_log import ReplicaLog
 from fmq.engine.retention import Retention
 from fmq.engine.retries import GroupLocks
 from fmq.engine.timers import Timers
@@ -55,6 +56,7 @@ class Parts:
     idempotence: Idempotence
     tx_writer: TxWriter
     transactions: Transactions
+    replica: ReplicaLog
     visibility: Visibility
     reader: Reader
     offsets: ConsumerOffsets
@@ -164,9 +166,12 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
     retention = Retention(path=path, config=config, log_=log_, index=index, txm=tx,
                           writer=writer, checkpointer=checkpointer, io=io,
                           rollback=transactions.rollback, offsets=offsets, timers=timers)
+    replica = ReplicaLog(log_=log_, index=index, dispatcher=dispatcher, tx=tx, dedup=dedup,
+                         visibility=visibility, max_record_size=max_record_size)
     return Parts(log=log_, max_record_size=max_record_size, index=index, tx=tx,
                  recovery=report, queues=queues, dispatcher=dispatcher, admit=admit,
                  idempotence=idempotence, tx_writer=writer, transactions=transactions,
+                 replica=replica,
                  visibility=visibility, reader=reader, offsets=offsets, inventory=inventory,
                  timers=timers, redrive_locks=GroupLocks(), checkpointer=checkpointer,
                  retention=retention, stop=threading.Event())

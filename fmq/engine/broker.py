@@ -20,9 +20,10 @@ from fmq.engine.idempotence import has_dedup
 from fmq.engine.maintenance import Upkeep
 from fmq.engine.queues import check_messages, place_messages
 from fmq.engine.stats import broker_stats
-from fmq.errors import BrokerClosed
+from fmq.errors import BrokerClosed, FMQError
 from fmq.log.fileio import OS_IO, FileIO
-from fmq.message import Message, SendResult, StoredMessage
+from fmq.log.flush_stats import Histogram
+from fmq.message import Message, ScheduledSend, SendResult, StoredMessage
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp
 from fmq.tx.state import TxState, UncertainTx
 
@@ -80,6 +81,8 @@ class Broker:
         self.transactions = parts.transactions
         self.idempotence = parts.idempotence
         self.visibility = parts.visibility
+        #: This node's part in a broker group: log ends, copies, terms, the high watermark.
+        self.replica = parts.replica
         #: Consumer-group offsets, written as OFFSET records (commits, resets, retention).
         self.offsets = parts.offsets
         #: Topics, groups, disk usage, offset resets (fmq topics / groups / stats).
@@ -161,10 +164,23 @@ class Broker:
             check_messages(messages, self.config, self._queues.queue_count)
         if not messages:
             return [], 0
-        if has_dedup(messages):  # answers a resend with its original's result
-            return self.idempotence.place_batch(messages)
+        results, end, refused = self.place_requests(messages, (len(messages),))
+        if refused:
+            raise refused[0]
+        return results, end
+
+    def place_requests(self, messages: Sequence[Message], sizes: Sequence[int]
+                       ) -> tuple[list[SendResult], int, dict[int, FMQError]]:
+        """The checked messages of several requests (``sizes``: their message counts, in
+        order), placed as :meth:`place_batch` places them, each request all or none.
+        Returns the results of the requests placed, the log offset to wait for, and the
+        error of each request refused (an idempotent producer's sequence), by its index."""
+        self._check_open()
+        if has_dedup(messages):  # the one decision: a resend is answered from the window
+            return self.idempotence.place_requests(messages, sizes)
         self._admit()
-        return place_messages(self.log, self._queues, messages)
+        results, end = place_messages(self.log, self._queues, messages)
+        return results, end, {}
 
     def wait_durable(self, end_offset: int) -> None:
         """Return once the log below ``end_offset`` is durable (written, in flush mode
@@ -213,6 +229,11 @@ class Broker:
         """:meth:`Transactions.open_transactions`: oldest first."""
         return self.transactions.open_transactions()
 
+    def schedule(self, messages: Sequence[Message], due_ms: int) -> list[ScheduledSend]:
+        """Store ``messages`` for delivery at ``due_ms`` (TIMER records; SEND_AT); see
+        :meth:`fmq.engine.timers.Timers.schedule`."""
+        return self.timers.schedule(messages, due_ms)
+
     # ================================================================== reading
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
@@ -256,6 +277,13 @@ class Broker:
         """Block until everything flushed so far is indexed (consumable)."""
         return self.dispatcher.wait_applied(self.log.flushed_offset, timeout)
 
+    def on_consumable(self, callback: Callable[[set[tuple[str, int]]], None]) -> None:
+        """Call ``callback(queues)`` (from the index's or the follower's thread) whenever
+        data in those (topic, queue) pairs becomes consumable: the index applied it, or the
+        high watermark passed it."""
+        self.dispatcher.on_applied = callback
+        self.visibility.on_visible = callback
+
     # ================================================================== upkeep
 
     def checkpoint(self) -> Checkpoint:
@@ -276,6 +304,14 @@ class Broker:
         growing. Returns the deleted file names."""
         self._check_open()
         return self._retention.enforce(now)
+
+    def flush_histograms(self) -> tuple[Histogram, Histogram]:
+        """The group-commit flushes' (latency, size) histograms (metrics)."""
+        return self.log.flush_stats.snapshot()
+
+    def duplicates_by_topic(self) -> dict[str, int]:
+        """Idempotent resends answered from the window since the broker opened, by topic."""
+        return dict(self.idempotence.duplicates_by_topic)
 
     def stats(self) -> dict:
         """Counters and offsets of the running broker (``fmq stats``, STATS)."""

@@ -43,7 +43,8 @@ _REFUSED = object()  # the message's request was refused
 
 
 def has_dedup(messages: Sequence[Message]) -> bool:
-    """Whether any message asks for deduplication."""
+    """Whether any message asks for deduplication: the one rule (the broker decides by it
+    which send path a batch takes, and :func:`bind_principal` which messages it binds)."""
     for m in messages:
         p = m.properties
         if p and (PRODUCER_ID_PROPERTY in p or MESSAGE_ID_PROPERTY in p):
@@ -58,10 +59,9 @@ def bind_principal(messages: Sequence[Message], principal: str, config: BrokerCo
     messages are checked again (as the broker's own: the property is the broker's)."""
     out = []
     for m in messages:
-        props = m.properties
-        if props and (PRODUCER_ID_PROPERTY in props or MESSAGE_ID_PROPERTY in props):
+        if has_dedup((m,)):
             m = Message(m.topic, m.body, m.key, m.tags,
-                        {**props, PRINCIPAL_PROPERTY: principal}, m.queue_id)
+                        {**m.properties, PRINCIPAL_PROPERTY: principal}, m.queue_id)
             check_message(m, config.max_message_size, queue_count, internal=True)
             check_fits(m, config.segment_size)
         out.append(m)
