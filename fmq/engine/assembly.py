@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from fmq.config import BrokerConfig
 from fmq.datadir import INDEX_DIR, LOG_DIR
+from fmq.dedup import DedupWindow
 from fmq.engine.checkpoints import Checkpointer
 from fmq.engine.idempotence import Idempotence
 from fmq.engine.index_admission import IndexAdmission
@@ -32,7 +33,6 @@ from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore, open_index
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
-from fmq.recovery.dedup import DedupWindow
 from fmq.recovery.recover import RecoveryReport, recover
 from fmq.recovery.roll_forward import end_cut_transactions
 from fmq.tx.feedback import Feedback

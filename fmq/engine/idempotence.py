@@ -3,8 +3,8 @@ message id (:data:`fmq.message.PRODUCER_ID_PROPERTY`...), are checked against th
 window under the log lock; a duplicate is answered with the original's result and not
 stored again, the others are placed as :func:`fmq.engine.queues.place_messages` places
 them and remembered: the window takes each placed record as recovery and followers take it
-(:meth:`~fmq.recovery.dedup.DedupWindow.remember`), and looks a send up by the same keys
-(:func:`~fmq.recovery.dedup.send_keys`).
+(:meth:`~fmq.dedup.DedupWindow.remember`), and looks a send up by the same keys
+(:func:`~fmq.dedup.send_keys`).
 
 On a server with users, :func:`bind_principal` writes the sender's principal into each
 idempotent send before it is placed, so the keys (and the stored record) hold it.
@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fmq.config import BrokerConfig
+from fmq.dedup import DedupWindow, send_keys
 from fmq.errors import FMQError
 from fmq.log.log import Log
 from fmq.log.sizing import check_fits
@@ -31,7 +32,6 @@ from fmq.message import (
     SendResult,
     check_message,
 )
-from fmq.recovery.dedup import DedupWindow, send_keys
 from fmq.tx.log_access import now_ms, reserve_segments
 
 from .queues import Queues, append_message_locked

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from fmq.dedup import DedupWindow
 from fmq.engine.visibility import Visibility
 from fmq.errors import LogFailed, ReplicaDiverged
 from fmq.index.dispatcher import Dispatcher
@@ -17,7 +18,6 @@ from fmq.index.entries import EpochEntry
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.record import Record, RecordType, encoded_length
-from fmq.recovery.dedup import DedupWindow
 from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
 from fmq.tx.redo import redo_transaction_record

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 
+from fmq.dedup import DedupWindow
 from fmq.engine.checkpoints import Checkpointer
 from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
@@ -12,7 +13,6 @@ from fmq.errors import FMQError
 from fmq.index.dispatcher import Dispatcher
 from fmq.log.log import Log
 from fmq.log.record import HEADER, HEADER_SIZE, RecordType
-from fmq.recovery.dedup import DedupWindow
 from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
 from fmq.tx.writer import TxWriter

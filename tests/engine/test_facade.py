@@ -74,3 +74,22 @@ def test_replica_facade_appends_a_term_and_reports_log_ends(broker):
     broker.replica.advance_visible(broker.replica.flushed_offset)
     assert [m.body for m in broker.pull("t", r.queue_id, r.queue_offset)] == [b"hidden"]
     assert ("t", r.queue_id) in set().union(*woken)
+
+
+def _layer_of(module: str) -> int:
+    text = (pathlib.Path(ROOT) / "docs" / "design.md").read_text()
+    block = text.split("```layers", 1)[1].split("```", 1)[0]
+    layers = [line.split("#")[0].split() for line in block.splitlines()
+              if line.strip() and not line.startswith("#") and "may import" not in line]
+    # the layer of the longest name that is the module or a package holding it
+    return max((len(n), i) for i, names in enumerate(layers) for n in names
+               if module == n or module.startswith(n + "."))[1]
+
+
+def test_the_live_dedup_window_is_the_engines_and_recovery_only_feeds_it():
+    from fmq.engine.idempotence import DedupWindow
+
+    assert _layer_of(DedupWindow.__module__) < _layer_of("fmq.recovery")
+    for path in sorted((pathlib.Path(ROOT) / "fmq" / "recovery").rglob("*.py")):
+        text = path.read_text()
+        assert "DedupWindow(" not in text and "DedupWindow.for_config" not in text, path
