@@ -37,6 +37,7 @@ from fmq.recovery.recover import RecoveryReport, recover
 from fmq.recovery.roll_forward import end_cut_transactions
 from fmq.tx.feedback import Feedback
 from fmq.tx.manager import TxManager
+from fmq.tx.relocation import TxRelocator
 from fmq.tx.state import TxState
 from fmq.tx.writer import TxWriter
 
@@ -55,6 +56,7 @@ class Parts:
     admit: IndexAdmission
     idempotence: Idempotence
     tx_writer: TxWriter
+    relocator: TxRelocator
     transactions: Transactions
     replica: ReplicaLog
     visibility: Visibility
@@ -143,6 +145,7 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
     writer = TxWriter(log_=log_, txm=tx, config=config, queues=queues,
                       max_record_size=max_record_size, admit=admit, check_open=check_open,
                       ended=index.tx_ends.get)
+    relocator = TxRelocator(log_=log_, txm=tx, read_record=writer.read_record)
     feedback = Feedback(txm=tx, config=config, read_record=writer.read_record,
                         commit=writer.commit, rollback=writer.rollback)
     transactions = Transactions(manager=tx, writer=writer, feedback=feedback,
@@ -164,13 +167,14 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
     checkpointer = Checkpointer(path=path, log_=log_, index=index, dispatcher=dispatcher,
                                 txm=tx, io=io, dedup=dedup)
     retention = Retention(path=path, config=config, log_=log_, index=index, txm=tx,
-                          writer=writer, checkpointer=checkpointer, io=io,
+                          relocator=relocator, checkpointer=checkpointer, io=io,
                           rollback=transactions.rollback, offsets=offsets, timers=timers)
     replica = ReplicaLog(log_=log_, index=index, dispatcher=dispatcher, tx=tx, dedup=dedup,
                          visibility=visibility, max_record_size=max_record_size)
     return Parts(log=log_, max_record_size=max_record_size, index=index, tx=tx,
                  recovery=report, queues=queues, dispatcher=dispatcher, admit=admit,
-                 idempotence=idempotence, tx_writer=writer, transactions=transactions,
+                 idempotence=idempotence, tx_writer=writer, relocator=relocator,
+                 transactions=transactions,
                  replica=replica,
                  visibility=visibility, reader=reader, offsets=offsets, inventory=inventory,
                  timers=timers, redrive_locks=GroupLocks(), checkpointer=checkpointer,

@@ -76,7 +76,7 @@ class Broker:
         self.log, self.index, self.dispatcher = parts.log, parts.index, parts.dispatcher
         self.max_record_size = parts.max_record_size
         self.recovery = report = parts.recovery
-        self.tx, self.tx_writer = parts.tx, parts.tx_writer
+        self.tx, self.tx_writer, self.tx_relocator = parts.tx, parts.tx_writer, parts.relocator
         #: Prepare, commit, rollback, feedback: every transaction operation.
         self.transactions = parts.transactions
         self.idempotence = parts.idempotence
@@ -316,5 +316,5 @@ class Broker:
     def stats(self) -> dict:
         """Counters and offsets of the running broker (``fmq stats``, STATS)."""
         self._check_open()
-        return broker_stats(self.log, self.dispatcher, self.tx, self.tx_writer, self._retention,
+        return broker_stats(self.log, self.dispatcher, self.tx, self.tx_relocator, self._retention,
                             self._checkpointer, self._reader, self.idempotence.window)
