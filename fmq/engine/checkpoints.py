@@ -6,6 +6,7 @@ import logging
 import os
 
 from fmq.datadir import CHECKPOINT_FILE
+from fmq.dedup import DedupWindow
 from fmq.errors import StorageError
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore
@@ -13,7 +14,6 @@ from fmq.log.fileio import FileIO
 from fmq.log.log import Log
 from fmq.log.placement import now_ms
 from fmq.recovery.checkpoint import Checkpoint, write_checkpoint
-from fmq.recovery.dedup import DedupWindow
 from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE, remove_window, write_window
 from fmq.tx.manager import TxManager
 

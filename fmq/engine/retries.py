@@ -112,6 +112,17 @@ def dead_letter_ranges(broker: Any, group: str) -> list[tuple[int, int, int]]:
     return out
 
 
+def oldest_dead_letter_ms(broker: Any, group: str) -> int | None:
+    """When the oldest dead letter of ``group`` not yet redriven was stored (ms since the
+    Unix epoch; None: there is none)."""
+    topic, stored = dlq_topic(group), []
+    for qid, start, end in dead_letter_ranges(broker, group):
+        t = broker.index.store_time(topic, qid, start) if start < end else None
+        if t is not None:
+            stored.append(t)
+    return min(stored) if stored else None
+
+
 def dead_letters(broker: Any, group: str, limit: int = 1000) -> list[StoredMessage]:
     """Up to ``limit`` of the group's dead letters not yet redriven, queue by queue."""
     out: list[StoredMessage] = []

@@ -10,7 +10,7 @@
 
    ===============  ===========================================================
    MESSAGE          index it; remember an idempotent send in the dedup window
-                    (:meth:`~fmq.recovery.dedup.DedupWindow.remember`, as the send
+                    (:meth:`~fmq.dedup.DedupWindow.remember`, as the send
                     path does)
    PREPARE          open the transaction
    PRE_MESSAGE      body checked by its CRC; attach to its transaction
@@ -49,6 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fmq.datadir import CHECKPOINT_FILE, QUEUE_FLOORS_FILE, format_segment_name
+from fmq.dedup import DedupWindow
 from fmq.errors import CorruptCheckpoint, CorruptLog
 from fmq.index.entries import Mark, QueueEntry, TimerChange, index_items, sort_items
 from fmq.index.store import IndexStore
@@ -57,7 +58,6 @@ from fmq.log.reader import OnCorruption
 from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
-from fmq.recovery.dedup import DedupWindow
 from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE, read_window
 from fmq.recovery.floors import read_floors
 from fmq.tx.manager import TxManager

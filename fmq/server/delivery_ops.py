@@ -38,7 +38,7 @@ def deliver_at_of(deliver_at: int, delay_ms: int) -> int:
 async def _send_at(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     due = deliver_at_of(req["deliver_at"], req["delay_ms"])
     msg = message_from_wire(req["message"])
-    [result] = await ctx.write(ctx.broker.timers.schedule, [msg], due)
+    [result] = await ctx.write(ctx.broker.schedule, [msg], due)
     return {"offset": result.offset, "deliver_at": result.deliver_at}
 
 

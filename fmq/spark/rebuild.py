@@ -35,7 +35,7 @@ Passes:
 5. **Checkpoint**: ``min(log end, PREPARE offset of the oldest open transaction, the
    oldest idempotent send younger than dedup_window_ms)``, so the broker opens with
    nothing to replay but the open transactions' range and what rebuilds its dedup window
-   (:mod:`fmq.recovery.dedup`).
+   (:mod:`fmq.dedup`).
 6. **Audit** (``--parquet OUT``, :mod:`fmq.spark.audit`): the record table, per-queue
    and per-topic summaries and the transaction table as Parquet.
 """
