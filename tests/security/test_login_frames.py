@@ -4,7 +4,6 @@ make the server hold large frames."""
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 
@@ -14,6 +13,7 @@ from fmq.client import Client, Producer
 from fmq.errors import AuthenticationRequired
 from fmq.protocol import FrameDecoder, Op, decode_error, encode_request
 from fmq.server.request_admission import LOGIN_FRAME_LIMIT
+from tests.server.harness import server_stats
 from tests.server.test_connection_close import (
     FRAME_LIMIT,
     SLACK,
@@ -47,7 +47,7 @@ def test_frames_cut_off_before_log_in_leave_nothing_behind(small_budget_auth_ser
     srv = small_budget_auth_server
     with Client(srv.address, user="admin", password=PASSWORD) as admin:
         def stats() -> dict:
-            return json.loads(admin.call(Op.STATS, {})["json"])["server"]
+            return server_stats(admin)
 
         seen, peak = cut_frames_growth(srv.address, srv.proc.pid, stats)
         print(f"RSS growth after a close at most {seen / MiB:.0f} MiB, peak growth "
