@@ -61,6 +61,22 @@ def wait_until(cond: Callable[[], object], timeout: float = 10.0, what: str = "t
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def closed_by_server(s: socket.socket, limit: float) -> bool:
+    """Whether the server closes ``s`` within ``limit`` seconds (answers are read and
+    dropped meanwhile)."""
+    s.settimeout(0.2)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            if not s.recv(65536):
+                return True
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+    return False
+
+
 def wait_until_serving(address: str, proc: subprocess.Popen, timeout: float,
                        **client_options) -> bool:
     """Ping ``address`` until it answers (True) or ``proc`` exits (False); raises
