@@ -1,71 +1,22 @@
-"""Every ```python and ```bash block of README.md and docs/*.md runs here as written, or
-NOT_RUN says why it cannot.
-
-A block runs in a temporary directory (its relative paths land there) against a real
-``fmq server`` on 127.0.0.1: the documented address (127.0.0.1:9876, localhost:9876, the
-Spark chapter's 127.0.0.1:7070) is replaced by the test server's. Python blocks are exec'd
-as they stand; bash blocks run command by command through ``bash -c`` with this
-environment's ``fmq`` first on PATH and FMQ_SERVER set. A block that runs may leave no
-transaction open on the server: an example that forgets to end one is wrong.
+"""Every ```python and ```bash block of README.md and docs/*.md runs here as written
+(tests/doc_blocks.py says how), or NOT_RUN says why it cannot. Each runs in a temporary
+directory against a real ``fmq server`` on 127.0.0.1 of its own, and may leave no
+transaction open on it: an example that forgets to end one is wrong.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
-import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import fmq
 from fmq.client import TLSOptions
+from tests.doc_blocks import DOCS, Block, doc_blocks, find_block, run_block
 from tests.server.harness import ServerProcess, broker_stats
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
-ADDRESS = re.compile(r"\b(127\.0\.0\.1|localhost):(9876|7070)\b")
 FAST = {"tx_check_after_ms": 300, "checkpoint_interval_ms": 0,
         "server": {"shutdown_grace_ms": 10000}}
-
-
-@dataclass(frozen=True)
-class Block:
-    doc: str
-    line: int  # of the opening fence
-    lang: str
-    code: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.doc}:{self.line}"
-
-
-def doc_blocks(doc: str) -> list[Block]:
-    """The python and bash blocks of ``doc`` (a path relative to the repository root)."""
-    text = (ROOT / doc).read_text(encoding="utf-8")
-    # A block may be indented (inside a list item): its fences and lines alike.
-    return [Block(doc, text.count("\n", 0, m.start()) + 1, m.group(1),
-                  textwrap.dedent(m.group(2)))
-            for m in re.finditer(r"^[ \t]*```(python|bash)\n(.*?)^[ \t]*```", text,
-                                 re.S | re.M)]
-
-
-def find_block(doc: str, snippet: str) -> Block:
-    """The one block of ``doc`` that contains ``snippet``."""
-    found = [b for b in doc_blocks(doc) if snippet in b.code]
-    assert len(found) == 1, f"{len(found)} blocks of {doc} contain {snippet!r}"
-    return found[0]
-
-
-def bash_commands(code: str) -> list[str]:
-    """The commands of a bash block: continuation lines joined, comment lines dropped."""
-    joined = code.replace("\\\n", " ")
-    return [line for line in joined.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
 
 
 # The honest record of what is not run, (document, text only that block holds): why.
@@ -154,28 +105,6 @@ def test_every_block_runs_or_says_why_not():
     for key in AFTER.keys() | PREREQUISITES | TLS | OFFLINE:
         assert key not in NOT_RUN, f"{key} is both run and not run"
     assert len(RUN) + len(NOT_RUN) == len(ALL_BLOCKS)
-
-
-def run_block(block: Block, cwd: Path, address: str | None) -> None:
-    if address is not None:
-        host_port = address.rpartition(":")
-
-        def local(m: re.Match) -> str:
-            return f"{m.group(1)}:{host_port[2]}"
-        code = ADDRESS.sub(local, block.code)
-    else:
-        code = block.code
-    if block.lang == "python":
-        exec(compile(code, block.name, "exec"), {"__name__": "__doc_block__"})
-        return
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    if address is not None:
-        env["FMQ_SERVER"] = address
-    for command in bash_commands(code):
-        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=120, check=False)
-        assert done.returncode == 0, (f"{block.name}: `{command}` exited with "
-                                      f"{done.returncode}:\n{done.stdout}\n{done.stderr}")
 
 
 def start_server(data_dir: Path, cwd: Path, tls: bool) -> ServerProcess:

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from fmq.client import Consumer, Producer
+from tests.doc_blocks import find_block, run_block
 from tests.server.harness import FMQ, ServerProcess
-from tests.test_doc_blocks import find_block, run_block
 
 from .conftest import PASSWORD, add_user_offline
 
