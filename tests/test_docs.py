@@ -6,17 +6,17 @@ import os
 import re
 
 import fmq
+from tests.doc_blocks import doc_blocks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def python_blocks(text: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+def python_blocks(doc: str) -> list[str]:
+    return [b.code for b in doc_blocks(doc) if b.lang == "python"]
 
 
 def test_readme_embedded_example_runs(tmp_path, monkeypatch, capsys):
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        blocks = python_blocks(f.read())
+    blocks = python_blocks("README.md")
     embedded = next(b for b in blocks if "fmq.Broker.open" in b)
     monkeypatch.chdir(tmp_path)
     assert "import fmq" in embedded  # runs as pasted, not only after our own import
@@ -47,9 +47,7 @@ def test_demo_command_runs(tmp_path):
 
 
 def test_readme_consumer_resumes_where_it_committed():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    consumer = next(b for b in python_blocks(text) if "Consumer(" in b and "commit()" in b)
+    consumer = next(b for b in python_blocks("README.md") if "Consumer(" in b and "commit()" in b)
     assert 'start="committed"' in consumer and 'start="earliest"' not in consumer
 
 

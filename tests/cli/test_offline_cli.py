@@ -6,27 +6,13 @@ import json
 import os
 import shutil
 
-import pytest
 from click.testing import CliRunner
 from fmq.cli.main import cli
 
 import fmq
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, format_segment_name
 
-CFG = fmq.BrokerConfig(segment_size=16 * 1024, max_message_size=4096,
-                       checkpoint_interval_ms=0, retention_interval_ms=0)
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    with fmq.Broker.open(path, CFG) as b:
-        for i in range(120):
-            b.send(fmq.Message("t", f"body-{i}".encode() * 20, key=f"k{i}"))
-        committed = b.prepare([fmq.Message("t", b"tx-body" * 50)], "g", tx_id="tx-done")
-        b.commit(committed)
-        b.prepare([fmq.Message("t", b"open" * 80)], "g", tx_id="tx-open")
-    return path
+from .conftest import CFG
 
 
 def run(*args, ok=True):

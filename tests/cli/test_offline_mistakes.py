@@ -11,21 +11,6 @@ import pytest
 from click.testing import CliRunner
 from fmq.cli.main import cli
 
-import fmq
-
-CFG = fmq.BrokerConfig(segment_size=16 * 1024, max_message_size=4096,
-                       checkpoint_interval_ms=0, retention_interval_ms=0)
-
-
-@pytest.fixture
-def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    with fmq.Broker.open(path, CFG) as b:
-        for i in range(150):
-            b.send(fmq.Message("t", f"body-{i}".encode() * 20, key=f"k{i}"))
-        b.prepare([fmq.Message("t", b"open")], "g", tx_id="tx-open")
-    return path
-
 
 def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args])

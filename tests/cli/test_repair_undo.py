@@ -18,17 +18,13 @@ import fmq
 from fmq.admin.repair import MANIFEST_FILE, repair_dirs
 from fmq.datadir import LOCK_FILE, LOG_DIR
 
-CFG = fmq.BrokerConfig(segment_size=16 * 1024, max_message_size=4096,
-                       checkpoint_interval_ms=0, retention_interval_ms=0)
+from .conftest import CFG, write_data_dir
 
 
 @pytest.fixture
 def data_dir(tmp_path):
-    path = str(tmp_path / "data")
-    with fmq.Broker.open(path, CFG) as b:
-        for i in range(120):
-            b.send(fmq.Message("t", f"body-{i}".encode() * 50, key=f"k{i}"))
-    return path
+    """Messages only, with larger bodies: the cuts land in the middle of the log."""
+    return write_data_dir(str(tmp_path / "data"), body_repeat=50, transactions=False)
 
 
 def run(*args, ok=True, stdin=None):

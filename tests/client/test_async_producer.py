@@ -3,7 +3,6 @@ limits, a server that dies mid-stream, back-pressure, flush and close."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -14,6 +13,7 @@ import pytest
 from fmq.client import BufferFull, Producer
 from fmq.errors import BrokerClosed, ConnectionLost, FMQError, MessageTooLarge, RequestTimeout
 from fmq.protocol import Op
+from tests.server.harness import server_stats
 
 from .conftest import FAST
 from .helpers import QUEUES, read_topic
@@ -196,7 +196,7 @@ def test_a_batch_refused_as_busy_is_sent_again_until_stored(start_server):
         p.flush(WAIT)
         assert [f.result().queue_offset for f in futs] == list(range(50))
         assert poll.result(WAIT)["messages"] == []
-        busy = json.loads(p.call(Op.STATS, {})["json"])["server"]["busy_refusals"]
+        busy = server_stats(p)["busy_refusals"]
     assert busy >= 1
     assert [m.body for m in read_topic(srv.address, "busy")[0]] == [
         f"m{i}".encode() for i in range(50)]  # each stored once, in order

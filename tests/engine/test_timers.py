@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import pytest
 
@@ -19,6 +18,7 @@ from fmq.log.placement import now_ms
 from fmq.log.record import RecordType
 from fmq.log.scanner import LogScanner
 from tests.crashkit import run_child
+from tests.server.harness import wait_until
 
 HOUR_MS = 3_600_000
 
@@ -27,21 +27,12 @@ def _all(broker, topic):
     return [m for msgs in broker.all_messages([topic]).values() for m in msgs]
 
 
-def _wait_for(predicate, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_a_due_message_is_delivered_once_and_a_future_one_waits(broker):
     [later] = broker.timers.schedule([Message("t", b"later", key="k")], now_ms() + HOUR_MS)
     [soon] = broker.timers.schedule([Message("t", b"soon", tags="x", properties={"p": "1"})],
                                     now_ms() + 200)
     assert later.offset < soon.offset and later.deliver_at > soon.deliver_at
-    assert _wait_for(lambda: len(_all(broker, "t")) == 1)
+    wait_until(lambda: len(_all(broker, "t")) == 1, what="the due message")
     [m] = _all(broker, "t")
     assert (m.body, m.tags, m.properties) == (b"soon", "x", {"p": "1"})
     assert m.store_time >= soon.deliver_at
@@ -55,7 +46,7 @@ def test_a_due_message_is_delivered_once_and_a_future_one_waits(broker):
 
 def test_a_chosen_queue_is_kept_and_a_past_time_delivers_at_once(broker):
     broker.timers.schedule([Message("q", b"x", queue_id=3)], 0)
-    assert _wait_for(lambda: len(_all(broker, "q")) == 1)
+    wait_until(lambda: len(_all(broker, "q")) == 1, what="the due message")
     assert _all(broker, "q")[0].queue_id == 3
 
 
@@ -283,7 +274,7 @@ def test_a_kill_during_delivery_delivers_every_timer_exactly_once(tmp_path, cras
                 if rec.type == RecordType.MESSAGE and rec.ref_offset >= 0)
     assert 16 * 4 <= fired < 200  # the crash came in the middle of the deliveries
     with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
-        assert _wait_for(lambda: b.timers.pending() == 0)
+        wait_until(lambda: b.timers.pending() == 0, what="no timer pending")
         b.wait_indexed()
         bodies = sorted(m.body for m in _all(b, "t"))
     assert bodies == sorted(b"timer-%d" % i for i in range(200))

@@ -3,7 +3,6 @@ check (including a run where it must fail), consumers, and bad input."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import time
@@ -12,7 +11,7 @@ import pytest
 
 from fmq.client import Client, Producer
 from fmq.protocol import Op
-from tests.server.harness import FMQ, ServerProcess, json_lines, run_cli
+from tests.server.harness import FMQ, ServerProcess, json_lines, run_cli, server_stats
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +127,7 @@ def test_stats_carry_the_server_pid_and_its_cpu_seconds(server):
 
 
 def server_connections(address: str) -> int:
-    with Client(address) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])["server"]["connections"]
+    return server_stats(address)["connections"]
 
 
 def test_following_consumers_read_every_message_sent_during_the_run(server):

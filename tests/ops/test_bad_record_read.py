@@ -3,7 +3,6 @@ once, with its offset and the advice, and counted in the stats."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -13,7 +12,7 @@ from fmq.client import Client
 from fmq.datadir import LOG_DIR
 from fmq.errors import BadRecord
 from fmq.protocol import Op
-from tests.server.harness import free_port
+from tests.server.harness import broker_stats, free_port
 
 from .conftest import FAST
 from .test_metrics import scrape, value
@@ -41,10 +40,6 @@ def pull(client: Client, offset: int) -> list[bytes]:
     return [m["body"] for m in reply["messages"]]
 
 
-def stats(client: Client) -> dict:
-    return json.loads(client.call(Op.STATS, {})["json"])
-
-
 def test_damaged_record_is_logged_once_and_counted(tmp_path, start_server):
     bad = write_and_damage(str(tmp_path / "data"))
     port = free_port()
@@ -56,7 +51,7 @@ def test_damaged_record_is_logged_once_and_counted(tmp_path, start_server):
                 pull(c, 2)
             assert err.value.offset == bad
         assert pull(c, 3)[0] == b"body-0003"  # the queue past it still reads
-        s = stats(c)
+        s = broker_stats(c)
         metrics = scrape(port)
     assert (s["bad_records_read"], s["bad_record_reads"]) == (1, 3)
     assert value(metrics, "fmq_bad_records_read_total") == 1

@@ -6,9 +6,6 @@ send, so it enters neither window."""
 
 from __future__ import annotations
 
-import json
-import time
-
 import fmq
 from fmq import Message
 from fmq.admin.rebuild_index import rebuild_index
@@ -17,20 +14,11 @@ from fmq.engine import retries
 from fmq.message import MESSAGE_ID_PROPERTY, PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY
 from fmq.protocol import Op
 from fmq.protocol.values import message_to_wire, result_from_wire
-from tests.server.harness import ServerProcess
+from tests.server.harness import ServerProcess, broker_stats, wait_until
 
 SCHEDULED = {MESSAGE_ID_PROPERTY: "order-1", PRODUCER_ID_PROPERTY: "p", SEQUENCE_PROPERTY: "7"}
 CONFIG = {"segment_size": 256 * 1024, "max_message_size": 4096, "checkpoint_interval_ms": 0,
           "retention_interval_ms": 0}
-
-
-def _wait_for(predicate, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def _bodies(broker, topic: str) -> list[bytes]:
@@ -44,10 +32,11 @@ def test_deliveries_of_timers_and_retries_enter_neither_window(tmp_path, small_c
         keyed = broker.send(Message("t", b"plain-keyed", properties={
             MESSAGE_ID_PROPERTY: "order-2", PRODUCER_ID_PROPERTY: "p", SEQUENCE_PROPERTY: "1"}))
         broker.timers.schedule([Message("t", b"scheduled", properties=SCHEDULED)], 0)
-        assert _wait_for(lambda: len(_bodies(broker, "t")) == 2)
+        wait_until(lambda: len(_bodies(broker, "t")) == 2, what="both deliveries")
         # a consumer group fails the keyed message: its retry copy is delivered too
         retries.nack(broker, "g", "t", keyed.queue_id, keyed.queue_offset, delay_ms=0)
-        assert _wait_for(lambda: len(_bodies(broker, retries.retry_topic("g"))) == 1)
+        wait_until(lambda: len(_bodies(broker, retries.retry_topic("g"))) == 1,
+                   what="the retry")
         # a later send with the scheduled message's id is a new message
         again = broker.send(Message("t", b"sent", properties={MESSAGE_ID_PROPERTY: "order-1"}))
         assert _bodies(broker, "t") == [b"plain-keyed", b"scheduled", b"sent"]
@@ -59,13 +48,8 @@ def test_deliveries_of_timers_and_retries_enter_neither_window(tmp_path, small_c
             MESSAGE_ID_PROPERTY: "order-1"})) == again
 
 
-def _stats(address: str) -> dict:
-    with Client(address, retries=3, request_timeout=10) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])
-
-
 def _window(address: str) -> tuple[int, int]:
-    s = _stats(address)
+    s = broker_stats(address)
     return s["dedup_producers"], s["dedup_message_ids"]
 
 
@@ -81,7 +65,8 @@ def test_the_window_after_a_kill_9_is_the_window_before_it(tmp_path):
             c.call(Op.SEND_AT, {"message": message_to_wire(Message(
                 "t", b"scheduled", key="k", properties=SCHEDULED)), "deliver_at": -1,
                 "delay_ms": 0})
-            assert _wait_for(lambda: _bodies_with_key(c, "t", "k") == [b"scheduled"])
+            wait_until(lambda: _bodies_with_key(c, "t", "k") == [b"scheduled"],
+                       what="the scheduled delivery")
             plain = result_from_wire(c.call(Op.SEND, {"message": message_to_wire(Message(
                 "t", b"plain", key="p", properties={MESSAGE_ID_PROPERTY: "order-2"}))})
                 ["result"])
@@ -97,6 +82,7 @@ def test_the_window_after_a_kill_9_is_the_window_before_it(tmp_path):
                 "t", b"plain", key="p", properties={MESSAGE_ID_PROPERTY: "order-2"}))})
                 ["result"])
             assert again == plain
-            assert _wait_for(lambda: _bodies_with_key(c, "t", "k") == [b"scheduled", b"sent"])
+            wait_until(lambda: _bodies_with_key(c, "t", "k") == [b"scheduled", b"sent"],
+                       what="both messages")
     finally:
         srv.kill()

@@ -6,7 +6,6 @@ answering check-backs, and read from a follower when asked to."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from collections import Counter
@@ -23,7 +22,7 @@ from fmq.protocol.schema import SCHEMA
 from fmq.protocol.structs import Struct
 from fmq.tx.state import TxState
 from tests.client.answer_drop import AnswerDropProxy
-from tests.server.harness import ServerProcess, free_port, json_lines, run_cli
+from tests.server.harness import ServerProcess, free_port, json_lines, run_cli, server_stats
 
 from .cluster import SMALL, pull_all, wait_caught_up
 
@@ -45,8 +44,7 @@ def bodies(server: ServerProcess, topic: str, queues: int = 4) -> Counter:
 
 
 def requests_by_op(server: ServerProcess) -> dict[str, int]:
-    with Client(server.address, retries=0) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])["server"]["requests_by_op"]
+    return server_stats(server.address)["requests_by_op"]
 
 
 def as_primary(follower: ServerProcess) -> ServerProcess:

@@ -5,14 +5,11 @@ message is the case that used to differ; a user's principal is in the records it
 
 from __future__ import annotations
 
-import json
-import time
-
 from fmq.client import Client
 from fmq.message import MESSAGE_ID_PROPERTY, PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, Message
 from fmq.protocol import Op
 from fmq.protocol.values import message_to_wire, result_from_wire
-from tests.server.harness import run_cli
+from tests.server.harness import broker_stats, run_cli, wait_until
 
 from .cluster import SMALL, wait_caught_up
 
@@ -20,8 +17,7 @@ SCHEDULED = {MESSAGE_ID_PROPERTY: "order-1", PRODUCER_ID_PROPERTY: "p", SEQUENCE
 
 
 def _window(address: str) -> tuple[int, int]:
-    with Client(address, retries=3, request_timeout=10) as c:
-        s = json.loads(c.call(Op.STATS, {})["json"])
+    s = broker_stats(address)
     return s["dedup_producers"], s["dedup_message_ids"]
 
 
@@ -35,15 +31,6 @@ def _send(c: Client, body: bytes, key: str, **props: str):
         "t", body, key=key, properties=props))})["result"])
 
 
-def _wait_for(predicate, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_promoted_follower_has_the_primary_s_window(node):
     primary = node("a", SMALL)
     follower = node("b", {**SMALL, "follow": primary.address})
@@ -51,7 +38,7 @@ def test_a_promoted_follower_has_the_primary_s_window(node):
         c.call(Op.SEND_AT, {"message": message_to_wire(Message(
             "t", b"scheduled", key="k", properties=SCHEDULED)), "deliver_at": -1,
             "delay_ms": 0})
-        assert _wait_for(lambda: _keyed(c, "k") == [b"scheduled"])
+        wait_until(lambda: _keyed(c, "k") == [b"scheduled"], what="the scheduled delivery")
         plain = _send(c, b"plain", "p", **{MESSAGE_ID_PROPERTY: "order-2",
                                            PRODUCER_ID_PROPERTY: "p", SEQUENCE_PROPERTY: "8"})
     live = _window(primary.address)
@@ -66,5 +53,5 @@ def test_a_promoted_follower_has_the_primary_s_window(node):
         assert _send(c, b"plain", "p", **{MESSAGE_ID_PROPERTY: "order-2",
                                           PRODUCER_ID_PROPERTY: "p",
                                           SEQUENCE_PROPERTY: "8"}) == plain
-        assert _wait_for(lambda: _keyed(c, "k") == [b"scheduled", b"sent"])
+        wait_until(lambda: _keyed(c, "k") == [b"scheduled", b"sent"], what="both messages")
         assert _keyed(c, "p") == [b"plain"]

@@ -108,12 +108,16 @@ BASE_RULES = [
 ]
 
 
+def add_users_and_base_rules(data_dir: str) -> None:
+    """Users admin and alice (password PASSWORD) and BASE_RULES, on a stopped broker."""
+    for user in ("admin", "alice"):
+        add_user_offline(data_dir, user)
+    for rule in BASE_RULES:
+        add_rule_offline(data_dir, *rule)
+
+
 @pytest.fixture
 def auth_server(tmp_path, secure_server):
     """A plaintext server with users admin and alice (password PASSWORD) and BASE_RULES."""
-    data = str(tmp_path / "data")
-    for user in ("admin", "alice"):
-        add_user_offline(data, user)
-    for rule in BASE_RULES:
-        add_rule_offline(data, *rule)
+    add_users_and_base_rules(str(tmp_path / "data"))
     return secure_server(QUICK_SLOW_DOWN, {"user": "admin", "password": PASSWORD})

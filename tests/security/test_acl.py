@@ -5,8 +5,6 @@ or without an entry in the server's table, fails the test."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from fmq.client import Client
@@ -14,7 +12,7 @@ from fmq.client.auth import make_user_fields
 from fmq.errors import AccessDenied, AuthenticationRequired, FMQError
 from fmq.protocol import SCHEMA, Op
 from fmq.server.authz import ACCESS
-from tests.server.harness import ServerProcess
+from tests.server.harness import ServerProcess, broker_stats
 
 from .conftest import FAST, PASSWORD, add_rule_offline, add_user_offline
 
@@ -180,7 +178,7 @@ def test_every_operation_is_refused_without_its_permission_and_allowed_with_it(s
             finally:
                 for rule in rules:
                     admin.call(Op.ACL_REMOVE, rule)
-        stats = json.loads(admin.call(Op.STATS, {})["json"])
+        stats = broker_stats(admin)
     print(f"\n{checked} authorisation cases checked")
     assert checked >= 2 * len(SCHEMA)
     assert stats["server"]["access_denied"] >= len(SCHEMA) - 4

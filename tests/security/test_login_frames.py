@@ -4,7 +4,6 @@ make the server hold large frames."""
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 
@@ -14,17 +13,17 @@ from fmq.client import Client, Producer
 from fmq.errors import AuthenticationRequired
 from fmq.protocol import FrameDecoder, Op, decode_error, encode_request
 from fmq.server.request_admission import LOGIN_FRAME_LIMIT
+from tests.server.harness import closed_by_server, server_stats
 from tests.server.test_connection_close import (
     FRAME_LIMIT,
     SLACK,
     SMALL_BUDGET,
     STATS_REQUEST,
-    closed_by_server,
     cut_frames_growth,
     raw,
 )
 
-from .conftest import BASE_RULES, PASSWORD, add_rule_offline, add_user_offline
+from .conftest import PASSWORD, add_users_and_base_rules
 
 pytestmark = pytest.mark.timeout(180)
 MiB = 1024 * 1024
@@ -33,11 +32,7 @@ MiB = 1024 * 1024
 @pytest.fixture
 def small_budget_auth_server(tmp_path, secure_server):
     """A server with users admin and alice (BASE_RULES) and a 16 MiB frame limit."""
-    data = str(tmp_path / "data")
-    for user in ("admin", "alice"):
-        add_user_offline(data, user)
-    for rule in BASE_RULES:
-        add_rule_offline(data, *rule)
+    add_users_and_base_rules(str(tmp_path / "data"))
     return secure_server(SMALL_BUDGET, {"user": "admin", "password": PASSWORD})
 
 
@@ -47,7 +42,7 @@ def test_frames_cut_off_before_log_in_leave_nothing_behind(small_budget_auth_ser
     srv = small_budget_auth_server
     with Client(srv.address, user="admin", password=PASSWORD) as admin:
         def stats() -> dict:
-            return json.loads(admin.call(Op.STATS, {})["json"])["server"]
+            return server_stats(admin)
 
         seen, peak = cut_frames_growth(srv.address, srv.proc.pid, stats)
         print(f"RSS growth after a close at most {seen / MiB:.0f} MiB, peak growth "

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from fmq.client import Client
 from fmq.errors import FMQError
@@ -32,19 +33,48 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def server_stats(address: str) -> dict:
+def broker_stats(server: str | Client) -> dict:
+    """A running server's whole STATS object; ``server`` is its address or a client already
+    connected (and logged in) to it."""
+    if isinstance(server, Client):
+        return json.loads(server.call(Op.STATS, {})["json"])
+    with Client(server, retries=3, request_timeout=30) as c:
+        return json.loads(c.call(Op.STATS, {})["json"])
+
+
+def server_stats(server: str | Client) -> dict:
     """The ``server`` part of a running server's STATS."""
-    with Client(address, retries=3, request_timeout=10) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])["server"]
+    return broker_stats(server)["server"]
 
 
-def wait_until(cond, timeout: float, what: str) -> None:
+def wait_until(cond: Callable[[], object], timeout: float = 10.0, what: str = "the condition",
+               tick: Callable[[], object] | None = None) -> None:
+    """Return once ``cond()`` is true; fail the test after ``timeout`` seconds. ``tick``, if
+    given, runs before each look (to drive a clock or a poll loop)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if tick is not None:
+            tick()
         if cond():
             return
-        time.sleep(0.05)
+        time.sleep(0.02)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def closed_by_server(s: socket.socket, limit: float) -> bool:
+    """Whether the server closes ``s`` within ``limit`` seconds (answers are read and
+    dropped meanwhile)."""
+    s.settimeout(0.2)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            if not s.recv(65536):
+                return True
+        except TimeoutError:
+            continue
+        except OSError:
+            return True
+    return False
 
 
 def wait_until_serving(address: str, proc: subprocess.Popen, timeout: float,

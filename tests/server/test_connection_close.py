@@ -45,22 +45,6 @@ def memory(pid: int) -> dict[str, int]:
     return out
 
 
-def closed_by_server(s: socket.socket, limit: float) -> bool:
-    """Whether the server closes ``s`` within ``limit`` seconds (answers are read and
-    dropped meanwhile)."""
-    s.settimeout(0.2)
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            if not s.recv(65536):
-                return True
-        except TimeoutError:
-            continue
-        except OSError:
-            return True
-    return False
-
-
 # ---------------------------------------------------------------- frames cut off by a close
 
 #: A small request budget keeps the test fast and the bound clear: one connection may hold

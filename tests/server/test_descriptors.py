@@ -27,7 +27,7 @@ from fmq.errors import FMQError, ServerBusy
 from fmq.protocol import Op
 from fmq.protocol.frame import FrameDecoder, decode_error, encode_request
 
-from .harness import FMQ, free_port, wait_until_serving
+from .harness import FMQ, free_port, server_stats, wait_until_serving
 
 CONFIG = {"segment_size": 64 * 1024, "max_message_size": 8192, "checkpoint_interval_ms": 0}
 BODY = 3000
@@ -93,7 +93,7 @@ def limited(tmp_path):
 
 
 def _connections(client: Client) -> int:
-    return json.loads(client.call(Op.STATS, {})["json"])["server"]["connections"]
+    return server_stats(client)["connections"]
 
 
 def _send_counting(producer: Producer, counts: dict, acked: list, tag: str, n: int) -> None:

@@ -12,18 +12,7 @@ from fmq.server.consumer_groups import ConsumerGroupCoordinator
 from tests.crashkit import reap
 
 from .conftest import FAST
-from .harness import FMQ, json_lines
-
-
-def wait_for(cond, timeout: float, what: str, tick=None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if tick is not None:
-            tick()
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+from .harness import FMQ, json_lines, wait_until
 
 
 def test_coordinator_assigns_each_queue_to_one_member():
@@ -60,12 +49,12 @@ def test_two_consumers_split_queues_and_take_over_when_one_dies(start_server):
                               daemon=True)
     reader.start()
     try:
-        wait_for(lambda: len(a.assignment) == 2, 15, "b to join and take 2 queues",
+        wait_until(lambda: len(a.assignment) == 2, 15, "b to join and take 2 queues",
                  tick=lambda: got_a.extend(a.poll(0.05)))
         mine = set(a.assignment)
         with Producer(srv.address) as p:
             first = [p.send("cgt", f"m{i}".encode()) for i in range(40)]
-        wait_for(lambda: len(got_a) >= 20 and len(lines) >= 20, 15, "both to consume",
+        wait_until(lambda: len(got_a) >= 20 and len(lines) >= 20, 15, "both to consume",
                  tick=lambda: (got_a.extend(a.poll(0.1)), a.commit()))
         got_b = json_lines("".join(lines))
         assert {(m.topic, m.queue_id) for m in got_a} == mine
@@ -75,24 +64,24 @@ def test_two_consumers_split_queues_and_take_over_when_one_dies(start_server):
 
         b.kill()  # SIGKILL: no leave; the server notices the closed connection
         b.wait(10)
-        wait_for(lambda: len(a.assignment) == 4, 10, "a to take over b's queues",
+        wait_until(lambda: len(a.assignment) == 4, 10, "a to take over b's queues",
                  tick=lambda: got_a.extend(a.poll(0.05)))
         with Producer(srv.address) as p:
             for i in range(40, 80):
                 p.send("cgt", f"m{i}".encode())
-        wait_for(lambda: {m.body for m in got_a} >= {f"m{i}".encode() for i in range(40, 80)},
+        wait_until(lambda: {m.body for m in got_a} >= {f"m{i}".encode() for i in range(40, 80)},
                  15, "a to consume everything new", tick=lambda: got_a.extend(a.poll(0.1)))
         everything = {m.body for m in got_a} | {m["body"].encode() for m in got_b}
         assert everything == {f"m{i}".encode() for i in range(80)}
 
         # A member that stops heart-beating (connection still open) is dropped too.
         c = Consumer(srv.address, "cg", "cgt")
-        wait_for(lambda: len(a.assignment) == 2, 10, "c to join",
+        wait_until(lambda: len(a.assignment) == 2, 10, "c to join",
                  tick=lambda: got_a.extend(a.poll(0.05)))
         c._stop.set()  # silence c's heartbeat thread; its socket stays open
         c._hb.join(5)
         t0 = time.monotonic()
-        wait_for(lambda: len(a.assignment) == 4, 10, "c's session to expire",
+        wait_until(lambda: len(a.assignment) == 4, 10, "c's session to expire",
                  tick=lambda: got_a.extend(a.poll(0.05)))
         assert time.monotonic() - t0 >= 0.8  # it waited for the session time-out (1.5 s)
         c.close()

@@ -10,7 +10,6 @@ themselves: a send whose connection was lost is retried, safely, until the serve
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import threading
 
@@ -24,7 +23,7 @@ from fmq.message import MESSAGE_ID_PROPERTY, PRODUCER_ID_PROPERTY, SEQUENCE_PROP
 from fmq.protocol import Op
 from fmq.protocol.values import message_to_wire, result_from_wire
 
-from .harness import ServerProcess, free_port
+from .harness import ServerProcess, broker_stats, free_port
 from .test_crash_and_feedback import consume_all
 from .test_cut_transactions import start_crashing_server
 
@@ -56,11 +55,6 @@ def send_raw(address: str, message: Message):
                                 ["result"])
 
 
-def stats(address: str) -> dict:
-    with Client(address) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])
-
-
 @pytest.mark.parametrize("dedup", ["sequence", "message id"])
 def test_a_resend_after_a_crash_between_write_and_reply_gets_the_original(tmp_path, dedup):
     props = ({PRODUCER_ID_PROPERTY: "p-7", SEQUENCE_PROPERTY: "41"} if dedup == "sequence"
@@ -79,7 +73,7 @@ def test_a_resend_after_a_crash_between_write_and_reply_gets_the_original(tmp_pa
         [original] = got
         assert (again.offset, again.queue_id, again.queue_offset) == (
             original.offset, original.queue_id, original.queue_offset)
-        assert stats(address)["duplicates_dropped"] == 1
+        assert broker_stats(address)["duplicates_dropped"] == 1
         if dedup == "sequence":  # the bookkeeping is not delivered; the rest is
             assert original.properties == {}
             send_raw(address, Message("orders", b"gap", properties={

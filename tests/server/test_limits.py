@@ -29,7 +29,7 @@ from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, stored_message
 from fmq.server.server import Server
 
 from .conftest import FAST
-from .harness import server_stats
+from .harness import closed_by_server, server_stats
 
 MiB = 1024 * 1024
 
@@ -64,22 +64,6 @@ def read_frames(s: socket.socket, count: int, limit: float = 60.0) -> list:
             break
         frames.extend(dec.feed(data))
     return frames
-
-
-def closed_by_server(s: socket.socket, limit: float) -> bool:
-    """Whether the server closes ``s`` within ``limit`` seconds (answers are read and
-    dropped meanwhile)."""
-    s.settimeout(0.2)
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        try:
-            if not s.recv(65536):
-                return True
-        except TimeoutError:
-            continue
-        except OSError:
-            return True
-    return False
 
 
 def pull_request(rid: int, topic: str, offset: int = 0, max_messages: int = 4096) -> bytes:

@@ -19,7 +19,7 @@ from fmq.client.aio import AsyncProducer
 from fmq.errors import InvalidArgument
 from fmq.message import dlq_topic
 from fmq.protocol import Op
-from tests.server.harness import json_lines, run_cli, wait_until
+from tests.server.harness import broker_stats, json_lines, run_cli, wait_until
 
 #: Short back-off levels so a test sees every redelivery within seconds.
 FAST_RETRIES = {"checkpoint_interval_ms": 0, "retry_delays": "300ms 600ms 900ms",
@@ -168,8 +168,7 @@ def _topic_messages(address: str) -> dict[str, int]:
 
 
 def _timers_pending(address: str) -> int:
-    with Client(address, request_timeout=30) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])["delivery"]["timers_pending"]
+    return broker_stats(address)["delivery"]["timers_pending"]
 
 
 def test_concurrent_redrives_of_a_group_put_each_dead_letter_back_once(start_server):

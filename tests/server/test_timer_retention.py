@@ -4,7 +4,6 @@ warning and reports the timers' bytes in ``fmq stats`` and the metrics."""
 
 from __future__ import annotations
 
-import json
 import time
 import urllib.request
 
@@ -12,10 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import fmq
-from fmq.client import Client
 from fmq.log.placement import now_ms
-from fmq.protocol import Op
-from tests.server.harness import ServerProcess, free_port
+from tests.server.harness import ServerProcess, broker_stats, free_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -23,11 +20,6 @@ TIMERS = 20_000
 LIMIT = 512 * 1024
 BROKER = {"segment_size": 64 * 1024, "max_message_size": 4096, "retention_bytes": LIMIT,
           "retention_interval_ms": 200, "checkpoint_interval_ms": 0, "timer_batch": 1024}
-
-
-def _stats(address: str) -> dict:
-    with Client(address, retries=3, request_timeout=30) as c:
-        return json.loads(c.call(Op.STATS, {})["json"])
 
 
 def _scrape(port: int) -> dict[str, float]:
@@ -42,7 +34,7 @@ def _after_passes(address: str, passes: int, seconds: float = 60.0) -> dict:
     that never ends shows in the counters the test checks)."""
     deadline = time.monotonic() + seconds
     while True:
-        s = _stats(address)
+        s = broker_stats(address)
         if s.get("retention_passes", 0) >= passes or time.monotonic() > deadline:
             return s
         time.sleep(0.1)

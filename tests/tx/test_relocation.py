@@ -12,6 +12,7 @@ import pytest
 import fmq
 from fmq import TxState
 from tests.crashkit import run_child
+from tests.server.harness import wait_until
 
 CFG = dict(segment_size=64 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
            retention_interval_ms=0, retention_bytes=256 * 1024, tx_check_after_ms=50)
@@ -100,22 +101,13 @@ def test_crash_during_relocation_keeps_the_transaction_whole(tmp_path, crash):
         assert b.open_transactions() == []
 
 
-def wait_until(predicate, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
-
-
 def test_tx_timeout_rolls_back_a_transaction_left_open(tmp_path, caplog):
     cfg = fmq.BrokerConfig(**{**CFG, "retention_bytes": 0, "tx_timeout_ms": 300})
     with fmq.Broker.open(str(tmp_path / "data"), cfg) as b:
         b.prepare([fmq.Message("pay", b"abandoned")], "shop", tx_id="abandoned")
         kept = b.prepare([fmq.Message("pay", b"kept")], "shop", tx_id="kept")
         assert b.commit(kept) == TxState.COMMIT  # ended in time: never touched
-        assert wait_until(lambda: b.open_transactions() == [])
+        wait_until(lambda: b.open_transactions() == [], 20, "the timed-out rollback")
         assert b.stats()["tx_timeouts"] == 1
         assert b.rollback("abandoned") == TxState.ROLLBACK
         with pytest.raises(fmq.TransactionConflict):

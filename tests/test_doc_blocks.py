@@ -1,0 +1,141 @@
+"""Every ```python and ```bash block of README.md and docs/*.md runs here as written
+(tests/doc_blocks.py says how), or NOT_RUN says why it cannot. Each runs in a temporary
+directory against a real ``fmq server`` on 127.0.0.1 of its own, and may leave no
+transaction open on it: an example that forgets to end one is wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import fmq
+from fmq.client import TLSOptions
+from tests.doc_blocks import DOCS, Block, doc_blocks, find_block, run_block
+from tests.server.harness import ServerProcess, broker_stats
+
+FAST = {"tx_check_after_ms": 300, "checkpoint_interval_ms": 0,
+        "server": {"shutdown_grace_ms": 10000}}
+
+
+# The honest record of what is not run, (document, text only that block holds): why.
+NOT_RUN: dict[tuple[str, str], str] = {
+    ("README.md", "pip install . && fmq server"):
+        "installs FMQ from the network into a new virtual environment, then serves until Ctrl-C",
+    ("README.md", "python -m pytest"): "runs the whole test suite",
+    ("docs/client.md", '"10.0.0.1:9876,10.0.0.2:9876,10.0.0.3:9876"'):
+        "needs a three-server replication group on other hosts (tests/replication/ runs "
+        "clients against real groups)",
+    ("docs/client.md", "follower_reads=True"): "an excerpt continuing the block before it",
+    ("docs/operations.md", "fmq log verify DATA_DIR"):
+        "placeholders (DATA_DIR, OFFSET); the same commands run in tests/cli/",
+    ("docs/operations.md", "[--config fmq.json]"): "a synopsis: brackets mark the options",
+    ("docs/replication.md", "fmq server primary-data"):
+        "starts servers that run until stopped, one terminal each (tests/replication/)",
+    ("docs/replication.md", "etcd --data-dir etcd-data"):
+        "needs an etcd and three long-running servers (tests/replication/)",
+    ("docs/replication.md", "fmq replica promote --server FOLLOWER"):
+        "placeholders (FOLLOWER, follower.toml, `...`)",
+    ("docs/replication.md", "fmq replica bootstrap follower-data --from PRIMARY"):
+        "placeholders (PRIMARY)",
+    ("docs/scheduling.md", "c.run(handle)"):
+        "an excerpt: two loops that read until the consumer is closed from another thread; "
+        "handle and TemporaryError are the application's",
+    ("docs/security.md", "fmq server --data-dir ./fmq-data --tls-cert server.pem"):
+        "starts servers that run until stopped; the TLS blocks after it run against a "
+        "server started with the same --tls-cert and --tls-key",
+    ("docs/security.md", "fmq user add admin ./fmq-data"):
+        "asks for passwords at a terminal; placeholders (`...`, app2.password)",
+    ("docs/security.md", "FMQ_PASSWORD_FILE=~/.fmq-admin-password"):
+        "asks for a password at a terminal; needs the admin's password file in $HOME",
+    ("docs/security.md", '"fmq.example.com:9876"'):
+        "needs the remote host fmq.example.com and /run/secrets/fmq",
+    ("docs/spark.md", "pip install 'fmq[spark]'"): "installs from the network",
+    ("docs/spark.md", "fmq index rebuild /var/lib/fmq --spark"):
+        "needs Spark and Java (tests/spark/ runs the rebuild)",
+    ("docs/spark.md", "spark-submit --master spark://head:7077"): "needs a Spark cluster",
+    ("docs/spark.md", "register(spark)                                   # once"):
+        "needs Spark and Java; an excerpt (spark, path) (tests/spark/)",
+    ("docs/spark.md", '.option("pushdown", "true")'): "needs Spark and Java; an excerpt",
+    ("docs/spark.md", "PYSPARK_SUBMIT_ARGS"): "needs Spark, Java and /var/cache/fmq",
+    ("docs/spark.md", "fmq server --data-dir /var/lib/fmq --host 127.0.0.1 --port 7070 &"):
+        "starts a server in the background (the next block runs against the test server)",
+    ("docs/spark.md", 'readStream.format("fmq-topic")'):
+        "needs Spark and Java; writes to /data (tests/spark/test_topic_stream.py)",
+    ("docs/spark.md", 'spark.read.parquet("/data/orders-sink")'):
+        "needs Spark and Java; an excerpt continuing the streaming query",
+    ("docs/spark.md", "df.where(\"key = 'o-1'\").show()"): "needs Spark and Java; an excerpt",
+}
+
+# Blocks that run after others, in the same directory: (document, text): the blocks first.
+AFTER: dict[tuple[str, str], list[tuple[str, str]]] = {
+    ("docs/security.md", "--topic t --max 1"): [("docs/security.md", "# the CA")],
+    ("docs/security.md", 'TLSOptions(ca_file="ca.pem")) as producer'):
+        [("docs/security.md", "# the CA")],
+    ("docs/security.md", "fmq acl remove ./fmq-data"):
+        [("docs/security.md", "fmq acl add ./fmq-data --principal admin")],
+}
+#: Blocks that talk to a TLS server (certificates from security.md's own recipe).
+TLS = {("docs/security.md", "--topic t --max 1"),
+       ("docs/security.md", 'TLSOptions(ca_file="ca.pem")) as producer')}
+#: Blocks that work on a stopped broker's ./fmq-data (no server).
+OFFLINE = {("docs/security.md", "# the CA"),
+           ("docs/security.md", "fmq acl add ./fmq-data --principal admin"),
+           ("docs/security.md", "fmq acl remove ./fmq-data")}
+
+
+def _key(block: Block, table) -> tuple[str, str] | None:
+    hits = [k for k in table if k[0] == block.doc and k[1] in block.code]
+    assert len(hits) <= 1, f"{block.name} matches several entries: {hits}"
+    return hits[0] if hits else None
+
+
+ALL_BLOCKS = [b for doc in DOCS for b in doc_blocks(doc)]
+RUN = [b for b in ALL_BLOCKS if _key(b, NOT_RUN) is None]
+#: A block that others run after runs as part of their tests, not once more on its own.
+PREREQUISITES = {first for firsts in AFTER.values() for first in firsts}
+RUN_ALONE = [b for b in RUN if _key(b, {k: None for k in PREREQUISITES}) is None]
+
+
+def test_every_block_runs_or_says_why_not():
+    for table in (NOT_RUN, AFTER, TLS, OFFLINE):
+        for key in table:
+            find_block(*key)  # each entry names exactly one block that still exists
+    for key in AFTER.keys() | PREREQUISITES | TLS | OFFLINE:
+        assert key not in NOT_RUN, f"{key} is both run and not run"
+    assert len(RUN) + len(NOT_RUN) == len(ALL_BLOCKS)
+
+
+def start_server(data_dir: Path, cwd: Path, tls: bool) -> ServerProcess:
+    if not tls:
+        return ServerProcess(str(data_dir), FAST).start()
+    return ServerProcess(str(data_dir), FAST,
+                         extra_args=("--tls-cert", str(cwd / "server.pem"),
+                                     "--tls-key", str(cwd / "server.key")),
+                         client_options={"tls": TLSOptions(ca_file=str(cwd / "ca.pem"))}
+                         ).start()
+
+
+@pytest.mark.parametrize("block", RUN_ALONE, ids=[b.name for b in RUN_ALONE])
+def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    key = _key(block, {k: None for k in (*AFTER, *PREREQUISITES, *TLS, *OFFLINE)})
+    if key in OFFLINE:
+        with fmq.Broker.open(str(work / "fmq-data")):
+            pass  # a stopped broker's directory, as the offline commands expect
+    for first in AFTER.get(key, []):
+        run_block(find_block(*first), work, None)
+    if key in OFFLINE:
+        run_block(block, work, None)
+        return
+    srv = start_server(tmp_path / "server-data", work, key in TLS)
+    try:
+        run_block(block, work, srv.address)
+        if key not in TLS:
+            assert broker_stats(srv.address)["open_transactions"] == 0, \
+                f"{block.name} leaves a transaction open"
+    finally:
+        srv.kill()
