@@ -41,8 +41,8 @@ _BLOCKED_BY_BUDGET = 2
 
 
 class ClientSession(asyncio.Protocol):
-    """One client socket: parses frames as bytes arrive, runs each request on its own,
-    writes each response as soon as it is ready (pipelining)."""
+    """One client socket: parses frames as bytes arrive and hands each to its requests
+    (:class:`SessionRequests`), writes answers, keeps its budgets and time-outs."""
 
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
