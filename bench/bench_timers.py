@@ -31,7 +31,7 @@ import threading
 import time
 
 import fmq
-from fmq.tx.log_access import now_ms
+from fmq.log.placement import now_ms
 
 PROBE_TOPIC = "probe"
 

@@ -17,8 +17,7 @@ import pytest
 import fmq
 from fmq.index.entries import QueueEntry
 from fmq.index.store import IndexStore
-from fmq.log.crc import crc32c
-from fmq.log.record import Record, RecordType, decode, encode
+from fmq.log.record import Record, RecordType, crc32c, decode, encode
 from fmq.protocol import FrameDecoder, Op, decode_request, encode_request
 
 BODY = b"x" * 1024

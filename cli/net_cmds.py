@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import logging
 import sys
+import time
 from collections.abc import Iterator
 
 import click
@@ -330,12 +331,15 @@ def _consume(consumer, max_messages: int | None, idle_timeout: float | None,
 
 
 def consumed_line(m, body: str | None) -> str:
-    """``topic/queue@offset [key=K] [tags=T]: body``: key and tags only when the message
-    has them; a body that is not UTF-8 shows its size (``--json`` has it in base64)."""
+    """``topic/queue@offset stored-time [key=K] [tags=T]: body``: key and tags only when
+    the message has them; a body that is not UTF-8 shows its size (``--json`` has it in
+    base64). The time is the store time in UTC, to the millisecond."""
     labels = "".join(f" {name}={value}" for name, value in (("key", m.key), ("tags", m.tags))
                      if value)
     text = body if body is not None else f"<{out.size(len(m.body))}, not UTF-8>"
-    return f"{m.topic}/{m.queue_id}@{m.queue_offset}{labels}: {text}"
+    stored = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(m.store_time / 1000))
+    return (f"{m.topic}/{m.queue_id}@{m.queue_offset} {stored}.{m.store_time % 1000:03d}Z"
+            f"{labels}: {text}")
 
 
 def _commit_upto(consumer, printed: list) -> None:

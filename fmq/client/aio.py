@@ -10,15 +10,14 @@ Use one :class:`AsyncProducer` from one event loop.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from fmq.errors import BrokerClosed, FMQError, InvalidArgument, RequestTimeout
+from fmq.errors import BrokerClosed, FMQError, InvalidArgument
 from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
-from fmq.protocol.batch import decode_send_results, encode_message, send_batch_frame
+from fmq.protocol.batch import encode_message
 from fmq.protocol.values import (
     message_to_wire,
     result_from_wire,
@@ -26,28 +25,18 @@ from fmq.protocol.values import (
     scheduled_from_wire,
 )
 
+from .acquire import DEFAULT_GROUP, LinkPool, PooledClient
 from .aio_connection import AsyncConnection, find_node
-from .auth import resolve_credentials
 from .base import backoff_delay
-from .batching import (
-    Batch,
-    BatchQueue,
-    BufferFull,
-    Limits,
-    complete,
-    resend_is_safe,
-    too_large_error,
-    unreachable,
-)
+from .batch_sending import BatchSending, submit_batch
+from .batching import Batch, Limits, complete
 from .connection import parse_servers
 from .discovery import PRIMARY, Finder
 from .idempotence import Sequencer
-from .tls import TLSSetting, client_context
-
-logger = logging.getLogger("fmq.client")
+from .tls import TLSSetting
 
 
-class AsyncProducer:
+class AsyncProducer(PooledClient):
     """Sends messages to an FMQ server from asyncio code. The options mean what they mean
     for :class:`fmq.client.Producer` (idempotent by default, so a send that timed out or
     lost its connection is sent again safely); ``send_async`` waits (up to
@@ -71,23 +60,19 @@ class AsyncProducer:
         self._sequencer = Sequencer(idempotent, producer_id)
         self.idempotent = idempotent
         self.producer_id = self._sequencer.producer_id
-        self.tls_context = client_context(tls)
-        self.credentials = resolve_credentials(user, password, password_file)
-        self.request_timeout = request_timeout
-        self.connect_timeout = connect_timeout
-        self.retries = retries
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.max_in_flight = max_in_flight
-        self._buffer_memory = buffer_memory
-        self._max_block_s = max_block_s
-        self._queue = BatchQueue(Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME),
-                                 linger_ms / 1000)
-        self._batch_in_flight = max_in_flight
-        self._conn: AsyncConnection | None = None
+        self._connect_options(tls=tls, user=user, password=password, password_file=password_file,
+                              request_timeout=request_timeout, connect_timeout=connect_timeout,
+                              retries=retries, backoff_initial=backoff_initial,
+                              backoff_max=backoff_max, max_in_flight=max_in_flight)
+        self._core = BatchSending(
+            Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_ms / 1000,
+            buffer_memory=buffer_memory, max_block_s=max_block_s, max_in_flight=max_in_flight,
+            retries=retries, idempotent=idempotent,
+            backoff=lambda n: backoff_delay(n, self.backoff_initial, self.backoff_max))
+        self._queue = self._core.queue
         self._conn_lock: asyncio.Lock | None = None
-        #: The primary this producer sends to (:mod:`fmq.client.discovery`).
-        self.finder = Finder(self.servers, PRIMARY)
+        #: This producer's connection (one broker group: :data:`DEFAULT_GROUP`).
+        self.links = LinkPool.single(Finder(self.servers, PRIMARY))
         self._closed = False
         self._requests: dict[Batch, tuple[AsyncConnection, asyncio.Future]] = {}
         self._wake = asyncio.Event()  # the sender should look again
@@ -96,31 +81,25 @@ class AsyncProducer:
 
     # ------------------------------------------------------------------ requests
 
-    async def _connection(self) -> AsyncConnection:
-        conn = self._conn
-        if conn is not None and not conn.closed and conn.redirect is None:
+    async def _connection(self, group: str = DEFAULT_GROUP) -> AsyncConnection:
+        link = self.links[group]
+        conn = link.usable()
+        if conn is not None:
             return conn
         if self._conn_lock is None:
             self._conn_lock = asyncio.Lock()
         async with self._conn_lock:
-            if self._closed:
-                raise BrokerClosed("this producer is closed; create a new one")
-            conn = self._conn
-            if conn is not None and not conn.closed and conn.redirect is None:
-                return conn
+            conn, stale = link.claim(self._closed, "producer")
             if conn is not None:
-                if conn.redirect is not None:  # a NotPrimary came back on it
-                    self.finder.learn(conn.redirect)
-                await conn.close()
-                self._conn = None
+                return conn
+            if stale is not None:
+                await stale.close()
             conn, ping = await find_node(
-                self.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
+                link.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
                 self.credentials, self.request_timeout,
                 lambda n: backoff_delay(n, self.backoff_initial, self.backoff_max))
-            self._batch_in_flight = max(1, min(self.max_in_flight, ping["max_in_flight"]))
-            q = self._queue
-            q.limits = Limits(q.limits.batch_size, q.limits.max_messages, ping["max_frame_size"])
-            self._conn = conn
+            self._core.adopt_server_limits(ping)
+            link.attach(conn)
             return conn
 
     async def call(self, op: Op, fields: dict[str, Any], *,
@@ -179,7 +158,7 @@ class AsyncProducer:
         part = encode_message(topic, body, key, tags, properties, queue_id,
                               self._sequencer.for_properties(properties))
         queue, n = self._queue, len(part)
-        if queue.buffered and queue.buffered + n > self._buffer_memory:
+        if self._core.no_room_for(n):
             await self._wait_for_room(n)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -190,16 +169,12 @@ class AsyncProducer:
         return fut
 
     async def _wait_for_room(self, n: int) -> None:
-        queue = self._queue
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._max_block_s
-        while queue.buffered and queue.buffered + n > self._buffer_memory:
+        deadline = loop.time() + self._core.max_block_s
+        while self._core.no_room_for(n):
             rest = deadline - loop.time()
             if rest <= 0 or self._closed:
-                raise BufferFull(
-                    f"the producer's buffer of {self._buffer_memory} bytes stayed full for "
-                    f"{self._max_block_s}s: the server does not keep up; slow down, flush(), "
-                    f"or raise buffer_memory or max_block_s")
+                raise self._core.buffer_full()
             self._progress.clear()
             try:
                 async with asyncio.timeout(rest):  # no task per wait, unlike wait_for
@@ -221,8 +196,7 @@ class AsyncProducer:
         try:
             await asyncio.wait_for(all_done(), timeout)
         except TimeoutError:
-            raise RequestTimeout(f"flush: {self._queue.waiting_before(upto)} messages still "
-                                 f"wait for the server after {timeout}s") from None
+            raise self._core.flush_timed_out(upto, timeout) from None
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), then close; messages still unsent fail with
@@ -231,12 +205,9 @@ class AsyncProducer:
             await self.flush(timeout)
         finally:
             self._closed = True
-            left = self._queue.take_all()
+            left, closed = self._core.abandon()
             for batch in left:
-                self._queue.finished(batch)
-            for batch in left:
-                complete(batch, BrokerClosed("the producer was closed before this message "
-                                             "was sent; nothing of it was stored"))
+                complete(batch, closed)
             self._wake.set()
             if self._sender is not None:
                 self._sender.cancel()
@@ -244,9 +215,8 @@ class AsyncProducer:
                     await self._sender
                 except asyncio.CancelledError:
                     pass
-            if self._conn is not None:
-                await self._conn.close()
-                self._conn = None
+            for conn in self.links.take_all():
+                await conn.close()
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -263,7 +233,7 @@ class AsyncProducer:
             now = loop.time()
             for batch in queue.expired(now):
                 self._time_out(batch)
-            batch, wait = queue.next_batch(now, self._batch_in_flight)
+            batch, wait = queue.next_batch(now, self._core.max_in_flight)
             if batch is None:
                 self._wake.clear()
                 try:
@@ -275,12 +245,10 @@ class AsyncProducer:
             await self._send(batch)
 
     def _time_out(self, batch: Batch) -> None:
-        self._queue.sending(batch, float("inf"))
+        error = self._core.overdue(batch, self.request_timeout)
         entry = self._requests.get(batch)
         if entry is not None:
-            entry[0].forget(entry[1], RequestTimeout(
-                f"no answer to a SEND_BATCH of {len(batch.handles)} messages within "
-                f"{self.request_timeout:.1f}s; they may or may not be stored"))
+            entry[0].forget(entry[1], error)
 
     async def _send(self, batch: Batch) -> None:
         try:
@@ -290,18 +258,13 @@ class AsyncProducer:
             return
         fitted, too_large = self._queue.fit(batch)
         if too_large is not None:
-            complete(too_large, too_large_error(self._queue.limits))
+            complete(too_large, self._core.too_large())
             self._queue.finished(too_large)
             self._progress.set()
         if fitted is None:
             return
-        parts, size = fitted.parts, fitted.size
-        try:
-            fut = conn.submit_encoded(Op.SEND_BATCH,
-                                      lambda rid: send_batch_frame(rid, parts, size),
-                                      decode_send_results)
-        except FMQError as exc:
-            self._failed(fitted, exc, written=False)
+        fut = submit_batch(conn, fitted, self._failed)
+        if fut is None:
             return
         self._queue.sending(fitted, asyncio.get_running_loop().time() + self.request_timeout)
         self._requests[fitted] = (conn, fut)
@@ -322,17 +285,13 @@ class AsyncProducer:
         self._wake.set()
 
     def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
-        if batch.done:
+        failing = self._core.failed(batch, exc, written, self._closed,
+                                    asyncio.get_running_loop().time())
+        if failing is None:
             return
-        if resend_is_safe(exc, written, self.idempotent) and batch.attempts < self.retries and not self._closed:
-            delay = backoff_delay(batch.attempts, self.backoff_initial, self.backoff_max)
-            logger.debug("batch of %d messages failed (%s); sending it again in %.2fs",
-                         len(batch.handles), exc, delay)
-            self._queue.send_again(batch, asyncio.get_running_loop().time() + delay)
-        else:
-            waiting = self._queue.take_all() if unreachable(exc, written) else []
-            for b in [batch, *waiting]:
-                complete(b, exc)
-                self._queue.finished(b)
+        for b in failing:
+            complete(b, exc)
+            self._queue.finished(b)
+        if failing:
             self._progress.set()
         self._wake.set()

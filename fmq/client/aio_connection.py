@@ -14,20 +14,20 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from fmq.errors import ConnectionLost, FMQError, NotPrimary, RequestTimeout
+from fmq.errors import FMQError, NotPrimary
 from fmq.protocol import Frame, FrameDecoder, Op, decode_error, decode_response, encode_request
 
+from .acquire import Ask, Drop, Open, Search, search_steps
 from .auth import Credentials
 from .connection import (
     CLIENT_MAX_FRAME,
     PeerCheck,
     cannot_connect,
     lost_error,
-    no_handshake,
     outcome_of,
     timed_out_error,
 )
-from .discovery import Finder, handshake_steps
+from .discovery import Finder
 from .tls import handshake_failed
 
 
@@ -159,50 +159,29 @@ class AsyncConnection:
             await self._writer.wait_closed()
 
 
-async def handshake(conn: AsyncConnection, credentials: Credentials | None,
-                    timeout: float, hello_timeout: float) -> dict[str, Any]:
-    """HELLO (answered within ``hello_timeout``, or this is no FMQ server), and the log-in
-    when there are ``credentials`` (:mod:`fmq.client.discovery`); HELLO's answer."""
-    steps = handshake_steps(credentials)
-    op, fields = next(steps)
-    try:
-        answer = await conn.request(op, fields, min(timeout, hello_timeout))
-    except RequestTimeout:
-        raise no_handshake(conn.address, min(timeout, hello_timeout)) from None
-    try:
-        while True:
-            op, fields = steps.send(answer)
-            answer = await conn.request(op, fields, timeout)
-    except StopIteration as done:
-        return done.value[0]
-
-
 async def find_node(finder: Finder, connect_timeout: float, max_in_flight: int,
                     tls: ssl.SSLContext | None, credentials: Credentials | None,
                     request_timeout: float, backoff: Callable[[int], float]
                     ) -> tuple[AsyncConnection, dict[str, Any]]:
     """A connection to the node ``finder`` looks for, logged in when there are
-    ``credentials``, and its PING answer: the same search as the threaded client's
-    (:meth:`fmq.client.Client._find`): ConnectionLost at once when no server answers,
-    PrimaryNotFound after ``request_timeout`` seconds when only followers do."""
-    finder.begin(request_timeout, backoff)
-    while True:
-        while (address := finder.next_address()) is not None:
-            try:
-                conn = await AsyncConnection.open(address, connect_timeout, max_in_flight,
-                                                  tls=tls)
-            except ConnectionLost as exc:
-                finder.unreachable(address, exc)
-                continue
-            try:
-                hello = await handshake(conn, credentials, request_timeout, connect_timeout)
-                if finder.accepts(address, hello):
-                    return conn, await conn.request(Op.PING, {}, request_timeout)
-            except FMQError as exc:
+    ``credentials``, and its PING answer: the threaded client's search
+    (:func:`~fmq.client.acquire.search_steps`), each step awaited."""
+    search = Search(search_steps(finder, credentials, request_timeout, connect_timeout,
+                                 backoff, ping=True))
+    conn: AsyncConnection | None = None
+    outcome: Any = None
+    while (step := search.advance(outcome)) is not None:
+        outcome = None
+        try:
+            if isinstance(step, Open):
+                conn = await AsyncConnection.open(step.address, connect_timeout,
+                                                  max_in_flight, tls=tls)
+            elif isinstance(step, Ask):
+                outcome = await conn.request(step.op, step.fields, step.timeout)
+            elif isinstance(step, Drop):
                 await conn.close()
-                if not exc.retriable:
-                    raise
-                finder.failed(exc)
-                continue
-            await conn.close()
-        await asyncio.sleep(finder.pause())
+            else:
+                await asyncio.sleep(step.seconds)
+        except FMQError as exc:
+            outcome = exc
+    return conn, search.found.ping

@@ -11,15 +11,24 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from fmq.errors import BrokerClosed, ConnectionLost, FMQError, OffsetOutOfRange, RequestTimeout
+from fmq.errors import FMQError, OffsetOutOfRange
 from fmq.message import StoredMessage
 from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
 
-from .auth import resolve_credentials
-from .connection import Connection, no_handshake, parse_servers
-from .discovery import ANY, Finder, handshake_steps
-from .tls import TLSSetting, client_context
+from .acquire import (
+    DEFAULT_GROUP,
+    Ask,
+    Drop,
+    LinkPool,
+    Open,
+    PooledClient,
+    Search,
+    search_steps,
+)
+from .connection import Connection, parse_servers
+from .discovery import ANY, Finder
+from .tls import TLSSetting
 
 logger = logging.getLogger("fmq.client")
 
@@ -31,7 +40,7 @@ def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
     return base * (0.5 + random.random() / 2)
 
 
-class Client:
+class Client(PooledClient):
     """Base of Producer, TransactionProducer and Consumer; alone, a client for any request.
 
     ``request_timeout``: seconds to wait for one answer. ``retries``: how many times a
@@ -59,95 +68,64 @@ class Client:
                  password: str | None = None, password_file: str | None = None,
                  node: str = ANY, preferred_server: str | None = None) -> None:
         self.servers = parse_servers(servers)
-        #: Which node this client talks to, and what it learnt of the primary.
-        self.finder = Finder(self.servers, node,
-                             parse_servers(preferred_server)[0] if preferred_server else None)
-        self.tls_context = client_context(tls)
-        self.credentials = resolve_credentials(user, password, password_file)
+        #: This client's connection (one broker group: :data:`DEFAULT_GROUP`).
+        self.links = LinkPool.single(
+            Finder(self.servers, node,
+                   parse_servers(preferred_server)[0] if preferred_server else None))
+        self._connect_options(tls=tls, user=user, password=password, password_file=password_file,
+                              request_timeout=request_timeout, connect_timeout=connect_timeout,
+                              retries=retries, backoff_initial=backoff_initial,
+                              backoff_max=backoff_max, max_in_flight=max_in_flight)
         #: The user the server authenticated this client as (None: no log-in).
         self.principal: str | None = None
-        self.request_timeout = request_timeout
-        self.connect_timeout = connect_timeout
-        self.retries = retries
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self.max_in_flight = max_in_flight
-        self._conn: Connection | None = None
         self._conn_lock = threading.Lock()
         self._closed = False
-        #: Connections this client opened so far (part of generated transaction ids).
-        self.connection_seq = 0
 
     # ------------------------------------------------------------------ connection
 
-    def _connection(self) -> Connection:
-        conn = self._conn
-        if conn is not None and not conn.closed and conn.redirect is None:
+    @property
+    def connection_seq(self) -> int:
+        """Connections this client opened so far (part of generated transaction ids)."""
+        return self.links[DEFAULT_GROUP].opened
+
+    def _connection(self, group: str = DEFAULT_GROUP) -> Connection:
+        link = self.links[group]
+        conn = link.usable()
+        if conn is not None:
             return conn
         with self._conn_lock:
-            if self._closed:
-                raise BrokerClosed("this client is closed; create a new one")
-            conn = self._conn
-            if conn is not None and not conn.closed and conn.redirect is None:
-                return conn
+            conn, stale = link.claim(self._closed, "client")
             if conn is not None:
-                if conn.redirect is not None:  # a NotPrimary came back on it
-                    self.finder.learn(conn.redirect)
-                conn.close()
-                self._conn = None
-            self._conn = self._find()
-            self.connection_seq += 1
-            logger.debug("connected to %s:%d", *self._conn.address)
-            return self._conn
+                return conn
+            if stale is not None:
+                stale.close()
+            link.attach(self._find(link.finder))
+            logger.debug("connected to %s:%d", *link.conn.address)
+            return link.conn
 
-    def _find(self) -> Connection:
-        """A connection to the node this client needs (see :class:`Finder`). When no
-        server answers at all: ConnectionLost at once. When some answer but none is the
-        primary (nor names one that answers): rounds with back-off for up to
-        ``request_timeout`` seconds, then PrimaryNotFound (both retriable)."""
-        finder = self.finder
-        finder.begin(self.request_timeout, self._backoff)
-        while True:
-            while (address := finder.next_address()) is not None:
-                try:
-                    conn = Connection(address, self.connect_timeout,
-                                      max_in_flight=self.max_in_flight, tls=self.tls_context)
-                except ConnectionLost as exc:
-                    finder.unreachable(address, exc)
-                    continue
-                try:
-                    hello = self._handshake(conn)
-                except FMQError as exc:
-                    conn.close()
-                    if not exc.retriable:
-                        raise
-                    finder.failed(exc)
-                    continue
-                if finder.accepts(address, hello):
-                    return conn
-                conn.close()
-            time.sleep(finder.pause())
-
-    def _handshake(self, conn: Connection) -> dict[str, Any]:
-        """HELLO, and the log-in when this client has credentials; HELLO's answer. An FMQ
-        server answers HELLO at once: a peer silent for ``connect_timeout`` is taken for
-        another kind of server (the log-in's steps may take longer: a slowed-down log-in)."""
-        steps = handshake_steps(self.credentials)
-        hello_timeout = min(self.request_timeout, self.connect_timeout)
-        try:
-            op, fields = next(steps)
+    def _find(self, finder: Finder) -> Connection:
+        """A connection to the node ``finder`` looks for (:func:`search_steps`)."""
+        search = Search(search_steps(finder, self.credentials, self.request_timeout,
+                                     self.connect_timeout, self._backoff))
+        conn: Connection | None = None
+        outcome: Any = None
+        while (step := search.advance(outcome)) is not None:
+            outcome = None
             try:
-                answer = conn.request(op, fields, hello_timeout)
-            except RequestTimeout:
-                raise no_handshake(conn.address, hello_timeout) from None
-            while True:
-                op, fields = steps.send(answer)
-                answer = conn.request(op, fields, self.request_timeout)
-        except StopIteration as done:
-            hello, principal = done.value
-            if principal is not None:
-                self.principal = principal
-            return hello
+                if isinstance(step, Open):
+                    conn = Connection(step.address, self.connect_timeout,
+                                      max_in_flight=self.max_in_flight, tls=self.tls_context)
+                elif isinstance(step, Ask):
+                    outcome = conn.request(step.op, step.fields, step.timeout)
+                elif isinstance(step, Drop):
+                    conn.close()
+                else:
+                    time.sleep(step.seconds)
+            except FMQError as exc:
+                outcome = exc
+        if search.found.principal is not None:
+            self.principal = search.found.principal
+        return conn
 
     def _backoff(self, attempt: int) -> float:
         return backoff_delay(attempt, self.backoff_initial, self.backoff_max)
@@ -208,9 +186,8 @@ class Client:
     def close(self) -> None:
         with self._conn_lock:
             self._closed = True
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            for conn in self.links.take_all():
+                conn.close()
 
     def __enter__(self) -> Client:
         return self

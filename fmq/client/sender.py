@@ -10,33 +10,22 @@ the server answered, which it does only after the batch is durable.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from fmq.errors import BrokerClosed, FMQError, RequestTimeout
+from fmq.errors import BrokerClosed, FMQError
 from fmq.message import SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
-from fmq.protocol.batch import decode_send_results, send_batch_frame
 
-from .batching import (
-    Batch,
-    BatchQueue,
-    BufferFull,
-    Limits,
-    complete,
-    resend_is_safe,
-    too_large_error,
-    unreachable,
-)
+from .batch_sending import BatchSending, submit_batch
+from .batching import Batch, Limits, complete
 
 if TYPE_CHECKING:
     from .base import Client
     from .connection import Connection
 
-logger = logging.getLogger("fmq.client")
 
 
 class BatchSender:
@@ -46,15 +35,15 @@ class BatchSender:
                  max_batch_messages: int, buffer_memory: int, max_block_s: float,
                  idempotent: bool = False) -> None:
         self._client = client
-        self._idempotent = idempotent  # a written batch may be sent again
-        self._queue = BatchQueue(Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME),
-                                 linger_s)
-        self._buffer_memory = buffer_memory
-        self._max_block_s = max_block_s
+        self._core = BatchSending(
+            Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_s,
+            buffer_memory=buffer_memory, max_block_s=max_block_s,
+            max_in_flight=client.max_in_flight, retries=client.retries,
+            backoff=client._backoff, idempotent=idempotent)
+        self._queue = self._core.queue
         # A plain lock: ``add`` takes it once per message (``with self._lock`` runs in C).
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._max_in_flight = client.max_in_flight
         self._limits_of: Connection | None = None  # the connection PING was asked on
         self._requests: dict[Batch, tuple[Connection, Future]] = {}  # batches in flight
         self._closing = False
@@ -70,15 +59,12 @@ class BatchSender:
             queue = self._queue
             if self._closing:
                 raise BrokerClosed("this producer is closed; create a new one")
-            if queue.buffered and queue.buffered + n > self._buffer_memory:
-                deadline = time.monotonic() + self._max_block_s
-                while queue.buffered and queue.buffered + n > self._buffer_memory:
+            if self._core.no_room_for(n):
+                deadline = time.monotonic() + self._core.max_block_s
+                while self._core.no_room_for(n):
                     rest = deadline - time.monotonic()
                     if rest <= 0 or self._closing:
-                        raise BufferFull(
-                            f"the producer's buffer of {self._buffer_memory} bytes stayed full "
-                            f"for {self._max_block_s}s: the server does not keep up; slow "
-                            f"down, flush(), or raise buffer_memory or max_block_s")
+                        raise self._core.buffer_full()
                     self._cond.wait(rest)
             if queue.add(part, handle, time.monotonic()):
                 self._cond.notify_all()
@@ -92,8 +78,7 @@ class BatchSender:
             while self._queue.waiting_before(upto):
                 rest = None if deadline is None else deadline - time.monotonic()
                 if rest is not None and rest <= 0:
-                    raise RequestTimeout(f"flush: {self._queue.waiting_before(upto)} messages "
-                                         f"still wait for the server after {timeout}s")
+                    raise self._core.flush_timed_out(upto, timeout)
                 self._cond.wait(rest)
 
     def close(self, timeout: float | None) -> None:
@@ -104,13 +89,10 @@ class BatchSender:
         finally:
             with self._cond:
                 self._closing = True
-                left = self._queue.take_all()
-                for batch in left:
-                    self._queue.finished(batch)
+                left, closed = self._core.abandon()
                 self._cond.notify_all()
             for batch in left:
-                complete(batch, BrokerClosed("the producer was closed before this message "
-                                             "was sent; nothing of it was stored"))
+                complete(batch, closed)
             self._thread.join(5)
 
     # ------------------------------------------------------------------ the thread
@@ -123,7 +105,7 @@ class BatchSender:
                     overdue = self._queue.expired(now)
                     if overdue:
                         break
-                    batch, wait = self._queue.next_batch(now, self._max_in_flight)
+                    batch, wait = self._queue.next_batch(now, self._core.max_in_flight)
                     if batch is not None:
                         break
                     if self._closing and not self._queue.in_flight:
@@ -137,26 +119,20 @@ class BatchSender:
     def _time_out(self, overdue: list[Batch]) -> None:
         for batch in overdue:
             with self._cond:
-                self._queue.sending(batch, float("inf"))  # not overdue twice
+                error = self._core.overdue(batch, self._client.request_timeout)
                 entry = self._requests.get(batch)
             if entry is None:
                 continue  # answered just now
             conn, fut = entry
             # The answer is dropped if it comes later; _answered fails the batch.
-            conn.forget(fut, RequestTimeout(
-                f"no answer to a SEND_BATCH of {len(batch.handles)} messages within "
-                f"{self._client.request_timeout:.1f}s; they may or may not be stored"))
+            conn.forget(fut, error)
 
     def _connection(self) -> Connection:
         conn = self._client._connection()
         if self._limits_of is not conn:
             ping = self._client.call(Op.PING, {}, retries=0)
             with self._cond:
-                self._max_in_flight = max(1, min(self._client.max_in_flight,
-                                                 ping["max_in_flight"]))
-                q = self._queue
-                q.limits = Limits(q.limits.batch_size, q.limits.max_messages,
-                                  ping["max_frame_size"])
+                self._core.adopt_server_limits(ping)
             self._limits_of = conn
         return conn
 
@@ -171,16 +147,11 @@ class BatchSender:
             if fitted is not None:
                 self._queue.sending(fitted, float("inf"))  # counts in flight from now
         if too_large is not None:
-            self._finish(too_large, too_large_error(self._queue.limits))
+            self._finish(too_large, self._core.too_large())
         if fitted is None:
             return
-        parts, size = fitted.parts, fitted.size
-        try:
-            fut = conn.submit_encoded(Op.SEND_BATCH,
-                                      lambda rid: send_batch_frame(rid, parts, size),
-                                      decode_send_results)
-        except FMQError as exc:
-            self._failed(fitted, exc, written=False)
+        fut = submit_batch(conn, fitted, self._failed)
+        if fut is None:
             return
         with self._cond:
             if not fitted.done and fitted in self._queue.in_flight:
@@ -199,18 +170,10 @@ class BatchSender:
 
     def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
         with self._cond:
-            if batch.done:
-                return
-            if (resend_is_safe(exc, written, self._idempotent) and batch.attempts < self._client.retries
-                    and not self._closing):
-                delay = self._client._backoff(batch.attempts)
-                logger.debug("batch of %d messages failed (%s); sending it again in %.2fs",
-                             len(batch.handles), exc, delay)
-                self._queue.send_again(batch, time.monotonic() + delay)
+            failing = self._core.failed(batch, exc, written, self._closing, time.monotonic())
+            if failing == []:  # sent again
                 self._cond.notify_all()
-                return
-            waiting = self._queue.take_all() if unreachable(exc, written) else []
-        for b in [batch, *waiting]:
+        for b in failing or ():
             self._finish(b, exc)
 
     def _finish(self, batch: Batch, outcome: list[SendResult] | BaseException) -> None:

@@ -11,39 +11,21 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterable, Sequence
 
 from fmq.config import BrokerConfig
-from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock
-from fmq.engine.checkpoints import Checkpointer
-from fmq.engine.idempotence import Idempotence, has_dedup
-from fmq.engine.index_admission import IndexAdmission
-from fmq.engine.inventory import Inventory
-from fmq.engine.maintenance import Upkeep, start_maintenance
-from fmq.engine.offsets import ConsumerOffsets
-from fmq.engine.queues import Queues, check_messages, place_messages
-from fmq.engine.reads import Reader
-from fmq.engine.retention import Retention
-from fmq.engine.retries import GroupLocks
+from fmq.datadir import CHECKPOINT_FILE, DataDirLock
+from fmq.engine.assembly import assemble, start_threads
+from fmq.engine.idempotence import has_dedup
+from fmq.engine.maintenance import Upkeep
+from fmq.engine.queues import check_messages, place_messages
 from fmq.engine.stats import broker_stats
-from fmq.engine.timers import Timers
-from fmq.engine.visibility import Visibility
-from fmq.errors import BrokerClosed
-from fmq.index.dispatcher import Dispatcher
-from fmq.index.store import open_index
+from fmq.errors import BrokerClosed, FMQError
 from fmq.log.fileio import OS_IO, FileIO
-from fmq.log.log import Log
-from fmq.message import Message, SendResult, StoredMessage
+from fmq.log.flush_stats import Histogram
+from fmq.message import Message, ScheduledSend, SendResult, StoredMessage
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp
-from fmq.recovery.dedup import DedupWindow
-from fmq.recovery.recover import recover
-from fmq.recovery.roll_forward import end_cut_transactions
-from fmq.tx.feedback import Feedback
-from fmq.tx.log_access import now_ms
-from fmq.tx.manager import TxManager
 from fmq.tx.state import TxState, UncertainTx
-from fmq.tx.writer import TxWriter
 
 logger = logging.getLogger("fmq.broker")
 
@@ -78,6 +60,7 @@ class Broker:
             for part in ("index", "log"):
                 if getattr(broker, part, None) is not None:
                     getattr(broker, part).close()
+            broker._closed = True
             broker._release()
             raise
         return broker
@@ -87,69 +70,33 @@ class Broker:
         os.makedirs(self.path, exist_ok=True)
         self._lock.acquire()
         remove_stale_temp(os.path.join(self.path, CHECKPOINT_FILE))
-        self.log = Log(os.path.join(self.path, LOG_DIR), cfg.segment_size, self.io)
-        # Segments keep the size they were created with: a smaller configured size must
-        # not make the decoder reject the larger records of older segments.
-        self.max_record_size = max([cfg.max_record_size] + [s.size for s in self.log.segments])
-        self.index, rebuilt = open_index(os.path.join(self.path, INDEX_DIR),
-                                         cfg.index_map_size)
-        self.tx = TxManager(cfg.max_open_transactions, cfg.tx_finished_memory,
-                            cfg.tx_check_after_ms, cfg.tx_check_max_interval_ms,
-                            lookup_finished=self._indexed_tx_end,
-                            lookup_groups=self.index.tx_ends.groups)
-        dedup = DedupWindow.for_config(cfg)
-        report, queue_next = recover(self.path, self.log, self.index, self.tx,
-                                     max_record_size=self.max_record_size,
-                                     batch=cfg.dispatch_batch, index_rebuilt=rebuilt,
-                                     progress=progress, dedup=dedup)
-        self.log.start_at(report.end_offset)
-        self._queues = Queues(cfg.queues_per_topic, queue_next,
-                              [(m.topic, m.queue_id) for t in self.tx.open.values()
-                               for m in t.messages])
-        self.dispatcher = Dispatcher(self.log, self.index, cfg.dispatch_batch,
-                                     self.max_record_size, report.end_offset,
-                                     cfg.dispatch_max_pending,
-                                     cfg.index_retry_initial_ms / 1000.0,
-                                     cfg.index_retry_max_ms / 1000.0)
-        self.log.on_flushed = self.dispatcher.notify_flushed
-        self.log.on_append = self.dispatcher.on_append
-        self.dispatcher.start()
-        self._closed = False
-        self._admit = IndexAdmission(self.path, cfg, self.log, self.dispatcher)
-        self.idempotence = Idempotence(self.log, self._queues, dedup, self._check_open,
-                                       self._admit)
-        self.tx_writer = TxWriter(self.log, self.tx, cfg, self._queues, self.max_record_size,
-                                  self._admit, self._check_open, self.index.tx_ends.get)
-        self._feedback = Feedback(self.tx, cfg, self.tx_writer.read_record,
-                                  self.tx_writer.commit, self.tx_writer.rollback)
-        self.visibility = Visibility()
-        self._reader = Reader(self.log, self.index, cfg, self._queues, self.max_record_size,
-                              self._check_open, self.visibility)
+        self._closed = False  # recovery's last pass writes (cut transactions, offsets)
+        parts = assemble(path=self.path, config=cfg, io=self.io, check_open=self._check_open,
+                         progress=progress)
+        self.log, self.index, self.dispatcher = parts.log, parts.index, parts.dispatcher
+        self.max_record_size = parts.max_record_size
+        self.recovery = report = parts.recovery
+        self.tx, self.tx_writer, self.tx_relocator = parts.tx, parts.tx_writer, parts.relocator
+        #: Prepare, commit, rollback, feedback: every transaction operation.
+        self.transactions = parts.transactions
+        self.idempotence = parts.idempotence
+        self.visibility = parts.visibility
+        #: This node's part in a broker group: log ends, copies, terms, the high watermark.
+        self.replica = parts.replica
         #: Consumer-group offsets, written as OFFSET records (commits, resets, retention).
-        self.offsets = ConsumerOffsets(self.log, self.index, self.dispatcher, cfg,
-                                       self._queues, self._check_open, self.visibility)
+        self.offsets = parts.offsets
         #: Topics, groups, disk usage, offset resets (fmq topics / groups / stats).
-        self.inventory = Inventory(self.path, self.index, self._queues, self._reader,
-                                   self.offsets, self._check_open)
-        if not cfg.follow:  # a follower writes only what its primary ships
-            end_cut_transactions(self.tx, self.tx_writer, report)
-            self.offsets.upgrade()
-        self.timers = Timers(cfg, self.log, self.index, self.dispatcher, self._queues,
-                             self.max_record_size, self._admit, self._check_open)
+        self.inventory = parts.inventory
+        self.timers = parts.timers
         #: Each group's dead-letter redrive runs alone (fmq.engine.retries.redrive).
-        self.redrive_locks = GroupLocks()
-        self.recovery = report
-        self._checkpointer = Checkpointer(self.path, self.log, self.index, self.dispatcher,
-                                          self.tx, self.io, dedup)
-        self._retention = Retention(self.path, cfg, self.log, self.index, self.tx,
-                                    self.tx_writer, self._checkpointer, self.io, self.rollback,
-                                    self.offsets, self.timers)
-        self._stop = threading.Event()
-        self._maintenance = start_maintenance(
-            cfg, self.log, Upkeep(self.checkpoint, self._retention.roll_back_timed_out,
-                                  self.enforce_retention), self._stop)
-        if not cfg.follow:  # a follower's timers are delivered by its primary
-            self.timers.start()  # last: a failed open has no timer thread to stop
+        self.redrive_locks = parts.redrive_locks
+        self._queues, self._admit, self._reader = parts.queues, parts.admit, parts.reader
+        self._checkpointer, self._retention = parts.checkpointer, parts.retention
+        self._stop = parts.stop
+        start_threads(parts, cfg, Upkeep(checkpoint=self.checkpoint,
+                                         roll_back_timed_out=self._retention.roll_back_timed_out,
+                                         enforce_retention=self.enforce_retention))
+        self._maintenance = parts.maintenance
         logger.info(
             "opened %s: replayed %d records (%d bytes) from %d in %.3fs; log end %d; "
             "%d open transactions; rolled forward %d; torn tail %s",
@@ -157,10 +104,6 @@ class Broker:
             report.seconds, report.end_offset, report.open_transactions,
             len(report.rolled_forward), report.torn_tail,
         )
-
-    def _indexed_tx_end(self, producer_group: str, tx_id: str) -> TxState | None:
-        end = self.index.tx_ends.get(producer_group, tx_id)
-        return None if end is None else TxState.COMMIT if end[0] else TxState.ROLLBACK
 
     def close(self) -> None:
         """Flush, index everything flushed, checkpoint, release the directory."""
@@ -221,35 +164,44 @@ class Broker:
             check_messages(messages, self.config, self._queues.queue_count)
         if not messages:
             return [], 0
-        if has_dedup(messages):  # answers a resend with its original's result
-            return self.idempotence.place_batch(messages)
+        results, end, refused = self.place_requests(messages, (len(messages),))
+        if refused:
+            raise refused[0]
+        return results, end
+
+    def place_requests(self, messages: Sequence[Message], sizes: Sequence[int]
+                       ) -> tuple[list[SendResult], int, dict[int, FMQError]]:
+        """The checked messages of several requests (``sizes``: their message counts, in
+        order), placed as :meth:`place_batch` places them, each request all or none.
+        Returns the results of the requests placed, the log offset to wait for, and the
+        error of each request refused (an idempotent producer's sequence), by its index."""
+        self._check_open()
+        if has_dedup(messages):  # the one decision: a resend is answered from the window
+            return self.idempotence.place_requests(messages, sizes)
         self._admit()
-        return place_messages(self.log, self._queues, messages)
+        results, end = place_messages(self.log, self._queues, messages)
+        return results, end, {}
 
     def wait_durable(self, end_offset: int) -> None:
         """Return once the log below ``end_offset`` is durable (written, in flush mode
         ``async``). Raises LogFailed if a write or fsync failed first."""
         self.log.wait_durable(end_offset, sync=self.config.flush_mode == "sync")
 
+    # The transaction API lives in :class:`fmq.engine.transactions.Transactions`
+    # (``self.transactions``); these are its embedded callers' shortcuts.
+
     def prepare(self, messages: Sequence[Message], producer_group: str,
                 tx_id: str | None = None) -> str:
-        """Store ``messages`` as a prepared transaction; nothing is consumable until commit.
-        Returns the transaction id once PREPARE and every PRE_MESSAGE are durable."""
-        self._check_open()
-        return self.tx_writer.prepare(messages, producer_group, tx_id)
+        """:meth:`Transactions.prepare`: a prepared transaction's id, once durable."""
+        return self.transactions.prepare(messages, producer_group, tx_id)
 
     def commit(self, tx_id: str, producer_group: str | None = None) -> TxState:
-        """Make every message of ``producer_group``'s transaction ``tx_id`` consumable
-        (REF/TX records, then COMMIT); idempotent. No group: the one that used the id (a
-        trusted caller's shortcut; the server always names the group)."""
-        self._check_open()
-        return self.tx_writer.commit(producer_group or self.tx.group_of(tx_id), tx_id)
+        """:meth:`Transactions.commit`: make the transaction's messages consumable."""
+        return self.transactions.commit(tx_id, producer_group)
 
     def rollback(self, tx_id: str, producer_group: str | None = None) -> TxState:
-        """Discard ``producer_group``'s transaction ``tx_id`` (ROLLBACK record). Idempotent;
-        a conflict after commit. No group: as :meth:`commit`."""
-        self._check_open()
-        return self.tx_writer.rollback(producer_group or self.tx.group_of(tx_id), tx_id)
+        """:meth:`Transactions.rollback`: discard the transaction."""
+        return self.transactions.rollback(tx_id, producer_group)
 
     def queue_count(self, topic: str) -> int:
         """How many queues ``topic`` has: ``queues_per_topic``, or more when the stored data
@@ -260,26 +212,27 @@ class Broker:
 
     def poll_uncertain(self, producer_group: str, max_items: int = 16, lease_ms: int = 5000,
                        wait_ms: int = 0, owner: object = None) -> list[UncertainTx]:
-        """Feedback: open transactions of ``producer_group`` older than ``tx_check_after_ms``
-        and not leased to another poller, with their messages; see
-        :meth:`fmq.tx.feedback.Feedback.poll_uncertain`."""
-        self._check_open()
-        return self._feedback.poll_uncertain(producer_group, max_items, lease_ms, wait_ms, owner)
+        """:meth:`Transactions.poll_uncertain`: open transactions to check back."""
+        return self.transactions.poll_uncertain(producer_group, max_items, lease_ms, wait_ms,
+                                                 owner)
 
     def answer_uncertain(self, tx_id: str, state: TxState, owner: object = None,
                          producer_group: str | None = None) -> TxState:
-        """A producer's answer to a feedback offer of ``producer_group``'s transaction
-        ``tx_id``: commit, rollback or unknown (without a group, as :meth:`commit`)."""
-        return self._feedback.answer_uncertain(producer_group or None, tx_id, state, owner)
+        """:meth:`Transactions.answer_uncertain`: a producer's feedback answer."""
+        return self.transactions.answer_uncertain(tx_id, state, owner, producer_group)
 
     def release_feedback_leases(self, owner: object) -> int:
-        """Return every feedback lease ``owner`` holds (its connection closed): those
-        transactions are offered to the next poll at once. Returns how many."""
-        return self._feedback.release_leases(owner)
+        """:meth:`Transactions.release_feedback_leases`: ``owner``'s connection closed."""
+        return self.transactions.release_feedback_leases(owner)
 
     def open_transactions(self) -> list[dict]:
-        """Open transactions, oldest first: id, group, state, age, checks, messages, offset."""
-        return self.tx.list_open(now_ms())
+        """:meth:`Transactions.open_transactions`: oldest first."""
+        return self.transactions.open_transactions()
+
+    def schedule(self, messages: Sequence[Message], due_ms: int) -> list[ScheduledSend]:
+        """Store ``messages`` for delivery at ``due_ms`` (TIMER records; SEND_AT); see
+        :meth:`fmq.engine.timers.Timers.schedule`."""
+        return self.timers.schedule(messages, due_ms)
 
     # ================================================================== reading
 
@@ -324,6 +277,13 @@ class Broker:
         """Block until everything flushed so far is indexed (consumable)."""
         return self.dispatcher.wait_applied(self.log.flushed_offset, timeout)
 
+    def on_consumable(self, callback: Callable[[set[tuple[str, int]]], None]) -> None:
+        """Call ``callback(queues)`` (from the index's or the follower's thread) whenever
+        data in those (topic, queue) pairs becomes consumable: the index applied it, or the
+        high watermark passed it."""
+        self.dispatcher.on_applied = callback
+        self.visibility.on_visible = callback
+
     # ================================================================== upkeep
 
     def checkpoint(self) -> Checkpoint:
@@ -345,8 +305,16 @@ class Broker:
         self._check_open()
         return self._retention.enforce(now)
 
+    def flush_histograms(self) -> tuple[Histogram, Histogram]:
+        """The group-commit flushes' (latency, size) histograms (metrics)."""
+        return self.log.flush_stats.snapshot()
+
+    def duplicates_by_topic(self) -> dict[str, int]:
+        """Idempotent resends answered from the window since the broker opened, by topic."""
+        return dict(self.idempotence.duplicates_by_topic)
+
     def stats(self) -> dict:
         """Counters and offsets of the running broker (``fmq stats``, STATS)."""
         self._check_open()
-        return broker_stats(self.log, self.dispatcher, self.tx, self.tx_writer, self._retention,
+        return broker_stats(self.log, self.dispatcher, self.tx, self.tx_relocator, self._retention,
                             self._checkpointer, self._reader, self.idempotence.window)

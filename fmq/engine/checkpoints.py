@@ -6,15 +6,15 @@ import logging
 import os
 
 from fmq.datadir import CHECKPOINT_FILE
+from fmq.dedup import DedupWindow
 from fmq.errors import StorageError
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
+from fmq.log.placement import now_ms
 from fmq.recovery.checkpoint import Checkpoint, write_checkpoint
-from fmq.recovery.dedup import DedupWindow
 from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE, remove_window, write_window
-from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
 
 logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name

@@ -3,8 +3,8 @@ message id (:data:`fmq.message.PRODUCER_ID_PROPERTY`...), are checked against th
 window under the log lock; a duplicate is answered with the original's result and not
 stored again, the others are placed as :func:`fmq.engine.queues.place_messages` places
 them and remembered: the window takes each placed record as recovery and followers take it
-(:meth:`~fmq.recovery.dedup.DedupWindow.remember`), and looks a send up by the same keys
-(:func:`~fmq.recovery.dedup.send_keys`).
+(:meth:`~fmq.dedup.DedupWindow.remember`), and looks a send up by the same keys
+(:func:`~fmq.dedup.send_keys`).
 
 On a server with users, :func:`bind_principal` writes the sender's principal into each
 idempotent send before it is placed, so the keys (and the stored record) hold it.
@@ -20,9 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fmq.config import BrokerConfig
+from fmq.dedup import DedupWindow, send_keys
 from fmq.errors import FMQError
 from fmq.log.log import Log
-from fmq.log.sizing import check_fits
+from fmq.log.placement import now_ms, reserve_segments
+from fmq.log.record import check_fits
 from fmq.message import (
     MESSAGE_ID_PROPERTY,
     PRINCIPAL_PROPERTY,
@@ -31,8 +33,6 @@ from fmq.message import (
     SendResult,
     check_message,
 )
-from fmq.recovery.dedup import DedupWindow, send_keys
-from fmq.tx.log_access import now_ms, reserve_segments
 
 from .queues import Queues, append_message_locked
 
@@ -43,7 +43,8 @@ _REFUSED = object()  # the message's request was refused
 
 
 def has_dedup(messages: Sequence[Message]) -> bool:
-    """Whether any message asks for deduplication."""
+    """Whether any message asks for deduplication: the one rule (the broker decides by it
+    which send path a batch takes, and :func:`bind_principal` which messages it binds)."""
     for m in messages:
         p = m.properties
         if p and (PRODUCER_ID_PROPERTY in p or MESSAGE_ID_PROPERTY in p):
@@ -58,10 +59,9 @@ def bind_principal(messages: Sequence[Message], principal: str, config: BrokerCo
     messages are checked again (as the broker's own: the property is the broker's)."""
     out = []
     for m in messages:
-        props = m.properties
-        if props and (PRODUCER_ID_PROPERTY in props or MESSAGE_ID_PROPERTY in props):
+        if has_dedup((m,)):
             m = Message(m.topic, m.body, m.key, m.tags,
-                        {**props, PRINCIPAL_PROPERTY: principal}, m.queue_id)
+                        {**m.properties, PRINCIPAL_PROPERTY: principal}, m.queue_id)
             check_message(m, config.max_message_size, queue_count, internal=True)
             check_fits(m, config.segment_size)
         out.append(m)

@@ -18,6 +18,7 @@ from fmq.engine.queues import Queues
 from fmq.engine.reads import Reader
 from fmq.errors import InvalidArgument
 from fmq.index.store import IndexStore
+from fmq.log.placement import now_ms
 from fmq.message import (
     check_name,
     check_offset,
@@ -25,7 +26,6 @@ from fmq.message import (
     check_topic,
     is_internal_topic,
 )
-from fmq.tx.log_access import now_ms
 
 RESET_TARGETS = ("earliest", "latest", "time", "offset")
 

@@ -24,9 +24,9 @@ from fmq.errors import IndexCorrupt, IndexUnavailable, OffsetNotReplicated, Offs
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
+from fmq.log.placement import now_ms
 from fmq.log.record import NONE, Record, RecordType, encoded_length
 from fmq.message import check_name, check_offset, check_queue_id, check_topic
-from fmq.tx.log_access import now_ms
 
 logger = logging.getLogger("fmq.broker")
 

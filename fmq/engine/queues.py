@@ -16,12 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from fmq.config import BrokerConfig
-from fmq.log.crc import crc32c
 from fmq.log.log import Log
-from fmq.log.record import Record, RecordType
-from fmq.log.sizing import check_fits
+from fmq.log.placement import now_ms, reserve_segments
+from fmq.log.record import Record, RecordType, check_fits, crc32c
 from fmq.message import Message, SendResult, check_message
-from fmq.tx.log_access import now_ms, reserve_segments
 
 
 class Queues:

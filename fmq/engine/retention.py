@@ -22,8 +22,8 @@ from fmq.log.log import Log
 from fmq.log.segment import Segment
 from fmq.recovery.floors import write_floors
 from fmq.tx.manager import TxManager
+from fmq.tx.relocation import TxRelocator
 from fmq.tx.state import TxState
-from fmq.tx.writer import TxWriter
 
 logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
 
@@ -33,7 +33,7 @@ class Retention:
     transaction the way the broker's own method does."""
 
     def __init__(self, path: str, config: BrokerConfig, log_: Log, index: IndexStore,
-                 txm: TxManager, writer: TxWriter, checkpointer: Checkpointer, io: FileIO,
+                 txm: TxManager, relocator: TxRelocator, checkpointer: Checkpointer, io: FileIO,
                  rollback: Callable[[str], TxState], offsets: ConsumerOffsets,
                  timers: Timers) -> None:
         self.floors_file = os.path.join(path, QUEUE_FLOORS_FILE)
@@ -41,7 +41,7 @@ class Retention:
         self.log = log_
         self.index = index
         self.tx = txm
-        self.writer = writer
+        self.relocator = relocator
         self.checkpointer = checkpointer
         self.timers = timers
         self.io = io
@@ -134,7 +134,7 @@ class Retention:
         if not pinning:
             return True  # the floor is the index's progress, not a transaction
         for tx in sorted(pinning, key=lambda t: t.prepare_offset):
-            if tx.key in done or not self.writer.relocate(tx):
+            if tx.key in done or not self.relocator.relocate(tx):
                 return False
             done.add(tx.key)
         return True

@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from fmq.errors import InvalidArgument
+from fmq.log.placement import now_ms
 from fmq.message import (
     DLQ_PREFIX,
     ORIGIN_OFFSET,
@@ -36,7 +37,6 @@ from fmq.message import (
     dlq_topic,
     retry_topic,
 )
-from fmq.tx.log_access import now_ms
 
 __all__ = ["DLQ_PREFIX", "ORIGIN_TOPIC", "RECONSUME_TIMES", "RETRY_PREFIX", "GroupLocks",
            "dead_letters", "delivery_stats", "dlq_topic", "nack", "redrive", "retry_topic"]
@@ -110,6 +110,17 @@ def dead_letter_ranges(broker: Any, group: str) -> list[tuple[int, int, int]]:
         done = broker.committed_offset(group, topic, qid)
         out.append((qid, max(lo, done or 0), hi))
     return out
+
+
+def oldest_dead_letter_ms(broker: Any, group: str) -> int | None:
+    """When the oldest dead letter of ``group`` not yet redriven was stored (ms since the
+    Unix epoch; None: there is none)."""
+    topic, stored = dlq_topic(group), []
+    for qid, start, end in dead_letter_ranges(broker, group):
+        t = broker.index.store_time(topic, qid, start) if start < end else None
+        if t is not None:
+            stored.append(t)
+    return min(stored) if stored else None
 
 
 def dead_letters(broker: Any, group: str, limit: int = 1000) -> list[StoredMessage]:

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import struct
 
+from fmq.dedup import DedupWindow
 from fmq.engine.checkpoints import Checkpointer
 from fmq.engine.reads import Reader
 from fmq.engine.retention import Retention
 from fmq.errors import FMQError
 from fmq.index.dispatcher import Dispatcher
 from fmq.log.log import Log
+from fmq.log.placement import now_ms
 from fmq.log.record import HEADER, HEADER_SIZE, RecordType
-from fmq.recovery.dedup import DedupWindow
-from fmq.tx.log_access import now_ms
 from fmq.tx.manager import TxManager
-from fmq.tx.writer import TxWriter
+from fmq.tx.relocation import TxRelocator
 
 
-def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWriter,
+def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, relocator: TxRelocator,
                  retention: Retention, checkpointer: Checkpointer, reader: Reader,
                  dedup: DedupWindow) -> dict:
     """Log, index, transaction, checkpoint and dedup figures of a running broker."""
@@ -38,7 +38,7 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, writer: TxWr
         "open_transactions": len(open_txs),
         "oldest_transaction_age_ms": max((t["age_ms"] for t in open_txs), default=0),
         "feedback_checks_sent": txm.checks_sent,
-        "tx_relocations": writer.relocations,
+        "tx_relocations": relocator.relocations,
         "offset_copies": retention.offsets.copies,
         "tx_timeouts": retention.timeouts,
         "retention_passes": retention.passes,

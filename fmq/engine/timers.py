@@ -29,10 +29,9 @@ from fmq.errors import BrokerClosed, FMQError, IndexUnavailable, InvalidArgument
 from fmq.index.dispatcher import Dispatcher
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
-from fmq.log.record import NONE, Record, RecordType, encoded_length
-from fmq.log.sizing import check_fits
+from fmq.log.placement import now_ms, read_record, reserve_segments
+from fmq.log.record import NONE, Record, RecordType, check_fits, encoded_length
 from fmq.message import MAX_OFFSET, Message, ScheduledSend, check_message
-from fmq.tx.log_access import now_ms, read_record, reserve_segments
 
 logger = logging.getLogger("fmq.timers")
 

@@ -46,6 +46,7 @@ from fmq.errors.security import (
     AccessDenied,
     AuthenticationFailed,
     AuthenticationRequired,
+    DeniedByRule,
     SecurityError,
     TLSFailed,
 )
@@ -77,6 +78,7 @@ from fmq.errors.transactions import (
 
 __all__ = [
     "AccessDenied",
+    "DeniedByRule",
     "AuthenticationFailed",
     "AuthenticationRequired",
     "BadRecord",

@@ -44,3 +44,22 @@ class AccessDenied(SecurityError):
         super().__init__(self.message_format.format(operation=operation, resource=resource))
         self.operation = operation
         self.resource = resource
+
+
+class DeniedByRule(AccessDenied):
+    """A deny rule matched the request: an allow rule cannot help (deny wins); the rule
+    must be removed."""
+
+    code = 75
+    fields = {"operation": str, "resource": str, "rule": str}
+    message_format = (
+        "access denied: {operation} on {resource} is refused by the rule [{rule}]; a deny "
+        "rule beats every allow, so an administrator must remove it (`fmq acl remove`) to "
+        "allow this (docs/security.md)")
+
+    def __init__(self, operation: str, resource: str, rule: str) -> None:
+        SecurityError.__init__(self, self.message_format.format(
+            operation=operation, resource=resource, rule=rule))
+        self.operation = operation
+        self.resource = resource
+        self.rule = rule

@@ -5,9 +5,9 @@ consumers read messages a crash then lost). Each batch of entries and the offset
 to go into one LMDB transaction, so a crash leaves the index at a batch boundary and the
 redo pass re-applies from the checkpoint idempotently.
 
-Two ways to learn what a flushed record contributes, both through the same pure functions
-(:func:`~fmq.index.entries.queue_entry`, :func:`~fmq.index.entries.index_mark`: transaction
-ends and consumer offsets, :func:`~fmq.index.entries.timer_changes`):
+Two ways to learn what a flushed record contributes, both through the same pure function
+(:func:`~fmq.index.entries.index_items`: queue entries, transaction ends, consumer offsets,
+terms, timer changes):
 
 * **hand-off** (normal): the log calls :meth:`Dispatcher.on_append` for every record it
   appends, under its lock, so entries queue up in log order; once a flush covers them they
@@ -35,26 +35,13 @@ from collections import deque
 from collections.abc import Callable
 
 from fmq.errors import BadRecord
-from fmq.index.entries import (
-    OffsetEntry,
-    QueueEntry,
-    TimerEntry,
-    TimerFired,
-    TxEnd,
-    index_mark,
-    queue_entry,
-    timer_changes,
-)
+from fmq.index.entries import IndexItem, Mark, QueueEntry, TimerChange, index_items, sort_items
 from fmq.index.lmdb_env import is_transient
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.reader import OnCorruption, OpenSegmentSource
 from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
-
-#: Records that put nothing into the index (half of a transaction's four): skipped on
-#: the append path without deriving entries, marks or timer changes.
-_NOTHING_TO_INDEX = frozenset((RecordType.PREPARE, RecordType.PRE_MESSAGE))
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +55,7 @@ class Dispatcher:
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self.linger = 0.001
-        self._pending: deque[tuple[int, QueueEntry | TxEnd | OffsetEntry | TimerEntry
-                                   | TimerFired]] = deque()
+        self._pending: deque[tuple[int, IndexItem]] = deque()
         self._accepting = True
         self._generation = 0
         self._file_until = start_offset  # below this, entries come from reading the log
@@ -111,18 +97,15 @@ class Dispatcher:
 
     def on_append(self, record: Record) -> None:
         """The log calls this for every appended record, with the log lock held."""
-        if not self._accepting or record.type in _NOTHING_TO_INDEX:
+        if not self._accepting:
             return
-        item = queue_entry(record) or index_mark(record)
-        timers = timer_changes(record)
-        if item is None and not timers:
+        items = index_items(record)
+        if not items:
             return
         pending = self._pending
         end = record.log_offset + record.size
-        if item is not None:
+        for item in items:  # a firing MESSAGE has two
             pending.append((end, item))
-        for timer in timers:  # a firing MESSAGE has both
-            pending.append((end, timer))
         if len(pending) > self.max_pending:  # the index lags: read the log instead
             self._accepting = False
             self._generation += 1
@@ -224,8 +207,8 @@ class Dispatcher:
         generation = self._generation
         if self._accepting and self._applied >= self._file_until:
             entries: list[QueueEntry] = []
-            ends: list[TxEnd | OffsetEntry] = []
-            timers: list[TimerEntry | TimerFired] = []
+            ends: list[Mark] = []
+            timers: list[TimerChange] = []
             pending = self._pending
             while True:
                 try:
@@ -235,12 +218,7 @@ class Dispatcher:
                 if end > target:
                     break
                 pending.popleft()
-                if isinstance(item, QueueEntry):
-                    entries.append(item)
-                elif isinstance(item, (TimerEntry, TimerFired)):
-                    timers.append(item)
-                else:  # a transaction end or a consumer offset
-                    ends.append(item)
+                sort_items((item,), entries, ends, timers)
                 if (len(entries) + len(ends) + len(timers) >= self.batch
                         and generation == self._generation
                         and (not pending or pending[0][0] != end)):  # a record's items together
@@ -267,8 +245,8 @@ class Dispatcher:
         stops at ``target``, before any byte a flush has not covered yet."""
         offset = self._applied
         entries: list[QueueEntry] = []
-        ends: list[TxEnd | OffsetEntry] = []
-        timers: list[TimerEntry | TimerFired] = []
+        ends: list[Mark] = []
+        timers: list[TimerChange] = []
         self.log.segment_for(offset)  # OffsetOutOfRange when retention deleted it
         with self.log.lock:
             segments = list(self.log.segments)
@@ -280,12 +258,7 @@ class Dispatcher:
                 offset = self.log.segment_for(rec.log_offset).end  # the rest is unused
             else:
                 offset = rec.end_offset
-                item = queue_entry(rec) or index_mark(rec)
-                if isinstance(item, QueueEntry):
-                    entries.append(item)
-                elif item is not None:
-                    ends.append(item)
-                timers.extend(timer_changes(rec))
+                sort_items(index_items(rec), entries, ends, timers)
                 if len(entries) + len(ends) + len(timers) >= self.batch:
                     self._apply(entries, offset, ends, timers)
                     entries, ends, timers = [], [], []
@@ -297,8 +270,8 @@ class Dispatcher:
                             f"the log ends at {offset}, before the flushed offset {target}")
         self._apply(entries, offset, ends, timers)
 
-    def _apply(self, entries: list[QueueEntry], applied: int,
-               ends: list[TxEnd | OffsetEntry], timers: list[TimerEntry | TimerFired]) -> None:
+    def _apply(self, entries: list[QueueEntry], applied: int, ends: list[Mark],
+               timers: list[TimerChange]) -> None:
         self.index.apply(entries, applied, ends, timers)
         with self._cond:
             self._applied = applied

@@ -11,14 +11,17 @@ lookup; MESSAGE and TX_MESSAGE entries point at the record itself. OFFSET record
 consumer group's committed offset (the latest in log order wins); an EPOCH record adds its
 term to the epoch history (:mod:`fmq.index.epochs`). PREPARE, PRE_MESSAGE
 and FILLER contribute nothing (they still advance the applied offset).
+
+:func:`index_items` is the one classification of a record for the index; the dispatcher
+(both ways it learns of records) and recovery's redo pass go through it, and
+:func:`sort_items` files its items into the lists :meth:`IndexStore.apply` takes.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from fmq.log.crc import crc32c
-from fmq.log.record import Record, RecordType
+from fmq.log.record import Record, RecordType, crc32c
 
 # The record types as module constants: an enum member looked up through its class
 # costs a few times a global read, and every appended record goes through here.
@@ -30,6 +33,8 @@ _ROLLBACK = RecordType.ROLLBACK
 _OFFSET = RecordType.OFFSET
 _EPOCH = RecordType.EPOCH
 _TIMER = RecordType.TIMER
+_PREPARE = RecordType.PREPARE
+_PRE_MESSAGE = RecordType.PRE_MESSAGE
 
 
 class QueueEntry(NamedTuple):
@@ -162,3 +167,42 @@ def timer_changes(record: Record) -> tuple[TimerEntry | TimerFired, ...]:
     if rtype == _MESSAGE and record.ref_offset >= 0:
         return (TimerFired(record.ref_offset),)
     return ()
+
+
+#: What a record that takes no queue entry may put into the index.
+Mark = TxEnd | OffsetEntry | EpochEntry
+#: A change to the pending timers.
+TimerChange = TimerEntry | TimerFired
+#: One thing a record puts into the index.
+IndexItem = QueueEntry | Mark | TimerChange
+
+
+def index_items(record: Record) -> tuple[IndexItem, ...]:
+    """Everything ``record`` puts into the index, in the order it is applied: its queue
+    entry or its mark (transaction end, consumer offset, term), then its timer changes."""
+    rtype = record.type
+    if rtype == _MESSAGE:  # most records; a timer changes only when the message names one
+        if record.ref_offset >= 0:
+            return queue_entry(record), TimerFired(record.ref_offset)
+        return (queue_entry(record),)
+    if rtype == _TX_MESSAGE or rtype == _REF_MESSAGE:
+        return (queue_entry(record),)
+    if rtype == _TIMER:
+        return timer_changes(record)
+    if rtype == _PREPARE or rtype == _PRE_MESSAGE:  # half of a transaction's records
+        return ()
+    mark = index_mark(record)
+    return () if mark is None else (mark,)
+
+
+def sort_items(items: tuple[IndexItem, ...], entries: list[QueueEntry], ends: list[Mark],
+               timers: list[TimerChange]) -> None:
+    """File ``items`` into the three lists an index write takes: queue entries, marks,
+    timer changes."""
+    for item in items:
+        if type(item) is QueueEntry:
+            entries.append(item)
+        elif type(item) is TimerEntry or type(item) is TimerFired:
+            timers.append(item)
+        else:
+            ends.append(item)

@@ -37,14 +37,13 @@ them to the log once on its next open (:meth:`ConsumerOffsets.upgrade
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 from collections.abc import Iterable
 
 import lmdb
 
-from fmq.datadir import INDEX_DATA_FILE, index_exists
+from fmq.datadir import index_exists
 from fmq.errors import IndexCorrupt
 from fmq.index import keys as K
 from fmq.index import trim
@@ -55,49 +54,19 @@ from fmq.index.lmdb_env import (
     DERIVED_DBS,
     FORMAT,
     OFFSETS_IN_LOG,
-    Databases,
     ResizeGate,
 )
+from fmq.index.opening import INDEX_FORMAT, open_env
 from fmq.index.timer_table import TimerReads, apply_timers
 from fmq.index.tx_ends import TxEndReads
 
-INDEX_FORMAT = b"fmq-index-2"
-#: Keyed ``txends`` by transaction id alone: opened, it is rebuilt from the log.
-_REBUILT_FORMATS = (b"fmq-index-1",)
 
 class IndexStore:
     def __init__(self, path: str, map_size: int = 1 << 30) -> None:
         self.path = path
-        os.makedirs(path, exist_ok=True)
-        try:
-            self.env = lmdb.open(path, map_size=map_size, max_dbs=len(DERIVED_DBS) + 2,
-                                 sync=False, metasync=False, readahead=False)
-            # A file shorter than its meta page says (a power cut lost the extension, or a
-            # truncation) would kill the process with SIGBUS on the first page read.
-            pages = self.env.info()["last_pgno"] + 1
-            needed = pages * self.env.stat()["psize"]
-            have = os.path.getsize(os.path.join(path, INDEX_DATA_FILE))
-            if have < needed:
-                self.env.close()
-                raise IndexCorrupt(f"index file at {path} has {have} bytes, its meta page "
-                                   f"needs {needed}; it will be rebuilt from the log")
-            self.db = Databases.open(self.env)
-            #: An older format this version rebuilds from the log (:func:`open_index`).
-            self.outdated = False
-            with self.env.begin() as txn:
-                fmt = txn.get(FORMAT, db=self.db.meta)
-            if fmt is None:  # a new index: its consumer offsets come from the log
-                with self.env.begin(write=True) as txn:
-                    txn.put(FORMAT, INDEX_FORMAT, db=self.db.meta)
-                    txn.put(OFFSETS_IN_LOG, b"1", db=self.db.meta)
-            elif fmt in _REBUILT_FORMATS:
-                self.outdated = True
-            elif fmt != INDEX_FORMAT:
-                raise IndexCorrupt(f"index at {path} has format {fmt!r}, expected {INDEX_FORMAT!r}")
-        except lmdb.Error as exc:
-            raise IndexCorrupt(
-                f"cannot open the LMDB index at {path}: {exc}; it will be rebuilt from the log"
-            ) from exc
+        #: ``outdated``: an older format this version rebuilds from the log
+        #: (:func:`open_index`).
+        self.env, self.db, self.outdated = open_env(path, map_size)
         self._gate = ResizeGate()
         self._write_lock = threading.Lock()
         #: Reads of the pending timers (``timers``, ``timeroff``, ``timertopics``).

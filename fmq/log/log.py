@@ -120,7 +120,7 @@ class Log:
         Sets ``record.log_offset`` and ``record.size`` and returns the size. The record is
         durable only after :meth:`wait_durable` for its end offset returns. ``encode``
         writes the same bytes as ``encode_into`` (a narrower, faster one for some types:
-        :mod:`fmq.log.marks`).
+        :mod:`fmq.log.record.marks`).
         """
         self._commit.check_writable()
         if self._active is None:

@@ -1,7 +1,7 @@
 """SEND_BATCH for a batching client: each message encoded once, the frame joined from them.
 
 The bytes are exactly those :func:`fmq.protocol.encode_request` writes for SEND_BATCH (the
-wire format is the schema's; ``tests/client/test_batch_codec.py`` compares the two). What
+wire format is the schema's; ``tests/protocol/test_message_twins.py`` compares the two). What
 differs is the cost: the common message (no properties, text key and tags) is packed by
 precompiled ``struct`` calls into one ``bytes`` object when it is handed over, so a batch
 is a ``bytes.join`` of finished parts and no field dict is built per message. Anything
@@ -13,7 +13,9 @@ An idempotent producer's message carries its producer id and sequence number as 
 properties packed from bytes made once per producer.
 
 The SEND_BATCH answer is a fixed-size record per message, so it is read with
-``struct.iter_unpack`` instead of the generic decoder.
+``struct.iter_unpack`` (its format from ``fmq.protocol.layout``) instead of the generic
+decoder. ``tests/protocol/test_message_twins.py`` runs the same cases against each fast
+path here and the schema's codec it stands in for.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any
 
 from fmq.errors import ProtocolError
 from fmq.message import PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, Message, SendResult
-from fmq.protocol.frame import HEADER, HEADER_SIZE, LENGTH, PROTOCOL_VERSION, Frame
+from fmq.protocol.frame import HEADER, LENGTH, PROTOCOL_VERSION, Frame
+from fmq.protocol.layout import BATCH_FRAME_OVERHEAD, SEND_RESULT_FORMAT
 from fmq.protocol.schema import MESSAGE, Op
 from fmq.protocol.values import BROKER_PICKS_QUEUE, message_to_wire
 
@@ -34,12 +37,12 @@ _NULL_STR = b"\xff\xff"
 #: Empty properties (u16 count 0) and the queue id, the tail of every fast-path message.
 _TAIL = struct.Struct(">Hi")
 _I32 = struct.Struct(">i")
-_RESULT = struct.Struct(">QIQ")  # send_result: offset u64, queue_id u32, queue_offset u64
+_RESULT = SEND_RESULT_FORMAT
 _MAX_STR = 0xFFFE  # an optional str of 0xFFFF bytes would read as null: the generic path refuses
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
-#: Bytes a SEND_BATCH frame adds to its encoded messages: length prefix, header, count.
-BATCH_FRAME_OVERHEAD = LENGTH.size + HEADER_SIZE + _U32.size
+__all__ = ["BATCH_FRAME_OVERHEAD", "decode_send_results", "encode_message",
+           "idempotence_properties", "send_batch_frame"]
 
 
 def _generic(topic: Any, body: Any, key: Any, tags: Any, properties: Any,
@@ -112,7 +115,7 @@ def encode_message(topic: str, body: bytes, key: str | None = None, tags: str | 
 
 def send_batch_frame(request_id: int, messages: list[bytes], size: int) -> bytes:
     """The whole SEND_BATCH request frame; ``size`` is the sum of the messages' lengths."""
-    head = (LENGTH.pack(HEADER_SIZE + _U32.size + size)
+    head = (LENGTH.pack(BATCH_FRAME_OVERHEAD - LENGTH.size + size)
             + HEADER.pack(PROTOCOL_VERSION, Op.SEND_BATCH, 0, request_id)
             + _U32.pack(len(messages)))
     return head + b"".join(messages)

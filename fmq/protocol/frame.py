@@ -38,10 +38,11 @@ KNOWN_FLAGS = FLAG_RESPONSE | FLAG_ERROR
 #: Default largest frame (length field value) a peer accepts.
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
-_ERROR_STRUCT = Struct("error", ERROR)
-_REQ = {op: Struct(f"{spec.op.name.lower()} request", spec.request) for op, spec in SCHEMA.items()}
-_RESP = {op: Struct(f"{spec.op.name.lower()} response", spec.response)
-         for op, spec in SCHEMA.items()}
+ERROR_STRUCT = Struct("error", ERROR)
+REQUEST_STRUCTS = {op: Struct(f"{spec.op.name.lower()} request", spec.request)
+                   for op, spec in SCHEMA.items()}
+RESPONSE_STRUCTS = {op: Struct(f"{spec.op.name.lower()} response", spec.response)
+                    for op, spec in SCHEMA.items()}
 
 
 class Frame:
@@ -116,13 +117,13 @@ def _spec_struct(table: dict[int, Struct], opcode: int) -> Struct:
 
 def encode_request(opcode: int, request_id: int, fields: dict[str, Any]) -> bytes:
     out = bytearray()
-    _spec_struct(_REQ, opcode).encode(out, fields)
+    _spec_struct(REQUEST_STRUCTS, opcode).encode(out, fields)
     return _frame(opcode, 0, request_id, out)
 
 
 def encode_response(opcode: int, request_id: int, fields: dict[str, Any]) -> bytes:
     out = bytearray()
-    _spec_struct(_RESP, opcode).encode(out, fields)
+    _spec_struct(RESPONSE_STRUCTS, opcode).encode(out, fields)
     return _frame(opcode, FLAG_RESPONSE, request_id, out)
 
 
@@ -135,7 +136,7 @@ def encode_error(opcode: int, request_id: int, error: BaseException) -> bytes:
         code, retriable = FMQError.code, False
     out = bytearray()
     msg = str(error) or type(error).__name__
-    _ERROR_STRUCT.encode(out, {"code": code, "retriable": retriable, "message": msg[:65536]})
+    ERROR_STRUCT.encode(out, {"code": code, "retriable": retriable, "message": msg[:65536]})
     # opcode is echoed as-is (it may be one this server does not know) so the client can
     # match the answer; u8 range is guaranteed by the header it came from.
     return _frame(opcode & 0xFF, FLAG_RESPONSE | FLAG_ERROR, request_id, out)
@@ -150,17 +151,17 @@ def _decode(st: Struct, payload: bytes | memoryview) -> dict[str, Any]:
 
 
 def decode_request(frame: Frame) -> dict[str, Any]:
-    return _decode(_spec_struct(_REQ, frame.opcode), frame.payload)
+    return _decode(_spec_struct(REQUEST_STRUCTS, frame.opcode), frame.payload)
 
 
 def decode_response(frame: Frame) -> dict[str, Any]:
-    return _decode(_spec_struct(_RESP, frame.opcode), frame.payload)
+    return _decode(_spec_struct(RESPONSE_STRUCTS, frame.opcode), frame.payload)
 
 
 def decode_error(frame: Frame) -> FMQError:
     """The exception an error response carries, as the same FMQError subclass the server
     raised, with its fields (the root class when the code is unknown to this client)."""
-    fields = _decode(_ERROR_STRUCT, frame.payload)
+    fields = _decode(ERROR_STRUCT, frame.payload)
     return make_error(fields["code"], fields["message"], fields["retriable"])
 
 

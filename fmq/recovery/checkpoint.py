@@ -24,8 +24,8 @@ import time
 from dataclasses import asdict, dataclass
 
 from fmq.errors import CorruptCheckpoint
-from fmq.log.crc import crc32c
 from fmq.log.fileio import OS_IO, FileIO
+from fmq.log.record import crc32c
 
 MAGIC = b"FMQCKPT1"
 _BODY = struct.Struct("<8sQQQI")

@@ -3,7 +3,7 @@ checkpoint can sit at the log end and the next open replays nothing, as before i
 sends existed.
 
 Layout: the window as UTF-8 JSON (``{"format": 2, "log_offset": F, "window": ...}``, see
-:meth:`fmq.recovery.dedup.DedupWindow.export`), then the CRC-32C of those bytes
+:meth:`fmq.dedup.DedupWindow.export`), then the CRC-32C of those bytes
 (u32, little-endian). Written atomically (temp file, fsync, rename, directory fsync).
 Format 1 (written before the window was kept per principal) is still read: its entries are
 the sends of no principal, as its records are.
@@ -21,10 +21,10 @@ import json
 import os
 import struct
 
+from fmq.dedup import DedupWindow
 from fmq.errors import CorruptCheckpoint
-from fmq.log.crc import crc32c
 from fmq.log.fileio import FileIO
-from fmq.recovery.dedup import DedupWindow
+from fmq.log.record import crc32c
 
 DEDUP_WINDOW_FILE = "dedup-window"
 _CRC = struct.Struct("<I")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 
 from fmq.errors import CorruptCheckpoint
-from fmq.log.crc import crc32c
 from fmq.log.fileio import OS_IO, FileIO
+from fmq.log.record import crc32c
 
 Floors = dict[tuple[str, int], int]
 

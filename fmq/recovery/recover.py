@@ -10,7 +10,7 @@
 
    ===============  ===========================================================
    MESSAGE          index it; remember an idempotent send in the dedup window
-                    (:meth:`~fmq.recovery.dedup.DedupWindow.remember`, as the send
+                    (:meth:`~fmq.dedup.DedupWindow.remember`, as the send
                     path does)
    PREPARE          open the transaction
    PRE_MESSAGE      body checked by its CRC; attach to its transaction
@@ -49,24 +49,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fmq.datadir import CHECKPOINT_FILE, QUEUE_FLOORS_FILE, format_segment_name
+from fmq.dedup import DedupWindow
 from fmq.errors import CorruptCheckpoint, CorruptLog
-from fmq.index.entries import (
-    OffsetEntry,
-    QueueEntry,
-    TimerEntry,
-    TimerFired,
-    TxEnd,
-    index_mark,
-    queue_entry,
-    timer_changes,
-)
+from fmq.index.entries import Mark, QueueEntry, TimerChange, index_items, sort_items
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
 from fmq.log.reader import OnCorruption
-from fmq.log.record import INDEXED_TYPES, Record, RecordType
+from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
 from fmq.recovery.checkpoint import read_checkpoint
-from fmq.recovery.dedup import DedupWindow
 from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE, read_window
 from fmq.recovery.floors import read_floors
 from fmq.tx.manager import TxManager
@@ -75,8 +66,6 @@ from fmq.tx.redo import redo_transaction_record
 log = logging.getLogger(__name__)
 
 
-_MARK_TYPES = frozenset({RecordType.COMMIT, RecordType.ROLLBACK, RecordType.OFFSET,
-                         RecordType.EPOCH})
 _MESSAGE = RecordType.MESSAGE
 
 
@@ -103,28 +92,17 @@ class RecoveryReport:
         return dict(self.__dict__)
 
 
-def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry],
-                ends: list[TxEnd | OffsetEntry] | None = None,
-                timers: list[TimerEntry | TimerFired] | None = None,
-                dedup: DedupWindow | None = None) -> None:
+def redo_record(rec: Record, txm: TxManager, entries: list[QueueEntry], ends: list[Mark],
+                timers: list[TimerChange], dedup: DedupWindow | None = None) -> None:
     """Apply one record's redo action (table in the module doc); index entries go to
-    ``entries``, transaction ends and consumer offsets to ``ends``, timer entries to
+    ``entries``, transaction ends, consumer offsets and terms to ``ends``, timer changes to
     ``timers``, transaction state to ``txm``, idempotent sends to ``dedup``."""
-    rtype = rec.type
-    if rtype == _MESSAGE:  # most records: no transaction; a timer only when it names one
-        entries.append(queue_entry(rec))
+    sort_items(index_items(rec), entries, ends, timers)
+    if rec.type == _MESSAGE:  # most records: no transaction
         if dedup is not None and rec.properties:
             dedup.remember(rec)
-        if timers is not None and rec.ref_offset >= 0:
-            timers.extend(timer_changes(rec))
         return
-    if rtype in INDEXED_TYPES:  # a transaction's messages are not part of the window
-        entries.append(queue_entry(rec))
-    elif ends is not None and rtype in _MARK_TYPES:
-        ends.append(index_mark(rec))
-    if timers is not None and (rtype == RecordType.TIMER or rtype == RecordType.MESSAGE):
-        timers.extend(timer_changes(rec))
-    redo_transaction_record(rec, txm)
+    redo_transaction_record(rec, txm)  # a transaction's messages are not part of the window
 
 
 def _seed_dedup_window(data_dir: str, dedup: DedupWindow, start: int) -> int | None:
@@ -182,8 +160,8 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     scanner = LogScanner(log_.directory, start_offset=start, max_record_size=max_record_size,
                          on_corruption=OnCorruption.RAISE, copy_body=False)
     entries: list[QueueEntry] = []
-    ends: list[TxEnd | OffsetEntry] = []
-    timers: list[TimerEntry | TimerFired] = []
+    ends: list[Mark] = []
+    timers: list[TimerChange] = []
     replayed = 0
     for rec in scanner:
         replayed += 1

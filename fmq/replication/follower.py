@@ -45,11 +45,9 @@ from fmq.errors import (
     StalePrimary,
 )
 from fmq.index.epochs import last_epoch
-from fmq.log.record import RecordType
 from fmq.protocol import Op
 from fmq.replication.chunks import verify_chunk
 from fmq.replication.term import divergence_point
-from fmq.tx.redo import redo_transaction_record
 
 logger = logging.getLogger("fmq.replication")
 
@@ -111,7 +109,7 @@ class Follower:
                     log_in(partial(self._conn.request, timeout=10.0), self.credentials)
                 self.error = None
                 logger.info("following %s from offset %d", self.primary,
-                            self.broker.log.flushed_offset)
+                            self.broker.replica.flushed_offset)
                 self.connected = True
                 if not self._check_epoch(self._conn):
                     return
@@ -154,8 +152,8 @@ class Follower:
                     self._conn.close()
 
     def _fetch(self, conn: Connection) -> None:
-        log = self.broker.log
-        start = log.flushed_offset
+        replica = self.broker.replica
+        start = replica.flushed_offset
         answer = conn.request(Op.REPL_FETCH, {
             "follower": self.name, "epoch": self.epoch, "from_offset": start,
             "max_bytes": FETCH_MAX_BYTES, "wait_ms": self.wait_ms,
@@ -171,45 +169,30 @@ class Follower:
             return
         records = verify_chunk(data, start, answer["segment_base"], answer["segment_size"],
                                answer["segment_size"])
-        tx = self.broker.tx
-        with log.lock:
-            if log.next_offset != start:  # only this thread writes a follower's log
-                raise LogFailed(f"the follower's log end moved from {start} to "
-                                f"{log.next_offset} while it fetched")
-            try:
-                log.append_copy_locked(answer["segment_base"], answer["segment_size"], data,
-                                       records)
-            except ValueError:  # the primary's segments are not laid out as ours
-                raise ReplicaDiverged(start, self.primary_end) from None
-            dedup = self.broker.idempotence.window  # the log lock guards it
-            with tx.lock:
-                for rec in records:
-                    redo_transaction_record(rec, tx)
-                    if rec.type == RecordType.EPOCH:
-                        self.epoch = rec.queue_offset
-                    elif rec.properties:  # an idempotent send: a promoted node knows it
-                        dedup.remember(rec)
-        log.wait_durable(log.next_offset, sync=True)
+        epoch = replica.append_copy(start, answer["segment_base"], answer["segment_size"],
+                                    data, records, self.primary_end)
+        if epoch is not None:
+            self.epoch = epoch
         self.fetched_bytes += len(data)
-        self._show(log.flushed_offset)
+        self._show(replica.flushed_offset)
 
     def _show(self, durable: int) -> None:
         """Let this node's consumers read up to the primary's high watermark, never past
         what this node holds durably."""
-        self.broker.visibility.advance(min(self.primary_visible, durable))
+        self.broker.replica.advance_visible(min(self.primary_visible, durable))
 
     def _check_epoch(self, conn: Connection) -> bool:
         """Compare epochs with the primary before the first fetch of a connection; False
         when this log must be cut first (``on_diverged`` was called)."""
         broker = self.broker
         broker.wait_indexed(30.0)  # the epoch history covers every record copied so far
-        history = broker.index.epoch_history()
+        history = broker.replica.epoch_history()
         self.epoch = last_epoch(history)
         answer = conn.request(Op.EPOCH_END, {"epoch": self.epoch}, timeout=30.0)
         current = answer["current_epoch"]
         if current < self.epoch:
             raise StalePrimary(current, self.epoch)
-        end = broker.log.flushed_offset
+        end = broker.replica.flushed_offset
         if current == self.epoch:  # one term: the fetch itself finds a divergence
             return True
         cut = divergence_point(history, end, answer["epoch"], answer["end_offset"])
@@ -225,10 +208,10 @@ class Follower:
 
     def describe(self) -> dict:
         """What REPL_STATUS says about this follower."""
-        durable = self.broker.log.flushed_offset
+        durable = self.broker.replica.flushed_offset
         return {"primary": self.primary, "connected": self.connected, "epoch": self.epoch,
                 "durable_offset": durable, "primary_end": self.primary_end,
-                "visible_end": self.broker.visibility.end,
+                "visible_end": self.broker.replica.visible_end,
                 "lag_bytes": max(0, self.primary_end - durable),
                 "rejected_chunks": self.rejected_chunks, "fetched_bytes": self.fetched_bytes,
                 "error": None if self.error is None else str(self.error)}

@@ -12,11 +12,8 @@ so it was never acknowledged in ``sync`` mode: the node cuts it (docs/replicatio
 from __future__ import annotations
 
 from fmq.engine.broker import Broker
-from fmq.errors import LogFailed
 from fmq.index.entries import EpochEntry
 from fmq.index.epochs import epoch_end, last_epoch
-from fmq.log.record import Record, RecordType, encoded_length
-from fmq.tx.log_access import now_ms
 
 #: How long the new term waits for its EPOCH record to be indexed (it always is at once,
 #: unless the index cannot be written).
@@ -25,7 +22,7 @@ _INDEX_WAIT_S = 30.0
 
 def current_epoch(broker: Broker) -> int:
     """The newest epoch ``broker``'s log records (0: none)."""
-    return last_epoch(broker.index.epoch_history())
+    return last_epoch(broker.replica.epoch_history())
 
 
 def start_term(broker: Broker, epoch: int, node: str) -> EpochEntry:
@@ -34,19 +31,7 @@ def start_term(broker: Broker, epoch: int, node: str) -> EpochEntry:
     known = current_epoch(broker)
     if epoch <= known:
         raise ValueError(f"epoch {epoch} is not above the log's newest epoch {known}")
-    record = Record(RecordType.EPOCH, store_time=now_ms(), queue_offset=epoch,
-                    producer_group=node)
-    log = broker.log
-    with log.lock:
-        log.reserve_locked([encoded_length(record)])
-        log.append_locked(record)
-        end = log.next_offset
-    log.wait_durable(end, sync=True)
-    if not broker.dispatcher.wait_applied(end, _INDEX_WAIT_S):
-        raise LogFailed(f"the EPOCH record of epoch {epoch} is durable but the index did not "
-                        f"take it ({broker.dispatcher.error or broker.dispatcher.failing}); "
-                        f"restart the server (recovery indexes it)")
-    return EpochEntry(epoch, record.log_offset, node)
+    return broker.replica.append_epoch(epoch, node, _INDEX_WAIT_S)
 
 
 def divergence_point(history: list[EpochEntry], log_end: int, primary_epoch: int,

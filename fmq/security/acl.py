@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum, StrEnum
 
 from fmq.errors import InvalidArgument
+from fmq.message import DLQ_PREFIX, RETRY_PREFIX
 
 
 class ResourceType(StrEnum):
@@ -94,8 +95,48 @@ class Rule:
 
 def allowed(rules: Iterable[Rule], principal: str, operation: Operation,
             rtype: ResourceType, name: str) -> bool:
-    """Whether ``principal`` may do ``operation`` on the resource: a matching allow and no
-    matching deny."""
+    """Whether ``principal`` may do ``operation`` on the resource (see :func:`decide`)."""
+    return decide(rules, principal, operation, rtype, name)[0]
+
+
+#: The prefixes of a consumer group's own topics: its retries and its dead letters.
+_GROUP_TOPIC_PREFIXES = (RETRY_PREFIX, DLQ_PREFIX)
+
+
+def decide(rules: Iterable[Rule], principal: str, operation: Operation,
+           rtype: ResourceType, name: str) -> tuple[bool, Rule | None]:
+    """Whether ``principal`` may do ``operation`` on the resource, and the deny rule that
+    refused it (None when it was refused because no rule allows it).
+
+    A matching deny beats everything. Besides the rules that name the operation, two
+    permissions follow from others, as a user would expect of them:
+
+    * ``describe`` of a topic follows from ``consume`` or ``produce`` on it (a reader or
+      writer may see the topic's ranges and times, as Kafka's READ and WRITE imply
+      DESCRIBE);
+    * a consumer group's own retry and dead-letter topics (``%RETRY%G``, ``%DLQ%G``)
+      follow from ``consume`` on the group ``G``: a member reads them as part of its group,
+      and nobody could guess it needs a rule for them.
+    """
+    rules = list(rules)
+    asked = [(operation, rtype, name)]
+    if rtype == ResourceType.TOPIC:
+        if operation == Operation.DESCRIBE:
+            asked += [(Operation.CONSUME, rtype, name), (Operation.PRODUCE, rtype, name)]
+        group = _owning_group(name)
+        if group is not None and operation in (Operation.CONSUME, Operation.DESCRIBE):
+            asked.append((Operation.CONSUME, ResourceType.GROUP, group))
+    for rule in rules:  # a deny of what was asked, as asked, always wins
+        if not rule.allow and rule.matches(principal, operation, rtype, name):
+            return False, rule
+    if any(_by_rules(rules, principal, *need) for need in asked):
+        return True, None
+    return False, None
+
+
+def _by_rules(rules: list[Rule], principal: str, operation: Operation,
+              rtype: ResourceType, name: str) -> bool:
+    """A matching allow and no matching deny."""
     verdict = False
     for rule in rules:
         if rule.matches(principal, operation, rtype, name):
@@ -103,3 +144,10 @@ def allowed(rules: Iterable[Rule], principal: str, operation: Operation,
                 return False
             verdict = True
     return verdict
+
+
+def _owning_group(topic: str) -> str | None:
+    for prefix in _GROUP_TOPIC_PREFIXES:
+        if topic.startswith(prefix) and len(topic) > len(prefix):
+            return topic[len(prefix):]
+    return None

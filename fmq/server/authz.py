@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from fmq.errors import AccessDenied, FMQError
+from fmq.errors import AccessDenied, DeniedByRule, FMQError
 from fmq.protocol import Op
-from fmq.security import Operation, ResourceType, allowed
+from fmq.security import Operation, ResourceType
+from fmq.security.acl import decide
 from fmq.server.context import RequestSession, ServerContext
 
 logger = logging.getLogger("fmq.server")
@@ -123,10 +124,13 @@ def refusal(ctx: ServerContext, session: RequestSession, op: int, req: dict
         return None
     rules = ctx.authenticator.store.rules
     for operation, rtype, name in needs(ctx, req):
-        if not allowed(rules, principal, operation, rtype, name):
+        permitted, deny_rule = decide(rules, principal, operation, rtype, name)
+        if not permitted:
             ctx.counters.access_denied += 1
             where = resource_text(rtype, name)
             logger.warning("connection %d from %s: %s denied %s on %s (%s)", session.id,
                            session.peer, principal, operation.value, where, Op(op).name)
+            if deny_rule is not None:
+                return DeniedByRule(operation.value, where, deny_rule.text())
             return AccessDenied(operation.value, where)
     return None

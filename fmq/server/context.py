@@ -107,17 +107,16 @@ class ServerContext:
         self.loop = loop
         self.stop_requested = asyncio.Event()
         self.replication = ReplicationRole(self.broker, loop)
-        # Sends wake pulls once the index has them (dispatcher.on_applied), not when they
+        # Sends wake pulls once the index has them (Broker.on_consumable), not when they
         # are flushed: woken at the flush, a pull waited in a reader thread for the index,
         # and under load for one more index batch than its own, as the flushed offset had
         # moved on by then.
         self.batcher = SendBatcher(self.broker, loop, self.config.max_batch_messages,
                                    self.replication.wait_replicated)
         # Every write wakes its pulls this way: sends, commits, scheduled messages and
-        # retries the timer service delivers, a follower's copied records.
-        self.broker.dispatcher.on_applied = self._delivered
-        # ... and so does the high watermark passing messages the index holds already.
-        self.broker.visibility.on_visible = self._delivered
+        # retries the timer service delivers, a follower's copied records, and the high
+        # watermark passing messages the index holds already.
+        self.broker.on_consumable(self._delivered)
 
     def _delivered(self, queues: set[tuple[str, int]]) -> None:
         """The index made data in ``queues`` consumable (called off the event loop)."""
@@ -147,11 +146,11 @@ class ServerContext:
         wait_replicated = role.wait_replicated if role is not None else None
         if wait_replicated is None:
             return self.run(fn, *args)
-        log = self.broker.log
+        replica = self.broker.replica
 
         def replicated_write() -> Any:
             result = fn(*args)
-            wait_replicated(log.flushed_offset)  # covers every record fn wrote
+            wait_replicated(replica.flushed_offset)  # covers every record fn wrote
             return result
 
         return self.run(replicated_write)

@@ -112,7 +112,7 @@ class Elector:
                     self._change(role, RoleChange("", epoch=self.lease.record.epoch,
                                                   node=self.node))
                     return
-                self.registry.publish(role.epoch, role.broker.log.flushed_offset)
+                self.registry.publish(role.epoch, role.broker.replica.flushed_offset)
                 return
             logger.error("the leader lease of %s could not be renewed in time: no write is "
                          "acknowledged any more; stepping down", self.node)
@@ -123,7 +123,7 @@ class Elector:
             self._change(role, RoleChange(UNKNOWN_PRIMARY))
             return
         epoch = role.epoch
-        self.registry.publish(epoch, role.broker.log.flushed_offset)
+        self.registry.publish(epoch, role.broker.replica.flushed_offset)
         leader = self.lease.leader()
         if leader is not None:
             self._vacant_since = None

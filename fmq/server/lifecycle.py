@@ -120,10 +120,10 @@ def run_server(data_dir: str, broker_config: Any = None,
         while True:
             broker = open_in_role(data_dir, broker_config, change)
             if visible is not None:  # a new primary shows no more than it was shown
-                broker.visibility.resume_at(visible, broker.max_record_size)
+                broker.replica.resume_visible_at(visible)
             server = _serve_once(broker, server_config, listener, on_listening, elector)
             broker.close()  # no-op after a graceful shutdown
-            visible = broker.visibility.end
+            visible = broker.replica.visible_end
             if server.replication_failed is not None:
                 raise server.replication_failed
             change = server.role_change

@@ -25,10 +25,10 @@ from prometheus_client.core import (
 )
 
 from fmq.engine.broker import Broker
-from fmq.engine.retries import dead_letter_ranges, delivery_stats
+from fmq.engine.retries import delivery_stats, oldest_dead_letter_ms
 from fmq.errors import ConfigError, FMQError
 from fmq.log.flush_stats import Histogram
-from fmq.message import DLQ_PREFIX, dlq_topic
+from fmq.message import DLQ_PREFIX
 
 logger = logging.getLogger("fmq.server")
 
@@ -74,7 +74,7 @@ class BrokerCollector:
             for topic, counts in sorted(traffic.items()):
                 c.add_metric([topic], counts[key])
             yield c
-        latency, size = b.log.flush_stats.snapshot()
+        latency, size = b.flush_histograms()
         yield _histogram("fmq_fsync_seconds", "Group-commit flush latency (write and "
                          "fdatasync), seconds.", latency)
         yield _histogram("fmq_group_commit_bytes", "Bytes made durable by one group-commit "
@@ -108,7 +108,7 @@ class BrokerCollector:
         dup = CounterMetricFamily("fmq_duplicates_dropped", "Idempotent resends answered "
                                   "with their original's result instead of being stored, by "
                                   "topic. Since the server started.", labels=["topic"])
-        for topic, n in sorted(b.idempotence.duplicates_by_topic.items()):
+        for topic, n in sorted(b.duplicates_by_topic().items()):
             dup.add_metric([topic], n)
         yield dup
         yield GaugeMetricFamily("fmq_dedup_producers", "Producer ids the dedup window "
@@ -143,12 +143,8 @@ class BrokerCollector:
         yield from (retries, dead, dead_age)
 
     def _oldest_dead_letter_age_s(self, group: str) -> float:
-        topic, stored = dlq_topic(group), []
-        for qid, start, end in dead_letter_ranges(self.broker, group):
-            t = self.broker.index.store_time(topic, qid, start) if start < end else None
-            if t is not None:
-                stored.append(t)
-        return max(0.0, time.time() - min(stored) / 1000) if stored else 0.0
+        oldest = oldest_dead_letter_ms(self.broker, group)
+        return 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
 
     def _group_metrics(self) -> Iterator[Metric]:
         labels = ["group", "topic", "queue"]

@@ -77,7 +77,7 @@ class ReplicationRole:
         self.following = "" if cfg.follow == UNKNOWN_PRIMARY else cfg.follow
         self.primary: str | None = self.following if cfg.follow else None
         self.ack_mode = cfg.ack_mode
-        self.replicas = ReplicaSet(lambda: broker.log.flushed_offset, cfg.min_insync,
+        self.replicas = ReplicaSet(lambda: broker.replica.flushed_offset, cfg.min_insync,
                                    cfg.max_lag_bytes, cfg.max_lag_ms)
         #: Called with a log offset by everything that acknowledges a write, in ``sync``
         #: mode on a primary; None otherwise (``async`` pays nothing).
@@ -90,12 +90,12 @@ class ReplicationRole:
         #: hold). An ``async`` primary shows consumers its whole durable log.
         self.gated = bool(cfg.follow) or (cfg.ack_mode == "sync" and cfg.min_insync > 0)
         if self.gated:
-            broker.visibility.gate(broker.log)
+            broker.replica.gate_visibility()
         #: Per follower: the visible end its last fetch answer carried.
         self.told: dict[str, int] = {}
         #: The terms this log records (EPOCH records), oldest first; it changes only when
         #: the broker reopens in a new role.
-        self.history: list[EpochEntry] = broker.index.epoch_history()
+        self.history: list[EpochEntry] = broker.replica.epoch_history()
         #: This node's name in the group (its address, set by the server as it starts).
         self.node = ""
         #: On a primary elected through etcd: whether it still holds the lease (None: no
@@ -106,15 +106,12 @@ class ReplicationRole:
         self._loop = loop
         self._flushed = asyncio.Event()
         self._waiting = 0  # fetches waiting for the next flush
-        previous = broker.log.on_flushed
 
         def on_flushed(offset: int) -> None:
-            if previous is not None:
-                previous(offset)
             if self._waiting:
                 loop.call_soon_threadsafe(self._flushed.set)
 
-        broker.log.on_flushed = on_flushed
+        broker.replica.add_flush_listener(on_flushed)
 
     def start_follower(self, name: str, on_fatal: Callable[[FMQError], None],
                        access: tuple[ssl.SSLContext | None, Credentials | None]) -> None:
@@ -149,8 +146,9 @@ class ReplicationRole:
 
     def visible_end(self) -> int:
         """The offset below which consumers of this primary read (its high watermark)."""
-        end = self.broker.visibility.end
-        return self.broker.log.flushed_offset if end is None else end
+        replica = self.broker.replica
+        end = replica.visible_end
+        return replica.flushed_offset if end is None else end
 
     def note_report(self) -> None:
         """A follower reported (event loop): move the high watermark to what
@@ -158,10 +156,11 @@ class ReplicationRole:
         if not self.gated or self.primary is not None:
             return
         replicated = self.replicas.replicated_end()
-        before = self.broker.visibility.end
+        replica = self.broker.replica
+        before = replica.visible_end
         if replicated is not None:
-            self.broker.visibility.advance(min(replicated, self.broker.log.flushed_offset))
-        if self._waiting and self.broker.visibility.end != before:
+            replica.advance_visible(min(replicated, replica.flushed_offset))
+        if self._waiting and replica.visible_end != before:
             self._flushed.set()
 
     async def wait_flushed_past(self, offset: int, timeout: float, told: int | None = None
@@ -171,9 +170,10 @@ class ReplicationRole:
         self._waiting += 1
         try:
             deadline = self._loop.time() + timeout
-            while self.broker.log.flushed_offset <= offset:
+            replica = self.broker.replica
+            while replica.flushed_offset <= offset:
                 self._flushed.clear()
-                if self.broker.log.flushed_offset > offset:
+                if replica.flushed_offset > offset:
                     break
                 if told is not None and self.visible_end() > told:
                     break
@@ -189,9 +189,9 @@ class ReplicationRole:
 
     def describe(self) -> dict:
         """REPL_STATUS: the role, and the followers or the copy's progress."""
-        log = self.broker.log
+        replica = self.broker.replica
         if self.primary is not None:
-            status = {"role": "follower", "durable_end": log.flushed_offset,
+            status = {"role": "follower", "durable_end": replica.flushed_offset,
                       "primary": self.primary, "epoch": self.epoch, "node": self.node}
             if self.follower is not None:
                 status.update(self.follower.describe())
@@ -200,9 +200,8 @@ class ReplicationRole:
                 status["reports_as"] = self.follower.name
             status.update(primary=self.primary, epoch=self.epoch)
             return status
-        first = log.segments[0] if log.segments else None
         return {"role": "primary", "epoch": self.epoch, "node": self.node,
                 "ack_mode": self.ack_mode, "visible_end": self.visible_end(),
-                "first_offset": log.first_offset,
-                "first_segment_size": first.size if first is not None else 0,
+                "first_offset": replica.first_offset,
+                "first_segment_size": replica.first_segment_size,
                 **self.replicas.describe()}

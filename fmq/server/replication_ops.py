@@ -35,15 +35,15 @@ async def _repl_fetch(ctx: ServerContext, session: RequestSession, req: dict) ->
     timeout = 0.0 if ctx.stopping else min(ctx.wait_ms(req["wait_ms"]),
                                            role.replicas.max_lag_s / 3)
     await role.wait_flushed_past(start, timeout, told)
-    chunk = await ctx.read(read_chunk, ctx.broker.log, start, req["max_bytes"])
-    log = ctx.broker.log
+    replica = ctx.broker.replica
+    chunk = await ctx.read(read_chunk, replica.log, start, req["max_bytes"])
     visible = None
     if asks:
         role.told[name] = role.visible_end()
         visible = {"visible_end": role.told[name]}
     return {"epoch": role.epoch, "segment_base": chunk.segment_base,
             "segment_size": chunk.segment_size, "data": chunk.data,
-            "durable_end": log.flushed_offset, "first_offset": log.first_offset,
+            "durable_end": replica.flushed_offset, "first_offset": replica.first_offset,
             "visible": visible}
 
 
@@ -68,7 +68,7 @@ def check_follower_epoch(ctx: ServerContext, follower_epoch: int, start: int) ->
     if follower_epoch > role.epoch:
         raise StalePrimary(role.epoch, follower_epoch)
     if follower_epoch < role.epoch:
-        _, end = epoch_end(role.history, follower_epoch, ctx.broker.log.flushed_offset)
+        _, end = epoch_end(role.history, follower_epoch, ctx.broker.replica.flushed_offset)
         if start > end:
             raise ReplicaDiverged(start, end)
 
@@ -78,7 +78,7 @@ async def _epoch_end(ctx: ServerContext, session: RequestSession, req: dict) -> 
     role = ctx.replication
     if role.primary is not None:
         raise NotPrimary(role.primary)
-    found, end = epoch_end(role.history, req["epoch"], ctx.broker.log.flushed_offset)
+    found, end = epoch_end(role.history, req["epoch"], ctx.broker.replica.flushed_offset)
     return {"epoch": found, "end_offset": end, "current_epoch": role.epoch}
 
 

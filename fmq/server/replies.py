@@ -1,7 +1,6 @@
-"""Sizes of PULL and QUERY_KEY answers, exact to the byte, and how many messages fit a
-byte budget.
+"""How many messages fit an answer's byte budget, and the largest answer of one message.
 
-The sizes follow the wire encoding in docs/protocol.md (``stored_message``): every field
+The sizes come from ``fmq.protocol.layout`` (the wire's ``stored_message``): every field
 counts, so properties, keys and tags can no more push an answer past its budget than bodies
 can. ``tests/server/test_limits.py`` checks them against the encoder.
 """
@@ -9,30 +8,15 @@ can. ``tests/server/test_limits.py`` checks them against the encoder.
 from __future__ import annotations
 
 from fmq.message import MAX_NAME, MAX_PROPERTIES, StoredMessage
-from fmq.protocol import HEADER_SIZE, PREFIX_SIZE
+from fmq.protocol.layout import (  # noqa: F401 (the answers' sizes, for the handlers)
+    PULL_REPLY_BASE,
+    PULL_TAGGED_REPLY_BASE,
+    QUERY_REPLY_BASE,
+    STORED_MESSAGE_FIXED,
+    stored_message_size,
+)
 
-#: A PULL answer without messages: length prefix, header, list count, min and next offset.
-PULL_REPLY_BASE = PREFIX_SIZE + HEADER_SIZE + 4 + 8 + 8
-#: A PULL_TAGGED answer without messages: a PULL answer's and the resume offset.
-PULL_TAGGED_REPLY_BASE = PULL_REPLY_BASE + 8
-#: A QUERY_KEY answer without messages: length prefix, header, list count.
-QUERY_REPLY_BASE = PREFIX_SIZE + HEADER_SIZE + 4
-#: The fixed-size fields of a stored_message: str/optstr lengths (2 each: topic, key, tags),
-#: queue_id 4, queue_offset 8, offset 8, body length 4, properties count 2, store_time 8.
-_FIXED = 2 + 4 + 8 + 8 + 4 + 2 + 2 + 2 + 8
 _MAX_TOPIC = 127  # bytes: topics are 1-127 ASCII characters
-
-
-def stored_message_size(m: StoredMessage) -> int:
-    """Bytes ``m`` takes in an answer (docs/protocol.md, ``stored_message``)."""
-    size = _FIXED + len(m.topic.encode()) + len(m.body)
-    if m.key is not None:
-        size += len(m.key.encode())
-    if m.tags is not None:
-        size += len(m.tags.encode())
-    for k, v in m.properties.items():
-        size += 4 + len(k.encode()) + len(v.encode())
-    return size
 
 
 def fit(msgs: list[StoredMessage], budget: int) -> tuple[list[StoredMessage], int]:
@@ -50,5 +34,5 @@ def fit(msgs: list[StoredMessage], budget: int) -> tuple[list[StoredMessage], in
 def largest_single_reply(max_message_size: int) -> int:
     """Bytes of the largest answer carrying one message of at most ``max_message_size``
     bytes (properties at their limit, the longest topic, key and tags)."""
-    return (PULL_REPLY_BASE + _FIXED + _MAX_TOPIC + max_message_size + 2 * MAX_NAME
+    return (PULL_REPLY_BASE + STORED_MESSAGE_FIXED + _MAX_TOPIC + max_message_size + 2 * MAX_NAME
             + MAX_PROPERTIES)

@@ -48,13 +48,13 @@ def prepare(ctx: ServerContext, messages: Sequence[Message], producer_group: str
     broker = ctx.broker
     if not pipelined(ctx):
         return _in_thread(ctx, answer, broker.prepare, messages, producer_group, tx_id)
-    writer = broker.tx_writer
+    transactions = broker.transactions
 
     def place() -> tuple[OpenTransaction, int]:
-        return writer.place_prepare(messages, producer_group, tx_id)
+        return transactions.place_prepare(messages, producer_group, tx_id)
 
     def finish(tx: OpenTransaction, failure: BaseException | None) -> Any:
-        return answer(writer.prepare_done(tx, failure))
+        return answer(transactions.prepare_done(tx, failure))
 
     return ctx.batcher.submit_write(place, finish)
 
@@ -66,10 +66,10 @@ def commit(ctx: ServerContext, producer_group: str, tx_id: str,
     to."""
     if not pipelined(ctx):
         return _in_thread(ctx, answer, _commit_in_thread, ctx, producer_group, tx_id)
-    writer = ctx.broker.tx_writer
+    transactions = ctx.broker.transactions
 
     def place() -> tuple[Any, int | None]:
-        placed = writer.place_commit(producer_group, tx_id)
+        placed = transactions.place_commit(producer_group, tx_id)
         if placed is None:  # being ended or relocated: a worker thread waits for that
             return asyncio.ensure_future(_in_thread(ctx, answer, _commit_in_thread, ctx,
                                                     producer_group, tx_id)), None
@@ -78,7 +78,7 @@ def commit(ctx: ServerContext, producer_group: str, tx_id: str,
         return placed
 
     def finish(tx: OpenTransaction, failure: BaseException | None) -> Any:
-        writer.commit_done(tx, failure)  # its pulls wake once the index has the messages
+        transactions.commit_done(tx, failure)  # its pulls wake once the index has the messages
         return answer(TxState.COMMIT)
 
     return ctx.batcher.submit_write(place, finish)

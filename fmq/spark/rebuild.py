@@ -35,7 +35,7 @@ Passes:
 5. **Checkpoint**: ``min(log end, PREPARE offset of the oldest open transaction, the
    oldest idempotent send younger than dedup_window_ms)``, so the broker opens with
    nothing to replay but the open transactions' range and what rebuilds its dedup window
-   (:mod:`fmq.recovery.dedup`).
+   (:mod:`fmq.dedup`).
 6. **Audit** (``--parquet OUT``, :mod:`fmq.spark.audit`): the record table, per-queue
    and per-topic summaries and the transaction table as Parquet.
 """
@@ -59,6 +59,7 @@ from fmq.config import BrokerConfig
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, parse_segment_name
 from fmq.errors import FMQError, InvalidArgument
 from fmq.index.entries import EpochEntry
+from fmq.log.placement import now_ms
 from fmq.log.scanner import log_end
 from fmq.recovery.checkpoint import write_checkpoint
 from fmq.spark.audit import write_audit
@@ -72,7 +73,6 @@ from fmq.spark.source import DEFAULT_SPLIT_BYTES, FmqReader, register
 from fmq.spark.summary import summary_text
 from fmq.spark.swap import swap_in
 from fmq.spark.transactions import TX_TYPES, open_transactions, transaction_table
-from fmq.tx.log_access import now_ms
 
 #: The smallest range the rebuild splits a segment into.
 MIN_SPLIT_BYTES = 8 << 20

@@ -1,6 +1,6 @@
 """The transaction records in the log: PREPARE and its PRE_MESSAGEs, the REF or TX record
-each message gets on commit (and the rule choosing between them), COMMIT, ROLLBACK, and
-the rewrite of an open transaction at the log head (relocation).
+each message gets on commit (and the rule choosing between them), COMMIT and ROLLBACK.
+Retention's rewrite of an open transaction at the log head is :mod:`fmq.tx.relocation`.
 
 The writer holds no state of its own: open transactions live in
 :class:`~fmq.tx.manager.TxManager`, queue offsets with whoever implements
@@ -16,12 +16,17 @@ from typing import Protocol
 from fmq.config import BrokerConfig
 from fmq.errors import DuplicateTransaction, InvalidArgument, LogFailed
 from fmq.log.log import Log
-from fmq.log.marks import encode_mark_into
-from fmq.log.record import HEADER_SIZE, Record, RecordType, encoded_length
-from fmq.log.sizing import check_fits
+from fmq.log.placement import now_ms, read_record, reserve_segments
+from fmq.log.record import (
+    HEADER_SIZE,
+    Record,
+    RecordType,
+    check_fits,
+    encode_mark_into,
+    encoded_length,
+)
 from fmq.message import Message, check_label, check_message, check_name
 from fmq.tx.ids import new_tx_id
-from fmq.tx.log_access import now_ms, read_record, reserve_segments
 from fmq.tx.manager import OpenTransaction, PreMessage, TxManager
 from fmq.tx.retried_prepare import EndedTx, find_committed_prepare, find_retried_prepare
 from fmq.tx.state import TxState
@@ -65,7 +70,6 @@ class TxWriter:
         self.admit = admit
         self.check_open = check_open  # raises BrokerClosed once the broker is closed
         self.ended = ended  # how (group, id) ended, from the index (a retried PREPARE)
-        self.relocations = 0  # open transactions rewritten at the log head
         self._groups_checked: set[str] = set()  # producer groups known to be valid names
 
     def _check_group(self, group: object) -> None:
@@ -305,50 +309,6 @@ class TxWriter:
         log_.wait_durable(end, sync=True)
         with self.tx.lock:
             self.tx.finish(tx.key, TxState.ROLLBACK)
-
-    # ------------------------------------------------------------------ relocation
-
-    def relocate(self, tx: OpenTransaction) -> bool:
-        """Rewrite an open transaction at the log head: a PREPARE whose ``ref_offset`` names
-        the current one, then copies of its PRE_MESSAGEs, in one group commit. Recovery
-        takes the copy only once it is complete, so a crash at any point leaves one whole
-        copy; the in-memory transaction switches to the copy once it is durable. False when
-        it cannot move now (being ended, committing, or not yet prepared)."""
-        if not tx.busy.acquire(blocking=False):
-            return False  # being committed or rolled back right now
-        try:
-            with self.tx.lock:
-                if (self.tx.open.get(tx.key) is not tx or tx.state != TxState.OPEN
-                        or not tx.prepared or tx.referenced):
-                    return False
-                messages = list(tx.messages)
-            pres = [self.read_record(m.offset, m.size) for m in messages]
-            log_ = self.log
-            with log_.lock:
-                prep = Record(RecordType.PREPARE, store_time=tx.store_time, tx_id=tx.tx_id,
-                              producer_group=tx.producer_group, ref_size=len(pres),
-                              ref_offset=tx.prepare_offset)
-                log_.append_locked(prep)
-                moved = []
-                for pre in pres:
-                    rec = Record(RecordType.PRE_MESSAGE, store_time=pre.store_time,
-                                 queue_id=pre.queue_id, topic=pre.topic, tx_id=tx.tx_id,
-                                 producer_group=tx.producer_group, key=pre.key, tags=pre.tags,
-                                 properties=pre.properties, body=bytes(pre.body))
-                    log_.append_locked(rec)
-                    moved.append(PreMessage.of(rec))
-                end = log_.next_offset
-            log_.wait_durable(end, sync=True)
-            old_offset = tx.prepare_offset
-            with self.tx.lock:
-                tx.prepare_offset = prep.log_offset
-                tx.messages = moved
-            self.relocations += 1
-            logger.info("retention relocated open transaction %r (%d messages) from %d to %d",
-                        tx.tx_id, len(moved), old_offset, prep.log_offset)
-            return True
-        finally:
-            tx.busy.release()
 
 
 def _uncommitted(tx: OpenTransaction, threshold: int, read: Callable[[int, int], Record]

@@ -14,7 +14,7 @@ import fmq
 from fmq import InvalidArgument, Message
 from fmq.admin.rebuild_index import rebuild_index
 from fmq.errors import OutOfOrderSequence
-from fmq.log.crc import crc32c
+from fmq.log.record import crc32c
 from fmq.message import MESSAGE_ID_PROPERTY, PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY
 from fmq.recovery.dedup_file import DEDUP_WINDOW_FILE
 from tests.crashkit import run_child

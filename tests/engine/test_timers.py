@@ -15,9 +15,9 @@ from fmq import InvalidArgument, Message
 from fmq.admin.rebuild_index import rebuild_index
 from fmq.engine import retries
 from fmq.index.store import IndexStore
+from fmq.log.placement import now_ms
 from fmq.log.record import RecordType
 from fmq.log.scanner import LogScanner
-from fmq.tx.log_access import now_ms
 from tests.crashkit import run_child
 
 HOUR_MS = 3_600_000

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from fmq.datadir import format_segment_name
 from fmq.errors import FMQError
-from fmq.log.crc import crc32c
 from fmq.log.record import (
     HEADER_SIZE,
     Record,
     RecordType,
+    crc32c,
     decode,
     decode_properties,
     encode,

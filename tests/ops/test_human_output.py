@@ -100,8 +100,9 @@ def test_consume_line_leaves_out_absent_key_and_tags(start_server):
                   "--max", "2", "--idle-timeout", "3", timeout=60)
     assert got.returncode == 0, got.stderr
     lines = sorted(got.stdout.splitlines(), key=lambda line: line.endswith("plain"))
-    assert re.fullmatch(r"t/\d@\d+ key=k1 tags=red: labelled", lines[0]), lines
-    assert re.fullmatch(r"t/\d@\d+: plain", lines[1]), lines
+    stored = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    assert re.fullmatch(rf"t/\d@\d+ {stored} key=k1 tags=red: labelled", lines[0]), lines
+    assert re.fullmatch(rf"t/\d@\d+ {stored}: plain", lines[1]), lines
     assert "None" not in got.stdout
 
 

@@ -9,6 +9,7 @@ from fmq.errors import (
     BadRecord,
     CorruptLog,
     DataDirLocked,
+    DeniedByRule,
     FMQError,
     GroupHasMembers,
     IncompleteRecord,
@@ -48,6 +49,7 @@ WITH_FIELDS = [
     LeadershipLost("10.0.0.1:9876"),
     OutOfOrderSequence("p-1 is more than 3 below", 12, 9000, 10_000),
     AccessDenied("produce", "topic 'a on b is not allowed: c'"),
+    DeniedByRule("produce", "topic 'orders.secret'", "deny * produce on topic 'orders.secret'"),
 ]
 
 

@@ -259,3 +259,14 @@ def test_string_length_limits():
     assert T.OPT_STR.decode(memoryview(b"\xff\xff"), 0) == (None, 2)
     with pytest.raises(ProtocolError, match="0 or 1"):
         T.BOOL.decode(memoryview(b"\x02"), 0)
+
+
+def test_an_int_subclass_is_sent_once():
+    """An IntEnum is an integer: its field is written once, so the peer reads the frame."""
+    from enum import IntEnum
+
+    class Queue(IntEnum):
+        THIRD = 3
+
+    frame = one_frame(encode_request(Op.SEND, 1, {"message": dict(MSG, queue_id=Queue.THIRD)}))
+    assert decode_request(frame) == {"message": dict(MSG, queue_id=3)}

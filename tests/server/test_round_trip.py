@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -209,8 +210,12 @@ def test_cli_tx_list_and_resolve_against_a_server(start_server):
     assert "resolved transaction" in srv.log()
     out = run_cli("tx", "list", "--server", srv.address)
     assert out.stdout.strip() == "no open transactions"
-    out = run_cli("tx", "list")
-    assert out.returncode == 2  # neither DATA_DIR nor --server
+    os.environ["FMQ_SERVER"] = srv.address  # neither DATA_DIR nor --server: FMQ_SERVER
+    try:
+        out = run_cli("tx", "list")
+    finally:
+        del os.environ["FMQ_SERVER"]
+    assert out.returncode == 0 and out.stdout.strip() == "no open transactions", out
     got = run_cli("consume", "--server", srv.address, "--topic", "op", "--max", "1", "--json")
     assert json_lines(got.stdout)[0]["body"] == "held"
 

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import fmq
 from fmq.client import Client
+from fmq.log.placement import now_ms
 from fmq.protocol import Op
-from fmq.tx.log_access import now_ms
 from tests.server.harness import ServerProcess, free_port
 
 pytestmark = pytest.mark.timeout(240)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 
 from fmq.datadir import LOG_DIR, format_segment_name
-from fmq.log.crc import crc32c
 from fmq.log.reader import list_segments
-from fmq.log.record import HEADER_SIZE, RecordType
+from fmq.log.record import HEADER_SIZE, RecordType, crc32c
 from fmq.log.scanner import LogScanner
 
 

@@ -335,7 +335,7 @@ def test_relocation_cut_short_keeps_the_original_and_the_checkpoint_before_it(sp
         b.send(fmq.Message("plain", b"after"))
         with b.tx.lock:
             tx = b.tx.open["shop", "reloc"]
-        assert b.tx_writer.relocate(tx)
+        assert b.tx_relocator.relocate(tx)
     recs = D.records(data)
     prepares = [r for r in recs if r.type.name == "PREPARE" and r.tx_id == "reloc"]
     assert [p.ref_offset for p in prepares] == [-1, prepares[0].log_offset]

@@ -11,8 +11,8 @@ import fmq
 from fmq import Message, TxState
 from fmq.index.lmdb_env import FORMAT
 from fmq.index.store import IndexStore
+from fmq.log.placement import now_ms
 from fmq.log.record import Record, RecordType
-from fmq.tx.log_access import now_ms
 
 CFG = dict(segment_size=64 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
            retention_interval_ms=0)

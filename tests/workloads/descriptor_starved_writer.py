@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 
 import fmq
-from fmq.log.sizing import encoded_size
+from fmq.log.record import encoded_size
 
 BODY = 3000
 

@@ -15,7 +15,7 @@ import sys
 
 import fmq
 from fmq.engine import retries
-from fmq.tx.log_access import now_ms
+from fmq.log.placement import now_ms
 from tests.crashkit import child_context
 
 

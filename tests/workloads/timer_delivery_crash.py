@@ -16,7 +16,7 @@ import sys
 import time
 
 import fmq
-from fmq.tx.log_access import now_ms
+from fmq.log.placement import now_ms
 from tests.crashkit import child_context
 
 

@@ -1,15 +1,26 @@
-"""How many log bytes a message's record takes, and the check that it fits in a segment.
-
-These compute the record layout of :mod:`fmq.log.record` from a :class:`fmq.Message`
-before it is encoded: the broker reserves segments with them and refuses a message that
-no segment could hold.
-"""
+"""The bytes a record takes, computed from its fields without encoding it: for a
+:class:`Record` (does a REF record still fit the active segment?) and for a
+:class:`fmq.Message` before it becomes one (reserving segments, refusing a message no
+segment could hold)."""
 
 from __future__ import annotations
 
 from fmq.errors import MessageTooLarge
-from fmq.log.record import HEADER_SIZE, properties_length
-from fmq.message import Message
+from fmq.log.record.layout import HEADER_SIZE, Record, properties_length
+from fmq.message import MAX_NAME, Message
+
+#: A message record's size beyond its body and properties is at most this (topic, key,
+#: tags; the transaction fields are added separately).
+RECORD_BOUND = HEADER_SIZE + 127 + 2 * MAX_NAME
+
+
+def encoded_length(record: Record) -> int:
+    """The bytes ``encode(record)`` would take, without encoding it (e.g. whether a REF
+    record still fits in the active segment)."""
+    return (HEADER_SIZE + len(record.topic.encode()) + len(record.tx_id.encode())
+            + len(record.producer_group.encode()) + len((record.key or "").encode())
+            + len((record.tags or "").encode()) + properties_length(record.properties)
+            + len(record.body))
 
 
 def encoded_size(msg: Message, tx_overhead: int = 0) -> int:

@@ -1,6 +1,6 @@
-"""What every writer of the log shares (plain sends and transaction records alike): the
-wall-clock stamp of a record, creating the segments a request needs before any of its
-records is placed, and reading a stored record back."""
+"""What every writer of the log shares (plain sends, transaction records, timers, offsets,
+terms alike): the wall-clock stamp of a record, creating the segments a request needs before
+any of its records is placed, and reading a stored record back."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ import time
 from collections.abc import Sequence
 
 from fmq.log.log import Log
-from fmq.log.record import HEADER_SIZE, Record, decode
-from fmq.log.sizing import encoded_size
-from fmq.message import MAX_NAME, Message
-
-#: A record's size beyond its body and properties is at most this (topic, key, tags; the
-#: transaction fields are added separately).
-_RECORD_BOUND = HEADER_SIZE + 127 + 2 * MAX_NAME
+from fmq.log.record import RECORD_BOUND, Record, decode, encoded_size
+from fmq.message import Message
 
 
 def now_ms() -> int:
@@ -30,7 +25,7 @@ def reserve_segments(log_: Log, messages: Sequence[Message], overhead: int = 0,
     computed only when a rough upper bound does not fit in the active segment."""
     # One plain loop: two generator expressions cost more than the rest of this call for
     # the usual request of one message.
-    rough = first + len(messages) * (_RECORD_BOUND + overhead)
+    rough = first + len(messages) * (RECORD_BOUND + overhead)
     props = False
     for m in messages:
         rough += len(m.body)

@@ -1,0 +1,54 @@
+"""Opening the index's LMDB environment: the check that the data file is as long as its
+meta page says, and the index format (a new index, this version's, or an older one that
+is rebuilt from the log).
+"""
+
+from __future__ import annotations
+
+import os
+
+import lmdb
+
+from fmq.datadir import INDEX_DATA_FILE
+from fmq.errors import IndexCorrupt
+from fmq.index.lmdb_env import DERIVED_DBS, FORMAT, OFFSETS_IN_LOG, Databases
+
+INDEX_FORMAT = b"fmq-index-2"
+#: Keyed ``txends`` by transaction id alone: opened, it is rebuilt from the log.
+_REBUILT_FORMATS = (b"fmq-index-1",)
+
+
+def open_env(path: str, map_size: int) -> tuple[lmdb.Environment, Databases, bool]:
+    """The environment at ``path`` (created if missing), its named databases, and whether
+    it has an older format this version rebuilds from the log. Raises IndexCorrupt when it
+    cannot be used (it is then rebuilt from the log)."""
+    os.makedirs(path, exist_ok=True)
+    try:
+        env = lmdb.open(path, map_size=map_size, max_dbs=len(DERIVED_DBS) + 2,
+                        sync=False, metasync=False, readahead=False)
+        # A file shorter than its meta page says (a power cut lost the extension, or a
+        # truncation) would kill the process with SIGBUS on the first page read.
+        pages = env.info()["last_pgno"] + 1
+        needed = pages * env.stat()["psize"]
+        have = os.path.getsize(os.path.join(path, INDEX_DATA_FILE))
+        if have < needed:
+            env.close()
+            raise IndexCorrupt(f"index file at {path} has {have} bytes, its meta page "
+                               f"needs {needed}; it will be rebuilt from the log")
+        db = Databases.open(env)
+        outdated = False
+        with env.begin() as txn:
+            fmt = txn.get(FORMAT, db=db.meta)
+        if fmt is None:  # a new index: its consumer offsets come from the log
+            with env.begin(write=True) as txn:
+                txn.put(FORMAT, INDEX_FORMAT, db=db.meta)
+                txn.put(OFFSETS_IN_LOG, b"1", db=db.meta)
+        elif fmt in _REBUILT_FORMATS:
+            outdated = True
+        elif fmt != INDEX_FORMAT:
+            raise IndexCorrupt(f"index at {path} has format {fmt!r}, expected {INDEX_FORMAT!r}")
+    except lmdb.Error as exc:
+        raise IndexCorrupt(
+            f"cannot open the LMDB index at {path}: {exc}; it will be rebuilt from the log"
+        ) from exc
+    return env, db, outdated

@@ -1,0 +1,134 @@
+"""The FMQ record format, version 1. This docstring is the spec; docs/format.md is the long form.
+
+Every record in the log has a 72-byte header followed by up to seven variable-length
+fields. All integers are **little-endian**. Offsets are byte positions in the whole log.
+
+======  ====  ==============  ===========================================================
+offset  size  field           meaning
+======  ====  ==============  ===========================================================
+0       4     length          total bytes of the record, header included (u32)
+4       4     crc             CRC-32C (Castagnoli) of bytes ``[8, length)`` (u32)
+8       2     magic           ``0xF1F0`` (bytes ``F0 F1``): lets a scanner find records
+10      1     version         format version, 1
+11      1     type            record type, see :class:`RecordType`
+12      8     log_offset      the record's own log offset (u64); must equal where it lies
+20      8     store_time      store time, ms since the Unix epoch (i64)
+28      4     queue_id        queue id (i32), -1 when the type has none
+32      8     queue_offset    offset in the consume queue (i64), -1 when none
+40      8     ref_offset      log offset of the record this one points to (i64), -1 when none
+48      4     ref_size        length of that record (u32), 0 when none
+52      2     topic_len       bytes of topic (u16)
+54      2     tx_id_len       bytes of transaction id (u16)
+56      2     group_len       bytes of producer group (u16)
+58      2     key_len         bytes of key (u16)
+60      2     tags_len        bytes of tags (u16)
+62      2     flags           reserved, 0
+64      4     props_len       bytes of encoded properties (u32)
+68      4     body_len        bytes of body (u32)
+72      ...   topic, tx_id, producer_group, key, tags, properties, body, in this order
+======  ====  ==============  ===========================================================
+
+``length`` must equal ``72 + topic_len + tx_id_len + group_len + key_len + tags_len +
+props_len + body_len``. Strings are UTF-8. An empty key or tags field means "none".
+Properties are ``u16 count`` then per pair ``u16 len, key bytes, u16 len, value bytes``.
+
+What each type carries (other fields zero-length / -1):
+
+* ``MESSAGE`` (1): topic, queue id, queue offset, key, tags, properties, body.
+* ``PREPARE`` (2): tx id, producer group; ``ref_size`` = the number of PRE_MESSAGEs the
+  transaction holds (they follow the PREPARE in the log). Opens a transaction. Recovery
+  proves a prepare complete by counting its PRE_MESSAGEs; a cut one is rolled back. Logs
+  written before the count existed carry 0 there: "not recorded", taken as complete.
+  ``ref_offset`` is -1, or, for a *relocated* prepare (retention rewrote an old open
+  transaction at the log head), the offset of the PREPARE it replaces once complete.
+* ``PRE_MESSAGE`` (3): tx id, group, topic, queue id, key, tags, properties, body. No queue offset.
+* ``REF_MESSAGE`` (4): tx id, producer group (empty in older logs), topic, queue id, queue
+  offset, key, tags; ``ref_offset`` / ``ref_size`` address its PRE_MESSAGE, whose body the
+  consumer reads. No body.
+* ``TX_MESSAGE`` (5): as REF_MESSAGE but with a copy of the PRE_MESSAGE's properties and body.
+* ``COMMIT`` (6) / ``ROLLBACK`` (7): tx id, group; ``ref_offset`` = the PREPARE's offset.
+* ``OFFSET`` (8): a consumer group's committed offset: group (in the producer-group
+  field), topic, queue id, ``queue_offset`` = the next offset the group consumes. The
+  latest in log order wins. ``ref_offset`` is -1, or, for a copy retention wrote at the
+  log head before deleting the segment holding the original, the original's offset.
+* ``EPOCH`` (9): a primary's term starts: ``queue_offset`` = the epoch number, the producer-group
+  field = the node that started it. Written and fdatasync'd before the term acknowledges anything.
+* ``TIMER`` (10): as MESSAGE, but ``queue_offset`` = due time (ms), ``queue_id`` -1 unless chosen,
+  ``ref_offset`` = the TIMER it relocates (or -1); a MESSAGE naming a TIMER there delivers it.
+* ``FILLER`` (127): header only (72 bytes): the rest of the segment is unused.
+
+The codec is pure (bytes in, bytes out): it never touches files and never fsyncs. Decoding
+checks every length against the bytes available and the configured maximum before slicing,
+and raises :class:`~fmq.errors.IncompleteRecord` when the bytes end inside the record or
+:class:`~fmq.errors.BadRecord` when a check fails.
+
+The package: ``layout`` (header, types, :class:`Record`, the properties field), ``codec``
+(the Python codec), ``marks`` (the fast twin of ``encode_into`` for PREPARE, COMMIT,
+ROLLBACK), ``crc`` (CRC-32C in hardware and crcmod's reference), ``sizes`` (a record's size
+without encoding it). **This module is the one place an implementation is chosen**: the
+fastest twin available, or every reference twin when the environment sets
+``FMQ_NO_EXTENSIONS=1``. Every twin writes the same bytes as its reference; :data:`TWINS`
+lists the pairs, and one shared test compares each pair on hostile input. A faster twin
+(compiled, say) is added here, to :data:`TWINS`, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+
+from fmq.log.record.codec import Codec, python_codec, record_length
+from fmq.log.record.crc import hardware_crc32c, reference_crc32c
+from fmq.log.record.layout import (
+    FORMAT_MAX_RECORD,
+    FORMAT_VERSION,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    MAGIC_BYTES,
+    MAGIC_POSITION,
+    MAX_SHORT_FIELD,
+    NONE,
+    Record,
+    RecordType,
+    decode_properties,
+    encode_properties,
+    properties_length,
+)
+from fmq.log.record.marks import mark_encoder
+from fmq.log.record.sizes import RECORD_BOUND, check_fits, encoded_length, encoded_size
+
+#: ``FMQ_NO_EXTENSIONS=1`` runs every reference twin (to rule a fast one out, or to test it).
+NO_EXTENSIONS = os.environ.get("FMQ_NO_EXTENSIONS", "") == "1"
+
+#: The reference codec: crcmod's CRC, the general encoder for every record.
+REFERENCE: Codec = python_codec(reference_crc32c)
+
+if NO_EXTENSIONS or hardware_crc32c is None:
+    crc32c = reference_crc32c
+    CRC_IMPLEMENTATION = "crcmod"
+    _codec = REFERENCE
+    encode_mark_into = REFERENCE.encode_into
+else:
+    crc32c = hardware_crc32c
+    CRC_IMPLEMENTATION = "crc32c"
+    _codec = python_codec(crc32c)
+    encode_mark_into = mark_encoder(crc32c, _codec.encode_into)
+
+encode_into, encode, check, decode, decode_at, filler = _codec
+
+#: Each chosen implementation next to its reference, by name: what the twin test compares.
+TWINS: dict[str, tuple[object, object]] = {
+    "crc32c": (reference_crc32c, crc32c),
+    "encode_into": (REFERENCE.encode_into, encode_into),
+    "encode_mark_into": (REFERENCE.encode_into, encode_mark_into),
+    "decode_at": (REFERENCE.decode_at, decode_at),
+}
+
+__all__ = [
+    "CRC_IMPLEMENTATION", "FORMAT_MAX_RECORD", "FORMAT_VERSION", "HEADER", "HEADER_SIZE",
+    "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
+    "RECORD_BOUND", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
+    "crc32c", "decode", "decode_at", "decode_properties", "encode", "encode_into",
+    "encode_mark_into", "encode_properties", "encoded_length", "encoded_size", "filler",
+    "properties_length", "record_length", "reference_crc32c",
+]

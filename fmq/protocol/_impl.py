@@ -1,0 +1,44 @@
+"""The one place that chooses how the wire's structs are encoded and decoded.
+
+``fmq.protocol._speedups``, a compiled module with the same names as ``_codecs``, is used
+when it is installed; otherwise ``fmq.protocol._codecs``, the pure Python written by
+``python -m fmq.protocol.generate``. ``FMQ_NO_EXTENSIONS=1`` in the environment forces the
+pure one (to compare the two, or to rule the compiled one out). Both must give the bytes
+and the errors of the field types one by one (``Struct.reference``); the shared tests in
+tests/protocol/test_structs.py run the same cases against each.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from types import ModuleType
+
+import fmq.protocol._codecs as pure
+
+Codec = tuple[Callable, Callable]
+
+
+def _choose() -> ModuleType:
+    if os.environ.get("FMQ_NO_EXTENSIONS") == "1":
+        return pure
+    try:
+        import fmq.protocol._speedups as compiled  # type: ignore[import-not-found]
+    except ImportError:
+        return pure
+    return compiled
+
+
+codecs: ModuleType = _choose()
+#: "compiled" or "pure": which implementation this process uses.
+IMPLEMENTATION = "pure" if codecs is pure else "compiled"
+
+
+def codec_for(name: str, layout: str, impl: ModuleType | None = None) -> Codec | None:
+    """``(encode, decode)`` of the struct ``name`` from the chosen implementation (or
+    ``impl``), or None when it has no codec for exactly this ``layout`` (a struct made
+    outside the schema, or a schema changed without running the generator)."""
+    entry = (impl or codecs).CODECS.get(name)
+    if entry is None or entry[0] != layout:
+        return None
+    return entry[1], entry[2]
