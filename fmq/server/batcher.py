@@ -12,10 +12,10 @@ lock with the event loop (a placer thread cost more in lock hand-offs than it sa
 disk wait is where a thread pays off: while one fsync runs, the loop decodes and places the
 next requests, so the next flush carries everything that arrived during this one. Every
 message is checked when its request arrives (then not again), so one bad message fails only
-its own request, as does a sequence the dedup window refuses (batches with idempotent sends
-are placed by :meth:`fmq.engine.idempotence.Idempotence.place_requests`, request by
-request); what can still fail a batch (an index that refuses writes, a failed fsync, a
-closed broker) fails every request in it, and none of them was acknowledged.
+its own request, as does a sequence the dedup window refuses (:meth:`Broker.place_requests`
+places each request all or none, and decides whether a batch needs the window); what can
+still fail a batch (an index that refuses writes, a failed fsync, a closed broker) fails
+every request in it, and none of them was acknowledged.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable
 
 from fmq.engine.broker import Broker
-from fmq.engine.idempotence import bind_principal, has_dedup
+from fmq.engine.idempotence import bind_principal
 from fmq.engine.queues import check_messages
 from fmq.errors import InvalidArgument, ServerBusy
 from fmq.message import Message
@@ -136,12 +136,9 @@ class SendBatcher:
         for batch in _split(sends, self.MAX_BATCH, self.MAX_BATCH_BYTES):
             msgs = [m for item in batch for m in item[0]]
             try:
-                if has_dedup(msgs):
-                    results, end, refused = self.broker.idempotence.place_requests(
-                        msgs, [len(item[0]) for item in batch])
-                    batch = self._refuse(batch, refused)
-                else:
-                    results, end = self.broker.place_batch(msgs, checked=True)
+                results, end, refused = self.broker.place_requests(
+                    msgs, [len(item[0]) for item in batch])
+                batch = self._refuse(batch, refused)
             except Exception as exc:  # noqa: BLE001 - it fails these requests only
                 PlacedSends(0, batch, []).answer(exc, False)
                 continue

@@ -15,7 +15,7 @@ import functools
 import logging
 from typing import Protocol
 
-from fmq.errors import FMQError, LeadershipLost, NotPrimary, ProtocolError, ServerBusy
+from fmq.errors import FMQError, ProtocolError, ServerBusy
 from fmq.protocol import (
     PROTOCOL_VERSION,
     SCHEMA,
@@ -27,6 +27,7 @@ from fmq.protocol import (
 )
 from fmq.server.authz import refusal as access_refusal
 from fmq.server.context import RequestSession, ServerContext
+from fmq.server.fencing import fencing_refusal, follower_refusal
 from fmq.server.handlers import HANDLERS
 from fmq.server.reply_account import ReplyAccount
 from fmq.server.request_admission import RequestAdmission
@@ -126,7 +127,7 @@ class SessionRequests:
         self.running.discard(request)
         exc = request.exception() if not request.cancelled() else ServerBusy(
             "the request was cancelled by a shutdown; retry against the restarted server")
-        exc = fencing_refusal(self.ctx, op) if exc is None else exc
+        exc = fencing_refusal(self.ctx.replication, op) if exc is None else exc
         if exc is None:
             try:
                 data = encode_response(op, rid, request.result())
@@ -152,24 +153,6 @@ class SessionRequests:
             session.close()
 
 
-#: What a follower refuses: writes (its log changes only by what its primary ships) and
-#: the feedback that would end transactions.
-FOLLOWER_REFUSES = frozenset({
-    Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT, Op.ROLLBACK, Op.POLL_UNCERTAIN,
-    Op.ANSWER_UNCERTAIN, Op.RESOLVE_TX, Op.COMMIT_OFFSET, Op.RESET_OFFSETS, Op.SEND_AT,
-    Op.NACK, Op.DLQ_REDRIVE})
-
-
-def fencing_refusal(ctx: ServerContext, op: int) -> FMQError | None:
-    """A write done but not to be acknowledged: this primary cannot prove it still holds
-    the group's lease (etcd), which another node may hold by now. Checked as the answer is
-    released, after the fsync and the replication wait."""
-    role = ctx.replication
-    if op in FOLLOWER_REFUSES and role is not None and not role.acknowledges():
-        return LeadershipLost(role.primary or "")
-    return None
-
-
 def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame
                             ) -> FMQError | None:
     """Why a well-framed request is refused before it is decoded, if it is (the framing is
@@ -182,9 +165,9 @@ def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame
             f"(max_in_flight); wait for answers before sending more")
     if ctx.stopping:
         return ServerBusy("the server is shutting down; retry against the restarted server")
-    primary = ctx.replication.primary if ctx.replication is not None else None
-    if primary is not None and op in FOLLOWER_REFUSES:
-        return NotPrimary(primary)
+    refused = follower_refusal(ctx.replication, op)
+    if refused is not None:
+        return refused
     if op not in HANDLERS:
         # Framing is intact, so the session stays usable: newer clients can probe.
         return ProtocolError(
