@@ -12,10 +12,10 @@ lock with the event loop (a placer thread cost more in lock hand-offs than it sa
 disk wait is where a thread pays off: while one fsync runs, the loop decodes and places the
 next requests, so the next flush carries everything that arrived during this one. Every
 message is checked when its request arrives (then not again), so one bad message fails only
-its own request, as does a sequence the dedup window refuses (batches with idempotent sends
-are placed by :meth:`fmq.engine.idempotence.Idempotence.place_requests`, request by
-request); what can still fail a batch (an index that refuses writes, a failed fsync, a
-closed broker) fails every request in it, and none of them was acknowledged.
+its own request, as does a sequence the dedup window refuses (:meth:`Broker.place_requests`
+places each request all or none, and decides whether a batch needs the window); what can
+still fail a batch (an index that refuses writes, a failed fsync, a closed broker) fails
+every request in it, and none of them was acknowledged.
 """
 
 from __future__ import annotations
@@ -25,31 +25,23 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from fmq.engine.broker import Broker
-from fmq.engine.idempotence import bind_principal, has_dedup
+from fmq.engine.idempotence import bind_principal
 from fmq.engine.queues import check_messages
 from fmq.errors import InvalidArgument, ServerBusy
-from fmq.message import Message, SendResult
-
-#: Called with the (topic, queue id) pairs a batch stored messages in.
-StoredIn = Callable[[set[tuple[str, int]]], None]
-
-#: Turns a request's results into its answer (on the event loop).
-Reply = Callable[[list[SendResult]], Any]
-
-#: One request's messages, the future its answer goes to and how to make that answer.
-Submitted = tuple[list[Message], asyncio.Future, Reply | None]
-
-#: A write other than a send (a transaction's records): places its records without waiting
-#: and returns a token and the log offset they end at, or (answer, None) when it placed
-#: nothing and is answered at once.
-Place = Callable[[], tuple[Any, int | None]]
-
-#: Called on the event loop with the token once the write is durable (failure None: its
-#: return value is the answer) or failed (the failure: undo what memory holds of it).
-Finish = Callable[[Any, BaseException | None], Any]
+from fmq.message import Message
+from fmq.server.placed import (
+    Finish,
+    Place,
+    Placed,
+    PlacedSends,
+    PlacedWrites,
+    Reply,
+    SendRequest,
+    WriteRequest,
+    answer_placed,
+)
 
 
 class SendBatcher:
@@ -60,18 +52,18 @@ class SendBatcher:
     MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per place_batch (it holds the log lock)
 
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop,
-                 max_batch_messages: int, stored_in: StoredIn | None,
+                 max_batch_messages: int,
                  wait_replicated: Callable[[int], None] | None = None) -> None:
         self.broker = broker
         self.loop = loop
         self.max_batch_messages = max_batch_messages
-        self.stored_in = stored_in
-        self._pending: list[Submitted] = []
-        self._writes: list[tuple[Place, asyncio.Future, Finish]] = []
+        #: This turn's requests, not placed yet: the sends (placed first), the other writes.
+        self._sends: list[SendRequest] = []
+        self._writes: list[WriteRequest] = []
         self._scheduled = False
         self._placed_cond = threading.Condition()
-        #: (log end offset, requests, results) per placed batch, in log order.
-        self._placed: deque[tuple[int, list[Submitted], list[SendResult]]] = deque()
+        #: Placed batches of sends and turns' writes waiting for their flush, in log order.
+        self._placed: deque[Placed] = deque()
         #: The highest end handed over: the deque's ends never go down (see _hand_over).
         self._last_end = 0
         self._stopping = False
@@ -96,16 +88,12 @@ class SendBatcher:
         if len(msgs) > limit:  # the wire checks this before decoding; embedded callers here
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
                                   f"(max_batch_messages) of {limit}; send smaller batches")
-        if self._stopping:
-            raise ServerBusy("the server is shutting down; retry against the restarted server")
+        self._check_running()
         check_messages(msgs, self.broker.config, self.broker.queue_count)
         if principal is not None:
             msgs = bind_principal(msgs, principal, self.broker.config, self.broker.queue_count)
-        fut = self.loop.create_future()
-        self._pending.append((msgs, fut, reply))
-        if not self._scheduled:
-            self._scheduled = True
-            self.loop.call_soon(self._place)
+        fut = self._this_turn()
+        self._sends.append((msgs, fut, reply))
         return fut
 
     def submit_write(self, place: Place, finish: Finish) -> asyncio.Future:
@@ -114,14 +102,21 @@ class SendBatcher:
         and the future ends with ``finish(token, None)`` once the write is durable (and
         replicated in ``sync`` acknowledgement); an exception of ``place()`` fails it at
         once. The write's records must need the fdatasync: only for ``flush_mode`` sync."""
+        self._check_running()
+        fut = self._this_turn()
+        self._writes.append((place, fut, finish))
+        return fut
+
+    def _check_running(self) -> None:
         if self._stopping:
             raise ServerBusy("the server is shutting down; retry against the restarted server")
-        fut = self.loop.create_future()
-        self._writes.append((place, fut, finish))
+
+    def _this_turn(self) -> asyncio.Future:
+        """A future for a request placed at the end of this event-loop turn."""
         if not self._scheduled:
             self._scheduled = True
             self.loop.call_soon(self._place)
-        return fut
+        return self.loop.create_future()
 
     def close(self) -> None:
         """Stop the acknowledger once everything placed is answered (the server stops;
@@ -137,28 +132,23 @@ class SendBatcher:
 
     def _place(self) -> None:
         self._scheduled = False
-        pending, self._pending = self._pending, []
-        for batch in _split(pending, self.MAX_BATCH, self.MAX_BATCH_BYTES):
+        sends, self._sends = self._sends, []
+        for batch in _split(sends, self.MAX_BATCH, self.MAX_BATCH_BYTES):
             msgs = [m for item in batch for m in item[0]]
             try:
-                if has_dedup(msgs):
-                    results, end, refused = self.broker.idempotence.place_requests(
-                        msgs, [len(item[0]) for item in batch])
-                    batch = self._refuse(batch, refused)
-                else:
-                    results, end = self.broker.place_batch(msgs, checked=True)
+                results, end, refused = self.broker.place_requests(
+                    msgs, [len(item[0]) for item in batch])
+                batch = self._refuse(batch, refused)
             except Exception as exc:  # noqa: BLE001 - it fails these requests only
-                self._deliver([(0, batch, [])], exc)
+                PlacedSends(0, batch, []).answer(exc, False)
                 continue
-            self._hand_over(end, batch, results)
+            self._hand_over(PlacedSends(end, batch, results))
         if self._writes:
             self._place_writes()
 
     def _place_writes(self) -> None:
         writes, self._writes = self._writes, []
-        placed: list = []  # one hand-over for the turn's writes: (None, future, finish)
-        tokens: list = []
-        last_end = 0
+        placed = PlacedWrites()  # one hand-over for the turn's writes
         for place, fut, finish in writes:
             try:
                 token, end = place()
@@ -172,28 +162,28 @@ class SendBatcher:
                 elif not fut.done():
                     fut.set_result(token)
                 continue
-            placed.append((None, fut, finish))
-            tokens.append(token)
-            last_end = end
-        if placed:
-            self._hand_over(last_end, placed, tokens)
+            placed.add(fut, finish, token, end)
+        if placed.writes:
+            self._hand_over(placed)
 
-    def _hand_over(self, end: int, batch: list, results: Any) -> None:
+    def _hand_over(self, placed: Placed) -> None:
         """Queue placed requests for the acknowledger (in log order: all placing is here).
 
         A retried PREPARE is answered from its first attempt, whose records end before
         what this turn placed: its entry is queued at the highest end so far, so that the
         acknowledger, which waits for the last entry's end and releases every entry up to
         it, always finds the entries in order (it spun without releasing anything before)."""
-        end = max(end, self._last_end)
-        self._last_end = end
+        if placed.end < self._last_end:
+            placed.end = self._last_end
+        self._last_end = placed.end
         with self._placed_cond:
-            self._placed.append((end, batch, results))
+            self._placed.append(placed)
             if self._acker_waiting:  # else it is flushing and looks again after
                 self._placed_cond.notify()
 
     @staticmethod
-    def _refuse(batch: list[Submitted], refused: dict[int, Exception]) -> list[Submitted]:
+    def _refuse(batch: list[SendRequest], refused: dict[int, Exception]
+                ) -> list[SendRequest]:
         """Fail the requests an idempotent producer's sequence refused (nothing of them
         was stored, so at once); the others, whose results follow, stay."""
         if not refused:
@@ -216,7 +206,7 @@ class SendBatcher:
                     self._acker_waiting = True
                     self._placed_cond.wait()
                     self._acker_waiting = False
-                end = placed[-1][0]
+                end = placed[-1].end
             failure: BaseException | None = None
             try:
                 self.broker.wait_durable(end)
@@ -224,68 +214,19 @@ class SendBatcher:
                 failure = exc
             with self._placed_cond:
                 done = []
-                while placed and placed[0][0] <= end:
+                while placed and placed[0].end <= end:
                     done.append(placed.popleft())
             if self._replicated is not None and failure is None:
                 self._replicated.put(end, done)
             else:
                 self._hand_back(done, failure)
 
-    def _hand_back(self, done: list[tuple[int, list[Submitted], list[SendResult]]],
-                   failure: BaseException | None, durable: bool = False) -> None:
+    def _hand_back(self, done: list[Placed], failure: BaseException | None,
+                   durable: bool = False) -> None:
         try:
-            self.loop.call_soon_threadsafe(self._deliver, done, failure, durable)
+            self.loop.call_soon_threadsafe(answer_placed, done, failure, durable)
         except RuntimeError:  # the loop is closed: a shutdown abandoned these requests
             pass
-
-    def _deliver(self, done: list[tuple[int, list[Submitted], list[SendResult]]],
-                 failure: BaseException | None, durable: bool = False) -> None:
-        """Answer what a flush covered; ``durable``: the failure came after the local
-        fdatasync (the followers' wait), so the writes' state is that of a durable write."""
-        stored: set[tuple[str, int]] = set()
-        for _end, batch, results in done:
-            if batch[0][0] is None:  # writes of submit_write: results are their tokens
-                for (_none, fut, finish), token in zip(batch, results, strict=True):
-                    self._finish_write(fut, finish, token, failure, durable)
-                continue
-            pos = 0
-            for msgs, fut, reply in batch:
-                n = len(msgs)
-                if failure is not None:
-                    if not fut.done():
-                        fut.set_exception(failure)
-                    continue
-                mine = results[pos:pos + n]
-                pos += n
-                if self.stored_in is not None:
-                    for m, r in zip(msgs, mine, strict=True):
-                        stored.add((m.topic, r.queue_id))
-                if not fut.done():
-                    try:
-                        fut.set_result(reply(mine) if reply is not None else mine)
-                    except Exception as exc:  # noqa: BLE001 - a bug fails its request only
-                        fut.set_exception(exc)
-        if stored:
-            self.stored_in(stored)
-
-    @staticmethod
-    def _finish_write(fut: asyncio.Future, finish: Finish, token: Any,
-                      failure: BaseException | None, durable: bool) -> None:
-        try:
-            # Stored locally (only the followers failed): the transaction is prepared or
-            # committed here, as a worker thread's write was; the request still fails.
-            answer = finish(token, None if durable else failure)
-        except Exception as exc:  # noqa: BLE001 - a bug fails its request only
-            failure = failure or exc
-        if fut.done():
-            return
-        if failure is not None:
-            fut.set_exception(failure)
-        else:
-            fut.set_result(answer)
-
-
-Placed = list[tuple[int, list[Submitted], list[SendResult]]]
 
 
 class ReplicaStage:
@@ -293,17 +234,18 @@ class ReplicaStage:
     enough followers hold them; one wait covers every batch queued meanwhile."""
 
     def __init__(self, wait_replicated: Callable[[int], None],
-                 hand_back: Callable[[Placed, BaseException | None, bool], None]) -> None:
+                 hand_back: Callable[[list[Placed], BaseException | None, bool], None]
+                 ) -> None:
         self._wait_replicated = wait_replicated
         self._hand_back = hand_back
         self._cond = threading.Condition()
-        self._queued: list[tuple[int, Placed]] = []
+        self._queued: list[tuple[int, list[Placed]]] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="fmq-replica-acker",
                                         daemon=True)
         self._thread.start()
 
-    def put(self, end: int, done: Placed) -> None:
+    def put(self, end: int, done: list[Placed]) -> None:
         with self._cond:
             self._queued.append((end, done))
             self._cond.notify()
@@ -330,12 +272,12 @@ class ReplicaStage:
             self._hand_back([item for _end, done in queued for item in done], failure, True)
 
 
-def _split(pending: list[Submitted], max_messages: int, max_bytes: int
-           ) -> list[list[Submitted]]:
+def _split(pending: list[SendRequest], max_messages: int, max_bytes: int
+           ) -> list[list[SendRequest]]:
     """Requests in arrival order, cut into batches of at most ``max_messages`` messages and
     about ``max_bytes`` body bytes (a request is never split)."""
-    batches: list[list[Submitted]] = []
-    batch: list[Submitted] = []
+    batches: list[list[SendRequest]] = []
+    batch: list[SendRequest] = []
     count = size = 0
     for item in pending:
         n = len(item[0])

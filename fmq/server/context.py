@@ -112,7 +112,7 @@ class ServerContext:
         # and under load for one more index batch than its own, as the flushed offset had
         # moved on by then.
         self.batcher = SendBatcher(self.broker, loop, self.config.max_batch_messages,
-                                   None, self.replication.wait_replicated)
+                                   self.replication.wait_replicated)
         # Every write wakes its pulls this way: sends, commits, scheduled messages and
         # retries the timer service delivers, a follower's copied records, and the high
         # watermark passing messages the index holds already.

@@ -39,6 +39,7 @@ from fmq.server import tx_ops
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.pull_answers import encode_fitting
 from fmq.server.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE, QUERY_REPLY_BASE, fit
+from fmq.server.reply_account import ReplyRoom
 from fmq.tx.state import TxState
 from fmq.version import __version__
 
@@ -203,14 +204,13 @@ def _pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
     return items, count, lo, hi, base + size, resume
 
 
-async def _reserve(ctx: ServerContext, session: RequestSession, need: int = 0) -> int:
-    """Reserve this request's answer in the reply budget before anything is read: up to
+def _reply_room(ctx: ServerContext, session: RequestSession, need: int = 0) -> ReplyRoom:
+    """This request's answer in the reply budget, reserved before anything is read: up to
     max_reply_size, at least enough for one message (``need``: exactly that much)."""
-    cfg = ctx.config
     if need:
-        return await session.reserve_reply(need, need)
-    return await session.reserve_reply(cfg.max_reply_size,
-                                    min(cfg.max_reply_size, ctx.largest_reply))
+        return ReplyRoom(session, need, need)
+    cfg = ctx.config
+    return ReplyRoom(session, cfg.max_reply_size, min(cfg.max_reply_size, ctx.largest_reply))
 
 
 @handles(Op.PULL)
@@ -236,31 +236,26 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
     need = 0
     while True:
         events = ctx.wakeups.events(topic, queue_id, session.id)
-        granted = await _reserve(ctx, session, need)
-        ctx.counters.pull_reads += 1
-        try:
+        async with _reply_room(ctx, session, need) as room:
+            ctx.counters.pull_reads += 1
             keep = ctx.shared_queues.note(topic, queue_id, session.id, loop.time())
             items, count, lo, hi, size, resume = await ctx.read(
                 _pull_now, ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
-                max_messages, tags, granted)
-        except BaseException:
-            session.unreserve_reply(granted)
-            raise
-        if size > granted:
-            # One message larger than the part of the budget we got (only when
-            # max_reply_size is below the largest message): read again with room for it.
-            session.unreserve_reply(granted)
-            need = size
-            continue
-        remaining = deadline - loop.time()
-        if count or remaining <= 0 or ctx.stopping or session.closing:
-            break
-        offset = resume  # a filtered pull goes on past what it skipped
-        session.unreserve_reply(granted)  # a long poll holds no reply budget while it waits
-        # Only a write to this queue, the deadline, a closing connection or a shutdown
-        # ends the wait: an idle long poll costs no thread and no reads meanwhile.
+                max_messages, tags, room.granted)
+            if size > room.granted:
+                # One message larger than the part of the budget we got (only when
+                # max_reply_size is below the largest message): read again with room for it.
+                need = size
+                continue
+            remaining = deadline - loop.time()
+            if count or remaining <= 0 or ctx.stopping or session.closing:
+                room.keep(size)  # held until the answer is written
+                break
+            offset = resume  # a filtered pull goes on past what it skipped
+        # A long poll holds no reply budget while it waits. Only a write to this queue, the
+        # deadline, a closing connection or a shutdown ends the wait: an idle long poll
+        # costs no thread and no reads meanwhile.
         await ctx.wait_for_data(events, remaining)
-    session.unreserve_reply(granted - size)  # the rest is held until the answer is written
     return {"messages": items, "min_offset": lo, "next_offset": hi, "resume_offset": resume}
 
 
@@ -330,18 +325,13 @@ async def _query_key(ctx: ServerContext, session: RequestSession, req: dict) -> 
     args = (req["topic"], req["key"], min(req["limit"], 4096))
     need = 0
     while True:
-        granted = await _reserve(ctx, session, need)
-        try:
+        async with _reply_room(ctx, session, need) as room:
             msgs, size = await ctx.read(_indexed, ctx.broker, _query_now, ctx.broker, *args,
-                                        granted)
-        except BaseException:
-            session.unreserve_reply(granted)
-            raise
-        if size <= granted:
-            break
-        session.unreserve_reply(granted)
+                                        room.granted)
+            if size <= room.granted:
+                room.keep(size)  # held until the answer is written
+                break
         need = size  # one message larger than what we got: read again with room for it
-    session.unreserve_reply(granted - size)  # the rest is held until the answer is written
     return {"messages": [stored_to_wire(m) for m in msgs]}
 
 

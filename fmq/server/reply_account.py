@@ -13,7 +13,9 @@ answers does not hold up a graceful stop for shutdown_grace_ms.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Protocol
 
 from fmq.errors import ConnectionLost, ServerBusy
 from fmq.server.budgets import Share
@@ -112,6 +114,42 @@ class ReplyAccount:
             if not fut.done():
                 fut.set_exception(ConnectionLost("the connection closed while the request "
                                                  "waited for the reply budget"))
+
+
+class Reserves(Protocol):
+    """Where the running request takes reply bytes and gives them back (its session)."""
+
+    def reserve_reply(self, want: int, minimum: int) -> Awaitable[int]: ...
+
+    def unreserve_reply(self, n: int) -> None: ...
+
+
+class ReplyRoom:
+    """Reply bytes a request reserves for its answer before it reads anything, as an
+    ``async with`` block: what the block did not :meth:`keep` for the answer goes back
+    when it ends, however it ends (a retry with more room, a long poll's wait, a failure)."""
+
+    __slots__ = ("_session", "_want", "_minimum", "granted", "_kept")
+
+    def __init__(self, session: Reserves, want: int, minimum: int) -> None:
+        self._session = session
+        self._want = want
+        self._minimum = minimum
+        self.granted = 0  # between minimum and want, once the block is entered
+        self._kept = 0
+
+    def keep(self, n: int) -> None:
+        """Hold ``n`` of the granted bytes until the answer is written."""
+        self._kept = n
+
+    async def __aenter__(self) -> ReplyRoom:
+        self.granted = await self._session.reserve_reply(self._want, self._minimum)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        kept = self._kept if exc_type is None else 0
+        self._session.unreserve_reply(self.granted - kept)
 
 
 def _shutting_down() -> ServerBusy:

@@ -1,12 +1,12 @@
-"""One client's session with the server: one socket, its framing and request ids, nothing
-else.
+"""One client's session with the server: one socket, its framing, its budgets and its
+time-outs.
 
-Bytes are parsed as they arrive (:class:`fmq.protocol.FrameDecoder`); every request is
-dispatched through the handler table (:data:`fmq.server.handlers.HANDLERS`) and runs on its
-own, so one session can have many in flight, and each answer is written as soon as it is
-ready, carrying its request's id (pipelining). Bad framing gets an error answer and closes
-this session only. What a request *does* is in :mod:`fmq.server.handlers`; what the session
-may use of the server is its :class:`~fmq.server.context.ServerContext`.
+Bytes are parsed as they arrive (:class:`fmq.protocol.FrameDecoder`); every complete frame
+goes to the session's :class:`~fmq.server.session_requests.SessionRequests`, which refuses it
+or starts its request, so one session can have many in flight, each answered as soon as it
+is ready (pipelining). Bad framing gets an error answer and closes this session only. What a
+request *does* is in :mod:`fmq.server.handlers`; what the session may use of the server is
+its :class:`~fmq.server.context.ServerContext`.
 
 Memory is bounded by the server's byte budgets (:mod:`fmq.server.budgets`): a frame's
 declared length is taken from the request budget before its body is read (otherwise the
@@ -19,27 +19,15 @@ watchdog asks :meth:`ClientSession.overdue` for the time-outs (handshake, read, 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import socket
 
-from fmq.errors import FMQError, LeadershipLost, NotPrimary, ProtocolError, ServerBusy
-from fmq.protocol import (
-    HEADER_SIZE,
-    PROTOCOL_VERSION,
-    SCHEMA,
-    Frame,
-    FrameDecoder,
-    Op,
-    decode_request,
-    encode_error,
-    encode_response,
-)
-from fmq.server.authz import refusal as access_refusal
+from fmq.errors import FMQError
+from fmq.protocol import HEADER_SIZE, FrameDecoder, encode_error
 from fmq.server.context import ServerContext
-from fmq.server.handlers import HANDLERS
 from fmq.server.reply_account import ReplyAccount
 from fmq.server.request_admission import RequestAdmission
+from fmq.server.session_requests import SessionRequests
 
 logger = logging.getLogger("fmq.server")
 
@@ -53,16 +41,17 @@ _BLOCKED_BY_BUDGET = 2
 
 
 class ClientSession(asyncio.Protocol):
-    """One client socket: parses frames as bytes arrive, runs each request on its own,
-    writes each response as soon as it is ready (pipelining)."""
+    """One client socket: parses frames as bytes arrive and hands each to its requests
+    (:class:`SessionRequests`), writes answers, keeps its budgets and time-outs."""
 
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
+        self.requests = SessionRequests(self)
+        self.tasks = self.requests.running  # requests in flight
         self.id = 0
         self.peer = "?"
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(ctx.config.max_frame_size)
-        self.tasks: set[asyncio.Future] = set()  # requests in flight
         self.closing = False  # no more requests will be read
         self.aborted = False
         self.eof = False
@@ -84,7 +73,6 @@ class ClientSession(asyncio.Protocol):
             pause=lambda: self._block_read(_BLOCKED_BY_BUDGET), resume=self._admitted_later,
             logged_in=lambda: self.principal is not None or not ctx.authenticator.enforcing)
         self.replies = ReplyAccount(ctx.reply_budget.share(), lambda: ctx.loop)
-        self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
         self._read_blocks = 0
 
     # ------------------------------------------------------------------ asyncio callbacks
@@ -124,7 +112,7 @@ class ClientSession(asyncio.Protocol):
         for frame in frames:
             size = HEADER_SIZE + len(frame.payload)
             self.admission.received(size)
-            self.on_frame(frame, size)
+            self.requests.start(frame, size)
             if self.closing:
                 return
 
@@ -269,131 +257,3 @@ class ClientSession(asyncio.Protocol):
         self.closing = True
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()  # flushes what is buffered first
-
-    def on_frame(self, frame: Frame, size: int) -> None:
-        """Start the request in ``frame``; it holds ``size`` request bytes until it ends."""
-        ctx = self.ctx
-        op, rid = frame.opcode, frame.request_id
-        if not self.established and not ctx.hooks.first_request(self):
-            self.admission.release(size)
-            return
-        if frame.version != PROTOCOL_VERSION or frame.is_response:
-            self.admission.release(size)
-            why = ("unsupported protocol version" if frame.version != PROTOCOL_VERSION
-                   else "a response frame sent to the server")
-            self.fail(op, rid, ProtocolError(
-                f"{why} ({frame.version}); this server speaks version {PROTOCOL_VERSION} "
-                f"requests, see docs/protocol.md"), "bad frame header")
-            return
-        if rid == 0:
-            # Id 0 marks connection-level errors: an answer carrying it would make the
-            # client fail every request pending on this session, so treat it as one.
-            self.fail(0, 0, ProtocolError(
-                "request id 0 is reserved for connection-level errors; number requests from "
-                "1 (docs/protocol.md section 1)"), "reserved request id")
-            return
-        refusal = refusal_before_decoding(ctx, len(self.tasks), frame)
-        if refusal is not None:
-            self.admission.release(size)
-            self.send(encode_error(op, rid, refusal))
-            return
-        try:
-            req = decode_request(frame)
-        except ProtocolError as exc:
-            self.admission.release(size)
-            self.fail(op, rid, exc, f"malformed {Op(op).name} payload")
-            return
-        ctx.counters.requests += 1
-        ctx.counters.by_op[op] += 1
-        refused = access_refusal(ctx, self, op, req) if ctx.authenticator.enforcing else None
-        if refused is not None:
-            self.admission.release(size)
-            ctx.counters.failed(op, refused)
-            self.send(encode_error(op, rid, refused))
-            return
-        try:
-            # A coroutine becomes a task; SEND's handler returns a future and needs none.
-            request = asyncio.ensure_future(HANDLERS[op](ctx, self, req))
-        except FMQError as exc:  # refused before it started (a send that cannot be stored)
-            self.admission.release(size)
-            ctx.counters.failed(op, exc)
-            self.send(encode_error(op, rid, exc))
-            return
-        self.tasks.add(request)
-        ctx.all_tasks.add(request)
-        self._held[request] = size
-        request.add_done_callback(functools.partial(self._answer, op, rid))
-
-    def _answer(self, op: int, rid: int, request: asyncio.Future) -> None:
-        # Free the in-flight slot before the answer leaves: the client may send its next
-        # request the moment it reads this one.
-        self.tasks.discard(request)
-        exc = request.exception() if not request.cancelled() else ServerBusy(
-            "the request was cancelled by a shutdown; retry against the restarted server")
-        exc = fencing_refusal(self.ctx, op) if exc is None else exc
-        if exc is None:
-            try:
-                data = encode_response(op, rid, request.result())
-            except Exception as enc:  # noqa: BLE001 - a bug must not kill the session
-                exc = enc
-        if exc is not None:
-            self.ctx.counters.failed(op, exc)
-            if not isinstance(exc, FMQError):
-                logger.error("request %s failed unexpectedly", Op(op).name, exc_info=exc)
-            data = encode_error(op, rid, exc)
-        # What the socket did not take stays counted: the reservation becomes unsent bytes.
-        self.send(data, self.replies.take_reservation(request))
-        self._done(request)
-
-    def _done(self, request: asyncio.Future) -> None:
-        self.tasks.discard(request)
-        self.ctx.all_tasks.discard(request)
-        self.admission.release(self._held.pop(request, 0))
-        self.replies.settle(request)
-        if self.eof and not self.tasks:
-            self.close()
-
-
-#: What a follower refuses: writes (its log changes only by what its primary ships) and
-#: the feedback that would end transactions.
-FOLLOWER_REFUSES = frozenset({
-    Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT, Op.ROLLBACK, Op.POLL_UNCERTAIN,
-    Op.ANSWER_UNCERTAIN, Op.RESOLVE_TX, Op.COMMIT_OFFSET, Op.RESET_OFFSETS, Op.SEND_AT,
-    Op.NACK, Op.DLQ_REDRIVE})
-
-
-def fencing_refusal(ctx: ServerContext, op: int) -> FMQError | None:
-    """A write done but not to be acknowledged: this primary cannot prove it still holds
-    the group's lease (etcd), which another node may hold by now. Checked as the answer is
-    released, after the fsync and the replication wait."""
-    role = ctx.replication
-    if op in FOLLOWER_REFUSES and role is not None and not role.acknowledges():
-        return LeadershipLost(role.primary or "")
-    return None
-
-
-def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame
-                            ) -> FMQError | None:
-    """Why a well-framed request is refused before it is decoded, if it is (the framing is
-    intact: its session stays open). ``in_flight``: requests its session runs now."""
-    op = frame.opcode
-    if in_flight >= ctx.config.max_in_flight:
-        ctx.counters.busy_refusals += 1
-        return ServerBusy(
-            f"{ctx.config.max_in_flight} requests of this connection are in flight "
-            f"(max_in_flight); wait for answers before sending more")
-    if ctx.stopping:
-        return ServerBusy("the server is shutting down; retry against the restarted server")
-    primary = ctx.replication.primary if ctx.replication is not None else None
-    if primary is not None and op in FOLLOWER_REFUSES:
-        return NotPrimary(primary)
-    if op not in HANDLERS:
-        # Framing is intact, so the session stays usable: newer clients can probe.
-        return ProtocolError(
-            f"unknown opcode {op}; this server knows {sorted(int(o) for o in SCHEMA)}")
-    try:
-        ctx.limits.check(frame)  # list limits, from the counts, before decoding
-    except FMQError as exc:
-        ctx.counters.requests += 1
-        return exc
-    return None

@@ -116,6 +116,33 @@ def test_frames_cut_off_by_a_close_are_dropped_at_once(start_server, event_loop)
         assert p.send("real", b"works", queue_id=0).queue_offset == 0
 
 
+# ---------------------------------------------------------------- frames refused before they run
+
+
+def refused_frames() -> dict[str, bytes]:
+    """A frame for each refusal before a request runs, by what is wrong with it."""
+    ping = encode_request(Op.PING, 1, {})
+    bad_version = bytearray(ping)
+    bad_version[4] = 99
+    unknown_op = bytearray(ping)
+    unknown_op[5] = 250
+    return {"reserved id 0": encode_request(Op.PING, 0, {}),
+            "unsupported version": bytes(bad_version), "unknown opcode": bytes(unknown_op)}
+
+
+@pytest.mark.parametrize("what", sorted(refused_frames()))
+def test_a_refused_frame_gives_its_request_bytes_back(start_server, what):
+    """Every refusal before a request runs gives back the request budget its frame took
+    (a request with the reserved id 0 once kept its bytes for the server's lifetime)."""
+    srv = start_server(FAST)
+    frame = refused_frames()[what]
+    for _ in range(3):
+        with raw(srv.address) as s:
+            s.sendall(frame)
+            assert s.recv(65536), "no error answer"  # handled: its bytes are back by now
+    assert server_stats(srv.address)["request_bytes"] == STATS_REQUEST
+
+
 # ---------------------------------------------------------------- a stop with a peer not reading
 
 #: Eight 1 MiB messages: six PULLs of them fill the reply budget of one connection (its

@@ -1,0 +1,113 @@
+"""What the send pipeline (:mod:`fmq.server.batcher`) places, by kind, and how each kind is
+answered once the flush covering it is durable (or failed): a batch of send requests
+(:class:`PlacedSends`), and the transaction writes of one event-loop turn
+(:class:`PlacedWrites`). The acknowledger queues both in log order and needs only their
+``end``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from fmq.message import Message, SendResult
+
+#: Turns a request's results into its answer (on the event loop).
+Reply = Callable[[list[SendResult]], Any]
+
+#: One send request: its messages, the future its answer goes to and how to make that
+#: answer.
+SendRequest = tuple[list[Message], asyncio.Future, Reply | None]
+
+#: A write other than a send (a transaction's records): places its records without waiting
+#: and returns a token and the log offset they end at, or (answer, None) when it placed
+#: nothing and is answered at once.
+Place = Callable[[], tuple[Any, int | None]]
+
+#: Called on the event loop with the token once the write is durable (failure None: its
+#: return value is the answer) or failed (the failure: undo what memory holds of it).
+Finish = Callable[[Any, BaseException | None], Any]
+
+#: One write request: how to place it, the future its answer goes to and how to finish it.
+WriteRequest = tuple[Place, asyncio.Future, Finish]
+
+
+
+def answer_placed(done: list[Placed], failure: BaseException | None, durable: bool) -> None:
+    """Answer what a flush covered, on the event loop; ``durable``: the failure came after
+    the local fdatasync (the followers' wait)."""
+    for placed in done:
+        placed.answer(failure, durable)
+
+
+class PlacedSends:
+    """A batch of send requests placed together, waiting for the flush covering ``end``."""
+
+    __slots__ = ("end", "requests", "results")
+
+    def __init__(self, end: int, requests: list[SendRequest], results: list[SendResult]
+                 ) -> None:
+        self.end = end
+        self.requests = requests
+        self.results = results  # every request's, in request order
+
+    def answer(self, failure: BaseException | None, durable: bool) -> None:
+        """Each request gets its results, or ``failure``: a send is acknowledged only when
+        all of it succeeded (``durable`` changes nothing for sends)."""
+        results = self.results
+        pos = 0
+        for msgs, fut, reply in self.requests:
+            n = len(msgs)
+            if failure is not None:
+                if not fut.done():
+                    fut.set_exception(failure)
+                continue
+            mine = results[pos:pos + n]
+            pos += n
+            if not fut.done():
+                try:
+                    fut.set_result(reply(mine) if reply is not None else mine)
+                except Exception as exc:  # noqa: BLE001 - a bug fails its request only
+                    fut.set_exception(exc)
+
+
+class PlacedWrites:
+    """The writes of one turn that placed records (transactions' PREPARE and COMMIT),
+    waiting for the flush covering ``end``, the last one's end."""
+
+    __slots__ = ("end", "writes")
+
+    def __init__(self) -> None:
+        self.end = 0
+        self.writes: list[tuple[asyncio.Future, Finish, Any]] = []  # future, finish, token
+
+    def add(self, fut: asyncio.Future, finish: Finish, token: Any, end: int) -> None:
+        self.writes.append((fut, finish, token))
+        self.end = end
+
+    def answer(self, failure: BaseException | None, durable: bool) -> None:
+        """``durable``: the failure came after the local fdatasync (the followers' wait),
+        so each write's state is that of a durable write."""
+        for fut, finish, token in self.writes:
+            _finish_write(fut, finish, token, failure, durable)
+
+
+#: What the acknowledger queues: a batch of sends or a turn's writes.
+Placed = PlacedSends | PlacedWrites
+
+
+def _finish_write(fut: asyncio.Future, finish: Finish, token: Any,
+                  failure: BaseException | None, durable: bool) -> None:
+    try:
+        # Stored locally (only the followers failed): the transaction is prepared or
+        # committed here, as a worker thread's write was; the request still fails.
+        answer = finish(token, None if durable else failure)
+    except Exception as exc:  # noqa: BLE001 - a bug fails its request only
+        failure = failure or exc
+    if fut.done():
+        return
+    if failure is not None:
+        fut.set_exception(failure)
+    else:
+        fut.set_result(answer)

@@ -1,0 +1,180 @@
+"""One session's requests: each complete frame is refused, or decoded and started through the
+handler table (:data:`fmq.server.handlers.HANDLERS`), and answered with its request id when
+it ends (pipelining: many run at once).
+
+A frame's request bytes (:class:`~fmq.server.request_admission.RequestAdmission`) are given
+back at one place: at once when its request does not start (every refusal), else when the
+request ends. Its reply bytes (:class:`~fmq.server.reply_account.ReplyAccount`) move over
+to the answer when it is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import Protocol
+
+from fmq.errors import FMQError, ProtocolError, ServerBusy
+from fmq.protocol import (
+    PROTOCOL_VERSION,
+    SCHEMA,
+    Frame,
+    Op,
+    decode_request,
+    encode_error,
+    encode_response,
+)
+from fmq.server.authz import refusal as access_refusal
+from fmq.server.context import RequestSession, ServerContext
+from fmq.server.fencing import fencing_refusal, follower_refusal
+from fmq.server.handlers import HANDLERS
+from fmq.server.reply_account import ReplyAccount
+from fmq.server.request_admission import RequestAdmission
+
+logger = logging.getLogger("fmq.server")
+
+
+class Connection(RequestSession, Protocol):
+    """What the requests use of their session's connection."""
+
+    ctx: ServerContext
+    established: bool  # sent a complete request before
+    eof: bool  # the peer sends no more: close once the running requests are answered
+    admission: RequestAdmission
+    replies: ReplyAccount
+
+    def send(self, data: bytes, reserved: int = 0) -> None: ...
+
+    def fail(self, opcode: int, request_id: int, exc: FMQError, why: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SessionRequests:
+    """The requests a session runs: started from frames, answered as each ends."""
+
+    def __init__(self, session: Connection) -> None:
+        self.session = session
+        self.ctx = session.ctx
+        self.running: set[asyncio.Future] = set()
+        self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
+
+    def start(self, frame: Frame, size: int) -> None:
+        """Start the request in ``frame``; it holds ``size`` request bytes until it ends."""
+        request = None
+        try:
+            request = self._start(frame)
+        finally:
+            # The one place a frame's bytes go back when its request does not run (refused,
+            # malformed, or a bug): a refusal cannot forget them.
+            if request is None:
+                self.session.admission.release(size)
+            else:
+                self._held[request] = size
+
+    def _start(self, frame: Frame) -> asyncio.Future | None:
+        """The request's future, or None when it is refused (answered already)."""
+        ctx, session = self.ctx, self.session
+        op, rid = frame.opcode, frame.request_id
+        if not session.established and not ctx.hooks.first_request(session):
+            return None
+        if frame.version != PROTOCOL_VERSION or frame.is_response:
+            why = ("unsupported protocol version" if frame.version != PROTOCOL_VERSION
+                   else "a response frame sent to the server")
+            session.fail(op, rid, ProtocolError(
+                f"{why} ({frame.version}); this server speaks version {PROTOCOL_VERSION} "
+                f"requests, see docs/protocol.md"), "bad frame header")
+            return None
+        if rid == 0:
+            # Id 0 marks connection-level errors: an answer carrying it would make the
+            # client fail every request pending on this session, so treat it as one.
+            session.fail(0, 0, ProtocolError(
+                "request id 0 is reserved for connection-level errors; number requests from "
+                "1 (docs/protocol.md section 1)"), "reserved request id")
+            return None
+        refusal = refusal_before_decoding(ctx, len(self.running), frame)
+        if refusal is not None:
+            session.send(encode_error(op, rid, refusal))
+            return None
+        try:
+            req = decode_request(frame)
+        except ProtocolError as exc:
+            session.fail(op, rid, exc, f"malformed {Op(op).name} payload")
+            return None
+        ctx.counters.requests += 1
+        ctx.counters.by_op[op] += 1
+        refused = access_refusal(ctx, session, op, req) if ctx.authenticator.enforcing else None
+        if refused is not None:
+            ctx.counters.failed(op, refused)
+            session.send(encode_error(op, rid, refused))
+            return None
+        try:
+            # A coroutine becomes a task; SEND's handler returns a future and needs none.
+            request = asyncio.ensure_future(HANDLERS[op](ctx, session, req))
+        except FMQError as exc:  # refused before it started (a send that cannot be stored)
+            ctx.counters.failed(op, exc)
+            session.send(encode_error(op, rid, exc))
+            return None
+        self.running.add(request)
+        ctx.all_tasks.add(request)
+        request.add_done_callback(functools.partial(self._answer, op, rid))
+        return request
+
+    def _answer(self, op: int, rid: int, request: asyncio.Future) -> None:
+        # Free the in-flight slot before the answer leaves: the client may send its next
+        # request the moment it reads this one.
+        self.running.discard(request)
+        exc = request.exception() if not request.cancelled() else ServerBusy(
+            "the request was cancelled by a shutdown; retry against the restarted server")
+        exc = fencing_refusal(self.ctx.replication, op) if exc is None else exc
+        if exc is None:
+            try:
+                data = encode_response(op, rid, request.result())
+            except Exception as enc:  # noqa: BLE001 - a bug must not kill the session
+                exc = enc
+        if exc is not None:
+            self.ctx.counters.failed(op, exc)
+            if not isinstance(exc, FMQError):
+                logger.error("request %s failed unexpectedly", Op(op).name, exc_info=exc)
+            data = encode_error(op, rid, exc)
+        session = self.session
+        # What the socket did not take stays counted: the reservation becomes unsent bytes.
+        session.send(data, session.replies.take_reservation(request))
+        self._done(request)
+
+    def _done(self, request: asyncio.Future) -> None:
+        session = self.session
+        self.running.discard(request)
+        self.ctx.all_tasks.discard(request)
+        session.admission.release(self._held.pop(request, 0))
+        session.replies.settle(request)
+        if session.eof and not self.running:
+            session.close()
+
+
+def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame
+                            ) -> FMQError | None:
+    """Why a well-framed request is refused before it is decoded, if it is (the framing is
+    intact: its session stays open). ``in_flight``: requests its session runs now."""
+    op = frame.opcode
+    if in_flight >= ctx.config.max_in_flight:
+        ctx.counters.busy_refusals += 1
+        return ServerBusy(
+            f"{ctx.config.max_in_flight} requests of this connection are in flight "
+            f"(max_in_flight); wait for answers before sending more")
+    if ctx.stopping:
+        return ServerBusy("the server is shutting down; retry against the restarted server")
+    refused = follower_refusal(ctx.replication, op)
+    if refused is not None:
+        return refused
+    if op not in HANDLERS:
+        # Framing is intact, so the session stays usable: newer clients can probe.
+        return ProtocolError(
+            f"unknown opcode {op}; this server knows {sorted(int(o) for o in SCHEMA)}")
+    try:
+        ctx.limits.check(frame)  # list limits, from the counts, before decoding
+    except FMQError as exc:
+        ctx.counters.requests += 1
+        return exc
+    return None
