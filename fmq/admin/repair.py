@@ -176,20 +176,16 @@ def undo_repair(data_dir: str, repair_dir: str | None = None) -> UndoResult:
 # ---------------------------------------------------------------------------- helpers
 
 def _plan(data_dir: str, offset: int) -> CutPlan:
-    log_dir = os.path.join(data_dir, LOG_DIR)
-    boundaries = set()
-    scanner = LogScanner(log_dir, on_corruption=OnCorruption.SKIP, copy_body=False,
-                         max_record_size=FORMAT_MAX_RECORD)
-    for rec in scanner:
-        boundaries.add(rec.log_offset)
+    scanner = _scan(os.path.join(data_dir, LOG_DIR))
+    boundaries = {rec.log_offset for rec in scanner}
     boundaries.update(d.offset for d in scanner.damages)
     end = scanner.end_offset
     if offset not in boundaries and offset != end:
         raise InvalidArgument(
             f"{offset} is not the offset of a record or of damage; use an offset "
             f"printed by `fmq log verify` or `fmq log dump`")
-    bases = sorted(b for b in map(parse_segment_name, os.listdir(log_dir)) if b is not None)
     plan = CutPlan(data_dir, offset, end, None)
+    bases = scanner.bases
     for i, base in enumerate(bases):
         name = format_segment_name(base)
         if base > offset or (base == offset and i > 0):
@@ -200,11 +196,16 @@ def _plan(data_dir: str, offset: int) -> CutPlan:
 
 
 def _log_end(log_dir: str) -> int:
-    scanner = LogScanner(log_dir, on_corruption=OnCorruption.SKIP, copy_body=False,
-                         max_record_size=FORMAT_MAX_RECORD)
+    scanner = _scan(log_dir)
     for _rec in scanner:
         pass
     return scanner.end_offset
+
+
+def _scan(log_dir: str) -> LogScanner:
+    """The one scanner a repair reads the log with: past damage, bodies not copied."""
+    return LogScanner(log_dir, on_corruption=OnCorruption.SKIP, copy_body=False,
+                      max_record_size=FORMAT_MAX_RECORD)
 
 
 def _new_repair_dir(data_dir: str) -> str:
