@@ -1,5 +1,5 @@
-"""``fmq acl add | remove | list``: access rules, on a stopped broker (DATA_DIR) or a
-running server (``--server``); docs/security.md has what each operation needs."""
+"""``fmq acl add | remove | list``: access rules, on a stopped broker (DATA_DIR), a
+running server (``--server``) or a whole cluster (``--coordinator``); docs/security.md has what each operation needs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 
 import click
+from fmq.cli.cluster_options import cluster_options, cluster_security, only_one_place
 from fmq.cli.common import emit, fmq_errors, json_option, optional_data_dir_argument
 from fmq.cli.tx_cmds import _choose_server, server_option
 from fmq.cli.user_cmds import _offline, _online
@@ -60,13 +61,24 @@ def _as_rule(fields: dict):
 @optional_data_dir_argument
 @server_option
 @rule_options
+@cluster_options
 @fmq_errors
-def add(data_dir: str | None, server: str | None, **options) -> None:
+def add(data_dir: str | None, server: str | None, coordinator: str | None, cluster_name: str,
+        **options) -> None:
     """Add a rule."""
     fields = _rule_fields(**options)
     rule = _as_rule(fields)  # checked here: a bad rule never reaches the server
-    server = _choose_server(data_dir, server)
-    if server is not None:
+    only_one_place(data_dir, server, coordinator)
+    if coordinator is not None:
+        there_already: list[bool] = []
+
+        def change(document):
+            there_already.append(rule in document.rules)
+            return document.with_rule(rule)
+
+        cluster_security(coordinator, cluster_name).change(change)
+        added = not there_already[-1]
+    elif (server := _choose_server(data_dir, server)) is not None:
         added = _online(server, "ACL_ADD", fields)["added"]
     else:
         added = _offline(data_dir, lambda store: store.add_rule(rule))
@@ -77,13 +89,17 @@ def add(data_dir: str | None, server: str | None, **options) -> None:
 @optional_data_dir_argument
 @server_option
 @rule_options
+@cluster_options
 @fmq_errors
-def remove(data_dir: str | None, server: str | None, **options) -> None:
+def remove(data_dir: str | None, server: str | None, coordinator: str | None,
+           cluster_name: str, **options) -> None:
     """Remove a rule (give it exactly as it was added)."""
     fields = _rule_fields(**options)
     rule = _as_rule(fields)
-    server = _choose_server(data_dir, server)
-    if server is not None:
+    only_one_place(data_dir, server, coordinator)
+    if coordinator is not None:
+        cluster_security(coordinator, cluster_name).change(lambda d: d.without_rule(rule))
+    elif (server := _choose_server(data_dir, server)) is not None:
         _online(server, "ACL_REMOVE", fields)
     else:
         _offline(data_dir, lambda store: store.remove_rule(rule))
@@ -94,13 +110,18 @@ def remove(data_dir: str | None, server: str | None, **options) -> None:
 @optional_data_dir_argument
 @server_option
 @json_option
+@cluster_options
 @fmq_errors
-def list_rules(data_dir: str | None, server: str | None, as_json: bool) -> None:
+def list_rules(data_dir: str | None, server: str | None, as_json: bool,
+               coordinator: str | None, cluster_name: str) -> None:
     """Every rule."""
     from fmq.security import Rule
 
-    server = _choose_server(data_dir, server)
-    if server is not None:
+    only_one_place(data_dir, server, coordinator)
+    if coordinator is not None:
+        document = cluster_security(coordinator, cluster_name).read()[0]
+        rules = list(document.rules) if document is not None else []
+    elif (server := _choose_server(data_dir, server)) is not None:
         rules = [Rule.from_json(r) for r in
                  json.loads(_online(server, "ACL_LIST", {})["json"])["rules"]]
     else:

@@ -62,6 +62,10 @@ def server_option(fn):
               help="The broker group to elect in [default: the config file's, else default].")
 @click.option("--node", default=None,
               help="This node's name in its group [default: its address, HOST:PORT].")
+@click.option("--cluster-name", default=None,
+              help="The cluster whose users and access rules (kept in the --coordinator's "
+                   "etcd) this node takes [default: the config file's server.cluster, "
+                   "else fmq].")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Serve TLS with this PEM certificate chain (docs/security.md).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -79,7 +83,8 @@ def server_option(fn):
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
            metrics_port: int | None, metrics_host: str | None, follow: str | None,
            ack_mode: str | None, min_insync: int | None, coordinator: str | None,
-           group: str | None, node: str | None, tls_cert: str | None,
+           group: str | None, node: str | None, cluster_name: str | None,
+           tls_cert: str | None,
            tls_key: str | None, tls_client_ca: str | None, insecure: bool,
            log_level: str) -> None:
     """Run the FMQ server until SIGINT/SIGTERM (then it finishes in-flight requests,
@@ -94,7 +99,8 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
                                  ("tls_key_file", tls_key),
                                  ("tls_client_ca_file", tls_client_ca),
                                  ("coordinator", coordinator), ("group", group),
-                                 ("node", node)) if v is not None}
+                                 ("node", node), ("cluster", cluster_name))
+               if v is not None}
     if changes:
         server_cfg = server_cfg.replace(**changes)
     replication = {k: v for k, v in (("follow", follow), ("ack_mode", ack_mode),

@@ -1,5 +1,5 @@
 """``fmq user add | remove | list | passwd``: the users who may log in, on a stopped broker
-(DATA_DIR) or a running server (``--server``). New passwords are asked for twice without
+(DATA_DIR), a running server (``--server``) or a whole cluster (``--coordinator``). New passwords are asked for twice without
 echo, or read from ``--new-password-file`` or FMQ_NEW_PASSWORD (scripts)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import sys
 
 import click
 from fmq.cli.client_options import client_kwargs
+from fmq.cli.cluster_options import cluster_options, cluster_security, only_one_place
 from fmq.cli.common import emit, fmq_errors, json_option, optional_data_dir_argument
 from fmq.cli.tx_cmds import _choose_server, server_option
 
@@ -55,17 +56,20 @@ new_password_option = click.option(
 
 
 def _put(user: str, create: bool, data_dir: str | None, server: str | None,
-         password_file: str | None) -> None:
+         password_file: str | None, coordinator: str | None, cluster_name: str) -> None:
     from fmq.client.auth import make_user_fields
     from fmq.security import StoredCredential
 
-    server = _choose_server(data_dir, server)
+    only_one_place(data_dir, server, coordinator)
     fields = make_user_fields(user, _new_password(password_file), create)
-    if server is not None:
+    cred = StoredCredential(fields["salt"], fields["iterations"], fields["stored_key"],
+                            fields["server_key"])
+    if coordinator is not None:
+        cluster_security(coordinator, cluster_name).change(
+            lambda d: d.with_user(user, cred, create=create))
+    elif (server := _choose_server(data_dir, server)) is not None:
         _online(server, "USER_PUT", fields)
     else:
-        cred = StoredCredential(fields["salt"], fields["iterations"], fields["stored_key"],
-                                fields["server_key"])
         _offline(data_dir, lambda store: store.put_user(user, cred, create=create))
     click.echo(f"user {user!r} {'added' if create else 'has a new password'}")
 
@@ -75,11 +79,12 @@ def _put(user: str, create: bool, data_dir: str | None, server: str | None,
 @optional_data_dir_argument
 @server_option
 @new_password_option
+@cluster_options
 @fmq_errors
-def add(user: str, data_dir: str | None, server: str | None,
-        new_password_file: str | None) -> None:
+def add(user: str, data_dir: str | None, server: str | None, new_password_file: str | None,
+        coordinator: str | None, cluster_name: str) -> None:
     """Add USER with a new password."""
-    _put(user, True, data_dir, server, new_password_file)
+    _put(user, True, data_dir, server, new_password_file, coordinator, cluster_name)
 
 
 @user_group.command("passwd")
@@ -87,22 +92,28 @@ def add(user: str, data_dir: str | None, server: str | None,
 @optional_data_dir_argument
 @server_option
 @new_password_option
+@cluster_options
 @fmq_errors
 def passwd(user: str, data_dir: str | None, server: str | None,
-           new_password_file: str | None) -> None:
+           new_password_file: str | None, coordinator: str | None, cluster_name: str) -> None:
     """Give USER a new password."""
-    _put(user, False, data_dir, server, new_password_file)
+    _put(user, False, data_dir, server, new_password_file, coordinator, cluster_name)
 
 
 @user_group.command("remove")
 @click.argument("user")
 @optional_data_dir_argument
 @server_option
+@cluster_options
 @fmq_errors
-def remove(user: str, data_dir: str | None, server: str | None) -> None:
+def remove(user: str, data_dir: str | None, server: str | None, coordinator: str | None,
+           cluster_name: str) -> None:
     """Remove USER (its open connections stay logged in until they close)."""
-    server = _choose_server(data_dir, server)
-    if server is not None:
+    only_one_place(data_dir, server, coordinator)
+    if coordinator is not None:
+        cluster_security(coordinator, cluster_name).change(
+            lambda d: d.without_user(user, allow_last=False))
+    elif (server := _choose_server(data_dir, server)) is not None:
         _online(server, "USER_REMOVE", {"user": user})
     else:
         _offline(data_dir, lambda store: store.remove_user(user))
@@ -113,11 +124,16 @@ def remove(user: str, data_dir: str | None, server: str | None) -> None:
 @optional_data_dir_argument
 @server_option
 @json_option
+@cluster_options
 @fmq_errors
-def list_users(data_dir: str | None, server: str | None, as_json: bool) -> None:
+def list_users(data_dir: str | None, server: str | None, as_json: bool,
+               coordinator: str | None, cluster_name: str) -> None:
     """The users' names."""
-    server = _choose_server(data_dir, server)
-    if server is not None:
+    only_one_place(data_dir, server, coordinator)
+    if coordinator is not None:
+        document = cluster_security(coordinator, cluster_name).read()[0]
+        users = sorted(document.users) if document is not None else []
+    elif (server := _choose_server(data_dir, server)) is not None:
         users = _online(server, "USER_LIST", {})["users"]
     else:
         users = _offline(data_dir, lambda store: store.users())

@@ -49,6 +49,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "asks for passwords at a terminal; placeholders (`...`, app2.password)",
     ("docs/security.md", "FMQ_PASSWORD_FILE=~/.fmq-admin-password"):
         "asks for a password at a terminal; needs the admin's password file in $HOME",
+    ("docs/security.md", "fmq user add app1 --coordinator etcd://10.0.0.9:2379"):
+        "needs an etcd and a server on other hosts (tests/security/test_cluster_users.py "
+        "runs the same commands against a real etcd)",
     ("docs/security.md", '"fmq.example.com:9876"'):
         "needs the remote host fmq.example.com and /run/secrets/fmq",
     ("docs/spark.md", "pip install 'fmq[spark]'"): "installs from the network",

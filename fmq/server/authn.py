@@ -11,7 +11,6 @@ proof exactly as with a wrong password and does not tell which users exist.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import hmac
 import json
@@ -19,14 +18,17 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from scramp import ScramException, ScramMechanism
 
+from fmq.coordination.cluster_security import ClusterSecurity
 from fmq.errors import AuthenticationFailed, AuthenticationRequired, FMQError, InvalidArgument
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.protocol.schema import HELLO_NODE_VERSION
 from fmq.security import Rule, StoredCredential, UserStore
+from fmq.security.document import SecurityDocument
 from fmq.security.users import ITERATIONS, MECHANISM
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.handlers import handles
@@ -48,6 +50,9 @@ class Authenticator:
     def __init__(self, store: UserStore, first_delay_ms: int = 100,
                  max_delay_ms: int = 5_000) -> None:
         self.store = store
+        #: The cluster's users in etcd (fmq.coordination.cluster_security), or None when
+        #: this node's file is where they live.
+        self.cluster: ClusterSecurity | None = None
         #: The slow-down: a failure answers after first_delay doubled for each earlier
         #: failure of the connection and of its address, up to max_delay.
         self.first_delay = first_delay_ms / 1000
@@ -72,6 +77,18 @@ class Authenticator:
 
     def users_changed(self) -> None:
         self.enforcing = self.store.has_users
+
+    def change(self, change: Callable[[SecurityDocument], SecurityDocument]) -> SecurityDocument:
+        """Apply ``change`` where the users live: the cluster's document in etcd when this
+        node is in a cluster (then copied here at once), else this node's file. Blocking:
+        run it on a worker thread."""
+        if self.cluster is None:
+            document = self.store.change(change)
+        else:
+            document = self.cluster.change(change)
+            self.store.replace(document)
+        self.users_changed()
+        return document
 
     def credential(self, user: str) -> tuple[StoredCredential, bool]:
         """The user's credential and True, or a made-up one and False (unknown user)."""
@@ -204,9 +221,7 @@ async def _user_put(ctx: ServerContext, session: RequestSession, req: dict) -> d
     cred = StoredCredential(req["salt"], req["iterations"], req["stored_key"],
                             req["server_key"])
     auth: Authenticator = ctx.authenticator
-    await ctx.run(functools.partial(auth.store.put_user, req["user"], cred,
-                                    create=req["create"]))
-    auth.users_changed()
+    await ctx.run(auth.change, lambda d: d.with_user(req["user"], cred, create=req["create"]))
     logger.info("%s at %s %s user %r", session.principal or "an unauthenticated client",
                 session.peer, "added" if req["create"] else "changed the password of",
                 req["user"])
@@ -216,13 +231,8 @@ async def _user_put(ctx: ServerContext, session: RequestSession, req: dict) -> d
 @handles(Op.USER_REMOVE)
 async def _user_remove(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     _require_users(ctx, "removing users")
-    if ctx.authenticator.store.users() == [req["user"]]:
-        raise InvalidArgument(
-            f"{req['user']!r} is the last user: without users the server would let anyone "
-            f"do anything; add another user first, or remove it offline on the stopped broker")
     auth: Authenticator = ctx.authenticator
-    await ctx.run(auth.store.remove_user, req["user"])
-    auth.users_changed()
+    await ctx.run(auth.change, lambda d: d.without_user(req["user"], allow_last=False))
     logger.info("%s at %s removed user %r", session.principal or "an unauthenticated client",
                 session.peer, req["user"])
     return {}
@@ -243,7 +253,14 @@ def _rule(req: dict) -> Rule:
 async def _acl_add(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     _require_users(ctx, "adding access rules")
     rule = _rule(req)
-    added = await ctx.run(ctx.authenticator.store.add_rule, rule)
+    there_already: list[bool] = []
+
+    def add(document: SecurityDocument) -> SecurityDocument:
+        there_already.append(rule in document.rules)
+        return document.with_rule(rule)
+
+    await ctx.run(ctx.authenticator.change, add)
+    added = not there_already[-1]
     logger.info("%s at %s added the rule: %s", session.principal or "an unauthenticated client",
                 session.peer, rule.text())
     return {"added": added}
@@ -253,7 +270,7 @@ async def _acl_add(ctx: ServerContext, session: RequestSession, req: dict) -> di
 async def _acl_remove(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     _require_users(ctx, "removing access rules")
     rule = _rule(req)
-    await ctx.run(ctx.authenticator.store.remove_rule, rule)
+    await ctx.run(ctx.authenticator.change, lambda d: d.without_rule(rule))
     logger.info("%s at %s removed the rule: %s", session.principal or
                 "an unauthenticated client", session.peer, rule.text())
     return {}

@@ -124,6 +124,12 @@ class ServerConfig:
     coordinator: str = ""
     group: str = "default"
     lease_ttl_s: int = 10
+    #: The cluster this node's group belongs to: with a coordinator, the users and access
+    #: rules are the cluster's, kept in etcd and copied into security.json
+    #: (docs/security.md); a change reaches a node at once through a watch, and a re-read
+    #: every security_resync_ms bounds how long a silently stalled watch can hide one.
+    cluster: str = "fmq"
+    security_resync_ms: int = 10_000
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid server configuration")
@@ -161,6 +167,9 @@ class ServerConfig:
              "auth_failure_delay_ms must be in 0..auth_failure_max_delay_ms")
         need(self.lease_ttl_s >= 3, "lease_ttl_s must be >= 3")
         need(bool(self.group), "group must not be empty")
+        need(bool(self.cluster) and "/" not in self.cluster,
+             "cluster must be a non-empty name without '/'")
+        need(self.security_resync_ms >= 100, "security_resync_ms must be >= 100")
         need(self.group_heartbeat_interval_ms < self.group_session_timeout_ms,
              "group_heartbeat_interval_ms must be below group_session_timeout_ms")
 

@@ -38,6 +38,7 @@ from fmq.server import (
 )
 from fmq.server.authn import Authenticator
 from fmq.server.budgets import SharedBudget
+from fmq.server.cluster_users import follow_cluster_users
 from fmq.server.config import ServerConfig
 from fmq.server.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
 from fmq.server.context import ServerContext
@@ -94,6 +95,8 @@ class Server:
         self.ctx.authenticator = Authenticator(UserStore(broker.path),
                                                config.auth_failure_delay_ms,
                                                config.auth_failure_max_delay_ms)
+        #: Copies the cluster's users and rules into this node (None: not in a cluster).
+        self.users_follower = follow_cluster_users(config, self.ctx.authenticator)
         #: Established sessions (they sent a complete request), and the ones that have
         #: not yet, oldest first.
         self.sessions: dict[int, ClientSession] = {}
@@ -145,6 +148,8 @@ class Server:
                                     self.config.max_pending_connections)
             self._tls.start()
         self._watchdog = asyncio.ensure_future(self._watch_sessions())
+        if self.users_follower is not None:
+            self.users_follower.start()
         logger.info("listening on %s:%d (%s, protocol %d, max frame %s, %d worker "
                     "threads)", self.config.host, self.port,
                     "plaintext" if tls is None else "TLS", PROTOCOL_VERSION,
@@ -203,6 +208,8 @@ class Server:
             self._tls.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
+        if self.users_follower is not None:
+            await asyncio.to_thread(self.users_follower.stop)
         # Like pull long polls, requests waiting for reply room end now: their peer may
         # never read the answers that fill its budget.
         waiting = sum(session.replies.stop_waiting()
