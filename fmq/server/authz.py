@@ -105,6 +105,12 @@ ACCESS: dict[int, Needs | None] = {
     Op.REPL_STATUS: _on_cluster(D),
     Op.EPOCH_END: _on_cluster(Operation.ADMIN),
     Op.PROMOTE: _on_cluster(Operation.ADMIN),
+    Op.TOPIC_CREATE: lambda ctx, req: [(Operation.ALTER, TOPIC, req["settings"]["name"])],
+    Op.TOPIC_ALTER: lambda ctx, req: [(Operation.ALTER, TOPIC, req["settings"]["name"])],
+    Op.TOPIC_DELETE: _on_topic(Operation.ALTER),
+    Op.TOPIC_DESCRIBE: _on_topic(D),
+    # Any logged-in user: the answer holds only the topics the user may describe.
+    Op.TOPIC_LIST: lambda ctx, req: [],
 }
 
 
