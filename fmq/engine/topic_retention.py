@@ -58,12 +58,8 @@ def enforce_topic_retention(index: IndexStore, topics: list[TopicConfig],
     for cfg in topics:
         if cfg.deleted or (cfg.retention_ms is None and cfg.retention_bytes is None):
             continue
-        floors = {}
-        for qid in range(cfg.queues):
-            lo, _hi = index.queue_range(cfg.name, qid)
-            floor = queue_floor(index, cfg, qid, now_ms)
-            if floor > lo:
-                floors[qid] = floor
-        if floors:
-            removed += index.raise_topic_floors(cfg.name, floors)
+        # Every queue, even one whose floor has not moved: recovery's redo may have put
+        # back entries below it, and this removes them again.
+        floors = {qid: queue_floor(index, cfg, qid, now_ms) for qid in range(cfg.queues)}
+        removed += index.raise_topic_floors(cfg.name, floors)
     return removed

@@ -44,14 +44,16 @@ def _floors(config: str) -> dict[int, int]:
 def raise_topic_floors(txn: lmdb.Transaction, db: Databases, topic: str,
                        floors: dict[int, int]) -> int:
     """Raise queue ``qid`` of ``topic`` to ``floors[qid]`` (removing its entries below);
-    returns the entries removed. A floor at or below the queue's minimum changes nothing."""
+    returns the entries removed. Entries below a floor at or under the queue's minimum are
+    removed too: recovery's redo puts back the entries of every record it replays, the
+    ones a floor had removed included, and replaying the floor removes them again."""
     removed = 0
     for qid, floor in floors.items():
         qkey = K.queue_key(topic, qid)
         v = txn.get(qkey, db=db.queues)
+        if v is None and floor <= 0:
+            continue  # a queue never written, and nothing to raise it to
         lo, hi = K.QUEUE_VALUE.unpack(v) if v else (floor, floor)
-        if v is not None and floor <= lo:
-            continue
         cur = txn.cursor(db=db.cq)
         doomed = []
         if cur.set_range(K.cq_key(topic, qid, 0)):
@@ -72,7 +74,9 @@ def raise_topic_floors(txn: lmdb.Transaction, db: Databases, topic: str,
                 txn.delete(kk, db=db.keys)
                 txn.delete(ok, db=db.keyoff)
         removed += len(doomed)
-        txn.put(qkey, K.QUEUE_VALUE.pack(max(lo, floor), max(hi, floor)), db=db.queues)
+        new = (max(lo, floor), max(hi, floor))
+        if v is None or new != (lo, hi):
+            txn.put(qkey, K.QUEUE_VALUE.pack(*new), db=db.queues)
     return removed
 
 
