@@ -69,9 +69,18 @@ class Topics:
 
     # ------------------------------------------------------------------ reading
 
+    def _follow_index(self) -> None:
+        """On a follower, take the topic table from the index: its TOPIC records arrive by
+        log shipping and are indexed, never placed here (a primary's table is its own)."""
+        if self.config.follow:
+            table = load_topics(self.index)
+            with self.log.lock:
+                self.queues.topics.update({t.name: t for t in table})
+
     def get(self, name: str) -> TopicConfig | None:
         """``name``'s settings: its own (created), the defaults (made by a first send), or
         None (never created, never sent to, or deleted)."""
+        self._follow_index()
         with self.log.lock:
             own = self.queues.topics.get(name)
             known = own is not None or name in self.queues.topic_names()
@@ -84,6 +93,7 @@ class Topics:
         """Every topic that exists, by name: its settings, whether a send made it
         (``auto_created``). Held in memory: no index walk."""
         self.check_open()
+        self._follow_index()
         with self.log.lock:
             names = sorted(self.queues.topic_names())
             table = dict(self.queues.topics)
