@@ -134,3 +134,19 @@ def test_refused_settings_are_typed_errors_over_the_wire(start_server):
         bad = fmq_cli(srv, "topic", "create", "t", "--retention", "soon")
         assert bad.returncode == 2 and "--retention" in bad.stderr
         assert admin.list_topics() == []
+
+
+def test_fmq_consume_reads_a_topic_with_fewer_queues_than_the_default(start_server):
+    srv = start_server({**FAST, "queues_per_topic": 4})
+    with Client(srv.address) as admin, Producer(srv.address) as p:
+        admin.create_topic("few", queues=2)
+        admin.create_topic("quiet", queues=1)
+        p.send("few", b"hello", queue_id=1)
+    got = fmq_cli(srv, "consume", "--topic", "few", "--group", "g", "--max", "1",
+                  "--idle-timeout", "5", "--json")
+    assert got.returncode == 0, got.stderr
+    assert [m["body"] for m in json_lines(got.stdout)] == ["hello"]
+    idle = fmq_cli(srv, "consume", "--topic", "quiet", "--group", "g", "--max", "1",
+                   "--idle-timeout", "1")
+    assert idle.returncode == 0, idle.stderr
+    assert "topic 'quiet' has no consumable message yet" in idle.stderr
