@@ -145,11 +145,14 @@ class Topics:
             if (own is not None and not own.deleted) or (
                     own is None and name in self.queues.topic_names()):
                 raise TopicExists(name)
-            # A topic created again keeps the queues its old data used (offsets continue).
+            # A topic created again keeps the queues its old data used (offsets continue),
+            # and starts past whatever reached it while deleted (a transaction prepared
+            # before the delete and committed after it): only new messages are readable.
             count = max(queues or self.config.queues_per_topic,
                         self.queues.queue_count(name) if own is not None else 0)
+            floors = self._floors_now(own) if own is not None else {}
             cfg = TopicConfig(name, count, retention_ms, retention_bytes, max_message_size,
-                              CREATED, dict(own.floors) if own is not None else {})
+                              CREATED, floors)
             end = self._place(cfg)
         self._settle(cfg, end)
         logger.info("topic %s created: %s", name, cfg.to_json())
@@ -197,17 +200,21 @@ class Topics:
                                               for g, q, n in sorted(lagging)))
         with self.log.lock:
             cfg = self._existing_locked(name)
-            floors = dict(cfg.floors)
-            for qid in range(cfg.queues):
-                nxt = self.queues.next_offset(name, qid)
-                if nxt > floors.get(qid, 0):  # a queue never written has nothing to hide
-                    floors[qid] = nxt
-            cfg = cfg.changed(state=DELETED, floors=floors)
+            cfg = cfg.changed(state=DELETED, floors=self._floors_now(cfg))
             end = self._place(cfg)
         self._settle(cfg, end)
         logger.warning("topic %s deleted%s: queue floors %s", name,
-                       " with --force" if lagging else "", floors)
+                       " with --force" if lagging else "", cfg.floors)
         return cfg
+
+    def _floors_now(self, cfg: TopicConfig) -> dict[int, int]:
+        """``cfg``'s floors raised to each queue's next offset (the log lock held)."""
+        floors = dict(cfg.floors)
+        for qid in range(self.queues.queue_count(cfg.name)):
+            nxt = self.queues.next_offset(cfg.name, qid)
+            if nxt > floors.get(qid, 0):  # a queue never written has nothing to hide
+                floors[qid] = nxt
+        return floors
 
     def _existing_locked(self, name: str) -> TopicConfig:
         own = self.queues.topics.get(name)

@@ -195,3 +195,20 @@ def test_settings_the_broker_cannot_honour_are_refused(tmp_path):
         with pytest.raises(InvalidArgument, match="FMQ's own"):
             b.topics.create("%RETRY%x")
         assert b.topics.list() == []
+
+
+def test_a_topic_created_again_hides_what_reached_it_while_deleted(tmp_path):
+    with fmq.Broker.open(str(tmp_path), config(queues_per_topic=1)) as b:
+        b.topics.create("orders")
+        b.send(fmq.Message("orders", b"before"))
+        tx = b.prepare([fmq.Message("orders", b"in flight")], "shop")
+        b.topics.delete("orders")
+        b.commit(tx, "shop")  # prepared before the delete: its message still lands
+        b.topics.create("orders")
+        b.send(fmq.Message("orders", b"after"))
+        b.wait_indexed()
+        assert bodies(b, "orders") == [b"after"]
+        live = b.index.dump()
+    rebuild_index(str(tmp_path), config(queues_per_topic=1))
+    with fmq.Broker.open(str(tmp_path), config(queues_per_topic=1)) as b:
+        assert bodies(b, "orders") == [b"after"] and b.index.dump() == live
