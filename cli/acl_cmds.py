@@ -12,7 +12,8 @@ from fmq.cli.common import emit, fmq_errors, json_option, optional_data_dir_argu
 from fmq.cli.tx_cmds import _choose_server, server_option
 from fmq.cli.user_cmds import _offline, _online
 
-OPERATIONS = ["produce", "consume", "commit-offsets", "describe", "transaction", "admin", "all"]
+OPERATIONS = ["produce", "consume", "commit-offsets", "describe", "transaction", "admin", "alter",
+              "all"]
 
 
 @click.group("acl")

@@ -55,11 +55,14 @@ def show(ctx: click.Context, config_file: str | None, host: str | None, port: in
 
 def human_value(key: str, value: object) -> str:
     """A setting as people write it: sizes with a unit (``16.0 MiB``, not ``16777216``),
-    durations in ms/s/min/h, ports and counts as plain integers, an empty string as ``""``."""
+    durations in ms/s/min/h, ports and counts as plain integers, switches as true/false, an
+    empty string as ``""``."""
     from fmq.config import value_kind
 
     kind = value_kind(key, type(value))
-    if isinstance(value, bool) or not isinstance(value, int | str):
+    if isinstance(value, bool):  # as a config file writes it
+        return "true" if value else "false"
+    if not isinstance(value, int | str):
         return str(value)
     if kind == "size" and isinstance(value, int):
         return out.size(value)

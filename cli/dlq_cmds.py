@@ -14,15 +14,14 @@ from fmq.cli.net_cmds import _message_dict, server_option
 
 def _dead_letters(client, group: str, limit: int) -> list:
     """Up to ``limit`` dead letters of ``group`` not yet redriven, queue by queue."""
-    import json
 
     from fmq.message import dlq_topic
     from fmq.protocol import Op
     from fmq.protocol.values import stored_from_wire
 
     topic = dlq_topic(group)
-    topics = json.loads(client.call(Op.TOPICS, {})["json"])["topics"]
-    queues = next((t["queues"] for t in topics if t["topic"] == topic), 0)
+    # The cheap listing (names and settings), not TOPICS' walk of every entry.
+    queues = next((t["queues"] for t in client.list_topics() if t["name"] == topic), 0)
     found = []
     for qid in range(queues):
         done = client.call(Op.FETCH_OFFSET, {"group": group, "topic": topic,

@@ -40,9 +40,11 @@ def _register() -> None:
         message_cmds,
         replica_cmds,
         stats_cmds,
+        topic_cmds,
     )
 
-    for module in (bench_cmds, stats_cmds, groups_cmds, replica_cmds, dlq_cmds, message_cmds):
+    for module in (bench_cmds, stats_cmds, groups_cmds, replica_cmds, dlq_cmds, message_cmds,
+                   topic_cmds):
         module.register(cli)
 
 

@@ -4,8 +4,6 @@ consumer with ``--partition N --offset X``)."""
 
 from __future__ import annotations
 
-import json
-
 import click
 from fmq.cli import output as out
 from fmq.cli.client_options import client_kwargs
@@ -72,15 +70,14 @@ def find(key: str, topic: str | None, since: str | None, limit: int, server: str
          as_json: bool) -> None:
     """The messages stored with KEY, oldest first per topic. Exit 1 when none is found."""
     from fmq.client import Client
-    from fmq.protocol import Op
 
     since_ms = parse_time_ms(since, "--since") if since is not None else None
     with Client(server, retries=1, **client_kwargs()) as client:
         if topic is not None:
             topics = [topic]
         else:
-            listing = json.loads(client.call(Op.TOPICS, {})["json"])["topics"]
-            topics = sorted(t["topic"] for t in listing)
+            # The cheap listing (names and settings), not TOPICS' walk of every entry.
+            topics = sorted(t["name"] for t in client.list_topics())
         found = []
         for name in topics:
             found += sorted(client.query_key(name, key, limit, since_ms),

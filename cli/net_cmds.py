@@ -273,12 +273,16 @@ def _say_which_topics_are_missing(consumer, topics: tuple[str, ...],
                                   idle_timeout: float | None) -> None:
     """A topic's queues fill as its messages become consumable; waiting on one that has
     none yet must not look like a hang."""
-    from fmq.protocol import Op
+    from fmq.errors import UnknownTopic
 
-    queues = consumer.ping()["queues_per_topic"]
-    empty = [topic for topic in dict.fromkeys(topics)
-             if all(consumer.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": q})
-                    ["next_offset"] == 0 for q in range(queues))]
+    def never_written(topic: str) -> bool:
+        try:  # the topic's own queue count, which may differ from queues_per_topic
+            ranges = consumer.describe_topic(topic)["queue_ranges"]
+        except UnknownTopic:
+            return True
+        return all(r["next_offset"] == 0 for r in ranges)
+
+    empty = [topic for topic in dict.fromkeys(topics) if never_written(topic)]
     if not empty:
         return
     scheduled = _scheduled_by_topic(consumer)

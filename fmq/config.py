@@ -26,6 +26,9 @@ class BrokerConfig:
     segment_size: int = 64 * MiB
     #: Queues a topic has; messages spread over them by key hash or round robin.
     queues_per_topic: int = 4
+    #: A send to a topic nobody created creates it (with the defaults); false: it is
+    #: refused (UnknownTopic) until ``fmq topic create`` makes the topic.
+    auto_create_topics: bool = True
     #: "sync": acknowledge after fdatasync (group commit). "async": acknowledge plain
     #: messages once written to the OS; a background flush runs every ``flush_interval_ms``.
     #: Transactions always flush synchronously.
@@ -220,6 +223,8 @@ def value_kind(name: str, annotation: Any) -> str:
     "string"; told by its name (``*_ms``, ``*_size``, ``*_bytes``, ``*budget*``) and type."""
     if annotation in (str, "str"):
         return "string"
+    if annotation in (bool, "bool"):
+        return "boolean"
     if name.endswith("_ms"):
         return "duration"
     if name.endswith(("_size", "_bytes", "_threshold")) or "budget" in name:
@@ -234,6 +239,7 @@ _EXPECTED = {
                 'h, d), e.g. 10000 or "10s"',
     "integer": "an integer",
     "string": "a string",
+    "boolean": "true or false",
 }
 
 
@@ -247,6 +253,12 @@ def coerce_value(name: str, kind: str, value: Any, where: str) -> Any:
         if not isinstance(value, str):
             raise refuse()
         return value
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise refuse()
     if isinstance(value, bool):
         raise refuse()
     if isinstance(value, int):

@@ -258,8 +258,8 @@ def check_queue_id(queue_id: object, queues: int) -> int:
 
     if not isinstance(queue_id, int) or isinstance(queue_id, bool) or not 0 <= queue_id < queues:
         raise UnknownQueue(
-            f"queue id {queue_id!r} does not exist: topics have queues 0..{queues - 1} "
-            f"(queues_per_topic)"
+            f"queue id {queue_id!r} does not exist: the topic has queues 0..{queues - 1} "
+            f"(its own setting, fmq topic describe, else queues_per_topic)"
         )
     return queue_id
 

@@ -29,6 +29,7 @@ from .acquire import (
 from .connection import Connection, parse_servers
 from .discovery import ANY, Finder
 from .tls import TLSSetting
+from .topic_admin import TopicAdmin
 
 logger = logging.getLogger("fmq.client")
 
@@ -40,7 +41,7 @@ def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
     return base * (0.5 + random.random() / 2)
 
 
-class Client(PooledClient):
+class Client(PooledClient, TopicAdmin):
     """Base of Producer, TransactionProducer and Consumer; alone, a client for any request.
 
     ``request_timeout``: seconds to wait for one answer. ``retries``: how many times a

@@ -27,6 +27,7 @@ from fmq.engine.replica_log import ReplicaLog
 from fmq.engine.retention import Retention
 from fmq.engine.retries import GroupLocks
 from fmq.engine.timers import Timers
+from fmq.engine.topics import Topics, load_topics
 from fmq.engine.transactions import Transactions
 from fmq.engine.visibility import Visibility
 from fmq.index.dispatcher import Dispatcher
@@ -63,6 +64,7 @@ class Parts:
     reader: Reader
     offsets: ConsumerOffsets
     inventory: Inventory
+    topics: Topics
     timers: Timers
     redrive_locks: GroupLocks
     checkpointer: Checkpointer
@@ -93,7 +95,8 @@ def assemble(*, path: str, config: BrokerConfig, io: FileIO,
         log_.start_at(report.end_offset)
         queues = Queues(queues_per_topic=config.queues_per_topic, queue_next=queue_next,
                         pending=[(m.topic, m.queue_id) for t in tx.open.values()
-                                 for m in t.messages])
+                                 for m in t.messages],
+                        topics=load_topics(index), auto_create=config.auto_create_topics)
         dispatcher = _start_dispatcher(config, log_, index, max_record_size,
                                        report.end_offset)
         return _build_writers_and_readers(
@@ -158,6 +161,8 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                               queues=queues, check_open=check_open, visibility=visibility)
     inventory = Inventory(data_dir=path, index=index, queues=queues, reader=reader,
                           offsets=offsets, check_open=check_open)
+    topics = Topics(config=config, log_=log_, index=index, dispatcher=dispatcher,
+                    queues=queues, check_open=check_open)
     if not config.follow:  # a follower writes only what its primary ships
         end_cut_transactions(tx, writer, report)
         offsets.upgrade()
@@ -177,6 +182,7 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                  transactions=transactions,
                  replica=replica,
                  visibility=visibility, reader=reader, offsets=offsets, inventory=inventory,
+                 topics=topics,
                  timers=timers, redrive_locks=GroupLocks(), checkpointer=checkpointer,
                  retention=retention, stop=threading.Event())
 

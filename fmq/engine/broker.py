@@ -87,12 +87,17 @@ class Broker:
         self.offsets = parts.offsets
         #: Topics, groups, disk usage, offset resets (fmq topics / groups / stats).
         self.inventory = parts.inventory
+        #: Topic administration: create, alter, delete, describe, list (fmq topic).
+        self.topics = parts.topics
         self.timers = parts.timers
         #: Each group's dead-letter redrive runs alone (fmq.engine.retries.redrive).
         self.redrive_locks = parts.redrive_locks
         self._queues, self._admit, self._reader = parts.queues, parts.admit, parts.reader
         self._checkpointer, self._retention = parts.checkpointer, parts.retention
         self._stop = parts.stop
+        # A topic's own retention is a floor raised from the clock: raised before serving,
+        # so an index rebuilt from the log hides again what it hid before.
+        self.topics.enforce_retention()
         start_threads(parts, cfg, Upkeep(checkpoint=self.checkpoint,
                                          roll_back_timed_out=self._retention.roll_back_timed_out,
                                          enforce_retention=self.enforce_retention))
@@ -161,13 +166,18 @@ class Broker:
         ``check_message`` and ``check_fits`` (the server checks each request on arrival)."""
         self._check_open()
         if not checked:
-            check_messages(messages, self.config, self._queues.queue_count)
+            self.check_messages(messages)
         if not messages:
             return [], 0
         results, end, refused = self.place_requests(messages, (len(messages),))
         if refused:
             raise refused[0]
         return results, end
+
+    def check_messages(self, messages: Sequence[Message]) -> None:
+        """Raise the typed error of the first message that cannot be stored as it is
+        (its own checks, then its topic's: existence, ``max_message_size``)."""
+        check_messages(messages, self.config, self._queues)
 
     def place_requests(self, messages: Sequence[Message], sizes: Sequence[int]
                        ) -> tuple[list[SendResult], int, dict[int, FMQError]]:
@@ -204,8 +214,9 @@ class Broker:
         return self.transactions.rollback(tx_id, producer_group)
 
     def queue_count(self, topic: str) -> int:
-        """How many queues ``topic`` has: ``queues_per_topic``, or more when the stored data
-        of the topic uses more (a lower setting applies only to new topics)."""
+        """How many queues ``topic`` has: its own setting (``fmq topic``) or
+        ``queues_per_topic``, or more when the stored data of the topic uses more (a lower
+        setting applies only to new topics)."""
         return self._queues.queue_count(topic)
 
     # ================================================================== feedback
@@ -303,6 +314,7 @@ class Broker:
         relocated to the log head first, so an abandoned transaction cannot keep the log
         growing. Returns the deleted file names."""
         self._check_open()
+        self.topics.enforce_retention(now)
         return self._retention.enforce(now)
 
     def flush_histograms(self) -> tuple[Histogram, Histogram]:

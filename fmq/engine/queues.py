@@ -3,33 +3,45 @@ the next queue offset of every queue, and the plain send path that places MESSAG
 
 Queue offsets are assigned under the log lock, so queue order is log order.
 
-The queue count of a topic is derived from the data, never from the configuration alone: a
-topic has ``max(queues_per_topic, 1 + the highest queue id it holds records or open
-transactional messages in)`` queues, fixed when the broker opens. Lowering
-``queues_per_topic`` therefore applies only to new topics (and to queues that never held
-anything), and no configuration can make a stored message unreachable. The queue ids come
-from the index's queue marks, which recovery and the Spark rebuild derive from the log.
+The queue count of a topic is its own setting (its latest TOPIC record, ``fmq topic
+create|alter``: grow only), else ``queues_per_topic``, and never less than the data needs:
+a topic has ``max(that, 1 + the highest queue id it holds records or open transactional
+messages in)`` queues. Lowering ``queues_per_topic`` therefore applies only to new topics
+(and to queues that never held anything), and no configuration can make a stored message
+unreachable. The queue ids come from the index's queue marks, which recovery and the Spark
+rebuild derive from the log; the topic settings from the index's topic table.
+
+:meth:`Queues.check_topic` is the one rule of which topics take a message: a topic created
+and not deleted, else (``auto_create_topics``) any topic never deleted; and a message no
+larger than the topic's own ``max_message_size``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from fmq.config import BrokerConfig
+from fmq.errors import MessageTooLarge, UnknownTopic
 from fmq.log.log import Log
 from fmq.log.placement import now_ms, reserve_segments
 from fmq.log.record import Record, RecordType, check_fits, crc32c
-from fmq.message import Message, SendResult, check_message
+from fmq.message import Message, SendResult, check_message, is_internal_topic
+from fmq.topic_config import TopicConfig
 
 
 class Queues:
     """Queue choice and queue-offset allocation (the log lock held by the caller)."""
 
     def __init__(self, queues_per_topic: int, queue_next: dict[tuple[str, int], int],
-                 pending: Iterable[tuple[str, int]] = ()) -> None:
+                 pending: Iterable[tuple[str, int]] = (),
+                 topics: Iterable[TopicConfig] = (), auto_create: bool = True) -> None:
         """``queue_next``: the next offset of every queue the log holds records of;
-        ``pending``: the (topic, queue id) of every open transactional message."""
+        ``pending``: the (topic, queue id) of every open transactional message;
+        ``topics``: the topics' own settings (the index's topic table)."""
         self.queues_per_topic = queues_per_topic
+        self.auto_create = auto_create
+        #: Each topic's settings from its latest TOPIC record (changed under the log lock).
+        self.topics: dict[str, TopicConfig] = {t.name: t for t in topics}
         self._next = queue_next
         self._round_robin: dict[str, int] = {}
         self._stored_counts = stored_queue_counts(list(queue_next) + list(pending))
@@ -39,7 +51,30 @@ class Queues:
 
     def queue_count(self, topic: str) -> int:
         """How many queues ``topic`` has (see the module docstring)."""
-        return max(self.queues_per_topic, self._stored_counts.get(topic, 0))
+        own = self.topics.get(topic)
+        return max(self.queues_per_topic if own is None else own.queues,
+                   self._stored_counts.get(topic, 0))
+
+    def check_topic(self, m: Message) -> None:
+        """Refuse ``m`` unless its topic takes it (see the module docstring). The broker's
+        own topics (retries, dead letters) always do."""
+        own = self.topics.get(m.topic)
+        if own is None:
+            if not self.auto_create and not is_internal_topic(m.topic):
+                raise UnknownTopic(m.topic)
+            return
+        if own.deleted:
+            raise UnknownTopic(m.topic)
+        limit = own.max_message_size
+        if limit is not None and len(m.body) > limit:
+            raise MessageTooLarge(
+                f"message body is {len(m.body)} bytes, the limit of topic {m.topic!r} "
+                f"(its max_message_size) is {limit}; split the payload or raise the limit "
+                f"with: fmq topic alter {m.topic} --max-message-size SIZE")
+
+    def topic_names(self) -> set[str]:
+        """Every topic with data or settings (call under the log lock: sends add queues)."""
+        return {t for t, _q in self._next} | set(self._stored_counts) | set(self.topics)
 
     def stored_counts(self) -> dict[str, int]:
         """The queue count each topic's stored data needs (topics with data only)."""
@@ -76,12 +111,12 @@ def stored_queue_counts(queues: Iterable[tuple[str, int]]) -> dict[str, int]:
     return counts
 
 
-def check_messages(messages: Sequence[Message], config: BrokerConfig,
-                   queue_count: Callable[[str], int]) -> None:
-    """Raise the typed error of the first message that cannot be stored as it is
-    (``queue_count``: a topic's queue count, see :meth:`Queues.queue_count`)."""
+def check_messages(messages: Sequence[Message], config: BrokerConfig, queues: Queues) -> None:
+    """Raise the typed error of the first message that cannot be stored as it is: the
+    message's own checks, then its topic's (:meth:`Queues.check_topic`)."""
     for m in messages:
-        check_message(m, config.max_message_size, queue_count)
+        check_message(m, config.max_message_size, queues.queue_count)
+        queues.check_topic(m)
         check_fits(m, config.segment_size)
 
 

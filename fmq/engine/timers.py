@@ -103,7 +103,7 @@ class Timers:
                                   internal=True)
                     check_fits(m, self.config.segment_size)
             else:
-                check_messages(messages, self.config, self.queues.queue_count)
+                check_messages(messages, self.config, self.queues)
         if not messages:
             return [], 0
         self._admit()

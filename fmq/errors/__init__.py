@@ -66,6 +66,7 @@ from fmq.errors.storage import (
     StorageError,
     TornTail,
 )
+from fmq.errors.topics import TopicExists, TopicHasLag, UnknownTopic
 from fmq.errors.transactions import (
     DuplicateTransaction,
     TooManyTransactions,
@@ -117,6 +118,9 @@ __all__ = [
     "StorageError",
     "TLSFailed",
     "TooManyTransactions",
+    "TopicExists",
+    "TopicHasLag",
+    "UnknownTopic",
     "IncompleteRecord",
     "LogDamage",
     "TornTail",

@@ -9,7 +9,9 @@ TIMER naming one (retention moved it: the new one replaces it). A REF_MESSAGE's 
 at its PRE_MESSAGE record (which holds the body), so a consumer reads the body with one
 lookup; MESSAGE and TX_MESSAGE entries point at the record itself. OFFSET records set a
 consumer group's committed offset (the latest in log order wins); an EPOCH record adds its
-term to the epoch history (:mod:`fmq.index.epochs`). PREPARE, PRE_MESSAGE
+term to the epoch history (:mod:`fmq.index.epochs`); a TOPIC record sets the topic's
+configuration (and a delete's queue floors, :func:`fmq.index.trim.raise_topic_floors`).
+PREPARE, PRE_MESSAGE
 and FILLER contribute nothing (they still advance the applied offset).
 
 :func:`index_items` is the one classification of a record for the index; the dispatcher
@@ -35,6 +37,9 @@ _EPOCH = RecordType.EPOCH
 _TIMER = RecordType.TIMER
 _PREPARE = RecordType.PREPARE
 _PRE_MESSAGE = RecordType.PRE_MESSAGE
+_TOPIC = RecordType.TOPIC
+#: The property of a TOPIC record holding its configuration (fmq.topic_config).
+TOPIC_CONFIG_PROPERTY = "config"
 
 
 class QueueEntry(NamedTuple):
@@ -132,11 +137,27 @@ def epoch_entry(record: Record) -> EpochEntry | None:
     return None
 
 
-def index_mark(record: Record) -> TxEnd | OffsetEntry | EpochEntry | None:
+class TopicEntry(NamedTuple):
+    """A topic's configuration (the JSON of a ``TopicConfig``) from its TOPIC record."""
+
+    topic: str
+    config: str
+    source_offset: int
+
+
+def topic_entry(record: Record) -> TopicEntry | None:
+    """The topic-configuration entry of a TOPIC record, else None."""
+    if record.type == _TOPIC:
+        return TopicEntry(record.topic, (record.properties or {}).get(TOPIC_CONFIG_PROPERTY, ""),
+                          record.log_offset)
+    return None
+
+
+def index_mark(record: Record) -> TxEnd | OffsetEntry | EpochEntry | TopicEntry | None:
     """What a record that takes no queue entry puts into the index: a transaction end, a
-    consumer offset or a term (the dispatcher and recovery apply them with the queue
-    entries)."""
-    return tx_end(record) or offset_entry(record) or epoch_entry(record)
+    consumer offset, a term or a topic's configuration (the dispatcher and recovery apply
+    them with the queue entries)."""
+    return tx_end(record) or offset_entry(record) or epoch_entry(record) or topic_entry(record)
 
 
 class TimerEntry(NamedTuple):
@@ -170,7 +191,7 @@ def timer_changes(record: Record) -> tuple[TimerEntry | TimerFired, ...]:
 
 
 #: What a record that takes no queue entry may put into the index.
-Mark = TxEnd | OffsetEntry | EpochEntry
+Mark = TxEnd | OffsetEntry | EpochEntry | TopicEntry
 #: A change to the pending timers.
 TimerChange = TimerEntry | TimerFired
 #: One thing a record puts into the index.

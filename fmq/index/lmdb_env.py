@@ -10,7 +10,7 @@ import lmdb
 
 #: The databases derived from the log, in the order a rebuild writes and compares them.
 DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"consumers",
-               b"timers", b"timeroff", b"timertopics", b"meta")
+               b"timers", b"timeroff", b"timertopics", b"topics", b"meta")
 #: ``meta`` keys.
 APPLIED = b"applied"
 FORMAT = b"format"
@@ -34,6 +34,7 @@ class Databases:
     timeroff: object
     timertopics: object
     meta: object
+    topics: object
     consumers: object
 
     @classmethod
@@ -45,7 +46,7 @@ class Databases:
         return {"cq": self.cq, "queues": self.queues, "keys": self.keys, "keyoff": self.keyoff,
                 "time": self.time, "txends": self.txends, "txoff": self.txoff,
                 "consumers": self.consumers, "timers": self.timers, "timeroff": self.timeroff,
-                "timertopics": self.timertopics}
+                "timertopics": self.timertopics, "topics": self.topics}
 
 
 #: LMDB errors that say "not now" (space, memory, reader slots, locks), not "damaged" or

@@ -18,6 +18,8 @@ database       key                                           value
 ``timers``     due time u64, TIMER offset u64                size of the TIMER record
 ``timeroff``   TIMER offset u64                              the ``timers`` key
 ``timertopics`` topic (UTF-8)                                pending timers of the topic
+``topics``     topic (UTF-8)                                 its configuration (JSON, from its
+                                                             latest TOPIC record)
 ``meta``       ``applied``                                    log offset applied up to
 ``meta``       ``epoch/`` epoch u64                           start offset, node (fmq.index.epochs)
 =============  ============================================  ==================================
@@ -47,7 +49,15 @@ from fmq.datadir import index_exists
 from fmq.errors import IndexCorrupt
 from fmq.index import keys as K
 from fmq.index import trim
-from fmq.index.entries import EpochEntry, OffsetEntry, QueueEntry, TimerEntry, TimerFired, TxEnd
+from fmq.index.entries import (
+    EpochEntry,
+    OffsetEntry,
+    QueueEntry,
+    TimerEntry,
+    TimerFired,
+    TopicEntry,
+    TxEnd,
+)
 from fmq.index.epochs import put_epoch, read_history
 from fmq.index.lmdb_env import (
     APPLIED,
@@ -58,6 +68,7 @@ from fmq.index.lmdb_env import (
 )
 from fmq.index.opening import INDEX_FORMAT, open_env
 from fmq.index.timer_table import TimerReads, apply_timers
+from fmq.index.topic_table import apply_topics, raise_topic_floors, read_topics
 from fmq.index.tx_ends import TxEndReads
 
 
@@ -87,7 +98,7 @@ class IndexStore:
                     self._gate.resize(self.env)
 
     def apply(self, entries: Iterable[QueueEntry], applied_offset: int,
-              marks: Iterable[TxEnd | OffsetEntry | EpochEntry] = (),
+              marks: Iterable[TxEnd | OffsetEntry | EpochEntry | TopicEntry] = (),
               timers: Iterable[TimerEntry | TimerFired] = ()) -> None:
         """Write ``entries``, ``marks`` (transaction ends and consumer offsets, in log
         order), ``timers`` (in log order) and the new applied offset in one transaction
@@ -95,13 +106,14 @@ class IndexStore:
         self._write(self._apply_txn, list(entries), applied_offset, list(marks), list(timers))
 
     def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
-                   marks: list[TxEnd | OffsetEntry | EpochEntry],
+                   marks: list[TxEnd | OffsetEntry | EpochEntry | TopicEntry],
                    timers: list[TimerEntry | TimerFired]) -> None:
         items: list[list[tuple[bytes, bytes]]] = [[] for _ in K.ITEM_DBS]
         add = [db_items.append for db_items in items]
         entry_items = K.entry_items
         queue_next: dict[tuple[str, int], int] = {}
         queue_first: dict[tuple[str, int], int] = {}
+        topics: list[TopicEntry] = []  # applied after the queue entries (topic_table)
         for e in entries:  # recovery's redo runs this per message: kept lean
             for db, k, v in entry_items(e):
                 add[db]((k, v))
@@ -124,6 +136,9 @@ class IndexStore:
             if type(t) is EpochEntry:
                 put_epoch(txn, self.db, t)
                 continue
+            if type(t) is TopicEntry:
+                topics.append(t)
+                continue
             for db, k, v in K.end_items(t):
                 items[db].append((k, v))
         handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends,
@@ -144,6 +159,8 @@ class IndexStore:
                 txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.db.queues)
         if timers:
             apply_timers(txn, self.db, timers)
+        if topics:
+            apply_topics(txn, self.db, topics)
         old = txn.get(APPLIED, db=self.db.meta)
         if old is None or K.I64.unpack(old)[0] < applied:
             txn.put(APPLIED, K.I64.pack(applied), db=self.db.meta)
@@ -298,6 +315,16 @@ class IndexStore:
         """Delete entries whose data lies before ``log_start`` (segments deleted by
         retention) and advance each queue's minimum offset. Returns entries removed."""
         return self._write(trim.remove_before, self.db, log_start)
+
+    def raise_topic_floors(self, topic: str, floors: dict[int, int]) -> int:
+        """Raise queues of ``topic`` to ``floors`` (by queue id), removing their entries
+        below (a topic's own retention); returns the entries removed."""
+        return self._write(raise_topic_floors, self.db, topic, floors)
+
+    def topic_configs(self) -> dict[str, str]:
+        """Every topic's configuration JSON (from its latest TOPIC record), by topic."""
+        with self._gate, self.env.begin() as txn:
+            return read_topics(txn, self.db)
 
     def apply_floors(self, floors: dict[tuple[str, int], int]) -> int:
         """Raise each queue's offsets to its floor (queue-floors file); returns how many

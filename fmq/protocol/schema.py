@@ -71,6 +71,12 @@ class Op(IntEnum):
     ACL_ADD = 36
     ACL_REMOVE = 37
     ACL_LIST = 38
+    # topic administration (docs/operations.md, "Topics")
+    TOPIC_CREATE = 60
+    TOPIC_ALTER = 61
+    TOPIC_DESCRIBE = 62
+    TOPIC_DELETE = 63
+    TOPIC_LIST = 64
 
 
 # ------------------------------------------------------------------ composite types
@@ -113,6 +119,13 @@ REPL_VISIBLE = Trailing("repl_visible", [("visible_end", U64)])
 #: old and new offset, nothing changed). A client that leaves it out (older ones) gets the
 #: offsets moved, as before.
 RESET_MODE = Trailing("reset_mode", [("execute", BOOL)])
+#: A topic's settings in TOPIC_CREATE and TOPIC_ALTER (fmq.topic_config.TopicConfig): -1 =
+#: not given (create: the default; alter: unchanged); 0 in the last three = back to the
+#: broker's setting (alter). Settings added later (a route) follow as trailing fields.
+TOPIC_SETTINGS = Struct("topic_settings", [
+    ("name", STR), ("queues", I32), ("retention_ms", I64), ("retention_bytes", I64),
+    ("max_message_size", I64),
+])
 QUEUE_REF = Struct("queue_ref", [("topic", STR), ("queue_id", U32)])
 ERROR = [("code", U16), ("retriable", BOOL), ("message", TEXT)]
 ACL_RULE = [("principal", STR), ("resource_type", STR), ("pattern", OPT_STR),
@@ -249,4 +262,15 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "Add an access rule (added false: it was there already)."),
     _spec(Op.ACL_REMOVE, ACL_RULE, [], "Remove an access rule."),
     _spec(Op.ACL_LIST, [], [("json", TEXT)], "The access rules, as JSON."),
+    _spec(Op.TOPIC_CREATE, [("settings", TOPIC_SETTINGS)], [("json", TEXT)],
+          "Create a topic with its own settings; answers its configuration as JSON."),
+    _spec(Op.TOPIC_ALTER, [("settings", TOPIC_SETTINGS)], [("json", TEXT)],
+          "Change a topic's settings (queues only grow); answers its configuration."),
+    _spec(Op.TOPIC_DESCRIBE, [("topic", STR)], [("json", TEXT)],
+          "A topic's settings, the ones in force and each queue's range, as JSON."),
+    _spec(Op.TOPIC_DELETE, [("topic", STR), ("force", BOOL)], [("json", TEXT)],
+          "Delete a topic (its messages become unreadable); refused while consumer groups "
+          "have lag on it unless force."),
+    _spec(Op.TOPIC_LIST, [], [("json", TEXT)],
+          "The topics the user may describe, with their settings, as JSON (no index walk)."),
 ]}

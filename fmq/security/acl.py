@@ -30,6 +30,7 @@ class Operation(StrEnum):
     DESCRIBE = "describe"  # a topic's ranges and times, a group's state, the topic list
     TRANSACTION = "transaction"  # prepare/commit/rollback/check-back of a producer group
     ADMIN = "admin"  # tx resolve, offsets reset, stats, users and rules
+    ALTER = "alter"  # create, alter, delete a topic (fmq topic)
     ALL = "all"  # any of the above (rules only)
 
 
@@ -111,9 +112,9 @@ def decide(rules: Iterable[Rule], principal: str, operation: Operation,
     A matching deny beats everything. Besides the rules that name the operation, two
     permissions follow from others, as a user would expect of them:
 
-    * ``describe`` of a topic follows from ``consume`` or ``produce`` on it (a reader or
-      writer may see the topic's ranges and times, as Kafka's READ and WRITE imply
-      DESCRIBE);
+    * ``describe`` of a topic follows from ``consume``, ``produce`` or ``alter`` on it (a
+      reader, writer or administrator of the topic may see its ranges, times and
+      settings, as Kafka's READ, WRITE and ALTER imply DESCRIBE);
     * a consumer group's own retry and dead-letter topics (``%RETRY%G``, ``%DLQ%G``)
       follow from ``consume`` on the group ``G``: a member reads them as part of its group,
       and nobody could guess it needs a rule for them.
@@ -122,7 +123,8 @@ def decide(rules: Iterable[Rule], principal: str, operation: Operation,
     asked = [(operation, rtype, name)]
     if rtype == ResourceType.TOPIC:
         if operation == Operation.DESCRIBE:
-            asked += [(Operation.CONSUME, rtype, name), (Operation.PRODUCE, rtype, name)]
+            asked += [(Operation.CONSUME, rtype, name), (Operation.PRODUCE, rtype, name),
+                      (Operation.ALTER, rtype, name)]
         group = _owning_group(name)
         if group is not None and operation in (Operation.CONSUME, Operation.DESCRIBE):
             asked.append((Operation.CONSUME, ResourceType.GROUP, group))

@@ -63,7 +63,8 @@ def _groups(ctx: ServerContext, req: dict) -> list[Need]:
     return [(D, GROUP, req["group"])]
 
 
-#: What every operation needs; None = open to every session (the handshake and PING).
+#: What every operation needs; None = no rule (the handshake and PING, open to every session;
+#: TOPIC_LIST, which still needs a log-in and filters its answer).
 ACCESS: dict[int, Needs | None] = {
     Op.PING: None, Op.HELLO: None, Op.AUTH_START: None, Op.AUTH_FINISH: None,
     Op.SEND: lambda ctx, req: [(P, TOPIC, req["message"]["topic"])],
@@ -105,6 +106,12 @@ ACCESS: dict[int, Needs | None] = {
     Op.REPL_STATUS: _on_cluster(D),
     Op.EPOCH_END: _on_cluster(Operation.ADMIN),
     Op.PROMOTE: _on_cluster(Operation.ADMIN),
+    Op.TOPIC_CREATE: lambda ctx, req: [(Operation.ALTER, TOPIC, req["settings"]["name"])],
+    Op.TOPIC_ALTER: lambda ctx, req: [(Operation.ALTER, TOPIC, req["settings"]["name"])],
+    Op.TOPIC_DELETE: _on_topic(Operation.ALTER),
+    Op.TOPIC_DESCRIBE: _on_topic(D),
+    # Any logged-in user: the answer holds only the topics the user may describe.
+    Op.TOPIC_LIST: None,
 }
 
 

@@ -28,7 +28,6 @@ from collections.abc import Callable
 
 from fmq.engine.broker import Broker
 from fmq.engine.idempotence import bind_principal
-from fmq.engine.queues import check_messages
 from fmq.errors import InvalidArgument, ServerBusy
 from fmq.message import Message
 from fmq.server.placed import (
@@ -89,7 +88,7 @@ class SendBatcher:
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
                                   f"(max_batch_messages) of {limit}; send smaller batches")
         self._check_running()
-        check_messages(msgs, self.broker.config, self.broker.queue_count)
+        self.broker.check_messages(msgs)
         if principal is not None:
             msgs = bind_principal(msgs, principal, self.broker.config, self.broker.queue_count)
         fut = self._this_turn()

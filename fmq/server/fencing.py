@@ -15,7 +15,7 @@ from fmq.server.replica_role import ReplicationRole
 FOLLOWER_REFUSES = frozenset({
     Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT, Op.ROLLBACK, Op.POLL_UNCERTAIN,
     Op.ANSWER_UNCERTAIN, Op.RESOLVE_TX, Op.COMMIT_OFFSET, Op.RESET_OFFSETS, Op.SEND_AT,
-    Op.NACK, Op.DLQ_REDRIVE})
+    Op.NACK, Op.DLQ_REDRIVE, Op.TOPIC_CREATE, Op.TOPIC_ALTER, Op.TOPIC_DELETE})
 
 
 def follower_refusal(role: ReplicationRole | None, op: int) -> FMQError | None:

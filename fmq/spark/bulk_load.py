@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from fmq.datadir import QUEUE_FLOORS_FILE, index_exists
 from fmq.errors import IndexCorrupt
 from fmq.index import keys as K
-from fmq.index.entries import EpochEntry
+from fmq.index.entries import EpochEntry, TopicEntry
 from fmq.index.store import IndexStore
 from fmq.recovery.floors import read_floors
 from fmq.spark.errors import RebuildConflict
@@ -186,7 +186,8 @@ def read_old_index(path: str) -> tuple[dict, dict]:
 
 def load_index(index_dir: str, items_dir: str, old_index_dir: str, data_dir: str,
                log_end: int, offsets: dict[tuple[str, str, int], tuple[int, int]],
-               epochs: Sequence[EpochEntry] = ()) -> LoadedIndex:
+               epochs: Sequence[EpochEntry] = (),
+               topics: Sequence[TopicEntry] = ()) -> LoadedIndex:
     """Build the LMDB index at ``index_dir`` from the sorted item table at ``items_dir``
     and the consumer ``offsets`` derived from the log ((next offset, record offset) by
     (group, topic, queue)), keeping what the old index at ``old_index_dir`` knows that the
@@ -215,7 +216,10 @@ def load_index(index_dir: str, items_dir: str, old_index_dir: str, data_dir: str
         # recovery's pass 5 does (this also covers a lost or unreadable old index).
         floors = read_floors(os.path.join(data_dir, QUEUE_FLOORS_FILE))
         floors_applied = store.apply_floors(floors)
-        store.apply([], log_end, sorted(epochs))  # the epoch history (EPOCH records)
+        # The epoch history (EPOCH records), then the topics' configurations in log order,
+        # whose deletes raise queue floors over the entries loaded above, as the online
+        # index's topic table does.
+        store.apply([], log_end, [*sorted(epochs), *sorted(topics, key=lambda t: t[2])])
         store.set_applied_offset(log_end)
         store.put_consumer_offsets(consumers, in_log=from_log)
         store.sync()

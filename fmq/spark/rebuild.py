@@ -30,7 +30,9 @@ Passes:
    consume-queue keys on the way) raised to the ``queue-floors`` retention wrote (as
    recovery does), the applied offset (the log end) and the consumer offsets (the latest
    OFFSET record of each group and queue; an old index from before offsets were log
-   records has its own carried over). Then swap it in place of the old index
+   records has its own carried over) and the topics' configurations (TOPIC records in log
+   order, a delete's queue floors raised over the loaded entries, as the online index
+   does). Then swap it in place of the old index
    (:mod:`fmq.spark.swap`).
 5. **Checkpoint**: ``min(log end, PREPARE offset of the oldest open transaction, the
    oldest idempotent send younger than dedup_window_ms)``, so the broker opens with
@@ -58,7 +60,7 @@ from pyspark.sql import functions as F
 from fmq.config import BrokerConfig
 from fmq.datadir import CHECKPOINT_FILE, INDEX_DIR, LOG_DIR, DataDirLock, parse_segment_name
 from fmq.errors import FMQError, InvalidArgument
-from fmq.index.entries import EpochEntry
+from fmq.index.entries import EpochEntry, TopicEntry
 from fmq.log.placement import now_ms
 from fmq.log.scanner import log_end
 from fmq.recovery.checkpoint import write_checkpoint
@@ -166,7 +168,8 @@ def _rebuild(spark: SparkSession, data_dir: str, log_dir: str, target: str, chec
         # Pass 4: the LMDB index, next to the target, then swapped in.
         shutil.rmtree(tmp_index, ignore_errors=True)
         loaded = load_index(tmp_index, tmp_items, os.path.join(data_dir, INDEX_DIR), data_dir,
-                            end, facts["consumer_offsets"], facts["epochs"])
+                            end, facts["consumer_offsets"], facts["epochs"],
+                            facts["topics"])
         swap_in(tmp_index, target)
         phases.done("write_lmdb")
 
@@ -254,6 +257,12 @@ def _derive(spark: SparkSession, log_dir: str, options: dict, tmp_items: str,
                                 for r in records.where(F.col("type") == "EPOCH")
                                 .select("queue_offset", "offset", "producer_group").collect()]
                                if found.get("EPOCH") else [])
+            # Topic configurations: one small row per topic create, alter or delete.
+            facts["topics"] = ([TopicEntry(r["topic"], r["config"] or "", r["offset"])
+                                for r in records.where(F.col("type") == "TOPIC")
+                                .select("topic", "config", "offset").orderBy("offset")
+                                .collect()]
+                               if found.get("TOPIC") else [])
             if cross is not None:
                 cross.result()
         phases.done("whole_log_queries")

@@ -36,21 +36,25 @@ SIDE_RECORD_COLUMNS = ["offset", "size", "type", "store_time", "topic", "queue_i
                        "queue_offset", "tx_id", "producer_group", "ref_offset", "ref_size"]
 #: Record types whose every row goes back to Spark.
 SIDE_TYPES = ("PREPARE", "PRE_MESSAGE", "REF_MESSAGE", "TX_MESSAGE", "COMMIT", "ROLLBACK",
-              "OFFSET", "EPOCH", TIMER_TYPE)
+              "OFFSET", "EPOCH", TIMER_TYPE, "TOPIC")
+#: The property a TOPIC record keeps its configuration in; side rows carry it as ``config``
+#: (null for every other type: only TOPIC records need a property on the driver).
+TOPIC_CONFIG_PROPERTY = "config"
 #: ``kind`` of a side row: a record, a damage row, or the summary of one task.
 RECORD, DAMAGE, SUMMARY = "record", "damage", "summary"
 
 _ARROW_TYPES = {name: arrow for name, _ddl, arrow in RECORD_COLUMNS}
 SIDE_ARROW = pa.schema(
     [(name, _ARROW_TYPES[name]) for name in SIDE_RECORD_COLUMNS]
-    + [("segment", pa.string()), ("damage", DAMAGE_ARROW), ("kind", pa.string()),
+    + [("config", pa.string()),
+       ("segment", pa.string()), ("damage", DAMAGE_ARROW), ("kind", pa.string()),
        ("records", pa.int64()), ("dedup_from", pa.int64()),
        ("side_types", pa.map_(pa.string(), pa.int64()))])
 _DDL_TYPES = {name: ddl for name, ddl, _arrow in RECORD_COLUMNS}
 #: The side rows' schema as Spark DDL (the ``mapInArrow`` output).
 SIDE_DDL = ", ".join(
     [f"`{name}` {_DDL_TYPES[name]}" for name in SIDE_RECORD_COLUMNS]
-    + ["`segment` string", "`damage` struct<kind:string,reason:string>", "`kind` string",
+    + ["`config` string", "`segment` string", "`damage` struct<kind:string,reason:string>", "`kind` string",
        "`records` bigint", "`dedup_from` bigint", "`side_types` map<string,bigint>"])
 
 
@@ -115,6 +119,9 @@ class ScanJob:
 def _side(rows: pa.RecordBatch, kind: str) -> pa.RecordBatch:
     n = rows.num_rows
     arrays = [rows.column(name) for name in SIDE_RECORD_COLUMNS]
+    config = pc.map_lookup(rows.column("properties"), TOPIC_CONFIG_PROPERTY, "first")
+    arrays.append(pc.if_else(pc.equal(rows.column("type"), "TOPIC"), config,
+                             pa.nulls(n, pa.string())))
     arrays += [rows.column("segment"), rows.column("damage"),
                pa.repeat(pa.scalar(kind, pa.string()), n), pa.nulls(n, pa.int64()),
                pa.nulls(n, pa.int64()), pa.nulls(n, SIDE_ARROW.field("side_types").type)]

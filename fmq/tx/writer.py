@@ -46,6 +46,8 @@ class QueueAssigner(Protocol):
 
     def queue_count(self, topic: str) -> int: ...
 
+    def check_topic(self, message: Message) -> None: ...
+
     def pick_queue(self, message: Message) -> int: ...
 
     def next_offset(self, topic: str, queue_id: int) -> int: ...
@@ -121,6 +123,7 @@ class TxWriter:
         overhead = len(tx_id.encode()) + len(producer_group.encode())
         for m in messages:
             check_message(m, cfg.max_message_size, self.queues.queue_count)
+            self.queues.check_topic(m)
             check_fits(m, cfg.segment_size, overhead)
         self.admit()
         store_time = now_ms()

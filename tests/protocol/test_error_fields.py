@@ -23,6 +23,9 @@ from fmq.errors import (
     ReplicaDiverged,
     SegmentUnavailable,
     StalePrimary,
+    TopicExists,
+    TopicHasLag,
+    UnknownTopic,
     all_error_classes,
 )
 from fmq.protocol import decode_error, encode_error, parse_frame
@@ -50,6 +53,9 @@ WITH_FIELDS = [
     OutOfOrderSequence("p-1 is more than 3 below", 12, 9000, 10_000),
     AccessDenied("produce", "topic 'a on b is not allowed: c'"),
     DeniedByRule("produce", "topic 'orders.secret'", "deny * produce on topic 'orders.secret'"),
+    UnknownTopic("orders.eu:x|y"),
+    TopicExists("a-b_c"),
+    TopicHasLag("orders", "group billing queue 0: 3 unread, group x (y) queue 2: 1 unread"),
 ]
 
 

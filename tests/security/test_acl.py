@@ -86,6 +86,15 @@ CASES: dict[Op, tuple[dict, list[tuple[str, str, str]] | None]] = {
     Op.REPL_STATUS: ({}, [("describe", "cluster", "cluster")]),
     Op.EPOCH_END: ({"epoch": 0}, [("admin", "cluster", "cluster")]),
     Op.PROMOTE: ({"node": ""}, [("admin", "cluster", "cluster")]),
+    Op.TOPIC_CREATE: ({"settings": {"name": "t-new", "queues": 2, "retention_ms": -1,
+                                    "retention_bytes": -1, "max_message_size": -1}},
+                      [("alter", "topic", "t-new")]),
+    Op.TOPIC_ALTER: ({"settings": {"name": "t-new", "queues": 3, "retention_ms": -1,
+                                   "retention_bytes": -1, "max_message_size": -1}},
+                     [("alter", "topic", "t-new")]),
+    Op.TOPIC_DESCRIBE: ({"topic": "t1"}, [("describe", "topic", "t1")]),
+    Op.TOPIC_DELETE: ({"topic": "t-doomed", "force": False}, [("alter", "topic", "t-doomed")]),
+    Op.TOPIC_LIST: ({}, None),  # a log-in is enough: the answer is filtered (test_topic_access)
 }
 #: Extra cases beyond one per operation: GROUPS of one group needs describe on that group.
 EXTRA = [(Op.GROUPS, {"group": "g1"}, [("describe", "group", "g1")])]

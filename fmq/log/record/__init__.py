@@ -55,6 +55,10 @@ What each type carries (other fields zero-length / -1):
   field = the node that started it. Written and fdatasync'd before the term acknowledges anything.
 * ``TIMER`` (10): as MESSAGE, but ``queue_offset`` = due time (ms), ``queue_id`` -1 unless chosen,
   ``ref_offset`` = the TIMER it relocates (or -1); a MESSAGE naming a TIMER there delivers it.
+* ``TOPIC`` (11): a topic's whole configuration after a create, alter or delete: topic, and
+  the property ``config`` = the JSON of :class:`fmq.topic_config.TopicConfig` (queues,
+  retention, maximum message size, state, the queue floors a delete set). The latest in
+  log order wins; a topic without one has the broker's defaults.
 * ``FILLER`` (127): header only (72 bytes): the rest of the segment is unused.
 
 The codec is pure (bytes in, bytes out): it never touches files and never fsyncs. Decoding

@@ -35,6 +35,7 @@ class RecordType(IntEnum):
     OFFSET = 8
     EPOCH = 9
     TIMER = 10
+    TOPIC = 11
     FILLER = 127
 
 

@@ -8,26 +8,20 @@ from fmq.errors import (
 )
 from fmq.protocol.types import (
     BOOL,
+    I32,
+    I64,
     NULL16,
     OPT_STR,
     STR,
-    U8,
-    U16,
-    U32,
-    U64,
-    Encoded,
     need_bytes,
     utf8_text,
 )
 
-_PACK_B = _struct.Struct('>B').pack
 _PACK_H = _struct.Struct('>H').pack
-_PACK_I = _struct.Struct('>I').pack
-_PACK_Q = _struct.Struct('>Q').pack
-_UNPACK_FROM_BHII = _struct.Struct('>BHII').unpack_from
+_PACK_i = _struct.Struct('>i').pack
+_PACK_q = _struct.Struct('>q').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
-_UNPACK_FROM_I = _struct.Struct('>I').unpack_from
-_UNPACK_FROM_QIQ = _struct.Struct('>QIQ').unpack_from
+_UNPACK_FROM_iqqq = _struct.Struct('>iqqq').unpack_from
 
 
 def decode_user_list_request(buf, pos):
@@ -210,7 +204,7 @@ def encode_acl_list_request(out, value):
         raise ProtocolError(f'acl_list request needs a dict, got {type(value).__name__}')
 
 
-def decode_ping_response(buf, pos):
+def decode_topic_settings(buf, pos):
     end = len(buf)
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -218,120 +212,131 @@ def decode_ping_response(buf, pos):
     if pos + n > end: need_bytes(buf, pos, n, 'str')
     v0 = utf8_text(buf[pos:pos + n], 'str')
     pos += n
-    if pos + 11 > end: need_bytes(buf, pos, 11, 'ping response integers')
-    v1, v2, v3, v4, = _UNPACK_FROM_BHII(buf, pos)
-    pos += 11
-    return {'server_version': v0, 'protocol_version': v1, 'queues_per_topic': v2, 'max_frame_size': v3, 'max_in_flight': v4}, pos
+    if pos + 28 > end: need_bytes(buf, pos, 28, 'topic_settings integers')
+    v1, v2, v3, v4, = _UNPACK_FROM_iqqq(buf, pos)
+    pos += 28
+    return {'name': v0, 'queues': v1, 'retention_ms': v2, 'retention_bytes': v3, 'max_message_size': v4}, pos
 
 
-def encode_ping_response(out, value):
+def encode_topic_settings(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'ping response needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'topic_settings needs a dict, got {type(value).__name__}')
     try:
-        v0 = value['server_version']
-        v1 = value['protocol_version']
-        v2 = value['queues_per_topic']
-        v3 = value['max_frame_size']
-        v4 = value['max_in_flight']
+        v0 = value['name']
+        v1 = value['queues']
+        v2 = value['retention_ms']
+        v3 = value['retention_bytes']
+        v4 = value['max_message_size']
     except KeyError as exc:
-        raise ProtocolError(f'ping response is missing field {exc.args[0]!r}') from None
+        raise ProtocolError(f'topic_settings is missing field {exc.args[0]!r}') from None
     if type(v0) is str and len(v0) <= 16383:
         raw = v0.encode()
         out += _PACK_H(len(raw))
         out += raw
     else:
         STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 255:
-        U8.encode(out, v1)
+    if type(v1) is not int or not -2147483648 <= v1 <= 2147483647:
+        I32.encode(out, v1)
     else:
-        out += _PACK_B(v1)
-    if type(v2) is not int or not 0 <= v2 <= 65535:
-        U16.encode(out, v2)
+        out += _PACK_i(v1)
+    if type(v2) is not int or not -9223372036854775808 <= v2 <= 9223372036854775807:
+        I64.encode(out, v2)
     else:
-        out += _PACK_H(v2)
-    if type(v3) is not int or not 0 <= v3 <= 4294967295:
-        U32.encode(out, v3)
+        out += _PACK_q(v2)
+    if type(v3) is not int or not -9223372036854775808 <= v3 <= 9223372036854775807:
+        I64.encode(out, v3)
     else:
-        out += _PACK_I(v3)
-    if type(v4) is not int or not 0 <= v4 <= 4294967295:
-        U32.encode(out, v4)
+        out += _PACK_q(v3)
+    if type(v4) is not int or not -9223372036854775808 <= v4 <= 9223372036854775807:
+        I64.encode(out, v4)
     else:
-        out += _PACK_I(v4)
+        out += _PACK_q(v4)
 
 
-def decode_send_result(buf, pos):
+def decode_topic_create_request(buf, pos):
+    v0, pos = decode_topic_settings(buf, pos)
+    return {'settings': v0}, pos
+
+
+def encode_topic_create_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_create request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['settings']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_create request is missing field {exc.args[0]!r}') from None
+    encode_topic_settings(out, v0)
+
+
+def decode_topic_alter_request(buf, pos):
+    v0, pos = decode_topic_settings(buf, pos)
+    return {'settings': v0}, pos
+
+
+def encode_topic_alter_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_alter request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['settings']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_alter request is missing field {exc.args[0]!r}') from None
+    encode_topic_settings(out, v0)
+
+
+def decode_topic_describe_request(buf, pos):
     end = len(buf)
-    if pos + 20 > end: need_bytes(buf, pos, 20, 'send_result integers')
-    v0, v1, v2, = _UNPACK_FROM_QIQ(buf, pos)
-    pos += 20
-    return {'offset': v0, 'queue_id': v1, 'queue_offset': v2}, pos
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    v0 = utf8_text(buf[pos:pos + n], 'str')
+    pos += n
+    return {'topic': v0}, pos
 
 
-def encode_send_result(out, value):
+def encode_topic_describe_request(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'send_result needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'topic_describe request needs a dict, got {type(value).__name__}')
     try:
-        v0 = value['offset']
-        v1 = value['queue_id']
-        v2 = value['queue_offset']
+        v0 = value['topic']
     except KeyError as exc:
-        raise ProtocolError(f'send_result is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
+        raise ProtocolError(f'topic_describe request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
     else:
-        out += _PACK_Q(v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
+        STR.encode(out, v0)
 
 
-def decode_send_response(buf, pos):
-    v0, pos = decode_send_result(buf, pos)
-    return {'result': v0}, pos
-
-
-def encode_send_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'send response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['result']
-    except KeyError as exc:
-        raise ProtocolError(f'send response is missing field {exc.args[0]!r}') from None
-    encode_send_result(out, v0)
-
-
-def decode_send_batch_response(buf, pos):
+def decode_topic_delete_request(buf, pos):
     end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<send_result>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<send_result> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_send_result(buf, pos)
-        v0.append(item)
-    return {'results': v0}, pos
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    v0 = utf8_text(buf[pos:pos + n], 'str')
+    pos += n
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v1 = buf[pos]
+    pos += 1
+    if v1 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v1}')
+    v1 = v1 == 1
+    return {'topic': v0, 'force': v1}, pos
 
 
-def encode_send_batch_response(out, value):
+def encode_topic_delete_request(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'send_batch response needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'topic_delete request needs a dict, got {type(value).__name__}')
     try:
-        v0 = value['results']
+        v0 = value['topic']
+        v1 = value['force']
     except KeyError as exc:
-        raise ProtocolError(f'send_batch response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<send_result> field needs a list, got {type(v0).__name__}')
+        raise ProtocolError(f'topic_delete request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
     else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_send_result(out, item)
+        STR.encode(out, v0)
+    BOOL.encode(out, v1)

@@ -1,0 +1,73 @@
+"""Topic administration over the wire: TOPIC_CREATE, TOPIC_ALTER, TOPIC_DESCRIBE,
+TOPIC_DELETE and TOPIC_LIST (``fmq topic``). Changes run in the worker threads (they wait
+for the group commit, and in ``sync`` acknowledgement mode for the followers); describe and
+list in the reader threads. Answers are JSON text, like the other operator requests.
+
+TOPIC_LIST needs only a log-in: it answers the topics the user may describe.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fmq.engine.broker import Broker
+from fmq.protocol import Op
+from fmq.security import Operation, ResourceType
+from fmq.security.acl import allowed
+from fmq.server.context import RequestSession, ServerContext
+from fmq.server.handlers import handles
+
+
+def _dump(obj: object) -> dict:
+    return {"json": json.dumps(obj, sort_keys=True)}
+
+
+def _given(value: int) -> int | None:
+    """A settings field: -1 on the wire is "not given"."""
+    return None if value < 0 else value
+
+
+def _settings(req: dict) -> tuple:
+    s = req["settings"]
+    return (s["name"], _given(s["queues"]), _given(s["retention_ms"]),
+            _given(s["retention_bytes"]), _given(s["max_message_size"]))
+
+
+def _described(broker: Broker, name: str) -> dict:
+    return broker.topics.describe(name)
+
+
+@handles(Op.TOPIC_CREATE)
+async def _create(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    broker = ctx.broker
+    cfg = await ctx.write(broker.topics.create, *_settings(req))
+    return _dump({"topic": await ctx.read(_described, broker, cfg.name), "created": True})
+
+
+@handles(Op.TOPIC_ALTER)
+async def _alter(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    broker = ctx.broker
+    cfg = await ctx.write(broker.topics.alter, *_settings(req))
+    return _dump({"topic": await ctx.read(_described, broker, cfg.name), "altered": True})
+
+
+@handles(Op.TOPIC_DESCRIBE)
+async def _describe(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    return _dump({"topic": await ctx.read(_described, ctx.broker, req["topic"])})
+
+
+@handles(Op.TOPIC_DELETE)
+async def _delete(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    cfg = await ctx.write(ctx.broker.topics.delete, req["topic"], req["force"])
+    return _dump({"topic": cfg.to_wire_dict(), "deleted": True})
+
+
+@handles(Op.TOPIC_LIST)
+async def _list(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    topics = await ctx.read(ctx.broker.topics.list)
+    principal = session.principal
+    if principal is not None:  # with users: only what this user may describe
+        rules = ctx.authenticator.store.rules
+        topics = [t for t in topics if allowed(rules, principal, Operation.DESCRIBE,
+                                               ResourceType.TOPIC, t["name"])]
+    return _dump({"topics": topics})
