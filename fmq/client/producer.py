@@ -36,6 +36,7 @@ from fmq.tx.ids import new_tx_id
 from fmq.tx.state import TxState, UncertainTx
 
 from .base import Client
+from .deadline import DEFAULT_DELIVERY_TIMEOUT
 from .discovery import PRIMARY
 from .idempotence import Sequencer
 from .sender import BatchSender
@@ -63,7 +64,15 @@ class Producer(Client):
     (``producer_id``, random unless given) and a sequence number, so the server answers a
     resend with the original's result: a send that timed out or lost its connection is
     sent again safely, by ``send`` and ``send_batch`` as by ``send_async``. A message whose
-    properties already hold ``%producer`` is sent as it is (the application numbers it)."""
+    properties already hold ``%producer`` is sent as it is (the application numbers it).
+
+    ``delivery_timeout`` (seconds, default 120, Kafka's ``delivery.timeout.ms``): how long
+    a send (from ``send``, or from ``send_async`` handing the message over) keeps being
+    retried through retriable errors (a fail-over: lost connections, NotPrimary,
+    NotEnoughReplicas while the new primary's followers join, PrimaryNotFound during the
+    election), with back-off and a new search for the primary each time; then it fails
+    with :class:`~fmq.errors.DeliveryTimeout` naming the last error. ``retries=N`` (no
+    count by default) also stops after N retries, as before."""
 
     def __init__(self, servers: str | Sequence[str], producer_group: str | None = None, *,
                  linger_ms: float = 5, batch_size: int = 64 * 1024,
@@ -71,6 +80,8 @@ class Producer(Client):
                  max_block_s: float = 60.0, idempotent: bool = True,
                  producer_id: str | None = None, **options: Any) -> None:
         options.setdefault("node", PRIMARY)
+        options.setdefault("retries", None)
+        options.setdefault("delivery_timeout", DEFAULT_DELIVERY_TIMEOUT)
         super().__init__(servers, **options)
         self._sequencer = Sequencer(idempotent, producer_id)
         self.idempotent = idempotent
@@ -236,10 +247,11 @@ class TransactionProducer(Producer):
         # The answer to an attempt was lost (connection, time-out): it may be stored, whole
         # or (after a server crash) cut short, which recovery rolls back.
         maybe_applied = False
-        attempt = 0
+        attempts = self.attempts()
         while True:
             try:
-                return self.call(Op.PREPARE, req, retries=0)["tx_id"]
+                return self.call(Op.PREPARE, req, retries=0,
+                                 timeout=attempts.cap(self.request_timeout))["tx_id"]
             except DuplicateTransaction:
                 if maybe_applied:
                     # The server only reports an id as prepared once every message of it
@@ -247,7 +259,7 @@ class TransactionProducer(Producer):
                     return tx_id
                 raise
             except TransactionRolledBack:
-                if not (maybe_applied and generated) or attempt >= self.retries:
+                if not (maybe_applied and generated):
                     raise
                 # Our earlier attempt was cut short by a crash and rolled back: nothing of
                 # it is stored. Prepare again under a fresh id (never commit the old one).
@@ -256,15 +268,12 @@ class TransactionProducer(Producer):
                 tx_id = new_tx_id(self.connection_seq)
                 req["tx_id"] = tx_id
                 maybe_applied = False
-                attempt += 1
             except FMQError as exc:
-                if not exc.retriable or attempt >= self.retries or self._closed:
-                    raise
+                delay = attempts.pause(exc, self._closed)
                 # NotEnoughReplicas: stored on the primary, only the followers' copy failed.
                 maybe_applied = maybe_applied or isinstance(
                     exc, (ConnectionLost, RequestTimeout, NotEnoughReplicas))
-                time.sleep(self._backoff(attempt))
-                attempt += 1
+                time.sleep(delay)
 
     def commit(self, tx_id: str) -> TxState:
         """Commit this producer group's transaction ``tx_id``."""

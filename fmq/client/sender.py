@@ -38,8 +38,8 @@ class BatchSender:
         self._core = BatchSending(
             Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_s,
             buffer_memory=buffer_memory, max_block_s=max_block_s,
-            max_in_flight=client.max_in_flight, retries=client.retries,
-            backoff=client._backoff, idempotent=idempotent)
+            max_in_flight=client.max_in_flight,
+            attempts=lambda started: client.attempts(started=started), idempotent=idempotent)
         self._queue = self._core.queue
         # A plain lock: ``add`` takes it once per message (``with self._lock`` runs in C).
         self._lock = threading.Lock()
@@ -170,11 +170,14 @@ class BatchSender:
 
     def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
         with self._cond:
-            failing = self._core.failed(batch, exc, written, self._closing, time.monotonic())
-            if failing == []:  # sent again
+            verdict = self._core.failed(batch, exc, written, self._closing, time.monotonic())
+            if verdict is None:
+                return
+            failing, error = verdict
+            if not failing:  # sent again
                 self._cond.notify_all()
-        for b in failing or ():
-            self._finish(b, exc)
+        for b in failing:
+            self._finish(b, error)
 
     def _finish(self, batch: Batch, outcome: list[SendResult] | BaseException) -> None:
         # Outcomes first: once the batch counts as finished, flush() may return.
