@@ -51,12 +51,15 @@ class AsyncProducer(PooledClient):
                  max_in_flight: int = 128, linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
                  max_block_s: float = 60.0, idempotent: bool = True,
-                 producer_id: str | None = None, tls: TLSSetting = None,
+                 producer_id: str | None = None, dedup_window_messages: int = 10_000,
+                 tls: TLSSetting = None,
                  user: str | None = None, password: str | None = None,
                  password_file: str | None = None) -> None:
-        if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
-            raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
-                                  "positive and linger_ms at least 0")
+        if (batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0
+                or dedup_window_messages < 1):
+            raise InvalidArgument("batch_size, max_batch_messages, buffer_memory and "
+                                  "dedup_window_messages must be positive and linger_ms at "
+                                  "least 0")
         self.servers = parse_servers(servers)
         self._sequencer = Sequencer(idempotent, producer_id)
         self.idempotent = idempotent
@@ -69,7 +72,8 @@ class AsyncProducer(PooledClient):
         self._core = BatchSending(
             Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_ms / 1000,
             buffer_memory=buffer_memory, max_block_s=max_block_s, max_in_flight=max_in_flight,
-            attempts=lambda started: self.attempts(started=started), idempotent=idempotent)
+            attempts=lambda started: self.attempts(started=started), idempotent=idempotent,
+            dedup_window=dedup_window_messages)
         self._queue = self._core.queue
         self._conn_lock: asyncio.Lock | None = None
         #: This producer's connection (one broker group: :data:`DEFAULT_GROUP`).
@@ -151,8 +155,8 @@ class AsyncProducer(PooledClient):
         raises the batch's FMQError."""
         if self._closed:
             raise BrokerClosed("this producer is closed; create a new one")
-        part = encode_message(topic, body, key, tags, properties, queue_id,
-                              self._sequencer.for_properties(properties))
+        numbered = self._sequencer.for_properties(properties)
+        part = encode_message(topic, body, key, tags, properties, queue_id, numbered)
         queue, n = self._queue, len(part)
         if self._core.no_room_for(n):
             await self._wait_for_room(n)
@@ -160,7 +164,7 @@ class AsyncProducer(PooledClient):
         fut = loop.create_future()
         if self._sender is None:
             self._sender = loop.create_task(self._run())
-        if queue.add(part, fut, loop.time()):
+        if queue.add(part, fut, loop.time(), None if numbered is None else numbered[1]):
             self._wake.set()
         return fut
 

@@ -58,12 +58,15 @@ class BatchSending:
     client's setting until :meth:`adopt_server_limits` takes the server's into account;
     ``attempts(started)``: the retry budget of a batch opened at ``started`` (the client's
     ``delivery_timeout`` and ``retries``, :mod:`fmq.client.deadline`), which says how often
-    and how late a failed batch that may be sent again is."""
+    and how late a failed batch that may be sent again is; ``dedup_window``: how far apart
+    the sequence numbers of unanswered messages may be (the server's
+    ``dedup_window_messages``; :class:`~fmq.client.batching.BatchQueue`)."""
 
     def __init__(self, limits: Limits, linger_s: float, *, buffer_memory: int,
                  max_block_s: float, max_in_flight: int,
-                 attempts: Callable[[float], Attempts], idempotent: bool) -> None:
-        self.queue = BatchQueue(limits, linger_s)
+                 attempts: Callable[[float], Attempts], idempotent: bool,
+                 dedup_window: int | None = None) -> None:
+        self.queue = BatchQueue(limits, linger_s, dedup_window)
         self.buffer_memory = buffer_memory
         self.max_block_s = max_block_s
         self.client_max_in_flight = max_in_flight

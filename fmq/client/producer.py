@@ -63,7 +63,11 @@ class Producer(Client):
     ``idempotent`` (the default): every message carries this producer's id
     (``producer_id``, random unless given) and a sequence number, so the server answers a
     resend with the original's result: a send that timed out or lost its connection is
-    sent again safely, by ``send`` and ``send_batch`` as by ``send_async``. A message whose
+    sent again safely, by ``send`` and ``send_batch`` as by ``send_async``.
+    ``dedup_window_messages`` (keep it at or below the server's setting of that name, 10,000
+    by default): ``send_async`` keeps the sequence numbers of its unanswered messages
+    fewer than that apart, so that a batch sent again after later ones were stored is
+    still one the server's window can judge. A message whose
     properties already hold ``%producer`` is sent as it is (the application numbers it).
 
     ``delivery_timeout`` (seconds, default 120, Kafka's ``delivery.timeout.ms``): how long
@@ -78,7 +82,8 @@ class Producer(Client):
                  linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
                  max_block_s: float = 60.0, idempotent: bool = True,
-                 producer_id: str | None = None, **options: Any) -> None:
+                 producer_id: str | None = None, dedup_window_messages: int = 10_000,
+                 **options: Any) -> None:
         options.setdefault("node", PRIMARY)
         options.setdefault("retries", None)
         options.setdefault("delivery_timeout", DEFAULT_DELIVERY_TIMEOUT)
@@ -86,13 +91,16 @@ class Producer(Client):
         self._sequencer = Sequencer(idempotent, producer_id)
         self.idempotent = idempotent
         self.producer_id = self._sequencer.producer_id
-        if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
-            raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
-                                  "positive and linger_ms at least 0")
+        if (batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0
+                or dedup_window_messages < 1):
+            raise InvalidArgument("batch_size, max_batch_messages, buffer_memory and "
+                                  "dedup_window_messages must be positive and linger_ms at "
+                                  "least 0")
         self.producer_group = producer_group
         self._batching = {"linger_s": linger_ms / 1000, "batch_size": batch_size,
                           "max_batch_messages": max_batch_messages,
-                          "buffer_memory": buffer_memory, "max_block_s": max_block_s}
+                          "buffer_memory": buffer_memory, "max_block_s": max_block_s,
+                          "dedup_window_messages": dedup_window_messages}
         self._sender: BatchSender | None = None
         self._sender_lock = threading.Lock()
         self._sender_closed = False
@@ -132,11 +140,11 @@ class Producer(Client):
         """Queue one message for a batch; the future resolves to its SendResult once the
         batch is durable on the server, or raises the batch's FMQError. A value the wire
         cannot carry raises here, at once."""
-        part = encode_message(topic, body, key, tags, properties, queue_id,
-                              self._sequencer.for_properties(properties))
+        numbered = self._sequencer.for_properties(properties)
+        part = encode_message(topic, body, key, tags, properties, queue_id, numbered)
         fut: Future[SendResult] = Future()  # cancelling it does not take the message back
         sender = self._sender or self._start_sender()
-        sender.add(part, fut)
+        sender.add(part, fut, None if numbered is None else numbered[1])
         return fut
 
     def _start_sender(self) -> BatchSender:

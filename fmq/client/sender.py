@@ -33,13 +33,14 @@ class BatchSender:
 
     def __init__(self, client: Client, *, linger_s: float, batch_size: int,
                  max_batch_messages: int, buffer_memory: int, max_block_s: float,
-                 idempotent: bool = False) -> None:
+                 idempotent: bool = False, dedup_window_messages: int | None = None) -> None:
         self._client = client
         self._core = BatchSending(
             Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_s,
             buffer_memory=buffer_memory, max_block_s=max_block_s,
             max_in_flight=client.max_in_flight,
-            attempts=lambda started: client.attempts(started=started), idempotent=idempotent)
+            attempts=lambda started: client.attempts(started=started), idempotent=idempotent,
+            dedup_window=dedup_window_messages)
         self._queue = self._core.queue
         # A plain lock: ``add`` takes it once per message (``with self._lock`` runs in C).
         self._lock = threading.Lock()
@@ -52,8 +53,9 @@ class BatchSender:
 
     # ------------------------------------------------------------------ callers
 
-    def add(self, part: bytes, handle: Future) -> None:
-        """Queue one encoded message; blocks up to ``max_block_s`` while the buffer is full."""
+    def add(self, part: bytes, handle: Future, sequence: int | None = None) -> None:
+        """Queue one encoded message (``sequence``: the number it carries, if any); blocks
+        up to ``max_block_s`` while the buffer is full."""
         n = len(part)
         with self._lock:
             queue = self._queue
@@ -66,7 +68,7 @@ class BatchSender:
                     if rest <= 0 or self._closing:
                         raise self._core.buffer_full()
                     self._cond.wait(rest)
-            if queue.add(part, handle, time.monotonic()):
+            if queue.add(part, handle, time.monotonic(), sequence):
                 self._cond.notify_all()
 
     def flush(self, timeout: float | None) -> None:
