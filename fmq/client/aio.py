@@ -17,7 +17,6 @@ from typing import Any
 from fmq.errors import BrokerClosed, FMQError, InvalidArgument
 from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
-from fmq.protocol.batch import encode_message
 from fmq.protocol.values import (
     message_to_wire,
     result_from_wire,
@@ -155,16 +154,18 @@ class AsyncProducer(PooledClient):
         raises the batch's FMQError."""
         if self._closed:
             raise BrokerClosed("this producer is closed; create a new one")
-        numbered = self._sequencer.for_properties(properties)
-        part = encode_message(topic, body, key, tags, properties, queue_id, numbered)
+        args = (topic, body, key, tags, properties, queue_id)
+        part, sequence = self._sequencer.encode(*args)
         queue, n = self._queue, len(part)
         if self._core.no_room_for(n):
             await self._wait_for_room(n)
+            if sequence is not None:  # overtaken while it waited: numbered again, in order
+                part, sequence = self._sequencer.encode(*args)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         if self._sender is None:
             self._sender = loop.create_task(self._run())
-        if queue.add(part, fut, loop.time(), None if numbered is None else numbered[1]):
+        if queue.add(part, fut, loop.time(), sequence):
             self._wake.set()
         return fut
 

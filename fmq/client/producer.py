@@ -10,6 +10,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from fmq.errors import (
@@ -24,7 +25,6 @@ from fmq.errors import (
 )
 from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import Op
-from fmq.protocol.batch import encode_message
 from fmq.protocol.values import (
     message_to_wire,
     result_from_wire,
@@ -140,11 +140,12 @@ class Producer(Client):
         """Queue one message for a batch; the future resolves to its SendResult once the
         batch is durable on the server, or raises the batch's FMQError. A value the wire
         cannot carry raises here, at once."""
-        numbered = self._sequencer.for_properties(properties)
-        part = encode_message(topic, body, key, tags, properties, queue_id, numbered)
+        args = (topic, body, key, tags, properties, queue_id)
+        part, sequence = self._sequencer.encode(*args)
         fut: Future[SendResult] = Future()  # cancelling it does not take the message back
         sender = self._sender or self._start_sender()
-        sender.add(part, fut, None if numbered is None else numbered[1])
+        sender.add(part, fut, sequence,
+                   None if sequence is None else partial(self._sequencer.encode, *args))
         return fut
 
     def _start_sender(self) -> BatchSender:

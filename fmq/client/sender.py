@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -53,9 +54,12 @@ class BatchSender:
 
     # ------------------------------------------------------------------ callers
 
-    def add(self, part: bytes, handle: Future, sequence: int | None = None) -> None:
+    def add(self, part: bytes, handle: Future, sequence: int | None = None,
+            renumbered: Callable[[], tuple[bytes, int]] | None = None) -> None:
         """Queue one encoded message (``sequence``: the number it carries, if any); blocks
-        up to ``max_block_s`` while the buffer is full."""
+        up to ``max_block_s`` while the buffer is full. A numbered message that had to
+        wait is numbered again (``renumbered``: it encoded anew with the next number), so
+        that messages queued meanwhile cannot leave its number far below theirs."""
         n = len(part)
         with self._lock:
             queue = self._queue
@@ -68,6 +72,8 @@ class BatchSender:
                     if rest <= 0 or self._closing:
                         raise self._core.buffer_full()
                     self._cond.wait(rest)
+                if renumbered is not None:
+                    part, sequence = renumbered()
             if queue.add(part, handle, time.monotonic(), sequence):
                 self._cond.notify_all()
 
