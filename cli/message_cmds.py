@@ -16,9 +16,30 @@ def message_group() -> None:
     """Look up stored messages: by topic, queue and offset, or by key."""
 
 
-def describe(m) -> str:
-    """A stored message for people: where it is, its key, tags, properties, store time and
-    body (text, or its size when it is not UTF-8)."""
+def segment_of(offset: int, bases: list[int]) -> str | None:
+    """The file name of the segment holding log ``offset``: the one with the largest base
+    at or below it (None: retention deleted it since)."""
+    from fmq.datadir import format_segment_name
+
+    below = [b for b in bases if b <= offset]
+    return format_segment_name(max(below)) if below else None
+
+
+def segment_bases(client) -> list[int]:
+    """The server's segment base offsets, from its STATS."""
+    from fmq.protocol import Op
+
+    return json.loads(client.call(Op.STATS, {})["json"]).get("segment_bases", [])
+
+
+def as_dict(m, bases: list[int]) -> dict:
+    return {**_message_dict(m), "segment": segment_of(m.offset, bases)}
+
+
+def describe(m, bases: list[int]) -> str:
+    """A stored message for people: where it is (queue offset, log offset and the segment
+    file holding it), its key, tags, properties, store time and body (text, or its size
+    when it is not UTF-8)."""
     try:
         body = repr(m.body.decode("utf-8"))
     except UnicodeDecodeError:
@@ -32,6 +53,7 @@ def describe(m) -> str:
         ("stored", out.date_ms(m.store_time)),
         ("log offset", f"{m.offset} (`fmq log dump DATA_DIR --from {m.offset}` shows "
                        f"its record)"),
+        ("segment", segment_of(m.offset, bases) or "(deleted by retention since)"),
         ("body", body),
     ])
 
@@ -52,7 +74,8 @@ def get(topic: str, queue_id: int, offset: int, server: str, as_json: bool) -> N
 
     with Client(server, retries=1, **client_kwargs()) as client:
         m = client.get_message(topic, queue_id, offset)
-    emit(_message_dict(m), as_json, describe(m))
+        bases = segment_bases(client)
+    emit(as_dict(m, bases), as_json, describe(m, bases))
 
 
 @message_group.command("find")
@@ -82,8 +105,9 @@ def find(key: str, topic: str | None, since: str | None, limit: int, server: str
         for name in topics:
             found += sorted(client.query_key(name, key, limit, since_ms),
                             key=lambda m: (m.store_time, m.offset))
+        bases = segment_bases(client) if found else []
     for m in found:
-        emit(_message_dict(m), as_json, describe(m) + "\n")
+        emit(as_dict(m, bases), as_json, describe(m, bases) + "\n")
     if not found:
         where = f"topic {topic!r}" if topic is not None else f"any of {len(topics)} topic(s)"
         fail(f"no message with key {key!r} in {where}"

@@ -22,6 +22,9 @@ from fmq.cli.common import (
 )
 
 DEFAULT_SERVER = "127.0.0.1:9876"
+#: A command gives up after this many retries (a person waits at the prompt), where a
+#: producer in an application retries until its delivery_timeout.
+CLI_RETRIES = 3
 
 #: ``--server`` alone, for a command whose connections do not take the TLS options yet.
 server_address_option = _server_address = click.option(
@@ -167,7 +170,8 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
         decision = fmq.TxState(tx)
         try:
             with TransactionProducer(server, producer_group, lambda u: fmq.TxState.UNKNOWN,
-                                     feedback=False, **client_kwargs()) as producer:
+                                     feedback=False, retries=CLI_RETRIES,
+                                     **client_kwargs()) as producer:
                 result = producer.send_in_transaction(msgs, lambda tx_id, arg: decision)
         except KeyboardInterrupt:
             click.echo(f"interrupted: the transaction of {out.plural(len(msgs), 'message')} "
@@ -185,7 +189,7 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
         return
     sent = 0
     try:
-        with Producer(server, **client_kwargs()) as producer:
+        with Producer(server, retries=CLI_RETRIES, **client_kwargs()) as producer:
             for start in range(0, len(msgs), batch):
                 chunk = msgs[start:start + batch]
                 results = (producer.send_batch(chunk) if len(chunk) > 1
@@ -207,7 +211,7 @@ def _produce_scheduled(server: str, msgs: list, delay: float | None, deliver_at:
                        as_json: bool) -> None:
     from fmq.client import Producer
 
-    with Producer(server) as producer:
+    with Producer(server, retries=CLI_RETRIES) as producer:
         for m in msgs:
             r = producer.send_message(m, deliver_at=deliver_at, delay=delay)
             emit({"topic": m.topic, "offset": r.offset, "deliver_at": r.deliver_at}, as_json,

@@ -12,6 +12,7 @@ connection it found) per broker group; a client of one broker group has the sing
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from fmq.protocol import Op
 
 from .auth import Credentials, resolve_credentials
 from .connection import no_handshake
+from .deadline import Attempts, check_retry_options
 from .discovery import Address, Finder, handshake_steps
 from .tls import TLSSetting, client_context
 
@@ -209,6 +211,13 @@ class LinkPool:
         return conns
 
 
+def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
+    """Seconds to wait before retry ``attempt`` (0 first): doubling from ``initial`` up to
+    ``maximum``, with jitter so that reconnecting clients do not stampede."""
+    base = min(maximum, initial * (2 ** attempt))
+    return base * (0.5 + random.random() / 2)
+
+
 class PooledClient:
     """What a client of one broker group reads of its :class:`LinkPool`."""
 
@@ -216,7 +225,8 @@ class PooledClient:
 
     def _connect_options(self, *, tls: TLSSetting, user: str | None, password: str | None,
                          password_file: str | None, request_timeout: float,
-                         connect_timeout: float, retries: int, backoff_initial: float,
+                         connect_timeout: float, retries: int | None,
+                         delivery_timeout: float | None, backoff_initial: float,
                          backoff_max: float, max_in_flight: int) -> None:
         """What every connection of this client uses (:class:`fmq.client.Client` says
         what each option means)."""
@@ -224,10 +234,21 @@ class PooledClient:
         self.credentials = resolve_credentials(user, password, password_file)
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
+        check_retry_options(retries, delivery_timeout)
         self.retries = retries
+        self.delivery_timeout = delivery_timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.max_in_flight = max_in_flight
+
+    def _backoff(self, attempt: int) -> float:
+        return backoff_delay(attempt, self.backoff_initial, self.backoff_max)
+
+    def attempts(self, retries: int | None = None, started: float | None = None) -> Attempts:
+        """The retry budget of one request: this client's ``delivery_timeout`` and
+        ``retries`` (``retries`` given here replaces the client's count)."""
+        return Attempts(self.retries if retries is None else retries, self.delivery_timeout,
+                        self._backoff, started)
 
     @property
     def finder(self) -> Finder:

@@ -17,7 +17,6 @@ from typing import Any
 from fmq.errors import BrokerClosed, FMQError, InvalidArgument
 from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
-from fmq.protocol.batch import encode_message
 from fmq.protocol.values import (
     message_to_wire,
     result_from_wire,
@@ -27,10 +26,10 @@ from fmq.protocol.values import (
 
 from .acquire import DEFAULT_GROUP, LinkPool, PooledClient
 from .aio_connection import AsyncConnection, find_node
-from .base import backoff_delay
 from .batch_sending import BatchSending, submit_batch
 from .batching import Batch, Limits, complete
 from .connection import parse_servers
+from .deadline import DEFAULT_DELIVERY_TIMEOUT
 from .discovery import PRIMARY, Finder
 from .idempotence import Sequencer
 from .tls import TLSSetting
@@ -39,36 +38,41 @@ from .tls import TLSSetting
 class AsyncProducer(PooledClient):
     """Sends messages to an FMQ server from asyncio code. The options mean what they mean
     for :class:`fmq.client.Producer` (idempotent by default, so a send that timed out or
-    lost its connection is sent again safely); ``send_async`` waits (up to
+    lost its connection is sent again safely, within ``delivery_timeout``); ``send_async`` waits (up to
     ``max_block_s``) for room in the buffer, then returns an asyncio future of the
     message's SendResult. Given several servers, it sends to the primary among them
     (docs/client.md)."""
 
     def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
-                 connect_timeout: float = 5.0, retries: int = 3,
+                 connect_timeout: float = 5.0, retries: int | None = None,
+                 delivery_timeout: float | None = DEFAULT_DELIVERY_TIMEOUT,
                  backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  max_in_flight: int = 128, linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
                  max_block_s: float = 60.0, idempotent: bool = True,
-                 producer_id: str | None = None, tls: TLSSetting = None,
+                 producer_id: str | None = None, dedup_window_messages: int = 10_000,
+                 tls: TLSSetting = None,
                  user: str | None = None, password: str | None = None,
                  password_file: str | None = None) -> None:
-        if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
-            raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
-                                  "positive and linger_ms at least 0")
+        if (batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0
+                or dedup_window_messages < 1):
+            raise InvalidArgument("batch_size, max_batch_messages, buffer_memory and "
+                                  "dedup_window_messages must be positive and linger_ms at "
+                                  "least 0")
         self.servers = parse_servers(servers)
         self._sequencer = Sequencer(idempotent, producer_id)
         self.idempotent = idempotent
         self.producer_id = self._sequencer.producer_id
         self._connect_options(tls=tls, user=user, password=password, password_file=password_file,
                               request_timeout=request_timeout, connect_timeout=connect_timeout,
-                              retries=retries, backoff_initial=backoff_initial,
+                              retries=retries, delivery_timeout=delivery_timeout,
+                              backoff_initial=backoff_initial,
                               backoff_max=backoff_max, max_in_flight=max_in_flight)
         self._core = BatchSending(
             Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_ms / 1000,
             buffer_memory=buffer_memory, max_block_s=max_block_s, max_in_flight=max_in_flight,
-            retries=retries, idempotent=idempotent,
-            backoff=lambda n: backoff_delay(n, self.backoff_initial, self.backoff_max))
+            attempts=lambda started: self.attempts(started=started), idempotent=idempotent,
+            dedup_window=dedup_window_messages)
         self._queue = self._core.queue
         self._conn_lock: asyncio.Lock | None = None
         #: This producer's connection (one broker group: :data:`DEFAULT_GROUP`).
@@ -97,28 +101,23 @@ class AsyncProducer(PooledClient):
             conn, ping = await find_node(
                 link.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
                 self.credentials, self.request_timeout,
-                lambda n: backoff_delay(n, self.backoff_initial, self.backoff_max))
+                self._backoff)
             self._core.adopt_server_limits(ping)
             link.attach(conn)
             return conn
 
     async def call(self, op: Op, fields: dict[str, Any], *,
                    retries: int | None = None) -> dict[str, Any]:
-        """Send one request and wait for its answer, retrying retriable errors (a retried
-        send may store a message twice unless the producer is idempotent, as with the
-        threaded client)."""
-        retries = self.retries if retries is None else retries
-        attempt = 0
+        """Send one request and wait for its answer, retrying retriable errors within
+        ``delivery_timeout`` (and ``retries``, when counted), as the threaded client does (a
+        retried send may store a message twice unless the producer is idempotent)."""
+        attempts = self.attempts(retries)
         while True:
             try:
                 conn = await self._connection()
-                return await conn.request(op, fields, self.request_timeout)
+                return await conn.request(op, fields, attempts.cap(self.request_timeout))
             except FMQError as exc:
-                if not exc.retriable or attempt >= retries or self._closed:
-                    raise
-                delay = backoff_delay(attempt, self.backoff_initial, self.backoff_max)
-                attempt += 1
-                await asyncio.sleep(delay)
+                await asyncio.sleep(attempts.pause(exc, self._closed))
 
     async def ping(self) -> dict[str, Any]:
         return await self.call(Op.PING, {})
@@ -155,16 +154,18 @@ class AsyncProducer(PooledClient):
         raises the batch's FMQError."""
         if self._closed:
             raise BrokerClosed("this producer is closed; create a new one")
-        part = encode_message(topic, body, key, tags, properties, queue_id,
-                              self._sequencer.for_properties(properties))
+        args = (topic, body, key, tags, properties, queue_id)
+        part, sequence = self._sequencer.encode(*args)
         queue, n = self._queue, len(part)
         if self._core.no_room_for(n):
             await self._wait_for_room(n)
+            if sequence is not None:  # overtaken while it waited: numbered again, in order
+                part, sequence = self._sequencer.encode(*args)
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         if self._sender is None:
             self._sender = loop.create_task(self._run())
-        if queue.add(part, fut, loop.time()):
+        if queue.add(part, fut, loop.time(), sequence):
             self._wake.set()
         return fut
 
@@ -285,12 +286,13 @@ class AsyncProducer(PooledClient):
         self._wake.set()
 
     def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
-        failing = self._core.failed(batch, exc, written, self._closed,
+        verdict = self._core.failed(batch, exc, written, self._closed,
                                     asyncio.get_running_loop().time())
-        if failing is None:
+        if verdict is None:
             return
+        failing, error = verdict
         for b in failing:
-            complete(b, exc)
+            complete(b, error)
             self._queue.finished(b)
         if failing:
             self._progress.set()

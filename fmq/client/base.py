@@ -4,7 +4,6 @@ back-off, time-outs and retries of retriable errors."""
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Sequence
@@ -34,21 +33,17 @@ from .topic_admin import TopicAdmin
 logger = logging.getLogger("fmq.client")
 
 
-def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
-    """Seconds to wait before retry ``attempt`` (0 first): doubling from ``initial`` up to
-    ``maximum``, with jitter so that reconnecting clients do not stampede."""
-    base = min(maximum, initial * (2 ** attempt))
-    return base * (0.5 + random.random() / 2)
-
-
 class Client(PooledClient, TopicAdmin):
     """Base of Producer, TransactionProducer and Consumer; alone, a client for any request.
 
-    ``request_timeout``: seconds to wait for one answer. ``retries``: how many times a
-    request that failed with a *retriable* error (connection lost, time-out, server busy) is
-    sent again, after a back-off from ``backoff_initial`` doubling up to ``backoff_max``
-    seconds. A retried send may store a message twice (at-least-once), unless the producer
-    is idempotent (:class:`~fmq.client.Producer`'s default). ``max_in_flight``:
+    ``request_timeout``: seconds to wait for one answer. A request that failed with a
+    *retriable* error (connection lost, time-out, server busy, not the primary, ...) is
+    sent again after a back-off from ``backoff_initial`` doubling (with jitter) up to
+    ``backoff_max`` seconds, at most ``retries`` times (None: no count) and until
+    ``delivery_timeout`` seconds after it was first sent (None: no deadline; producers'
+    default 120 s, :mod:`fmq.client.deadline`). A retried send may store a message twice
+    (at-least-once), unless the producer is idempotent (:class:`~fmq.client.Producer`'s
+    default). ``max_in_flight``:
     requests this client keeps in flight at once on its connection (threads beyond it wait
     for a slot); keep it at or below the server's ``max_in_flight``. ``tls``: None
     (plaintext), a :class:`~fmq.client.tls.TLSOptions`, an ``ssl.SSLContext``, or True
@@ -63,8 +58,8 @@ class Client(PooledClient, TopicAdmin):
     ``preferred_server`` tried first (docs/client.md, "Several servers")."""
 
     def __init__(self, servers: str | Sequence[str], *, request_timeout: float = 10.0,
-                 connect_timeout: float = 5.0, retries: int = 3,
-                 backoff_initial: float = 0.05, backoff_max: float = 2.0,
+                 connect_timeout: float = 5.0, retries: int | None = 3,
+                 delivery_timeout: float | None = None, backoff_initial: float = 0.05, backoff_max: float = 2.0,
                  max_in_flight: int = 128, tls: TLSSetting = None, user: str | None = None,
                  password: str | None = None, password_file: str | None = None,
                  node: str = ANY, preferred_server: str | None = None) -> None:
@@ -75,7 +70,8 @@ class Client(PooledClient, TopicAdmin):
                    parse_servers(preferred_server)[0] if preferred_server else None))
         self._connect_options(tls=tls, user=user, password=password, password_file=password_file,
                               request_timeout=request_timeout, connect_timeout=connect_timeout,
-                              retries=retries, backoff_initial=backoff_initial,
+                              retries=retries, delivery_timeout=delivery_timeout,
+                              backoff_initial=backoff_initial,
                               backoff_max=backoff_max, max_in_flight=max_in_flight)
         #: The user the server authenticated this client as (None: no log-in).
         self.principal: str | None = None
@@ -128,25 +124,19 @@ class Client(PooledClient, TopicAdmin):
             self.principal = search.found.principal
         return conn
 
-    def _backoff(self, attempt: int) -> float:
-        return backoff_delay(attempt, self.backoff_initial, self.backoff_max)
-
     def call(self, op: Op, fields: dict[str, Any], *, timeout: float | None = None,
              retries: int | None = None) -> dict[str, Any]:
-        """Send one request and wait for its answer, retrying retriable errors."""
+        """Send one request and wait for its answer, retrying retriable errors within this
+        client's ``retries`` (or the ``retries`` given here) and ``delivery_timeout``."""
         timeout = self.request_timeout if timeout is None else timeout
-        retries = self.retries if retries is None else retries
-        attempt = 0
+        attempts = self.attempts(retries)
         while True:
             try:
-                return self._connection().request(op, fields, timeout)
+                return self._connection().request(op, fields, attempts.cap(timeout))
             except FMQError as exc:
-                if not exc.retriable or attempt >= retries or self._closed:
-                    raise
-                delay = self._backoff(attempt)
-                logger.debug("%s failed (%s); retry %d in %.2fs", op.name, exc, attempt + 1,
-                             delay)
-                attempt += 1
+                delay = attempts.pause(exc, self._closed)
+                logger.debug("%s failed (%s); retry %d in %.2fs", op.name, exc,
+                             attempts.attempt, delay)
                 time.sleep(delay)
 
     def submit(self, op: Op, fields: dict[str, Any]) -> Future:

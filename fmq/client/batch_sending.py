@@ -14,7 +14,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from fmq.errors import BrokerClosed, FMQError, MessageTooLarge, RequestTimeout
+from fmq.errors import (
+    BrokerClosed,
+    DeliveryTimeout,
+    FMQError,
+    MessageTooLarge,
+    RequestTimeout,
+)
 from fmq.protocol import Op
 from fmq.protocol.batch import decode_send_results, send_batch_frame
 
@@ -27,6 +33,7 @@ from .batching import (
     too_large_error,
     unreachable,
 )
+from .deadline import Attempts
 
 logger = logging.getLogger("fmq.client")
 
@@ -49,20 +56,23 @@ def submit_batch(conn: Any, batch: Batch,
 class BatchSending:
     """One producer's batches and the rules for sending them. ``max_in_flight``: the
     client's setting until :meth:`adopt_server_limits` takes the server's into account;
-    ``retries`` and ``backoff(attempt)``: how often and how late a failed batch that may
-    be sent again is."""
+    ``attempts(started)``: the retry budget of a batch opened at ``started`` (the client's
+    ``delivery_timeout`` and ``retries``, :mod:`fmq.client.deadline`), which says how often
+    and how late a failed batch that may be sent again is; ``dedup_window``: how far apart
+    the sequence numbers of unanswered messages may be (the server's
+    ``dedup_window_messages``; :class:`~fmq.client.batching.BatchQueue`)."""
 
     def __init__(self, limits: Limits, linger_s: float, *, buffer_memory: int,
-                 max_block_s: float, max_in_flight: int, retries: int,
-                 backoff: Callable[[int], float], idempotent: bool) -> None:
-        self.queue = BatchQueue(limits, linger_s)
+                 max_block_s: float, max_in_flight: int,
+                 attempts: Callable[[float], Attempts], idempotent: bool,
+                 dedup_window: int | None = None) -> None:
+        self.queue = BatchQueue(limits, linger_s, dedup_window)
         self.buffer_memory = buffer_memory
         self.max_block_s = max_block_s
         self.client_max_in_flight = max_in_flight
         #: Batches kept in flight at once: the smaller of the client's and server's limit.
         self.max_in_flight = max_in_flight
-        self.retries = retries
-        self.backoff = backoff
+        self.attempts = attempts
         self.idempotent = idempotent  # a written batch may be sent again
 
     def adopt_server_limits(self, ping: dict[str, Any]) -> None:
@@ -100,23 +110,31 @@ class BatchSending:
             f"{request_timeout:.1f}s; they may or may not be stored")
 
     def failed(self, batch: Batch, error: BaseException, written: bool, closing: bool,
-               now: float) -> list[Batch] | None:
+               now: float) -> tuple[list[Batch], BaseException] | None:
         """``batch`` failed with ``error`` (``written``: after its request was written).
-        None when it already had its outcome; [] when it goes out again (after a back-off,
-        before any later batch); else the batches that fail with ``error``: it, and every
-        batch still waiting when no connection could be made at all. The caller completes
-        those, then marks each :meth:`BatchQueue.finished`."""
+        None when it already had its outcome; ([], error) when it goes out again (after a
+        back-off, before any later batch); else the batches that fail and the error they
+        fail with (``error``, or DeliveryTimeout naming it once the batch's delivery
+        deadline is reached): the batch, and every batch still waiting when no connection
+        could be made at all. The caller completes those, then marks each
+        :meth:`BatchQueue.finished`."""
         if batch.done:
             return None
-        if (resend_is_safe(error, written, self.idempotent) and batch.attempts < self.retries
-                and not closing):
-            delay = self.backoff(batch.attempts)
-            logger.debug("batch of %d messages failed (%s); sending it again in %.2fs",
-                         len(batch.handles), error, delay)
-            self.queue.send_again(batch, now + delay)
-            return []
-        waiting = self.queue.take_all() if unreachable(error, written) else []
-        return [batch, *waiting]
+        if resend_is_safe(error, written, self.idempotent) and not closing:
+            budget = self.attempts(batch.created)
+            budget.attempt = batch.attempts
+            try:
+                delay = budget.pause(error, now=now)
+            except FMQError as final:
+                error = final
+            else:
+                logger.debug("batch of %d messages failed (%s); sending it again in %.2fs",
+                             len(batch.handles), error, delay)
+                self.queue.send_again(batch, now + delay)
+                return [], error
+        cause = error.last_error if isinstance(error, DeliveryTimeout) else error
+        waiting = self.queue.take_all() if unreachable(cause, written) else []
+        return [batch, *waiting], error
 
     def abandon(self) -> tuple[list[Batch], BrokerClosed]:
         """Closing: every batch not yet sent, already marked finished, and the error the

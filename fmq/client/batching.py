@@ -9,7 +9,11 @@ answered; each message has a *handle* (a future of either kind) that gets its
 :class:`~fmq.message.SendResult` or its error.
 
 Order: batches are sent in the order they were closed, and a batch waiting to be resent
-holds back every later batch until it has been sent again. With one batch in flight
+holds back every later batch until it has been sent again. An idempotent producer's batch
+also waits while sending it would put the sequence numbers of the messages without an
+outcome (in flight, or waiting to be resent) ``window`` or more apart: the server's dedup
+window judges a resend only within its last ``dedup_window_messages`` sequences, so a
+batch resent after later ones were stored must still lie inside it. With one batch in flight
 (``max_in_flight=1``) this keeps the order of each queue's messages; with more in flight a
 resent batch can land behind a later one (as in Kafka without idempotence). An idempotent
 producer's resent batch is never stored twice: the server answers the messages it already
@@ -45,7 +49,8 @@ class BufferFull(RequestTimeout):
 class Batch:
     """Messages that travel in one SEND_BATCH request."""
 
-    __slots__ = ("attempts", "created", "done", "handles", "parts", "seq", "size")
+    __slots__ = ("attempts", "created", "done", "handles", "high", "low", "parts", "seq",
+                 "size")
 
     def __init__(self, created: float, seq: int = 0) -> None:
         self.parts: list[bytes] = []
@@ -55,11 +60,21 @@ class Batch:
         self.seq = seq  # order of creation; the pieces of a cut batch keep its number
         self.attempts = 0  # times it was sent again after a failure that stored nothing
         self.done = False  # every handle has its outcome
+        #: The lowest and highest sequence number of its messages (None: none numbered).
+        self.low: int | None = None
+        self.high: int | None = None
 
-    def add(self, part: bytes, handle: Any) -> None:
+    def add(self, part: bytes, handle: Any, sequence: int | None = None) -> None:
         self.parts.append(part)
         self.handles.append(handle)
         self.size += len(part)
+        if sequence is not None:
+            self.numbered(sequence, sequence)
+
+    def numbered(self, low: int, high: int) -> None:
+        """Its messages' sequence numbers reach from ``low`` to ``high`` (or further)."""
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
 
 
 @dataclass(frozen=True)
@@ -94,8 +109,10 @@ def split_to_fit(batch: Batch, limits: Limits) -> tuple[list[Batch], Batch]:
         current.add(part, handle)
     if current.parts:
         out.append(current)
-    for piece in out:
+    for piece in [*out, too_large]:
         piece.attempts = batch.attempts
+        if batch.low is not None:  # each piece may hold any of them: the whole range
+            piece.numbered(batch.low, batch.high)
     return out, too_large
 
 
@@ -158,9 +175,11 @@ class BatchQueue:
     """The batches of one producer: the open one, those closed and waiting, those to send
     again, those in flight, and the bytes they hold (for ``buffer_memory``)."""
 
-    def __init__(self, limits: Limits, linger_s: float) -> None:
+    def __init__(self, limits: Limits, linger_s: float, window: int | None = None) -> None:
         self.limits = limits
         self.linger_s = linger_s
+        #: How far apart the sequence numbers of unanswered messages may be (None: any).
+        self.window = window
         self.open: Batch | None = None
         self.ready: deque[Batch] = deque()
         self.resend: deque[tuple[float, Batch]] = deque()  # (not before, batch), in order
@@ -169,7 +188,7 @@ class BatchQueue:
         self.buffered = 0  # encoded bytes of unfinished messages
         self.next_seq = 0  # the number of the next batch opened
 
-    def add(self, part: bytes, handle: Any, now: float) -> bool:
+    def add(self, part: bytes, handle: Any, now: float, sequence: int | None = None) -> bool:
         """Queue one encoded message; True when a sender should look again (a batch was
         closed, or this one opened a batch whose linger starts now)."""
         limits = self.limits
@@ -185,7 +204,7 @@ class BatchQueue:
             self.next_seq += 1
             self.unfinished.add(batch)
             woke = True
-        batch.add(part, handle)
+        batch.add(part, handle, sequence)
         self.buffered += len(part)
         if batch.size >= limits.batch_size or len(batch.parts) >= limits.max_messages:
             self.ready.append(batch)
@@ -221,14 +240,27 @@ class BatchQueue:
             waits.append(due - now)  # later batches wait for it: order
             return None, min(waits)
         if self.ready:
+            if self._beyond_window(self.ready[0]):
+                return None, min(waits) if waits else None
             return self.ready.popleft(), None
         if self.open is not None:
             due = self.open.created + self.linger_s
             if due <= now:
+                if self._beyond_window(self.open):
+                    return None, min(waits) if waits else None
                 batch, self.open = self.open, None
                 return batch, None
             waits.append(due - now)
         return None, min(waits) if waits else None
+
+    def _beyond_window(self, batch: Batch) -> bool:
+        """Whether sending ``batch`` now would spread the unanswered sequence numbers over
+        ``window`` or more (it then waits for answers: every batch in flight has one by
+        its deadline)."""
+        if self.window is None or batch.high is None or not self.in_flight:
+            return False
+        lows = [b.low for b in self.in_flight if b.low is not None]
+        return bool(lows) and batch.high - min(lows) >= self.window
 
     def fit(self, batch: Batch) -> tuple[Batch | None, Batch | None]:
         """``batch`` as it may be sent under the current limits: when it is too large for

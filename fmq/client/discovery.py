@@ -29,6 +29,11 @@ PRIMARY = "primary"
 ANY = "any"
 NODES = (PRIMARY, ANY)
 
+#: The longest wait between two rounds of a search: nodes that answer but name no primary
+#: mean an election is under way, which ends within about the lease TTL; the new primary
+#: is found at most this long after it serves (a round is one HELLO per node).
+MAX_ROUND_PAUSE_S = 0.25
+
 Address = tuple[str, int]
 HandshakeSteps = Generator[tuple[Op, dict[str, Any]], dict[str, Any],
                            tuple[dict[str, Any], str | None]]
@@ -175,7 +180,7 @@ class Finder:
             raise PrimaryNotFound(
                 f"no primary among {', '.join(show(a) for a in self.servers)} ({said}); a "
                 f"fail-over may be under way: retry later, or see `fmq replica status`")
-        delay = min(rest, self._backoff(self._rounds))
+        delay = min(rest, MAX_ROUND_PAUSE_S, self._backoff(self._rounds))
         self._rounds += 1
         self._start_round()
         return delay

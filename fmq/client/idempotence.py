@@ -11,7 +11,7 @@ import itertools
 import secrets
 
 from fmq.message import PRODUCER_ID_PROPERTY, Message, check_dedup_properties
-from fmq.protocol.batch import idempotence_properties
+from fmq.protocol.batch import encode_message, idempotence_properties
 
 
 def new_producer_id() -> str:
@@ -46,3 +46,13 @@ class Sequencer:
         return Message(message.topic, message.body, message.key, message.tags,
                        idempotence_properties(message.properties, *numbered),
                        message.queue_id)
+
+    def encode(self, topic: str, body: bytes, key: str | None, tags: str | None,
+               properties: dict[str, str] | None, queue_id: int | None
+               ) -> tuple[bytes, int | None]:
+        """One message of a batch, encoded with the next sequence number; returns (its
+        bytes, that number or None). Called again for a message that waited for buffer
+        room, it takes a new number: the message is numbered in the order it is queued."""
+        numbered = self.for_properties(properties)
+        part = encode_message(topic, body, key, tags, properties, queue_id, numbered)
+        return part, None if numbered is None else numbered[1]

@@ -10,6 +10,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from fmq.errors import (
@@ -24,7 +25,6 @@ from fmq.errors import (
 )
 from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import Op
-from fmq.protocol.batch import encode_message
 from fmq.protocol.values import (
     message_to_wire,
     result_from_wire,
@@ -36,6 +36,7 @@ from fmq.tx.ids import new_tx_id
 from fmq.tx.state import TxState, UncertainTx
 
 from .base import Client
+from .deadline import DEFAULT_DELIVERY_TIMEOUT
 from .discovery import PRIMARY
 from .idempotence import Sequencer
 from .sender import BatchSender
@@ -62,26 +63,44 @@ class Producer(Client):
     ``idempotent`` (the default): every message carries this producer's id
     (``producer_id``, random unless given) and a sequence number, so the server answers a
     resend with the original's result: a send that timed out or lost its connection is
-    sent again safely, by ``send`` and ``send_batch`` as by ``send_async``. A message whose
-    properties already hold ``%producer`` is sent as it is (the application numbers it)."""
+    sent again safely, by ``send`` and ``send_batch`` as by ``send_async``.
+    ``dedup_window_messages`` (keep it at or below the server's setting of that name, 10,000
+    by default): ``send_async`` keeps the sequence numbers of its unanswered messages
+    fewer than that apart, so that a batch sent again after later ones were stored is
+    still one the server's window can judge. A message whose
+    properties already hold ``%producer`` is sent as it is (the application numbers it).
+
+    ``delivery_timeout`` (seconds, default 120, Kafka's ``delivery.timeout.ms``): how long
+    a send (from ``send``, or from ``send_async`` handing the message over) keeps being
+    retried through retriable errors (a fail-over: lost connections, NotPrimary,
+    NotEnoughReplicas while the new primary's followers join, PrimaryNotFound during the
+    election), with back-off and a new search for the primary each time; then it fails
+    with :class:`~fmq.errors.DeliveryTimeout` naming the last error. ``retries=N`` (no
+    count by default) also stops after N retries, as before."""
 
     def __init__(self, servers: str | Sequence[str], producer_group: str | None = None, *,
                  linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
                  max_block_s: float = 60.0, idempotent: bool = True,
-                 producer_id: str | None = None, **options: Any) -> None:
+                 producer_id: str | None = None, dedup_window_messages: int = 10_000,
+                 **options: Any) -> None:
         options.setdefault("node", PRIMARY)
+        options.setdefault("retries", None)
+        options.setdefault("delivery_timeout", DEFAULT_DELIVERY_TIMEOUT)
         super().__init__(servers, **options)
         self._sequencer = Sequencer(idempotent, producer_id)
         self.idempotent = idempotent
         self.producer_id = self._sequencer.producer_id
-        if batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0:
-            raise InvalidArgument("batch_size, max_batch_messages and buffer_memory must be "
-                                  "positive and linger_ms at least 0")
+        if (batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0
+                or dedup_window_messages < 1):
+            raise InvalidArgument("batch_size, max_batch_messages, buffer_memory and "
+                                  "dedup_window_messages must be positive and linger_ms at "
+                                  "least 0")
         self.producer_group = producer_group
         self._batching = {"linger_s": linger_ms / 1000, "batch_size": batch_size,
                           "max_batch_messages": max_batch_messages,
-                          "buffer_memory": buffer_memory, "max_block_s": max_block_s}
+                          "buffer_memory": buffer_memory, "max_block_s": max_block_s,
+                          "dedup_window_messages": dedup_window_messages}
         self._sender: BatchSender | None = None
         self._sender_lock = threading.Lock()
         self._sender_closed = False
@@ -121,11 +140,12 @@ class Producer(Client):
         """Queue one message for a batch; the future resolves to its SendResult once the
         batch is durable on the server, or raises the batch's FMQError. A value the wire
         cannot carry raises here, at once."""
-        part = encode_message(topic, body, key, tags, properties, queue_id,
-                              self._sequencer.for_properties(properties))
+        args = (topic, body, key, tags, properties, queue_id)
+        part, sequence = self._sequencer.encode(*args)
         fut: Future[SendResult] = Future()  # cancelling it does not take the message back
         sender = self._sender or self._start_sender()
-        sender.add(part, fut)
+        sender.add(part, fut, sequence,
+                   None if sequence is None else partial(self._sequencer.encode, *args))
         return fut
 
     def _start_sender(self) -> BatchSender:
@@ -236,10 +256,11 @@ class TransactionProducer(Producer):
         # The answer to an attempt was lost (connection, time-out): it may be stored, whole
         # or (after a server crash) cut short, which recovery rolls back.
         maybe_applied = False
-        attempt = 0
+        attempts = self.attempts()
         while True:
             try:
-                return self.call(Op.PREPARE, req, retries=0)["tx_id"]
+                return self.call(Op.PREPARE, req, retries=0,
+                                 timeout=attempts.cap(self.request_timeout))["tx_id"]
             except DuplicateTransaction:
                 if maybe_applied:
                     # The server only reports an id as prepared once every message of it
@@ -247,7 +268,7 @@ class TransactionProducer(Producer):
                     return tx_id
                 raise
             except TransactionRolledBack:
-                if not (maybe_applied and generated) or attempt >= self.retries:
+                if not (maybe_applied and generated):
                     raise
                 # Our earlier attempt was cut short by a crash and rolled back: nothing of
                 # it is stored. Prepare again under a fresh id (never commit the old one).
@@ -256,15 +277,12 @@ class TransactionProducer(Producer):
                 tx_id = new_tx_id(self.connection_seq)
                 req["tx_id"] = tx_id
                 maybe_applied = False
-                attempt += 1
             except FMQError as exc:
-                if not exc.retriable or attempt >= self.retries or self._closed:
-                    raise
+                delay = attempts.pause(exc, self._closed)
                 # NotEnoughReplicas: stored on the primary, only the followers' copy failed.
                 maybe_applied = maybe_applied or isinstance(
                     exc, (ConnectionLost, RequestTimeout, NotEnoughReplicas))
-                time.sleep(self._backoff(attempt))
-                attempt += 1
+                time.sleep(delay)
 
     def commit(self, tx_id: str) -> TxState:
         """Commit this producer group's transaction ``tx_id``."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -33,13 +34,14 @@ class BatchSender:
 
     def __init__(self, client: Client, *, linger_s: float, batch_size: int,
                  max_batch_messages: int, buffer_memory: int, max_block_s: float,
-                 idempotent: bool = False) -> None:
+                 idempotent: bool = False, dedup_window_messages: int | None = None) -> None:
         self._client = client
         self._core = BatchSending(
             Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_s,
             buffer_memory=buffer_memory, max_block_s=max_block_s,
-            max_in_flight=client.max_in_flight, retries=client.retries,
-            backoff=client._backoff, idempotent=idempotent)
+            max_in_flight=client.max_in_flight,
+            attempts=lambda started: client.attempts(started=started), idempotent=idempotent,
+            dedup_window=dedup_window_messages)
         self._queue = self._core.queue
         # A plain lock: ``add`` takes it once per message (``with self._lock`` runs in C).
         self._lock = threading.Lock()
@@ -52,8 +54,12 @@ class BatchSender:
 
     # ------------------------------------------------------------------ callers
 
-    def add(self, part: bytes, handle: Future) -> None:
-        """Queue one encoded message; blocks up to ``max_block_s`` while the buffer is full."""
+    def add(self, part: bytes, handle: Future, sequence: int | None = None,
+            renumbered: Callable[[], tuple[bytes, int]] | None = None) -> None:
+        """Queue one encoded message (``sequence``: the number it carries, if any); blocks
+        up to ``max_block_s`` while the buffer is full. A numbered message that had to
+        wait is numbered again (``renumbered``: it encoded anew with the next number), so
+        that messages queued meanwhile cannot leave its number far below theirs."""
         n = len(part)
         with self._lock:
             queue = self._queue
@@ -66,7 +72,9 @@ class BatchSender:
                     if rest <= 0 or self._closing:
                         raise self._core.buffer_full()
                     self._cond.wait(rest)
-            if queue.add(part, handle, time.monotonic()):
+                if renumbered is not None:
+                    part, sequence = renumbered()
+            if queue.add(part, handle, time.monotonic(), sequence):
                 self._cond.notify_all()
 
     def flush(self, timeout: float | None) -> None:
@@ -170,11 +178,14 @@ class BatchSender:
 
     def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
         with self._cond:
-            failing = self._core.failed(batch, exc, written, self._closing, time.monotonic())
-            if failing == []:  # sent again
+            verdict = self._core.failed(batch, exc, written, self._closing, time.monotonic())
+            if verdict is None:
+                return
+            failing, error = verdict
+            if not failing:  # sent again
                 self._cond.notify_all()
-        for b in failing or ():
-            self._finish(b, exc)
+        for b in failing:
+            self._finish(b, error)
 
     def _finish(self, batch: Batch, outcome: list[SendResult] | BaseException) -> None:
         # Outcomes first: once the batch counts as finished, flush() may return.

@@ -34,6 +34,8 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, relocator: T
         "index_lag": max(0, flushed - applied),
         "index_lag_ms": index_lag_ms(log_, applied, flushed),
         "segments": len(log_.segments),
+        # each segment file's base offset (its name), oldest first: where a log offset is
+        "segment_bases": [seg.base for seg in log_.segments],
         "flushes": log_.flush_count,
         "open_transactions": len(open_txs),
         "oldest_transaction_age_ms": max((t["age_ms"] for t in open_txs), default=0),

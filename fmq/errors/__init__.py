@@ -25,6 +25,7 @@ from fmq.errors.input import (
 )
 from fmq.errors.network import (
     ConnectionLost,
+    DeliveryTimeout,
     NotAnFMQServer,
     PrimaryNotFound,
     ProtocolError,
@@ -105,6 +106,7 @@ __all__ = [
     "OffsetNotReplicated",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
+    "DeliveryTimeout",
     "PrimaryNotFound",
     "ProtocolError",
     "ReplicaBehindRetention",

@@ -46,3 +46,16 @@ class PrimaryNotFound(FMQError):
 
     code = 91
     retriable = True
+
+
+class DeliveryTimeout(RequestTimeout):
+    """A producer kept retrying a request that failed with retriable errors until its
+    ``delivery_timeout`` ran out; the message names the last error. Whether the request
+    was applied is unknown (an idempotent producer may send it again safely). Raised by
+    the client, never sent by a server."""
+
+    code = 92
+
+    def __init__(self, message: str, last_error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.last_error = last_error

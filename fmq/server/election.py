@@ -2,7 +2,9 @@
 
 One :class:`Elector` thread per server process, across its role changes
 (:mod:`fmq.server.lifecycle` reopens the broker in each new role and attaches the new
-:class:`~fmq.server.replica_role.ReplicationRole`). Every tick (a sixth of the lease TTL):
+:class:`~fmq.server.replica_role.ReplicationRole`). Every tick (a sixth of the lease TTL;
+every :data:`SUSPECT_STEP_S` on a follower whose primary is unreachable or unknown, so a
+fail-over takes about the lease TTL and not a few ticks more):
 
 * **Holding the lease**: refresh it. The primary's write answers check
   :meth:`LeaderLease.holds <fmq.coordination.lease.LeaderLease.holds>` as they are released
@@ -31,6 +33,10 @@ logger = logging.getLogger("fmq.election")
 
 #: Seconds between two warnings that etcd cannot be reached, or that the rule refuses.
 _QUIET_S = 5.0
+#: The longest step of a follower that lost its primary or waits for an election: it sees
+#: the leader key expire, wins the election and sees the new leader this soon after the
+#: fact rather than up to a tick later (each tick costing the application that long).
+SUSPECT_STEP_S = 0.2
 
 
 class Elector:
@@ -91,8 +97,21 @@ class Elector:
 
     # ------------------------------------------------------------------ the thread
 
+    def _step_wait(self) -> float:
+        """Seconds to the next step: a tick, or :data:`SUSPECT_STEP_S` while this node
+        follows no primary, its connection to the primary is down, or an election runs."""
+        with self._lock:
+            role = self._role
+        if role is None or self.lease.record is not None or role.primary is None:
+            return self.tick_s
+        follower = role.follower
+        if (not role.primary or self._vacant_since is not None or follower is None
+                or not follower.connected):
+            return min(self.tick_s, SUSPECT_STEP_S)
+        return self.tick_s
+
     def _run(self) -> None:
-        while not self._stop.wait(self.tick_s):
+        while not self._stop.wait(self._step_wait()):
             try:
                 with self._lock:
                     role = self._role

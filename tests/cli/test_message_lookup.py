@@ -4,6 +4,7 @@ find`` (by key), and the client's ``get_message`` / ``query_key``, against a rea
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -66,6 +67,33 @@ def test_message_get_prints_key_tags_properties_date_and_log_offset(server, sent
                              "orders", "--queue", str(r.queue_id), "--offset",
                              str(r.queue_offset), "--json").stdout)
     assert d["key"] == "order-2" and d["offset"] == r.offset and d["body"] == "order 2"
+
+
+def test_message_get_and_find_name_the_segment_file_holding_the_message(tmp_path):
+    # Small segments: the messages lie in several files, so the right one must be chosen.
+    srv = ServerProcess(str(tmp_path / "small"), {"segment_size": 64 * 1024,
+                                                  "max_message_size": 16 * 1024}).start()
+    try:
+        with Producer(srv.address) as p:
+            results = [p.send("big", bytes([65 + i % 26]) * 12_000, key=f"k{i}", queue_id=0)
+                       for i in range(12)]
+        segments = sorted(os.listdir(os.path.join(srv.data_dir, "log")))
+        holding = {}
+        for r in results:
+            holding[r.queue_offset] = max(n for n in segments if int(n.split(".")[0]) <= r.offset)
+        assert len(set(holding.values())) > 1, segments  # the messages span segments
+        for r in (results[0], results[-1]):
+            args = ("message", "get", "--server", srv.address, "--topic", "big", "--queue",
+                    "0", "--offset", str(r.queue_offset))
+            text = run_cli(*args).stdout
+            assert f"segment     {holding[r.queue_offset]}" in text, text
+            [d] = json_lines(run_cli(*args, "--json").stdout)
+            assert d["segment"] == holding[r.queue_offset]
+        [d] = json_lines(run_cli("message", "find", "--server", srv.address, "--key", "k11",
+                                 "--topic", "big", "--json").stdout)
+        assert d["segment"] == holding[results[11].queue_offset]
+    finally:
+        srv.kill()
 
 
 def test_message_get_of_a_missing_offset_says_what_the_queue_holds(server, sent):

@@ -8,9 +8,11 @@ from concurrent.futures import Future
 
 from fmq.client.batch_sending import BatchSending
 from fmq.client.batching import Limits
+from fmq.client.deadline import Attempts
 from fmq.errors import (
     BrokerClosed,
     ConnectionLost,
+    DeliveryTimeout,
     InvalidArgument,
     MessageTooLarge,
     RequestTimeout,
@@ -18,10 +20,15 @@ from fmq.errors import (
 )
 
 
-def core(buffer_memory=100, retries=2, idempotent=False, max_in_flight=128) -> BatchSending:
+def core(buffer_memory=100, retries=2, idempotent=False, max_in_flight=128,
+         delivery_timeout=None) -> BatchSending:
+    def attempts(started: float) -> Attempts:
+        return Attempts(retries, delivery_timeout, lambda attempt: 0.5 * (attempt + 1),
+                        started)
+
     return BatchSending(Limits(1000, 1000, 10_000), 0.0, buffer_memory=buffer_memory,
-                        max_block_s=3.0, max_in_flight=max_in_flight, retries=retries,
-                        backoff=lambda attempt: 0.5 * (attempt + 1), idempotent=idempotent)
+                        max_block_s=3.0, max_in_flight=max_in_flight, attempts=attempts,
+                        idempotent=idempotent)
 
 
 def closed_batch(c: BatchSending, *sizes: int):
@@ -54,18 +61,38 @@ def test_a_failure_that_stored_nothing_sends_the_batch_again_after_a_back_off():
     c = core(retries=1)
     batch = closed_batch(c, 10)
     c.queue.sending(batch, 5.0)
-    assert c.failed(batch, ServerBusy("busy"), written=True, closing=False, now=10.0) == []
+    assert c.failed(batch, ServerBusy("busy"), written=True, closing=False, now=10.0)[0] == []
     assert c.queue.resend[0] == (10.5, batch) and batch not in c.queue.in_flight
     assert c.queue.next_batch(10.5, 8) == (batch, None)
-    assert c.failed(batch, ServerBusy("busy"), True, False, 11.0) == [batch]  # retries used
+    busy = ServerBusy("busy")
+    assert c.failed(batch, busy, True, False, 11.0) == ([batch], busy)  # retries used
+
+
+def test_without_a_count_a_batch_is_sent_again_until_its_delivery_deadline():
+    c = core(retries=None, delivery_timeout=30.0, idempotent=True)
+    batch = closed_batch(c, 10)  # opened at 0.0: due by 30.0
+    lost = ConnectionLost("the primary went away")
+    now = 0.0
+    for _ in range(20):  # far more than any count of retries
+        c.queue.sending(batch, now + 1)
+        assert c.failed(batch, lost, written=True, closing=False, now=now)[0] == []
+        now, resent = c.queue.resend.popleft()
+        c.queue.in_flight[batch] = now
+        if now > 25:
+            break
+    assert now > 25
+    failing, error = c.failed(batch, lost, written=True, closing=False, now=29.9)
+    assert failing == [batch]
+    assert isinstance(error, DeliveryTimeout) and error.last_error is lost
+    assert "delivery_timeout (30s)" in str(error) and "the primary went away" in str(error)
 
 
 def test_a_written_batch_that_may_be_stored_fails_unless_the_producer_is_idempotent():
     lost = ConnectionLost("lost")
     plain, idem = core(), core(idempotent=True)
     b1, b2 = closed_batch(plain, 10), closed_batch(idem, 10)
-    assert plain.failed(b1, lost, written=True, closing=False, now=0.0) == [b1]
-    assert idem.failed(b2, lost, written=True, closing=False, now=0.0) == []
+    assert plain.failed(b1, lost, written=True, closing=False, now=0.0) == ([b1], lost)
+    assert idem.failed(b2, lost, written=True, closing=False, now=0.0) == ([], lost)
     assert core().failed(closed_batch(core(), 1), lost, True, closing=True, now=0.0)
 
 
@@ -74,9 +101,10 @@ def test_no_connection_at_all_fails_every_waiting_batch_with_it():
     first = closed_batch(c, 10)
     c.queue.add(b"y" * 10, Future(), 0.0)
     waiting = c.queue.open
-    assert c.failed(first, ConnectionLost("down"), written=False, closing=False,
-                    now=0.0) == [first, waiting]
-    assert c.failed(closed_batch(c, 5), InvalidArgument("bad"), False, False, 0.0) != []
+    down = ConnectionLost("down")
+    assert c.failed(first, down, written=False, closing=False,
+                    now=0.0) == ([first, waiting], down)
+    assert c.failed(closed_batch(c, 5), InvalidArgument("bad"), False, False, 0.0)[0] != []
 
 
 def test_a_batch_with_its_outcome_is_left_alone():

@@ -147,3 +147,25 @@ def test_complete_gives_each_handle_its_result_or_the_error():
     complete(short, results[:1])  # a count that does not match is the server's fault
     with pytest.raises(ProtocolError):
         h.result(0)
+
+
+def test_a_batch_waits_while_sending_it_would_spread_unanswered_sequences_over_the_window():
+    q = BatchQueue(Limits(1000, 5, 10_000), 0.0, window=12)
+    for seq in range(15):  # three batches of 5: sequences 0-4, 5-9, 10-14
+        q.add(part(10), f"m{seq}", 0.0, seq)
+    first, _ = q.next_batch(0.0, 8)
+    q.sending(first, 5.0)
+    second, _ = q.next_batch(0.0, 8)
+    q.sending(second, 5.0)
+    assert (first.low, first.high, second.low, second.high) == (0, 4, 5, 9)
+    # 14 - 0 >= 12: the third waits until the first is answered (its deadline bounds that)
+    assert q.next_batch(0.0, 8) == (None, 5.0)
+    q.finished(first)
+    third, _ = q.next_batch(0.0, 8)
+    assert (third.low, third.high) == (10, 14)
+    unnumbered = BatchQueue(Limits(1000, 5, 10_000), 0.0, window=1)
+    for i in range(10):
+        unnumbered.add(part(10), i, 0.0)
+    a, _ = unnumbered.next_batch(0.0, 8)
+    unnumbered.sending(a, 5.0)
+    assert unnumbered.next_batch(0.0, 8)[0] is not None  # nothing numbered: no hold-back

@@ -19,8 +19,9 @@ import time
 from collections import Counter
 
 import fmq
-from fmq.client import Consumer
+from fmq.client import Client, Consumer
 from fmq.errors import FMQError
+from fmq.protocol import Op
 from tests.etcdkit import EtcdProcess
 from tests.faults.invariants import (
     check_acked_and_transactions,
@@ -321,3 +322,29 @@ def check_data_dir(data_dir: str, config: dict, history: History, work: str) -> 
         compare_states(first, state_of(again, data_dir), f"{data_dir} recovered twice")
     finally:
         again.close()
+
+
+def wait_no_open_transactions(servers: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    with Client(servers, node="primary", request_timeout=10, retries=3) as c:
+        while True:
+            open_txs = c.call(Op.LIST_TX, {})["transactions"]
+            if not open_txs:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"transactions still open: {open_txs[:5]}")
+            time.sleep(0.1)
+
+
+def check_readable_soon(group: FailoverGroup, history: History, timeout: float = 10.0) -> None:
+    """check_readable on every node, allowing a follower's index a moment to catch up."""
+    for node in group.nodes:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                check_readable(node, history)
+                break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)

@@ -41,6 +41,8 @@ from .failover_kit import (
     check_consumed,
     check_data_dir,
     check_readable,
+    check_readable_soon,
+    wait_no_open_transactions,
 )
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
@@ -110,32 +112,6 @@ def tx_producer(k: int, seed: int, servers: str, history: History, stop: threadi
             assert state.value == decision, (tx, state)
             history.acked(decision, tx)
         done.wait(60)  # answer check-backs until every transaction is decided
-
-
-def wait_no_open_transactions(servers: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    with Client(servers, node="primary", request_timeout=10, retries=3) as c:
-        while True:
-            open_txs = c.call(Op.LIST_TX, {})["transactions"]
-            if not open_txs:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"transactions still open: {open_txs[:5]}")
-            time.sleep(0.1)
-
-
-def check_readable_soon(group: FailoverGroup, history: History, timeout: float = 10.0) -> None:
-    """check_readable on every node, allowing a follower's index a moment to catch up."""
-    for node in group.nodes:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                check_readable(node, history)
-                break
-            except AssertionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
 
 
 def test_no_acknowledged_write_lost_across_repeated_failovers(tmp_path):
