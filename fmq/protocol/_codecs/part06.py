@@ -8,26 +8,151 @@ from fmq.errors import (
 )
 from fmq.protocol.types import (
     BOOL,
+    BYTES,
     NULL16,
     OPT_STR,
     STR,
-    U8,
-    U16,
+    TEXT,
     U32,
-    U64,
-    Encoded,
     need_bytes,
-    utf8_text,
 )
 
-_PACK_B = _struct.Struct('>B').pack
 _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
-_PACK_Q = _struct.Struct('>Q').pack
-_UNPACK_FROM_BHII = _struct.Struct('>BHII').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
-_UNPACK_FROM_QIQ = _struct.Struct('>QIQ').unpack_from
+
+
+def decode_auth_finish_request(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'message': v0}, pos
+
+
+def encode_auth_finish_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'auth_finish request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['message']
+    except KeyError as exc:
+        raise ProtocolError(f'auth_finish request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_user_put_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v1 = buf[pos]
+    pos += 1
+    if v1 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v1}')
+    v1 = v1 == 1
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v2 = bytes(buf[pos:pos + n])
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
+    v3, = _UNPACK_FROM_I(buf, pos)
+    pos += 4
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v4 = bytes(buf[pos:pos + n])
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v5 = bytes(buf[pos:pos + n])
+    pos += n
+    return {'user': v0, 'create': v1, 'salt': v2, 'iterations': v3, 'stored_key': v4, 'server_key': v5}, pos
+
+
+def encode_user_put_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'user_put request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['user']
+        v1 = value['create']
+        v2 = value['salt']
+        v3 = value['iterations']
+        v4 = value['stored_key']
+        v5 = value['server_key']
+    except KeyError as exc:
+        raise ProtocolError(f'user_put request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    BOOL.encode(out, v1)
+    if type(v2) is bytes and len(v2) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v2))
+        out += v2
+    else:
+        BYTES.encode(out, v2)
+    if type(v3) is not int or not 0 <= v3 <= 4294967295:
+        U32.encode(out, v3)
+    else:
+        out += _PACK_I(v3)
+    if type(v4) is bytes and len(v4) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v4))
+        out += v4
+    else:
+        BYTES.encode(out, v4)
+    if type(v5) is bytes and len(v5) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v5))
+        out += v5
+    else:
+        BYTES.encode(out, v5)
+
+
+def decode_user_remove_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'user': v0}, pos
+
+
+def encode_user_remove_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'user_remove request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['user']
+    except KeyError as exc:
+        raise ProtocolError(f'user_remove request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
 
 
 def decode_user_list_request(buf, pos):
@@ -45,13 +170,15 @@ def decode_acl_add_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -59,7 +186,8 @@ def decode_acl_add_request(buf, pos):
     if n == NULL16: v2 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v2 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v2 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
     v3 = buf[pos]
@@ -70,7 +198,8 @@ def decode_acl_add_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v4 = utf8_text(buf[pos:pos + n], 'str')
+    try: v4 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
     v5 = buf[pos]
@@ -126,13 +255,15 @@ def decode_acl_remove_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -140,7 +271,8 @@ def decode_acl_remove_request(buf, pos):
     if n == NULL16: v2 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v2 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v2 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
     v3 = buf[pos]
@@ -151,7 +283,8 @@ def decode_acl_remove_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v4 = utf8_text(buf[pos:pos + n], 'str')
+    try: v4 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
     v5 = buf[pos]
@@ -208,130 +341,3 @@ def decode_acl_list_request(buf, pos):
 def encode_acl_list_request(out, value):
     if not isinstance(value, dict):
         raise ProtocolError(f'acl_list request needs a dict, got {type(value).__name__}')
-
-
-def decode_ping_response(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 11 > end: need_bytes(buf, pos, 11, 'ping response integers')
-    v1, v2, v3, v4, = _UNPACK_FROM_BHII(buf, pos)
-    pos += 11
-    return {'server_version': v0, 'protocol_version': v1, 'queues_per_topic': v2, 'max_frame_size': v3, 'max_in_flight': v4}, pos
-
-
-def encode_ping_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'ping response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['server_version']
-        v1 = value['protocol_version']
-        v2 = value['queues_per_topic']
-        v3 = value['max_frame_size']
-        v4 = value['max_in_flight']
-    except KeyError as exc:
-        raise ProtocolError(f'ping response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 255:
-        U8.encode(out, v1)
-    else:
-        out += _PACK_B(v1)
-    if type(v2) is not int or not 0 <= v2 <= 65535:
-        U16.encode(out, v2)
-    else:
-        out += _PACK_H(v2)
-    if type(v3) is not int or not 0 <= v3 <= 4294967295:
-        U32.encode(out, v3)
-    else:
-        out += _PACK_I(v3)
-    if type(v4) is not int or not 0 <= v4 <= 4294967295:
-        U32.encode(out, v4)
-    else:
-        out += _PACK_I(v4)
-
-
-def decode_send_result(buf, pos):
-    end = len(buf)
-    if pos + 20 > end: need_bytes(buf, pos, 20, 'send_result integers')
-    v0, v1, v2, = _UNPACK_FROM_QIQ(buf, pos)
-    pos += 20
-    return {'offset': v0, 'queue_id': v1, 'queue_offset': v2}, pos
-
-
-def encode_send_result(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'send_result needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['offset']
-        v1 = value['queue_id']
-        v2 = value['queue_offset']
-    except KeyError as exc:
-        raise ProtocolError(f'send_result is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-
-
-def decode_send_response(buf, pos):
-    v0, pos = decode_send_result(buf, pos)
-    return {'result': v0}, pos
-
-
-def encode_send_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'send response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['result']
-    except KeyError as exc:
-        raise ProtocolError(f'send response is missing field {exc.args[0]!r}') from None
-    encode_send_result(out, v0)
-
-
-def decode_send_batch_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<send_result>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<send_result> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_send_result(buf, pos)
-        v0.append(item)
-    return {'results': v0}, pos
-
-
-def encode_send_batch_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'send_batch response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['results']
-    except KeyError as exc:
-        raise ProtocolError(f'send_batch response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<send_result> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_send_result(out, item)

@@ -8,26 +8,155 @@ from fmq.errors import (
 )
 from fmq.protocol.types import (
     BYTES,
-    I64,
     NULL16,
     OPT_STR,
     PROPS,
     STR,
+    U8,
+    U16,
     U32,
     U64,
     Encoded,
     need_bytes,
-    utf8_text,
 )
 
+_PACK_B = _struct.Struct('>B').pack
 _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
 _PACK_Q = _struct.Struct('>Q').pack
-_PACK_q = _struct.Struct('>q').pack
+_UNPACK_FROM_BHII = _struct.Struct('>BHII').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
-_UNPACK_FROM_QqI = _struct.Struct('>QqI').unpack_from
+_UNPACK_FROM_QIQ = _struct.Struct('>QIQ').unpack_from
+
+
+def decode_ping_response(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 11 > end: need_bytes(buf, pos, 11, 'ping response integers')
+    v1, v2, v3, v4, = _UNPACK_FROM_BHII(buf, pos)
+    pos += 11
+    return {'server_version': v0, 'protocol_version': v1, 'queues_per_topic': v2, 'max_frame_size': v3, 'max_in_flight': v4}, pos
+
+
+def encode_ping_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'ping response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['server_version']
+        v1 = value['protocol_version']
+        v2 = value['queues_per_topic']
+        v3 = value['max_frame_size']
+        v4 = value['max_in_flight']
+    except KeyError as exc:
+        raise ProtocolError(f'ping response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is not int or not 0 <= v1 <= 255:
+        U8.encode(out, v1)
+    else:
+        out += _PACK_B(v1)
+    if type(v2) is not int or not 0 <= v2 <= 65535:
+        U16.encode(out, v2)
+    else:
+        out += _PACK_H(v2)
+    if type(v3) is not int or not 0 <= v3 <= 4294967295:
+        U32.encode(out, v3)
+    else:
+        out += _PACK_I(v3)
+    if type(v4) is not int or not 0 <= v4 <= 4294967295:
+        U32.encode(out, v4)
+    else:
+        out += _PACK_I(v4)
+
+
+def decode_send_result(buf, pos):
+    end = len(buf)
+    if pos + 20 > end: need_bytes(buf, pos, 20, 'send_result integers')
+    v0, v1, v2, = _UNPACK_FROM_QIQ(buf, pos)
+    pos += 20
+    return {'offset': v0, 'queue_id': v1, 'queue_offset': v2}, pos
+
+
+def encode_send_result(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'send_result needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['offset']
+        v1 = value['queue_id']
+        v2 = value['queue_offset']
+    except KeyError as exc:
+        raise ProtocolError(f'send_result is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
+        U64.encode(out, v0)
+    else:
+        out += _PACK_Q(v0)
+    if type(v1) is not int or not 0 <= v1 <= 4294967295:
+        U32.encode(out, v1)
+    else:
+        out += _PACK_I(v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
+
+
+def decode_send_response(buf, pos):
+    v0, pos = decode_send_result(buf, pos)
+    return {'result': v0}, pos
+
+
+def encode_send_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'send response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['result']
+    except KeyError as exc:
+        raise ProtocolError(f'send response is missing field {exc.args[0]!r}') from None
+    encode_send_result(out, v0)
+
+
+def decode_send_batch_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<send_result>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<send_result> claims {n} items but only {end - pos} bytes are left')
+    v0 = []
+    for _ in range(n):
+        item, pos = decode_send_result(buf, pos)
+        v0.append(item)
+    return {'results': v0}, pos
+
+
+def encode_send_batch_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'send_batch response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['results']
+    except KeyError as exc:
+        raise ProtocolError(f'send_batch response is missing field {exc.args[0]!r}') from None
+    if type(v0) is Encoded:
+        out += _PACK_I(v0.count)
+        out += v0.data
+    elif not isinstance(v0, (list, tuple)):
+        raise ProtocolError(f'list<send_result> field needs a list, got {type(v0).__name__}')
+    else:
+        out += _PACK_I(len(v0))
+        for item in v0:
+            encode_send_result(out, item)
 
 
 def decode_prepare_response(buf, pos):
@@ -36,7 +165,8 @@ def decode_prepare_response(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'tx_id': v0}, pos
 
@@ -62,7 +192,8 @@ def decode_commit_response(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'state': v0}, pos
 
@@ -88,7 +219,8 @@ def decode_rollback_response(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'state': v0}, pos
 
@@ -114,7 +246,8 @@ def decode_uncertain_message(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
     v1, = _UNPACK_FROM_I(buf, pos)
@@ -125,7 +258,8 @@ def decode_uncertain_message(buf, pos):
     if n == NULL16: v2 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v2 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v2 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -133,9 +267,29 @@ def decode_uncertain_message(buf, pos):
     if n == NULL16: v3 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v3 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v3 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
-    v4, pos = PROPS.decode(buf, pos)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'props')
+    count = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    v4 = {}
+    for _ in range(count):
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: key = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: val = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        v4[key] = val
     if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
     n = _UNPACK_FROM_I(buf, pos)[0]
     pos += 4
@@ -193,137 +347,3 @@ def encode_uncertain_message(out, value):
         U64.encode(out, v6)
     else:
         out += _PACK_Q(v6)
-
-
-def decode_uncertain_tx(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 20 > end: need_bytes(buf, pos, 20, 'uncertain_tx integers')
-    v2, v3, v4, = _UNPACK_FROM_QqI(buf, pos)
-    pos += 20
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<uncertain_message>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<uncertain_message> claims {n} items but only {end - pos} bytes are left')
-    v5 = []
-    for _ in range(n):
-        item, pos = decode_uncertain_message(buf, pos)
-        v5.append(item)
-    return {'tx_id': v0, 'producer_group': v1, 'prepare_offset': v2, 'store_time': v3, 'checks': v4, 'messages': v5}, pos
-
-
-def encode_uncertain_tx(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'uncertain_tx needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['tx_id']
-        v1 = value['producer_group']
-        v2 = value['prepare_offset']
-        v3 = value['store_time']
-        v4 = value['checks']
-        v5 = value['messages']
-    except KeyError as exc:
-        raise ProtocolError(f'uncertain_tx is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-    if type(v3) is not int or not -9223372036854775808 <= v3 <= 9223372036854775807:
-        I64.encode(out, v3)
-    else:
-        out += _PACK_q(v3)
-    if type(v4) is not int or not 0 <= v4 <= 4294967295:
-        U32.encode(out, v4)
-    else:
-        out += _PACK_I(v4)
-    if type(v5) is Encoded:
-        out += _PACK_I(v5.count)
-        out += v5.data
-    elif not isinstance(v5, (list, tuple)):
-        raise ProtocolError(f'list<uncertain_message> field needs a list, got {type(v5).__name__}')
-    else:
-        out += _PACK_I(len(v5))
-        for item in v5:
-            encode_uncertain_message(out, item)
-
-
-def decode_poll_uncertain_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<uncertain_tx>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<uncertain_tx> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_uncertain_tx(buf, pos)
-        v0.append(item)
-    return {'transactions': v0}, pos
-
-
-def encode_poll_uncertain_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'poll_uncertain response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['transactions']
-    except KeyError as exc:
-        raise ProtocolError(f'poll_uncertain response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<uncertain_tx> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_uncertain_tx(out, item)
-
-
-def decode_answer_uncertain_response(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    return {'state': v0}, pos
-
-
-def encode_answer_uncertain_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'answer_uncertain response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['state']
-    except KeyError as exc:
-        raise ProtocolError(f'answer_uncertain response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)

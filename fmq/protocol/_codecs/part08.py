@@ -6,6 +6,10 @@ import struct as _struct
 from fmq.errors import (
     ProtocolError,
 )
+from fmq.protocol._codecs.part07 import (
+    decode_uncertain_message,
+    encode_uncertain_message,
+)
 from fmq.protocol.types import (
     BYTES,
     I64,
@@ -17,7 +21,6 @@ from fmq.protocol.types import (
     U64,
     Encoded,
     need_bytes,
-    utf8_text,
 )
 
 _PACK_H = _struct.Struct('>H').pack
@@ -28,8 +31,145 @@ _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_IQQ = _struct.Struct('>IQQ').unpack_from
 _UNPACK_FROM_QQ = _struct.Struct('>QQ').unpack_from
-_UNPACK_FROM_QQQ = _struct.Struct('>QQQ').unpack_from
+_UNPACK_FROM_QqI = _struct.Struct('>QqI').unpack_from
 _UNPACK_FROM_q = _struct.Struct('>q').unpack_from
+
+
+def decode_uncertain_tx(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 20 > end: need_bytes(buf, pos, 20, 'uncertain_tx integers')
+    v2, v3, v4, = _UNPACK_FROM_QqI(buf, pos)
+    pos += 20
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<uncertain_message>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<uncertain_message> claims {n} items but only {end - pos} bytes are left')
+    v5 = []
+    for _ in range(n):
+        item, pos = decode_uncertain_message(buf, pos)
+        v5.append(item)
+    return {'tx_id': v0, 'producer_group': v1, 'prepare_offset': v2, 'store_time': v3, 'checks': v4, 'messages': v5}, pos
+
+
+def encode_uncertain_tx(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'uncertain_tx needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['tx_id']
+        v1 = value['producer_group']
+        v2 = value['prepare_offset']
+        v3 = value['store_time']
+        v4 = value['checks']
+        v5 = value['messages']
+    except KeyError as exc:
+        raise ProtocolError(f'uncertain_tx is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
+    if type(v3) is not int or not -9223372036854775808 <= v3 <= 9223372036854775807:
+        I64.encode(out, v3)
+    else:
+        out += _PACK_q(v3)
+    if type(v4) is not int or not 0 <= v4 <= 4294967295:
+        U32.encode(out, v4)
+    else:
+        out += _PACK_I(v4)
+    if type(v5) is Encoded:
+        out += _PACK_I(v5.count)
+        out += v5.data
+    elif not isinstance(v5, (list, tuple)):
+        raise ProtocolError(f'list<uncertain_message> field needs a list, got {type(v5).__name__}')
+    else:
+        out += _PACK_I(len(v5))
+        for item in v5:
+            encode_uncertain_message(out, item)
+
+
+def decode_poll_uncertain_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<uncertain_tx>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<uncertain_tx> claims {n} items but only {end - pos} bytes are left')
+    v0 = []
+    for _ in range(n):
+        item, pos = decode_uncertain_tx(buf, pos)
+        v0.append(item)
+    return {'transactions': v0}, pos
+
+
+def encode_poll_uncertain_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'poll_uncertain response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['transactions']
+    except KeyError as exc:
+        raise ProtocolError(f'poll_uncertain response is missing field {exc.args[0]!r}') from None
+    if type(v0) is Encoded:
+        out += _PACK_I(v0.count)
+        out += v0.data
+    elif not isinstance(v0, (list, tuple)):
+        raise ProtocolError(f'list<uncertain_tx> field needs a list, got {type(v0).__name__}')
+    else:
+        out += _PACK_I(len(v0))
+        for item in v0:
+            encode_uncertain_tx(out, item)
+
+
+def decode_answer_uncertain_response(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'state': v0}, pos
+
+
+def encode_answer_uncertain_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'answer_uncertain response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['state']
+    except KeyError as exc:
+        raise ProtocolError(f'answer_uncertain response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
 
 
 def decode_stored_message(buf, pos):
@@ -38,7 +178,8 @@ def decode_stored_message(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 20 > end: need_bytes(buf, pos, 20, 'stored_message integers')
     v1, v2, v3, = _UNPACK_FROM_IQQ(buf, pos)
@@ -55,7 +196,8 @@ def decode_stored_message(buf, pos):
     if n == NULL16: v5 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v5 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v5 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -63,9 +205,29 @@ def decode_stored_message(buf, pos):
     if n == NULL16: v6 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v6 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v6 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
-    v7, pos = PROPS.decode(buf, pos)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'props')
+    count = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    v7 = {}
+    for _ in range(count):
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: key = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: val = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        v7[key] = val
     if pos + 8 > end: need_bytes(buf, pos, 8, 'i64')
     v8, = _UNPACK_FROM_q(buf, pos)
     pos += 8
@@ -172,117 +334,3 @@ def encode_pull_response(out, value):
         U64.encode(out, v2)
     else:
         out += _PACK_Q(v2)
-
-
-def decode_pull_tagged_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<stored_message>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<stored_message> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_stored_message(buf, pos)
-        v0.append(item)
-    if pos + 24 > end: need_bytes(buf, pos, 24, 'pull_tagged response integers')
-    v1, v2, v3, = _UNPACK_FROM_QQQ(buf, pos)
-    pos += 24
-    return {'messages': v0, 'min_offset': v1, 'next_offset': v2, 'resume_offset': v3}, pos
-
-
-def encode_pull_tagged_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'pull_tagged response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['messages']
-        v1 = value['min_offset']
-        v2 = value['next_offset']
-        v3 = value['resume_offset']
-    except KeyError as exc:
-        raise ProtocolError(f'pull_tagged response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<stored_message> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_stored_message(out, item)
-    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
-        U64.encode(out, v1)
-    else:
-        out += _PACK_Q(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
-        U64.encode(out, v3)
-    else:
-        out += _PACK_Q(v3)
-
-
-def decode_commit_offset_response(buf, pos):
-    return {}, pos
-
-
-def encode_commit_offset_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'commit_offset response needs a dict, got {type(value).__name__}')
-
-
-def decode_fetch_offset_response(buf, pos):
-    end = len(buf)
-    if pos + 8 > end: need_bytes(buf, pos, 8, 'i64')
-    v0, = _UNPACK_FROM_q(buf, pos)
-    pos += 8
-    return {'offset': v0}, pos
-
-
-def encode_fetch_offset_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'fetch_offset response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['offset']
-    except KeyError as exc:
-        raise ProtocolError(f'fetch_offset response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not -9223372036854775808 <= v0 <= 9223372036854775807:
-        I64.encode(out, v0)
-    else:
-        out += _PACK_q(v0)
-
-
-def decode_queue_ref(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v1, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    return {'topic': v0, 'queue_id': v1}, pos
-
-
-def encode_queue_ref(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'queue_ref needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-        v1 = value['queue_id']
-    except KeyError as exc:
-        raise ProtocolError(f'queue_ref is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)

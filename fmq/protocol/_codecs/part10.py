@@ -6,18 +6,13 @@ import struct as _struct
 from fmq.errors import (
     ProtocolError,
 )
-from fmq.protocol._codecs.part09 import (
-    decode_tx_info,
-    encode_tx_info,
-)
 from fmq.protocol.types import (
-    BYTES,
     STR,
     TEXT,
+    U32,
     U64,
     Encoded,
     need_bytes,
-    utf8_text,
 )
 
 _PACK_H = _struct.Struct('>H').pack
@@ -26,8 +21,112 @@ _PACK_Q = _struct.Struct('>Q').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
-_UNPACK_FROM_QQ = _struct.Struct('>QQ').unpack_from
-_UNPACK_FROM_QQQ = _struct.Struct('>QQQ').unpack_from
+_UNPACK_FROM_QIIQ = _struct.Struct('>QIIQ').unpack_from
+
+
+def decode_stats_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_stats_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'stats response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'stats response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_tx_info(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v2 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 24 > end: need_bytes(buf, pos, 24, 'tx_info integers')
+    v3, v4, v5, v6, = _UNPACK_FROM_QIIQ(buf, pos)
+    pos += 24
+    return {'tx_id': v0, 'producer_group': v1, 'state': v2, 'age_ms': v3, 'checks': v4, 'messages': v5, 'prepare_offset': v6}, pos
+
+
+def encode_tx_info(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'tx_info needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['tx_id']
+        v1 = value['producer_group']
+        v2 = value['state']
+        v3 = value['age_ms']
+        v4 = value['checks']
+        v5 = value['messages']
+        v6 = value['prepare_offset']
+    except KeyError as exc:
+        raise ProtocolError(f'tx_info is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+    if type(v2) is str and len(v2) <= 16383:
+        raw = v2.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v2)
+    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
+        U64.encode(out, v3)
+    else:
+        out += _PACK_Q(v3)
+    if type(v4) is not int or not 0 <= v4 <= 4294967295:
+        U32.encode(out, v4)
+    else:
+        out += _PACK_I(v4)
+    if type(v5) is not int or not 0 <= v5 <= 4294967295:
+        U32.encode(out, v5)
+    else:
+        out += _PACK_I(v5)
+    if type(v6) is not int or not 0 <= v6 <= 18446744073709551615:
+        U64.encode(out, v6)
+    else:
+        out += _PACK_Q(v6)
 
 
 def decode_list_tx_response(buf, pos):
@@ -68,7 +167,8 @@ def decode_resolve_tx_response(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'state': v0}, pos
 
@@ -94,7 +194,8 @@ def decode_topics_response(buf, pos):
     n = _UNPACK_FROM_I(buf, pos)[0]
     pos += 4
     if pos + n > end: need_bytes(buf, pos, n, 'text')
-    v0 = utf8_text(buf[pos:pos + n], 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
     pos += n
     return {'json': v0}, pos
 
@@ -120,7 +221,8 @@ def decode_groups_response(buf, pos):
     n = _UNPACK_FROM_I(buf, pos)[0]
     pos += 4
     if pos + n > end: need_bytes(buf, pos, n, 'text')
-    v0 = utf8_text(buf[pos:pos + n], 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
     pos += n
     return {'json': v0}, pos
 
@@ -146,7 +248,8 @@ def decode_reset_offsets_response(buf, pos):
     n = _UNPACK_FROM_I(buf, pos)[0]
     pos += 4
     if pos + n > end: need_bytes(buf, pos, n, 'text')
-    v0 = utf8_text(buf[pos:pos + n], 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
     pos += n
     return {'json': v0}, pos
 
@@ -185,146 +288,3 @@ def encode_repl_visible(out, value):
         U64.encode(out, v0)
     else:
         out += _PACK_Q(v0)
-
-
-def decode_repl_fetch_response(buf, pos):
-    end = len(buf)
-    if pos + 24 > end: need_bytes(buf, pos, 24, 'repl_fetch response integers')
-    v0, v1, v2, = _UNPACK_FROM_QQQ(buf, pos)
-    pos += 24
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
-    v3 = bytes(buf[pos:pos + n])
-    pos += n
-    if pos + 16 > end: need_bytes(buf, pos, 16, 'repl_fetch response integers')
-    v4, v5, = _UNPACK_FROM_QQ(buf, pos)
-    pos += 16
-    if pos == end: v6 = None
-    else: v6, pos = decode_repl_visible(buf, pos)
-    return {'epoch': v0, 'segment_base': v1, 'segment_size': v2, 'data': v3, 'durable_end': v4, 'first_offset': v5, 'visible': v6}, pos
-
-
-def encode_repl_fetch_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'repl_fetch response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['epoch']
-        v1 = value['segment_base']
-        v2 = value['segment_size']
-        v3 = value['data']
-        v4 = value['durable_end']
-        v5 = value['first_offset']
-        v6 = value.get('visible')
-    except KeyError as exc:
-        raise ProtocolError(f'repl_fetch response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
-        U64.encode(out, v1)
-    else:
-        out += _PACK_Q(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-    if type(v3) is bytes and len(v3) <= 0xFFFFFFFF:
-        out += _PACK_I(len(v3))
-        out += v3
-    else:
-        BYTES.encode(out, v3)
-    if type(v4) is not int or not 0 <= v4 <= 18446744073709551615:
-        U64.encode(out, v4)
-    else:
-        out += _PACK_Q(v4)
-    if type(v5) is not int or not 0 <= v5 <= 18446744073709551615:
-        U64.encode(out, v5)
-    else:
-        out += _PACK_Q(v5)
-    if v6 is not None: encode_repl_visible(out, v6)
-
-
-def decode_epoch_end_response(buf, pos):
-    end = len(buf)
-    if pos + 24 > end: need_bytes(buf, pos, 24, 'epoch_end response integers')
-    v0, v1, v2, = _UNPACK_FROM_QQQ(buf, pos)
-    pos += 24
-    return {'epoch': v0, 'end_offset': v1, 'current_epoch': v2}, pos
-
-
-def encode_epoch_end_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'epoch_end response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['epoch']
-        v1 = value['end_offset']
-        v2 = value['current_epoch']
-    except KeyError as exc:
-        raise ProtocolError(f'epoch_end response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
-        U64.encode(out, v1)
-    else:
-        out += _PACK_Q(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-
-
-def decode_promote_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    v0 = utf8_text(buf[pos:pos + n], 'text')
-    pos += n
-    return {'json': v0}, pos
-
-
-def encode_promote_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'promote response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['json']
-    except KeyError as exc:
-        raise ProtocolError(f'promote response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
-
-
-def decode_repl_status_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    v0 = utf8_text(buf[pos:pos + n], 'text')
-    pos += n
-    return {'json': v0}, pos
-
-
-def encode_repl_status_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'repl_status response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['json']
-    except KeyError as exc:
-        raise ProtocolError(f'repl_status response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
