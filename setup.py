@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
 #: compiled module -> the pure module it is compiled from (fmq/native.py lists the same).
@@ -41,6 +42,27 @@ def _warn(text: str) -> None:
     print(f"*** fmq: {text}", file=sys.stderr)
 
 
+class OptionalBuildExt(build_ext):
+    """Builds each extension, and for an optional one turns any failure (no compiler, no
+    Python headers, a compiler error) into a warning: its pure module runs instead."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # no compiler at all is found before any extension
+            if REQUIRED:
+                raise
+            _warn(f"no extension compiled ({exc}): the pure-Python package only (slower)")
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            if not ext.optional:
+                raise
+            _warn(f"{ext.name} not compiled ({exc}): its pure twin runs instead (slower)")
+
+
 def extensions() -> list[Extension]:
     if os.environ.get("FMQ_NO_EXTENSIONS", "") == "1" and not REQUIRED:
         _warn("FMQ_NO_EXTENSIONS=1: building the pure-Python package only")
@@ -63,4 +85,4 @@ def extensions() -> list[Extension]:
 
 
 if __name__ == "__main__":
-    setup(ext_modules=extensions())
+    setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -77,8 +77,9 @@ def test_the_compiled_list_is_the_one_setup_py_builds() -> None:
 def _tree_without_compiled_modules(tmp_path: Path) -> Path:
     """A copy of the package's source only, as a machine without a C compiler installs it."""
     tree = tmp_path / "tree"
-    shutil.copytree(ROOT / "fmq", tree / "fmq",
-                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    skip = shutil.ignore_patterns("*.so", "*.pyd", "__pycache__")
+    shutil.copytree(ROOT / "fmq", tree / "fmq", ignore=skip)
+    shutil.copytree(ROOT / "cli", tree / "fmq" / "cli", ignore=skip)  # installed as fmq.cli
     return tree
 
 
@@ -103,6 +104,13 @@ def test_a_tree_without_compiled_modules_runs_pure_or_refuses_when_required(tmp_
     done = _run(code, {**env, "FMQ_REQUIRE_EXTENSIONS": "1"}, cwd=str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FMQ_REQUIRE_EXTENSIONS=1" in done.stdout and "pip install ." in done.stdout
+    cli = subprocess.run([sys.executable, "-m", "fmq.cli.main", "--version"], cwd=str(tmp_path),
+                         env={**env, "FMQ_REQUIRE_EXTENSIONS": "1"}, capture_output=True,
+                         text=True, timeout=60)
+    # Any command: the package refuses to import, and the last line says what to do.
+    last = cli.stderr.strip().splitlines()[-1]
+    assert cli.returncode == 1 and last.startswith("fmq.errors.input.ExtensionMissing: compiled"
+                                                   " module "), cli.stderr
     # Told to run pure, the same tree starts whatever the other variable says.
     done = _run(PROBE, {**env, "FMQ_REQUIRE_EXTENSIONS": "1", "FMQ_NO_EXTENSIONS": "1"},
                 cwd=str(tmp_path))
