@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import click
 
+from fmq import native
 from fmq.version import __version__
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    # Which path runs is decided when asked, so that only --version pays for the imports.
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"fmq, version {__version__} ({native.implementation()})")
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "FMQ"})
-@click.version_option(__version__, prog_name="fmq")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version,
+              help="Show the version and the path running (compiled or pure), and exit.")
 def cli() -> None:
     """FMQ: a durable message store with transactional messages."""
 

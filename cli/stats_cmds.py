@@ -90,7 +90,8 @@ def render_stats(s: dict, topics: dict, groups: dict) -> str:
         ("timed out", srv.get("timed_out")),
     ])
     server = out.fields([
-        ("version", srv.get("version")),
+        ("version", None if "version" not in srv else
+         f"{srv['version']} ({srv.get('implementation', 'pure')})"),
         ("uptime", out.duration_ms(srv["uptime_s"] * 1000) if "uptime_s" in srv else None),
         ("connections", f"{out.count(srv.get('connections', 0))} "
                         f"({out.count(srv.get('pending_connections', 0))} pending)"),

@@ -1,3 +1,3 @@
 """The release of this FMQ package (written into transaction ids and shown by ``fmq --version``)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

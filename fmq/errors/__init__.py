@@ -17,6 +17,7 @@ from __future__ import annotations
 from fmq.errors.base import FMQError
 from fmq.errors.input import (
     ConfigError,
+    ExtensionMissing,
     GroupHasMembers,
     InvalidArgument,
     MessageTooLarge,
@@ -91,6 +92,7 @@ __all__ = [
     "CorruptCheckpoint",
     "CorruptLog",
     "DataDirLocked",
+    "ExtensionMissing",
     "DuplicateTransaction",
     "FMQError",
     "GroupHasMembers",

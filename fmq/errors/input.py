@@ -63,3 +63,10 @@ class OutOfOrderSequence(FMQError):
         self.sequence = sequence
         self.last = last
         self.window = window
+
+
+class ExtensionMissing(FMQError, ImportError):
+    """``FMQ_REQUIRE_EXTENSIONS=1`` is set but a compiled module of FMQ is not installed
+    (built without a C compiler, or from a source tree never built)."""
+
+    code = 19

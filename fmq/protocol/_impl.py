@@ -2,34 +2,24 @@
 
 ``fmq.protocol._speedups``, a compiled module with the same names as ``_codecs``, is used
 when it is installed; otherwise ``fmq.protocol._codecs``, the pure Python written by
-``python -m fmq.protocol.generate``. ``FMQ_NO_EXTENSIONS=1`` in the environment forces the
-pure one (to compare the two, or to rule the compiled one out). Both must give the bytes
+``python -m fmq.protocol.generate``; ``fmq.native.load`` decides (``FMQ_NO_EXTENSIONS=1``
+forces the pure one, ``FMQ_REQUIRE_EXTENSIONS=1`` makes a missing compiled one an error). Both must give the bytes
 and the errors of the field types one by one (``Struct.reference``); the shared tests in
 tests/protocol/test_structs.py run the same cases against each.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from types import ModuleType
 
 import fmq.protocol._codecs as pure
+from fmq import native
 
 Codec = tuple[Callable, Callable]
 
 
-def _choose() -> ModuleType:
-    if os.environ.get("FMQ_NO_EXTENSIONS") == "1":
-        return pure
-    try:
-        import fmq.protocol._speedups as compiled  # type: ignore[import-not-found]
-    except ImportError:
-        return pure
-    return compiled
-
-
-codecs: ModuleType = _choose()
+codecs: ModuleType = native.load("fmq.protocol._speedups") or pure
 #: "compiled" or "pure": which implementation this process uses.
 IMPLEMENTATION = "pure" if codecs is pure else "compiled"
 

@@ -7,7 +7,7 @@ as one plain function per direction (the technique of ``dataclasses`` and ``name
 but as committed source a reader, a profiler and a compiler can see): consecutive integers
 become one ``struct`` call, strings and bytes are read in place, lists of structs loop over
 the item's own generated function, and only properties and lists of strings call their
-field type. The bytes and the errors are those of each field type's own ``encode`` and
+field type (decoding properties is written out too). The bytes and the errors are those of each field type's own ``encode`` and
 ``decode`` in turn (``Struct.reference``), about three times faster per SEND; a request is
 decoded on the server's event loop.
 """
@@ -97,8 +97,12 @@ def _decode_field(v: str, ftype: FieldType) -> list[str]:
         what = repr(ftype.name)
         lines = [f"if pos + {size} > end: need_bytes(buf, pos, {size}, {what})",
                  f"n = {_packer(_fmt(ftype), 'unpack_from')}(buf, pos)[0]", f"pos += {size}"]
+        # utf8_text's check and message written out: no Python call per string, which a
+        # compiled part would otherwise make back into the interpreter.
         body = [f"if pos + n > end: need_bytes(buf, pos, n, {what})",
-                f"{v} = utf8_text(buf[pos:pos + n], {what})", "pos += n"]
+                f"try: {v} = str(buf[pos:pos + n], 'utf-8')",
+                "except UnicodeDecodeError as exc: raise ProtocolError(f'"
+                f"{ftype.name} field is not valid UTF-8: {{exc}}') from None", "pos += n"]
         if ftype.optional:
             return lines + [f"if n == NULL16: {v} = None", "else:"] + ["    " + b for b in body]
         return lines + body
@@ -127,6 +131,13 @@ def _decode_field(v: str, ftype: FieldType) -> list[str]:
                 f"{{end - pos}} bytes are left')",
                 f"{v} = []", "for _ in range(n):", f"    item, pos = {item}(buf, pos)",
                 f"    {v}.append(item)"]
+    if ftype is types.PROPS:  # PropsField.decode written out, for the same reason
+        return (["if pos + 2 > end: need_bytes(buf, pos, 2, 'props')",
+                 f"count = {_packer('H', 'unpack_from')}(buf, pos)[0]", "pos += 2",
+                 f"{v} = {{}}", "for _ in range(count):"]
+                + ["    " + line for line in _decode_field("key", types.STR)]
+                + ["    " + line for line in _decode_field("val", types.STR)]
+                + [f"    {v}[key] = val"])
     return [f"{v}, pos = {_constant(ftype)}.decode(buf, pos)"]
 
 

@@ -166,6 +166,11 @@ class BrokerCollector:
         yield from (committed, lag, lag_s)
 
     def _server_metrics(self, server: dict[str, Any]) -> Iterator[Metric]:
+        info = GaugeMetricFamily("fmq_build_info", "Always 1: the release and the hot path "
+                                 "running (compiled or pure, docs/performance.md).",
+                                 labels=["version", "path"])
+        info.add_metric([server["version"], server["implementation"]], 1)
+        yield info
         yield GaugeMetricFamily("fmq_connections", "Established client connections.",
                                 value=server["connections"])
         yield GaugeMetricFamily("fmq_pending_connections", "Connections that have not sent a "

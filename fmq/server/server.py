@@ -27,6 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from fmq import native
 from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, FMQError, ServerBusy
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
@@ -52,6 +53,9 @@ from fmq.server.session import ClientSession
 from fmq.server.tls import TLSAcceptor, server_context
 from fmq.units import size
 from fmq.version import __version__
+
+#: "compiled" or "pure": the hot path this server runs (fmq.native).
+IMPLEMENTATION = native.implementation()
 
 logger = logging.getLogger("fmq.server")
 
@@ -324,6 +328,7 @@ class Server:
         counters = ctx.counters
         return {
             "version": __version__,
+            "implementation": IMPLEMENTATION,
             "connections": len(self.sessions),
             "pending_connections": len(self.pending),
             "requests": counters.requests,

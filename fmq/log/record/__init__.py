@@ -73,13 +73,16 @@ without encoding it). **This module is the one place an implementation is chosen
 fastest twin available, or every reference twin when the environment sets
 ``FMQ_NO_EXTENSIONS=1``. Every twin writes the same bytes as its reference; :data:`TWINS`
 lists the pairs, and one shared test compares each pair on hostile input. A faster twin
-(compiled, say) is added here, to :data:`TWINS`, and nowhere else.
+(compiled, say) is added here, to :data:`TWINS`, and nowhere else. ``codec`` and ``marks``
+run compiled (``_codec_c``, ``_marks_c``: the same source compiled by Cython, setup.py) when
+``fmq.native.load`` finds them.
 """
 
 from __future__ import annotations
 
-import os
-
+from fmq import native
+from fmq.log.record import codec as _pure_codec
+from fmq.log.record import marks as _pure_marks
 from fmq.log.record.codec import Codec, python_codec, record_length
 from fmq.log.record.crc import hardware_crc32c, reference_crc32c
 from fmq.log.record.layout import (
@@ -98,11 +101,13 @@ from fmq.log.record.layout import (
     encode_properties,
     properties_length,
 )
-from fmq.log.record.marks import mark_encoder
 from fmq.log.record.sizes import RECORD_BOUND, check_fits, encoded_length, encoded_size
 
 #: ``FMQ_NO_EXTENSIONS=1`` runs every reference twin (to rule a fast one out, or to test it).
-NO_EXTENSIONS = os.environ.get("FMQ_NO_EXTENSIONS", "") == "1"
+NO_EXTENSIONS = native.no_extensions()
+#: The codec and mark encoder modules running: compiled by setup.py, or the pure ones.
+CODEC_MODULE = native.load("fmq.log.record._codec_c") or _pure_codec
+MARKS_MODULE = native.load("fmq.log.record._marks_c") or _pure_marks
 
 #: The reference codec: crcmod's CRC, the general encoder for every record.
 REFERENCE: Codec = python_codec(reference_crc32c)
@@ -115,8 +120,8 @@ if NO_EXTENSIONS or hardware_crc32c is None:
 else:
     crc32c = hardware_crc32c
     CRC_IMPLEMENTATION = "crc32c"
-    _codec = python_codec(crc32c)
-    encode_mark_into = mark_encoder(crc32c, _codec.encode_into)
+    _codec = CODEC_MODULE.python_codec(crc32c)
+    encode_mark_into = MARKS_MODULE.mark_encoder(crc32c, _codec.encode_into)
 
 encode_into, encode, check, decode, decode_at, filler = _codec
 
@@ -126,11 +131,12 @@ TWINS: dict[str, tuple[object, object]] = {
     "encode_into": (REFERENCE.encode_into, encode_into),
     "encode_mark_into": (REFERENCE.encode_into, encode_mark_into),
     "decode_at": (REFERENCE.decode_at, decode_at),
+    "check": (REFERENCE.check, check),
 }
 
 __all__ = [
-    "CRC_IMPLEMENTATION", "FORMAT_MAX_RECORD", "FORMAT_VERSION", "HEADER", "HEADER_SIZE",
-    "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
+    "CODEC_MODULE", "CRC_IMPLEMENTATION", "FORMAT_MAX_RECORD", "FORMAT_VERSION", "HEADER", "HEADER_SIZE",
+    "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MARKS_MODULE", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
     "RECORD_BOUND", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
     "crc32c", "decode", "decode_at", "decode_properties", "encode", "encode_into",
     "encode_mark_into", "encode_properties", "encoded_length", "encoded_size", "filler",

@@ -18,7 +18,6 @@ from fmq.protocol.types import (
     U16,
     Encoded,
     need_bytes,
-    utf8_text,
 )
 
 _PACK_H = _struct.Struct('>H').pack
@@ -43,7 +42,8 @@ def decode_error(buf, pos):
     n = _UNPACK_FROM_I(buf, pos)[0]
     pos += 4
     if pos + n > end: need_bytes(buf, pos, n, 'text')
-    v2 = utf8_text(buf[pos:pos + n], 'text')
+    try: v2 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
     pos += n
     return {'code': v0, 'retriable': v1, 'message': v2}, pos
 
@@ -85,7 +85,8 @@ def decode_message(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
     n = _UNPACK_FROM_I(buf, pos)[0]
@@ -99,7 +100,8 @@ def decode_message(buf, pos):
     if n == NULL16: v2 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v2 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v2 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -107,9 +109,29 @@ def decode_message(buf, pos):
     if n == NULL16: v3 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v3 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v3 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
-    v4, pos = PROPS.decode(buf, pos)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'props')
+    count = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    v4 = {}
+    for _ in range(count):
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: key = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: val = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        v4[key] = val
     if pos + 4 > end: need_bytes(buf, pos, 4, 'i32')
     v5, = _UNPACK_FROM_i(buf, pos)
     pos += 4
@@ -211,7 +233,8 @@ def decode_prepare_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -219,7 +242,8 @@ def decode_prepare_request(buf, pos):
     if n == NULL16: v1 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v1 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v1 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 4 > end: need_bytes(buf, pos, 4, 'list<message>')
     n = _UNPACK_FROM_I(buf, pos)[0]
@@ -271,13 +295,15 @@ def decode_commit_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'producer_group': v0, 'tx_id': v1}, pos
 
@@ -290,45 +316,6 @@ def encode_commit_request(out, value):
         v1 = value['tx_id']
     except KeyError as exc:
         raise ProtocolError(f'commit request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v1)
-
-
-def decode_rollback_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    return {'producer_group': v0, 'tx_id': v1}, pos
-
-
-def encode_rollback_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'rollback request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['producer_group']
-        v1 = value['tx_id']
-    except KeyError as exc:
-        raise ProtocolError(f'rollback request is missing field {exc.args[0]!r}') from None
     if type(v0) is str and len(v0) <= 16383:
         raw = v0.encode()
         out += _PACK_H(len(raw))

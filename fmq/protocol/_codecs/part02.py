@@ -12,7 +12,6 @@ from fmq.protocol.types import (
     U32,
     U64,
     need_bytes,
-    utf8_text,
 )
 
 _PACK_H = _struct.Struct('>H').pack
@@ -20,9 +19,49 @@ _PACK_I = _struct.Struct('>I').pack
 _PACK_Q = _struct.Struct('>Q').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_HII = _struct.Struct('>HII').unpack_from
-_UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_IQ = _struct.Struct('>IQ').unpack_from
 _UNPACK_FROM_IQII = _struct.Struct('>IQII').unpack_from
+
+
+def decode_rollback_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'producer_group': v0, 'tx_id': v1}, pos
+
+
+def encode_rollback_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'rollback request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['producer_group']
+        v1 = value['tx_id']
+    except KeyError as exc:
+        raise ProtocolError(f'rollback request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
 
 
 def decode_poll_uncertain_request(buf, pos):
@@ -31,7 +70,8 @@ def decode_poll_uncertain_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 10 > end: need_bytes(buf, pos, 10, 'poll_uncertain request integers')
     v1, v2, v3, = _UNPACK_FROM_HII(buf, pos)
@@ -75,19 +115,22 @@ def decode_answer_uncertain_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v2 = utf8_text(buf[pos:pos + n], 'str')
+    try: v2 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'producer_group': v0, 'tx_id': v1, 'state': v2}, pos
 
@@ -127,7 +170,8 @@ def decode_pull_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 20 > end: need_bytes(buf, pos, 20, 'pull request integers')
     v1, v2, v3, v4, = _UNPACK_FROM_IQII(buf, pos)
@@ -176,7 +220,8 @@ def decode_pull_tagged_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 20 > end: need_bytes(buf, pos, 20, 'pull_tagged request integers')
     v1, v2, v3, v4, = _UNPACK_FROM_IQII(buf, pos)
@@ -185,7 +230,8 @@ def decode_pull_tagged_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v5 = utf8_text(buf[pos:pos + n], 'str')
+    try: v5 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'topic': v0, 'queue_id': v1, 'offset': v2, 'max_messages': v3, 'wait_ms': v4, 'tags': v5}, pos
 
@@ -238,13 +284,15 @@ def decode_commit_offset_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 12 > end: need_bytes(buf, pos, 12, 'commit_offset request integers')
     v2, v3, = _UNPACK_FROM_IQ(buf, pos)
@@ -282,50 +330,3 @@ def encode_commit_offset_request(out, value):
         U64.encode(out, v3)
     else:
         out += _PACK_Q(v3)
-
-
-def decode_fetch_offset_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v2, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    return {'group': v0, 'topic': v1, 'queue_id': v2}, pos
-
-
-def encode_fetch_offset_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'fetch_offset request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['group']
-        v1 = value['topic']
-        v2 = value['queue_id']
-    except KeyError as exc:
-        raise ProtocolError(f'fetch_offset request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v1)
-    if type(v2) is not int or not 0 <= v2 <= 4294967295:
-        U32.encode(out, v2)
-    else:
-        out += _PACK_I(v2)

@@ -14,7 +14,6 @@ from fmq.protocol.types import (
     U64,
     Encoded,
     need_bytes,
-    utf8_text,
 )
 
 _PACK_H = _struct.Struct('>H').pack
@@ -25,13 +24,63 @@ _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_IQ = _struct.Struct('>IQ').unpack_from
 
 
+def decode_fetch_offset_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
+    v2, = _UNPACK_FROM_I(buf, pos)
+    pos += 4
+    return {'group': v0, 'topic': v1, 'queue_id': v2}, pos
+
+
+def encode_fetch_offset_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'fetch_offset request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['group']
+        v1 = value['topic']
+        v2 = value['queue_id']
+    except KeyError as exc:
+        raise ProtocolError(f'fetch_offset request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+    if type(v2) is not int or not 0 <= v2 <= 4294967295:
+        U32.encode(out, v2)
+    else:
+        out += _PACK_I(v2)
+
+
 def decode_group_join_request(buf, pos):
     end = len(buf)
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -39,7 +88,8 @@ def decode_group_join_request(buf, pos):
     if n == NULL16: v1 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v1 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v1 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 4 > end: need_bytes(buf, pos, 4, 'list<str>')
     n = _UNPACK_FROM_I(buf, pos)[0]
@@ -91,13 +141,15 @@ def decode_group_heartbeat_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 4 > end: need_bytes(buf, pos, 4, 'list<str>')
     n = _UNPACK_FROM_I(buf, pos)[0]
@@ -149,13 +201,15 @@ def decode_group_leave_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'group': v0, 'member_id': v1}, pos
 
@@ -188,13 +242,15 @@ def decode_query_key_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
     v2, = _UNPACK_FROM_I(buf, pos)
@@ -235,7 +291,8 @@ def decode_offset_for_time_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 12 > end: need_bytes(buf, pos, 12, 'offset_for_time request integers')
     v1, v2, = _UNPACK_FROM_IQ(buf, pos)
@@ -266,55 +323,3 @@ def encode_offset_for_time_request(out, value):
         U64.encode(out, v2)
     else:
         out += _PACK_Q(v2)
-
-
-def decode_queue_range_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v1, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    return {'topic': v0, 'queue_id': v1}, pos
-
-
-def encode_queue_range_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'queue_range request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-        v1 = value['queue_id']
-    except KeyError as exc:
-        raise ProtocolError(f'queue_range request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)
-
-
-def decode_stats_request(buf, pos):
-    return {}, pos
-
-
-def encode_stats_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'stats request needs a dict, got {type(value).__name__}')
-
-
-def decode_list_tx_request(buf, pos):
-    return {}, pos
-
-
-def encode_list_tx_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'list_tx request needs a dict, got {type(value).__name__}')

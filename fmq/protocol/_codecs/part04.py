@@ -14,21 +14,70 @@ from fmq.protocol.types import (
     OPT_STR,
     STR,
     U32,
-    U64,
     need_bytes,
-    utf8_text,
 )
 
 _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
-_PACK_Q = _struct.Struct('>Q').pack
 _PACK_i = _struct.Struct('>i').pack
 _PACK_q = _struct.Struct('>q').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
-_UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
-_UNPACK_FROM_QQII = _struct.Struct('>QQII').unpack_from
+_UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_i = _struct.Struct('>i').unpack_from
 _UNPACK_FROM_q = _struct.Struct('>q').unpack_from
+
+
+def decode_queue_range_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
+    v1, = _UNPACK_FROM_I(buf, pos)
+    pos += 4
+    return {'topic': v0, 'queue_id': v1}, pos
+
+
+def encode_queue_range_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'queue_range request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['topic']
+        v1 = value['queue_id']
+    except KeyError as exc:
+        raise ProtocolError(f'queue_range request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is not int or not 0 <= v1 <= 4294967295:
+        U32.encode(out, v1)
+    else:
+        out += _PACK_I(v1)
+
+
+def decode_stats_request(buf, pos):
+    return {}, pos
+
+
+def encode_stats_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'stats request needs a dict, got {type(value).__name__}')
+
+
+def decode_list_tx_request(buf, pos):
+    return {}, pos
+
+
+def encode_list_tx_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'list_tx request needs a dict, got {type(value).__name__}')
 
 
 def decode_resolve_tx_request(buf, pos):
@@ -37,19 +86,22 @@ def decode_resolve_tx_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v2 = utf8_text(buf[pos:pos + n], 'str')
+    try: v2 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'producer_group': v0, 'tx_id': v1, 'decision': v2}, pos
 
@@ -100,7 +152,8 @@ def decode_groups_request(buf, pos):
     if n == NULL16: v0 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v0 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v0 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     return {'group': v0}, pos
 
@@ -146,7 +199,8 @@ def decode_reset_offsets_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -154,7 +208,8 @@ def decode_reset_offsets_request(buf, pos):
     if n == NULL16: v1 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v1 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v1 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 4 > end: need_bytes(buf, pos, 4, 'i32')
     v2, = _UNPACK_FROM_i(buf, pos)
@@ -163,7 +218,8 @@ def decode_reset_offsets_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v3 = utf8_text(buf[pos:pos + n], 'str')
+    try: v3 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 8 > end: need_bytes(buf, pos, 8, 'i64')
     v4, = _UNPACK_FROM_q(buf, pos)
@@ -239,112 +295,3 @@ def encode_repl_ask(out, value):
     except KeyError as exc:
         raise ProtocolError(f'repl_ask is missing field {exc.args[0]!r}') from None
     BOOL.encode(out, v0)
-
-
-def decode_repl_fetch_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 24 > end: need_bytes(buf, pos, 24, 'repl_fetch request integers')
-    v1, v2, v3, v4, = _UNPACK_FROM_QQII(buf, pos)
-    pos += 24
-    if pos == end: v5 = None
-    else: v5, pos = decode_repl_ask(buf, pos)
-    return {'follower': v0, 'epoch': v1, 'from_offset': v2, 'max_bytes': v3, 'wait_ms': v4, 'ask': v5}, pos
-
-
-def encode_repl_fetch_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'repl_fetch request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['follower']
-        v1 = value['epoch']
-        v2 = value['from_offset']
-        v3 = value['max_bytes']
-        v4 = value['wait_ms']
-        v5 = value.get('ask')
-    except KeyError as exc:
-        raise ProtocolError(f'repl_fetch request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
-        U64.encode(out, v1)
-    else:
-        out += _PACK_Q(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-    if type(v3) is not int or not 0 <= v3 <= 4294967295:
-        U32.encode(out, v3)
-    else:
-        out += _PACK_I(v3)
-    if type(v4) is not int or not 0 <= v4 <= 4294967295:
-        U32.encode(out, v4)
-    else:
-        out += _PACK_I(v4)
-    if v5 is not None: encode_repl_ask(out, v5)
-
-
-def decode_epoch_end_request(buf, pos):
-    end = len(buf)
-    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
-    v0, = _UNPACK_FROM_Q(buf, pos)
-    pos += 8
-    return {'epoch': v0}, pos
-
-
-def encode_epoch_end_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'epoch_end request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['epoch']
-    except KeyError as exc:
-        raise ProtocolError(f'epoch_end request is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-
-
-def decode_promote_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    return {'node': v0}, pos
-
-
-def encode_promote_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'promote request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['node']
-    except KeyError as exc:
-        raise ProtocolError(f'promote request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-
-
-def decode_repl_status_request(buf, pos):
-    return {}, pos
-
-
-def encode_repl_status_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'repl_status request needs a dict, got {type(value).__name__}')

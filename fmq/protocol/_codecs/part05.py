@@ -10,9 +10,11 @@ from fmq.protocol._codecs.part01 import (
     decode_message,
     encode_message,
 )
+from fmq.protocol._codecs.part04 import (
+    decode_repl_ask,
+    encode_repl_ask,
+)
 from fmq.protocol.types import (
-    BOOL,
-    BYTES,
     I64,
     STR,
     TEXT,
@@ -20,7 +22,6 @@ from fmq.protocol.types import (
     U32,
     U64,
     need_bytes,
-    utf8_text,
 )
 
 _PACK_B = _struct.Struct('>B').pack
@@ -32,7 +33,120 @@ _UNPACK_FROM_B = _struct.Struct('>B').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_IQq = _struct.Struct('>IQq').unpack_from
+_UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
+_UNPACK_FROM_QQII = _struct.Struct('>QQII').unpack_from
 _UNPACK_FROM_qq = _struct.Struct('>qq').unpack_from
+
+
+def decode_repl_fetch_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 24 > end: need_bytes(buf, pos, 24, 'repl_fetch request integers')
+    v1, v2, v3, v4, = _UNPACK_FROM_QQII(buf, pos)
+    pos += 24
+    if pos == end: v5 = None
+    else: v5, pos = decode_repl_ask(buf, pos)
+    return {'follower': v0, 'epoch': v1, 'from_offset': v2, 'max_bytes': v3, 'wait_ms': v4, 'ask': v5}, pos
+
+
+def encode_repl_fetch_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'repl_fetch request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['follower']
+        v1 = value['epoch']
+        v2 = value['from_offset']
+        v3 = value['max_bytes']
+        v4 = value['wait_ms']
+        v5 = value.get('ask')
+    except KeyError as exc:
+        raise ProtocolError(f'repl_fetch request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
+        U64.encode(out, v1)
+    else:
+        out += _PACK_Q(v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
+    if type(v3) is not int or not 0 <= v3 <= 4294967295:
+        U32.encode(out, v3)
+    else:
+        out += _PACK_I(v3)
+    if type(v4) is not int or not 0 <= v4 <= 4294967295:
+        U32.encode(out, v4)
+    else:
+        out += _PACK_I(v4)
+    if v5 is not None: encode_repl_ask(out, v5)
+
+
+def decode_epoch_end_request(buf, pos):
+    end = len(buf)
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
+    v0, = _UNPACK_FROM_Q(buf, pos)
+    pos += 8
+    return {'epoch': v0}, pos
+
+
+def encode_epoch_end_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'epoch_end request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['epoch']
+    except KeyError as exc:
+        raise ProtocolError(f'epoch_end request is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
+        U64.encode(out, v0)
+    else:
+        out += _PACK_Q(v0)
+
+
+def decode_promote_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'node': v0}, pos
+
+
+def encode_promote_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'promote request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['node']
+    except KeyError as exc:
+        raise ProtocolError(f'promote request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+
+
+def decode_repl_status_request(buf, pos):
+    return {}, pos
+
+
+def encode_repl_status_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'repl_status request needs a dict, got {type(value).__name__}')
 
 
 def decode_send_at_request(buf, pos):
@@ -70,13 +184,15 @@ def decode_nack_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 20 > end: need_bytes(buf, pos, 20, 'nack request integers')
     v2, v3, v4, = _UNPACK_FROM_IQq(buf, pos)
@@ -127,7 +243,8 @@ def decode_dlq_redrive_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
     v1, = _UNPACK_FROM_I(buf, pos)
@@ -164,7 +281,8 @@ def decode_hello_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'protocol_version': v0, 'client': v1}, pos
 
@@ -195,13 +313,15 @@ def decode_auth_start_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
     n = _UNPACK_FROM_I(buf, pos)[0]
     pos += 4
     if pos + n > end: need_bytes(buf, pos, n, 'text')
-    v1 = utf8_text(buf[pos:pos + n], 'text')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
     pos += n
     return {'mechanism': v0, 'message': v1}, pos
 
@@ -226,132 +346,3 @@ def encode_auth_start_request(out, value):
         out += raw
     else:
         TEXT.encode(out, v1)
-
-
-def decode_auth_finish_request(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    v0 = utf8_text(buf[pos:pos + n], 'text')
-    pos += n
-    return {'message': v0}, pos
-
-
-def encode_auth_finish_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'auth_finish request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['message']
-    except KeyError as exc:
-        raise ProtocolError(f'auth_finish request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
-
-
-def decode_user_put_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v1 = buf[pos]
-    pos += 1
-    if v1 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v1}')
-    v1 = v1 == 1
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
-    v2 = bytes(buf[pos:pos + n])
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v3, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
-    v4 = bytes(buf[pos:pos + n])
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
-    v5 = bytes(buf[pos:pos + n])
-    pos += n
-    return {'user': v0, 'create': v1, 'salt': v2, 'iterations': v3, 'stored_key': v4, 'server_key': v5}, pos
-
-
-def encode_user_put_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'user_put request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['user']
-        v1 = value['create']
-        v2 = value['salt']
-        v3 = value['iterations']
-        v4 = value['stored_key']
-        v5 = value['server_key']
-    except KeyError as exc:
-        raise ProtocolError(f'user_put request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    BOOL.encode(out, v1)
-    if type(v2) is bytes and len(v2) <= 0xFFFFFFFF:
-        out += _PACK_I(len(v2))
-        out += v2
-    else:
-        BYTES.encode(out, v2)
-    if type(v3) is not int or not 0 <= v3 <= 4294967295:
-        U32.encode(out, v3)
-    else:
-        out += _PACK_I(v3)
-    if type(v4) is bytes and len(v4) <= 0xFFFFFFFF:
-        out += _PACK_I(len(v4))
-        out += v4
-    else:
-        BYTES.encode(out, v4)
-    if type(v5) is bytes and len(v5) <= 0xFFFFFFFF:
-        out += _PACK_I(len(v5))
-        out += v5
-    else:
-        BYTES.encode(out, v5)
-
-
-def decode_user_remove_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    return {'user': v0}, pos
-
-
-def encode_user_remove_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'user_remove request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['user']
-    except KeyError as exc:
-        raise ProtocolError(f'user_remove request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)

@@ -8,20 +8,151 @@ from fmq.errors import (
 )
 from fmq.protocol.types import (
     BOOL,
-    I32,
-    I64,
+    BYTES,
     NULL16,
     OPT_STR,
     STR,
+    TEXT,
+    U32,
     need_bytes,
-    utf8_text,
 )
 
 _PACK_H = _struct.Struct('>H').pack
-_PACK_i = _struct.Struct('>i').pack
-_PACK_q = _struct.Struct('>q').pack
+_PACK_I = _struct.Struct('>I').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
-_UNPACK_FROM_iqqq = _struct.Struct('>iqqq').unpack_from
+_UNPACK_FROM_I = _struct.Struct('>I').unpack_from
+
+
+def decode_auth_finish_request(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'message': v0}, pos
+
+
+def encode_auth_finish_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'auth_finish request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['message']
+    except KeyError as exc:
+        raise ProtocolError(f'auth_finish request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_user_put_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v1 = buf[pos]
+    pos += 1
+    if v1 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v1}')
+    v1 = v1 == 1
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v2 = bytes(buf[pos:pos + n])
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
+    v3, = _UNPACK_FROM_I(buf, pos)
+    pos += 4
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v4 = bytes(buf[pos:pos + n])
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v5 = bytes(buf[pos:pos + n])
+    pos += n
+    return {'user': v0, 'create': v1, 'salt': v2, 'iterations': v3, 'stored_key': v4, 'server_key': v5}, pos
+
+
+def encode_user_put_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'user_put request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['user']
+        v1 = value['create']
+        v2 = value['salt']
+        v3 = value['iterations']
+        v4 = value['stored_key']
+        v5 = value['server_key']
+    except KeyError as exc:
+        raise ProtocolError(f'user_put request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    BOOL.encode(out, v1)
+    if type(v2) is bytes and len(v2) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v2))
+        out += v2
+    else:
+        BYTES.encode(out, v2)
+    if type(v3) is not int or not 0 <= v3 <= 4294967295:
+        U32.encode(out, v3)
+    else:
+        out += _PACK_I(v3)
+    if type(v4) is bytes and len(v4) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v4))
+        out += v4
+    else:
+        BYTES.encode(out, v4)
+    if type(v5) is bytes and len(v5) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v5))
+        out += v5
+    else:
+        BYTES.encode(out, v5)
+
+
+def decode_user_remove_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'user': v0}, pos
+
+
+def encode_user_remove_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'user_remove request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['user']
+    except KeyError as exc:
+        raise ProtocolError(f'user_remove request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
 
 
 def decode_user_list_request(buf, pos):
@@ -39,13 +170,15 @@ def decode_acl_add_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -53,7 +186,8 @@ def decode_acl_add_request(buf, pos):
     if n == NULL16: v2 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v2 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v2 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
     v3 = buf[pos]
@@ -64,7 +198,8 @@ def decode_acl_add_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v4 = utf8_text(buf[pos:pos + n], 'str')
+    try: v4 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
     v5 = buf[pos]
@@ -120,13 +255,15 @@ def decode_acl_remove_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v1 = utf8_text(buf[pos:pos + n], 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -134,7 +271,8 @@ def decode_acl_remove_request(buf, pos):
     if n == NULL16: v2 = None
     else:
         if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v2 = utf8_text(buf[pos:pos + n], 'optstr')
+        try: v2 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
         pos += n
     if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
     v3 = buf[pos]
@@ -145,7 +283,8 @@ def decode_acl_remove_request(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v4 = utf8_text(buf[pos:pos + n], 'str')
+    try: v4 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
     v5 = buf[pos]
@@ -202,141 +341,3 @@ def decode_acl_list_request(buf, pos):
 def encode_acl_list_request(out, value):
     if not isinstance(value, dict):
         raise ProtocolError(f'acl_list request needs a dict, got {type(value).__name__}')
-
-
-def decode_topic_settings(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 28 > end: need_bytes(buf, pos, 28, 'topic_settings integers')
-    v1, v2, v3, v4, = _UNPACK_FROM_iqqq(buf, pos)
-    pos += 28
-    return {'name': v0, 'queues': v1, 'retention_ms': v2, 'retention_bytes': v3, 'max_message_size': v4}, pos
-
-
-def encode_topic_settings(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'topic_settings needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['name']
-        v1 = value['queues']
-        v2 = value['retention_ms']
-        v3 = value['retention_bytes']
-        v4 = value['max_message_size']
-    except KeyError as exc:
-        raise ProtocolError(f'topic_settings is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not -2147483648 <= v1 <= 2147483647:
-        I32.encode(out, v1)
-    else:
-        out += _PACK_i(v1)
-    if type(v2) is not int or not -9223372036854775808 <= v2 <= 9223372036854775807:
-        I64.encode(out, v2)
-    else:
-        out += _PACK_q(v2)
-    if type(v3) is not int or not -9223372036854775808 <= v3 <= 9223372036854775807:
-        I64.encode(out, v3)
-    else:
-        out += _PACK_q(v3)
-    if type(v4) is not int or not -9223372036854775808 <= v4 <= 9223372036854775807:
-        I64.encode(out, v4)
-    else:
-        out += _PACK_q(v4)
-
-
-def decode_topic_create_request(buf, pos):
-    v0, pos = decode_topic_settings(buf, pos)
-    return {'settings': v0}, pos
-
-
-def encode_topic_create_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'topic_create request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['settings']
-    except KeyError as exc:
-        raise ProtocolError(f'topic_create request is missing field {exc.args[0]!r}') from None
-    encode_topic_settings(out, v0)
-
-
-def decode_topic_alter_request(buf, pos):
-    v0, pos = decode_topic_settings(buf, pos)
-    return {'settings': v0}, pos
-
-
-def encode_topic_alter_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'topic_alter request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['settings']
-    except KeyError as exc:
-        raise ProtocolError(f'topic_alter request is missing field {exc.args[0]!r}') from None
-    encode_topic_settings(out, v0)
-
-
-def decode_topic_describe_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    return {'topic': v0}, pos
-
-
-def encode_topic_describe_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'topic_describe request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-    except KeyError as exc:
-        raise ProtocolError(f'topic_describe request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-
-
-def decode_topic_delete_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v1 = buf[pos]
-    pos += 1
-    if v1 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v1}')
-    v1 = v1 == 1
-    return {'topic': v0, 'force': v1}, pos
-
-
-def encode_topic_delete_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'topic_delete request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-        v1 = value['force']
-    except KeyError as exc:
-        raise ProtocolError(f'topic_delete request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    BOOL.encode(out, v1)

@@ -7,10 +7,9 @@ from fmq.errors import (
     ProtocolError,
 )
 from fmq.protocol.types import (
-    BYTES,
-    NULL16,
-    OPT_STR,
-    PROPS,
+    BOOL,
+    I32,
+    I64,
     STR,
     U8,
     U16,
@@ -18,18 +17,160 @@ from fmq.protocol.types import (
     U64,
     Encoded,
     need_bytes,
-    utf8_text,
 )
 
 _PACK_B = _struct.Struct('>B').pack
 _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
 _PACK_Q = _struct.Struct('>Q').pack
+_PACK_i = _struct.Struct('>i').pack
+_PACK_q = _struct.Struct('>q').pack
 _UNPACK_FROM_BHII = _struct.Struct('>BHII').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
-_UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
 _UNPACK_FROM_QIQ = _struct.Struct('>QIQ').unpack_from
+_UNPACK_FROM_iqqq = _struct.Struct('>iqqq').unpack_from
+
+
+def decode_topic_settings(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 28 > end: need_bytes(buf, pos, 28, 'topic_settings integers')
+    v1, v2, v3, v4, = _UNPACK_FROM_iqqq(buf, pos)
+    pos += 28
+    return {'name': v0, 'queues': v1, 'retention_ms': v2, 'retention_bytes': v3, 'max_message_size': v4}, pos
+
+
+def encode_topic_settings(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_settings needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['name']
+        v1 = value['queues']
+        v2 = value['retention_ms']
+        v3 = value['retention_bytes']
+        v4 = value['max_message_size']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_settings is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is not int or not -2147483648 <= v1 <= 2147483647:
+        I32.encode(out, v1)
+    else:
+        out += _PACK_i(v1)
+    if type(v2) is not int or not -9223372036854775808 <= v2 <= 9223372036854775807:
+        I64.encode(out, v2)
+    else:
+        out += _PACK_q(v2)
+    if type(v3) is not int or not -9223372036854775808 <= v3 <= 9223372036854775807:
+        I64.encode(out, v3)
+    else:
+        out += _PACK_q(v3)
+    if type(v4) is not int or not -9223372036854775808 <= v4 <= 9223372036854775807:
+        I64.encode(out, v4)
+    else:
+        out += _PACK_q(v4)
+
+
+def decode_topic_create_request(buf, pos):
+    v0, pos = decode_topic_settings(buf, pos)
+    return {'settings': v0}, pos
+
+
+def encode_topic_create_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_create request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['settings']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_create request is missing field {exc.args[0]!r}') from None
+    encode_topic_settings(out, v0)
+
+
+def decode_topic_alter_request(buf, pos):
+    v0, pos = decode_topic_settings(buf, pos)
+    return {'settings': v0}, pos
+
+
+def encode_topic_alter_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_alter request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['settings']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_alter request is missing field {exc.args[0]!r}') from None
+    encode_topic_settings(out, v0)
+
+
+def decode_topic_describe_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'topic': v0}, pos
+
+
+def encode_topic_describe_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_describe request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['topic']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_describe request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+
+
+def decode_topic_delete_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v1 = buf[pos]
+    pos += 1
+    if v1 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v1}')
+    v1 = v1 == 1
+    return {'topic': v0, 'force': v1}, pos
+
+
+def encode_topic_delete_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_delete request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['topic']
+        v1 = value['force']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_delete request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    BOOL.encode(out, v1)
 
 
 def decode_topic_list_request(buf, pos):
@@ -47,7 +188,8 @@ def decode_ping_response(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     if pos + 11 > end: need_bytes(buf, pos, 11, 'ping response integers')
     v1, v2, v3, v4, = _UNPACK_FROM_BHII(buf, pos)
@@ -174,7 +316,8 @@ def decode_prepare_response(buf, pos):
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
     return {'tx_id': v0}, pos
 
@@ -192,142 +335,3 @@ def encode_prepare_response(out, value):
         out += raw
     else:
         STR.encode(out, v0)
-
-
-def decode_commit_response(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    return {'state': v0}, pos
-
-
-def encode_commit_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'commit response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['state']
-    except KeyError as exc:
-        raise ProtocolError(f'commit response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-
-
-def decode_rollback_response(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    return {'state': v0}, pos
-
-
-def encode_rollback_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'rollback response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['state']
-    except KeyError as exc:
-        raise ProtocolError(f'rollback response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-
-
-def decode_uncertain_message(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    v0 = utf8_text(buf[pos:pos + n], 'str')
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v1, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if n == NULL16: v2 = None
-    else:
-        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v2 = utf8_text(buf[pos:pos + n], 'optstr')
-        pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if n == NULL16: v3 = None
-    else:
-        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        v3 = utf8_text(buf[pos:pos + n], 'optstr')
-        pos += n
-    v4, pos = PROPS.decode(buf, pos)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
-    v5 = bytes(buf[pos:pos + n])
-    pos += n
-    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
-    v6, = _UNPACK_FROM_Q(buf, pos)
-    pos += 8
-    return {'topic': v0, 'queue_id': v1, 'key': v2, 'tags': v3, 'properties': v4, 'body': v5, 'offset': v6}, pos
-
-
-def encode_uncertain_message(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'uncertain_message needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-        v1 = value['queue_id']
-        v2 = value['key']
-        v3 = value['tags']
-        v4 = value['properties']
-        v5 = value['body']
-        v6 = value['offset']
-    except KeyError as exc:
-        raise ProtocolError(f'uncertain_message is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)
-    if type(v2) is str and len(v2) <= 16383:
-        raw = v2.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        OPT_STR.encode(out, v2)
-    if type(v3) is str and len(v3) <= 16383:
-        raw = v3.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        OPT_STR.encode(out, v3)
-    PROPS.encode(out, v4)
-    if type(v5) is bytes and len(v5) <= 0xFFFFFFFF:
-        out += _PACK_I(len(v5))
-        out += v5
-    else:
-        BYTES.encode(out, v5)
-    if type(v6) is not int or not 0 <= v6 <= 18446744073709551615:
-        U64.encode(out, v6)
-    else:
-        out += _PACK_Q(v6)

@@ -1,0 +1,148 @@
+"""Frame splitting: the length prefix, the fixed header, and the incremental parser that
+cuts a byte stream into frames. frame.py has the layout and the payload codecs.
+
+This module is the pure-Python reference of ``fmq.protocol._frame_c``, its compiled twin
+(the same source compiled by Cython, setup.py): the per-request split on every
+connection's receive path. ``fmq.protocol.frame`` chooses one (``fmq.native.load``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from fmq.errors import ProtocolError
+
+PROTOCOL_VERSION = 1
+LENGTH = struct.Struct(">I")
+HEADER = struct.Struct(">BBHQ")  # version, opcode, flags, request id
+HEADER_SIZE = HEADER.size  # 12: the smallest legal value of the length field
+PREFIX_SIZE = LENGTH.size  # 4
+
+FLAG_RESPONSE = 0x1
+FLAG_ERROR = 0x2
+KNOWN_FLAGS = FLAG_RESPONSE | FLAG_ERROR
+
+#: Default largest frame (length field value) a peer accepts.
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+
+
+class Frame:
+    """One received frame: the header's fields and the payload (a view of the received
+    bytes, valid while the frame is referenced)."""
+
+    __slots__ = ("version", "opcode", "flags", "request_id", "payload")
+
+    def __init__(self, version: int, opcode: int, flags: int, request_id: int,
+                 payload: bytes | memoryview) -> None:
+        self.version = version
+        self.opcode = opcode
+        self.flags = flags
+        self.request_id = request_id
+        self.payload = payload
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flags & FLAG_RESPONSE)
+
+    @property
+    def is_error(self) -> bool:
+        return bool(self.flags & FLAG_ERROR)
+
+    def __repr__(self) -> str:
+        return (f"Frame(version={self.version}, opcode={self.opcode}, flags={self.flags}, "
+                f"request_id={self.request_id}, payload={len(self.payload)} bytes)")
+
+
+class FrameTooLarge(ProtocolError):
+    """The length field announces more than the receiver accepts (its max frame size)."""
+
+
+def frame_length(prefix: bytes | memoryview, max_frame: int) -> int:
+    """The length field of a frame (bytes that follow the prefix), checked against
+    ``max_frame`` and the header size before anything is read or allocated."""
+    (n,) = LENGTH.unpack_from(prefix, 0)
+    if n < HEADER_SIZE:
+        raise ProtocolError(f"frame length {n} is shorter than the {HEADER_SIZE}-byte header")
+    if n > max_frame:
+        # The frame may hold one message or a batch: say what to do about each. A single
+        # message this large is over max_message_size too (that limit stays below this).
+        raise FrameTooLarge(f"frame of {n} bytes exceeds the limit of {max_frame} bytes "
+                            f"(max_frame_size): a single message must fit max_message_size, "
+                            f"so send a smaller body; a batch must be split into smaller "
+                            f"batches")
+    return n
+
+
+def parse_frame(body: bytes | memoryview) -> Frame:
+    """Split the bytes after the length prefix into header fields and payload."""
+    if len(body) < HEADER_SIZE:
+        raise ProtocolError(f"frame of {len(body)} bytes is shorter than the header")
+    version, opcode, flags, request_id = HEADER.unpack_from(body, 0)
+    if flags & ~KNOWN_FLAGS:
+        raise ProtocolError(f"unknown frame flags 0x{flags:04x}")
+    return Frame(version, opcode, flags, request_id, memoryview(body)[HEADER_SIZE:])
+
+
+class FrameDecoder:
+    """Incremental parser: feed received bytes, get whole frames. Raises ProtocolError on a
+    bad length (the stream cannot be resynchronised after that: close it).
+
+    ``admit``, when given to :meth:`feed`, is asked once per frame, with the frame's length
+    field, as soon as that is known: a receiver with a memory budget refuses (False) until it
+    has room, then feeds again (empty data is fine) and admits it."""
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._buf = bytearray()  # an incomplete frame's bytes
+        self._wanted = PREFIX_SIZE  # bytes _buf must hold before a frame can complete
+        self._head_admitted = False
+
+    def feed(self, data: bytes, admit: Callable[[int], bool] | None = None) -> list[Frame]:
+        buf = self._buf
+        if buf:
+            buf += data
+            if len(buf) < self._wanted:  # a large frame arriving in pieces: no copy yet
+                return []
+            src = bytes(buf)
+            buf.clear()
+        else:
+            # Frames are parsed in place: their payloads are views of these bytes (one
+            # copy less per request), so they must not change under us.
+            src = data if type(data) is bytes else bytes(data)
+        view = memoryview(src)
+        end = len(src)
+        frames = []
+        pos = 0
+        incomplete = 0  # the length of a frame whose bytes have not all arrived
+        while end - pos >= PREFIX_SIZE:
+            n = frame_length(view[pos:pos + PREFIX_SIZE], self.max_frame)
+            if admit is not None and not self._head_admitted:
+                if not admit(n):
+                    break
+                self._head_admitted = True
+            start = pos + PREFIX_SIZE
+            if end - start < n:
+                incomplete = n
+                break
+            self._head_admitted = False
+            frames.append(parse_frame(view[start:start + n]))
+            pos = start + n
+        if pos < end:
+            self._buf += view[pos:]
+            self._wanted = PREFIX_SIZE + incomplete if incomplete else PREFIX_SIZE
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def discard(self) -> int:
+        """Drop the bytes of an incomplete frame (nobody will send the rest: its connection
+        ended); returns how many there were. A new, empty buffer takes the old one's place,
+        so its memory is freed now, whoever still refers to this decoder."""
+        dropped = len(self._buf)
+        self._buf = bytearray()
+        self._wanted = PREFIX_SIZE
+        self._head_admitted = False
+        return dropped

@@ -1,0 +1,99 @@
+"""The compiled frame splitter (``fmq.protocol._frame_c``) against ``fmq.protocol.framing``,
+the pure module it is compiled from: the same frames from the same byte stream however it is
+cut, the same error (type and message) for a bad length, bad flags, a short header or a
+wrong type, and the same bytes left buffered."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fmq.protocol import framing as pure
+from tests.native.twins import compiled, outcome
+
+WRONG = [None, 0, "text", ["x"], 1.5, object()]
+
+
+@pytest.fixture(scope="module")
+def fast():
+    return compiled("fmq.protocol._frame_c")
+
+
+def _frames(result: tuple) -> tuple:
+    if result[0] == "raised":
+        return result
+    return ("value", [(f.version, f.opcode, f.flags, f.request_id, bytes(f.payload),
+                       f.is_response, f.is_error, repr(f)) for f in result[1]])
+
+
+@st.composite
+def streams(draw) -> bytes:
+    """Frames back to back, some with a damaged length or flags, or random bytes."""
+    out = bytearray()
+    for _ in range(draw(st.integers(0, 5))):
+        payload = draw(st.binary(max_size=64))
+        length = 12 + len(payload)
+        damage = draw(st.sampled_from(["none", "none", "none", "length", "flags", "short"]))
+        flags = draw(st.integers(0, 3))
+        if damage == "length":
+            length = draw(st.integers(0, 2**32 - 1))
+        elif damage == "flags":
+            flags = draw(st.integers(4, 0xFFFF))
+        elif damage == "short":
+            length = draw(st.integers(0, 11))
+        out += struct.pack(">IBBHQ", length, draw(st.integers(0, 255)),
+                           draw(st.integers(0, 255)), flags, draw(st.integers(0, 2**64 - 1)))
+        out += payload
+    if draw(st.booleans()):
+        out += draw(st.binary(max_size=40))
+    return bytes(out)
+
+
+@settings(max_examples=400, deadline=None)
+@given(stream=streams(), data=st.data())
+def test_decoder_splits_alike(fast, stream: bytes, data) -> None:
+    max_frame = data.draw(st.sampled_from([pure.DEFAULT_MAX_FRAME, 12, 40, 2**32]))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    as_type = data.draw(st.sampled_from([bytes, bytearray, memoryview]))
+    admit_budget = data.draw(st.none() | st.integers(0, 200))
+    decoders = [pure.FrameDecoder(max_frame), fast.FrameDecoder(max_frame)]
+    budgets = [admit_budget, admit_budget]
+    results: list[list] = [[], []]
+    for lo, hi in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        for i, decoder in enumerate(decoders):
+            admit = None
+            if budgets[i] is not None:
+                def admit(n, i=i):  # a receiver with a memory budget: refuses past it
+                    return n <= budgets[i]
+            got = _frames(outcome(decoder.feed, as_type(stream[lo:hi]), admit))
+            results[i].append((got, decoder.buffered))
+    assert results[1] == results[0]
+    assert decoders[1].discard() == decoders[0].discard()
+
+
+@settings(max_examples=300, deadline=None)
+@given(prefix=st.binary(max_size=6), max_frame=st.integers(-1, 2**33), body=st.binary(max_size=30))
+def test_length_and_header_alike(fast, prefix: bytes, max_frame: int, body: bytes) -> None:
+    assert outcome(fast.frame_length, prefix, max_frame) == outcome(pure.frame_length, prefix, max_frame)
+    got = outcome(fast.parse_frame, body)
+    want = outcome(pure.parse_frame, body)
+    assert _frames((got[0], [got[1]]) if got[0] == "value" else got) == _frames(
+        (want[0], [want[1]]) if want[0] == "value" else want)
+
+
+def test_wrong_types_fail_alike(fast) -> None:
+    for value in WRONG:
+        assert outcome(fast.FrameDecoder().feed, value) == outcome(pure.FrameDecoder().feed, value)
+        assert outcome(fast.parse_frame, value) == outcome(pure.parse_frame, value)
+        assert outcome(fast.frame_length, value, 100) == outcome(pure.frame_length, value, 100)
+        assert outcome(fast.frame_length, b"\0\0\0\x20", value) == outcome(
+            pure.frame_length, b"\0\0\0\x20", value)
+    assert issubclass(fast.FrameTooLarge, pure.ProtocolError)
+
+
+def test_the_compiled_module_is_compiled(fast) -> None:
+    assert fast.__file__.endswith((".so", ".pyd")) and type(fast.parse_frame).__name__ == (
+        "cython_function_or_method")
