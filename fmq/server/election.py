@@ -26,6 +26,7 @@ from fmq.coordination.lease import LeaderLease
 from fmq.errors import CoordinatorUnavailable
 from fmq.server.config import ServerConfig
 from fmq.server.replica_role import UNKNOWN_PRIMARY, ReplicationRole, RoleChange
+from fmq.threadname import name_os_thread
 
 logger = logging.getLogger("fmq.election")
 
@@ -92,6 +93,7 @@ class Elector:
     # ------------------------------------------------------------------ the thread
 
     def _run(self) -> None:
+        name_os_thread()
         while not self._stop.wait(self.tick_s):
             try:
                 with self._lock:
