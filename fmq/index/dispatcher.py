@@ -12,6 +12,13 @@ terms, timer changes):
 * **hand-off** (normal): the log calls :meth:`Dispatcher.on_append` for every record it
   appends, under its lock, so entries queue up in log order; once a flush covers them they
   are applied. This saves reading and decoding every record a second time.
+  Once a flush covers them they are applied by the dispatcher's thread, or, for a flush
+  led by a thread that said it would index itself (:meth:`Dispatcher.indexing_here`: the
+  server's acknowledger, whose event loop then calls :meth:`Dispatcher.apply_flushed`), in
+  the caller's thread: then the flush wakes no index thread at all, and no thread competes
+  with the event loop for the interpreter lock over the index writes (two Python threads
+  take turns on that lock at every system call either makes, which cost more in futex
+  calls and context switches than the index writes themselves).
 * **tailing** (fallback): when the backlog exceeds ``max_pending`` entries (the index cannot
   keep up), the hand-off queue is dropped and the dispatcher reads the flushed log from its
   applied offset instead, through :class:`~fmq.log.scanner.LogScanner`, then switches back.
@@ -32,7 +39,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from fmq.errors import BadRecord
 from fmq.index.entries import IndexItem, Mark, QueueEntry, TimerChange, index_items, sort_items
@@ -64,7 +72,11 @@ class Dispatcher:
         self.batch = batch
         self.max_record_size = max_record_size
         self._applied = start_offset
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # the applied offset moved, or an error
+        #: The thread's wake-ups (a flush, a hurry, stop), on ``_cond``'s lock: an index
+        #: write wakes the waiters for the applied offset (``_cond``), never the thread.
+        self._work = threading.Condition(self._lock)
         self._target = start_offset
         self._stop = False
         self._hurry = False  # someone waits to read what is flushed: skip the linger
@@ -80,6 +92,9 @@ class Dispatcher:
         #: consumable: the server wakes those queues' pull long polls then, when they can
         #: read what woke them (a follower's copied records too).
         self.on_applied: Callable[[set[tuple[str, int]]], None] | None = None
+        #: Held while applying, by the thread or by an :meth:`apply_flushed` caller.
+        self._dispatching = threading.Lock()
+        self._local = threading.local()  # .here: this thread's flushes index in this thread
         self._thread = threading.Thread(target=self._run, name="fmq-dispatcher", daemon=True)
 
     def start(self) -> None:
@@ -90,11 +105,52 @@ class Dispatcher:
         return self._applied
 
     def notify_flushed(self, offset: int) -> None:
-        """The log calls this after each flush (log.on_flushed)."""
+        """The log calls this after each flush (log.on_flushed), in the thread that led it."""
         with self._cond:
             if offset > self._target:
                 self._target = offset
-                self._cond.notify_all()
+                if not getattr(self._local, "here", False):
+                    self._work.notify()
+
+    @contextmanager
+    def indexing_here(self) -> Iterator[None]:
+        """Within: flushes the calling thread leads do not wake the dispatcher's thread; the
+        caller promises to call :meth:`apply_flushed` (in any thread) once it returns."""
+        self._local.here = True
+        try:
+            yield
+        finally:
+            self._local.here = False
+
+    def apply_flushed(self) -> None:
+        """Apply what is flushed in the calling thread, from the hand-off queue. When the
+        dispatcher's thread is applying, or the hand-off queue cannot serve (catching up
+        from the log, retrying after a failed write, stopping), wake the thread instead."""
+        if not self._dispatching.acquire(blocking=False):
+            self._wake()
+            return
+        try:
+            target = self._target
+            if target <= self._applied:
+                return
+            if (self._stop or self.failing is not None or self.error is not None
+                    or not self._accepting or self._applied < self._file_until):
+                self._wake()
+                return
+            try:
+                self._dispatch(target)
+            except BaseException as exc:  # noqa: BLE001 - the thread's policy handles it
+                # The failed batch was taken from the hand-off queue: the thread reads the
+                # log from the applied offset instead, and retries or stops as it would.
+                log.debug("index write in the caller failed (%s); the dispatcher retries", exc)
+                self._read_log_from_applied()
+                self._wake()
+        finally:
+            self._dispatching.release()
+
+    def _wake(self) -> None:
+        with self._work:
+            self._work.notify()
 
     def on_append(self, record: Record) -> None:
         """The log calls this for every appended record, with the log lock held."""
@@ -115,9 +171,9 @@ class Dispatcher:
     def hurry(self) -> None:
         """Apply what is flushed without lingering: a caller (an offset commit) answers
         only once the index has it."""
-        with self._cond:
+        with self._work:
             self._hurry = True
-            self._cond.notify_all()
+            self._work.notify()
 
     def wait_applied(self, offset: int, timeout: float | None = None) -> bool:
         """Block until the index covers the log below ``offset``."""
@@ -131,22 +187,24 @@ class Dispatcher:
         try:
             delay = self.retry_initial
             while True:
-                with self._cond:
+                with self._work:
                     while self._target <= self._applied and not self._stop:
-                        self._cond.wait()
+                        self._work.wait()
                     if self._stop and self._target <= self._applied:
                         return
                 if self.linger and not self._stop and self.failing is None:
                     # Gather a few flushes per LMDB transaction: each one applied alone
                     # costs the writers more in GIL hand-offs than it costs consumers to
                     # see messages a millisecond later.
-                    with self._cond:
-                        self._cond.wait_for(lambda: self._hurry or self._stop, self.linger)
+                    with self._work:
+                        self._work.wait_for(lambda: self._hurry or self._stop, self.linger)
                 with self._cond:
                     self._hurry = False
                     target = self._target
                 try:
-                    self._dispatch(target)
+                    with self._dispatching:
+                        if target > self._applied:  # else an apply_flushed caller did it
+                            self._dispatch(target)
                 except BaseException as exc:
                     if not is_transient(exc):
                         raise
@@ -172,8 +230,8 @@ class Dispatcher:
             return False
         self._note_failure(exc, delay)  # from now on the broker refuses new messages
         self._read_log_from_applied()
-        with self._cond:
-            self._cond.wait_for(lambda: self._stop, delay)
+        with self._work:
+            self._work.wait_for(lambda: self._stop, delay)
         return True
 
     def _read_log_from_applied(self) -> None:
@@ -288,5 +346,6 @@ class Dispatcher:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+            self._work.notify()
         if self._thread.is_alive():
             self._thread.join()

@@ -6,6 +6,11 @@ the log together, and one thread acknowledges them flush by flush.
   without waiting for the disk.
 * The *acknowledger* thread waits until the group commit covers what was placed and hands
   every batch that flush covered back to the event loop in one call.
+* The event loop answers them and then, in the same turn's queue, indexes what the flush
+  covered (:meth:`Broker.index_flushed`): a flush the acknowledger leads wakes no index
+  thread, so the only thread besides the loop that runs per flush is the acknowledger, once.
+  (In ``sync`` acknowledgement the answer waits for the followers: the index thread indexes
+  as soon as the flush is local, as before.)
 
 Placing is pure Python work: in another thread it would only contend for the interpreter
 lock with the event loop (a placer thread cost more in lock hand-offs than it saved). The
@@ -210,8 +215,9 @@ class SendBatcher:
                     self._acker_waiting = False
                 end = placed[-1].end
             failure: BaseException | None = None
+            index_later = self._replicated is None
             try:
-                self.broker.wait_durable(end)
+                self.broker.wait_durable(end, index_later=index_later)
             except BaseException as exc:  # noqa: BLE001 - a failed fsync fails these requests
                 failure = exc
             with self._placed_cond:
@@ -221,14 +227,24 @@ class SendBatcher:
             if self._replicated is not None and failure is None:
                 self._replicated.put(end, done)
             else:
-                self._hand_back(done, failure)
+                self._hand_back(done, failure, index=index_later)
 
     def _hand_back(self, done: list[Placed], failure: BaseException | None,
-                   durable: bool = False) -> None:
+                   durable: bool = False, index: bool = False) -> None:
+        """One event-loop wake-up for everything a flush covered; ``index``: the flush
+        left indexing it to the loop (:meth:`Broker.wait_durable`'s ``index_later``)."""
         try:
-            self.loop.call_soon_threadsafe(answer_placed, done, failure, durable)
+            self.loop.call_soon_threadsafe(self._answer, done, failure, durable, index)
         except RuntimeError:  # the loop is closed: a shutdown abandoned these requests
-            pass
+            if index:
+                self.broker.index_flushed()
+
+    def _answer(self, done: list[Placed], failure: BaseException | None, durable: bool,
+                index: bool) -> None:
+        answer_placed(done, failure, durable)
+        if index:
+            # Queued behind the answers' callbacks: the acknowledgements go out first.
+            self.loop.call_soon(self.broker.index_flushed)
 
 
 class ReplicaStage:
