@@ -8,9 +8,12 @@ The load is ``fmq bench produce`` (64 producers, 1 KiB, one message in flight ea
 ``--warmup + --seconds (+ --seconds with strace)``; messages are counted by the server (the
 topic's next offsets) at both ends of each window.
 
-Run::
+With ``--old DIR`` (an older checkout: ``git worktree add /tmp/old REV``) each round runs
+a fresh server of each checkout, alternating which goes first, and the medians of the rounds
+are printed side by side. Run::
 
     python bench/threads_profile.py [--seconds 5] [--producers 64] [--no-strace]
+    python bench/threads_profile.py --old /tmp/old --rounds 5
     python bench/threads_profile.py --server 127.0.0.1:9876 --pid PID   # a running server
 """
 
@@ -21,14 +24,19 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 
-from bench_network import free_port, start_server
+from ab_rounds import alternate, fmq_command, scratch, trees
+from bench_network import free_port
 
+from fmq.client import Client
+from fmq.errors import FMQError
 from fmq.loadgen import BenchSpec, run_bench
 from fmq.loadgen.probe import ServerProbe
 
@@ -202,8 +210,64 @@ def print_threads(threads: dict) -> None:
               f"{t['voluntary_cs']:.3f} | {t['involuntary_cs']:.3f} |")
 
 
+def start_tree_server(tree: str, data_dir: str, port: int) -> subprocess.Popen:
+    """``fmq server`` of checkout ``tree`` on 127.0.0.1:``port``, once it answers a ping."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    with open(os.path.join(os.path.dirname(data_dir), "server.log"), "a") as log:
+        proc = subprocess.Popen([*fmq_command(tree), "server", "--data-dir", data_dir,
+                                 "--port", str(port), "--log-level", "WARNING"],
+                                env=env, stdout=log, stderr=log)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with Client(f"127.0.0.1:{port}", retries=0, connect_timeout=0.5) as c:
+                c.ping()
+            return proc
+        except FMQError:
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"the server of {tree} did not start")
+
+
+def one_round(tree: str, args: argparse.Namespace) -> dict:
+    with scratch("fmq-threads-") as tmp:
+        port = free_port()
+        server = start_tree_server(tree, os.path.join(tmp, "data"), port)
+        try:
+            return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
+                           args.warmup, not args.no_strace,
+                           f"threads-{os.getpid()}-{int(time.time())}")
+        finally:
+            server.terminate()
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def medians(rounds: list[dict]) -> dict:
+    """The median of every figure over ``rounds``, per thread group too."""
+    out: dict = {}
+    for key in ("messages", "seconds", "msgs_per_s", "user_us", "system_us", "voluntary_cs",
+                "involuntary_cs", "msgs_per_flush"):
+        if all(key in r for r in rounds):
+            out[key] = statistics.median(r[key] for r in rounds)
+    futex = [r["futex_per_msg"] for r in rounds if r.get("futex_per_msg") is not None]
+    out["futex_per_msg"] = statistics.median(futex) if futex else None
+    names = {name for r in rounds for name in r["threads"]}
+    out["threads"] = {
+        name: {k: statistics.median(r["threads"].get(name, {}).get(k, 0) for r in rounds)
+               for k in ("threads", "user_us", "system_us", "voluntary_cs", "involuntary_cs")}
+        for name in names}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", help="an older checkout to compare with (git worktree add)")
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=5.0, help="per measuring window")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--producers", type=int, default=64)
@@ -213,21 +277,22 @@ def main() -> None:
     args = ap.parse_args()
     if bool(args.server) != bool(args.pid):
         ap.error("--server and --pid go together")
-    topic = f"threads-{os.getpid()}-{int(time.time())}"
     if args.server:
+        topic = f"threads-{os.getpid()}-{int(time.time())}"
         print_profile(profile(args.server, args.pid, args.producers, args.seconds,
                               args.warmup, not args.no_strace, topic))
         return
-    tmp = tempfile.mkdtemp(prefix="fmq-threads-")
-    port = free_port()
-    server = start_server(os.path.join(tmp, "server"), port)
-    try:
-        print_profile(profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
-                              args.warmup, not args.no_strace, topic))
-    finally:
-        server.terminate()
-        server.wait(60)
-        shutil.rmtree(tmp, ignore_errors=True)
+    checkouts = trees(args.old)
+    results = alternate(list(checkouts), args.rounds,
+                        lambda name: one_round(checkouts[name], args),
+                        lambda name, r: f"{name}: {r['msgs_per_s']:,.0f} msgs/s, "
+                        f"{r['user_us'] + r['system_us']:.1f} us/msg")
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+          f"Python {sys.version.split()[0]}, {args.producers} producers, {args.rounds} "
+          f"rounds of {args.seconds:g} s; medians")
+    for name, rounds in results.items():
+        print(f"\n{name} ({checkouts[name]}):")
+        print_profile(medians(rounds))
 
 
 if __name__ == "__main__":

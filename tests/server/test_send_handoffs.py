@@ -18,7 +18,6 @@ from .harness import broker_stats, wait_until
 def thread_switches(pid: int, name: str) -> int:
     """Voluntary context switches of the server's thread called ``name`` (each time it
     slept and was woken)."""
-
     for tid in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{tid}/comm") as f:
             if f.read().strip() != name:
