@@ -124,8 +124,9 @@ class Dispatcher:
 
     def apply_flushed(self) -> None:
         """Apply what is flushed in the calling thread, from the hand-off queue. When the
-        dispatcher's thread is applying, or the hand-off queue cannot serve (catching up
-        from the log, retrying after a failed write, stopping), wake the thread instead."""
+        dispatcher's thread is applying, another index write is under way, or the hand-off
+        queue cannot serve (catching up from the log, retrying after a failed write,
+        stopping), wake the thread instead: the caller never waits for those."""
         if not self._dispatching.acquire(blocking=False):
             self._wake()
             return
@@ -134,7 +135,8 @@ class Dispatcher:
             if target <= self._applied:
                 return
             if (self._stop or self.failing is not None or self.error is not None
-                    or not self._accepting or self._applied < self._file_until):
+                    or not self._accepting or self._applied < self._file_until
+                    or self.index.writing):  # another writer (a trim): do not wait for it
                 self._wake()
                 return
             try:

@@ -76,6 +76,12 @@ class IndexStore:
 
     # ------------------------------------------------------------------ writing
 
+    @property
+    def writing(self) -> bool:
+        """A write transaction is under way: a caller that must not wait for it (the
+        server's event loop) leaves its write to the index thread."""
+        return self._write_lock.locked()
+
     def _write(self, fn, *args):
         """Run ``fn(txn, *args)`` in one write transaction, growing the map when full."""
         with self._write_lock:

@@ -98,6 +98,19 @@ def test_index_flushed_while_the_thread_applies_leaves_it_to_the_thread(tmp_path
         assert b.pull("t", 0, 0)[0].body == b"two"
 
 
+def test_index_flushed_never_waits_for_another_index_writer(tmp_path):
+    with fmq.Broker.open(str(tmp_path), config()) as b:
+        _, end, _ = b.place_requests([fmq.Message("t", b"four", queue_id=0)], (1,))
+        b.wait_durable(end, index_later=True)
+        with b.index._write_lock:  # another writer (a trim, an offset commit) is writing
+            caller = threading.Thread(target=b.index_flushed)
+            caller.start()
+            caller.join(10)
+            assert not caller.is_alive()  # it left the write to the index thread
+            assert b.dispatcher.applied_offset < end
+        assert b.dispatcher.wait_applied(end, timeout=30)
+
+
 def test_a_failed_index_write_in_the_caller_is_retried_by_the_thread_from_the_log(tmp_path):
     with fmq.Broker.open(str(tmp_path), config()) as b:
         real_apply = b.index.apply
