@@ -195,8 +195,8 @@ class Broker:
             self.log.wait_durable(end_offset, sync=sync)
 
     def index_flushed(self) -> None:
-        """Index what is flushed, in the calling thread when the index thread is idle and
-        its hand-off queue holds it (else that thread does it): see ``index_later``."""
+        """Prepare in the calling thread the index write of what is flushed (keys and
+        values) for the index thread to write (``index_later``); never waits for a write."""
         self.dispatcher.apply_flushed()
 
     # The transaction API lives in :class:`fmq.engine.transactions.Transactions`

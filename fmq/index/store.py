@@ -40,6 +40,7 @@ import logging
 import shutil
 import threading
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import lmdb
 
@@ -61,6 +62,15 @@ from fmq.index.timer_table import TimerReads, apply_timers
 from fmq.index.tx_ends import TxEndReads
 
 
+class PreparedItems(NamedTuple):
+    """What :meth:`IndexStore.prepare` makes for :meth:`IndexStore.apply_prepared`."""
+
+    items: list[list[tuple[bytes, bytes]]]  # per item database (keys.ITEM_DBS), log order
+    queue_next: dict[tuple[str, int], int]  # per queue: past its highest entry here
+    queue_first: dict[tuple[str, int], int]  # per queue: its lowest entry here
+    direct: list  # consumer offsets and terms, written one by one, in log order
+
+
 class IndexStore:
     def __init__(self, path: str, map_size: int = 1 << 30) -> None:
         self.path = path
@@ -75,12 +85,6 @@ class IndexStore:
         self.tx_ends = TxEndReads(self.env, self.db, self._gate)
 
     # ------------------------------------------------------------------ writing
-
-    @property
-    def writing(self) -> bool:
-        """A write transaction is under way: a caller that must not wait for it (the
-        server's event loop) leaves its write to the index thread."""
-        return self._write_lock.locked()
 
     def _write(self, fn, *args):
         """Run ``fn(txn, *args)`` in one write transaction, growing the map when full."""
@@ -98,11 +102,19 @@ class IndexStore:
         """Write ``entries``, ``marks`` (transaction ends and consumer offsets, in log
         order), ``timers`` (in log order) and the new applied offset in one transaction
         (idempotent)."""
-        self._write(self._apply_txn, list(entries), applied_offset, list(marks), list(timers))
+        self.apply_prepared(self.prepare(entries, marks), applied_offset, list(timers))
 
-    def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
-                   marks: list[TxEnd | OffsetEntry | EpochEntry],
-                   timers: list[TimerEntry | TimerFired]) -> None:
+    def apply_prepared(self, prepared: PreparedItems, applied_offset: int,
+                       timers: Iterable[TimerEntry | TimerFired] = ()) -> None:
+        """:meth:`apply` of what :meth:`prepare` made (perhaps in another thread)."""
+        self._write(self._apply_txn, prepared, applied_offset, list(timers))
+
+    @staticmethod
+    def prepare(entries: Iterable[QueueEntry],
+                marks: Iterable[TxEnd | OffsetEntry | EpochEntry] = ()) -> PreparedItems:
+        """The first, pure half of :meth:`apply`: the keys and values to write, and each
+        queue's range; no transaction (the server's event loop makes them for the index
+        thread, which then holds the interpreter lock only briefly)."""
         items: list[list[tuple[bytes, bytes]]] = [[] for _ in K.ITEM_DBS]
         add = [db_items.append for db_items in items]
         entry_items = K.entry_items
@@ -122,16 +134,24 @@ class IndexStore:
                     queue_next[q] = qoff + 1
                 if qoff < queue_first[q]:
                     queue_first[q] = qoff
+        direct: list[OffsetEntry | EpochEntry] = []
         for t in marks:
-            if type(t) is OffsetEntry:  # in log order: a later commit overwrites
-                txn.put(K.consumer_key(t.group, t.topic, t.queue_id),
-                        K.CONSUMER_VALUE.pack(t.offset, t.source_offset), db=self.db.consumers)
-                continue
-            if type(t) is EpochEntry:
-                put_epoch(txn, self.db, t)
+            if type(t) is OffsetEntry or type(t) is EpochEntry:
+                direct.append(t)
                 continue
             for db, k, v in K.end_items(t):
                 items[db].append((k, v))
+        return PreparedItems(items, queue_next, queue_first, direct)
+
+    def _apply_txn(self, txn: lmdb.Transaction, prepared: PreparedItems, applied: int,
+                   timers: list[TimerEntry | TimerFired]) -> None:
+        items, queue_next, queue_first, direct = prepared
+        for t in direct:
+            if type(t) is OffsetEntry:  # in log order: a later commit overwrites
+                txn.put(K.consumer_key(t.group, t.topic, t.queue_id),
+                        K.CONSUMER_VALUE.pack(t.offset, t.source_offset), db=self.db.consumers)
+            else:
+                put_epoch(txn, self.db, t)
         handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends,
                    self.db.txoff)
         for db, db_items in zip(handles, items[:len(handles)], strict=True):

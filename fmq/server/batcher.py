@@ -6,11 +6,12 @@ the log together, and one thread acknowledges them flush by flush.
   without waiting for the disk.
 * The *acknowledger* thread waits until the group commit covers what was placed and hands
   every batch that flush covered back to the event loop in one call.
-* The event loop answers them and then, in the same turn's queue, indexes what the flush
-  covered (:meth:`Broker.index_flushed`): a flush the acknowledger leads wakes no index
-  thread, so the only thread besides the loop that runs per flush is the acknowledger, once.
-  (In ``sync`` acknowledgement the answer waits for the followers: the index thread indexes
-  as soon as the flush is local, as before.)
+* The event loop answers them and then prepares the index write of what the flush covered
+  (:meth:`Broker.index_flushed`: the Python half, keys and values); the index thread,
+  woken once, only writes it. A flush the acknowledger leads does not wake the index thread
+  by itself, and that thread no longer runs Python code for the whole write while the loop
+  needs the interpreter lock. (In ``sync`` acknowledgement the answer waits for the
+  followers: the index thread indexes as soon as the flush is local, as before.)
 
 Placing is pure Python work: in another thread it would only contend for the interpreter
 lock with the event loop (a placer thread cost more in lock hand-offs than it saved). The
