@@ -182,22 +182,10 @@ class Broker:
         results, end = place_messages(self.log, self._queues, messages)
         return results, end, {}
 
-    def wait_durable(self, end_offset: int, index_later: bool = False) -> None:
+    def wait_durable(self, end_offset: int) -> None:
         """Return once the log below ``end_offset`` is durable (written, in flush mode
-        ``async``). Raises LogFailed if a write or fsync failed first. ``index_later``: the
-        caller calls :meth:`index_flushed` after this returns (the server's event loop does,
-        once per flush), so a flush this call leads wakes no index thread."""
-        sync = self.config.flush_mode == "sync"
-        if not index_later:
-            self.log.wait_durable(end_offset, sync=sync)
-            return
-        with self.dispatcher.indexing_here():
-            self.log.wait_durable(end_offset, sync=sync)
-
-    def index_flushed(self) -> None:
-        """Prepare in the calling thread the index write of what is flushed (keys and
-        values) for the index thread to write (``index_later``); never waits for a write."""
-        self.dispatcher.apply_flushed()
+        ``async``). Raises LogFailed if a write or fsync failed first."""
+        self.log.wait_durable(end_offset, sync=self.config.flush_mode == "sync")
 
     # The transaction API lives in :class:`fmq.engine.transactions.Transactions`
     # (``self.transactions``); these are its embedded callers' shortcuts.
@@ -290,7 +278,7 @@ class Broker:
         return self.dispatcher.wait_applied(self.log.flushed_offset, timeout)
 
     def on_consumable(self, callback: Callable[[set[tuple[str, int]]], None]) -> None:
-        """Call ``callback(queues)`` (from the thread that wrote the index, or the follower's) whenever
+        """Call ``callback(queues)`` (from the index's or the follower's thread) whenever
         data in those (topic, queue) pairs becomes consumable: the index applied it, or the
         high watermark passed it."""
         self.dispatcher.on_applied = callback

@@ -48,7 +48,6 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, relocator: T
         "dispatcher_error": str(dispatcher.error) if dispatcher.error else None,
         "index_error": str(dispatcher.failing) if dispatcher.failing else None,
         "index_retries": dispatcher.retries,
-        "index_writes_handed_over": dispatcher.handed_over,
         "last_checkpoint": last.to_dict() if last else None,
         "bad_records_read": reader.bad_records.records,
         "bad_record_reads": reader.bad_records.reads,

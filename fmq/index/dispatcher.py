@@ -12,16 +12,6 @@ terms, timer changes):
 * **hand-off** (normal): the log calls :meth:`Dispatcher.on_append` for every record it
   appends, under its lock, so entries queue up in log order; once a flush covers them they
   are applied. This saves reading and decoding every record a second time.
-  Once a flush covers them the dispatcher's thread applies them. For a flush led by a
-  thread that said its caller would prepare the write (:meth:`Dispatcher.indexing_here`:
-  the server's acknowledger, whose event loop then calls :meth:`Dispatcher.apply_flushed`),
-  the caller turns the entries into keys and values (:meth:`IndexStore.prepare`, the
-  Python half) and the thread only writes them (LMDB's C code): one wake-up per flush, and
-  the thread holds the interpreter lock briefly instead of competing with the event loop
-  for it through the whole write (two Python threads trade that lock at every system call
-  either makes, which cost more in futex calls and context switches than the index work
-  itself). The caller never writes: it must not wait for LMDB's writer lock, which another
-  process may hold.
 * **tailing** (fallback): when the backlog exceeds ``max_pending`` entries (the index cannot
   keep up), the hand-off queue is dropped and the dispatcher reads the flushed log from its
   applied offset instead, through :class:`~fmq.log.scanner.LogScanner`, then switches back.
@@ -42,15 +32,16 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
+from fmq.errors import BadRecord
 from fmq.index.entries import IndexItem, Mark, QueueEntry, TimerChange, index_items, sort_items
-from fmq.index.feed import catch_up, take_pending
 from fmq.index.lmdb_env import is_transient
-from fmq.index.store import IndexStore, PreparedItems
+from fmq.index.store import IndexStore
 from fmq.log.log import Log
-from fmq.log.record import Record
+from fmq.log.reader import OnCorruption, OpenSegmentSource
+from fmq.log.record import Record, RecordType
+from fmq.log.scanner import LogScanner
 from fmq.threadname import name_os_thread
 
 log = logging.getLogger(__name__)
@@ -73,11 +64,7 @@ class Dispatcher:
         self.batch = batch
         self.max_record_size = max_record_size
         self._applied = start_offset
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)  # the applied offset moved, or an error
-        #: The thread's wake-ups (a flush, a hurry, stop), on ``_cond``'s lock: an index
-        #: write wakes the waiters for the applied offset (``_cond``), never the thread.
-        self._work = threading.Condition(self._lock)
+        self._cond = threading.Condition()
         self._target = start_offset
         self._stop = False
         self._hurry = False  # someone waits to read what is flushed: skip the linger
@@ -93,15 +80,6 @@ class Dispatcher:
         #: consumable: the server wakes those queues' pull long polls then, when they can
         #: read what woke them (a follower's copied records too).
         self.on_applied: Callable[[set[tuple[str, int]]], None] | None = None
-        #: Held while taking from the hand-off queue, by the thread or a caller.
-        self._dispatching = threading.Lock()
-        #: (end, items, timers, queues) prepared by apply_flushed callers, in log order.
-        self._ready: deque[tuple[int, PreparedItems, list[TimerChange], set]] = deque()
-        self._prepared_to = 0  # the end of the last write in _ready
-        self.handed_over = 0  # writes prepared by apply_flushed callers since the start
-        #: The flushed offset the thread indexes by itself (flushes not left to a caller).
-        self._own = start_offset
-        self._local = threading.local()  # .here: this thread's flushes index in this thread
         self._thread = threading.Thread(target=self._run, name="fmq-dispatcher", daemon=True)
 
     def start(self) -> None:
@@ -112,77 +90,11 @@ class Dispatcher:
         return self._applied
 
     def notify_flushed(self, offset: int) -> None:
-        """The log calls this after each flush (log.on_flushed), in the thread that led it."""
+        """The log calls this after each flush (log.on_flushed)."""
         with self._cond:
             if offset > self._target:
                 self._target = offset
-                if not getattr(self._local, "here", False):
-                    self._own = offset
-                    self._work.notify()
-
-    @contextmanager
-    def indexing_here(self) -> Iterator[None]:
-        """Within: flushes the calling thread leads do not wake the dispatcher's thread; the
-        caller promises to call :meth:`apply_flushed` (in any thread) once it returns."""
-        self._local.here = True
-        try:
-            yield
-        finally:
-            self._local.here = False
-
-    def apply_flushed(self) -> None:
-        """Prepare in the calling thread the index write of what is flushed, from the
-        hand-off queue, and hand it to the dispatcher's thread to write. When the thread is
-        taking from that queue itself, or the queue cannot serve (catching up from the log,
-        retrying after a failed write, stopping), the thread does all of it instead."""
-        if not self._dispatching.acquire(blocking=False):
-            self._wake()
-            return
-        try:
-            target = self._target
-            covered = max(self._applied, self._prepared_to)
-            if target <= covered:
-                return
-            if (self._stop or self.failing is not None or self.error is not None
-                    or not self._accepting or covered < self._file_until):
-                self._wake()
-                return
-            generation = self._generation
-            entries, ends, timers = take_pending(self._pending, target)
-            if generation != self._generation:  # it overflowed meanwhile: read the log
-                self._wake()
-                return
-            prepared = self.index.prepare(entries, ends)
-            with self._work:
-                self._ready.append((target, prepared, timers,
-                                    {(e.topic, e.queue_id) for e in entries}))
-                self._prepared_to = target
-                self.handed_over += 1
-                self._work.notify()
-        finally:
-            self._dispatching.release()
-
-    def _write_ready(self) -> None:
-        """Write what callers prepared, in log order (the thread only)."""
-        while True:
-            with self._work:
-                if not self._ready:
-                    return
-                end, prepared, timers, queues = self._ready[0]
-            self.index.apply_prepared(prepared, end, timers)
-            with self._cond:
-                self._ready.popleft()
-                self._applied = end
                 self._cond.notify_all()
-            on_applied = self.on_applied
-            if on_applied is not None and queues:
-                on_applied(queues)
-
-    def _wake(self) -> None:
-        """A caller left its flush to the thread: it indexes up to the flushed offset."""
-        with self._work:
-            self._own = max(self._own, self._target)
-            self._work.notify()
 
     def on_append(self, record: Record) -> None:
         """The log calls this for every appended record, with the log lock held."""
@@ -203,10 +115,9 @@ class Dispatcher:
     def hurry(self) -> None:
         """Apply what is flushed without lingering: a caller (an offset commit) answers
         only once the index has it."""
-        with self._work:
+        with self._cond:
             self._hurry = True
-            self._own = self._target
-            self._work.notify()
+            self._cond.notify_all()
 
     def wait_applied(self, offset: int, timeout: float | None = None) -> bool:
         """Block until the index covers the log below ``offset``."""
@@ -220,26 +131,22 @@ class Dispatcher:
         try:
             delay = self.retry_initial
             while True:
-                with self._work:
-                    while self._own <= self._applied and not self._ready and not self._stop:
-                        self._work.wait()
-                    if self._stop and self._target <= self._applied and not self._ready:
+                with self._cond:
+                    while self._target <= self._applied and not self._stop:
+                        self._cond.wait()
+                    if self._stop and self._target <= self._applied:
                         return
-                if (self.linger and not self._stop and self.failing is None
-                        and not self._ready):
+                if self.linger and not self._stop and self.failing is None:
                     # Gather a few flushes per LMDB transaction: each one applied alone
                     # costs the writers more in GIL hand-offs than it costs consumers to
                     # see messages a millisecond later.
-                    with self._work:
-                        self._work.wait_for(lambda: self._hurry or self._stop, self.linger)
+                    with self._cond:
+                        self._cond.wait_for(lambda: self._hurry or self._stop, self.linger)
                 with self._cond:
                     self._hurry = False
-                    target = self._target if self._stop else max(self._own, self._applied)
+                    target = self._target
                 try:
-                    self._write_ready()
-                    with self._dispatching:  # callers prepare nothing meanwhile
-                        if target > self._applied and not self._ready:
-                            self._dispatch(target)
+                    self._dispatch(target)
                 except BaseException as exc:
                     if not is_transient(exc):
                         raise
@@ -265,20 +172,17 @@ class Dispatcher:
             return False
         self._note_failure(exc, delay)  # from now on the broker refuses new messages
         self._read_log_from_applied()
-        with self._work:
-            self._work.wait_for(lambda: self._stop, delay)
+        with self._cond:
+            self._cond.wait_for(lambda: self._stop, delay)
         return True
 
     def _read_log_from_applied(self) -> None:
         """After a failed write the hand-off queue no longer matches the applied offset (the
         failed batch was taken from it): read the flushed log instead until caught up."""
-        with self.log.lock, self._work:
+        with self.log.lock:
             self._accepting = False
             self._generation += 1
             self._pending.clear()
-            self._ready.clear()  # prepared from the queue: read from the log instead
-            self._prepared_to = 0
-            self._own = self._target
 
     def _note_failure(self, exc: BaseException, delay: float) -> None:
         with self._cond:
@@ -326,7 +230,7 @@ class Dispatcher:
                 self._apply(entries, target, ends, timers)
                 return
             # The hand-off overflowed while we took from it: read the log instead.
-        catch_up(self.log, self._applied, target, self.max_record_size, self.batch, self._apply)
+        self._catch_up(target)
         pending = self._pending
         while pending and pending[0][0] <= self._applied:
             pending.popleft()
@@ -336,6 +240,37 @@ class Dispatcher:
                 self._file_until = self.log.next_offset
                 self._generation += 1
                 self._accepting = True
+
+    def _catch_up(self, target: int) -> None:
+        """Index the flushed log from the applied offset up to ``target``, read through the
+        log scanner over the log's open segments. Only flushed records are read: the scan
+        stops at ``target``, before any byte a flush has not covered yet."""
+        offset = self._applied
+        entries: list[QueueEntry] = []
+        ends: list[Mark] = []
+        timers: list[TimerChange] = []
+        self.log.segment_for(offset)  # OffsetOutOfRange when retention deleted it
+        with self.log.lock:
+            segments = list(self.log.segments)
+        scanner = LogScanner(source=OpenSegmentSource(segments), start_offset=offset,
+                             max_record_size=self.max_record_size,
+                             on_corruption=OnCorruption.RAISE, copy_body=False)
+        for rec in scanner:
+            if rec.type == RecordType.FILLER:
+                offset = self.log.segment_for(rec.log_offset).end  # the rest is unused
+            else:
+                offset = rec.end_offset
+                sort_items(index_items(rec), entries, ends, timers)
+                if len(entries) + len(ends) + len(timers) >= self.batch:
+                    self._apply(entries, offset, ends, timers)
+                    entries, ends, timers = [], [], []
+            if offset >= target:
+                break
+        if offset < target:
+            torn = scanner.torn
+            raise BadRecord(offset, torn.reason if torn else
+                            f"the log ends at {offset}, before the flushed offset {target}")
+        self._apply(entries, offset, ends, timers)
 
     def _apply(self, entries: list[QueueEntry], applied: int, ends: list[Mark],
                timers: list[TimerChange]) -> None:
@@ -353,6 +288,5 @@ class Dispatcher:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-            self._work.notify()
         if self._thread.is_alive():
             self._thread.join()

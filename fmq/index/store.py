@@ -40,7 +40,6 @@ import logging
 import shutil
 import threading
 from collections.abc import Iterable
-from typing import NamedTuple
 
 import lmdb
 
@@ -60,15 +59,6 @@ from fmq.index.lmdb_env import (
 from fmq.index.opening import INDEX_FORMAT, open_env
 from fmq.index.timer_table import TimerReads, apply_timers
 from fmq.index.tx_ends import TxEndReads
-
-
-class PreparedItems(NamedTuple):
-    """What :meth:`IndexStore.prepare` makes for :meth:`IndexStore.apply_prepared`."""
-
-    items: list[list[tuple[bytes, bytes]]]  # per item database (keys.ITEM_DBS), log order
-    queue_next: dict[tuple[str, int], int]  # per queue: past its highest entry here
-    queue_first: dict[tuple[str, int], int]  # per queue: its lowest entry here
-    direct: list  # consumer offsets and terms, written one by one, in log order
 
 
 class IndexStore:
@@ -102,19 +92,11 @@ class IndexStore:
         """Write ``entries``, ``marks`` (transaction ends and consumer offsets, in log
         order), ``timers`` (in log order) and the new applied offset in one transaction
         (idempotent)."""
-        self.apply_prepared(self.prepare(entries, marks), applied_offset, list(timers))
+        self._write(self._apply_txn, list(entries), applied_offset, list(marks), list(timers))
 
-    def apply_prepared(self, prepared: PreparedItems, applied_offset: int,
-                       timers: Iterable[TimerEntry | TimerFired] = ()) -> None:
-        """:meth:`apply` of what :meth:`prepare` made (perhaps in another thread)."""
-        self._write(self._apply_txn, prepared, applied_offset, list(timers))
-
-    @staticmethod
-    def prepare(entries: Iterable[QueueEntry],
-                marks: Iterable[TxEnd | OffsetEntry | EpochEntry] = ()) -> PreparedItems:
-        """The first, pure half of :meth:`apply`: the keys and values to write, and each
-        queue's range; no transaction (the server's event loop makes them for the index
-        thread, which then holds the interpreter lock only briefly)."""
+    def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
+                   marks: list[TxEnd | OffsetEntry | EpochEntry],
+                   timers: list[TimerEntry | TimerFired]) -> None:
         items: list[list[tuple[bytes, bytes]]] = [[] for _ in K.ITEM_DBS]
         add = [db_items.append for db_items in items]
         entry_items = K.entry_items
@@ -134,24 +116,16 @@ class IndexStore:
                     queue_next[q] = qoff + 1
                 if qoff < queue_first[q]:
                     queue_first[q] = qoff
-        direct: list[OffsetEntry | EpochEntry] = []
         for t in marks:
-            if type(t) is OffsetEntry or type(t) is EpochEntry:
-                direct.append(t)
-                continue
-            for db, k, v in K.end_items(t):
-                items[db].append((k, v))
-        return PreparedItems(items, queue_next, queue_first, direct)
-
-    def _apply_txn(self, txn: lmdb.Transaction, prepared: PreparedItems, applied: int,
-                   timers: list[TimerEntry | TimerFired]) -> None:
-        items, queue_next, queue_first, direct = prepared
-        for t in direct:
             if type(t) is OffsetEntry:  # in log order: a later commit overwrites
                 txn.put(K.consumer_key(t.group, t.topic, t.queue_id),
                         K.CONSUMER_VALUE.pack(t.offset, t.source_offset), db=self.db.consumers)
-            else:
+                continue
+            if type(t) is EpochEntry:
                 put_epoch(txn, self.db, t)
+                continue
+            for db, k, v in K.end_items(t):
+                items[db].append((k, v))
         handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends,
                    self.db.txoff)
         for db, db_items in zip(handles, items[:len(handles)], strict=True):

@@ -6,12 +6,6 @@ the log together, and one thread acknowledges them flush by flush.
   without waiting for the disk.
 * The *acknowledger* thread waits until the group commit covers what was placed and hands
   every batch that flush covered back to the event loop in one call.
-* The event loop answers them and then prepares the index write of what the flush covered
-  (:meth:`Broker.index_flushed`: the Python half, keys and values); the index thread,
-  woken once, only writes it. A flush the acknowledger leads does not wake the index thread
-  by itself, and that thread no longer runs Python code for the whole write while the loop
-  needs the interpreter lock. (In ``sync`` acknowledgement the answer waits for the
-  followers: the index thread indexes as soon as the flush is local, as before.)
 
 Placing is pure Python work: in another thread it would only contend for the interpreter
 lock with the event loop (a placer thread cost more in lock hand-offs than it saved). The
@@ -216,9 +210,8 @@ class SendBatcher:
                     self._acker_waiting = False
                 end = placed[-1].end
             failure: BaseException | None = None
-            index_later = self._replicated is None
             try:
-                self.broker.wait_durable(end, index_later=index_later)
+                self.broker.wait_durable(end)
             except BaseException as exc:  # noqa: BLE001 - a failed fsync fails these requests
                 failure = exc
             with self._placed_cond:
@@ -228,24 +221,14 @@ class SendBatcher:
             if self._replicated is not None and failure is None:
                 self._replicated.put(end, done)
             else:
-                self._hand_back(done, failure, index=index_later)
+                self._hand_back(done, failure)
 
     def _hand_back(self, done: list[Placed], failure: BaseException | None,
-                   durable: bool = False, index: bool = False) -> None:
-        """One event-loop wake-up for everything a flush covered; ``index``: the flush
-        left indexing it to the loop (:meth:`Broker.wait_durable`'s ``index_later``)."""
+                   durable: bool = False) -> None:
         try:
-            self.loop.call_soon_threadsafe(self._answer, done, failure, durable, index)
+            self.loop.call_soon_threadsafe(answer_placed, done, failure, durable)
         except RuntimeError:  # the loop is closed: a shutdown abandoned these requests
-            if index:
-                self.broker.index_flushed()
-
-    def _answer(self, done: list[Placed], failure: BaseException | None, durable: bool,
-                index: bool) -> None:
-        answer_placed(done, failure, durable)
-        if index:
-            # Queued behind the answers' callbacks: the acknowledgements go out first.
-            self.loop.call_soon(self.broker.index_flushed)
+            pass
 
 
 class ReplicaStage:

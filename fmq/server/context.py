@@ -10,7 +10,6 @@ groups and the counters. Sessions report their life (opened, first request, clos
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -96,7 +95,6 @@ class ServerContext:
         self.all_tasks: set[asyncio.Future] = set()
         self.stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None  # the event loop's thread, once attached
         self.batcher: SendBatcher | None = None
         self.replication: ReplicationRole | None = None
         self.stop_requested: asyncio.Event | None = None
@@ -107,7 +105,6 @@ class ServerContext:
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bind to the running event loop (the server starts)."""
         self.loop = loop
-        self._loop_thread = threading.get_ident()
         self.stop_requested = asyncio.Event()
         self.replication = ReplicationRole(self.broker, loop)
         # Sends wake pulls once the index has them (Broker.on_consumable), not when they
@@ -122,11 +119,7 @@ class ServerContext:
         self.broker.on_consumable(self._delivered)
 
     def _delivered(self, queues: set[tuple[str, int]]) -> None:
-        """The index made data in ``queues`` consumable (called by whichever thread wrote
-        the index: the event loop itself after a send flush, else another thread)."""
-        if threading.get_ident() == self._loop_thread:
-            self.data_arrived(queues)  # no wake-up needed: the loop is here
-            return
+        """The index made data in ``queues`` consumable (called off the event loop)."""
         if not self.wakeups.watched:
             # No pull waits (sends without consumers): skip the event loop's wake-up. A pull
             # takes its events before it reads, so one that registers after this check

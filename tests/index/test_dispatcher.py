@@ -5,8 +5,6 @@ from __future__ import annotations
 import shutil
 import threading
 
-import lmdb
-
 import fmq
 from fmq.datadir import INDEX_DIR
 
@@ -70,69 +68,3 @@ def test_nothing_unflushed_is_indexed(tmp_path):
         b.log.flush()
         assert b.wait_indexed()
         assert b.pull("t", 0, 0)[0].body == b"not yet durable"
-
-
-# ------------------------------------------------------------- indexing in the caller's thread
-
-
-def test_a_flush_left_to_the_caller_is_indexed_by_its_index_flushed_call(tmp_path):
-    with fmq.Broker.open(str(tmp_path), config()) as b:
-        _, end, _ = b.place_requests([fmq.Message("t", b"one", queue_id=0)], (1,))
-        b.wait_durable(end, index_later=True)
-        assert b.log.flushed_offset >= end
-        # The flush woke no index thread: nothing is consumable until the caller prepares.
-        assert not b.dispatcher.wait_applied(end, timeout=0.3)
-        b.index_flushed()  # prepares the write here; the index thread writes it
-        assert b.dispatcher.wait_applied(end, timeout=30)
-        assert b.pull("t", 0, 0)[0].body == b"one"
-
-
-def test_index_flushed_while_the_thread_applies_leaves_it_to_the_thread(tmp_path):
-    with fmq.Broker.open(str(tmp_path), config()) as b:
-        with b.dispatcher._dispatching:  # the thread is taking from the hand-off queue
-            _, end, _ = b.place_requests([fmq.Message("t", b"two", queue_id=0)], (1,))
-            b.wait_durable(end, index_later=True)
-            b.index_flushed()  # cannot apply now: wakes the thread instead
-            assert b.dispatcher.applied_offset < end
-        assert b.dispatcher.wait_applied(end, timeout=30)
-        assert b.pull("t", 0, 0)[0].body == b"two"
-
-
-def test_index_flushed_never_waits_for_an_index_writer(tmp_path):
-    # The server's event loop calls it: another process may hold LMDB's writer lock.
-    with fmq.Broker.open(str(tmp_path), config()) as b:
-        _, end, _ = b.place_requests([fmq.Message("t", b"four", queue_id=0)], (1,))
-        b.wait_durable(end, index_later=True)
-        with b.index._write_lock:  # another writer holds the index
-            caller = threading.Thread(target=b.index_flushed)
-            caller.start()
-            caller.join(10)
-            assert not caller.is_alive()  # it prepared the write and left it to the thread
-            assert b.dispatcher.applied_offset < end
-        assert b.dispatcher.wait_applied(end, timeout=30)
-        assert b.pull("t", 0, 0)[0].body == b"four"
-
-
-def test_a_failed_write_of_a_prepared_batch_is_retried_from_the_log(tmp_path):
-    with fmq.Broker.open(str(tmp_path), config()) as b:
-        real_apply = b.index.apply_prepared
-        failures = []
-
-        def apply_failing_once(*args, **kw):
-            if not failures:
-                failures.append(threading.current_thread().name)
-                raise lmdb.Error("injected EIO")  # what an I/O error on the LMDB file raises
-            return real_apply(*args, **kw)
-
-        b.index.apply_prepared = apply_failing_once
-        _, end, _ = b.place_requests([fmq.Message("t", b"three", queue_id=0)] * 3, (3,))
-        b.wait_durable(end, index_later=True)
-        b.index_flushed()  # the thread's write of it fails: it drops it, reads the log
-        assert b.dispatcher.wait_applied(end, timeout=30)
-        assert failures == ["fmq-dispatcher"] and b.dispatcher.retries == 1
-        assert [m.body for m in b.pull("t", 0, 0)] == [b"three"] * 3
-        assert b.wait_indexed() and b.dispatcher.error is None
-        online = b.index.dump()
-    shutil.rmtree(tmp_path / INDEX_DIR)
-    with fmq.Broker.open(str(tmp_path), config()) as b:
-        assert b.index.dump() == online
