@@ -13,7 +13,7 @@ a fresh server of each checkout, alternating which goes first, and the medians o
 are printed side by side. Run::
 
     python bench/threads_profile.py [--seconds 5] [--producers 64] [--no-strace]
-    python bench/threads_profile.py --old /tmp/old --rounds 5
+    python bench/threads_profile.py --old /tmp/old --rounds 5 [--pure]
     python bench/threads_profile.py --server 127.0.0.1:9876 --pid PID   # a running server
 """
 
@@ -210,9 +210,13 @@ def print_threads(threads: dict) -> None:
               f"{t['voluntary_cs']:.3f} | {t['involuntary_cs']:.3f} |")
 
 
-def start_tree_server(tree: str, data_dir: str, port: int) -> subprocess.Popen:
-    """``fmq server`` of checkout ``tree`` on 127.0.0.1:``port``, once it answers a ping."""
+def start_tree_server(tree: str, data_dir: str, port: int, pure: bool = False
+                      ) -> subprocess.Popen:
+    """``fmq server`` of checkout ``tree`` on 127.0.0.1:``port``, once it answers a ping;
+    ``pure``: with every reference twin instead of the compiled code (FMQ_NO_EXTENSIONS=1)."""
     env = dict(os.environ, PYTHONPATH=tree)
+    if pure:
+        env["FMQ_NO_EXTENSIONS"] = "1"
     with open(os.path.join(os.path.dirname(data_dir), "server.log"), "a") as log:
         proc = subprocess.Popen([*fmq_command(tree), "server", "--data-dir", data_dir,
                                  "--port", str(port), "--log-level", "WARNING"],
@@ -233,7 +237,7 @@ def start_tree_server(tree: str, data_dir: str, port: int) -> subprocess.Popen:
 def one_round(tree: str, args: argparse.Namespace) -> dict:
     with scratch("fmq-threads-") as tmp:
         port = free_port()
-        server = start_tree_server(tree, os.path.join(tmp, "data"), port)
+        server = start_tree_server(tree, os.path.join(tmp, "data"), port, args.pure)
         try:
             return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
                            args.warmup, not args.no_strace,
@@ -272,6 +276,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--producers", type=int, default=64)
     ap.add_argument("--no-strace", action="store_true", help="skip the futex window")
+    ap.add_argument("--pure", action="store_true",
+                    help="servers without compiled code (FMQ_NO_EXTENSIONS=1)")
     ap.add_argument("--server", help="a running server's address (with --pid)")
     ap.add_argument("--pid", type=int, help="its process id")
     args = ap.parse_args()
@@ -288,8 +294,9 @@ def main() -> None:
                         lambda name, r: f"{name}: {r['msgs_per_s']:,.0f} msgs/s, "
                         f"{r['user_us'] + r['system_us']:.1f} us/msg")
     print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
-          f"Python {sys.version.split()[0]}, {args.producers} producers, {args.rounds} "
-          f"rounds of {args.seconds:g} s; medians")
+          f"load average {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}, "
+          f"{'pure' if args.pure else 'compiled'} path, {args.producers} producers, "
+          f"{args.rounds} rounds of {args.seconds:g} s; medians")
     for name, rounds in results.items():
         print(f"\n{name} ({checkouts[name]}):")
         print_profile(medians(rounds))
