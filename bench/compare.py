@@ -37,6 +37,7 @@ from embedded_peers import (
 )
 from index_lag import IndexLagProbe
 from redis_peer import RedisPeer, redis_installed
+from threads_profile import medians, per_message, print_threads, sample
 
 from fmq.client import Producer
 from fmq.loadgen import BenchSpec, run_bench
@@ -60,6 +61,8 @@ class Run:
         self.redis = RedisPeer(free_port()).start() if redis_installed() else None
         self.n = 0
         self.redis_rate = 5000.0  # requests/s guess, refined after every Redis run
+        #: Row 1's server figures per round, by thread (threads_profile.per_message).
+        self.thread_rounds: list[dict] = []
 
     def topic(self) -> str:
         self.n += 1
@@ -91,9 +94,15 @@ class Run:
 
 
 def _network(run: Run) -> Metrics:
+    before = sample(run.server.pid)
     f = run.fmq_bench(kind="produce", producers=CONNECTIONS)
+    # Around the whole run (connecting and the count check too): a little above the
+    # measured window's "server CPU us/msg".
+    split = per_message(before, sample(run.server.pid), f["messages"])
+    run.thread_rounds.append(split)
     return {"msgs/s": f["msgs_per_s"], "p99 ms": f["p99_ms"],
-            "server CPU us/msg": f["server_cpu_us_per_msg"]}
+            "server CPU us/msg": f["server_cpu_us_per_msg"],
+            "server user us/msg": split["user_us"], "server system us/msg": split["system_us"]}
 
 
 def _network_peer(run: Run) -> Metrics | None:
@@ -257,6 +266,10 @@ def main() -> None:
     finally:
         run.close()
     print_table(targets, results, args)
+    if run.thread_rounds:
+        print(f"\nrow 1's server by thread, per message (median of {len(run.thread_rounds)} "
+              f"rounds; bench/threads_profile.py measures a steady window and futex calls):\n")
+        print_threads(medians(run.thread_rounds)["threads"])
 
 
 def _num(x: float) -> str:

@@ -4,6 +4,8 @@ consumer with ``--partition N --offset X``)."""
 
 from __future__ import annotations
 
+import json
+
 import click
 from fmq.cli import output as out
 from fmq.cli.client_options import client_kwargs

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from fmq.config import BrokerConfig
 from fmq.log.log import Log
+from fmq.threadname import name_os_thread
 
 logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
 
@@ -34,6 +35,7 @@ def start_maintenance(config: BrokerConfig, log_: Log, upkeep: Upkeep,
 
 
 def _maintain(cfg: BrokerConfig, log_: Log, upkeep: Upkeep, stop: threading.Event) -> None:
+    name_os_thread()
     next_cp = time.monotonic() + cfg.checkpoint_interval_ms / 1000.0
     next_ret = time.monotonic() + cfg.retention_interval_ms / 1000.0
     tick = cfg.flush_interval_ms / 1000.0 if cfg.flush_mode == "async" else 0.2

@@ -32,6 +32,7 @@ from fmq.log.log import Log
 from fmq.log.placement import now_ms, read_record, reserve_segments
 from fmq.log.record import NONE, Record, RecordType, check_fits, encoded_length
 from fmq.message import MAX_OFFSET, Message, ScheduledSend, check_message
+from fmq.threadname import name_os_thread
 
 logger = logging.getLogger("fmq.timers")
 
@@ -175,6 +176,7 @@ class Timers:
             self._thread.join()
 
     def _run(self) -> None:
+        name_os_thread()
         poll = self.config.timer_poll_ms / 1000.0
         failures = 0
         while not self._stop.is_set():

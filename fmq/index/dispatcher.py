@@ -42,6 +42,7 @@ from fmq.log.log import Log
 from fmq.log.reader import OnCorruption, OpenSegmentSource
 from fmq.log.record import Record, RecordType
 from fmq.log.scanner import LogScanner
+from fmq.threadname import name_os_thread
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class Dispatcher:
                 timeout) and self._applied >= offset
 
     def _run(self) -> None:
+        name_os_thread()
         try:
             delay = self.retry_initial
             while True:

@@ -21,6 +21,7 @@ from fmq.errors import LogFailed, OffsetOutOfRange, SegmentUnavailable
 from fmq.log.fileio import FileIO
 from fmq.log.reader import list_segments
 from fmq.log.segment import Segment
+from fmq.threadname import name_os_thread
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class SegmentSet:
             return
 
         def work() -> None:
+            name_os_thread()
             try:
                 fd = Segment.prepare(self.directory, base, self.segment_size, self.io)
             except (OSError, SegmentUnavailable) as exc:  # the roll then creates it itself

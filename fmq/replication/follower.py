@@ -48,6 +48,7 @@ from fmq.index.epochs import last_epoch
 from fmq.protocol import Op
 from fmq.replication.chunks import verify_chunk
 from fmq.replication.term import divergence_point
+from fmq.threadname import name_os_thread
 
 logger = logging.getLogger("fmq.replication")
 
@@ -101,6 +102,7 @@ class Follower:
     # ------------------------------------------------------------------ the thread
 
     def _run(self) -> None:
+        name_os_thread()
         delay = RETRY_INITIAL_S
         while not self._stop.is_set():
             try:

@@ -41,6 +41,7 @@ from fmq.server.placed import (
     WriteRequest,
     answer_placed,
 )
+from fmq.threadname import name_os_thread
 
 
 class SendBatcher:
@@ -196,6 +197,7 @@ class SendBatcher:
     # ------------------------------------------------------------------ the acknowledger
 
     def _acknowledge_loop(self) -> None:
+        name_os_thread()
         placed = self._placed
         while True:
             with self._placed_cond:
@@ -256,6 +258,7 @@ class ReplicaStage:
         self._thread.join()
 
     def _run(self) -> None:
+        name_os_thread()
         while True:
             with self._cond:
                 while not self._queued:

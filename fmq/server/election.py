@@ -28,6 +28,7 @@ from fmq.coordination.lease import LeaderLease
 from fmq.errors import CoordinatorUnavailable
 from fmq.server.config import ServerConfig
 from fmq.server.replica_role import UNKNOWN_PRIMARY, ReplicationRole, RoleChange
+from fmq.threadname import name_os_thread
 
 logger = logging.getLogger("fmq.election")
 
@@ -111,6 +112,7 @@ class Elector:
         return self.tick_s
 
     def _run(self) -> None:
+        name_os_thread()
         while not self._stop.wait(self._step_wait()):
             try:
                 with self._lock:

@@ -51,6 +51,7 @@ from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 from fmq.server.session import ClientSession
 from fmq.server.tls import TLSAcceptor, server_context
+from fmq.threadname import name_os_thread
 from fmq.units import size
 from fmq.version import __version__
 
@@ -80,10 +81,13 @@ class Server:
         self._primary_access = primary_access(config) if broker.config.follow else (None, None)
         self.broker = broker
         self.config = config
-        self.workers = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="fmq-worker")
-        self.readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix="fmq-reader")
+        self.workers = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="fmq-worker",
+                                          initializer=name_os_thread)
+        self.readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix="fmq-reader",
+                                          initializer=name_os_thread)
         self.pollers = ThreadPoolExecutor(config.long_poll_threads,
-                                          thread_name_prefix="fmq-longpoll")
+                                          thread_name_prefix="fmq-longpoll",
+                                          initializer=name_os_thread)
         self.ctx = ServerContext(
             broker, config, self,
             groups=ConsumerGroupCoordinator(

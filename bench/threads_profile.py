@@ -1,0 +1,306 @@
+"""Where a server's time goes per message, by thread: user and system CPU of the whole
+process (``/proc/PID/stat``), CPU and context switches of each thread grouped by its name
+(``/proc/PID/task/*/stat`` and ``status``), and, when ``strace`` is installed, futex calls
+per message (``strace -c -f -e trace=futex``, in a window of its own after the others:
+tracing slows the server down, so it never overlaps the CPU window).
+
+The load is ``fmq bench produce`` (64 producers, 1 KiB, one message in flight each) for
+``--warmup + --seconds (+ --seconds with strace)``; messages are counted by the server (the
+topic's next offsets) at both ends of each window.
+
+With ``--old DIR`` (an older checkout: ``git worktree add /tmp/old REV``) each round runs
+a fresh server of each checkout, alternating which goes first, and the medians of the rounds
+are printed side by side. Run::
+
+    python bench/threads_profile.py [--seconds 5] [--producers 64] [--no-strace]
+    python bench/threads_profile.py --old /tmp/old --rounds 5 [--pure]
+    python bench/threads_profile.py --server 127.0.0.1:9876 --pid PID   # a running server
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ab_rounds import alternate, fmq_command, scratch, trees
+from bench_network import free_port
+
+from fmq.client import Client
+from fmq.errors import FMQError
+from fmq.loadgen import BenchSpec, run_bench
+from fmq.loadgen.probe import ServerProbe
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class ThreadSample:
+    name: str
+    user_s: float
+    system_s: float
+    voluntary: int
+    involuntary: int
+
+
+@dataclass
+class Sample:
+    at: float
+    user_s: float
+    system_s: float
+    threads: dict[int, ThreadSample] = field(default_factory=dict)
+
+
+def _stat_times(path: str) -> tuple[float, float]:
+    """utime and stime of a /proc stat file, in seconds (fields 14 and 15: the name in
+    parentheses may hold spaces, so they are counted from its closing parenthesis)."""
+    with open(path) as f:
+        text = f.read()
+    rest = text[text.rindex(")") + 2:].split()
+    return int(rest[11]) / TICK, int(rest[12]) / TICK
+
+
+def _switches(path: str) -> tuple[int, int]:
+    with open(path) as f:
+        text = f.read()
+    vol = int(re.search(r"^voluntary_ctxt_switches:\s*(\d+)", text, re.M).group(1))
+    invol = int(re.search(r"^nonvoluntary_ctxt_switches:\s*(\d+)", text, re.M).group(1))
+    return vol, invol
+
+
+def sample(pid: int) -> Sample:
+    """The process's and each live thread's counters now."""
+    user, system = _stat_times(f"/proc/{pid}/stat")
+    out = Sample(time.monotonic(), user, system)
+    for tid_name in os.listdir(f"/proc/{pid}/task"):
+        base = f"/proc/{pid}/task/{tid_name}"
+        try:
+            with open(f"{base}/comm") as f:
+                name = f.read().strip()
+            u, s = _stat_times(f"{base}/stat")
+            vol, invol = _switches(f"{base}/status")
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+        tid = int(tid_name)
+        out.threads[tid] = ThreadSample("event loop (main)" if tid == pid else name,
+                                        u, s, vol, invol)
+    return out
+
+
+def _group(name: str) -> str:
+    """Pool threads (fmq-worker_3) are reported as one group (fmq-worker_*)."""
+    return re.sub(r"_\d+$", "_*", name)
+
+
+def per_message(before: Sample, after: Sample, messages: int) -> dict:
+    """CPU microseconds and context switches per message, for the process and per thread
+    group (threads alive in both samples; one that started in between counts from zero)."""
+    n = max(messages, 1)
+    groups: dict[str, list[float]] = {}
+    for tid, a in after.threads.items():
+        b = before.threads.get(tid, ThreadSample(a.name, 0.0, 0.0, 0, 0))
+        g = groups.setdefault(_group(a.name), [0, 0.0, 0.0, 0, 0])
+        g[0] += 1
+        g[1] += a.user_s - b.user_s
+        g[2] += a.system_s - b.system_s
+        g[3] += a.voluntary - b.voluntary
+        g[4] += a.involuntary - b.involuntary
+    threads = {
+        name: {"threads": int(g[0]), "user_us": g[1] / n * 1e6, "system_us": g[2] / n * 1e6,
+               "voluntary_cs": g[3] / n, "involuntary_cs": g[4] / n}
+        for name, g in groups.items()}
+    return {
+        "messages": messages, "seconds": after.at - before.at,
+        "msgs_per_s": messages / (after.at - before.at),
+        "user_us": (after.user_s - before.user_s) / n * 1e6,
+        "system_us": (after.system_s - before.system_s) / n * 1e6,
+        "voluntary_cs": sum(t["voluntary_cs"] for t in threads.values()),
+        "involuntary_cs": sum(t["involuntary_cs"] for t in threads.values()),
+        "threads": threads,
+    }
+
+
+def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
+    """Futex calls per message over ``seconds`` under ``strace -c -f`` (None without
+    strace, or when it may not attach: ptrace_scope, no permission)."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None
+    with tempfile.NamedTemporaryFile(prefix="fmq-strace-", suffix=".txt") as out:
+        proc = subprocess.Popen([strace, "-c", "-f", "-e", "trace=futex", "-p", str(pid),
+                                 "-o", out.name], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # attaching to every thread
+        first = count()
+        time.sleep(seconds)
+        last = count()
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+        with open(out.name) as f:
+            text = f.read()
+    m = re.search(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?futex\s*$", text, re.M)
+    if m is None or last <= first:
+        return None
+    return int(m.group(1)) / (last - first)
+
+
+def profile(address: str, pid: int, producers: int, seconds: float, warmup: float,
+            use_strace: bool, topic: str) -> dict:
+    """Drive ``fmq bench produce`` at ``address`` and measure the server ``pid``."""
+    probe = ServerProbe(address)
+    count = lambda: probe.stored(topic)  # noqa: E731 - the server's count of the topic
+    use_strace = use_strace and shutil.which("strace") is not None
+    spec = BenchSpec(kind="produce", server=address, producers=producers, size=1024,
+                     duration_s=warmup + seconds * (2 if use_strace else 1) + 2.0,
+                     topic=topic)
+    report: dict = {}
+    load = threading.Thread(target=lambda: report.setdefault("bench", run_bench(spec)))
+    load.start()
+    try:
+        deadline = time.monotonic() + 60
+        while count() == 0 and time.monotonic() < deadline:  # load processes starting
+            time.sleep(0.1)
+        time.sleep(warmup)
+        n0, f0, s0 = count(), probe.stats()["flushes"], sample(pid)
+        time.sleep(seconds)
+        n1, f1, s1 = count(), probe.stats()["flushes"], sample(pid)
+        result = per_message(s0, s1, n1 - n0)
+        result["msgs_per_flush"] = (n1 - n0) / max(f1 - f0, 1)
+        result["futex_per_msg"] = futex_calls(pid, seconds, count) if use_strace else None
+    finally:
+        load.join()
+        probe.close()
+    bench = report.get("bench")
+    if bench is None or not bench.count_check.startswith("ok") or bench.errors:
+        raise RuntimeError(f"fmq bench failed: {bench and (bench.count_check, bench.errors)}")
+    return result
+
+
+def print_profile(r: dict) -> None:
+    futex = r.get("futex_per_msg")
+    print(f"{r['msgs_per_s']:,.0f} msgs/s over {r['seconds']:.1f} s ({r['messages']} "
+          f"messages); per message: CPU {r['user_us'] + r['system_us']:.1f} us (user "
+          f"{r['user_us']:.1f}, system {r['system_us']:.1f}), context switches "
+          f"{r['voluntary_cs']:.3f} voluntary + {r['involuntary_cs']:.3f} involuntary, futex "
+          + (f"{futex:.3f}" if futex is not None else "- (no strace)")
+          + f"; {r['msgs_per_flush']:.1f} messages per group commit")
+    print_threads(r["threads"])
+
+
+def print_threads(threads: dict) -> None:
+    print("| thread | n | user us/msg | system us/msg | vol cs/msg | invol cs/msg |")
+    print("|---|---:|---:|---:|---:|---:|")
+    rows = sorted(threads.items(), key=lambda kv: -(kv[1]["user_us"] + kv[1]["system_us"]))
+    for name, t in rows:
+        print(f"| {name} | {t['threads']} | {t['user_us']:.1f} | {t['system_us']:.1f} | "
+              f"{t['voluntary_cs']:.3f} | {t['involuntary_cs']:.3f} |")
+
+
+def start_tree_server(tree: str, data_dir: str, port: int, pure: bool = False
+                      ) -> subprocess.Popen:
+    """``fmq server`` of checkout ``tree`` on 127.0.0.1:``port``, once it answers a ping;
+    ``pure``: with every reference twin instead of the compiled code (FMQ_NO_EXTENSIONS=1)."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    if pure:
+        env["FMQ_NO_EXTENSIONS"] = "1"
+    with open(os.path.join(os.path.dirname(data_dir), "server.log"), "a") as log:
+        proc = subprocess.Popen([*fmq_command(tree), "server", "--data-dir", data_dir,
+                                 "--port", str(port), "--log-level", "WARNING"],
+                                env=env, stdout=log, stderr=log)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with Client(f"127.0.0.1:{port}", retries=0, connect_timeout=0.5) as c:
+                c.ping()
+            return proc
+        except FMQError:
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"the server of {tree} did not start")
+
+
+def one_round(tree: str, args: argparse.Namespace) -> dict:
+    with scratch("fmq-threads-") as tmp:
+        port = free_port()
+        server = start_tree_server(tree, os.path.join(tmp, "data"), port, args.pure)
+        try:
+            return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
+                           args.warmup, not args.no_strace,
+                           f"threads-{os.getpid()}-{int(time.time())}")
+        finally:
+            server.terminate()
+            try:
+                server.wait(60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def medians(rounds: list[dict]) -> dict:
+    """The median of every figure over ``rounds``, per thread group too."""
+    out: dict = {}
+    for key in ("messages", "seconds", "msgs_per_s", "user_us", "system_us", "voluntary_cs",
+                "involuntary_cs", "msgs_per_flush"):
+        if all(key in r for r in rounds):
+            out[key] = statistics.median(r[key] for r in rounds)
+    futex = [r["futex_per_msg"] for r in rounds if r.get("futex_per_msg") is not None]
+    out["futex_per_msg"] = statistics.median(futex) if futex else None
+    names = {name for r in rounds for name in r["threads"]}
+    out["threads"] = {
+        name: {k: statistics.median(r["threads"].get(name, {}).get(k, 0) for r in rounds)
+               for k in ("threads", "user_us", "system_us", "voluntary_cs", "involuntary_cs")}
+        for name in names}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", help="an older checkout to compare with (git worktree add)")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--seconds", type=float, default=5.0, help="per measuring window")
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--producers", type=int, default=64)
+    ap.add_argument("--no-strace", action="store_true", help="skip the futex window")
+    ap.add_argument("--pure", action="store_true",
+                    help="servers without compiled code (FMQ_NO_EXTENSIONS=1)")
+    ap.add_argument("--server", help="a running server's address (with --pid)")
+    ap.add_argument("--pid", type=int, help="its process id")
+    args = ap.parse_args()
+    if bool(args.server) != bool(args.pid):
+        ap.error("--server and --pid go together")
+    if args.server:
+        topic = f"threads-{os.getpid()}-{int(time.time())}"
+        print_profile(profile(args.server, args.pid, args.producers, args.seconds,
+                              args.warmup, not args.no_strace, topic))
+        return
+    checkouts = trees(args.old)
+    results = alternate(list(checkouts), args.rounds,
+                        lambda name: one_round(checkouts[name], args),
+                        lambda name, r: f"{name}: {r['msgs_per_s']:,.0f} msgs/s, "
+                        f"{r['user_us'] + r['system_us']:.1f} us/msg")
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}, "
+          f"{'pure' if args.pure else 'compiled'} path, {args.producers} producers, "
+          f"{args.rounds} rounds of {args.seconds:g} s; medians")
+    for name, rounds in results.items():
+        print(f"\n{name} ({checkouts[name]}):")
+        print_profile(medians(rounds))
+
+
+if __name__ == "__main__":
+    main()
