@@ -7,6 +7,14 @@ import pytest
 import fmq
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Spark's tests run on one xdist worker (`--dist loadgroup`): they share one Spark
+    session there, and two JVMs at once would only slow each other down."""
+    for item in items:
+        if "spark" in item.path.parts:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture
 def small_config() -> fmq.BrokerConfig:
     return fmq.BrokerConfig(segment_size=16 * 1024, max_message_size=4096,
