@@ -18,8 +18,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import requests
-
 from fmq.coordination.lease import describe_cause, parse_coordinator
 from fmq.errors import ConfigError, CoordinatorUnavailable
 from fmq.security.document import SecurityDocument
@@ -27,10 +25,13 @@ from fmq.security.users import UserStore
 
 try:
     import etcd3gw
+    import requests  # etcd3gw's HTTP client: the watch streams through it
     from etcd3gw.exceptions import Etcd3Exception
+
+    RequestException: type[Exception] = requests.RequestException
 except ImportError:  # only a node that uses etcd needs it
     etcd3gw = None
-    Etcd3Exception = Exception
+    Etcd3Exception = RequestException = Exception
 
 logger = logging.getLogger("fmq.coordination")
 
@@ -73,7 +74,7 @@ class ClusterSecurity:
     def _call(self, what: str, request: Callable[[], Any]) -> Any:
         try:
             return request()
-        except (Etcd3Exception, OSError, requests.RequestException) as exc:
+        except (Etcd3Exception, OSError, RequestException) as exc:
             raise CoordinatorUnavailable(
                 f"could not {what} at {self.coordinator}: {describe_cause(exc)}. Check that "
                 f"etcd runs there and is reachable, then try again") from None
@@ -139,7 +140,7 @@ class ClusterSecurity:
                 for line in resp.iter_lines():
                     if line and json.loads(line).get("result", {}).get("events"):
                         return
-        except (OSError, ValueError, requests.RequestException):
+        except (OSError, ValueError, RequestException):
             return
 
 
