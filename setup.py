@@ -23,6 +23,8 @@ COMPILED = {
     "fmq.log.record._codec_c": "fmq/log/record/codec.py",
     "fmq.log.record._marks_c": "fmq/log/record/marks.py",
     "fmq.protocol._frame_c": "fmq/protocol/framing.py",
+    "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",
+    "fmq.index._derive_c": "fmq/index/derive.py",
     **{f"fmq.protocol._speedups.{part.stem}": f"fmq/protocol/_codecs/{part.name}"
        for part in sorted((HERE / "fmq" / "protocol" / "_codecs").glob("part*.py"))},
 }

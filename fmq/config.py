@@ -91,8 +91,9 @@ class BrokerConfig:
     #: or that has not reported for ``max_lag_ms``, leaves the in-sync set.
     max_lag_bytes: int = 64 * MiB
     max_lag_ms: int = 10_000
-    #: How often the timer service looks for due scheduled messages (its precision), and
-    #: how many it delivers per round.
+    #: The least time between two looks of the timer service for due scheduled messages
+    #: (it sleeps until the next is due or a new one is indexed), and how many it delivers
+    #: per round.
     timer_poll_ms: int = 10
     timer_batch: int = 1024
     #: Back-off before each redelivery of a message a consumer failed (nack), one level per

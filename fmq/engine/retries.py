@@ -171,10 +171,11 @@ def group_counts(broker: Any, timers_by_topic: dict[str, int]) -> dict[str, dict
 
 def delivery_stats(broker: Any) -> dict[str, Any]:
     """Timers and per-group retries for ``fmq stats`` and the metrics: pending timers, per
-    destination topic too, timers delivered since the broker opened, and per group its
-    retries pending and dead letters."""
+    destination topic too, timers delivered since the broker opened, how often the timer
+    service looked for due timers, and per group its retries pending and dead letters."""
     by_topic = broker.index.timers.by_topic()
     return {"timers_pending": sum(by_topic.values()), "timers_pending_by_topic": by_topic,
             "timers_delivered": broker.timers.delivered,
             "timer_relocations": broker.timers.relocations,
+            "timer_wakeups": broker.timers.wakeups,
             "groups": group_counts(broker, by_topic)}

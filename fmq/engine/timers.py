@@ -7,9 +7,15 @@ names the TIMER; indexing that MESSAGE removes the timer, in the same LMDB trans
 makes the message consumable. Only flushed records are indexed, so a timer is delivered
 exactly once: a MESSAGE a crash lost was never visible, and its timer is still pending.
 
-The service thread looks every ``timer_poll_ms`` for timers due by now (one LMDB cursor
-read), delivers up to ``timer_batch`` of them in one group commit and waits until they are
-indexed before it looks again, so it never delivers a timer twice.
+The service thread looks for timers due by now (one LMDB cursor read), delivers up to
+``timer_batch`` of them in one group commit and waits until they are indexed before it looks
+again, so it never delivers a timer twice. Between rounds it sleeps until the earliest
+pending timer is due, or until the index adds a timer (the dispatcher's
+``on_timers_added``), whichever comes first, and at most ``IDLE_RECHECK_S``: due times are
+wall-clock and the sleep is not, so a stepped clock delays a delivery by at most that. Two
+looks are at least ``timer_poll_ms`` apart (timers due within it go out together). An idle
+server's timer thread therefore wakes once per ``IDLE_RECHECK_S``, not per
+``timer_poll_ms``.
 
 Retention **relocates** pending timers out of a segment it is about to delete: a new TIMER
 at the log head whose ``ref_offset`` names the old one (indexing it moves the pending
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from fmq.config import BrokerConfig
@@ -38,6 +45,8 @@ logger = logging.getLogger("fmq.timers")
 
 #: Called with the (topic, queue id) pairs that got messages, once they are consumable.
 Delivered = Callable[[set[tuple[str, int]]], None]
+#: The longest the service sleeps without a due timer (see the module docstring).
+IDLE_RECHECK_S = 5.0
 
 
 def check_deliver_at(deliver_at: object) -> int:
@@ -70,6 +79,11 @@ class Timers:
         self.late_ms_max = 0  # the latest delivery seen (due time to placement)
         self._delivering = threading.Lock()  # one delivery round at a time
         self._stop = threading.Event()
+        #: Set when the index adds a timer, or to stop: ends the service's sleep.
+        self._wake = threading.Event()
+        #: How many times the service thread looked for due timers (an idle one rarely does).
+        self.wakeups = 0
+        dispatcher.on_timers_added = self._wake.set
         self._thread = threading.Thread(target=self._run, name="fmq-timers", daemon=True)
 
     # ---------------------------------------------------------------- scheduling
@@ -172,6 +186,7 @@ class Timers:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join()
 
@@ -180,6 +195,11 @@ class Timers:
         poll = self.config.timer_poll_ms / 1000.0
         failures = 0
         while not self._stop.is_set():
+            # Cleared before the index is read, so a timer indexed after the read still
+            # ends the sleep below.
+            self._wake.clear()
+            self.wakeups += 1
+            looked = time.monotonic()
             try:
                 delivered = self.deliver_due()
                 failures = 0
@@ -195,7 +215,22 @@ class Timers:
                 self._stop.wait(min(1.0, poll * 2 ** min(failures, 10)))
                 continue
             if delivered < self.config.timer_batch:  # a full round: more may be due
-                self._stop.wait(poll)
+                self._wake.wait(max(poll, self._sleep_s()))
+                # At least timer_poll_ms between two looks, so timers due close together
+                # go out in one group commit.
+                rest = poll - (time.monotonic() - looked)
+                if rest > 0:
+                    self._stop.wait(rest)
+
+    def _sleep_s(self) -> float:
+        """Seconds until the earliest pending timer is due, at most ``IDLE_RECHECK_S``."""
+        try:
+            earliest = self.index.timers.due(MAX_OFFSET, 1)
+        except Exception:  # noqa: BLE001 - the next round reports what fails
+            return self.config.timer_poll_ms / 1000.0
+        if not earliest:
+            return IDLE_RECHECK_S
+        return min(IDLE_RECHECK_S, max(0.0, (earliest[0][0] - now_ms()) / 1000.0))
 
     def deliver_due(self, now: int | None = None) -> int:
         """Deliver up to ``timer_batch`` timers due by ``now``: append their messages,

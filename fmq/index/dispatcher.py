@@ -35,7 +35,15 @@ from collections import deque
 from collections.abc import Callable
 
 from fmq.errors import BadRecord
-from fmq.index.entries import IndexItem, Mark, QueueEntry, TimerChange, index_items, sort_items
+from fmq.index.entries import (
+    IndexItem,
+    Mark,
+    QueueEntry,
+    TimerChange,
+    TimerEntry,
+    index_items,
+    sort_items,
+)
 from fmq.index.lmdb_env import is_transient
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
@@ -80,6 +88,9 @@ class Dispatcher:
         #: consumable: the server wakes those queues' pull long polls then, when they can
         #: read what woke them (a follower's copied records too).
         self.on_applied: Callable[[set[tuple[str, int]]], None] | None = None
+        #: Called (dispatcher thread) after an index write that added pending timers: the
+        #: timer service sleeps until its next due timer and must learn of an earlier one.
+        self.on_timers_added: Callable[[], None] | None = None
         self._thread = threading.Thread(target=self._run, name="fmq-dispatcher", daemon=True)
 
     def start(self) -> None:
@@ -281,6 +292,9 @@ class Dispatcher:
         on_applied = self.on_applied
         if on_applied is not None and entries:
             on_applied({(e.topic, e.queue_id) for e in entries})
+        on_timers_added = self.on_timers_added
+        if on_timers_added is not None and any(type(t) is TimerEntry for t in timers):
+            on_timers_added()
 
     def stop(self) -> None:
         """Finish applying what is flushed, then stop the thread. While index writes fail it

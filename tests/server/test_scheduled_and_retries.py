@@ -208,3 +208,32 @@ def test_concurrent_redrives_of_a_group_put_each_dead_letter_back_once(start_ser
     assert sorted(redriven)[:3] == [0, 0, 0]  # one redrive took them all, the rest nothing
     out = run_cli("dlq", "list", "billing", "--server", srv.address, "--json")
     assert out.returncode == 0 and json_lines(out.stdout) == []
+
+
+def _timer_wakeups(c: Client) -> int:
+    return broker_stats(c)["delivery"]["timer_wakeups"]
+
+
+def test_an_idle_servers_timer_thread_sleeps_and_a_new_timer_still_fires(start_server):
+    srv = start_server({})
+    with Client(srv.address) as c:
+        # Idle, nothing pending: the thread sleeps (a poll every timer_poll_ms would look
+        # about a hundred times in this second).
+        before = _timer_wakeups(c)
+        time.sleep(1.0)
+        idle = _timer_wakeups(c) - before
+        assert idle <= 2, f"the idle timer thread looked {idle} times in a second"
+        with Producer(srv.address) as p, Consumer(srv.address, "g", "idle") as consumer:
+            p.send("idle", b"in-an-hour", delay=3600)
+            # The hour-long timer is indexed and the thread asleep again until it is due
+            # (or its idle recheck): only the index telling it of a new timer wakes it.
+            wait_until(lambda: broker_stats(c)["delivery"]["timers_pending"] == 1,
+                       what="the hour-long timer indexed")
+            time.sleep(0.2)
+            soon = p.send("idle", b"soon", delay=0.3)
+            [m] = _collect(consumer, 1)
+            assert m.body == b"soon" and m.store_time >= soon.deliver_at
+            # Woken by the new timer, not by the idle recheck five seconds on.
+            assert m.store_time - soon.deliver_at < 2500
+            assert consumer.poll(0.3) == []
+        assert broker_stats(c)["delivery"]["timers_pending"] == 1

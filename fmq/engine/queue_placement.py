@@ -1,0 +1,157 @@
+"""Queues of the write path: how many queues each topic has, which queue a message goes to,
+the next queue offset of every queue, and the plain send path that places MESSAGE records.
+The rest of FMQ imports them from :mod:`fmq.engine.queues`, which runs this module compiled
+where setup.py built it (``fmq.engine._queue_placement_c``).
+
+Queue offsets are assigned under the log lock, so queue order is log order.
+
+The queue count of a topic is its own setting (its latest TOPIC record, ``fmq topic
+create|alter``: grow only), else ``queues_per_topic``, and never less than the data needs:
+a topic has ``max(that, 1 + the highest queue id it holds records or open transactional
+messages in)`` queues. Lowering ``queues_per_topic`` therefore applies only to new topics
+(and to queues that never held anything), and no configuration can make a stored message
+unreachable. The queue ids come from the index's queue marks, which recovery and the Spark
+rebuild derive from the log; the topic settings from the index's topic table.
+
+:meth:`Queues.check_topic` is the one rule of which topics take a message: a topic created
+and not deleted, else (``auto_create_topics``) any topic never deleted; and a message no
+larger than the topic's own ``max_message_size``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from fmq.config import BrokerConfig
+from fmq.errors import MessageTooLarge, UnknownTopic
+from fmq.log.log import Log
+from fmq.log.placement import now_ms, reserve_segments
+from fmq.log.record import Record, RecordType, check_fits, crc32c
+from fmq.message import Message, SendResult, check_message, is_internal_topic
+from fmq.topic_config import TopicConfig
+
+
+class Queues:
+    """Queue choice and queue-offset allocation (the log lock held by the caller)."""
+
+    def __init__(self, queues_per_topic: int, queue_next: dict[tuple[str, int], int],
+                 pending: Iterable[tuple[str, int]] = (),
+                 topics: Iterable[TopicConfig] = (), auto_create: bool = True) -> None:
+        """``queue_next``: the next offset of every queue the log holds records of;
+        ``pending``: the (topic, queue id) of every open transactional message;
+        ``topics``: the topics' own settings (the index's topic table)."""
+        self.queues_per_topic = queues_per_topic
+        self.auto_create = auto_create
+        #: Each topic's settings from its latest TOPIC record (changed under the log lock).
+        self.topics: dict[str, TopicConfig] = {t.name: t for t in topics}
+        self._next = queue_next
+        self._round_robin: dict[str, int] = {}
+        self._stored_counts = stored_queue_counts(list(queue_next) + list(pending))
+        #: Messages and body bytes placed per topic since the broker opened (metrics).
+        self.messages_in: dict[str, int] = {}
+        self.bytes_in: dict[str, int] = {}
+
+    def queue_count(self, topic: str) -> int:
+        """How many queues ``topic`` has (see the module docstring)."""
+        own = self.topics.get(topic)
+        return max(self.queues_per_topic if own is None else own.queues,
+                   self._stored_counts.get(topic, 0))
+
+    def check_topic(self, m: Message) -> None:
+        """Refuse ``m`` unless its topic takes it (see the module docstring). The broker's
+        own topics (retries, dead letters) always do."""
+        own = self.topics.get(m.topic)
+        if own is None:
+            if not self.auto_create and not is_internal_topic(m.topic):
+                raise UnknownTopic(m.topic)
+            return
+        if own.deleted:
+            raise UnknownTopic(m.topic)
+        limit = own.max_message_size
+        if limit is not None and len(m.body) > limit:
+            raise MessageTooLarge(
+                f"message body is {len(m.body)} bytes, the limit of topic {m.topic!r} "
+                f"(its max_message_size) is {limit}; split the payload or raise the limit "
+                f"with: fmq topic alter {m.topic} --max-message-size SIZE")
+
+    def topic_names(self) -> set[str]:
+        """Every topic with data or settings (call under the log lock: sends add queues)."""
+        return {t for t, _q in self._next} | set(self._stored_counts) | set(self.topics)
+
+    def stored_counts(self) -> dict[str, int]:
+        """The queue count each topic's stored data needs (topics with data only)."""
+        return dict(self._stored_counts)
+
+    def pick_queue(self, message: Message) -> int:
+        """The message's own queue id, else its key's hash, else round robin per topic."""
+        n = self.queue_count(message.topic)
+        if message.queue_id is not None:
+            return message.queue_id
+        if message.key:
+            return crc32c(message.key.encode()) % n
+        rr = self._round_robin.get(message.topic, 0)
+        self._round_robin[message.topic] = rr + 1
+        return rr % n
+
+    def next_offset(self, topic: str, queue_id: int) -> int:
+        """The queue offset the next record of the queue gets."""
+        return self._next.get((topic, queue_id), 0)
+
+    def advance(self, topic: str, queue_id: int, queue_offset: int, body_bytes: int = 0) -> None:
+        """``queue_offset`` is taken (its record is placed)."""
+        self._next[(topic, queue_id)] = queue_offset + 1
+        self.messages_in[topic] = self.messages_in.get(topic, 0) + 1
+        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + body_bytes
+
+
+def stored_queue_counts(queues: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Per topic, 1 + the highest queue id among ``queues``."""
+    counts: dict[str, int] = {}
+    for topic, qid in queues:
+        if counts.get(topic, 0) <= qid:
+            counts[topic] = qid + 1
+    return counts
+
+
+def check_messages(messages: Sequence[Message], config: BrokerConfig, queues: Queues) -> None:
+    """Raise the typed error of the first message that cannot be stored as it is: the
+    message's own checks, then its topic's (:meth:`Queues.check_topic`)."""
+    for m in messages:
+        check_message(m, config.max_message_size, queues.queue_count)
+        queues.check_topic(m)
+        check_fits(m, config.segment_size)
+
+
+def append_message_locked(log_: Log, queues: Queues, m: Message, store_time: int) -> Record:
+    """Append one message's MESSAGE record at its queue's next offset (the caller holds
+    ``log_.lock`` and reserved the segments); returns the record placed."""
+    qid = queues.pick_queue(m)
+    qoff = queues.next_offset(m.topic, qid)
+    rec = Record(RecordType.MESSAGE, store_time=store_time, queue_id=qid, queue_offset=qoff,
+                 topic=m.topic, key=m.key or None, tags=m.tags or None,
+                 properties=m.properties, body=bytes(m.body))
+    log_.append_locked(rec)
+    queues.advance(m.topic, qid, qoff, len(m.body))
+    return rec
+
+
+def place_message_locked(log_: Log, queues: Queues, m: Message, store_time: int
+                         ) -> SendResult:
+    """:func:`append_message_locked`, answered with the message's result."""
+    rec = append_message_locked(log_, queues, m, store_time)
+    return SendResult(rec.log_offset, rec.queue_id, rec.queue_offset)
+
+
+def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
+                   ) -> tuple[list[SendResult], int]:
+    """Place one MESSAGE record per message (all or none: the segments are reserved first).
+    Returns their results and the log offset they end at; nothing is acknowledged before the
+    log is durable up to that offset (``log_.wait_durable``)."""
+    results = []
+    store_time = now_ms()
+    with log_.lock:
+        reserve_segments(log_, messages)
+        for m in messages:
+            results.append(place_message_locked(log_, queues, m, store_time))
+        end = log_.next_offset
+    return results, end
