@@ -233,9 +233,9 @@ class ClusterRoutes:
         if groups is None:
             groups = [name for name, g in sorted(known.items()) if g.writable]
             if not groups:
-                raise CoordinatorUnavailable(
-                    f"no broker group of cluster {self.cluster} has a primary now; start one, "
-                    f"or name the groups to create topic {topic} in")
+                raise RouteConflict(topic, f"no broker group of cluster {self.cluster} "
+                                           f"takes writes now (none has a primary); start "
+                                           f"one, or name the groups to create it in")
         route = new_route(topic, groups, queues_per_group, known, self.cluster)
         revision = self._swap(route, 0)
         if not revision:

@@ -4,13 +4,12 @@ cut (the periodic re-read), and that starts from its cache file with etcd stoppe
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 
-import etcd3gw
 import pytest
 
+from fmq.coordination.lease import LeaderLease
 from fmq.coordination.route_follower import RouteFollower, newer
 from fmq.coordination.routes import ClusterRoutes, RouteSnapshot
 from fmq.errors import (
@@ -38,11 +37,11 @@ def etcd(tmp_path):
 
 
 def start_group(etcd: EtcdProcess, cluster: ClusterRoutes, group: str, port: int) -> None:
-    """A registered group with a primary, as a node that won the lease leaves it."""
+    """A registered group whose primary holds the real leader lease (long enough for one
+    test)."""
     cluster.register_group(group)
-    client = etcd3gw.client(host="127.0.0.1", port=etcd.client_port, api_path="/v3/")
-    client.put(f"/fmq/{group}/leader", json.dumps(
-        {"node": "n1", "address": f"127.0.0.1:{port}", "epoch": 1}))
+    lease = LeaderLease(etcd.url, group, "n1", f"127.0.0.1:{port}", ttl_s=120)
+    assert lease.try_acquire() is not None
 
 
 @pytest.fixture
@@ -51,6 +50,16 @@ def cluster(etcd) -> ClusterRoutes:
     for i, group in enumerate(("a", "b")):
         start_group(etcd, routes, group, 9000 + i)
     return routes
+
+
+def test_no_group_with_a_primary_no_route_by_default(etcd):
+    cluster = ClusterRoutes(etcd.url, "c1")
+    cluster.register_group("a")  # registered, no primary
+    with pytest.raises(RouteConflict, match="takes writes now"):
+        cluster.create("orders", 2)
+    assert cluster.get("orders") is None
+    # A group named explicitly may lack a primary now: its producers wait for one.
+    assert cluster.create("orders", 2, groups=["a"]).groups == ("a",)
 
 
 def test_create_reads_back_with_its_version_and_bad_input_changes_nothing(etcd, cluster):
@@ -139,6 +148,26 @@ def test_a_stale_revision_is_refused_and_the_change_is_retried(etcd, cluster):
     assert len(seen_versions) == 2 and seen_versions[0] == first.version
     assert seen_versions[1] > first.version  # the retry read the other writer's route
     assert final.groups == ("a", "b", "c") and cluster.get("orders") == final
+
+
+def test_the_compare_and_swap_loop_is_bounded(etcd, cluster):
+    cluster.create("orders", 1, groups=["a", "b"])
+    other_admin = ClusterRoutes(etcd.url, "c1")
+    tries = []
+
+    def always_overtaken(route):
+        tries.append(route.version)
+        # Another writer changes the route between every read and write of ours.
+        if route.entry("b").writable:
+            other_admin.drain("orders", "b")
+        else:
+            other_admin.reopen("orders", "b")
+        return expand(route, "c", 1)
+
+    with pytest.raises(CoordinatorUnavailable, match="changed 50 times"):
+        cluster.change("orders", always_overtaken)
+    assert len(tries) == 50 and len(set(tries)) == 50
+    assert cluster.get("orders").entry("c") is None
 
 
 def test_the_follower_sees_a_change_through_its_watch(tmp_path, etcd, cluster):
