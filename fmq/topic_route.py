@@ -24,15 +24,20 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from fmq import native
 from fmq.errors import InvalidArgument, RouteConflict, RouteHasLag, UnknownBrokerGroup
 from fmq.message import INTERNAL_TOPIC_PREFIX, check_topic
 
 try:
-    from crc32c import crc32c as _crc32c
-except ImportError:  # pragma: no cover - the same function, slower
+    from crc32c import crc32c as _hardware_crc32c
+except ImportError:  # pragma: no cover - crcmod computes the same function, slower
+    _hardware_crc32c = None
+if _hardware_crc32c is None or native.no_extensions():  # as fmq.log.record chooses
     import crcmod.predefined
 
     _crc32c = crcmod.predefined.mkPredefinedCrcFun("crc-32c")
+else:
+    _crc32c = _hardware_crc32c
 
 READ_WRITE = "rw"
 READ_ONLY = "ro"
@@ -217,6 +222,12 @@ def writable_queues(route: TopicRoute,
             for q in (QueueRef(e.group, i) for i in range(e.queues))]
 
 
+def key_slot(key: str, slots: int) -> int:
+    """Which of ``slots`` queues a key goes to: CRC-32C of its UTF-8 bytes modulo
+    ``slots``. The one rule, for a broker's own queues and for a route's alike."""
+    return _crc32c(key.encode()) % slots
+
+
 def queue_for_key(route: TopicRoute, key: str) -> QueueRef:
     """The queue a keyed send goes to: CRC-32C of the key over the route's writable queues
     in global order. A group without a primary keeps its keys (they wait for its fail-over
@@ -225,7 +236,7 @@ def queue_for_key(route: TopicRoute, key: str) -> QueueRef:
     if not queues:
         raise RouteConflict(route.topic, "no broker group takes writes for it (every group "
                                          "is drained); expand it to a group first")
-    return queues[_crc32c(key.encode()) % len(queues)]
+    return queues[key_slot(key, len(queues))]
 
 
 # -------------------------------------------------------------------- changes
