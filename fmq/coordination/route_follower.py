@@ -30,6 +30,7 @@ CACHE_FORMAT = 1
 def dump_snapshot(cluster: str, snapshot: RouteSnapshot) -> bytes:
     return json.dumps({
         "format": CACHE_FORMAT, "cluster": cluster, "revision": snapshot.revision,
+        "etcd_id": snapshot.etcd_id,
         "routes": {t: {"version": r.version, "route": r.to_json()}
                    for t, r in sorted(snapshot.routes.items())},
         "groups": {n: {"primary": g.primary, "epoch": g.epoch,
@@ -49,22 +50,27 @@ def load_snapshot(cluster: str, data: bytes) -> RouteSnapshot:
                   for t, v in d["routes"].items()}
         groups = {n: BrokerGroup(n, str(g["primary"]), int(g["epoch"]),
                                  bool(g["open_for_writes"])) for n, g in d["groups"].items()}
-        return RouteSnapshot(int(d["revision"]), routes, groups)
+        return RouteSnapshot(int(d["revision"]), routes, groups, {}, str(d.get("etcd_id", "")))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InvalidArgument(f"not a route cache: {exc}") from None
 
 
 def newer(current: RouteSnapshot, read: RouteSnapshot) -> tuple[RouteSnapshot, bool]:
     """What the copy becomes after ``read``, and whether a route or a group changed (the
-    revision alone moves with every write to etcd). Never backwards."""
+    revision alone moves with every write to etcd). Never backwards, within one etcd: an
+    etcd of another cluster id (a new one, not a restored backup) counts its revisions anew,
+    and its routes replace the copy whole."""
+    if read.etcd_id and current.etcd_id and read.etcd_id != current.etcd_id:
+        return read, True
     if read.revision < current.revision:
         return current, False
     routes = dict(read.routes)
     for topic in read.damaged:  # unreadable in etcd: keep what the copy had
         if topic in current.routes:
             routes[topic] = current.routes[topic]
-    changed = routes != current.routes or read.groups != current.groups
-    return RouteSnapshot(read.revision, routes, read.groups), changed
+    changed = (routes != current.routes or read.groups != current.groups
+               or read.etcd_id != current.etcd_id)
+    return RouteSnapshot(read.revision, routes, read.groups, {}, read.etcd_id), changed
 
 
 class RouteFollower:

@@ -83,6 +83,9 @@ class RouteSnapshot:
     groups: dict[str, BrokerGroup] = field(default_factory=dict)
     #: Topics whose stored route could not be read, and why (a reader keeps its old copy).
     damaged: dict[str, str] = field(default_factory=dict)
+    #: etcd's cluster id: revisions of another etcd (a new one, not a restored backup) are
+    #: not comparable with these.
+    etcd_id: str = ""
 
 
 class ClusterRoutes:
@@ -124,20 +127,20 @@ class ClusterRoutes:
                          int(kv.get("mod_revision", 0))) for kv in kvs])
         return out
 
-    def _read(self, what: str, ranges: list[tuple[str, str | None]]) -> tuple[int, list]:
-        """The revision and the rows of each (key, range end) read in one transaction, so
-        they are one consistent view."""
+    def _read(self, what: str, ranges: list[tuple[str, str | None]]) -> tuple[dict, list]:
+        """etcd's header (revision, cluster id) and the rows of each (key, range end), read
+        in one transaction, so they are one consistent view."""
         ops = [{"request_range": {"key": _b64(key), **({"range_end": _b64(end)} if end else {})}}
                for key, end in ranges]
         result = self._txn(what, {"compare": [], "success": ops, "failure": []})
-        return int(result.get("header", {}).get("revision", 0)), self._ranges(result)
+        return result.get("header", {}), self._ranges(result)
 
     # ------------------------------------------------------------------ reading
 
     def get(self, topic: str) -> TopicRoute | None:
         """``topic``'s route with its version, or None when it has none."""
         check_routable_topic(topic)
-        _rev, (rows,) = self._read("read a route", [(self.route_key(topic), None)])
+        _header, (rows,) = self._read("read a route", [(self.route_key(topic), None)])
         if not rows:
             return None
         _key, value, revision = rows[0]
@@ -158,7 +161,7 @@ class ClusterRoutes:
     def snapshot(self) -> RouteSnapshot:
         """Every route and group at one etcd revision (the groups' primaries are read just
         after it: a primary is a hint a client checks with the group itself)."""
-        revision, (route_rows, group_rows) = self._read("read the cluster's routes", [
+        header, (route_rows, group_rows) = self._read("read the cluster's routes", [
             (self.routes_prefix, _prefix_end(self.routes_prefix)),
             (self.groups_prefix, _prefix_end(self.groups_prefix))])
         routes, damaged = {}, {}
@@ -169,11 +172,12 @@ class ClusterRoutes:
             except ConfigError as exc:
                 damaged[topic] = str(exc)
         registered = {key[len(self.groups_prefix):]: value for key, value, _ in group_rows}
-        return RouteSnapshot(revision, routes, self._groups(registered), damaged)
+        return RouteSnapshot(int(header.get("revision", 0)), routes, self._groups(registered),
+                             damaged, str(header.get("cluster_id", "")))
 
     def groups(self) -> dict[str, BrokerGroup]:
         """The cluster's broker groups with their primaries."""
-        _rev, (rows,) = self._read("read the cluster's groups", [
+        _header, (rows,) = self._read("read the cluster's groups", [
             (self.groups_prefix, _prefix_end(self.groups_prefix))])
         return self._groups({key[len(self.groups_prefix):]: value for key, value, _ in rows})
 
@@ -181,7 +185,7 @@ class ClusterRoutes:
         names = sorted(registered)
         if not names:
             return {}
-        _rev, leaders = self._read("read the groups' leader keys",
+        _header, leaders = self._read("read the groups' leader keys",
                                    [(leader_key(name), None) for name in names])
         out = {}
         for name, rows in zip(names, leaders, strict=True):

@@ -228,6 +228,35 @@ def test_the_cache_file_lets_a_follower_start_with_etcd_stopped(tmp_path, etcd, 
     assert RouteFollower(ClusterRoutes(etcd.url, "c2"), data_dir).route("orders") is None
 
 
+def test_a_new_etcd_counting_revisions_anew_replaces_the_copy(tmp_path, etcd, cluster):
+    """Within one etcd the copy never goes backwards; a new etcd (another cluster id, not
+    a restored backup) starts its revisions at 1, and its routes are taken, not ignored."""
+    for _ in range(20):  # move the old etcd's revision well past the new one's
+        cluster.register_group("a")
+        cluster.groups()
+        ClusterRoutes(etcd.url, "c1").register_group("b")
+        cluster._txn("bump", {"compare": [], "success": [{"request_put": {
+            "key": "L2J1bXA=", "value": "eA=="}}], "failure": []})
+    cluster.create("orders", 2, groups=["a"])
+    data_dir = str(tmp_path / "node")
+    os.makedirs(data_dir)
+    old = RouteFollower(ClusterRoutes(etcd.url, "c1"), data_dir)
+    assert old.sync_once()
+    etcd.stop()
+    fresh = EtcdProcess(str(tmp_path / "etcd2")).start()
+    try:
+        routes = ClusterRoutes(fresh.url, "c1")
+        start_group(fresh, routes, "z", 9009)
+        created = routes.create("orders", 1)
+        assert created.version < old.route("orders").version
+        follower = RouteFollower(routes, data_dir)
+        assert follower.route("orders").groups == ("a",)  # the cached copy, until a read
+        assert follower.sync_once()
+        assert follower.route("orders") == created
+    finally:
+        fresh.stop()
+
+
 def test_a_damaged_cache_file_is_ignored_not_fatal(tmp_path, etcd):
     (tmp_path / "routes.json").write_text("{not json")
     follower = RouteFollower(ClusterRoutes(etcd.url, "c1"), str(tmp_path))
@@ -243,5 +272,8 @@ def test_the_copy_never_goes_backwards():
     # A topic whose stored route cannot be read keeps the copy's route.
     damaged = RouteSnapshot(12, {}, {}, {"orders": "not JSON"})
     assert newer(v9, damaged)[0].routes == v9.routes
+    # Another etcd (another cluster id) is taken whole, whatever its revision.
+    other = RouteSnapshot(2, {}, {}, {}, "other-etcd")
+    assert newer(RouteSnapshot(9, v9.routes, {}, {}, "first-etcd"), other) == (other, True)
     # A newer revision with nothing changed moves the revision, not the routes.
     assert newer(v9, RouteSnapshot(15, v9.routes)) == (RouteSnapshot(15, v9.routes), False)
