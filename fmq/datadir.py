@@ -8,6 +8,7 @@ A data directory holds::
     log/            the segments, named by base log offset (``00000000000067108864.seg``),
                     zero-padded to 20 digits so that ``ls`` sorts them in log order
     index/          the LMDB index (``data.mdb``), rebuilt from the log when missing
+    routes.json     a node in a cluster: its copy of the cluster's routes (docs/cluster.md)
 
 Nothing here imports another FMQ package, so every layer may use it.
 """
@@ -28,6 +29,7 @@ LOG_DIR = "log"
 INDEX_DIR = "index"
 CHECKPOINT_FILE = "checkpoint"
 QUEUE_FLOORS_FILE = "queue-floors"
+ROUTES_FILE = "routes.json"
 LOCK_FILE = "LOCK"
 #: The file LMDB keeps an environment in; its absence means "no index yet".
 INDEX_DATA_FILE = "data.mdb"

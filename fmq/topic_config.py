@@ -17,12 +17,14 @@ from dataclasses import asdict, dataclass, field, replace
 
 from fmq.errors import InvalidArgument
 from fmq.message import check_topic
+from fmq.topic_route import MAX_QUEUES_PER_GROUP
 
 CREATED = "created"
 DELETED = "deleted"
 #: The property of a TOPIC record holding :meth:`TopicConfig.to_json`.
 CONFIG_PROPERTY = "config"
-MAX_QUEUES = 65_535
+#: A topic's queues in one broker group (the same bound a route keeps per group).
+MAX_QUEUES = MAX_QUEUES_PER_GROUP
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,13 @@ def _b64(data: str | bytes) -> str:
     return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
 
 
+def check_cluster_name(cluster: str) -> str:
+    """``cluster`` if it can name a cluster (it is part of etcd keys), else ConfigError."""
+    if not cluster or not isinstance(cluster, str) or "/" in cluster:
+        raise ConfigError(f"cluster name {cluster!r} must be non-empty and without '/'")
+    return cluster
+
+
 def security_key(cluster: str) -> str:
     return f"/fmq-cluster/{cluster}/security"
 
@@ -59,8 +66,7 @@ class ClusterSecurity:
         if etcd3gw is None:
             raise ConfigError("users and rules in etcd need the etcd3gw package: "
                               "pip install 'fmq[replication]'")
-        if not cluster or "/" in cluster:
-            raise ConfigError(f"cluster name {cluster!r} must be non-empty and without '/'")
+        check_cluster_name(cluster)
         host, port = parse_coordinator(coordinator)
         self.coordinator, self.cluster = coordinator, cluster
         self.key = security_key(cluster)

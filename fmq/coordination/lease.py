@@ -76,6 +76,11 @@ def parse_coordinator(url: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def leader_key(group: str) -> str:
+    """The etcd key naming ``group``'s primary (a :class:`LeaderRecord` as JSON)."""
+    return f"/fmq/{group}/leader"
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
@@ -117,7 +122,7 @@ class LeaderLease:
 
     @property
     def leader_key(self) -> str:
-        return f"/fmq/{self.group}/leader"
+        return leader_key(self.group)
 
     @property
     def epoch_key(self) -> str:

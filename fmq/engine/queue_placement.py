@@ -26,9 +26,10 @@ from fmq.config import BrokerConfig
 from fmq.errors import MessageTooLarge, UnknownTopic
 from fmq.log.log import Log
 from fmq.log.placement import now_ms, reserve_segments
-from fmq.log.record import Record, RecordType, check_fits, crc32c
+from fmq.log.record import Record, RecordType, check_fits
 from fmq.message import Message, SendResult, check_message, is_internal_topic
 from fmq.topic_config import TopicConfig
+from fmq.topic_route import key_slot
 
 
 class Queues:
@@ -88,7 +89,7 @@ class Queues:
         if message.queue_id is not None:
             return message.queue_id
         if message.key:
-            return crc32c(message.key.encode()) % n
+            return key_slot(message.key, n)
         rr = self._round_robin.get(message.topic, 0)
         self._round_robin[message.topic] = rr + 1
         return rr % n

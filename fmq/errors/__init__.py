@@ -15,6 +15,7 @@ fields included, from it (``fmq.protocol.error_fields``, docs/protocol.md sectio
 from __future__ import annotations
 
 from fmq.errors.base import FMQError
+from fmq.errors.cluster import RouteConflict, RouteHasLag, UnknownBrokerGroup
 from fmq.errors.input import (
     ConfigError,
     ExtensionMissing,
@@ -114,6 +115,8 @@ __all__ = [
     "ReplicaBehindRetention",
     "ReplicaDiverged",
     "ReplicationError",
+    "RouteConflict",
+    "RouteHasLag",
     "RequestTimeout",
     "SecurityError",
     "SegmentUnavailable",
@@ -132,6 +135,7 @@ __all__ = [
     "TransactionError",
     "TransactionInProgress",
     "TransactionRolledBack",
+    "UnknownBrokerGroup",
     "UnknownQueue",
     "UnknownTransaction",
     "all_error_classes",

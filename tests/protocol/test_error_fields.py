@@ -21,10 +21,13 @@ from fmq.errors import (
     OutOfOrderSequence,
     ReplicaBehindRetention,
     ReplicaDiverged,
+    RouteConflict,
+    RouteHasLag,
     SegmentUnavailable,
     StalePrimary,
     TopicExists,
     TopicHasLag,
+    UnknownBrokerGroup,
     UnknownTopic,
     all_error_classes,
 )
@@ -56,6 +59,11 @@ WITH_FIELDS = [
     UnknownTopic("orders.eu:x|y"),
     TopicExists("a-b_c"),
     TopicHasLag("orders", "group billing queue 0: 3 unread, group x (y) queue 2: 1 unread"),
+    UnknownBrokerGroup("g3", "prod", "g1, g2"),
+    UnknownBrokerGroup("g.x:y", "c (1)", "none yet"),
+    RouteConflict("orders", "broker group a holds queues of it already"),
+    RouteConflict("t", "reason: with a colon; and (its groups: a, b)"),
+    RouteHasLag("orders", "g1", "billing: 3 unread, audit: 1 unread"),
 ]
 
 

@@ -1,0 +1,57 @@
+"""Errors of a cluster's routes (broker groups routed through etcd, docs/cluster.md): a
+group the cluster does not have, a route change that contradicts the route, a group removed
+while consumer groups still have messages to read there."""
+
+from __future__ import annotations
+
+from fmq.errors.input import InvalidArgument
+
+
+class UnknownBrokerGroup(InvalidArgument):
+    """A route names a broker group that is not registered in the cluster."""
+
+    code = 100
+    fields = {"group": str, "cluster": str, "known": str}
+    message_format = ("broker group {group} is not part of cluster {cluster} (its groups: "
+                      "{known}); start its nodes with --cluster-name {cluster}, or name one "
+                      "of the cluster's groups")
+
+    def __init__(self, group: str, cluster: str, known: str) -> None:
+        super().__init__(self.message_format.format(group=group, cluster=cluster,
+                                                    known=known))
+        self.group = group
+        self.cluster = cluster
+        self.known = known
+
+
+class RouteConflict(InvalidArgument):
+    """A route change that does not fit the route as it is (a group added twice, a group
+    the topic has no queues in, the last writable group drained); nothing was changed."""
+
+    code = 101
+    fields = {"topic": str, "reason": str}
+    message_format = "the route of topic {topic} was not changed: {reason}"
+
+    def __init__(self, topic: str, reason: str) -> None:
+        super().__init__(self.message_format.format(topic=topic, reason=reason))
+        self.topic = topic
+        self.reason = reason
+
+
+class RouteHasLag(RouteConflict):
+    """A broker group removed from a topic's route while consumer groups have not read
+    everything in that group's queues."""
+
+    code = 102
+    fields = {"topic": str, "group": str, "lag": str}
+    message_format = ("broker group {group} still holds messages of topic {topic} that "
+                      "consumer groups have not read ({lag}); let them catch up, or remove "
+                      "it anyway with --force")
+
+    def __init__(self, topic: str, group: str, lag: str) -> None:
+        InvalidArgument.__init__(self, self.message_format.format(topic=topic, group=group,
+                                                                  lag=lag))
+        self.topic = topic
+        self.group = group
+        self.lag = lag
+        self.reason = str(self)
