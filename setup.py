@@ -48,6 +48,11 @@ class OptionalBuildExt(build_ext):
     """Builds each extension, and for an optional one turns any failure (no compiler, no
     Python headers, a compiler error) into a warning: its pure module runs instead."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:  # one C compiler per core: the codecs are large C files
+            self.parallel = os.cpu_count() or 1
+
     def run(self) -> None:
         try:
             super().run()
@@ -83,6 +88,7 @@ def extensions() -> list[Extension]:
         shutil.copyfile(HERE / source, target)
         modules.append(Extension(name, [str(target.relative_to(HERE))], optional=not REQUIRED))
     return cythonize(modules, compiler_directives=DIRECTIVES, quiet=True,
+                     nthreads=os.cpu_count() or 1,
                      build_dir=str((HERE / "build" / "cython-c").relative_to(HERE)))
 
 
