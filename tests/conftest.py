@@ -6,7 +6,6 @@ import pytest
 
 import fmq
 
-
 #: Spark's test files in two halves of about equal time: each half runs on one xdist worker
 #: (`--dist loadgroup`) and shares one Spark session there, so two JVMs run at once, never
 #: more (a file not listed joins the second half).
