@@ -10,28 +10,16 @@ version, never half of a change. The document holds SCRAM's salted keys, never p
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import random
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from fmq.coordination.lease import describe_cause, parse_coordinator
+from fmq.coordination import etcd_io
 from fmq.errors import ConfigError, CoordinatorUnavailable
 from fmq.security.document import SecurityDocument
 from fmq.security.users import UserStore
-
-try:
-    import etcd3gw
-    import requests  # etcd3gw's HTTP client: the watch streams through it
-    from etcd3gw.exceptions import Etcd3Exception
-
-    RequestException: type[Exception] = requests.RequestException
-except ImportError:  # only a node that uses etcd needs it
-    etcd3gw = None
-    Etcd3Exception = RequestException = Exception
 
 logger = logging.getLogger("fmq.coordination")
 
@@ -41,10 +29,6 @@ DEFAULT_CLUSTER = "fmq"
 CHANGE_ATTEMPTS = 50
 REMEDY = ("write a good one back with `fmq user add --coordinator ...` after removing the "
           "key, or restore it from an etcd backup")
-
-
-def _b64(data: str | bytes) -> str:
-    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
 
 
 def check_cluster_name(cluster: str) -> str:
@@ -63,27 +47,18 @@ class ClusterSecurity:
 
     def __init__(self, coordinator: str, cluster: str = DEFAULT_CLUSTER, *,
                  request_timeout_s: float = 2.0) -> None:
-        if etcd3gw is None:
-            raise ConfigError("users and rules in etcd need the etcd3gw package: "
-                              "pip install 'fmq[replication]'")
         check_cluster_name(cluster)
-        host, port = parse_coordinator(coordinator)
+        self._etcd = etcd_io.open_client(coordinator, request_timeout_s,
+                                         "users and rules in etcd")
         self.coordinator, self.cluster = coordinator, cluster
         self.key = security_key(cluster)
-        self._etcd = etcd3gw.client(host=host, port=port, timeout=request_timeout_s,
-                                    api_path="/v3/")
 
     @property
     def where(self) -> str:
         return f"etcd key {self.key} at {self.coordinator}"
 
     def _call(self, what: str, request: Callable[[], Any]) -> Any:
-        try:
-            return request()
-        except (Etcd3Exception, OSError, RequestException) as exc:
-            raise CoordinatorUnavailable(
-                f"could not {what} at {self.coordinator}: {describe_cause(exc)}. Check that "
-                f"etcd runs there and is reachable, then try again") from None
+        return etcd_io.call(self.coordinator, what, request)
 
     def read(self) -> tuple[SecurityDocument | None, int]:
         """The document and its revision; (None, 0) when the cluster has none yet."""
@@ -96,13 +71,13 @@ class ClusterSecurity:
 
     def _swap(self, revision: int, document: SecurityDocument) -> bool:
         """Write ``document`` if the key is still at ``revision`` (0: still absent)."""
-        check = ({"key": _b64(self.key), "target": "MOD", "result": "EQUAL",
+        check = ({"key": etcd_io.b64(self.key), "target": "MOD", "result": "EQUAL",
                   "mod_revision": revision} if revision else
-                 {"key": _b64(self.key), "target": "CREATE", "result": "EQUAL",
+                 {"key": etcd_io.b64(self.key), "target": "CREATE", "result": "EQUAL",
                   "create_revision": 0})
         txn = {"compare": [check],
-               "success": [{"request_put": {"key": _b64(self.key),
-                                            "value": _b64(document.dumps())}}],
+               "success": [{"request_put": {"key": etcd_io.b64(self.key),
+                                            "value": etcd_io.b64(document.dumps())}}],
                "failure": []}
         result = self._call("change the cluster's users",
                             lambda: self._etcd.transaction(txn))
@@ -138,16 +113,7 @@ class ClusterSecurity:
         """Return when the key changes after ``after_revision``, after ``timeout_s``, or at
         once when etcd cannot be asked. A watch stream can stop delivering without an
         error; the time-out bounds how long a change can go unseen."""
-        url = self._etcd.get_url("/watch")
-        body = {"create_request": {"key": _b64(self.key), "start_revision": after_revision + 1}}
-        try:
-            with self._etcd.session.post(url, json=body, stream=True,
-                                         timeout=(2.0, timeout_s)) as resp:
-                for line in resp.iter_lines():
-                    if line and json.loads(line).get("result", {}).get("events"):
-                        return
-        except (OSError, ValueError, RequestException):
-            return
+        etcd_io.wait_for_change(self._etcd, self.key, after_revision, timeout_s)
 
 
 class SecurityFollower:

@@ -20,14 +20,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import requests
-
+from fmq.coordination import etcd_io
 from fmq.coordination.cluster_security import (
     CHANGE_ATTEMPTS,
     DEFAULT_CLUSTER,
     check_cluster_name,
 )
-from fmq.coordination.lease import describe_cause, leader_key, parse_coordinator
+from fmq.coordination.lease import leader_key
 from fmq.errors import (
     ConfigError,
     CoordinatorUnavailable,
@@ -48,18 +47,7 @@ from fmq.topic_route import (
     reopen,
 )
 
-try:
-    import etcd3gw
-    from etcd3gw.exceptions import Etcd3Exception
-except ImportError:  # only a node that uses etcd needs it
-    etcd3gw = None
-    Etcd3Exception = Exception
-
 logger = logging.getLogger("fmq.coordination")
-
-
-def _b64(data: str | bytes) -> str:
-    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
 
 
 def _unb64(text: str) -> bytes:
@@ -93,26 +81,16 @@ class ClusterRoutes:
 
     def __init__(self, coordinator: str, cluster: str = DEFAULT_CLUSTER, *,
                  request_timeout_s: float = 2.0) -> None:
-        if etcd3gw is None:
-            raise ConfigError("routes in etcd need the etcd3gw package: "
-                              "pip install 'fmq[replication]'")
-        host, port = parse_coordinator(coordinator)
+        self._etcd = etcd_io.open_client(coordinator, request_timeout_s, "routes in etcd")
         self.coordinator, self.cluster = coordinator, check_cluster_name(cluster)
         self.prefix = cluster_prefix(cluster)
         self.routes_prefix, self.groups_prefix = self.prefix + "routes/", self.prefix + "groups/"
-        self._etcd = etcd3gw.client(host=host, port=port, timeout=request_timeout_s,
-                                    api_path="/v3/")
 
     def route_key(self, topic: str) -> str:
         return self.routes_prefix + topic
 
     def _call(self, what: str, request: Callable[[], Any]) -> Any:
-        try:
-            return request()
-        except (Etcd3Exception, OSError, requests.RequestException) as exc:
-            raise CoordinatorUnavailable(
-                f"could not {what} at {self.coordinator}: {describe_cause(exc)}. Check that "
-                f"etcd runs there and is reachable, then try again") from None
+        return etcd_io.call(self.coordinator, what, request)
 
     def _txn(self, what: str, txn: dict) -> dict:
         return self._call(what, lambda: self._etcd.transaction(txn))
@@ -130,7 +108,7 @@ class ClusterRoutes:
     def _read(self, what: str, ranges: list[tuple[str, str | None]]) -> tuple[dict, list]:
         """etcd's header (revision, cluster id) and the rows of each (key, range end), read
         in one transaction, so they are one consistent view."""
-        ops = [{"request_range": {"key": _b64(key), **({"range_end": _b64(end)} if end else {})}}
+        ops = [{"request_range": {"key": etcd_io.b64(key), **({"range_end": etcd_io.b64(end)} if end else {})}}
                for key, end in ranges]
         result = self._txn(what, {"compare": [], "success": ops, "failure": []})
         return result.get("header", {}), self._ranges(result)
@@ -208,9 +186,9 @@ class ClusterRoutes:
         key = self.groups_prefix + check_group_name(group)
         value = json.dumps({"open_for_writes": open_for_writes})
         self._txn("register a broker group", {
-            "compare": [{"key": _b64(key), "target": "CREATE", "result": "EQUAL",
+            "compare": [{"key": etcd_io.b64(key), "target": "CREATE", "result": "EQUAL",
                          "create_revision": 0}],
-            "success": [{"request_put": {"key": _b64(key), "value": _b64(value)}}],
+            "success": [{"request_put": {"key": etcd_io.b64(key), "value": etcd_io.b64(value)}}],
             "failure": []})
 
     # ------------------------------------------------------------------ changes
@@ -219,12 +197,12 @@ class ClusterRoutes:
         """Store ``route`` if its key is still at ``revision`` (0: still absent); the new
         revision, or 0 when another writer got in first."""
         key = self.route_key(route.topic)
-        check = ({"key": _b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision}
+        check = ({"key": etcd_io.b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision}
                  if revision else
-                 {"key": _b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": 0})
+                 {"key": etcd_io.b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": 0})
         result = self._txn("change a route", {
             "compare": [check],
-            "success": [{"request_put": {"key": _b64(key), "value": _b64(route.to_json())}}],
+            "success": [{"request_put": {"key": etcd_io.b64(key), "value": etcd_io.b64(route.to_json())}}],
             "failure": []})
         return int(result["header"]["revision"]) if result.get("succeeded") else 0
 
@@ -289,7 +267,7 @@ class ClusterRoutes:
 
     def delete(self, topic: str, version: int = 0) -> bool:
         """Delete ``topic``'s route (only at ``version`` when given); whether it was."""
-        key = _b64(self.route_key(check_routable_topic(topic)))
+        key = etcd_io.b64(self.route_key(check_routable_topic(topic)))
         compare = ([{"key": key, "target": "MOD", "result": "EQUAL", "mod_revision": version}]
                    if version else [])
         result = self._txn("delete a route", {
@@ -304,16 +282,5 @@ class ClusterRoutes:
         ``timeout_s`` without a byte from etcd, or at once when etcd cannot be asked. A
         watch stream can stop delivering without an error; the time-out bounds how long a
         change can go unseen."""
-        url = self._etcd.get_url("/watch")
-        body = {"create_request": {"key": _b64(self.prefix),
-                                   "range_end": _b64(_prefix_end(self.prefix)),
-                                   "start_revision": after_revision + 1}}
-        try:
-            with self._etcd.session.post(url, json=body, stream=True,
-                                         timeout=(2.0, timeout_s)) as resp:
-                for line in resp.iter_lines():
-                    result = json.loads(line).get("result", {}) if line else {}
-                    if result.get("events") or result.get("canceled"):
-                        return
-        except (OSError, ValueError, requests.RequestException):
-            return
+        etcd_io.wait_for_change(self._etcd, self.prefix, after_revision, timeout_s,
+                                range_end=_prefix_end(self.prefix))

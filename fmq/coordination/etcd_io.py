@@ -1,0 +1,71 @@
+"""What every cluster-wide etcd store shares (the users' document, the routes): the optional
+etcd client, base64 keys, one error for an unreachable etcd, and a watch that ends.
+
+``etcd3gw`` and ``requests`` (which it brings) are an optional dependency
+(``pip install 'fmq[replication]'``): importing this module without them works, and
+:func:`open_client` says what to install.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from typing import Any
+
+from fmq.coordination.lease import describe_cause, parse_coordinator
+from fmq.errors import ConfigError, CoordinatorUnavailable
+
+try:
+    import etcd3gw
+    import requests  # etcd3gw's HTTP client: the watch streams through it
+    from etcd3gw.exceptions import Etcd3Exception
+
+    RequestException: type[Exception] = requests.RequestException
+except ImportError:  # only a node that uses etcd needs it
+    etcd3gw = None
+    Etcd3Exception = RequestException = Exception
+
+
+def b64(data: str | bytes) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def open_client(coordinator: str, request_timeout_s: float, purpose: str) -> Any:
+    """An etcd client for ``coordinator`` (etcd://HOST:PORT); ``purpose`` names what needs it
+    in the error raised when etcd3gw is not installed."""
+    if etcd3gw is None:
+        raise ConfigError(f"{purpose} need the etcd3gw package: "
+                          f"pip install 'fmq[replication]'")
+    host, port = parse_coordinator(coordinator)
+    return etcd3gw.client(host=host, port=port, timeout=request_timeout_s, api_path="/v3/")
+
+
+def call(coordinator: str, what: str, request: Callable[[], Any]) -> Any:
+    """Run one etcd request; CoordinatorUnavailable when etcd cannot be reached."""
+    try:
+        return request()
+    except (Etcd3Exception, OSError, RequestException) as exc:
+        raise CoordinatorUnavailable(
+            f"could not {what} at {coordinator}: {describe_cause(exc)}. Check that "
+            f"etcd runs there and is reachable, then try again") from None
+
+
+def wait_for_change(etcd: Any, key: str, after_revision: int, timeout_s: float,
+                    range_end: str | None = None) -> None:
+    """Return when ``key`` (or the range up to ``range_end``) changes after
+    ``after_revision``, when etcd cancels the watch, after ``timeout_s`` without a byte from
+    etcd, or at once when etcd cannot be asked. A watch stream can stop delivering without
+    an error; the time-out bounds how long a change can go unseen."""
+    create = {"key": b64(key), "start_revision": after_revision + 1}
+    if range_end is not None:
+        create["range_end"] = b64(range_end)
+    try:
+        with etcd.session.post(etcd.get_url("/watch"), json={"create_request": create},
+                               stream=True, timeout=(2.0, timeout_s)) as resp:
+            for line in resp.iter_lines():
+                result = json.loads(line).get("result", {}) if line else {}
+                if result.get("events") or result.get("canceled"):
+                    return
+    except (OSError, ValueError, RequestException):
+        return
