@@ -15,7 +15,7 @@ fields included, from it (``fmq.protocol.error_fields``, docs/protocol.md sectio
 from __future__ import annotations
 
 from fmq.errors.base import FMQError
-from fmq.errors.cluster import RouteConflict, RouteHasLag, UnknownBrokerGroup
+from fmq.errors.cluster import NotHosted, RouteConflict, RouteHasLag, UnknownBrokerGroup
 from fmq.errors.input import (
     ConfigError,
     ExtensionMissing,
@@ -105,6 +105,7 @@ __all__ = [
     "MessageTooLarge",
     "NotAnFMQServer",
     "NotEnoughReplicas",
+    "NotHosted",
     "NotPrimary",
     "OffsetNotReplicated",
     "OffsetOutOfRange",

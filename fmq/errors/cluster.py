@@ -4,6 +4,7 @@ while consumer groups still have messages to read there."""
 
 from __future__ import annotations
 
+from fmq.errors.base import FMQError
 from fmq.errors.input import InvalidArgument
 
 
@@ -55,3 +56,25 @@ class RouteHasLag(RouteConflict):
         self.group = group
         self.lag = lag
         self.reason = str(self)
+
+
+class NotHosted(FMQError):
+    """A request for a queue this broker group does not host in the topic's route: the
+    group is not in the route, the queue id is past the group's queues there, or a write
+    reached a group the route made read-only. Retriable: the client reads the route again
+    (ROUTE) and sends to the group that hosts the queue now."""
+
+    code = 103
+    retriable = True
+    fields = {"topic": str, "group": str, "queue_id": int, "version": int}
+    message_format = ("broker group {group} does not host queue {queue_id} of topic {topic} "
+                      "for this request (route version {version} here): read the topic's "
+                      "route again and send to the group that hosts it")
+
+    def __init__(self, topic: str, group: str, queue_id: int, version: int) -> None:
+        super().__init__(self.message_format.format(topic=topic, group=group,
+                                                    queue_id=queue_id, version=version))
+        self.topic = topic
+        self.group = group
+        self.queue_id = queue_id
+        self.version = version

@@ -77,6 +77,9 @@ class Op(IntEnum):
     TOPIC_DESCRIBE = 62
     TOPIC_DELETE = 63
     TOPIC_LIST = 64
+    # clusters of broker groups (docs/cluster.md)
+    ROUTE = 65
+    ROUTE_CHANGE = 66
 
 
 # ------------------------------------------------------------------ composite types
@@ -273,4 +276,10 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "have lag on it unless force."),
     _spec(Op.TOPIC_LIST, [], [("json", TEXT)],
           "The topics the user may describe, with their settings, as JSON (no index walk)."),
+    _spec(Op.ROUTE, [("topic", STR)], [("json", TEXT)],
+          "A topic's route (its broker groups, queues and each group's primary) with its "
+          "version, as JSON; topic \"\" answers every route and group of the cluster."),
+    _spec(Op.ROUTE_CHANGE, [("json", TEXT)], [("json", TEXT)],
+          "Create or change a topic's route in the cluster's etcd on the client's behalf "
+          "(create, expand, drain, reopen, remove-group); answers the new route as JSON."),
 ]}

@@ -10,6 +10,7 @@ resource it touches, a rule allows the operation and none denies it.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable
 
@@ -42,6 +43,25 @@ def _member(ctx: ServerContext, req: dict) -> list[Need]:
 
 def _on_cluster(operation: Operation) -> Needs:
     return lambda ctx, req: [(operation, ResourceType.CLUSTER, "cluster")]
+
+
+def _route(ctx: ServerContext, req: dict) -> list[Need]:
+    # "" asks for every route and group: a view of the whole cluster.
+    if not req["topic"]:
+        return [(D, ResourceType.CLUSTER, "cluster")]
+    return [(D, TOPIC, req["topic"])]
+
+
+def _route_change(ctx: ServerContext, req: dict) -> list[Need]:
+    # The topic is inside the JSON; a request that names none can only be judged by an
+    # administrator of the cluster (the handler then says what is wrong with it).
+    try:
+        topic = json.loads(req["json"]).get("topic")
+    except (ValueError, AttributeError):
+        topic = None
+    if not isinstance(topic, str) or not topic:
+        return [(Operation.ADMIN, ResourceType.CLUSTER, "cluster")]
+    return [(Operation.ALTER, TOPIC, topic)]
 
 
 def _prepare(ctx: ServerContext, req: dict) -> list[Need]:
@@ -112,6 +132,8 @@ ACCESS: dict[int, Needs | None] = {
     Op.TOPIC_DESCRIBE: _on_topic(D),
     # Any logged-in user: the answer holds only the topics the user may describe.
     Op.TOPIC_LIST: None,
+    Op.ROUTE: _route,
+    Op.ROUTE_CHANGE: _route_change,
 }
 
 

@@ -16,6 +16,7 @@ from fmq.errors import (
     LeadershipLost,
     LogFailed,
     NotEnoughReplicas,
+    NotHosted,
     NotPrimary,
     OffsetNotReplicated,
     OutOfOrderSequence,
@@ -64,6 +65,8 @@ WITH_FIELDS = [
     RouteConflict("orders", "broker group a holds queues of it already"),
     RouteConflict("t", "reason: with a colon; and (its groups: a, b)"),
     RouteHasLag("orders", "g1", "billing: 3 unread, audit: 1 unread"),
+    NotHosted("orders", "g1", 7, 123),
+    NotHosted("a.b:c (d)", "g-2", 0, 0),
 ]
 
 

@@ -95,9 +95,14 @@ CASES: dict[Op, tuple[dict, list[tuple[str, str, str]] | None]] = {
     Op.TOPIC_DESCRIBE: ({"topic": "t1"}, [("describe", "topic", "t1")]),
     Op.TOPIC_DELETE: ({"topic": "t-doomed", "force": False}, [("alter", "topic", "t-doomed")]),
     Op.TOPIC_LIST: ({}, None),  # a log-in is enough: the answer is filtered (test_topic_access)
+    Op.ROUTE: ({"topic": "t1"}, [("describe", "topic", "t1")]),
+    Op.ROUTE_CHANGE: ({"json": '{"action": "drain", "topic": "t1", "group": "g9"}'},
+                      [("alter", "topic", "t1")]),
 }
 #: Extra cases beyond one per operation: GROUPS of one group needs describe on that group.
-EXTRA = [(Op.GROUPS, {"group": "g1"}, [("describe", "group", "g1")])]
+EXTRA = [(Op.GROUPS, {"group": "g1"}, [("describe", "group", "g1")]),
+         (Op.ROUTE, {"topic": ""}, [("describe", "cluster", "cluster")]),
+         (Op.ROUTE_CHANGE, {"json": "not json"}, [("admin", "cluster", "cluster")])]
 
 
 def test_every_operation_has_a_case_here_and_a_rule_in_the_server():

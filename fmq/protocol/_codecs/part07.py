@@ -11,11 +11,11 @@ from fmq.protocol.types import (
     I32,
     I64,
     STR,
+    TEXT,
     U8,
     U16,
     U32,
     U64,
-    Encoded,
     need_bytes,
 )
 
@@ -182,6 +182,60 @@ def encode_topic_list_request(out, value):
         raise ProtocolError(f'topic_list request needs a dict, got {type(value).__name__}')
 
 
+def decode_route_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'topic': v0}, pos
+
+
+def encode_route_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'route request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['topic']
+    except KeyError as exc:
+        raise ProtocolError(f'route request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+
+
+def decode_route_change_request(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_route_change_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'route_change request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'route_change request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
 def decode_ping_response(buf, pos):
     end = len(buf)
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
@@ -276,62 +330,3 @@ def encode_send_response(out, value):
     except KeyError as exc:
         raise ProtocolError(f'send response is missing field {exc.args[0]!r}') from None
     encode_send_result(out, v0)
-
-
-def decode_send_batch_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<send_result>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<send_result> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_send_result(buf, pos)
-        v0.append(item)
-    return {'results': v0}, pos
-
-
-def encode_send_batch_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'send_batch response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['results']
-    except KeyError as exc:
-        raise ProtocolError(f'send_batch response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<send_result> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_send_result(out, item)
-
-
-def decode_prepare_response(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'tx_id': v0}, pos
-
-
-def encode_prepare_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'prepare response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['tx_id']
-    except KeyError as exc:
-        raise ProtocolError(f'prepare response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)

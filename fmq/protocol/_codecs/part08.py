@@ -6,6 +6,10 @@ import struct as _struct
 from fmq.errors import (
     ProtocolError,
 )
+from fmq.protocol._codecs.part07 import (
+    decode_send_result,
+    encode_send_result,
+)
 from fmq.protocol.types import (
     BYTES,
     I64,
@@ -27,6 +31,65 @@ _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
 _UNPACK_FROM_QqI = _struct.Struct('>QqI').unpack_from
+
+
+def decode_send_batch_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<send_result>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<send_result> claims {n} items but only {end - pos} bytes are left')
+    v0 = []
+    for _ in range(n):
+        item, pos = decode_send_result(buf, pos)
+        v0.append(item)
+    return {'results': v0}, pos
+
+
+def encode_send_batch_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'send_batch response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['results']
+    except KeyError as exc:
+        raise ProtocolError(f'send_batch response is missing field {exc.args[0]!r}') from None
+    if type(v0) is Encoded:
+        out += _PACK_I(v0.count)
+        out += v0.data
+    elif not isinstance(v0, (list, tuple)):
+        raise ProtocolError(f'list<send_result> field needs a list, got {type(v0).__name__}')
+    else:
+        out += _PACK_I(len(v0))
+        for item in v0:
+            encode_send_result(out, item)
+
+
+def decode_prepare_response(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'tx_id': v0}, pos
+
+
+def encode_prepare_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'prepare response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['tx_id']
+    except KeyError as exc:
+        raise ProtocolError(f'prepare response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
 
 
 def decode_commit_response(buf, pos):
@@ -268,62 +331,3 @@ def encode_uncertain_tx(out, value):
         out += _PACK_I(len(v5))
         for item in v5:
             encode_uncertain_message(out, item)
-
-
-def decode_poll_uncertain_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<uncertain_tx>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<uncertain_tx> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_uncertain_tx(buf, pos)
-        v0.append(item)
-    return {'transactions': v0}, pos
-
-
-def encode_poll_uncertain_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'poll_uncertain response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['transactions']
-    except KeyError as exc:
-        raise ProtocolError(f'poll_uncertain response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<uncertain_tx> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_uncertain_tx(out, item)
-
-
-def decode_answer_uncertain_response(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'state': v0}, pos
-
-
-def encode_answer_uncertain_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'answer_uncertain response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['state']
-    except KeyError as exc:
-        raise ProtocolError(f'answer_uncertain response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)

@@ -6,6 +6,10 @@ import struct as _struct
 from fmq.errors import (
     ProtocolError,
 )
+from fmq.protocol._codecs.part08 import (
+    decode_uncertain_tx,
+    encode_uncertain_tx,
+)
 from fmq.protocol.types import (
     BYTES,
     I64,
@@ -29,6 +33,65 @@ _UNPACK_FROM_IQQ = _struct.Struct('>IQQ').unpack_from
 _UNPACK_FROM_QQ = _struct.Struct('>QQ').unpack_from
 _UNPACK_FROM_QQQ = _struct.Struct('>QQQ').unpack_from
 _UNPACK_FROM_q = _struct.Struct('>q').unpack_from
+
+
+def decode_poll_uncertain_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<uncertain_tx>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<uncertain_tx> claims {n} items but only {end - pos} bytes are left')
+    v0 = []
+    for _ in range(n):
+        item, pos = decode_uncertain_tx(buf, pos)
+        v0.append(item)
+    return {'transactions': v0}, pos
+
+
+def encode_poll_uncertain_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'poll_uncertain response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['transactions']
+    except KeyError as exc:
+        raise ProtocolError(f'poll_uncertain response is missing field {exc.args[0]!r}') from None
+    if type(v0) is Encoded:
+        out += _PACK_I(v0.count)
+        out += v0.data
+    elif not isinstance(v0, (list, tuple)):
+        raise ProtocolError(f'list<uncertain_tx> field needs a list, got {type(v0).__name__}')
+    else:
+        out += _PACK_I(len(v0))
+        for item in v0:
+            encode_uncertain_tx(out, item)
+
+
+def decode_answer_uncertain_response(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'state': v0}, pos
+
+
+def encode_answer_uncertain_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'answer_uncertain response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['state']
+    except KeyError as exc:
+        raise ProtocolError(f'answer_uncertain response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
 
 
 def decode_stored_message(buf, pos):
@@ -273,38 +336,3 @@ def encode_fetch_offset_response(out, value):
         I64.encode(out, v0)
     else:
         out += _PACK_q(v0)
-
-
-def decode_queue_ref(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v1, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    return {'topic': v0, 'queue_id': v1}, pos
-
-
-def encode_queue_ref(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'queue_ref needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-        v1 = value['queue_id']
-    except KeyError as exc:
-        raise ProtocolError(f'queue_ref is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)

@@ -7,9 +7,7 @@ from fmq.errors import (
     ProtocolError,
 )
 from fmq.protocol._codecs.part09 import (
-    decode_queue_ref,
     decode_stored_message,
-    encode_queue_ref,
     encode_stored_message,
 )
 from fmq.protocol.types import (
@@ -29,8 +27,42 @@ _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_HII = _struct.Struct('>HII').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
-_UNPACK_FROM_QIIQ = _struct.Struct('>QIIQ').unpack_from
 _UNPACK_FROM_QQ = _struct.Struct('>QQ').unpack_from
+
+
+def decode_queue_ref(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
+    v1, = _UNPACK_FROM_I(buf, pos)
+    pos += 4
+    return {'topic': v0, 'queue_id': v1}, pos
+
+
+def encode_queue_ref(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'queue_ref needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['topic']
+        v1 = value['queue_id']
+    except KeyError as exc:
+        raise ProtocolError(f'queue_ref is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is not int or not 0 <= v1 <= 4294967295:
+        U32.encode(out, v1)
+    else:
+        out += _PACK_I(v1)
 
 
 def decode_group_join_response(buf, pos):
@@ -258,81 +290,3 @@ def encode_stats_response(out, value):
         out += raw
     else:
         TEXT.encode(out, v0)
-
-
-def decode_tx_info(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v1 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v2 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 24 > end: need_bytes(buf, pos, 24, 'tx_info integers')
-    v3, v4, v5, v6, = _UNPACK_FROM_QIIQ(buf, pos)
-    pos += 24
-    return {'tx_id': v0, 'producer_group': v1, 'state': v2, 'age_ms': v3, 'checks': v4, 'messages': v5, 'prepare_offset': v6}, pos
-
-
-def encode_tx_info(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'tx_info needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['tx_id']
-        v1 = value['producer_group']
-        v2 = value['state']
-        v3 = value['age_ms']
-        v4 = value['checks']
-        v5 = value['messages']
-        v6 = value['prepare_offset']
-    except KeyError as exc:
-        raise ProtocolError(f'tx_info is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v1)
-    if type(v2) is str and len(v2) <= 16383:
-        raw = v2.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v2)
-    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
-        U64.encode(out, v3)
-    else:
-        out += _PACK_Q(v3)
-    if type(v4) is not int or not 0 <= v4 <= 4294967295:
-        U32.encode(out, v4)
-    else:
-        out += _PACK_I(v4)
-    if type(v5) is not int or not 0 <= v5 <= 4294967295:
-        U32.encode(out, v5)
-    else:
-        out += _PACK_I(v5)
-    if type(v6) is not int or not 0 <= v6 <= 18446744073709551615:
-        U64.encode(out, v6)
-    else:
-        out += _PACK_Q(v6)

@@ -26,7 +26,93 @@ _PACK_q = _struct.Struct('>q').pack
 _UNPACK_FROM_B = _struct.Struct('>B').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
+_UNPACK_FROM_QQQ = _struct.Struct('>QQQ').unpack_from
 _UNPACK_FROM_Qq = _struct.Struct('>Qq').unpack_from
+
+
+def decode_epoch_end_response(buf, pos):
+    end = len(buf)
+    if pos + 24 > end: need_bytes(buf, pos, 24, 'epoch_end response integers')
+    v0, v1, v2, = _UNPACK_FROM_QQQ(buf, pos)
+    pos += 24
+    return {'epoch': v0, 'end_offset': v1, 'current_epoch': v2}, pos
+
+
+def encode_epoch_end_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'epoch_end response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['epoch']
+        v1 = value['end_offset']
+        v2 = value['current_epoch']
+    except KeyError as exc:
+        raise ProtocolError(f'epoch_end response is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
+        U64.encode(out, v0)
+    else:
+        out += _PACK_Q(v0)
+    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
+        U64.encode(out, v1)
+    else:
+        out += _PACK_Q(v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
+
+
+def decode_promote_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_promote_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'promote response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'promote response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_repl_status_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_repl_status_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'repl_status response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'repl_status response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
 
 
 def decode_send_at_response(buf, pos):
@@ -235,114 +321,3 @@ def encode_auth_start_response(out, value):
         out += raw
     else:
         TEXT.encode(out, v0)
-
-
-def decode_auth_finish_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v1 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'message': v0, 'principal': v1}, pos
-
-
-def encode_auth_finish_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'auth_finish response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['message']
-        v1 = value['principal']
-    except KeyError as exc:
-        raise ProtocolError(f'auth_finish response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v1)
-
-
-def decode_user_put_response(buf, pos):
-    return {}, pos
-
-
-def encode_user_put_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'user_put response needs a dict, got {type(value).__name__}')
-
-
-def decode_user_remove_response(buf, pos):
-    return {}, pos
-
-
-def encode_user_remove_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'user_remove response needs a dict, got {type(value).__name__}')
-
-
-def decode_user_list_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<str>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<str> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = STR.decode(buf, pos)
-        v0.append(item)
-    return {'users': v0}, pos
-
-
-def encode_user_list_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'user_list response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['users']
-    except KeyError as exc:
-        raise ProtocolError(f'user_list response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<str> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            STR.encode(out, item)
-
-
-def decode_acl_add_response(buf, pos):
-    end = len(buf)
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v0 = buf[pos]
-    pos += 1
-    if v0 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v0}')
-    v0 = v0 == 1
-    return {'added': v0}, pos
-
-
-def encode_acl_add_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'acl_add response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['added']
-    except KeyError as exc:
-        raise ProtocolError(f'acl_add response is missing field {exc.args[0]!r}') from None
-    BOOL.encode(out, v0)
