@@ -1,15 +1,14 @@
-"""Routes over the wire: ROUTE (a topic's broker groups, queues and primaries) and
-ROUTE_CHANGE (an administrator's route change made through any node) (docs/cluster.md).
+"""Routes over the wire: ROUTE, a topic's broker groups, queues and primaries
+(docs/cluster.md).
 
 A node outside a cluster answers ROUTE with a route of its one group, version 0, so a client
-treats one node, one group and a cluster alike. ROUTE_CHANGE needs a cluster.
+treats one node, one group and a cluster alike.
 """
 
 from __future__ import annotations
 
 import json
 
-from fmq.errors import ConfigError
 from fmq.protocol import Op
 from fmq.server.authn import node_role
 from fmq.server.context import RequestSession, ServerContext
@@ -41,9 +40,3 @@ async def _route(ctx: ServerContext, session: RequestSession, req: dict) -> dict
     answer = await ctx.read(single_group_route, ctx, topic)
     return {"json": json.dumps(answer, sort_keys=True)}
 
-
-@handles(Op.ROUTE_CHANGE)
-async def _route_change(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    raise ConfigError("this node is not part of a cluster, so it has no routes to change: "
-                      "start the cluster's nodes with --coordinator etcd://HOST:PORT and "
-                      "--cluster-name NAME (docs/cluster.md)")

@@ -36,7 +36,8 @@ from fmq.server import (
     delivery_ops,  # noqa: F401 - registers SEND_AT, NACK, DLQ_REDRIVE
     operator_ops,  # noqa: F401 - registers the operator's handlers
     replication_ops,  # noqa: F401 - registers the followers' handlers
-    route_ops,  # noqa: F401 - registers ROUTE and ROUTE_CHANGE
+    route_change_ops,  # noqa: F401 - registers ROUTE_CHANGE
+    route_ops,  # noqa: F401 - registers ROUTE
     topic_ops,  # noqa: F401 - registers fmq topic's handlers
 )
 from fmq.server.authn import Authenticator
