@@ -12,6 +12,8 @@ from fmq.cli.common import emit, fmq_errors, json_option, optional_data_dir_argu
 from fmq.cli.tx_cmds import _choose_server, server_option
 from fmq.cli.user_cmds import _offline, _online
 
+from fmq.security.document import RuleAddition
+
 OPERATIONS = ["produce", "consume", "commit-offsets", "describe", "transaction", "admin", "alter",
               "all"]
 
@@ -71,14 +73,9 @@ def add(data_dir: str | None, server: str | None, coordinator: str | None, clust
     rule = _as_rule(fields)  # checked here: a bad rule never reaches the server
     only_one_place(data_dir, server, coordinator)
     if coordinator is not None:
-        there_already: list[bool] = []
-
-        def change(document):
-            there_already.append(rule in document.rules)
-            return document.with_rule(rule)
-
-        cluster_security(coordinator, cluster_name).change(change)
-        added = not there_already[-1]
+        addition = RuleAddition(rule)
+        cluster_security(coordinator, cluster_name).change(addition)
+        added = addition.added
     elif (server := _choose_server(data_dir, server)) is not None:
         added = _online(server, "ACL_ADD", fields)["added"]
     else:

@@ -110,3 +110,17 @@ class SecurityDocument:
         if rule not in self.rules:
             raise InvalidArgument(f"no such rule ({rule.text()}); `fmq acl list` shows them")
         return SecurityDocument(self.users, tuple(r for r in self.rules if r != rule))
+
+
+class RuleAddition:
+    """A document change that adds ``rule`` and remembers whether it was new: a
+    compare-and-swap may apply a change to several documents in turn, and only the one it
+    was applied to last (the one stored) says whether the rule was there already."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.added = False
+
+    def __call__(self, document: SecurityDocument) -> SecurityDocument:
+        self.added = self.rule not in document.rules
+        return document.with_rule(self.rule)

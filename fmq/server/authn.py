@@ -28,7 +28,7 @@ from fmq.errors import AuthenticationFailed, AuthenticationRequired, FMQError, I
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.protocol.schema import HELLO_NODE_VERSION
 from fmq.security import Rule, StoredCredential, UserStore
-from fmq.security.document import SecurityDocument
+from fmq.security.document import RuleAddition, SecurityDocument
 from fmq.security.users import ITERATIONS, MECHANISM
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.handlers import handles
@@ -253,14 +253,9 @@ def _rule(req: dict) -> Rule:
 async def _acl_add(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     _require_users(ctx, "adding access rules")
     rule = _rule(req)
-    there_already: list[bool] = []
-
-    def add(document: SecurityDocument) -> SecurityDocument:
-        there_already.append(rule in document.rules)
-        return document.with_rule(rule)
-
-    await ctx.run(ctx.authenticator.change, add)
-    added = not there_already[-1]
+    addition = RuleAddition(rule)
+    await ctx.run(ctx.authenticator.change, addition)
+    added = addition.added
     logger.info("%s at %s added the rule: %s", session.principal or "an unauthenticated client",
                 session.peer, rule.text())
     return {"added": added}
