@@ -75,11 +75,15 @@ class ConsumerGroupLimits:
 class ConsumerGroupCoordinator:
     def __init__(self, queues_per_topic: int | Callable[[str], int], session_timeout_ms: int,
                  clock: Callable[[], float] = time.monotonic,
-                 limits: ConsumerGroupLimits | None = None) -> None:
+                 limits: ConsumerGroupLimits | None = None,
+                 queue_base: Callable[[str], int] = lambda _topic: 0) -> None:
         """``queues_per_topic``: one count for every topic, or the broker's per-topic count
-        (``Broker.queue_count``): a topic may have more queues than the setting."""
+        (``Broker.queue_count``): a topic may have more queues than the setting.
+        ``queue_base``: the global index of a topic's queue 0 in this broker group (its
+        route entry's base in a cluster, docs/cluster.md; 0 outside one)."""
         self.queue_count = (queues_per_topic if callable(queues_per_topic)
                             else lambda _topic, n=queues_per_topic: n)
+        self.queue_base = queue_base
         self.session_timeout = session_timeout_ms / 1000.0
         self.clock = clock
         self.limits = limits or ConsumerGroupLimits()
@@ -235,8 +239,12 @@ class ConsumerGroupCoordinator:
 
     def _rebalance(self, g: ConsumerGroup, topics: Iterable[str]) -> None:
         """Recompute the owners of ``topics`` (the only ones whose subscribers changed):
-        subscribers of a topic sorted by id, queue ``q`` to subscriber ``q mod n``. Only
-        the previous owners (at most one per queue) are touched, not every subscriber."""
+        subscribers of a topic sorted by id, queue ``q`` to subscriber ``(base + q) mod n``.
+        ``base + q`` is the queue's global index in a cluster: every broker group's
+        primary applies this rule to its own queues, so a consumer group whose members
+        joined every group (with the same member ids) is spread over the whole topic
+        evenly, and each queue has one owner, the one its own group chose. Only the
+        previous owners (at most one per queue) are touched, not every subscriber."""
         g.generation += 1
         for t in topics:
             for mid in set(g.owners.pop(t, ())):
@@ -246,7 +254,9 @@ class ConsumerGroupCoordinator:
             subs = g.subscribers.get(t)
             if not subs:
                 continue
-            owners = g.owners[t] = [subs[q % len(subs)] for q in range(self.queue_count(t))]
+            base = self.queue_base(t)
+            owners = g.owners[t] = [subs[(base + q) % len(subs)]
+                                    for q in range(self.queue_count(t))]
             for q, mid in enumerate(owners):
                 g.members[mid].owned.setdefault(t, []).append(q)
 
