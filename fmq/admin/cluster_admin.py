@@ -241,8 +241,8 @@ def apply_change(admin: ClusterAdmin, request: Mapping[str, Any]) -> TopicRoute:
     ``action`` one of :data:`ACTIONS`, ``topic``; create: ``queues_per_group``, ``groups``
     (optional: every writable group); expand: ``group``, ``queues_per_group`` (optional: the
     first group's count); drain, reopen: ``group``; remove-group: ``group``, ``force``."""
-    action = _field(request, "action", str, "?")
-    if action not in ACTIONS:
+    action = request.get("action")
+    if not isinstance(action, str) or action not in ACTIONS:
         raise InvalidArgument(f"route change action {action!r} must be one of "
                               f"{', '.join(ACTIONS)}")
     topic = _field(request, "topic", str, action)

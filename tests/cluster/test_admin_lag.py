@@ -140,6 +140,7 @@ def test_remove_group_with_force_leaves_the_lag_behind(groups, etcd):
                 ('["drain"]', "must be a JSON object"),
                 ('{"action": "drain", "topic": "orders"}', "needs the field 'group'"),
                 ('{"action": "rename", "topic": "orders"}', "must be one of create, "),
+                ('{"topic": "orders"}', "action None must be one of create, expand, "),
                 ('{"action": "create", "topic": "x", "queues_per_group": "2"}',
                  "'queues_per_group' of a route change must be an integer"),
                 ('{"action": "create", "topic": "x", "queues_per_group": 0}', "1..65535")):
