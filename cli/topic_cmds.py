@@ -151,6 +151,8 @@ def _create_route(name: str, queues: int | None, settings: tuple, queues_per_gro
         raise click.UsageError("--queues-per-group creates the topic's route in a cluster; "
                                "--queues and the retention and size settings are a node's "
                                "(fmq topic alter on each group's primary)")
+    # --server's default address belongs to a node-local create; a route change is made
+    # only where the operator said (--server, FMQ_SERVER or --coordinator).
     given = click.get_current_context().get_parameter_source("server")
     chosen = None if given == click.core.ParameterSource.DEFAULT else server
     request = {"action": "create", "topic": name, "queues_per_group": queues_per_group,
