@@ -46,16 +46,18 @@ def _register() -> None:
     net_cmds.register(cli)
     from fmq.cli import (
         bench_cmds,
+        cluster_cmds,
         dlq_cmds,
         groups_cmds,
         message_cmds,
         replica_cmds,
+        route_cmds,
         stats_cmds,
         topic_cmds,
     )
 
     for module in (bench_cmds, stats_cmds, groups_cmds, replica_cmds, dlq_cmds, message_cmds,
-                   topic_cmds):
+                   topic_cmds, route_cmds, cluster_cmds):
         module.register(cli)
 
 

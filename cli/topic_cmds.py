@@ -9,6 +9,12 @@ from fmq.cli import output as out
 from fmq.cli.client_options import client_kwargs
 from fmq.cli.common import emit, fmq_errors, json_option
 from fmq.cli.net_cmds import server_option
+from fmq.cli.route_place import (
+    change_route,
+    cluster_name_option,
+    coordinator_option,
+    render_route,
+)
 
 from fmq.config import coerce_value
 from fmq.errors import ConfigError
@@ -109,16 +115,50 @@ def topic_group() -> None:
 @topic_group.command("create")
 @click.argument("name")
 @_settings_options
+@click.option("--queues-per-group", type=click.IntRange(1, 65_535), default=None,
+              help="In a cluster: the topic's queues in each broker group (its route in "
+                   "etcd, docs/cluster.md) instead of one node's --queues.")
+@click.option("--groups", default=None, metavar="G1,G2",
+              help="With --queues-per-group: the broker groups [default: every group that "
+                   "takes writes now].")
+@coordinator_option
+@cluster_name_option
 @server_option
 @json_option
 @fmq_errors
 def create(name: str, queues: int | None, retention: str | None, retention_bytes: str | None,
-           max_message_size: str | None, server: str, as_json: bool) -> None:
-    """Create topic NAME, e.g. `fmq topic create orders --queues 8 --retention 7d`."""
+           max_message_size: str | None, queues_per_group: int | None, groups: str | None,
+           coordinator: str | None, cluster_name: str, server: str, as_json: bool) -> None:
+    """Create topic NAME, e.g. `fmq topic create orders --queues 8 --retention 7d`; in a
+    cluster `fmq topic create orders --queues-per-group 4 --coordinator etcd://H:P`."""
+    if queues_per_group is not None:
+        _create_route(name, queues, (retention, retention_bytes, max_message_size),
+                      queues_per_group, groups, coordinator, cluster_name, server, as_json)
+        return
+    if groups is not None or coordinator is not None:
+        raise click.UsageError("--groups and --coordinator create a topic's route in a "
+                               "cluster: give --queues-per-group too")
     with _client(server) as client:
         t = client.create_topic(name, queues, *_parsed(retention, retention_bytes,
                                                         max_message_size, False))
     emit(t, as_json, f"created topic {name}\n{render_topic(t)}")
+
+
+def _create_route(name: str, queues: int | None, settings: tuple, queues_per_group: int,
+                  groups: str | None, coordinator: str | None, cluster_name: str,
+                  server: str, as_json: bool) -> None:
+    if queues is not None or any(v is not None for v in settings):
+        raise click.UsageError("--queues-per-group creates the topic's route in a cluster; "
+                               "--queues and the retention and size settings are a node's "
+                               "(fmq topic alter on each group's primary)")
+    # --server's default address belongs to a node-local create; a route change is made
+    # only where the operator said (--server, FMQ_SERVER or --coordinator).
+    given = click.get_current_context().get_parameter_source("server")
+    chosen = None if given == click.core.ParameterSource.DEFAULT else server
+    request = {"action": "create", "topic": name, "queues_per_group": queues_per_group,
+               "groups": None if groups is None else [g.strip() for g in groups.split(",")]}
+    route = change_route(request, chosen, coordinator, cluster_name)
+    emit(route, as_json, f"created the route of topic {name}\n{render_route(route)}")
 
 
 @topic_group.command("alter")

@@ -28,6 +28,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "needs a three-server replication group on other hosts (tests/replication/ runs "
         "clients against real groups)",
     ("docs/client.md", "follower_reads=True"): "an excerpt continuing the block before it",
+    ("docs/cluster.md", "--cluster-name prod --group g1"):
+        "needs an etcd and servers that run until stopped, and asks for a password at a "
+        "terminal (tests/cluster/ runs the same commands against a real etcd and servers)",
     ("docs/operations.md", "fmq log verify DATA_DIR"):
         "placeholders (DATA_DIR, OFFSET); the same commands run in tests/cli/",
     ("docs/operations.md", "[--config fmq.json]"): "a synopsis: brackets mark the options",
