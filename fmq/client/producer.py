@@ -71,7 +71,11 @@ class Producer(RoutedSends, Client):
     NotEnoughReplicas while the new primary's followers join, PrimaryNotFound during the
     election), with back-off and a new search for the primary each time; then it fails
     with :class:`~fmq.errors.DeliveryTimeout` naming the last error. ``retries=N`` (no
-    count by default) also stops after N retries, as before."""
+    count by default) also stops after N retries, as before.
+
+    In a cluster the producer routes each send to the broker group that hosts its queue,
+    reading each topic's route with ROUTE at most every ``route_refresh_s`` seconds (and at
+    once after NotHosted); docs/client.md, "Routing over broker groups"."""
 
     def __init__(self, servers: str | Sequence[str], producer_group: str | None = None, *,
                  linger_ms: float = 5, batch_size: int = 64 * 1024,

@@ -123,7 +123,7 @@ class Router:
             old = self.table.held(topic)
             if knows_no_route(answer):
                 route = old_server_route(topic)
-            elif old is not None:
+            elif old is not None and answer.retriable:  # UnknownTopic & co. are final
                 logger.warning("could not read the route of %s (%s); keeping version %d",
                                topic, answer, old.version)
                 route = old

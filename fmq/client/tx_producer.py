@@ -209,8 +209,14 @@ class TransactionProducer(Producer):
         while not self._stop.is_set():
             started = time.monotonic()
             try:
+                failed: FMQError | None = None
                 for link in self.links.names():
-                    self._poll(link, wait_ms)
+                    try:  # one group's outage does not hold up the others' check-backs
+                        self._poll(link, wait_ms)
+                    except FMQError as exc:
+                        failed = exc
+                if failed is not None:
+                    raise failed
                 failures = 0
             except FMQError as exc:
                 if self._stop.is_set():

@@ -8,11 +8,15 @@ everything else is real: one link per group, sends, batches, transactions and a 
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 from fmq.client import Client, Producer, SpansGroups, TransactionProducer
+from fmq.client.aio import AsyncProducer
+from fmq.client.discovery import address_of
+from fmq.client.routed import group_link
 from fmq.client.routing import Route
 from fmq.errors import DeliveryTimeout, OffsetOutOfRange
 from fmq.message import Message
@@ -31,12 +35,10 @@ def route_of(topic: str, servers: dict, version: int = 7) -> Route:
                  {g: BrokerGroup(g, s.address, 1) for g, s in servers.items()})
 
 
-def hand_over(producer: Producer, route: Route) -> None:
+def hand_over(producer: Producer | AsyncProducer, route: Route) -> None:
     """Give ``producer`` the route as ROUTE would, and its groups' links."""
-    producer.routes.store(route.route.topic, route)
-    producer.routes.refresh_s = 3600.0  # the servers here answer single routes: keep it
-    from fmq.client.routed import group_link
-    from fmq.client.discovery import address_of
+    producer.router.table.store(route.route.topic, route)
+    producer.router.table.refresh_s = 3600.0  # the servers here answer single routes
     for name, group in route.groups.items():
         producer.links.seed(group_link(name), address_of(group.primary))
 
@@ -136,3 +138,26 @@ def test_killing_one_groups_node_leaves_sends_to_the_other_group_going(start_ser
                 failed += 1
         assert len(ok) == 40 and {r.group for r in ok} == {"g1"}
         assert failed <= 2  # a send caught on g2 waits out its deadline; the rest skip g2
+
+
+def test_the_asyncio_producer_routes_the_same_way(start_server):
+    a, b = start_server(FAST, name="a"), start_server(FAST, name="b")
+    groups = {"g1": a, "g2": b}
+
+    async def produce():
+        async with AsyncProducer(a.address, linger_ms=1) as p:
+            hand_over(p, route_of("orders", groups))
+            sent = [await p.send("orders", f"s{i}".encode()) for i in range(8)]
+            keyed = {((r := await p.send("orders", b"k", key="customer-9")).group, r.queue_id)
+                     for _ in range(5)}
+            batch = await p.send_batch([Message("orders", b"b1"), Message("orders", b"b2")])
+            futs = [await p.send_async("orders", f"a{i}".encode()) for i in range(40)]
+            await p.flush(60)
+            return sent, keyed, batch, [f.result() for f in futs]
+
+    sent, keyed, batch, spread = asyncio.run(asyncio.wait_for(produce(), 120))
+    assert {r.group for r in sent} == {"g1", "g2"} == {r.group for r in spread}
+    assert len(keyed) == 1 and len({r.group for r in batch}) == 1
+    for i, r in enumerate(spread):
+        assert stored(groups[r.group], "orders", r.queue_id, r.queue_offset) == \
+            f"a{i}".encode()
