@@ -13,6 +13,7 @@ connection it found) per broker group; a client of one broker group has the sing
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -194,6 +195,7 @@ class LinkPool:
 
     def __init__(self, finders: dict[str, Finder]) -> None:
         self._links = {group: Link(finder) for group, finder in finders.items()}
+        self._lock = threading.Lock()  # links are added by whichever thread reads a route
 
     @classmethod
     def single(cls, finder: Finder) -> LinkPool:
@@ -214,13 +216,14 @@ class LinkPool:
         """The link of ``group``, made on first use, looking for the group's node at
         ``primary`` (a routed topic's group, docs/cluster.md); a route naming a new
         primary (a fail-over) moves the search there."""
-        link = self._links.get(group)
-        if link is None:
-            link = self._links[group] = Link(Finder([primary]))
-        elif link.finder.servers != [primary]:
-            link.finder.servers = [primary]
-            link.finder.learn(f"{primary[0]}:{primary[1]}")
-        return link
+        with self._lock:
+            link = self._links.get(group)
+            if link is None:
+                link = self._links[group] = Link(Finder([primary]))
+            elif link.finder.servers != [primary]:
+                link.finder.servers = [primary]
+                link.finder.learn(f"{primary[0]}:{primary[1]}")
+            return link
 
     def take_all(self) -> list[Any]:
         """Every open connection, taken out of its link (closing the client)."""

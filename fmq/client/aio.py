@@ -23,7 +23,7 @@ from fmq.errors import (
     PrimaryNotFound,
     RequestTimeout,
 )
-from fmq.message import Message, ScheduledSend, SendResult
+from fmq.message import Message, ScheduledSend, SendResult, check_topic
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
 from fmq.protocol.values import message_to_wire, schedule_to_wire, scheduled_from_wire
 
@@ -136,6 +136,7 @@ class AsyncProducer(PooledClient):
         held = self.router.table.current(topic)
         if held is not None:
             return held
+        check_topic(topic)  # before asking: "" would ask for every route
         try:
             answer: dict[str, Any] | FMQError = await self.call(Op.ROUTE, {"topic": topic},
                                                                 retries=retries)
@@ -236,8 +237,12 @@ class AsyncProducer(PooledClient):
         fut = asyncio.get_running_loop().create_future()
         if route is not None and not route.single:
             self._routed[fut] = args
+            try:
+                await self._add_routed(fut, args, route)
+            except BaseException:
+                self._routed.pop(fut, None)
+                raise
             fut.add_done_callback(lambda f: self._routed.pop(f, None))
-            await self._add_routed(fut, args, route)
             return fut
         lane = self._lane(DEFAULT_GROUP, "" if route is None else route.group_name())
         if lane.core.no_room_for(len(part)):

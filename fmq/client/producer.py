@@ -160,8 +160,12 @@ class Producer(RoutedSends, Client):
                        None if sequence is None else partial(self._sequencer.encode, *args))
         else:
             self._routed[fut] = args
+            try:
+                self._add_routed(fut, args)
+            except BaseException:
+                self._routed.pop(fut, None)
+                raise
             fut.add_done_callback(self._forget)
-            self._add_routed(fut, args)
         return fut
 
     def _route_now(self, topic: str) -> Route | None:
@@ -192,7 +196,13 @@ class Producer(RoutedSends, Client):
 
     def _reroute(self, handles: list[Future], refusal: NotHosted) -> None:
         """A group refused a batch with NotHosted: read the route again and queue each of
-        its messages with the group that hosts its queue now."""
+        its messages with the group that hosts its queue now. On a thread of its own: it
+        is called on a connection's reader thread, which must not wait for ROUTE or for
+        buffer room."""
+        threading.Thread(target=self._place_again, args=(handles, refusal), daemon=True,
+                         name="fmq-reroute").start()
+
+    def _place_again(self, handles: list[Future], refusal: NotHosted) -> None:
         self.routes.not_hosted(refusal.topic)
         for fut in handles:
             args = self._routed.get(fut)

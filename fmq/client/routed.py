@@ -26,7 +26,7 @@ from fmq.errors import (
     PrimaryNotFound,
     RequestTimeout,
 )
-from fmq.message import Message, SendResult
+from fmq.message import Message, SendResult, check_topic
 from fmq.protocol import Op
 from fmq.protocol.values import message_to_wire
 
@@ -214,6 +214,7 @@ class RoutedSends:
         held = self.routes.current(topic)
         if held is not None:
             return held
+        check_topic(topic)  # before asking: "" would ask for every route
         try:
             answer: dict[str, Any] | FMQError = self.call(  # type: ignore[attr-defined]
                 Op.ROUTE, {"topic": topic}, retries=retries)

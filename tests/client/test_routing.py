@@ -177,3 +177,16 @@ def test_an_unreachable_group_is_skipped_for_its_back_off():
     assert table.skipped() == set()
     with pytest.raises(InvalidArgument):
         RouteTable(refresh_s=0)
+
+
+def test_a_resend_stays_where_it_may_be_stored_and_moves_only_after_a_refusal():
+    from fmq.client.routed import Placed, Router, group_link
+    from fmq.errors import ConnectionLost, NotEnoughReplicas, NotHosted, ServerBusy
+
+    there = Placed(group_link("g1"), {}, "g1", ["t"])
+    for maybe_stored in (ConnectionLost("x"), NotEnoughReplicas(0, 1)):
+        assert Router.pin(maybe_stored, there, None) is there
+    assert Router.pin(NotHosted("t", "g1", 0, 3), there, there) is None
+    assert Router.pin(ServerBusy("x"), there, None) is None  # refused: place anew
+    single = Placed("default", {}, "", ["t"])
+    assert Router.pin(NotHosted("t", "g1", 0, 3), single, single) is single
