@@ -174,6 +174,8 @@ class RouteTable:
         self._stale: set[str] = set()
         self._turns: dict[str, int] = {}
         self._backoff: dict[str, float] = {}  # group -> left out until
+        #: NotHosted refusals seen so far (each made a topic's route stale).
+        self.refusals = 0
 
     def current(self, topic: str) -> Route | None:
         """The topic's route while it needs no new read; None: read it (ROUTE) first."""
@@ -213,6 +215,7 @@ class RouteTable:
         """A NotHosted came back for ``topic``: read its route again before the next send."""
         with self._lock:
             self._stale.add(topic)
+            self.refusals += 1
 
     def unreachable(self, group: str, topic: str | None = None) -> None:
         """``group``'s primary could not be reached: leave it out of unkeyed sends for a
