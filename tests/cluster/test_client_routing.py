@@ -4,6 +4,7 @@ real ``fmq server`` processes, routes changed with ClusterRoutes while producers
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -11,6 +12,7 @@ import time
 import pytest
 
 from fmq.client import Producer, SpansGroups, TransactionProducer
+from fmq.client.aio import AsyncProducer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import DeliveryTimeout, FMQError
 from fmq.message import Message
@@ -180,3 +182,32 @@ def test_killing_one_groups_node_leaves_sends_to_the_other_group_going(cluster):
     finally:
         for node in nodes.values():
             node.kill()
+
+
+def test_the_asyncio_producer_spreads_and_carries_on_through_not_hosted(cluster):
+    store, nodes, _etcd, _tmp = cluster
+    first = store.create("c-aio", 2, ["g1", "g2"])
+    known_everywhere(nodes, "c-aio", first.version)
+    servers = ",".join(n.address for n in nodes.values())
+
+    async def produce():
+        async with AsyncProducer(servers, linger_ms=1, route_refresh_s=3600) as p:
+            spread = [await p.send("c-aio", f"s{i}".encode()) for i in range(8)]
+            drained = store.drain("c-aio", "g2")  # the producer's route is stale now
+            await asyncio.to_thread(known_everywhere, nodes, "c-aio", drained.version)
+            after = [await p.send("c-aio", f"d{i}".encode()) for i in range(4)]
+            refused = p.router.table.refusals
+            reopened = store.reopen("c-aio", "g2")
+            await asyncio.to_thread(known_everywhere, nodes, "c-aio", reopened.version)
+            p.router.table.not_hosted("c-aio")
+            await p.send("c-aio", b"refresh")  # g2 writable again in the producer's route
+            drained = store.drain("c-aio", "g2")
+            await asyncio.to_thread(known_everywhere, nodes, "c-aio", drained.version)
+            futs = [await p.send_async("c-aio", f"a{i}".encode()) for i in range(30)]
+            await p.flush(60)
+            return spread, after, refused, [f.result() for f in futs], p.router.table.refusals
+
+    spread, after, refused, batched, refusals = asyncio.run(asyncio.wait_for(produce(), 180))
+    assert {r.group for r in spread} == {"g1", "g2"}
+    assert refused > 0 and {r.group for r in after} == {"g1"}
+    assert refusals > refused + 1 and {r.group for r in batched} == {"g1"}
