@@ -63,9 +63,13 @@ class Message:
 
 @dataclass(frozen=True)
 class SendResult:
+    """Where a message was stored: its log offset and queue position in the broker group
+    ``group`` that took it ("" when the server did not say: a server without ROUTE)."""
+
     offset: int
     queue_id: int
     queue_offset: int
+    group: str = ""
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,11 @@ from fmq.client.base import Client
 from fmq.client.batching import BufferFull
 from fmq.client.connection import Connection, parse_servers
 from fmq.client.consumer import Consumer
-from fmq.client.producer import Producer, Transaction, TransactionProducer, TransactionResult
+from fmq.client.producer import Producer, TransactionResult
+from fmq.client.routing import SpansGroups
 from fmq.client.tls import TLSOptions
+from fmq.client.tx_producer import Transaction, TransactionProducer
 
-__all__ = ["BufferFull", "Client", "Connection", "Consumer", "Producer", "Transaction", "TransactionProducer",
-           "TLSOptions", "TransactionResult", "parse_servers"]
+__all__ = ["BufferFull", "Client", "Connection", "Consumer", "Producer", "SpansGroups",
+           "TLSOptions", "Transaction", "TransactionProducer", "TransactionResult",
+           "parse_servers"]

@@ -13,6 +13,7 @@ connection it found) per broker group; a client of one broker group has the sing
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -194,6 +195,7 @@ class LinkPool:
 
     def __init__(self, finders: dict[str, Finder]) -> None:
         self._links = {group: Link(finder) for group, finder in finders.items()}
+        self._lock = threading.Lock()  # links are added by whichever thread reads a route
 
     @classmethod
     def single(cls, finder: Finder) -> LinkPool:
@@ -203,10 +205,31 @@ class LinkPool:
     def __getitem__(self, group: str) -> Link:
         return self._links[group]
 
+    def names(self) -> list[str]:
+        """The links' names, the client's own first."""
+        return list(self._links)
+
+    def get(self, group: str) -> Link | None:
+        return self._links.get(group)
+
+    def seed(self, group: str, primary: Address) -> Link:
+        """The link of ``group``, made on first use, looking for the group's node at
+        ``primary`` (a routed topic's group, docs/cluster.md); a route naming a new
+        primary (a fail-over) moves the search there."""
+        with self._lock:
+            link = self._links.get(group)
+            if link is None:
+                link = self._links[group] = Link(Finder([primary]))
+            elif link.finder.servers != [primary]:
+                link.finder.servers = [primary]
+                link.finder.learn(f"{primary[0]}:{primary[1]}")
+            return link
+
     def take_all(self) -> list[Any]:
         """Every open connection, taken out of its link (closing the client)."""
-        conns = [link.conn for link in self._links.values() if link.conn is not None]
-        for link in self._links.values():
+        links = list(self._links.values())
+        conns = [link.conn for link in links if link.conn is not None]
+        for link in links:
             link.conn = None
         return conns
 

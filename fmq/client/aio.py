@@ -12,26 +12,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
-from fmq.errors import BrokerClosed, FMQError, InvalidArgument
-from fmq.message import Message, ScheduledSend, SendResult
-from fmq.protocol import DEFAULT_MAX_FRAME, Op
-from fmq.protocol.values import (
-    message_to_wire,
-    result_from_wire,
-    schedule_to_wire,
-    scheduled_from_wire,
+from fmq.errors import (
+    BrokerClosed,
+    FMQError,
+    InvalidArgument,
+    NotHosted,
+    PrimaryNotFound,
+    RequestTimeout,
 )
+from fmq.message import Message, ScheduledSend, SendResult, check_topic
+from fmq.protocol import DEFAULT_MAX_FRAME, Op
+from fmq.protocol.values import message_to_wire, schedule_to_wire, scheduled_from_wire
 
 from .acquire import DEFAULT_GROUP, LinkPool, PooledClient
 from .aio_connection import AsyncConnection, find_node
-from .batch_sending import BatchSending, submit_batch
-from .batching import Batch, Limits, complete
+from .aio_lane import AsyncLane
+from .batch_sending import BatchSending
+from .batching import Limits
 from .connection import parse_servers
 from .deadline import DEFAULT_DELIVERY_TIMEOUT
 from .discovery import PRIMARY, Finder
-from .idempotence import Sequencer
+from .routed import Build, Placed, Router, group_link
+from .routing import DEFAULT_ROUTE_REFRESH_S, Route, choose_queue
 from .tls import TLSSetting
 
 
@@ -53,40 +58,42 @@ class AsyncProducer(PooledClient):
                  producer_id: str | None = None, dedup_window_messages: int = 10_000,
                  tls: TLSSetting = None,
                  user: str | None = None, password: str | None = None,
-                 password_file: str | None = None) -> None:
+                 password_file: str | None = None,
+                 route_refresh_s: float = DEFAULT_ROUTE_REFRESH_S) -> None:
         if (batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0
                 or dedup_window_messages < 1):
             raise InvalidArgument("batch_size, max_batch_messages, buffer_memory and "
                                   "dedup_window_messages must be positive and linger_ms at "
                                   "least 0")
         self.servers = parse_servers(servers)
-        self._sequencer = Sequencer(idempotent, producer_id)
-        self.idempotent = idempotent
-        self.producer_id = self._sequencer.producer_id
         self._connect_options(tls=tls, user=user, password=password, password_file=password_file,
                               request_timeout=request_timeout, connect_timeout=connect_timeout,
                               retries=retries, delivery_timeout=delivery_timeout,
                               backoff_initial=backoff_initial,
                               backoff_max=backoff_max, max_in_flight=max_in_flight)
-        self._core = BatchSending(
-            Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_ms / 1000,
-            buffer_memory=buffer_memory, max_block_s=max_block_s, max_in_flight=max_in_flight,
-            attempts=lambda started: self.attempts(started=started), idempotent=idempotent,
-            dedup_window=dedup_window_messages)
-        self._queue = self._core.queue
+        self._batching = (Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME),
+                          linger_ms / 1000, buffer_memory, max_block_s, dedup_window_messages)
         self._conn_lock: asyncio.Lock | None = None
-        #: This producer's connection (one broker group: :data:`DEFAULT_GROUP`).
+        #: This producer's connection, and in a cluster one per broker group it sends to.
         self.links = LinkPool.single(Finder(self.servers, PRIMARY))
+        self.router = Router(self.links, idempotent, producer_id, route_refresh_s)
+        self._sequencer = self.router.sequencer_single
+        self.idempotent = idempotent
+        self.producer_id = self._sequencer.producer_id
         self._closed = False
-        self._requests: dict[Batch, tuple[AsyncConnection, asyncio.Future]] = {}
-        self._wake = asyncio.Event()  # the sender should look again
-        self._progress = asyncio.Event()  # a batch finished: buffer room, flush
-        self._sender: asyncio.Task | None = None
+        #: The batches of each link (the producer's own, or a routed group's), and the
+        #: arguments of each routed message not answered yet (placed anew on NotHosted).
+        self._lanes: dict[str, AsyncLane] = {}
+        self._routed: dict[asyncio.Future, tuple] = {}
+        self._replacing: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ requests
 
     async def _connection(self, group: str = DEFAULT_GROUP) -> AsyncConnection:
-        link = self.links[group]
+        link = self.links.get(group)
+        if link is None:  # a routed group whose primary no route has named yet
+            raise PrimaryNotFound(f"broker group {group.partition('/')[2]} has no primary "
+                                  f"now (its route names none); retry later")
         conn = link.usable()
         if conn is not None:
             return conn
@@ -102,7 +109,7 @@ class AsyncProducer(PooledClient):
                 link.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
                 self.credentials, self.request_timeout,
                 self._backoff)
-            self._core.adopt_server_limits(ping)
+            self._lane(group).core.adopt_server_limits(ping)
             link.attach(conn)
             return conn
 
@@ -122,82 +129,176 @@ class AsyncProducer(PooledClient):
     async def ping(self) -> dict[str, Any]:
         return await self.call(Op.PING, {})
 
+    # ------------------------------------------------------------------ routes
+
+    async def route(self, topic: str, retries: int | None = None) -> Route:
+        """``topic``'s route, read with ROUTE when none fresh enough is held."""
+        held = self.router.table.current(topic)
+        if held is not None:
+            return held
+        check_topic(topic)  # before asking: "" would ask for every route
+        try:
+            answer: dict[str, Any] | FMQError = await self.call(Op.ROUTE, {"topic": topic},
+                                                                retries=retries)
+        except FMQError as exc:
+            answer = exc
+        return self.router.take(topic, answer)
+
+    async def _deliver(self, op: Op, messages: Sequence[Message], build: Build,
+                       stamp: bool = True) -> tuple[dict[str, Any], Placed]:
+        """:meth:`fmq.client.routed.RoutedSends.deliver`, awaiting."""
+        attempts = self.attempts()
+        pinned: Placed | None = None
+        while True:
+            placed = pinned
+            try:
+                if placed is None:
+                    routes = [await self.route(m.topic) for m in messages]
+                    placed = self.router.place(routes, messages, build, stamp)
+                    if placed.single:
+                        pinned = placed  # one group: numbered once, as before routing
+                conn = await self._connection(placed.link)
+            except FMQError as exc:
+                if placed is not None:
+                    self.router.learn(exc, placed)
+                await asyncio.sleep(attempts.pause(exc, self._closed))
+                continue
+            try:
+                return await conn.request(op, placed.fields,
+                                          attempts.cap(self.request_timeout)), placed
+            except FMQError as exc:
+                self.router.learn(exc, placed)
+                pinned = self.router.pin(exc, placed, pinned)
+                await asyncio.sleep(attempts.pause(exc, self._closed))
+
     async def send(self, topic: str, body: bytes, key: str | None = None,
                    tags: str | None = None, properties: dict[str, str] | None = None,
                    queue_id: int | None = None, *, deliver_at: int | datetime | None = None,
                    delay: float | timedelta | None = None) -> SendResult | ScheduledSend:
         """Store one message; returns once it is durable on the server. ``deliver_at`` /
-        ``delay``: as :meth:`fmq.client.producer.Producer.send` (a scheduled message, which
+        ``delay``: as :meth:`fmq.client.Producer.send` (a scheduled message, which
         takes no sequence number)."""
         message = Message(topic, body, key, tags, properties, queue_id)
+        message_to_wire(message)  # a value the wire cannot carry fails before any ROUTE
         if deliver_at is None and delay is None:
-            msg = message_to_wire(self._sequencer.stamp(message))
-            return result_from_wire((await self.call(Op.SEND, {"message": msg}))["result"])
-        fields = {"message": message_to_wire(message), **schedule_to_wire(deliver_at, delay)}
-        return scheduled_from_wire(await self.call(Op.SEND_AT, fields))
+            answer, placed = await self._deliver(Op.SEND, [message],
+                                                 lambda w: {"message": w[0]})
+            return self.router.results([answer["result"]], placed)[0]
+        schedule = schedule_to_wire(deliver_at, delay)
+        answer, _ = await self._deliver(Op.SEND_AT, [message],
+                                        lambda w: {"message": w[0], **schedule}, stamp=False)
+        return scheduled_from_wire(answer)
 
     async def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
-        """Store several messages in one request and one group commit: all or none."""
-        wire = [message_to_wire(self._sequencer.stamp(m)) for m in messages]
-        if not wire:
+        """Store several messages in one request and one group commit: all or none (in a
+        cluster, in one broker group, as :meth:`fmq.client.Producer.send_batch`)."""
+        if not messages:
             return []
-        answer = await self.call(Op.SEND_BATCH, {"messages": wire})
-        return [result_from_wire(r) for r in answer["results"]]
+        for m in messages:
+            message_to_wire(m)
+        answer, placed = await self._deliver(Op.SEND_BATCH, messages,
+                                             lambda w: {"messages": w})
+        return self.router.results(answer["results"], placed)
 
     # ------------------------------------------------------------------ batching
+
+    def _lane(self, link: str, group: str = "") -> AsyncLane:
+        lane = self._lanes.get(link)
+        if lane is None:
+            limits, linger_s, buffer_memory, max_block_s, window = self._batching
+            core = BatchSending(
+                limits, linger_s, buffer_memory=buffer_memory, max_block_s=max_block_s,
+                max_in_flight=self.max_in_flight,
+                attempts=lambda started: self.attempts(started=started),
+                idempotent=self.idempotent, dedup_window=window)
+            routed = link != DEFAULT_GROUP
+            lane = self._lanes[link] = AsyncLane(
+                core, self.request_timeout, partial(self._connection, link), group,
+                self._reroute if routed else None,
+                partial(self.router.table.unreachable, group) if routed else None)
+        elif group and not lane.group:  # the connection came first: its lane is named now
+            lane.group = group
+        return lane
 
     async def send_async(self, topic: str, body: bytes, key: str | None = None,
                          tags: str | None = None, queue_id: int | None = None,
                          properties: dict[str, str] | None = None) -> asyncio.Future:
         """Queue one message for a batch (waiting up to ``max_block_s`` for buffer room);
         the returned future resolves to its SendResult once the batch is durable, or
-        raises the batch's FMQError."""
+        raises the batch's FMQError. In a cluster, batches are per broker group."""
         if self._closed:
             raise BrokerClosed("this producer is closed; create a new one")
         args = (topic, body, key, tags, properties, queue_id)
         part, sequence = self._sequencer.encode(*args)
-        queue, n = self._queue, len(part)
-        if self._core.no_room_for(n):
-            await self._wait_for_room(n)
+        try:  # read once: the caller does not wait out an outage here
+            route: Route | None = await self.route(topic, retries=0)
+        except FMQError:
+            route = None  # the producer's own group, whose batches retry
+        fut = asyncio.get_running_loop().create_future()
+        if route is not None and not route.single:
+            self._routed[fut] = args
+            try:
+                await self._add_routed(fut, args, route)
+            except BaseException:
+                self._routed.pop(fut, None)
+                raise
+            fut.add_done_callback(lambda f: self._routed.pop(f, None))
+            return fut
+        lane = self._lane(DEFAULT_GROUP, "" if route is None else route.group_name())
+        if lane.core.no_room_for(len(part)):
+            await lane.wait_for_room(len(part))
             if sequence is not None:  # overtaken while it waited: numbered again, in order
                 part, sequence = self._sequencer.encode(*args)
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        if self._sender is None:
-            self._sender = loop.create_task(self._run())
-        if queue.add(part, fut, loop.time(), sequence):
-            self._wake.set()
+        lane.add(part, fut, sequence)
         return fut
 
-    async def _wait_for_room(self, n: int) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._core.max_block_s
-        while self._core.no_room_for(n):
-            rest = deadline - loop.time()
-            if rest <= 0 or self._closed:
-                raise self._core.buffer_full()
-            self._progress.clear()
-            try:
-                async with asyncio.timeout(rest):  # no task per wait, unlike wait_for
-                    await self._progress.wait()
-            except TimeoutError:
-                pass
+    async def _add_routed(self, fut: asyncio.Future, args: tuple, route: Route) -> None:
+        topic, body, key, tags, properties, queue_id = args
+        table = self.router.table
+        ref = choose_queue(route, key, queue_id, None, table.turn(topic), table.skipped())
+        sequencer = self.router.sequencer(ref.group)
+        placed = (topic, body, key, tags, properties, ref.queue_id)
+        part, sequence = sequencer.encode(*placed)
+        lane = self._lane(group_link(ref.group), ref.group)
+        if lane.core.no_room_for(len(part)):
+            await lane.wait_for_room(len(part))
+            if sequence is not None:
+                part, sequence = sequencer.encode(*placed)
+        lane.add(part, fut, sequence)
+
+    def _reroute(self, handles: list[asyncio.Future], refusal: NotHosted) -> None:
+        """A group refused a batch with NotHosted: read the route again and queue each of
+        its messages with the group that hosts its queue now."""
+        self.router.table.not_hosted(refusal.topic)
+        for fut in handles:
+            args = self._routed.get(fut)
+            if args is not None and not fut.done():
+                self.router.table.not_hosted(args[0])
+                task = asyncio.get_running_loop().create_task(self._place_again(fut, args))
+                self._replacing.add(task)
+                task.add_done_callback(self._replacing.discard)
+
+    async def _place_again(self, fut: asyncio.Future, args: tuple) -> None:
+        try:
+            await self._add_routed(fut, args, await self.route(args[0]))
+        except FMQError as exc:
+            if not fut.done():
+                fut.set_exception(exc)
 
     async def flush(self, timeout: float | None = None) -> None:
         """Wait until every message given to :meth:`send_async` before this call has its
-        outcome; raises RequestTimeout (via asyncio.wait_for) after ``timeout`` seconds."""
-        upto = self._queue.close_open()
-        self._wake.set()
-
-        async def all_done() -> None:
-            while self._queue.waiting_before(upto):
-                self._progress.clear()
-                await self._progress.wait()
-
-        try:
-            await asyncio.wait_for(all_done(), timeout)
-        except TimeoutError:
-            raise self._core.flush_timed_out(upto, timeout) from None
+        outcome; raises RequestTimeout after ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        routed = list(self._routed)
+        for lane in list(self._lanes.values()):
+            await lane.flush(None if deadline is None else max(0.0, deadline - loop.time()))
+        if routed:  # a message sent again to another group is in that group's lane
+            _done, waiting = await asyncio.wait(
+                routed, timeout=None if deadline is None else max(0.0, deadline - loop.time()))
+            if waiting:
+                raise RequestTimeout(f"{len(waiting)} messages have no outcome after "
+                                     f"{timeout}s")
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout``), then close; messages still unsent fail with
@@ -206,16 +307,8 @@ class AsyncProducer(PooledClient):
             await self.flush(timeout)
         finally:
             self._closed = True
-            left, closed = self._core.abandon()
-            for batch in left:
-                complete(batch, closed)
-            self._wake.set()
-            if self._sender is not None:
-                self._sender.cancel()
-                try:
-                    await self._sender
-                except asyncio.CancelledError:
-                    pass
+            for lane in list(self._lanes.values()):
+                await lane.close()
             for conn in self.links.take_all():
                 await conn.close()
 
@@ -224,76 +317,3 @@ class AsyncProducer(PooledClient):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-    # ------------------------------------------------------------------ the sender task
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        queue = self._queue
-        while not self._closed:
-            now = loop.time()
-            for batch in queue.expired(now):
-                self._time_out(batch)
-            batch, wait = queue.next_batch(now, self._core.max_in_flight)
-            if batch is None:
-                self._wake.clear()
-                try:
-                    async with asyncio.timeout(wait):
-                        await self._wake.wait()
-                except TimeoutError:
-                    pass
-                continue
-            await self._send(batch)
-
-    def _time_out(self, batch: Batch) -> None:
-        error = self._core.overdue(batch, self.request_timeout)
-        entry = self._requests.get(batch)
-        if entry is not None:
-            entry[0].forget(entry[1], error)
-
-    async def _send(self, batch: Batch) -> None:
-        try:
-            conn = await self._connection()
-        except FMQError as exc:
-            self._failed(batch, exc, written=False)
-            return
-        fitted, too_large = self._queue.fit(batch)
-        if too_large is not None:
-            complete(too_large, self._core.too_large())
-            self._queue.finished(too_large)
-            self._progress.set()
-        if fitted is None:
-            return
-        fut = submit_batch(conn, fitted, self._failed)
-        if fut is None:
-            return
-        self._queue.sending(fitted, asyncio.get_running_loop().time() + self.request_timeout)
-        self._requests[fitted] = (conn, fut)
-        fut.add_done_callback(lambda f: self._answered(fitted, f))
-        await conn.drain()
-
-    def _answered(self, batch: Batch, fut: asyncio.Future) -> None:
-        self._requests.pop(batch, None)
-        exc = fut.exception()
-        if exc is not None:
-            self._failed(batch, exc, written=True)
-            return
-        if batch.done:
-            return
-        complete(batch, fut.result())
-        self._queue.finished(batch)
-        self._progress.set()
-        self._wake.set()
-
-    def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
-        verdict = self._core.failed(batch, exc, written, self._closed,
-                                    asyncio.get_running_loop().time())
-        if verdict is None:
-            return
-        failing, error = verdict
-        for b in failing:
-            complete(b, error)
-            self._queue.finished(b)
-        if failing:
-            self._progress.set()
-        self._wake.set()

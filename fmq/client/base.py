@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from fmq.errors import FMQError, OffsetOutOfRange
+from fmq.errors import FMQError, OffsetOutOfRange, PrimaryNotFound
 from fmq.message import StoredMessage
 from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
@@ -86,7 +86,11 @@ class Client(PooledClient, TopicAdmin):
         return self.links[DEFAULT_GROUP].opened
 
     def _connection(self, group: str = DEFAULT_GROUP) -> Connection:
-        link = self.links[group]
+        link = self.links.get(group)
+        if link is None:  # a routed group whose primary no route has named yet
+            raise PrimaryNotFound(f"broker group {group.partition('/')[2] or group} has no "
+                                  f"primary now (its route names none); a fail-over may be "
+                                  f"under way: retry later")
         conn = link.usable()
         if conn is not None:
             return conn
@@ -125,14 +129,15 @@ class Client(PooledClient, TopicAdmin):
         return conn
 
     def call(self, op: Op, fields: dict[str, Any], *, timeout: float | None = None,
-             retries: int | None = None) -> dict[str, Any]:
+             retries: int | None = None, link: str = DEFAULT_GROUP) -> dict[str, Any]:
         """Send one request and wait for its answer, retrying retriable errors within this
-        client's ``retries`` (or the ``retries`` given here) and ``delivery_timeout``."""
+        client's ``retries`` (or the ``retries`` given here) and ``delivery_timeout``
+        (``link``: the broker group's link it goes on, the client's own by default)."""
         timeout = self.request_timeout if timeout is None else timeout
         attempts = self.attempts(retries)
         while True:
             try:
-                return self._connection().request(op, fields, attempts.cap(timeout))
+                return self._connection(link).request(op, fields, attempts.cap(timeout))
             except FMQError as exc:
                 delay = attempts.pause(exc, self._closed)
                 logger.debug("%s failed (%s); retry %d in %.2fs", op.name, exc,

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
-from contextlib import contextmanager
+from collections.abc import Sequence
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -15,36 +14,32 @@ from typing import Any
 
 from fmq.errors import (
     BrokerClosed,
-    ConnectionLost,
-    DuplicateTransaction,
     FMQError,
     InvalidArgument,
-    NotEnoughReplicas,
+    NotHosted,
     RequestTimeout,
-    TransactionRolledBack,
 )
 from fmq.message import Message, ScheduledSend, SendResult
 from fmq.protocol import Op
 from fmq.protocol.values import (
     message_to_wire,
-    result_from_wire,
     schedule_to_wire,
     scheduled_from_wire,
-    uncertain_from_wire,
 )
-from fmq.tx.ids import new_tx_id
-from fmq.tx.state import TxState, UncertainTx
+from fmq.tx.state import TxState
 
+from .acquire import DEFAULT_GROUP
 from .base import Client
 from .deadline import DEFAULT_DELIVERY_TIMEOUT
 from .discovery import PRIMARY
-from .idempotence import Sequencer
+from .routed import RoutedSends, Router, group_link
+from .routing import DEFAULT_ROUTE_REFRESH_S, Route, choose_queue
 from .sender import BatchSender
 
 logger = logging.getLogger("fmq.client")
 
 
-class Producer(Client):
+class Producer(RoutedSends, Client):
     """Sends messages to an FMQ server. Thread-safe: share one producer between threads;
     their requests are pipelined on one connection and share the server's group commit.
 
@@ -76,19 +71,24 @@ class Producer(Client):
     NotEnoughReplicas while the new primary's followers join, PrimaryNotFound during the
     election), with back-off and a new search for the primary each time; then it fails
     with :class:`~fmq.errors.DeliveryTimeout` naming the last error. ``retries=N`` (no
-    count by default) also stops after N retries, as before."""
+    count by default) also stops after N retries, as before.
+
+    In a cluster the producer routes each send to the broker group that hosts its queue,
+    reading each topic's route with ROUTE at most every ``route_refresh_s`` seconds (and at
+    once after NotHosted); docs/client.md, "Routing over broker groups"."""
 
     def __init__(self, servers: str | Sequence[str], producer_group: str | None = None, *,
                  linger_ms: float = 5, batch_size: int = 64 * 1024,
                  max_batch_messages: int = 10_000, buffer_memory: int = 32 * 1024 * 1024,
                  max_block_s: float = 60.0, idempotent: bool = True,
                  producer_id: str | None = None, dedup_window_messages: int = 10_000,
-                 **options: Any) -> None:
+                 route_refresh_s: float = DEFAULT_ROUTE_REFRESH_S, **options: Any) -> None:
         options.setdefault("node", PRIMARY)
         options.setdefault("retries", None)
         options.setdefault("delivery_timeout", DEFAULT_DELIVERY_TIMEOUT)
         super().__init__(servers, **options)
-        self._sequencer = Sequencer(idempotent, producer_id)
+        self.router = Router(self.links, idempotent, producer_id, route_refresh_s)
+        self._sequencer = self.router.sequencer_single
         self.idempotent = idempotent
         self.producer_id = self._sequencer.producer_id
         if (batch_size < 1 or max_batch_messages < 1 or buffer_memory < 1 or linger_ms < 0
@@ -102,6 +102,10 @@ class Producer(Client):
                           "buffer_memory": buffer_memory, "max_block_s": max_block_s,
                           "dedup_window_messages": dedup_window_messages}
         self._sender: BatchSender | None = None
+        #: In a cluster, the batches of each broker group, and the arguments of each
+        #: message not answered yet (placed anew when a group refuses it: NotHosted).
+        self._senders: dict[str, BatchSender] = {}
+        self._routed: dict[Future, tuple] = {}
         self._sender_lock = threading.Lock()
         self._sender_closed = False
 
@@ -121,57 +125,140 @@ class Producer(Client):
         """:meth:`send` of a :class:`~fmq.message.Message`. A scheduled message takes no
         sequence number: a SEND_AT retried after a lost answer may store it twice."""
         if deliver_at is None and delay is None:
-            msg = message_to_wire(self._sequencer.stamp(message))
-            return result_from_wire(self.call(Op.SEND, {"message": msg})["result"])
-        fields = {"message": message_to_wire(message), **schedule_to_wire(deliver_at, delay)}
-        return scheduled_from_wire(self.call(Op.SEND_AT, fields))
+            answer, placed = self.deliver(Op.SEND, [message], lambda w: {"message": w[0]})
+            return self.router.results([answer["result"]], placed)[0]
+        schedule = schedule_to_wire(deliver_at, delay)
+        answer, _ = self.deliver(Op.SEND_AT, [message], lambda w: {"message": w[0], **schedule},
+                                 stamp=False)
+        return scheduled_from_wire(answer)
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendResult]:
-        """Store several messages in one request and one group commit: all or none."""
-        wire = [message_to_wire(self._sequencer.stamp(m)) for m in messages]
-        if not wire:
+        """Store several messages in one request and one group commit: all or none. In a
+        cluster they go to one broker group (SpansGroups when their keys or queues lie in
+        several: docs/client.md, "Routing")."""
+        if not messages:
             return []
-        answer = self.call(Op.SEND_BATCH, {"messages": wire})
-        return [result_from_wire(r) for r in answer["results"]]
+        for m in messages:
+            message_to_wire(m)  # a value the wire cannot carry fails before any ROUTE
+        answer, placed = self.deliver(Op.SEND_BATCH, messages, lambda w: {"messages": w})
+        return self.router.results(answer["results"], placed)
 
     def send_async(self, topic: str, body: bytes, key: str | None = None,
                    tags: str | None = None, queue_id: int | None = None,
                    properties: dict[str, str] | None = None) -> Future[SendResult]:
         """Queue one message for a batch; the future resolves to its SendResult once the
         batch is durable on the server, or raises the batch's FMQError. A value the wire
-        cannot carry raises here, at once."""
+        cannot carry raises here, at once. In a cluster, batches are per broker group."""
         args = (topic, body, key, tags, properties, queue_id)
         part, sequence = self._sequencer.encode(*args)
         fut: Future[SendResult] = Future()  # cancelling it does not take the message back
-        sender = self._sender or self._start_sender()
-        sender.add(part, fut, sequence,
-                   None if sequence is None else partial(self._sequencer.encode, *args))
+        route = self._route_now(topic)
+        if route is None or route.single:
+            sender = self._sender or self._start_sender(
+                DEFAULT_GROUP, "" if route is None else route.group_name())
+            sender.add(part, fut, sequence,
+                       None if sequence is None else partial(self._sequencer.encode, *args))
+        else:
+            self._routed[fut] = args
+            try:
+                self._add_routed(fut, args)
+            except BaseException:
+                self._routed.pop(fut, None)
+                raise
+            fut.add_done_callback(self._forget)
         return fut
 
-    def _start_sender(self) -> BatchSender:
+    def _route_now(self, topic: str) -> Route | None:
+        """The route of a ``send_async``, read once without retrying (the caller does not
+        wait out an outage here); None when it cannot be read now: the message takes the
+        producer's own group, whose batches retry within the delivery deadline."""
+        try:
+            return self.route(topic, retries=0)
+        except FMQError:
+            return None
+
+    def _forget(self, fut: Future) -> None:
+        self._routed.pop(fut, None)
+
+    def _add_routed(self, fut: Future, args: tuple) -> None:
+        """Queue a message of a routed topic with the batches of the group it goes to."""
+        topic, body, key, tags, properties, queue_id = args
+        route = self.route(topic)
+        ref = choose_queue(route, key, queue_id, None, self.routes.turn(topic),
+                           self.routes.skipped())
+        sequencer = self.sequencer(ref.group)
+        placed = (topic, body, key, tags, properties, ref.queue_id)
+        part, sequence = sequencer.encode(*placed)
+        sender = self._senders.get(ref.group) or self._start_sender(group_link(ref.group),
+                                                                    ref.group)
+        sender.add(part, fut, sequence,
+                   None if sequence is None else partial(sequencer.encode, *placed))
+
+    def _reroute(self, handles: list[Future], refusal: NotHosted) -> None:
+        """A group refused a batch with NotHosted: read the route again and queue each of
+        its messages with the group that hosts its queue now. On a thread of its own: it
+        is called on a connection's reader thread, which must not wait for ROUTE or for
+        buffer room."""
+        threading.Thread(target=self._place_again, args=(handles, refusal), daemon=True,
+                         name="fmq-reroute").start()
+
+    def _place_again(self, handles: list[Future], refusal: NotHosted) -> None:
+        self.routes.not_hosted(refusal.topic)
+        for fut in handles:
+            args = self._routed.get(fut)
+            if args is None or fut.done():
+                continue
+            try:
+                self.routes.not_hosted(args[0])
+                self._add_routed(fut, args)
+            except FMQError as exc:
+                fut.set_exception(exc)
+
+    def _start_sender(self, link: str, group: str) -> BatchSender:
         with self._sender_lock:
             if self._closed or self._sender_closed:
                 raise BrokerClosed("this producer is closed; create a new one")
-            if self._sender is None:
-                self._sender = BatchSender(self, idempotent=self.idempotent,
-                                           **self._batching)
-            return self._sender
+            if link == DEFAULT_GROUP:
+                if self._sender is None:
+                    self._sender = BatchSender(self, idempotent=self.idempotent, group=group,
+                                               **self._batching)
+                return self._sender
+            sender = self._senders.get(group)
+            if sender is None:
+                sender = self._senders[group] = BatchSender(
+                    self, idempotent=self.idempotent, link=link, group=group,
+                    reroute=self._reroute, unreachable=partial(self.routes.unreachable, group),
+                    **self._batching)
+            return sender
+
+    def _all_senders(self) -> list[BatchSender]:
+        with self._sender_lock:
+            return [s for s in (self._sender, *self._senders.values()) if s is not None]
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every message given to :meth:`send_async` before this call has its
         outcome (result or error). Raises RequestTimeout when ``timeout`` seconds pass
         first."""
-        if self._sender is not None:
-            self._sender.flush(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        routed = list(self._routed)
+        for sender in self._all_senders():
+            sender.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if routed:  # a message sent again to another group is in that group's batches
+            _done, waiting = wait(routed, None if deadline is None
+                                  else max(0.0, deadline - time.monotonic()))
+            if waiting:
+                raise RequestTimeout(f"{len(waiting)} messages have no outcome after "
+                                     f"{timeout}s")
 
     def close(self, timeout: float | None = None) -> None:
         """Flush (up to ``timeout`` seconds), then close; a message still unsent then
         fails with BrokerClosed."""
         with self._sender_lock:
-            sender = self._sender
             self._sender_closed = True
         try:
-            if sender is not None:
+            if self._routed:
+                self.flush(timeout)
+            for sender in self._all_senders():
                 sender.close(timeout)
         finally:
             super().close()
@@ -193,205 +280,3 @@ class TransactionResult:
     state: TxState
     local_state: TxState
     error: BaseException | None = None
-
-
-Checker = Callable[[UncertainTx], TxState]
-LocalTransaction = Callable[[str, Any], TxState]
-
-
-class Transaction:
-    """Collects the messages of ``with producer.transaction() as tx:``. Nothing reaches the
-    server before the block ends: then the messages are prepared and committed. When the
-    block raises, nothing was stored, which is a rollback."""
-
-    def __init__(self, producer: TransactionProducer, tx_id: str | None) -> None:
-        self.producer = producer
-        self.tx_id = tx_id
-        self.messages: list[Message] = []
-        self.result: TransactionResult | None = None
-
-    def send(self, topic: str, body: bytes, key: str | None = None, tags: str | None = None,
-             properties: dict[str, str] | None = None, queue_id: int | None = None) -> None:
-        msg = Message(topic, body, key, tags, properties, queue_id)
-        message_to_wire(msg)  # fail inside the block, where the caller can react
-        self.messages.append(msg)
-
-
-class TransactionProducer(Producer):
-    """A producer of transactional messages with a feedback (check-back) thread.
-
-    ``checker(uncertain) -> TxState`` is called from the feedback thread for every open
-    transaction of ``producer_group`` the server offers (one older than the server's
-    ``tx_check_after_ms``, e.g. because the producer that prepared it died); it answers
-    COMMIT, ROLLBACK or UNKNOWN (ask again later). An exception counts as UNKNOWN.
-    """
-
-    def __init__(self, servers: str | Sequence[str], producer_group: str,
-                 checker: Checker, *, feedback_interval: float = 0.1,
-                 feedback_timeout: float = 5.0, feedback: bool = True,
-                 **options: Any) -> None:
-        if not producer_group:
-            raise InvalidArgument("a TransactionProducer needs a producer_group")
-        super().__init__(servers, producer_group, **options)
-        self.checker = checker
-        self.feedback_interval = feedback_interval
-        self.feedback_timeout = feedback_timeout
-        self.checks_answered = 0
-        self._stop = threading.Event()
-        self._feedback: threading.Thread | None = None
-        if feedback:
-            self._feedback = threading.Thread(target=self._feedback_loop, daemon=True,
-                                              name=f"fmq-feedback-{producer_group}")
-            self._feedback.start()
-
-    # ------------------------------------------------------------------ transactions
-
-    def prepare(self, messages: Sequence[Message], tx_id: str | None = None) -> str:
-        """Store ``messages`` as a prepared (invisible) transaction; returns its id."""
-        wire = [message_to_wire(m) for m in messages]
-        generated = not tx_id
-        # Ids are version-ip-start time-pid-connection seq-tx seq (docs/transactions.md).
-        tx_id = tx_id or new_tx_id(self.connection_seq)
-        req = {"producer_group": self.producer_group, "tx_id": tx_id, "messages": wire}
-        # The answer to an attempt was lost (connection, time-out): it may be stored, whole
-        # or (after a server crash) cut short, which recovery rolls back.
-        maybe_applied = False
-        attempts = self.attempts()
-        while True:
-            try:
-                return self.call(Op.PREPARE, req, retries=0,
-                                 timeout=attempts.cap(self.request_timeout))["tx_id"]
-            except DuplicateTransaction:
-                if maybe_applied:
-                    # The server only reports an id as prepared once every message of it
-                    # is durable: our earlier attempt is stored whole.
-                    return tx_id
-                raise
-            except TransactionRolledBack:
-                if not (maybe_applied and generated):
-                    raise
-                # Our earlier attempt was cut short by a crash and rolled back: nothing of
-                # it is stored. Prepare again under a fresh id (never commit the old one).
-                logger.warning("prepare of %s was cut short by a server crash and rolled "
-                               "back; preparing again under a new id", tx_id)
-                tx_id = new_tx_id(self.connection_seq)
-                req["tx_id"] = tx_id
-                maybe_applied = False
-            except FMQError as exc:
-                delay = attempts.pause(exc, self._closed)
-                # NotEnoughReplicas: stored on the primary, only the followers' copy failed.
-                maybe_applied = maybe_applied or isinstance(
-                    exc, (ConnectionLost, RequestTimeout, NotEnoughReplicas))
-                time.sleep(delay)
-
-    def commit(self, tx_id: str) -> TxState:
-        """Commit this producer group's transaction ``tx_id``."""
-        return TxState(self.call(Op.COMMIT, {"producer_group": self.producer_group,
-                                             "tx_id": tx_id})["state"])
-
-    def rollback(self, tx_id: str) -> TxState:
-        """Roll back this producer group's transaction ``tx_id``."""
-        return TxState(self.call(Op.ROLLBACK, {"producer_group": self.producer_group,
-                                               "tx_id": tx_id})["state"])
-
-    def send_in_transaction(self, messages: Message | Sequence[Message],
-                            local_transaction: LocalTransaction, arg: Any = None,
-                            tx_id: str | None = None) -> TransactionResult:
-        """Prepare ``messages``, run ``local_transaction(tx_id, arg)``, then commit (it
-        returned COMMIT), roll back (ROLLBACK) or leave the transaction to feedback
-        (UNKNOWN, or it raised). Raises only when the prepare fails (then nothing is
-        stored and the local transaction is not run)."""
-        if isinstance(messages, Message):
-            messages = [messages]
-        tx_id = self.prepare(messages, tx_id)
-        error: BaseException | None = None
-        try:
-            local = local_transaction(tx_id, arg)
-            local = TxState(local) if local is not None else TxState.UNKNOWN
-            if local not in (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN):
-                raise InvalidArgument(f"a local transaction returns COMMIT, ROLLBACK or "
-                                      f"UNKNOWN, not {local.value}")
-        except Exception as exc:  # noqa: BLE001 - by contract: an exception means UNKNOWN
-            logger.warning("local transaction of %s raised %r: left open for feedback",
-                           tx_id, exc)
-            local, error = TxState.UNKNOWN, exc
-        if local == TxState.UNKNOWN:
-            return TransactionResult(tx_id, TxState.OPEN, local, error)
-        try:
-            state = self.commit(tx_id) if local == TxState.COMMIT else self.rollback(tx_id)
-        except FMQError as exc:
-            # The decision is made; feedback will ask the checker again and apply it.
-            logger.warning("could not %s %s (%s): left to feedback", local.value, tx_id, exc)
-            return TransactionResult(tx_id, TxState.OPEN, local, exc)
-        return TransactionResult(tx_id, state, local)
-
-    @contextmanager
-    def transaction(self, tx_id: str | None = None) -> Iterator[Transaction]:
-        """``with producer.transaction() as tx: tx.send(...)``: prepare and commit on a
-        normal exit (``tx.result`` then holds the outcome); nothing is stored when the
-        block raises."""
-        tx = Transaction(self, tx_id)
-        yield tx
-        if not tx.messages:
-            return
-        tid = self.prepare(tx.messages, tx.tx_id)
-        tx.tx_id = tid
-        tx.result = TransactionResult(tid, self.commit(tid), TxState.COMMIT)
-
-    # ------------------------------------------------------------------ feedback
-
-    def _feedback_loop(self) -> None:
-        """Long-poll the server for uncertain transactions of our group about every
-        ``feedback_interval`` and answer each with the checker's verdict."""
-        failures = 0
-        wait_ms = int(self.feedback_interval * 1000)
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                resp = self.call(Op.POLL_UNCERTAIN, {
-                    "producer_group": self.producer_group, "max_items": 16,
-                    "lease_ms": int(self.feedback_timeout * 1000), "wait_ms": wait_ms},
-                    timeout=self.feedback_timeout + wait_ms / 1000, retries=0)
-                failures = 0
-                for t in resp["transactions"]:
-                    if self._stop.is_set():
-                        break
-                    self._answer(uncertain_from_wire(t))
-            except FMQError as exc:
-                if self._stop.is_set():
-                    break
-                failures += 1
-                if failures == 1 or failures % 50 == 0:
-                    logger.warning("feedback poll for group %s failed: %s", self.producer_group,
-                                   exc)
-                self._stop.wait(self._backoff(min(failures, 6)))
-                continue
-            rest = self.feedback_interval - (time.monotonic() - started)
-            if rest > 0:
-                self._stop.wait(rest)
-
-    def _answer(self, uncertain: UncertainTx) -> None:
-        try:
-            state = TxState(self.checker(uncertain))
-        except Exception as exc:  # noqa: BLE001 - by contract: an exception means UNKNOWN
-            logger.warning("checker raised %r for %s: answering unknown", exc, uncertain.tx_id)
-            state = TxState.UNKNOWN
-        if state not in (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN):
-            state = TxState.UNKNOWN
-        try:
-            final = self.call(Op.ANSWER_UNCERTAIN, {"producer_group": uncertain.producer_group,
-                                                    "tx_id": uncertain.tx_id,
-                                                    "state": state.value})["state"]
-            self.checks_answered += 1
-            logger.info("feedback: %s answered %s -> %s", uncertain.tx_id, state.value, final)
-        except FMQError as exc:
-            logger.warning("feedback answer for %s failed: %s", uncertain.tx_id, exc)
-
-    def close(self) -> None:
-        self._stop.set()
-        super().close()  # fails a feedback poll in flight at once, so the join is quick
-        if self._feedback is not None and self._feedback is not threading.current_thread():
-            self._feedback.join(self.feedback_timeout + 1)
-
-    def __enter__(self) -> TransactionProducer:
-        return self

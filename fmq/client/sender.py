@@ -14,12 +14,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from fmq.errors import BrokerClosed, FMQError
+from fmq.errors import BrokerClosed, ConnectionLost, FMQError, NotHosted, PrimaryNotFound
 from fmq.message import SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
 
+from .acquire import DEFAULT_GROUP
 from .batch_sending import BatchSending, submit_batch
 from .batching import Batch, Limits, complete
 
@@ -34,8 +36,19 @@ class BatchSender:
 
     def __init__(self, client: Client, *, linger_s: float, batch_size: int,
                  max_batch_messages: int, buffer_memory: int, max_block_s: float,
-                 idempotent: bool = False, dedup_window_messages: int | None = None) -> None:
+                 idempotent: bool = False, dedup_window_messages: int | None = None,
+                 link: str = DEFAULT_GROUP, group: str = "",
+                 reroute: Callable[[list[Future], NotHosted], None] | None = None,
+                 unreachable: Callable[[], None] | None = None) -> None:
+        """``link``: the broker group's link its batches go on; ``group``: the group named
+        in their results. ``reroute``: takes the messages of a batch the group refused
+        with NotHosted (they are placed anew); ``unreachable``: told when no connection to
+        the group's primary could be made."""
         self._client = client
+        self._link = link
+        self._group = group
+        self._reroute = reroute
+        self._unreachable = unreachable
         self._core = BatchSending(
             Limits(batch_size, max_batch_messages, DEFAULT_MAX_FRAME), linger_s,
             buffer_memory=buffer_memory, max_block_s=max_block_s,
@@ -136,9 +149,9 @@ class BatchSender:
             conn.forget(fut, error)
 
     def _connection(self) -> Connection:
-        conn = self._client._connection()
+        conn = self._client._connection(self._link)
         if self._limits_of is not conn:
-            ping = self._client.call(Op.PING, {}, retries=0)
+            ping = self._client.call(Op.PING, {}, retries=0, link=self._link)
             with self._cond:
                 self._core.adopt_server_limits(ping)
             self._limits_of = conn
@@ -148,6 +161,9 @@ class BatchSender:
         try:
             conn = self._connection()
         except FMQError as exc:
+            if self._unreachable is not None and isinstance(exc, (ConnectionLost,
+                                                                  PrimaryNotFound)):
+                self._unreachable()
             self._failed(batch, exc, written=False)
             return
         with self._cond:
@@ -172,11 +188,22 @@ class BatchSender:
         with self._cond:
             self._requests.pop(batch, None)
         if exc is None:
-            self._finish(batch, fut.result())
+            results = fut.result()
+            if self._group:
+                results = [replace(r, group=self._group) for r in results]
+            self._finish(batch, results)
         else:
             self._failed(batch, exc, written=True)
 
     def _failed(self, batch: Batch, exc: BaseException, written: bool) -> None:
+        if isinstance(exc, NotHosted) and self._reroute is not None:
+            with self._cond:  # refused, nothing stored: its messages are placed anew
+                if batch.done:
+                    return
+                self._queue.finished(batch)
+                self._cond.notify_all()
+            self._reroute(list(batch.handles), exc)
+            return
         with self._cond:
             verdict = self._core.failed(batch, exc, written, self._closing, time.monotonic())
             if verdict is None:

@@ -91,6 +91,7 @@ class RouteFollower:
         self._thread = threading.Thread(target=self._run, name="fmq-route-follower",
                                         daemon=True)
         self._warned = False
+        self._poked = False  # a re-read asked by poke() runs now
         self.snapshot: RouteSnapshot = self._load_cache()
 
     def _load_cache(self) -> RouteSnapshot:
@@ -118,6 +119,27 @@ class RouteFollower:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=timeout_s)
+
+    def poke(self) -> None:
+        """Re-read etcd now, in a thread of its own (the follower's may sit in a watch for
+        up to ``resync_s``): a client showed a newer route than this copy. One re-read at
+        a time; pokes meanwhile are covered by it. Never blocks the caller."""
+        with self._lock:
+            if self._poked or self._stop.is_set():
+                return
+            self._poked = True
+        threading.Thread(target=self._reread, name="fmq-route-poke", daemon=True).start()
+
+    def _reread(self) -> None:
+        try:
+            self.sync_once()
+        except CoordinatorUnavailable:
+            pass  # the follower's own loop says so, and retries
+        except Exception:
+            logger.exception("could not take the routes from %s", self.routes.coordinator)
+        finally:
+            with self._lock:
+                self._poked = False
 
     def sync_once(self) -> bool:
         """Read every route once and take it if it is newer; whether the copy changed."""

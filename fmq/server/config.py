@@ -130,6 +130,9 @@ class ServerConfig:
     #: every security_resync_ms bounds how long a silently stalled watch can hide one.
     cluster: str = "fmq"
     security_resync_ms: int = 10_000
+    #: With a coordinator, the topics' routes of the cluster are followed the same way
+    #: (docs/cluster.md): a watch, and a re-read every route_resync_ms.
+    route_resync_ms: int = 10_000
 
     def __post_init__(self) -> None:
         coerce_fields(self, "invalid server configuration")
@@ -170,6 +173,7 @@ class ServerConfig:
         need(bool(self.cluster) and "/" not in self.cluster,
              "cluster must be a non-empty name without '/'")
         need(self.security_resync_ms >= 100, "security_resync_ms must be >= 100")
+        need(self.route_resync_ms >= 100, "route_resync_ms must be >= 100")
         need(self.group_heartbeat_interval_ms < self.group_session_timeout_ms,
              "group_heartbeat_interval_ms must be below group_session_timeout_ms")
 

@@ -101,6 +101,9 @@ class ServerContext:
         #: Users, SCRAM and failed attempts (:class:`fmq.server.authn.Authenticator`); set
         #: by the server.
         self.authenticator: Any = None
+        #: The cluster's routes as this node follows them
+        #: (:class:`fmq.server.route_membership.RouteMembership`); None outside a cluster.
+        self.routes: Any = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Bind to the running event loop (the server starts)."""

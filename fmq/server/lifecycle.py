@@ -32,6 +32,7 @@ from fmq.server.event_loop import resolve_event_loop, run_on_event_loop
 from fmq.server.exposure import check_exposure
 from fmq.server.listener import bind_listener
 from fmq.server.replica_role import RoleChange
+from fmq.server.route_membership import RouteMembership
 from fmq.server.server import Server
 from fmq.server.tls import server_context
 
@@ -61,7 +62,7 @@ def open_in_role(data_dir: str, config: BrokerConfig, change: RoleChange | None)
 
 def _serve_once(broker: Broker, server_config: ServerConfig, listener: socket.socket,
                 on_listening: Callable[[str, int], None] | None,
-                elector: Elector | None) -> Server:
+                elector: Elector | None, membership: RouteMembership | None) -> Server:
     rec = broker.recovery
     logger.info("recovery: replayed %d records from offset %d, %d open transactions, "
                 "torn tail %s", rec.records_replayed, rec.start_offset,
@@ -76,14 +77,23 @@ def _serve_once(broker: Broker, server_config: ServerConfig, listener: socket.so
     # The server closes the socket it serves on; the process keeps the bound one.
     server = Server(broker, server_config, listener.dup())
     server.on_listening = on_listening
-    if elector is not None:
-        server.on_role = elector.attach
+    server.ctx.routes = membership
+
+    def on_role(role: Any) -> None:
+        if elector is not None:
+            elector.attach(role)
+        if membership is not None:
+            membership.attach(server.ctx)
+
+    server.on_role = on_role
     logger.info("event loop: %s", resolve_event_loop(server_config.event_loop))
     try:
         run_on_event_loop(server.serve(), server_config.event_loop)
     finally:
         if elector is not None:
             elector.detach()
+        if membership is not None:
+            membership.detach()
     return server
 
 
@@ -110,8 +120,11 @@ def run_server(data_dir: str, broker_config: Any = None,
     broker: Broker | None = None
     change: RoleChange | None = None
     elector: Elector | None = None
+    membership: RouteMembership | None = None
     try:
         if server_config.coordinator:
+            # Serves from routes.json and catches up: etcd need not answer yet.
+            membership = RouteMembership(server_config, data_dir)
             address = f"{server_config.host}:{listener.getsockname()[1]}"
             elector = Elector(server_config, broker_config, address)
             broker_config = broker_config.replace(follow=elector.initial_follow())
@@ -119,9 +132,12 @@ def run_server(data_dir: str, broker_config: Any = None,
         visible: int | None = None  # the high watermark of the previous role
         while True:
             broker = open_in_role(data_dir, broker_config, change)
+            if membership is not None:  # the data directory is ours now (its lock)
+                membership.start()
             if visible is not None:  # a new primary shows no more than it was shown
                 broker.replica.resume_visible_at(visible)
-            server = _serve_once(broker, server_config, listener, on_listening, elector)
+            server = _serve_once(broker, server_config, listener, on_listening, elector,
+                                 membership)
             broker.close()  # no-op after a graceful shutdown
             visible = broker.replica.visible_end
             if server.replication_failed is not None:
@@ -136,6 +152,8 @@ def run_server(data_dir: str, broker_config: Any = None,
     finally:
         if elector is not None:
             elector.stop()
+        if membership is not None:
+            membership.stop()
         listener.close()  # asyncio closed its copy; this covers an earlier error
         if broker is not None:
             broker.close()  # releases the directory after an error

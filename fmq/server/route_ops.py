@@ -1,21 +1,28 @@
 """Routes over the wire: ROUTE, a topic's broker groups, queues and primaries
-(docs/cluster.md).
+(docs/cluster.md; the answer's layout is docs/protocol.md's).
 
-A node outside a cluster answers ROUTE with a route of its one group, version 0, so a client
-treats one node, one group and a cluster alike.
+A node of a cluster answers from its copy of the cluster's routes
+(:class:`~fmq.server.route_membership.RouteMembership`), so clients never talk to etcd. A
+topic without a route gets one when ``auto_create_topics`` is on: created in etcd over
+every group that takes writes now (never silently in one). A node outside a cluster, and
+FMQ's own ``%`` topics everywhere (each group keeps its own; they are never routed), answer
+a route of this node's one group, version 0, so a client treats one node, one group and a
+cluster alike.
 """
 
 from __future__ import annotations
 
 import json
 
+from fmq.coordination.routes import RouteSnapshot
+from fmq.errors import CoordinatorUnavailable, RouteConflict, UnknownTopic
+from fmq.message import check_topic, is_internal_topic
 from fmq.protocol import Op
 from fmq.server.authn import node_role
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.handlers import handles
-
-#: The permission of a route entry that takes writes; "ro" takes none (a drained group).
-READ_WRITE = "rw"
+from fmq.server.route_membership import RouteMembership
+from fmq.topic_route import READ_WRITE, BrokerGroup, TopicRoute, check_routable_topic
 
 
 def single_group_route(ctx: ServerContext, topic: str) -> dict:
@@ -31,12 +38,78 @@ def single_group_route(ctx: ServerContext, topic: str) -> dict:
                         "epoch": 0, "open_for_writes": True}]}
 
 
+def route_answer(cluster: str, route: TopicRoute, groups: dict[str, BrokerGroup]) -> dict:
+    """A route as ROUTE answers it: its entries with each group's primary ("" = none
+    known), epoch and whether the operator lets it take writes."""
+    out = []
+    for e in route.entries:
+        g = groups.get(e.group) or BrokerGroup(e.group)
+        out.append({"group": e.group, "queues": e.queues, "permission": e.permission,
+                    "base": e.base, "primary": g.primary, "epoch": g.epoch,
+                    "open_for_writes": g.open_for_writes})
+    return {"cluster": cluster, "topic": route.topic, "version": route.version,
+            "groups": out}
+
+
+def snapshot_answer(cluster: str, snapshot: RouteSnapshot) -> dict:
+    """ROUTE "": every route and group of the cluster as this node's copy has them."""
+    return {"cluster": cluster, "revision": snapshot.revision,
+            "routes": {t: route_answer(cluster, r, snapshot.groups)
+                       for t, r in sorted(snapshot.routes.items())},
+            "groups": {n: {"primary": g.primary, "epoch": g.epoch,
+                           "open_for_writes": g.open_for_writes}
+                       for n, g in sorted(snapshot.groups.items())}}
+
+
+def created_route(membership: RouteMembership, topic: str, queues: int) -> TopicRoute:
+    """``topic``'s route, created in etcd over every group that takes writes now when it
+    has none there either (blocking: a worker thread). The copy is re-read at once, so the
+    answer carries the groups' primaries and the group hosting the topic makes it local."""
+    store = membership.store
+    route = store.get(topic)
+    if route is None:
+        try:
+            route = store.create(topic, queues)
+        except RouteConflict:  # another node created it meanwhile, or no group has a primary
+            route = store.get(topic)
+            if route is None:
+                raise
+    try:
+        membership.follower.sync_once()
+    except CoordinatorUnavailable:
+        pass  # the route stands; the copy catches up through the watch
+    return route
+
+
+async def _cluster_route(ctx: ServerContext, membership: RouteMembership, topic: str) -> dict:
+    check_routable_topic(topic)
+    snapshot = membership.snapshot
+    route = snapshot.routes.get(topic)
+    if route is None:
+        broker_config = ctx.broker.config
+        if not broker_config.auto_create_topics:
+            membership.poke()  # created elsewhere lately? the next ask may find it
+            raise UnknownTopic(topic)
+        route = await ctx.run(created_route, membership, topic, broker_config.queues_per_topic)
+        snapshot = membership.snapshot
+        route = max(route, snapshot.routes.get(topic) or route, key=lambda r: r.version)
+    return route_answer(membership.cluster, route, snapshot.groups)
+
+
 @handles(Op.ROUTE)
 async def _route(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     topic = req["topic"]
+    membership: RouteMembership | None = ctx.routes
     if not topic:
-        return {"json": json.dumps({"cluster": "", "revision": 0, "routes": {},
-                                    "groups": {}}, sort_keys=True)}
-    answer = await ctx.read(single_group_route, ctx, topic)
+        answer = (snapshot_answer(membership.cluster, membership.snapshot)
+                  if membership is not None else
+                  {"cluster": "", "revision": 0, "routes": {}, "groups": {}})
+    else:
+        check_topic(topic)
+        if membership is None or is_internal_topic(topic):
+            answer = await ctx.read(single_group_route, ctx, topic)
+            if membership is not None:
+                answer["cluster"] = membership.cluster
+        else:
+            answer = await _cluster_route(ctx, membership, topic)
     return {"json": json.dumps(answer, sort_keys=True)}
-

@@ -29,6 +29,7 @@ from fmq.server.authz import refusal as access_refusal
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.fencing import fencing_refusal, follower_refusal
 from fmq.server.handlers import HANDLERS
+from fmq.server.hosting import not_hosted
 from fmq.server.reply_account import ReplyAccount
 from fmq.server.request_admission import RequestAdmission
 
@@ -109,6 +110,14 @@ class SessionRequests:
             ctx.counters.failed(op, refused)
             session.send(encode_error(op, rid, refused))
             return None
+        routes = ctx.routes
+        if routes is not None:  # a node of a cluster: is the queue this group's?
+            refused = not_hosted(routes.snapshot, routes.group, op, req)
+            if refused is not None:
+                routes.poke()  # the client may know a newer route than this node's copy
+                ctx.counters.failed(op, refused)
+                session.send(encode_error(op, rid, refused))
+                return None
         try:
             # A coroutine becomes a task; SEND's handler returns a future and needs none.
             request = asyncio.ensure_future(HANDLERS[op](ctx, session, req))

@@ -1,0 +1,66 @@
+"""Which requests a node of a cluster refuses because its broker group does not host the
+queue they name in the topic's route (docs/cluster.md, *NotHosted*).
+
+One check, made for every request after it is decoded and before its handler runs, so
+nothing is stored or read for a refused one: a write (SEND, SEND_BATCH, SEND_AT, PREPARE,
+idempotent sends alike) to a topic whose route has no entry for this group, whose entry
+here is read-only (drained), or with an explicit queue id past the entry's queues; a read
+of a queue (PULL, PULL_TAGGED, QUEUE_RANGE, OFFSET_FOR_TIME, FETCH_OFFSET, COMMIT_OFFSET,
+NACK) this group does not host in the route. A topic without a route (one made before the
+cluster, FMQ's own ``%`` topics) keeps a single broker's rules. A node outside a cluster
+never gets here (the caller tests one attribute).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from fmq.coordination.routes import RouteSnapshot
+from fmq.errors import NotHosted
+from fmq.protocol import Op
+from fmq.protocol.values import BROKER_PICKS_QUEUE
+
+#: (topic, queue id) a request names; BROKER_PICKS_QUEUE: a send that lets the broker pick.
+Named = Callable[[dict], Iterable[tuple[str, int]]]
+
+
+def _message(req: dict) -> Iterable[tuple[str, int]]:
+    m = req["message"]
+    return ((m["topic"], m["queue_id"]),)
+
+
+def _messages(req: dict) -> Iterable[tuple[str, int]]:
+    return {(m["topic"], m["queue_id"]) for m in req["messages"]}
+
+
+def _queue(req: dict) -> Iterable[tuple[str, int]]:
+    return ((req["topic"], req["queue_id"]),)
+
+
+#: Requests that store messages: they need a writable entry of this group.
+WRITES: dict[int, Named] = {Op.SEND: _message, Op.SEND_AT: _message,
+                            Op.SEND_BATCH: _messages, Op.PREPARE: _messages}
+#: Requests about one queue: it must be one of this group's entry, writable or not.
+READS: dict[int, Named] = {op: _queue for op in (
+    Op.PULL, Op.PULL_TAGGED, Op.QUEUE_RANGE, Op.OFFSET_FOR_TIME, Op.FETCH_OFFSET,
+    Op.COMMIT_OFFSET, Op.NACK)}
+
+
+def not_hosted(snapshot: RouteSnapshot, group: str, op: int, req: dict) -> NotHosted | None:
+    """NotHosted for the first queue ``req`` names that ``group`` does not host in
+    ``snapshot``'s routes, or None when the request may run here."""
+    write = op in WRITES
+    named = WRITES.get(op) or READS.get(op)
+    if named is None:
+        return None
+    routes = snapshot.routes
+    for topic, queue_id in named(req):
+        route = routes.get(topic)
+        if route is None:
+            continue
+        entry = route.entry(group)
+        if (entry is None or (write and not entry.writable)
+                or not (queue_id == BROKER_PICKS_QUEUE and write
+                        or 0 <= queue_id < entry.queues)):
+            return NotHosted(topic, group, queue_id, route.version)
+    return None

@@ -1,0 +1,152 @@
+"""A node's part in its cluster's routes (docs/cluster.md): its broker group registered in
+etcd, the cluster's routes followed into ``DATA_DIR/routes.json``, and, on the group's
+primary, each route entry of this group made the group's local topic.
+
+One :class:`RouteMembership` per server process, across its role changes (as the election):
+:func:`fmq.server.lifecycle.run_server` builds it, and each serving round attaches its
+:class:`~fmq.server.context.ServerContext`. Neither registering nor following stops the
+server from starting while etcd does not answer: it serves the routes its copy holds and
+catches up when etcd is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from fmq.coordination.route_follower import RouteFollower
+from fmq.coordination.routes import ClusterRoutes, RouteSnapshot
+from fmq.engine.broker import Broker
+from fmq.errors import CoordinatorUnavailable, TopicExists
+from fmq.server.config import ServerConfig
+from fmq.server.context import ServerContext
+
+logger = logging.getLogger("fmq.server")
+
+#: Seconds between two tries to register the group while etcd does not answer.
+REGISTER_RETRY_S = 1.0
+
+
+def make_local_topics(broker: Broker, group: str, snapshot: RouteSnapshot) -> list[str]:
+    """Make every route entry of ``group`` a local topic with the entry's queue count
+    (created, or grown: queues only grow); the topics changed. A TOPIC record carries the
+    count to the group's followers, its recovery and both rebuilds, without etcd."""
+    changed = []
+    for topic, route in sorted(snapshot.routes.items()):
+        entry = route.entry(group)
+        if entry is None:
+            continue
+        cfg = broker.topics.get(topic)
+        if cfg is None:
+            try:
+                broker.topics.create(topic, entry.queues)
+                changed.append(topic)
+                continue
+            except TopicExists:  # made by a send meanwhile
+                cfg = broker.topics.get(topic)
+        if cfg is not None and cfg.queues < entry.queues:
+            broker.topics.alter(topic, entry.queues)
+            changed.append(topic)
+    return changed
+
+
+class RouteMembership:
+    """This node's group in ``config.cluster`` and its copy of the cluster's routes."""
+
+    def __init__(self, config: ServerConfig, data_dir: str) -> None:
+        self.group = config.group
+        self.cluster = config.cluster
+        self.store = ClusterRoutes(config.coordinator, config.cluster)
+        self.follower = RouteFollower(self.store, data_dir, self._changed,
+                                      resync_s=config.route_resync_ms / 1000)
+        self._ctx: ServerContext | None = None
+        self._lock = threading.Lock()  # one local-topic pass at a time
+        self._stop = threading.Event()
+        self._started = False
+        self._registrar = threading.Thread(target=self._register, name="fmq-route-register",
+                                           daemon=True)
+
+    @property
+    def snapshot(self) -> RouteSnapshot:
+        return self.follower.snapshot
+
+    def start(self) -> RouteMembership:
+        """Register and follow (once; later calls do nothing)."""
+        if not self._started:
+            self._started = True
+            self._registrar.start()
+            self.follower.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._started:
+            self.follower.stop()
+        if self._registrar.is_alive():
+            self._registrar.join(timeout=2.0)
+
+    def poke(self) -> None:
+        """A client knew a route this copy may not have: re-read etcd now."""
+        self.follower.poke()
+
+    def _register(self) -> None:
+        warned = False
+        while not self._stop.is_set():
+            try:
+                self.store.register_group(self.group)
+                logger.info("broker group %s is part of cluster %s", self.group, self.cluster)
+                return
+            except CoordinatorUnavailable as exc:
+                if not warned:
+                    logger.warning("%s; registering broker group %s once etcd answers",
+                                   exc, self.group)
+                    warned = True
+            self._stop.wait(REGISTER_RETRY_S)
+
+    # ------------------------------------------------------------------ serving rounds
+
+    def attach(self, ctx: ServerContext) -> None:
+        """A serving round starts (on its event loop): a primary makes its route entries
+        local topics now, from the copy it has."""
+        self._ctx = ctx
+        self._make_topics(ctx)
+
+    def detach(self) -> None:
+        self._ctx = None
+
+    def _changed(self, snapshot: RouteSnapshot) -> None:
+        """The copy changed (in the follower's thread): hand the topics to the event loop."""
+        ctx = self._ctx
+        if ctx is None or ctx.loop is None:
+            return
+        try:
+            ctx.loop.call_soon_threadsafe(self._make_topics, ctx)
+        except RuntimeError:  # the round's event loop is closed: the next round does it
+            pass
+
+    def _make_topics(self, ctx: ServerContext) -> None:
+        role = ctx.replication
+        if ctx is not self._ctx or ctx.stopping or role is None or role.primary is not None:
+            return  # only the primary writes: followers copy its TOPIC records
+        try:
+            task = asyncio.ensure_future(ctx.write(self._make_topics_now, ctx.broker))
+        except RuntimeError:  # the round's workers are shut down: the next round does it
+            return
+        task.add_done_callback(self._made)
+
+    def _make_topics_now(self, broker: Broker) -> list[str]:
+        with self._lock:  # the newest copy, whichever pass runs last
+            return make_local_topics(broker, self.group, self.follower.snapshot)
+
+    def _made(self, task: asyncio.Future) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            # The next change or round tries again; the hosting check does not depend on it.
+            logger.warning("could not make the routed topics of group %s local: %s",
+                           self.group, exc)
+        elif task.result():
+            logger.info("routed topics made local in group %s: %s", self.group,
+                        ", ".join(task.result()))

@@ -1,0 +1,80 @@
+"""Broker groups of one node each in one cluster, as real ``fmq server`` processes sharing a
+real etcd, and what the cluster tests ask of them."""
+
+from __future__ import annotations
+
+import json
+
+from fmq.client import Client
+from fmq.errors import FMQError
+from fmq.message import Message
+from fmq.protocol import Op
+from fmq.protocol.values import message_to_wire
+from tests.etcdkit import EtcdProcess
+from tests.replication.cluster import SMALL
+from tests.server.harness import ServerProcess, wait_until
+
+CLUSTER = "c1"
+#: Queues of a topic a route auto-creates (the brokers' queues_per_topic).
+QUEUES_PER_TOPIC = 3
+#: The routes' periodic re-read in these tests: a change reaches a node within it even
+#: when the watch misses it.
+RESYNC_MS = 1000
+CONFIG = {**SMALL, "queues_per_topic": QUEUES_PER_TOPIC,
+          "server": {"lease_ttl_s": 3, "route_resync_ms": RESYNC_MS}}
+
+
+def start_node(tmp_path, etcd: EtcdProcess, group: str) -> ServerProcess:
+    node = ServerProcess(str(tmp_path / group), CONFIG, extra_args=(
+        "--coordinator", etcd.url, "--cluster-name", CLUSTER, "--group", group,
+        "--node", f"{group}-n1"))
+    return node.start()
+
+
+def role(node: ServerProcess) -> str:
+    try:
+        with Client(node.address, retries=0, connect_timeout=2, request_timeout=5) as c:
+            return json.loads(c.call(Op.REPL_STATUS, {})["json"])["role"]
+    except (FMQError, OSError):
+        return "down"
+
+
+def wait_primary(node: ServerProcess, timeout: float = 30.0) -> None:
+    wait_until(lambda: role(node) == "primary", timeout, f"{node.address} to lead its group")
+
+
+def call(node: ServerProcess, op: Op, fields: dict) -> dict:
+    """One request, not retried (a NotHosted must reach the test)."""
+    with Client(node.address, retries=0, request_timeout=20) as c:
+        return c.call(op, fields)
+
+
+def route(node: ServerProcess, topic: str) -> dict:
+    return json.loads(call(node, Op.ROUTE, {"topic": topic})["json"])
+
+
+def route_version(node: ServerProcess, topic: str) -> int:
+    try:
+        return route(node, topic)["version"]
+    except FMQError:
+        return -1
+
+
+def send(node: ServerProcess, topic: str, body: bytes = b"m", queue_id: int | None = None
+         ) -> dict:
+    return call(node, Op.SEND, {"message": message_to_wire(Message(topic, body,
+                                                                   queue_id=queue_id))})
+
+
+def queue_range(node: ServerProcess, topic: str, queue_id: int) -> tuple[int, int]:
+    r = call(node, Op.QUEUE_RANGE, {"topic": topic, "queue_id": queue_id})
+    return r["min_offset"], r["next_offset"]
+
+
+def local_queues(node: ServerProcess, topic: str) -> int:
+    """The queues of the node's own topic (0: it has none)."""
+    try:
+        answer = call(node, Op.TOPIC_DESCRIBE, {"topic": topic})
+    except FMQError:
+        return 0
+    return json.loads(answer["json"])["topic"]["queues"]

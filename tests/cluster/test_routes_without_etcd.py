@@ -1,0 +1,113 @@
+"""Brokers of a cluster keep their routes while etcd does not answer: a node restarted with
+etcd stopped serves ROUTE from its routes.json; after etcd was paused (SIGSTOP) for longer
+than the leader lease, a route change reaches every node again; and a NotHosted refusal
+makes a node whose watch hangs re-read etcd at once. Real etcd, real server processes, real
+kill -9."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from fmq.coordination.routes import ClusterRoutes
+from fmq.errors import NotHosted
+from tests.etcdkit import ETCD, EtcdProcess
+from tests.server.harness import ServerProcess, wait_until
+from tests.stall_proxy import StallProxy
+
+from .kit import CLUSTER, CONFIG, local_queues, route, route_version, send, start_node, wait_primary
+
+pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
+                                reason="etcd is not installed (.ci/run installs etcd-server)")
+
+LEASE_TTL_S = CONFIG["server"]["lease_ttl_s"]
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    server = EtcdProcess(str(tmp_path / "etcd")).start()
+    yield server
+    server.stop()
+
+
+def test_a_node_restarted_while_etcd_is_stopped_answers_route_from_its_copy(tmp_path, etcd):
+    node = start_node(tmp_path, etcd, "g1")
+    try:
+        wait_primary(node)
+        store = ClusterRoutes(etcd.url, CLUSTER)
+        created = store.create("kept", 2, ["g1"])
+        wait_until(lambda: route_version(node, "kept") == created.version, 15,
+                   "the node to know the route")
+        node.kill()
+        etcd.pause()  # etcd takes connections and answers nothing
+        node.start(timeout=60)
+        answer = route(node, "kept")
+        assert answer["version"] == created.version and answer["cluster"] == CLUSTER
+        assert [(g["group"], g["queues"]) for g in answer["groups"]] == [("g1", 2)]
+        assert "kept" in route(node, "")["routes"]
+    finally:
+        etcd.resume()
+        node.kill()
+
+
+def test_after_etcd_paused_past_the_lease_a_route_change_reaches_both_nodes(tmp_path, etcd):
+    nodes = [start_node(tmp_path, etcd, g) for g in ("g1", "g2")]
+    try:
+        for node in nodes:
+            wait_primary(node)
+        store = ClusterRoutes(etcd.url, CLUSTER)
+        store.create("steady", 1, ["g1", "g2"])
+        etcd.pause()
+        time.sleep(LEASE_TTL_S + 2)  # every lease runs out meanwhile
+        etcd.resume()
+        changed = store.create("after-pause", 2, ["g1", "g2"])
+        for node in nodes:
+            wait_until(lambda n=node: route_version(n, "after-pause") == changed.version, 30,
+                       f"{node.address} to know the route made after the pause")
+        for node in nodes:  # primaries again, each with its part of the route as a topic
+            wait_primary(node, 60)
+            wait_until(lambda n=node: local_queues(n, "after-pause") == 2, 30,
+                       f"{node.address} to make after-pause local")
+            assert send(node, "after-pause", queue_id=1)["result"]["queue_id"] == 1
+    finally:
+        for node in nodes:
+            node.kill()
+
+
+def test_a_refusal_makes_a_node_whose_watch_hangs_read_the_route_again_at_once(
+        tmp_path, etcd):
+    store = ClusterRoutes(etcd.url, CLUSTER)
+    store.register_group("g1")  # a group of the cluster; no node of it is needed here
+    store.create("moving", 2, ["g1"])
+    proxy = StallProxy(etcd.client_port)
+    # A re-read only every minute: the route reaches the node through its watch, or
+    # through the re-read a refusal asks for.
+    config = {**CONFIG, "server": {**CONFIG["server"], "lease_ttl_s": 10,
+                                   "route_resync_ms": 60_000}}
+    node = ServerProcess(str(tmp_path / "g2"), config, extra_args=(
+        "--coordinator", proxy.url, "--cluster-name", CLUSTER, "--group", "g2"))
+    try:
+        node.start()
+        wait_primary(node)
+        wait_until(lambda: route_version(node, "moving") > 0, 30, "the first read")
+        with pytest.raises(NotHosted):
+            send(node, "moving")
+        assert proxy.stall() >= 1  # the watch, among the connections open now, goes silent
+        expanded = store.expand("moving", "g2", 2)
+        started = time.monotonic()
+
+        def takes_writes() -> bool:
+            try:
+                return send(node, "moving", queue_id=1)["result"]["queue_id"] == 1
+            except NotHosted:
+                time.sleep(0.2)
+                return False
+
+        wait_until(takes_writes, 20, "the node to take writes after refusals")
+        assert time.monotonic() - started < 20  # well inside the minute of the re-read
+        assert route_version(node, "moving") == expanded.version
+    finally:
+        node.kill()
+        proxy.close()
