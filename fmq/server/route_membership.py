@@ -130,12 +130,14 @@ class RouteMembership:
         if ctx is not self._ctx or ctx.stopping or role is None or role.primary is not None:
             return  # only the primary writes: followers copy its TOPIC records
         try:
-            task = asyncio.ensure_future(ctx.write(self._make_topics_now, ctx.broker))
+            task = asyncio.ensure_future(ctx.write(self.make_topics_now, ctx.broker))
         except RuntimeError:  # the round's workers are shut down: the next round does it
             return
         task.add_done_callback(self._made)
 
-    def _make_topics_now(self, broker: Broker) -> list[str]:
+    def make_topics_now(self, broker: Broker) -> list[str]:
+        """Make this group's route entries local topics (blocking: a worker thread; only on
+        the primary); the topics changed."""
         with self._lock:  # the newest copy, whichever pass runs last
             return make_local_topics(broker, self.group, self.follower.snapshot)
 

@@ -179,6 +179,9 @@ def test_route_of_an_unknown_topic_creates_it_over_every_writable_group(cluster)
     assert [(g["group"], g["queues"]) for g in answer["groups"]] == [
         ("g1", QUEUES_PER_TOPIC), ("g2", QUEUES_PER_TOPIC)]
     assert answer["version"] == store.get("fresh").version
+    # The primary answering made its entry local first: a send right after finds it.
+    assert local_queues(g2, "fresh") == QUEUES_PER_TOPIC
+    assert send(g2, "fresh", queue_id=QUEUES_PER_TOPIC - 1)["result"]["queue_id"] == 2
     assert route(g2, "fresh")["version"] == answer["version"]  # asked again: the same
     for node in (g1, g2):
         wait_until(lambda n=node: local_queues(n, "fresh") == QUEUES_PER_TOPIC,
