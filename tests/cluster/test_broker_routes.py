@@ -141,7 +141,8 @@ def test_an_expanded_group_takes_writes_within_the_refresh_bound(cluster):
 
     wait_until(g2_takes_writes, REFRESH_BOUND_S, "g2 to take writes after the expand")
     assert time.monotonic() - started < REFRESH_BOUND_S
-    assert route(g1, "growing")["version"] == expanded.version
+    wait_until(lambda: route_version(g1, "growing") == expanded.version, REFRESH_BOUND_S,
+               "g1 to know the expand")
     wait_until(lambda: local_queues(g2, "growing") == 4, REFRESH_BOUND_S, "g2's 4 queues")
 
 
