@@ -66,9 +66,9 @@ def server_option(fn):
 @click.option("--node", default=None,
               help="This node's name in its group [default: its address, HOST:PORT].")
 @click.option("--cluster-name", default=None,
-              help="The cluster whose users and access rules (kept in the --coordinator's "
-                   "etcd) this node takes [default: the config file's server.cluster, "
-                   "else fmq].")
+              help="The cluster whose users, access rules and topic routes (kept in the "
+                   "--coordinator's etcd) this node takes [default: the config file's "
+                   "server.cluster, else fmq].")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Serve TLS with this PEM certificate chain (docs/security.md).")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None,

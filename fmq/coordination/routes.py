@@ -191,6 +191,24 @@ class ClusterRoutes:
             "success": [{"request_put": {"key": etcd_io.b64(key), "value": etcd_io.b64(value)}}],
             "failure": []})
 
+    def announce_group(self, group: str) -> None:
+        """Write ``group``'s registration again, unchanged (registering it when it is not):
+        a new primary's address is in the group's leader key, outside the cluster's
+        prefix, so this write is what makes every node's watch read the cluster again and
+        learn it at once. An operator's change made meanwhile wins (it wakes them too)."""
+        key = self.groups_prefix + check_group_name(group)
+        _header, (rows,) = self._read("read a broker group", [(key, None)])
+        if not rows:
+            self.register_group(group)
+            return
+        _key, value, revision = rows[0]
+        self._txn("announce a broker group's primary", {
+            "compare": [{"key": etcd_io.b64(key), "target": "MOD", "result": "EQUAL",
+                         "mod_revision": revision}],
+            "success": [{"request_put": {"key": etcd_io.b64(key),
+                                         "value": etcd_io.b64(value)}}],
+            "failure": []})
+
     # ------------------------------------------------------------------ changes
 
     def _swap(self, route: TopicRoute, revision: int) -> int:

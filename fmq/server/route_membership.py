@@ -108,9 +108,22 @@ class RouteMembership:
 
     def attach(self, ctx: ServerContext) -> None:
         """A serving round starts (on its event loop): a primary makes its route entries
-        local topics now, from the copy it has."""
+        local topics now, from the copy it has, and tells the cluster it leads."""
         self._ctx = ctx
         self._make_topics(ctx)
+        if ctx.replication is not None and ctx.replication.primary is None:
+            threading.Thread(target=self._announce, name="fmq-route-announce",
+                             daemon=True).start()
+
+    def _announce(self) -> None:
+        """Make every node re-read the cluster (the new primary's address) now, not at its
+        next periodic re-read; tried until etcd answers or the node stops."""
+        while not self._stop.is_set():
+            try:
+                self.store.announce_group(self.group)
+                return
+            except CoordinatorUnavailable:
+                self._stop.wait(REGISTER_RETRY_S)
 
     def detach(self) -> None:
         self._ctx = None
@@ -130,12 +143,14 @@ class RouteMembership:
         if ctx is not self._ctx or ctx.stopping or role is None or role.primary is not None:
             return  # only the primary writes: followers copy its TOPIC records
         try:
-            task = asyncio.ensure_future(ctx.write(self._make_topics_now, ctx.broker))
+            task = asyncio.ensure_future(ctx.write(self.make_topics_now, ctx.broker))
         except RuntimeError:  # the round's workers are shut down: the next round does it
             return
         task.add_done_callback(self._made)
 
-    def _make_topics_now(self, broker: Broker) -> list[str]:
+    def make_topics_now(self, broker: Broker) -> list[str]:
+        """Make this group's route entries local topics (blocking: a worker thread; only on
+        the primary); the topics changed."""
         with self._lock:  # the newest copy, whichever pass runs last
             return make_local_topics(broker, self.group, self.follower.snapshot)
 

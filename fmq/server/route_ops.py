@@ -61,10 +61,12 @@ def snapshot_answer(cluster: str, snapshot: RouteSnapshot) -> dict:
                        for n, g in sorted(snapshot.groups.items())}}
 
 
-def created_route(membership: RouteMembership, topic: str, queues: int) -> TopicRoute:
+def created_route(ctx: ServerContext, membership: RouteMembership, topic: str,
+                  queues: int) -> TopicRoute:
     """``topic``'s route, created in etcd over every group that takes writes now when it
     has none there either (blocking: a worker thread). The copy is re-read at once, so the
-    answer carries the groups' primaries and the group hosting the topic makes it local."""
+    answer carries the groups' primaries; a primary makes its entry its local topic before
+    answering, so the client's first send finds the entry's queues here."""
     store = membership.store
     route = store.get(topic)
     if route is None:
@@ -78,6 +80,8 @@ def created_route(membership: RouteMembership, topic: str, queues: int) -> Topic
         membership.follower.sync_once()
     except CoordinatorUnavailable:
         pass  # the route stands; the copy catches up through the watch
+    if ctx.replication is not None and ctx.replication.primary is None:
+        membership.make_topics_now(ctx.broker)
     return route
 
 
@@ -90,7 +94,8 @@ async def _cluster_route(ctx: ServerContext, membership: RouteMembership, topic:
         if not broker_config.auto_create_topics:
             membership.poke()  # created elsewhere lately? the next ask may find it
             raise UnknownTopic(topic)
-        route = await ctx.run(created_route, membership, topic, broker_config.queues_per_topic)
+        route = await ctx.write(created_route, ctx, membership, topic,
+                                broker_config.queues_per_topic)
         snapshot = membership.snapshot
         route = max(route, snapshot.routes.get(topic) or route, key=lambda r: r.version)
     return route_answer(membership.cluster, route, snapshot.groups)

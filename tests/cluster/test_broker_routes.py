@@ -141,7 +141,8 @@ def test_an_expanded_group_takes_writes_within_the_refresh_bound(cluster):
 
     wait_until(g2_takes_writes, REFRESH_BOUND_S, "g2 to take writes after the expand")
     assert time.monotonic() - started < REFRESH_BOUND_S
-    assert route(g1, "growing")["version"] == expanded.version
+    wait_until(lambda: route_version(g1, "growing") == expanded.version, REFRESH_BOUND_S,
+               "g1 to know the expand")
     wait_until(lambda: local_queues(g2, "growing") == 4, REFRESH_BOUND_S, "g2's 4 queues")
 
 
@@ -179,6 +180,9 @@ def test_route_of_an_unknown_topic_creates_it_over_every_writable_group(cluster)
     assert [(g["group"], g["queues"]) for g in answer["groups"]] == [
         ("g1", QUEUES_PER_TOPIC), ("g2", QUEUES_PER_TOPIC)]
     assert answer["version"] == store.get("fresh").version
+    # The primary answering made its entry local first: a send right after finds it.
+    assert local_queues(g2, "fresh") == QUEUES_PER_TOPIC
+    assert send(g2, "fresh", queue_id=QUEUES_PER_TOPIC - 1)["result"]["queue_id"] == 2
     assert route(g2, "fresh")["version"] == answer["version"]  # asked again: the same
     for node in (g1, g2):
         wait_until(lambda n=node: local_queues(n, "fresh") == QUEUES_PER_TOPIC,

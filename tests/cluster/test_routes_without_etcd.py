@@ -1,7 +1,8 @@
 """Brokers of a cluster keep their routes while etcd does not answer: a node restarted with
 etcd stopped serves ROUTE from its routes.json; after etcd was paused (SIGSTOP) for longer
-than the leader lease, a route change reaches every node again; and a NotHosted refusal
-makes a node whose watch hangs re-read etcd at once. Real etcd, real server processes, real
+than the leader lease, a route change reaches every node again; a NotHosted refusal makes a
+node whose watch hangs re-read etcd at once; and a group's new primary reaches the other
+nodes' routes at once, not at their periodic re-read. Real etcd, real server processes, real
 kill -9."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import NotHosted
 from tests.etcdkit import ETCD, EtcdProcess
-from tests.server.harness import ServerProcess, wait_until
+from tests.server.harness import ServerProcess, free_port, wait_until
 from tests.stall_proxy import StallProxy
 
 from .kit import CLUSTER, CONFIG, local_queues, route, route_version, send, start_node, wait_primary
@@ -111,3 +112,40 @@ def test_a_refusal_makes_a_node_whose_watch_hangs_read_the_route_again_at_once(
     finally:
         node.kill()
         proxy.close()
+
+
+def test_a_groups_new_primary_reaches_the_other_nodes_routes_at_once(tmp_path, etcd):
+    # A re-read only every minute: the new address must come through the watch.
+    config = {**CONFIG, "server": {**CONFIG["server"], "route_resync_ms": 60_000}}
+
+    def node_of(group: str, port: int | None = None) -> ServerProcess:
+        return ServerProcess(str(tmp_path / group), config, port=port, extra_args=(
+            "--coordinator", etcd.url, "--cluster-name", CLUSTER, "--group", group,
+            "--node", f"{group}-n1"))
+
+    g1, g2 = node_of("g1").start(), node_of("g2").start()
+    moved = None
+    try:
+        for node in (g1, g2):
+            wait_primary(node)
+        store = ClusterRoutes(etcd.url, CLUSTER)
+        created = store.create("watched", 1, ["g1", "g2"])
+
+        def g1_primary_seen_by_g2() -> str:
+            answer = route(g2, "watched")
+            return answer["groups"][0]["primary"] if answer["version"] else ""
+
+        wait_until(lambda: route_version(g2, "watched") == created.version, 15,
+                   "g2 to know the route")
+        assert g1_primary_seen_by_g2() == g1.address
+        g1.kill()
+        moved = node_of("g1", port=free_port()).start(timeout=60)  # same node, new address
+        wait_primary(moved, 60)
+        started = time.monotonic()
+        wait_until(lambda: g1_primary_seen_by_g2() == moved.address, 20,
+                   "g2 to answer g1's new primary")
+        assert time.monotonic() - started < 20  # well inside the minute of the re-read
+    finally:
+        for node in (g1, g2, moved):
+            if node is not None:
+                node.kill()
