@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 
 from fmq.coordination.routes import RouteSnapshot
-from fmq.errors import CoordinatorUnavailable, RouteConflict, UnknownTopic
+from fmq.errors import AccessDenied, CoordinatorUnavailable, RouteConflict, UnknownTopic
 from fmq.message import check_topic, is_internal_topic
 from fmq.protocol import Op
+from fmq.security import Operation, ResourceType
+from fmq.security.acl import allowed
 from fmq.server.authn import node_role
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.handlers import handles
@@ -85,7 +87,22 @@ def created_route(ctx: ServerContext, membership: RouteMembership, topic: str,
     return route
 
 
-async def _cluster_route(ctx: ServerContext, membership: RouteMembership, topic: str) -> dict:
+def _may_create(ctx: ServerContext, session: RequestSession, topic: str) -> None:
+    """Creating a route is what a first send does: it needs ``produce`` on the topic (ROUTE
+    itself needs only ``describe``, which a consumer has too)."""
+    principal = session.principal
+    if principal is None:  # a server without users
+        return
+    if not allowed(ctx.authenticator.store.rules, principal, Operation.PRODUCE,
+                   ResourceType.TOPIC, topic):
+        ctx.counters.access_denied += 1
+        raise AccessDenied(Operation.PRODUCE.value,
+                           f"topic {topic!r} (it has no route yet, and creating one is a "
+                           f"first send's right)")
+
+
+async def _cluster_route(ctx: ServerContext, session: RequestSession,
+                         membership: RouteMembership, topic: str) -> dict:
     check_routable_topic(topic)
     snapshot = membership.snapshot
     route = snapshot.routes.get(topic)
@@ -94,6 +111,7 @@ async def _cluster_route(ctx: ServerContext, membership: RouteMembership, topic:
         if not broker_config.auto_create_topics:
             membership.poke()  # created elsewhere lately? the next ask may find it
             raise UnknownTopic(topic)
+        _may_create(ctx, session, topic)
         route = await ctx.write(created_route, ctx, membership, topic,
                                 broker_config.queues_per_topic)
         snapshot = membership.snapshot
@@ -116,5 +134,5 @@ async def _route(ctx: ServerContext, session: RequestSession, req: dict) -> dict
             if membership is not None:
                 answer["cluster"] = membership.cluster
         else:
-            answer = await _cluster_route(ctx, membership, topic)
+            answer = await _cluster_route(ctx, session, membership, topic)
     return {"json": json.dumps(answer, sort_keys=True)}

@@ -5,10 +5,14 @@ lag unknown, which refuses the removal: it never passes for "no lag"."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from fmq.client import Consumer, Producer
+from fmq.client import Client, Consumer, Producer
 from fmq.coordination.routes import ClusterRoutes
+from fmq.errors import AccessDenied
+from fmq.protocol import Op
 from tests.security.conftest import PASSWORD, add_rule_offline, add_user_offline
 from tests.server.conftest import FAST
 from tests.server.harness import ServerProcess, wait_until
@@ -22,8 +26,9 @@ ADMIN = {"user": "admin", "password": PASSWORD}
 
 @pytest.fixture
 def secured(tmp_path, etcd, monkeypatch):
-    """Groups g1 and g2 of cluster c1, one server each with users admin (everything) and bob
-    (may only produce to orders); each node asks other primaries as admin."""
+    """Groups g1 and g2 of cluster c1, one server each with users admin (everything), bob
+    (may only produce to orders) and carol (may only consume reports); each node asks other
+    primaries as admin."""
     monkeypatch.setenv("FMQ_PASSWORD", PASSWORD)
     monkeypatch.delenv("FMQ_USER", raising=False)
     password_file = tmp_path / "admin.password"
@@ -33,7 +38,7 @@ def secured(tmp_path, etcd, monkeypatch):
     try:
         for name in ("g1", "g2"):
             data_dir = str(tmp_path / name)
-            for user in ("admin", "bob"):
+            for user in ("admin", "bob", "carol"):
                 add_user_offline(data_dir, user)
             add_rule_offline(data_dir, "--principal", "admin", "--operation", "all",
                              "--cluster")
@@ -43,6 +48,8 @@ def secured(tmp_path, etcd, monkeypatch):
                              "--group", "", "--prefix")
             add_rule_offline(data_dir, "--principal", "bob", "--operation", "produce",
                              "--topic", "orders")
+            add_rule_offline(data_dir, "--principal", "carol", "--operation", "consume",
+                             "--topic", "reports")
             routes.register_group(name)
             config = {**FAST, "server": {**FAST["server"], "lease_ttl_s": 3,
                                          "follow_user": "admin",
@@ -105,3 +112,19 @@ def test_changes_and_lag_take_the_callers_log_in(secured, etcd):
     assert all(g["reachable"] for g in status.json["groups"])
     assert [(r["group"], r["queue_id"], r["consumer_group"], r["lag"])
             for r in status.json["lag"] if r["lag"]] == [("g1", 0, "billing", 1)]
+
+
+def test_a_route_is_created_by_route_only_for_a_user_who_may_produce(secured):
+    """ROUTE of a topic without a route creates it (auto_create_topics), as a first send
+    would: a consumer, who may describe the topic, gets AccessDenied and etcd keeps no
+    route; a producer gets the route, over both groups."""
+    routes, nodes = secured
+    g1 = nodes["g1"].address
+    with Client(g1, user="carol", password=PASSWORD, retries=0) as carol:
+        with pytest.raises(AccessDenied, match="produce"):
+            carol.call(Op.ROUTE, {"topic": "reports"})
+    assert routes.get("reports") is None
+    with Client(g1, user="bob", password=PASSWORD, retries=0) as bob:
+        answer = json.loads(bob.call(Op.ROUTE, {"topic": "orders"})["json"])
+    assert sorted(g["group"] for g in answer["groups"]) == ["g1", "g2"]
+    assert routes.get("orders") is not None
