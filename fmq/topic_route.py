@@ -338,3 +338,16 @@ def remove_group(route: TopicRoute, group: str, lag: Mapping[str, int],
         raise RouteConflict(route.topic, f"without broker group {group} no group would take "
                                          f"its writes; reopen or expand another group first")
     return new
+
+
+def route_answer(cluster: str, route: TopicRoute, groups: Mapping[str, BrokerGroup]) -> dict:
+    """``route`` as ROUTE answers it (docs/protocol.md): its entries, each with its group's
+    primary ("" = none known), epoch and whether the operator lets it take writes."""
+    entries = []
+    for e in route.entries:
+        g = groups.get(e.group) or BrokerGroup(e.group)
+        entries.append({"group": e.group, "queues": e.queues, "permission": e.permission,
+                        "base": e.base, "primary": g.primary, "epoch": g.epoch,
+                        "open_for_writes": g.open_for_writes})
+    return {"cluster": cluster, "topic": route.topic, "version": route.version,
+            "groups": entries}

@@ -33,6 +33,7 @@ from fmq.topic_route import (
     drain,
     remove_group,
     reopen,
+    route_answer,
 )
 
 #: Reads the committed offsets of every consumer group from a broker group's primary: the
@@ -61,20 +62,6 @@ def network_offsets(client_options: Mapping[str, Any] | None = None,
         return [row for g in answer["groups"] for row in g["offsets"]]
 
     return read
-
-
-def route_answer(cluster: str, route: TopicRoute,
-                 groups: Mapping[str, BrokerGroup]) -> dict:
-    """``route`` in ROUTE's JSON layout (docs/protocol.md): each entry with its group's
-    primary ("" unknown), epoch and whether the operator lets it take writes."""
-    entries = []
-    for e in route.entries:
-        g = groups.get(e.group, BrokerGroup(e.group))
-        entries.append({"group": e.group, "queues": e.queues, "permission": e.permission,
-                        "base": e.base, "primary": g.primary, "epoch": g.epoch,
-                        "open_for_writes": g.open_for_writes})
-    return {"cluster": cluster, "topic": route.topic, "version": route.version,
-            "groups": entries}
 
 
 def lag_text(lagging: Mapping[tuple[str, int], int]) -> str:

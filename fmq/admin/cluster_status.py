@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fmq.admin.cluster_admin import OffsetReader, route_answer
+from fmq.admin.cluster_admin import OffsetReader
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import FMQError, InvalidArgument
-from fmq.topic_route import BrokerGroup, RouteEntry, TopicRoute
+from fmq.topic_route import BrokerGroup, RouteEntry, TopicRoute, route_answer
 
 
 def view_from_routes(routes: ClusterRoutes) -> dict:

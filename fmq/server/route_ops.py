@@ -24,7 +24,7 @@ from fmq.server.authn import node_role
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.handlers import handles
 from fmq.server.route_membership import RouteMembership
-from fmq.topic_route import READ_WRITE, BrokerGroup, TopicRoute, check_routable_topic
+from fmq.topic_route import READ_WRITE, TopicRoute, check_routable_topic, route_answer
 
 
 def single_group_route(ctx: ServerContext, topic: str) -> dict:
@@ -38,19 +38,6 @@ def single_group_route(ctx: ServerContext, topic: str) -> dict:
             "groups": [{"group": ctx.config.group, "queues": queues,
                         "permission": READ_WRITE, "base": 0, "primary": primary,
                         "epoch": 0, "open_for_writes": True}]}
-
-
-def route_answer(cluster: str, route: TopicRoute, groups: dict[str, BrokerGroup]) -> dict:
-    """A route as ROUTE answers it: its entries with each group's primary ("" = none
-    known), epoch and whether the operator lets it take writes."""
-    out = []
-    for e in route.entries:
-        g = groups.get(e.group) or BrokerGroup(e.group)
-        out.append({"group": e.group, "queues": e.queues, "permission": e.permission,
-                    "base": e.base, "primary": g.primary, "epoch": g.epoch,
-                    "open_for_writes": g.open_for_writes})
-    return {"cluster": cluster, "topic": route.topic, "version": route.version,
-            "groups": out}
 
 
 def snapshot_answer(cluster: str, snapshot: RouteSnapshot) -> dict:
