@@ -4,8 +4,11 @@ real etcd, and what the cluster tests ask of them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from fmq.client import Client
+from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import FMQError
 from fmq.message import Message
 from fmq.protocol import Op
@@ -78,3 +81,30 @@ def local_queues(node: ServerProcess, topic: str) -> int:
     except FMQError:
         return 0
     return json.loads(answer["json"])["topic"]["queues"]
+
+
+#: How long a route change may take to reach a node: the watch's delay normally, the
+#: periodic re-read (RESYNC_MS) at worst; generous for a loaded machine.
+REFRESH_BOUND_S = 15.0
+
+
+@contextmanager
+def two_groups(tmp) -> Iterator[tuple[ClusterRoutes, dict[str, ServerProcess], EtcdProcess]]:
+    """A real etcd and broker groups g1 and g2 of cluster CLUSTER, one node each, both
+    registered with their primaries; everything stopped on the way out."""
+    etcd = EtcdProcess(str(tmp / "etcd")).start()
+    nodes: dict[str, ServerProcess] = {}
+    try:
+        for group in ("g1", "g2"):
+            nodes[group] = start_node(tmp, etcd, group)
+        for node in nodes.values():
+            wait_primary(node)
+        store = ClusterRoutes(etcd.url, CLUSTER)
+        wait_until(lambda: {g: x.primary for g, x in store.groups().items()}
+                   == {g: n.address for g, n in nodes.items()}, 30,
+                   "both groups registered with their primaries")
+        yield store, nodes, etcd
+    finally:
+        for node in nodes.values():
+            node.kill()
+        etcd.stop()

@@ -22,43 +22,24 @@ from .kit import (
     CLUSTER,
     CONFIG,
     QUEUES_PER_TOPIC,
+    REFRESH_BOUND_S,
     call,
     local_queues,
     queue_range,
     route,
     route_version,
     send,
-    start_node,
+    two_groups,
     wait_primary,
 )
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (.ci/run installs etcd-server)")
 
-#: How long a route change may take to reach a node: the watch's delay normally, the
-#: periodic re-read (kit.RESYNC_MS) at worst; generous for a loaded machine.
-REFRESH_BOUND_S = 15.0
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cluster")
-    etcd = EtcdProcess(str(tmp / "etcd")).start()
-    nodes = {}
-    try:
-        for group in ("g1", "g2"):
-            nodes[group] = start_node(tmp, etcd, group)
-        for node in nodes.values():
-            wait_primary(node)
-        store = ClusterRoutes(etcd.url, CLUSTER)
-        wait_until(lambda: {g: x.primary for g, x in store.groups().items()}
-                   == {g: n.address for g, n in nodes.items()}, 30,
-                   "both groups registered with their primaries")
+    with two_groups(tmp_path_factory.mktemp("cluster")) as (store, nodes, _etcd):
         yield store, nodes["g1"], nodes["g2"]
-    finally:
-        for node in nodes.values():
-            node.kill()
-        etcd.stop()
 
 
 def test_a_route_over_both_groups_is_answered_by_either_node_and_made_local(cluster):

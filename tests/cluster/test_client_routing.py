@@ -13,42 +13,30 @@ import pytest
 
 from fmq.client import Producer, SpansGroups, TransactionProducer
 from fmq.client.aio import AsyncProducer
-from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import DeliveryTimeout, FMQError
 from fmq.message import Message
 from fmq.topic_route import key_slot, queue_for_key
 from fmq.tx.state import TxState
-from tests.etcdkit import ETCD, EtcdProcess
+from tests.etcdkit import ETCD
 from tests.server.harness import wait_until
 
-from .kit import CLUSTER, queue_range, route_version, start_node, wait_primary
+from .kit import (
+    REFRESH_BOUND_S,
+    queue_range,
+    route_version,
+    start_node,
+    two_groups,
+    wait_primary,
+)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (.ci/run installs etcd-server)")
 
-#: How long a route change may take to reach a node (the watch, else the re-read).
-REFRESH_BOUND_S = 15.0
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("client-cluster")
-    etcd = EtcdProcess(str(tmp / "etcd")).start()
-    nodes = {}
-    try:
-        for group in ("g1", "g2"):
-            nodes[group] = start_node(tmp, etcd, group)
-        for node in nodes.values():
-            wait_primary(node)
-        store = ClusterRoutes(etcd.url, CLUSTER)
-        wait_until(lambda: {g: x.primary for g, x in store.groups().items()}
-                   == {g: n.address for g, n in nodes.items()}, 30,
-                   "both groups registered with their primaries")
+    with two_groups(tmp) as (store, nodes, etcd):
         yield store, nodes, etcd, tmp
-    finally:
-        for node in nodes.values():
-            node.kill()
-        etcd.stop()
 
 
 def known_everywhere(nodes, topic, version):
