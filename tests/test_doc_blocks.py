@@ -55,6 +55,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/security.md", "fmq user add app1 --coordinator etcd://10.0.0.9:2379"):
         "needs an etcd and a server on other hosts (tests/security/test_cluster_users.py "
         "runs the same commands against a real etcd)",
+    ("docs/security.md", "etcd --cert-file etcd.pem --key-file etcd.key"):
+        "an etcd and brokers on other hosts with their certificates "
+        "(tests/coordination/test_etcd_tls.py does the same on 127.0.0.1)",
     ("docs/security.md", '"fmq.example.com:9876"'):
         "needs the remote host fmq.example.com and /run/secrets/fmq",
     ("docs/spark.md", "pip install 'fmq[spark]'"): "installs from the network",

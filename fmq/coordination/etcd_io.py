@@ -1,5 +1,6 @@
-"""What every cluster-wide etcd store shares (the users' document, the routes): the optional
-etcd client, base64 keys, one error for an unreachable etcd, and a watch that ends.
+"""What every user of etcd shares (the leader lease, the users' document, the routes): the
+optional etcd client (plaintext or TLS, :mod:`fmq.coordination.coordinator_url`), base64
+keys, one error for an unreachable etcd, and a watch that ends.
 
 ``etcd3gw`` and ``requests`` (which it brings) are an optional dependency
 (``pip install 'fmq[replication]'``): importing this module without them works, and
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
-from fmq.coordination.lease import describe_cause, parse_coordinator
+from fmq.coordination.coordinator_url import parse_coordinator_url
 from fmq.errors import ConfigError, CoordinatorUnavailable
 
 try:
@@ -27,18 +29,43 @@ except ImportError:  # only a node that uses etcd needs it
     Etcd3Exception = RequestException = Exception
 
 
+#: The OS's reason inside a connection error's long text ("[Errno 111] Connection refused").
+_ERRNO = re.compile(r"\[Errno -?\d+\][^\"')]*")
+
+
+def describe_cause(exc: BaseException) -> str:
+    """Why an etcd request failed, never empty: etcd3gw's connection errors have an empty
+    message and keep the reason in ``detail_text`` (or the exception they came from)."""
+    text = (str(exc).strip() or str(getattr(exc, "detail_text", "") or "").strip()
+            or str(exc.__context__ or "").strip())
+    errno = _ERRNO.search(text)
+    reason = errno.group(0).strip() if errno else text
+    return f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
+
+
 def b64(data: str | bytes) -> str:
     return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
 
 
 def open_client(coordinator: str, request_timeout_s: float, purpose: str) -> Any:
-    """An etcd client for ``coordinator`` (etcd://HOST:PORT); ``purpose`` names what needs it
-    in the error raised when etcd3gw is not installed."""
+    """An etcd client for ``coordinator`` (etcd://HOST:PORT, or etcds://... for TLS with
+    its CA and client certificate); ``purpose`` names what needs it in the error raised when
+    etcd3gw is not installed."""
+    address = parse_coordinator_url(coordinator)
     if etcd3gw is None:
-        raise ConfigError(f"{purpose} need the etcd3gw package: "
+        raise ConfigError(f"{purpose}: the etcd3gw package is not installed; "
                           f"pip install 'fmq[replication]'")
-    host, port = parse_coordinator(coordinator)
-    return etcd3gw.client(host=host, port=port, timeout=request_timeout_s, api_path="/v3/")
+    client = etcd3gw.client(host=address.host, port=address.port, timeout=request_timeout_s,
+                            api_path="/v3/", protocol="https" if address.tls else "http",
+                            ca_cert=address.ca_file)
+    if address.ca_file is not None:
+        # requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE override a session's CA, so a
+        # named ca= file would lose to the environment's: the address says it all.
+        client.session.trust_env = False
+    if address.cert_file is not None:  # etcd3gw sets it only for a separate key file
+        client.session.cert = ((address.cert_file, address.key_file) if address.key_file
+                               else address.cert_file)
+    return client
 
 
 def call(coordinator: str, what: str, request: Callable[[], Any]) -> Any:

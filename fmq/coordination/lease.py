@@ -23,36 +23,14 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fmq.coordination import etcd_io
+from fmq.coordination.etcd_io import Etcd3Exception, describe_cause
 from fmq.errors import ConfigError, CoordinatorUnavailable
-
-try:
-    import etcd3gw
-    from etcd3gw.exceptions import Etcd3Exception
-except ImportError:  # only a node that uses etcd needs it
-    etcd3gw = None
-    Etcd3Exception = Exception
-
-ETCD_SCHEME = "etcd://"
-
-
-#: The OS's reason inside a connection error's long text ("[Errno 111] Connection refused").
-_ERRNO = re.compile(r"\[Errno -?\d+\][^\"')]*")
-
-
-def describe_cause(exc: BaseException) -> str:
-    """Why an etcd request failed, never empty: etcd3gw's connection errors have an empty
-    message and keep the reason in ``detail_text`` (or the exception they came from)."""
-    text = (str(exc).strip() or str(getattr(exc, "detail_text", "") or "").strip()
-            or str(exc.__context__ or "").strip())
-    errno = _ERRNO.search(text)
-    reason = errno.group(0).strip() if errno else text
-    return f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -62,18 +40,6 @@ class LeaderRecord:
     node: str
     address: str
     epoch: int
-
-
-def parse_coordinator(url: str) -> tuple[str, int]:
-    """``etcd://HOST:PORT`` as (host, port), or a ConfigError saying what is wrong."""
-    if not isinstance(url, str) or not url.startswith(ETCD_SCHEME):
-        raise ConfigError(f"coordinator {url!r} must look like etcd://HOST:PORT "
-                          f"(the address of etcd's client port, e.g. etcd://127.0.0.1:2379)")
-    host, sep, port = url[len(ETCD_SCHEME):].rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65_536:
-        raise ConfigError(f"coordinator {url!r} must look like etcd://HOST:PORT with a port "
-                          f"in 1..65535")
-    return host.strip("[]"), int(port)
 
 
 def leader_key(group: str) -> str:
@@ -95,22 +61,18 @@ class LeaderLease:
     def __init__(self, coordinator: str, group: str, node: str, address: str, *,
                  ttl_s: int = 10, margin_s: float = 1.0, request_timeout_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if etcd3gw is None:
-            raise ConfigError("an etcd coordinator needs the etcd3gw package: "
-                              "pip install 'fmq[replication]'")
         if not (isinstance(ttl_s, int) and ttl_s >= 2):
             raise ConfigError(f"lease ttl_s must be an integer of at least 2 seconds, "
                               f"not {ttl_s!r}")
         if not 0 <= margin_s < ttl_s - request_timeout_s:
             raise ConfigError(f"lease margin_s ({margin_s}) plus request_timeout_s "
                               f"({request_timeout_s}) must stay below ttl_s ({ttl_s})")
-        host, port = parse_coordinator(coordinator)
         self.coordinator = coordinator
         self.group, self.node, self.address = group, node, address
         self.ttl_s, self.margin_s = ttl_s, margin_s
         self._clock = clock
-        self._etcd = etcd3gw.client(host=host, port=port, timeout=request_timeout_s,
-                                    api_path="/v3/")
+        self._etcd = etcd_io.open_client(coordinator, request_timeout_s,
+                                         "the leader lease in etcd")
         self._lease: Any = None
         self._valid_until = 0.0
         self.record: LeaderRecord | None = None  # ours, while we hold the lease

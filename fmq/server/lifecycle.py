@@ -20,7 +20,7 @@ from typing import Any
 
 from fmq.admin.repair import cut_log
 from fmq.config import BrokerConfig
-from fmq.coordination.lease import parse_coordinator
+from fmq.coordination.coordinator_url import parse_coordinator
 from fmq.engine.broker import Broker
 from fmq.errors import ConfigError
 from fmq.replication.term import current_epoch, start_term

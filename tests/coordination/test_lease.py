@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from fmq.coordination.lease import LeaderLease, LeaderRecord, parse_coordinator
+from fmq.coordination.coordinator_url import parse_coordinator
+from fmq.coordination.lease import LeaderLease, LeaderRecord
 from fmq.errors import ConfigError, CoordinatorUnavailable
 from tests.etcdkit import ETCD, EtcdProcess
 
