@@ -65,6 +65,7 @@ from fmq.index.lmdb_env import (
     FORMAT,
     OFFSETS_IN_LOG,
     ResizeGate,
+    SharedEnv,
 )
 from fmq.index.opening import INDEX_FORMAT, open_env
 from fmq.index.timer_table import TimerReads, apply_timers
@@ -77,8 +78,10 @@ class IndexStore:
         self.path = path
         #: ``outdated``: an older format this version rebuilds from the log
         #: (:func:`open_index`).
-        self.env, self.db, self.outdated = open_env(path, map_size)
+        env, self.db, self.outdated = open_env(path, map_size)
         self._gate = ResizeGate()
+        # The indexer process writes the same environment (index_writer "process").
+        self.env = SharedEnv(env, self._gate)
         self._write_lock = threading.Lock()
         #: Reads of the pending timers (``timers``, ``timeroff``, ``timertopics``).
         self.timers = TimerReads(self.env, self.db, self._gate)
