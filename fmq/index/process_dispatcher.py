@@ -108,9 +108,11 @@ class ProcessDispatcher:
         with self._send_lock:
             if self._stop:
                 return False
+            # A session of its own: a Ctrl-C meant for the broker does not kill it first
+            # (it ends when its command pipe does).
             child = subprocess.Popen(self._args + ["--start", str(start)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     close_fds=True)
+                                     close_fds=True, start_new_session=True)
             _set_blocking(child.stdin.fileno(), False)
             self._child = child
             self._sent = 0
