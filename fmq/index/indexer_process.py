@@ -12,8 +12,8 @@ large transactions (LMDB's lock file serialises it with the broker's own index w
 reports each transaction on its standard output.
 
 It never indexes past the flushed end it was told, so the index still holds only flushed
-records. It exits when its standard input ends, after applying what it was told is flushed:
-at the broker's close, or when the broker died (no orphan indexer). A transient write error
+records. It exits when its standard input ends: after applying what is flushed when the
+broker closes (it says so first), at once when the broker died (no orphan indexer). A transient write error
 (a full disk, :func:`~fmq.index.lmdb_env.is_transient`) is reported and retried with
 exponential back-off; anything else is reported and ends the process with status 1.
 """
@@ -67,13 +67,15 @@ class SegmentFiles(DirectorySource):
 
 
 class Commands:
-    """The broker's commands on standard input: the newest flushed end, and whether someone
-    is waiting for the index (skip the linger)."""
+    """The broker's commands on standard input: the newest flushed end, whether someone
+    is waiting for the index (skip the linger), whether the broker closes (``stopping``:
+    finish, then exit) and whether the pipe ended (``closed``)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.flushed = 0
         self.hurry = False
+        self.stopping = False
         self.closed = False
         self._rest = b""
 
@@ -96,6 +98,8 @@ class Commands:
                 self.flushed = max(self.flushed, offset)
             elif kind == wire.HURRY:
                 self.hurry = True
+            elif kind == wire.STOP:
+                self.stopping = True
         self._rest = data[len(data) - len(data) % wire.COMMAND_SIZE:]
 
 
@@ -123,6 +127,10 @@ class Indexer:
         self._report(wire.applied_report(self.applied, set(), False))
         delay = self.retry_initial
         while True:
+            if commands.closed and not commands.stopping:
+                # The broker died: stop writing at once, its next open recovers the index
+                # (a new broker may be recovering already).
+                return 0
             if commands.flushed <= self.applied:
                 if commands.closed:
                     return 0
@@ -200,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     # Reports go to the original standard output alone: anything printed goes to stderr.
     out = os.dup(1)
     os.dup2(2, 1)
-    index = IndexStore(args.index, args.map_size)
+    # The broker opened and checked the index before starting this process.
+    index = IndexStore(args.index, args.map_size, verify_length=False)
     try:
         return Indexer(index=index, log_dir=args.log, batch=args.batch,
                        max_record_size=args.max_record_size, start=args.start,

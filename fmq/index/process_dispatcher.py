@@ -227,6 +227,7 @@ class ProcessDispatcher:
                 _set_blocking(fd, True)  # the last flushed end must arrive
                 if self._sent < self._target:
                     self._write(wire.command(wire.FLUSHED, self._target))
+                self._write(wire.command(wire.STOP))
                 child.stdin.close()
         with self._cond:
             self._cond.notify_all()

@@ -74,11 +74,11 @@ from fmq.index.tx_ends import TxEndReads
 
 
 class IndexStore:
-    def __init__(self, path: str, map_size: int = 1 << 30) -> None:
+    def __init__(self, path: str, map_size: int = 1 << 30, verify_length: bool = True) -> None:
         self.path = path
         #: ``outdated``: an older format this version rebuilds from the log
         #: (:func:`open_index`).
-        env, self.db, self.outdated = open_env(path, map_size)
+        env, self.db, self.outdated = open_env(path, map_size, verify_length)
         self._gate = ResizeGate()
         # The indexer process writes the same environment (index_writer "process").
         self.env = SharedEnv(env, self._gate)
