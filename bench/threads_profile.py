@@ -2,7 +2,9 @@
 process (``/proc/PID/stat``), CPU and context switches of each thread grouped by its name
 (``/proc/PID/task/*/stat`` and ``status``), and, when ``strace`` is installed, futex calls
 per message (``strace -c -f -e trace=futex``, in a window of its own after the others:
-tracing slows the server down, so it never overlaps the CPU window).
+tracing slows the server down, so it never overlaps the CPU window). A child process of the
+server (the indexer process, ``index_writer = "process"``) counts as part of it: its threads
+appear as ``child: NAME``.
 
 The load is ``fmq bench produce`` (64 producers, 1 KiB, one message in flight each) for
 ``--warmup + --seconds (+ --seconds with strace)``; messages are counted by the server (the
@@ -14,12 +16,14 @@ are printed side by side. Run::
 
     python bench/threads_profile.py [--seconds 5] [--producers 64] [--no-strace]
     python bench/threads_profile.py --old /tmp/old --rounds 5 [--pure]
+    python bench/threads_profile.py --writers thread,process --rounds 3
     python bench/threads_profile.py --server 127.0.0.1:9876 --pid PID   # a running server
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -77,10 +81,36 @@ def _switches(path: str) -> tuple[int, int]:
     return vol, invol
 
 
+def child_processes(pid: int) -> list[int]:
+    """The live children of ``pid`` (the indexer process with ``index_writer = "process"``)."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            continue
+    return out
+
+
 def sample(pid: int) -> Sample:
-    """The process's and each live thread's counters now."""
+    """The process's and each live thread's counters now, its child processes' included
+    (their threads named ``child: NAME``): the server's work done in a child counts."""
     user, system = _stat_times(f"/proc/{pid}/stat")
     out = Sample(time.monotonic(), user, system)
+    _sample_threads(pid, out, "")
+    for child in child_processes(pid):
+        try:
+            u, s = _stat_times(f"/proc/{child}/stat")
+        except FileNotFoundError:
+            continue
+        out.user_s += u
+        out.system_s += s
+        _sample_threads(child, out, "child: ")
+    return out
+
+
+def _sample_threads(pid: int, out: Sample, prefix: str) -> None:
     for tid_name in os.listdir(f"/proc/{pid}/task"):
         base = f"/proc/{pid}/task/{tid_name}"
         try:
@@ -91,9 +121,8 @@ def sample(pid: int) -> Sample:
         except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
         tid = int(tid_name)
-        out.threads[tid] = ThreadSample("event loop (main)" if tid == pid else name,
-                                        u, s, vol, invol)
-    return out
+        name = "event loop (main)" if tid == pid and not prefix else name
+        out.threads[tid] = ThreadSample(prefix + name, u, s, vol, invol)
 
 
 def _group(name: str) -> str:
@@ -136,7 +165,8 @@ def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
     if strace is None:
         return None
     with tempfile.NamedTemporaryFile(prefix="fmq-strace-", suffix=".txt") as out:
-        proc = subprocess.Popen([strace, "-c", "-f", "-e", "trace=futex", "-p", str(pid),
+        pids = [arg for p in [pid, *child_processes(pid)] for arg in ("-p", str(p))]
+        proc = subprocess.Popen([strace, "-c", "-f", "-e", "trace=futex", *pids,
                                  "-o", out.name], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # attaching to every thread
@@ -210,16 +240,23 @@ def print_threads(threads: dict) -> None:
               f"{t['voluntary_cs']:.3f} | {t['involuntary_cs']:.3f} |")
 
 
-def start_tree_server(tree: str, data_dir: str, port: int, pure: bool = False
-                      ) -> subprocess.Popen:
+def start_tree_server(tree: str, data_dir: str, port: int, pure: bool = False,
+                      index_writer: str | None = None) -> subprocess.Popen:
     """``fmq server`` of checkout ``tree`` on 127.0.0.1:``port``, once it answers a ping;
-    ``pure``: with every reference twin instead of the compiled code (FMQ_NO_EXTENSIONS=1)."""
+    ``pure``: with every reference twin instead of the compiled code (FMQ_NO_EXTENSIONS=1);
+    ``index_writer``: that setting (None: the server's default)."""
     env = dict(os.environ, PYTHONPATH=tree)
     if pure:
         env["FMQ_NO_EXTENSIONS"] = "1"
+    config = []
+    if index_writer is not None:
+        path = os.path.join(os.path.dirname(data_dir), "config.json")
+        with open(path, "w") as f:
+            json.dump({"index_writer": index_writer}, f)
+        config = ["--config", path]
     with open(os.path.join(os.path.dirname(data_dir), "server.log"), "a") as log:
         proc = subprocess.Popen([*fmq_command(tree), "server", "--data-dir", data_dir,
-                                 "--port", str(port), "--log-level", "WARNING"],
+                                 "--port", str(port), "--log-level", "WARNING", *config],
                                 env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and proc.poll() is None:
@@ -234,10 +271,11 @@ def start_tree_server(tree: str, data_dir: str, port: int, pure: bool = False
     raise RuntimeError(f"the server of {tree} did not start")
 
 
-def one_round(tree: str, args: argparse.Namespace) -> dict:
+def one_round(tree: str, args: argparse.Namespace, index_writer: str | None) -> dict:
     with scratch("fmq-threads-") as tmp:
         port = free_port()
-        server = start_tree_server(tree, os.path.join(tmp, "data"), port, args.pure)
+        server = start_tree_server(tree, os.path.join(tmp, "data"), port, args.pure,
+                                   index_writer)
         try:
             return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
                            args.warmup, not args.no_strace,
@@ -278,6 +316,8 @@ def main() -> None:
     ap.add_argument("--no-strace", action="store_true", help="skip the futex window")
     ap.add_argument("--pure", action="store_true",
                     help="servers without compiled code (FMQ_NO_EXTENSIONS=1)")
+    ap.add_argument("--writers", help="instead of --old: this checkout with each of these "
+                    "index_writer settings, e.g. thread,process")
     ap.add_argument("--server", help="a running server's address (with --pid)")
     ap.add_argument("--pid", type=int, help="its process id")
     args = ap.parse_args()
@@ -288,9 +328,15 @@ def main() -> None:
         print_profile(profile(args.server, args.pid, args.producers, args.seconds,
                               args.warmup, not args.no_strace, topic))
         return
-    checkouts = trees(args.old)
+    if args.writers:
+        writers = args.writers.split(",")
+        checkouts = {f"index_writer={w}": trees(None)["new"] for w in writers}
+        setting = dict(zip(checkouts, writers, strict=True))
+    else:
+        checkouts = trees(args.old)
+        setting = dict.fromkeys(checkouts)
     results = alternate(list(checkouts), args.rounds,
-                        lambda name: one_round(checkouts[name], args),
+                        lambda name: one_round(checkouts[name], args, setting[name]),
                         lambda name, r: f"{name}: {r['msgs_per_s']:,.0f} msgs/s, "
                         f"{r['user_us'] + r['system_us']:.1f} us/msg")
     print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, "

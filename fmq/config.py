@@ -59,6 +59,11 @@ class BrokerConfig:
     #: transient error (ENOSPC, EIO); the wait doubles from one to the other.
     index_retry_initial_ms: int = 50
     index_retry_max_ms: int = 5_000
+    #: Who writes the flushed log into the index: "thread" (a thread of the broker) or
+    #: "process" (an indexer process the broker starts and restarts, which reads the flushed
+    #: records from the segment files; no broker thread competes with the event loop for
+    #: the interpreter lock while LMDB writes).
+    index_writer: str = "thread"
     #: Open-transaction limit; prepare beyond it raises TooManyTransactions.
     max_open_transactions: int = 10_000
     #: Bodies below this many bytes are copied into TX_MESSAGE records at commit.
@@ -139,6 +144,8 @@ class BrokerConfig:
         need(self.index_retry_initial_ms >= 1, "index_retry_initial_ms must be >= 1")
         need(self.index_retry_max_ms >= self.index_retry_initial_ms,
              "index_retry_max_ms must be >= index_retry_initial_ms")
+        need(self.index_writer in ("thread", "process"),
+             "index_writer must be 'thread' or 'process'")
         need(self.max_open_transactions >= 1, "max_open_transactions must be >= 1")
         need(self.tx_check_after_ms >= 0, "tx_check_after_ms must be >= 0")
         need(self.tx_check_max_interval_ms >= 1, "tx_check_max_interval_ms must be >= 1")

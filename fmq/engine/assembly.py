@@ -31,6 +31,7 @@ from fmq.engine.topics import Topics, load_topics
 from fmq.engine.transactions import Transactions
 from fmq.engine.visibility import Visibility
 from fmq.index.dispatcher import Dispatcher
+from fmq.index.process_dispatcher import ProcessDispatcher
 from fmq.index.store import IndexStore, open_index
 from fmq.log.fileio import FileIO
 from fmq.log.log import Log
@@ -53,7 +54,7 @@ class Parts:
     tx: TxManager
     recovery: RecoveryReport
     queues: Queues
-    dispatcher: Dispatcher
+    dispatcher: Dispatcher | ProcessDispatcher
     admit: IndexAdmission
     idempotence: Idempotence
     tx_writer: TxWriter
@@ -97,7 +98,7 @@ def assemble(*, path: str, config: BrokerConfig, io: FileIO,
                         pending=[(m.topic, m.queue_id) for t in tx.open.values()
                                  for m in t.messages],
                         topics=load_topics(index), auto_create=config.auto_create_topics)
-        dispatcher = _start_dispatcher(config, log_, index, max_record_size,
+        dispatcher = _start_dispatcher(config, path, log_, index, max_record_size,
                                        report.end_offset)
         return _build_writers_and_readers(
             path=path, config=config, io=io, check_open=check_open, log_=log_,
@@ -124,13 +125,25 @@ def _tx_manager(config: BrokerConfig, index: IndexStore) -> TxManager:
                      lookup_finished=indexed_end, lookup_groups=index.tx_ends.groups)
 
 
-def _start_dispatcher(config: BrokerConfig, log_: Log, index: IndexStore,
-                      max_record_size: int, end_offset: int) -> Dispatcher:
+def _start_dispatcher(config: BrokerConfig, path: str, log_: Log, index: IndexStore,
+                      max_record_size: int, end_offset: int) -> Dispatcher | ProcessDispatcher:
+    """The index writer ``config.index_writer`` names, started at ``end_offset`` (where
+    recovery left the index) and fed by the log's flushes."""
+    retry_initial = config.index_retry_initial_ms / 1000.0
+    retry_max = config.index_retry_max_ms / 1000.0
+    if config.index_writer == "process":
+        writer = ProcessDispatcher(
+            index_path=os.path.join(path, INDEX_DIR), log_dir=os.path.join(path, LOG_DIR),
+            map_size=config.index_map_size, batch=config.dispatch_batch,
+            max_record_size=max_record_size, start_offset=end_offset,
+            retry_initial=retry_initial, retry_max=retry_max)
+        log_.on_flushed = writer.notify_flushed  # the child reads the records itself
+        writer.start()
+        return writer
     dispatcher = Dispatcher(log_=log_, index=index, batch=config.dispatch_batch,
                             max_record_size=max_record_size, start_offset=end_offset,
                             max_pending=config.dispatch_max_pending,
-                            retry_initial=config.index_retry_initial_ms / 1000.0,
-                            retry_max=config.index_retry_max_ms / 1000.0)
+                            retry_initial=retry_initial, retry_max=retry_max)
     log_.on_flushed = dispatcher.notify_flushed
     log_.on_append = dispatcher.on_append
     dispatcher.start()
@@ -141,7 +154,8 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                                check_open: Callable[[], None], log_: Log,
                                max_record_size: int, index: IndexStore, tx: TxManager,
                                report: RecoveryReport, queues: Queues,
-                               dispatcher: Dispatcher, dedup: DedupWindow) -> Parts:
+                               dispatcher: Dispatcher | ProcessDispatcher,
+                               dedup: DedupWindow) -> Parts:
     admit = IndexAdmission(path=path, config=config, log_=log_, dispatcher=dispatcher)
     idempotence = Idempotence(log_=log_, queues=queues, window=dedup, check_open=check_open,
                               admit=admit)

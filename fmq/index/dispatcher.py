@@ -34,7 +34,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from fmq.errors import BadRecord
 from fmq.index.entries import (
     IndexItem,
     Mark,
@@ -44,12 +43,12 @@ from fmq.index.entries import (
     index_items,
     sort_items,
 )
+from fmq.index.flushed_scan import index_flushed
 from fmq.index.lmdb_env import is_transient
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
-from fmq.log.reader import OnCorruption, OpenSegmentSource
-from fmq.log.record import Record, RecordType
-from fmq.log.scanner import LogScanner
+from fmq.log.reader import OpenSegmentSource
+from fmq.log.record import Record
 from fmq.threadname import name_os_thread
 
 log = logging.getLogger(__name__)
@@ -254,34 +253,14 @@ class Dispatcher:
 
     def _catch_up(self, target: int) -> None:
         """Index the flushed log from the applied offset up to ``target``, read through the
-        log scanner over the log's open segments. Only flushed records are read: the scan
-        stops at ``target``, before any byte a flush has not covered yet."""
-        offset = self._applied
-        entries: list[QueueEntry] = []
-        ends: list[Mark] = []
-        timers: list[TimerChange] = []
-        self.log.segment_for(offset)  # OffsetOutOfRange when retention deleted it
+        log scanner over the log's open segments."""
+        self.log.segment_for(self._applied)  # OffsetOutOfRange when retention deleted it
         with self.log.lock:
             segments = list(self.log.segments)
-        scanner = LogScanner(source=OpenSegmentSource(segments), start_offset=offset,
-                             max_record_size=self.max_record_size,
-                             on_corruption=OnCorruption.RAISE, copy_body=False)
-        for rec in scanner:
-            if rec.type == RecordType.FILLER:
-                offset = self.log.segment_for(rec.log_offset).end  # the rest is unused
-            else:
-                offset = rec.end_offset
-                sort_items(index_items(rec), entries, ends, timers)
-                if len(entries) + len(ends) + len(timers) >= self.batch:
-                    self._apply(entries, offset, ends, timers)
-                    entries, ends, timers = [], [], []
-            if offset >= target:
-                break
-        if offset < target:
-            torn = scanner.torn
-            raise BadRecord(offset, torn.reason if torn else
-                            f"the log ends at {offset}, before the flushed offset {target}")
-        self._apply(entries, offset, ends, timers)
+        index_flushed(source=OpenSegmentSource(segments), start=self._applied, target=target,
+                      max_record_size=self.max_record_size, batch=self.batch,
+                      segment_end=lambda offset: self.log.segment_for(offset).end,
+                      apply=self._apply)
 
     def _apply(self, entries: list[QueueEntry], applied: int, ends: list[Mark],
                timers: list[TimerChange]) -> None:

@@ -96,3 +96,44 @@ class ResizeGate:
             finally:
                 self._resizing = False
                 self._cond.notify_all()
+
+    def adopt(self, env: lmdb.Environment) -> None:
+        """For a caller inside the gate whose ``begin`` raised ``MapResizedError``: another
+        process (the indexer process, or the broker) grew the map. Leave the gate, take
+        the new size once nobody is inside (``set_mapsize(0)`` reads it from the meta
+        page), enter again."""
+        with self._cond:
+            self._inside -= 1
+            if self._resizing:  # another thread adopts it (or grows it further)
+                while self._resizing:
+                    self._cond.wait()
+            else:
+                self._resizing = True
+                while self._inside:
+                    self._cond.wait()
+                try:
+                    env.set_mapsize(0)
+                finally:
+                    self._resizing = False
+                    self._cond.notify_all()
+            self._inside += 1
+
+
+class SharedEnv:
+    """The LMDB environment as the index's code uses it, when more than one process writes
+    it: a transaction that finds the map grown by the other process adopts the new size
+    (through the gate) and begins again, instead of failing."""
+
+    def __init__(self, env: lmdb.Environment, gate: ResizeGate) -> None:
+        self._env = env
+        self._gate = gate
+
+    def begin(self, **kwargs: object) -> lmdb.Transaction:
+        while True:
+            try:
+                return self._env.begin(**kwargs)
+            except lmdb.MapResizedError:
+                self._gate.adopt(self._env)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._env, name)

@@ -18,10 +18,14 @@ INDEX_FORMAT = b"fmq-index-2"
 _REBUILT_FORMATS = (b"fmq-index-1",)
 
 
-def open_env(path: str, map_size: int) -> tuple[lmdb.Environment, Databases, bool]:
+def open_env(path: str, map_size: int, verify_length: bool = True
+             ) -> tuple[lmdb.Environment, Databases, bool]:
     """The environment at ``path`` (created if missing), its named databases, and whether
     it has an older format this version rebuilds from the log. Raises IndexCorrupt when it
-    cannot be used (it is then rebuilt from the log)."""
+    cannot be used (it is then rebuilt from the log). ``verify_length=False``: skip the
+    data file's length check, for a second process opening an index the broker opened
+    and checked already (while the broker writes, LMDB's last page may lie past the end of
+    the file: pages it allocated but did not write)."""
     os.makedirs(path, exist_ok=True)
     try:
         env = lmdb.open(path, map_size=map_size, max_dbs=len(DERIVED_DBS) + 2,
@@ -31,7 +35,7 @@ def open_env(path: str, map_size: int) -> tuple[lmdb.Environment, Databases, boo
         pages = env.info()["last_pgno"] + 1
         needed = pages * env.stat()["psize"]
         have = os.path.getsize(os.path.join(path, INDEX_DATA_FILE))
-        if have < needed:
+        if verify_length and have < needed:
             env.close()
             raise IndexCorrupt(f"index file at {path} has {have} bytes, its meta page "
                                f"needs {needed}; it will be rebuilt from the log")

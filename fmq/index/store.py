@@ -65,6 +65,7 @@ from fmq.index.lmdb_env import (
     FORMAT,
     OFFSETS_IN_LOG,
     ResizeGate,
+    SharedEnv,
 )
 from fmq.index.opening import INDEX_FORMAT, open_env
 from fmq.index.timer_table import TimerReads, apply_timers
@@ -73,12 +74,14 @@ from fmq.index.tx_ends import TxEndReads
 
 
 class IndexStore:
-    def __init__(self, path: str, map_size: int = 1 << 30) -> None:
+    def __init__(self, path: str, map_size: int = 1 << 30, verify_length: bool = True) -> None:
         self.path = path
         #: ``outdated``: an older format this version rebuilds from the log
         #: (:func:`open_index`).
-        self.env, self.db, self.outdated = open_env(path, map_size)
+        env, self.db, self.outdated = open_env(path, map_size, verify_length)
         self._gate = ResizeGate()
+        # The indexer process writes the same environment (index_writer "process").
+        self.env = SharedEnv(env, self._gate)
         self._write_lock = threading.Lock()
         #: Reads of the pending timers (``timers``, ``timeroff``, ``timertopics``).
         self.timers = TimerReads(self.env, self.db, self._gate)

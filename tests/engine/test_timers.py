@@ -307,19 +307,22 @@ REDRIVE_CRASHES = {
 }
 
 
+@pytest.mark.parametrize("writer", ["thread", "process"])
 @pytest.mark.parametrize("crash", sorted(REDRIVE_CRASHES))
 def test_a_kill_during_redrive_loses_no_dead_letter_and_repeats_at_most_one_batch(
-        tmp_path, crash):
+        tmp_path, crash, writer):
     arm, repeated = REDRIVE_CRASHES[crash]
     # One queue and one segment: the batches are 256, 256, 88 and each write is one pwrite.
     cfg = dict(segment_size=4 * 1024 * 1024, max_message_size=4096, queues_per_topic=1,
                checkpoint_interval_ms=0, retention_interval_ms=0, max_reconsume_times=0,
-               timer_poll_ms=3_600_000)
+               timer_poll_ms=3_600_000, index_writer=writer)
     data = str(tmp_path / "d")
     child = run_child("redrive_crash", data, str(tmp_path / "acks"), cfg=cfg, count=600,
                       arm=arm)
     assert child.killed, child.stderr
     assert [a["event"] for a in child.acks] == ["dead"]
+    # With index_writer "process" the indexer opens the index the broker recovered and
+    # writes meanwhile.
     with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
         assert 0 < retries.redrive(b, "g") < 600  # the rest, after the crash
         assert retries.dead_letters(b, "g") == []

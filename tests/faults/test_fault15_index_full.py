@@ -155,11 +155,12 @@ def readable(broker: fmq.Broker, acked: dict[str, fmq.SendResult]) -> list[str]:
     return out
 
 
-def test_full_disk_refuses_or_indexes_later_and_resumes_without_restart(small_fs):
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_full_disk_refuses_or_indexes_later_and_resumes_without_restart(small_fs, writer):
     data = os.path.join(small_fs, "data")
     acked: dict[str, fmq.SendResult] = {}
     refused: list[fmq.FMQError] = []
-    broker = fmq.Broker.open(data, config())
+    broker = fmq.Broker.open(data, config(index_writer=writer))
     try:
         for i in range(20):
             acked[f"warm{i}"] = broker.send(fmq.Message(TOPIC, body_of(f"warm{i}"), queue_id=0))
@@ -206,7 +207,7 @@ def test_full_disk_refuses_or_indexes_later_and_resumes_without_restart(small_fs
     finally:
         close_with_space(broker, small_fs)
 
-    with fmq.Broker.open(data, config()) as b:  # every acknowledged message exactly once
+    with fmq.Broker.open(data, config(index_writer=writer)) as b:  # each acknowledged once
         assert b.wait_indexed(DEADLINE)
         seen = [m.body for msgs in b.all_messages([TOPIC]).values() for m in msgs]
     assert sorted(seen) == sorted(body_of(name) for name in acked)
@@ -230,12 +231,13 @@ def hold_index_writer(data: str) -> subprocess.Popen:
     return holder
 
 
-def test_lagging_index_refuses_sends_past_the_lag_bound(tmp_path):
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_lagging_index_refuses_sends_past_the_lag_bound(tmp_path, writer):
     data = str(tmp_path / "data")
     limit = 32 * 1024
     acked: dict[str, fmq.SendResult] = {}
     refused: list[fmq.FMQError] = []
-    broker = fmq.Broker.open(data, config(index_max_lag_bytes=limit))
+    broker = fmq.Broker.open(data, config(index_max_lag_bytes=limit, index_writer=writer))
     holder = None
     try:
         acked["first"] = broker.send(fmq.Message(TOPIC, body_of("first"), queue_id=0))
@@ -309,9 +311,10 @@ def test_server_answers_a_lagging_index_with_the_retriable_code_30(tmp_path):
         srv.kill()
 
 
-def test_damaged_record_stops_the_index_and_sends_are_refused_as_corrupt(small_fs):
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_damaged_record_stops_the_index_and_sends_are_refused_as_corrupt(small_fs, writer):
     data = os.path.join(small_fs, "data")
-    broker = fmq.Broker.open(data, config())
+    broker = fmq.Broker.open(data, config(index_writer=writer))
     try:
         broker.send(fmq.Message(TOPIC, body_of("warm"), queue_id=0))
         assert broker.wait_indexed(DEADLINE)

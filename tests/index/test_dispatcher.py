@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 import threading
 
+import pytest
+
 import fmq
 from fmq.datadir import INDEX_DIR
 
@@ -47,19 +49,23 @@ def test_overflowing_hand_off_falls_back_to_reading_the_log(tmp_path):
         assert sorted(m.body for v in b.all_messages(["t"]).values() for m in v) == visible
 
 
-def test_hand_off_index_equals_a_rebuild(tmp_path):
-    with fmq.Broker.open(str(tmp_path), config()) as b:
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_hand_off_index_equals_a_rebuild(tmp_path, writer):
+    with fmq.Broker.open(str(tmp_path), config(index_writer=writer)) as b:
         load(b)
         assert b.wait_indexed()
-        assert b.dispatcher._generation == 0  # never fell back
+        if writer == "thread":
+            assert b.dispatcher._generation == 0  # never fell back
         online = b.index.dump()
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
         assert b.index.dump() == online
 
 
-def test_nothing_unflushed_is_indexed(tmp_path):
-    cfg = config(flush_mode="async", flush_interval_ms=60_000)  # no background flush
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_nothing_unflushed_is_indexed(tmp_path, writer):
+    cfg = config(flush_mode="async", flush_interval_ms=60_000,  # no background flush
+                 index_writer=writer)
     with fmq.Broker.open(str(tmp_path), cfg) as b:
         r = b.send(fmq.Message("t", b"not yet durable", queue_id=0))
         assert b.stats()["flushed_offset"] <= r.offset

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import subprocess
+import sys
 
 import lmdb
 import pytest
@@ -16,6 +18,26 @@ from fmq.index.store import IndexStore
 def entries(start: int, n: int) -> list[QueueEntry]:
     return [QueueEntry("topic", i % 4, i // 4, i * 100, 100, 0, 1000 + i, f"key-{i}" * 8, i * 100)
             for i in range(start, start + n)]
+
+
+def test_map_grown_by_another_process_is_adopted(tmp_path):
+    # The indexer process (index_writer "process") grows the map the broker reads and
+    # writes too: the broker's next transaction must take the new size, not fail.
+    store = IndexStore(str(tmp_path), map_size=1 << 20)
+    store.apply(entries(0, 10), 1_000)
+    grow = ("import sys\n"
+            "from fmq.index.store import IndexStore\n"
+            "from tests.index.test_store import entries\n"
+            "other = IndexStore(sys.argv[1], map_size=1 << 20)\n"
+            "other.apply(entries(10, 20_000), 2_000_000)\n"
+            "assert other.env.info()['map_size'] > 1 << 20\n"
+            "other.close()\n")
+    subprocess.run([sys.executable, "-c", grow, str(tmp_path)], check=True, timeout=120)
+    assert store.applied_offset() == 2_000_000  # a read sees the other process's writes
+    assert sum(store.queue_range("topic", q)[1] for q in range(4)) == 20_010
+    store.apply(entries(20_010, 10), 2_000_100)  # and so does a write
+    assert store.applied_offset() == 2_000_100
+    store.close()
 
 
 def test_map_full_grows_the_map_and_loses_nothing(tmp_path):

@@ -3,6 +3,8 @@ messages wakes the pulls of their queues, as a send wakes them on the primary.""
 
 from __future__ import annotations
 
+import pytest
+
 from fmq.client import Client, Producer
 from fmq.protocol import Op
 from tests.server.harness import server_stats, wait_until
@@ -14,9 +16,10 @@ from .cluster import SMALL, wait_caught_up
 LONG_WAIT_MS = 20_000
 
 
-def test_a_long_poll_on_a_follower_returns_the_message_copied_meanwhile(node):
-    primary = node("primary", SMALL)
-    follower = node("follower", {**SMALL, "follow": primary.address})
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_a_long_poll_on_a_follower_returns_the_message_copied_meanwhile(node, writer):
+    primary = node("primary", {**SMALL, "index_writer": writer})
+    follower = node("follower", {**SMALL, "follow": primary.address, "index_writer": writer})
     with Producer(primary.address, retries=0) as p:
         p.send("lp", b"before", queue_id=1)
         wait_caught_up(follower, primary)
@@ -32,8 +35,14 @@ def test_a_long_poll_on_a_follower_returns_the_message_copied_meanwhile(node):
             got = waiting.result(LONG_WAIT_MS / 1000 - 5)  # before its own deadline
             assert [m["body"] for m in got["messages"]] == [b"copied"]
             after = server_stats(follower.address)
-            assert after["pull_wakeups"] == before["pull_wakeups"] + 1
+            # The watermark and the index each wake the queue's pulls. With the indexer
+            # process the index may apply the copy after the watermark passed it (one pipe
+            # round trip later): the pull then wakes, finds nothing visible, and waits again.
+            most = 1 if writer == "thread" else 2
+            woken = after["pull_wakeups"] - before["pull_wakeups"]
+            assert 1 <= woken <= most
             assert after["pulls_waiting"] == 1 and not other.done()  # its queue got nothing
             p.send("lp", b"for-2", queue_id=2)
             assert [m["body"] for m in other.result(10)["messages"]] == [b"for-2"]
-            assert server_stats(follower.address)["pull_wakeups"] == before["pull_wakeups"] + 2
+            assert 1 <= server_stats(follower.address)["pull_wakeups"] - after["pull_wakeups"] \
+                <= most

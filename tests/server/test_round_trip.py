@@ -145,8 +145,9 @@ def test_transaction_context_manager_and_local_transaction_outcomes(start_server
     assert sorted(m.body for m in got) == [b"c1", b"c2", b"yes"]
 
 
-def test_long_poll_delivers_promptly(start_server):
-    srv = start_server(FAST)
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_long_poll_delivers_promptly(start_server, writer):
+    srv = start_server({**FAST, "index_writer": writer})
     with Consumer(srv.address, "lp", "lp", start="latest") as c, Producer(srv.address) as p:
         assert c.poll(0.3) == []
         sent_at = {}

@@ -1,0 +1,243 @@
+"""The broker's side of the indexer process (``index_writer = "process"``): an object with
+the :class:`~fmq.index.dispatcher.Dispatcher`'s interface, so the engine's calls do not
+change, whose index writes happen in :mod:`fmq.index.indexer_process`.
+
+The log's flush callback writes the flushed end to the child's command pipe (9 bytes per
+flush, never per message, non-blocking: a child that lags gets the newest end with its next
+report). One reader thread takes the child's reports (one per index transaction): it
+advances :attr:`applied_offset`, wakes :meth:`wait_applied` and calls :attr:`on_applied`
+with the queues made consumable, as the dispatcher thread does. The thread is woken once
+per index transaction, not per message, and holds the interpreter lock only to read a line.
+
+If the child dies (killed, out of memory), the reader sees its pipe end, logs it and starts
+a new one, which resumes from the applied offset stored in LMDB. After
+``max_restarts`` deaths in a row without progress it gives up: :attr:`error` is set and
+the broker refuses new messages, as when the dispatcher thread stops.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+from fmq.errors import IndexCorrupt, IndexUnavailable
+from fmq.index import writer_wire as wire
+from fmq.log.record import Record
+from fmq.threadname import name_os_thread
+
+log = logging.getLogger(__name__)
+
+
+class ProcessDispatcher:
+    def __init__(self, *, index_path: str, log_dir: str, map_size: int, batch: int,
+                 max_record_size: int, start_offset: int, retry_initial: float = 0.05,
+                 retry_max: float = 5.0, max_restarts: int = 5) -> None:
+        self._args = [sys.executable, "-m", "fmq.index.indexer_process",
+                      "--index", index_path, "--log", log_dir, "--map-size", str(map_size),
+                      "--batch", str(batch), "--max-record-size", str(max_record_size),
+                      "--retry-initial", str(retry_initial), "--retry-max", str(retry_max)]
+        self.max_restarts = max_restarts
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._applied = start_offset
+        self._target = start_offset
+        self._sent = start_offset
+        self._stop = False
+        self._child: subprocess.Popen | None = None
+        #: Set when index writes stopped for good: nothing more is indexed.
+        self.error: BaseException | None = None
+        #: The last error of an index write that is being retried; None once one succeeds.
+        self.failing: BaseException | None = None
+        #: Index writes retried after a transient error, since the broker opened.
+        self.retries = 0
+        #: Indexer processes started again after one died.
+        self.restarts = 0
+        #: Called (reader thread) with the (topic, queue) pairs an index write made consumable.
+        self.on_applied: Callable[[set[tuple[str, int]]], None] | None = None
+        #: Called (reader thread) after an index write that added pending timers.
+        self.on_timers_added: Callable[[], None] | None = None
+        self._thread = threading.Thread(target=self._run, name="fmq-index-reports",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._spawn(self._applied)
+        self._thread.start()
+
+    @property
+    def applied_offset(self) -> int:
+        return self._applied
+
+    @property
+    def pid(self) -> int | None:
+        """The indexer process's id (None before it starts)."""
+        child = self._child
+        return None if child is None else child.pid
+
+    def notify_flushed(self, offset: int) -> None:
+        """The log calls this after each flush (log.on_flushed)."""
+        with self._cond:
+            if offset <= self._target:
+                return
+            self._target = offset
+        self._send_target()
+
+    def on_append(self, record: Record) -> None:
+        """The child reads the flushed records from the segment files itself."""
+
+    def hurry(self) -> None:
+        """Apply what is flushed without lingering."""
+        self._send(wire.command(wire.HURRY))
+
+    def wait_applied(self, offset: int, timeout: float | None = None) -> bool:
+        """Block until the index covers the log below ``offset``."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._applied >= offset or self.error is not None or self._stop,
+                timeout) and self._applied >= offset
+
+    # ------------------------------------------------------------------ the child
+
+    def _spawn(self, start: int) -> bool:
+        """Start a child indexing from ``start``; False when the broker is closing."""
+        with self._send_lock:
+            if self._stop:
+                return False
+            # A session of its own: a Ctrl-C meant for the broker does not kill it first
+            # (it ends when its command pipe does).
+            child = subprocess.Popen(self._args + ["--start", str(start)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     close_fds=True, start_new_session=True)
+            _set_blocking(child.stdin.fileno(), False)
+            self._child = child
+            self._sent = 0
+        self._send_target()
+        return True
+
+    def _send_target(self) -> None:
+        with self._send_lock:
+            target = self._target
+            if target <= self._sent:
+                return
+            if self._write(wire.command(wire.FLUSHED, target)):
+                self._sent = target
+
+    def _send(self, command: bytes) -> None:
+        with self._send_lock:
+            self._write(command)
+
+    def _write(self, command: bytes) -> bool:
+        child = self._child
+        if child is None or child.stdin.closed:
+            return False
+        try:
+            os.write(child.stdin.fileno(), command)  # 9 bytes: whole or not at all
+        except BlockingIOError:  # the child lags: its next report sends the newest end
+            return False
+        except OSError as exc:  # the child died: the reader thread restarts it
+            if exc.errno != errno.EPIPE:
+                log.warning("cannot write to the indexer process: %s", exc)
+            return False
+        return True
+
+    def _run(self) -> None:
+        name_os_thread()
+        deaths = 0
+        while True:
+            child = self._child
+            progressed = self._read_reports(child)
+            code = child.wait()
+            if self._stop or self.error is not None:
+                return  # stop() closes the pipes
+            child.stdout.close()
+            deaths = 1 if progressed else deaths + 1
+            log.error("the indexer process (pid %d) ended with status %s; applied up to %d",
+                      child.pid, code, self._applied)
+            if deaths > self.max_restarts:
+                self._give_up(IndexUnavailable(
+                    f"the indexer process died {deaths} times in a row (last status {code}); "
+                    f"nothing more is indexed. See the server log, then restart the broker"))
+                return
+            with self._send_lock:
+                child.stdin.close()
+            if not self._spawn(self._applied):
+                return
+            self.restarts += 1
+
+    def _read_reports(self, child: subprocess.Popen) -> bool:
+        """Take the child's reports until its pipe ends; whether it applied anything."""
+        progressed = False
+        first = True
+        for line in child.stdout:
+            report = wire.parse_report(line)
+            applied = report.get("applied")
+            if applied is not None:
+                if not first:
+                    progressed = True
+                first = False
+                self._applied_to(applied, report["queues"], report["timers"])
+            elif "failing" in report:
+                with self._cond:
+                    self.retries = report["retries"]
+                    self.failing = IndexUnavailable(report["failing"])
+            elif "recovered" in report:
+                with self._cond:
+                    self.failing = None
+                    self._cond.notify_all()
+            elif "error" in report:
+                self._give_up(IndexCorrupt(report["error"]))
+        return progressed
+
+    def _applied_to(self, applied: int, queues: list, timers_added: bool) -> None:
+        with self._cond:
+            if applied > self._applied:
+                self._applied = applied
+            self._cond.notify_all()
+        if self._sent < self._target:  # a command found the pipe full
+            self._send_target()
+        on_applied = self.on_applied
+        if on_applied is not None and queues:
+            on_applied({(topic, queue) for topic, queue in queues})
+        on_timers_added = self.on_timers_added
+        if on_timers_added is not None and timers_added:
+            on_timers_added()
+
+    def _give_up(self, exc: BaseException) -> None:
+        log.error("index writes stopped: %s", exc)
+        with self._cond:
+            self.error = exc
+            self._cond.notify_all()
+
+    def stop(self) -> None:
+        """Let the child apply what is flushed, then end it (its standard input ends) and
+        the reader thread. While index writes fail the child stops without retrying: the
+        next open's recovery indexes the rest."""
+        with self._send_lock:
+            if self._stop:
+                return
+            self._stop = True
+            child = self._child
+            if child is not None and not child.stdin.closed:
+                fd = child.stdin.fileno()
+                _set_blocking(fd, True)  # the last flushed end must arrive
+                if self._sent < self._target:
+                    self._write(wire.command(wire.FLUSHED, self._target))
+                self._write(wire.command(wire.STOP))
+                child.stdin.close()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+        if child is not None:
+            child.wait()
+            child.stdout.close()
+
+
+def _set_blocking(fd: int, blocking: bool) -> None:
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK if blocking else flags | os.O_NONBLOCK)
