@@ -12,6 +12,7 @@ import fmq
 SPARK_FIRST_HALF = frozenset({
     "test_rebuild.py", "test_topic_source.py", "test_bulk_load.py", "test_dedup_rebuild.py",
     "test_errors.py", "test_queue_counts.py", "test_swap.py", "test_topic_rebuild.py",
+    "test_topic_groups.py",
 })
 
 

@@ -18,6 +18,22 @@ class RebuildConflict(StorageError):
     refused): the log holds two records for one index key, which FMQ never writes."""
 
 
+class GroupUnreachable(FMQError):
+    """A broker group holding queues of a topic being read has no primary that answers
+    now. The read fails rather than skip the group's queues; retriable (Spark retries the
+    task, or the query runs again) once the group has a primary."""
+
+    retriable = True
+
+    def __init__(self, group: str, topic: str, reason: str) -> None:
+        super().__init__(
+            f"broker group {group}, which holds queues of topic {topic!r}, has no primary "
+            f"that answers ({reason}): its queues are not skipped, so the read fails; it "
+            f"can be retried once the group has a primary again (fmq cluster status)")
+        self.group = group
+        self.topic = topic
+
+
 def translate_spark_error(exc: BaseException) -> FMQError:
     """A typed FMQ error for a failed Spark action. An executor's exception reaches the
     driver only as the text of its traceback inside Spark's own (PythonException carries
@@ -40,5 +56,5 @@ def translate_spark_error(exc: BaseException) -> FMQError:
         f"segment files at the same path")
 
 
-__all__ = ["DataDirLocked", "RebuildConflict", "SparkJobError", "TornTail",
+__all__ = ["DataDirLocked", "GroupUnreachable", "RebuildConflict", "SparkJobError", "TornTail",
            "translate_spark_error"]

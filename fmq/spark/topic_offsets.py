@@ -3,8 +3,10 @@ the server's consumable ends of every queue read as one consistent snapshot, and
 of a micro-batch to ``maxMessagesPerTrigger``.
 
 Offsets are kept as Spark keeps a source's offsets in its checkpoint, as JSON:
-``{"orders": {"0": 12, "1": 7}, ...}``, topic to queue id (a string) to the next queue
-offset to read. A range ``start .. end`` of one queue holds queue offsets ``start`` to
+``{"orders": {"0": 12, "1": 7}, ...}``, topic to queue key to the next queue offset to
+read. A queue key is the queue id (a string) for a topic outside a cluster and
+``"group/queue id"`` (``{"orders": {"g1/0": 12, "g2/0": 3}}``) for a topic routed over
+broker groups (:mod:`fmq.spark.topic_groups`). A range ``start .. end`` of one queue holds queue offsets ``start`` to
 ``end - 1``; every one of them was consumable when ``end`` was read.
 """
 
@@ -20,7 +22,8 @@ from fmq.client.tls import TLSOptions
 from fmq.errors import FMQError, InvalidArgument
 from fmq.message import check_topic
 from fmq.protocol import Op
-from fmq.spark.topic_client import QueueClient
+from fmq.spark.errors import GroupUnreachable
+from fmq.spark.topic_groups import GroupClients, Queue, queue_key, split_key
 
 logger = logging.getLogger("fmq.spark")
 
@@ -104,7 +107,7 @@ class Position:
 
     kind: str  # earliest | latest | timestamp | queues
     timestamp_ms: int = 0
-    queues: dict[str, dict[int, int]] = field(default_factory=dict)
+    queues: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> key -> offset
     default: int = EARLIEST
 
 
@@ -124,7 +127,7 @@ def parse_position(value: str, name: str, topics: Sequence[str], allowed: tuple[
         raise InvalidArgument(f"option {name} is not valid JSON ({exc}): {value!r}") from None
     if not isinstance(parsed, dict):
         raise InvalidArgument(f"option {name} must be a JSON object of topics: {value!r}")
-    queues: dict[str, dict[int, int]] = {}
+    queues: dict[str, dict[str, int]] = {}
     for topic, per_queue in parsed.items():
         if topic not in topics:
             raise InvalidArgument(f"option {name} names topic {topic!r}, which is not in "
@@ -134,12 +137,17 @@ def parse_position(value: str, name: str, topics: Sequence[str], allowed: tuple[
                                   f'ids to offsets, like {{"0": 12}}')
         queues[topic] = {}
         for qid, off in per_queue.items():
-            if not str(qid).isdigit() or isinstance(off, bool) or not isinstance(off, int) \
+            try:
+                group, local = split_key(qid)
+            except InvalidArgument:
+                local = -1
+            if local < 0 or isinstance(off, bool) or not isinstance(off, int) \
                     or off < EARLIEST:
                 raise InvalidArgument(
-                    f"option {name}: topic {topic!r} queue {qid!r} -> {off!r}: queue ids are "
-                    f"whole numbers, offsets whole numbers >= 0 or -2 (earliest), -1 (latest)")
-            queues[topic][int(qid)] = off
+                    f"option {name}: topic {topic!r} queue {qid!r} -> {off!r}: queues are "
+                    f"whole numbers (group/number over several broker groups), offsets "
+                    f"whole numbers >= 0 or -2 (earliest), -1 (latest)")
+            queues[topic][queue_key(group, local)] = off
     return Position("queues", queues=queues, default=default)
 
 
@@ -162,32 +170,34 @@ def parse_start(options: dict, topics: Sequence[str], default: str) -> Position:
                           ("earliest", "latest"), EARLIEST)
 
 
-def all_queues(client: QueueClient, topics: Sequence[str]) -> list[tuple[str, int]]:
-    n = client.queues_per_topic()
-    return [(t, q) for t in topics for q in range(n)]
+Ranges = dict[tuple[str, str], tuple[int, int]]  # (topic, queue key) -> (min, next)
 
 
-def _ranges_once(client: QueueClient, queues: list[tuple[str, int]]
-                 ) -> dict[tuple[str, int], tuple[int, int]]:
+def _ranges_once(clients: GroupClients, queues: list[Queue]) -> Ranges:
+    keys = [(t, queue_key(g, q)) for t, g, q in queues]
     # All requests in flight at once: the round takes about one round trip, so a
     # transaction committed meanwhile is rarely caught half-way (see consistent_ranges).
     try:
-        futures = [client.submit(Op.QUEUE_RANGE, {"topic": t, "queue_id": q})
-                   for t, q in queues]
-        answers = [f.result(client.request_timeout) for f in futures]
-        return {queue: (int(a["min_offset"]), int(a["next_offset"]))
-                for queue, a in zip(queues, answers, strict=True)}
+        futures = [clients.client(t, g).submit(Op.QUEUE_RANGE, {"topic": t, "queue_id": q})
+                   for t, g, q in queues]
+        answers = [f.result(clients.base.request_timeout) for f in futures]
+        return {key: (int(a["min_offset"]), int(a["next_offset"]))
+                for key, a in zip(keys, answers, strict=True)}
+    except GroupUnreachable:
+        raise
     except FMQError as exc:
         if not exc.retriable:
             raise
     except TimeoutError:
         pass
-    return {queue: client.queue_range(*queue) for queue in queues}  # with retries
+    return {key: clients.queue_range(*queue)  # with retries
+            for key, queue in zip(keys, queues, strict=True)}
 
 
-def consistent_ranges(client: QueueClient, topics: Sequence[str]
-                      ) -> dict[tuple[str, int], tuple[int, int]]:
-    """(min, next) of every queue of ``topics``, as they all were at one moment.
+def consistent_ranges(clients: GroupClients, topics: Sequence[str]) -> Ranges:
+    """(min, next) of every queue of ``topics``, as they all were at one moment (the
+    queues of a routed topic in every broker group of its route, each read from its
+    group's primary).
 
     A transaction's messages become consumable together (one index write), but reading
     the queues takes several requests. So the ranges are read in rounds until two rounds
@@ -196,11 +206,12 @@ def consistent_ranges(client: QueueClient, topics: Sequence[str]
     read, so at the moment between the two rounds every queue had exactly those values.
     After :data:`SNAPSHOT_ROUNDS` rounds that still moved (a busy topic) the last round is
     taken; then a transaction whose commit fell inside that round may be split between
-    two micro-batches (each of its messages is still read exactly once)."""
-    queues = all_queues(client, topics)
-    previous = _ranges_once(client, queues)
+    two micro-batches (each of its messages is still read exactly once). A transaction
+    lives in one broker group (docs/cluster.md), so the rule holds per group too."""
+    queues = clients.queues(topics)  # the routes, read once per snapshot
+    previous = _ranges_once(clients, queues)
     for _ in range(SNAPSHOT_ROUNDS - 1):
-        current = _ranges_once(client, queues)
+        current = _ranges_once(clients, queues)
         if current == previous:
             return current
         previous = current
@@ -209,31 +220,31 @@ def consistent_ranges(client: QueueClient, topics: Sequence[str]
     return previous
 
 
-def resolve(client: QueueClient, topics: Sequence[str], position: Position,
-            ranges: dict[tuple[str, int], tuple[int, int]]) -> Offsets:
+def resolve(clients: GroupClients, topics: Sequence[str], position: Position,
+            ranges: Ranges) -> Offsets:
     """``position`` as an offset for every queue, given the queues' current ``ranges``."""
     out: Offsets = {t: {} for t in topics}
     named = {(t, q) for t, qs in position.queues.items() for q in qs}
     unknown = named - set(ranges)
     if unknown:
         t, q = sorted(unknown)[0]
-        raise InvalidArgument(f"queue {q} of topic {t!r} does not exist: the server has "
-                              f"{client.queues_per_topic()} queues per topic (0 .. "
-                              f"{client.queues_per_topic() - 1})")
+        raise InvalidArgument(f"queue {q} of topic {t!r} does not exist: the topic's queues "
+                              f"are {clients.describe(t)}")
     for (t, q), (lo, hi) in ranges.items():
         if position.kind == "earliest":
             off = lo
         elif position.kind == "latest":
             off = hi
         elif position.kind == "timestamp":
-            off = client.offset_for_time(t, q, position.timestamp_ms)
+            group, local = split_key(q)
+            off = clients.offset_for_time(t, group, local, position.timestamp_ms)
         else:
             off = position.queues.get(t, {}).get(q, position.default)
             off = lo if off == EARLIEST else hi if off == LATEST else off
             if off > hi:
                 raise InvalidArgument(f"offset {off} of queue {q} of topic {t!r} is past the "
                                       f"queue's end ({hi}): give an offset in {lo} .. {hi}")
-        out[t][str(q)] = off
+        out[t][q] = off
     return out
 
 

@@ -13,8 +13,9 @@ Usage::
               .option("maxMessagesPerTrigger", "10000").load())
 
 Only consumable messages are read: plain messages, and a transaction's messages once it
-is committed (never an open or rolled-back one's). One Spark partition per queue range.
-Columns: :data:`fmq.spark.topic_read.TOPIC_COLUMNS`.
+is committed (never an open or rolled-back one's). One Spark partition per queue range;
+a topic routed over several broker groups (docs/cluster.md) has one per (group, queue),
+read from that group's primary. Columns: :data:`fmq.spark.topic_read.TOPIC_COLUMNS`.
 
 Options (``docs/spark.md``, *Topics as a Spark source*, has the details):
 
@@ -22,7 +23,8 @@ Options (``docs/spark.md``, *Topics as a Spark source*, has the details):
 ``subscribe``         topics, comma-separated (required).
 ``startingOffsets``   ``earliest`` (batch default), ``latest`` (streaming default), or
                       per queue as JSON ``{"orders": {"0": 12, "1": -2}}`` (-2 earliest,
-                      -1 latest; queues not named start at earliest).
+                      -1 latest; queues not named start at earliest; ``"g2/0"`` names
+                      queue 0 of broker group g2 of a routed topic).
 ``startingTimestamp`` ms since the epoch: each queue starts at its first message stored
                       then or later (instead of ``startingOffsets``).
 ``endingOffsets``     batch only: ``latest`` (default) or per-queue JSON (-1 latest;
@@ -39,7 +41,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader
 from pyspark.sql.types import StructType
 
 from fmq.errors import InvalidArgument
-from fmq.spark.topic_client import QueueClient
+from fmq.spark.topic_groups import GroupClients
 from fmq.spark.topic_offsets import (
     LATEST,
     access_options,
@@ -68,10 +70,10 @@ class TopicBatchReader(DataSourceReader):
         if option(options, "maxMessagesPerTrigger") is not None:
             raise InvalidArgument("maxMessagesPerTrigger is a streaming option: use it with "
                                   "spark.readStream, or give endingOffsets to a batch read")
-        with QueueClient(self.servers, **self.access) as client:
-            ranges = consistent_ranges(client, topics)
-            self.start = resolve(client, topics, start, ranges)
-            self.end = resolve(client, topics, end, ranges)
+        with GroupClients(self.servers, **self.access) as clients:
+            ranges = consistent_ranges(clients, topics)
+            self.start = resolve(clients, topics, start, ranges)
+            self.end = resolve(clients, topics, end, ranges)
         for t, qs in self.end.items():
             for q, off in qs.items():
                 if off < self.start[t][q]:

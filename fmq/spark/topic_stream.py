@@ -21,9 +21,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from fmq.spark.topic_client import QueueClient
+from fmq.spark.topic_groups import GroupClients
 from fmq.spark.topic_offsets import (
     Offsets,
+    Ranges,
     access_options,
     cap,
     consistent_ranges,
@@ -36,10 +37,10 @@ from fmq.spark.topic_offsets import (
 from fmq.spark.topic_read import QueueRange, plan, read_range
 
 
-def _ends(ranges: dict[tuple[str, int], tuple[int, int]], topics: list[str]) -> Offsets:
+def _ends(ranges: Ranges, topics: list[str]) -> Offsets:
     out: Offsets = {t: {} for t in topics}
     for (t, q), (_lo, hi) in ranges.items():
-        out[t][str(q)] = hi
+        out[t][q] = hi
     return out
 
 
@@ -52,14 +53,14 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.topics = parse_topics(options)
         self.start = parse_start(options, self.topics, "latest")
         self.max_messages = positive_int(options, "maxMessagesPerTrigger")
-        self._client: QueueClient | None = None
+        self._client: GroupClients | None = None
         self._target: Offsets | None = None  # Trigger.AvailableNow: read up to here
         self._latest_seen: Offsets | None = None  # for Spark's progress report
 
     @property
-    def client(self) -> QueueClient:
+    def client(self) -> GroupClients:
         if self._client is None:
-            self._client = QueueClient(self.servers, **self.access)
+            self._client = GroupClients(self.servers, **self.access)
         return self._client
 
     def initialOffset(self) -> dict:
@@ -81,8 +82,10 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         latest = self._target if self._target is not None else self._latest()
         # Never behind start: a queue the server cut (its data replaced) waits instead of
-        # going back, which Spark would refuse.
-        end = {t: {q: max(off, start.get(t, {}).get(q, 0)) for q, off in qs.items()}
+        # going back, which Spark would refuse. A queue the route no longer has (its group
+        # removed from the topic) keeps its position; a new one (an expansion) starts at 0.
+        end = {t: {**start.get(t, {}),
+                   **{q: max(off, start.get(t, {}).get(q, 0)) for q, off in qs.items()}}
                for t, qs in latest.items()}
         if isinstance(limit, ReadMaxRows):
             end = cap(start, end, limit.max_rows)

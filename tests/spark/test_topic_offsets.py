@@ -45,7 +45,10 @@ def test_options_parse():
     assert (ts.kind, ts.timestamp_ms) == ("timestamp", 1700000000000)
     pos = parse_position('{"a": {"0": 5, "2": -2}}', "startingOffsets", ["a", "b"],
                          ("earliest", "latest"), -2)
-    assert pos.queues == {"a": {0: 5, 2: -2}}
-    for bad in ('{"a": {"x": 1}}', '{"a": {"0": -3}}', '{"a": {"0": true}}', '{"a": 3}', "[1]"):
+    assert pos.queues == {"a": {"0": 5, "2": -2}}
+    grouped = parse_position('{"a": {"g2/01": 5}}', "startingOffsets", ["a"],
+                             ("earliest", "latest"), -2)
+    assert grouped.queues == {"a": {"g2/1": 5}}
+    for bad in ('{"a": {"x": 1}}', '{"a": {"/1": 1}}', '{"a": {"g2/x": 1}}', '{"a": {"0": -3}}', '{"a": {"0": true}}', '{"a": 3}', "[1]"):
         with pytest.raises(InvalidArgument):
             parse_position(bad, "startingOffsets", ["a"], ("earliest", "latest"), -2)

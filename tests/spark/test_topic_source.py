@@ -65,7 +65,7 @@ def test_reads_every_committed_message_once_and_nothing_else(topics, server, tra
 def test_columns_are_the_stored_message(topics, server, traffic):
     df = read(topics, server)
     assert df.columns == ["topic", "queue_id", "queue_offset", "offset", "key", "tags",
-                          "properties", "store_time", "body"]
+                          "properties", "store_time", "body", "group"]
     now_ms = time.time() * 1000
     for r in df.collect():
         body = bytes(r.body)
@@ -78,6 +78,7 @@ def test_columns_are_the_stored_message(topics, server, traffic):
             assert r.properties == ({"i": str(i)} if i % 3 == 0 else {})
             assert r.topic == body.decode().split("-")[1]
         assert now_ms - 600_000 < r.store_time <= now_ms
+        assert r.group is None  # a server outside a cluster
 
 
 def test_one_partition_per_queue_with_messages(topics, server, traffic):

@@ -16,7 +16,7 @@ import pytest
 
 import fmq
 from fmq.client import Producer, TransactionProducer
-from fmq.spark.topic_client import QueueClient
+from fmq.spark.topic_groups import GroupClients
 from fmq.spark.topic_offsets import consistent_ranges
 from fmq.spark.topic_source import register
 from tests.crashkit import ROOT
@@ -192,10 +192,10 @@ def test_a_transaction_is_in_one_snapshot_of_queue_ends(server):
     committer = threading.Thread(target=commit_loop, daemon=True)
     committer.start()
     try:
-        with QueueClient(server.address) as client:
+        with GroupClients(server.address) as clients:
             while committer.is_alive() and len(snapshots) < 100_000:
-                ranges = consistent_ranges(client, [topic])
-                snapshots.append([ranges[(topic, q)][1] for q in range(QUEUES)])
+                ranges = consistent_ranges(clients, [topic])
+                snapshots.append([ranges[(topic, str(q))][1] for q in range(QUEUES)])
     finally:
         stop.set()
         committer.join(60)

@@ -1,0 +1,159 @@
+"""``format("fmq-topic")`` over a topic routed over two broker groups: a real etcd, two
+broker groups of one node each as real ``fmq server`` processes, a real ``local[2]`` Spark
+session. The source is given one node's address only and finds the other group's primary
+through the topic's route (docs/spark.md, "A topic over several broker groups")."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+from fmq.client import Producer
+from fmq.coordination.lease import LeaderLease
+from fmq.coordination.routes import ClusterRoutes
+from fmq.spark.errors import GroupUnreachable
+from fmq.spark.topic_source import TopicBatchReader, register
+from tests.cluster.kit import CLUSTER, route_version, start_node, wait_primary
+from tests.etcdkit import ETCD, EtcdProcess
+from tests.server.harness import free_port, wait_until
+
+pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
+                                reason="etcd is not installed (.ci/run installs etcd-server)")
+
+QUEUES = 2  # per group
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("spark-groups")
+    etcd = EtcdProcess(str(tmp / "etcd")).start()
+    nodes = {}
+    try:
+        for group in ("g1", "g2"):
+            nodes[group] = start_node(tmp, etcd, group)
+        for node in nodes.values():
+            wait_primary(node)
+        store = ClusterRoutes(etcd.url, CLUSTER)
+        wait_until(lambda: {g: x.primary for g, x in store.groups().items()}
+                   == {g: n.address for g, n in nodes.items()}, 30,
+                   "both groups registered with their primaries")
+        yield store, nodes, etcd
+    finally:
+        for node in nodes.values():
+            node.kill()
+        etcd.stop()
+
+
+@pytest.fixture(scope="module")
+def topics(spark):
+    register(spark)
+    return spark
+
+
+def known_everywhere(nodes, topic: str, version: int) -> None:
+    for node in nodes.values():
+        wait_until(lambda n=node: route_version(n, topic) >= version, 15,
+                   f"{node.address} to know route version {version} of {topic}")
+
+
+def send(nodes, topic: str, prefix: str, count: int) -> dict[bytes, tuple[str, int, int]]:
+    """``count`` unkeyed messages (spread over every group of the route): body ->
+    (group, local queue id, queue offset) as the producer was told."""
+    servers = ",".join(n.address for n in nodes.values())
+    with Producer(servers, linger_ms=1) as p:
+        bodies = [f"{prefix}-{i}".encode() for i in range(count)]
+        results = [p.send(topic, b) for b in bodies]
+    return {b: (r.group, r.queue_id, r.queue_offset) for b, r in zip(bodies, results, strict=True)}
+
+
+def test_a_batch_read_returns_every_message_of_both_groups_once(topics, cluster):
+    store, nodes, _etcd = cluster
+    route = store.create("sg-batch", QUEUES, ["g1", "g2"])
+    known_everywhere(nodes, "sg-batch", route.version)
+    sent = send(nodes, "sg-batch", "b", 40)
+    assert {g for g, _q, _o in sent.values()} == {"g1", "g2"}
+    df = (topics.read.format("fmq-topic").option("servers", nodes["g1"].address)
+          .option("subscribe", "sg-batch").load())
+    rows = df.select("group", "queue_id", "queue_offset", "body").collect()
+    got = [(bytes(r.body), (r.group, r.queue_id, r.queue_offset)) for r in rows]
+    assert len(got) == len(sent)  # no message twice
+    assert dict(got) == sent      # every message, with its group, queue and offset
+    assert df.rdd.getNumPartitions() == len({(g, q) for g, q, _o in sent.values()})
+
+
+def _last_offsets(checkpoint: str) -> dict:
+    # Spark's offset log: one file per micro-batch, the source's offsets on its last line.
+    newest = max(glob.glob(os.path.join(checkpoint, "offsets", "[0-9]*")),
+                 key=lambda p: int(os.path.basename(p)))
+    with open(newest) as f:
+        return json.loads(f.read().splitlines()[-1])
+
+
+def test_a_stream_reads_each_message_once_across_groups_and_an_expansion(
+        topics, cluster, tmp_path):
+    """Micro-batch 1 reads the topic in g1 alone; the route then grows onto g2 and
+    messages arrive in both groups; micro-batch 2 goes on in g1 from its checkpointed
+    offsets and reads g2's new queues from 0."""
+    store, nodes, _etcd = cluster
+    checkpoint, sink = str(tmp_path / "checkpoint"), str(tmp_path / "sink")
+
+    def run_available_now() -> None:
+        query = (topics.readStream.format("fmq-topic")
+                 .option("servers", nodes["g1"].address).option("subscribe", "sg-stream")
+                 .option("startingOffsets", "earliest").load()
+                 .select("group", "queue_id", "queue_offset", "body")
+                 .writeStream.format("parquet").option("path", sink)
+                 .option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(120), "the availableNow query did not finish"
+        assert query.exception() is None, query.exception()
+
+    route = store.create("sg-stream", QUEUES, ["g1"])
+    known_everywhere(nodes, "sg-stream", route.version)
+    sent = send(nodes, "sg-stream", "first", 20)
+    run_available_now()
+    assert _last_offsets(checkpoint) == {"sg-stream": {
+        f"g1/{q}": sum(1 for g, qq, _o in sent.values() if qq == q) for q in range(QUEUES)}}
+
+    grown = store.expand("sg-stream", "g2", QUEUES)
+    known_everywhere(nodes, "sg-stream", grown.version)
+    later = send(nodes, "sg-stream", "second", 40)
+    assert {g for g, _q, _o in later.values()} == {"g1", "g2"}
+    sent |= later
+    run_available_now()
+
+    rows = topics.read.parquet(sink).collect()
+    got = [(bytes(r.body), (r.group, r.queue_id, r.queue_offset)) for r in rows]
+    assert len(got) == len(sent)  # nothing twice
+    assert dict(got) == sent      # nothing lost
+    per_queue: dict[str, int] = {}
+    for g, q, _o in sent.values():
+        per_queue[f"{g}/{q}"] = per_queue.get(f"{g}/{q}", 0) + 1
+    assert _last_offsets(checkpoint) == {"sg-stream": per_queue}
+
+
+def test_a_group_without_a_reachable_primary_fails_the_plan_naming_it(topics, cluster):
+    """Its queues are never skipped: planning fails with a retriable error naming it."""
+    store, nodes, etcd = cluster
+    store.register_group("g3")
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    assert LeaderLease(etcd.url, "g3", "n1", dead, ttl_s=120).try_acquire() is not None
+    route = store.create("sg-dead", QUEUES, ["g1", "g3"])
+    known_everywhere(nodes, "sg-dead", route.version)
+    wait_until(lambda: _primary_named(nodes["g1"].address, "sg-dead", "g3") == dead, 15,
+               "g1 to name g3's primary")
+    with pytest.raises(GroupUnreachable, match="broker group g3") as caught:
+        TopicBatchReader({"servers": nodes["g1"].address, "subscribe": "sg-dead"})
+    assert caught.value.retriable and caught.value.group == "g3"
+
+
+def _primary_named(server: str, topic: str, group: str) -> str:
+    from fmq.spark.topic_client import QueueClient
+    from fmq.spark.topic_groups import read_route
+
+    with QueueClient(server) as client:
+        known = read_route(client, topic).groups.get(group)
+        return known.primary if known else ""
