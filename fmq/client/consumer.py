@@ -262,6 +262,8 @@ class Consumer(ConsumerLoop, Client):
         except FMQError as exc:
             # The server is unreachable; the heartbeat thread already says so once a second.
             logger.debug("pull of %s/%d failed: %s", q[0], q[1], exc)
+            if self.on_pull_error is not None:
+                self.on_pull_error(q, exc)
             time.sleep(self._backoff(1))
             return
         self._inflight[q] = (offset, fut)

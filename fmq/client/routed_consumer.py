@@ -104,7 +104,7 @@ class RoutedParts:
         self.member_id = uuid.uuid4().hex
         self.make_part = make_part
         self.parts: dict[str, Any] = {}
-        self._versions: dict[str, int] = {}
+        self._arranged: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._missing_since: float | None = None
         self._arrange()
 
@@ -166,8 +166,13 @@ class RoutedParts:
                         self.member_id, group)
             self.parts.pop(group).close()
         self._missing_since = time.monotonic() if missing else None
-        self._versions = {t: r.version for t in self.topics
-                          if (r := self.table.held(t)) is not None}
+        self._arranged = self._state()
+
+    def _state(self) -> dict[str, tuple[int, tuple[str, ...]]]:
+        """What the parts were arranged by: each route's version and its groups'
+        primaries (a fail-over moves a primary without a new version)."""
+        return {t: (r.version, tuple(sorted(f"{g}={b.primary}" for g, b in r.groups.items())))
+                for t in self.topics if (r := self.table.held(t)) is not None}
 
     def _pull_failed(self, group: str, q: Queue, exc: FMQError) -> None:
         if isinstance(exc, NotHosted):
@@ -186,10 +191,9 @@ class RoutedParts:
                     if not exc.retriable:
                         raise
                     logger.warning("could not read the route of %s: %s", t, exc)
-        versions = {t: r.version for t in self.topics if (r := self.table.held(t)) is not None}
         retry_due = (self._missing_since is not None
                      and time.monotonic() - self._missing_since >= PART_RETRY_S)
-        if versions != self._versions or retry_due:
+        if retry_due or self._state() != self._arranged:
             self._arrange()
 
     # ------------------------------------------------------------------ reading
@@ -240,7 +244,7 @@ class RoutedParts:
         part = self.parts.get(message.group)
         if part is None:
             raise NotHosted(message.topic, message.group or "?", message.queue_id,
-                            self._versions.get(message.topic, 0))
+                            self._arranged.get(message.topic, (0,))[0])
         return part
 
     # ------------------------------------------------------------------ assignment
