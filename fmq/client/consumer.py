@@ -61,13 +61,10 @@ class Consumer(ConsumerLoop, Client):
     ``follower_reads``: pulls go to the first server that answers (``read_server`` first),
     which may be a follower serving what it holds durably and indexed (docs/client.md).
 
-    In a cluster whose routes spread a topic over several broker groups (docs/cluster.md),
-    the consumer joins ``group`` on every broker group hosting queues of its topics, with
-    one member id, reads each queue from its group and commits there
-    (:mod:`fmq.client.routed_consumer`); :attr:`assignment` then names queues by their
-    global index, and each message's ``group`` says where it is stored. Routes are read
-    again every ``route_refresh_s`` seconds and at once after a NotHosted.
-    ``routing`` False never reads routes (the servers given are the one group).
+    In a cluster, the consumer joins ``group`` on every broker group hosting queues of its
+    topics, with one member id, and reads and commits each queue in its own group
+    (:mod:`fmq.client.routed_consumer`, docs/client.md; ``route_refresh_s``; ``routing``
+    False: the servers given are the one group).
     """
 
     def __init__(self, servers: str | Sequence[str], group: str, topics: str | Sequence[str],
