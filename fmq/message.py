@@ -92,6 +92,9 @@ class StoredMessage:
     tags: str | None
     properties: dict[str, str] = field(default_factory=dict)
     store_time: int = 0
+    #: The broker group that stores it, set by a consumer reading a topic routed over
+    #: several groups (docs/cluster.md); "" otherwise.
+    group: str = ""
 
     @property
     def reconsume_times(self) -> int:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from fmq.errors import BrokerClosed, FMQError, InvalidArgument
+from fmq.errors import FMQError, InvalidArgument
 from fmq.message import (
     StoredMessage,
     check_name,
@@ -22,7 +21,11 @@ from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
 
 from .base import Client
-from .discovery import ANY, PRIMARY
+from .consumer_io import commit_offsets, pull_wait_ms, reads_client
+from .consumer_loop import ConsumerLoop
+from .discovery import PRIMARY
+from .routed_consumer import RoutedParts, routed_parts
+from .routing import DEFAULT_ROUTE_REFRESH_S
 
 logger = logging.getLogger("fmq.client")
 
@@ -30,7 +33,7 @@ STARTS = ("committed", "earliest", "latest")
 Queue = tuple[str, int]
 
 
-class Consumer(Client):
+class Consumer(ConsumerLoop, Client):
     """Reads ``topics`` as a member of consumer ``group``: the server gives each queue of a
     topic to one live member, and moves queues when members join, leave or stop
     heart-beating. Delivery is at-least-once: call :meth:`commit` after processing what
@@ -57,12 +60,19 @@ class Consumer(Client):
     ``servers``: one address or several; the group and its commits live on the primary.
     ``follower_reads``: pulls go to the first server that answers (``read_server`` first),
     which may be a follower serving what it holds durably and indexed (docs/client.md).
+
+    In a cluster, the consumer joins ``group`` on every broker group hosting queues of its
+    topics, with one member id, and reads and commits each queue in its own group
+    (:mod:`fmq.client.routed_consumer`, docs/client.md; ``route_refresh_s``; ``routing``
+    False: the servers given are the one group).
     """
 
     def __init__(self, servers: str | Sequence[str], group: str, topics: str | Sequence[str],
                  start: str = "committed", *, max_messages: int = 64, retries: bool = True,
                  tags: str | None = None, follower_reads: bool = False,
-                 read_server: str | None = None, **options: Any) -> None:
+                 read_server: str | None = None, member_id: str | None = None,
+                 routing: bool = True,
+                 route_refresh_s: float = DEFAULT_ROUTE_REFRESH_S, **options: Any) -> None:
         options.setdefault("node", PRIMARY)
         super().__init__(servers, **options)
         #: What pulls go through: this client (the primary), or a follower reads' client.
@@ -84,7 +94,7 @@ class Consumer(Client):
             raise InvalidArgument(f"start must be one of {', '.join(STARTS)}, not {start!r}")
         self.start = start
         self.max_messages = max_messages
-        self.member_id: str | None = None
+        self.member_id: str | None = check_name(member_id, "member_id", allow_none=True)
         self.generation = -1
         self._lock = threading.Lock()  # guards _incoming (heartbeat thread)
         #: poll/commit/close may be called from several threads; they take turns.
@@ -98,6 +108,20 @@ class Consumer(Client):
         self._inflight: dict[Queue, tuple[int, Future]] = {}
         self._heartbeat_interval = 1.0
         self._stop = threading.Event()
+        #: A pull's retriable failure, seen by the consumer of several broker groups.
+        self.on_pull_error: Callable[[Queue, FMQError], None] | None = None
+        #: Set when the topics' routes span broker groups: it reads in this one's place
+        #: (its ``group_assignment()``, ``generations()``); None for one broker group.
+        self.broker_groups: RoutedParts | None = None
+        if routing:
+            part_options = {**options, "max_messages": max_messages, "retries": retries,
+                            "tags": tags, "routing": False}
+            self.broker_groups = routed_parts(self, route_refresh_s, lambda server, topics, mid:
+                                        Consumer(server, group, topics, start, member_id=mid,
+                                                 **part_options))
+            if self.broker_groups is not None:
+                self.member_id = self.broker_groups.member_id
+                return
         self._join()
         self._hb = threading.Thread(target=self._heartbeat_loop, daemon=True,
                                     name=f"fmq-heartbeat-{group}")
@@ -136,6 +160,8 @@ class Consumer(Client):
         """Queues of ``topics`` this consumer reads now (the queues of the group's retry
         topic, read as well, are :attr:`retry_assignment`)."""
         with self._use:
+            if self.broker_groups is not None:
+                return self.broker_groups.assignment()
             self._apply_assignment()
             return [q for q in self._assigned if q[0] != self._retry_topic]
 
@@ -143,6 +169,8 @@ class Consumer(Client):
     def retry_assignment(self) -> list[Queue]:
         """Queues of the group's retry topic this consumer reads now."""
         with self._use:
+            if self.broker_groups is not None:
+                return self.broker_groups.retry_assignment()
             self._apply_assignment()
             return [q for q in self._assigned if q[0] == self._retry_topic]
 
@@ -189,28 +217,35 @@ class Consumer(Client):
         One pull per queue stays in flight on the server (long poll), so a message is
         delivered as soon as it is consumable."""
         with self._use:
+            if self.broker_groups is not None:
+                return self.broker_groups.poll(timeout)
             return self._poll(timeout)
 
     def _poll(self, timeout: float) -> list[StoredMessage]:
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
-            self._apply_assignment()
-            remaining = deadline - time.monotonic()
-            wait_ms = int(min(max(remaining, 0.0), 1.0) * 1000)
-            for q in self._assigned:
-                if q not in self._inflight:
-                    self._pull(q, wait_ms)
+            self._start_pulls(pull_wait_ms(deadline))
             out = self._collect()
             if out:
                 return out
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            futures = [f for _o, f in self._inflight.values()]
+            futures = self._pending()
             if futures:
                 wait(futures, timeout=min(remaining, 0.5), return_when=FIRST_COMPLETED)
             else:
                 time.sleep(min(remaining, 0.1))
+
+    def _start_pulls(self, wait_ms: int) -> None:
+        """Take the newest assignment and send a pull for each queue without one."""
+        self._apply_assignment()
+        for q in self._assigned:
+            if q not in self._inflight:
+                self._pull(q, wait_ms)
+
+    def _pending(self) -> list[Future]:
+        return [f for _o, f in self._inflight.values()]
 
     def _pull(self, q: Queue, wait_ms: int) -> None:
         offset = self._positions[q]
@@ -224,6 +259,8 @@ class Consumer(Client):
         except FMQError as exc:
             # The server is unreachable; the heartbeat thread already says so once a second.
             logger.debug("pull of %s/%d failed: %s", q[0], q[1], exc)
+            if self.on_pull_error is not None:
+                self.on_pull_error(q, exc)
             time.sleep(self._backoff(1))
             return
         self._inflight[q] = (offset, fut)
@@ -240,6 +277,8 @@ class Consumer(Client):
                 if not exc.retriable:
                     raise
                 logger.debug("pull of %s/%d failed: %s; retrying", q[0], q[1], exc)
+                if self.on_pull_error is not None:
+                    self.on_pull_error(q, exc)
                 continue
             if self._positions.get(q) != offset:
                 continue  # the queue moved away and back meanwhile: stale answer
@@ -256,6 +295,8 @@ class Consumer(Client):
     def commit(self) -> None:
         """Commit the position after everything :meth:`poll` returned so far."""
         with self._use:
+            if self.broker_groups is not None:
+                return self.broker_groups.commit()
             self._commit()
 
     def _commit(self) -> None:
@@ -268,54 +309,14 @@ class Consumer(Client):
         for q, pos in commit_offsets(self, self.group, due):
             self._committed[q] = pos
 
-    def nack(self, message: StoredMessage, delay: float | None = None) -> int:
-        """This group failed ``message``: the server stores it for a redelivery to this group
-        after ``delay`` seconds (None: the back-off level of its attempt), or in the group's
-        dead-letter topic once it was redelivered ``max_reconsume_times``. Returns its
-        redeliveries so far (-1: dead-lettered). Commit as usual afterwards: the message is
-        safe once this returns."""
-        if delay is not None and (not isinstance(delay, (int, float)) or delay < 0):
-            raise InvalidArgument(f"delay must be seconds >= 0 or None, got {delay!r}")
-        resp = self.call(Op.NACK, {"group": self.group, "topic": message.topic,
-                                   "queue_id": message.queue_id,
-                                   "queue_offset": message.queue_offset,
-                                   "delay_ms": -1 if delay is None else round(delay * 1000)})
-        return -1 if resp["dead_letter"] else resp["reconsume_times"]
-
-    def run(self, handler: Callable[[StoredMessage], object]) -> None:
-        """Call ``handler`` with each message until :meth:`close`; commit after each batch.
-        A handler that raises fails that message (:meth:`nack`, logged), and the others go
-        on."""
-        for batch in self._batches():
-            for m in batch:
-                try:
-                    handler(m)
-                except Exception as exc:  # noqa: BLE001 - the application's failure
-                    logger.warning("handler failed %s/%d/%d (%s); redelivering later",
-                                   m.topic, m.queue_id, m.queue_offset, exc)
-                    self.nack(m)
-            if batch:
-                self.commit()
-
-    def __iter__(self) -> Iterator[StoredMessage]:
-        """Messages until :meth:`close` (from another thread, or a signal handler); commit
-        as you go."""
-        for batch in self._batches():
-            yield from batch
-
-    def _batches(self) -> Iterator[list[StoredMessage]]:
-        """Polled batches until :meth:`close` (a close from another thread ends it quietly)."""
-        while not self._closed:
-            try:
-                yield self.poll(1.0)
-            except BrokerClosed:
-                if self._closed:
-                    return
-                raise
-
     def close(self) -> None:
         """Leave the group (its queues go to the other members at once) and disconnect."""
         if self._closed:
+            return
+        if self.broker_groups is not None:
+            with self._use:
+                self.broker_groups.close()
+            super().close()
             return
         self._stop.set()
         self._hb.join(5)
@@ -330,40 +331,3 @@ class Consumer(Client):
 
     def __enter__(self) -> Consumer:
         return self
-
-
-def reads_client(servers: str | Sequence[str], options: dict[str, Any],
-                 read_server: str | None) -> Client:
-    """The client of a consumer's follower reads: the first of ``servers`` that answers,
-    ``read_server`` first, with the consumer's other ``options``."""
-    return Client(servers, **{**options, "node": ANY, "preferred_server": read_server})
-
-
-def commit_offsets(client: Client, group: str, due: list[tuple[Queue, int]]
-                   ) -> Iterator[tuple[Queue, int]]:
-    """Commit each (queue, next offset) of ``due`` for ``group``, yielding it once stored.
-    Sent together, not one after the other: the server writes each as a log record and
-    answers after the fdatasync, so pipelined they share one group commit."""
-
-    def fields(q: Queue, pos: int) -> dict[str, Any]:
-        return {"group": group, "topic": q[0], "queue_id": q[1], "next_offset": pos}
-
-    sent: list[tuple[Queue, int, Future | None]] = []
-    for q, pos in due:
-        try:
-            sent.append((q, pos, client.submit(Op.COMMIT_OFFSET, fields(q, pos))))
-        except FMQError as exc:
-            if not exc.retriable:
-                raise
-            sent.append((q, pos, None))  # not sent: the retrying call below sends it
-    for q, pos, fut in sent:
-        try:
-            if fut is not None:
-                fut.result(client.request_timeout)
-        except (FMQError, FutureTimeout) as exc:
-            if isinstance(exc, FMQError) and not exc.retriable:
-                raise
-            fut = None
-        if fut is None:  # the same value again: safe whether or not it was stored
-            client.call(Op.COMMIT_OFFSET, fields(q, pos))
-        yield q, pos

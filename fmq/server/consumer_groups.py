@@ -57,6 +57,8 @@ class ConsumerGroup:
     subscribers: dict[str, list[str]] = field(default_factory=dict)
     #: The member owning each queue of a topic (index = queue id).
     owners: dict[str, list[str]] = field(default_factory=dict)
+    #: The (queue base, queue count) each topic's owners were computed with.
+    layouts: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def assignment(self) -> dict[str, list[tuple[str, int]]]:
@@ -251,14 +253,30 @@ class ConsumerGroupCoordinator:
                 m = g.members.get(mid)
                 if m is not None:
                     m.owned.pop(t, None)
+            g.layouts.pop(t, None)
             subs = g.subscribers.get(t)
             if not subs:
                 continue
-            base = self.queue_base(t)
-            owners = g.owners[t] = [subs[(base + q) % len(subs)]
-                                    for q in range(self.queue_count(t))]
+            base, count = g.layouts[t] = self._layout(t)
+            owners = g.owners[t] = [subs[(base + q) % len(subs)] for q in range(count)]
             for q, mid in enumerate(owners):
                 g.members[mid].owned.setdefault(t, []).append(q)
+
+    def _layout(self, topic: str) -> tuple[int, int]:
+        return self.queue_base(topic), self.queue_count(topic)
+
+    def refresh(self) -> list[str]:
+        """Rebalance, with a new generation, every group whose topics' queue base or
+        queue count changed since their owners were computed (a route appeared for a
+        topic, or its local queues grew); the groups rebalanced. Called when the
+        cluster's routes change: costs one look per subscribed topic of each group."""
+        changed_groups = []
+        for g in self.groups.values():
+            changed = [t for t in g.subscribers if g.layouts.get(t) != self._layout(t)]
+            if changed:
+                self._rebalance(g, changed)
+                changed_groups.append(g.name)
+        return changed_groups
 
     def member_count(self, group: str) -> int:
         """Live members of ``group`` (0 for a group nobody joined)."""

@@ -86,6 +86,13 @@ class RouteMembership:
         if self._registrar.is_alive():
             self._registrar.join(timeout=2.0)
 
+    def queue_base(self, topic: str) -> int:
+        """The global index of ``topic``'s queue 0 in this group: its route entry's base,
+        0 for a topic without a route here (consumer groups assign by it)."""
+        route = self.follower.snapshot.routes.get(topic)
+        entry = route.entry(self.group) if route is not None else None
+        return entry.base if entry is not None else 0
+
     def poke(self) -> None:
         """A client knew a route this copy may not have: re-read etcd now."""
         self.follower.poke()
@@ -147,6 +154,15 @@ class RouteMembership:
         except RuntimeError:  # the round's workers are shut down: the next round does it
             return
         task.add_done_callback(self._made)
+        task.add_done_callback(lambda _t: self._regroup(ctx))
+
+    def _regroup(self, ctx: ServerContext) -> None:
+        """On the event loop, once the route entries are local topics: consumer groups
+        whose topics' queue base or count changed get a new assignment (a route that
+        appeared for a topic moves its base from 0 to the entry's)."""
+        if ctx is self._ctx and not ctx.stopping:
+            for name in ctx.groups.refresh():
+                logger.info("consumer group %s rebalanced: its topics' routes changed", name)
 
     def make_topics_now(self, broker: Broker) -> list[str]:
         """Make this group's route entries local topics (blocking: a worker thread; only on

@@ -95,7 +95,8 @@ class Server:
             groups=ConsumerGroupCoordinator(
                 broker.queue_count, config.group_session_timeout_ms,
                 limits=ConsumerGroupLimits(config.max_topics_per_member, config.max_members_per_group,
-                                   config.max_members_per_connection)),
+                                   config.max_members_per_connection),
+                queue_base=lambda t: 0 if self.ctx.routes is None else self.ctx.routes.queue_base(t)),
             limits=request_limits(broker, config),
             request_budget=SharedBudget("request", config.request_budget_total,
                                         config.request_budget_per_connection),
