@@ -28,7 +28,9 @@ the repository root::
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
+import logging
 import multiprocessing as mp
 import os
 import shutil
@@ -37,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -254,31 +256,39 @@ def summary(rounds: list[dict]) -> dict:
 # ---- 2. fail-over ----
 
 class Acks:
-    """Every acknowledged send: when, and the group that stored it."""
+    """Every acknowledged send: when it began, when it was answered, the group that
+    stored it."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.items: list[tuple[float, str]] = []
+        self.items: list[tuple[float, float, str]] = []
         self.errors = 0
         self.last_error = ""
 
-    def add(self, group: str) -> None:
+    def add(self, began: float, group: str) -> None:
         with self.lock:
-            self.items.append((time.monotonic(), group))
+            self.items.append((began, time.monotonic(), group))
 
     def of(self, group: str, after: float) -> list[float]:
+        """When the sends begun after ``after`` that ``group`` stored were answered (an
+        answer the killed primary gave just before dying may be counted after the kill, a
+        send begun once it is reaped cannot have been answered by it)."""
         with self.lock:
-            return [t for t, g in self.items if g == group and t > after]
+            return sorted(t for b, t, g in self.items if g == group and b > after)
 
 
 def failover(work: str, etcd: EtcdProcess, kills: int) -> None:
     cluster = Cluster(work, etcd, "benchfo", 2, 2, FAILOVER_CONFIG)
     acks, stop = Acks(), threading.Event()
+    retries = logging.getLogger("fmq.client")
+    retries.setLevel(logging.DEBUG)
+    retries.addHandler(_Remember())
 
     def produce(p: Producer) -> None:
         while not stop.is_set():
             try:
-                acks.add(p.send(TOPIC, BODY).group)
+                began = time.monotonic()
+                acks.add(began, p.send(TOPIC, BODY).group)
             except FMQError as exc:
                 acks.errors += 1
                 acks.last_error = repr(exc)
@@ -303,28 +313,55 @@ def failover(work: str, etcd: EtcdProcess, kills: int) -> None:
           f"send errors {acks.errors}")
 
 
+#: The routing producer's last retry messages (the client logs each at DEBUG).
+RETRIES: deque = deque(maxlen=8)
+
+
+class _Remember(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        RETRIES.append(f"{record.created:.2f} {record.getMessage()[:300]}")
+
+
+def route_primaries(node: ServerProcess) -> dict | str:
+    """Each group's primary in the node's ROUTE answer for the topic."""
+    if not node.alive:
+        return "down"
+    try:
+        with Client(node.address, retries=0, request_timeout=5) as c:
+            answer = json.loads(c.call(Op.ROUTE, {"topic": TOPIC})["json"])
+    except (FMQError, OSError) as exc:
+        return repr(exc)
+    return {g["group"]: g["primary"] for g in answer["groups"]}
+
+
 def one_kill(cluster: Cluster, acks: Acks, k: int) -> float:
     for group in cluster.groups:
         cluster.whole(group)
     time.sleep(1.0)  # the producer is writing to both primaries
     victim = cluster.primary("g1")
+    kill_sent = time.monotonic()
+    victim.kill()  # returns once the process is reaped
     killed_at = time.monotonic()
-    victim.kill()
     try:
         wait_for(lambda: acks.of("g1", killed_at), 60, "a send stored in g1 after the kill")
     except RuntimeError:
+        faulthandler.dump_traceback(all_threads=True)  # where the producer's threads wait
         roles = {n.address: repl_status(n).get("role") for n in cluster.groups["g1"]}
+        for node in cluster.nodes:
+            print(f"ROUTE at {node.address}: {route_primaries(node)}", file=sys.stderr)
+        print("the producer's last retries:", *RETRIES, sep="\n  ", file=sys.stderr)
         raise RuntimeError(f"no send stored in g1 within 60 s of the kill: g1's nodes "
                            f"{roles}, g2 acknowledged {len(acks.of('g2', killed_at))}, "
                            f"send errors {acks.errors}, last {acks.last_error}") from None
     back = acks.of("g1", killed_at)[0]
     g2 = [t for t in acks.of("g2", killed_at) if t <= back]
     gap = max((b - a for a, b in zip([killed_at, *g2], [*g2, back], strict=True)), default=0)
-    print(f"kill {k}: first send stored in g1 after {back - killed_at:.2f} s (new primary "
-          f"{cluster.primary('g1').address}); meanwhile g2 acknowledged {len(g2)} sends, "
+    heir = next(n for n in cluster.groups["g1"] if n is not victim)
+    print(f"kill {k}: first send stored in g1 after {back - kill_sent:.2f} s (new primary "
+          f"{heir.address}); meanwhile g2 acknowledged {len(g2)} sends, "
           f"longest gap {gap:.2f} s", flush=True)
     victim.start()  # it rejoins g1 as a follower
-    return back - killed_at
+    return back - kill_sent
 
 
 def main() -> None:
