@@ -157,6 +157,9 @@ class AsyncProducer(PooledClient):
                     placed = self.router.place(routes, messages, build, stamp)
                     if placed.single:
                         pinned = placed  # one group: numbered once, as before routing
+                elif not placed.single:  # kept in its group: follow the group's new primary
+                    for topic in dict.fromkeys(placed.topics):
+                        await self.route(topic, retries=0)
                 conn = await self._connection(placed.link)
             except FMQError as exc:
                 if placed is not None:

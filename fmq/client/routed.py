@@ -250,6 +250,11 @@ class RoutedSends:
                     placed = self._place(messages, build, stamp, group, confined)
                     if placed.single:
                         pinned = placed  # one group: numbered once, as before routing
+                elif not placed.single:
+                    # Kept in its group after a failure that may have stored it: that
+                    # group may have a new primary now, which only its route names.
+                    for topic in dict.fromkeys(placed.topics):
+                        self.route(topic, retries=0)
                 conn = self._connection(placed.link)  # type: ignore[attr-defined]
             except FMQError as exc:  # nothing was sent: the next try may go elsewhere
                 if placed is not None:
