@@ -84,6 +84,7 @@ class AsyncProducer(PooledClient):
         #: The batches of each link (the producer's own, or a routed group's), and the
         #: arguments of each routed message not answered yet (placed anew on NotHosted).
         self._lanes: dict[str, AsyncLane] = {}
+        self._rereads: set[asyncio.Task] = set()
         self._routed: dict[asyncio.Future, tuple] = {}
         self._replacing: set[asyncio.Task] = set()
 
@@ -143,6 +144,23 @@ class AsyncProducer(PooledClient):
         except FMQError as exc:
             answer = exc
         return self.router.take(topic, answer)
+
+    def _unreachable(self, group: str) -> None:
+        """A lane could not reach ``group``'s primary: read the routes through that group
+        again (in a task: the lane's next try waits its back-off), which moves its link to
+        the primary they name now (a fail-over)."""
+        self.router.table.unreachable(group)
+
+        async def reread() -> None:
+            for topic in self.router.table.topics_in(group):
+                try:
+                    await self.route(topic, retries=0)
+                except FMQError:
+                    return  # the lane's next try asks again
+
+        task = asyncio.ensure_future(reread())
+        self._rereads.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._rereads.discard)
 
     async def _deliver(self, op: Op, messages: Sequence[Message], build: Build,
                        stamp: bool = True) -> tuple[dict[str, Any], Placed]:
@@ -218,7 +236,7 @@ class AsyncProducer(PooledClient):
             lane = self._lanes[link] = AsyncLane(
                 core, self.request_timeout, partial(self._connection, link), group,
                 self._reroute if routed else None,
-                partial(self.router.table.unreachable, group) if routed else None)
+                partial(self._unreachable, group) if routed else None)
         elif group and not lane.group:  # the connection came first: its lane is named now
             lane.group = group
         return lane

@@ -223,6 +223,17 @@ class Producer(RoutedSends, Client):
             except FMQError as exc:
                 fut.set_exception(exc)
 
+    def _unreachable(self, group: str) -> None:
+        """A batch sender could not reach ``group``'s primary (its batches may be kept
+        there, maybe stored): read the routes through that group again, which moves its
+        link to the primary they name now (a fail-over)."""
+        self.routes.unreachable(group)
+        for topic in self.routes.topics_in(group):
+            try:
+                self.route(topic, retries=0)
+            except FMQError:
+                return  # the sender's next try asks again
+
     def _start_sender(self, link: str, group: str) -> BatchSender:
         with self._sender_lock:
             if self._closed or self._sender_closed:
@@ -236,7 +247,7 @@ class Producer(RoutedSends, Client):
             if sender is None:
                 sender = self._senders[group] = BatchSender(
                     self, idempotent=self.idempotent, link=link, group=group,
-                    reroute=self._reroute, unreachable=partial(self.routes.unreachable, group),
+                    reroute=self._reroute, unreachable=partial(self._unreachable, group),
                     **self._batching)
             return sender
 

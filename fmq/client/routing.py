@@ -193,6 +193,11 @@ class RouteTable:
                 return None
             return route
 
+    def topics_in(self, group: str) -> list[str]:
+        """The topics whose held route has queues in ``group``."""
+        with self._lock:
+            return [t for t, (route, _) in self._routes.items() if group in route.groups]
+
     def held(self, topic: str) -> Route | None:
         """The topic's route last read, however old (None: never read)."""
         with self._lock:
