@@ -27,8 +27,9 @@ CONFIG = {**SMALL, "queues_per_topic": QUEUES_PER_TOPIC,
           "server": {"lease_ttl_s": 3, "route_resync_ms": RESYNC_MS}}
 
 
-def start_node(tmp_path, etcd: EtcdProcess, group: str) -> ServerProcess:
-    node = ServerProcess(str(tmp_path / group), CONFIG, extra_args=(
+def start_node(tmp_path, etcd: EtcdProcess, group: str, config: dict | None = None,
+               port: int | None = None) -> ServerProcess:
+    node = ServerProcess(str(tmp_path / group), config or CONFIG, port=port, extra_args=(
         "--coordinator", etcd.url, "--cluster-name", CLUSTER, "--group", group,
         "--node", f"{group}-n1"))
     return node.start()
@@ -88,15 +89,24 @@ def local_queues(node: ServerProcess, topic: str) -> int:
 REFRESH_BOUND_S = 15.0
 
 
+def known_everywhere(nodes: dict[str, ServerProcess], topic: str, version: int) -> None:
+    """Wait until every node's copy holds ``topic``'s route at ``version`` or later."""
+    for node in nodes.values():
+        wait_until(lambda n=node: route_version(n, topic) >= version, REFRESH_BOUND_S,
+                   f"{node.address} to know route version {version} of {topic}")
+
+
 @contextmanager
-def two_groups(tmp) -> Iterator[tuple[ClusterRoutes, dict[str, ServerProcess], EtcdProcess]]:
-    """A real etcd and broker groups g1 and g2 of cluster CLUSTER, one node each, both
-    registered with their primaries; everything stopped on the way out."""
+def two_groups(tmp, config: dict | None = None
+               ) -> Iterator[tuple[ClusterRoutes, dict[str, ServerProcess], EtcdProcess]]:
+    """A real etcd and broker groups g1 and g2 of cluster CLUSTER, one node each (with
+    ``config``, CONFIG by default), both registered with their primaries; everything
+    stopped on the way out."""
     etcd = EtcdProcess(str(tmp / "etcd")).start()
     nodes: dict[str, ServerProcess] = {}
     try:
         for group in ("g1", "g2"):
-            nodes[group] = start_node(tmp, etcd, group)
+            nodes[group] = start_node(tmp, etcd, group, config)
         for node in nodes.values():
             wait_primary(node)
         store = ClusterRoutes(etcd.url, CLUSTER)

@@ -21,9 +21,8 @@ from tests.etcdkit import ETCD
 from tests.server.harness import wait_until
 
 from .kit import (
-    REFRESH_BOUND_S,
+    known_everywhere,
     queue_range,
-    route_version,
     start_node,
     two_groups,
     wait_primary,
@@ -32,17 +31,12 @@ from .kit import (
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (.ci/run installs etcd-server)")
 
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("client-cluster")
     with two_groups(tmp) as (store, nodes, etcd):
         yield store, nodes, etcd, tmp
-
-
-def known_everywhere(nodes, topic, version):
-    for node in nodes.values():
-        wait_until(lambda n=node: route_version(n, topic) >= version, REFRESH_BOUND_S,
-                   f"{node.address} to know route version {version} of {topic}")
 
 
 def stored_count(node, topic, queues):

@@ -24,7 +24,16 @@ from fmq.protocol import Op
 from tests.etcdkit import ETCD, EtcdProcess
 from tests.server.harness import ServerProcess, wait_until
 
-from .kit import CLUSTER, CONFIG, call, queue_range, route_version, send, wait_primary
+from .kit import (
+    CONFIG,
+    call,
+    queue_range,
+    route_version,
+    send,
+    start_node,
+    two_groups,
+    wait_primary,
+)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (.ci/run installs etcd-server)")
@@ -38,31 +47,14 @@ CONSUMER_OPTIONS = {"request_timeout": 3.0, "delivery_timeout": 8.0, "route_refr
 
 
 def start_group(tmp, etcd: EtcdProcess, group: str, port: int | None = None) -> ServerProcess:
-    node = ServerProcess(str(tmp / group), GROUP_CONFIG, port=port, extra_args=(
-        "--coordinator", etcd.url, "--cluster-name", CLUSTER, "--group", group,
-        "--node", f"{group}-n1"))
-    return node.start()
+    return start_node(tmp, etcd, group, GROUP_CONFIG, port)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("consumer-cluster")
-    etcd = EtcdProcess(str(tmp / "etcd")).start()
-    nodes: dict[str, ServerProcess] = {}
-    try:
-        for group in ("g1", "g2"):
-            nodes[group] = start_group(tmp, etcd, group)
-        for node in nodes.values():
-            wait_primary(node)
-        store = ClusterRoutes(etcd.url, CLUSTER)
-        wait_until(lambda: {g: x.primary for g, x in store.groups().items()}
-                   == {g: n.address for g, n in nodes.items()}, 30,
-                   "both groups registered with their primaries")
+    with two_groups(tmp, GROUP_CONFIG) as (store, nodes, etcd):
         yield store, nodes, etcd, tmp
-    finally:
-        for node in nodes.values():
-            node.kill()
-        etcd.stop()
 
 
 def routed_topic(store: ClusterRoutes, nodes: dict, topic: str, groups=("g1", "g2")) -> None:

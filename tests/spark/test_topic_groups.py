@@ -13,11 +13,10 @@ import pytest
 
 from fmq.client import Producer
 from fmq.coordination.lease import LeaderLease
-from fmq.coordination.routes import ClusterRoutes
 from fmq.spark.errors import GroupUnreachable
 from fmq.spark.topic_source import TopicBatchReader, register
-from tests.cluster.kit import CLUSTER, route_version, start_node, wait_primary
-from tests.etcdkit import ETCD, EtcdProcess
+from tests.cluster.kit import known_everywhere, two_groups
+from tests.etcdkit import ETCD
 from tests.server.harness import free_port, wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
@@ -28,35 +27,14 @@ QUEUES = 2  # per group
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("spark-groups")
-    etcd = EtcdProcess(str(tmp / "etcd")).start()
-    nodes = {}
-    try:
-        for group in ("g1", "g2"):
-            nodes[group] = start_node(tmp, etcd, group)
-        for node in nodes.values():
-            wait_primary(node)
-        store = ClusterRoutes(etcd.url, CLUSTER)
-        wait_until(lambda: {g: x.primary for g, x in store.groups().items()}
-                   == {g: n.address for g, n in nodes.items()}, 30,
-                   "both groups registered with their primaries")
+    with two_groups(tmp_path_factory.mktemp("spark-groups")) as (store, nodes, etcd):
         yield store, nodes, etcd
-    finally:
-        for node in nodes.values():
-            node.kill()
-        etcd.stop()
 
 
 @pytest.fixture(scope="module")
 def topics(spark):
     register(spark)
     return spark
-
-
-def known_everywhere(nodes, topic: str, version: int) -> None:
-    for node in nodes.values():
-        wait_until(lambda n=node: route_version(n, topic) >= version, 15,
-                   f"{node.address} to know route version {version} of {topic}")
 
 
 def send(nodes, topic: str, prefix: str, count: int) -> dict[bytes, tuple[str, int, int]]:
