@@ -55,7 +55,8 @@ def send(address: str, per_index: dict[int, int]) -> None:
 
 
 def read_and_commit(address: str, expected: int) -> None:
-    """Consumer group billing reads ``expected`` messages of the node's queues and commits."""
+    """Consumer group billing reads ``expected`` messages of the topic (every group's
+    queues: the consumer routes) and commits."""
     got: list = []
     with Consumer(address, "billing", ["orders"], start="earliest") as c:
         wait_until(lambda: got.extend(c.poll(timeout=0.5)) or len(got) >= expected, 60,
@@ -71,8 +72,8 @@ def test_status_through_a_live_node_shows_groups_route_and_lag(nodes):
 
     # global indices 0, 1 are g1's queues 0, 1; 2, 3 are g2's queues 0, 1
     send(g1, {0: 3, 1: 1, 2: 2, 3: 1})
-    read_and_commit(g2, 3)          # billing read all of g2's queues ...
-    send(g2, {2: 2})                # ... and not these two
+    read_and_commit(g2, 7)          # billing (a consumer of both groups) read all 7 ...
+    send(g2, {2: 2})                # ... and not these two, in g2's queue 0
 
     status = fmq("cluster", "status", "--server", g1, "--json")
     assert status.code == 0, status.stderr
@@ -100,6 +101,10 @@ def test_status_through_a_live_node_shows_groups_route_and_lag(nodes):
     billing = sorted((r for r in s["lag"] if r["consumer_group"] == "billing"),
                      key=lambda r: r["global_index"])
     assert billing == [
+        {"group": "g1", "topic": "orders", "queue_id": 0, "global_index": 0,
+         "consumer_group": "billing", "committed": 3, "next_offset": 3, "lag": 0},
+        {"group": "g1", "topic": "orders", "queue_id": 1, "global_index": 1,
+         "consumer_group": "billing", "committed": 1, "next_offset": 1, "lag": 0},
         {"group": "g2", "topic": "orders", "queue_id": 0, "global_index": 2,
          "consumer_group": "billing", "committed": 2, "next_offset": 4, "lag": 2},
         {"group": "g2", "topic": "orders", "queue_id": 1, "global_index": 3,
@@ -110,7 +115,7 @@ def test_status_through_a_live_node_shows_groups_route_and_lag(nodes):
     assert other.code == 0, other.stderr
     assert other.json["routes"] == s["routes"]
     assert sorted(r["lag"] for r in other.json["lag"]
-                  if r["consumer_group"] == "billing") == [0, 2]
+                  if r["consumer_group"] == "billing") == [0, 0, 0, 2]
     table = fmq("cluster", "status", "--server", g1)
     assert table.code == 0, table.stderr
     lines = {line.split()[0]: line for line in table.stdout.splitlines() if line.strip()}
