@@ -25,9 +25,10 @@ pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (.ci/run installs etcd-server)")
 
 THREADS = 4  # two of sync sends, two of send_async; one more thread runs asyncio
-#: From the kill to every thread's next send stored in g1: the lease (3 s), the election,
-#: the announce, and retries' back-off, on a loaded machine.
-BOUND_S = 45.0
+#: From the kill to every thread's next send stored in g1: the lease (3 s), the election
+#: (the follower waits for the dead primary's report to expire when it lagged), the
+#: announce, and retries' back-off, on a loaded machine (the whole suite runs beside it).
+BOUND_S = 90.0
 
 
 def _node(tmp, etcd: EtcdProcess, group: str, n: int) -> ServerProcess:
@@ -96,8 +97,13 @@ def test_every_sender_reaches_the_groups_new_primary_after_a_kill(tmp_path):
         wait_until(lambda: role(nodes[1]) == "follower", 30, "g1's second node to follow")
         killed_at = time.monotonic()
         first.kill()
-        wait_until(lambda: errors or all(d[-1] > killed_at + 0.5 for d in done), BOUND_S,
-                   "every thread to store a send in g1 again after its primary was killed")
+        try:
+            wait_until(lambda: errors or all(d[-1] > killed_at + 0.5 for d in done), BOUND_S,
+                       "every thread to store a send in g1 again after its primary was killed")
+        except AssertionError as exc:
+            last = [round(d[-1] - killed_at, 2) for d in done]
+            raise AssertionError(f"{exc}; each thread's last send stored, seconds after the "
+                                 f"kill: {last}; g1's other node: {role(nodes[1])}") from None
         assert not errors, errors
         assert role(nodes[1]) == "primary"
     finally:
