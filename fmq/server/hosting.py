@@ -46,14 +46,9 @@ READS: dict[int, Named] = {op: _queue for op in (
     Op.COMMIT_OFFSET, Op.NACK)}
 
 
-def not_hosted(snapshot: RouteSnapshot, group: str, op: int, req: dict,
-               local_queues: Callable[[str], int] | None = None) -> NotHosted | None:
+def not_hosted(snapshot: RouteSnapshot, group: str, op: int, req: dict) -> NotHosted | None:
     """NotHosted for the first queue ``req`` names that ``group`` does not host in
-    ``snapshot``'s routes, or None when the request may run here. ``local_queues``: the
-    topic's queues in this broker now; a queue the route gives this group that the broker
-    has not made yet (the moments after an expand, before the primary made the entry its
-    local topic) is not hosted yet either: retriable, where the broker would say
-    UnknownQueue, which is not."""
+    ``snapshot``'s routes, or None when the request may run here."""
     write = op in WRITES
     named = WRITES.get(op) or READS.get(op)
     if named is None:
@@ -66,8 +61,6 @@ def not_hosted(snapshot: RouteSnapshot, group: str, op: int, req: dict,
         entry = route.entry(group)
         if (entry is None or (write and not entry.writable)
                 or not (queue_id == BROKER_PICKS_QUEUE and write
-                        or 0 <= queue_id < entry.queues)
-                or (queue_id != BROKER_PICKS_QUEUE and local_queues is not None
-                    and queue_id >= local_queues(topic))):
+                        or 0 <= queue_id < entry.queues)):
             return NotHosted(topic, group, queue_id, route.version)
     return None

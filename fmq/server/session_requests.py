@@ -112,8 +112,7 @@ class SessionRequests:
             return None
         routes = ctx.routes
         if routes is not None:  # a node of a cluster: is the queue this group's?
-            refused = not_hosted(routes.snapshot, routes.group, op, req,
-                                 ctx.broker.queue_count)
+            refused = not_hosted(routes.snapshot, routes.group, op, req)
             if refused is not None:
                 routes.poke()  # the client may know a newer route than this node's copy
                 ctx.counters.failed(op, refused)
