@@ -35,7 +35,7 @@ from .batching import Limits
 from .connection import parse_servers
 from .deadline import DEFAULT_DELIVERY_TIMEOUT
 from .discovery import PRIMARY, Finder
-from .routed import Build, Placed, Router, group_link
+from .routed import Build, Placed, Router, group_link, link_group
 from .routing import DEFAULT_ROUTE_REFRESH_S, Route, choose_queue
 from .tls import TLSSetting
 
@@ -233,6 +233,8 @@ class AsyncProducer(PooledClient):
                 attempts=lambda started: self.attempts(started=started),
                 idempotent=self.idempotent, dedup_window=window)
             routed = link != DEFAULT_GROUP
+            # From the link: a lane a connection made first re-reads its own group's routes.
+            group = link_group(link) if routed else group
             lane = self._lanes[link] = AsyncLane(
                 core, self.request_timeout, partial(self._connection, link), group,
                 self._reroute if routed else None,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from fmq.errors import FMQError, OffsetOutOfRange, PrimaryNotFound
+from fmq.errors import ConnectionLost, FMQError, OffsetOutOfRange, PrimaryNotFound
 from fmq.message import StoredMessage
 from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
@@ -139,10 +139,16 @@ class Client(PooledClient, TopicAdmin):
             try:
                 return self._connection(link).request(op, fields, attempts.cap(timeout))
             except FMQError as exc:
+                if link != DEFAULT_GROUP and isinstance(exc, (ConnectionLost, PrimaryNotFound)):
+                    self._group_lost(link)
                 delay = attempts.pause(exc, self._closed)
                 logger.debug("%s failed (%s); retry %d in %.2fs", op.name, exc,
                              attempts.attempt, delay)
                 time.sleep(delay)
+
+    def _group_lost(self, link: str) -> None:
+        """A request on a broker group's ``link`` found no primary there: a routing client
+        reads that group's routes again (they name its new primary after a fail-over)."""
 
     def submit(self, op: Op, fields: dict[str, Any]) -> Future:
         """Send without waiting (pipelining); no retry."""

@@ -32,7 +32,7 @@ from .acquire import DEFAULT_GROUP
 from .base import Client
 from .deadline import DEFAULT_DELIVERY_TIMEOUT
 from .discovery import PRIMARY
-from .routed import RoutedSends, Router, group_link
+from .routed import RoutedSends, Router, group_link, link_group
 from .routing import DEFAULT_ROUTE_REFRESH_S, Route, choose_queue
 from .sender import BatchSender
 
@@ -233,6 +233,11 @@ class Producer(RoutedSends, Client):
                 self.route(topic, retries=0)
             except FMQError:
                 return  # the sender's next try asks again
+
+    def _group_lost(self, link: str) -> None:
+        # COMMIT, ROLLBACK and check-backs of a transaction go to the group that prepared
+        # it: after its fail-over they must follow the route to the new primary.
+        self._unreachable(link_group(link))
 
     def _start_sender(self, link: str, group: str) -> BatchSender:
         with self._sender_lock:

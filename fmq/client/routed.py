@@ -61,6 +61,11 @@ def group_link(group: str) -> str:
     return f"group/{group}"
 
 
+def link_group(link: str) -> str:
+    """The broker group of a link :func:`group_link` named ("" for the client's own)."""
+    return link.partition("/")[2] if link != DEFAULT_GROUP else ""
+
+
 class Placed:
     """One request ready to go: the link to send it on, its fields, and the group named in
     its results ("" when the server did not say)."""

@@ -154,10 +154,19 @@ def group_queue(route: Route, group: str, key: str | None, queue_id: int | None,
 
 # -------------------------------------------------------------------- the table
 
+def _lacks_primary(route: Route) -> bool:
+    """A group of the (cluster) route has no primary now."""
+    if route.single:
+        return False
+    return any(not (g := route.groups.get(e.group)) or not g.primary
+               for e in route.route.entries if e.writable)
+
+
 class RouteTable:
     """The routes a producer read, per topic, and when to read each again: at once after a
-    NotHosted (at most once per ``min_gap_s``), every ``refresh_s`` seconds, and when a
-    group's primary could not be reached. Thread-safe; no I/O (the caller asks ROUTE)."""
+    NotHosted (at most once per ``min_gap_s``), every ``refresh_s`` seconds (``backoff_s``
+    while one of its groups has no primary), and when a group's primary could not be
+    reached. Thread-safe; no I/O (the caller asks ROUTE)."""
 
     def __init__(self, refresh_s: float = DEFAULT_ROUTE_REFRESH_S,
                  min_gap_s: float = MIN_REFRESH_GAP_S, backoff_s: float = GROUP_BACKOFF_S,
@@ -189,7 +198,11 @@ class RouteTable:
                 if now - read_at >= self.min_gap_s:
                     return None
                 return route
-            if now - read_at >= self.refresh_s:
+            # A group of the route without a primary (an election under way) is left
+            # out of unkeyed sends until a read names one: read again after a back-off,
+            # not a whole refresh period later.
+            period = self.backoff_s if _lacks_primary(route) else self.refresh_s
+            if now - read_at >= period:
                 return None
             return route
 

@@ -9,11 +9,18 @@ of a queue (PULL, PULL_TAGGED, QUEUE_RANGE, OFFSET_FOR_TIME, FETCH_OFFSET, COMMI
 NACK) this group does not host in the route. A topic without a route (one made before the
 cluster, FMQ's own ``%`` topics) keeps a single broker's rules. A node outside a cluster
 never gets here (the caller tests one attribute).
+
+On a primary, a queue is hosted only once the broker has made it (``made``: the queues of
+each route entry made this group's local topic): between a route change reaching the
+node's copy (an expand, a new route) and the primary making the entry its local topic, a
+request for the entry's queues is refused with NotHosted, which a client retries, where
+the broker would answer UnknownQueue (final) or make the topic with ``queues_per_topic``
+queues rather than the entry's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from fmq.coordination.routes import RouteSnapshot
 from fmq.errors import NotHosted
@@ -46,9 +53,11 @@ READS: dict[int, Named] = {op: _queue for op in (
     Op.COMMIT_OFFSET, Op.NACK)}
 
 
-def not_hosted(snapshot: RouteSnapshot, group: str, op: int, req: dict) -> NotHosted | None:
+def not_hosted(snapshot: RouteSnapshot, group: str, op: int, req: dict,
+               made: Mapping[str, int] | None = None) -> NotHosted | None:
     """NotHosted for the first queue ``req`` names that ``group`` does not host in
-    ``snapshot``'s routes, or None when the request may run here."""
+    ``snapshot``'s routes, or None when the request may run here. ``made``: on a primary,
+    how many queues of each routed topic it has made (a topic absent: none yet)."""
     write = op in WRITES
     named = WRITES.get(op) or READS.get(op)
     if named is None:
@@ -61,6 +70,13 @@ def not_hosted(snapshot: RouteSnapshot, group: str, op: int, req: dict) -> NotHo
         entry = route.entry(group)
         if (entry is None or (write and not entry.writable)
                 or not (queue_id == BROKER_PICKS_QUEUE and write
-                        or 0 <= queue_id < entry.queues)):
+                        or 0 <= queue_id < entry.queues)
+                or (made is not None and not _made(made, topic, queue_id))):
             return NotHosted(topic, group, queue_id, route.version)
     return None
+
+
+def _made(made: Mapping[str, int], topic: str, queue_id: int) -> bool:
+    if queue_id == BROKER_PICKS_QUEUE:
+        return topic in made
+    return queue_id < made.get(topic, 0)

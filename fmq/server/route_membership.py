@@ -28,10 +28,12 @@ logger = logging.getLogger("fmq.server")
 REGISTER_RETRY_S = 1.0
 
 
-def make_local_topics(broker: Broker, group: str, snapshot: RouteSnapshot) -> list[str]:
+def make_local_topics(broker: Broker, group: str, snapshot: RouteSnapshot,
+                      made: dict[str, int] | None = None) -> list[str]:
     """Make every route entry of ``group`` a local topic with the entry's queue count
     (created, or grown: queues only grow); the topics changed. A TOPIC record carries the
-    count to the group's followers, its recovery and both rebuilds, without etcd."""
+    count to the group's followers, its recovery and both rebuilds, without etcd.
+    ``made`` gets each entry's topic and its queues now, once they exist."""
     changed = []
     for topic, route in sorted(snapshot.routes.items()):
         entry = route.entry(group)
@@ -42,12 +44,18 @@ def make_local_topics(broker: Broker, group: str, snapshot: RouteSnapshot) -> li
             try:
                 broker.topics.create(topic, entry.queues)
                 changed.append(topic)
+                if made is not None:
+                    made[topic] = entry.queues
                 continue
             except TopicExists:  # made by a send meanwhile
                 cfg = broker.topics.get(topic)
-        if cfg is not None and cfg.queues < entry.queues:
+        if cfg is None:
+            continue
+        if cfg.queues < entry.queues:
             broker.topics.alter(topic, entry.queues)
             changed.append(topic)
+        if made is not None:
+            made[topic] = max(cfg.queues, entry.queues)
     return changed
 
 
@@ -62,6 +70,10 @@ class RouteMembership:
                                       resync_s=config.route_resync_ms / 1000)
         self._ctx: ServerContext | None = None
         self._lock = threading.Lock()  # one local-topic pass at a time
+        #: On the primary, the queues of each route entry it has made its local topic
+        #: (the hosting check refuses the rest as not hosted yet); new each serving round.
+        self._made: dict[str, int] = {}
+        self._making = False  # a local-topic pass is queued or running
         self._stop = threading.Event()
         self._started = False
         self._registrar = threading.Thread(target=self._register, name="fmq-route-register",
@@ -93,9 +105,20 @@ class RouteMembership:
         entry = route.entry(self.group) if route is not None else None
         return entry.base if entry is not None else 0
 
-    def poke(self) -> None:
-        """A client knew a route this copy may not have: re-read etcd now."""
+    def made_here(self, ctx: ServerContext) -> dict[str, int] | None:
+        """The queues this primary has made of each routed topic; None on a follower
+        (which refuses writes as NotPrimary and makes no topic)."""
+        role = ctx.replication
+        if role is None or role.primary is not None:
+            return None
+        return self._made
+
+    def poke(self, ctx: ServerContext | None = None) -> None:
+        """A client knew a route this copy may not have: re-read etcd now; with ``ctx``
+        (a primary that refused a queue it has not made), also make the entries local."""
         self.follower.poke()
+        if ctx is not None and not self._making:
+            self._make_topics(ctx)
 
     def _register(self) -> None:
         warned = False
@@ -117,6 +140,8 @@ class RouteMembership:
         """A serving round starts (on its event loop): a primary makes its route entries
         local topics now, from the copy it has, and tells the cluster it leads."""
         self._ctx = ctx
+        self._made = {}  # this round makes its own: a topic may have been deleted meanwhile
+        self._making = False
         self._make_topics(ctx)
         if ctx.replication is not None and ctx.replication.primary is None:
             threading.Thread(target=self._announce, name="fmq-route-announce",
@@ -149,11 +174,13 @@ class RouteMembership:
         role = ctx.replication
         if ctx is not self._ctx or ctx.stopping or role is None or role.primary is not None:
             return  # only the primary writes: followers copy its TOPIC records
+        made = self._made
         try:
-            task = asyncio.ensure_future(ctx.write(self.make_topics_now, ctx.broker))
+            task = asyncio.ensure_future(ctx.write(self.make_topics_now, ctx.broker, made))
         except RuntimeError:  # the round's workers are shut down: the next round does it
             return
-        task.add_done_callback(self._made)
+        self._making = True
+        task.add_done_callback(self._pass_done)
         task.add_done_callback(lambda _t: self._regroup(ctx))
 
     def _regroup(self, ctx: ServerContext) -> None:
@@ -164,13 +191,15 @@ class RouteMembership:
             for name in ctx.groups.refresh():
                 logger.info("consumer group %s rebalanced: its topics' routes changed", name)
 
-    def make_topics_now(self, broker: Broker) -> list[str]:
+    def make_topics_now(self, broker: Broker, made: dict[str, int] | None = None
+                        ) -> list[str]:
         """Make this group's route entries local topics (blocking: a worker thread; only on
-        the primary); the topics changed."""
+        the primary); the topics changed. ``made`` gets what exists now."""
         with self._lock:  # the newest copy, whichever pass runs last
-            return make_local_topics(broker, self.group, self.follower.snapshot)
+            return make_local_topics(broker, self.group, self.follower.snapshot, made)
 
-    def _made(self, task: asyncio.Future) -> None:
+    def _pass_done(self, task: asyncio.Future) -> None:
+        self._making = False
         if task.cancelled():
             return
         exc = task.exception()

@@ -112,9 +112,12 @@ class SessionRequests:
             return None
         routes = ctx.routes
         if routes is not None:  # a node of a cluster: is the queue this group's?
-            refused = not_hosted(routes.snapshot, routes.group, op, req)
+            made = routes.made_here(ctx)
+            refused = not_hosted(routes.snapshot, routes.group, op, req, made)
             if refused is not None:
-                routes.poke()  # the client may know a newer route than this node's copy
+                # The client may know a newer route than this node's copy, or this primary
+                # has not made the entry its topic yet.
+                routes.poke(ctx if made is not None else None)
                 ctx.counters.failed(op, refused)
                 session.send(encode_error(op, rid, refused))
                 return None

@@ -168,6 +168,22 @@ def test_the_table_reads_again_on_not_hosted_at_most_once_per_gap_and_on_its_per
     assert table.store("t", older) is v5  # a lagging node's answer does not go backwards
 
 
+def test_a_route_naming_a_group_without_a_primary_is_read_again_after_the_back_off():
+    """Read during an election, the route leaves that group out of unkeyed sends: the
+    table asks again after the back-off, not a refresh period (30 s) later."""
+    clock = Clock()
+    table = RouteTable(refresh_s=30, backoff_s=1, clock=clock)
+    electing = cluster(new_route("t", ["g1", "g2"], 2), {"g2": "127.0.0.1:9001"})
+    table.store("t", electing)
+    assert table.current("t") is electing
+    clock.now += 1.5
+    assert table.current("t") is None
+    whole = cluster(new_route("t", ["g1", "g2"], 2))
+    table.store("t", whole)
+    clock.now += 1.5
+    assert table.current("t") is whole  # both have a primary: the usual period
+
+
 def test_an_unreachable_group_is_skipped_for_its_back_off():
     clock = Clock()
     table = RouteTable(refresh_s=30, backoff_s=1, clock=clock)

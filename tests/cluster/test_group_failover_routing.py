@@ -6,6 +6,7 @@ primary, which the route names once the new primary has announced itself."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -13,6 +14,7 @@ import time
 import pytest
 
 from fmq.client import Producer
+from fmq.client.aio import AsyncProducer
 from fmq.coordination.routes import ClusterRoutes
 from tests.etcdkit import ETCD, EtcdProcess
 from tests.server.harness import ServerProcess, wait_until
@@ -22,7 +24,7 @@ from .kit import CLUSTER, CONFIG, role, wait_primary
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (.ci/run installs etcd-server)")
 
-THREADS = 4  # two of sync sends, two of send_async
+THREADS = 4  # two of sync sends, two of send_async; one more thread runs asyncio
 #: From the kill to every thread's next send stored in g1: the lease (3 s), the election
 #: (the follower waits for the dead primary's report to expire when it lagged), the
 #: announce, and retries' back-off, on a loaded machine (the whole suite runs beside it).
@@ -67,11 +69,28 @@ def test_every_sender_reaches_the_groups_new_primary_after_a_kill(tmp_path):
                     assert result.group == "g1"
                     done[i].append(time.monotonic())
 
-        # An AsyncProducer is left out: it can stop storing in g1 after the
-        # fail-over when a NotHosted crosses it (seen in a full-suite run; docs/cluster.md
-        # lists it as open).
+        def send_aio() -> None:
+            async def loop() -> None:
+                async with AsyncProducer(servers, linger_ms=1,
+                                         delivery_timeout=BOUND_S + 30) as p:
+                    n = 0
+                    while not stop.is_set():
+                        n += 1
+                        if n % 2:
+                            result = await p.send("fo", b"a", queue_id=0)
+                        else:
+                            fut = await p.send_async("fo", b"a", queue_id=1)
+                            result = await asyncio.wait_for(fut, BOUND_S + 30)
+                        assert result.group == "g1"
+                        done[THREADS].append(time.monotonic())
+            try:
+                asyncio.run(loop())
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        done.append([])  # the asyncio producer's
         threads = [threading.Thread(target=send, args=(i,), daemon=True)
-                   for i in range(THREADS)]
+                   for i in range(THREADS)] + [threading.Thread(target=send_aio, daemon=True)]
         for t in threads:
             t.start()
         wait_until(lambda: all(len(d) >= 20 for d in done), 60, "every thread sending to g1")

@@ -60,12 +60,17 @@ def role_of(node: ServerProcess) -> dict:
 
 
 class FailoverGroup:
-    """etcd and the nodes ``names`` of group "g", their data under ``work``."""
+    """etcd and the nodes ``names`` of group ``group``, their data under ``work``;
+    ``cluster``: the cluster name they register the group in (the server's default when
+    None)."""
 
     def __init__(self, work: str, names: tuple[str, ...] = ("n1", "n2", "n3"),
-                 config: dict = GROUP_CONFIG) -> None:
+                 config: dict = GROUP_CONFIG, group: str = "g",
+                 cluster: str | None = None) -> None:
         self.work = work
         self.config = config
+        self.group = group
+        self.cluster_args = () if cluster is None else ("--cluster-name", cluster)
         self.etcd = EtcdProcess(os.path.join(work, "etcd"))
         self.nodes: list[ServerProcess] = []
         self.names = names
@@ -74,8 +79,9 @@ class FailoverGroup:
         self.etcd.start()
         for name in self.names:
             node = ServerProcess(os.path.join(self.work, name), self.config,
-                                 extra_args=("--coordinator", self.etcd.url, "--group", "g",
-                                             "--node", name))
+                                 extra_args=("--coordinator", self.etcd.url,
+                                             "--group", self.group, "--node", name,
+                                             *self.cluster_args))
             self.nodes.append(node)
         for node in self.nodes:
             node.start()

@@ -1,0 +1,45 @@
+"""The hosting check of a cluster node (fmq/server/hosting.py): which requests it refuses
+with NotHosted, as a pure function of the node's copy of the routes and, on a primary,
+the queues it has made."""
+
+from __future__ import annotations
+
+from fmq.coordination.routes import RouteSnapshot
+from fmq.protocol import Op
+from fmq.protocol.values import BROKER_PICKS_QUEUE
+from fmq.server.hosting import not_hosted
+from fmq.topic_route import expand, new_route
+
+ROUTE = expand(new_route("t", ["g1"], 2), "g2", 2)  # g1: local 0-1; g2: local 0-1
+SNAPSHOT = RouteSnapshot(7, {"t": ROUTE})
+
+
+def _send(queue_id: int) -> dict:
+    return {"message": {"topic": "t", "queue_id": queue_id}}
+
+
+def test_a_queue_of_another_group_or_past_the_entry_is_not_hosted():
+    assert not_hosted(SNAPSHOT, "g3", Op.SEND, _send(0)) is not None
+    assert not_hosted(SNAPSHOT, "g2", Op.SEND, _send(2)) is not None
+    assert not_hosted(SNAPSHOT, "g2", Op.PULL, {"topic": "t", "queue_id": 5}) is not None
+    assert not_hosted(SNAPSHOT, "g2", Op.SEND, _send(1)) is None
+    assert not_hosted(SNAPSHOT, "g2", Op.SEND, {"message": {"topic": "other",
+                                                            "queue_id": 9}}) is None
+
+
+def test_a_primary_hosts_an_entrys_queue_only_once_it_has_made_it():
+    """Just after an expand reached the node's copy, before the primary made the entry its
+    local topic: NotHosted (retriable), where the broker said UnknownQueue (final) or made
+    the topic with queues_per_topic queues."""
+    refused = not_hosted(SNAPSHOT, "g2", Op.SEND, _send(1), made={})
+    assert refused is not None and refused.retriable
+    assert (refused.topic, refused.group, refused.queue_id) == ("t", "g2", 1)
+    assert not_hosted(SNAPSHOT, "g2", Op.SEND, _send(BROKER_PICKS_QUEUE), made={}) is not None
+    assert not_hosted(SNAPSHOT, "g2", Op.PULL, {"topic": "t", "queue_id": 0},
+                      made={}) is not None
+    assert not_hosted(SNAPSHOT, "g2", Op.SEND, _send(1), made={"t": 1}) is not None
+    made = {"t": 2}
+    assert not_hosted(SNAPSHOT, "g2", Op.SEND, _send(1), made=made) is None
+    assert not_hosted(SNAPSHOT, "g2", Op.SEND, _send(BROKER_PICKS_QUEUE), made=made) is None
+    assert not_hosted(SNAPSHOT, "g2", Op.PULL, {"topic": "t", "queue_id": 0},
+                      made=made) is None
