@@ -24,6 +24,7 @@ from .connection import (
     PeerCheck,
     cannot_connect,
     lost_error,
+    not_sent_error,
     outcome_of,
     timed_out_error,
 )
@@ -75,7 +76,7 @@ class AsyncConnection:
         ``decode(answer)`` or the server's error. Raises (ConnectionLost) only when
         nothing was written. Call :meth:`drain` now and then: writing does not wait."""
         if self._closed is not None:
-            raise lost_error(self.address, self._closed)
+            raise not_sent_error(self.address, self._closed)
         rid = next(self._ids)
         data = build(rid)
         fut = asyncio.get_running_loop().create_future()

@@ -24,6 +24,7 @@ from fmq.errors import (
     InvalidArgument,
     NotAnFMQServer,
     NotPrimary,
+    NotSent,
     ProtocolError,
     RequestTimeout,
 )
@@ -84,6 +85,16 @@ def lost_error(address: tuple[str, int], cause: BaseException | None) -> FMQErro
     return ConnectionLost(
         f"connection to {address[0]}:{address[1]} lost ({cause}); the request may or may "
         f"not have been applied")
+
+
+def not_sent_error(address: tuple[str, int], cause: BaseException | None) -> FMQError:
+    """What a request fails with when its connection had broken before it was written:
+    nothing of it was applied (a caller may send it elsewhere)."""
+    err = lost_error(address, cause)
+    if type(err) is not ConnectionLost:
+        return err
+    return NotSent(f"connection to {address[0]}:{address[1]} lost ({cause}) before the "
+                   f"request was sent; nothing of it was applied")
 
 
 def timed_out_error(op: Op, address: tuple[str, int], timeout: float) -> RequestTimeout:
@@ -211,8 +222,9 @@ class Connection:
         fut.add_done_callback(lambda _f: self._slots.release())
         with self._lock:
             if self._closed is not None:
-                fut.set_exception(self._lost())  # releases the slot
-                raise self._lost()
+                unsent = not_sent_error(self.address, self._closed)
+                fut.set_exception(unsent)  # releases the slot
+                raise unsent
             self._pending[rid] = (op, fut, decode)
         try:
             with self._send_lock:

@@ -23,6 +23,7 @@ from fmq.errors import (
     FMQError,
     NotEnoughReplicas,
     NotHosted,
+    NotSent,
     PrimaryNotFound,
     RequestTimeout,
 )
@@ -188,7 +189,7 @@ class Router:
         a failure that may have stored it keeps it where it went."""
         if isinstance(exc, NotHosted) and not placed.single:
             return None
-        if isinstance(exc, MAYBE_STORED):
+        if isinstance(exc, MAYBE_STORED) and not isinstance(exc, NotSent):
             return placed
         return pinned
 

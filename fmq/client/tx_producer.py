@@ -18,6 +18,7 @@ from fmq.errors import (
     FMQError,
     InvalidArgument,
     NotEnoughReplicas,
+    NotSent,
     RequestTimeout,
     TransactionRolledBack,
 )
@@ -108,8 +109,9 @@ class TransactionProducer(Producer):
             nonlocal maybe_applied, where
             where = placed.link
             # NotEnoughReplicas: stored on the primary, only the followers' copy failed.
-            maybe_applied = maybe_applied or isinstance(
+            maybe_applied = maybe_applied or (isinstance(
                 exc, (ConnectionLost, RequestTimeout, NotEnoughReplicas))
+                and not isinstance(exc, NotSent))
 
         attempts = self.attempts()
         while True:

@@ -25,6 +25,12 @@ class ConnectionLost(FMQError):
     retriable = True
 
 
+class NotSent(ConnectionLost):
+    """The connection had broken before the request was written: nothing of it reached the
+    server, so it may go to another server or broker group. Raised by the client only
+    (same code as ConnectionLost)."""
+
+
 class RequestTimeout(FMQError):
     """The server did not answer in time; the request may or may not have been applied."""
 

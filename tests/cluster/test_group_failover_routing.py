@@ -111,3 +111,4 @@ def test_every_sender_reaches_the_groups_new_primary_after_a_kill(tmp_path):
         for node in nodes:
             node.kill()
         etcd.stop()
+
