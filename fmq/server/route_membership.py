@@ -21,6 +21,7 @@ from fmq.engine.broker import Broker
 from fmq.errors import CoordinatorUnavailable, TopicExists
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
+from fmq.server.first_sight import FirstSight
 
 logger = logging.getLogger("fmq.server")
 
@@ -74,6 +75,7 @@ class RouteMembership:
         #: (the hosting check refuses the rest as not hosted yet); new each serving round.
         self._made: dict[str, int] = {}
         self._making = False  # a local-topic pass is queued or running
+        self.first_sight = FirstSight(self)
         self._stop = threading.Event()
         self._started = False
         self._registrar = threading.Thread(target=self._register, name="fmq-route-register",

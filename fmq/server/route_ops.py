@@ -70,7 +70,7 @@ def created_route(ctx: ServerContext, membership: RouteMembership, topic: str,
     except CoordinatorUnavailable:
         pass  # the route stands; the copy catches up through the watch
     if ctx.replication is not None and ctx.replication.primary is None:
-        membership.make_topics_now(ctx.broker)
+        membership.make_topics_now(ctx.broker, membership.made_here(ctx))
     return route
 
 

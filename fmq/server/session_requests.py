@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 from fmq.errors import FMQError, ProtocolError, ServerBusy
 from fmq.protocol import (
@@ -28,6 +28,7 @@ from fmq.protocol import (
 from fmq.server.authz import refusal as access_refusal
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.fencing import fencing_refusal, follower_refusal
+from fmq.server.first_sight import check_again
 from fmq.server.handlers import HANDLERS
 from fmq.server.hosting import not_hosted
 from fmq.server.reply_account import ReplyAccount
@@ -111,6 +112,7 @@ class SessionRequests:
             session.send(encode_error(op, rid, refused))
             return None
         routes = ctx.routes
+        first = None  # a topic whose first write here waits for a read of the routes
         if routes is not None:  # a node of a cluster: is the queue this group's?
             made = routes.made_here(ctx)
             refused = not_hosted(routes.snapshot, routes.group, op, req, made)
@@ -121,9 +123,15 @@ class SessionRequests:
                 ctx.counters.failed(op, refused)
                 session.send(encode_error(op, rid, refused))
                 return None
+            first = (routes.first_sight.unseen(ctx, op, req, made)
+                     if made is not None else None)
         try:
-            # A coroutine becomes a task; SEND's handler returns a future and needs none.
-            request = asyncio.ensure_future(HANDLERS[op](ctx, session, req))
+            if first is not None:  # the routes are read first, then it runs
+                request = routes.first_sight.hold(ctx, first, functools.partial(
+                    self._run_checked, op, req))
+            else:
+                # A coroutine becomes a task; SEND's handler returns a future and needs none.
+                request = asyncio.ensure_future(HANDLERS[op](ctx, session, req))
         except FMQError as exc:  # refused before it started (a send that cannot be stored)
             ctx.counters.failed(op, exc)
             session.send(encode_error(op, rid, exc))
@@ -132,6 +140,11 @@ class SessionRequests:
         ctx.all_tasks.add(request)
         request.add_done_callback(functools.partial(self._answer, op, rid))
         return request
+
+    def _run_checked(self, op: int, req: dict) -> Any:
+        """A held first write, once the routes were read: checked again, then started."""
+        check_again(self.ctx.routes, self.ctx, op, req)
+        return HANDLERS[op](self.ctx, self.session, req)
 
     def _answer(self, op: int, rid: int, request: asyncio.Future) -> None:
         # Free the in-flight slot before the answer leaves: the client may send its next

@@ -149,3 +149,31 @@ def test_a_groups_new_primary_reaches_the_other_nodes_routes_at_once(tmp_path, e
         for node in (g1, g2, moved):
             if node is not None:
                 node.kill()
+
+
+def test_a_first_send_the_watch_has_not_brought_the_route_for_makes_the_entrys_queues(
+        tmp_path, etcd):
+    """A route created elsewhere (here: in etcd directly) that the node's watch has not
+    delivered yet: the first send to the topic reads etcd before the broker makes the
+    topic, so it gets the route entry's 2 queues, not queues_per_topic's 3. Before, the
+    node made the topic with 3 queues, one of which no route names (a message the broker
+    put there would be read by no routing consumer)."""
+    store = ClusterRoutes(etcd.url, CLUSTER)
+    proxy = StallProxy(etcd.client_port)
+    config = {**CONFIG, "server": {**CONFIG["server"], "lease_ttl_s": 10,
+                                   "route_resync_ms": 60_000}}
+    node = ServerProcess(str(tmp_path / "g2"), config, extra_args=(
+        "--coordinator", proxy.url, "--cluster-name", CLUSTER, "--group", "g2"))
+    try:
+        node.start()
+        wait_primary(node)
+        store.create("warm", 1, ["g2"])
+        wait_until(lambda: route_version(node, "warm") > 0, 30, "the node's first read")
+        assert proxy.stall() >= 1  # the watch goes silent: no route reaches it by itself
+        store.create("fresh", 2, ["g2"])
+        stored = [send(node, "fresh")["result"]["queue_id"] for _ in range(6)]
+        assert local_queues(node, "fresh") == 2
+        assert set(stored) <= {0, 1}, stored
+    finally:
+        node.kill()
+        proxy.close()
