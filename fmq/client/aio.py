@@ -253,10 +253,14 @@ class AsyncProducer(PooledClient):
             raise BrokerClosed("this producer is closed; create a new one")
         args = (topic, body, key, tags, properties, queue_id)
         part, sequence = self._sequencer.encode(*args)
-        try:  # read once: the caller does not wait out an outage here
-            route: Route | None = await self.route(topic, retries=0)
-        except FMQError:
-            route = None  # the producer's own group, whose batches retry
+        route: Route | None = None  # None: the producer's own group, whose batches retry
+        table = self.router.table
+        if not table.unreadable_for(topic, self.backoff_max):
+            try:  # read once: the caller does not wait out an outage here
+                route = await self.route(topic, retries=0)
+                table.read_failed(topic, False)
+            except FMQError:
+                table.read_failed(topic)
         fut = asyncio.get_running_loop().create_future()
         if route is not None and not route.single:
             self._routed[fut] = args

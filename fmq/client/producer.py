@@ -106,9 +106,6 @@ class Producer(RoutedSends, Client):
         #: message not answered yet (placed anew when a group refuses it: NotHosted).
         self._senders: dict[str, BatchSender] = {}
         self._routed: dict[Future, tuple] = {}
-        #: When a send_async last failed to read a topic's route (monotonic seconds): the
-        #: sends behind it do not each try a connection of their own during an outage.
-        self._route_failed_at: dict[str, float] = {}
         self._sender_lock = threading.Lock()
         self._sender_closed = False
 
@@ -175,15 +172,14 @@ class Producer(RoutedSends, Client):
         """The route of a ``send_async``, read once without retrying (the caller does not
         wait out an outage here); None when it cannot be read now: the message takes the
         producer's own group, whose batches retry within the delivery deadline."""
-        failed_at = self._route_failed_at.get(topic)
-        if failed_at is not None and time.monotonic() - failed_at < self.backoff_max:
+        if self.routes.unreadable_for(topic, self.backoff_max):
             return None
         try:
             route = self.route(topic, retries=0)
         except FMQError:
-            self._route_failed_at[topic] = time.monotonic()
+            self.routes.read_failed(topic)
             return None
-        self._route_failed_at.pop(topic, None)
+        self.routes.read_failed(topic, False)
         return route
 
     def _forget(self, fut: Future) -> None:

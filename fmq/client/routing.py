@@ -183,6 +183,8 @@ class RouteTable:
         self._stale: set[str] = set()
         self._turns: dict[str, int] = {}
         self._backoff: dict[str, float] = {}  # group -> left out until
+        #: topic -> when a read of its route without retries last failed (an outage).
+        self._unreadable: dict[str, float] = {}
         #: NotHosted refusals seen so far (each made a topic's route stale).
         self.refusals = 0
 
@@ -228,6 +230,22 @@ class RouteTable:
             self._routes[topic] = (route, now)
             self._stale.discard(topic)
             return route
+
+    def unreadable_for(self, topic: str, within_s: float) -> bool:
+        """A read of the topic's route failed less than ``within_s`` ago: the sends queued
+        behind it (``send_async``) do not each try a connection of their own in an
+        outage."""
+        with self._lock:
+            failed_at = self._unreadable.get(topic)
+        return failed_at is not None and self._clock() - failed_at < within_s
+
+    def read_failed(self, topic: str, failed: bool = True) -> None:
+        """Note that reading the topic's route just failed (or, ``failed`` False, worked)."""
+        with self._lock:
+            if failed:
+                self._unreadable[topic] = self._clock()
+            else:
+                self._unreadable.pop(topic, None)
 
     def not_hosted(self, topic: str) -> None:
         """A NotHosted came back for ``topic``: read its route again before the next send."""
