@@ -253,14 +253,7 @@ class AsyncProducer(PooledClient):
             raise BrokerClosed("this producer is closed; create a new one")
         args = (topic, body, key, tags, properties, queue_id)
         part, sequence = self._sequencer.encode(*args)
-        route: Route | None = None  # None: the producer's own group, whose batches retry
-        table = self.router.table
-        if not table.unreadable_for(topic, self.backoff_max):
-            try:  # read once: the caller does not wait out an outage here
-                route = await self.route(topic, retries=0)
-                table.read_failed(topic, False)
-            except FMQError:
-                table.read_failed(topic)
+        route = await _route_once(self, topic)
         fut = asyncio.get_running_loop().create_future()
         if route is not None and not route.single:
             self._routed[fut] = args
@@ -344,3 +337,19 @@ class AsyncProducer(PooledClient):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def _route_once(producer: AsyncProducer, topic: str) -> Route | None:
+    """The route of a ``send_async``, read once without retrying (the caller does not wait
+    out an outage here) and not again for ``backoff_max`` after that failed; None: the
+    message takes the producer's own group, whose batches retry."""
+    table = producer.router.table
+    if table.unreadable_for(topic, producer.backoff_max):
+        return None
+    try:
+        route = await producer.route(topic, retries=0)
+    except FMQError:
+        table.read_failed(topic)
+        return None
+    table.read_failed(topic, False)
+    return route
