@@ -151,15 +151,25 @@ def refusal(ctx: ServerContext, session: RequestSession, op: int, req: dict
     needs = ACCESS[op]
     if needs is None:
         return None
-    rules = ctx.authenticator.store.rules
     for operation, rtype, name in needs(ctx, req):
-        permitted, deny_rule = decide(rules, principal, operation, rtype, name)
-        if not permitted:
-            ctx.counters.access_denied += 1
-            where = resource_text(rtype, name)
-            logger.warning("connection %d from %s: %s denied %s on %s (%s)", session.id,
-                           session.peer, principal, operation.value, where, Op(op).name)
-            if deny_rule is not None:
-                return DeniedByRule(operation.value, where, deny_rule.text())
-            return AccessDenied(operation.value, where)
+        denied = denial(ctx, session, operation, rtype, name, Op(op).name)
+        if denied is not None:
+            return denied
     return None
+
+
+def denial(ctx: ServerContext, session: RequestSession, operation: Operation,
+           rtype: ResourceType, name: str, why: str) -> FMQError | None:
+    """Why the session's user may not do ``operation`` on the resource, or None; a denial
+    is counted and logged (``why``: the request, or what it stands for)."""
+    permitted, deny_rule = decide(ctx.authenticator.store.rules, session.principal,
+                                  operation, rtype, name)
+    if permitted:
+        return None
+    ctx.counters.access_denied += 1
+    where = resource_text(rtype, name)
+    logger.warning("connection %d from %s: %s denied %s on %s (%s)", session.id,
+                   session.peer, session.principal, operation.value, where, why)
+    if deny_rule is not None:
+        return DeniedByRule(operation.value, where, deny_rule.text())
+    return AccessDenied(operation.value, where)

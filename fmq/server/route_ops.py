@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 
 from fmq.coordination.routes import RouteSnapshot
-from fmq.errors import AccessDenied, CoordinatorUnavailable, RouteConflict, UnknownTopic
+from fmq.errors import CoordinatorUnavailable, RouteConflict, UnknownTopic
 from fmq.message import check_topic, is_internal_topic
 from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
-from fmq.security.acl import allowed
 from fmq.server.authn import node_role
+from fmq.server.authz import denial
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.handlers import handles
 from fmq.server.route_membership import RouteMembership
@@ -77,15 +77,12 @@ def created_route(ctx: ServerContext, membership: RouteMembership, topic: str,
 def _may_create(ctx: ServerContext, session: RequestSession, topic: str) -> None:
     """Creating a route is what a first send does: it needs ``produce`` on the topic (ROUTE
     itself needs only ``describe``, which a consumer has too)."""
-    principal = session.principal
-    if principal is None:  # a server without users
+    if session.principal is None:  # a server without users
         return
-    if not allowed(ctx.authenticator.store.rules, principal, Operation.PRODUCE,
-                   ResourceType.TOPIC, topic):
-        ctx.counters.access_denied += 1
-        raise AccessDenied(Operation.PRODUCE.value,
-                           f"topic {topic!r} (it has no route yet, and creating one is a "
-                           f"first send's right)")
+    denied = denial(ctx, session, Operation.PRODUCE, ResourceType.TOPIC, topic,
+                    "ROUTE creating the topic's route, a first send's right")
+    if denied is not None:
+        raise denied
 
 
 async def _cluster_route(ctx: ServerContext, session: RequestSession,
