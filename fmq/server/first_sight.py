@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fmq.errors import CoordinatorUnavailable
+from fmq.errors import CoordinatorUnavailable, ServerBusy
 from fmq.message import is_internal_topic
 from fmq.server.context import ServerContext
 from fmq.server.hosting import WRITES, not_hosted
@@ -89,6 +89,10 @@ class FirstSight:
             if topic in membership.snapshot.routes:
                 await ctx.write(membership.make_topics_now, ctx.broker,
                                 membership.made_here(ctx))
+        except asyncio.CancelledError:  # a shutdown: the waiting requests end with it
+            self._release(topic, ServerBusy("the server is shutting down; retry against "
+                                            "the restarted server"))
+            raise
         except Exception as exc:  # noqa: BLE001 - each waiting request answers it
             self._release(topic, exc)
             return
