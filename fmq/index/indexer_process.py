@@ -12,8 +12,8 @@ large transactions (LMDB's lock file serialises it with the broker's own index w
 reports each transaction on its standard output.
 
 It never indexes past the flushed end it was told, so the index still holds only flushed
-records. It exits when its standard input ends: after applying what is flushed when the
-broker closes (it says so first), at once when the broker died (no orphan indexer). A transient write error
+records. It exits at once when its standard input ends (the broker died: no orphan
+indexer); a closing broker kills it and indexes the rest itself. A transient write error
 (a full disk, :func:`~fmq.index.lmdb_env.is_transient`) is reported and retried with
 exponential back-off; anything else is reported and ends the process with status 1.
 """
@@ -68,14 +68,12 @@ class SegmentFiles(DirectorySource):
 
 class Commands:
     """The broker's commands on standard input: the newest flushed end, whether someone
-    is waiting for the index (skip the linger), whether the broker closes (``stopping``:
-    finish, then exit) and whether the pipe ended (``closed``)."""
+    is waiting for the index (skip the linger), and whether the pipe ended (``closed``)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.flushed = 0
         self.hurry = False
-        self.stopping = False
         self.closed = False
         self._rest = b""
 
@@ -98,8 +96,6 @@ class Commands:
                 self.flushed = max(self.flushed, offset)
             elif kind == wire.HURRY:
                 self.hurry = True
-            elif kind == wire.STOP:
-                self.stopping = True
         self._rest = data[len(data) - len(data) % wire.COMMAND_SIZE:]
 
 
@@ -127,13 +123,11 @@ class Indexer:
         self._report(wire.applied_report(self.applied, set(), False))
         delay = self.retry_initial
         while True:
-            if commands.closed and not commands.stopping:
+            if commands.closed:
                 # The broker died: stop writing at once, its next open recovers the index
                 # (a new broker may be recovering already).
                 return 0
             if commands.flushed <= self.applied:
-                if commands.closed:
-                    return 0
                 commands.read(None)
                 continue
             if not self.failing and not commands.hurry and not commands.closed:
@@ -152,7 +146,7 @@ class Indexer:
                     log.exception("indexer stopped: %s", exc)
                     self._report(wire.error_report(f"{type(exc).__name__}: {exc}"))
                     return 1
-                if commands.closed:  # the broker closes: its next open indexes the rest
+                if commands.closed:  # the broker is gone: its next open indexes the rest
                     return 0
                 self._failed(exc, delay)
                 commands.read(delay)
