@@ -34,6 +34,7 @@ from fmq.index.flushed_scan import index_flushed
 from fmq.index.lmdb_env import is_transient
 from fmq.index.store import IndexStore
 from fmq.log.reader import DirectorySource
+from fmq.threadname import name_os_process
 
 log = logging.getLogger("fmq.indexer")
 
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-initial", type=float, required=True)
     parser.add_argument("--retry-max", type=float, required=True)
     args = parser.parse_args(argv)
+    name_os_process("fmq-indexer")  # per-thread figures tell it from other interpreters
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s fmq-indexer %(levelname)s %(message)s")
     # Reports go to the original standard output alone: anything printed goes to stderr.

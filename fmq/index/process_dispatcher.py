@@ -75,7 +75,8 @@ class ProcessDispatcher:
         self.on_applied: Callable[[set[tuple[str, int]]], None] | None = None
         #: Called (reader thread) after an index write that added pending timers.
         self.on_timers_added: Callable[[], None] | None = None
-        self._thread = threading.Thread(target=self._run, name="fmq-index-reports",
+        # A name of 15 bytes at most: the operating system keeps no more.
+        self._thread = threading.Thread(target=self._run, name="fmq-idx-reports",
                                         daemon=True)
 
     def start(self) -> None:
