@@ -62,6 +62,7 @@ class ProcessDispatcher:
         self._target = start_offset
         self._sent = start_offset
         self._stop = False
+        self._running = False  # the first child reported
         self._child: subprocess.Popen | None = None
         #: Set when index writes stopped for good: nothing more is indexed.
         self.error: BaseException | None = None
@@ -79,9 +80,18 @@ class ProcessDispatcher:
         self._thread = threading.Thread(target=self._run, name="fmq-idx-reports",
                                         daemon=True)
 
-    def start(self) -> None:
+    def start(self, timeout: float = 60.0) -> None:
+        """Start the child and return once it runs (its first report), at most ``timeout``
+        seconds later. Serving before would let the log run ahead of an index nobody
+        writes yet: an interpreter's start takes longer than many sends, and on a filling
+        disk the log would take the space the index needs (docs/operations.md)."""
         self._spawn(self._applied)
         self._thread.start()
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._running or self.error is not None,
+                                       timeout):
+                log.warning("the indexer process has not started in %.0f s; serving "
+                            "without waiting for it", timeout)
 
     @property
     def applied_offset(self) -> int:
@@ -211,6 +221,7 @@ class ProcessDispatcher:
 
     def _applied_to(self, applied: int, queues: list, timers_added: bool) -> None:
         with self._cond:
+            self._running = True
             if applied > self._applied:
                 self._applied = applied
             self._cond.notify_all()
