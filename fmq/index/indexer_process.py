@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import ctypes
 import logging
 import os
 import select
+import signal
 import sys
 import time
 
@@ -37,6 +39,7 @@ from fmq.log.reader import DirectorySource
 from fmq.threadname import name_os_process
 
 log = logging.getLogger("fmq.indexer")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class SegmentFiles(DirectorySource):
@@ -185,6 +188,18 @@ class Indexer:
         os.write(self.out, line)  # a line is below PIPE_BUF or written whole, blocking
 
 
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when the broker's thread that started it ends
+    (Linux; the broker starts it from a thread that lives as long as its index writer). A
+    killed broker's indexer must not live on with the log and index open: a restarted
+    broker would find it writing, a file system it uses could not be unmounted."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the broker was gone before that took effect
+        sys.exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fmq.index.indexer_process")
     parser.add_argument("--index", required=True, help="the LMDB index directory")
@@ -197,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--linger", type=float, default=0.001)
     parser.add_argument("--retry-initial", type=float, required=True)
     parser.add_argument("--retry-max", type=float, required=True)
+    parser.add_argument("--parent", type=int, help="the broker's process id: die with it")
     args = parser.parse_args(argv)
+    if args.parent is not None:
+        die_with_parent(args.parent)
     name_os_process("fmq-indexer")  # per-thread figures tell it from other interpreters
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s fmq-indexer %(levelname)s %(message)s")

@@ -63,6 +63,7 @@ class ProcessDispatcher:
         self._sent = start_offset
         self._stop = False
         self._running = False  # the first child reported
+        self._spawned = threading.Event()
         self._child: subprocess.Popen | None = None
         #: Set when index writes stopped for good: nothing more is indexed.
         self.error: BaseException | None = None
@@ -80,18 +81,26 @@ class ProcessDispatcher:
         self._thread = threading.Thread(target=self._run, name="fmq-idx-reports",
                                         daemon=True)
 
-    def start(self, timeout: float = 60.0) -> None:
-        """Start the child and return once it runs (its first report), at most ``timeout``
-        seconds later. Serving before would let the log run ahead of an index nobody
-        writes yet: an interpreter's start takes longer than many sends, and on a filling
-        disk the log would take the space the index needs (docs/operations.md)."""
-        self._spawn(self._applied)
+    def start(self) -> None:
+        """Start the reader thread, which starts the child: the child dies with the thread
+        that started it (``--parent``), and the reader thread lives as long as this object."""
         self._thread.start()
+        self._spawned.wait()
+
+    def wait_running(self, timeout: float = 60.0) -> None:
+        """Return once the child runs (its first report), at most ``timeout`` seconds after
+        the first call; the broker calls it before placing a new message. Writing before
+        would let the log run ahead of an index nobody writes yet (an interpreter's start
+        takes longer than many sends) and, on a filling disk, take the space the index
+        needs. An open that writes nothing does not wait."""
+        if self._running:
+            return
         with self._cond:
-            if not self._cond.wait_for(lambda: self._running or self.error is not None,
-                                       timeout):
-                log.warning("the indexer process has not started in %.0f s; serving "
-                            "without waiting for it", timeout)
+            if not self._cond.wait_for(
+                    lambda: self._running or self.error is not None or self._stop, timeout):
+                log.warning("the indexer process has not started in %.0f s; new messages "
+                            "are taken without waiting for it", timeout)
+                self._running = True  # waited once: the lag limit guards the rest
 
     @property
     def applied_offset(self) -> int:
@@ -134,7 +143,8 @@ class ProcessDispatcher:
                 return False
             # A session of its own: a Ctrl-C meant for the broker does not kill it first
             # (it ends when its command pipe does).
-            child = subprocess.Popen(self._args + ["--start", str(start)],
+            child = subprocess.Popen(self._args + ["--start", str(start),
+                                                   "--parent", str(os.getpid())],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      close_fds=True, start_new_session=True)
             os.set_blocking(child.stdin.fileno(), False)
@@ -171,6 +181,12 @@ class ProcessDispatcher:
 
     def _run(self) -> None:
         name_os_thread()
+        try:
+            started = self._spawn(self._applied)
+        finally:
+            self._spawned.set()
+        if not started:
+            return
         deaths = 0
         while True:
             child = self._child
