@@ -64,6 +64,7 @@ class ProcessDispatcher:
         self._stop = False
         self._running = False  # the first child reported
         self._spawned = threading.Event()
+        self._spawn_error: BaseException | None = None
         self._child: subprocess.Popen | None = None
         #: Set when index writes stopped for good: nothing more is indexed.
         self.error: BaseException | None = None
@@ -86,6 +87,9 @@ class ProcessDispatcher:
         that started it (``--parent``), and the reader thread lives as long as this object."""
         self._thread.start()
         self._spawned.wait()
+        if self._spawn_error is not None:  # e.g. no file descriptor left for its pipes
+            self._thread.join()
+            raise self._spawn_error
 
     def wait_running(self, timeout: float = 60.0) -> None:
         """Return once the child runs (its first report), at most ``timeout`` seconds after
@@ -183,6 +187,9 @@ class ProcessDispatcher:
         name_os_thread()
         try:
             started = self._spawn(self._applied)
+        except BaseException as exc:
+            self._spawn_error = exc
+            started = False
         finally:
             self._spawned.set()
         if not started:
