@@ -146,7 +146,7 @@ class ProcessDispatcher:
             if self._stop:
                 return False
             # A session of its own: a Ctrl-C meant for the broker does not kill it first
-            # (it ends when its command pipe does).
+            # (it dies with this thread: --parent).
             child = subprocess.Popen(self._args + ["--start", str(start),
                                                    "--parent", str(os.getpid())],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -199,8 +199,6 @@ class ProcessDispatcher:
             child = self._child
             progressed = self._read_reports(child)
             code = child.wait()
-            with self._cond:  # stop() waits for the child's progress or its end
-                self._cond.notify_all()
             if self._stop or self.error is not None:
                 return  # stop() closes the pipes
             child.stdout.close()
