@@ -26,3 +26,12 @@ def name_os_thread(name: str | None = None) -> None:
         return
     text = (name or threading.current_thread().name).encode("utf-8", "replace")[:15]
     _libc.prctl(_PR_SET_NAME, ctypes.c_char_p(text), 0, 0, 0)
+
+
+def name_os_process(name: str) -> None:
+    """Give the calling process's main thread ``name`` at the operating system's level (what
+    ``ps -o comm``, ``top`` and ``/proc/PID/comm`` show): for FMQ's own child processes,
+    which would otherwise show as the interpreter. The kernel keeps the first 15 bytes."""
+    if _libc is None:
+        return
+    _libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode("utf-8", "replace")[:15]), 0, 0, 0)

@@ -133,7 +133,8 @@ def _start_dispatcher(config: BrokerConfig, path: str, log_: Log, index: IndexSt
     retry_max = config.index_retry_max_ms / 1000.0
     if config.index_writer == "process":
         writer = ProcessDispatcher(
-            index_path=os.path.join(path, INDEX_DIR), log_dir=os.path.join(path, LOG_DIR),
+            log_=log_, index=index, index_path=os.path.join(path, INDEX_DIR),
+            log_dir=os.path.join(path, LOG_DIR),
             map_size=config.index_map_size, batch=config.dispatch_batch,
             max_record_size=max_record_size, start_offset=end_offset,
             retry_initial=retry_initial, retry_max=retry_max)

@@ -22,6 +22,7 @@ class IndexAdmission:
 
     def __call__(self) -> None:
         dispatcher = self.dispatcher
+        dispatcher.wait_running()  # the indexer process's start, once
         if dispatcher.error is not None:
             raise IndexCorrupt(
                 f"the index stopped after an error it cannot retry ({dispatcher.error}); new "

@@ -129,6 +129,9 @@ class Dispatcher:
             self._hurry = True
             self._cond.notify_all()
 
+    def wait_running(self) -> None:
+        """The thread runs from :meth:`start` on (the indexer process may not yet)."""
+
     def wait_applied(self, offset: int, timeout: float | None = None) -> bool:
         """Block until the index covers the log below ``offset``."""
         with self._cond:

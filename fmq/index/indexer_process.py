@@ -12,8 +12,8 @@ large transactions (LMDB's lock file serialises it with the broker's own index w
 reports each transaction on its standard output.
 
 It never indexes past the flushed end it was told, so the index still holds only flushed
-records. It exits when its standard input ends: after applying what is flushed when the
-broker closes (it says so first), at once when the broker died (no orphan indexer). A transient write error
+records. It exits at once when its standard input ends (the broker died: no orphan
+indexer); a closing broker kills it and indexes the rest itself. A transient write error
 (a full disk, :func:`~fmq.index.lmdb_env.is_transient`) is reported and retried with
 exponential back-off; anything else is reported and ends the process with status 1.
 """
@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import ctypes
 import logging
 import os
 import select
+import signal
 import sys
 import time
 
@@ -34,8 +36,10 @@ from fmq.index.flushed_scan import index_flushed
 from fmq.index.lmdb_env import is_transient
 from fmq.index.store import IndexStore
 from fmq.log.reader import DirectorySource
+from fmq.threadname import name_os_process
 
 log = logging.getLogger("fmq.indexer")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class SegmentFiles(DirectorySource):
@@ -68,14 +72,12 @@ class SegmentFiles(DirectorySource):
 
 class Commands:
     """The broker's commands on standard input: the newest flushed end, whether someone
-    is waiting for the index (skip the linger), whether the broker closes (``stopping``:
-    finish, then exit) and whether the pipe ended (``closed``)."""
+    is waiting for the index (skip the linger), and whether the pipe ended (``closed``)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.flushed = 0
         self.hurry = False
-        self.stopping = False
         self.closed = False
         self._rest = b""
 
@@ -98,8 +100,6 @@ class Commands:
                 self.flushed = max(self.flushed, offset)
             elif kind == wire.HURRY:
                 self.hurry = True
-            elif kind == wire.STOP:
-                self.stopping = True
         self._rest = data[len(data) - len(data) % wire.COMMAND_SIZE:]
 
 
@@ -127,13 +127,11 @@ class Indexer:
         self._report(wire.applied_report(self.applied, set(), False))
         delay = self.retry_initial
         while True:
-            if commands.closed and not commands.stopping:
+            if commands.closed:
                 # The broker died: stop writing at once, its next open recovers the index
                 # (a new broker may be recovering already).
                 return 0
             if commands.flushed <= self.applied:
-                if commands.closed:
-                    return 0
                 commands.read(None)
                 continue
             if not self.failing and not commands.hurry and not commands.closed:
@@ -152,7 +150,7 @@ class Indexer:
                     log.exception("indexer stopped: %s", exc)
                     self._report(wire.error_report(f"{type(exc).__name__}: {exc}"))
                     return 1
-                if commands.closed:  # the broker closes: its next open indexes the rest
+                if commands.closed:  # the broker is gone: its next open indexes the rest
                     return 0
                 self._failed(exc, delay)
                 commands.read(delay)
@@ -190,6 +188,18 @@ class Indexer:
         os.write(self.out, line)  # a line is below PIPE_BUF or written whole, blocking
 
 
+def die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when the broker's thread that started it ends
+    (Linux; the broker starts it from a thread that lives as long as its index writer). A
+    killed broker's indexer must not live on with the log and index open: a restarted
+    broker would find it writing, a file system it uses could not be unmounted."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the broker was gone before that took effect
+        sys.exit(0)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fmq.index.indexer_process")
     parser.add_argument("--index", required=True, help="the LMDB index directory")
@@ -202,7 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--linger", type=float, default=0.001)
     parser.add_argument("--retry-initial", type=float, required=True)
     parser.add_argument("--retry-max", type=float, required=True)
+    parser.add_argument("--parent", type=int, help="the broker's process id: die with it")
     args = parser.parse_args(argv)
+    if args.parent is not None:
+        die_with_parent(args.parent)
+    name_os_process("fmq-indexer")  # per-thread figures tell it from other interpreters
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s fmq-indexer %(levelname)s %(message)s")
     # Reports go to the original standard output alone: anything printed goes to stderr.

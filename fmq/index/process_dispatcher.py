@@ -13,12 +13,14 @@ If the child dies (killed, out of memory), the reader sees its pipe end, logs it
 a new one, which resumes from the applied offset stored in LMDB. After
 ``max_restarts`` deaths in a row without progress it gives up: :attr:`error` is set and
 the broker refuses new messages, as when the dispatcher thread stops.
+
+A close never waits on the child (:meth:`ProcessDispatcher.stop`): it kills it and indexes
+the rest of the flushed log in the broker, as the dispatcher thread's catch-up does.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import subprocess
@@ -28,6 +30,12 @@ from collections.abc import Callable
 
 from fmq.errors import IndexCorrupt, IndexUnavailable
 from fmq.index import writer_wire as wire
+from fmq.index.entries import Mark, QueueEntry, TimerChange
+from fmq.index.flushed_scan import index_flushed
+from fmq.index.lmdb_env import is_transient
+from fmq.index.store import IndexStore
+from fmq.log.log import Log
+from fmq.log.reader import OpenSegmentSource
 from fmq.log.record import Record
 from fmq.threadname import name_os_thread
 
@@ -35,9 +43,14 @@ log = logging.getLogger(__name__)
 
 
 class ProcessDispatcher:
-    def __init__(self, *, index_path: str, log_dir: str, map_size: int, batch: int,
-                 max_record_size: int, start_offset: int, retry_initial: float = 0.05,
-                 retry_max: float = 5.0, max_restarts: int = 5) -> None:
+    def __init__(self, *, log_: Log, index: IndexStore, index_path: str, log_dir: str,
+                 map_size: int, batch: int, max_record_size: int, start_offset: int,
+                 retry_initial: float = 0.05, retry_max: float = 5.0,
+                 max_restarts: int = 5) -> None:
+        self._log = log_
+        self._index = index
+        self._batch = batch
+        self._max_record_size = max_record_size
         self._args = [sys.executable, "-m", "fmq.index.indexer_process",
                       "--index", index_path, "--log", log_dir, "--map-size", str(map_size),
                       "--batch", str(batch), "--max-record-size", str(max_record_size),
@@ -49,6 +62,9 @@ class ProcessDispatcher:
         self._target = start_offset
         self._sent = start_offset
         self._stop = False
+        self._running = False  # the first child reported
+        self._spawned = threading.Event()
+        self._spawn_error: BaseException | None = None
         self._child: subprocess.Popen | None = None
         #: Set when index writes stopped for good: nothing more is indexed.
         self.error: BaseException | None = None
@@ -62,12 +78,33 @@ class ProcessDispatcher:
         self.on_applied: Callable[[set[tuple[str, int]]], None] | None = None
         #: Called (reader thread) after an index write that added pending timers.
         self.on_timers_added: Callable[[], None] | None = None
-        self._thread = threading.Thread(target=self._run, name="fmq-index-reports",
+        # A name of 15 bytes at most: the operating system keeps no more.
+        self._thread = threading.Thread(target=self._run, name="fmq-idx-reports",
                                         daemon=True)
 
     def start(self) -> None:
-        self._spawn(self._applied)
+        """Start the reader thread, which starts the child: the child dies with the thread
+        that started it (``--parent``), and the reader thread lives as long as this object."""
         self._thread.start()
+        self._spawned.wait()
+        if self._spawn_error is not None:  # e.g. no file descriptor left for its pipes
+            self._thread.join()
+            raise self._spawn_error
+
+    def wait_running(self, timeout: float = 60.0) -> None:
+        """Return once the child runs (its first report), at most ``timeout`` seconds after
+        the first call; the broker calls it before placing a new message. Writing before
+        would let the log run ahead of an index nobody writes yet (an interpreter's start
+        takes longer than many sends) and, on a filling disk, take the space the index
+        needs. An open that writes nothing does not wait."""
+        if self._running:
+            return
+        with self._cond:
+            if not self._cond.wait_for(
+                    lambda: self._running or self.error is not None or self._stop, timeout):
+                log.warning("the indexer process has not started in %.0f s; new messages "
+                            "are taken without waiting for it", timeout)
+                self._running = True  # waited once: the lag limit guards the rest
 
     @property
     def applied_offset(self) -> int:
@@ -109,11 +146,12 @@ class ProcessDispatcher:
             if self._stop:
                 return False
             # A session of its own: a Ctrl-C meant for the broker does not kill it first
-            # (it ends when its command pipe does).
-            child = subprocess.Popen(self._args + ["--start", str(start)],
+            # (it dies with this thread: --parent).
+            child = subprocess.Popen(self._args + ["--start", str(start),
+                                                   "--parent", str(os.getpid())],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      close_fds=True, start_new_session=True)
-            _set_blocking(child.stdin.fileno(), False)
+            os.set_blocking(child.stdin.fileno(), False)
             self._child = child
             self._sent = 0
         self._send_target()
@@ -147,6 +185,15 @@ class ProcessDispatcher:
 
     def _run(self) -> None:
         name_os_thread()
+        try:
+            started = self._spawn(self._applied)
+        except BaseException as exc:
+            self._spawn_error = exc
+            started = False
+        finally:
+            self._spawned.set()
+        if not started:
+            return
         deaths = 0
         while True:
             child = self._child
@@ -195,6 +242,7 @@ class ProcessDispatcher:
 
     def _applied_to(self, applied: int, queues: list, timers_added: bool) -> None:
         with self._cond:
+            self._running = True
             if applied > self._applied:
                 self._applied = applied
             self._cond.notify_all()
@@ -214,30 +262,61 @@ class ProcessDispatcher:
             self._cond.notify_all()
 
     def stop(self) -> None:
-        """Let the child apply what is flushed, then end it (its standard input ends) and
-        the reader thread. While index writes fail the child stops without retrying: the
-        next open's recovery indexes the rest."""
+        """End the child and the reader thread, then index the rest of the flushed log here.
+
+        The child is killed, not asked to finish: it may be starting (an interpreter's start
+        takes longer than most closes), blocked on LMDB's writer lock, stopped, or retrying
+        a failing write, and a close must not wait on any of it. A kill loses nothing: LMDB
+        survives it and the index is derived from the log. The broker then indexes what is
+        flushed beyond the index's applied offset itself, through the same scan, as the
+        dispatcher thread's stop does; while index writes fail it stops after that one
+        attempt and the next open's recovery indexes the rest."""
         with self._send_lock:
             if self._stop:
                 return
             self._stop = True
             child = self._child
-            if child is not None and not child.stdin.closed:
-                fd = child.stdin.fileno()
-                _set_blocking(fd, True)  # the last flushed end must arrive
-                if self._sent < self._target:
-                    self._write(wire.command(wire.FLUSHED, self._target))
-                self._write(wire.command(wire.STOP))
-                child.stdin.close()
         with self._cond:
             self._cond.notify_all()
+        if child is not None:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+            with self._send_lock:
+                child.stdin.close()
         if self._thread.is_alive():
             self._thread.join()
         if child is not None:
-            child.wait()
             child.stdout.close()
+        if self.error is None:
+            self._finish()
 
+    def _finish(self) -> None:
+        stored = self._index.applied_offset()  # the child may have written past its last report
+        with self._cond:
+            self._applied = max(self._applied, stored or 0)
+            target = self._target
+        if self._applied >= target:
+            return
+        try:
+            self._log.segment_for(self._applied)  # OffsetOutOfRange when retention deleted it
+            with self._log.lock:
+                segments = list(self._log.segments)
+            index_flushed(source=OpenSegmentSource(segments), start=self._applied,
+                          target=target, max_record_size=self._max_record_size,
+                          batch=self._batch,
+                          segment_end=lambda offset: self._log.segment_for(offset).end,
+                          apply=self._apply_here)
+        except BaseException as exc:
+            if not is_transient(exc):
+                self._give_up(exc)
+                return
+            log.warning("index writes fail while the broker closes (%s); the next open "
+                        "indexes the rest from the log", exc)
 
-def _set_blocking(fd: int, blocking: bool) -> None:
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK if blocking else flags | os.O_NONBLOCK)
+    def _apply_here(self, entries: list[QueueEntry], applied: int, ends: list[Mark],
+                    timers: list[TimerChange]) -> None:
+        self._index.apply(entries, applied, ends, timers)
+        with self._cond:
+            self._applied = applied
+            self._cond.notify_all()

@@ -2,10 +2,10 @@
 other over two pipes.
 
 Broker to indexer: fixed 9-byte commands, at most one per flush, never one per message: the
-log is flushed up to an offset (``F``), someone waits for the index (``H``, skip the
-linger), or the broker closes (``S``: apply what is flushed, then exit; the pipe's end
-without it means the broker died: exit at once, its next open indexes the rest). A write of 9 bytes to a pipe is atomic, so a non-blocking writer never sends half
-a command.
+log is flushed up to an offset (``F``) or someone waits for the index (``H``, skip the
+linger). The pipe's end means the broker is gone: exit at once (a closing broker kills the
+indexer and indexes the rest itself; a dead one's next open does). A write of 9 bytes to a
+pipe is atomic, so a non-blocking writer never sends half a command.
 
 Indexer to broker: one JSON line per index transaction or state change: the offset applied
 up to with the queues it made consumable and whether it added timers, the transient error it
@@ -22,7 +22,6 @@ _COMMAND = struct.Struct(">cQ")
 COMMAND_SIZE = _COMMAND.size
 FLUSHED = b"F"
 HURRY = b"H"
-STOP = b"S"
 
 
 def command(kind: bytes, offset: int = 0) -> bytes:

@@ -25,6 +25,10 @@ from tests.faults.workload import ack_path, config_kwargs, run_plan, small_plan
 
 PLAN = small_plan()
 CONFIG = config_kwargs()
+#: The indexer process (``index_writer = "process"``) under the same crashes: its broker
+#: is SIGKILLed at every ``PROCESS_STRIDE``-th operation, then recovered with it.
+PROCESS_CONFIG = config_kwargs(index_writer="process")
+PROCESS_STRIDE = 3
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +36,14 @@ def reference(tmp_path_factory):
     return reference_run(str(tmp_path_factory.mktemp("ref")), PLAN, CONFIG)
 
 
-def _crash_at(tmp_path, reference, n: int, mode: str, **checks) -> bool:
+def _crash_at(tmp_path, reference, n: int, mode: str, config: dict = CONFIG,
+              **checks) -> bool:
     """Crash the workload at operation ``n``; False when it completed without crashing."""
     keys, _ops = reference
     data = str(tmp_path / "data")
     shutil.rmtree(data, ignore_errors=True)
     path = ack_path(f"crash-{n}")
-    res = run_plan(data, path, PLAN, CONFIG,
+    res = run_plan(data, path, PLAN, config,
                    arm={"op": "any", "nth": n, "mode": mode, "segments_only": False,
                         "include_tmp": True})
     acks = read_acks(path)
@@ -47,7 +52,7 @@ def _crash_at(tmp_path, reference, n: int, mode: str, **checks) -> bool:
         return False
     assert res.killed, f"crash point {n}: the child failed instead of crashing:\n{res.stderr[-3000:]}"
     try:
-        verify_crash(data, PLAN, acks, CONFIG, str(tmp_path), keys, **checks)
+        verify_crash(data, PLAN, acks, config, str(tmp_path), keys, **checks)
     except AssertionError as exc:
         raise AssertionError(f"crash point {n} ({mode}): {exc}") from exc
     return True
@@ -66,6 +71,21 @@ def test_every_crash_point_of_the_small_workload(tmp_path, reference, mode):
     assert crashed == total, f"{crashed} crash points, the reference run counted {total}"
     print(f"fault 3 ({mode}): {crashed} crash points enumerated")
     assert not os.path.exists(tmp_path / "raw")
+
+
+def test_crash_points_with_the_indexer_process(tmp_path, reference):
+    """The same crashes with the index written by the indexer process: the killed broker's
+    indexer ends with it, and recovery (with an indexer process again) keeps I1-I6. Every
+    third crash point, to keep the suite's time (``FMQ_INDEX_WRITER=process`` runs them all
+    and the whole suite so)."""
+    _keys, total = reference
+    points = sorted({*range(1, total + 1, PROCESS_STRIDE), total})
+    for n in points:
+        assert _crash_at(tmp_path, reference, n, "before", PROCESS_CONFIG,
+                         twice=n % 2 == 1, append_after=n % 4 == 1), \
+            f"crash point {n}: the workload completed (the reference counted {total})"
+    assert not _crash_at(tmp_path, reference, total + 1, "before", PROCESS_CONFIG)
+    print(f"fault 3 (indexer process): {len(points)} of {total} crash points")
 
 
 def test_control_an_early_acknowledgement_is_caught(tmp_path, reference):

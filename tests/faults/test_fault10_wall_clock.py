@@ -19,6 +19,7 @@ import time
 import pytest
 
 import fmq
+from tests.faults.workload import INDEX_WRITER
 
 DAY = 86_400.0
 CHECK_AFTER_MS = 400
@@ -27,7 +28,7 @@ CHECK_AFTER_MS = 400
 def _broker(tmp_path):
     return fmq.Broker.open(str(tmp_path / "data"), fmq.BrokerConfig(
         segment_size=16 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
-        retention_interval_ms=0, tx_check_after_ms=CHECK_AFTER_MS))
+        retention_interval_ms=0, tx_check_after_ms=CHECK_AFTER_MS, index_writer=INDEX_WRITER))
 
 
 def _jump_wall_clock(monkeypatch, seconds: float) -> None:

@@ -29,12 +29,12 @@ from hypothesis.stateful import (
 
 import fmq
 from tests.faults.invariants import consumable
-from tests.faults.workload import TOPICS, body_for, message_id
+from tests.faults.workload import INDEX_WRITER, TOPICS, body_for, message_id
 
 CONFIG = fmq.BrokerConfig(segment_size=16 * 1024, max_message_size=4096,
                           checkpoint_interval_ms=0, retention_interval_ms=0,
                           retention_bytes=48 * 1024, queues_per_topic=2,
-                          tx_check_after_ms=60_000)
+                          tx_check_after_ms=60_000, index_writer=INDEX_WRITER)
 
 
 def abandon(b: fmq.Broker) -> None:

@@ -37,6 +37,9 @@ from tests.crashkit import ChildResult, run_child
 
 TOPICS = ("orders", "pay")
 GROUP = "shop"
+#: The index writer the fault tests' brokers use (``FMQ_INDEX_WRITER=process`` runs the
+#: suite against the indexer process; CI runs a subset so, see ``PROCESS_WRITER``).
+INDEX_WRITER = os.environ.get("FMQ_INDEX_WRITER", "thread")
 
 
 def body_for(mid: str, size: int) -> bytes:
@@ -58,7 +61,7 @@ def config_kwargs(**overrides) -> dict:
     """The small configuration the exhaustive tests use (16 KiB segments: rolls happen)."""
     cfg = dict(segment_size=16 * 1024, max_message_size=4096, checkpoint_interval_ms=0,
                retention_interval_ms=0, tx_check_after_ms=100, queues_per_topic=2,
-               dispatch_batch=8)
+               dispatch_batch=8, index_writer=INDEX_WRITER)
     cfg.update(overrides)
     return cfg
 

@@ -14,6 +14,7 @@ import pytest
 
 import fmq
 from fmq.datadir import INDEX_DIR
+from fmq.index.store import IndexStore
 
 #: Generous: the machine is shared.
 DEADLINE = 60.0
@@ -117,3 +118,38 @@ def test_waiters_and_consumable_callbacks_are_woken(tmp_path):
         r = b.send(fmq.Message("t", b"x", queue_id=1))
         assert b.dispatcher.wait_applied(r.offset + 1, DEADLINE)
         wait_for(lambda: any(("t", 1) in q for q in woken), "the consumable callback")
+
+
+def test_close_does_not_wait_on_a_stopped_indexer_and_indexes_the_rest(tmp_path):
+    # A child that does not run (stopped here; blocked on LMDB's writer lock or starting
+    # up elsewhere) held the close: it waited for the child to exit.
+    b = fmq.Broker.open(str(tmp_path), config())
+    b.send(fmq.Message("t", b"indexed"))
+    assert b.wait_indexed(DEADLINE)
+    pid = b.dispatcher.pid
+    os.kill(pid, signal.SIGSTOP)
+    closer = threading.Thread(target=b.close)
+    try:
+        for i in range(50):
+            b.send(fmq.Message("t", f"flushed {i}".encode()))
+        end = b.log.flushed_offset
+        closer.start()
+        closer.join(DEADLINE)
+        assert not closer.is_alive(), "the close waited on the stopped indexer process"
+    finally:
+        if not process_gone(pid):
+            os.kill(pid, signal.SIGCONT)  # lets a hung close end
+        if closer.is_alive():
+            closer.join()
+    assert process_gone(pid)
+    index = IndexStore(str(tmp_path / INDEX_DIR), verify_length=False)
+    try:  # the close indexed what the child had not
+        assert index.applied_offset() == end
+    finally:
+        index.close()
+    with fmq.Broker.open(str(tmp_path), config()) as b:
+        assert bodies(b) == sorted([b"indexed"] + [f"flushed {i}".encode() for i in range(50)])
+        online = b.index.dump()
+    shutil.rmtree(tmp_path / INDEX_DIR)
+    with fmq.Broker.open(str(tmp_path), config(index_writer="thread")) as b:
+        assert b.index.dump() == online

@@ -4,7 +4,9 @@ restart after kill -9 recovers an index equal to a rebuild from the log."""
 from __future__ import annotations
 
 import glob
+import os
 import shutil
+import signal
 import time
 
 import fmq
@@ -69,3 +71,23 @@ def test_kill_9_of_the_server_ends_its_indexer_and_a_restart_recovers(start_serv
     shutil.rmtree(f"{srv.data_dir}/{INDEX_DIR}")
     with fmq.Broker.open(srv.data_dir, config) as b:
         assert b.index.dump() == online
+
+
+def test_a_blocked_indexer_dies_with_its_killed_server(start_server):
+    # An indexer that is not reading its command pipe (stopped here; busy with a long write
+    # or blocked on LMDB's writer lock elsewhere) outlived its kill -9'd server with the log
+    # and the index open: a file system it used could not be unmounted (fault 5).
+    srv = start_server({**FAST, "index_writer": "process"})
+    indexer = indexer_of(srv.proc.pid)
+    with Producer(srv.address) as p:
+        p.send("t", b"before the kill")
+    os.kill(indexer, signal.SIGSTOP)
+    try:
+        srv.kill()
+        deadline = time.monotonic() + DEADLINE
+        while not exited(indexer) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert exited(indexer), "the stopped indexer outlived its killed server"
+    finally:
+        if not exited(indexer):
+            os.kill(indexer, signal.SIGCONT)  # it ends once it reads its pipe's end

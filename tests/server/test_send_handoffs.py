@@ -9,6 +9,8 @@ import os
 import re
 import threading
 
+import pytest
+
 from fmq.client import Client, Producer
 from fmq.protocol import Op
 
@@ -36,19 +38,44 @@ def pull(c: Client, topic: str, queue_id: int, offset: int) -> list[bytes]:
     return [m["body"] for m in r["messages"]]
 
 
-def test_the_servers_threads_carry_their_names_for_the_operating_system(start_server):
-    # Per-thread figures (top -H, bench/threads_profile.py) need them: Python 3.11 names
-    # its threads only for itself, so every thread showed the process's name.
-    srv = start_server(FAST)
-    with Producer(srv.address, retries=0) as p:
-        p.send("named", b"x")
-    pid = srv.proc.pid
+def thread_names(pid: int) -> set[str]:
     names = set()
     for tid in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{tid}/comm") as f:
             names.add(f.read().strip())
-    assert {"fmq-send-acker", "fmq-dispatcher", "fmq-maintenance"} <= names, names
+    return names
+
+
+def child_names(pid: int) -> set[str]:
+    """The operating system's names of the server's child processes."""
+    names = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/children") as f:
+            for child in f.read().split():
+                try:
+                    with open(f"/proc/{child}/comm") as comm:
+                        names.add(comm.read().strip())
+                except FileNotFoundError:  # it ended meanwhile
+                    pass
+    return names
+
+
+@pytest.mark.parametrize("writer,index_thread", [("thread", "fmq-dispatcher"),
+                                                 ("process", "fmq-idx-reports")])
+def test_the_servers_threads_carry_their_names_for_the_operating_system(
+        start_server, writer, index_thread):
+    # Per-thread figures (top -H, bench/threads_profile.py) need them: Python 3.11 names
+    # its threads only for itself, so every thread showed the process's name.
+    srv = start_server({**FAST, "index_writer": writer})
+    with Producer(srv.address, retries=0) as p:
+        p.send("named", b"x")
+    pid = srv.proc.pid
+    names = thread_names(pid)
+    assert {"fmq-send-acker", index_thread, "fmq-maintenance"} <= names, names
     assert thread_switches(pid, "fmq-send-acker") > 0  # it waited for at least one flush
+    if writer == "process":  # the indexer process too (once started), not one more "python"
+        wait_until(lambda: "fmq-indexer" in child_names(pid), 60,
+                   "the indexer process named fmq-indexer")
 
 
 def test_a_pull_after_each_acknowledgement_gets_its_message_without_other_traffic(start_server):
