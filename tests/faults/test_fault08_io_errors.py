@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -260,3 +263,54 @@ def test_real_enospc_on_a_full_tmpfs(tiny_fs, writer):
     print(f"fault 8 (real ENOSPC): {len(acked)} acknowledged before the disk filled, "
           f"{refusals} sends refused with SegmentUnavailable, {index_refusals} with "
           f"IndexUnavailable, {failures} with LogFailed")
+
+
+_OPEN_ON_A_FULL_DISK = """
+import sys
+import fmq
+from tests.faults.workload import config_kwargs, make_config
+config = make_config(config_kwargs(segment_size=96 * 1024, index_map_size=1 << 20))
+try:
+    fmq.Broker.open(sys.argv[1], config).close()
+    print("opened")
+except fmq.FMQError as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_an_index_made_anew_on_a_full_disk_is_a_clear_error_not_a_crash(tiny_fs):
+    """The index deleted (it is derived from the log) and the disk full: the open that
+    must make it anew says so (IndexUnavailable, what to do); before, LMDB mapped its new
+    lock file with no disk blocks behind it and the process died of SIGBUS. With space
+    again, the same data directory opens with every message."""
+    data = os.path.join(tiny_fs, "data")
+    config = make_config(config_kwargs(segment_size=96 * 1024, index_map_size=1 << 20))
+    broker = fmq.Broker.open(data, config)
+    sent = [broker.send(fmq.Message("orders", body_for(f"f{i}", 3000), queue_id=i % 2))
+            for i in range(60)]
+    broker.close()
+    shutil.rmtree(os.path.join(data, "index"))
+    filler = os.path.join(tiny_fs, "filler")
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError) as full:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        assert full.value.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    child = subprocess.run([sys.executable, "-c", _OPEN_ON_A_FULL_DISK, data],
+                           capture_output=True, text=True, timeout=120,
+                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert child.returncode == 0, (child.returncode, child.stderr[-2000:])
+    assert child.stdout.startswith("IndexUnavailable"), child.stdout
+    assert "free space" in child.stdout, child.stdout
+    os.unlink(filler)
+    again = fmq.Broker.open(data, config)
+    try:
+        assert again.wait_indexed(30)
+        for i, r in enumerate(sent):
+            got = again.pull("orders", r.queue_id, r.queue_offset, 1)
+            assert got and got[0].body == body_for(f"f{i}", 3000)
+    finally:
+        again.close()
