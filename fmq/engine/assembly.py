@@ -31,6 +31,7 @@ from fmq.engine.topics import Topics, load_topics
 from fmq.engine.transactions import Transactions
 from fmq.engine.visibility import Visibility
 from fmq.index.dispatcher import Dispatcher
+from fmq.index.lmdb_env import no_room_at_open
 from fmq.index.process_dispatcher import ProcessDispatcher
 from fmq.index.store import IndexStore, open_index
 from fmq.log.fileio import FileIO
@@ -104,12 +105,15 @@ def assemble(*, path: str, config: BrokerConfig, io: FileIO,
             path=path, config=config, io=io, check_open=check_open, log_=log_,
             max_record_size=max_record_size, index=index, tx=tx, report=report,
             queues=queues, dispatcher=dispatcher, dedup=dedup)
-    except BaseException:
+    except BaseException as exc:
         if dispatcher is not None:
             dispatcher.stop()
         if index is not None:
             index.close()
         log_.close()
+        no_room = no_room_at_open(exc, os.path.join(path, INDEX_DIR))
+        if no_room is not None:
+            raise no_room from exc
         raise
 
 

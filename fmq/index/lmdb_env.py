@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import lmdb
 
+from fmq.errors import FMQError, IndexUnavailable
+
 #: The databases derived from the log, in the order a rebuild writes and compares them.
 DERIVED_DBS = (b"cq", b"queues", b"keys", b"keyoff", b"time", b"txends", b"txoff", b"consumers",
                b"timers", b"timeroff", b"timertopics", b"topics", b"meta")
@@ -61,6 +63,17 @@ def is_transient(exc: BaseException) -> bool:
     plain ``lmdb.Error`` for an OS error it has no class for, EIO among them)."""
     return (isinstance(exc, OSError) or type(exc) is lmdb.Error
             or isinstance(exc, _TRANSIENT_LMDB))
+
+
+def no_room_at_open(exc: BaseException, path: str) -> FMQError | None:
+    """What an open that could not bring the index at ``path`` up to date because LMDB
+    found no room (a full disk, a map it cannot grow) raises instead of ``exc``; None for
+    any other failure."""
+    if not isinstance(exc, lmdb.Error) or not is_transient(exc):
+        return None
+    return IndexUnavailable(f"cannot bring the index at {path} up to date: {exc}; free "
+                            f"space on that file system (the index grows as it catches "
+                            f"up with the log), then open again")
 
 
 class ResizeGate:

@@ -278,11 +278,14 @@ except fmq.FMQError as exc:
 """
 
 
-def test_an_index_made_anew_on_a_full_disk_is_a_clear_error_not_a_crash(tiny_fs):
+@pytest.mark.parametrize("left_kib", [0, 100])
+def test_an_index_made_anew_on_a_full_disk_is_a_clear_error_not_a_crash(tiny_fs, left_kib):
     """The index deleted (it is derived from the log) and the disk full: the open that
-    must make it anew says so (IndexUnavailable, what to do); before, LMDB mapped its new
-    lock file with no disk blocks behind it and the process died of SIGBUS. With space
-    again, the same data directory opens with every message."""
+    must make it anew says so (IndexUnavailable, what to do). Before, with no room left
+    LMDB mapped its new lock file with no disk blocks behind it and the process died of
+    SIGBUS; with 100 KiB left the rebuild ran out of room and the open raised a bare
+    ``lmdb.DiskError``. With space again, the same data directory opens with every
+    message."""
     data = os.path.join(tiny_fs, "data")
     config = make_config(config_kwargs(segment_size=96 * 1024, index_map_size=1 << 20))
     broker = fmq.Broker.open(data, config)
@@ -297,6 +300,7 @@ def test_an_index_made_anew_on_a_full_disk_is_a_clear_error_not_a_crash(tiny_fs)
             while True:
                 os.write(fd, b"\0" * 4096)
         assert full.value.errno == errno.ENOSPC
+        os.ftruncate(fd, max(0, os.fstat(fd).st_size - left_kib * 1024))
     finally:
         os.close(fd)
     child = subprocess.run([sys.executable, "-c", _OPEN_ON_A_FULL_DISK, data],
