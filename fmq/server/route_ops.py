@@ -92,12 +92,16 @@ async def _cluster_route(ctx: ServerContext, session: RequestSession,
     route = snapshot.routes.get(topic)
     if route is None:
         broker_config = ctx.broker.config
-        if not broker_config.auto_create_topics:
+        # A topic this group had before the cluster keeps every queue it has: its route
+        # gives each group as many (a queue past the route's count is read by no routing
+        # consumer). Routing it creates no topic: auto_create_topics does not apply.
+        local = await ctx.read(ctx.broker.topics.get, topic)
+        if local is None and not broker_config.auto_create_topics:
             membership.poke()  # created elsewhere lately? the next ask may find it
             raise UnknownTopic(topic)
         _may_create(ctx, session, topic)
-        route = await ctx.write(created_route, ctx, membership, topic,
-                                broker_config.queues_per_topic)
+        queues = max(broker_config.queues_per_topic, local.queues if local else 0)
+        route = await ctx.write(created_route, ctx, membership, topic, queues)
         snapshot = membership.snapshot
         route = max(route, snapshot.routes.get(topic) or route, key=lambda r: r.version)
     return route_answer(membership.cluster, route, snapshot.groups)
