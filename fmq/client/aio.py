@@ -351,5 +351,5 @@ async def _route_once(producer: AsyncProducer, topic: str) -> Route | None:
     except FMQError:
         table.read_failed(topic)
         return None
-    table.read_failed(topic, False)
+    table.read_worked(topic)
     return route

@@ -179,7 +179,7 @@ class Producer(RoutedSends, Client):
         except FMQError:
             self.routes.read_failed(topic)
             return None
-        self.routes.read_failed(topic, False)
+        self.routes.read_worked(topic)
         return route
 
     def _forget(self, fut: Future) -> None:

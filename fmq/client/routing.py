@@ -239,13 +239,15 @@ class RouteTable:
             failed_at = self._unreadable.get(topic)
         return failed_at is not None and self._clock() - failed_at < within_s
 
-    def read_failed(self, topic: str, failed: bool = True) -> None:
-        """Note that reading the topic's route just failed (or, ``failed`` False, worked)."""
+    def read_failed(self, topic: str) -> None:
+        """Reading the topic's route just failed (see :meth:`unreadable_for`)."""
         with self._lock:
-            if failed:
-                self._unreadable[topic] = self._clock()
-            else:
-                self._unreadable.pop(topic, None)
+            self._unreadable[topic] = self._clock()
+
+    def read_worked(self, topic: str) -> None:
+        """Reading the topic's route just worked: the next failure starts a new wait."""
+        with self._lock:
+            self._unreadable.pop(topic, None)
 
     def not_hosted(self, topic: str) -> None:
         """A NotHosted came back for ``topic``: read its route again before the next send."""

@@ -158,7 +158,7 @@ class SendBatcher:
                 continue
             if end is None:  # nothing written: answered now, or by the awaitable it gave
                 if asyncio.isfuture(token):
-                    token.add_done_callback(functools.partial(_copy_outcome, fut))
+                    token.add_done_callback(functools.partial(copy_outcome, fut))
                 elif not fut.done():
                     fut.set_result(token)
                 continue
@@ -294,7 +294,7 @@ def _split(pending: list[SendRequest], max_messages: int, max_bytes: int
     return batches
 
 
-def _copy_outcome(to: asyncio.Future, source: asyncio.Future) -> None:
+def copy_outcome(to: asyncio.Future, source: asyncio.Future) -> None:
     """End ``to`` as ``source`` ended."""
     if to.done():
         return

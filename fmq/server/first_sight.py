@@ -15,12 +15,14 @@ etcd does not answer) keeps a single broker's rules and is not read for again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fmq.errors import CoordinatorUnavailable, ServerBusy
 from fmq.message import is_internal_topic
+from fmq.server.batcher import copy_outcome
 from fmq.server.context import ServerContext
 from fmq.server.hosting import WRITES, not_hosted
 
@@ -113,20 +115,7 @@ class FirstSight:
             except Exception as exc:  # noqa: BLE001 - refused before it started
                 fut.set_exception(exc)
                 continue
-            _chain(started, fut)
-
-
-def _chain(source: asyncio.Future, target: asyncio.Future) -> None:
-    def done(f: asyncio.Future) -> None:
-        if target.done():
-            return
-        if f.cancelled():
-            target.cancel()
-        elif f.exception() is not None:
-            target.set_exception(f.exception())
-        else:
-            target.set_result(f.result())
-    source.add_done_callback(done)
+            started.add_done_callback(functools.partial(copy_outcome, fut))
 
 
 def check_again(membership: Any, ctx: ServerContext, op: int, req: dict) -> None:

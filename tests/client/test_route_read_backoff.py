@@ -87,5 +87,5 @@ def test_the_table_remembers_an_unreadable_route_for_the_back_off():
     now[0] += 2.5
     assert not table.unreadable_for("t", 2)
     table.read_failed("t")
-    table.read_failed("t", False)
+    table.read_worked("t")
     assert not table.unreadable_for("t", 2)
