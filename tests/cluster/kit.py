@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from fmq.client import Client
+from fmq.client import Client, Consumer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import FMQError
 from fmq.message import Message
@@ -118,3 +118,14 @@ def two_groups(tmp, config: dict | None = None
         for node in nodes.values():
             node.kill()
         etcd.stop()
+
+
+def read_and_commit(address: str, expected: int, start: str) -> None:
+    """Consumer group billing reads ``expected`` messages of topic orders (from ``start``:
+    "earliest", "committed") and commits."""
+    got: list = []
+    with Consumer(address, "billing", ["orders"], start=start) as c:
+        wait_until(lambda: got.extend(c.poll(timeout=0.5)) or len(got) >= expected, 60,
+                   f"billing to read {expected} messages")
+        assert len(got) == expected
+        c.commit()

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from fmq.client import Client, Consumer, Producer
+from fmq.client import Client, Producer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import FMQError, InvalidArgument
 from fmq.protocol import Op
@@ -18,6 +18,7 @@ from tests.server.conftest import FAST
 from tests.server.harness import ServerProcess, wait_until
 
 from .conftest import CLUSTER, NEEDS_ETCD, fmq
+from .kit import read_and_commit
 
 pytestmark = NEEDS_ETCD
 
@@ -61,15 +62,6 @@ def send(address: str, per_queue: dict[int, int]) -> None:
                 p.send("orders", f"m{i}".encode(), queue_id=queue_id)
 
 
-def consume_all(address: str, expected: int) -> None:
-    """Consumer group billing reads ``expected`` more messages and commits."""
-    got: list = []
-    with Consumer(address, "billing", ["orders"], start="committed") as c:
-        wait_until(lambda: got.extend(c.poll(timeout=0.5)) or len(got) >= expected, 60,
-                   f"billing to read {expected} messages")
-        assert len(got) == expected
-        c.commit()
-
 
 def lag_of(status: dict, group: str) -> dict[int, int]:
     return {r["queue_id"]: r["lag"] for r in status["lag"]
@@ -90,7 +82,7 @@ def test_remove_group_waits_for_the_consumer_groups_lag(groups, etcd):
     assert made.json["version"] == routes.get("orders").version
 
     send(g1, {0: 2, 1: 2})
-    consume_all(g1, 4)
+    read_and_commit(g1, 4, "committed")
     send(g1, {0: 2, 1: 1})  # billing has not read these: lag 2 in queue 0, 1 in queue 1
 
     status = fmq("cluster", "status", *on_etcd, "--json")
@@ -117,7 +109,7 @@ def test_remove_group_waits_for_the_consumer_groups_lag(groups, etcd):
         assert "--force" in refused.stderr
         assert routes.get("orders") == before
 
-    consume_all(g1, 3)
+    read_and_commit(g1, 3, "committed")
     removed = fmq("topic", "remove-group", "orders", "--group", "g1", "--server", g1,
                   "--json")
     assert removed.code == 0, removed.stderr
@@ -148,7 +140,7 @@ def test_remove_group_with_force_leaves_the_lag_behind(groups, etcd):
                 c.call(Op.ROUTE_CHANGE, {"json": text})
     assert routes.snapshot().routes == before.routes
     send(g1, {0: 1})
-    consume_all(g1, 1)
+    read_and_commit(g1, 1, "committed")
     send(g1, {1: 1})
     assert fmq("topic", "drain", "orders", "--group", "g1", *on_etcd).code == 0
     refused = fmq("topic", "remove-group", "orders", "--group", "g1", *on_etcd)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from fmq.client import Consumer, Producer
+from fmq.client import Producer
 from fmq.coordination.routes import ClusterRoutes
 from tests.server.conftest import FAST
 from tests.server.harness import ServerProcess, wait_until
 
 from .conftest import CLUSTER, NEEDS_ETCD, fmq
-from .kit import role
+from .kit import read_and_commit, role
 
 pytestmark = NEEDS_ETCD
 
@@ -54,16 +54,6 @@ def send(address: str, per_index: dict[int, int]) -> None:
                 assert result.group == ("g1" if index < 2 else "g2"), result
 
 
-def read_and_commit(address: str, expected: int) -> None:
-    """Consumer group billing reads ``expected`` messages of the topic (every group's
-    queues: the consumer routes) and commits."""
-    got: list = []
-    with Consumer(address, "billing", ["orders"], start="earliest") as c:
-        wait_until(lambda: got.extend(c.poll(timeout=0.5)) or len(got) >= expected, 60,
-                   f"billing to read {expected} messages")
-        assert len(got) == expected
-        c.commit()
-
 
 def test_status_through_a_live_node_shows_groups_route_and_lag(nodes):
     g1, g2 = nodes["g1"].address, nodes["g2"].address
@@ -72,8 +62,8 @@ def test_status_through_a_live_node_shows_groups_route_and_lag(nodes):
 
     # global indices 0, 1 are g1's queues 0, 1; 2, 3 are g2's queues 0, 1
     send(g1, {0: 3, 1: 1, 2: 2, 3: 1})
-    read_and_commit(g2, 7)          # billing (a consumer of both groups) read all 7 ...
-    send(g2, {2: 2})                # ... and not these two, in g2's queue 0
+    read_and_commit(g2, 7, "earliest")  # billing (a consumer of both groups) read all 7 ...
+    send(g2, {2: 2})  # ... and not these two, in g2's queue 0
 
     status = fmq("cluster", "status", "--server", g1, "--json")
     assert status.code == 0, status.stderr

@@ -30,9 +30,8 @@ from collections import Counter
 
 import pytest
 
-from fmq.client import Producer, TransactionProducer
+from fmq.client import TransactionProducer
 from fmq.coordination.routes import ClusterRoutes
-from fmq.errors import FMQError
 from fmq.message import Message, SendResult
 from fmq.tx.state import TxState
 from tests.etcdkit import ETCD
@@ -47,6 +46,8 @@ from tests.replication.failover_kit import (
     check_consumed,
     check_data_dir,
     check_readable_soon,
+    plain_producer,
+    tx_producer,
     wait_no_open_transactions,
 )
 from tests.server.harness import ServerProcess, wait_until
@@ -93,54 +94,6 @@ class GroupHistory(History):
         return view
 
 
-def plain_producer(k: int, rng: random.Random, servers: str, history: GroupHistory,
-                   stop: threading.Event, errors: list, queue_id: int | None = None) -> None:
-    with Producer(servers, linger_ms=0, **PATIENT) as producer:
-        i = 0
-        while not stop.is_set():
-            mid = f"p{k}-{i}"
-            i += 1
-            body = history.attempt_send(mid, rng.randrange(64, 400))
-            try:
-                history.acked_send(mid, producer.send(TOPIC, body, queue_id=queue_id))
-            except FMQError as exc:  # not acknowledged: stored at most once
-                errors.append(exc)
-
-
-def tx_producer(k: int, rng: random.Random, servers: str, history: GroupHistory,
-                stop: threading.Event, errors: list, done: threading.Event) -> None:
-    def checker(uncertain) -> TxState:
-        decision = history.decisions.get(uncertain.tx_id)
-        if decision is None:
-            return TxState.UNKNOWN  # its prepare is still being retried
-        return TxState.COMMIT if decision == "commit" else TxState.ROLLBACK
-
-    with TransactionProducer(servers, f"shop{k}", checker, **PATIENT) as producer:
-        i = 0
-        while not stop.is_set():
-            tx = f"tx-{k}-{i}"
-            mids = [f"t{k}-{i}-{j}" for j in range(rng.choice((2, 3)))]
-            i += 1
-            bodies = history.attempt_tx(tx, mids, rng.randrange(64, 300))
-            try:
-                producer.prepare([Message(TOPIC, b) for b in bodies], tx_id=tx, group="g1")
-            except FMQError as exc:  # given up: the check-back rolls back what is stored
-                history.decide(tx, "rollback")
-                errors.append(exc)
-                continue
-            history.acked("prepare", tx)
-            decision = "commit" if rng.random() < 0.75 else "rollback"
-            history.decide(tx, decision)
-            try:
-                state = producer.commit(tx) if decision == "commit" else producer.rollback(tx)
-            except FMQError as exc:  # the check-back applies the decision
-                errors.append(exc)
-                continue
-            assert state.value == decision, (tx, state)
-            history.acked(decision, tx)
-        done.wait(60)  # answer check-backs until every transaction is decided
-
-
 def test_one_group_fails_over_repeatedly_while_the_other_takes_writes(tmp_path):
     seed = int(os.environ.get("FMQ_JEPSEN_SEED", time.time_ns() % 1_000_000))
     print(f"seed {seed} (FMQ_JEPSEN_SEED={seed} replays the kills)")
@@ -165,13 +118,14 @@ def test_one_group_fails_over_repeatedly_while_the_other_takes_writes(tmp_path):
         g2_queue = route.entry("g2").base  # a global index: g2's local queue 0
         servers = f"{g1.servers},{g2.address}"
         workers = [threading.Thread(target=plain_producer, args=(
-            k, random.Random(seed * 100 + k), servers, history, stop, errors))
+            k, random.Random(seed * 100 + k), servers, history, stop, errors, PATIENT))
             for k in range(2)]
         workers.append(threading.Thread(target=plain_producer, args=(
-            2, random.Random(seed * 100 + 2), servers, history, stop, errors, g2_queue)))
+            2, random.Random(seed * 100 + 2), servers, history, stop, errors, PATIENT,
+            g2_queue)))
         workers += [threading.Thread(target=tx_producer, args=(
-            k, random.Random(seed * 100 + 50 + k), servers, history, stop, errors, done))
-            for k in range(2)]
+            k, random.Random(seed * 100 + 50 + k), servers, history, stop, errors, done,
+            PATIENT, "g1")) for k in range(2)]
         consumer = GroupConsumer(servers).start()  # reads both groups throughout
         for w in workers:
             w.start()

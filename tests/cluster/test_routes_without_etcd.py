@@ -77,18 +77,23 @@ def test_after_etcd_paused_past_the_lease_a_route_change_reaches_both_nodes(tmp_
             node.kill()
 
 
+def _behind(proxy: StallProxy, tmp_path) -> ServerProcess:
+    """Group g2's node (not started), reaching etcd through ``proxy``, which re-reads the
+    routes only every minute: a route reaches it through its watch, or through a re-read
+    a refusal or a first write asks for."""
+    config = {**CONFIG, "server": {**CONFIG["server"], "lease_ttl_s": 10,
+                                   "route_resync_ms": 60_000}}
+    return ServerProcess(str(tmp_path / "g2"), config, extra_args=(
+        "--coordinator", proxy.url, "--cluster-name", CLUSTER, "--group", "g2"))
+
+
 def test_a_refusal_makes_a_node_whose_watch_hangs_read_the_route_again_at_once(
         tmp_path, etcd):
     store = ClusterRoutes(etcd.url, CLUSTER)
     store.register_group("g1")  # a group of the cluster; no node of it is needed here
     store.create("moving", 2, ["g1"])
     proxy = StallProxy(etcd.client_port)
-    # A re-read only every minute: the route reaches the node through its watch, or
-    # through the re-read a refusal asks for.
-    config = {**CONFIG, "server": {**CONFIG["server"], "lease_ttl_s": 10,
-                                   "route_resync_ms": 60_000}}
-    node = ServerProcess(str(tmp_path / "g2"), config, extra_args=(
-        "--coordinator", proxy.url, "--cluster-name", CLUSTER, "--group", "g2"))
+    node = _behind(proxy, tmp_path)
     try:
         node.start()
         wait_primary(node)
@@ -160,10 +165,7 @@ def test_a_first_send_the_watch_has_not_brought_the_route_for_makes_the_entrys_q
     put there would be read by no routing consumer)."""
     store = ClusterRoutes(etcd.url, CLUSTER)
     proxy = StallProxy(etcd.client_port)
-    config = {**CONFIG, "server": {**CONFIG["server"], "lease_ttl_s": 10,
-                                   "route_resync_ms": 60_000}}
-    node = ServerProcess(str(tmp_path / "g2"), config, extra_args=(
-        "--coordinator", proxy.url, "--cluster-name", CLUSTER, "--group", "g2"))
+    node = _behind(proxy, tmp_path)
     try:
         node.start()
         wait_primary(node)

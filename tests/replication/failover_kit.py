@@ -13,15 +13,18 @@ a stopped node's data directory.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
 import time
 from collections import Counter
 
 import fmq
-from fmq.client import Client, Consumer
+from fmq.client import Client, Consumer, Producer, TransactionProducer
 from fmq.errors import FMQError
+from fmq.message import Message
 from fmq.protocol import Op
+from fmq.tx.state import TxState
 from tests.etcdkit import EtcdProcess
 from tests.faults.invariants import (
     check_acked_and_transactions,
@@ -215,6 +218,61 @@ class History:
 
     def acked_ops(self, op: str) -> set[str]:
         return {a["tx"] for a in self.acks if a["op"] == op}
+
+
+def plain_producer(k: int, rng: random.Random, servers: str, history: History,
+                   stop: threading.Event, errors: list, options: dict,
+                   queue_id: int | None = None) -> None:
+    """Producer ``k`` sends messages of ``rng``'s sizes (to ``queue_id`` when given) until
+    ``stop``, recording each attempt and acknowledgement in ``history``."""
+    with Producer(servers, linger_ms=0, **options) as producer:
+        i = 0
+        while not stop.is_set():
+            mid = f"p{k}-{i}"
+            i += 1
+            body = history.attempt_send(mid, rng.randrange(64, 400))
+            try:
+                history.acked_send(mid, producer.send(TOPIC, body, queue_id=queue_id))
+            except FMQError as exc:  # not acknowledged: stored at most once
+                errors.append(exc)
+
+
+def tx_producer(k: int, rng: random.Random, servers: str, history: History,
+                stop: threading.Event, errors: list, done: threading.Event, options: dict,
+                group: str | None = None) -> None:
+    """Transactional producer ``k`` (producer group ``shop{k}``; its transactions in broker
+    group ``group`` when given) prepares 2-3 messages and commits 3 of 4 until ``stop``;
+    its check-back answers from its own recorded decision, until ``done``."""
+    def checker(uncertain) -> TxState:
+        decision = history.decisions.get(uncertain.tx_id)
+        if decision is None:
+            return TxState.UNKNOWN  # its prepare is still being retried
+        return TxState.COMMIT if decision == "commit" else TxState.ROLLBACK
+
+    with TransactionProducer(servers, f"shop{k}", checker, **options) as producer:
+        i = 0
+        while not stop.is_set():
+            tx = f"tx-{k}-{i}"
+            mids = [f"t{k}-{i}-{j}" for j in range(rng.choice((2, 3)))]
+            i += 1
+            bodies = history.attempt_tx(tx, mids, rng.randrange(64, 300))
+            try:
+                producer.prepare([Message(TOPIC, b) for b in bodies], tx_id=tx, group=group)
+            except FMQError as exc:  # given up: the check-back rolls back what is stored
+                history.decide(tx, "rollback")
+                errors.append(exc)
+                continue
+            history.acked("prepare", tx)
+            decision = "commit" if rng.random() < 0.75 else "rollback"
+            history.decide(tx, decision)
+            try:
+                state = producer.commit(tx) if decision == "commit" else producer.rollback(tx)
+            except FMQError as exc:  # the check-back applies the decision
+                errors.append(exc)
+                continue
+            assert state.value == decision, (tx, state)
+            history.acked(decision, tx)
+        done.wait(60)  # answer check-backs until every transaction is decided
 
 
 class GroupConsumer:

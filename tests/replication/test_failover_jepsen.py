@@ -24,7 +24,6 @@ from collections import Counter
 import pytest
 
 from fmq.client import Client, Producer, TransactionProducer
-from fmq.errors import FMQError
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.tx.state import TxState
@@ -42,6 +41,8 @@ from .failover_kit import (
     check_data_dir,
     check_readable,
     check_readable_soon,
+    plain_producer,
+    tx_producer,
     wait_no_open_transactions,
 )
 
@@ -63,57 +64,6 @@ def options(k: int) -> dict:
     return PATIENT if k % 2 == 0 else IMPATIENT
 
 
-def plain_producer(k: int, seed: int, servers: str, history: History,
-                   stop: threading.Event, errors: list) -> None:
-    rng = random.Random(seed * 100 + k)
-    with Producer(servers, linger_ms=0, **options(k)) as producer:
-        i = 0
-        while not stop.is_set():
-            mid = f"p{k}-{i}"
-            i += 1
-            body = history.attempt_send(mid, rng.randrange(64, 400))
-            try:
-                history.acked_send(mid, producer.send(TOPIC, body))
-            except FMQError as exc:  # not acknowledged: stored at most once
-                errors.append(exc)
-
-
-def tx_producer(k: int, seed: int, servers: str, history: History, stop: threading.Event,
-                errors: list, done: threading.Event) -> None:
-    rng = random.Random(seed * 100 + 50 + k)
-
-    def checker(uncertain) -> TxState:
-        decision = history.decisions.get(uncertain.tx_id)
-        if decision is None:
-            return TxState.UNKNOWN  # its prepare is still being retried
-        return TxState.COMMIT if decision == "commit" else TxState.ROLLBACK
-
-    with TransactionProducer(servers, f"shop{k}", checker, **options(k)) as producer:
-        i = 0
-        while not stop.is_set():
-            tx = f"tx-{k}-{i}"
-            mids = [f"t{k}-{i}-{j}" for j in range(rng.choice((2, 3)))]
-            i += 1
-            bodies = history.attempt_tx(tx, mids, rng.randrange(64, 300))
-            try:
-                producer.prepare([Message(TOPIC, b) for b in bodies], tx_id=tx)
-            except FMQError as exc:  # given up: the check-back rolls back what is stored
-                history.decide(tx, "rollback")
-                errors.append(exc)
-                continue
-            history.acked("prepare", tx)
-            decision = "commit" if rng.random() < 0.75 else "rollback"
-            history.decide(tx, decision)
-            try:
-                state = producer.commit(tx) if decision == "commit" else producer.rollback(tx)
-            except FMQError as exc:  # the check-back applies the decision
-                errors.append(exc)
-                continue
-            assert state.value == decision, (tx, state)
-            history.acked(decision, tx)
-        done.wait(60)  # answer check-backs until every transaction is decided
-
-
 def test_no_acknowledged_write_lost_across_repeated_failovers(tmp_path):
     seed = int(os.environ.get("FMQ_JEPSEN_SEED", time.time_ns() % 1_000_000))
     print(f"jepsen seed {seed} (FMQ_JEPSEN_SEED={seed} replays the kills)")
@@ -122,12 +72,12 @@ def test_no_acknowledged_write_lost_across_repeated_failovers(tmp_path):
     history = History()
     stop, done = threading.Event(), threading.Event()
     errors: list = []
-    workers = [threading.Thread(target=plain_producer,
-                                args=(k, seed, group.servers, history, stop, errors))
-               for k in range(PLAIN_PRODUCERS)]
-    workers += [threading.Thread(target=tx_producer,
-                                 args=(k, seed, group.servers, history, stop, errors, done))
-                for k in range(TX_PRODUCERS)]
+    workers = [threading.Thread(target=plain_producer, args=(
+        k, random.Random(seed * 100 + k), group.servers, history, stop, errors, options(k)))
+        for k in range(PLAIN_PRODUCERS)]
+    workers += [threading.Thread(target=tx_producer, args=(
+        k, random.Random(seed * 100 + 50 + k), group.servers, history, stop, errors, done,
+        options(k))) for k in range(TX_PRODUCERS)]
     consumer = None
     failovers = 0
     try:
