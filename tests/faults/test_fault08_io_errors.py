@@ -40,7 +40,7 @@ import fmq
 from fmq.log.fileio import FileIO
 from fmq.log.record import RecordType
 from tests.faults.invariants import log_records, reference_run, verify_recovery
-from tests.faults.tmpfs import small_tmpfs
+from tests.faults.tmpfs import fill_up, small_tmpfs
 from tests.faults.workload import (
     INDEX_WRITER,
     body_for,
@@ -294,15 +294,8 @@ def test_an_index_made_anew_on_a_full_disk_is_a_clear_error_not_a_crash(tiny_fs,
     broker.close()
     shutil.rmtree(os.path.join(data, "index"))
     filler = os.path.join(tiny_fs, "filler")
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        with pytest.raises(OSError) as full:
-            while True:
-                os.write(fd, b"\0" * 4096)
-        assert full.value.errno == errno.ENOSPC
-        os.ftruncate(fd, max(0, os.fstat(fd).st_size - left_kib * 1024))
-    finally:
-        os.close(fd)
+    fill_up(filler)
+    os.truncate(filler, max(0, os.path.getsize(filler) - left_kib * 1024))
     child = subprocess.run([sys.executable, "-c", _OPEN_ON_A_FULL_DISK, data],
                            capture_output=True, text=True, timeout=120,
                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))

@@ -31,7 +31,7 @@ from fmq.datadir import INDEX_DIR, LOG_DIR, TEMP_SUFFIX, format_segment_name
 from fmq.log.record import HEADER_SIZE
 from fmq.protocol import Op
 from tests.crashkit import ROOT, reap
-from tests.faults.tmpfs import small_tmpfs
+from tests.faults.tmpfs import fill_up, small_tmpfs
 from tests.server.harness import ServerProcess
 
 BODY = 1000
@@ -81,14 +81,7 @@ def fill_disk(directory: str) -> str:
     background preparation of its next segment, see wait_for_spare_segment)."""
     wait_for_spare_segment(os.path.join(directory, "data"))
     path = filler_path(directory)
-    chunk = bytes(1 << 16)
-    with open(path, "wb") as f:
-        try:
-            while True:
-                f.write(chunk)
-                f.flush()
-        except OSError:
-            pass
+    fill_up(path)
     return path
 
 
