@@ -2,7 +2,9 @@
 
 Each module in ``COMPILED`` is a plain Python module of the package compiled by Cython 3
 under a name of its own, so the pure module stays importable beside it as its reference
-(``fmq.native`` chooses at import time). The extensions are optional: without a C compiler
+(``fmq.native`` chooses at import time). Two are written in Cython itself
+(``_record_c.pyx``, ``_item_batch_c.pyx``: bytes read and written in C), beside the pure
+functions they must equal. The extensions are optional: without a C compiler
 ``pip install .`` warns and installs the pure package, which runs the same, only slower.
 ``FMQ_REQUIRE_EXTENSIONS=1`` at build time makes a failed build an error instead.
 """
@@ -22,9 +24,12 @@ HERE = Path(__file__).resolve().parent
 COMPILED = {
     "fmq.log.record._codec_c": "fmq/log/record/codec.py",
     "fmq.log.record._marks_c": "fmq/log/record/marks.py",
+    "fmq.log.record._record_c": "fmq/log/record/_record_c.pyx",
     "fmq.protocol._frame_c": "fmq/protocol/framing.py",
     "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",
     "fmq.index._derive_c": "fmq/index/derive.py",
+    # Written in Cython itself (C byte packing); its pure twin is fmq/index/item_batch.py.
+    "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
     **{f"fmq.protocol._speedups.{part.stem}": f"fmq/protocol/_codecs/{part.name}"
        for part in sorted((HERE / "fmq" / "protocol" / "_codecs").glob("part*.py"))},
 }
@@ -83,7 +88,7 @@ def extensions() -> list[Extension]:
         return []
     modules = []
     for name, source in COMPILED.items():
-        target = SOURCE_DIR / (name.replace(".", "/") + ".py")
+        target = SOURCE_DIR / (name.replace(".", "/") + Path(source).suffix)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(HERE / source, target)
         modules.append(Extension(name, [str(target.relative_to(HERE))], optional=not REQUIRED))

@@ -25,9 +25,11 @@ from fmq.errors import ExtensionMissing
 COMPILED_MODULES: dict[str, str] = {
     "fmq.log.record._codec_c": "fmq/log/record/codec.py",
     "fmq.log.record._marks_c": "fmq/log/record/marks.py",
+    "fmq.log.record._record_c": "fmq/log/record/_record_c.pyx",
     "fmq.protocol._frame_c": "fmq/protocol/framing.py",
     "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",
     "fmq.index._derive_c": "fmq/index/derive.py",
+    "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
     # The generated protocol codecs, however many parts the generator wrote.
     **{f"fmq.protocol._speedups.{part.stem}": f"fmq/protocol/_codecs/{part.name}"
        for part in sorted((Path(__file__).parent / "protocol" / "_codecs").glob("part*.py"))},

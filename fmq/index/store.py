@@ -45,8 +45,10 @@ from collections.abc import Iterable
 
 import lmdb
 
+from fmq import native
 from fmq.datadir import index_exists
 from fmq.errors import IndexCorrupt
+from fmq.index import item_batch as _item_batch_reference
 from fmq.index import keys as K
 from fmq.index import trim
 from fmq.index.entries import (
@@ -71,6 +73,9 @@ from fmq.index.opening import INDEX_FORMAT, open_env
 from fmq.index.timer_table import TimerReads, apply_timers
 from fmq.index.topic_table import apply_topics, raise_topic_floors, read_topics
 from fmq.index.tx_ends import TxEndReads
+
+#: The queue entries' items of one transaction: compiled (setup.py) or the reference.
+ITEM_BATCH = (native.load("fmq.index._item_batch_c") or _item_batch_reference).item_batch
 
 
 class IndexStore:
@@ -111,26 +116,9 @@ class IndexStore:
     def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
                    marks: list[TxEnd | OffsetEntry | EpochEntry | TopicEntry],
                    timers: list[TimerEntry | TimerFired]) -> None:
-        items: list[list[tuple[bytes, bytes]]] = [[] for _ in K.ITEM_DBS]
-        add = [db_items.append for db_items in items]
-        entry_items = K.entry_items
-        queue_next: dict[tuple[str, int], int] = {}
-        queue_first: dict[tuple[str, int], int] = {}
+        cq, times, keys, keyoff, bounds = ITEM_BATCH(entries)
+        items: list[list[tuple[bytes, bytes]]] = [cq, times, keys, keyoff, [], []]
         topics: list[TopicEntry] = []  # applied after the queue entries (topic_table)
-        for e in entries:  # recovery's redo runs this per message: kept lean
-            for db, k, v in entry_items(e):
-                add[db]((k, v))
-            q = (e[0], e[1])  # topic, queue id
-            qoff = e[2]
-            hi = queue_next.get(q)
-            if hi is None:
-                queue_next[q] = qoff + 1
-                queue_first[q] = qoff
-            else:
-                if hi <= qoff:
-                    queue_next[q] = qoff + 1
-                if qoff < queue_first[q]:
-                    queue_first[q] = qoff
         for t in marks:
             if type(t) is OffsetEntry:  # in log order: a later commit overwrites
                 txn.put(K.consumer_key(t.group, t.topic, t.queue_id),
@@ -151,12 +139,11 @@ class IndexStore:
                 consumed, _added = txn.cursor(db=db).putmulti(db_items)
                 if consumed != len(db_items):  # append mode silently skips out-of-order keys
                     raise IndexCorrupt(f"LMDB stored {consumed} of {len(db_items)} index items")
-        for (topic, qid), nxt in queue_next.items():
+        for (topic, qid), (first, nxt) in bounds.items():
             prefix = K.queue_key(topic, qid)
             old = txn.get(prefix, db=self.db.queues)
             # A queue first seen here starts at its first entry, not 0: a rebuild from a
             # log whose oldest segments retention deleted must match the live index.
-            first = queue_first[(topic, qid)]
             lo, hi = K.QUEUE_VALUE.unpack(old) if old else (first, first)
             if nxt > hi:
                 txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.db.queues)

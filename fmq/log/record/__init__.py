@@ -75,7 +75,10 @@ fastest twin available, or every reference twin when the environment sets
 lists the pairs, and one shared test compares each pair on hostile input. A faster twin
 (compiled, say) is added here, to :data:`TWINS`, and nowhere else. ``codec`` and ``marks``
 run compiled (``_codec_c``, ``_marks_c``: the same source compiled by Cython, setup.py) when
-``fmq.native.load`` finds them.
+``fmq.native.load`` finds them; ``encode_into`` (once per placed record) and ``decode_at``
+(once per record of every scan) run from ``_record_c.pyx`` (written in Cython: the header
+written and read in C), which hands whatever it does not take as it is, failures included,
+to the codec's own.
 """
 
 from __future__ import annotations
@@ -108,6 +111,8 @@ NO_EXTENSIONS = native.no_extensions()
 #: The codec and mark encoder modules running: compiled by setup.py, or the pure ones.
 CODEC_MODULE = native.load("fmq.log.record._codec_c") or _pure_codec
 MARKS_MODULE = native.load("fmq.log.record._marks_c") or _pure_marks
+#: The compiled ``encode_into`` and ``decode_at`` (``_record_c.pyx``, written in Cython), or None.
+RECORD_MODULE = native.load("fmq.log.record._record_c")
 
 #: The reference codec: crcmod's CRC, the general encoder for every record.
 REFERENCE: Codec = python_codec(reference_crc32c)
@@ -124,6 +129,9 @@ else:
     encode_mark_into = MARKS_MODULE.mark_encoder(crc32c, _codec.encode_into)
 
 encode_into, encode, check, decode, decode_at, filler = _codec
+if RECORD_MODULE is not None:  # each calls the codec's own for whatever it does not take
+    encode_into = RECORD_MODULE.EncodeInto(crc32c, _codec.encode_into)
+    decode_at = RECORD_MODULE.DecodeAt(crc32c, _codec.decode_at)
 
 #: Each chosen implementation next to its reference, by name: what the twin test compares.
 TWINS: dict[str, tuple[object, object]] = {
@@ -137,7 +145,7 @@ TWINS: dict[str, tuple[object, object]] = {
 __all__ = [
     "CODEC_MODULE", "CRC_IMPLEMENTATION", "FORMAT_MAX_RECORD", "FORMAT_VERSION", "HEADER", "HEADER_SIZE",
     "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MARKS_MODULE", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
-    "RECORD_BOUND", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
+    "RECORD_BOUND", "RECORD_MODULE", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
     "crc32c", "decode", "decode_at", "decode_properties", "encode", "encode_into",
     "encode_mark_into", "encode_properties", "encoded_length", "encoded_size", "filler",
     "properties_length", "record_length", "reference_crc32c",

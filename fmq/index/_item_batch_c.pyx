@@ -1,0 +1,164 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of :mod:`fmq.index.item_batch`: the same items, their bytes written in C
+(the reference packs each field with ``struct``, a Python call per field).
+
+An entry whose fields are not what the index stores (an int outside its field, another type)
+sends the whole batch to the reference, so the two return the same value or raise the same
+error; tests/native compares them byte for byte.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memcpy
+
+
+cdef inline void _be32(char* p, uint64_t v) noexcept:
+    p[0] = <char>(v >> 24); p[1] = <char>(v >> 16); p[2] = <char>(v >> 8); p[3] = <char>v
+
+
+cdef inline void _be64(char* p, uint64_t v) noexcept:
+    cdef int i
+    for i in range(7, -1, -1):
+        p[i] = <char>v
+        v >>= 8
+
+
+cdef inline void _le(char* p, uint64_t v, int n) noexcept:
+    cdef int i
+    for i in range(n):
+        p[i] = <char>v
+        v >>= 8
+
+
+class _Unusual(Exception):
+    """An entry the C path does not take as it is: the reference decides."""
+
+
+cdef inline uint64_t _u64(object v) except? 0xFFFFFFFFFFFFFFFF:
+    """``v`` as an unsigned 64-bit int; anything else is unusual: the reference decides (it
+    packs it or raises struct's error)."""
+    if type(v) is not int and type(v) is not bool:
+        raise _Unusual()
+    try:
+        return <uint64_t>v
+    except OverflowError:
+        raise _Unusual()
+
+
+cdef inline int64_t _i64(object v) except? -1:
+    if type(v) is not int and type(v) is not bool:
+        raise _Unusual()
+    try:
+        return <int64_t>v
+    except OverflowError:
+        raise _Unusual()
+
+
+def item_batch(list entries):
+    try:
+        return _batch(entries)
+    except _Unusual:
+        from fmq.index import item_batch as reference
+        return reference.item_batch(entries)
+
+
+cdef uint64_t _U32_END = 1ULL << 32
+cdef uint64_t _I64_END = 1ULL << 63
+
+
+cdef tuple _batch(list entries):
+    cdef list cq = [], times = [], keys = [], keyoff = []
+    cdef dict bounds = {}
+    cdef bytes tname = b"", kname, ckey, cval, tkey, kkey, kval, skey
+    cdef object last_topic = None
+    cdef tuple t
+    cdef char* p
+    cdef Py_ssize_t n, kn
+    cdef uint64_t qid, qoff, data_offset, data_size, tag_hash, source, when
+    cdef int64_t store_time
+    cdef list seen
+    for e in entries:
+        if not isinstance(e, tuple) or len(<tuple>e) != 9:
+            raise _Unusual()
+        t = <tuple>e
+        topic = t[0]
+        key = t[7]
+        if type(topic) is not str:
+            raise _Unusual()
+        qid = _u64(t[1])
+        qoff = _u64(t[2])
+        data_offset = _u64(t[3])
+        data_size = _u64(t[4])
+        tag_hash = _u64(t[5])
+        store_time = _i64(t[6])
+        source = _u64(t[8])
+        # u32 fields, and the queue offset: a signed field in the keys value
+        if qid >= _U32_END or data_size >= _U32_END or tag_hash >= _U32_END or \
+                qoff >= _I64_END:
+            raise _Unusual()
+        if topic is not last_topic:  # one topic's entries usually follow each other
+            try:
+                tname = (<str>topic).encode("utf-8")
+            except UnicodeEncodeError:
+                raise _Unusual()
+            last_topic = topic
+        n = len(tname)
+        # cq: topic NUL, >I queue id, >Q queue offset -> <QIIqQ
+        ckey = PyBytes_FromStringAndSize(NULL, n + 13)
+        p = PyBytes_AS_STRING(ckey)
+        memcpy(p, PyBytes_AS_STRING(tname), n)
+        p[n] = 0
+        _be32(p + n + 1, qid)
+        _be64(p + n + 5, qoff)
+        cval = PyBytes_FromStringAndSize(NULL, 32)
+        p = PyBytes_AS_STRING(cval)
+        _le(p, data_offset, 8)
+        _le(p + 8, data_size, 4)
+        _le(p + 12, tag_hash, 4)
+        _le(p + 16, <uint64_t>store_time, 8)
+        _le(p + 24, source, 8)
+        cq.append((ckey, cval))
+        # time: topic NUL, >I queue id, >Q store time (0 when not positive), >Q queue offset
+        when = <uint64_t>store_time if store_time > 0 else 0
+        tkey = PyBytes_FromStringAndSize(NULL, n + 21)
+        p = PyBytes_AS_STRING(tkey)
+        memcpy(p, PyBytes_AS_STRING(tname), n)
+        p[n] = 0
+        _be32(p + n + 1, qid)
+        _be64(p + n + 5, when)
+        _be64(p + n + 13, qoff)
+        times.append((tkey, b""))
+        if key:
+            if type(key) is not str:
+                raise _Unusual()
+            try:
+                kname = (<str>key).encode("utf-8")
+            except UnicodeEncodeError:
+                raise _Unusual()
+            kn = len(kname)
+            # keys: topic NUL key NUL >Q source -> <Iq; keyoff: >Q source -> the keys key
+            skey = PyBytes_FromStringAndSize(NULL, 8)
+            _be64(PyBytes_AS_STRING(skey), source)
+            kkey = PyBytes_FromStringAndSize(NULL, n + kn + 10)
+            p = PyBytes_AS_STRING(kkey)
+            memcpy(p, PyBytes_AS_STRING(tname), n)
+            p[n] = 0
+            memcpy(p + n + 1, PyBytes_AS_STRING(kname), kn)
+            p[n + 1 + kn] = 0
+            _be64(p + n + kn + 2, source)
+            kval = PyBytes_FromStringAndSize(NULL, 12)
+            p = PyBytes_AS_STRING(kval)
+            _le(p, qid, 4)
+            _le(p + 4, qoff, 8)
+            keys.append((kkey, kval))
+            keyoff.append((skey, kkey))
+        q = (topic, t[1])
+        seen = bounds.get(q)
+        if seen is None:
+            bounds[q] = [t[2], qoff + 1]
+        else:
+            if qoff < <uint64_t>seen[0]:
+                seen[0] = t[2]
+            if qoff >= <uint64_t>seen[1]:
+                seen[1] = qoff + 1
+    return cq, times, keys, keyoff, bounds

@@ -1,0 +1,324 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Compiled twins of two functions of the record codec (:func:`fmq.log.record.codec.python_codec`)
+that run once per record: ``encode_into``, which the event loop calls for every message it
+places, and ``decode_at``, which every scan of the log calls (recovery's redo, the index
+writers, replication, reads). The header is written and read in C, the fields copied
+straight between the buffer and the record, where the reference packs or unpacks a 19-field
+tuple and slices every field.
+
+Each takes what its reference takes; whenever a check fails, or an argument is not what the C
+path handles as it is (another buffer type, a number out of range, properties), it calls the
+reference (before changing anything), which returns the same result or raises its error: the
+two always give the same bytes or record, or the same error (type and message).
+tests/log/test_twins.py and tests/native compare them.
+"""
+
+import mmap
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+
+from fmq.log.record.layout import (
+    FORMAT_MAX_RECORD,
+    FORMAT_VERSION,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_SHORT_FIELD,
+    TYPE_BY_CODE,
+    Record,
+    decode_properties,
+    encode_properties,
+)
+
+cdef extern from "Python.h":
+    int PyBUF_READ
+
+cdef Py_ssize_t _HEADER = HEADER_SIZE
+cdef uint32_t _MAGIC = MAGIC
+cdef uint32_t _VERSION = FORMAT_VERSION
+cdef object _new_record = object.__new__
+cdef list _TYPES = [TYPE_BY_CODE.get(code) for code in range(256)]
+cdef Py_ssize_t _SHORT = MAX_SHORT_FIELD
+cdef uint64_t _MAX_RECORD = FORMAT_MAX_RECORD
+
+
+cdef inline void _put(unsigned char* p, uint64_t v, int n) noexcept:
+    cdef int i
+    for i in range(n):
+        p[i] = <unsigned char>v
+        v >>= 8
+
+
+cdef inline bytes _utf8(object text):
+    """``text.encode()`` of a str, as the reference does; anything else is not taken."""
+    if type(text) is not str:
+        raise _NotTaken()
+    return (<str>text).encode("utf-8")
+
+
+class _NotTaken(Exception):
+    """What the C path does not take as it is: the reference decides."""
+
+
+cdef inline object _int(object v):
+    """An int (a RecordType included) for a header field; struct takes others (anything
+    with ``__index__``) and refuses floats: the reference decides those."""
+    if not isinstance(v, int):
+        raise _NotTaken()
+    return v
+
+
+cdef class EncodeInto:
+    """``encode_into(buf, offset, record)`` with the CRC function the codec was built with
+    and the reference ``encode_into`` of that codec."""
+
+    cdef object crc32c
+    cdef object reference
+
+    def __init__(self, crc32c, reference):
+        self.crc32c = crc32c
+        self.reference = reference
+
+    def __call__(self, buf, offset, record):
+        cdef Py_ssize_t at, old_size, end
+        cdef Py_ssize_t lt, lx, lg, lk, la, lp, lb
+        cdef uint64_t length, log_offset, ref_size
+        cdef int64_t store_time, queue_offset, ref_offset
+        cdef int32_t queue_id
+        cdef uint8_t rtype
+        cdef Py_buffer body_view
+        cdef unsigned char* out
+        cdef unsigned char* p
+        if type(buf) is not bytearray or type(offset) is not int or type(record) is not Record:
+            return self.reference(buf, offset, record)
+        # Everything is read and checked before the buffer changes: whatever is not taken
+        # goes to the reference with the buffer as it was.
+        try:
+            at = offset
+            if at < 0 or at > PyByteArray_GET_SIZE(buf):  # past the end: zero-filled, rare
+                raise _NotTaken()
+            topic = _utf8(record.topic)
+            tx_id = _utf8(record.tx_id)
+            group = _utf8(record.producer_group)
+            key = _utf8(record.key) if record.key else b""
+            tags = _utf8(record.tags) if record.tags else b""
+            props = encode_properties(record.properties) if record.properties else b""
+            body = record.body
+            kind = type(body)
+            if not (kind is bytes or kind is bytearray or
+                    (kind is memoryview and body.format == "B" and body.ndim == 1)):
+                raise _NotTaken()
+            rtype = _int(record.type)
+            log_offset = _int(record.log_offset)
+            store_time = _int(record.store_time)
+            queue_id = _int(record.queue_id)
+            queue_offset = _int(record.queue_offset)
+            ref_offset = _int(record.ref_offset)
+            ref_size = _int(record.ref_size)
+            if ref_size > 0xFFFFFFFF:
+                raise _NotTaken()
+        except Exception:  # noqa - the reference raises the same, or takes it
+            return self.reference(buf, offset, record)
+        lt = PyBytes_GET_SIZE(topic)
+        lx = PyBytes_GET_SIZE(tx_id)
+        lg = PyBytes_GET_SIZE(group)
+        lk = PyBytes_GET_SIZE(key)
+        la = PyBytes_GET_SIZE(tags)
+        lp = PyBytes_GET_SIZE(props)
+        lb = len(body)
+        if lt > _SHORT or lx > _SHORT or lg > _SHORT or lk > _SHORT or la > _SHORT:
+            return self.reference(buf, offset, record)
+        length = <uint64_t>(_HEADER + lt + lx + lg + lk + la + lp + lb)
+        if length > _MAX_RECORD:
+            return self.reference(buf, offset, record)
+        old_size = PyByteArray_GET_SIZE(buf)
+        end = at + <Py_ssize_t>length
+        if PyObject_GetBuffer(body, &body_view, PyBUF_SIMPLE) != 0:
+            return self.reference(buf, offset, record)
+        try:
+            if end > old_size:
+                try:
+                    PyByteArray_Resize(buf, end)
+                except BufferError:  # exported: the reference raises the same
+                    return self.reference(buf, offset, record)
+            out = <unsigned char*>PyByteArray_AS_STRING(buf) + at
+            _put(out, length, 4)
+            _put(out + 4, 0, 4)
+            _put(out + 8, _MAGIC, 2)
+            out[10] = <unsigned char>_VERSION
+            out[11] = rtype
+            _put(out + 12, log_offset, 8)
+            _put(out + 20, <uint64_t>store_time, 8)
+            _put(out + 28, <uint64_t><uint32_t>queue_id, 4)
+            _put(out + 32, <uint64_t>queue_offset, 8)
+            _put(out + 40, <uint64_t>ref_offset, 8)
+            _put(out + 48, ref_size, 4)
+            _put(out + 52, lt, 2)
+            _put(out + 54, lx, 2)
+            _put(out + 56, lg, 2)
+            _put(out + 58, lk, 2)
+            _put(out + 60, la, 2)
+            _put(out + 62, 0, 2)
+            _put(out + 64, lp, 4)
+            _put(out + 68, lb, 4)
+            p = out + _HEADER
+            memcpy(p, PyBytes_AS_STRING(topic), lt)
+            p += lt
+            memcpy(p, PyBytes_AS_STRING(tx_id), lx)
+            p += lx
+            memcpy(p, PyBytes_AS_STRING(group), lg)
+            p += lg
+            memcpy(p, PyBytes_AS_STRING(key), lk)
+            p += lk
+            memcpy(p, PyBytes_AS_STRING(tags), la)
+            p += la
+            memcpy(p, PyBytes_AS_STRING(props), lp)
+            p += lp
+            memcpy(p, body_view.buf, lb)
+        finally:
+            PyBuffer_Release(&body_view)
+        crc = self.crc32c(PyMemoryView_FromMemory(<char*>(out + 8), <Py_ssize_t>length - 8,
+                                                  PyBUF_READ))
+        _put(out + 4, <uint32_t>crc, 4)
+        record.size = length
+        return length
+
+
+cdef inline uint64_t _le(const unsigned char* p, int n) noexcept:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(n - 1, -1, -1):
+        v = (v << 8) | p[i]
+    return v
+
+
+cdef inline object _text(const unsigned char* p, Py_ssize_t n):
+    return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
+
+
+cdef class DecodeAt:
+    """``decode_at(buf, pos, offset, max_record_size, copy_body)`` with the CRC function the
+    codec was built with and the reference ``decode_at`` of that codec."""
+
+    cdef object crc32c
+    cdef object reference
+
+    def __init__(self, crc32c, reference):
+        self.crc32c = crc32c
+        self.reference = reference
+
+    def __call__(self, buf, pos, offset, max_record_size, copy_body):
+        cdef Py_buffer view
+        cdef Py_ssize_t start
+        cdef uint64_t limit, at_offset
+        kind = type(buf)
+        if not (kind is bytes or kind is bytearray or kind is mmap.mmap or
+                (kind is memoryview and buf.format == "B" and buf.ndim == 1)):
+            return self.reference(buf, pos, offset, max_record_size, copy_body)
+        if type(pos) is not int or type(offset) is not int or type(max_record_size) is not int:
+            return self.reference(buf, pos, offset, max_record_size, copy_body)
+        try:  # a negative offset or limit is an OverflowError too
+            start = pos
+            limit = max_record_size
+            at_offset = offset
+        except OverflowError:
+            return self.reference(buf, pos, offset, max_record_size, copy_body)
+        if start < 0:
+            return self.reference(buf, pos, offset, max_record_size, copy_body)
+        if PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) != 0:
+            return self.reference(buf, pos, offset, max_record_size, copy_body)
+        try:
+            rec = self._decode(buf, <const unsigned char*>view.buf, view.len, start, offset,
+                               at_offset, limit, copy_body)
+        finally:
+            PyBuffer_Release(&view)
+        if rec is None:  # a check failed: the reference raises its error
+            return self.reference(buf, pos, offset, max_record_size, copy_body)
+        return rec
+
+    cdef object _decode(self, buf, const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
+                        object offset, uint64_t at_offset, uint64_t limit,
+                        object copy_body):
+        cdef const unsigned char* h
+        cdef const unsigned char* p
+        cdef uint64_t length, total
+        cdef uint32_t topic_len, tx_len, group_len, key_len, tags_len, props_len, body_len
+        if size - pos < _HEADER:
+            return None
+        h = data + pos
+        length = _le(h, 4)
+        if length < <uint64_t>_HEADER or length > limit or length > <uint64_t>(size - pos):
+            return None
+        rtype = _TYPES[h[11]]
+        if _le(h + 8, 2) != _MAGIC or h[10] != _VERSION or rtype is None:
+            return None
+        if _le(h + 12, 8) != at_offset:
+            return None
+        topic_len = <uint32_t>_le(h + 52, 2)
+        tx_len = <uint32_t>_le(h + 54, 2)
+        group_len = <uint32_t>_le(h + 56, 2)
+        key_len = <uint32_t>_le(h + 58, 2)
+        tags_len = <uint32_t>_le(h + 60, 2)
+        props_len = <uint32_t>_le(h + 64, 4)
+        body_len = <uint32_t>_le(h + 68, 4)
+        total = (<uint64_t>_HEADER + topic_len + tx_len + group_len + key_len + tags_len
+                 + props_len + body_len)
+        if total != length:
+            return None
+        # The CRC after the cheap checks: the order does not matter, any failure goes to
+        # the reference, which names the first it finds.
+        if self.crc32c(PyMemoryView_FromMemory(<char*>(h + 8), <Py_ssize_t>length - 8,
+                                               PyBUF_READ)) != _le(h + 4, 4):
+            return None
+        p = h + _HEADER
+        try:
+            topic = _text(p, topic_len) if topic_len else ""
+            p += topic_len
+            tx_id = _text(p, tx_len) if tx_len else ""
+            p += tx_len
+            group = _text(p, group_len) if group_len else ""
+            p += group_len
+            key = _text(p, key_len) if key_len else None
+            p += key_len
+            tags = _text(p, tags_len) if tags_len else None
+            p += tags_len
+        except UnicodeDecodeError:
+            return None
+        if props_len:
+            try:
+                properties = decode_properties(
+                    PyBytes_FromStringAndSize(<const char*>p, props_len), offset)
+            except Exception:  # noqa - the reference raises the same, with its message
+                return None
+        else:
+            properties = None
+        p += props_len
+        if not body_len:
+            body = b""
+        elif copy_body:
+            body = PyBytes_FromStringAndSize(<const char*>p, body_len)
+        else:
+            at = pos + (p - h)
+            body = memoryview(buf)[at : at + body_len]
+        rec = _new_record(Record)
+        rec.type = rtype
+        rec.log_offset = offset
+        rec.store_time = <int64_t>_le(h + 20, 8)
+        rec.queue_id = <int32_t>_le(h + 28, 4)
+        rec.queue_offset = <int64_t>_le(h + 32, 8)
+        rec.ref_offset = <int64_t>_le(h + 40, 8)
+        rec.ref_size = <uint32_t>_le(h + 48, 4)
+        rec.topic = topic
+        rec.tx_id = tx_id
+        rec.producer_group = group
+        rec.key = key
+        rec.tags = tags
+        rec.properties = properties
+        rec.body = body
+        rec.size = length
+        return rec
