@@ -144,3 +144,31 @@ def test_the_log_runs_the_compiled_encoder_unless_told_not_to() -> None:
         assert R.encode_into is R.REFERENCE.encode_into
     else:
         assert type(R.encode_into).__name__ == "EncodeInto"
+
+
+def test_buffers_the_c_paths_cannot_read_go_to_the_reference(fast, fast_encode) -> None:
+    """Views with gaps, released views, a closed mmap, a body that is the buffer itself:
+    the same outcome as the reference, never an error of the C path's own."""
+    rec = R.Record(R.RecordType.MESSAGE, log_offset=0, topic="t", body=b"body")
+    good = bytes(CODEC.encode(_copy(rec)))
+    released = memoryview(b"abcd")
+    released.release()
+    for body in (memoryview(b"abcdefgh")[::2], released):
+        odd = _copy(rec)
+        odd.body = body
+        assert (_encoded(fast_encode, bytearray(b"xy"), 2, odd)
+                == _encoded(CODEC.encode_into, bytearray(b"xy"), 2, odd))
+    got = []
+    for encode in (fast_encode, CODEC.encode_into):  # the body is the buffer being written
+        buf = bytearray(b"abc")
+        mine = _copy(rec)
+        mine.body = buf
+        got.append((outcome(encode, buf, 3, mine), bytes(buf)))
+    assert got[0] == got[1]
+    closed = mmap.mmap(-1, len(good))
+    closed[:] = good
+    closed.close()
+    gappy = memoryview(good + good)[::2]
+    for buf in (closed, gappy):
+        args = (buf, 0, 0, 1 << 20, True)
+        assert _plain(outcome(fast, *args)) == _plain(outcome(CODEC.decode_at, *args))

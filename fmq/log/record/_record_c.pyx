@@ -92,6 +92,7 @@ cdef class EncodeInto:
         cdef int32_t queue_id
         cdef uint8_t rtype
         cdef Py_buffer body_view
+        cdef bint holding, resized
         cdef unsigned char* out
         cdef unsigned char* p
         if type(buf) is not bytearray or type(offset) is not int or type(record) is not Record:
@@ -138,13 +139,22 @@ cdef class EncodeInto:
             return self.reference(buf, offset, record)
         old_size = PyByteArray_GET_SIZE(buf)
         end = at + <Py_ssize_t>length
-        if PyObject_GetBuffer(body, &body_view, PyBUF_SIMPLE) != 0:
+        try:
+            PyObject_GetBuffer(body, &body_view, PyBUF_SIMPLE)
+        except (BufferError, ValueError, TypeError):  # e.g. a view with gaps, or released
             return self.reference(buf, offset, record)
+        holding = True
         try:
             if end > old_size:
                 try:
                     PyByteArray_Resize(buf, end)
-                except BufferError:  # exported: the reference raises the same
+                except BufferError:  # exported: the reference raises the same (below,
+                    resized = False   # once this function holds no view of its own)
+                else:
+                    resized = True
+                if not resized:
+                    PyBuffer_Release(&body_view)
+                    holding = False
                     return self.reference(buf, offset, record)
             out = <unsigned char*>PyByteArray_AS_STRING(buf) + at
             _put(out, length, 4)
@@ -181,7 +191,8 @@ cdef class EncodeInto:
             p += lp
             memcpy(p, body_view.buf, lb)
         finally:
-            PyBuffer_Release(&body_view)
+            if holding:
+                PyBuffer_Release(&body_view)
         crc = self.crc32c(PyMemoryView_FromMemory(<char*>(out + 8), <Py_ssize_t>length - 8,
                                                   PyBUF_READ))
         _put(out + 4, <uint32_t>crc, 4)
@@ -230,7 +241,9 @@ cdef class DecodeAt:
             return self.reference(buf, pos, offset, max_record_size, copy_body)
         if start < 0:
             return self.reference(buf, pos, offset, max_record_size, copy_body)
-        if PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) != 0:
+        try:
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        except (BufferError, ValueError, TypeError):  # e.g. a view with gaps, a closed mmap
             return self.reference(buf, pos, offset, max_record_size, copy_body)
         try:
             rec = self._decode(buf, <const unsigned char*>view.buf, view.len, start, offset,
