@@ -58,13 +58,13 @@ def fast():
     return compiled("fmq.index._item_batch_c")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(batch=st.lists(entries(), max_size=20))
 def test_compiled_items_equal_the_reference(fast, batch: list) -> None:
     assert fast.item_batch(batch) == reference.item_batch(batch)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(batch=st.lists(entries() | hostile_entries(), min_size=1, max_size=6))
 def test_compiled_fails_as_the_reference_fails(fast, batch: list) -> None:
     assert outcome(fast.item_batch, batch) == outcome(reference.item_batch, batch)

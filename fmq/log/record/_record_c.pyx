@@ -144,6 +144,9 @@ cdef class EncodeInto:
         except (BufferError, ValueError, TypeError):  # e.g. a view with gaps, or released
             return self.reference(buf, offset, record)
         holding = True
+        if body_view.len != lb:  # cannot differ for these types; never copy past a view
+            PyBuffer_Release(&body_view)
+            return self.reference(buf, offset, record)
         try:
             if end > old_size:
                 try:
