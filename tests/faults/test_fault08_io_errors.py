@@ -248,8 +248,20 @@ def test_real_enospc_on_a_full_tmpfs(tiny_fs, writer):
             pass  # the clean-close checkpoint may not fit either
     assert failures + refusals + index_refusals > 0, "the 1 MiB file system never filled up"
     assert len(acked) > 10
-    # restart on the same full disk: everything acknowledged is there
-    b = fmq.Broker.open(data, config)
+    # Restart on the same full disk: everything acknowledged is there. When the index lost
+    # the race for the last bytes (its last commit got a short write: LMDB's EIO, then
+    # ENOSPC; 5 of 20 runs on this machine's kernel, before and after the native pass), the
+    # acknowledged records are in the log but not yet indexed, and the open cannot index
+    # them there: it must refuse with the clear, retriable error, and open with every
+    # message once the file system has room (the operator's fix the error names).
+    grown = False
+    try:
+        b = fmq.Broker.open(data, config)
+    except fmq.IndexUnavailable as exc:
+        assert exc.retriable and "free space" in str(exc), exc
+        subprocess.run(["mount", "-o", "remount,size=2m", tiny_fs], check=True)
+        grown = True
+        b = fmq.Broker.open(data, config)
     try:
         b.wait_indexed(30)
         for mid, r in acked:
@@ -262,7 +274,8 @@ def test_real_enospc_on_a_full_tmpfs(tiny_fs, writer):
             pass  # the disk is still full: the closing checkpoint may not fit
     print(f"fault 8 (real ENOSPC): {len(acked)} acknowledged before the disk filled, "
           f"{refusals} sends refused with SegmentUnavailable, {index_refusals} with "
-          f"IndexUnavailable, {failures} with LogFailed")
+          f"IndexUnavailable, {failures} with LogFailed; reopened "
+          f"{'after growing the file system' if grown else 'on the full disk'}")
 
 
 _OPEN_ON_A_FULL_DISK = """
