@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.ab_rounds import process_cpu_seconds  # noqa: E402
+from bench.ab_rounds import killed_at_end, process_cpu_seconds, scratch  # noqa: E402
 from bench.bench_network import free_port, start_server  # noqa: E402
 from fmq.loadgen.frames import send_template  # noqa: E402
 
@@ -107,23 +105,15 @@ def start(kind: str, port: int, data_dir: str) -> subprocess.Popen:
 
 def measure(kind: str, connections: int, seconds: float) -> dict:
     port = free_port()
-    with tempfile.TemporaryDirectory(prefix="fmq-floor-") as data_dir:
-        server = start(kind, port, data_dir)
-        try:
-            # The server's CPU over the load's run, its start-up excluded.
-            before = process_cpu_seconds(server.pid)
-            load = subprocess.run([sys.executable, "-c", LOAD, str(port), str(connections),
-                                   str(seconds)], capture_output=True, text=True, check=True)
-            cpu = process_cpu_seconds(server.pid) - before
-        finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
-            if server.stdout:
-                server.stdout.close()
+    with scratch("fmq-floor-") as data_dir, \
+            killed_at_end(start(kind, port, data_dir)) as server:
+        # The server's CPU over the load's run, its start-up excluded.
+        before = process_cpu_seconds(server.pid)
+        load = subprocess.run([sys.executable, "-c", LOAD, str(port), str(connections),
+                               str(seconds)], capture_output=True, text=True, check=True)
+        cpu = process_cpu_seconds(server.pid) - before
+    if server.stdout:  # a floor's pipe (fmq's server logs to a file)
+        server.stdout.close()
     messages = int(load.stdout.split()[-1])
     return {"msgs_s": messages / seconds, "cpu_us": cpu / messages * 1e6}
 

@@ -23,14 +23,25 @@ cdef inline void _be64(char* p, uint64_t v) noexcept:
         v >>= 8
 
 
-cdef inline void _le(char* p, uint64_t v, int n) noexcept:
+cdef inline void _put(char* p, uint64_t v, int n) noexcept:
+    """``v`` little-endian in ``n`` bytes (as ``_record_c._put``)."""
     cdef int i
     for i in range(n):
         p[i] = <char>v
         v >>= 8
 
 
-class _Unusual(Exception):
+cdef inline bytes _named(bytes name, Py_ssize_t rest):
+    """A key of ``name`` NUL and ``rest`` bytes still to write (every key here starts so)."""
+    cdef Py_ssize_t n = len(name)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + 1 + rest)
+    cdef char* p = PyBytes_AS_STRING(out)
+    memcpy(p, PyBytes_AS_STRING(name), n)
+    p[n] = 0
+    return out
+
+
+class _NotTaken(Exception):
     """An entry the C path does not take as it is: the reference decides."""
 
 
@@ -38,26 +49,26 @@ cdef inline uint64_t _u64(object v) except? 0xFFFFFFFFFFFFFFFF:
     """``v`` as an unsigned 64-bit int; anything else is unusual: the reference decides (it
     packs it or raises struct's error)."""
     if type(v) is not int and type(v) is not bool:
-        raise _Unusual()
+        raise _NotTaken()
     try:
         return <uint64_t>v
     except OverflowError:
-        raise _Unusual()
+        raise _NotTaken()
 
 
 cdef inline int64_t _i64(object v) except? -1:
     if type(v) is not int and type(v) is not bool:
-        raise _Unusual()
+        raise _NotTaken()
     try:
         return <int64_t>v
     except OverflowError:
-        raise _Unusual()
+        raise _NotTaken()
 
 
 def item_batch(list entries):
     try:
         return _batch(entries)
-    except _Unusual:
+    except _NotTaken:
         from fmq.index import item_batch as reference
         return reference.item_batch(entries)
 
@@ -79,12 +90,12 @@ cdef tuple _batch(list entries):
     cdef list seen
     for e in entries:
         if not isinstance(e, tuple) or len(<tuple>e) != 9:
-            raise _Unusual()
+            raise _NotTaken()
         t = <tuple>e
         topic = t[0]
         key = t[7]
         if type(topic) is not str:
-            raise _Unusual()
+            raise _NotTaken()
         qid = _u64(t[1])
         qoff = _u64(t[2])
         data_offset = _u64(t[3])
@@ -95,61 +106,55 @@ cdef tuple _batch(list entries):
         # u32 fields, and the queue offset: a signed field in the keys value
         if qid >= _U32_END or data_size >= _U32_END or tag_hash >= _U32_END or \
                 qoff >= _I64_END:
-            raise _Unusual()
+            raise _NotTaken()
         if topic is not last_topic:  # one topic's entries usually follow each other
             try:
                 tname = (<str>topic).encode("utf-8")
             except UnicodeEncodeError:
-                raise _Unusual()
+                raise _NotTaken()
             last_topic = topic
         n = len(tname)
         # cq: topic NUL, >I queue id, >Q queue offset -> <QIIqQ
-        ckey = PyBytes_FromStringAndSize(NULL, n + 13)
-        p = PyBytes_AS_STRING(ckey)
-        memcpy(p, PyBytes_AS_STRING(tname), n)
-        p[n] = 0
-        _be32(p + n + 1, qid)
-        _be64(p + n + 5, qoff)
+        ckey = _named(tname, 12)
+        p = PyBytes_AS_STRING(ckey) + n + 1
+        _be32(p, qid)
+        _be64(p + 4, qoff)
         cval = PyBytes_FromStringAndSize(NULL, 32)
         p = PyBytes_AS_STRING(cval)
-        _le(p, data_offset, 8)
-        _le(p + 8, data_size, 4)
-        _le(p + 12, tag_hash, 4)
-        _le(p + 16, <uint64_t>store_time, 8)
-        _le(p + 24, source, 8)
+        _put(p, data_offset, 8)
+        _put(p + 8, data_size, 4)
+        _put(p + 12, tag_hash, 4)
+        _put(p + 16, <uint64_t>store_time, 8)
+        _put(p + 24, source, 8)
         cq.append((ckey, cval))
         # time: topic NUL, >I queue id, >Q store time (0 when not positive), >Q queue offset
         when = <uint64_t>store_time if store_time > 0 else 0
-        tkey = PyBytes_FromStringAndSize(NULL, n + 21)
-        p = PyBytes_AS_STRING(tkey)
-        memcpy(p, PyBytes_AS_STRING(tname), n)
-        p[n] = 0
-        _be32(p + n + 1, qid)
-        _be64(p + n + 5, when)
-        _be64(p + n + 13, qoff)
+        tkey = _named(tname, 20)
+        p = PyBytes_AS_STRING(tkey) + n + 1
+        _be32(p, qid)
+        _be64(p + 4, when)
+        _be64(p + 12, qoff)
         times.append((tkey, b""))
         if key:
             if type(key) is not str:
-                raise _Unusual()
+                raise _NotTaken()
             try:
                 kname = (<str>key).encode("utf-8")
             except UnicodeEncodeError:
-                raise _Unusual()
+                raise _NotTaken()
             kn = len(kname)
             # keys: topic NUL key NUL >Q source -> <Iq; keyoff: >Q source -> the keys key
             skey = PyBytes_FromStringAndSize(NULL, 8)
             _be64(PyBytes_AS_STRING(skey), source)
-            kkey = PyBytes_FromStringAndSize(NULL, n + kn + 10)
-            p = PyBytes_AS_STRING(kkey)
-            memcpy(p, PyBytes_AS_STRING(tname), n)
-            p[n] = 0
-            memcpy(p + n + 1, PyBytes_AS_STRING(kname), kn)
-            p[n + 1 + kn] = 0
-            _be64(p + n + kn + 2, source)
+            kkey = _named(tname, kn + 9)
+            p = PyBytes_AS_STRING(kkey) + n + 1
+            memcpy(p, PyBytes_AS_STRING(kname), kn)
+            p[kn] = 0
+            _be64(p + kn + 1, source)
             kval = PyBytes_FromStringAndSize(NULL, 12)
             p = PyBytes_AS_STRING(kval)
-            _le(p, qid, 4)
-            _le(p + 4, qoff, 8)
+            _put(p, qid, 4)
+            _put(p + 4, qoff, 8)
             keys.append((kkey, kval))
             keyoff.append((skey, kkey))
         q = (topic, t[1])

@@ -54,6 +54,21 @@ cdef inline void _put(unsigned char* p, uint64_t v, int n) noexcept:
         v >>= 8
 
 
+cdef inline unsigned char* _copy(unsigned char* p, bytes field) noexcept:
+    """``field`` copied to ``p``; returns where the next field goes."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(field)
+    memcpy(p, PyBytes_AS_STRING(field), n)
+    return p + n
+
+
+cdef inline bint _flat_bytes(object obj):
+    """Bytes the C paths read as they are: bytes, bytearray, a one-dimensional view of
+    bytes (not a view of wider items, whose length counts items)."""
+    kind = type(obj)
+    return (kind is bytes or kind is bytearray or
+            (kind is memoryview and obj.format == "B" and obj.ndim == 1))
+
+
 cdef inline bytes _utf8(object text):
     """``text.encode()`` of a str, as the reference does; anything else is not taken."""
     if type(text) is not str:
@@ -110,9 +125,7 @@ cdef class EncodeInto:
             tags = _utf8(record.tags) if record.tags else b""
             props = encode_properties(record.properties) if record.properties else b""
             body = record.body
-            kind = type(body)
-            if not (kind is bytes or kind is bytearray or
-                    (kind is memoryview and body.format == "B" and body.ndim == 1)):
+            if not _flat_bytes(body):
                 raise _NotTaken()
             rtype = _int(record.type)
             log_offset = _int(record.log_offset)
@@ -180,18 +193,8 @@ cdef class EncodeInto:
             _put(out + 64, lp, 4)
             _put(out + 68, lb, 4)
             p = out + _HEADER
-            memcpy(p, PyBytes_AS_STRING(topic), lt)
-            p += lt
-            memcpy(p, PyBytes_AS_STRING(tx_id), lx)
-            p += lx
-            memcpy(p, PyBytes_AS_STRING(group), lg)
-            p += lg
-            memcpy(p, PyBytes_AS_STRING(key), lk)
-            p += lk
-            memcpy(p, PyBytes_AS_STRING(tags), la)
-            p += la
-            memcpy(p, PyBytes_AS_STRING(props), lp)
-            p += lp
+            for field in (topic, tx_id, group, key, tags, props):
+                p = _copy(p, <bytes>field)
             memcpy(p, body_view.buf, lb)
         finally:
             if holding:
@@ -230,9 +233,7 @@ cdef class DecodeAt:
         cdef Py_buffer view
         cdef Py_ssize_t start
         cdef uint64_t limit, at_offset
-        kind = type(buf)
-        if not (kind is bytes or kind is bytearray or kind is mmap.mmap or
-                (kind is memoryview and buf.format == "B" and buf.ndim == 1)):
+        if not (_flat_bytes(buf) or type(buf) is mmap.mmap):
             return self.reference(buf, pos, offset, max_record_size, copy_body)
         if type(pos) is not int or type(offset) is not int or type(max_record_size) is not int:
             return self.reference(buf, pos, offset, max_record_size, copy_body)
