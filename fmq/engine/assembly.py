@@ -182,9 +182,6 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                           offsets=offsets, check_open=check_open)
     topics = Topics(config=config, log_=log_, index=index, dispatcher=dispatcher,
                     queues=queues, check_open=check_open)
-    if not config.follow:  # a follower writes only what its primary ships
-        end_cut_transactions(tx, writer, report)
-        offsets.upgrade()
     timers = Timers(config=config, log_=log_, index=index, dispatcher=dispatcher,
                     queues=queues, max_record_size=max_record_size, admit=admit,
                     check_open=check_open)
@@ -204,6 +201,16 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                  topics=topics,
                  timers=timers, redrive_locks=GroupLocks(), checkpointer=checkpointer,
                  retention=retention, stop=threading.Event())
+
+
+def finish_recovery(parts: Parts, config: BrokerConfig) -> None:
+    """Recovery's last pass, the first records this broker writes itself: end the
+    transactions a crash cut short and move index-only consumer offsets to the log. A
+    follower writes only what its primary ships, so it skips this; a new primary runs it
+    after its EPOCH record (:meth:`fmq.engine.broker.Broker.open`'s ``before_writes``)."""
+    if not config.follow:
+        end_cut_transactions(parts.tx, parts.tx_writer, parts.recovery)
+        parts.offsets.upgrade()
 
 
 def start_threads(parts: Parts, config: BrokerConfig, upkeep: Upkeep) -> None:

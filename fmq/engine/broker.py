@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from fmq.config import BrokerConfig
 from fmq.datadir import CHECKPOINT_FILE, DataDirLock
-from fmq.engine.assembly import assemble, start_threads
+from fmq.engine.assembly import assemble, finish_recovery, start_threads
 from fmq.engine.idempotence import has_dedup
 from fmq.engine.maintenance import Upkeep
 from fmq.engine.queues import check_messages, place_messages
@@ -45,27 +45,24 @@ class Broker:
 
     @classmethod
     def open(cls, path: str, config: BrokerConfig | None = None, *, io: FileIO = OS_IO,
-             progress: Callable[[int, int], None] | None = None) -> Broker:
+             progress: Callable[[int, int], None] | None = None,
+             before_writes: Callable[[Broker], None] | None = None) -> Broker:
         """Open (creating if needed) the data directory at ``path`` and run recovery.
-        ``progress(done, total)`` is called with replayed bytes during recovery."""
+        ``progress(done, total)`` is called with replayed bytes during recovery.
+        ``before_writes(broker)`` is called once the log is recovered and writable, before
+        the broker writes any record of its own (recovery's last pass, timers,
+        maintenance): a new primary appends its EPOCH record there, so that every record it
+        writes belongs to its term (:func:`fmq.replication.term.open_as_primary`)."""
         broker = cls(path, config or BrokerConfig(), io)
         try:
-            broker._open(progress)
+            broker._open(progress, before_writes)
         except BaseException:
-            # a refused open (CorruptLog, ...) must not leak the index, segment fds or
-            # threads: a caller that retries would run out of descriptors and mappings
-            dispatcher = getattr(broker, "dispatcher", None)
-            if dispatcher is not None:
-                dispatcher.stop()
-            for part in ("index", "log"):
-                if getattr(broker, part, None) is not None:
-                    getattr(broker, part).close()
-            broker._closed = True
-            broker._release()
+            _release_after_refused_open(broker)
             raise
         return broker
 
-    def _open(self, progress: Callable[[int, int], None] | None) -> None:
+    def _open(self, progress: Callable[[int, int], None] | None,
+              before_writes: Callable[[Broker], None] | None) -> None:
         cfg = self.config
         os.makedirs(self.path, exist_ok=True)
         self._lock.acquire()
@@ -95,6 +92,9 @@ class Broker:
         self._queues, self._admit, self._reader = parts.queues, parts.admit, parts.reader
         self._checkpointer, self._retention = parts.checkpointer, parts.retention
         self._stop = parts.stop
+        if before_writes is not None:
+            before_writes(self)
+        finish_recovery(parts, cfg)
         # A topic's own retention is a floor raised from the clock: raised before serving,
         # so an index rebuilt from the log hides again what it hid before.
         self.topics.enforce_retention()
@@ -330,3 +330,16 @@ class Broker:
         self._check_open()
         return broker_stats(self.log, self.dispatcher, self.tx, self.tx_relocator, self._retention,
                             self._checkpointer, self._reader, self.idempotence.window)
+
+
+def _release_after_refused_open(broker: Broker) -> None:
+    """A refused open (CorruptLog, ...) must not leak the index, segment fds or threads: a
+    caller that retries would run out of descriptors and mappings."""
+    dispatcher = getattr(broker, "dispatcher", None)
+    if dispatcher is not None:
+        dispatcher.stop()
+    for part in ("index", "log"):
+        if getattr(broker, part, None) is not None:
+            getattr(broker, part).close()
+    broker._closed = True
+    broker._release()

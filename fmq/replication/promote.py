@@ -15,17 +15,16 @@ import time
 from fmq.client import Client
 from fmq.config import BrokerConfig
 from fmq.datadir import require_data_dir
-from fmq.engine.broker import Broker
 from fmq.errors import FMQError, RequestTimeout
 from fmq.protocol import Op
-from fmq.replication.term import current_epoch, start_term
+from fmq.replication.term import open_as_primary
 
 
 def promote_offline(data_dir: str, node: str, config: BrokerConfig | None = None) -> dict:
     """Start a new term in the stopped broker at ``data_dir``; what was written."""
     require_data_dir(data_dir)  # Broker.open would create a data dir anywhere
-    with Broker.open(data_dir, (config or BrokerConfig()).replace(follow="")) as broker:
-        entry = start_term(broker, current_epoch(broker) + 1, node)
+    broker, entry = open_as_primary(data_dir, config or BrokerConfig(), 0, node)
+    broker.close()
     return {"epoch": entry.epoch, "node": entry.node, "offset": entry.start}
 
 

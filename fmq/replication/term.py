@@ -2,8 +2,12 @@
 from its primary's (Kafka's leader-epoch truncation, KIP-101).
 
 A node that becomes primary (``fmq replica promote``, an election) appends one EPOCH
-record with its epoch and node name and fdatasyncs it before it acknowledges anything, so
-every record after it belongs to the new term. A node that starts following asks its
+record with its epoch and node name and fdatasyncs it before it writes or acknowledges
+anything else, so every record after it belongs to the new term. That includes what its
+recovery writes itself (the ROLLBACK of a prepare whose last records never reached it):
+written before the EPOCH record, such a record would count as the old term's although the
+old primary's log holds other records at that offset, and the old primary could not be
+cut back to where the new term starts. A node that starts following asks its
 primary where its own last epoch ends in the primary's log (EPOCH_END); whatever it holds
 past that point was written by a primary of an older term and never reached the new one,
 so it was never acknowledged in ``sync`` mode: the node cuts it (docs/replication.md).
@@ -11,6 +15,7 @@ so it was never acknowledged in ``sync`` mode: the node cuts it (docs/replicatio
 
 from __future__ import annotations
 
+from fmq.config import BrokerConfig
 from fmq.engine.broker import Broker
 from fmq.index.entries import EpochEntry
 from fmq.index.epochs import epoch_end, last_epoch
@@ -32,6 +37,21 @@ def start_term(broker: Broker, epoch: int, node: str) -> EpochEntry:
     if epoch <= known:
         raise ValueError(f"epoch {epoch} is not above the log's newest epoch {known}")
     return broker.replica.append_epoch(epoch, node, _INDEX_WAIT_S)
+
+
+def open_as_primary(data_dir: str, config: BrokerConfig, min_epoch: int,
+                    node: str) -> tuple[Broker, EpochEntry]:
+    """Open the broker at ``data_dir`` as the primary of a new term, above both
+    ``min_epoch - 1`` and the newest epoch its log records, started by ``node``: recovery
+    runs, then the EPOCH record is written before any other record of the broker's own."""
+    started: list[EpochEntry] = []
+
+    def begin_term(broker: Broker) -> None:
+        epoch = max(min_epoch, current_epoch(broker) + 1)
+        started.append(start_term(broker, epoch, node))
+
+    broker = Broker.open(data_dir, config.replace(follow=""), before_writes=begin_term)
+    return broker, started[0]
 
 
 def divergence_point(history: list[EpochEntry], log_end: int, primary_epoch: int,

@@ -23,7 +23,7 @@ from fmq.config import BrokerConfig
 from fmq.coordination.coordinator_url import parse_coordinator
 from fmq.engine.broker import Broker
 from fmq.errors import ConfigError
-from fmq.replication.term import current_epoch, start_term
+from fmq.replication.term import open_as_primary
 from fmq.security import UserStore
 from fmq.server.config import ServerConfig
 from fmq.server.descriptors import fit_connections
@@ -47,16 +47,11 @@ def open_in_role(data_dir: str, config: BrokerConfig, change: RoleChange | None)
         logger.warning("cut the log at %d (records of an older term, kept in %s; `fmq log "
                        "repair --undo` puts them back); the index is rebuilt from the log",
                        change.cut_at, cut.repair_dir)
-    broker = Broker.open(data_dir, config)
-    if change is not None and not change.follow:
-        try:
-            epoch = max(change.epoch or 0, current_epoch(broker) + 1)
-            entry = start_term(broker, epoch, change.node)
-        except BaseException:
-            broker.close()
-            raise
-        logger.info("primary of epoch %d (node %s) from log offset %d", entry.epoch,
-                    entry.node, entry.start)
+    if change is None or change.follow:
+        return Broker.open(data_dir, config)
+    broker, entry = open_as_primary(data_dir, config, change.epoch or 0, change.node)
+    logger.info("primary of epoch %d (node %s) from log offset %d", entry.epoch,
+                entry.node, entry.start)
     return broker
 
 

@@ -18,7 +18,7 @@ from fmq.log.record import RecordType
 from fmq.log.scanner import LogScanner
 from fmq.message import Message
 from fmq.replication.promote import promote_offline
-from fmq.replication.term import current_epoch, divergence_point, start_term
+from fmq.replication.term import current_epoch, divergence_point, open_as_primary, start_term
 
 HISTORY = [EpochEntry(2, 100, "a"), EpochEntry(5, 400, "b"), EpochEntry(7, 900, "c")]
 
@@ -85,3 +85,55 @@ def test_epoch_record_may_roll_a_segment(tmp_path):
         entry = start_term(b, 1, "n")
         assert entry.start >= 0
         assert b.index.epoch_history() == [entry]
+
+
+def test_a_new_primary_starts_its_term_before_recovery_writes(tmp_path):
+    """Found by the Jepsen fail-over test: the old primary died while its follower held
+    only the first record of a two-message prepare. Promoted, the follower's recovery
+    rolled that prepare back with a ROLLBACK written *before* its EPOCH record, so its
+    history said the old term ended after that ROLLBACK, in the middle of the old
+    primary's next record: the returning old primary could not be cut there and never
+    rejoined. The EPOCH record must come first."""
+    old, new = str(tmp_path / "old"), str(tmp_path / "new")
+    with Broker.open(old) as b:
+        start_term(b, 1, "n-old")
+        b.send(Message("t", b"acknowledged"))
+        b.prepare([Message("t", b"one"), Message("t", b"two")], "shop", "tx-1")
+    records = list(LogScanner(os.path.join(old, "log")))
+    second = [r for r in records if r.type == RecordType.PRE_MESSAGE][1]
+    shutil.copytree(old, new)
+    cut_log(new, second.log_offset)  # what the follower had copied when the primary died
+
+    broker, entry = open_as_primary(new, BrokerConfig(), 2, "n-new")
+    broker.close()
+    assert (entry.epoch, entry.start) == (2, second.log_offset)
+    written = [r.type for r in LogScanner(os.path.join(new, "log"))
+               if r.log_offset >= second.log_offset]
+    assert written == [RecordType.EPOCH, RecordType.ROLLBACK]
+
+    # The old primary returns: where its epoch 1 ends in the new primary's log is a record
+    # boundary of its own log, so it can be cut there and follow.
+    with Broker.open(new, BrokerConfig(follow="127.0.0.1:1")) as b:
+        new_history, new_end = b.index.epoch_history(), b.replica.flushed_offset
+    with Broker.open(old, BrokerConfig(follow="127.0.0.1:1")) as b:
+        old_history, old_end = b.index.epoch_history(), b.replica.flushed_offset
+    found, end = epoch_end(new_history, 1, new_end)
+    point = divergence_point(old_history, old_end, found, end)
+    assert point == second.log_offset
+    cut_log(old, point)
+    with Broker.open(old, BrokerConfig(follow="127.0.0.1:1")) as b:
+        assert b.replica.flushed_offset == point
+
+
+def test_promote_offline_writes_the_epoch_record_first(tmp_path):
+    path = str(tmp_path / "d")
+    with Broker.open(path) as b:
+        b.prepare([Message("t", b"one"), Message("t", b"two")], "shop", "tx-1")
+    second = [r for r in LogScanner(os.path.join(path, "log"))
+              if r.type == RecordType.PRE_MESSAGE][1]
+    cut_log(path, second.log_offset)
+    promoted = promote_offline(path, "n")
+    assert promoted["offset"] == second.log_offset
+    written = [r.type for r in LogScanner(os.path.join(path, "log"))
+               if r.log_offset >= second.log_offset]
+    assert written == [RecordType.EPOCH, RecordType.ROLLBACK]
