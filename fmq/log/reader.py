@@ -31,6 +31,7 @@ from fmq.log.record import (
     check,
     decode,
     decode_at,
+    decode_run,
     record_length,
 )
 from fmq.log.segment import Segment
@@ -153,6 +154,10 @@ def find_valid_record(buf, start: int, base_offset: int, max_record_size: int) -
             search_from = hit + 1
 
 
+#: Records decoded by one call of ``decode_run`` (bounds what a scan holds at once).
+_RUN = 256
+
+
 class SegmentReader:
     """The records of one segment buffer (an mmap or bytes), from a start position."""
 
@@ -178,7 +183,13 @@ class SegmentReader:
             rec = decode_at(buf, pos, base + pos, limit, copy_body)
             return rec, rec.size, rec.type
 
-        return self._walk(start, on_corruption, parse, stop)
+        if decode_run is None:
+            return self._walk(start, on_corruption, parse, stop)
+
+        def parse_run(pos: int, end: int, out: list[Record]) -> int:
+            return decode_run(buf, pos, base, limit, copy_body, end, _RUN, out)
+
+        return self._walk(start, on_corruption, parse, stop, parse_run)
 
     def positions(self, start: int, on_corruption: OnCorruption,
                   stop: int | None = None) -> Iterator[int | Damage]:
@@ -196,16 +207,33 @@ class SegmentReader:
         return self._walk(start, on_corruption, parse, stop)
 
     def _walk(self, start: int, on_corruption: OnCorruption, parse,
-              stop: int | None = None) -> Iterator:
+              stop: int | None = None, parse_run=None) -> Iterator:
+        """``parse(pos)`` reads one item (or raises); ``parse_run(pos, end, out)``, when
+        given, reads a run of valid records at once (``decode_run``), and the walk goes on
+        where it stopped, with ``parse`` if it stopped early."""
         buf = self.buf
         pos = start
         size = len(buf)
         filler = RecordType.FILLER
         stop = size + 1 if stop is None else stop
+        run: list = []
         while True:
             if pos >= stop:
                 self.end, self.end_position = SegmentEnd.STOP, pos
                 return
+            if parse_run is not None:
+                pos = parse_run(pos, min(stop, size), run)
+                if run:
+                    last = run[-1]
+                    yield from run
+                    run.clear()
+                    if last.type == filler:
+                        self.end, self.end_position = SegmentEnd.SEALED, pos
+                        return
+                    if pos >= size:
+                        self.end, self.end_position = SegmentEnd.END, pos
+                        return
+                    continue
             try:
                 item, length, rtype = parse(pos)
             except (BadRecord, IncompleteRecord) as exc:

@@ -129,9 +129,13 @@ else:
     encode_mark_into = MARKS_MODULE.mark_encoder(crc32c, _codec.encode_into)
 
 encode_into, encode, check, decode, decode_at, filler = _codec
+#: ``decode_run`` (the reference is fmq.log.record.runs) in C, or None: the pure path
+#: decodes record by record. Not in TWINS: a run may stop earlier than its reference.
+decode_run = None
 if RECORD_MODULE is not None:  # each calls the codec's own for whatever it does not take
     encode_into = RECORD_MODULE.EncodeInto(crc32c, _codec.encode_into)
     decode_at = RECORD_MODULE.DecodeAt(crc32c, _codec.decode_at)
+    decode_run = decode_at.run
 
 #: Each chosen implementation next to its reference, by name: what the twin test compares.
 TWINS: dict[str, tuple[object, object]] = {
@@ -146,7 +150,7 @@ __all__ = [
     "CODEC_MODULE", "CRC_IMPLEMENTATION", "FORMAT_MAX_RECORD", "FORMAT_VERSION", "HEADER", "HEADER_SIZE",
     "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MARKS_MODULE", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
     "RECORD_BOUND", "RECORD_MODULE", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
-    "crc32c", "decode", "decode_at", "decode_properties", "encode", "encode_into",
+    "crc32c", "decode", "decode_at", "decode_run", "decode_properties", "encode", "encode_into",
     "encode_mark_into", "encode_properties", "encoded_length", "encoded_size", "filler",
     "properties_length", "record_length", "reference_crc32c",
 ]

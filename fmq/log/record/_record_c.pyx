@@ -31,6 +31,7 @@ from fmq.log.record.layout import (
     MAX_SHORT_FIELD,
     TYPE_BY_CODE,
     Record,
+    RecordType,
     decode_properties,
     encode_properties,
 )
@@ -43,6 +44,7 @@ cdef uint32_t _MAGIC = MAGIC
 cdef uint32_t _VERSION = FORMAT_VERSION
 cdef object _new_record = object.__new__
 cdef list _TYPES = [TYPE_BY_CODE.get(code) for code in range(256)]
+cdef object _FILLER = RecordType.FILLER
 cdef Py_ssize_t _SHORT = MAX_SHORT_FIELD
 cdef uint64_t _MAX_RECORD = FORMAT_MAX_RECORD
 
@@ -251,16 +253,65 @@ cdef class DecodeAt:
             return self.reference(buf, pos, offset, max_record_size, copy_body)
         try:
             rec = self._decode(buf, <const unsigned char*>view.buf, view.len, start, offset,
-                               at_offset, limit, copy_body)
+                               at_offset, limit, copy_body, None)
         finally:
             PyBuffer_Release(&view)
         if rec is None:  # a check failed: the reference raises its error
             return self.reference(buf, pos, offset, max_record_size, copy_body)
         return rec
 
+    def run(self, buf, pos, base, max_record_size, copy_body, end, max_records, list out):
+        """Append to ``out`` the records ``decode_at`` returns at ``pos`` and after it, one
+        after the other, while each starts before ``end``: up to ``max_records``, up to and
+        including a FILLER, and stopping before the first position this path does not take
+        (a record that fails a check, a buffer or argument it leaves to the reference).
+        Returns the position after the last record appended. The caller decodes at that
+        position with ``decode_at`` itself (the record, or the error, the reference gives):
+        a run may stop early, never differ (``fmq.log.record.runs.decode_run``)."""
+        cdef Py_buffer view
+        cdef Py_ssize_t start, stop, count, taken
+        cdef uint64_t limit, at_offset
+        if not (_flat_bytes(buf) or type(buf) is mmap.mmap):
+            return pos
+        if (type(pos) is not int or type(base) is not int or type(max_record_size) is not int
+                or type(end) is not int or type(max_records) is not int):
+            return pos
+        try:
+            start = pos
+            stop = end
+            count = max_records
+            limit = max_record_size
+            at_offset = base + pos
+        except OverflowError:
+            return pos
+        if start < 0:
+            return pos
+        try:
+            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        except (BufferError, ValueError, TypeError):
+            return pos
+        taken = 0
+        try:
+            whole = None if copy_body else memoryview(buf)
+            while start < stop and taken < count:
+                offset = base + start
+                at_offset = offset
+                rec = self._decode(buf, <const unsigned char*>view.buf, view.len, start,
+                                   offset, at_offset, limit, copy_body, whole)
+                if rec is None:
+                    break
+                out.append(rec)
+                taken += 1
+                start += <Py_ssize_t>rec.size
+                if rec.type is _FILLER:
+                    break
+        finally:
+            PyBuffer_Release(&view)
+        return start
+
     cdef object _decode(self, buf, const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
                         object offset, uint64_t at_offset, uint64_t limit,
-                        object copy_body):
+                        object copy_body, object whole):
         cdef const unsigned char* h
         cdef const unsigned char* p
         cdef uint64_t length, total
@@ -321,7 +372,9 @@ cdef class DecodeAt:
             body = PyBytes_FromStringAndSize(<const char*>p, body_len)
         else:
             at = pos + (p - h)
-            body = memoryview(buf)[at : at + body_len]
+            # A run slices one view of the buffer (a view per record costs as much as
+            # the rest of the decode); a single decode makes its own.
+            body = (memoryview(buf) if whole is None else whole)[at : at + body_len]
         rec = _new_record(Record)
         rec.type = rtype
         rec.log_offset = offset

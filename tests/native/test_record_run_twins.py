@@ -1,0 +1,113 @@
+"""The compiled ``decode_run`` (``DecodeAt.run`` in ``fmq.log.record._record_c``) against its
+reference (``fmq.log.record.runs.decode_run`` over the codec's ``decode_at``): on a buffer of
+records written one after the other, some damaged, a FILLER among them, in every kind of
+buffer a scan hands over, it appends the same records slot by slot, or stops earlier (never
+later, never others), and its returned position is where its last record ends; on an
+undamaged log in a flat buffer it takes every record the reference takes. Scans decode the
+position a run stopped at themselves, so an early stop costs time, never a record."""
+
+from __future__ import annotations
+
+import mmap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fmq.log import record as R
+from fmq.log.record.runs import decode_run
+from tests.log.test_twins import records
+from tests.native.twins import compiled, outcome
+
+CODEC = R.python_codec(R.crc32c)
+HOSTILE = [None, -1, 2**64, 1.5, "0", True]
+
+
+@pytest.fixture(scope="module")
+def fast():
+    return compiled("fmq.log.record._record_c").DecodeAt(R.crc32c, CODEC.decode_at).run
+
+
+def _slots(recs: list) -> list:
+    return [tuple(bytes(v) if isinstance(v, memoryview) else v
+                  for v in (getattr(r, n) for n in R.Record.__slots__)) for r in recs]
+
+
+def _log(recs: list[R.Record], base: int, damage: tuple | None) -> bytes:
+    buf = bytearray()
+    for rec in recs:
+        rec.log_offset = base + len(buf)
+        buf += CODEC.encode(rec)
+    if damage is not None and buf:
+        where, bit = damage
+        buf[where % len(buf)] ^= 1 << bit
+    return bytes(buf)
+
+
+def _buffer(kind: str, data: bytes):
+    if kind == "bytes":
+        return data
+    if kind == "bytearray":
+        return bytearray(data)
+    if kind == "memoryview":
+        return memoryview(data)
+    m = mmap.mmap(-1, max(1, len(data)))
+    m[: len(data)] = data
+    return m
+
+
+_SHORT = records().filter(lambda r: max(len(r.tx_id), len(r.producer_group), len(r.topic))
+                          <= 65535)
+
+
+@settings(max_examples=200, deadline=None)
+@given(recs=st.lists(_SHORT, max_size=8), base=st.integers(0, 2**40),
+       damage=st.none() | st.tuples(st.integers(0, 2**16), st.integers(0, 7)),
+       filler_at=st.none() | st.integers(0, 8), kind=st.sampled_from(
+           ["bytes", "bytearray", "memoryview", "mmap"]),
+       copy_body=st.booleans(), end_cut=st.integers(0, 3), max_records=st.integers(0, 10))
+def test_a_compiled_run_is_the_references_or_a_prefix_of_it(
+        fast, recs, base, damage, filler_at, kind, copy_body, end_cut, max_records) -> None:
+    if filler_at is not None:
+        recs.insert(min(filler_at, len(recs)), R.Record(R.RecordType.FILLER))
+    data = _log(recs, base, damage)
+    buf = _buffer(kind, data)
+    end = max(0, len(data) - end_cut * 50)
+    mine, theirs = [], []
+    got = outcome(fast, buf, 0, base, R.FORMAT_MAX_RECORD, copy_body, end, max_records, mine)
+    want = outcome(decode_run, CODEC.decode_at, buf, 0, base, R.FORMAT_MAX_RECORD, copy_body,
+                   end, max_records, theirs)
+    assert got[0] == want[0] == "value"
+    assert _slots(mine) == _slots(theirs[: len(mine)])
+    assert got[1] == sum(r.size for r in mine)
+    if damage is None:
+        assert _slots(mine) == _slots(theirs) and got == want
+
+
+def test_a_run_stops_at_a_filler_and_before_end(fast) -> None:
+    recs = [R.Record(R.RecordType.MESSAGE, topic="t", body=b"a" * i) for i in range(5)]
+    recs.insert(3, R.Record(R.RecordType.FILLER))
+    data = _log(recs, 100, None)
+    out: list = []
+    at = fast(data, 0, 100, 1 << 20, True, len(data), 100, out)
+    assert [r.type for r in out] == [R.RecordType.MESSAGE] * 3 + [R.RecordType.FILLER]
+    assert at == sum(r.size for r in out)
+    second = recs[1].log_offset - 100  # a record starting at end is not read
+    out = []
+    assert fast(data, 0, 100, 1 << 20, True, second, 100, out) == second
+    assert len(out) == 1
+
+
+def test_hostile_arguments_take_nothing(fast) -> None:
+    """Whatever the C path does not take it leaves to the scan's own decode_at: nothing is
+    appended, the position is returned as given."""
+    good = _log([R.Record(R.RecordType.MESSAGE, topic="t", body=b"x")], 0, None)
+    for bad in HOSTILE:
+        for args in ((bad, 0, 0, 1 << 20, True, 99, 9), (good, bad, 0, 1 << 20, True, 99, 9),
+                     (good, 0, bad, 1 << 20, True, 99, 9), (good, 0, 0, bad, True, 99, 9),
+                     (good, 0, 0, 1 << 20, True, bad, 9), (good, 0, 0, 1 << 20, True, 99, bad)):
+            out: list = []
+            assert fast(*args, out) is args[1] and out == [], args
+    out = []
+    wide = memoryview(good[: len(good) - len(good) % 4]).cast("I")
+    assert fast(wide, 0, 0, 1 << 20, True, 99, 9, out) == 0 and out == []
