@@ -31,6 +31,7 @@ from fmq.log.record import (
     check,
     decode,
     decode_at,
+    decode_entry_run,
     decode_run,
     record_length,
 )
@@ -172,9 +173,13 @@ class SegmentReader:
         self.torn_reason = ""
 
     def records(self, start: int, on_corruption: OnCorruption, copy_body: bool = True,
-                stop: int | None = None) -> Iterator[Record | Damage]:
+                stop: int | None = None, entry_type: type | None = None,
+                ) -> Iterator[Record | Damage | tuple]:
         """Yield every valid record from ``start``; with ``OnCorruption.SKIP`` also a
-        :class:`Damage` for each corrupt stretch skipped, just before the record after it."""
+        :class:`Damage` for each corrupt stretch skipped, just before the record after it.
+        With ``entry_type`` (recovery's redo), a plain MESSAGE may come as its queue entry,
+        an ``entry_type`` tuple, instead of a Record (``fmq.log.record.decode_entry_run``;
+        on the pure path every record is a Record)."""
         base, limit = self.base, self.max_record_size
 
         buf = self.buf
@@ -186,8 +191,13 @@ class SegmentReader:
         if decode_run is None:
             return self._walk(start, on_corruption, parse, stop)
 
-        def parse_run(pos: int, end: int, out: list[Record]) -> int:
-            return decode_run(buf, pos, base, limit, copy_body, end, _RUN, out)
+        if entry_type is not None and decode_entry_run is not None:
+            def parse_run(pos: int, end: int, out: list) -> int:
+                return decode_entry_run(buf, pos, base, limit, copy_body, end, _RUN,
+                                        entry_type, out)
+        else:
+            def parse_run(pos: int, end: int, out: list) -> int:
+                return decode_run(buf, pos, base, limit, copy_body, end, _RUN, out)
 
         return self._walk(start, on_corruption, parse, stop, parse_run)
 
@@ -227,7 +237,7 @@ class SegmentReader:
                     last = run[-1]
                     yield from run
                     run.clear()
-                    if last.type == filler:
+                    if type(last) is Record and last.type == filler:
                         self.end, self.end_position = SegmentEnd.SEALED, pos
                         return
                     if pos >= size:

@@ -110,7 +110,8 @@ class SegmentScan:
     def __init__(self, log: LogSegments, index: int, *, start: int = 0,
                  previous_end: int | None = None, on_corruption: OnCorruption,
                  copy_body: bool = True, standalone: bool = False,
-                 positions: bool = False, stop: int | None = None) -> None:
+                 positions: bool = False, stop: int | None = None,
+                 entry_type: type | None = None) -> None:
         self.log = log
         self.index = index
         self.base = log.bases[index]
@@ -122,6 +123,7 @@ class SegmentScan:
         self.standalone = standalone
         self.positions = positions
         self.stop = stop
+        self.entry_type = entry_type
         self.buf = log.read(index)
         self.size = len(self.buf)
         #: After iteration: whether the segment ended with its filler, where its valid
@@ -156,7 +158,8 @@ class SegmentScan:
         if self.positions:
             yield from reader.positions(self.start, self.on_corruption, self.stop)
         else:
-            yield from reader.records(self.start, self.on_corruption, self.copy_body, self.stop)
+            yield from reader.records(self.start, self.on_corruption, self.copy_body, self.stop,
+                                      self.entry_type)
         self.end_offset = base + reader.end_position
         if reader.end is SegmentEnd.STOP:
             return  # the range after this one holds the segment's end
@@ -197,6 +200,7 @@ class LogScanner:
         on_corruption: OnCorruption | str = OnCorruption.RAISE,
         copy_body: bool = True,
         segment_bases: list[int] | None = None,
+        entry_type: type | None = None,
     ) -> None:
         try:
             self.on_corruption = OnCorruption(on_corruption)
@@ -212,6 +216,9 @@ class LogScanner:
         self.start_offset = start_offset
         self.max_record_size = max_record_size
         self.copy_body = copy_body
+        #: Recovery's redo: a plain MESSAGE may come as its queue entry, a tuple of this
+        #: type (:meth:`fmq.log.reader.SegmentReader.records`).
+        self.entry_type = entry_type
         self.end_offset = self.bases[0] if self.bases else 0
         self.torn: Damage | None = None
         self.damages: list[Damage] = []
@@ -232,7 +239,7 @@ class LogScanner:
         for i in range(first, len(bases)):
             scan = SegmentScan(self.segments, i, start=start - bases[i] if i == first else 0,
                                previous_end=previous_end, on_corruption=self.on_corruption,
-                               copy_body=self.copy_body)
+                               copy_body=self.copy_body, entry_type=self.entry_type)
             previous_end = scan.base + scan.size
             if self.on_corruption is OnCorruption.RAISE:
                 yield from scan  # damage raises: only records come out (recovery's redo)

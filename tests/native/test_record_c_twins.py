@@ -172,3 +172,36 @@ def test_buffers_the_c_paths_cannot_read_go_to_the_reference(fast, fast_encode) 
     for buf in (closed, gappy):
         args = (buf, 0, 0, 1 << 20, True)
         assert _plain(outcome(fast, *args)) == _plain(outcome(CODEC.decode_at, *args))
+
+
+@settings(max_examples=100, deadline=None)
+@given(body=st.binary(max_size=300), topic=st.text(max_size=20))
+def test_the_compiled_crc_takes_every_valid_record_itself(body, topic) -> None:
+    """The CRC computed in C (SSE 4.2, when the CPU has it) is CRC-32C: a valid record of
+    any length is decoded without a call of the reference, and written as it writes it."""
+    module = compiled("fmq.log.record._record_c")
+
+    def reference(*args):
+        raise AssertionError(f"the C path left a valid record to the reference: {args[1:]}")
+
+    rec = R.Record(R.RecordType.MESSAGE, log_offset=7, topic=topic, body=body)
+    data = bytes(CODEC.encode(rec))
+    got = module.DecodeAt(R.crc32c, reference)(data, 0, 7, 1 << 20, True)
+    assert (got.topic, got.body, got.size) == (topic, body, len(data))
+    written = bytearray()
+    module.EncodeInto(R.crc32c, reference)(written, 0, _copy(rec))
+    assert bytes(written) == data
+
+
+def test_another_crc_function_is_called_as_given() -> None:
+    """Only CRC-32C is computed in C; a codec built around another function keeps it."""
+    import zlib
+
+    module = compiled("fmq.log.record._record_c")
+    other = R.python_codec(zlib.crc32)
+    rec = R.Record(R.RecordType.MESSAGE, log_offset=0, topic="t", body=b"body")
+    written = bytearray()
+    module.EncodeInto(zlib.crc32, other.encode_into)(written, 0, _copy(rec))
+    assert bytes(written) == bytes(other.encode(rec)) != bytes(CODEC.encode(rec))
+    got = module.DecodeAt(zlib.crc32, other.decode_at)(bytes(written), 0, 0, 1 << 20, True)
+    assert got.body == b"body"

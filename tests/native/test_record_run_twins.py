@@ -4,7 +4,9 @@ records written one after the other, some damaged, a FILLER among them, in every
 buffer a scan hands over, it appends the same records slot by slot, or stops earlier (never
 later, never others), and its returned position is where its last record ends; on an
 undamaged log in a flat buffer it takes every record the reference takes. Scans decode the
-position a run stopped at themselves, so an early stop costs time, never a record."""
+position a run stopped at themselves, so an early stop costs time, never a record. The same
+for ``entry_run`` (reference ``decode_entry_run``), recovery's redo: a plain message comes
+as the queue entry ``fmq.index.derive.queue_entry`` makes of its record."""
 
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fmq.index.derive import queue_entry
+from fmq.index.entry_types import QueueEntry
 from fmq.log import record as R
-from fmq.log.record.runs import decode_run
+from fmq.log.record.runs import decode_entry_run, decode_run
 from tests.log.test_twins import records
 from tests.native.twins import compiled, outcome
 
@@ -28,8 +32,14 @@ def fast():
     return compiled("fmq.log.record._record_c").DecodeAt(R.crc32c, CODEC.decode_at).run
 
 
+@pytest.fixture(scope="module")
+def fast_entries():
+    return compiled("fmq.log.record._record_c").DecodeAt(R.crc32c, CODEC.decode_at).entry_run
+
+
 def _slots(recs: list) -> list:
-    return [tuple(bytes(v) if isinstance(v, memoryview) else v
+    return [tuple(r) if type(r) is QueueEntry else
+            tuple(bytes(v) if isinstance(v, memoryview) else v
                   for v in (getattr(r, n) for n in R.Record.__slots__)) for r in recs]
 
 
@@ -111,3 +121,67 @@ def test_hostile_arguments_take_nothing(fast) -> None:
     out = []
     wide = memoryview(good[: len(good) - len(good) % 4]).cast("I")
     assert fast(wide, 0, 0, 1 << 20, True, 99, 9, out) == 0 and out == []
+
+
+_PLAIN = st.builds(lambda topic, key, body, q, qo, t: R.Record(
+    R.RecordType.MESSAGE, topic=topic, key=key, body=body, queue_id=q, queue_offset=qo,
+    store_time=t), st.text(max_size=12), st.none() | st.text(max_size=12),
+    st.binary(max_size=64), st.integers(-(2**31), 2**31 - 1),
+    st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(recs=st.lists(_PLAIN | _SHORT, max_size=10), base=st.integers(0, 2**40),
+       damage=st.none() | st.tuples(st.integers(0, 2**16), st.integers(0, 7)),
+       filler_at=st.none() | st.integers(0, 10), kind=st.sampled_from(
+           ["bytes", "bytearray", "memoryview", "mmap"]),
+       copy_body=st.booleans(), max_records=st.integers(0, 12))
+def test_an_entry_run_is_the_references_or_a_prefix_of_it(
+        fast_entries, recs, base, damage, filler_at, kind, copy_body, max_records) -> None:
+    """Plain messages come as their queue entries (what ``queue_entry`` makes of the
+    record), every other record as the Record the reference decodes."""
+    if filler_at is not None:
+        recs.insert(min(filler_at, len(recs)), R.Record(R.RecordType.FILLER))
+    data = _log(recs, base, damage)
+    buf = _buffer(kind, data)
+    mine, theirs = [], []
+    got = outcome(fast_entries, buf, 0, base, R.FORMAT_MAX_RECORD, copy_body, len(data),
+                  max_records, QueueEntry, mine)
+    want = outcome(decode_entry_run, CODEC.decode_at, buf, 0, base, R.FORMAT_MAX_RECORD,
+                   copy_body, len(data), max_records, QueueEntry, theirs)
+    assert got[0] == want[0] == "value"
+    assert _slots(mine) == _slots(theirs[: len(mine)])
+    assert got[1] == sum(r.data_size if type(r) is QueueEntry else r.size for r in mine)
+    if damage is None:
+        assert _slots(mine) == _slots(theirs) and got == want
+
+
+def test_an_entry_is_the_records_queue_entry(fast_entries) -> None:
+    rec = R.Record(R.RecordType.MESSAGE, topic="orders", key="k1", body=b"x" * 10,
+                   queue_id=3, queue_offset=77, store_time=123)
+    timer = R.Record(R.RecordType.MESSAGE, topic="orders", body=b"y", ref_offset=5)
+    tagged = R.Record(R.RecordType.MESSAGE, topic="orders", tags="a", body=b"z")
+    data = _log([rec, timer, tagged], 1000, None)
+    out: list = []
+    assert fast_entries(data, 0, 1000, 1 << 20, False, len(data), 9, QueueEntry, out) == len(data)
+    decoded = CODEC.decode_at(data, 0, 1000, 1 << 20, True)
+    assert out[0] == queue_entry(decoded) and type(out[0]) is QueueEntry
+    assert [type(r) for r in out[1:]] == [R.Record, R.Record]  # a timer's, a tagged one
+
+
+def test_redo_reads_plain_messages_as_entries_on_the_compiled_path(tmp_path) -> None:
+    """Recovery gets entries, not Records, for plain messages, and indexes them alike."""
+    from fmq import Broker, Message
+    from fmq.log.scanner import LogScanner
+
+    compiled("fmq.log.record._record_c")
+    path = str(tmp_path / "d")
+    with Broker.open(path) as b:
+        b.send_batch([Message("t", b"m%d" % i, key=f"k{i}") for i in range(50)])
+        b.send(Message("t", b"tagged", tags="x"))
+    items = list(LogScanner(str(tmp_path / "d" / "log"), copy_body=False,
+                            entry_type=QueueEntry))
+    if R.NO_EXTENSIONS:
+        assert not any(type(i) is QueueEntry for i in items)
+    else:
+        assert sum(type(i) is QueueEntry for i in items) == 50

@@ -306,3 +306,22 @@ def test_rebuild_after_heavy_retention_seeks_instead_of_counting(tmp_path):
     assert store.remove_before(10_005) == 5
     assert store.queue_range("t", 0) == (first + 5, first + 10)
     store.close()
+
+
+def test_the_redo_pauses_the_cyclic_collector_and_restores_it():
+    import gc
+
+    from fmq.recovery.recover import collector_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("a failed redo")
+    assert gc.isenabled()  # restored after the error
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # a caller's disabled collector stays disabled
+    finally:
+        gc.enable()

@@ -132,10 +132,13 @@ encode_into, encode, check, decode, decode_at, filler = _codec
 #: ``decode_run`` (the reference is fmq.log.record.runs) in C, or None: the pure path
 #: decodes record by record. Not in TWINS: a run may stop earlier than its reference.
 decode_run = None
+#: ``decode_entry_run`` (reference in fmq.log.record.runs) in C, or None: recovery's redo.
+decode_entry_run = None
 if RECORD_MODULE is not None:  # each calls the codec's own for whatever it does not take
     encode_into = RECORD_MODULE.EncodeInto(crc32c, _codec.encode_into)
     decode_at = RECORD_MODULE.DecodeAt(crc32c, _codec.decode_at)
     decode_run = decode_at.run
+    decode_entry_run = decode_at.entry_run
 
 #: Each chosen implementation next to its reference, by name: what the twin test compares.
 TWINS: dict[str, tuple[object, object]] = {
@@ -150,7 +153,7 @@ __all__ = [
     "CODEC_MODULE", "CRC_IMPLEMENTATION", "FORMAT_MAX_RECORD", "FORMAT_VERSION", "HEADER", "HEADER_SIZE",
     "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MARKS_MODULE", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
     "RECORD_BOUND", "RECORD_MODULE", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
-    "crc32c", "decode", "decode_at", "decode_run", "decode_properties", "encode", "encode_into",
+    "crc32c", "decode", "decode_at", "decode_entry_run", "decode_run", "decode_properties", "encode", "encode_into",
     "encode_mark_into", "encode_properties", "encoded_length", "encoded_size", "filler",
     "properties_length", "record_length", "reference_crc32c",
 ]

@@ -35,3 +35,29 @@ def decode_run(decode_at: Callable[..., Record], buf, pos: int, base: int,
         if rec.type == RecordType.FILLER:
             break
     return pos
+
+
+def plain_message(rec: Record) -> bool:
+    """Whether ``rec`` is a MESSAGE whose only index item is its queue entry, computable
+    from the header, the topic and the key: no properties field, no tags, no timer."""
+    return (rec.type == RecordType.MESSAGE and rec.properties is None and rec.tags is None
+            and rec.ref_offset < 0)
+
+
+def decode_entry_run(decode_at: Callable[..., Record], buf, pos: int, base: int,
+                     max_record_size: int, copy_body: bool, end: int, max_records: int,
+                     entry_type: type, out: list) -> int:
+    """As :func:`decode_run`, but each plain MESSAGE (:func:`plain_message`) is appended as
+    an ``entry_type`` tuple of (topic, queue id, queue offset, log offset, size, 0, store
+    time, key, log offset): its consume-queue entry (``fmq.index.derive.queue_entry``)."""
+    records: list[Record] = []
+    pos = decode_run(decode_at, buf, pos, base, max_record_size, copy_body, end,
+                     max_records, records)
+    for rec in records:
+        if plain_message(rec):
+            out.append(tuple.__new__(entry_type, (
+                rec.topic, rec.queue_id, rec.queue_offset, rec.log_offset, rec.size, 0,
+                rec.store_time, rec.key, rec.log_offset)))
+        else:
+            out.append(rec)
+    return pos
