@@ -174,12 +174,14 @@ class SegmentReader:
 
     def records(self, start: int, on_corruption: OnCorruption, copy_body: bool = True,
                 stop: int | None = None, entry_type: type | None = None,
-                ) -> Iterator[Record | Damage | tuple]:
+                batched: bool = False) -> Iterator:
         """Yield every valid record from ``start``; with ``OnCorruption.SKIP`` also a
         :class:`Damage` for each corrupt stretch skipped, just before the record after it.
         With ``entry_type`` (recovery's redo), a plain MESSAGE may come as its queue entry,
-        an ``entry_type`` tuple, instead of a Record (``fmq.log.record.decode_entry_run``;
-        on the pure path every record is a Record)."""
+        an ``entry_type`` tuple, instead of a Record (``fmq.log.record.decode_entry_run``:
+        a run holds entries only or records only; on the pure path every record is a
+        Record). With ``batched``, yield lists of those items in log order instead (a run
+        as it was decoded, anything else alone), for a reader that takes a run at once."""
         base, limit = self.base, self.max_record_size
 
         buf = self.buf
@@ -189,7 +191,7 @@ class SegmentReader:
             return rec, rec.size, rec.type
 
         if decode_run is None:
-            return self._walk(start, on_corruption, parse, stop)
+            return self._walk(start, on_corruption, parse, stop, None, batched)
 
         if entry_type is not None and decode_entry_run is not None:
             def parse_run(pos: int, end: int, out: list) -> int:
@@ -199,7 +201,7 @@ class SegmentReader:
             def parse_run(pos: int, end: int, out: list) -> int:
                 return decode_run(buf, pos, base, limit, copy_body, end, _RUN, out)
 
-        return self._walk(start, on_corruption, parse, stop, parse_run)
+        return self._walk(start, on_corruption, parse, stop, parse_run, batched)
 
     def positions(self, start: int, on_corruption: OnCorruption,
                   stop: int | None = None) -> Iterator[int | Damage]:
@@ -217,10 +219,10 @@ class SegmentReader:
         return self._walk(start, on_corruption, parse, stop)
 
     def _walk(self, start: int, on_corruption: OnCorruption, parse,
-              stop: int | None = None, parse_run=None) -> Iterator:
+              stop: int | None = None, parse_run=None, batched: bool = False) -> Iterator:
         """``parse(pos)`` reads one item (or raises); ``parse_run(pos, end, out)``, when
         given, reads a run of valid records at once (``decode_run``), and the walk goes on
-        where it stopped, with ``parse`` if it stopped early."""
+        where it stopped, with ``parse`` if it stopped early. ``batched``: yield lists."""
         buf = self.buf
         pos = start
         size = len(buf)
@@ -235,8 +237,12 @@ class SegmentReader:
                 pos = parse_run(pos, min(stop, size), run)
                 if run:
                     last = run[-1]
-                    yield from run
-                    run.clear()
+                    if batched:
+                        yield run
+                        run = []
+                    else:
+                        yield from run
+                        run.clear()
                     if type(last) is Record and last.type == filler:
                         self.end, self.end_position = SegmentEnd.SEALED, pos
                         return
@@ -256,17 +262,19 @@ class SegmentReader:
                         return
                     reason = (f"zeroed bytes where a record should be; valid record at "
                               f"{self.base + later}")
-                    yield self._corrupt(pos, reason, on_corruption)
+                    damage = self._corrupt(pos, reason, on_corruption)
+                    yield [damage] if batched else damage
                     pos = later
                     continue
                 later = find_valid_record(buf, pos + 1, self.base, self.max_record_size)
                 if later is None:
                     self.end, self.end_position, self.torn_reason = SegmentEnd.BAD_RECORD, pos, exc.reason
                     return
-                yield self._corrupt(pos, exc.reason, on_corruption)
+                damage = self._corrupt(pos, exc.reason, on_corruption)
+                yield [damage] if batched else damage
                 pos = later
                 continue
-            yield item
+            yield [item] if batched else item
             pos += length
             if rtype == filler:
                 self.end, self.end_position = SegmentEnd.SEALED, pos

@@ -111,7 +111,7 @@ class SegmentScan:
                  previous_end: int | None = None, on_corruption: OnCorruption,
                  copy_body: bool = True, standalone: bool = False,
                  positions: bool = False, stop: int | None = None,
-                 entry_type: type | None = None) -> None:
+                 entry_type: type | None = None, batched: bool = False) -> None:
         self.log = log
         self.index = index
         self.base = log.bases[index]
@@ -124,6 +124,7 @@ class SegmentScan:
         self.positions = positions
         self.stop = stop
         self.entry_type = entry_type
+        self.batched = batched
         self.buf = log.read(index)
         self.size = len(self.buf)
         #: After iteration: whether the segment ended with its filler, where its valid
@@ -159,7 +160,7 @@ class SegmentScan:
             yield from reader.positions(self.start, self.on_corruption, self.stop)
         else:
             yield from reader.records(self.start, self.on_corruption, self.copy_body, self.stop,
-                                      self.entry_type)
+                                      self.entry_type, self.batched)
         self.end_offset = base + reader.end_position
         if reader.end is SegmentEnd.STOP:
             return  # the range after this one holds the segment's end
@@ -201,6 +202,7 @@ class LogScanner:
         copy_body: bool = True,
         segment_bases: list[int] | None = None,
         entry_type: type | None = None,
+        batched: bool = False,
     ) -> None:
         try:
             self.on_corruption = OnCorruption(on_corruption)
@@ -219,6 +221,11 @@ class LogScanner:
         #: Recovery's redo: a plain MESSAGE may come as its queue entry, a tuple of this
         #: type (:meth:`fmq.log.reader.SegmentReader.records`).
         self.entry_type = entry_type
+        #: Recovery's redo: lists of items in log order (a run at once), not items; only
+        #: with ``OnCorruption.RAISE``, where damage raises instead of coming out.
+        self.batched = batched
+        if batched and self.on_corruption is not OnCorruption.RAISE:
+            raise ValueError("a batched scan raises on damage: on_corruption='raise'")
         self.end_offset = self.bases[0] if self.bases else 0
         self.torn: Damage | None = None
         self.damages: list[Damage] = []
@@ -239,7 +246,8 @@ class LogScanner:
         for i in range(first, len(bases)):
             scan = SegmentScan(self.segments, i, start=start - bases[i] if i == first else 0,
                                previous_end=previous_end, on_corruption=self.on_corruption,
-                               copy_body=self.copy_body, entry_type=self.entry_type)
+                               copy_body=self.copy_body, entry_type=self.entry_type,
+                               batched=self.batched)
             previous_end = scan.base + scan.size
             if self.on_corruption is OnCorruption.RAISE:
                 yield from scan  # damage raises: only records come out (recovery's redo)

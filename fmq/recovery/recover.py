@@ -173,27 +173,28 @@ def recover(data_dir: str, log_: Log, index: IndexStore, txm: TxManager, *,
     report.start_offset = start
 
     # Pass 2: scan and redo.
-    # A plain message comes as its queue entry, decoded without a Record (compiled path).
+    # The records come in runs; on the compiled path a run of plain messages comes as their
+    # queue entries, decoded without a Record, taken here as a whole.
     scanner = LogScanner(log_.directory, start_offset=start, max_record_size=max_record_size,
                          on_corruption=OnCorruption.RAISE, copy_body=False,
-                         entry_type=QueueEntry)
+                         entry_type=QueueEntry, batched=True)
     entries: list[QueueEntry] = []
     ends: list[Mark] = []
     timers: list[TimerChange] = []
     replayed = 0
     with collector_paused():
-        for rec in scanner:
-            replayed += 1
-            if type(rec) is QueueEntry:
-                entries.append(rec)
-                if len(entries) + len(ends) + len(timers) < batch:
-                    continue
-                end_offset = rec.source_offset + rec.data_size
+        for run in scanner:
+            replayed += len(run)
+            last = run[-1]
+            if type(last) is QueueEntry:
+                entries += run
+                end_offset = last.source_offset + last.data_size
             else:
-                redo_record(rec, txm, entries, ends, timers, dedup)
-                if len(entries) + len(ends) + len(timers) < batch:
-                    continue
-                end_offset = rec.end_offset
+                for rec in run:
+                    redo_record(rec, txm, entries, ends, timers, dedup)
+                end_offset = last.end_offset
+            if len(entries) + len(ends) + len(timers) < batch:
+                continue
             index.apply(entries, end_offset, ends, timers)
             report.entries_indexed += len(entries)
             entries, ends, timers = [], [], []

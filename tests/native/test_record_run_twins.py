@@ -152,6 +152,7 @@ def test_an_entry_run_is_the_references_or_a_prefix_of_it(
     assert got[0] == want[0] == "value"
     assert _slots(mine) == _slots(theirs[: len(mine)])
     assert got[1] == sum(r.data_size if type(r) is QueueEntry else r.size for r in mine)
+    assert len({type(r) is QueueEntry for r in mine}) <= 1  # entries only, or records only
     if damage is None:
         assert _slots(mine) == _slots(theirs) and got == want
 
@@ -163,10 +164,14 @@ def test_an_entry_is_the_records_queue_entry(fast_entries) -> None:
     tagged = R.Record(R.RecordType.MESSAGE, topic="orders", tags="a", body=b"z")
     data = _log([rec, timer, tagged], 1000, None)
     out: list = []
-    assert fast_entries(data, 0, 1000, 1 << 20, False, len(data), 9, QueueEntry, out) == len(data)
+    first = fast_entries(data, 0, 1000, 1 << 20, False, len(data), 9, QueueEntry, out)
     decoded = CODEC.decode_at(data, 0, 1000, 1 << 20, True)
-    assert out[0] == queue_entry(decoded) and type(out[0]) is QueueEntry
-    assert [type(r) for r in out[1:]] == [R.Record, R.Record]  # a timer's, a tagged one
+    assert out == [queue_entry(decoded)] and type(out[0]) is QueueEntry
+    assert first == decoded.size  # a run holds entries only, or records only
+    out = []
+    assert fast_entries(data, first, 1000, 1 << 20, False, len(data), 9, QueueEntry,
+                        out) == len(data)
+    assert [type(r) for r in out] == [R.Record, R.Record]  # a timer's, a tagged one
 
 
 def test_redo_reads_plain_messages_as_entries_on_the_compiled_path(tmp_path) -> None:
@@ -185,3 +190,26 @@ def test_redo_reads_plain_messages_as_entries_on_the_compiled_path(tmp_path) -> 
         assert not any(type(i) is QueueEntry for i in items)
     else:
         assert sum(type(i) is QueueEntry for i in items) == 50
+
+
+def test_a_batched_scan_is_the_same_scan_in_lists(tmp_path) -> None:
+    """What recovery reads: lists that hold entries only or records only, which laid end to
+    end are the items of the scan one by one, across segments; damage still raises."""
+    from fmq import Broker, BrokerConfig, Message
+    from fmq.log.scanner import LogScanner
+
+    path = str(tmp_path / "d")
+    with Broker.open(path, BrokerConfig(segment_size=16 * 1024, max_message_size=4096)) as b:
+        for i in range(30):
+            b.send_batch([Message("t", b"m" * 200, key=f"k{i}") for _ in range(3)])
+            b.send(Message("t", b"tagged", tags="x"))
+            if i % 7 == 0:
+                tx = b.prepare([Message("t", b"tx")], "shop")
+                b.commit(tx, "shop")
+    log_dir = str(tmp_path / "d" / "log")
+    one_by_one = list(LogScanner(log_dir, copy_body=False, entry_type=QueueEntry))
+    runs = list(LogScanner(log_dir, copy_body=False, entry_type=QueueEntry, batched=True))
+    assert all(runs) and all(len({type(i) is QueueEntry for i in run}) == 1 for run in runs)
+    assert _slots([i for run in runs for i in run]) == _slots(one_by_one)
+    with pytest.raises(ValueError):
+        LogScanner(log_dir, on_corruption="skip", batched=True)

@@ -373,10 +373,12 @@ cdef class DecodeAt:
         most of a log) is appended as the consume-queue entry it creates, without a
         ``Record``: an ``entry_type`` tuple of (topic, queue id, queue offset, the record's
         log offset, its size, tag hash 0, store time, key, its log offset), the fields of
-        ``fmq.index.derive.queue_entry`` in their order. Recovery's redo reads the log so
+        ``fmq.index.derive.queue_entry`` in their order. A run holds entries only or
+        records only. Recovery's redo reads the log so
         (``fmq.log.record.runs.decode_entry_run`` is the reference)."""
         cdef Py_buffer view
         cdef Py_ssize_t start, stop, count, taken
+        cdef int kind = 0  # what the run holds: 1 entries, 2 records
         cdef uint64_t limit, at_offset
         if not (_flat_bytes(buf) or type(buf) is mmap.mmap):
             return pos
@@ -406,14 +408,20 @@ cdef class DecodeAt:
                 item = self._entry(<const unsigned char*>view.buf, view.len, start, offset,
                                    at_offset, limit, entry_type)
                 if item is not None:
+                    if kind == 2:
+                        break
+                    kind = 1
                     out.append(item)
                     taken += 1
                     start += <Py_ssize_t>_le(<const unsigned char*>view.buf + start, 4)
                     continue
+                if kind == 1:
+                    break
                 rec = self._decode(buf, <const unsigned char*>view.buf, view.len, start,
                                    offset, at_offset, limit, copy_body, whole)
                 if rec is None:
                     break
+                kind = 2
                 out.append(rec)
                 taken += 1
                 start += <Py_ssize_t>rec.size

@@ -49,15 +49,25 @@ def decode_entry_run(decode_at: Callable[..., Record], buf, pos: int, base: int,
                      entry_type: type, out: list) -> int:
     """As :func:`decode_run`, but each plain MESSAGE (:func:`plain_message`) is appended as
     an ``entry_type`` tuple of (topic, queue id, queue offset, log offset, size, 0, store
-    time, key, log offset): its consume-queue entry (``fmq.index.derive.queue_entry``)."""
-    records: list[Record] = []
-    pos = decode_run(decode_at, buf, pos, base, max_record_size, copy_body, end,
-                     max_records, records)
-    for rec in records:
-        if plain_message(rec):
-            out.append(tuple.__new__(entry_type, (
-                rec.topic, rec.queue_id, rec.queue_offset, rec.log_offset, rec.size, 0,
-                rec.store_time, rec.key, rec.log_offset)))
-        else:
-            out.append(rec)
+    time, key, log offset): its consume-queue entry (``fmq.index.derive.queue_entry``).
+    A run holds entries only or records only: it stops before the first item of the other
+    kind, so that its reader can take a run of entries as a whole."""
+    taken, entries = 0, None
+    while pos < end and taken < max_records:
+        one: list[Record] = []
+        after = decode_run(decode_at, buf, pos, base, max_record_size, copy_body, end, 1, one)
+        if not one:
+            break
+        rec = one[0]
+        plain = plain_message(rec)
+        if entries is not None and plain != entries:
+            break
+        entries = plain
+        out.append(tuple.__new__(entry_type, (
+            rec.topic, rec.queue_id, rec.queue_offset, rec.log_offset, rec.size, 0,
+            rec.store_time, rec.key, rec.log_offset)) if plain else rec)
+        taken += 1
+        pos = after
+        if rec.type == RecordType.FILLER:
+            break
     return pos
