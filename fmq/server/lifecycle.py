@@ -22,7 +22,7 @@ from fmq.admin.repair import cut_log
 from fmq.config import BrokerConfig
 from fmq.coordination.coordinator_url import parse_coordinator
 from fmq.engine.broker import Broker
-from fmq.errors import ConfigError
+from fmq.errors import ConfigError, InvalidArgument, ReplicationError
 from fmq.replication.term import open_as_primary
 from fmq.security import UserStore
 from fmq.server.config import ServerConfig
@@ -43,7 +43,16 @@ def open_in_role(data_dir: str, config: BrokerConfig, change: RoleChange | None)
     """Open the broker for its next role: cut the log first when ``change`` says so; a new
     primary starts its term (the EPOCH record, fdatasync'd) before it is returned."""
     if change is not None and change.cut_at is not None:
-        cut = cut_log(data_dir, change.cut_at)
+        try:
+            cut = cut_log(data_dir, change.cut_at)
+        except InvalidArgument as exc:  # the log is left as it was
+            raise ReplicationError(
+                f"this log cannot be cut back to continue {change.follow}'s: offset "
+                f"{change.cut_at}, where this node's last term ends in that log, is not a "
+                f"record boundary here ({exc}), so the two logs differ before it; stop this "
+                f"node, move its data directory aside and start it with an empty one: it "
+                f"copies the primary's log (docs/replication.md, Epochs and truncation)"
+            ) from exc
         logger.warning("cut the log at %d (records of an older term, kept in %s; `fmq log "
                        "repair --undo` puts them back); the index is rebuilt from the log",
                        change.cut_at, cut.repair_dir)

@@ -137,3 +137,23 @@ def test_promote_offline_writes_the_epoch_record_first(tmp_path):
     written = [r.type for r in LogScanner(os.path.join(path, "log"))
                if r.log_offset >= second.log_offset]
     assert written == [RecordType.EPOCH, RecordType.ROLLBACK]
+
+
+def test_a_divergence_point_inside_a_record_stops_the_node_with_the_way_out(tmp_path):
+    """Logs that differ before where the node's term ends in its primary's log (written by
+    a version with the defect above) cannot be reconciled by a cut: the node stops, its
+    log untouched, and the error says how to resync it."""
+    from fmq.errors import ReplicationError
+    from fmq.server.lifecycle import open_in_role
+    from fmq.server.replica_role import RoleChange
+
+    path = str(tmp_path / "d")
+    with Broker.open(path) as b:
+        b.send(Message("t", b"one"))
+        b.send(Message("t", b"two"))
+    before = [(r.log_offset, r.size) for r in LogScanner(os.path.join(path, "log"))]
+    inside = before[-1][0] + 5
+    with pytest.raises(ReplicationError, match="move its data directory aside"):
+        open_in_role(path, BrokerConfig(follow="127.0.0.1:1"),
+                     RoleChange("127.0.0.1:1", cut_at=inside))
+    assert [(r.log_offset, r.size) for r in LogScanner(os.path.join(path, "log"))] == before
