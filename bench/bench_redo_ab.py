@@ -41,13 +41,20 @@ with fmq.Broker.open(sys.argv[1], cfg) as b:
 """
 
 
-def redo(tree: str, written: str, scratch: str) -> dict:
+def index_less_copy(written: str, scratch: str) -> str:
+    """A copy of the data directory ``written`` in ``scratch`` without its index and
+    checkpoint: what a kill -9 followed by the loss of the index leaves to redo."""
     copy = os.path.join(scratch, "copy")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(written, copy)
     shutil.rmtree(os.path.join(copy, "index"))
     if os.path.exists(os.path.join(copy, "checkpoint")):
         os.unlink(os.path.join(copy, "checkpoint"))
+    return copy
+
+
+def redo(tree: str, written: str, scratch: str) -> dict:
+    copy = index_less_copy(written, scratch)
     out = subprocess.run([sys.executable, "-c", REOPEN, copy], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=tree), cwd=tree, check=True)
     result = json.loads(out.stdout)

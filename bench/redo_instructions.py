@@ -20,15 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.ab_rounds import HERE, parser, scratch, trees  # noqa: E402
-
-WRITE = """
-import sys, fmq
-cfg = fmq.BrokerConfig(flush_mode="async", checkpoint_interval_ms=0, retention_interval_ms=0)
-with fmq.Broker.open(sys.argv[1], cfg) as b:
-    batch = [fmq.Message("bench", b"x" * 1024, key=f"k{i % 100}") for i in range(256)]
-    for _ in range(int(sys.argv[2]) // 256):
-        b.send_batch(batch)
-"""
+from bench.bench_redo_ab import WRITE, index_less_copy  # noqa: E402
 
 OPEN = """
 import sys, fmq
@@ -41,12 +33,7 @@ b.close()
 
 def instructions(tree: str, written: str, scratch_dir: str) -> tuple[int, int]:
     """(records replayed, instructions) of opening an index-less copy of ``written``."""
-    copy = os.path.join(scratch_dir, "copy")
-    shutil.rmtree(copy, ignore_errors=True)
-    shutil.copytree(written, copy)
-    shutil.rmtree(os.path.join(copy, "index"))
-    if os.path.exists(os.path.join(copy, "checkpoint")):
-        os.unlink(os.path.join(copy, "checkpoint"))
+    copy = index_less_copy(written, scratch_dir)
     out = subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={scratch_dir}/cg.out",
          sys.executable, "-c", OPEN, copy],
@@ -61,7 +48,8 @@ def instructions(tree: str, written: str, scratch_dir: str) -> tuple[int, int]:
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--records", type=int, default=10240,
-                    help="records of the smaller log (the larger has twice as many)")
+                    help="records of the smaller log, a multiple of 256 (the larger has "
+                         "twice as many)")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -69,8 +57,9 @@ def main() -> None:
         logs = {}
         for n in (args.records, 2 * args.records):
             logs[n] = os.path.join(tmp, f"log-{n}")
-            subprocess.run([sys.executable, "-c", WRITE, logs[n], str(n)], check=True,
-                           cwd=HERE)
+            # bench_redo_ab's writer sends batches of 256 messages of 1 KiB
+            subprocess.run([sys.executable, "-c", WRITE, logs[n], str(n // 256)],
+                           check=True, cwd=HERE)
         for name, tree in trees(args.old).items():
             (small, a), (large, b) = (instructions(tree, logs[n], tmp) for n in sorted(logs))
             print(f"{name}: {(b - a) / (large - small):,.0f} instructions per redone record "

@@ -10,8 +10,6 @@ as the queue entry ``fmq.index.derive.queue_entry`` makes of its record."""
 
 from __future__ import annotations
 
-import mmap
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +19,7 @@ from fmq.index.entry_types import QueueEntry
 from fmq.log import record as R
 from fmq.log.record.runs import decode_entry_run, decode_run
 from tests.log.test_twins import records
+from tests.native.test_record_c_twins import _buffer
 from tests.native.twins import compiled, outcome
 
 CODEC = R.python_codec(R.crc32c)
@@ -52,18 +51,6 @@ def _log(recs: list[R.Record], base: int, damage: tuple | None) -> bytes:
         where, bit = damage
         buf[where % len(buf)] ^= 1 << bit
     return bytes(buf)
-
-
-def _buffer(kind: str, data: bytes):
-    if kind == "bytes":
-        return data
-    if kind == "bytearray":
-        return bytearray(data)
-    if kind == "memoryview":
-        return memoryview(data)
-    m = mmap.mmap(-1, max(1, len(data)))
-    m[: len(data)] = data
-    return m
 
 
 _SHORT = records().filter(lambda r: max(len(r.tx_id), len(r.producer_group), len(r.topic))

@@ -242,12 +242,7 @@ cdef class EncodeInto:
         finally:
             if holding:
                 PyBuffer_Release(&body_view)
-        if self.crc_in_c:
-            _put(out + 4, fmq_crc32c_sse42(out + 8, length - 8), 4)
-        else:
-            crc = self.crc32c(PyMemoryView_FromMemory(<char*>(out + 8),
-                                                      <Py_ssize_t>length - 8, PyBUF_READ))
-            _put(out + 4, <uint32_t>crc, 4)
+        _put(out + 4, _crc_after_field(self.crc_in_c, self.crc32c, out, length), 4)
         record.size = length
         return length
 
@@ -262,6 +257,16 @@ cdef bint _in_c(object crc32c):
             <const unsigned char*>b"123456789", 9) == 0xE3069283
     except Exception:  # noqa - a function that cannot take bytes is called as given
         return False
+
+
+cdef uint64_t _crc_after_field(bint in_c, object crc32c, const unsigned char* h,
+                               uint64_t length) except? 0:
+    """The CRC of the record of ``length`` bytes at ``h``: of its bytes after the CRC
+    field, in C or by calling ``crc32c``."""
+    if in_c:
+        return fmq_crc32c_sse42(h + 8, length - 8)
+    return crc32c(PyMemoryView_FromMemory(<char*>(h + 8), <Py_ssize_t>length - 8,
+                                          PyBUF_READ))
 
 
 cdef inline uint64_t _le(const unsigned char* p, int n) noexcept:
@@ -326,46 +331,8 @@ cdef class DecodeAt:
         Returns the position after the last record appended. The caller decodes at that
         position with ``decode_at`` itself (the record, or the error, the reference gives):
         a run may stop early, never differ (``fmq.log.record.runs.decode_run``)."""
-        cdef Py_buffer view
-        cdef Py_ssize_t start, stop, count, taken
-        cdef uint64_t limit, at_offset
-        if not (_flat_bytes(buf) or type(buf) is mmap.mmap):
-            return pos
-        if (type(pos) is not int or type(base) is not int or type(max_record_size) is not int
-                or type(end) is not int or type(max_records) is not int):
-            return pos
-        try:
-            start = pos
-            stop = end
-            count = max_records
-            limit = max_record_size
-            at_offset = base + pos
-        except OverflowError:
-            return pos
-        if start < 0:
-            return pos
-        try:
-            PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-        except (BufferError, ValueError, TypeError):
-            return pos
-        taken = 0
-        try:
-            whole = None if copy_body else memoryview(buf)
-            while start < stop and taken < count:
-                offset = base + start
-                at_offset = offset
-                rec = self._decode(buf, <const unsigned char*>view.buf, view.len, start,
-                                   offset, at_offset, limit, copy_body, whole)
-                if rec is None:
-                    break
-                out.append(rec)
-                taken += 1
-                start += <Py_ssize_t>rec.size
-                if rec.type is _FILLER:
-                    break
-        finally:
-            PyBuffer_Release(&view)
-        return start
+        return self._run(buf, pos, base, max_record_size, copy_body, end, max_records, None,
+                         out)
 
     def entry_run(self, buf, pos, base, max_record_size, copy_body, end, max_records,
                   entry_type, list out):
@@ -376,6 +343,12 @@ cdef class DecodeAt:
         ``fmq.index.derive.queue_entry`` in their order. A run holds entries only or
         records only. Recovery's redo reads the log so
         (``fmq.log.record.runs.decode_entry_run`` is the reference)."""
+        return self._run(buf, pos, base, max_record_size, copy_body, end, max_records,
+                         entry_type, out)
+
+    cdef object _run(self, buf, pos, base, max_record_size, copy_body, end, max_records,
+                     entry_type, list out):
+        """:meth:`run` (``entry_type`` None) and :meth:`entry_run`."""
         cdef Py_buffer view
         cdef Py_ssize_t start, stop, count, taken
         cdef int kind = 0  # what the run holds: 1 entries, 2 records
@@ -405,18 +378,19 @@ cdef class DecodeAt:
             while start < stop and taken < count:
                 offset = base + start
                 at_offset = offset
-                item = self._entry(<const unsigned char*>view.buf, view.len, start, offset,
-                                   at_offset, limit, entry_type)
-                if item is not None:
-                    if kind == 2:
+                if entry_type is not None:
+                    item = self._entry(<const unsigned char*>view.buf, view.len, start,
+                                       offset, at_offset, limit, entry_type)
+                    if item is not None:
+                        if kind == 2:
+                            break
+                        kind = 1
+                        out.append(item)
+                        taken += 1
+                        start += <Py_ssize_t>_le(<const unsigned char*>view.buf + start, 4)
+                        continue
+                    if kind == 1:
                         break
-                    kind = 1
-                    out.append(item)
-                    taken += 1
-                    start += <Py_ssize_t>_le(<const unsigned char*>view.buf + start, 4)
-                    continue
-                if kind == 1:
-                    break
                 rec = self._decode(buf, <const unsigned char*>view.buf, view.len, start,
                                    offset, at_offset, limit, copy_body, whole)
                 if rec is None:
@@ -431,12 +405,32 @@ cdef class DecodeAt:
             PyBuffer_Release(&view)
         return start
 
-    cdef uint64_t _crc(self, const unsigned char* h, uint64_t length) except? 0xFFFFFFFFFFFFFFFF:
-        """The CRC of the record at ``h`` (its bytes after the CRC field)."""
-        if self.crc_in_c:
-            return fmq_crc32c_sse42(h + 8, length - 8)
-        return self.crc32c(PyMemoryView_FromMemory(<char*>(h + 8), <Py_ssize_t>length - 8,
-                                                   PyBUF_READ))
+    cdef uint64_t _checked_length(self, const unsigned char* data, Py_ssize_t size,
+                                  Py_ssize_t pos, uint64_t at_offset,
+                                  uint64_t limit) except? 0:
+        """The length of the record at ``pos`` if its header passes every check (its
+        length within ``limit`` and the buffer, magic, version, a known type, its own
+        offset, the field lengths adding up, the CRC), else 0: the reference decides."""
+        cdef const unsigned char* h
+        cdef uint64_t length, total
+        if size - pos < _HEADER:
+            return 0
+        h = data + pos
+        length = _le(h, 4)
+        if length < <uint64_t>_HEADER or length > limit or length > <uint64_t>(size - pos):
+            return 0
+        if (_le(h + 8, 2) != _MAGIC or h[10] != _VERSION or _TYPES[h[11]] is None
+                or _le(h + 12, 8) != at_offset):
+            return 0
+        total = (<uint64_t>_HEADER + _le(h + 52, 2) + _le(h + 54, 2) + _le(h + 56, 2)
+                 + _le(h + 58, 2) + _le(h + 60, 2) + _le(h + 64, 4) + _le(h + 68, 4))
+        if total != length:
+            return 0
+        # The CRC after the cheap checks: the order does not matter, any failure goes to
+        # the reference, which names the first it finds.
+        if _crc_after_field(self.crc_in_c, self.crc32c, h, length) != _le(h + 4, 4):
+            return 0
+        return length
 
     cdef object _entry(self, const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
                        object offset, uint64_t at_offset, uint64_t limit, object entry_type):
@@ -444,7 +438,7 @@ cdef class DecodeAt:
         that fails a check: :meth:`_decode` then decides)."""
         cdef const unsigned char* h
         cdef const unsigned char* p
-        cdef uint64_t length, total
+        cdef uint64_t length
         cdef uint32_t topic_len, tx_len, group_len, key_len
         if size - pos < _HEADER:
             return None
@@ -453,21 +447,13 @@ cdef class DecodeAt:
             return None  # another type, or tags or properties to decode
         if <int64_t>_le(h + 40, 8) >= 0:
             return None  # a timer's delivery: it changes the timers too
-        length = _le(h, 4)
-        if length < <uint64_t>_HEADER or length > limit or length > <uint64_t>(size - pos):
-            return None
-        if _le(h + 8, 2) != _MAGIC or h[10] != _VERSION or _le(h + 12, 8) != at_offset:
+        length = self._checked_length(data, size, pos, at_offset, limit)
+        if not length:
             return None
         topic_len = <uint32_t>_le(h + 52, 2)
         tx_len = <uint32_t>_le(h + 54, 2)
         group_len = <uint32_t>_le(h + 56, 2)
         key_len = <uint32_t>_le(h + 58, 2)
-        total = (<uint64_t>_HEADER + topic_len + tx_len + group_len + key_len
-                 + <uint32_t>_le(h + 68, 4))
-        if total != length:
-            return None
-        if self._crc(h, length) != _le(h + 4, 4):
-            return None
         p = h + _HEADER
         try:
             topic = _text(p, topic_len) if topic_len else ""
@@ -490,19 +476,13 @@ cdef class DecodeAt:
                         object copy_body, object whole):
         cdef const unsigned char* h
         cdef const unsigned char* p
-        cdef uint64_t length, total
+        cdef uint64_t length
         cdef uint32_t topic_len, tx_len, group_len, key_len, tags_len, props_len, body_len
-        if size - pos < _HEADER:
+        length = self._checked_length(data, size, pos, at_offset, limit)
+        if not length:
             return None
         h = data + pos
-        length = _le(h, 4)
-        if length < <uint64_t>_HEADER or length > limit or length > <uint64_t>(size - pos):
-            return None
         rtype = _TYPES[h[11]]
-        if _le(h + 8, 2) != _MAGIC or h[10] != _VERSION or rtype is None:
-            return None
-        if _le(h + 12, 8) != at_offset:
-            return None
         topic_len = <uint32_t>_le(h + 52, 2)
         tx_len = <uint32_t>_le(h + 54, 2)
         group_len = <uint32_t>_le(h + 56, 2)
@@ -510,14 +490,6 @@ cdef class DecodeAt:
         tags_len = <uint32_t>_le(h + 60, 2)
         props_len = <uint32_t>_le(h + 64, 4)
         body_len = <uint32_t>_le(h + 68, 4)
-        total = (<uint64_t>_HEADER + topic_len + tx_len + group_len + key_len + tags_len
-                 + props_len + body_len)
-        if total != length:
-            return None
-        # The CRC after the cheap checks: the order does not matter, any failure goes to
-        # the reference, which names the first it finds.
-        if self._crc(h, length) != _le(h + 4, 4):
-            return None
         p = h + _HEADER
         try:
             topic = _text(p, topic_len) if topic_len else ""

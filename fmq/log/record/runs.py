@@ -1,7 +1,9 @@
-"""The reference of ``decode_run``: decode the records lying one after the other in a
-buffer with one call, so that a scan pays its per-record Python steps once per run.
+"""The references of ``decode_run`` and ``decode_entry_run``: decode the records lying one
+after the other in a buffer with one call, so that a scan pays its per-record Python steps
+once per run.
 
-The compiled twin (``DecodeAt.run`` in ``_record_c.pyx``) appends the same records, but may
+The compiled twins (``DecodeAt.run`` and ``entry_run`` in ``_record_c.pyx``) append the
+same items, but may
 stop earlier: before the first position it does not take (a buffer type or argument it
 leaves to the reference, a record failing a check). A scan therefore decodes the position
 a run stopped at with ``decode_at`` itself, which returns the record or raises the error
