@@ -1,7 +1,8 @@
 """CPU of the write path's placement, without the network: placing a transaction of one
-1 KiB message (PREPARE + PRE_MESSAGE, then REF + COMMIT, with the transaction bookkeeping)
-and placing one plain 1 KiB send, on this tree and (optionally) an older checkout, in
-alternating fresh processes.
+1 KiB message (PREPARE + PRE_MESSAGE, then REF + COMMIT, with the transaction bookkeeping),
+placing one plain 1 KiB send, and placing batches of 256 of them (half keyed: what
+SEND_BATCH and a turn of the server's batcher place), per message, on this tree and
+(optionally) an older checkout, in alternating fresh processes.
 
 What the event loop spends per request between decoding and answering; the clock is the
 placing thread's CPU time (``time.thread_time``), so the index and flush threads and other
@@ -49,8 +50,14 @@ with tempfile.TemporaryDirectory() as d:
         results, end = b.place_batch([Message("s", body)])
     send_us = (time.thread_time() - t0) / n * 1e6
     b.wait_durable(end)
+    batch = [Message("s", body, key=f"k{i}" if i % 2 else None) for i in range(256)]
+    t0 = time.thread_time()
+    for i in range(max(n // 256, 1)):
+        results, end = b.place_batch(batch)
+    batch_us = (time.thread_time() - t0) / (max(n // 256, 1) * 256) * 1e6
+    b.wait_durable(end)
     b.close()
-print(json.dumps({"tx_us": tx_us, "send_us": send_us}))
+print(json.dumps({"tx_us": tx_us, "send_us": send_us, "batch_us": batch_us}))
 """
 
 
@@ -69,10 +76,12 @@ def main() -> None:
     paths = trees(args.old)
     results = alternate(list(paths), args.rounds, lambda name: one_run(paths[name], args.n),
                         lambda name, res: f"{name}: {res['tx_us']:.1f} us a transaction, "
-                                          f"{res['send_us']:.1f} us a send")
+                                          f"{res['send_us']:.1f} us a send, "
+                                          f"{res['batch_us']:.2f} us a message of a batch")
     for name, rs in results.items():
         print(f"median {name}: {spread(rs, 'tx_us', '.1f', 'us a transaction')}, "
-              f"{spread(rs, 'send_us', '.1f', 'us a send')}")
+              f"{spread(rs, 'send_us', '.1f', 'us a send')}, "
+              f"{spread(rs, 'batch_us', '.2f', 'us a message of a batch of 256')}")
 
 
 if __name__ == "__main__":

@@ -151,6 +151,7 @@ def _start_dispatcher(config: BrokerConfig, path: str, log_: Log, index: IndexSt
                             retry_initial=retry_initial, retry_max=retry_max)
     log_.on_flushed = dispatcher.notify_flushed
     log_.on_append = dispatcher.on_append
+    log_.on_append_entries = dispatcher.on_append_entries
     dispatcher.start()
     return dispatcher
 

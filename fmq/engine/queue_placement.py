@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 
 from fmq.config import BrokerConfig
 from fmq.errors import MessageTooLarge, UnknownTopic
+from fmq.index.entry_types import QueueEntry
 from fmq.log.log import Log
 from fmq.log.placement import now_ms, reserve_segments
 from fmq.log.record import Record, RecordType, check_fits
@@ -98,6 +99,32 @@ class Queues:
         """The queue offset the next record of the queue gets."""
         return self._next.get((topic, queue_id), 0)
 
+    def plan(self, messages: Sequence[Message]) -> tuple[list[int], list[int]]:
+        """The queue id and queue offset each of ``messages`` gets when they are placed in
+        this order; nothing is taken until :meth:`advance_run`."""
+        queue_ids: list[int] = []
+        queue_offsets: list[int] = []
+        taken: dict[tuple[str, int], int] = {}
+        stored = self._next
+        for m in messages:
+            qid = self.pick_queue(m)
+            q = (m.topic, qid)
+            qoff = taken.get(q)
+            if qoff is None:
+                qoff = stored.get(q, 0)
+            taken[q] = qoff + 1
+            queue_ids.append(qid)
+            queue_offsets.append(qoff)
+        return queue_ids, queue_offsets
+
+    def advance_run(self, messages: Sequence[Message], queue_ids: list[int],
+                    queue_offsets: list[int], count: int) -> None:
+        """The first ``count`` positions of a :meth:`plan` are taken (their records are
+        placed)."""
+        for i in range(count):
+            m = messages[i]
+            self.advance(m.topic, queue_ids[i], queue_offsets[i], len(m.body))
+
     def advance(self, topic: str, queue_id: int, queue_offset: int, body_bytes: int = 0) -> None:
         """``queue_offset`` is taken (its record is placed)."""
         self._next[(topic, queue_id)] = queue_offset + 1
@@ -152,7 +179,25 @@ def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
     store_time = now_ms()
     with log_.lock:
         reserve_segments(log_, messages)
-        for m in messages:
-            results.append(place_message_locked(log_, queues, m, store_time))
+        if log_.takes_message_runs():
+            results = _place_run(log_, queues, messages, store_time)
+        else:
+            for m in messages:
+                results.append(place_message_locked(log_, queues, m, store_time))
         end = log_.next_offset
     return results, end
+
+
+def _place_run(log_: Log, queues: Queues, messages: Sequence[Message], store_time: int
+               ) -> list[SendResult]:
+    """:func:`place_messages`' loop in one call of the log (no :class:`Record` per
+    message): the same records, queue offsets and results."""
+    batch = messages if type(messages) is list else list(messages)
+    queue_ids, queue_offsets = queues.plan(batch)
+    placed: list[tuple[int, QueueEntry]] = []
+    try:
+        log_.append_messages_locked(batch, queue_ids, queue_offsets, store_time, QueueEntry,
+                                    placed)
+    finally:  # what was placed is taken, even when a later record failed
+        queues.advance_run(batch, queue_ids, queue_offsets, len(placed))
+    return [SendResult(e[3], e[1], e[2]) for _end, e in placed]

@@ -78,13 +78,23 @@ class Visibility:
             if start < end:  # under the log lock: the hidden stay in log order
                 self._hide_held(log_, start, end, resume[1])
             dispatch, hide = log_.on_append, self.on_append
+            dispatch_entries, hide_entries = log_.on_append_entries, self.on_append_entries
 
             def on_append(record: Record) -> None:
                 if dispatch is not None:
                     dispatch(record)
                 hide(record)
 
+            def on_append_entries(placed: list[tuple[int, tuple]]) -> None:
+                if dispatch_entries is not None:
+                    dispatch_entries(placed)
+                hide_entries(placed)
+
             log_.on_append = on_append
+            # A log that had on_append without on_append_entries places sends record by
+            # record (Log.takes_message_runs): so it stays.
+            if dispatch is None or dispatch_entries is not None:
+                log_.on_append_entries = on_append_entries
 
     def on_append(self, record: Record) -> None:
         """The log calls this for every record it appends (log lock held)."""
@@ -99,6 +109,21 @@ class Visibility:
             if hidden is None:
                 hidden = self._hidden[key] = deque()
             hidden.append((end, record.queue_offset))
+
+    def on_append_entries(self, placed: list[tuple[int, tuple]]) -> None:
+        """:meth:`on_append` for the records of a batch of sends, as ``(end offset, queue
+        entry)`` pairs (``Log.append_messages_locked``)."""
+        if self._end is None:
+            return
+        with self._lock:
+            for end, entry in placed:
+                if end <= self._end:
+                    continue
+                key = (entry[0], entry[1])  # topic, queue id
+                hidden = self._hidden.get(key)
+                if hidden is None:
+                    hidden = self._hidden[key] = deque()
+                hidden.append((end, entry[2]))  # queue offset
 
     def _hide_held(self, log_: Log, start: int, end: int, max_record_size: int) -> None:
         """Hide the messages of the log's records in ``[start, end)``: read through the

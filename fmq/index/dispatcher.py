@@ -122,6 +122,18 @@ class Dispatcher:
             self._generation += 1
             pending.clear()
 
+    def on_append_entries(self, placed: list[tuple[int, QueueEntry]]) -> None:
+        """The log calls this for the records of a batch of plain sends (log lock held):
+        ``(end offset, queue entry)`` each, the items :meth:`on_append` would queue."""
+        if not self._accepting:
+            return
+        pending = self._pending
+        pending.extend(placed)
+        if len(pending) > self.max_pending:  # the index lags: read the log instead
+            self._accepting = False
+            self._generation += 1
+            pending.clear()
+
     def hurry(self) -> None:
         """Apply what is flushed without lingering: a caller (an offset commit) answers
         only once the index has it."""

@@ -25,9 +25,19 @@ from fmq.errors import OffsetOutOfRange
 from fmq.log.commit import GroupCommit
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.flush_stats import FlushStats
-from fmq.log.record import HEADER_SIZE, Record, RecordType, encode_into, filler
+from fmq.log.record import (
+    HEADER_SIZE,
+    Record,
+    RecordType,
+    encode_into,
+    encode_message_run,
+    filler,
+)
 from fmq.log.segment import Segment
 from fmq.log.segments import SegmentSet
+
+#: Room that takes any record: after a roll a record is written whatever its size.
+_WHOLE = 1 << 61
 
 
 class Log:
@@ -45,6 +55,10 @@ class Log:
         self._commit = GroupCommit(self._cond, self._next_offset)
         #: Called (inside the lock) with every record appended, in log order.
         self.on_append: Callable[[Record], None] | None = None
+        #: Called (inside the lock) instead of ``on_append`` with the records of
+        #: :meth:`append_messages_locked`, as ``(end offset, queue entry)`` pairs in log
+        #: order. Whoever sets ``on_append`` sets this too, or that method is not used.
+        self.on_append_entries: Callable[[list[tuple[int, tuple]]], None] | None = None
 
     # ------------------------------------------------------------------ positioning
 
@@ -141,6 +155,49 @@ class Log:
         if self.on_append is not None:
             self.on_append(record)
         return size
+
+    def takes_message_runs(self) -> bool:
+        """Whether :meth:`append_messages_locked` may place plain sends: nobody needs them
+        as :class:`Record` objects (``on_append`` unset, or ``on_append_entries`` set)."""
+        return self.on_append is None or self.on_append_entries is not None
+
+    def append_messages_locked(self, messages: list, queue_ids: list[int],
+                               queue_offsets: list[int], store_time: int, entry_type: type,
+                               placed: list[tuple[int, tuple]]) -> None:
+        """Place the MESSAGE records of a batch of sends, message ``i`` in queue
+        ``queue_ids[i]`` at ``queue_offsets[i]`` (the caller holds :attr:`lock` and reserved
+        the segments): the bytes :meth:`append_locked` writes for each record, rolling
+        where it does, without a :class:`Record` per message. Appends ``(end offset,
+        entry)`` per record to ``placed``, ``entry`` an ``entry_type`` tuple: its
+        consume-queue entry (``fmq.index.derive.queue_entry``), which
+        ``on_append_entries`` gets too. On an exception the records placed before it stay
+        placed, in ``placed`` and handed over."""
+        self._commit.check_writable()
+        first = len(placed)
+        i, n = 0, len(messages)
+        try:
+            while i < n:
+                if self._active is None:
+                    self._roll()
+                buf = self._commit.buffer_for(self._active, self._position)
+                start = len(buf)
+                # A record fits while a FILLER's header still fits after it (append_locked).
+                room = self._active.size - self._position - HEADER_SIZE
+                done = encode_message_run(buf, room, self._next_offset, store_time, messages,
+                                          queue_ids, queue_offsets, i, n, entry_type, placed)
+                if done == i:  # as append_locked: roll, and the record goes in whole
+                    self._commit.drop_empty_buffer()
+                    self._roll()
+                    buf = self._commit.buffer_for(self._active, self._position)
+                    start = len(buf)
+                    done = encode_message_run(buf, _WHOLE, self._next_offset, store_time,
+                                              messages, queue_ids, queue_offsets, i, i + 1,
+                                              entry_type, placed)
+                self._advance(len(buf) - start)
+                i = done
+        finally:
+            if len(placed) > first and self.on_append_entries is not None:
+                self.on_append_entries(placed[first:] if first else placed)
 
     def _advance(self, size: int) -> None:
         self._position += size

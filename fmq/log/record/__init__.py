@@ -83,9 +83,12 @@ to the codec's own.
 
 from __future__ import annotations
 
+import functools
+
 from fmq import native
 from fmq.log.record import codec as _pure_codec
 from fmq.log.record import marks as _pure_marks
+from fmq.log.record import runs as _runs
 from fmq.log.record.codec import Codec, python_codec, record_length
 from fmq.log.record.crc import hardware_crc32c, reference_crc32c
 from fmq.log.record.layout import (
@@ -139,6 +142,11 @@ if RECORD_MODULE is not None:  # each calls the codec's own for whatever it does
     decode_at = RECORD_MODULE.DecodeAt(crc32c, _codec.decode_at)
     decode_run = decode_at.run
     decode_entry_run = decode_at.entry_run
+#: ``encode_message_run(buf, room, log_offset, store_time, messages, queue_ids,
+#: queue_offsets, start, stop, entry_type, out)``: a batch of sends' MESSAGE records
+#: (:func:`fmq.log.record.runs.encode_message_run`), in C where compiled.
+encode_message_run = (encode_into.message_run if RECORD_MODULE is not None
+                      else functools.partial(_runs.encode_message_run, encode_into, crc32c))
 
 #: Each chosen implementation next to its reference, by name: what the twin test compares.
 TWINS: dict[str, tuple[object, object]] = {
@@ -154,6 +162,7 @@ __all__ = [
     "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MARKS_MODULE", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
     "RECORD_BOUND", "RECORD_MODULE", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
     "crc32c", "decode", "decode_at", "decode_entry_run", "decode_run", "decode_properties", "encode", "encode_into",
+    "encode_message_run",
     "encode_mark_into", "encode_properties", "encoded_length", "encoded_size", "filler",
     "properties_length", "record_length", "reference_crc32c",
 ]

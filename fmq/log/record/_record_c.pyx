@@ -13,6 +13,7 @@ two always give the same bytes or record, or the same error (type and message).
 tests/log/test_twins.py and tests/native compare them.
 """
 
+import functools
 import mmap
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -23,6 +24,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from fmq.log.record.runs import encode_message_run
+from fmq.message import Message as _Message
 from fmq.log.record.layout import (
     FORMAT_MAX_RECORD,
     FORMAT_VERSION,
@@ -129,6 +132,35 @@ cdef inline object _int(object v):
     return v
 
 
+cdef unsigned char* _header(unsigned char* out, uint64_t length, uint8_t rtype,
+                            uint64_t log_offset, int64_t store_time, int32_t queue_id,
+                            int64_t queue_offset, int64_t ref_offset, uint64_t ref_size,
+                            Py_ssize_t lt, Py_ssize_t lx, Py_ssize_t lg, Py_ssize_t lk,
+                            Py_ssize_t la, Py_ssize_t lp, Py_ssize_t lb) noexcept:
+    """The header at ``out`` with a zero CRC (written last, over the whole record);
+    returns where the fields go."""
+    _put(out, length, 4)
+    _put(out + 4, 0, 4)
+    _put(out + 8, _MAGIC, 2)
+    out[10] = <unsigned char>_VERSION
+    out[11] = rtype
+    _put(out + 12, log_offset, 8)
+    _put(out + 20, <uint64_t>store_time, 8)
+    _put(out + 28, <uint64_t><uint32_t>queue_id, 4)
+    _put(out + 32, <uint64_t>queue_offset, 8)
+    _put(out + 40, <uint64_t>ref_offset, 8)
+    _put(out + 48, ref_size, 4)
+    _put(out + 52, lt, 2)
+    _put(out + 54, lx, 2)
+    _put(out + 56, lg, 2)
+    _put(out + 58, lk, 2)
+    _put(out + 60, la, 2)
+    _put(out + 62, 0, 2)
+    _put(out + 64, lp, 4)
+    _put(out + 68, lb, 4)
+    return out + _HEADER
+
+
 cdef class EncodeInto:
     """``encode_into(buf, offset, record)`` with the CRC function the codec was built with
     and the reference ``encode_into`` of that codec."""
@@ -141,6 +173,122 @@ cdef class EncodeInto:
         self.crc32c = crc32c
         self.reference = reference
         self.crc_in_c = _in_c(crc32c)
+
+    def message_run(self, buf, room, log_offset, store_time, messages, queue_ids,
+                    queue_offsets, start, stop, entry_type, out):
+        """:func:`fmq.log.record.runs.encode_message_run` (without its two functions: this
+        encoder's own), message by message in C; a message it does not take as it is goes
+        to that reference alone, so both give the same bytes, entries and errors."""
+        cdef Py_ssize_t i, n, left, written
+        cdef uint64_t offset
+        cdef int64_t stamp
+        run = functools.partial(encode_message_run, self.reference, self.crc32c, buf)
+        try:
+            if (type(buf) is not bytearray or type(messages) is not list
+                    or type(queue_ids) is not list or type(queue_offsets) is not list
+                    or type(out) is not list or type(start) is not int
+                    or type(stop) is not int or type(room) is not int
+                    or type(log_offset) is not int or type(store_time) is not int):
+                raise _NotTaken()
+            if (start < 0 or stop > len(messages) or stop > len(queue_ids)
+                    or stop > len(queue_offsets) or log_offset < 0 or log_offset >= 1 << 62
+                    or room >= 1 << 62):
+                raise _NotTaken()
+            i, n, left, offset, stamp = start, stop, max(room, -1), log_offset, store_time
+        except (_NotTaken, OverflowError):
+            return run(room, log_offset, store_time, messages, queue_ids, queue_offsets,
+                       start, stop, entry_type, out)
+        while i < n:
+            written = self._message(buf, offset, stamp, store_time, (<list>messages)[i],
+                                    (<list>queue_ids)[i], (<list>queue_offsets)[i], left,
+                                    entry_type, out)
+            if written == 0:  # it does not fit
+                return i
+            if written < 0:  # not taken as it is: the reference, for this message alone
+                if run(left, offset, store_time, messages, queue_ids, queue_offsets, i, i + 1,
+                       entry_type, out) == i:
+                    return i
+                written = <Py_ssize_t>((<tuple>(<list>out)[len(out) - 1])[0] - offset)
+            left -= written
+            offset += <uint64_t>written
+            i += 1
+        return i
+
+    cdef Py_ssize_t _message(self, bytearray buf, uint64_t offset, int64_t stamp,
+                             object store_time, object m, object queue_id_obj,
+                             object queue_offset_obj, Py_ssize_t left, object entry_type,
+                             list out) except -2:
+        """Encode message ``m`` at the end of ``buf`` and append its entry to ``out``:
+        returns its size; 0 when it does not fit in ``left`` bytes, -1 when the C path does
+        not take it as it is (both leave ``buf`` and ``out`` as they were)."""
+        cdef Py_ssize_t at, lt, lk, la, lp, lb
+        cdef uint64_t length
+        cdef int32_t queue_id
+        cdef int64_t queue_offset
+        cdef uint32_t tag_hash
+        cdef Py_buffer body_view
+        cdef unsigned char* out_p
+        cdef unsigned char* p
+        try:
+            if type(m) is not _Message:
+                raise _NotTaken()
+            queue_id = _int(queue_id_obj)
+            queue_offset = _int(queue_offset_obj)
+            key_text = m.key or None
+            tags_text = m.tags or None
+            topic = _utf8(m.topic)
+            key = _utf8(key_text) if key_text is not None else b""
+            tags = _utf8(tags_text) if tags_text is not None else b""
+            props = encode_properties(m.properties) if m.properties else b""
+            body = m.body
+            if not _flat_bytes(body):
+                raise _NotTaken()
+        except Exception:  # noqa - the reference raises the same, or takes it
+            return -1
+        lt = PyBytes_GET_SIZE(topic)
+        lk = PyBytes_GET_SIZE(key)
+        la = PyBytes_GET_SIZE(tags)
+        lp = PyBytes_GET_SIZE(props)
+        lb = len(body)
+        if lt > _SHORT or lk > _SHORT or la > _SHORT:
+            return -1
+        length = <uint64_t>(_HEADER + lt + lk + la + lp + lb)
+        if length > _MAX_RECORD:
+            return -1
+        if <Py_ssize_t>length > left:
+            return 0
+        if la == 0:
+            tag_hash = 0
+        elif self.crc_in_c:
+            tag_hash = fmq_crc32c_sse42(<const unsigned char*>PyBytes_AS_STRING(tags), la)
+        else:
+            tag_hash = self.crc32c(tags)
+        entry = (offset + length, _new_tuple(entry_type, (
+            m.topic, queue_id_obj, queue_offset_obj, offset, length, tag_hash, store_time,
+            key_text, offset)))
+        try:
+            PyObject_GetBuffer(body, &body_view, PyBUF_SIMPLE)
+        except (BufferError, ValueError, TypeError):  # e.g. a view with gaps, or released
+            return -1
+        try:
+            if body_view.len != lb:  # cannot differ for these types; never copy past a view
+                return -1
+            at = PyByteArray_GET_SIZE(buf)
+            try:
+                PyByteArray_Resize(buf, at + <Py_ssize_t>length)
+            except BufferError:  # exported: the reference raises the same
+                return -1
+            out_p = <unsigned char*>PyByteArray_AS_STRING(buf) + at
+            p = _header(out_p, length, _MESSAGE_CODE, offset, stamp, queue_id, queue_offset,
+                        -1, 0, lt, 0, 0, lk, la, lp, lb)
+            for field in (topic, key, tags, props):
+                p = _copy(p, <bytes>field)
+            memcpy(p, body_view.buf, lb)
+        finally:
+            PyBuffer_Release(&body_view)
+        _put(out_p + 4, _crc_after_field(self.crc_in_c, self.crc32c, out_p, length), 4)
+        out.append(entry)
+        return <Py_ssize_t>length
 
     def __call__(self, buf, offset, record):
         cdef Py_ssize_t at, old_size, end
@@ -216,26 +364,8 @@ cdef class EncodeInto:
                     holding = False
                     return self.reference(buf, offset, record)
             out = <unsigned char*>PyByteArray_AS_STRING(buf) + at
-            _put(out, length, 4)
-            _put(out + 4, 0, 4)
-            _put(out + 8, _MAGIC, 2)
-            out[10] = <unsigned char>_VERSION
-            out[11] = rtype
-            _put(out + 12, log_offset, 8)
-            _put(out + 20, <uint64_t>store_time, 8)
-            _put(out + 28, <uint64_t><uint32_t>queue_id, 4)
-            _put(out + 32, <uint64_t>queue_offset, 8)
-            _put(out + 40, <uint64_t>ref_offset, 8)
-            _put(out + 48, ref_size, 4)
-            _put(out + 52, lt, 2)
-            _put(out + 54, lx, 2)
-            _put(out + 56, lg, 2)
-            _put(out + 58, lk, 2)
-            _put(out + 60, la, 2)
-            _put(out + 62, 0, 2)
-            _put(out + 64, lp, 4)
-            _put(out + 68, lb, 4)
-            p = out + _HEADER
+            p = _header(out, length, rtype, log_offset, store_time, queue_id, queue_offset,
+                        ref_offset, ref_size, lt, lx, lg, lk, la, lp, lb)
             for field in (topic, tx_id, group, key, tags, props):
                 p = _copy(p, <bytes>field)
             memcpy(p, body_view.buf, lb)

@@ -1,6 +1,7 @@
-"""The references of ``decode_run`` and ``decode_entry_run``: decode the records lying one
-after the other in a buffer with one call, so that a scan pays its per-record Python steps
-once per run.
+"""The references of the runs: ``decode_run`` and ``decode_entry_run`` decode the records
+lying one after the other in a buffer with one call, so that a scan pays its per-record
+Python steps once per run; ``encode_message_run`` places the MESSAGE records of a batch of
+sends the same way (:meth:`fmq.log.log.Log.append_messages_locked`).
 
 The compiled twins (``DecodeAt.run`` and ``entry_run`` in ``_record_c.pyx``) append the
 same items, but may
@@ -16,6 +17,7 @@ from collections.abc import Callable
 
 from fmq.errors import BadRecord, IncompleteRecord
 from fmq.log.record.layout import Record, RecordType
+from fmq.message import Message
 
 
 def decode_run(decode_at: Callable[..., Record], buf, pos: int, base: int,
@@ -73,3 +75,39 @@ def decode_entry_run(decode_at: Callable[..., Record], buf, pos: int, base: int,
         if rec.type == RecordType.FILLER:
             break
     return pos
+
+
+def encode_message_run(encode_into: Callable[[bytearray, int, Record], int],
+                       crc32c: Callable[[bytes], int], buf: bytearray, room: int,
+                       log_offset: int, store_time: int, messages: list[Message],
+                       queue_ids: list[int], queue_offsets: list[int], start: int, stop: int,
+                       entry_type: type, out: list) -> int:
+    """Encode the MESSAGE records of ``messages[start:stop]`` at the end of ``buf`` while the
+    next one fits in the ``room`` bytes left: message ``i`` at ``log_offset`` (the first;
+    each next one after the last), in queue ``queue_ids[i]`` at ``queue_offsets[i]``, stamped
+    ``store_time``, with exactly the bytes ``encode_into`` writes for the record
+    :func:`fmq.engine.queue_placement.append_message_locked` builds. For each record appends
+    ``(end offset, entry_type(...))`` to ``out``: its consume-queue entry, as
+    ``fmq.index.derive.queue_entry`` derives it (the tag hash is ``crc32c`` of the tags).
+    Returns the index of the first message not encoded (``stop`` when all were); a record
+    that does not fit leaves ``buf`` as it was."""
+    i = start
+    while i < stop:
+        m = messages[i]
+        key = m.key or None
+        tags = m.tags or None
+        rec = Record(RecordType.MESSAGE, log_offset=log_offset, store_time=store_time,
+                     queue_id=queue_ids[i], queue_offset=queue_offsets[i], topic=m.topic,
+                     key=key, tags=tags, properties=m.properties, body=bytes(m.body))
+        at = len(buf)
+        size = encode_into(buf, at, rec)
+        if size > room:
+            del buf[at:]
+            break
+        room -= size
+        out.append((log_offset + size, tuple.__new__(entry_type, (
+            rec.topic, rec.queue_id, rec.queue_offset, log_offset, size,
+            crc32c(tags.encode()) if tags else 0, store_time, key, log_offset))))
+        log_offset += size
+        i += 1
+    return i
