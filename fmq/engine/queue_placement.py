@@ -28,7 +28,7 @@ from fmq.index.entry_types import QueueEntry
 from fmq.log.log import Log
 from fmq.log.placement import now_ms, reserve_segments
 from fmq.log.record import Record, RecordType, check_fits
-from fmq.message import Message, SendResult, check_message, is_internal_topic
+from fmq.message import Message, SendResult, check_message, is_internal_topic, new_send_result
 from fmq.topic_config import TopicConfig
 from fmq.topic_route import key_slot
 
@@ -86,7 +86,10 @@ class Queues:
 
     def pick_queue(self, message: Message) -> int:
         """The message's own queue id, else its key's hash, else round robin per topic."""
-        n = self.queue_count(message.topic)
+        return self._pick(message, self.queue_count(message.topic))
+
+    def _pick(self, message: Message, n: int) -> int:
+        """:meth:`pick_queue` of a topic of ``n`` queues."""
         if message.queue_id is not None:
             return message.queue_id
         if message.key:
@@ -105,10 +108,15 @@ class Queues:
         queue_ids: list[int] = []
         queue_offsets: list[int] = []
         taken: dict[tuple[str, int], int] = {}
+        counts: dict[str, int] = {}  # a batch does not change a topic's queue count
         stored = self._next
         for m in messages:
-            qid = self.pick_queue(m)
-            q = (m.topic, qid)
+            topic = m.topic
+            n = counts.get(topic)
+            if n is None:
+                n = counts[topic] = self.queue_count(topic)
+            qid = self._pick(m, n)
+            q = (topic, qid)
             qoff = taken.get(q)
             if qoff is None:
                 qoff = stored.get(q, 0)
@@ -121,9 +129,20 @@ class Queues:
                     queue_offsets: list[int], count: int) -> None:
         """The first ``count`` positions of a :meth:`plan` are taken (their records are
         placed)."""
+        stored = self._next
+        added: dict[str, list[int]] = {}  # per topic: messages, body bytes
         for i in range(count):
             m = messages[i]
-            self.advance(m.topic, queue_ids[i], queue_offsets[i], len(m.body))
+            topic = m.topic
+            stored[(topic, queue_ids[i])] = queue_offsets[i] + 1
+            sums = added.get(topic)
+            if sums is None:
+                sums = added[topic] = [0, 0]
+            sums[0] += 1
+            sums[1] += len(m.body)
+        for topic, (n, size) in added.items():
+            self.messages_in[topic] = self.messages_in.get(topic, 0) + n
+            self.bytes_in[topic] = self.bytes_in.get(topic, 0) + size
 
     def advance(self, topic: str, queue_id: int, queue_offset: int, body_bytes: int = 0) -> None:
         """``queue_offset`` is taken (its record is placed)."""
@@ -144,10 +163,17 @@ def stored_queue_counts(queues: Iterable[tuple[str, int]]) -> dict[str, int]:
 def check_messages(messages: Sequence[Message], config: BrokerConfig, queues: Queues) -> None:
     """Raise the typed error of the first message that cannot be stored as it is: the
     message's own checks, then its topic's (:meth:`Queues.check_topic`)."""
+    max_size, segment_size, queue_count = (config.max_message_size, config.segment_size,
+                                           queues.queue_count)
+    checked: set[str] = set()  # topics whose name passed the checks (once per batch)
     for m in messages:
-        check_message(m, config.max_message_size, queues.queue_count)
+        topic = m.topic if type(m) is Message else None
+        check_message(m, max_size, queue_count,
+                      topic_checked=type(topic) is str and topic in checked)
+        if type(topic) is str:
+            checked.add(topic)
         queues.check_topic(m)
-        check_fits(m, config.segment_size)
+        check_fits(m, segment_size)
 
 
 def append_message_locked(log_: Log, queues: Queues, m: Message, store_time: int) -> Record:
@@ -167,7 +193,7 @@ def place_message_locked(log_: Log, queues: Queues, m: Message, store_time: int
                          ) -> SendResult:
     """:func:`append_message_locked`, answered with the message's result."""
     rec = append_message_locked(log_, queues, m, store_time)
-    return SendResult(rec.log_offset, rec.queue_id, rec.queue_offset)
+    return new_send_result(rec.log_offset, rec.queue_id, rec.queue_offset)
 
 
 def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
@@ -200,4 +226,5 @@ def _place_run(log_: Log, queues: Queues, messages: Sequence[Message], store_tim
                                     placed)
     finally:  # what was placed is taken, even when a later record failed
         queues.advance_run(batch, queue_ids, queue_offsets, len(placed))
-    return [SendResult(e[3], e[1], e[2]) for _end, e in placed]
+    return [new_send_result(e.data_offset, qid, qoff)
+            for (_end, e), qid, qoff in zip(placed, queue_ids, queue_offsets, strict=True)]
