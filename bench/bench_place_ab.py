@@ -41,7 +41,7 @@ with tempfile.TemporaryDirectory() as d:
     for i in range(n):
         tx, end = w.place_prepare([Message("t", body)], "g", None)
         w.prepare_done(tx)
-        placed, end = w.place_commit(tx.tx_id)
+        placed, end = w.place_commit("g", tx.tx_id)
         w.commit_done(placed)
     tx_us = (time.thread_time() - t0) / n * 1e6
     b.wait_durable(end)

@@ -76,6 +76,17 @@ _new_object = object.__new__
 _set_attribute = object.__setattr__
 
 
+def new_message(topic: str, body: bytes, key: str | None, tags: str | None,
+                properties: dict[str, str] | None, queue_id: int | None) -> Message:
+    """``Message(topic, body, key, tags, properties, queue_id)`` for the server, which makes
+    one per message received: its fields given in one step instead of the dataclass's
+    ``__init__`` with keywords. Equal alike (tests/engine)."""
+    message = _new_object(Message)
+    message.__dict__ = {"topic": topic, "body": body, "key": key, "tags": tags,
+                        "properties": properties, "queue_id": queue_id}
+    return message
+
+
 def new_send_result(offset: int, queue_id: int, queue_offset: int) -> SendResult:
     """``SendResult(offset, queue_id, queue_offset)`` for the send path, which makes one per
     message: the frozen dataclass's ``__init__`` sets each field with a call of

@@ -9,11 +9,14 @@ added in one place. Client-safe: nothing of the storage code is imported.
 
 from __future__ import annotations
 
+import struct
 from datetime import datetime, timedelta
 from typing import Any
 
 from fmq.errors import InvalidArgument
-from fmq.message import Message, ScheduledSend, SendResult, StoredMessage
+from fmq.message import Message, ScheduledSend, SendResult, StoredMessage, new_message
+from fmq.protocol.layout import SEND_RESULT_FORMAT
+from fmq.protocol.types import Encoded
 from fmq.tx.state import UncertainTx
 
 #: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
@@ -37,13 +40,24 @@ def message_to_wire(m: Message) -> dict[str, Any]:
 
 def message_from_wire(d: dict[str, Any]) -> Message:
     qid = d["queue_id"]
-    return Message(d["topic"], d["body"], key=d["key"], tags=d["tags"],
-                   properties=d["properties"] or None,
-                   queue_id=None if qid == BROKER_PICKS_QUEUE else qid)
+    return new_message(d["topic"], d["body"], d["key"], d["tags"], d["properties"] or None,
+                       None if qid == BROKER_PICKS_QUEUE else qid)
 
 
 def result_to_wire(r: SendResult) -> dict[str, Any]:
     return {"offset": r.offset, "queue_id": r.queue_id, "queue_offset": r.queue_offset}
+
+
+def results_to_wire(results: list[SendResult]) -> Encoded | list[dict[str, Any]]:
+    """The ``results`` field of a SEND_BATCH answer: packed at once in the wire's
+    send_result format (no field dict per result), or as field dicts when a value does not
+    fit its field, for the codec to refuse with its own error."""
+    pack = SEND_RESULT_FORMAT.pack
+    try:
+        return Encoded(len(results), b"".join(
+            [pack(r.offset, r.queue_id, r.queue_offset) for r in results]))
+    except struct.error:
+        return [result_to_wire(r) for r in results]
 
 
 def result_from_wire(d: dict[str, Any]) -> SendResult:

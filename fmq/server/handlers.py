@@ -32,6 +32,7 @@ from fmq.protocol.types import Encoded
 from fmq.protocol.values import (
     message_from_wire,
     result_to_wire,
+    results_to_wire,
     stored_to_wire,
     uncertain_to_wire,
 )
@@ -96,7 +97,7 @@ def _send_batch(ctx: ServerContext, session: RequestSession, req: dict
 
 
 def _send_batch_answer(results: list[SendResult]) -> dict:
-    return {"results": [result_to_wire(r) for r in results]}
+    return {"results": results_to_wire(results)}
 
 
 async def _answered(answer: dict) -> dict:

@@ -2,6 +2,9 @@
 
 * ``new_send_result`` makes a :class:`SendResult` equal to the constructor's: equal, same
   hash and repr, frozen, pickled and copied alike.
+* ``new_message`` makes a :class:`Message` equal to the constructor's.
+* ``results_to_wire`` packs a SEND_BATCH answer's results at once: the same frame as the
+  field dicts through the codec, and the codec's error for a value out of its field.
 * ``check_messages`` checks a topic's name once per batch: a batch fails with the error of
   its first message that fails alone, and passes when each passes alone.
 """
@@ -18,7 +21,9 @@ from hypothesis import strategies as st
 
 from fmq.config import BrokerConfig
 from fmq.engine import queues as seat
-from fmq.message import Message, SendResult, new_send_result
+from fmq.message import Message, SendResult, new_message, new_send_result
+from fmq.protocol import Op, encode_response
+from fmq.protocol.values import result_to_wire, results_to_wire
 from tests.native.test_placement_twins import messages
 from tests.native.twins import outcome
 
@@ -34,6 +39,29 @@ def test_a_new_send_result_is_the_constructors(offset: int, qid: int, qoff: int)
     assert dataclasses.replace(fast, group="g") == SendResult(offset, qid, qoff, "g")
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.offset = 1  # type: ignore[misc]
+
+
+@given(st.text(), st.binary(), st.none() | st.text(), st.none() | st.text(),
+       st.none() | st.dictionaries(st.text(), st.text()), st.none() | st.integers())
+def test_a_new_message_is_the_constructors(topic, body, key, tags, properties, qid) -> None:
+    fast = new_message(topic, body, key, tags, properties, qid)
+    made = Message(topic, body, key=key, tags=tags, properties=properties, queue_id=qid)
+    assert fast == made and repr(fast) == repr(made)
+    assert dataclasses.asdict(fast) == dataclasses.asdict(made)
+    fast.key = "changed"  # a plain dataclass: its fields can be set
+    assert fast.key == "changed"
+
+
+FIELD = st.integers(0, 2**64 - 1) | st.sampled_from([-1, 2**64, 2**32, 1.5, "1", None])
+
+
+@given(st.lists(st.tuples(FIELD, FIELD, FIELD), max_size=5))
+def test_packed_results_answer_as_the_codec(fields: list[tuple]) -> None:
+    results = [SendResult(*f) for f in fields]
+    packed = outcome(encode_response, Op.SEND_BATCH, 7, {"results": results_to_wire(results)})
+    dicts = outcome(encode_response, Op.SEND_BATCH, 7,
+                    {"results": [result_to_wire(r) for r in results]})
+    assert packed == dicts
 
 
 @settings(max_examples=300, deadline=None)
