@@ -90,8 +90,9 @@ def new_message(topic: str, body: bytes, key: str | None, tags: str | None,
 def new_send_result(offset: int, queue_id: int, queue_offset: int) -> SendResult:
     """``SendResult(offset, queue_id, queue_offset)`` for the send path, which makes one per
     message: the frozen dataclass's ``__init__`` sets each field with a call of
-    ``object.__setattr__`` (about 8,600 instructions a result); this gives the new result
-    its fields in one step. Equal, hashed and immutable alike (tests/engine)."""
+    ``object.__setattr__`` (about 7,900 instructions a result, callgrind); this gives the new
+    result its fields in one step (about 4,900). Equal, hashed and immutable alike
+    (tests/engine/test_batch_shortcuts.py)."""
     result = _new_object(SendResult)
     _set_attribute(result, "__dict__", {"offset": offset, "queue_id": queue_id,
                                         "queue_offset": queue_offset, "group": ""})
