@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
@@ -105,42 +107,45 @@ def _log_bytes(log_: Log) -> bytes:
                     for seg in log_.segments if seg.base < log_.next_offset)
 
 
-def _placed_by_records(batch: list[Message]) -> tuple[bytes, list]:
-    """Each message's record built and appended on its own (the record-by-record path)."""
+@contextmanager
+def _log_with_items() -> Iterator[tuple[Log, list]]:
+    """A fresh log whose ``on_append`` files each record's index items with its end offset
+    (what the dispatcher's hand-off queues)."""
     with tempfile.TemporaryDirectory() as directory:
         log_ = Log(directory, SEGMENT)
         log_.start_at(0)
         items: list = []
         log_.on_append = lambda rec: items.extend(
             (rec.end_offset, item) for item in index_items(rec))
-        queues = seat.Queues(4, {})
         try:
-            with log_.lock:
-                reserve_segments(log_, batch)
-                for m in batch:
-                    seat.append_message_locked(log_, queues, m, 777)
-            return _log_bytes(log_), items
+            yield log_, items
         finally:
             log_.close()
+
+
+def _placed_by_records(batch: list[Message]) -> tuple[bytes, list]:
+    """Each message's record built and appended on its own (the record-by-record path)."""
+    with _log_with_items() as (log_, items):
+        queues = seat.Queues(4, {})
+        with log_.lock:
+            reserve_segments(log_, batch)
+            for m in batch:
+                seat.append_message_locked(log_, queues, m, 777)
+        return _log_bytes(log_), items
 
 
 def _placed_by_run(batch: list[Message]) -> tuple[bytes, list]:
-    with tempfile.TemporaryDirectory() as directory:
-        log_ = Log(directory, SEGMENT)
-        log_.start_at(0)
+    with _log_with_items() as (log_, items):
         handed: list = []
         log_.on_append_entries = handed.extend
         queues = seat.Queues(4, {})
-        try:
-            with log_.lock:
-                reserve_segments(log_, batch)
-                qids, qoffs = queues.plan(batch)
-                placed: list = []
-                log_.append_messages_locked(batch, qids, qoffs, 777, QueueEntry, placed)
-            assert handed == placed
-            return _log_bytes(log_), placed
-        finally:
-            log_.close()
+        with log_.lock:
+            reserve_segments(log_, batch)
+            qids, qoffs = queues.plan(batch)
+            placed: list = []
+            log_.append_messages_locked(batch, qids, qoffs, 777, QueueEntry, placed)
+        assert handed == placed and items == []
+        return _log_bytes(log_), placed
 
 
 @settings(max_examples=60, deadline=None)
@@ -150,29 +155,22 @@ def test_the_log_places_a_run_as_record_by_record(batch: list[Message]) -> None:
 
 
 def _place(batch: list[Message], run: bool) -> tuple:
-    with tempfile.TemporaryDirectory() as directory:
-        log_ = Log(directory, SEGMENT)
-        log_.start_at(0)
-        items: list = []
-        log_.on_append = lambda rec: items.extend(
-            (rec.end_offset, item) for item in index_items(rec))
+    with _log_with_items() as (log_, items):
         if run:
             log_.on_append_entries = items.extend
         queues = seat.Queues(3, {("a", 1): 40})
-        try:
-            assert log_.takes_message_runs() is run
-            results, end = seat.place_messages(log_, queues, batch)
-            data = _log_bytes(log_)
-        finally:
-            log_.close()
+        # A single message is placed record by record either way (place_messages).
+        assert log_.takes_message_runs() is run
+        results, end = seat.place_messages(log_, queues, batch)
+        data = _log_bytes(log_)
     # The store time is the clock's: compare the bytes without it, record by record.
     return ([(r.offset, r.queue_id, r.queue_offset) for r in results], end,
-            _without_stamps(data, items), items_without_stamps(items), queues.messages_in,
+            _without_stamps(data), items_without_stamps(items), queues.messages_in,
             queues.bytes_in, {q: queues.next_offset(*q) for q in
                               [(t, i) for t in ("a", "b", "topic.c") for i in range(3)]})
 
 
-def _without_stamps(data: bytes, items: list) -> list:
+def _without_stamps(data: bytes) -> list:
     out, pos = [], 0
     while pos < len(data):
         rec = R.decode(data, pos)
