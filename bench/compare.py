@@ -118,7 +118,8 @@ def _async_fmq(run: Run) -> Metrics:
         return _async_sdk(run)
     f = run.fmq_bench(kind="produce", producers=CONNECTIONS, processes=1, batch_linger_ms=1,
                       batch=16)
-    return {"msgs/s": f["msgs_per_s"], "p99 ms": f["p99_ms"]}
+    return {"msgs/s": f["msgs_per_s"], "p99 ms": f["p99_ms"],
+            "server CPU us/msg": f["server_cpu_us_per_msg"]}
 
 
 def _async_sdk(run: Run) -> Metrics:
@@ -143,7 +144,8 @@ def _async_peer(run: Run) -> Metrics | None:
     if run.redis is None:
         return None
     r = run.redis_xadd(CONNECTIONS, 16)
-    return {"msgs/s": r["msgs_per_s"], "p99 ms": r["p99_ms"]}
+    return {"msgs/s": r["msgs_per_s"], "p99 ms": r["p99_ms"],
+            "server CPU us/msg": r["server_cpu_us_per_msg"]}
 
 
 def _embedded_fmq(run: Run) -> Metrics:
