@@ -100,15 +100,9 @@ class Visibility:
         """The log calls this for every record it appends (log lock held)."""
         if self._end is None or record.type not in _QUEUED:
             return
-        end = record.log_offset + record.size
         with self._lock:
-            if end <= self._end:
-                return
-            key = (record.topic, record.queue_id)
-            hidden = self._hidden.get(key)
-            if hidden is None:
-                hidden = self._hidden[key] = deque()
-            hidden.append((end, record.queue_offset))
+            self._hide(record.topic, record.queue_id, record.queue_offset,
+                       record.log_offset + record.size)
 
     def on_append_entries(self, placed: list[tuple[int, tuple]]) -> None:
         """:meth:`on_append` for the records of a batch of sends, as ``(end offset, queue
@@ -116,14 +110,19 @@ class Visibility:
         if self._end is None:
             return
         with self._lock:
-            for end, entry in placed:
-                if end <= self._end:
-                    continue
-                key = (entry[0], entry[1])  # topic, queue id
-                hidden = self._hidden.get(key)
-                if hidden is None:
-                    hidden = self._hidden[key] = deque()
-                hidden.append((end, entry[2]))  # queue offset
+            for end, entry in placed:  # entry: topic, queue id, queue offset, ...
+                self._hide(entry[0], entry[1], entry[2], end)
+
+    def _hide(self, topic: str, queue_id: int, queue_offset: int, end: int) -> None:
+        """Hide a message whose record ends at ``end``, unless the visible end is past it
+        already (``_lock`` held)."""
+        if end <= self._end:
+            return
+        key = (topic, queue_id)
+        hidden = self._hidden.get(key)
+        if hidden is None:
+            hidden = self._hidden[key] = deque()
+        hidden.append((end, queue_offset))
 
     def _hide_held(self, log_: Log, start: int, end: int, max_record_size: int) -> None:
         """Hide the messages of the log's records in ``[start, end)``: read through the

@@ -117,22 +117,23 @@ class Dispatcher:
         end = record.log_offset + record.size
         for item in items:  # a firing MESSAGE has two
             pending.append((end, item))
-        if len(pending) > self.max_pending:  # the index lags: read the log instead
-            self._accepting = False
-            self._generation += 1
-            pending.clear()
+        self._check_backlog()
 
     def on_append_entries(self, placed: list[tuple[int, QueueEntry]]) -> None:
         """The log calls this for the records of a batch of plain sends (log lock held):
         ``(end offset, queue entry)`` each, the items :meth:`on_append` would queue."""
         if not self._accepting:
             return
-        pending = self._pending
-        pending.extend(placed)
-        if len(pending) > self.max_pending:  # the index lags: read the log instead
+        self._pending.extend(placed)
+        self._check_backlog()
+
+    def _check_backlog(self) -> None:
+        """Past ``max_pending`` queued items the index lags: drop the hand-off and read the
+        log instead (log lock held)."""
+        if len(self._pending) > self.max_pending:
             self._accepting = False
             self._generation += 1
-            pending.clear()
+            self._pending.clear()
 
     def hurry(self) -> None:
         """Apply what is flushed without lingering: a caller (an offset commit) answers
