@@ -13,7 +13,6 @@ two always give the same bytes or record, or the same error (type and message).
 tests/log/test_twins.py and tests/native compare them.
 """
 
-import functools
 import mmap
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
@@ -182,7 +181,6 @@ cdef class EncodeInto:
         cdef Py_ssize_t i, n, left, written
         cdef uint64_t offset
         cdef int64_t stamp
-        run = functools.partial(encode_message_run, self.reference, self.crc32c, buf)
         try:
             if (type(buf) is not bytearray or type(messages) is not list
                     or type(queue_ids) is not list or type(queue_offsets) is not list
@@ -196,8 +194,9 @@ cdef class EncodeInto:
                 raise _NotTaken()
             i, n, left, offset, stamp = start, stop, max(room, -1), log_offset, store_time
         except (_NotTaken, OverflowError):
-            return run(room, log_offset, store_time, messages, queue_ids, queue_offsets,
-                       start, stop, entry_type, out)
+            return encode_message_run(self.reference, self.crc32c, buf, room, log_offset,
+                                      store_time, messages, queue_ids, queue_offsets, start,
+                                      stop, entry_type, out)
         while i < n:
             written = self._message(buf, offset, stamp, store_time, (<list>messages)[i],
                                     (<list>queue_ids)[i], (<list>queue_offsets)[i], left,
@@ -205,8 +204,9 @@ cdef class EncodeInto:
             if written == 0:  # it does not fit
                 return i
             if written < 0:  # not taken as it is: the reference, for this message alone
-                if run(left, offset, store_time, messages, queue_ids, queue_offsets, i, i + 1,
-                       entry_type, out) == i:
+                if encode_message_run(self.reference, self.crc32c, buf, left, offset,
+                                      store_time, messages, queue_ids, queue_offsets, i,
+                                      i + 1, entry_type, out) == i:
                     return i
                 written = <Py_ssize_t>((<tuple>(<list>out)[len(out) - 1])[0] - offset)
             left -= written
