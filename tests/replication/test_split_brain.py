@@ -42,6 +42,8 @@ pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (.ci/run installs etcd-server)")
 
 PINNED = 4
+#: Refusals that come after the request's records were written to the log.
+REFUSED_AFTER_THE_WRITE = frozenset({"NotEnoughReplicas", "LeadershipLost"})
 
 
 def pinned_sender(conn: Connection, k: int, history: History, go: threading.Event,
@@ -142,9 +144,17 @@ def test_paused_primary_acknowledges_nothing_after_its_lease_and_rejoins(tmp_pat
         go.set()
         stop.set()
         group.kill()
-    # The requests in flight at the resume were written to the old primary's log before
-    # their answers were refused: a tail the new term never had, cut on rejoining.
-    assert group.count_in_logs("cut the log at") >= 1, "no divergent tail was cut"
+    # A pinned request refused after its write (the followers' wait failed, or fencing
+    # refused its answer) left a tail in the old primary's log that the new term never had:
+    # it must be cut on rejoining. Whether any was written first is a race on the resume,
+    # between the event loop reading the waiting requests and the elector learning of the
+    # new primary (a follower refuses with NotPrimary before writing): both are correct.
+    # tests/replication/test_truncation.py cuts divergent tails deterministically.
+    written = sorted({name for _t, name in refusals if name in REFUSED_AFTER_THE_WRITE})
+    if written:
+        assert group.count_in_logs("cut the log at") >= 1, (
+            f"pinned requests were written and refused ({written}), but no divergent tail "
+            f"was cut\n{group.logs()}")
     print(f"{ack_mode}: paused {took_over - paused:.1f}s until the take-over; "
           f"{len(history.acked_sends())} group acks checked; pinned client: 0 acks, "
           f"{len(refusals)} refusals ({sorted({name for _t, name in refusals})}); "
