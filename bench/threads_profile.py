@@ -6,8 +6,9 @@ tracing slows the server down, so it never overlaps the CPU window). A child pro
 server (the indexer process, ``index_writer = "process"``) counts as part of it: its threads
 appear as ``child: NAME``.
 
-The load is ``fmq bench produce`` (64 producers, 1 KiB, one message in flight each) for
-``--warmup + --seconds (+ --seconds with strace)``; messages are counted by the server (the
+The load is ``fmq bench produce`` (64 producers, 1 KiB, one message in flight each; with
+``--batch N`` SEND_BATCH requests of N messages from one load process, compare.py row 2's
+load) for ``--warmup + --seconds (+ --seconds with strace)``; messages are counted by the server (the
 topic's next offsets) at both ends of each window.
 
 With ``--old DIR`` (an older checkout: ``git worktree add /tmp/old REV``) each round runs
@@ -15,7 +16,7 @@ a fresh server of each checkout, alternating which goes first, and the medians o
 are printed side by side. Run::
 
     python bench/threads_profile.py [--seconds 5] [--producers 64] [--no-strace]
-    python bench/threads_profile.py --old /tmp/old --rounds 5 [--pure]
+    python bench/threads_profile.py --old /tmp/old --rounds 5 [--pure] [--batch 16]
     python bench/threads_profile.py --writers thread,process --rounds 3
     python bench/threads_profile.py --server 127.0.0.1:9876 --pid PID   # a running server
 """
@@ -189,14 +190,17 @@ def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
 
 
 def profile(address: str, pid: int, producers: int, seconds: float, warmup: float,
-            use_strace: bool, topic: str) -> dict:
-    """Drive ``fmq bench produce`` at ``address`` and measure the server ``pid``."""
+            use_strace: bool, topic: str, batch: int = 0) -> dict:
+    """Drive ``fmq bench produce`` at ``address`` and measure the server ``pid``;
+    ``batch``: SEND_BATCH requests of that many messages (``--batch-linger 1``, one load
+    process: compare.py row 2's load) instead of single sends."""
     probe = ServerProbe(address)
     count = lambda: probe.stored(topic)  # noqa: E731 - the server's count of the topic
     use_strace = use_strace and shutil.which("strace") is not None
     spec = BenchSpec(kind="produce", server=address, producers=producers, size=1024,
                      duration_s=warmup + seconds * (2 if use_strace else 1) + 2.0,
-                     topic=topic)
+                     topic=topic, **({"batch_linger_ms": 1.0, "batch": batch, "processes": 1}
+                                     if batch else {}))
     report: dict = {}
     load = threading.Thread(target=lambda: report.setdefault("bench", run_bench(spec)))
     load.start()
@@ -279,7 +283,7 @@ def one_round(tree: str, args: argparse.Namespace, index_writer: str | None) -> 
         try:
             return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
                            args.warmup, not args.no_strace,
-                           f"threads-{os.getpid()}-{int(time.time())}")
+                           f"threads-{os.getpid()}-{int(time.time())}", args.batch)
         finally:
             server.terminate()
             try:
@@ -313,6 +317,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0, help="per measuring window")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--producers", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=0,
+                    help="SEND_BATCH requests of this many messages (1 ms linger, one load "
+                         "process: compare.py row 2's load); 0: single sends")
     ap.add_argument("--no-strace", action="store_true", help="skip the futex window")
     ap.add_argument("--pure", action="store_true",
                     help="servers without compiled code (FMQ_NO_EXTENSIONS=1)")
@@ -326,7 +333,7 @@ def main() -> None:
     if args.server:
         topic = f"threads-{os.getpid()}-{int(time.time())}"
         print_profile(profile(args.server, args.pid, args.producers, args.seconds,
-                              args.warmup, not args.no_strace, topic))
+                              args.warmup, not args.no_strace, topic, args.batch))
         return
     if args.writers:
         writers = args.writers.split(",")
