@@ -26,6 +26,7 @@ from fmq.protocol import framing as _pure_framing
 from fmq.protocol.error_fields import make_error
 from fmq.protocol.schema import ERROR, SCHEMA, Op
 from fmq.protocol.structs import Struct
+from fmq.protocol.types import Packed
 
 #: The framing module running: ``fmq.protocol._frame_c`` (compiled) or ``framing``.
 FRAMING = native.load("fmq.protocol._frame_c") or _pure_framing
@@ -70,7 +71,10 @@ def encode_request(opcode: int, request_id: int, fields: dict[str, Any]) -> byte
     return _frame(opcode, 0, request_id, out)
 
 
-def encode_response(opcode: int, request_id: int, fields: dict[str, Any]) -> bytes:
+def encode_response(opcode: int, request_id: int, fields: dict[str, Any] | Packed) -> bytes:
+    """The answer frame; ``fields`` as the response's field dict, or its payload packed."""
+    if type(fields) is Packed:
+        return _frame(opcode, FLAG_RESPONSE, request_id, fields.payload)
     out = bytearray()
     _spec_struct(RESPONSE_STRUCTS, opcode).encode(out, fields)
     return _frame(opcode, FLAG_RESPONSE, request_id, out)
@@ -100,7 +104,12 @@ def _decode(st: Struct, payload: bytes | memoryview) -> dict[str, Any]:
 
 
 def decode_request(frame: Frame) -> dict[str, Any]:
-    return _decode(_spec_struct(REQUEST_STRUCTS, frame.opcode), frame.payload)
+    return decode_request_payload(frame.opcode, frame.payload)
+
+
+def decode_request_payload(opcode: int, payload: bytes | memoryview) -> dict[str, Any]:
+    """The fields of an ``opcode`` request's payload (every byte of it read)."""
+    return _decode(_spec_struct(REQUEST_STRUCTS, opcode), payload)
 
 
 def decode_response(frame: Frame) -> dict[str, Any]:
@@ -117,6 +126,6 @@ def decode_error(frame: Frame) -> FMQError:
 __all__ = [
     "DEFAULT_MAX_FRAME", "FLAG_ERROR", "FLAG_RESPONSE", "Frame", "FrameDecoder",
     "FrameTooLarge", "HEADER_SIZE", "Op", "PREFIX_SIZE", "PROTOCOL_VERSION", "decode_error",
-    "decode_request", "decode_response", "encode_error", "encode_request", "encode_response",
-    "frame_length", "parse_frame",
+    "decode_request", "decode_request_payload", "decode_response", "encode_error",
+    "encode_request", "encode_response", "frame_length", "parse_frame",
 ]

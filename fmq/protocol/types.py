@@ -197,6 +197,16 @@ class Encoded:
         self.data = data
 
 
+class Packed:
+    """A whole payload already encoded by the code that made the answer (the send path's
+    answer, packed with one struct call instead of a field dict through the codec)."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+
 class ListOf(FieldType):
     """u32 count, then the items. Each item takes at least one byte, so a count larger than
     the bytes left is refused before anything is allocated."""

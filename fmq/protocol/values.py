@@ -16,7 +16,7 @@ from typing import Any
 from fmq.errors import InvalidArgument
 from fmq.message import Message, ScheduledSend, SendResult, StoredMessage, new_message
 from fmq.protocol.layout import SEND_RESULT_FORMAT
-from fmq.protocol.types import Encoded
+from fmq.protocol.types import Encoded, Packed
 from fmq.tx.state import UncertainTx
 
 #: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
@@ -46,6 +46,17 @@ def message_from_wire(d: dict[str, Any]) -> Message:
 
 def result_to_wire(r: SendResult) -> dict[str, Any]:
     return {"offset": r.offset, "queue_id": r.queue_id, "queue_offset": r.queue_offset}
+
+
+def send_answer(result: SendResult) -> Packed | dict[str, Any]:
+    """A SEND answer's payload, packed at once in the wire's send_result format, or as the
+    field dict when a value does not fit its field (for the codec to refuse with its own
+    error): the same frame either way (tests/engine/test_batch_shortcuts.py)."""
+    try:
+        return Packed(SEND_RESULT_FORMAT.pack(result.offset, result.queue_id,
+                                              result.queue_offset))
+    except struct.error:
+        return {"result": result_to_wire(result)}
 
 
 def results_to_wire(results: list[SendResult]) -> Encoded | list[dict[str, Any]]:

@@ -87,9 +87,9 @@ def _groups(ctx: ServerContext, req: dict) -> list[Need]:
 #: TOPIC_LIST, which still needs a log-in and filters its answer).
 ACCESS: dict[int, Needs | None] = {
     Op.PING: None, Op.HELLO: None, Op.AUTH_START: None, Op.AUTH_FINISH: None,
-    Op.SEND: lambda ctx, req: [(P, TOPIC, req["message"]["topic"])],
-    Op.SEND_BATCH: lambda ctx, req: [(P, TOPIC, t) for t in {m["topic"]
-                                                             for m in req["messages"]}],
+    # SEND and SEND_BATCH carry Message objects (fmq.protocol.send_requests).
+    Op.SEND: lambda ctx, req: [(P, TOPIC, req["message"].topic)],
+    Op.SEND_BATCH: lambda ctx, req: [(P, TOPIC, t) for t in {m.topic for m in req["messages"]}],
     Op.PREPARE: _prepare,
     Op.COMMIT: _transaction,
     Op.ROLLBACK: _transaction,

@@ -28,11 +28,11 @@ from fmq.engine.tag_filter import pull_tagged
 from fmq.errors import InvalidArgument
 from fmq.message import SendResult, StoredMessage, check_count, parse_tag_expression
 from fmq.protocol import PROTOCOL_VERSION, Op
-from fmq.protocol.types import Encoded
+from fmq.protocol.types import Encoded, Packed
 from fmq.protocol.values import (
     message_from_wire,
-    result_to_wire,
     results_to_wire,
+    send_answer,
     stored_to_wire,
     uncertain_to_wire,
 )
@@ -79,18 +79,17 @@ async def _ping(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
 @handles(Op.SEND)
 def _send(ctx: ServerContext, session: RequestSession, req: dict) -> asyncio.Future[dict]:
     # The hot path: no task; the batcher's future is the request, and it ends with the answer.
-    return ctx.batcher.submit([message_from_wire(req["message"])], _send_answer,
-                              session.principal)
+    return ctx.batcher.submit([req["message"]], _send_answer, session.principal)
 
 
-def _send_answer(results: list[SendResult]) -> dict:
-    return {"result": result_to_wire(results[0])}
+def _send_answer(results: list[SendResult]) -> Packed | dict:
+    return send_answer(results[0])
 
 
 @handles(Op.SEND_BATCH)
 def _send_batch(ctx: ServerContext, session: RequestSession, req: dict
                 ) -> Awaitable[dict]:
-    msgs = [message_from_wire(m) for m in req["messages"]]
+    msgs = req["messages"]  # Message objects (fmq.protocol.send_requests)
     if not msgs:
         return _answered({"results": []})
     return ctx.batcher.submit(msgs, _send_batch_answer, session.principal)

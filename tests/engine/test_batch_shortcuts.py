@@ -3,8 +3,9 @@
 * ``new_send_result`` makes a :class:`SendResult` equal to the constructor's: equal, same
   hash and repr, frozen, pickled and copied alike.
 * ``new_message`` makes a :class:`Message` equal to the constructor's.
-* ``results_to_wire`` packs a SEND_BATCH answer's results at once: the same frame as the
-  field dicts through the codec, and the codec's error for a value out of its field.
+* ``results_to_wire`` packs a SEND_BATCH answer's results at once, ``send_answer`` a SEND's
+  answer: the same frame as the field dicts through the codec, and the codec's error for a
+  value out of its field.
 * ``check_messages`` checks a topic's name once per batch: a batch fails with the error of
   its first message that fails alone, and passes when each passes alone.
 """
@@ -23,7 +24,7 @@ from fmq.config import BrokerConfig
 from fmq.engine import queues as seat
 from fmq.message import Message, SendResult, new_message, new_send_result
 from fmq.protocol import Op, encode_response
-from fmq.protocol.values import result_to_wire, results_to_wire
+from fmq.protocol.values import result_to_wire, results_to_wire, send_answer
 from tests.native.test_placement_twins import messages
 from tests.native.twins import outcome
 
@@ -62,6 +63,13 @@ def test_packed_results_answer_as_the_codec(fields: list[tuple]) -> None:
     dicts = outcome(encode_response, Op.SEND_BATCH, 7,
                     {"results": [result_to_wire(r) for r in results]})
     assert packed == dicts
+
+
+@given(FIELD, FIELD, FIELD)
+def test_a_packed_send_answer_is_the_codecs(offset, queue_id, queue_offset) -> None:
+    result = SendResult(offset, queue_id, queue_offset)
+    packed = outcome(encode_response, Op.SEND, 7, send_answer(result))
+    assert packed == outcome(encode_response, Op.SEND, 7, {"result": result_to_wire(result)})
 
 
 @settings(max_examples=300, deadline=None)

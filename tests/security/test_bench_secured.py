@@ -32,7 +32,7 @@ def test_bench_speaks_tls_and_logs_in(tmp_path, certs, secure_server):
     login = {"FMQ_PASSWORD": PASSWORD}
     ok = bench(srv.address, "--tls", "--ca-file", certs.ca, "--user", "loader", "--json",
                env=login)
-    assert ok.returncode == 0, ok.stderr
+    assert ok.returncode == 0, ok.stdout + ok.stderr  # the report says what failed
     report = json.loads(ok.stdout)
     assert report["messages"] > 0 and not report["errors"], report
     assert PASSWORD not in ok.stdout + ok.stderr + srv.log()

@@ -1,0 +1,207 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled twin of :mod:`fmq.protocol.send_requests`: SEND and SEND_BATCH payloads read
+in C straight into :class:`fmq.message.Message` objects, where the reference decodes each
+message into the wire's field dict and makes the Message from it.
+
+Whatever this code does not take as it is (a length past the end of the payload, text that
+is not valid UTF-8, trailing bytes, a count larger than the bytes left) it hands, whole, to
+the reference before returning anything: the reference then raises its error, or returns
+the value. So the two always give equal Messages or the same error (type and message);
+tests/native/test_send_request_twins.py compares them on hostile payloads.
+
+The wire's message struct (docs/protocol.md): topic str (u16 length + UTF-8), body bytes
+(u32 length), key and tags optstr (u16 length, 0xFFFF for none), properties (u16 count,
+then str key and str value each), queue_id i32 (-1: the broker picks). Big-endian.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int32_t, uint8_t, uint32_t
+
+from fmq.message import Message as _Message
+from fmq.protocol.values import BROKER_PICKS_QUEUE
+
+cdef object _new_object = object.__new__
+cdef int32_t _BROKER_PICKS = BROKER_PICKS_QUEUE
+cdef unsigned int _NULL16 = 0xFFFF
+
+
+cdef class _Reader:
+    """A cursor over one payload; ``ok`` turns False at the first thing the C path leaves
+    to the reference (nothing read after that is used)."""
+    cdef const uint8_t *p
+    cdef Py_ssize_t pos
+    cdef Py_ssize_t end
+    cdef bint ok
+
+    cdef inline bint need(self, Py_ssize_t n):
+        if self.end - self.pos < n:
+            self.ok = False
+            return False
+        return True
+
+    cdef inline unsigned int u16(self):
+        cdef unsigned int v = (<unsigned int>self.p[self.pos] << 8) | self.p[self.pos + 1]
+        self.pos += 2
+        return v
+
+    cdef inline uint32_t u32(self):
+        cdef const uint8_t *q = self.p + self.pos
+        self.pos += 4
+        return ((<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8)
+                | <uint32_t>q[3])
+
+    cdef object text(self, Py_ssize_t n):
+        """``n`` bytes of UTF-8 at the cursor (checked to be there), or None when they
+        are not valid UTF-8 (the reference raises its error for them)."""
+        cdef object s
+        try:
+            s = PyUnicode_DecodeUTF8(<const char *>(self.p + self.pos), n, NULL)
+        except UnicodeDecodeError:
+            self.ok = False
+            return None
+        self.pos += n
+        return s
+
+    cdef object string(self):
+        if not self.need(2):
+            return None
+        cdef Py_ssize_t n = self.u16()
+        if not self.need(n):
+            return None
+        return self.text(n)
+
+    cdef object opt_string(self):
+        """None for the wire's "no value" (length 0xFFFF), as the reference reads it."""
+        if not self.need(2):
+            return None
+        cdef Py_ssize_t n = self.u16()
+        if n == _NULL16:
+            return None
+        if not self.need(n):
+            return None
+        return self.text(n)
+
+    cdef object message(self):
+        """The next message, or None (``ok`` False) when the reference is to decide."""
+        cdef object topic, body, key, tags, name, value
+        cdef dict properties
+        cdef Py_ssize_t n
+        cdef unsigned int count, i
+        cdef int32_t queue_id
+        topic = self.string()
+        if not self.ok or not self.need(4):
+            return None
+        n = self.u32()
+        if not self.need(n):
+            return None
+        body = PyBytes_FromStringAndSize(<const char *>(self.p + self.pos), n)
+        self.pos += n
+        key = self.opt_string()
+        if not self.ok:
+            return None
+        tags = self.opt_string()
+        if not self.ok or not self.need(2):
+            return None
+        count = self.u16()
+        properties = {}
+        for i in range(count):
+            name = self.string()
+            if not self.ok:
+                return None
+            value = self.string()
+            if not self.ok:
+                return None
+            properties[name] = value
+        if not self.need(4):
+            return None
+        queue_id = <int32_t>self.u32()
+        message = _new_object(_Message)
+        message.__dict__ = {"topic": topic, "body": body, "key": key, "tags": tags,
+                            "properties": properties or None,
+                            "queue_id": None if queue_id == _BROKER_PICKS else queue_id}
+        return message
+
+
+cdef class SendDecoder:
+    """``send(payload)`` and ``send_batch(payload)``, as ``reference_send`` and
+    ``reference_send_batch`` (given here) answer them."""
+    cdef object _reference_send
+    cdef object _reference_send_batch
+
+    def __init__(self, reference_send, reference_send_batch):
+        self._reference_send = reference_send
+        self._reference_send_batch = reference_send_batch
+
+    def send(self, payload):
+        """``{"message": Message}`` from a SEND payload."""
+        cdef Py_buffer view
+        cdef _Reader reader
+        cdef object message = None
+        if not _flat_bytes(payload):
+            return self._reference_send(payload)
+        try:
+            PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        except BufferError:  # not contiguous: the reference takes it or says why
+            return self._reference_send(payload)
+        try:
+            reader = _start(view)
+            message = reader.message()
+            if not reader.ok or reader.pos != reader.end:
+                message = None
+        finally:
+            PyBuffer_Release(&view)
+        if message is None:
+            return self._reference_send(payload)
+        return {"message": message}
+
+    def send_batch(self, payload):
+        """``{"messages": [Message, ...]}`` from a SEND_BATCH payload."""
+        cdef Py_buffer view
+        cdef _Reader reader
+        cdef list messages = None
+        cdef uint32_t count, i
+        cdef object message
+        if not _flat_bytes(payload):
+            return self._reference_send_batch(payload)
+        try:
+            PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
+        except BufferError:  # not contiguous: the reference takes it or says why
+            return self._reference_send_batch(payload)
+        try:
+            reader = _start(view)
+            if reader.need(4):
+                count = reader.u32()
+                # The reference's bound: every item takes at least one byte.
+                if count <= <uint32_t>(reader.end - reader.pos):
+                    messages = []
+                    for i in range(count):
+                        message = reader.message()
+                        if not reader.ok:
+                            break
+                        messages.append(message)
+            if not reader.ok or reader.pos != reader.end:
+                messages = None
+        finally:
+            PyBuffer_Release(&view)
+        if messages is None:
+            return self._reference_send_batch(payload)
+        return {"messages": messages}
+
+
+cdef inline bint _flat_bytes(object obj):
+    """Bytes read here as they are: bytes, bytearray, a one-dimensional view of bytes (not
+    a view of wider items, whose length counts items: the reference reads those)."""
+    kind = type(obj)
+    return (kind is bytes or kind is bytearray or
+            (kind is memoryview and obj.format == "B" and obj.ndim == 1))
+
+
+cdef _Reader _start(Py_buffer view):
+    cdef _Reader reader = _Reader.__new__(_Reader)
+    reader.p = <const uint8_t *>view.buf
+    reader.pos = 0
+    reader.end = view.len
+    reader.ok = True
+    return reader
