@@ -18,6 +18,7 @@ this module is its one chooser.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from fmq import native
@@ -52,10 +53,13 @@ RESPONSE_STRUCTS = {op: Struct(f"{spec.op.name.lower()} response", spec.response
                     for op, spec in SCHEMA.items()}
 
 
-def _frame(opcode: int, flags: int, request_id: int, payload: bytearray) -> bytes:
-    head = LENGTH.pack(HEADER_SIZE + len(payload)) + HEADER.pack(
-        PROTOCOL_VERSION, opcode, flags, request_id)
-    return head + payload
+#: The length prefix and the header in one pack (every answer the server writes).
+_PREFIXED_HEADER = struct.Struct(">I" + HEADER.format.lstrip(">"))
+
+
+def _frame(opcode: int, flags: int, request_id: int, payload: bytearray | bytes) -> bytes:
+    return _PREFIXED_HEADER.pack(HEADER_SIZE + len(payload), PROTOCOL_VERSION, opcode, flags,
+                                 request_id) + payload
 
 
 def _spec_struct(table: dict[int, Struct], opcode: int) -> Struct:
