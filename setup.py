@@ -26,7 +26,7 @@ COMPILED = {
     "fmq.log.record._marks_c": "fmq/log/record/marks.py",
     "fmq.log.record._record_c": "fmq/log/record/_record_c.pyx",
     "fmq.protocol._frame_c": "fmq/protocol/framing.py",
-    "fmq.protocol._send_requests_c": "fmq/protocol/_send_requests_c.pyx",
+    "fmq.protocol._message_requests_c": "fmq/protocol/_message_requests_c.pyx",
     "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",
     "fmq.index._derive_c": "fmq/index/derive.py",
     # Written in Cython itself (C byte packing); its pure twin is fmq/index/item_batch.py.

@@ -27,7 +27,7 @@ COMPILED_MODULES: dict[str, str] = {
     "fmq.log.record._marks_c": "fmq/log/record/marks.py",
     "fmq.log.record._record_c": "fmq/log/record/_record_c.pyx",
     "fmq.protocol._frame_c": "fmq/protocol/framing.py",
-    "fmq.protocol._send_requests_c": "fmq/protocol/_send_requests_c.pyx",
+    "fmq.protocol._message_requests_c": "fmq/protocol/_message_requests_c.pyx",
     "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",
     "fmq.index._derive_c": "fmq/index/derive.py",
     "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",

@@ -66,7 +66,7 @@ def _route_change(ctx: ServerContext, req: dict) -> list[Need]:
 
 def _prepare(ctx: ServerContext, req: dict) -> list[Need]:
     return [(Operation.TRANSACTION, PGROUP, req["producer_group"]),
-            *((P, TOPIC, t) for t in {m["topic"] for m in req["messages"]})]
+            *((P, TOPIC, t) for t in {m.topic for m in req["messages"]})]
 
 
 def _transaction(ctx: ServerContext, req: dict) -> list[Need]:
@@ -87,7 +87,6 @@ def _groups(ctx: ServerContext, req: dict) -> list[Need]:
 #: TOPIC_LIST, which still needs a log-in and filters its answer).
 ACCESS: dict[int, Needs | None] = {
     Op.PING: None, Op.HELLO: None, Op.AUTH_START: None, Op.AUTH_FINISH: None,
-    # SEND and SEND_BATCH carry Message objects (fmq.protocol.send_requests).
     Op.SEND: lambda ctx, req: [(P, TOPIC, req["message"].topic)],
     Op.SEND_BATCH: lambda ctx, req: [(P, TOPIC, t) for t in {m.topic for m in req["messages"]}],
     Op.PREPARE: _prepare,
@@ -117,7 +116,7 @@ ACCESS: dict[int, Needs | None] = {
     Op.ACL_ADD: _on_cluster(Operation.ADMIN),
     Op.ACL_REMOVE: _on_cluster(Operation.ADMIN),
     Op.ACL_LIST: _on_cluster(Operation.ADMIN),
-    Op.SEND_AT: lambda ctx, req: [(P, TOPIC, req["message"]["topic"])],
+    Op.SEND_AT: lambda ctx, req: [(P, TOPIC, req["message"].topic)],
     Op.PULL_TAGGED: _on_topic(C),
     Op.NACK: lambda ctx, req: [(C, GROUP, req["group"]), (C, TOPIC, req["topic"])],
     Op.DLQ_REDRIVE: _on_cluster(Operation.ADMIN),

@@ -14,7 +14,7 @@ from fmq.errors import InvalidArgument
 from fmq.log.placement import now_ms
 from fmq.message import check_count
 from fmq.protocol import Op
-from fmq.protocol.values import NOT_GIVEN, message_from_wire
+from fmq.protocol.values import NOT_GIVEN
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.handlers import handles
 
@@ -37,8 +37,7 @@ def deliver_at_of(deliver_at: int, delay_ms: int) -> int:
 @handles(Op.SEND_AT)
 async def _send_at(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     due = deliver_at_of(req["deliver_at"], req["delay_ms"])
-    msg = message_from_wire(req["message"])
-    [result] = await ctx.write(ctx.broker.schedule, [msg], due)
+    [result] = await ctx.write(ctx.broker.schedule, [req["message"]], due)
     return {"offset": result.offset, "deliver_at": result.deliver_at}
 
 

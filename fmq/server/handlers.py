@@ -30,7 +30,6 @@ from fmq.message import SendResult, StoredMessage, check_count, parse_tag_expres
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.protocol.types import Encoded, Packed
 from fmq.protocol.values import (
-    message_from_wire,
     results_to_wire,
     send_answer,
     stored_to_wire,
@@ -89,7 +88,7 @@ def _send_answer(results: list[SendResult]) -> Packed | dict:
 @handles(Op.SEND_BATCH)
 def _send_batch(ctx: ServerContext, session: RequestSession, req: dict
                 ) -> Awaitable[dict]:
-    msgs = req["messages"]  # Message objects (fmq.protocol.send_requests)
+    msgs = req["messages"]
     if not msgs:
         return _answered({"results": []})
     return ctx.batcher.submit(msgs, _send_batch_answer, session.principal)
@@ -105,7 +104,7 @@ async def _answered(answer: dict) -> dict:
 
 @handles(Op.PREPARE)
 def _prepare(ctx: ServerContext, session: RequestSession, req: dict) -> Awaitable[dict]:
-    msgs = [message_from_wire(m) for m in req["messages"]]
+    msgs = req["messages"]
     return tx_ops.prepare(ctx, msgs, req["producer_group"], req["tx_id"], _prepare_answer)
 
 

@@ -32,24 +32,15 @@ from fmq.protocol.values import BROKER_PICKS_QUEUE
 Named = Callable[[dict], Iterable[tuple[str, int]]]
 
 
-def _message(req: dict) -> Iterable[tuple[str, int]]:
-    m = req["message"]
-    return ((m["topic"], m["queue_id"]),)
-
-
-def _messages(req: dict) -> Iterable[tuple[str, int]]:
-    return {(m["topic"], m["queue_id"]) for m in req["messages"]}
-
-
 def _sent(message: Message) -> tuple[str, int]:
     return message.topic, BROKER_PICKS_QUEUE if message.queue_id is None else message.queue_id
 
 
-def _send(req: dict) -> Iterable[tuple[str, int]]:
+def _message(req: dict) -> Iterable[tuple[str, int]]:
     return (_sent(req["message"]),)
 
 
-def _send_batch(req: dict) -> Iterable[tuple[str, int]]:
+def _messages(req: dict) -> Iterable[tuple[str, int]]:
     return {_sent(m) for m in req["messages"]}
 
 
@@ -57,11 +48,10 @@ def _queue(req: dict) -> Iterable[tuple[str, int]]:
     return ((req["topic"], req["queue_id"]),)
 
 
-#: Requests that store messages: they need a writable entry of this group.
-#: SEND and SEND_BATCH carry Message objects (fmq.protocol.send_requests), the others the
-#: wire's field dicts.
-WRITES: dict[int, Named] = {Op.SEND: _send, Op.SEND_AT: _message,
-                            Op.SEND_BATCH: _send_batch, Op.PREPARE: _messages}
+#: Requests that store messages: they need a writable entry of this group. Their messages
+#: are Message objects (fmq.protocol.message_requests).
+WRITES: dict[int, Named] = {Op.SEND: _message, Op.SEND_AT: _message,
+                            Op.SEND_BATCH: _messages, Op.PREPARE: _messages}
 #: Requests about one queue: it must be one of this group's entry, writable or not.
 READS: dict[int, Named] = {op: _queue for op in (
     Op.PULL, Op.PULL_TAGGED, Op.QUEUE_RANGE, Op.OFFSET_FOR_TIME, Op.FETCH_OFFSET,

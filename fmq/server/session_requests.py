@@ -24,7 +24,7 @@ from fmq.protocol import (
     encode_error,
     encode_response,
 )
-from fmq.protocol.send_requests import decode_server_request
+from fmq.protocol.message_requests import decode_server_request
 from fmq.server.authz import refusal as access_refusal
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.fencing import fencing_refusal, follower_refusal
@@ -100,7 +100,7 @@ class SessionRequests:
             session.send(encode_error(op, rid, refusal))
             return None
         try:
-            req = decode_server_request(frame)  # a send's messages as Message objects
+            req = decode_server_request(frame)  # messages as Message objects
         except ProtocolError as exc:
             session.fail(op, rid, exc, f"malformed {Op(op).name} payload")
             return None

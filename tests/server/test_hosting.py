@@ -16,7 +16,7 @@ SNAPSHOT = RouteSnapshot(7, {"t": ROUTE})
 
 
 def _send(queue_id: int, topic: str = "t") -> dict:
-    """A SEND as the server decodes it (fmq.protocol.send_requests): a Message, whose
+    """A SEND as the server decodes it (fmq.protocol.message_requests): a Message, whose
     queue_id None is the wire's BROKER_PICKS_QUEUE."""
     return {"message": Message(topic, b"", queue_id=None if queue_id == BROKER_PICKS_QUEUE
                                else queue_id)}
@@ -28,15 +28,14 @@ def test_a_queue_of_another_group_or_past_the_entry_is_not_hosted():
     assert not_hosted(SNAPSHOT, "g2", Op.PULL, {"topic": "t", "queue_id": 5}) is not None
     assert not_hosted(SNAPSHOT, "g2", Op.SEND, _send(1)) is None
     assert not_hosted(SNAPSHOT, "g2", Op.SEND, _send(9, "other")) is None
-    # A batch is refused for any message it holds that is not hosted here; the requests
-    # that carry the wire's field dicts (SEND_AT, PREPARE) are read alike.
+    # A batch is refused for any message it holds that is not hosted here; SEND_AT and
+    # PREPARE are read alike.
     batch = {"messages": [_send(1)["message"], _send(2)["message"]]}
     assert not_hosted(SNAPSHOT, "g2", Op.SEND_BATCH, batch) is not None
     assert not_hosted(SNAPSHOT, "g2", Op.SEND_BATCH, {"messages": batch["messages"][:1]}) is None
-    assert not_hosted(SNAPSHOT, "g2", Op.SEND_AT, {"message": {"topic": "t",
-                                                               "queue_id": 2}}) is not None
-    assert not_hosted(SNAPSHOT, "g2", Op.PREPARE, {"messages": [{"topic": "t",
-                                                                 "queue_id": 1}]}) is None
+    assert not_hosted(SNAPSHOT, "g2", Op.SEND_AT, _send(2)) is not None
+    assert not_hosted(SNAPSHOT, "g2", Op.PREPARE, batch) is not None
+    assert not_hosted(SNAPSHOT, "g2", Op.PREPARE, {"messages": batch["messages"][:1]}) is None
 
 
 def test_a_primary_hosts_an_entrys_queue_only_once_it_has_made_it():

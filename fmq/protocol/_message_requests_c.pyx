@@ -1,15 +1,18 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The compiled twin of :mod:`fmq.protocol.send_requests`: SEND and SEND_BATCH payloads read
-in C straight into :class:`fmq.message.Message` objects, where the reference decodes each
-message into the wire's field dict and makes the Message from it.
+"""The compiled twin of :mod:`fmq.protocol.message_requests`: the payloads of the requests
+that carry messages (SEND, SEND_BATCH, PREPARE, SEND_AT) read in C, their messages straight
+into :class:`fmq.message.Message` objects, where the reference decodes each message into
+the wire's field dict and makes the Message from it.
 
 Whatever this code does not take as it is (a length past the end of the payload, text that
 is not valid UTF-8, trailing bytes, a count larger than the bytes left) it hands, whole, to
 the reference before returning anything: the reference then raises its error, or returns
 the value. So the two always give equal Messages or the same error (type and message);
-tests/native/test_send_request_twins.py compares them on hostile payloads.
+tests/native/test_message_request_twins.py compares them on hostile payloads.
 
-The wire's message struct (docs/protocol.md): topic str (u16 length + UTF-8), body bytes
+The wire's other fields: PREPARE's producer_group str and tx_id optstr before its list of
+messages (u32 count), SEND_AT's deliver_at and delay_ms i64 after its message. The wire's
+message struct (docs/protocol.md): topic str (u16 length + UTF-8), body bytes
 (u32 length), key and tags optstr (u16 length, 0xFFFF for none), properties (u16 count,
 then str key and str value each), queue_id i32 (-1: the broker picks). Big-endian.
 """
@@ -17,14 +20,19 @@ then str key and str value each), queue_id i32 (-1: the broker picks). Big-endia
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int32_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from fmq.message import Message as _Message
+from fmq.protocol.schema import Op
 from fmq.protocol.values import BROKER_PICKS_QUEUE
 
 cdef object _new_object = object.__new__
 cdef int32_t _BROKER_PICKS = BROKER_PICKS_QUEUE
 cdef unsigned int _NULL16 = 0xFFFF
+cdef object _SEND = Op.SEND
+cdef object _SEND_BATCH = Op.SEND_BATCH
+cdef object _PREPARE = Op.PREPARE
+cdef object _SEND_AT = Op.SEND_AT
 
 
 cdef class _Reader:
@@ -51,6 +59,10 @@ cdef class _Reader:
         self.pos += 4
         return ((<uint32_t>q[0] << 24) | (<uint32_t>q[1] << 16) | (<uint32_t>q[2] << 8)
                 | <uint32_t>q[3])
+
+    cdef inline uint64_t u64(self):
+        cdef uint64_t high = self.u32()
+        return (high << 32) | self.u32()
 
     cdef object text(self, Py_ssize_t n):
         """``n`` bytes of UTF-8 at the cursor (checked to be there), or None when they
@@ -124,70 +136,116 @@ cdef class _Reader:
         return message
 
 
-cdef class SendDecoder:
-    """``send(payload)`` and ``send_batch(payload)``, as ``reference_send`` and
-    ``reference_send_batch`` (given here) answer them."""
-    cdef object _reference_send
-    cdef object _reference_send_batch
+    cdef list messages(self):
+        """A list of messages (u32 count), or None (``ok`` False)."""
+        cdef uint32_t count, i
+        cdef list out
+        if not self.need(4):
+            return None
+        count = self.u32()
+        # The reference's bound: every item takes at least one byte.
+        if count > <uint32_t>(self.end - self.pos):
+            self.ok = False
+            return None
+        out = []
+        for i in range(count):
+            message = self.message()
+            if not self.ok:
+                return None
+            out.append(message)
+        return out
 
-    def __init__(self, reference_send, reference_send_batch):
-        self._reference_send = reference_send
-        self._reference_send_batch = reference_send_batch
+
+cdef class MessageDecoder:
+    """``send``, ``send_batch``, ``prepare`` and ``send_at`` of a payload, as
+    ``reference(opcode, payload)`` (given here) answers them."""
+    cdef object _reference
+
+    def __init__(self, reference):
+        self._reference = reference
 
     def send(self, payload):
         """``{"message": Message}`` from a SEND payload."""
         cdef Py_buffer view
         cdef _Reader reader
-        cdef object message = None
-        if not _flat_bytes(payload):
-            return self._reference_send(payload)
-        try:
-            PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
-        except BufferError:  # not contiguous: the reference takes it or says why
-            return self._reference_send(payload)
+        cdef dict fields = None
+        if not _open(payload, &view):
+            return self._reference(_SEND, payload)
         try:
             reader = _start(view)
             message = reader.message()
-            if not reader.ok or reader.pos != reader.end:
-                message = None
+            if reader.ok and reader.pos == reader.end:
+                fields = {"message": message}
         finally:
             PyBuffer_Release(&view)
-        if message is None:
-            return self._reference_send(payload)
-        return {"message": message}
+        return fields if fields is not None else self._reference(_SEND, payload)
 
     def send_batch(self, payload):
         """``{"messages": [Message, ...]}`` from a SEND_BATCH payload."""
         cdef Py_buffer view
         cdef _Reader reader
-        cdef list messages = None
-        cdef uint32_t count, i
-        cdef object message
-        if not _flat_bytes(payload):
-            return self._reference_send_batch(payload)
-        try:
-            PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE)
-        except BufferError:  # not contiguous: the reference takes it or says why
-            return self._reference_send_batch(payload)
+        cdef dict fields = None
+        if not _open(payload, &view):
+            return self._reference(_SEND_BATCH, payload)
         try:
             reader = _start(view)
-            if reader.need(4):
-                count = reader.u32()
-                # The reference's bound: every item takes at least one byte.
-                if count <= <uint32_t>(reader.end - reader.pos):
-                    messages = []
-                    for i in range(count):
-                        message = reader.message()
-                        if not reader.ok:
-                            break
-                        messages.append(message)
-            if not reader.ok or reader.pos != reader.end:
-                messages = None
+            messages = reader.messages()
+            if reader.ok and reader.pos == reader.end:
+                fields = {"messages": messages}
         finally:
             PyBuffer_Release(&view)
-        if messages is None:
-            return self._reference_send_batch(payload)
-        return {"messages": messages}
+        return fields if fields is not None else self._reference(_SEND_BATCH, payload)
+
+    def prepare(self, payload):
+        """``{"producer_group", "tx_id", "messages"}`` from a PREPARE payload."""
+        cdef Py_buffer view
+        cdef _Reader reader
+        cdef dict fields = None
+        if not _open(payload, &view):
+            return self._reference(_PREPARE, payload)
+        try:
+            reader = _start(view)
+            group = reader.string()
+            tx_id = reader.opt_string() if reader.ok else None
+            messages = reader.messages() if reader.ok else None
+            if reader.ok and reader.pos == reader.end:
+                fields = {"producer_group": group, "tx_id": tx_id, "messages": messages}
+        finally:
+            PyBuffer_Release(&view)
+        return fields if fields is not None else self._reference(_PREPARE, payload)
+
+    def send_at(self, payload):
+        """``{"message", "deliver_at", "delay_ms"}`` from a SEND_AT payload."""
+        cdef Py_buffer view
+        cdef _Reader reader
+        cdef dict fields = None
+        cdef int64_t deliver_at, delay_ms
+        if not _open(payload, &view):
+            return self._reference(_SEND_AT, payload)
+        try:
+            reader = _start(view)
+            message = reader.message()
+            if reader.ok and reader.need(16):
+                deliver_at = <int64_t>reader.u64()
+                delay_ms = <int64_t>reader.u64()
+                if reader.pos == reader.end:
+                    fields = {"message": message, "deliver_at": deliver_at,
+                              "delay_ms": delay_ms}
+        finally:
+            PyBuffer_Release(&view)
+        return fields if fields is not None else self._reference(_SEND_AT, payload)
+
+
+cdef bint _open(object payload, Py_buffer *view):
+    """Whether ``payload``'s bytes are open in ``view`` (release it); False: the reference
+    reads this payload (not flat bytes, or not contiguous)."""
+    if not _flat_bytes(payload):
+        return False
+    try:
+        PyObject_GetBuffer(payload, view, PyBUF_SIMPLE)
+    except BufferError:
+        return False
+    return True
 
 
 cdef inline bint _flat_bytes(object obj):

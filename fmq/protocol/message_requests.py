@@ -1,0 +1,67 @@
+"""The server's decode of the requests that carry messages (SEND, SEND_BATCH, PREPARE,
+SEND_AT): their messages straight into :class:`fmq.message.Message` objects. Every other
+request decodes into the wire's field dicts (:func:`fmq.protocol.frame.decode_request`).
+
+A server decodes a message per send: into the ``message`` struct's field dict, then a
+``Message`` made from it (:func:`fmq.protocol.values.message_from_wire`). Here that is one
+step. The reference below is exactly those two steps, and the pure path runs it; the
+compiled twin (``fmq/protocol/_message_requests_c.pyx``) reads the fields in C and hands any
+payload it does not take as it is (a length past the end, text that is not UTF-8, trailing
+bytes, another buffer type) to the reference, which returns the same value or raises its
+error. tests/native/test_message_request_twins.py compares them.
+
+The answer has the wire's field names: ``{"message": Message}`` (SEND; SEND_AT with its
+``deliver_at`` and ``delay_ms``), ``{"messages": [Message, ...]}`` (SEND_BATCH; PREPARE
+with its ``producer_group`` and ``tx_id``), so the server reads these requests as it reads
+any other, their messages as ``Message`` objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmq import native
+from fmq.protocol.frame import Frame, decode_request, decode_request_payload
+from fmq.protocol.schema import Op
+from fmq.protocol.values import message_from_wire
+
+
+def reference_decode(opcode: int, payload: bytes | memoryview) -> dict[str, Any]:
+    """The request's fields (the wire's decode), its messages made ``Message`` objects."""
+    fields = decode_request_payload(opcode, payload)
+    if "message" in fields:
+        fields["message"] = message_from_wire(fields["message"])
+    else:
+        fields["messages"] = [message_from_wire(m) for m in fields["messages"]]
+    return fields
+
+
+#: The compiled twin (``_message_requests_c``), or None: the pure path runs the reference.
+COMPILED = native.load("fmq.protocol._message_requests_c")
+
+
+def _decoders() -> dict[int, Any]:
+    if COMPILED is not None:
+        decoder = COMPILED.MessageDecoder(reference_decode)
+        return {Op.SEND: decoder.send, Op.SEND_BATCH: decoder.send_batch,
+                Op.PREPARE: decoder.prepare, Op.SEND_AT: decoder.send_at}
+    return {op: _reference_of(op) for op in (Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.SEND_AT)}
+
+
+def _reference_of(opcode: int) -> Any:
+    def decode(payload: bytes | memoryview) -> dict[str, Any]:
+        return reference_decode(opcode, payload)
+    return decode
+
+
+#: The requests whose messages are decoded into Message objects, by opcode.
+MESSAGE_DECODERS: dict[int, Any] = _decoders()
+
+
+def decode_server_request(frame: Frame) -> dict[str, Any]:
+    """The request in ``frame``, as the server runs it: the messages a request carries as
+    ``Message`` objects, any other request's fields as :func:`decode_request` gives them."""
+    decode = MESSAGE_DECODERS.get(frame.opcode)
+    if decode is None:
+        return decode_request(frame)
+    return decode(frame.payload)
