@@ -30,6 +30,7 @@ from fmq.server.descriptors import fit_connections
 from fmq.server.election import Elector
 from fmq.server.event_loop import resolve_event_loop, run_on_event_loop
 from fmq.server.exposure import check_exposure
+from fmq.server.gc_policy import tune_for_serving
 from fmq.server.listener import bind_listener
 from fmq.server.replica_role import RoleChange
 from fmq.server.route_membership import RouteMembership
@@ -91,6 +92,7 @@ def _serve_once(broker: Broker, server_config: ServerConfig, listener: socket.so
 
     server.on_role = on_role
     logger.info("event loop: %s", resolve_event_loop(server_config.event_loop))
+    tune_for_serving()
     try:
         run_on_event_loop(server.serve(), server_config.event_loop)
     finally:

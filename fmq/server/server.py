@@ -34,6 +34,7 @@ from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
 from fmq.security import UserStore
 from fmq.server import (
     delivery_ops,  # noqa: F401 - registers SEND_AT, NACK, DLQ_REDRIVE
+    gc_policy,
     operator_ops,  # noqa: F401 - registers the operator's handlers
     replication_ops,  # noqa: F401 - registers the followers' handlers
     route_change_ops,  # noqa: F401 - registers ROUTE_CHANGE
@@ -336,6 +337,7 @@ class Server:
         return {
             "version": __version__,
             "implementation": IMPLEMENTATION,
+            "gc": gc_policy.describe(),  # the garbage collector's settings and work
             "connections": len(self.sessions),
             "pending_connections": len(self.pending),
             "requests": counters.requests,
