@@ -1,0 +1,86 @@
+"""Instructions per request of the server's decode of sends and of a SEND's answer
+(callgrind): the way the server does it now next to the way it did before, in this checkout.
+
+Instruction counts hold steady on a shared, noisy machine where the wall clock does not.
+Each way runs ``--calls`` and three times as many calls under ``valgrind --tool=callgrind``;
+the difference divided by the extra calls is the cost of one call (imports and start-up
+cancel out). 1 KiB bodies. Not part of the test run::
+
+    python bench/request_instructions.py [--calls 1000]
+
+The ways: a SEND and a SEND_BATCH of 16 decoded by ``decode_request`` into field dicts and
+then ``message_from_wire`` (before) or by ``decode_server_request`` into Messages (now);
+a SEND's answer encoded from its field dict (before) or packed by ``send_answer`` (now).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SETUP = """
+import sys
+from fmq.message import Message, new_send_result
+from fmq.protocol import Frame, Op, decode_request, encode_request, encode_response
+from fmq.protocol.message_requests import decode_server_request
+from fmq.protocol.values import message_from_wire, message_to_wire, result_to_wire, send_answer
+m = Message("fmq-bench", b"x" * 1024)
+one = encode_request(Op.SEND, 1, {"message": message_to_wire(m)})[16:]
+many = encode_request(Op.SEND_BATCH, 1, {"messages": [message_to_wire(m)] * 16})[16:]
+send = Frame(1, Op.SEND, 0, 1, memoryview(one))
+batch = Frame(1, Op.SEND_BATCH, 0, 1, memoryview(many))
+result = new_send_result(123456789, 3, 98765)
+n = int(sys.argv[1])
+"""
+
+WAYS = {
+    "SEND decode, field dicts + message_from_wire":
+        'for _ in range(n): message_from_wire(decode_request(send)["message"])',
+    "SEND decode, decode_server_request":
+        'for _ in range(n): decode_server_request(send)["message"]',
+    "SEND_BATCH of 16 decode, field dicts + message_from_wire":
+        'for _ in range(n): [message_from_wire(x) for x in decode_request(batch)["messages"]]',
+    "SEND_BATCH of 16 decode, decode_server_request":
+        'for _ in range(n): decode_server_request(batch)["messages"]',
+    "SEND answer, field dict through the codec":
+        'for _ in range(n): encode_response(Op.SEND, 7, {"result": result_to_wire(result)})',
+    "SEND answer, send_answer":
+        "for _ in range(n): encode_response(Op.SEND, 7, send_answer(result))",
+}
+
+
+def instructions(code: str, calls: int) -> int:
+    with tempfile.TemporaryDirectory(prefix="fmq-callgrind-") as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+             "-c", SETUP + code, str(calls)],
+            capture_output=True, text=True, cwd=tmp, env=dict(os.environ, PYTHONPATH=HERE),
+            check=True)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in callgrind's output: {done.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=1000)
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (apt install valgrind)")
+    print("| way | instructions per call |\n|---|---:|")
+    for name, code in WAYS.items():
+        extra = instructions(code, 3 * args.calls) - instructions(code, args.calls)
+        print(f"| {name} | {extra / (2 * args.calls):,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
