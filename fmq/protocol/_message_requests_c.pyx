@@ -156,6 +156,39 @@ cdef class _Reader:
         return out
 
 
+cdef enum _Kind:
+    _K_SEND
+    _K_SEND_BATCH
+    _K_PREPARE
+    _K_SEND_AT
+
+
+cdef dict _fields(_Reader reader, _Kind kind):
+    """The request's fields read from ``reader``, or None when the reference is to decide
+    (``ok`` False, or bytes left after the last field)."""
+    cdef dict fields
+    cdef int64_t deliver_at, delay_ms
+    if kind == _K_SEND:
+        fields = {"message": reader.message()}
+    elif kind == _K_SEND_BATCH:
+        fields = {"messages": reader.messages()}
+    elif kind == _K_PREPARE:
+        group = reader.string()
+        tx_id = reader.opt_string() if reader.ok else None
+        messages = reader.messages() if reader.ok else None
+        fields = {"producer_group": group, "tx_id": tx_id, "messages": messages}
+    else:
+        message = reader.message()
+        if not reader.ok or not reader.need(16):
+            return None
+        deliver_at = <int64_t>reader.u64()
+        delay_ms = <int64_t>reader.u64()
+        fields = {"message": message, "deliver_at": deliver_at, "delay_ms": delay_ms}
+    if not reader.ok or reader.pos != reader.end:
+        return None
+    return fields
+
+
 cdef class MessageDecoder:
     """``send``, ``send_batch``, ``prepare`` and ``send_at`` of a payload, as
     ``reference(opcode, payload)`` (given here) answers them."""
@@ -164,76 +197,32 @@ cdef class MessageDecoder:
     def __init__(self, reference):
         self._reference = reference
 
-    def send(self, payload):
-        """``{"message": Message}`` from a SEND payload."""
+    cdef object _decode(self, _Kind kind, object opcode, object payload):
         cdef Py_buffer view
-        cdef _Reader reader
         cdef dict fields = None
         if not _open(payload, &view):
-            return self._reference(_SEND, payload)
+            return self._reference(opcode, payload)
         try:
-            reader = _start(view)
-            message = reader.message()
-            if reader.ok and reader.pos == reader.end:
-                fields = {"message": message}
+            fields = _fields(_start(view), kind)
         finally:
             PyBuffer_Release(&view)
-        return fields if fields is not None else self._reference(_SEND, payload)
+        return fields if fields is not None else self._reference(opcode, payload)
+
+    def send(self, payload):
+        """``{"message": Message}`` from a SEND payload."""
+        return self._decode(_K_SEND, _SEND, payload)
 
     def send_batch(self, payload):
         """``{"messages": [Message, ...]}`` from a SEND_BATCH payload."""
-        cdef Py_buffer view
-        cdef _Reader reader
-        cdef dict fields = None
-        if not _open(payload, &view):
-            return self._reference(_SEND_BATCH, payload)
-        try:
-            reader = _start(view)
-            messages = reader.messages()
-            if reader.ok and reader.pos == reader.end:
-                fields = {"messages": messages}
-        finally:
-            PyBuffer_Release(&view)
-        return fields if fields is not None else self._reference(_SEND_BATCH, payload)
+        return self._decode(_K_SEND_BATCH, _SEND_BATCH, payload)
 
     def prepare(self, payload):
         """``{"producer_group", "tx_id", "messages"}`` from a PREPARE payload."""
-        cdef Py_buffer view
-        cdef _Reader reader
-        cdef dict fields = None
-        if not _open(payload, &view):
-            return self._reference(_PREPARE, payload)
-        try:
-            reader = _start(view)
-            group = reader.string()
-            tx_id = reader.opt_string() if reader.ok else None
-            messages = reader.messages() if reader.ok else None
-            if reader.ok and reader.pos == reader.end:
-                fields = {"producer_group": group, "tx_id": tx_id, "messages": messages}
-        finally:
-            PyBuffer_Release(&view)
-        return fields if fields is not None else self._reference(_PREPARE, payload)
+        return self._decode(_K_PREPARE, _PREPARE, payload)
 
     def send_at(self, payload):
         """``{"message", "deliver_at", "delay_ms"}`` from a SEND_AT payload."""
-        cdef Py_buffer view
-        cdef _Reader reader
-        cdef dict fields = None
-        cdef int64_t deliver_at, delay_ms
-        if not _open(payload, &view):
-            return self._reference(_SEND_AT, payload)
-        try:
-            reader = _start(view)
-            message = reader.message()
-            if reader.ok and reader.need(16):
-                deliver_at = <int64_t>reader.u64()
-                delay_ms = <int64_t>reader.u64()
-                if reader.pos == reader.end:
-                    fields = {"message": message, "deliver_at": deliver_at,
-                              "delay_ms": delay_ms}
-        finally:
-            PyBuffer_Release(&view)
-        return fields if fields is not None else self._reference(_SEND_AT, payload)
+        return self._decode(_K_SEND_AT, _SEND_AT, payload)
 
 
 cdef bint _open(object payload, Py_buffer *view):
