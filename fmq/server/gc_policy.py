@@ -2,11 +2,12 @@
 
 The collector runs a young collection once container allocations outnumber deallocations
 by 700 (the default first number of :func:`gc.get_threshold`), and every tenth of those
-collects the older generations too, up to the whole heap. A server allocates a few container objects per message
-(the ``Message``, its result, the queue entry, the request's future), and those of the
-messages in flight outlive a young collection: they are promoted, and full collections
-follow, each going over every object alive, the imported modules' included. None of them
-is garbage: it dies by reference counting once its request is answered.
+collects the older generations too, up to the whole heap. A server allocates a few
+container objects per message (the ``Message``, its result, the queue entry, the
+request's future), and those of the messages in flight outlive a young collection: they
+are promoted, and collections of the older generations follow, a full one going over every
+object alive, the imported modules' included. None of them is garbage: each dies by
+reference counting once its request is answered.
 
 So a serving process collects once and freezes what is alive then (:func:`gc.freeze`: the
 modules, the opened broker; the collector never looks at them again), and makes young
