@@ -12,7 +12,7 @@ reference counting once its request is answered.
 So a serving process collects once and freezes what is alive then (:func:`gc.freeze`: the
 modules, the opened broker; the collector never looks at them again), and makes young
 collections rarer (:data:`YOUNG_THRESHOLD`). Cyclic garbage is still collected, only after
-more allocations: the memory it can hold meanwhile is that of a few thousand small objects.
+more allocations: meanwhile it holds the memory of at most about ten thousand objects.
 Measured with row 2's load (SEND_BATCH of 16, 64 connections): about 1.2x the messages per
 second and 0.83x the server's CPU per message (docs/performance.md, "Native, fifth pass").
 STATS reports the thresholds, the frozen objects and the collections per generation
