@@ -22,11 +22,10 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
-from fmq.message import Message as _Message
+from fmq.message import new_message
 from fmq.protocol.schema import Op
 from fmq.protocol.values import BROKER_PICKS_QUEUE
 
-cdef object _new_object = object.__new__
 cdef int32_t _BROKER_PICKS = BROKER_PICKS_QUEUE
 cdef unsigned int _NULL16 = 0xFFFF
 cdef object _SEND = Op.SEND
@@ -65,9 +64,11 @@ cdef class _Reader:
         return (high << 32) | self.u32()
 
     cdef object text(self, Py_ssize_t n):
-        """``n`` bytes of UTF-8 at the cursor (checked to be there), or None when they
-        are not valid UTF-8 (the reference raises its error for them)."""
+        """``n`` bytes of UTF-8 at the cursor, or None (``ok`` False) when they are not
+        all there or not valid UTF-8 (the reference raises its error for them)."""
         cdef object s
+        if not self.need(n):
+            return None
         try:
             s = PyUnicode_DecodeUTF8(<const char *>(self.p + self.pos), n, NULL)
         except UnicodeDecodeError:
@@ -79,21 +80,14 @@ cdef class _Reader:
     cdef object string(self):
         if not self.need(2):
             return None
-        cdef Py_ssize_t n = self.u16()
-        if not self.need(n):
-            return None
-        return self.text(n)
+        return self.text(self.u16())
 
     cdef object opt_string(self):
         """None for the wire's "no value" (length 0xFFFF), as the reference reads it."""
         if not self.need(2):
             return None
         cdef Py_ssize_t n = self.u16()
-        if n == _NULL16:
-            return None
-        if not self.need(n):
-            return None
-        return self.text(n)
+        return None if n == _NULL16 else self.text(n)
 
     cdef object message(self):
         """The next message, or None (``ok`` False) when the reference is to decide."""
@@ -129,12 +123,9 @@ cdef class _Reader:
         if not self.need(4):
             return None
         queue_id = <int32_t>self.u32()
-        message = _new_object(_Message)
-        message.__dict__ = {"topic": topic, "body": body, "key": key, "tags": tags,
-                            "properties": properties or None,
-                            "queue_id": None if queue_id == _BROKER_PICKS else queue_id}
-        return message
-
+        # As message_from_wire makes it from the wire's fields.
+        return new_message(topic, body, key, tags, properties or None,
+                           None if queue_id == _BROKER_PICKS else queue_id)
 
     cdef list messages(self):
         """A list of messages (u32 count), or None (``ok`` False)."""
