@@ -18,6 +18,8 @@ any other, their messages as ``Message`` objects.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from fmq import native
@@ -38,24 +40,20 @@ def reference_decode(opcode: int, payload: bytes | memoryview) -> dict[str, Any]
 
 #: The compiled twin (``_message_requests_c``), or None: the pure path runs the reference.
 COMPILED = native.load("fmq.protocol._message_requests_c")
+#: The requests that carry messages, and the compiled decoder's method for each.
+_METHODS = {Op.SEND: "send", Op.SEND_BATCH: "send_batch", Op.PREPARE: "prepare",
+            Op.SEND_AT: "send_at"}
 
 
-def _decoders() -> dict[int, Any]:
+def _decoders() -> dict[int, Callable[[bytes | memoryview], dict[str, Any]]]:
     if COMPILED is not None:
         decoder = COMPILED.MessageDecoder(reference_decode)
-        return {Op.SEND: decoder.send, Op.SEND_BATCH: decoder.send_batch,
-                Op.PREPARE: decoder.prepare, Op.SEND_AT: decoder.send_at}
-    return {op: _reference_of(op) for op in (Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.SEND_AT)}
-
-
-def _reference_of(opcode: int) -> Any:
-    def decode(payload: bytes | memoryview) -> dict[str, Any]:
-        return reference_decode(opcode, payload)
-    return decode
+        return {op: getattr(decoder, name) for op, name in _METHODS.items()}
+    return {op: functools.partial(reference_decode, op) for op in _METHODS}
 
 
 #: The requests whose messages are decoded into Message objects, by opcode.
-MESSAGE_DECODERS: dict[int, Any] = _decoders()
+MESSAGE_DECODERS = _decoders()
 
 
 def decode_server_request(frame: Frame) -> dict[str, Any]:
