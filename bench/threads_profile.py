@@ -8,8 +8,8 @@ appear as ``child: NAME``.
 
 The load is ``fmq bench produce`` (64 producers, 1 KiB, one message in flight each; with
 ``--batch N`` SEND_BATCH requests of N messages from one load process, compare.py row 2's
-load) for ``--warmup + --seconds (+ --seconds with strace)``; messages are counted by the server (the
-topic's next offsets) at both ends of each window.
+load) for ``--warmup + --seconds (+ --seconds with strace)``; messages are counted by the
+server (the topic's next offsets) at both ends of each window.
 
 With ``--old DIR`` (an older checkout: ``git worktree add /tmp/old REV``) each round runs
 a fresh server of each checkout, alternating which goes first, and the medians of the rounds
