@@ -10,7 +10,9 @@ cancel out). 1 KiB bodies. Not part of the test run::
 
 The ways: a SEND and a SEND_BATCH of 16 decoded by ``decode_request`` into field dicts and
 then ``message_from_wire`` (before) or by ``decode_server_request`` into Messages (now);
-a SEND's answer encoded from its field dict (before) or packed by ``send_answer`` (now).
+a SEND's answer encoded from its field dict (before) or packed by ``send_answer`` (now);
+a SEND_BATCH of 16 placed by a broker and answered from a ``SendResult`` per message
+(before) or from placement's packed results (now).
 """
 
 from __future__ import annotations
@@ -40,6 +42,17 @@ result = new_send_result(123456789, 3, 98765)
 n = int(sys.argv[1])
 """
 
+#: A broker for the placement ways (the log and the index in a temporary directory; the
+#: index thread's instructions are counted too, the same for both ways).
+PLACING = """
+import tempfile
+import fmq
+from fmq.server.handlers import _send_batch_answer
+broker = fmq.Broker.open(tempfile.mkdtemp(prefix="fmq-instr-"),
+                         fmq.BrokerConfig(segment_size=64 * 1024 * 1024))
+msgs = [m] * 16
+"""
+
 WAYS = {
     "SEND decode, field dicts + message_from_wire":
         'for _ in range(n): message_from_wire(decode_request(send)["message"])',
@@ -53,6 +66,12 @@ WAYS = {
         'for _ in range(n): encode_response(Op.SEND, 7, {"result": result_to_wire(result)})',
     "SEND answer, send_answer":
         "for _ in range(n): encode_response(Op.SEND, 7, send_answer(result))",
+    "SEND_BATCH of 16 placed and answered, SendResults":
+        PLACING + "for _ in range(n): encode_response(Op.SEND_BATCH, 7, _send_batch_answer("
+                  "broker.place_requests(msgs, [16])[0]))\nbroker.close()",
+    "SEND_BATCH of 16 placed and answered, packed results":
+        PLACING + "for _ in range(n): encode_response(Op.SEND_BATCH, 7, _send_batch_answer("
+                  "broker.place_requests(msgs, [16], packed=True)[0]))\nbroker.close()",
 }
 
 

@@ -4,7 +4,8 @@ written."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from fmq.errors import InvalidArgument, MessageTooLarge
@@ -97,6 +98,77 @@ def new_send_result(offset: int, queue_id: int, queue_offset: int) -> SendResult
     _set_attribute(result, "__dict__", {"offset": offset, "queue_id": queue_id,
                                         "queue_offset": queue_offset, "group": ""})
     return result
+
+
+class PackedResults(Sequence[SendResult]):
+    """The results of messages placed together, packed back to back as ``FORMAT`` (offset,
+    queue id, queue offset: big-endian u64, u32, u64), which is the wire's send_result
+    (docs/protocol.md): the server answers a send with these bytes as they are, without a
+    :class:`SendResult` per message. Read as a sequence it gives a ``SendResult`` per
+    message (group ""), equal to the list the embedded API returns
+    (tests/engine/test_packed_results.py)."""
+
+    __slots__ = ("data",)
+
+    FORMAT = struct.Struct(">QIQ")
+
+    def __init__(self, data: bytes) -> None:
+        if len(data) % self.FORMAT.size:
+            raise ValueError(f"packed send results must be a multiple of {self.FORMAT.size} "
+                             f"bytes, not {len(data)}")
+        self.data = data
+
+    @classmethod
+    def part(cls, data: bytes, start: int, count: int) -> PackedResults:
+        """Results ``start`` to ``start + count`` of ``data`` (whole results, unchecked: the
+        send path's answers take their parts of a placement this way)."""
+        size = cls.FORMAT.size
+        part = _new_object(cls)
+        part.data = data[start * size:(start + count) * size]
+        return part
+
+    def __len__(self) -> int:
+        return len(self.data) // self.FORMAT.size
+
+    def __getitem__(self, index):  # type: ignore[override]  # int -> result, slice -> packed
+        size = self.FORMAT.size
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step == 1:
+                return PackedResults(self.data[start * size:max(start, stop) * size])
+            return [self[i] for i in range(start, stop, step)]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError("send result index out of range")
+        return new_send_result(*self.FORMAT.unpack_from(self.data, index * size))
+
+    def __iter__(self) -> Iterator[SendResult]:
+        for fields in self.FORMAT.iter_unpack(self.data):
+            yield new_send_result(*fields)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedResults):
+            return self.data == other.data
+        if isinstance(other, (list, tuple)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, which do not hash
+
+    def __repr__(self) -> str:
+        return f"PackedResults({list(self)!r})"
+
+
+def pack_results(results: Sequence[SendResult]) -> PackedResults:
+    """``results`` as :class:`PackedResults` (raises ``struct.error`` for a value outside
+    its field)."""
+    if type(results) is PackedResults:
+        return results
+    pack = PackedResults.FORMAT.pack
+    return PackedResults(b"".join([pack(r.offset, r.queue_id, r.queue_offset)
+                                   for r in results]))
 
 
 @dataclass(frozen=True)

@@ -179,17 +179,20 @@ class Broker:
         (its own checks, then its topic's: existence, ``max_message_size``)."""
         check_messages(messages, self.config, self._queues)
 
-    def place_requests(self, messages: Sequence[Message], sizes: Sequence[int]
-                       ) -> tuple[list[SendResult], int, dict[int, FMQError]]:
+    def place_requests(self, messages: Sequence[Message], sizes: Sequence[int],
+                       packed: bool = False
+                       ) -> tuple[Sequence[SendResult], int, dict[int, FMQError]]:
         """The checked messages of several requests (``sizes``: their message counts, in
         order), placed as :meth:`place_batch` places them, each request all or none.
         Returns the results of the requests placed, the log offset to wait for, and the
-        error of each request refused (an idempotent producer's sequence), by its index."""
+        error of each request refused (an idempotent producer's sequence), by its index.
+        ``packed``: the results may come as :class:`~fmq.message.PackedResults` (the
+        server's answers copy them), else a list."""
         self._check_open()
         if has_dedup(messages):  # the one decision: a resend is answered from the window
             return self.idempotence.place_requests(messages, sizes)
         self._admit()
-        results, end = place_messages(self.log, self._queues, messages)
+        results, end = place_messages(self.log, self._queues, messages, packed)
         return results, end, {}
 
     def wait_durable(self, end_offset: int) -> None:

@@ -20,6 +20,7 @@ larger than the topic's own ``max_message_size``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Sequence
 
 from fmq.config import BrokerConfig
@@ -28,7 +29,14 @@ from fmq.index.entry_types import QueueEntry
 from fmq.log.log import Log
 from fmq.log.placement import now_ms, reserve_segments
 from fmq.log.record import Record, RecordType, check_fits
-from fmq.message import Message, SendResult, check_message, is_internal_topic, new_send_result
+from fmq.message import (
+    Message,
+    PackedResults,
+    SendResult,
+    check_message,
+    is_internal_topic,
+    new_send_result,
+)
 from fmq.topic_config import TopicConfig
 from fmq.topic_route import key_slot
 
@@ -196,11 +204,13 @@ def place_message_locked(log_: Log, queues: Queues, m: Message, store_time: int
     return new_send_result(rec.log_offset, rec.queue_id, rec.queue_offset)
 
 
-def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
-                   ) -> tuple[list[SendResult], int]:
+def place_messages(log_: Log, queues: Queues, messages: Sequence[Message],
+                   packed: bool = False) -> tuple[Sequence[SendResult], int]:
     """Place one MESSAGE record per message (all or none: the segments are reserved first).
     Returns their results and the log offset they end at; nothing is acknowledged before the
-    log is durable up to that offset (``log_.wait_durable``)."""
+    log is durable up to that offset (``log_.wait_durable``). ``packed``: the results of a
+    run of two messages or more may come as :class:`PackedResults` (the server's answers
+    copy them as they are), else they are a list."""
     results = []
     store_time = now_ms()
     with log_.lock:
@@ -208,7 +218,7 @@ def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
         # One message costs less record by record on the pure path (a run's set-up is
         # Python there); a batch costs less as a run on both.
         if len(messages) > 1 and log_.takes_message_runs():
-            results = _place_run(log_, queues, messages, store_time)
+            results = _place_run(log_, queues, messages, store_time, packed)
         else:
             for m in messages:
                 results.append(place_message_locked(log_, queues, m, store_time))
@@ -216,8 +226,8 @@ def place_messages(log_: Log, queues: Queues, messages: Sequence[Message]
     return results, end
 
 
-def _place_run(log_: Log, queues: Queues, messages: Sequence[Message], store_time: int
-               ) -> list[SendResult]:
+def _place_run(log_: Log, queues: Queues, messages: Sequence[Message], store_time: int,
+               packed: bool) -> Sequence[SendResult]:
     """:func:`place_messages`' loop in one call of the log (no :class:`Record` per
     message): the same records, queue offsets and results."""
     batch = messages if type(messages) is list else list(messages)
@@ -228,5 +238,23 @@ def _place_run(log_: Log, queues: Queues, messages: Sequence[Message], store_tim
                                     placed)
     finally:  # what was placed is taken, even when a later record failed
         queues.advance_run(batch, queue_ids, queue_offsets, len(placed))
+    if packed:
+        try:
+            return _packed_results(placed, queue_ids, queue_offsets)
+        except struct.error:  # a value outside the wire's field: the answer's codec says so
+            pass
     return [new_send_result(e.data_offset, qid, qoff)
             for (_end, e), qid, qoff in zip(placed, queue_ids, queue_offsets, strict=True)]
+
+
+def _packed_results(placed: list[tuple[int, QueueEntry]], queue_ids: list[int],
+                    queue_offsets: list[int]) -> PackedResults:
+    result_format = PackedResults.FORMAT
+    size = result_format.size
+    pack_into = result_format.pack_into
+    data = bytearray(size * len(placed))
+    at = 0
+    for (_end, e), qid, qoff in zip(placed, queue_ids, queue_offsets, strict=True):
+        pack_into(data, at, e.data_offset, qid, qoff)
+        at += size
+    return PackedResults(bytes(data))

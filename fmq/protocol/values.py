@@ -10,11 +10,19 @@ added in one place. Client-safe: nothing of the storage code is imported.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from fmq.errors import InvalidArgument
-from fmq.message import Message, ScheduledSend, SendResult, StoredMessage, new_message
+from fmq.message import (
+    Message,
+    PackedResults,
+    ScheduledSend,
+    SendResult,
+    StoredMessage,
+    new_message,
+)
 from fmq.protocol.layout import SEND_RESULT_FORMAT
 from fmq.protocol.types import Encoded, Packed
 from fmq.tx.state import UncertainTx
@@ -48,10 +56,15 @@ def result_to_wire(r: SendResult) -> dict[str, Any]:
     return {"offset": r.offset, "queue_id": r.queue_id, "queue_offset": r.queue_offset}
 
 
-def send_answer(result: SendResult) -> Packed | dict[str, Any]:
+def send_answer(result: SendResult | PackedResults) -> Packed | dict[str, Any]:
     """A SEND answer's payload, packed at once in the wire's send_result format, or as the
     field dict when a value does not fit its field (for the codec to refuse with its own
-    error): the same frame either way (tests/engine/test_batch_shortcuts.py)."""
+    error): the same frame either way (tests/engine/test_batch_shortcuts.py). ``result``:
+    the message's result, or the one result placement packed already."""
+    if type(result) is PackedResults:
+        if len(result) == 1:  # PackedResults.FORMAT is the wire's send_result
+            return Packed(result.data)
+        raise ValueError(f"a SEND has one result, not {len(result)}")
     try:
         return Packed(SEND_RESULT_FORMAT.pack(result.offset, result.queue_id,
                                               result.queue_offset))
@@ -59,10 +72,13 @@ def send_answer(result: SendResult) -> Packed | dict[str, Any]:
         return {"result": result_to_wire(result)}
 
 
-def results_to_wire(results: list[SendResult]) -> Encoded | list[dict[str, Any]]:
+def results_to_wire(results: Sequence[SendResult]) -> Encoded | list[dict[str, Any]]:
     """The ``results`` field of a SEND_BATCH answer: packed at once in the wire's
-    send_result format (no field dict per result), or as field dicts when a value does not
-    fit its field, for the codec to refuse with its own error."""
+    send_result format (no field dict per result; placement's packed results as they are),
+    or as field dicts when a value does not fit its field, for the codec to refuse with its
+    own error."""
+    if type(results) is PackedResults:
+        return Encoded(len(results), results.data)
     pack = SEND_RESULT_FORMAT.pack
     try:
         return Encoded(len(results), b"".join(

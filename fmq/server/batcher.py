@@ -137,7 +137,7 @@ class SendBatcher:
             msgs = [m for item in batch for m in item[0]]
             try:
                 results, end, refused = self.broker.place_requests(
-                    msgs, [len(item[0]) for item in batch])
+                    msgs, [len(item[0]) for item in batch], packed=True)
                 batch = self._refuse(batch, refused)
             except Exception as exc:  # noqa: BLE001 - it fails these requests only
                 PlacedSends(0, batch, []).answer(exc, False)

@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fmq.engine.broker import Broker
@@ -26,7 +26,13 @@ from fmq.engine.recent import RecentMessages
 from fmq.engine.retries import delivery_stats
 from fmq.engine.tag_filter import pull_tagged
 from fmq.errors import InvalidArgument
-from fmq.message import SendResult, StoredMessage, check_count, parse_tag_expression
+from fmq.message import (
+    PackedResults,
+    SendResult,
+    StoredMessage,
+    check_count,
+    parse_tag_expression,
+)
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.protocol.types import Encoded, Packed
 from fmq.protocol.values import (
@@ -81,8 +87,9 @@ def _send(ctx: ServerContext, session: RequestSession, req: dict) -> asyncio.Fut
     return ctx.batcher.submit([req["message"]], _send_answer, session.principal)
 
 
-def _send_answer(results: list[SendResult]) -> Packed | dict:
-    return send_answer(results[0])
+def _send_answer(results: Sequence[SendResult]) -> Packed | dict:
+    # Placement's packed result is the answer as it is; a list holds the one result.
+    return send_answer(results if type(results) is PackedResults else results[0])
 
 
 @handles(Op.SEND_BATCH)
@@ -94,7 +101,7 @@ def _send_batch(ctx: ServerContext, session: RequestSession, req: dict
     return ctx.batcher.submit(msgs, _send_batch_answer, session.principal)
 
 
-def _send_batch_answer(results: list[SendResult]) -> dict:
+def _send_batch_answer(results: Sequence[SendResult]) -> dict:
     return {"results": results_to_wire(results)}
 
 

@@ -8,13 +8,15 @@ answered once the flush covering it is durable (or failed): a batch of send requ
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from fmq.message import Message, SendResult
+from fmq.message import Message, PackedResults, SendResult
+
+_part = PackedResults.part  # a request's results, out of a placement's packed ones
 
 #: Turns a request's results into its answer (on the event loop).
-Reply = Callable[[list[SendResult]], Any]
+Reply = Callable[[Sequence[SendResult]], Any]
 
 #: One send request: its messages, the future its answer goes to and how to make that
 #: answer.
@@ -46,16 +48,17 @@ class PlacedSends:
 
     __slots__ = ("end", "requests", "results")
 
-    def __init__(self, end: int, requests: list[SendRequest], results: list[SendResult]
+    def __init__(self, end: int, requests: list[SendRequest], results: Sequence[SendResult]
                  ) -> None:
         self.end = end
         self.requests = requests
-        self.results = results  # every request's, in request order
+        self.results = results  # every request's, in request order (a list or packed)
 
     def answer(self, failure: BaseException | None, durable: bool) -> None:
         """Each request gets its results, or ``failure``: a send is acknowledged only when
         all of it succeeded (``durable`` changes nothing for sends)."""
         results = self.results
+        packed = results.data if type(results) is PackedResults else None
         pos = 0
         for msgs, fut, reply in self.requests:
             n = len(msgs)
@@ -63,7 +66,7 @@ class PlacedSends:
                 if not fut.done():
                     fut.set_exception(failure)
                 continue
-            mine = results[pos:pos + n]
+            mine = results[pos:pos + n] if packed is None else _part(packed, pos, n)
             pos += n
             if not fut.done():
                 try:
