@@ -5,10 +5,17 @@ exactly when the primary's own view does."""
 from __future__ import annotations
 
 import json
+import os
 
+import pytest
+
+from tests.etcdkit import ETCD
 from tests.server.harness import run_cli
 
 from .failover_kit import FailoverGroup, role_of
+
+pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
+                                reason="etcd is not installed (.ci/run installs etcd-server)")
 
 
 def test_group_status_counts_named_followers_in_sync(tmp_path):
