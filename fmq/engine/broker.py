@@ -182,12 +182,9 @@ class Broker:
     def place_requests(self, messages: Sequence[Message], sizes: Sequence[int],
                        packed: bool = False
                        ) -> tuple[Sequence[SendResult], int, dict[int, FMQError]]:
-        """The checked messages of several requests (``sizes``: their message counts, in
-        order), placed as :meth:`place_batch` places them, each request all or none.
-        Returns the results of the requests placed, the log offset to wait for, and the
-        error of each request refused (an idempotent producer's sequence), by its index.
-        ``packed``: the results may come as :class:`~fmq.message.PackedResults` (the
-        server's answers copy them), else a list."""
+        """The checked messages of several requests (``sizes``: their counts, in order), each
+        all or none, placed as :meth:`place_batch` does. Returns the results (``packed``: may
+        be PackedResults), the log offset to wait for, each refused request's error by index."""
         self._check_open()
         if has_dedup(messages):  # the one decision: a resend is answered from the window
             return self.idempotence.place_requests(messages, sizes)
