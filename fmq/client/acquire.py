@@ -234,11 +234,16 @@ class LinkPool:
         return conns
 
 
+#: The jitter's own generator: FMQ's retries never move the process's global ``random``
+#: state, which an application may have seeded for its own reproducible sequence.
+_JITTER = random.Random()
+
+
 def backoff_delay(attempt: int, initial: float, maximum: float) -> float:
     """Seconds to wait before retry ``attempt`` (0 first): doubling from ``initial`` up to
     ``maximum``, with jitter so that reconnecting clients do not stampede."""
     base = min(maximum, initial * (2 ** attempt))
-    return base * (0.5 + random.random() / 2)
+    return base * (0.5 + _JITTER.random() / 2)
 
 
 class PooledClient:

@@ -11,7 +11,6 @@ version, never half of a change. The document holds SCRAM's salted keys, never p
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -173,7 +172,7 @@ class SecurityFollower:
                     logger.warning("%s; this node keeps its copy of the users and rules "
                                    "meanwhile", exc)
                     self._warned = True
-                self._stop.wait(min(self.resync_s, 1.0 + random.random()))
+                self._stop.wait(etcd_io.retry_delay(self.resync_s))
                 continue
             except Exception:  # a damaged document: keep the copy, say so, try again later
                 logger.exception("could not take the users and rules from %s",

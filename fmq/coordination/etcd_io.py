@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import re
 from collections.abc import Callable
 from typing import Any
@@ -96,3 +97,15 @@ def wait_for_change(etcd: Any, key: str, after_revision: int, timeout_s: float,
                     return
     except (OSError, ValueError, RequestException):
         return
+
+
+#: The retries' own generator: a follower thread never moves the process's global
+#: ``random`` state, which an application may have seeded for a reproducible sequence.
+_JITTER = random.Random()
+
+
+def retry_delay(resync_s: float) -> float:
+    """Seconds before a follower (of the routes, of the users) tries etcd again after it was
+    unreachable: 1-2 s with jitter, so that a cluster's nodes do not retry in step, and at
+    most ``resync_s``."""
+    return min(resync_s, 1.0 + _JITTER.random())

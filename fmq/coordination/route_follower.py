@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import threading
 from collections.abc import Callable
 
+from fmq.coordination.etcd_io import retry_delay
 from fmq.coordination.routes import ClusterRoutes, RouteSnapshot
 from fmq.datadir import ROUTES_FILE
 from fmq.errors import CoordinatorUnavailable, InvalidArgument
@@ -169,7 +169,7 @@ class RouteFollower:
                 if not self._warned:
                     logger.warning("%s; this node keeps its copy of the routes meanwhile", exc)
                     self._warned = True
-                self._stop.wait(min(self.resync_s, 1.0 + random.random()))
+                self._stop.wait(retry_delay(self.resync_s))
                 continue
             except Exception:  # a disk error writing the copy: keep serving, try again
                 logger.exception("could not take the routes from %s", self.routes.coordinator)
