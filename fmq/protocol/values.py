@@ -22,6 +22,7 @@ from fmq.message import (
     SendResult,
     StoredMessage,
     new_message,
+    pack_results,
 )
 from fmq.protocol.layout import SEND_RESULT_FORMAT
 from fmq.protocol.types import Encoded, Packed
@@ -77,14 +78,11 @@ def results_to_wire(results: Sequence[SendResult]) -> Encoded | list[dict[str, A
     send_result format (no field dict per result; placement's packed results as they are),
     or as field dicts when a value does not fit its field, for the codec to refuse with its
     own error."""
-    if type(results) is PackedResults:
-        return Encoded(len(results), results.data)
-    pack = SEND_RESULT_FORMAT.pack
     try:
-        return Encoded(len(results), b"".join(
-            [pack(r.offset, r.queue_id, r.queue_offset) for r in results]))
+        packed = pack_results(results)  # PackedResults.FORMAT is the wire's send_result
     except struct.error:
         return [result_to_wire(r) for r in results]
+    return Encoded(len(packed), packed.data)
 
 
 def result_from_wire(d: dict[str, Any]) -> SendResult:
