@@ -6,13 +6,15 @@ Each way runs ``--calls`` and three times as many calls under ``valgrind --tool=
 the difference divided by the extra calls is the cost of one call (imports and start-up
 cancel out). 1 KiB bodies. Not part of the test run::
 
-    python bench/request_instructions.py [--calls 1000]
+    python bench/request_instructions.py [--calls 1000] [--only TEXT]
 
 The ways: a SEND and a SEND_BATCH of 16 decoded by ``decode_request`` into field dicts and
 then ``message_from_wire`` (before) or by ``decode_server_request`` into Messages (now);
 a SEND's answer encoded from its field dict (before) or packed by ``send_answer`` (now);
 a SEND_BATCH of 16 placed by a broker and answered from a ``SendResult`` per message
-(before) or from placement's packed results (now).
+(before) or from placement's packed results (now); a transaction of one message placed
+(PREPARE and COMMIT, no disk wait) with its marks written by the mark encoder (before) or
+by the C record encoder (now).
 """
 
 from __future__ import annotations
@@ -53,6 +55,25 @@ broker = fmq.Broker.open(tempfile.mkdtemp(prefix="fmq-instr-"),
 msgs = [m] * 16
 """
 
+#: A transaction of one message placed (PREPARE, PRE_MESSAGE, REF_MESSAGE, COMMIT) without
+#: waiting for the disk, as the server's pipeline places one.
+TRANSACTION = """
+tx_api = broker.transactions
+for _ in range(n):
+    tx, _end = tx_api.place_prepare([m], "g", None)
+    tx_api.prepare_done(tx, None)
+    tx_api.commit_done(tx_api.place_commit("g", tx.tx_id)[0], None)
+broker.close()
+"""
+
+#: The sixth pass's marks: the mark encoder (fmq/log/record/marks.py, compiled).
+MARKS_BY_MARK_ENCODER = """
+from fmq.log import record
+from fmq.tx import writer
+writer.encode_mark_into = record.MARKS_MODULE.mark_encoder(
+    record.crc32c, record.CODEC_MODULE.python_codec(record.crc32c).encode_into)
+"""
+
 WAYS = {
     "SEND decode, field dicts + message_from_wire":
         'for _ in range(n): message_from_wire(decode_request(send)["message"])',
@@ -72,6 +93,10 @@ WAYS = {
     "SEND_BATCH of 16 placed and answered, packed results":
         PLACING + "for _ in range(n): encode_response(Op.SEND_BATCH, 7, _send_batch_answer("
                   "broker.place_requests(msgs, [16], packed=True)[0]))\nbroker.close()",
+    "a transaction of one message placed, marks by the compiled mark encoder":
+        PLACING + MARKS_BY_MARK_ENCODER + TRANSACTION,
+    "a transaction of one message placed, marks by the C record encoder":
+        PLACING + TRANSACTION,
 }
 
 
@@ -92,11 +117,14 @@ def instructions(code: str, calls: int) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--only", default="", help="the ways whose name contains this text")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt install valgrind)")
     print("| way | instructions per call |\n|---|---:|")
     for name, code in WAYS.items():
+        if args.only not in name:
+            continue
         extra = instructions(code, 3 * args.calls) - instructions(code, args.calls)
         print(f"| {name} | {extra / (2 * args.calls):,.0f} |")
 

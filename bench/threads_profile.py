@@ -190,14 +190,15 @@ def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
 
 
 def profile(address: str, pid: int, producers: int, seconds: float, warmup: float,
-            use_strace: bool, topic: str, batch: int = 0) -> dict:
-    """Drive ``fmq bench produce`` at ``address`` and measure the server ``pid``;
-    ``batch``: SEND_BATCH requests of that many messages (``--batch-linger 1``, one load
-    process: compare.py row 2's load) instead of single sends."""
+            use_strace: bool, topic: str, batch: int = 0, kind: str = "produce") -> dict:
+    """Drive ``fmq bench produce`` (or ``kind``: ``tx``, transactions of one message) at
+    ``address`` and measure the server ``pid``; ``batch``: SEND_BATCH requests of that
+    many messages (``--batch-linger 1``, one load process: compare.py row 2's load)
+    instead of single sends."""
     probe = ServerProbe(address)
     count = lambda: probe.stored(topic)  # noqa: E731 - the server's count of the topic
     use_strace = use_strace and shutil.which("strace") is not None
-    spec = BenchSpec(kind="produce", server=address, producers=producers, size=1024,
+    spec = BenchSpec(kind=kind, server=address, producers=producers, size=1024,
                      duration_s=warmup + seconds * (2 if use_strace else 1) + 2.0,
                      topic=topic, **({"batch_linger_ms": 1.0, "batch": batch, "processes": 1}
                                      if batch else {}))
@@ -283,7 +284,8 @@ def one_round(tree: str, args: argparse.Namespace, index_writer: str | None) -> 
         try:
             return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
                            args.warmup, not args.no_strace,
-                           f"threads-{os.getpid()}-{int(time.time())}", args.batch)
+                           f"threads-{os.getpid()}-{int(time.time())}", args.batch,
+                           "tx" if args.tx else "produce")
         finally:
             server.terminate()
             try:
@@ -320,6 +322,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=0,
                     help="SEND_BATCH requests of this many messages (1 ms linger, one load "
                          "process: compare.py row 2's load); 0: single sends")
+    ap.add_argument("--tx", action="store_true",
+                    help="transactions of one message (compare.py row 4's load) instead of "
+                         "sends; per message is then per transaction")
     ap.add_argument("--no-strace", action="store_true", help="skip the futex window")
     ap.add_argument("--pure", action="store_true",
                     help="servers without compiled code (FMQ_NO_EXTENSIONS=1)")
@@ -333,7 +338,8 @@ def main() -> None:
     if args.server:
         topic = f"threads-{os.getpid()}-{int(time.time())}"
         print_profile(profile(args.server, args.pid, args.producers, args.seconds,
-                              args.warmup, not args.no_strace, topic, args.batch))
+                              args.warmup, not args.no_strace, topic, args.batch,
+                              "tx" if args.tx else "produce"))
         return
     if args.writers:
         writers = args.writers.split(",")
