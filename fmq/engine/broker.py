@@ -160,10 +160,8 @@ class Broker:
     def place_batch(self, messages: Sequence[Message], checked: bool = False
                     ) -> tuple[list[SendResult], int]:
         """Place the messages' records (all or none) without waiting for the disk: returns
-        their results and the log offset they end at. **Not acknowledged** until
-        :meth:`wait_durable` of that offset returns (a pipeline places the next batch while
-        the last one is fsync'd). ``checked``: every message already passed
-        ``check_message`` and ``check_fits`` (the server checks each request on arrival)."""
+        their results and their end offset, **not acknowledged** before :meth:`wait_durable`
+        of it. ``checked``: every message passed ``check_message`` and ``check_fits``."""
         self._check_open()
         if not checked:
             self.check_messages(messages)
@@ -248,14 +246,16 @@ class Broker:
     # ================================================================== reading
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
-             max_bytes: int | None = None, keep: bool = False) -> list[StoredMessage]:
-        """Up to ``max_messages`` consumable messages of a queue from queue offset ``offset``.
-        An offset below the queue's minimum (deleted by retention) starts at the minimum.
-        ``max_bytes`` stops before the message whose stored record would take the bytes
-        read past it (the first message is always read). ``keep``: keep the records
-        decoded for other readers of the same messages soon (several consumers of one
-        queue); without it, only what others kept is used."""
-        return self._reader.pull(topic, queue_id, offset, max_messages, max_bytes, keep)
+             max_bytes: int | None = None, keep: bool = False, resident: int = 0
+             ) -> list[StoredMessage]:
+        """Up to ``max_messages`` consumable messages of a queue from queue offset ``offset``
+        (below the queue's minimum: from the minimum). ``max_bytes`` stops before the message
+        whose stored record would take the bytes read past it (the first is always read).
+        ``keep``: keep the records decoded for other readers of them soon (several
+        consumers of one queue). ``resident``: read only the log's last that many bytes,
+        else raise NotInMemory (fmq.engine.reads) before reading anything."""
+        return self._reader.pull(topic, queue_id, offset, max_messages, max_bytes, keep,
+                                 resident)
 
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, next offset) of a queue: what is consumable now."""

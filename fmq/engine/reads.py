@@ -33,6 +33,11 @@ from fmq.message import (
 RECENT_BYTES = 8 * 1024 * 1024
 
 
+class NotInMemory(Exception):
+    """A pull limited to the log's last bytes (``resident``) would read older records, which
+    may need the disk: its caller reads them where a disk wait blocks nobody else."""
+
+
 class Reader:
     """Reads of one broker; ``check_open()`` raises once the broker is closed."""
 
@@ -56,7 +61,8 @@ class Reader:
         self.recent = RecentMessages(RECENT_BYTES)
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
-             max_bytes: int | None = None, keep: bool = False) -> list[StoredMessage]:
+             max_bytes: int | None = None, keep: bool = False, resident: int = 0
+             ) -> list[StoredMessage]:
         """See :meth:`fmq.engine.broker.Broker.pull`."""
         self.check_open()
         check_topic(topic)
@@ -71,6 +77,10 @@ class Reader:
                 return []
             max_messages = min(max_messages, limit - start)
         entries = self.index.queue_entries(topic, queue_id, start, max_messages)
+        # Entries are in log order: the first one is the oldest record the pull reads.
+        if resident and entries and entries[0][1] < self.log.next_offset - resident:
+            raise NotInMemory(f"the pull reads records older than the log's last {resident} "
+                              "bytes")
         out: list[StoredMessage] = []
         while entries and not out:  # again only when retention deleted all it read
             taken = _fitting(entries, max_bytes)

@@ -62,6 +62,11 @@ class ServerConfig:
     #: Largest PULL or QUERY_KEY answer, every field counted; at least one message is
     #: always sent, even when it alone is larger.
     max_reply_size: int = 8 * MiB
+    #: A PULL whose records all lie in the log's last this many bytes (written lately, so
+    #: in the page cache) is read on the event loop, without a thread hand-off; an older
+    #: read goes to a reader thread, where a wait for the disk blocks nobody else. 0: every
+    #: PULL in a reader thread.
+    pull_on_loop_bytes: int = 64 * MiB
     #: Reply bytes held per connection: replies being built and replies not yet taken by the
     #: peer. A PULL or QUERY_KEY reserves its reply here before it reads anything.
     reply_budget_per_connection: int = 32 * MiB
@@ -163,6 +168,8 @@ class ServerConfig:
         need(self.reply_budget_total >= self.reply_budget_per_connection,
              "reply_budget_total must be at least reply_budget_per_connection")
         need(self.max_wait_ms >= 0, "max_wait_ms must be >= 0")
+        need(self.pull_on_loop_bytes >= 0, "pull_on_loop_bytes must be >= 0 (0: every PULL "
+             "in a reader thread)")
         need(self.descriptor_reserve >= 16, "descriptor_reserve must be >= 16")
         need(self.shutdown_grace_ms >= 0, "shutdown_grace_ms must be >= 0")
         resolve_event_loop(self.event_loop)  # an unknown or missing loop fails at start

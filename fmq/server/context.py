@@ -35,6 +35,7 @@ class ServerCounters:
     protocol_errors: int = 0
     busy_refusals: int = 0
     pull_reads: int = 0  # times a PULL read its queue
+    pull_reads_on_loop: int = 0  # of which on the event loop (pull_on_loop_bytes)
     pull_wakeups: int = 0  # pull waits that data in their queue ended
     timed_out: int = 0  # sessions closed by a time-out or to make room
     access_denied: int = 0  # requests an access rule refused (fmq.server.authz)

@@ -22,9 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fmq.engine.broker import Broker
-from fmq.engine.recent import RecentMessages
 from fmq.engine.retries import delivery_stats
-from fmq.engine.tag_filter import pull_tagged
 from fmq.errors import InvalidArgument
 from fmq.message import (
     PackedResults,
@@ -34,7 +32,7 @@ from fmq.message import (
     parse_tag_expression,
 )
 from fmq.protocol import PROTOCOL_VERSION, Op
-from fmq.protocol.types import Encoded, Packed
+from fmq.protocol.types import Packed
 from fmq.protocol.values import (
     results_to_wire,
     send_answer,
@@ -43,8 +41,8 @@ from fmq.protocol.values import (
 )
 from fmq.server import tx_ops
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.pull_answers import encode_fitting
-from fmq.server.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE, QUERY_REPLY_BASE, fit
+from fmq.server.pull_reads import PullRead, pull_now, pull_on_loop
+from fmq.server.replies import QUERY_REPLY_BASE, fit
 from fmq.server.reply_account import ReplyRoom
 from fmq.tx.state import TxState
 from fmq.version import __version__
@@ -181,35 +179,6 @@ async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: di
     return {"state": final.value}
 
 
-def _pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
-              queue_id: int, offset: int, max_messages: int, tags: str | None,
-              max_bytes: int) -> tuple[Encoded, int, int, int, int, int]:
-    """The messages that fit an answer of ``max_bytes`` (at least one), encoded, and how
-    many, the queue range, the answer's size and the offset to pull from next (``tags``:
-    PULL_TAGGED's filter; ``encoded``: messages encoded lately; ``keep``: the queue is
-    shared, keep what it decodes and encodes for the next reader)."""
-    base = PULL_REPLY_BASE if tags is None else PULL_TAGGED_REPLY_BASE
-    budget = max_bytes - base
-
-    def read() -> tuple[list[StoredMessage], int]:
-        if tags is not None:
-            return pull_tagged(broker, topic, queue_id, offset, tags, max_messages, budget)
-        return broker.pull(topic, queue_id, offset, max_messages, budget, keep), offset
-
-    msgs, resume = read()
-    if not msgs and broker.wait_indexed(0.5):
-        # Nothing yet, but a write acknowledged just before may still be on its way to the
-        # index: a pull sees every message acknowledged before it arrived. (A pull woken
-        # by the index finds what woke it at once; one woken by a transaction's commit,
-        # when it is flushed, waits here for the index.)
-        msgs, resume = read()
-    items, count, size = encode_fitting(encoded, msgs, budget, keep)
-    if count < len(msgs):  # the next pull starts at the first message left out
-        resume = msgs[count].queue_offset
-    lo, hi = broker.queue_range(topic, queue_id)
-    return items, count, lo, hi, base + size, resume
-
-
 def _reply_room(ctx: ServerContext, session: RequestSession, need: int = 0) -> ReplyRoom:
     """This request's answer in the reply budget, reserved before anything is read: up to
     max_reply_size, at least enough for one message (``need``: exactly that much)."""
@@ -245,9 +214,12 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
         async with _reply_room(ctx, session, need) as room:
             ctx.counters.pull_reads += 1
             keep = ctx.shared_queues.note(topic, queue_id, session.id, loop.time())
-            items, count, lo, hi, size, resume = await ctx.read(
-                _pull_now, ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
-                max_messages, tags, room.granted)
+            read: PullRead = (ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
+                              max_messages, tags, room.granted)
+            pulled = pull_on_loop(ctx, read, deadline > loop.time())
+            if pulled is None:
+                pulled = await ctx.read(pull_now, *read)
+            items, count, lo, hi, size, resume = pulled
             if size > room.granted:
                 # One message larger than the part of the budget we got (only when
                 # max_reply_size is below the largest message): read again with room for it.

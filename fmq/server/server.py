@@ -347,6 +347,7 @@ class Server:
             "pulls_waiting": ctx.wakeups.waiting,
             "pull_wakeups": counters.pull_wakeups,
             "pull_reads": counters.pull_reads,
+            "pull_reads_on_loop": counters.pull_reads_on_loop,
             "timed_out": counters.timed_out,
             "auth_failures": ctx.authenticator.failures,
             "access_denied": counters.access_denied,

@@ -1,0 +1,85 @@
+"""A PULL's read of its queue, and where it runs.
+
+A consumer following the writes pulls records written a moment ago, which the page cache
+holds: such a pull is read on the event loop (:func:`pull_on_loop`), with no thread
+hand-off. Any other read (records older than the log's last ``pull_on_loop_bytes``, a
+tagged pull, which may scan far, or a pull that must wait for the index) runs in a
+reader thread (:func:`pull_now` through ``ServerContext.read``), where a wait for the
+disk or the index blocks nobody else. Both give the same answer for the same queue state.
+
+Why: with 16 consumers following 64 producers, the reader threads' trades of the
+interpreter lock with the event loop cost the sends more than the reads themselves
+(docs/performance.md, "Pulls on the event loop").
+"""
+
+from __future__ import annotations
+
+from fmq.engine.broker import Broker
+from fmq.engine.reads import NotInMemory
+from fmq.engine.recent import RecentMessages
+from fmq.engine.tag_filter import pull_tagged
+from fmq.message import StoredMessage
+from fmq.protocol.types import Encoded
+from fmq.server.context import ServerContext
+from fmq.server.pull_answers import encode_fitting
+from fmq.server.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE
+
+#: A pull's read as :func:`pull_now` takes it: (broker, encoded, keep, topic, queue id,
+#: offset, max messages, tags, max bytes).
+PullRead = tuple[Broker, RecentMessages, bool, str, int, int, int, str | None, int]
+#: What a pull read: the encoded messages, how many, the queue's range (lo, hi), the
+#: answer's size and the offset to pull from next.
+Pulled = tuple[Encoded, int, int, int, int, int]
+
+
+def pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
+             queue_id: int, offset: int, max_messages: int, tags: str | None,
+             max_bytes: int, resident: int = 0, may_wait: bool = True) -> Pulled:
+    """The messages that fit an answer of ``max_bytes`` (at least one), encoded, and how
+    many, the queue range, the answer's size and the offset to pull from next (``tags``:
+    PULL_TAGGED's filter; ``encoded``: messages encoded lately; ``keep``: the queue is
+    shared, keep what it decodes and encodes for the next reader).
+
+    ``resident`` (on the event loop): read only the log's last that many bytes and never
+    block, else raise NotInMemory. ``may_wait``: the pull is a long poll with time left,
+    so an empty answer while the index is behind is fine (the index's wake-up ends the
+    wait); without it such a pull raises NotInMemory, to wait in a thread."""
+    base = PULL_REPLY_BASE if tags is None else PULL_TAGGED_REPLY_BASE
+    budget = max_bytes - base
+
+    def read() -> tuple[list[StoredMessage], int]:
+        if tags is not None:
+            return pull_tagged(broker, topic, queue_id, offset, tags, max_messages, budget)
+        return broker.pull(topic, queue_id, offset, max_messages, budget, keep,
+                           resident), offset
+
+    msgs, resume = read()
+    if not msgs:
+        # Nothing yet, but a write acknowledged just before may still be on its way to the
+        # index: a pull sees every message acknowledged before it arrived. (A pull woken
+        # by the index finds what woke it at once; one woken by a transaction's commit,
+        # when it is flushed, waits for the index.)
+        if broker.wait_indexed(0.0 if resident else 0.5):
+            msgs, resume = read()
+        elif resident and not may_wait:
+            raise NotInMemory("the index is behind the flushed log: wait for it in a thread")
+    items, count, size = encode_fitting(encoded, msgs, budget, keep)
+    if count < len(msgs):  # the next pull starts at the first message left out
+        resume = msgs[count].queue_offset
+    lo, hi = broker.queue_range(topic, queue_id)
+    return items, count, lo, hi, base + size, resume
+
+
+def pull_on_loop(ctx: ServerContext, read: PullRead, may_wait: bool) -> Pulled | None:
+    """:func:`pull_now` on the event loop when the pull is untagged and reads only records
+    among the log's last ``pull_on_loop_bytes``; else None (read it in a reader thread).
+    ``may_wait``: the long poll has time left (see :func:`pull_now`)."""
+    window = ctx.config.pull_on_loop_bytes
+    if not window or read[7] is not None:
+        return None
+    try:
+        pulled = pull_now(*read, resident=window, may_wait=may_wait)
+    except NotInMemory:
+        return None
+    ctx.counters.pull_reads_on_loop += 1
+    return pulled
