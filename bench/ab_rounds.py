@@ -28,10 +28,18 @@ R = TypeVar("R")
 #: Runs ``fmq`` of the checkout named first on its command line. PYTHONPATH alone gives the
 #: checkout's ``fmq`` package but not its ``fmq.cli``: that is the repository's ``cli/``,
 #: which the editable install maps to the installed checkout's, whatever PYTHONPATH says.
+#: Nor is PYTHONPATH enough for the package: ``python -c`` puts the working directory first
+#: on sys.path, so started from another checkout it imported that checkout's ``fmq`` (an
+#: A/B run from the repository root compared this tree with itself). The checkout goes
+#: first, and a ``fmq`` from elsewhere stops the run.
 FMQ_OF_TREE = """
 import importlib.util, os, runpy, sys
+tree = os.path.abspath(sys.argv.pop(1))
+sys.path.insert(0, tree)
 import fmq
-cli = os.path.join(sys.argv.pop(1), "cli")
+if os.path.dirname(os.path.dirname(os.path.abspath(fmq.__file__))) != tree:
+    sys.exit(f"fmq of {tree} wanted, {fmq.__file__} imported")
+cli = os.path.join(tree, "cli")
 spec = importlib.util.spec_from_file_location(
     "fmq.cli", os.path.join(cli, "__init__.py"), submodule_search_locations=[cli])
 sys.modules["fmq.cli"] = module = importlib.util.module_from_spec(spec)

@@ -190,11 +190,13 @@ def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
 
 
 def profile(address: str, pid: int, producers: int, seconds: float, warmup: float,
-            use_strace: bool, topic: str, batch: int = 0, kind: str = "produce") -> dict:
+            use_strace: bool, topic: str, batch: int = 0, kind: str = "produce",
+            consumers: int = 0) -> dict:
     """Drive ``fmq bench produce`` (or ``kind``: ``tx``, transactions of one message) at
     ``address`` and measure the server ``pid``; ``batch``: SEND_BATCH requests of that
     many messages (``--batch-linger 1``, one load process: compare.py row 2's load)
-    instead of single sends."""
+    instead of single sends; ``consumers``: that many ``fmq bench consume --follow``
+    connections read the topic meanwhile (compare.py row 6's load)."""
     probe = ServerProbe(address)
     count = lambda: probe.stored(topic)  # noqa: E731 - the server's count of the topic
     use_strace = use_strace and shutil.which("strace") is not None
@@ -203,6 +205,14 @@ def profile(address: str, pid: int, producers: int, seconds: float, warmup: floa
                      topic=topic, **({"batch_linger_ms": 1.0, "batch": batch, "processes": 1}
                                      if batch else {}))
     report: dict = {}
+    following = None
+    if consumers:
+        follow = BenchSpec(kind="consume", server=address, producers=consumers, follow=True,
+                           topic=topic, duration_s=spec.duration_s + 3.0)
+        following = threading.Thread(
+            target=lambda: report.setdefault("consume", run_bench(follow)))
+        following.start()
+        time.sleep(2.0)  # the consumer processes start and connect
     load = threading.Thread(target=lambda: report.setdefault("bench", run_bench(spec)))
     load.start()
     try:
@@ -218,10 +228,17 @@ def profile(address: str, pid: int, producers: int, seconds: float, warmup: floa
         result["futex_per_msg"] = futex_calls(pid, seconds, count) if use_strace else None
     finally:
         load.join()
+        if following is not None:
+            following.join()
         probe.close()
     bench = report.get("bench")
     if bench is None or not bench.count_check.startswith("ok") or bench.errors:
         raise RuntimeError(f"fmq bench failed: {bench and (bench.count_check, bench.errors)}")
+    if consumers:
+        follow_report = report.get("consume")
+        if follow_report is None or follow_report.errors:
+            raise RuntimeError(f"the consumers failed: {follow_report and follow_report.errors}")
+        result["consumed_per_s"] = follow_report.msgs_per_s
     return result
 
 
@@ -232,7 +249,8 @@ def print_profile(r: dict) -> None:
           f"{r['user_us']:.1f}, system {r['system_us']:.1f}), context switches "
           f"{r['voluntary_cs']:.3f} voluntary + {r['involuntary_cs']:.3f} involuntary, futex "
           + (f"{futex:.3f}" if futex is not None else "- (no strace)")
-          + f"; {r['msgs_per_flush']:.1f} messages per group commit")
+          + f"; {r['msgs_per_flush']:.1f} messages per group commit"
+          + (f"; consumed {r['consumed_per_s']:,.0f} msgs/s" if "consumed_per_s" in r else ""))
     print_threads(r["threads"])
 
 
@@ -285,7 +303,7 @@ def one_round(tree: str, args: argparse.Namespace, index_writer: str | None) -> 
             return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
                            args.warmup, not args.no_strace,
                            f"threads-{os.getpid()}-{int(time.time())}", args.batch,
-                           "tx" if args.tx else "produce")
+                           "tx" if args.tx else "produce", args.consumers)
         finally:
             server.terminate()
             try:
@@ -299,7 +317,7 @@ def medians(rounds: list[dict]) -> dict:
     """The median of every figure over ``rounds``, per thread group too."""
     out: dict = {}
     for key in ("messages", "seconds", "msgs_per_s", "user_us", "system_us", "voluntary_cs",
-                "involuntary_cs", "msgs_per_flush"):
+                "involuntary_cs", "msgs_per_flush", "consumed_per_s"):
         if all(key in r for r in rounds):
             out[key] = statistics.median(r[key] for r in rounds)
     futex = [r["futex_per_msg"] for r in rounds if r.get("futex_per_msg") is not None]
@@ -325,6 +343,9 @@ def main() -> None:
     ap.add_argument("--tx", action="store_true",
                     help="transactions of one message (compare.py row 4's load) instead of "
                          "sends; per message is then per transaction")
+    ap.add_argument("--consumers", type=int, default=0,
+                    help="that many following consumers meanwhile (compare.py row 6's load: "
+                         "16); per message stays per message sent")
     ap.add_argument("--no-strace", action="store_true", help="skip the futex window")
     ap.add_argument("--pure", action="store_true",
                     help="servers without compiled code (FMQ_NO_EXTENSIONS=1)")
@@ -339,7 +360,7 @@ def main() -> None:
         topic = f"threads-{os.getpid()}-{int(time.time())}"
         print_profile(profile(args.server, args.pid, args.producers, args.seconds,
                               args.warmup, not args.no_strace, topic, args.batch,
-                              "tx" if args.tx else "produce"))
+                              "tx" if args.tx else "produce", args.consumers))
         return
     if args.writers:
         writers = args.writers.split(",")
