@@ -303,7 +303,7 @@ def one_round(tree: str, args: argparse.Namespace, index_writer: str | None) -> 
             return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
                            args.warmup, not args.no_strace,
                            f"threads-{os.getpid()}-{int(time.time())}", args.batch,
-                           "tx" if args.tx else "produce", args.consumers)
+                           args.kind, args.consumers)
         finally:
             server.terminate()
             try:
@@ -340,7 +340,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=0,
                     help="SEND_BATCH requests of this many messages (1 ms linger, one load "
                          "process: compare.py row 2's load); 0: single sends")
-    ap.add_argument("--tx", action="store_true",
+    ap.add_argument("--tx", action="store_const", const="tx", default="produce", dest="kind",
                     help="transactions of one message (compare.py row 4's load) instead of "
                          "sends; per message is then per transaction")
     ap.add_argument("--consumers", type=int, default=0,
@@ -360,7 +360,7 @@ def main() -> None:
         topic = f"threads-{os.getpid()}-{int(time.time())}"
         print_profile(profile(args.server, args.pid, args.producers, args.seconds,
                               args.warmup, not args.no_strace, topic, args.batch,
-                              "tx" if args.tx else "produce", args.consumers))
+                              args.kind, args.consumers))
         return
     if args.writers:
         writers = args.writers.split(",")

@@ -214,8 +214,8 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
         async with _reply_room(ctx, session, need) as room:
             ctx.counters.pull_reads += 1
             keep = ctx.shared_queues.note(topic, queue_id, session.id, loop.time())
-            read: PullRead = (ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
-                              max_messages, tags, room.granted)
+            read = PullRead(ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
+                            max_messages, tags, room.granted)
             pulled = pull_on_loop(ctx, read, deadline > loop.time())
             if pulled is None:
                 pulled = await ctx.read(pull_now, *read)

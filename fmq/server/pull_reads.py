@@ -14,6 +14,8 @@ interpreter lock with the event loop cost the sends more than the reads themselv
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from fmq.engine.broker import Broker
 from fmq.engine.reads import NotInMemory
 from fmq.engine.recent import RecentMessages
@@ -24,9 +26,21 @@ from fmq.server.context import ServerContext
 from fmq.server.pull_answers import encode_fitting
 from fmq.server.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE
 
-#: A pull's read as :func:`pull_now` takes it: (broker, encoded, keep, topic, queue id,
-#: offset, max messages, tags, max bytes).
-PullRead = tuple[Broker, RecentMessages, bool, str, int, int, int, str | None, int]
+
+class PullRead(NamedTuple):
+    """A pull's read, as :func:`pull_now` takes its arguments (``pull_now(*read)``)."""
+
+    broker: Broker
+    encoded: RecentMessages
+    keep: bool
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    tags: str | None
+    max_bytes: int
+
+
 #: What a pull read: the encoded messages, how many, the queue's range (lo, hi), the
 #: answer's size and the offset to pull from next.
 Pulled = tuple[Encoded, int, int, int, int, int]
@@ -75,7 +89,7 @@ def pull_on_loop(ctx: ServerContext, read: PullRead, may_wait: bool) -> Pulled |
     among the log's last ``pull_on_loop_bytes``; else None (read it in a reader thread).
     ``may_wait``: the long poll has time left (see :func:`pull_now`)."""
     window = ctx.config.pull_on_loop_bytes
-    if not window or read[7] is not None:
+    if not window or read.tags is not None:
         return None
     try:
         pulled = pull_now(*read, resident=window, may_wait=may_wait)
