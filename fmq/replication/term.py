@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from fmq.config import BrokerConfig
 from fmq.engine.broker import Broker
-from fmq.errors import ProtocolError
+from fmq.errors import ReplicationError
 from fmq.index.entries import EpochEntry
 from fmq.index.epochs import epoch_end, last_epoch
 
@@ -88,9 +88,12 @@ def divergence_point(history: list[EpochEntry], log_end: int, ask: EpochEndQuest
     for _ in range(len(history) + 1):
         answered, primary_end = ask(asked)
         if answered > asked:
-            raise ProtocolError(f"the primary answered EPOCH_END for epoch {asked} with "
-                                f"epoch {answered}, above the one asked: it must answer "
-                                "the largest epoch it holds at or below it")
+            # Not a ProtocolError: the follower takes that for an older primary refusing
+            # a field it does not know.
+            raise ReplicationError(f"the primary answered EPOCH_END for epoch {asked} with "
+                                   f"epoch {answered}, above the one asked: it must answer "
+                                   "the largest epoch it holds at or below it; check that "
+                                   "this node follows an FMQ primary of its own group")
         held, own_end = epoch_end(history, answered, log_end)
         if held == answered:
             return min(log_end, own_end, primary_end)

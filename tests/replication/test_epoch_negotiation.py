@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import pytest
 
-from fmq.errors import ProtocolError
+from fmq.errors import ReplicationError
 from fmq.index.entries import EpochEntry
 from fmq.index.epochs import epoch_end, last_epoch
 from fmq.replication.term import divergence_point
@@ -241,5 +241,5 @@ def test_a_primary_answering_above_the_epoch_asked_is_refused():
     """Its server answers the largest epoch at or below the one asked; anything else would
     let the questions go on without falling."""
     mine = [EpochEntry(1, 0, "a"), EpochEntry(3, 500, "a")]
-    with pytest.raises(ProtocolError, match="above the one asked"):
+    with pytest.raises(ReplicationError, match="above the one asked"):
         divergence_point(mine, 900, lambda epoch: (epoch + 1, 400))
