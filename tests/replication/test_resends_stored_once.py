@@ -8,8 +8,10 @@ options (the delivery deadline, all three addresses) while the group cannot ackn
 * **etcd paused** (SIGSTOP, as when the majority of a co-located etcd dies): the primary
   can no longer prove its lease, so it stores each request, has it replicated, and answers
   ``LeadershipLost``; then it steps down, and is elected again once etcd is back;
-* **two of three nodes killed at once** (SIGKILL), then restarted: the primary alone stores
-  each request and answers ``NotEnoughReplicas`` until they rejoin.
+* **two of three nodes killed at once** (SIGKILL), then restarted: the node left (the
+  primary, or a follower that takes over) stores each request alone and answers
+  ``NotEnoughReplicas`` until they rejoin;
+* the paused etcd in a group of one (quicker, the same cause).
 
 No exception may reach a producer (in particular no ``DuplicateTransaction``: a retried
 PREPARE is the same transaction), and afterwards, on every node, each message body and
@@ -144,9 +146,7 @@ def pause_etcd(group: FailoverGroup) -> None:
     group.etcd.proc.send_signal(signal.SIGCONT)
 
 
-def kill_two(group: FailoverGroup) -> None:
-    primary = group.wait_primary()
-    victims = [primary, group.others(primary)[0]]
+def kill_and_restart(victims: list) -> None:
     for node in victims:
         node.kill()
     time.sleep(OUTAGE_S)
@@ -154,12 +154,25 @@ def kill_two(group: FailoverGroup) -> None:
         node.start()
 
 
+def kill_two(group: FailoverGroup) -> None:
+    """The primary and a follower: the one left takes over alone (NotEnoughReplicas)."""
+    primary = group.wait_primary()
+    kill_and_restart([primary, group.others(primary)[0]])
+
+
+def kill_followers(group: FailoverGroup) -> None:
+    """Both followers: the primary stores alone (NotEnoughReplicas) until they rejoin."""
+    kill_and_restart(group.others(group.wait_primary()))
+
+
 @pytest.mark.parametrize(("names", "config", "outage"), [
     (("n1", "n2", "n3"), CONFIG, pause_etcd),
     (("n1", "n2", "n3"), CONFIG, kill_two),
+    (("n1", "n2", "n3"), CONFIG, kill_followers),
     # The same cause in a group of one (nothing to wait for but its own disk): quicker.
     (("n1",), {**CONFIG, "ack_mode": "async", "min_insync": 1}, pause_etcd),
-], ids=["etcd-paused", "two-killed", "one-node-etcd-paused"])
+], ids=["etcd-paused", "primary-and-follower-killed", "followers-killed",
+                          "one-node-etcd-paused"])
 def test_resends_while_the_group_cannot_acknowledge_are_stored_once(tmp_path, names, config,
                                                                     outage):
     group = FailoverGroup(str(tmp_path), names, config).start()
