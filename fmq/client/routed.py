@@ -21,17 +21,15 @@ from fmq.errors import (
     AccessDenied,
     ConnectionLost,
     FMQError,
-    NotEnoughReplicas,
     NotHosted,
-    NotSent,
     PrimaryNotFound,
-    RequestTimeout,
 )
 from fmq.message import Message, SendResult, check_topic
 from fmq.protocol import Op
 from fmq.protocol.values import message_to_wire
 
 from .acquire import DEFAULT_GROUP, LinkPool
+from .deadline import may_be_stored
 from .discovery import address_of
 from .idempotence import Sequencer
 from .routing import (
@@ -47,10 +45,6 @@ from .routing import (
 )
 
 logger = logging.getLogger("fmq.client")
-
-#: Failures after which the request may have been stored: its resend goes to the same
-#: group and queue with the same sequence numbers, never elsewhere.
-MAYBE_STORED = (ConnectionLost, RequestTimeout, NotEnoughReplicas)
 
 #: What a request is built from once its messages are placed: their wire form.
 Build = Callable[[list[dict[str, Any]]], dict[str, Any]]
@@ -189,7 +183,7 @@ class Router:
         a failure that may have stored it keeps it where it went."""
         if isinstance(exc, NotHosted) and not placed.single:
             return None
-        if isinstance(exc, MAYBE_STORED) and not isinstance(exc, NotSent):
+        if may_be_stored(exc):  # its resend goes there with the same numbers, never elsewhere
             return placed
         return pinned
 
