@@ -160,6 +160,10 @@ class SecurityFollower:
             document, revision = self.cluster.read()
             logger.info("the users and rules of this node are now the cluster's (%s)",
                         self.cluster.where)
+        if document is None and not self.store.stored:
+            # The cluster has no users: the copy says so too, so that after a restart
+            # this node knows it without etcd (fmq.server.cluster_users).
+            document = SecurityDocument()
         if document is not None and self.store.replace(document):
             logger.info("users and rules updated from %s: %d users, %d rules",
                         self.cluster.where, len(document.users), len(document.rules))

@@ -87,9 +87,10 @@ class UserStore:
             return new
 
     def replace(self, document: SecurityDocument) -> bool:
-        """Make ``document`` the one in force (a cluster's copy); whether it changed."""
+        """Make ``document`` the one in force (a cluster's copy); whether it changed (or
+        the file was written for the first time)."""
         with self._lock:
-            if document == self._document:
+            if document == self._document and self.stored:
                 return False
             self._save(document)
             return True

@@ -202,6 +202,11 @@ def test_a_cluster_without_users_is_served_once_etcd_answers(tmp_path):
         etcd.start()
         wait_until(lambda: LEAVING in node.log(), 40, "the node to read etcd")
         assert unauthenticated(node.address) is None  # no users: nothing to log in to
+        node.kill()
+        etcd.stop()
+        node.start()  # its copy says the cluster has no users: it serves without etcd
+        assert unauthenticated(node.address) is None
+        assert ENTERING not in node.log().split("---- start 2")[1]
     finally:
         node.kill()
         etcd.stop()
