@@ -117,7 +117,6 @@ def _finish_undo(data_dir: str, undo: dict) -> UndoResult:
         return done
     manifest = read_manifest(repair_dir)
     log_dir = os.path.join(data_dir, LOG_DIR)
-    restored = done.restored
     for entry in manifest["files"]:
         kept = os.path.join(repair_dir, kept_name(entry))
         target = os.path.join(log_dir, entry["name"])
@@ -127,7 +126,11 @@ def _finish_undo(data_dir: str, undo: dict) -> UndoResult:
                 _put_tail_back(kept, target, entry["at"])
             else:
                 OS_IO.rename(kept, target)
-        restored.append(entry["name"])
+        elif not os.path.exists(target):
+            raise StorageError(f"{entry['name']} is neither in {repair_dir} nor in {log_dir}: "
+                               f"something removed it during the undo; restore it from a "
+                               f"backup, then run the undo again")
+        done.restored.append(entry["name"])
     OS_IO.fsync_dir(log_dir)
     derived = manifest.get("derived", [])
     for name in DERIVED:

@@ -6,8 +6,9 @@ server then listens on loopback only, docs/security.md); once it has users, a se
 only send HELLO, AUTH_START, AUTH_FINISH and PING until AUTH_FINISH succeeded
 (:data:`OPEN_OPS`). A node whose users live in etcd and that has read neither them nor a
 copy of them refuses everything but :data:`HANDSHAKE_OPS`, log-ins included
-(:meth:`Authenticator.wait_for_cluster_users`). An unknown user gets a made-up credential, so the exchange fails at the
-proof exactly as with a wrong password and does not tell which users exist.
+(:meth:`Authenticator.wait_for_cluster_users`). An unknown user gets a made-up credential,
+so the exchange fails at the proof exactly as with a wrong password and does not tell which
+users exist.
 """
 
 from __future__ import annotations
