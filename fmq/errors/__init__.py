@@ -53,6 +53,7 @@ from fmq.errors.security import (
     DeniedByRule,
     SecurityError,
     TLSFailed,
+    UsersNotLoaded,
 )
 from fmq.errors.storage import (
     BadRecord,
@@ -141,6 +142,7 @@ __all__ = [
     "UnknownQueue",
     "UnknownTopic",
     "UnknownTransaction",
+    "UsersNotLoaded",
     "all_error_classes",
 ]
 
