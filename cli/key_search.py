@@ -2,8 +2,9 @@
 key can sit in any of them: sent to a named queue, or before the route grew), each through
 its own primary, with the user's own access (``consume`` on the topic, nothing more).
 
-Outside a cluster (or for a user who may not read routes) the route is the server asked,
-as for a consumer (:func:`fmq.client.routed_consumer.read_route`)."""
+The route is read as a consumer reads it (:func:`fmq.client.routed_consumer.read_route`):
+outside a cluster, for a user who may not read routes, and for FMQ's own topics (each
+group's own) the server asked is the one place to look."""
 
 from __future__ import annotations
 
@@ -42,9 +43,11 @@ def find_in_route(client: Any, topic: str, key: str, limit: int, since_ms: int |
     from fmq.client.routed_consumer import read_route
     from fmq.client.routing import RouteTable
     from fmq.errors import RouteConflict
+    from fmq.message import is_internal_topic
 
-    route = read_route(client, topic, RouteTable())
-    if route.single:
+    # FMQ's own topics (retries, dead letters) are each group's own, never routed.
+    route = None if is_internal_topic(topic) else read_route(client, topic, RouteTable())
+    if route is None or route.single:
         found = [Found(m, "", 0) for m in _sorted(client.query_key(topic, key, limit, since_ms))]
         return found, {"": segment_bases(client) if found else []}
     found, bases = [], {}

@@ -208,3 +208,7 @@ def test_message_find_searches_every_group_of_the_route(groups, etcd):
     assert text.code == 0, text.stderr
     assert "broker group  g2 (its queue 1 is the topic's queue 3)" in text.stdout, text.stdout
     assert "broker group  g1 (its queue 0 is the topic's queue 0)" in text.stdout
+    everywhere = fmq("message", "find", "--key", "order-9", "--server", g2, "--json")
+    assert everywhere.code == 0, everywhere.stderr
+    assert sorted(json.loads(line)["broker_group"]
+                  for line in everywhere.stdout.splitlines()) == ["g1", "g2"]
