@@ -55,16 +55,18 @@ def group_lag_rows(index: IndexStore, now_ms: int, queue_count: Callable[[str], 
     for topic, qid in ranges:
         stored.setdefault(topic, set()).add(qid)
     created = {name for name, gone in states.items() if not gone}
+    own: dict[tuple[str, str], set[int]] = {}  # (group, topic) -> queues committed in
+    for cg, t, q in committed:
+        own.setdefault((cg, t), set()).add(q)
     rows = []
     for g, topics in sorted(subscriptions(committed, subscribed).items()):
         if group is not None and g != group:
             continue
-        own = {(t, q) for (cg, t, q) in committed if cg == g}
         for topic in sorted(topics - deleted):
-            if topic not in stored and topic not in created and not any(
-                    t == topic for t, _q in own):
+            mine = own.get((g, topic), set())
+            if topic not in stored and topic not in created and not mine:
                 continue  # a live member names a topic that does not exist (yet)
-            qids = set(stored.get(topic, ())) | {q for t, q in own if t == topic}
+            qids = stored.get(topic, set()) | mine
             if not is_internal_topic(topic):  # a retry or DLQ topic uses only its queue 0
                 qids |= set(range(queue_count(topic)))
             for qid in sorted(qids):
