@@ -18,6 +18,7 @@ def broker(tmp_path):
         for qid in range(4):
             for i in range(qid + 1):  # 1, 2, 3 and 4 messages: 10 in all
                 b.send(fmq.Message("t", f"m{i}".encode(), queue_id=qid))
+        assert b.wait_indexed(60)  # the lag is read from the index
         yield b
 
 
