@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from fmq.client import Consumer
 from tests.ops.test_metrics import scrape
 from tests.server.conftest import FAST
 from tests.server.harness import (
@@ -91,3 +92,19 @@ def test_a_deleted_topic_has_no_lag_or_offset_series(server):
         assert lag_series(samples, name, "lagt2") == {}, name
     groups = json_lines(fmq_ok("groups", "--server", server.address, "--json"))
     assert [r for g in groups for r in g["offsets"] if r["topic"] == "lagt2"] == []
+
+
+def test_a_live_member_subscribes_its_group_before_any_commit(server):
+    fmq_ok("produce", "--server", server.address, "--topic", "lagt3", "--body", "m{i}",
+           "--count", "8", "--batch", "8")
+    wait_until(lambda: broker_stats(server.address)["index_lag"] == 0, 30,
+               "the index to take every message")
+    with Consumer(server.address, "live", ["lagt3"]):  # joined, nothing read or committed
+        [group] = json_lines(fmq_ok("groups", "live", "--server", server.address, "--json"))
+        rows = [r for r in group["offsets"] if r["topic"] == "lagt3"]
+        assert [r["queue_id"] for r in rows] == list(range(QUEUES))
+        assert sum(r["lag"] for r in rows) == 8 and {r["committed"] for r in rows} == {None}
+        refused = run_cli("topic", "delete", "lagt3", "--server", server.address)
+        assert refused.returncode == 1 and "group live" in refused.stderr, refused.stderr
+        lag = lag_series(scrape(server.metrics_port), "fmq_consumer_lag_messages", "lagt3")
+        assert sum(lag.values()) == 8
