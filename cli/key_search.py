@@ -2,8 +2,10 @@
 key can sit in any of them: sent to a named queue, or before the route grew), each through
 its own primary, with the user's own access (``consume`` on the topic, nothing more).
 
-The route is read as a consumer reads it (:func:`fmq.client.routed_consumer.read_route`):
-outside a cluster, for a user who may not read routes, and for FMQ's own topics (each
+The routes come from the cluster's view (ROUTE "", which creates none), or, for a user who
+may not read it, as a consumer reads a topic's route
+(:func:`fmq.client.routed_consumer.read_route`). Outside a cluster, for a topic the cluster
+does not route, for a user who may not read routes at all, and for FMQ's own topics (each
 group's own) the server asked is the one place to look."""
 
 from __future__ import annotations
@@ -35,21 +37,54 @@ def segment_bases(client: Any) -> list[int] | None:
         return None
 
 
-def find_in_route(client: Any, topic: str, key: str, limit: int, since_ms: int | None
-                  ) -> tuple[list[Found], dict[str, list[int] | None]]:
+class RouteReader:
+    """Topics' routes for one search. The whole cluster's view (ROUTE "") is read once and
+    creates nothing; a user who may not read it (it needs ``describe`` on the cluster) reads
+    each topic's route as a consumer does."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._view: dict | None = None
+        self._view_denied = False
+
+    def route(self, topic: str) -> Any:
+        """``topic``'s route (:class:`fmq.client.routing.Route`); single outside a cluster
+        and for a topic the cluster does not route."""
+        from fmq.client.routed_consumer import read_route
+        from fmq.client.routing import RouteTable, old_server_route, parse_route
+
+        view = self._cluster_view()
+        if view is None:
+            return read_route(self.client, topic, RouteTable())
+        answer = view.get("routes", {}).get(topic)
+        return parse_route(json.dumps(answer)) if answer else old_server_route(topic)
+
+    def _cluster_view(self) -> dict | None:
+        from fmq.errors import AccessDenied
+        from fmq.protocol import Op
+
+        if self._view is None and not self._view_denied:
+            try:
+                self._view = json.loads(self.client.call(Op.ROUTE, {"topic": ""})["json"])
+            except AccessDenied:
+                self._view_denied = True
+        return self._view
+
+
+def find_in_route(client: Any, routes: RouteReader, topic: str, key: str, limit: int,
+                  since_ms: int | None) -> tuple[list[Found], dict[str, list[int] | None]]:
     """The messages of ``topic`` with ``key`` in every broker group of its route (oldest
-    first per group), and each group's segment bases (None: not readable)."""
+    first per group), and the segment bases (None: not readable) of each group where
+    some were found."""
     from fmq.client import Client
-    from fmq.client.routed_consumer import read_route
-    from fmq.client.routing import RouteTable
     from fmq.errors import RouteConflict
     from fmq.message import is_internal_topic
 
     # FMQ's own topics (retries, dead letters) are each group's own, never routed.
-    route = None if is_internal_topic(topic) else read_route(client, topic, RouteTable())
+    route = None if is_internal_topic(topic) else routes.route(topic)
     if route is None or route.single:
         found = [Found(m, "", 0) for m in _sorted(client.query_key(topic, key, limit, since_ms))]
-        return found, {"": segment_bases(client) if found else []}
+        return found, ({"": segment_bases(client)} if found else {})
     found, bases = [], {}
     for entry in route.route.entries:
         primary = route.groups[entry.group].primary if entry.group in route.groups else ""
@@ -60,7 +95,8 @@ def find_in_route(client: Any, topic: str, key: str, limit: int, since_ms: int |
         with Client(primary, retries=1, **client_kwargs()) as group_client:
             here = _sorted(group_client.query_key(topic, key, limit, since_ms))
             found += [Found(m, entry.group, entry.base) for m in here]
-            bases[entry.group] = segment_bases(group_client) if here else []
+            if here:
+                bases[entry.group] = segment_bases(group_client)
     return found, bases
 
 

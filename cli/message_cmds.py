@@ -8,7 +8,7 @@ import click
 from fmq.cli import output as out
 from fmq.cli.client_options import client_kwargs
 from fmq.cli.common import TIME_HELP, emit, fail, fmq_errors, json_option, parse_time_ms
-from fmq.cli.key_search import find_in_route, segment_bases
+from fmq.cli.key_search import RouteReader, find_in_route, segment_bases
 from fmq.cli.net_cmds import _message_dict, server_option
 
 
@@ -110,8 +110,9 @@ def find(key: str, topic: str | None, since: str | None, limit: int, server: str
         else:
             # The cheap listing (names and settings), not TOPICS' walk of every entry.
             topics = sorted(t["name"] for t in client.list_topics())
+        routes = RouteReader(client)
         for name in topics:
-            here, group_bases = find_in_route(client, name, key, limit, since_ms)
+            here, group_bases = find_in_route(client, routes, name, key, limit, since_ms)
             found += sorted(here, key=lambda f: (f.message.store_time,
                                                  f.message.offset))[:limit]
             bases.update(group_bases)

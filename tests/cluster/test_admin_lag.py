@@ -13,7 +13,9 @@ import pytest
 from fmq.client import Client, Producer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import FMQError, InvalidArgument
+from fmq.message import Message
 from fmq.protocol import Op
+from fmq.protocol.values import message_to_wire
 from tests.server.conftest import FAST
 from tests.server.harness import ServerProcess, wait_until
 
@@ -191,7 +193,7 @@ def test_remove_group_counts_a_consumer_group_that_committed_only_in_another_gro
 
 
 def test_message_find_searches_every_group_of_the_route(groups, etcd):
-    _routes, nodes = groups
+    routes, nodes = groups
     g1, g2 = nodes["g1"].address, nodes["g2"].address
     on_etcd = ("--coordinator", etcd.url, "--cluster-name", CLUSTER)
     assert fmq("topic", "create", "orders", "--queues-per-group", "2", *on_etcd).code == 0
@@ -212,3 +214,16 @@ def test_message_find_searches_every_group_of_the_route(groups, etcd):
     assert everywhere.code == 0, everywhere.stderr
     assert sorted(json.loads(line)["broker_group"]
                   for line in everywhere.stdout.splitlines()) == ["g1", "g2"]
+    # A topic the cluster does not route (g2's own, made before it had a route) is searched
+    # where it is, and a lookup creates no route for it.
+    assert routes.get("audit") is None
+    with Client(g2) as c:
+        c.create_topic("audit", 1)
+        c.call(Op.SEND, {"message": message_to_wire(Message("audit", b"audited",
+                                                            key="order-9"))})
+    assert routes.get("audit") is None
+    local = fmq("message", "find", "--key", "order-9", "--topic", "audit", "--server", g2,
+                "--json")
+    assert local.code == 0, local.stderr
+    assert [json.loads(line)["body"] for line in local.stdout.splitlines()] == ["audited"]
+    assert routes.get("audit") is None
