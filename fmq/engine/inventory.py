@@ -10,9 +10,10 @@ Everything here is a read of the index (a consistent LMDB snapshot per call) exc
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from fmq.datadir import INDEX_DIR, LOG_DIR
+from fmq.engine.group_lag import group_lag_rows, queue_ranges
 from fmq.engine.offsets import ConsumerOffsets
 from fmq.engine.queues import Queues
 from fmq.engine.reads import Reader
@@ -51,24 +52,6 @@ def topic_summaries(index: IndexStore, queue_count: Callable[[str], int]) -> lis
         out.append({"topic": topic, "queues": queue_count(topic), "messages": messages,
                     "bytes": size, "first_store_time": first, "last_store_time": last})
     return out
-
-
-def group_offsets(index: IndexStore, now_ms: int, group: str | None = None) -> list[dict]:
-    """Per group, topic and queue with a committed offset: the committed and next offsets,
-    lag in messages and in milliseconds (now minus the store time of the first message not
-    consumed; 0 when none is waiting)."""
-    rows = []
-    for (g, topic, qid), committed in sorted(index.consumer_offsets().items()):
-        if group is not None and g != group:
-            continue
-        lo, hi = index.queue_range(topic, qid)
-        pos = max(committed, lo)
-        lag = max(0, hi - pos)
-        waiting = index.store_time(topic, qid, pos) if lag else None
-        rows.append({"group": g, "topic": topic, "queue_id": qid, "committed": committed,
-                     "min_offset": lo, "next_offset": hi, "lag": lag,
-                     "lag_ms": max(0, now_ms - waiting) if waiting is not None else 0})
-    return rows
 
 
 def disk_usage(data_dir: str) -> dict:
@@ -156,11 +139,18 @@ class Inventory:
         self.check_open()
         return topic_summaries(self.index, self.queues.queue_count)
 
-    def groups(self, group: str | None = None) -> list[dict]:
+    def groups(self, group: str | None = None,
+               subscribed: Mapping[str, Iterable[str]] | None = None) -> list[dict]:
+        """Each group's offsets and lag in every queue of its topics
+        (:mod:`fmq.engine.group_lag`); ``subscribed``: the topics live members name."""
         self.check_open()
         if group is not None:
             check_name(group, "group", allow_none=False)
-        return group_offsets(self.index, now_ms(), group)
+        return group_lag_rows(self.index, now_ms(), self.queues.queue_count, group, subscribed)
+
+    def queue_ranges(self) -> list[dict]:
+        self.check_open()
+        return queue_ranges(self.index)
 
     def disk_usage(self) -> dict:
         return disk_usage(self.data_dir)

@@ -284,7 +284,15 @@ class ConsumerGroupCoordinator:
         return len(g.members) if g is not None else 0
 
     def describe(self) -> dict:
+        """Per group: generation, each member's queues, and the topics its members name."""
+        topics = self.subscriptions()
         return {name: {"generation": g.generation,
                        "members": {mid: [f"{t}/{q}" for t, q in m.assignment()]
-                                   for mid, m in g.members.items()}}
+                                   for mid, m in g.members.items()},
+                       "topics": topics[name]}
+                for name, g in self.groups.items()}
+
+    def subscriptions(self) -> dict[str, list[str]]:
+        """The topics the live members of each group name (a group's lag covers them)."""
+        return {name: sorted(t for t, ids in g.subscribers.items() if ids)
                 for name, g in self.groups.items()}

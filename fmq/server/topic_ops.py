@@ -58,7 +58,9 @@ async def _describe(ctx: ServerContext, session: RequestSession, req: dict) -> d
 
 @handles(Op.TOPIC_DELETE)
 async def _delete(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    cfg = await ctx.write(ctx.broker.topics.delete, req["topic"], req["force"])
+    subscribers = [g for g, topics in ctx.groups.subscriptions().items()
+                   if req["topic"] in topics]
+    cfg = await ctx.write(ctx.broker.topics.delete, req["topic"], req["force"], subscribers)
     return _dump({"topic": cfg.to_wire_dict(), "deleted": True})
 
 
