@@ -73,9 +73,14 @@ def get(topic: str, queue_id: int, offset: int, server: str, as_json: bool) -> N
     """The message at OFFSET of the queue (an error naming the offsets the queue holds when
     there is none)."""
     from fmq.client import Client
+    from fmq.errors import UnknownTopic
 
     with Client(server, retries=1, **client_kwargs()) as client:
-        m = client.get_message(topic, queue_id, offset)
+        try:
+            m = client.get_message(topic, queue_id, offset)
+        except UnknownTopic:
+            fail(f"topic {topic} does not exist (never created, or deleted): no message "
+                 f"to get; `fmq topic list` lists the topics")
         bases = segment_bases(client)
     emit(as_dict(m, bases), as_json, describe(m, bases))
 

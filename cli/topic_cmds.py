@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 from fmq.cli import output as out
 from fmq.cli.client_options import client_kwargs
-from fmq.cli.common import emit, fmq_errors, json_option
+from fmq.cli.common import emit, fail, fmq_errors, json_option
 from fmq.cli.net_cmds import server_option
 from fmq.cli.route_place import (
     change_route,
@@ -16,8 +16,8 @@ from fmq.cli.route_place import (
     render_route,
 )
 
-from fmq.config import coerce_value
-from fmq.errors import ConfigError
+from fmq.config import coerce_value, expected_form
+from fmq.errors import ConfigError, UnknownTopic
 
 #: What ``alter`` takes to put a setting back to the broker's (0 on the wire).
 DEFAULT_WORD = "default"
@@ -30,8 +30,10 @@ def _value(text: str | None, kind: str, option: str, allow_default: bool) -> int
         return 0
     try:
         value = coerce_value(option, kind, text, option)
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint=option) from None
+    except ConfigError:
+        # click names the option already: the rule once, not the option three times.
+        raise click.BadParameter(f"must be {expected_form(kind)}, not {text!r}",
+                                 param_hint=option) from None
     if value < 1:
         raise click.BadParameter(f"must be at least 1, not {text!r}", param_hint=option)
     return value
@@ -85,13 +87,84 @@ def render_topic(t: dict) -> str:
          else f"the broker's ({out.size(eff['max_message_size'])})"
          if eff.get("max_message_size") else "the broker's"),
     ]
+    here = t.get("route_here")
+    if here is not None:
+        pairs.append(("broker group", _route_here_text(here)))
     text = out.fields(pairs)
+    if t.get("route"):
+        return text + "\n" + _render_route_queues(t["route"])
     if t.get("queue_ranges"):
         text += "\n" + out.table(t["queue_ranges"], [
             ("QUEUE", lambda q: q["queue_id"]), ("MIN OFFSET", lambda q: q["min_offset"]),
             ("NEXT OFFSET", lambda q: q["next_offset"]),
             ("MESSAGES", lambda q: q["next_offset"] - q["min_offset"])])
     return text
+
+
+def _route_here_text(here: dict) -> str:
+    """This node's group's part in the topic's route, for people."""
+    if not here["in_route"]:
+        return (f"{here['group']}, no longer in the topic's route (remove-group): nothing "
+                f"new arrives here; what is stored stays readable until retention")
+    last = here["base"] + here["queues"] - 1
+    access = "" if here["permission"] == "rw" else ", read-only (drained)"
+    return f"{here['group']}, the route's queues {here['base']}..{last}{access}"
+
+
+def _route_cell(t: dict) -> str | None:
+    here = t.get("route_here")
+    if here is None:
+        return None
+    if not here["in_route"]:
+        return f"{here['group']}: removed"
+    last = here["base"] + here["queues"] - 1
+    return f"{here['group']}: {here['base']}..{last}" + (
+        "" if here["permission"] == "rw" else " read-only")
+
+
+def route_queues(client, name: str) -> dict | None:
+    """A routed topic's queues in every broker group of its route, each group's asked of
+    its primary: ``{"cluster", "version", "queues": [...]}`` (a group whose primary could
+    not be asked is one row with its ``error``); None outside a cluster, for a topic
+    without a route, or when the routes may not be read."""
+    import json
+
+    from fmq.client import Client
+    from fmq.errors import FMQError
+    from fmq.protocol import Op
+
+    try:  # ROUTE "" reads the node's copy; ROUTE TOPIC would create a missing route
+        view = json.loads(client.call(Op.ROUTE, {"topic": ""})["json"])
+    except FMQError:
+        return None
+    route = view.get("routes", {}).get(name)
+    if not route or not view.get("cluster"):
+        return None
+    rows: list[dict] = []
+    for g in route["groups"]:
+        try:
+            with Client(g["primary"], retries=1, node="any", **client_kwargs()) as c:
+                ranges = c.describe_topic(name)["queue_ranges"][:g["queues"]]
+        except FMQError as exc:
+            rows.append({"group": g["group"], "error": str(exc)})
+            continue
+        rows += [{"group": g["group"], "queue_id": g["base"] + q["queue_id"],
+                  "group_queue": q["queue_id"], "min_offset": q["min_offset"],
+                  "next_offset": q["next_offset"]} for q in ranges]
+    return {"cluster": view["cluster"], "version": route["version"], "queues": rows}
+
+
+def _render_route_queues(route: dict) -> str:
+    head = (f"queues of every broker group of its route (cluster {route['cluster']}, "
+            f"route version {route['version']}):")
+    table = out.table(route["queues"], [
+        ("GROUP", lambda q: q["group"]), ("QUEUE", lambda q: q.get("queue_id")),
+        ("GROUP QUEUE", lambda q: q.get("group_queue")),
+        ("MIN OFFSET", lambda q: q.get("min_offset")),
+        ("NEXT OFFSET", lambda q: q.get("next_offset")),
+        ("MESSAGES", lambda q: q["next_offset"] - q["min_offset"] if "error" not in q
+         else f"unknown: {q['error']}")])
+    return head + "\n" + table
 
 
 LIST_COLUMNS: list[out.Column] = [
@@ -104,6 +177,8 @@ LIST_COLUMNS: list[out.Column] = [
      else None),
     ("CREATED BY", lambda t: "first send" if t["auto_created"] else "create"),
 ]
+#: On a node of a cluster: its group's part in each topic's route.
+ROUTE_COLUMN: out.Column = ("BROKER GROUP", _route_cell)
 
 
 @click.group("topic")
@@ -188,6 +263,9 @@ def describe(name: str, server: str, as_json: bool) -> None:
     """NAME's settings, the ones in force, and each queue's range."""
     with _client(server) as client:
         t = client.describe_topic(name)
+        route = route_queues(client, name) if t.get("route_here") is not None else None
+    if route is not None:
+        t = {**t, "route": route}
     emit(t, as_json, render_topic(t))
 
 
@@ -202,7 +280,12 @@ def delete(name: str, force: bool, server: str, as_json: bool) -> None:
     """Delete NAME: its messages become unreadable at once (their space comes back with the
     broker's retention). Refused while a consumer group has lag on it, unless --force."""
     with _client(server) as client:
-        t = client.delete_topic(name, force)
+        try:
+            t = client.delete_topic(name, force)
+        except UnknownTopic:
+            # The server's message suggests creating the topic: no advice for a delete.
+            fail(f"topic {name} does not exist (never created, or deleted already): "
+                 f"nothing to delete; `fmq topic list` lists the topics")
     emit(t, as_json, f"deleted topic {name}")
 
 
@@ -218,7 +301,9 @@ def list_topics(server: str, as_json: bool) -> None:
         for t in topics:
             emit(t, True)
     else:
-        click.echo(out.table(topics, LIST_COLUMNS, "no topics"))
+        routed = any(t.get("route_here") is not None for t in topics)
+        click.echo(out.table(topics, LIST_COLUMNS + ([ROUTE_COLUMN] if routed else []),
+                             "no topics"))
 
 
 def register(cli: click.Group) -> None:
