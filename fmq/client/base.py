@@ -172,15 +172,10 @@ class Client(PooledClient, TopicAdmin):
     def get_message(self, topic: str, queue_id: int, offset: int) -> StoredMessage:
         """The message at queue offset ``offset`` of (``topic``, ``queue_id``). Raises
         OffsetOutOfRange, naming the offsets the queue holds, when there is none there
-        (never written, or deleted by retention), and UnknownTopic when ``topic`` does not
-        exist."""
+        (never written, or deleted by retention)."""
         answer = self.call(Op.PULL, {"topic": topic, "queue_id": queue_id, "offset": offset,
                                      "max_messages": 1, "wait_ms": 0})
         found = [stored_from_wire(d) for d in answer["messages"]]
-        if not found and answer["next_offset"] == 0:
-            # An empty queue may be no queue at all: a topic never created (a typo) is
-            # named as such, not as a queue holding nothing yet.
-            self.describe_topic(topic)  # raises UnknownTopic
         if not found or found[0].queue_offset != offset:
             raise OffsetOutOfRange(
                 f"no message at offset {offset} of {topic!r} queue {queue_id}: it holds "
