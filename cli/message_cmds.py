@@ -78,9 +78,22 @@ def get(topic: str, queue_id: int, offset: int, server: str, as_json: bool) -> N
     """The message at OFFSET of the queue (an error naming the offsets the queue holds when
     there is none)."""
     from fmq.client import Client
+    from fmq.errors import FMQError, OffsetOutOfRange, UnknownTopic
 
     with Client(server, retries=1, **client_kwargs()) as client:
-        m = client.get_message(topic, queue_id, offset)
+        try:
+            m = client.get_message(topic, queue_id, offset)
+        except OffsetOutOfRange:
+            # An empty queue may be no queue at all: a topic never created (a typo) is
+            # named as such, not as a queue that holds nothing yet.
+            try:
+                client.describe_topic(topic)
+            except UnknownTopic:
+                fail(f"topic {topic} does not exist (never created, or deleted): no "
+                     f"message to get; `fmq topic list` lists the topics")
+            except FMQError:
+                pass  # may not describe it: the queue's own answer stands
+            raise
         bases = segment_bases(client)
     emit(as_dict(m, bases), as_json, describe(m, bases))
 

@@ -24,6 +24,7 @@ from .base import Client
 from .consumer_io import commit_offsets, pull_wait_ms, reads_client
 from .consumer_loop import ConsumerLoop
 from .discovery import PRIMARY
+from .repeated_failure import RepeatedFailure
 from .routed_consumer import RoutedParts, routed_parts
 from .routing import DEFAULT_ROUTE_REFRESH_S
 
@@ -144,16 +145,18 @@ class Consumer(ConsumerLoop, Client):
                 self._incoming = queues
 
     def _heartbeat_loop(self) -> None:
+        failures = RepeatedFailure(logger, f"heartbeat of {self.member_id} in group "
+                                           f"{self.group}")
         while not self._stop.wait(self._heartbeat_interval):
             try:
                 resp = self.call(Op.GROUP_HEARTBEAT, {
                     "group": self.group, "member_id": self.member_id, "topics": self.topics},
                     retries=1)
                 self._take(resp["generation"], resp["assignment"])
+                failures.worked()
             except FMQError as exc:
                 if not self._stop.is_set():
-                    logger.warning("heartbeat of %s in group %s failed: %s", self.member_id,
-                                   self.group, exc)
+                    failures.failed(exc)
 
     @property
     def assignment(self) -> list[Queue]:

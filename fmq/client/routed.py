@@ -95,6 +95,7 @@ class Router:
         #: for its dedup window) under the one producer id.
         self._group_sequencers: dict[str, Sequencer] = {}
         self._lock = threading.Lock()
+        self._access_unrouted = False  # a ROUTE was refused: sends go unrouted
         self._access_warned = False
 
     def sequencer(self, group: str | None) -> Sequencer:
@@ -114,10 +115,9 @@ class Router:
         if isinstance(answer, AccessDenied):
             # ROUTE needs describe on the topic; a user allowed only to write keeps
             # today's path (the server it reaches picks the queue).
-            if not self._access_warned:
-                self._access_warned = True
-                logger.warning("no access to topic routes (describe): sending to the "
-                               "servers given, without routing")
+            # Said once a send went that way (results): a user who may not produce
+            # either is refused the send, and a warning about routing would mislead.
+            self._access_unrouted = True
             route = old_server_route(topic)
         elif isinstance(answer, FMQError):
             old = self.table.held(topic)
@@ -187,9 +187,12 @@ class Router:
             return placed
         return pinned
 
-    @staticmethod
-    def results(answers: list[dict[str, Any]], placed: Placed) -> list[SendResult]:
+    def results(self, answers: list[dict[str, Any]], placed: Placed) -> list[SendResult]:
         """The SendResults of a send's answer, naming the group that stored them."""
+        if placed.single and self._access_unrouted and not self._access_warned:
+            self._access_warned = True
+            logger.warning("no access to topic routes (describe): sent to the servers "
+                           "given, without routing")
         return [SendResult(r["offset"], r["queue_id"], r["queue_offset"], placed.group)
                 for r in answers]
 

@@ -180,10 +180,11 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                     visibility=visibility)
     offsets = ConsumerOffsets(log_=log_, index=index, dispatcher=dispatcher, config=config,
                               queues=queues, check_open=check_open, visibility=visibility)
-    inventory = Inventory(data_dir=path, index=index, queues=queues, reader=reader,
-                          offsets=offsets, check_open=check_open)
     topics = Topics(config=config, log_=log_, index=index, dispatcher=dispatcher,
                     queues=queues, check_open=check_open)
+    inventory = Inventory(data_dir=path, index=index, queues=queues, reader=reader,
+                          offsets=offsets, check_open=check_open,
+                          topic_exists=lambda name: topics.get(name) is not None)
     timers = Timers(config=config, log_=log_, index=index, dispatcher=dispatcher,
                     queues=queues, max_record_size=max_record_size, admit=admit,
                     check_open=check_open)

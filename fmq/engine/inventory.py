@@ -17,7 +17,7 @@ from fmq.engine.group_lag import group_lag_rows, queue_ranges
 from fmq.engine.offsets import ConsumerOffsets
 from fmq.engine.queues import Queues
 from fmq.engine.reads import Reader
-from fmq.errors import InvalidArgument
+from fmq.errors import InvalidArgument, UnknownTopic
 from fmq.index.store import IndexStore
 from fmq.log.placement import now_ms
 from fmq.message import (
@@ -127,8 +127,10 @@ class Inventory:
     raises once the broker is closed."""
 
     def __init__(self, data_dir: str, index: IndexStore, queues: Queues, reader: Reader,
-                 offsets: ConsumerOffsets, check_open: Callable[[], None]) -> None:
+                 offsets: ConsumerOffsets, check_open: Callable[[], None],
+                 topic_exists: Callable[[str], bool] = lambda _name: True) -> None:
         self.data_dir = data_dir
+        self.topic_exists = topic_exists
         self.index = index
         self.queues = queues
         self.reader = reader
@@ -158,8 +160,19 @@ class Inventory:
     def reset_offsets(self, group: str, topic: str | None, queue_id: int | None, to: str,
                       value: int | None = None, execute: bool = True) -> list[dict]:
         self.check_open()
+        if topic is not None and not self._topic_known(group, topic):
+            # queue_count gives any name the default queues: a typo would plan (and
+            # execute) offsets for a topic that is not there.
+            raise UnknownTopic(topic)
         return reset_offsets(self.reader, self.offsets, self.index, self.queues.queue_count,
                              group, topic, queue_id, to, value, execute)
+
+    def _topic_known(self, group: str, topic: str) -> bool:
+        """Whether ``topic`` exists (created and not deleted, or holding data), or
+        ``group`` has offsets in it (a deleted topic's stale offsets may still move)."""
+        if is_internal_topic(topic) or self.topic_exists(topic):
+            return True
+        return any(g == group and t == topic for g, t, _q in self.index.consumer_offsets())
 
     def traffic(self) -> dict[str, dict[str, int]]:
         """Per topic, messages and body bytes written and read since the broker opened."""

@@ -79,7 +79,9 @@ async def _reset_offsets(ctx: ServerContext, session: RequestSession, req: dict)
     if not execute:
         return _dump({"changes": changes, "executed": False})
     for c in changes:
+        # A queue the group never committed in has no old offset: "none", not "None".
+        old = "none committed" if c["old"] is None else c["old"]
         logger.warning("operator at %s reset group %r offset of %s/%d: %s -> %d (to %s%s)",
-                       session.peer, group, c["topic"], c["queue_id"], c["old"], c["new"],
+                       session.peer, group, c["topic"], c["queue_id"], old, c["new"],
                        req["to"], " with --force" if members else "")
     return _dump({"changes": changes, "executed": True})
