@@ -61,15 +61,12 @@ def read_head(frame: bytes) -> RequestHead:
 
 
 def read_request(frame: bytes, request_type: type[Entity]) -> Entity:
-    """The request entity of ``frame`` (its header read and checked by the header schema
-    of ``request_type``). Raises ValueError (and kio's errors) for bytes that do not
-    match the schema."""
+    """The request entity of ``frame`` (its header read by the header schema of
+    ``request_type``). Raises kio's errors for bytes that do not match the schema. Bytes
+    after the body are ignored, as Kafka does: librdkafka's Metadata v12 sends three."""
     header_type = request_type.__header_schema__
     _header, header_size = entity_reader(header_type)(frame, 0)
-    request, body_size = entity_reader(request_type)(frame, header_size)
-    if header_size + body_size != len(frame):
-        raise ValueError(f"{len(frame) - header_size - body_size} bytes left after the "
-                         f"request body")
+    request, _ = entity_reader(request_type)(frame, header_size)
     return request
 
 

@@ -1,0 +1,75 @@
+"""``--kafka-port`` and the ``kafka_*`` settings: off by default, a clear error for a port
+in use, the advertised address, and a refusal where the door would get around security."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+import pytest
+
+import fmq
+from fmq.errors import ConfigError
+from fmq.server.config import ServerConfig
+from tests.server.harness import FMQ, ServerProcess, free_port, run_cli
+
+from .conftest import KafkaServer
+from .wire import exchange, request_type
+
+
+def test_the_kafka_door_is_off_unless_asked_for(tmp_path):
+    srv = ServerProcess(str(tmp_path / "data")).start()
+    try:
+        assert "kafka front door" not in srv.log()
+    finally:
+        srv.kill()
+
+
+def test_a_kafka_port_in_use_is_an_error_naming_the_option(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([*FMQ, "server", "--data-dir", str(tmp_path / "data"),
+                               "--port", str(free_port()), "--kafka-port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "--kafka-port" in done.stderr and str(port) in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_config_file_sets_the_port_and_the_advertised_address(tmp_path):
+    port = free_port()
+    srv = ServerProcess(str(tmp_path / "data"), {"server": {
+        "kafka_port": port, "kafka_advertised_host": "kafka.example", "kafka_advertised_port": 9092}})
+    srv.start()
+    try:
+        # A bare Metadata exchange: a client would go on to the advertised name, which
+        # does not resolve here.
+        _, answer = exchange(("127.0.0.1", port), request_type(3, 12)(
+            topics=None, allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False))
+        assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [
+            (0, "kafka.example", 9092)]
+    finally:
+        srv.kill()
+
+
+def test_bad_kafka_settings_are_refused():
+    with pytest.raises(ConfigError, match="kafka_port"):
+        ServerConfig(kafka_port=70_000)
+    with pytest.raises(ConfigError, match="kafka_advertised_port"):
+        ServerConfig(kafka_advertised_port=-1)
+
+
+def test_a_server_with_users_refuses_the_unauthenticated_kafka_door(tmp_path):
+    data = str(tmp_path / "data")
+    fmq.Broker.open(data).close()
+    secret = tmp_path / "password"
+    secret.write_text("s3cret-password\n")
+    added = run_cli("user", "add", "alice", data, "--new-password-file",
+                    str(secret))
+    assert added.returncode == 0, added.stderr
+    srv = KafkaServer(data)
+    with pytest.raises(RuntimeError, match="no authentication yet"):
+        srv.start(timeout=30)
