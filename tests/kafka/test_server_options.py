@@ -73,3 +73,25 @@ def test_a_server_with_users_refuses_the_unauthenticated_kafka_door(tmp_path):
     srv = KafkaServer(data)
     with pytest.raises(RuntimeError, match="no authentication yet"):
         srv.start(timeout=30)
+
+
+def test_a_graceful_stop_ends_kafka_long_polls_at_once(kafka_server):
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from .test_clients import produce_all
+
+    srv = kafka_server()
+    produce_all(srv.bootstrap, "stopping", [(b"k", b"v", [])])
+    consumer = Consumer({"bootstrap.servers": srv.bootstrap, "group.id": "stop",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 25_000})
+    consumer.assign([TopicPartition("stopping", 0, 1)])  # past the end: a long poll
+    try:
+        assert consumer.poll(1.0) is None
+        started = time.monotonic()
+        assert srv.stop(timeout=30) == 0
+        assert time.monotonic() - started < 10, "the stop waited for the long poll"
+    finally:
+        consumer.close()
+    assert "Traceback" not in srv.log()

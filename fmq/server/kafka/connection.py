@@ -29,6 +29,7 @@ class KafkaConnection:
         self.max_frame = config.max_frame_size
         self._answers: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(
             config.max_in_flight)
+        self._reading: asyncio.Future | None = None
 
     async def serve(self) -> None:
         """Read requests until the peer closes, a frame is bad or the server stops."""
@@ -36,7 +37,13 @@ class KafkaConnection:
         writing = asyncio.ensure_future(self._write_answers())
         try:
             while not session.closing:
-                frame = await read_frame(self.reader, self.max_frame)
+                self._reading = asyncio.ensure_future(read_frame(self.reader, self.max_frame))
+                try:
+                    frame = await self._reading
+                except asyncio.CancelledError:
+                    if self._reading.cancelled() and session.closing:
+                        break  # stop(): the requests read so far are answered below
+                    raise
                 if frame is None:
                     break
                 task = asyncio.ensure_future(answer(session, frame))
@@ -73,6 +80,16 @@ class KafkaConnection:
                 await self.writer.drain()
             except (ConnectionError, OSError):
                 self.close()
+
+    def stop(self) -> None:
+        """Read no more requests (the server stops): the ones running are answered, long
+        polls at once, and then the connection closes."""
+        session = self.session
+        if not session.closing:
+            session.closing = True
+            session.ctx.wakeups.session_closed(session.id)
+        if self._reading is not None:
+            self._reading.cancel()
 
     def close(self) -> None:
         """Stop reading, wake this connection's long polls, close the socket."""
