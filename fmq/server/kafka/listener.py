@@ -19,6 +19,7 @@ from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     list_offsets,
     metadata,
     produce,
+    producer_ids,
     topics,
 )
 from fmq.server.kafka.connection import KafkaConnection

@@ -21,6 +21,7 @@ from fmq.message import Message, SendResult
 from fmq.server.kafka.apis import kafka_api
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError, to_message
+from fmq.server.kafka.producer_ids import number
 from fmq.server.kafka.records import RecordError, decode_batches
 from fmq.server.kafka.session import KafkaSession
 
@@ -100,5 +101,9 @@ def _messages(topic: str, partition: int, records: bytes, max_size: int) -> list
     for batch in decode_batches(records, max_size):
         if batch.control:
             continue  # transaction markers: no data
-        messages += [to_message(topic, partition, r) for r in batch.records]
+        batch_messages = [to_message(topic, partition, r) for r in batch.records]
+        if batch.producer_id >= 0 and batch.base_sequence >= 0:
+            number(batch_messages, batch.producer_id, batch.producer_epoch, partition,
+                   batch.base_sequence)
+        messages += batch_messages
     return messages
