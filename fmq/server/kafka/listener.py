@@ -16,6 +16,7 @@ from fmq.server.context import ServerContext
 from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     api_versions,
     fetch,
+    group_offsets,
     list_offsets,
     metadata,
     produce,
