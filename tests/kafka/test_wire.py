@@ -132,3 +132,15 @@ def test_a_batch_with_a_bad_crc_is_refused_and_nothing_is_stored(shared_kafka_se
     with Client(srv.address) as client:
         answer = client.call(Op.QUEUE_RANGE, {"topic": "crc", "queue_id": 0})
     assert (answer["min_offset"], answer["next_offset"]) == (0, 1)
+
+
+def test_a_frame_that_stops_arriving_and_an_idle_connection_are_closed(kafka_server):
+    srv = kafka_server({"server": {"read_timeout_ms": 500, "idle_timeout_ms": 1500}})
+    with socket.create_connection(address(srv), timeout=10) as slow, \
+            socket.create_connection(address(srv), timeout=10) as idle:
+        slow.sendall(struct.pack(">i", 1000) + b"\0" * 10)  # 990 bytes never come
+        assert closed_by_server(slow, 10)
+        assert closed_by_server(idle, 10)
+    wait_until(lambda: "read_timeout_ms" in srv.log() and "idle_timeout_ms" in srv.log(), 10,
+               "both closes' log lines")
+    assert "Traceback" not in srv.log()

@@ -33,10 +33,10 @@ class RequestHead:
     correlation_id: int
 
 
-async def read_frame(reader: asyncio.StreamReader, max_size: int) -> bytes | None:
-    """The next frame's bytes after its size, or None at a clean end of stream. Raises
-    FrameError for a size below the fixed header or above ``max_size`` (nothing of the
-    frame is read: a hostile length allocates nothing)."""
+async def read_size(reader: asyncio.StreamReader, max_size: int) -> int | None:
+    """The next frame's size, or None at a clean end of stream. Raises FrameError for a
+    size below the fixed header or above ``max_size`` (nothing of the frame is read: a
+    hostile length allocates nothing)."""
     try:
         prefix = await reader.readexactly(SIZE.size)
     except asyncio.IncompleteReadError as exc:
@@ -50,6 +50,11 @@ async def read_frame(reader: asyncio.StreamReader, max_size: int) -> bytes | Non
     if size > max_size:
         raise FrameError(f"frame of {size} bytes is over the limit of {max_size} "
                          f"(max_frame_size)")
+    return size
+
+
+async def read_body(reader: asyncio.StreamReader, size: int) -> bytes:
+    """The ``size`` bytes of a frame after its size."""
     try:
         return await reader.readexactly(size)
     except asyncio.IncompleteReadError:
