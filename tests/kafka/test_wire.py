@@ -40,7 +40,7 @@ def test_api_versions_answers_every_served_version(shared_kafka_server, version)
     served = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
     assert served[18] == (0, 3)
     assert served[0] == (3, 9) and served[1] == (4, 12)
-    assert 11 not in served  # JoinGroup: not implemented, so not advertised
+    assert 24 not in served  # AddPartitionsToTxn: not implemented, so not advertised
 
 
 def test_a_too_new_api_versions_gets_version_0_with_the_ranges(shared_kafka_server):

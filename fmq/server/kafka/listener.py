@@ -16,6 +16,7 @@ from fmq.server.context import ServerContext
 from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     api_versions,
     fetch,
+    group_membership,
     group_offsets,
     list_offsets,
     metadata,
@@ -24,6 +25,7 @@ from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     topics,
 )
 from fmq.server.kafka.connection import KafkaConnection
+from fmq.server.kafka.group_coordinator import GroupCoordinator
 from fmq.server.kafka.session import KafkaSession
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -71,6 +73,8 @@ class KafkaListener:
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._closer: asyncio.Future | None = None
+        self._expiry: asyncio.Future | None = None
+        self.groups: GroupCoordinator | None = None
         self._next_id = 0
 
     async def start(self) -> None:
@@ -85,6 +89,8 @@ class KafkaListener:
         sock = bind_kafka_port(self.host, self.port)
         self._server = await asyncio.start_server(self._accept, sock=sock, backlog=1024)
         self._closer = asyncio.ensure_future(self._close_on_stop())
+        self.groups = GroupCoordinator(asyncio.get_running_loop())
+        self._expiry = asyncio.ensure_future(self._expire_members())
         logger.info("kafka front door listening on %s:%d (advertised as %s:%d)", self.host,
                     self.port, self.advertised_host, self.advertised_port)
 
@@ -101,7 +107,7 @@ class KafkaListener:
             return
         self._next_id -= 1
         session = KafkaSession(self.ctx, self._next_id, peer_name, self.advertised_host,
-                               self.advertised_port)
+                               self.advertised_port, self.groups)
         connection = KafkaConnection(session, reader, writer)
         self.connections.add(connection)
         logger.info("kafka connection %s opened", peer_name)
@@ -110,6 +116,11 @@ class KafkaListener:
         finally:
             self.connections.discard(connection)
             logger.info("kafka connection %s closed", peer_name)
+
+    async def _expire_members(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.groups.expire()
 
     async def _close_on_stop(self) -> None:
         # The server's shutdown starts with the stop request; new Kafka connections and
@@ -122,5 +133,7 @@ class KafkaListener:
         are answered."""
         if self._server is not None:
             self._server.close()
+        if self._expiry is not None:
+            self._expiry.cancel()
         for connection in list(self.connections):
             connection.stop()

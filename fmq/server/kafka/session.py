@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fmq.server.context import ServerContext
 
@@ -21,4 +22,6 @@ class KafkaSession:
     #: Where clients are told to connect (Metadata's broker address).
     advertised_host: str
     advertised_port: int
+    #: The server's Kafka groups (:class:`~fmq.server.kafka.group_coordinator.GroupCoordinator`).
+    groups: Any = None
     closing: bool = False
