@@ -17,6 +17,8 @@ from kio.schema.errors import ErrorCode
 from fmq.engine.broker import Broker
 from fmq.errors import FMQError
 from fmq.message import INTERNAL_TOPIC_PREFIX
+from fmq.protocol import Op
+from fmq.server.fencing import follower_refusal
 from fmq.server.kafka.apis import kafka_api
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.session import NODE_ID, KafkaSession
@@ -53,6 +55,9 @@ async def offset_commit(session: KafkaSession, request: Any, version: int) -> di
         for p in topic.partitions:
             code = ErrorCode.none
             try:
+                refusal = follower_refusal(ctx.replication, Op.COMMIT_OFFSET)
+                if refusal is not None:
+                    raise refusal
                 await ctx.write(ctx.broker.commit_offset, request.group_id, topic.name,
                                 p.partition_index, p.committed_offset)
             except FMQError as exc:

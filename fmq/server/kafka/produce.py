@@ -18,6 +18,8 @@ from kio.schema.errors import ErrorCode
 
 from fmq.errors import FMQError
 from fmq.message import Message, SendResult
+from fmq.protocol import Op
+from fmq.server.fencing import fencing_refusal, follower_refusal
 from fmq.server.kafka.apis import kafka_api
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError, to_message
@@ -77,6 +79,9 @@ async def _store(session: KafkaSession, topic: str, partition: int,
         return _partition_error(partition, ErrorCode.unknown_topic_or_partition,
                                 f"topic {topic!r} has {broker.queue_count(topic)} partitions "
                                 f"(queues); partition {partition} is not one of them")
+    refusal = follower_refusal(ctx.replication, Op.SEND_BATCH)
+    if refusal is not None:  # a follower's log changes only by what its primary ships
+        return _partition_error(partition, error_code(refusal), str(refusal))
     try:
         messages = _messages(topic, partition, records or b"", ctx.config.max_frame_size)
     except RecordError as exc:
@@ -91,6 +96,9 @@ async def _store(session: KafkaSession, topic: str, partition: int,
         results: list[SendResult] = await ctx.batcher.submit(messages)
     except FMQError as exc:
         return _partition_error(partition, error_code(exc), str(exc))
+    refusal = fencing_refusal(ctx.replication, Op.SEND_BATCH)
+    if refusal is not None:  # stored, but this primary can no longer prove its lease
+        return _partition_error(partition, error_code(refusal), str(refusal))
     answer = _partition_error(partition, ErrorCode.none, None)
     answer["base_offset"] = results[0].queue_offset
     return answer
