@@ -3,18 +3,29 @@ in use, the advertised address, and a refusal where the door would get around se
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
 import fmq
 from fmq.errors import ConfigError
 from fmq.server.config import ServerConfig
-from tests.server.harness import FMQ, ServerProcess, free_port, run_cli
+from tests.etcdkit import ETCD, EtcdProcess
+from tests.replication.cluster import SMALL
+from tests.server.harness import (
+    FMQ,
+    ServerProcess,
+    closed_by_server,
+    free_port,
+    run_cli,
+    wait_until,
+)
 
 from .conftest import KafkaServer
-from .wire import exchange, request_type
+from .wire import exchange, frame_request, request_type
 
 
 def test_the_kafka_door_is_off_unless_asked_for(tmp_path):
@@ -95,3 +106,30 @@ def test_a_graceful_stop_ends_kafka_long_polls_at_once(kafka_server):
     finally:
         consumer.close()
     assert "Traceback" not in srv.log()
+
+
+@pytest.mark.skipif(not os.path.exists(ETCD),
+                    reason="etcd is not installed (.ci/run installs etcd-server)")
+def test_users_arriving_while_serving_close_the_kafka_door(tmp_path):
+    etcd = EtcdProcess(str(tmp_path / "etcd")).start()
+    node = KafkaServer(str(tmp_path / "node"), {**SMALL, "server": {"lease_ttl_s": 3}})
+    node.extra_args += ("--coordinator", etcd.url, "--group", "g")
+    try:
+        node.start()
+        address = ("127.0.0.1", node.kafka_port)
+        assert exchange(address, request_type(18, 0)())[1].error_code == 0
+        # A user added to the cluster reaches this node through its watch of etcd.
+        added = subprocess.run([*FMQ, "user", "add", "carol", "--coordinator", etcd.url],
+                               env={**os.environ, "FMQ_NEW_PASSWORD": "s3cret-password"},
+                               capture_output=True, text=True, timeout=60)
+        assert added.returncode == 0, added.stderr
+        security = Path(node.data_dir) / "security.json"
+        wait_until(lambda: security.exists() and "carol" in security.read_text(), 30,
+                   "the node to copy carol")
+        with socket.create_connection(address, timeout=10) as sock:
+            sock.sendall(frame_request(request_type(18, 0)()))
+            assert closed_by_server(sock, 10)
+        assert "has users now" in node.log()
+    finally:
+        node.kill()
+        etcd.stop()

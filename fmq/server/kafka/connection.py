@@ -60,6 +60,8 @@ class KafkaConnection:
                     raise
                 if frame is None:
                     break
+                if self._users_appeared():
+                    break
                 await self._answers.put(self._start(frame))
         except FrameError as exc:
             logger.warning("kafka connection %s closed: %s", session.peer, exc)
@@ -71,6 +73,17 @@ class KafkaConnection:
             await self._answers.put(None)  # the requests read so far are still answered
             await writing
             self.close()
+
+    def _users_appeared(self) -> bool:
+        """Users were added while serving (``fmq user add --server``, or a cluster's users
+        arriving from etcd): the Kafka door has no authentication, so it serves no more."""
+        authenticator = self.session.ctx.authenticator
+        if authenticator is None or not authenticator.store.has_users:
+            return False
+        logger.warning("kafka connection %s closed: this server has users now and the Kafka "
+                       "port has no authentication (no SASL); restart it without "
+                       "--kafka-port (docs/kafka.md)", self.session.peer)
+        return True
 
     async def _next_frame(self) -> bytes | None:
         try:
