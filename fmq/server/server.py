@@ -47,6 +47,7 @@ from fmq.server.cluster_users import follow_cluster_users
 from fmq.server.config import ServerConfig
 from fmq.server.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
 from fmq.server.context import ServerContext
+from fmq.server.kafka import open_kafka_door
 from fmq.server.listener import bind_listener
 from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replica_role import RoleChange, primary_access
@@ -148,6 +149,7 @@ class Server:
         if self.config.metrics_port:
             self.metrics = MetricsEndpoint(self.broker, self.stats, loop,
                                            self.config.metrics_host, self.config.metrics_port)
+        self.kafka = await open_kafka_door(self.ctx)  # None unless kafka_port is set
         if self._listener is None:
             self._listener = bind_listener(self.config.host, self.config.port)
         self.port = self._listener.getsockname()[1]

@@ -1,0 +1,115 @@
+"""Fetch (key 1): queue messages as record batches v2, with Kafka's long poll.
+
+A fetch reads every partition it names in one reader-thread call; when the answer holds
+less than ``min_bytes`` it waits, through the same pull wake-ups as FMQ's own PULL (no
+thread held, woken only by a write to one of its queues), until data arrives, ``max_wait``
+passes (capped by the server's ``max_wait_ms``), the connection closes or the server stops.
+The high watermark is the queue's next offset and the log start offset its first readable
+one: both what an FMQ consumer sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fmq.engine.broker import Broker
+from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka.entities import ms
+from fmq.server.kafka.mapping import to_record
+from fmq.server.kafka.records import encode_batch
+from fmq.server.kafka.session import KafkaSession
+
+#: Messages one partition's answer holds at most (FMQ's own pulls stop there too).
+MAX_RECORDS = 4096
+#: How long a fetch from past the indexed end waits for the index before it is out of range
+#: (a producer's acknowledged offset can be a moment ahead of the index).
+INDEX_GRACE_S = 0.5
+
+
+@dataclass
+class PartitionRead:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    error: ErrorCode = ErrorCode.none
+    records: bytes = b""
+    low: int = -1
+    high: int = -1
+
+
+@kafka_api(1, "Fetch", 4, 12)
+async def fetch(session: KafkaSession, request: Any, version: int) -> dict:
+    ctx = session.ctx
+    loop = ctx.loop
+    reads = [PartitionRead(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+             for t in request.topics for p in t.partitions]
+    deadline = loop.time() + ctx.wait_ms(ms(request.max_wait))
+    while True:
+        events = [ctx.wakeups.events(r.topic, r.partition, session.id) for r in reads]
+        await ctx.read(_read_all, ctx.broker, reads, request.max_bytes)
+        size = sum(len(r.records) for r in reads)
+        remaining = deadline - loop.time()
+        if (size >= request.min_bytes or remaining <= 0 or any(r.error for r in reads)
+                or session.closing or ctx.stopping):
+            break
+        await _wait_any(events, remaining)
+    return {"throttle_time": 0, "error_code": 0, "session_id": 0,
+            "responses": _answer(request, reads)}
+
+
+async def _wait_any(events: list[tuple[asyncio.Event, asyncio.Event]], timeout: float) -> None:
+    """Until data lands in one of the queues, the connection closes, or ``timeout``."""
+    distinct = {id(e): e for pair in events for e in pair}.values()
+    waits = [asyncio.ensure_future(e.wait()) for e in distinct]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+def _answer(request: Any, reads: list[PartitionRead]) -> list[dict]:
+    by_topic: dict[str, list[dict]] = {}
+    for r in reads:
+        by_topic.setdefault(r.topic, []).append({
+            "partition_index": r.partition, "error_code": r.error, "high_watermark": r.high,
+            "last_stable_offset": r.high, "log_start_offset": r.low,
+            "aborted_transactions": None, "preferred_read_replica": -1,
+            "records": r.records})
+    return [{"topic": topic, "partitions": parts} for topic, parts in by_topic.items()]
+
+
+def _read_all(broker: Broker, reads: list[PartitionRead], max_bytes: int) -> None:
+    """Fill ``reads`` (in a reader thread): at least the first message of the first
+    partition with data, then as much as ``max_bytes`` and each partition's limit allow."""
+    used = 0
+    for r in reads:
+        r.records = b""
+        _read_one(broker, r, max_bytes - used)
+        used += len(r.records)
+
+
+def _read_one(broker: Broker, r: PartitionRead, budget: int) -> None:
+    if broker.topics.get(r.topic) is None or not 0 <= r.partition < broker.queue_count(r.topic):
+        r.error = ErrorCode.unknown_topic_or_partition
+        return
+    r.low, r.high = broker.queue_range(r.topic, r.partition)
+    if r.offset > r.high and broker.wait_indexed(INDEX_GRACE_S):
+        r.low, r.high = broker.queue_range(r.topic, r.partition)
+    if not r.low <= r.offset <= r.high:
+        r.error = ErrorCode.offset_out_of_range
+        return
+    r.error = ErrorCode.none
+    if r.offset == r.high or budget <= 0:
+        return
+    messages = broker.pull(r.topic, r.partition, r.offset, MAX_RECORDS,
+                           min(budget, r.max_bytes))
+    if messages:
+        base = messages[0].queue_offset
+        r.records = encode_batch(base, [(m.queue_offset - base, to_record(m))
+                                        for m in messages])

@@ -1,0 +1,50 @@
+"""ListOffsets (key 2): a queue's first offset (earliest, -2), its next offset (latest, -1),
+or the first offset stored at or after a time, through FMQ's time index."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fmq.engine.broker import Broker
+from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka.session import KafkaSession
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+@kafka_api(2, "ListOffsets", 1, 7)
+async def list_offsets(session: KafkaSession, request: Any, version: int) -> dict:
+    ctx = session.ctx
+    topics = []
+    for topic in request.topics:
+        parts = [await ctx.read(_offset, ctx.broker, topic.name, p.partition_index,
+                                p.timestamp) for p in topic.partitions]
+        topics.append({"name": topic.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _offset(broker: Broker, topic: str, partition: int, timestamp: int) -> dict:
+    answer = {"partition_index": partition, "error_code": ErrorCode.none, "timestamp": -1,
+              "offset": -1, "leader_epoch": 0}
+    if broker.topics.get(topic) is None or not 0 <= partition < broker.queue_count(topic):
+        answer["error_code"] = ErrorCode.unknown_topic_or_partition
+        return answer
+    broker.wait_indexed(1.0)  # an acknowledged send is counted (indexed a moment later)
+    low, high = broker.queue_range(topic, partition)
+    if timestamp == EARLIEST:
+        answer["offset"] = low
+    elif timestamp in (LATEST, MAX_TIMESTAMP):
+        # MAX_TIMESTAMP: FMQ's store times only grow, so the newest message has the largest.
+        answer["offset"] = high if timestamp == LATEST else max(low, high - 1)
+    elif timestamp < 0:
+        answer["error_code"] = ErrorCode.invalid_request
+    else:
+        offset = broker.offset_for_time(topic, partition, timestamp)
+        if offset < high:
+            found = broker.pull(topic, partition, offset, 1)
+            if found:
+                answer["offset"] = found[0].queue_offset
+                answer["timestamp"] = found[0].store_time
+    return answer

@@ -1,0 +1,139 @@
+"""The Kafka port: bound when the server starts, on the server's host and event loop, beside
+FMQ's own port and on the same broker. Off unless ``kafka_port`` is set (``--kafka-port``).
+
+The Kafka door has no authentication and no TLS yet, so it refuses to open on a server that
+has users or serves TLS: it would be a way around them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from fmq.errors import ConfigError
+from fmq.server.context import ServerContext
+from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
+    api_versions,
+    fetch,
+    group_membership,
+    group_offsets,
+    list_offsets,
+    metadata,
+    produce,
+    producer_ids,
+    topics,
+)
+from fmq.server.kafka.connection import KafkaConnection
+from fmq.server.kafka.group_coordinator import GroupCoordinator
+from fmq.server.kafka.session import KafkaSession
+
+logger = logging.getLogger("fmq.server.kafka")
+
+
+def bind_kafka_port(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port``; ConfigError naming --kafka-port when taken."""
+    sock: socket.socket | None = None
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        raise ConfigError(
+            f"cannot serve Kafka on {host}:{port} ({exc.strerror or exc}); stop the process "
+            f"using that port or choose another --kafka-port (config: server.kafka_port)"
+        ) from None
+    return sock
+
+
+async def open_kafka_door(ctx: ServerContext) -> KafkaListener | None:
+    """The Kafka listener of the server whose context is ``ctx``, accepting, and closing
+    itself when the server is asked to stop; None when ``kafka_port`` is 0."""
+    if not ctx.config.kafka_port:
+        return None
+    listener = KafkaListener(ctx)
+    await listener.start()
+    return listener
+
+
+class KafkaListener:
+    """Accepts Kafka connections for the server whose context is ``ctx``."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        config = ctx.config
+        self.host = config.host
+        self.port = config.kafka_port
+        self.advertised_host = config.kafka_advertised_host or config.host
+        self.advertised_port = config.kafka_advertised_port or config.kafka_port
+        self.connections: set[KafkaConnection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._closer: asyncio.Future | None = None
+        self._expiry: asyncio.Future | None = None
+        self.groups: GroupCoordinator | None = None
+        self._next_id = 0
+
+    async def start(self) -> None:
+        config = self.ctx.config
+        if config.tls_cert_file:
+            raise ConfigError("the Kafka port speaks plaintext only (no TLS yet), and this "
+                              "server serves TLS; drop --kafka-port or --tls-cert")
+        if self.ctx.authenticator is not None and self.ctx.authenticator.store.has_users:
+            raise ConfigError("the Kafka port has no authentication yet (no SASL), and this "
+                              "server has users: Kafka clients would get around them; drop "
+                              "--kafka-port (docs/kafka.md)")
+        sock = bind_kafka_port(self.host, self.port)
+        self._server = await asyncio.start_server(self._accept, sock=sock, backlog=1024)
+        self._closer = asyncio.ensure_future(self._close_on_stop())
+        self.groups = GroupCoordinator(asyncio.get_running_loop())
+        self._expiry = asyncio.ensure_future(self._expire_members())
+        logger.info("kafka front door listening on %s:%d (advertised as %s:%d)", self.host,
+                    self.port, self.advertised_host, self.advertised_port)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                      ) -> None:
+        peer = writer.get_extra_info("peername")
+        peer_name = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self.ctx.stopping or len(self.connections) >= self.ctx.config.max_connections:
+            logger.warning("refused kafka connection from %s: %s", peer_name,
+                           "the server is stopping" if self.ctx.stopping else
+                           f"{len(self.connections)} kafka connections are open "
+                           f"(max_connections)")
+            writer.close()
+            return
+        self._next_id -= 1
+        session = KafkaSession(self.ctx, self._next_id, peer_name, self.advertised_host,
+                               self.advertised_port, self.groups)
+        connection = KafkaConnection(session, reader, writer)
+        self.connections.add(connection)
+        logger.info("kafka connection %s opened", peer_name)
+        try:
+            await connection.serve()
+        finally:
+            self.connections.discard(connection)
+            logger.info("kafka connection %s closed", peer_name)
+
+    async def _expire_members(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            self.groups.expire()
+
+    async def _close_on_stop(self) -> None:
+        # The server's shutdown starts with the stop request; new Kafka connections and
+        # requests end there too, while the requests running finish like FMQ's own.
+        await self.ctx.stop_requested.wait()
+        self.close()
+
+    def close(self) -> None:
+        """Stop accepting and reading; every connection closes once the requests it sent
+        are answered."""
+        if self._server is not None:
+            self._server.close()
+        if self._expiry is not None:
+            self._expiry.cancel()
+        for connection in list(self.connections):
+            connection.stop()

@@ -1,0 +1,89 @@
+"""Kafka records to FMQ messages and back.
+
+* The key is the message key: UTF-8 text of 1-255 bytes without NUL (FMQ's key rule); a
+  null or empty key is no key. Any other key is refused (INVALID_RECORD), never altered.
+* The value is the body, byte for byte. A null value (a tombstone) is an empty body with
+  the property :data:`NULL_VALUE_PROPERTY` set, so it reads back as null.
+* Headers are properties, in order. A header value that is UTF-8 text is the property's
+  value as it is; any other value (binary, or text beginning with NUL) is stored as NUL
+  followed by its base64, and a null value as NUL alone, so every value reads back byte
+  for byte. A header name given twice is refused (properties are a map).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from fmq.message import HIDDEN_PROPERTIES, Message, StoredMessage, new_message
+from fmq.server.kafka.records import KafkaRecord
+
+#: The property marking a Kafka null value (an empty body stands for it).
+NULL_VALUE_PROPERTY = "kafka.null_value"
+#: A property value beginning with this is an escaped header value (see the module's text).
+ESCAPE = "\x00"
+
+
+class MappingError(ValueError):
+    """A Kafka record FMQ cannot store as it is (the producer gets INVALID_RECORD)."""
+
+
+def header_to_property(value: bytes | None) -> str:
+    if value is None:
+        return ESCAPE
+    if not value.startswith(b"\x00"):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return ESCAPE + base64.b64encode(value).decode("ascii")
+
+
+def property_to_header(value: str) -> bytes | None:
+    if not value.startswith(ESCAPE):
+        return value.encode("utf-8")
+    if value == ESCAPE:
+        return None
+    try:
+        return base64.b64decode(value[1:], validate=True)
+    except (binascii.Error, ValueError):
+        return value.encode("utf-8")  # not one of ours: the text as it is
+
+
+def to_message(topic: str, partition: int, record: KafkaRecord) -> Message:
+    """``record`` as the message stored in queue ``partition`` of ``topic``."""
+    key = None
+    if record.key:
+        try:
+            key = record.key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MappingError("the record key is not UTF-8 text; FMQ keys are text of "
+                               "1-255 bytes") from None
+    properties: dict[str, str] = {}
+    for name, value in record.headers:
+        if name in properties:
+            raise MappingError(f"header {name!r} is given twice; FMQ properties are a map, "
+                               f"so each header name may appear once")
+        properties[name] = header_to_property(value)
+    if record.value is None:
+        if NULL_VALUE_PROPERTY in properties:
+            raise MappingError(f"header {NULL_VALUE_PROPERTY!r} is FMQ's mark of a null "
+                               f"value; rename it")
+        properties[NULL_VALUE_PROPERTY] = "1"
+    return new_message(topic, record.value or b"", key, None, properties or None, partition)
+
+
+def to_record(message: StoredMessage) -> KafkaRecord:
+    """A stored message as the Kafka record a consumer gets."""
+    props = message.properties or {}
+    value: bytes | None = bytes(message.body)
+    headers = []
+    for name, text in props.items():
+        if name in HIDDEN_PROPERTIES:
+            continue
+        if name == NULL_VALUE_PROPERTY and not value:
+            value = None
+            continue
+        headers.append((name, property_to_header(text)))
+    key = message.key.encode("utf-8") if message.key else None
+    return KafkaRecord(key, value, headers, message.store_time)

@@ -1,0 +1,117 @@
+"""Produce (key 0): record batches into queues through FMQ's own send path.
+
+Each partition's records go to the batcher (:class:`fmq.server.batcher.SendBatcher`) as one
+request, stored all or none: placed with the sends of every connection in this event-loop
+turn and answered once the group commit made them durable (and, in ``sync``
+acknowledgement mode, once the followers hold them). acks=1 and acks=all both wait for
+that; acks=0 gets no answer, as in Kafka. The answer's base offset is the first queue
+offset the records got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fmq.errors import FMQError
+from fmq.message import Message, SendResult
+from fmq.protocol import Op
+from fmq.server.fencing import fencing_refusal, follower_refusal
+from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka.error_codes import error_code
+from fmq.server.kafka.mapping import MappingError, to_message
+from fmq.server.kafka.producer_ids import number
+from fmq.server.kafka.records import RecordError, decode_batches
+from fmq.server.kafka.session import KafkaSession
+
+logger = logging.getLogger("fmq.server.kafka")
+
+
+@kafka_api(0, "Produce", 3, 9)
+async def produce(session: KafkaSession, request: Any, version: int) -> dict | None:
+    if request.transactional_id is not None:
+        answers = [_refused(topic, ErrorCode.transactional_id_authorization_failed,
+                            "Kafka transactions are not served; use FMQ's transactions")
+                   for topic in request.topic_data]
+        return {"responses": answers, "throttle_time": 0}
+    topics = []
+    for topic in request.topic_data:
+        parts = [_store(session, topic.name, p.index, p.records) for p in topic.partition_data]
+        topics.append((topic.name, parts))
+    if request.acks == 0:
+        for _, parts in topics:
+            for part in parts:
+                asyncio.ensure_future(part).add_done_callback(_drop_result)
+        return None
+    answers = [{"name": name, "partition_responses": await asyncio.gather(*parts)}
+               for name, parts in topics]
+    return {"responses": answers, "throttle_time": 0}
+
+
+def _drop_result(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.result()  # _store answers errors itself; anything else is a bug worth a log
+
+
+def _refused(topic: Any, code: ErrorCode, message: str) -> dict:
+    return {"name": topic.name, "partition_responses": [
+        _partition_error(p.index, code, message) for p in topic.partition_data]}
+
+
+def _partition_error(index: int, code: ErrorCode, message: str) -> dict:
+    return {"index": index, "error_code": code, "base_offset": -1, "log_append_time": None,
+            "log_start_offset": -1, "record_errors": [], "error_message": message}
+
+
+async def _store(session: KafkaSession, topic: str, partition: int,
+                 records: bytes | None) -> dict:
+    """Store one partition's records; its part of the answer."""
+    ctx = session.ctx
+    broker = ctx.broker
+    if broker.topics.get(topic) is None and not broker.config.auto_create_topics:
+        return _partition_error(partition, ErrorCode.unknown_topic_or_partition,
+                                f"topic {topic!r} does not exist and auto_create_topics is "
+                                f"off; create it first")
+    if not 0 <= partition < broker.queue_count(topic):
+        return _partition_error(partition, ErrorCode.unknown_topic_or_partition,
+                                f"topic {topic!r} has {broker.queue_count(topic)} partitions "
+                                f"(queues); partition {partition} is not one of them")
+    refusal = follower_refusal(ctx.replication, Op.SEND_BATCH)
+    if refusal is not None:  # a follower's log changes only by what its primary ships
+        return _partition_error(partition, error_code(refusal), str(refusal))
+    try:
+        messages = _messages(topic, partition, records or b"", ctx.config.max_frame_size)
+    except RecordError as exc:
+        logger.info("kafka produce from %s to %s/%d refused: %s", session.peer, topic,
+                    partition, exc)
+        return _partition_error(partition, ErrorCode(exc.code), str(exc))
+    except MappingError as exc:
+        return _partition_error(partition, ErrorCode.invalid_record, str(exc))
+    if not messages:
+        return _partition_error(partition, ErrorCode.none, None)
+    try:
+        results: list[SendResult] = await ctx.batcher.submit(messages)
+    except FMQError as exc:
+        return _partition_error(partition, error_code(exc), str(exc))
+    refusal = fencing_refusal(ctx.replication, Op.SEND_BATCH)
+    if refusal is not None:  # stored, but this primary can no longer prove its lease
+        return _partition_error(partition, error_code(refusal), str(refusal))
+    answer = _partition_error(partition, ErrorCode.none, None)
+    answer["base_offset"] = results[0].queue_offset
+    return answer
+
+
+def _messages(topic: str, partition: int, records: bytes, max_size: int) -> list[Message]:
+    messages = []
+    for batch in decode_batches(records, max_size):
+        if batch.control:
+            continue  # transaction markers: no data
+        batch_messages = [to_message(topic, partition, r) for r in batch.records]
+        if batch.producer_id >= 0 and batch.base_sequence >= 0:
+            number(batch_messages, batch.producer_id, batch.producer_epoch, partition,
+                   batch.base_sequence)
+        messages += batch_messages
+    return messages

@@ -1,0 +1,89 @@
+"""CreateTopics (key 19) and DeleteTopics (key 20) on FMQ's topic administration
+(:class:`fmq.engine.topics.Topics`, as ``fmq topic`` does).
+
+A topic's partitions are its queues (-1: the broker's ``queues_per_topic``). The replication
+factor and replica assignments are not FMQ's to set per topic (replication is the broker
+group's), so they are accepted and ignored; topic configs are refused rather than ignored.
+A delete is refused while a consumer group has not read all of the topic (FMQ's rule):
+POLICY_VIOLATION, with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fmq.engine.broker import Broker
+from fmq.errors import FMQError, TopicExists
+from fmq.protocol import Op
+from fmq.server.fencing import follower_refusal
+from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka.error_codes import error_code
+from fmq.server.kafka.session import KafkaSession
+from fmq.topic_config import check_topic_settings
+
+
+@kafka_api(19, "CreateTopics", 2, 7)
+async def create_topics(session: KafkaSession, request: Any, version: int) -> dict:
+    ctx = session.ctx
+    results = []
+    for topic in request.topics:
+        result = {"name": topic.name, "topic_id": None, "error_code": ErrorCode.none,
+                  "error_message": None, "num_partitions": -1, "replication_factor": -1,
+                  "configs": [], "topic_config_error_code": 0}
+        queues = None if topic.num_partitions == -1 else topic.num_partitions
+        if topic.configs:
+            result["error_code"] = ErrorCode.invalid_config
+            result["error_message"] = ("topic configs are not taken through Kafka's API; "
+                                       "set retention and sizes with `fmq topic`")
+        elif topic.assignments and queues is None:
+            queues = len(topic.assignments)
+        if not result["error_code"]:
+            try:
+                refusal = follower_refusal(ctx.replication, Op.TOPIC_CREATE)
+                if refusal is not None:
+                    raise refusal
+                if request.validate_only:
+                    await ctx.read(_validate, ctx.broker, topic.name, queues)
+                    cfg_queues = queues or ctx.broker.config.queues_per_topic
+                else:
+                    cfg = await ctx.write(ctx.broker.topics.create, topic.name, queues)
+                    cfg_queues = cfg.queues
+                result["num_partitions"] = cfg_queues
+                result["replication_factor"] = 1
+            except FMQError as exc:
+                code = error_code(exc)
+                if code == ErrorCode.invalid_record:
+                    code = ErrorCode.invalid_topic_exception
+                result["error_code"], result["error_message"] = code, str(exc)
+        results.append(result)
+    return {"throttle_time": 0, "topics": results}
+
+
+def _validate(broker: Broker, name: str, queues: int | None) -> None:
+    check_topic_settings(name, queues, None, None, None)
+    if broker.topics.get(name) is not None:
+        raise TopicExists(name)
+
+
+@kafka_api(20, "DeleteTopics", 1, 6)
+async def delete_topics(session: KafkaSession, request: Any, version: int) -> dict:
+    ctx = session.ctx
+    names = ([t.name for t in request.topics] if version >= 6 else list(request.topic_names))
+    results = []
+    for name in names:
+        result = {"name": name, "topic_id": None, "error_code": ErrorCode.none,
+                  "error_message": None}
+        if name is None:
+            result["error_code"] = ErrorCode.unknown_topic_id
+        else:
+            try:
+                refusal = follower_refusal(ctx.replication, Op.TOPIC_DELETE)
+                if refusal is not None:
+                    raise refusal
+                await ctx.write(ctx.broker.topics.delete, name, False)
+            except FMQError as exc:
+                result["error_code"], result["error_message"] = error_code(exc), str(exc)
+        results.append(result)
+    return {"throttle_time": 0, "responses": results}
