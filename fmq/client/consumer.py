@@ -103,8 +103,10 @@ class Consumer(ConsumerMembership, ConsumerLoop, Client):
         self._assigned: list[Queue] = []  # applied by poll()
         #: The generation of the assignment applied: what GROUP_SYNC tells the server.
         self._applied = 0
-        #: (generation, queues) from the heartbeat thread, applied by poll().
-        self._incoming: tuple[int, list[Queue]] | None = None
+        #: (generation, queues, connection) from the heartbeat thread, applied by poll().
+        self._incoming: tuple[int, list[Queue], int] | None = None
+        #: The connection (``connection_seq``) the applied assignment was answered on.
+        self._assigned_on = 0
         #: Set to send the next heartbeat now: a queue was dropped, so the server may give
         #: it to its next owner (docs/cluster.md, "One reader per queue").
         self._beat_now = threading.Event()
@@ -160,9 +162,20 @@ class Consumer(ConsumerMembership, ConsumerLoop, Client):
     def _apply_assignment(self) -> None:
         with self._lock:
             taken, self._incoming = self._incoming, None
+        # A membership lives on the connection that holds it: the server drops the member
+        # when that connection closes (and a new primary never had it), so an assignment
+        # answered on a connection since replaced is void, and nothing of it is read until
+        # an answer on the new connection says what this consumer holds there.
+        connection = self.connection_seq
+        if taken is not None and taken[2] != connection:
+            taken = None
         if taken is None:
-            return
-        generation, incoming = taken
+            if not self._assigned or self._assigned_on == connection:
+                return
+            taken = (self._applied, [], connection)
+            with self._lock:
+                self.generation = -1  # the next answer is applied whatever it says
+        generation, incoming, connection = taken
         old = set(self._assigned)
         try:
             starts = {q: self._start_position(q) for q in incoming if q not in old}
@@ -180,6 +193,7 @@ class Consumer(ConsumerMembership, ConsumerLoop, Client):
         self._starts.update(starts)
         self._seen.update(starts)
         self._assigned = incoming
+        self._assigned_on = connection
         self._applied = generation
         if dropped:  # nothing more of them is delivered: tell the server at once
             self._beat_now.set()

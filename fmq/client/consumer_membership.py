@@ -14,7 +14,8 @@ logger = logging.getLogger("fmq.client")
 
 class ConsumerMembership:
     """Mixed into :class:`~fmq.client.Consumer` (it uses ``call``, ``group``, ``member_id``,
-    ``topics`` and the assignment state the consumer keeps: ``_lock``, ``_incoming``,
+    ``topics``, ``connection_seq`` and the assignment state the consumer keeps: ``_lock``,
+    ``_incoming``,
     ``_assigned``, ``_applied``, ``generation``, ``_stop``, ``_beat_now``, ``_sync``)."""
 
     def _join(self) -> None:
@@ -29,7 +30,7 @@ class ConsumerMembership:
         with self._lock:
             if generation != self.generation or queues != self._assigned:
                 self.generation = generation
-                self._incoming = (generation, queues)
+                self._incoming = (generation, queues, self.connection_seq)
 
     def _heartbeat_loop(self) -> None:
         while True:
