@@ -19,15 +19,17 @@ class GroupMember:
     joined: int = 0
     #: The generation of the last answer it was given.
     told: int = 0
-    #: Queues this member holds (it may read them), its own topics' and those it was told
-    #: to drop but has not released yet.
-    held: set[QueueKey] = field(default_factory=set)
+    #: Queue ids this member holds (it may read them), per topic: its own topics' and those
+    #: it was told to drop but has not released yet.
+    held: dict[str, set[int]] = field(default_factory=dict)
     #: Held queues it was told to drop, with the generation and the time that told it.
     releasing: dict[QueueKey, tuple[int, float]] = field(default_factory=dict)
 
     def assignment(self) -> list[tuple[str, int]]:
-        """The queues it reads: those it holds and was not told to drop."""
-        return sorted(k for k in self.held if k not in self.releasing)
+        """The queues it reads: those it holds and was not told to drop, in order."""
+        dropping = self.releasing
+        return [(t, q) for t in sorted(self.held) for q in sorted(self.held[t])
+                if not dropping or (t, q) not in dropping]
 
 
 @dataclass

@@ -43,14 +43,16 @@ def settle(g: ConsumerGroup, topic: str, targets: list[str], now: float) -> None
 def drop_holder(g: ConsumerGroup, m: GroupMember) -> set[str]:
     """Free every queue ``m`` (leaving the group) holds; the topics whose queues it held
     (their targets get them at the rebalance that follows)."""
-    topics = set()
-    for topic, q in m.held:
+    for topic, queues in m.held.items():
         holders = g.holders.get(topic)
-        if holders is not None and holders.get(q) == m.member_id:
-            del holders[q]
-            if not holders:
-                del g.holders[topic]
-        topics.add(topic)
+        if holders is None:
+            continue
+        for q in queues:
+            if holders.get(q) == m.member_id:
+                del holders[q]
+        if not holders:
+            del g.holders[topic]
+    topics = set(m.held)
     m.held.clear()
     m.releasing.clear()
     return topics
@@ -62,8 +64,12 @@ def release(g: ConsumerGroup, m: GroupMember, keys: Iterable[QueueKey]) -> None:
     granted = False
     for key in list(keys):
         m.releasing.pop(key, None)
-        m.held.discard(key)
         topic, q = key
+        mine = m.held.get(topic)
+        if mine is not None:
+            mine.discard(q)
+            if not mine:
+                del m.held[topic]
         holders = g.holders.get(topic)
         if holders is not None and holders.get(q) == m.member_id:
             del holders[q]
@@ -97,4 +103,4 @@ def released_by(m: GroupMember, applied: int | None, now: float, patience: float
 
 def _grant(g: ConsumerGroup, mid: str, key: QueueKey) -> None:
     g.holders.setdefault(key[0], {})[key[1]] = mid
-    g.members[mid].held.add(key)
+    g.members[mid].held.setdefault(key[0], set()).add(key[1])
