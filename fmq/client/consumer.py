@@ -23,8 +23,8 @@ from fmq.protocol.values import stored_from_wire
 from .base import Client
 from .consumer_io import commit_offsets, pull_wait_ms, reads_client
 from .consumer_loop import ConsumerLoop
+from .consumer_membership import ConsumerMembership
 from .discovery import PRIMARY
-from .repeated_failure import RepeatedFailure
 from .routed_consumer import RoutedParts, routed_parts
 from .routing import DEFAULT_ROUTE_REFRESH_S
 
@@ -34,7 +34,7 @@ STARTS = ("committed", "earliest", "latest")
 Queue = tuple[str, int]
 
 
-class Consumer(ConsumerLoop, Client):
+class Consumer(ConsumerMembership, ConsumerLoop, Client):
     """Reads ``topics`` as a member of consumer ``group``: the server gives each queue of a
     topic to one live member, and moves queues when members join, leave or stop
     heart-beating. Delivery is at-least-once: call :meth:`commit` after processing what
@@ -101,7 +101,17 @@ class Consumer(ConsumerLoop, Client):
         #: poll/commit/close may be called from several threads; they take turns.
         self._use = threading.RLock()
         self._assigned: list[Queue] = []  # applied by poll()
-        self._incoming: list[Queue] | None = None  # from the heartbeat thread
+        #: The generation of the assignment applied: what GROUP_SYNC tells the server.
+        self._applied = 0
+        #: (generation, queues, connection) from the heartbeat thread, applied by poll().
+        self._incoming: tuple[int, list[Queue], int] | None = None
+        #: The connection (``connection_seq``) the applied assignment was answered on.
+        self._assigned_on = 0
+        #: Set to send the next heartbeat now: a queue was dropped, so the server may give
+        #: it to its next owner (docs/cluster.md, "One reader per queue").
+        self._beat_now = threading.Event()
+        #: False once the server answered that it does not know GROUP_SYNC (an older one).
+        self._sync = True
         self._positions: dict[Queue, int] = {}  # next offset to deliver
         self._committed: dict[Queue, int] = {}
         self._seen: set[Queue] = set()
@@ -130,34 +140,6 @@ class Consumer(ConsumerLoop, Client):
 
     # ------------------------------------------------------------------ membership
 
-    def _join(self) -> None:
-        resp = self.call(Op.GROUP_JOIN, {"group": self.group, "member_id": self.member_id,
-                                         "topics": self.topics})
-        self.member_id = resp["member_id"]
-        self._heartbeat_interval = resp["heartbeat_interval_ms"] / 1000
-        self._take(resp["generation"], resp["assignment"])
-
-    def _take(self, generation: int, assignment: list[dict]) -> None:
-        queues = sorted((a["topic"], a["queue_id"]) for a in assignment)
-        with self._lock:
-            if generation != self.generation or queues != self._assigned:
-                self.generation = generation
-                self._incoming = queues
-
-    def _heartbeat_loop(self) -> None:
-        failures = RepeatedFailure(logger, f"heartbeat of {self.member_id} in group "
-                                           f"{self.group}")
-        while not self._stop.wait(self._heartbeat_interval):
-            try:
-                resp = self.call(Op.GROUP_HEARTBEAT, {
-                    "group": self.group, "member_id": self.member_id, "topics": self.topics},
-                    retries=1)
-                self._take(resp["generation"], resp["assignment"])
-                failures.worked()
-            except FMQError as exc:
-                if not self._stop.is_set():
-                    failures.failed(exc)
-
     @property
     def assignment(self) -> list[Queue]:
         """Queues of ``topics`` this consumer reads now (the queues of the group's retry
@@ -179,18 +161,31 @@ class Consumer(ConsumerLoop, Client):
 
     def _apply_assignment(self) -> None:
         with self._lock:
-            incoming, self._incoming = self._incoming, None
-        if incoming is None:
-            return
+            taken, self._incoming = self._incoming, None
+        # A membership lives on the connection that holds it: the server drops the member
+        # when that connection closes (and a new primary never had it), so an assignment
+        # answered on a connection since replaced is void, and nothing of it is read until
+        # an answer on the new connection says what this consumer holds there.
+        connection = self.connection_seq
+        if taken is not None and taken[2] != connection:
+            taken = None
+        if taken is None:
+            if not self._assigned or self._assigned_on == connection:
+                return
+            taken = (self._applied, [], connection)
+            with self._lock:
+                self.generation = -1  # the next answer is applied whatever it says
+        generation, incoming, connection = taken
         old = set(self._assigned)
         try:
             starts = {q: self._start_position(q) for q in incoming if q not in old}
         except FMQError:
             with self._lock:  # try again at the next poll unless a newer assignment came
                 if self._incoming is None:
-                    self._incoming = incoming
+                    self._incoming = taken
             raise
-        for q in old - set(incoming):
+        dropped = old - set(incoming)
+        for q in dropped:
             self._positions.pop(q, None)
             self._committed.pop(q, None)
             self._inflight.pop(q, None)  # a late answer is dropped
@@ -198,6 +193,10 @@ class Consumer(ConsumerLoop, Client):
         self._starts.update(starts)
         self._seen.update(starts)
         self._assigned = incoming
+        self._assigned_on = connection
+        self._applied = generation
+        if dropped:  # nothing more of them is delivered: tell the server at once
+            self._beat_now.set()
         logger.info("consumer %s of group %s now reads %s", self.member_id, self.group,
                     ", ".join(f"{t}/{q}" for t, q in incoming) or "nothing")
 
@@ -322,6 +321,7 @@ class Consumer(ConsumerLoop, Client):
             super().close()
             return
         self._stop.set()
+        self._beat_now.set()
         self._hb.join(5)
         try:
             self.call(Op.GROUP_LEAVE, {"group": self.group, "member_id": self.member_id},

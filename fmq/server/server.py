@@ -382,4 +382,5 @@ def request_limits(broker: Broker, config: ServerConfig) -> RequestLimits:
                               "split the work into smaller transactions"),
         Op.GROUP_JOIN: topics,
         Op.GROUP_HEARTBEAT: topics,
+        Op.GROUP_SYNC: topics,
     })

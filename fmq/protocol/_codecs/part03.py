@@ -21,7 +21,7 @@ _PACK_I = _struct.Struct('>I').pack
 _PACK_Q = _struct.Struct('>Q').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
-_UNPACK_FROM_IQ = _struct.Struct('>IQ').unpack_from
+_UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
 
 
 def decode_fetch_offset_request(buf, pos):
@@ -195,6 +195,74 @@ def encode_group_heartbeat_request(out, value):
             STR.encode(out, item)
 
 
+def decode_group_sync_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<str>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<str> claims {n} items but only {end - pos} bytes are left')
+    v2 = []
+    for _ in range(n):
+        item, pos = STR.decode(buf, pos)
+        v2.append(item)
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
+    v3, = _UNPACK_FROM_Q(buf, pos)
+    pos += 8
+    return {'group': v0, 'member_id': v1, 'topics': v2, 'generation': v3}, pos
+
+
+def encode_group_sync_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'group_sync request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['group']
+        v1 = value['member_id']
+        v2 = value['topics']
+        v3 = value['generation']
+    except KeyError as exc:
+        raise ProtocolError(f'group_sync request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+    if type(v2) is Encoded:
+        out += _PACK_I(v2.count)
+        out += v2.data
+    elif not isinstance(v2, (list, tuple)):
+        raise ProtocolError(f'list<str> field needs a list, got {type(v2).__name__}')
+    else:
+        out += _PACK_I(len(v2))
+        for item in v2:
+            STR.encode(out, item)
+    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
+        U64.encode(out, v3)
+    else:
+        out += _PACK_Q(v3)
+
+
 def decode_group_leave_request(buf, pos):
     end = len(buf)
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
@@ -234,92 +302,3 @@ def encode_group_leave_request(out, value):
         out += raw
     else:
         STR.encode(out, v1)
-
-
-def decode_query_key_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v1 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v2, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    return {'topic': v0, 'key': v1, 'limit': v2}, pos
-
-
-def encode_query_key_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'query_key request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-        v1 = value['key']
-        v2 = value['limit']
-    except KeyError as exc:
-        raise ProtocolError(f'query_key request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v1)
-    if type(v2) is not int or not 0 <= v2 <= 4294967295:
-        U32.encode(out, v2)
-    else:
-        out += _PACK_I(v2)
-
-
-def decode_offset_for_time_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 12 > end: need_bytes(buf, pos, 12, 'offset_for_time request integers')
-    v1, v2, = _UNPACK_FROM_IQ(buf, pos)
-    pos += 12
-    return {'topic': v0, 'queue_id': v1, 'timestamp_ms': v2}, pos
-
-
-def encode_offset_for_time_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'offset_for_time request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-        v1 = value['queue_id']
-        v2 = value['timestamp_ms']
-    except KeyError as exc:
-        raise ProtocolError(f'offset_for_time request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)

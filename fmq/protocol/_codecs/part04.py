@@ -8,23 +8,109 @@ from fmq.errors import (
 )
 from fmq.protocol.types import (
     BOOL,
-    I32,
-    I64,
     NULL16,
     OPT_STR,
     STR,
     U32,
+    U64,
     need_bytes,
 )
 
 _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
-_PACK_i = _struct.Struct('>i').pack
-_PACK_q = _struct.Struct('>q').pack
+_PACK_Q = _struct.Struct('>Q').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
-_UNPACK_FROM_i = _struct.Struct('>i').unpack_from
-_UNPACK_FROM_q = _struct.Struct('>q').unpack_from
+_UNPACK_FROM_IQ = _struct.Struct('>IQ').unpack_from
+
+
+def decode_query_key_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
+    v2, = _UNPACK_FROM_I(buf, pos)
+    pos += 4
+    return {'topic': v0, 'key': v1, 'limit': v2}, pos
+
+
+def encode_query_key_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'query_key request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['topic']
+        v1 = value['key']
+        v2 = value['limit']
+    except KeyError as exc:
+        raise ProtocolError(f'query_key request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+    if type(v2) is not int or not 0 <= v2 <= 4294967295:
+        U32.encode(out, v2)
+    else:
+        out += _PACK_I(v2)
+
+
+def decode_offset_for_time_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 12 > end: need_bytes(buf, pos, 12, 'offset_for_time request integers')
+    v1, v2, = _UNPACK_FROM_IQ(buf, pos)
+    pos += 12
+    return {'topic': v0, 'queue_id': v1, 'timestamp_ms': v2}, pos
+
+
+def encode_offset_for_time_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'offset_for_time request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['topic']
+        v1 = value['queue_id']
+        v2 = value['timestamp_ms']
+    except KeyError as exc:
+        raise ProtocolError(f'offset_for_time request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is not int or not 0 <= v1 <= 4294967295:
+        U32.encode(out, v1)
+    else:
+        out += _PACK_I(v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
 
 
 def decode_queue_range_request(buf, pos):
@@ -190,108 +276,4 @@ def encode_reset_mode(out, value):
         v0 = value['execute']
     except KeyError as exc:
         raise ProtocolError(f'reset_mode is missing field {exc.args[0]!r}') from None
-    BOOL.encode(out, v0)
-
-
-def decode_reset_offsets_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if n == NULL16: v1 = None
-    else:
-        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        try: v1 = str(buf[pos:pos + n], 'utf-8')
-        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
-        pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'i32')
-    v2, = _UNPACK_FROM_i(buf, pos)
-    pos += 4
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v3 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 8 > end: need_bytes(buf, pos, 8, 'i64')
-    v4, = _UNPACK_FROM_q(buf, pos)
-    pos += 8
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v5 = buf[pos]
-    pos += 1
-    if v5 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v5}')
-    v5 = v5 == 1
-    if pos == end: v6 = None
-    else: v6, pos = decode_reset_mode(buf, pos)
-    return {'group': v0, 'topic': v1, 'queue_id': v2, 'to': v3, 'value': v4, 'force': v5, 'mode': v6}, pos
-
-
-def encode_reset_offsets_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'reset_offsets request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['group']
-        v1 = value['topic']
-        v2 = value['queue_id']
-        v3 = value['to']
-        v4 = value['value']
-        v5 = value['force']
-        v6 = value.get('mode')
-    except KeyError as exc:
-        raise ProtocolError(f'reset_offsets request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        OPT_STR.encode(out, v1)
-    if type(v2) is not int or not -2147483648 <= v2 <= 2147483647:
-        I32.encode(out, v2)
-    else:
-        out += _PACK_i(v2)
-    if type(v3) is str and len(v3) <= 16383:
-        raw = v3.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v3)
-    if type(v4) is not int or not -9223372036854775808 <= v4 <= 9223372036854775807:
-        I64.encode(out, v4)
-    else:
-        out += _PACK_q(v4)
-    BOOL.encode(out, v5)
-    if v6 is not None: encode_reset_mode(out, v6)
-
-
-def decode_repl_ask(buf, pos):
-    end = len(buf)
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v0 = buf[pos]
-    pos += 1
-    if v0 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v0}')
-    v0 = v0 == 1
-    return {'visible_end': v0}, pos
-
-
-def encode_repl_ask(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'repl_ask needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['visible_end']
-    except KeyError as exc:
-        raise ProtocolError(f'repl_ask is missing field {exc.args[0]!r}') from None
     BOOL.encode(out, v0)

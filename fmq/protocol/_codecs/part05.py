@@ -11,31 +11,137 @@ from fmq.protocol._codecs.part01 import (
     encode_message,
 )
 from fmq.protocol._codecs.part04 import (
-    decode_repl_ask,
-    encode_repl_ask,
+    decode_reset_mode,
+    encode_reset_mode,
 )
 from fmq.protocol.types import (
+    BOOL,
+    I32,
     I64,
+    NULL16,
+    OPT_STR,
     STR,
-    TEXT,
-    U8,
     U32,
     U64,
     need_bytes,
 )
 
-_PACK_B = _struct.Struct('>B').pack
 _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
 _PACK_Q = _struct.Struct('>Q').pack
+_PACK_i = _struct.Struct('>i').pack
 _PACK_q = _struct.Struct('>q').pack
-_UNPACK_FROM_B = _struct.Struct('>B').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
-_UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_IQq = _struct.Struct('>IQq').unpack_from
 _UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
 _UNPACK_FROM_QQII = _struct.Struct('>QQII').unpack_from
+_UNPACK_FROM_i = _struct.Struct('>i').unpack_from
+_UNPACK_FROM_q = _struct.Struct('>q').unpack_from
 _UNPACK_FROM_qq = _struct.Struct('>qq').unpack_from
+
+
+def decode_reset_offsets_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if n == NULL16: v1 = None
+    else:
+        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
+        try: v1 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
+        pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'i32')
+    v2, = _UNPACK_FROM_i(buf, pos)
+    pos += 4
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v3 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'i64')
+    v4, = _UNPACK_FROM_q(buf, pos)
+    pos += 8
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v5 = buf[pos]
+    pos += 1
+    if v5 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v5}')
+    v5 = v5 == 1
+    if pos == end: v6 = None
+    else: v6, pos = decode_reset_mode(buf, pos)
+    return {'group': v0, 'topic': v1, 'queue_id': v2, 'to': v3, 'value': v4, 'force': v5, 'mode': v6}, pos
+
+
+def encode_reset_offsets_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'reset_offsets request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['group']
+        v1 = value['topic']
+        v2 = value['queue_id']
+        v3 = value['to']
+        v4 = value['value']
+        v5 = value['force']
+        v6 = value.get('mode')
+    except KeyError as exc:
+        raise ProtocolError(f'reset_offsets request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        OPT_STR.encode(out, v1)
+    if type(v2) is not int or not -2147483648 <= v2 <= 2147483647:
+        I32.encode(out, v2)
+    else:
+        out += _PACK_i(v2)
+    if type(v3) is str and len(v3) <= 16383:
+        raw = v3.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v3)
+    if type(v4) is not int or not -9223372036854775808 <= v4 <= 9223372036854775807:
+        I64.encode(out, v4)
+    else:
+        out += _PACK_q(v4)
+    BOOL.encode(out, v5)
+    if v6 is not None: encode_reset_mode(out, v6)
+
+
+def decode_repl_ask(buf, pos):
+    end = len(buf)
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v0 = buf[pos]
+    pos += 1
+    if v0 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v0}')
+    v0 = v0 == 1
+    return {'visible_end': v0}, pos
+
+
+def encode_repl_ask(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'repl_ask needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['visible_end']
+    except KeyError as exc:
+        raise ProtocolError(f'repl_ask is missing field {exc.args[0]!r}') from None
+    BOOL.encode(out, v0)
 
 
 def decode_repl_fetch_request(buf, pos):
@@ -235,114 +341,3 @@ def encode_nack_request(out, value):
         I64.encode(out, v4)
     else:
         out += _PACK_q(v4)
-
-
-def decode_dlq_redrive_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v1, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    return {'group': v0, 'max_messages': v1}, pos
-
-
-def encode_dlq_redrive_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'dlq_redrive request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['group']
-        v1 = value['max_messages']
-    except KeyError as exc:
-        raise ProtocolError(f'dlq_redrive request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)
-
-
-def decode_hello_request(buf, pos):
-    end = len(buf)
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'u8')
-    v0, = _UNPACK_FROM_B(buf, pos)
-    pos += 1
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v1 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'protocol_version': v0, 'client': v1}, pos
-
-
-def encode_hello_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'hello request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['protocol_version']
-        v1 = value['client']
-    except KeyError as exc:
-        raise ProtocolError(f'hello request is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 255:
-        U8.encode(out, v0)
-    else:
-        out += _PACK_B(v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v1)
-
-
-def decode_auth_start_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    try: v1 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'mechanism': v0, 'message': v1}, pos
-
-
-def encode_auth_start_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'auth_start request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['mechanism']
-        v1 = value['message']
-    except KeyError as exc:
-        raise ProtocolError(f'auth_start request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 1073741823:
-        raw = v1.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v1)

@@ -9,18 +9,130 @@ from fmq.errors import (
 from fmq.protocol.types import (
     BOOL,
     BYTES,
-    NULL16,
-    OPT_STR,
     STR,
     TEXT,
+    U8,
     U32,
     need_bytes,
 )
 
+_PACK_B = _struct.Struct('>B').pack
 _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
+_UNPACK_FROM_B = _struct.Struct('>B').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
+
+
+def decode_dlq_redrive_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
+    v1, = _UNPACK_FROM_I(buf, pos)
+    pos += 4
+    return {'group': v0, 'max_messages': v1}, pos
+
+
+def encode_dlq_redrive_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'dlq_redrive request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['group']
+        v1 = value['max_messages']
+    except KeyError as exc:
+        raise ProtocolError(f'dlq_redrive request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is not int or not 0 <= v1 <= 4294967295:
+        U32.encode(out, v1)
+    else:
+        out += _PACK_I(v1)
+
+
+def decode_hello_request(buf, pos):
+    end = len(buf)
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'u8')
+    v0, = _UNPACK_FROM_B(buf, pos)
+    pos += 1
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'protocol_version': v0, 'client': v1}, pos
+
+
+def encode_hello_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'hello request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['protocol_version']
+        v1 = value['client']
+    except KeyError as exc:
+        raise ProtocolError(f'hello request is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not 0 <= v0 <= 255:
+        U8.encode(out, v0)
+    else:
+        out += _PACK_B(v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+
+
+def decode_auth_start_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'mechanism': v0, 'message': v1}, pos
+
+
+def encode_auth_start_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'auth_start request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['mechanism']
+        v1 = value['message']
+    except KeyError as exc:
+        raise ProtocolError(f'auth_start request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 1073741823:
+        raw = v1.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v1)
 
 
 def decode_auth_finish_request(buf, pos):
@@ -162,182 +274,3 @@ def decode_user_list_request(buf, pos):
 def encode_user_list_request(out, value):
     if not isinstance(value, dict):
         raise ProtocolError(f'user_list request needs a dict, got {type(value).__name__}')
-
-
-def decode_acl_add_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v1 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if n == NULL16: v2 = None
-    else:
-        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        try: v2 = str(buf[pos:pos + n], 'utf-8')
-        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
-        pos += n
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v3 = buf[pos]
-    pos += 1
-    if v3 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v3}')
-    v3 = v3 == 1
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v4 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v5 = buf[pos]
-    pos += 1
-    if v5 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v5}')
-    v5 = v5 == 1
-    return {'principal': v0, 'resource_type': v1, 'pattern': v2, 'prefix': v3, 'operation': v4, 'allow': v5}, pos
-
-
-def encode_acl_add_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'acl_add request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['principal']
-        v1 = value['resource_type']
-        v2 = value['pattern']
-        v3 = value['prefix']
-        v4 = value['operation']
-        v5 = value['allow']
-    except KeyError as exc:
-        raise ProtocolError(f'acl_add request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v1)
-    if type(v2) is str and len(v2) <= 16383:
-        raw = v2.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        OPT_STR.encode(out, v2)
-    BOOL.encode(out, v3)
-    if type(v4) is str and len(v4) <= 16383:
-        raw = v4.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v4)
-    BOOL.encode(out, v5)
-
-
-def decode_acl_remove_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v1 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if n == NULL16: v2 = None
-    else:
-        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        try: v2 = str(buf[pos:pos + n], 'utf-8')
-        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
-        pos += n
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v3 = buf[pos]
-    pos += 1
-    if v3 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v3}')
-    v3 = v3 == 1
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v4 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v5 = buf[pos]
-    pos += 1
-    if v5 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v5}')
-    v5 = v5 == 1
-    return {'principal': v0, 'resource_type': v1, 'pattern': v2, 'prefix': v3, 'operation': v4, 'allow': v5}, pos
-
-
-def encode_acl_remove_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'acl_remove request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['principal']
-        v1 = value['resource_type']
-        v2 = value['pattern']
-        v3 = value['prefix']
-        v4 = value['operation']
-        v5 = value['allow']
-    except KeyError as exc:
-        raise ProtocolError(f'acl_remove request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v1)
-    if type(v2) is str and len(v2) <= 16383:
-        raw = v2.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        OPT_STR.encode(out, v2)
-    BOOL.encode(out, v3)
-    if type(v4) is str and len(v4) <= 16383:
-        raw = v4.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v4)
-    BOOL.encode(out, v5)
-
-
-def decode_acl_list_request(buf, pos):
-    return {}, pos
-
-
-def encode_acl_list_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'acl_list request needs a dict, got {type(value).__name__}')

@@ -10,26 +10,196 @@ from fmq.protocol.types import (
     BOOL,
     I32,
     I64,
+    NULL16,
+    OPT_STR,
     STR,
-    TEXT,
-    U8,
-    U16,
-    U32,
-    U64,
     need_bytes,
 )
 
-_PACK_B = _struct.Struct('>B').pack
 _PACK_H = _struct.Struct('>H').pack
-_PACK_I = _struct.Struct('>I').pack
-_PACK_Q = _struct.Struct('>Q').pack
 _PACK_i = _struct.Struct('>i').pack
 _PACK_q = _struct.Struct('>q').pack
-_UNPACK_FROM_BHII = _struct.Struct('>BHII').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
-_UNPACK_FROM_I = _struct.Struct('>I').unpack_from
-_UNPACK_FROM_QIQ = _struct.Struct('>QIQ').unpack_from
 _UNPACK_FROM_iqqq = _struct.Struct('>iqqq').unpack_from
+
+
+def decode_acl_add_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if n == NULL16: v2 = None
+    else:
+        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
+        try: v2 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
+        pos += n
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v3 = buf[pos]
+    pos += 1
+    if v3 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v3}')
+    v3 = v3 == 1
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v4 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v5 = buf[pos]
+    pos += 1
+    if v5 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v5}')
+    v5 = v5 == 1
+    return {'principal': v0, 'resource_type': v1, 'pattern': v2, 'prefix': v3, 'operation': v4, 'allow': v5}, pos
+
+
+def encode_acl_add_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'acl_add request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['principal']
+        v1 = value['resource_type']
+        v2 = value['pattern']
+        v3 = value['prefix']
+        v4 = value['operation']
+        v5 = value['allow']
+    except KeyError as exc:
+        raise ProtocolError(f'acl_add request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+    if type(v2) is str and len(v2) <= 16383:
+        raw = v2.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        OPT_STR.encode(out, v2)
+    BOOL.encode(out, v3)
+    if type(v4) is str and len(v4) <= 16383:
+        raw = v4.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v4)
+    BOOL.encode(out, v5)
+
+
+def decode_acl_remove_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if n == NULL16: v2 = None
+    else:
+        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
+        try: v2 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
+        pos += n
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v3 = buf[pos]
+    pos += 1
+    if v3 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v3}')
+    v3 = v3 == 1
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v4 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v5 = buf[pos]
+    pos += 1
+    if v5 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v5}')
+    v5 = v5 == 1
+    return {'principal': v0, 'resource_type': v1, 'pattern': v2, 'prefix': v3, 'operation': v4, 'allow': v5}, pos
+
+
+def encode_acl_remove_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'acl_remove request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['principal']
+        v1 = value['resource_type']
+        v2 = value['pattern']
+        v3 = value['prefix']
+        v4 = value['operation']
+        v5 = value['allow']
+    except KeyError as exc:
+        raise ProtocolError(f'acl_remove request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+    if type(v2) is str and len(v2) <= 16383:
+        raw = v2.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        OPT_STR.encode(out, v2)
+    BOOL.encode(out, v3)
+    if type(v4) is str and len(v4) <= 16383:
+        raw = v4.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v4)
+    BOOL.encode(out, v5)
+
+
+def decode_acl_list_request(buf, pos):
+    return {}, pos
+
+
+def encode_acl_list_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'acl_list request needs a dict, got {type(value).__name__}')
 
 
 def decode_topic_settings(buf, pos):
@@ -171,162 +341,3 @@ def encode_topic_delete_request(out, value):
     else:
         STR.encode(out, v0)
     BOOL.encode(out, v1)
-
-
-def decode_topic_list_request(buf, pos):
-    return {}, pos
-
-
-def encode_topic_list_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'topic_list request needs a dict, got {type(value).__name__}')
-
-
-def decode_route_request(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'topic': v0}, pos
-
-
-def encode_route_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'route request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-    except KeyError as exc:
-        raise ProtocolError(f'route request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-
-
-def decode_route_change_request(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'json': v0}, pos
-
-
-def encode_route_change_request(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'route_change request needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['json']
-    except KeyError as exc:
-        raise ProtocolError(f'route_change request is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
-
-
-def decode_ping_response(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 11 > end: need_bytes(buf, pos, 11, 'ping response integers')
-    v1, v2, v3, v4, = _UNPACK_FROM_BHII(buf, pos)
-    pos += 11
-    return {'server_version': v0, 'protocol_version': v1, 'queues_per_topic': v2, 'max_frame_size': v3, 'max_in_flight': v4}, pos
-
-
-def encode_ping_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'ping response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['server_version']
-        v1 = value['protocol_version']
-        v2 = value['queues_per_topic']
-        v3 = value['max_frame_size']
-        v4 = value['max_in_flight']
-    except KeyError as exc:
-        raise ProtocolError(f'ping response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 255:
-        U8.encode(out, v1)
-    else:
-        out += _PACK_B(v1)
-    if type(v2) is not int or not 0 <= v2 <= 65535:
-        U16.encode(out, v2)
-    else:
-        out += _PACK_H(v2)
-    if type(v3) is not int or not 0 <= v3 <= 4294967295:
-        U32.encode(out, v3)
-    else:
-        out += _PACK_I(v3)
-    if type(v4) is not int or not 0 <= v4 <= 4294967295:
-        U32.encode(out, v4)
-    else:
-        out += _PACK_I(v4)
-
-
-def decode_send_result(buf, pos):
-    end = len(buf)
-    if pos + 20 > end: need_bytes(buf, pos, 20, 'send_result integers')
-    v0, v1, v2, = _UNPACK_FROM_QIQ(buf, pos)
-    pos += 20
-    return {'offset': v0, 'queue_id': v1, 'queue_offset': v2}, pos
-
-
-def encode_send_result(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'send_result needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['offset']
-        v1 = value['queue_id']
-        v2 = value['queue_offset']
-    except KeyError as exc:
-        raise ProtocolError(f'send_result is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-
-
-def decode_send_response(buf, pos):
-    v0, pos = decode_send_result(buf, pos)
-    return {'result': v0}, pos
-
-
-def encode_send_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'send response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['result']
-    except KeyError as exc:
-        raise ProtocolError(f'send response is missing field {exc.args[0]!r}') from None
-    encode_send_result(out, v0)

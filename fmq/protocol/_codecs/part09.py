@@ -6,10 +6,6 @@ import struct as _struct
 from fmq.errors import (
     ProtocolError,
 )
-from fmq.protocol._codecs.part08 import (
-    decode_uncertain_tx,
-    encode_uncertain_tx,
-)
 from fmq.protocol.types import (
     BYTES,
     I64,
@@ -29,10 +25,195 @@ _PACK_Q = _struct.Struct('>Q').pack
 _PACK_q = _struct.Struct('>q').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
-_UNPACK_FROM_IQQ = _struct.Struct('>IQQ').unpack_from
-_UNPACK_FROM_QQ = _struct.Struct('>QQ').unpack_from
-_UNPACK_FROM_QQQ = _struct.Struct('>QQQ').unpack_from
-_UNPACK_FROM_q = _struct.Struct('>q').unpack_from
+_UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
+_UNPACK_FROM_QqI = _struct.Struct('>QqI').unpack_from
+
+
+def decode_uncertain_message(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
+    v1, = _UNPACK_FROM_I(buf, pos)
+    pos += 4
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if n == NULL16: v2 = None
+    else:
+        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
+        try: v2 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
+        pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if n == NULL16: v3 = None
+    else:
+        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
+        try: v3 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
+        pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'props')
+    count = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    v4 = {}
+    for _ in range(count):
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: key = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: val = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        v4[key] = val
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v5 = bytes(buf[pos:pos + n])
+    pos += n
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
+    v6, = _UNPACK_FROM_Q(buf, pos)
+    pos += 8
+    return {'topic': v0, 'queue_id': v1, 'key': v2, 'tags': v3, 'properties': v4, 'body': v5, 'offset': v6}, pos
+
+
+def encode_uncertain_message(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'uncertain_message needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['topic']
+        v1 = value['queue_id']
+        v2 = value['key']
+        v3 = value['tags']
+        v4 = value['properties']
+        v5 = value['body']
+        v6 = value['offset']
+    except KeyError as exc:
+        raise ProtocolError(f'uncertain_message is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is not int or not 0 <= v1 <= 4294967295:
+        U32.encode(out, v1)
+    else:
+        out += _PACK_I(v1)
+    if type(v2) is str and len(v2) <= 16383:
+        raw = v2.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        OPT_STR.encode(out, v2)
+    if type(v3) is str and len(v3) <= 16383:
+        raw = v3.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        OPT_STR.encode(out, v3)
+    PROPS.encode(out, v4)
+    if type(v5) is bytes and len(v5) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v5))
+        out += v5
+    else:
+        BYTES.encode(out, v5)
+    if type(v6) is not int or not 0 <= v6 <= 18446744073709551615:
+        U64.encode(out, v6)
+    else:
+        out += _PACK_Q(v6)
+
+
+def decode_uncertain_tx(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 20 > end: need_bytes(buf, pos, 20, 'uncertain_tx integers')
+    v2, v3, v4, = _UNPACK_FROM_QqI(buf, pos)
+    pos += 20
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<uncertain_message>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<uncertain_message> claims {n} items but only {end - pos} bytes are left')
+    v5 = []
+    for _ in range(n):
+        item, pos = decode_uncertain_message(buf, pos)
+        v5.append(item)
+    return {'tx_id': v0, 'producer_group': v1, 'prepare_offset': v2, 'store_time': v3, 'checks': v4, 'messages': v5}, pos
+
+
+def encode_uncertain_tx(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'uncertain_tx needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['tx_id']
+        v1 = value['producer_group']
+        v2 = value['prepare_offset']
+        v3 = value['store_time']
+        v4 = value['checks']
+        v5 = value['messages']
+    except KeyError as exc:
+        raise ProtocolError(f'uncertain_tx is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
+    if type(v3) is not int or not -9223372036854775808 <= v3 <= 9223372036854775807:
+        I64.encode(out, v3)
+    else:
+        out += _PACK_q(v3)
+    if type(v4) is not int or not 0 <= v4 <= 4294967295:
+        U32.encode(out, v4)
+    else:
+        out += _PACK_I(v4)
+    if type(v5) is Encoded:
+        out += _PACK_I(v5.count)
+        out += v5.data
+    elif not isinstance(v5, (list, tuple)):
+        raise ProtocolError(f'list<uncertain_message> field needs a list, got {type(v5).__name__}')
+    else:
+        out += _PACK_I(len(v5))
+        for item in v5:
+            encode_uncertain_message(out, item)
 
 
 def decode_poll_uncertain_response(buf, pos):
@@ -92,247 +273,3 @@ def encode_answer_uncertain_response(out, value):
         out += raw
     else:
         STR.encode(out, v0)
-
-
-def decode_stored_message(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 20 > end: need_bytes(buf, pos, 20, 'stored_message integers')
-    v1, v2, v3, = _UNPACK_FROM_IQQ(buf, pos)
-    pos += 20
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
-    v4 = bytes(buf[pos:pos + n])
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if n == NULL16: v5 = None
-    else:
-        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        try: v5 = str(buf[pos:pos + n], 'utf-8')
-        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
-        pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if n == NULL16: v6 = None
-    else:
-        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
-        try: v6 = str(buf[pos:pos + n], 'utf-8')
-        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
-        pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'props')
-    count = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    v7 = {}
-    for _ in range(count):
-        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-        n = _UNPACK_FROM_H(buf, pos)[0]
-        pos += 2
-        if pos + n > end: need_bytes(buf, pos, n, 'str')
-        try: key = str(buf[pos:pos + n], 'utf-8')
-        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-        pos += n
-        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-        n = _UNPACK_FROM_H(buf, pos)[0]
-        pos += 2
-        if pos + n > end: need_bytes(buf, pos, n, 'str')
-        try: val = str(buf[pos:pos + n], 'utf-8')
-        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-        pos += n
-        v7[key] = val
-    if pos + 8 > end: need_bytes(buf, pos, 8, 'i64')
-    v8, = _UNPACK_FROM_q(buf, pos)
-    pos += 8
-    return {'topic': v0, 'queue_id': v1, 'queue_offset': v2, 'offset': v3, 'body': v4, 'key': v5, 'tags': v6, 'properties': v7, 'store_time': v8}, pos
-
-
-def encode_stored_message(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'stored_message needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['topic']
-        v1 = value['queue_id']
-        v2 = value['queue_offset']
-        v3 = value['offset']
-        v4 = value['body']
-        v5 = value['key']
-        v6 = value['tags']
-        v7 = value['properties']
-        v8 = value['store_time']
-    except KeyError as exc:
-        raise ProtocolError(f'stored_message is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 4294967295:
-        U32.encode(out, v1)
-    else:
-        out += _PACK_I(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
-        U64.encode(out, v3)
-    else:
-        out += _PACK_Q(v3)
-    if type(v4) is bytes and len(v4) <= 0xFFFFFFFF:
-        out += _PACK_I(len(v4))
-        out += v4
-    else:
-        BYTES.encode(out, v4)
-    if type(v5) is str and len(v5) <= 16383:
-        raw = v5.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        OPT_STR.encode(out, v5)
-    if type(v6) is str and len(v6) <= 16383:
-        raw = v6.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        OPT_STR.encode(out, v6)
-    PROPS.encode(out, v7)
-    if type(v8) is not int or not -9223372036854775808 <= v8 <= 9223372036854775807:
-        I64.encode(out, v8)
-    else:
-        out += _PACK_q(v8)
-
-
-def decode_pull_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<stored_message>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<stored_message> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_stored_message(buf, pos)
-        v0.append(item)
-    if pos + 16 > end: need_bytes(buf, pos, 16, 'pull response integers')
-    v1, v2, = _UNPACK_FROM_QQ(buf, pos)
-    pos += 16
-    return {'messages': v0, 'min_offset': v1, 'next_offset': v2}, pos
-
-
-def encode_pull_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'pull response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['messages']
-        v1 = value['min_offset']
-        v2 = value['next_offset']
-    except KeyError as exc:
-        raise ProtocolError(f'pull response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<stored_message> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_stored_message(out, item)
-    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
-        U64.encode(out, v1)
-    else:
-        out += _PACK_Q(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-
-
-def decode_pull_tagged_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<stored_message>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<stored_message> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_stored_message(buf, pos)
-        v0.append(item)
-    if pos + 24 > end: need_bytes(buf, pos, 24, 'pull_tagged response integers')
-    v1, v2, v3, = _UNPACK_FROM_QQQ(buf, pos)
-    pos += 24
-    return {'messages': v0, 'min_offset': v1, 'next_offset': v2, 'resume_offset': v3}, pos
-
-
-def encode_pull_tagged_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'pull_tagged response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['messages']
-        v1 = value['min_offset']
-        v2 = value['next_offset']
-        v3 = value['resume_offset']
-    except KeyError as exc:
-        raise ProtocolError(f'pull_tagged response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<stored_message> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_stored_message(out, item)
-    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
-        U64.encode(out, v1)
-    else:
-        out += _PACK_Q(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
-        U64.encode(out, v3)
-    else:
-        out += _PACK_Q(v3)
-
-
-def decode_commit_offset_response(buf, pos):
-    return {}, pos
-
-
-def encode_commit_offset_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'commit_offset response needs a dict, got {type(value).__name__}')
-
-
-def decode_fetch_offset_response(buf, pos):
-    end = len(buf)
-    if pos + 8 > end: need_bytes(buf, pos, 8, 'i64')
-    v0, = _UNPACK_FROM_q(buf, pos)
-    pos += 8
-    return {'offset': v0}, pos
-
-
-def encode_fetch_offset_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'fetch_offset response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['offset']
-    except KeyError as exc:
-        raise ProtocolError(f'fetch_offset response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not -9223372036854775808 <= v0 <= 9223372036854775807:
-        I64.encode(out, v0)
-    else:
-        out += _PACK_q(v0)

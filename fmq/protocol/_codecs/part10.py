@@ -6,14 +6,13 @@ import struct as _struct
 from fmq.errors import (
     ProtocolError,
 )
-from fmq.protocol._codecs.part09 import (
-    decode_stored_message,
-    encode_stored_message,
-)
 from fmq.protocol.types import (
+    BYTES,
+    I64,
+    NULL16,
+    OPT_STR,
+    PROPS,
     STR,
-    TEXT,
-    U16,
     U32,
     U64,
     Encoded,
@@ -23,11 +22,257 @@ from fmq.protocol.types import (
 _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
 _PACK_Q = _struct.Struct('>Q').pack
+_PACK_q = _struct.Struct('>q').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
-_UNPACK_FROM_HII = _struct.Struct('>HII').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
-_UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
+_UNPACK_FROM_IQQ = _struct.Struct('>IQQ').unpack_from
 _UNPACK_FROM_QQ = _struct.Struct('>QQ').unpack_from
+_UNPACK_FROM_QQQ = _struct.Struct('>QQQ').unpack_from
+_UNPACK_FROM_q = _struct.Struct('>q').unpack_from
+
+
+def decode_stored_message(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 20 > end: need_bytes(buf, pos, 20, 'stored_message integers')
+    v1, v2, v3, = _UNPACK_FROM_IQQ(buf, pos)
+    pos += 20
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v4 = bytes(buf[pos:pos + n])
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if n == NULL16: v5 = None
+    else:
+        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
+        try: v5 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
+        pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'optstr')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if n == NULL16: v6 = None
+    else:
+        if pos + n > end: need_bytes(buf, pos, n, 'optstr')
+        try: v6 = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'optstr field is not valid UTF-8: {exc}') from None
+        pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'props')
+    count = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    v7 = {}
+    for _ in range(count):
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: key = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+        n = _UNPACK_FROM_H(buf, pos)[0]
+        pos += 2
+        if pos + n > end: need_bytes(buf, pos, n, 'str')
+        try: val = str(buf[pos:pos + n], 'utf-8')
+        except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+        pos += n
+        v7[key] = val
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'i64')
+    v8, = _UNPACK_FROM_q(buf, pos)
+    pos += 8
+    return {'topic': v0, 'queue_id': v1, 'queue_offset': v2, 'offset': v3, 'body': v4, 'key': v5, 'tags': v6, 'properties': v7, 'store_time': v8}, pos
+
+
+def encode_stored_message(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'stored_message needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['topic']
+        v1 = value['queue_id']
+        v2 = value['queue_offset']
+        v3 = value['offset']
+        v4 = value['body']
+        v5 = value['key']
+        v6 = value['tags']
+        v7 = value['properties']
+        v8 = value['store_time']
+    except KeyError as exc:
+        raise ProtocolError(f'stored_message is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is not int or not 0 <= v1 <= 4294967295:
+        U32.encode(out, v1)
+    else:
+        out += _PACK_I(v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
+    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
+        U64.encode(out, v3)
+    else:
+        out += _PACK_Q(v3)
+    if type(v4) is bytes and len(v4) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v4))
+        out += v4
+    else:
+        BYTES.encode(out, v4)
+    if type(v5) is str and len(v5) <= 16383:
+        raw = v5.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        OPT_STR.encode(out, v5)
+    if type(v6) is str and len(v6) <= 16383:
+        raw = v6.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        OPT_STR.encode(out, v6)
+    PROPS.encode(out, v7)
+    if type(v8) is not int or not -9223372036854775808 <= v8 <= 9223372036854775807:
+        I64.encode(out, v8)
+    else:
+        out += _PACK_q(v8)
+
+
+def decode_pull_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<stored_message>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<stored_message> claims {n} items but only {end - pos} bytes are left')
+    v0 = []
+    for _ in range(n):
+        item, pos = decode_stored_message(buf, pos)
+        v0.append(item)
+    if pos + 16 > end: need_bytes(buf, pos, 16, 'pull response integers')
+    v1, v2, = _UNPACK_FROM_QQ(buf, pos)
+    pos += 16
+    return {'messages': v0, 'min_offset': v1, 'next_offset': v2}, pos
+
+
+def encode_pull_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'pull response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['messages']
+        v1 = value['min_offset']
+        v2 = value['next_offset']
+    except KeyError as exc:
+        raise ProtocolError(f'pull response is missing field {exc.args[0]!r}') from None
+    if type(v0) is Encoded:
+        out += _PACK_I(v0.count)
+        out += v0.data
+    elif not isinstance(v0, (list, tuple)):
+        raise ProtocolError(f'list<stored_message> field needs a list, got {type(v0).__name__}')
+    else:
+        out += _PACK_I(len(v0))
+        for item in v0:
+            encode_stored_message(out, item)
+    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
+        U64.encode(out, v1)
+    else:
+        out += _PACK_Q(v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
+
+
+def decode_pull_tagged_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<stored_message>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<stored_message> claims {n} items but only {end - pos} bytes are left')
+    v0 = []
+    for _ in range(n):
+        item, pos = decode_stored_message(buf, pos)
+        v0.append(item)
+    if pos + 24 > end: need_bytes(buf, pos, 24, 'pull_tagged response integers')
+    v1, v2, v3, = _UNPACK_FROM_QQQ(buf, pos)
+    pos += 24
+    return {'messages': v0, 'min_offset': v1, 'next_offset': v2, 'resume_offset': v3}, pos
+
+
+def encode_pull_tagged_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'pull_tagged response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['messages']
+        v1 = value['min_offset']
+        v2 = value['next_offset']
+        v3 = value['resume_offset']
+    except KeyError as exc:
+        raise ProtocolError(f'pull_tagged response is missing field {exc.args[0]!r}') from None
+    if type(v0) is Encoded:
+        out += _PACK_I(v0.count)
+        out += v0.data
+    elif not isinstance(v0, (list, tuple)):
+        raise ProtocolError(f'list<stored_message> field needs a list, got {type(v0).__name__}')
+    else:
+        out += _PACK_I(len(v0))
+        for item in v0:
+            encode_stored_message(out, item)
+    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
+        U64.encode(out, v1)
+    else:
+        out += _PACK_Q(v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
+    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
+        U64.encode(out, v3)
+    else:
+        out += _PACK_Q(v3)
+
+
+def decode_commit_offset_response(buf, pos):
+    return {}, pos
+
+
+def encode_commit_offset_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'commit_offset response needs a dict, got {type(value).__name__}')
+
+
+def decode_fetch_offset_response(buf, pos):
+    end = len(buf)
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'i64')
+    v0, = _UNPACK_FROM_q(buf, pos)
+    pos += 8
+    return {'offset': v0}, pos
+
+
+def encode_fetch_offset_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'fetch_offset response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['offset']
+    except KeyError as exc:
+        raise ProtocolError(f'fetch_offset response is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not -9223372036854775808 <= v0 <= 9223372036854775807:
+        I64.encode(out, v0)
+    else:
+        out += _PACK_q(v0)
 
 
 def decode_queue_ref(buf, pos):
@@ -63,230 +308,3 @@ def encode_queue_ref(out, value):
         U32.encode(out, v1)
     else:
         out += _PACK_I(v1)
-
-
-def decode_group_join_response(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
-    v1, = _UNPACK_FROM_Q(buf, pos)
-    pos += 8
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<queue_ref>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<queue_ref> claims {n} items but only {end - pos} bytes are left')
-    v2 = []
-    for _ in range(n):
-        item, pos = decode_queue_ref(buf, pos)
-        v2.append(item)
-    if pos + 10 > end: need_bytes(buf, pos, 10, 'group_join response integers')
-    v3, v4, v5, = _UNPACK_FROM_HII(buf, pos)
-    pos += 10
-    return {'member_id': v0, 'generation': v1, 'assignment': v2, 'queues_per_topic': v3, 'heartbeat_interval_ms': v4, 'session_timeout_ms': v5}, pos
-
-
-def encode_group_join_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'group_join response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['member_id']
-        v1 = value['generation']
-        v2 = value['assignment']
-        v3 = value['queues_per_topic']
-        v4 = value['heartbeat_interval_ms']
-        v5 = value['session_timeout_ms']
-    except KeyError as exc:
-        raise ProtocolError(f'group_join response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
-        U64.encode(out, v1)
-    else:
-        out += _PACK_Q(v1)
-    if type(v2) is Encoded:
-        out += _PACK_I(v2.count)
-        out += v2.data
-    elif not isinstance(v2, (list, tuple)):
-        raise ProtocolError(f'list<queue_ref> field needs a list, got {type(v2).__name__}')
-    else:
-        out += _PACK_I(len(v2))
-        for item in v2:
-            encode_queue_ref(out, item)
-    if type(v3) is not int or not 0 <= v3 <= 65535:
-        U16.encode(out, v3)
-    else:
-        out += _PACK_H(v3)
-    if type(v4) is not int or not 0 <= v4 <= 4294967295:
-        U32.encode(out, v4)
-    else:
-        out += _PACK_I(v4)
-    if type(v5) is not int or not 0 <= v5 <= 4294967295:
-        U32.encode(out, v5)
-    else:
-        out += _PACK_I(v5)
-
-
-def decode_group_heartbeat_response(buf, pos):
-    end = len(buf)
-    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
-    v0, = _UNPACK_FROM_Q(buf, pos)
-    pos += 8
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<queue_ref>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<queue_ref> claims {n} items but only {end - pos} bytes are left')
-    v1 = []
-    for _ in range(n):
-        item, pos = decode_queue_ref(buf, pos)
-        v1.append(item)
-    return {'generation': v0, 'assignment': v1}, pos
-
-
-def encode_group_heartbeat_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'group_heartbeat response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['generation']
-        v1 = value['assignment']
-    except KeyError as exc:
-        raise ProtocolError(f'group_heartbeat response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-    if type(v1) is Encoded:
-        out += _PACK_I(v1.count)
-        out += v1.data
-    elif not isinstance(v1, (list, tuple)):
-        raise ProtocolError(f'list<queue_ref> field needs a list, got {type(v1).__name__}')
-    else:
-        out += _PACK_I(len(v1))
-        for item in v1:
-            encode_queue_ref(out, item)
-
-
-def decode_group_leave_response(buf, pos):
-    return {}, pos
-
-
-def encode_group_leave_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'group_leave response needs a dict, got {type(value).__name__}')
-
-
-def decode_query_key_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<stored_message>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<stored_message> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_stored_message(buf, pos)
-        v0.append(item)
-    return {'messages': v0}, pos
-
-
-def encode_query_key_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'query_key response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['messages']
-    except KeyError as exc:
-        raise ProtocolError(f'query_key response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<stored_message> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_stored_message(out, item)
-
-
-def decode_offset_for_time_response(buf, pos):
-    end = len(buf)
-    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
-    v0, = _UNPACK_FROM_Q(buf, pos)
-    pos += 8
-    return {'offset': v0}, pos
-
-
-def encode_offset_for_time_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'offset_for_time response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['offset']
-    except KeyError as exc:
-        raise ProtocolError(f'offset_for_time response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-
-
-def decode_queue_range_response(buf, pos):
-    end = len(buf)
-    if pos + 16 > end: need_bytes(buf, pos, 16, 'queue_range response integers')
-    v0, v1, = _UNPACK_FROM_QQ(buf, pos)
-    pos += 16
-    return {'min_offset': v0, 'next_offset': v1}, pos
-
-
-def encode_queue_range_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'queue_range response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['min_offset']
-        v1 = value['next_offset']
-    except KeyError as exc:
-        raise ProtocolError(f'queue_range response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
-        U64.encode(out, v1)
-    else:
-        out += _PACK_Q(v1)
-
-
-def decode_stats_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'json': v0}, pos
-
-
-def encode_stats_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'stats response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['json']
-    except KeyError as exc:
-        raise ProtocolError(f'stats response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)

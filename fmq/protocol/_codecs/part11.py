@@ -6,10 +6,16 @@ import struct as _struct
 from fmq.errors import (
     ProtocolError,
 )
+from fmq.protocol._codecs.part10 import (
+    decode_queue_ref,
+    decode_stored_message,
+    encode_queue_ref,
+    encode_stored_message,
+)
 from fmq.protocol.types import (
-    BYTES,
     STR,
     TEXT,
+    U16,
     U32,
     U64,
     Encoded,
@@ -20,14 +26,13 @@ _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
 _PACK_Q = _struct.Struct('>Q').pack
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
+_UNPACK_FROM_HII = _struct.Struct('>HII').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 _UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
-_UNPACK_FROM_QIIQ = _struct.Struct('>QIIQ').unpack_from
 _UNPACK_FROM_QQ = _struct.Struct('>QQ').unpack_from
-_UNPACK_FROM_QQQ = _struct.Struct('>QQQ').unpack_from
 
 
-def decode_tx_info(buf, pos):
+def decode_group_join_response(buf, pos):
     end = len(buf)
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -36,61 +41,59 @@ def decode_tx_info(buf, pos):
     try: v0 = str(buf[pos:pos + n], 'utf-8')
     except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v1 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v2 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    if pos + 24 > end: need_bytes(buf, pos, 24, 'tx_info integers')
-    v3, v4, v5, v6, = _UNPACK_FROM_QIIQ(buf, pos)
-    pos += 24
-    return {'tx_id': v0, 'producer_group': v1, 'state': v2, 'age_ms': v3, 'checks': v4, 'messages': v5, 'prepare_offset': v6}, pos
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
+    v1, = _UNPACK_FROM_Q(buf, pos)
+    pos += 8
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<queue_ref>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<queue_ref> claims {n} items but only {end - pos} bytes are left')
+    v2 = []
+    for _ in range(n):
+        item, pos = decode_queue_ref(buf, pos)
+        v2.append(item)
+    if pos + 10 > end: need_bytes(buf, pos, 10, 'group_join response integers')
+    v3, v4, v5, = _UNPACK_FROM_HII(buf, pos)
+    pos += 10
+    return {'member_id': v0, 'generation': v1, 'assignment': v2, 'queues_per_topic': v3, 'heartbeat_interval_ms': v4, 'session_timeout_ms': v5}, pos
 
 
-def encode_tx_info(out, value):
+def encode_group_join_response(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'tx_info needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'group_join response needs a dict, got {type(value).__name__}')
     try:
-        v0 = value['tx_id']
-        v1 = value['producer_group']
-        v2 = value['state']
-        v3 = value['age_ms']
-        v4 = value['checks']
-        v5 = value['messages']
-        v6 = value['prepare_offset']
+        v0 = value['member_id']
+        v1 = value['generation']
+        v2 = value['assignment']
+        v3 = value['queues_per_topic']
+        v4 = value['heartbeat_interval_ms']
+        v5 = value['session_timeout_ms']
     except KeyError as exc:
-        raise ProtocolError(f'tx_info is missing field {exc.args[0]!r}') from None
+        raise ProtocolError(f'group_join response is missing field {exc.args[0]!r}') from None
     if type(v0) is str and len(v0) <= 16383:
         raw = v0.encode()
         out += _PACK_H(len(raw))
         out += raw
     else:
         STR.encode(out, v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
-        out += _PACK_H(len(raw))
-        out += raw
+    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
+        U64.encode(out, v1)
     else:
-        STR.encode(out, v1)
-    if type(v2) is str and len(v2) <= 16383:
-        raw = v2.encode()
-        out += _PACK_H(len(raw))
-        out += raw
+        out += _PACK_Q(v1)
+    if type(v2) is Encoded:
+        out += _PACK_I(v2.count)
+        out += v2.data
+    elif not isinstance(v2, (list, tuple)):
+        raise ProtocolError(f'list<queue_ref> field needs a list, got {type(v2).__name__}')
     else:
-        STR.encode(out, v2)
-    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
-        U64.encode(out, v3)
+        out += _PACK_I(len(v2))
+        for item in v2:
+            encode_queue_ref(out, item)
+    if type(v3) is not int or not 0 <= v3 <= 65535:
+        U16.encode(out, v3)
     else:
-        out += _PACK_Q(v3)
+        out += _PACK_H(v3)
     if type(v4) is not int or not 0 <= v4 <= 4294967295:
         U32.encode(out, v4)
     else:
@@ -99,205 +102,166 @@ def encode_tx_info(out, value):
         U32.encode(out, v5)
     else:
         out += _PACK_I(v5)
-    if type(v6) is not int or not 0 <= v6 <= 18446744073709551615:
-        U64.encode(out, v6)
-    else:
-        out += _PACK_Q(v6)
 
 
-def decode_list_tx_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<tx_info>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<tx_info> claims {n} items but only {end - pos} bytes are left')
-    v0 = []
-    for _ in range(n):
-        item, pos = decode_tx_info(buf, pos)
-        v0.append(item)
-    return {'transactions': v0}, pos
-
-
-def encode_list_tx_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'list_tx response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['transactions']
-    except KeyError as exc:
-        raise ProtocolError(f'list_tx response is missing field {exc.args[0]!r}') from None
-    if type(v0) is Encoded:
-        out += _PACK_I(v0.count)
-        out += v0.data
-    elif not isinstance(v0, (list, tuple)):
-        raise ProtocolError(f'list<tx_info> field needs a list, got {type(v0).__name__}')
-    else:
-        out += _PACK_I(len(v0))
-        for item in v0:
-            encode_tx_info(out, item)
-
-
-def decode_resolve_tx_response(buf, pos):
-    end = len(buf)
-    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
-    n = _UNPACK_FROM_H(buf, pos)[0]
-    pos += 2
-    if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'state': v0}, pos
-
-
-def encode_resolve_tx_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'resolve_tx response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['state']
-    except KeyError as exc:
-        raise ProtocolError(f'resolve_tx response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 16383:
-        raw = v0.encode()
-        out += _PACK_H(len(raw))
-        out += raw
-    else:
-        STR.encode(out, v0)
-
-
-def decode_topics_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'json': v0}, pos
-
-
-def encode_topics_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'topics response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['json']
-    except KeyError as exc:
-        raise ProtocolError(f'topics response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
-
-
-def decode_groups_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'json': v0}, pos
-
-
-def encode_groups_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'groups response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['json']
-    except KeyError as exc:
-        raise ProtocolError(f'groups response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
-
-
-def decode_reset_offsets_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'json': v0}, pos
-
-
-def encode_reset_offsets_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'reset_offsets response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['json']
-    except KeyError as exc:
-        raise ProtocolError(f'reset_offsets response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
-
-
-def decode_repl_visible(buf, pos):
+def decode_group_heartbeat_response(buf, pos):
     end = len(buf)
     if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
     v0, = _UNPACK_FROM_Q(buf, pos)
     pos += 8
-    return {'visible_end': v0}, pos
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<queue_ref>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<queue_ref> claims {n} items but only {end - pos} bytes are left')
+    v1 = []
+    for _ in range(n):
+        item, pos = decode_queue_ref(buf, pos)
+        v1.append(item)
+    return {'generation': v0, 'assignment': v1}, pos
 
 
-def encode_repl_visible(out, value):
+def encode_group_heartbeat_response(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'repl_visible needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'group_heartbeat response needs a dict, got {type(value).__name__}')
     try:
-        v0 = value['visible_end']
+        v0 = value['generation']
+        v1 = value['assignment']
     except KeyError as exc:
-        raise ProtocolError(f'repl_visible is missing field {exc.args[0]!r}') from None
+        raise ProtocolError(f'group_heartbeat response is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
+        U64.encode(out, v0)
+    else:
+        out += _PACK_Q(v0)
+    if type(v1) is Encoded:
+        out += _PACK_I(v1.count)
+        out += v1.data
+    elif not isinstance(v1, (list, tuple)):
+        raise ProtocolError(f'list<queue_ref> field needs a list, got {type(v1).__name__}')
+    else:
+        out += _PACK_I(len(v1))
+        for item in v1:
+            encode_queue_ref(out, item)
+
+
+def decode_group_sync_response(buf, pos):
+    end = len(buf)
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
+    v0, = _UNPACK_FROM_Q(buf, pos)
+    pos += 8
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<queue_ref>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<queue_ref> claims {n} items but only {end - pos} bytes are left')
+    v1 = []
+    for _ in range(n):
+        item, pos = decode_queue_ref(buf, pos)
+        v1.append(item)
+    return {'generation': v0, 'assignment': v1}, pos
+
+
+def encode_group_sync_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'group_sync response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['generation']
+        v1 = value['assignment']
+    except KeyError as exc:
+        raise ProtocolError(f'group_sync response is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
+        U64.encode(out, v0)
+    else:
+        out += _PACK_Q(v0)
+    if type(v1) is Encoded:
+        out += _PACK_I(v1.count)
+        out += v1.data
+    elif not isinstance(v1, (list, tuple)):
+        raise ProtocolError(f'list<queue_ref> field needs a list, got {type(v1).__name__}')
+    else:
+        out += _PACK_I(len(v1))
+        for item in v1:
+            encode_queue_ref(out, item)
+
+
+def decode_group_leave_response(buf, pos):
+    return {}, pos
+
+
+def encode_group_leave_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'group_leave response needs a dict, got {type(value).__name__}')
+
+
+def decode_query_key_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<stored_message>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<stored_message> claims {n} items but only {end - pos} bytes are left')
+    v0 = []
+    for _ in range(n):
+        item, pos = decode_stored_message(buf, pos)
+        v0.append(item)
+    return {'messages': v0}, pos
+
+
+def encode_query_key_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'query_key response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['messages']
+    except KeyError as exc:
+        raise ProtocolError(f'query_key response is missing field {exc.args[0]!r}') from None
+    if type(v0) is Encoded:
+        out += _PACK_I(v0.count)
+        out += v0.data
+    elif not isinstance(v0, (list, tuple)):
+        raise ProtocolError(f'list<stored_message> field needs a list, got {type(v0).__name__}')
+    else:
+        out += _PACK_I(len(v0))
+        for item in v0:
+            encode_stored_message(out, item)
+
+
+def decode_offset_for_time_response(buf, pos):
+    end = len(buf)
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
+    v0, = _UNPACK_FROM_Q(buf, pos)
+    pos += 8
+    return {'offset': v0}, pos
+
+
+def encode_offset_for_time_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'offset_for_time response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['offset']
+    except KeyError as exc:
+        raise ProtocolError(f'offset_for_time response is missing field {exc.args[0]!r}') from None
     if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
         U64.encode(out, v0)
     else:
         out += _PACK_Q(v0)
 
 
-def decode_repl_fetch_response(buf, pos):
+def decode_queue_range_response(buf, pos):
     end = len(buf)
-    if pos + 24 > end: need_bytes(buf, pos, 24, 'repl_fetch response integers')
-    v0, v1, v2, = _UNPACK_FROM_QQQ(buf, pos)
-    pos += 24
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
-    v3 = bytes(buf[pos:pos + n])
-    pos += n
-    if pos + 16 > end: need_bytes(buf, pos, 16, 'repl_fetch response integers')
-    v4, v5, = _UNPACK_FROM_QQ(buf, pos)
+    if pos + 16 > end: need_bytes(buf, pos, 16, 'queue_range response integers')
+    v0, v1, = _UNPACK_FROM_QQ(buf, pos)
     pos += 16
-    if pos == end: v6 = None
-    else: v6, pos = decode_repl_visible(buf, pos)
-    return {'epoch': v0, 'segment_base': v1, 'segment_size': v2, 'data': v3, 'durable_end': v4, 'first_offset': v5, 'visible': v6}, pos
+    return {'min_offset': v0, 'next_offset': v1}, pos
 
 
-def encode_repl_fetch_response(out, value):
+def encode_queue_range_response(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'repl_fetch response needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'queue_range response needs a dict, got {type(value).__name__}')
     try:
-        v0 = value['epoch']
-        v1 = value['segment_base']
-        v2 = value['segment_size']
-        v3 = value['data']
-        v4 = value['durable_end']
-        v5 = value['first_offset']
-        v6 = value.get('visible')
+        v0 = value['min_offset']
+        v1 = value['next_offset']
     except KeyError as exc:
-        raise ProtocolError(f'repl_fetch response is missing field {exc.args[0]!r}') from None
+        raise ProtocolError(f'queue_range response is missing field {exc.args[0]!r}') from None
     if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
         U64.encode(out, v0)
     else:
@@ -306,21 +270,30 @@ def encode_repl_fetch_response(out, value):
         U64.encode(out, v1)
     else:
         out += _PACK_Q(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
+
+
+def decode_stats_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_stats_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'stats response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'stats response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
     else:
-        out += _PACK_Q(v2)
-    if type(v3) is bytes and len(v3) <= 0xFFFFFFFF:
-        out += _PACK_I(len(v3))
-        out += v3
-    else:
-        BYTES.encode(out, v3)
-    if type(v4) is not int or not 0 <= v4 <= 18446744073709551615:
-        U64.encode(out, v4)
-    else:
-        out += _PACK_Q(v4)
-    if type(v5) is not int or not 0 <= v5 <= 18446744073709551615:
-        U64.encode(out, v5)
-    else:
-        out += _PACK_Q(v5)
-    if v6 is not None: encode_repl_visible(out, v6)
+        TEXT.encode(out, v0)

@@ -7,190 +7,27 @@ from fmq.errors import (
     ProtocolError,
 )
 from fmq.protocol.types import (
-    BOOL,
-    I64,
+    BYTES,
     STR,
     TEXT,
-    U8,
     U32,
     U64,
     Encoded,
     need_bytes,
 )
 
-_PACK_B = _struct.Struct('>B').pack
 _PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
 _PACK_Q = _struct.Struct('>Q').pack
-_PACK_q = _struct.Struct('>q').pack
-_UNPACK_FROM_B = _struct.Struct('>B').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
+_UNPACK_FROM_Q = _struct.Struct('>Q').unpack_from
+_UNPACK_FROM_QIIQ = _struct.Struct('>QIIQ').unpack_from
+_UNPACK_FROM_QQ = _struct.Struct('>QQ').unpack_from
 _UNPACK_FROM_QQQ = _struct.Struct('>QQQ').unpack_from
-_UNPACK_FROM_Qq = _struct.Struct('>Qq').unpack_from
 
 
-def decode_epoch_end_response(buf, pos):
-    end = len(buf)
-    if pos + 24 > end: need_bytes(buf, pos, 24, 'epoch_end response integers')
-    v0, v1, v2, = _UNPACK_FROM_QQQ(buf, pos)
-    pos += 24
-    return {'epoch': v0, 'end_offset': v1, 'current_epoch': v2}, pos
-
-
-def encode_epoch_end_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'epoch_end response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['epoch']
-        v1 = value['end_offset']
-        v2 = value['current_epoch']
-    except KeyError as exc:
-        raise ProtocolError(f'epoch_end response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
-        U64.encode(out, v1)
-    else:
-        out += _PACK_Q(v1)
-    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
-        U64.encode(out, v2)
-    else:
-        out += _PACK_Q(v2)
-
-
-def decode_promote_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'json': v0}, pos
-
-
-def encode_promote_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'promote response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['json']
-    except KeyError as exc:
-        raise ProtocolError(f'promote response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
-
-
-def decode_repl_status_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if pos + n > end: need_bytes(buf, pos, n, 'text')
-    try: v0 = str(buf[pos:pos + n], 'utf-8')
-    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
-    pos += n
-    return {'json': v0}, pos
-
-
-def encode_repl_status_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'repl_status response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['json']
-    except KeyError as exc:
-        raise ProtocolError(f'repl_status response is missing field {exc.args[0]!r}') from None
-    if type(v0) is str and len(v0) <= 1073741823:
-        raw = v0.encode()
-        out += _PACK_I(len(raw))
-        out += raw
-    else:
-        TEXT.encode(out, v0)
-
-
-def decode_send_at_response(buf, pos):
-    end = len(buf)
-    if pos + 16 > end: need_bytes(buf, pos, 16, 'send_at response integers')
-    v0, v1, = _UNPACK_FROM_Qq(buf, pos)
-    pos += 16
-    return {'offset': v0, 'deliver_at': v1}, pos
-
-
-def encode_send_at_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'send_at response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['offset']
-        v1 = value['deliver_at']
-    except KeyError as exc:
-        raise ProtocolError(f'send_at response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
-        U64.encode(out, v0)
-    else:
-        out += _PACK_Q(v0)
-    if type(v1) is not int or not -9223372036854775808 <= v1 <= 9223372036854775807:
-        I64.encode(out, v1)
-    else:
-        out += _PACK_q(v1)
-
-
-def decode_nack_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v0, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v1 = buf[pos]
-    pos += 1
-    if v1 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v1}')
-    v1 = v1 == 1
-    return {'reconsume_times': v0, 'dead_letter': v1}, pos
-
-
-def encode_nack_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'nack response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['reconsume_times']
-        v1 = value['dead_letter']
-    except KeyError as exc:
-        raise ProtocolError(f'nack response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 4294967295:
-        U32.encode(out, v0)
-    else:
-        out += _PACK_I(v0)
-    BOOL.encode(out, v1)
-
-
-def decode_dlq_redrive_response(buf, pos):
-    end = len(buf)
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
-    v0, = _UNPACK_FROM_I(buf, pos)
-    pos += 4
-    return {'redriven': v0}, pos
-
-
-def encode_dlq_redrive_response(out, value):
-    if not isinstance(value, dict):
-        raise ProtocolError(f'dlq_redrive response needs a dict, got {type(value).__name__}')
-    try:
-        v0 = value['redriven']
-    except KeyError as exc:
-        raise ProtocolError(f'dlq_redrive response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 4294967295:
-        U32.encode(out, v0)
-    else:
-        out += _PACK_I(v0)
-
-
-def decode_hello_node(buf, pos):
+def decode_tx_info(buf, pos):
     end = len(buf)
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
@@ -206,17 +43,32 @@ def decode_hello_node(buf, pos):
     try: v1 = str(buf[pos:pos + n], 'utf-8')
     except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
-    return {'role': v0, 'primary': v1}, pos
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v2 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 24 > end: need_bytes(buf, pos, 24, 'tx_info integers')
+    v3, v4, v5, v6, = _UNPACK_FROM_QIIQ(buf, pos)
+    pos += 24
+    return {'tx_id': v0, 'producer_group': v1, 'state': v2, 'age_ms': v3, 'checks': v4, 'messages': v5, 'prepare_offset': v6}, pos
 
 
-def encode_hello_node(out, value):
+def encode_tx_info(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'hello_node needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'tx_info needs a dict, got {type(value).__name__}')
     try:
-        v0 = value['role']
-        v1 = value['primary']
+        v0 = value['tx_id']
+        v1 = value['producer_group']
+        v2 = value['state']
+        v3 = value['age_ms']
+        v4 = value['checks']
+        v5 = value['messages']
+        v6 = value['prepare_offset']
     except KeyError as exc:
-        raise ProtocolError(f'hello_node is missing field {exc.args[0]!r}') from None
+        raise ProtocolError(f'tx_info is missing field {exc.args[0]!r}') from None
     if type(v0) is str and len(v0) <= 16383:
         raw = v0.encode()
         out += _PACK_H(len(raw))
@@ -229,74 +81,90 @@ def encode_hello_node(out, value):
         out += raw
     else:
         STR.encode(out, v1)
+    if type(v2) is str and len(v2) <= 16383:
+        raw = v2.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v2)
+    if type(v3) is not int or not 0 <= v3 <= 18446744073709551615:
+        U64.encode(out, v3)
+    else:
+        out += _PACK_Q(v3)
+    if type(v4) is not int or not 0 <= v4 <= 4294967295:
+        U32.encode(out, v4)
+    else:
+        out += _PACK_I(v4)
+    if type(v5) is not int or not 0 <= v5 <= 4294967295:
+        U32.encode(out, v5)
+    else:
+        out += _PACK_I(v5)
+    if type(v6) is not int or not 0 <= v6 <= 18446744073709551615:
+        U64.encode(out, v6)
+    else:
+        out += _PACK_Q(v6)
 
 
-def decode_hello_response(buf, pos):
+def decode_list_tx_response(buf, pos):
     end = len(buf)
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'u8')
-    v0, = _UNPACK_FROM_B(buf, pos)
-    pos += 1
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<tx_info>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<tx_info> claims {n} items but only {end - pos} bytes are left')
+    v0 = []
+    for _ in range(n):
+        item, pos = decode_tx_info(buf, pos)
+        v0.append(item)
+    return {'transactions': v0}, pos
+
+
+def encode_list_tx_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'list_tx response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['transactions']
+    except KeyError as exc:
+        raise ProtocolError(f'list_tx response is missing field {exc.args[0]!r}') from None
+    if type(v0) is Encoded:
+        out += _PACK_I(v0.count)
+        out += v0.data
+    elif not isinstance(v0, (list, tuple)):
+        raise ProtocolError(f'list<tx_info> field needs a list, got {type(v0).__name__}')
+    else:
+        out += _PACK_I(len(v0))
+        for item in v0:
+            encode_tx_info(out, item)
+
+
+def decode_resolve_tx_response(buf, pos):
+    end = len(buf)
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
     n = _UNPACK_FROM_H(buf, pos)[0]
     pos += 2
     if pos + n > end: need_bytes(buf, pos, n, 'str')
-    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
     except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
     pos += n
-    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
-    v2 = buf[pos]
-    pos += 1
-    if v2 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v2}')
-    v2 = v2 == 1
-    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<str>')
-    n = _UNPACK_FROM_I(buf, pos)[0]
-    pos += 4
-    if n > end - pos:
-        raise ProtocolError(f'list<str> claims {n} items but only {end - pos} bytes are left')
-    v3 = []
-    for _ in range(n):
-        item, pos = STR.decode(buf, pos)
-        v3.append(item)
-    if pos == end: v4 = None
-    else: v4, pos = decode_hello_node(buf, pos)
-    return {'protocol_version': v0, 'server_version': v1, 'auth_required': v2, 'mechanisms': v3, 'node': v4}, pos
+    return {'state': v0}, pos
 
 
-def encode_hello_response(out, value):
+def encode_resolve_tx_response(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'hello response needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'resolve_tx response needs a dict, got {type(value).__name__}')
     try:
-        v0 = value['protocol_version']
-        v1 = value['server_version']
-        v2 = value['auth_required']
-        v3 = value['mechanisms']
-        v4 = value.get('node')
+        v0 = value['state']
     except KeyError as exc:
-        raise ProtocolError(f'hello response is missing field {exc.args[0]!r}') from None
-    if type(v0) is not int or not 0 <= v0 <= 255:
-        U8.encode(out, v0)
-    else:
-        out += _PACK_B(v0)
-    if type(v1) is str and len(v1) <= 16383:
-        raw = v1.encode()
+        raise ProtocolError(f'resolve_tx response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
         out += _PACK_H(len(raw))
         out += raw
     else:
-        STR.encode(out, v1)
-    BOOL.encode(out, v2)
-    if type(v3) is Encoded:
-        out += _PACK_I(v3.count)
-        out += v3.data
-    elif not isinstance(v3, (list, tuple)):
-        raise ProtocolError(f'list<str> field needs a list, got {type(v3).__name__}')
-    else:
-        out += _PACK_I(len(v3))
-        for item in v3:
-            STR.encode(out, item)
-    if v4 is not None: encode_hello_node(out, v4)
+        STR.encode(out, v0)
 
 
-def decode_auth_start_response(buf, pos):
+def decode_topics_response(buf, pos):
     end = len(buf)
     if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
     n = _UNPACK_FROM_I(buf, pos)[0]
@@ -305,19 +173,154 @@ def decode_auth_start_response(buf, pos):
     try: v0 = str(buf[pos:pos + n], 'utf-8')
     except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
     pos += n
-    return {'message': v0}, pos
+    return {'json': v0}, pos
 
 
-def encode_auth_start_response(out, value):
+def encode_topics_response(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'auth_start response needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'topics response needs a dict, got {type(value).__name__}')
     try:
-        v0 = value['message']
+        v0 = value['json']
     except KeyError as exc:
-        raise ProtocolError(f'auth_start response is missing field {exc.args[0]!r}') from None
+        raise ProtocolError(f'topics response is missing field {exc.args[0]!r}') from None
     if type(v0) is str and len(v0) <= 1073741823:
         raw = v0.encode()
         out += _PACK_I(len(raw))
         out += raw
     else:
         TEXT.encode(out, v0)
+
+
+def decode_groups_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_groups_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'groups response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'groups response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_reset_offsets_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_reset_offsets_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'reset_offsets response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'reset_offsets response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_repl_visible(buf, pos):
+    end = len(buf)
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'u64')
+    v0, = _UNPACK_FROM_Q(buf, pos)
+    pos += 8
+    return {'visible_end': v0}, pos
+
+
+def encode_repl_visible(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'repl_visible needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['visible_end']
+    except KeyError as exc:
+        raise ProtocolError(f'repl_visible is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
+        U64.encode(out, v0)
+    else:
+        out += _PACK_Q(v0)
+
+
+def decode_repl_fetch_response(buf, pos):
+    end = len(buf)
+    if pos + 24 > end: need_bytes(buf, pos, 24, 'repl_fetch response integers')
+    v0, v1, v2, = _UNPACK_FROM_QQQ(buf, pos)
+    pos += 24
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v3 = bytes(buf[pos:pos + n])
+    pos += n
+    if pos + 16 > end: need_bytes(buf, pos, 16, 'repl_fetch response integers')
+    v4, v5, = _UNPACK_FROM_QQ(buf, pos)
+    pos += 16
+    if pos == end: v6 = None
+    else: v6, pos = decode_repl_visible(buf, pos)
+    return {'epoch': v0, 'segment_base': v1, 'segment_size': v2, 'data': v3, 'durable_end': v4, 'first_offset': v5, 'visible': v6}, pos
+
+
+def encode_repl_fetch_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'repl_fetch response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['epoch']
+        v1 = value['segment_base']
+        v2 = value['segment_size']
+        v3 = value['data']
+        v4 = value['durable_end']
+        v5 = value['first_offset']
+        v6 = value.get('visible')
+    except KeyError as exc:
+        raise ProtocolError(f'repl_fetch response is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not 0 <= v0 <= 18446744073709551615:
+        U64.encode(out, v0)
+    else:
+        out += _PACK_Q(v0)
+    if type(v1) is not int or not 0 <= v1 <= 18446744073709551615:
+        U64.encode(out, v1)
+    else:
+        out += _PACK_Q(v1)
+    if type(v2) is not int or not 0 <= v2 <= 18446744073709551615:
+        U64.encode(out, v2)
+    else:
+        out += _PACK_Q(v2)
+    if type(v3) is bytes and len(v3) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v3))
+        out += v3
+    else:
+        BYTES.encode(out, v3)
+    if type(v4) is not int or not 0 <= v4 <= 18446744073709551615:
+        U64.encode(out, v4)
+    else:
+        out += _PACK_Q(v4)
+    if type(v5) is not int or not 0 <= v5 <= 18446744073709551615:
+        U64.encode(out, v5)
+    else:
+        out += _PACK_Q(v5)
+    if v6 is not None: encode_repl_visible(out, v6)

@@ -7,15 +7,140 @@ from fmq.errors import (
     ProtocolError,
 )
 from fmq.protocol.types import (
+    BOOL,
+    STR,
     TEXT,
+    Encoded,
     need_bytes,
 )
 
+_PACK_H = _struct.Struct('>H').pack
 _PACK_I = _struct.Struct('>I').pack
+_UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
 
 
-def decode_route_change_response(buf, pos):
+def decode_auth_finish_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'message': v0, 'principal': v1}, pos
+
+
+def encode_auth_finish_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'auth_finish response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['message']
+        v1 = value['principal']
+    except KeyError as exc:
+        raise ProtocolError(f'auth_finish response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+
+
+def decode_user_put_response(buf, pos):
+    return {}, pos
+
+
+def encode_user_put_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'user_put response needs a dict, got {type(value).__name__}')
+
+
+def decode_user_remove_response(buf, pos):
+    return {}, pos
+
+
+def encode_user_remove_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'user_remove response needs a dict, got {type(value).__name__}')
+
+
+def decode_user_list_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'list<str>')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if n > end - pos:
+        raise ProtocolError(f'list<str> claims {n} items but only {end - pos} bytes are left')
+    v0 = []
+    for _ in range(n):
+        item, pos = STR.decode(buf, pos)
+        v0.append(item)
+    return {'users': v0}, pos
+
+
+def encode_user_list_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'user_list response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['users']
+    except KeyError as exc:
+        raise ProtocolError(f'user_list response is missing field {exc.args[0]!r}') from None
+    if type(v0) is Encoded:
+        out += _PACK_I(v0.count)
+        out += v0.data
+    elif not isinstance(v0, (list, tuple)):
+        raise ProtocolError(f'list<str> field needs a list, got {type(v0).__name__}')
+    else:
+        out += _PACK_I(len(v0))
+        for item in v0:
+            STR.encode(out, item)
+
+
+def decode_acl_add_response(buf, pos):
+    end = len(buf)
+    if pos + 1 > end: need_bytes(buf, pos, 1, 'bool')
+    v0 = buf[pos]
+    pos += 1
+    if v0 > 1: raise ProtocolError(f'bool field must be 0 or 1, got {v0}')
+    v0 = v0 == 1
+    return {'added': v0}, pos
+
+
+def encode_acl_add_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'acl_add response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['added']
+    except KeyError as exc:
+        raise ProtocolError(f'acl_add response is missing field {exc.args[0]!r}') from None
+    BOOL.encode(out, v0)
+
+
+def decode_acl_remove_response(buf, pos):
+    return {}, pos
+
+
+def encode_acl_remove_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'acl_remove response needs a dict, got {type(value).__name__}')
+
+
+def decode_acl_list_response(buf, pos):
     end = len(buf)
     if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
     n = _UNPACK_FROM_I(buf, pos)[0]
@@ -27,13 +152,175 @@ def decode_route_change_response(buf, pos):
     return {'json': v0}, pos
 
 
-def encode_route_change_response(out, value):
+def encode_acl_list_response(out, value):
     if not isinstance(value, dict):
-        raise ProtocolError(f'route_change response needs a dict, got {type(value).__name__}')
+        raise ProtocolError(f'acl_list response needs a dict, got {type(value).__name__}')
     try:
         v0 = value['json']
     except KeyError as exc:
-        raise ProtocolError(f'route_change response is missing field {exc.args[0]!r}') from None
+        raise ProtocolError(f'acl_list response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_topic_create_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_topic_create_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_create response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_create response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_topic_alter_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_topic_alter_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_alter response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_alter response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_topic_describe_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_topic_describe_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_describe response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_describe response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_topic_delete_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_topic_delete_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_delete response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_delete response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_topic_list_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_topic_list_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'topic_list response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'topic_list response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
+def decode_route_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_route_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'route response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'route response is missing field {exc.args[0]!r}') from None
     if type(v0) is str and len(v0) <= 1073741823:
         raw = v0.encode()
         out += _PACK_I(len(raw))
