@@ -31,8 +31,7 @@ COMPILED = {
     "fmq.index._derive_c": "fmq/index/derive.py",
     # Written in Cython itself (C byte packing); its pure twin is fmq/index/item_batch.py.
     "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
-    **{f"fmq.protocol._speedups.{part.stem}": f"fmq/protocol/_codecs/{part.name}"
-       for part in sorted((HERE / "fmq" / "protocol" / "_codecs").glob("part*.py"))},
+    "fmq.protocol._struct_codecs_c": "fmq/protocol/struct_codecs.py",
 }
 #: The Cython sources: copies of the pure modules under their compiled names.
 SOURCE_DIR = HERE / "build" / "cython-src"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 from types import ModuleType
 
 from fmq.errors import ExtensionMissing
@@ -31,9 +30,7 @@ COMPILED_MODULES: dict[str, str] = {
     "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",
     "fmq.index._derive_c": "fmq/index/derive.py",
     "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
-    # The generated protocol codecs, however many parts the generator wrote.
-    **{f"fmq.protocol._speedups.{part.stem}": f"fmq/protocol/_codecs/{part.name}"
-       for part in sorted((Path(__file__).parent / "protocol" / "_codecs").glob("part*.py"))},
+    "fmq.protocol._struct_codecs_c": "fmq/protocol/struct_codecs.py",
 }
 
 

@@ -29,9 +29,9 @@ PROBE = (
     "print(native.implementation(), record.CODEC_MODULE.__name__, record.MARKS_MODULE.__name__,"
     " frame.FRAMING.__name__, _impl.codecs.__name__)\n"
 )
-PURE = "pure fmq.log.record.codec fmq.log.record.marks fmq.protocol.framing fmq.protocol._codecs"
+PURE = "pure fmq.log.record.codec fmq.log.record.marks fmq.protocol.framing fmq.protocol.struct_codecs"
 COMPILED = ("compiled fmq.log.record._codec_c fmq.log.record._marks_c fmq.protocol._frame_c "
-            "fmq.protocol._speedups")
+            "fmq.protocol._struct_codecs_c")
 
 
 def _env(**changes: str) -> dict[str, str]:
