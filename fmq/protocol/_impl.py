@@ -20,7 +20,7 @@ Codec = tuple[Callable, Callable]
 
 
 #: ``struct_codecs_py`` or its compiled twin ``fmq.protocol._struct_codecs_c``.
-codecs: ModuleType = native.load("fmq.protocol._struct_codecs_c") or struct_codecs_py
+codecs: ModuleType = native.choose(struct_codecs_py)
 #: "compiled" or "pure": which implementation this process uses.
 IMPLEMENTATION = "pure" if codecs is struct_codecs_py else "compiled"
 

@@ -75,7 +75,7 @@ fastest twin available, or every reference twin when the environment sets
 lists the pairs, and one shared test compares each pair on hostile input. A faster twin
 (compiled, say) is added here, to :data:`TWINS`, and nowhere else. ``codec`` and ``marks``
 run compiled (``_codec_c``, ``_marks_c``: the same source compiled by Cython, setup.py) when
-``fmq.native.load`` finds them; ``encode_into`` (once per placed record) and ``decode_at``
+``fmq.native.choose`` picks them; ``encode_into`` (once per placed record) and ``decode_at``
 (once per record of every scan) run from ``_record_c.pyx`` (written in Cython: the header
 written and read in C), which hands whatever it does not take as it is, failures included,
 to the codec's own.
@@ -86,8 +86,8 @@ from __future__ import annotations
 import functools
 
 from fmq import native
-from fmq.log.record import codec as _pure_codec
-from fmq.log.record import marks as _pure_marks
+from fmq.log.record import codec as codec_py
+from fmq.log.record import marks as marks_py
 from fmq.log.record import runs as _runs
 from fmq.log.record.codec import Codec, python_codec, record_length
 from fmq.log.record.crc import hardware_crc32c, reference_crc32c
@@ -111,10 +111,12 @@ from fmq.log.record.sizes import RECORD_BOUND, check_fits, encoded_length, encod
 
 #: ``FMQ_NO_EXTENSIONS=1`` runs every reference twin (to rule a fast one out, or to test it).
 NO_EXTENSIONS = native.no_extensions()
-#: The codec and mark encoder modules running: compiled by setup.py, or the pure ones.
-CODEC_MODULE = native.load("fmq.log.record._codec_c") or _pure_codec
-MARKS_MODULE = native.load("fmq.log.record._marks_c") or _pure_marks
-#: The compiled ``encode_into`` and ``decode_at`` (``_record_c.pyx``, written in Cython), or None.
+#: The codec and mark encoder modules running: ``codec_py`` and ``marks_py`` or their
+#: compiled twins ``_codec_c`` and ``_marks_c``.
+CODEC_MODULE = native.choose(codec_py)
+MARKS_MODULE = native.choose(marks_py)
+#: The package's compiled ``encode_into`` and ``decode_at`` and runs (``_record_c.pyx``,
+#: written in Cython), or None.
 RECORD_MODULE = native.load("fmq.log.record._record_c")
 
 #: The reference codec: crcmod's CRC, the general encoder for every record.
