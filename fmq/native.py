@@ -33,7 +33,6 @@ from fmq.errors import ExtensionMissing
 #: plain strings.
 COMPILED_MODULES: dict[str, str] = {
     "fmq.log.record._codec_c": "fmq/log/record/codec.py",
-    "fmq.log.record._marks_c": "fmq/log/record/marks.py",
     "fmq.log.record._record_c": "fmq/log/record/_record_c.pyx",
     "fmq.protocol._framing_c": "fmq/protocol/framing.py",
     "fmq.protocol._message_requests_c": "fmq/protocol/_message_requests_c.pyx",

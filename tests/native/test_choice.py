@@ -26,11 +26,11 @@ PROBE = (
     "from fmq import native\n"
     "from fmq.log import record\n"
     "from fmq.protocol import _impl, frame\n"
-    "print(native.implementation(), record.CODEC_MODULE.__name__, record.MARKS_MODULE.__name__,"
+    "print(native.implementation(), record.CODEC_MODULE.__name__,"
     " frame.FRAMING.__name__, _impl.codecs.__name__)\n"
 )
-PURE = "pure fmq.log.record.codec fmq.log.record.marks fmq.protocol.framing fmq.protocol.struct_codecs"
-COMPILED = ("compiled fmq.log.record._codec_c fmq.log.record._marks_c fmq.protocol._framing_c "
+PURE = "pure fmq.log.record.codec fmq.protocol.framing fmq.protocol.struct_codecs"
+COMPILED = ("compiled fmq.log.record._codec_c fmq.protocol._framing_c "
             "fmq.protocol._struct_codecs_c")
 
 
