@@ -76,12 +76,6 @@ def refuse_unfinished_undo(path: str) -> None:
             f"before opening the broker")
 
 
-def is_data_dir(path: str) -> bool:
-    """Whether ``path`` is an FMQ data directory: it has a ``log/`` directory, and either a
-    segment file in it or the ``LOCK`` file a broker creates first when it opens (a broker
-    stopped before it created its first segment)."""
-    return _not_a_data_dir_reason(path) is None
-
 
 def require_data_dir(path: str) -> None:
     """Raise :class:`NotADataDir` unless ``path`` is an FMQ data directory: offline tools

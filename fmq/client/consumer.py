@@ -1,15 +1,16 @@
-"""The consumer: group membership, queue assignment, pipelined long-poll pulls, offsets."""
+"""The consumer: group membership, queue assignment, pipelined long-poll pulls, offsets,
+and what the application does with the messages (nack, a handler loop, iteration)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
-from fmq.errors import FMQError, InvalidArgument
+from fmq.errors import BrokerClosed, FMQError, InvalidArgument, ProtocolError
 from fmq.message import (
     StoredMessage,
     check_name,
@@ -22,9 +23,8 @@ from fmq.protocol.values import stored_from_wire
 
 from .base import Client
 from .consumer_io import commit_offsets, pull_wait_ms, reads_client
-from .consumer_loop import ConsumerLoop
-from .consumer_membership import ConsumerMembership
 from .discovery import PRIMARY
+from .repeated_failure import RepeatedFailure
 from .routed_consumer import RoutedParts, routed_parts
 from .routing import DEFAULT_ROUTE_REFRESH_S
 
@@ -34,7 +34,7 @@ STARTS = ("committed", "earliest", "latest")
 Queue = tuple[str, int]
 
 
-class Consumer(ConsumerMembership, ConsumerLoop, Client):
+class Consumer(Client):
     """Reads ``topics`` as a member of consumer ``group``: the server gives each queue of a
     topic to one live member, and moves queues when members join, leave or stop
     heart-beating. Delivery is at-least-once: call :meth:`commit` after processing what
@@ -139,6 +139,52 @@ class Consumer(ConsumerMembership, ConsumerLoop, Client):
         self._hb.start()
 
     # ------------------------------------------------------------------ membership
+
+    def _join(self) -> None:
+        resp = self.call(Op.GROUP_JOIN, {"group": self.group, "member_id": self.member_id,
+                                         "topics": self.topics})
+        self.member_id = resp["member_id"]
+        self._heartbeat_interval = resp["heartbeat_interval_ms"] / 1000
+        self._take(resp["generation"], resp["assignment"])
+
+    def _take(self, generation: int, assignment: list[dict]) -> None:
+        queues = sorted((a["topic"], a["queue_id"]) for a in assignment)
+        with self._lock:
+            if generation != self.generation or queues != self._assigned:
+                self.generation = generation
+                self._incoming = (generation, queues, self.connection_seq)
+
+    def _heartbeat_loop(self) -> None:
+        failures = RepeatedFailure(logger, f"heartbeat of {self.member_id} in group "
+                                           f"{self.group}")
+        while True:
+            self._beat_now.wait(self._heartbeat_interval)
+            self._beat_now.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._take(*self._beat())
+                failures.worked()
+            except FMQError as exc:
+                if not self._stop.is_set():
+                    failures.failed(exc)
+
+    def _beat(self) -> tuple[int, list[dict]]:
+        """One heartbeat: GROUP_SYNC, which says the generation whose assignment this
+        consumer reads now (so the server gives the queues it dropped to their next
+        owner), or GROUP_HEARTBEAT to a server without it."""
+        fields = {"group": self.group, "member_id": self.member_id, "topics": self.topics}
+        if self._sync:
+            try:
+                resp = self.call(Op.GROUP_SYNC, {**fields, "generation": self._applied},
+                                 retries=1)
+                return resp["generation"], resp["assignment"]
+            except ProtocolError as exc:
+                if "unknown opcode" not in str(exc):
+                    raise
+                self._sync = False
+        resp = self.call(Op.GROUP_HEARTBEAT, fields, retries=1)
+        return resp["generation"], resp["assignment"]
 
     @property
     def assignment(self) -> list[Queue]:
@@ -310,6 +356,54 @@ class Consumer(ConsumerMembership, ConsumerLoop, Client):
                         and self._positions[q] == self._starts.get(q))]
         for q, pos in commit_offsets(self, self.group, due):
             self._committed[q] = pos
+
+    def nack(self, message: StoredMessage, delay: float | None = None) -> int:
+        """This group failed ``message``: the server stores it for a redelivery to this group
+        after ``delay`` seconds (None: the back-off level of its attempt), or in the group's
+        dead-letter topic once it was redelivered ``max_reconsume_times``. Returns its
+        redeliveries so far (-1: dead-lettered). Commit as usual afterwards: the message is
+        safe once this returns."""
+        if delay is not None and (not isinstance(delay, (int, float)) or delay < 0):
+            raise InvalidArgument(f"delay must be seconds >= 0 or None, got {delay!r}")
+        if self.broker_groups is not None:
+            with self._use:
+                return self.broker_groups.nack(message, delay)
+        resp = self.call(Op.NACK, {"group": self.group, "topic": message.topic,
+                                   "queue_id": message.queue_id,
+                                   "queue_offset": message.queue_offset,
+                                   "delay_ms": -1 if delay is None else round(delay * 1000)})
+        return -1 if resp["dead_letter"] else resp["reconsume_times"]
+
+    def run(self, handler: Callable[[StoredMessage], object]) -> None:
+        """Call ``handler`` with each message until :meth:`close`; commit after each batch.
+        A handler that raises fails that message (:meth:`nack`, logged), and the others go
+        on."""
+        for batch in self._batches():
+            for m in batch:
+                try:
+                    handler(m)
+                except Exception as exc:  # noqa: BLE001 - the application's failure
+                    logger.warning("handler failed %s/%d/%d (%s); redelivering later",
+                                   m.topic, m.queue_id, m.queue_offset, exc)
+                    self.nack(m)
+            if batch:
+                self.commit()
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        """Messages until :meth:`close` (from another thread, or a signal handler); commit
+        as you go."""
+        for batch in self._batches():
+            yield from batch
+
+    def _batches(self) -> Iterator[list[StoredMessage]]:
+        """Polled batches until :meth:`close` (a close from another thread ends it quietly)."""
+        while not self._closed:
+            try:
+                yield self.poll(1.0)
+            except BrokerClosed:
+                if self._closed:
+                    return
+                raise
 
     def close(self) -> None:
         """Leave the group (its queues go to the other members at once) and disconnect."""
