@@ -16,6 +16,9 @@ from fmq.server.context import ServerContext
 from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     api_versions,
     fetch,
+    group_admin,
+    group_apis,
+    group_offsets,
     list_offsets,
     metadata,
     produce,
