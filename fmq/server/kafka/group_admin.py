@@ -27,7 +27,7 @@ from fmq.engine.broker import Broker
 from fmq.errors import InvalidArgument
 from fmq.server.context import ServerContext
 from fmq.server.kafka.apis import kafka_api
-from fmq.server.kafka.group_coordinator import coordinator_of
+from fmq.server.kafka.group_registry import coordinator_of
 from fmq.server.kafka.group_state import GroupState
 from fmq.server.kafka.session import KafkaSession
 

@@ -17,7 +17,8 @@ from fmq.errors import InvalidArgument
 from fmq.message import check_name
 from fmq.server.kafka.apis import kafka_api
 from fmq.server.kafka.entities import ms
-from fmq.server.kafka.group_coordinator import KafkaGroupError, coordinator_of
+from fmq.server.kafka.group_coordinator import KafkaGroupError
+from fmq.server.kafka.group_registry import coordinator_of
 from fmq.server.kafka.session import NODE_ID, KafkaSession
 
 GROUP_KEY_TYPE = 0

@@ -28,12 +28,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-import weakref
 from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from fmq.server.context import ServerContext
 from fmq.server.kafka.group_state import GroupState, KafkaGroup, KafkaMember
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -130,7 +128,7 @@ class KafkaGroupCoordinator:
             # session timeout.
             g.pending[member.member_id] = self.loop.call_later(
                 member.session_timeout_s, self._forget_pending, g, member.member_id)
-            return self._answer(g, member.member_id, ErrorCode.member_id_required)
+            return g.answer(member.member_id, ErrorCode.member_id_required)
         return await self._add_and_wait(g, member)
 
     async def _add_and_wait(self, g: KafkaGroup, member: KafkaMember) -> dict:
@@ -151,15 +149,15 @@ class KafkaGroupCoordinator:
         member.session_timeout_s = asked.session_timeout_s
         member.rebalance_timeout_s = asked.rebalance_timeout_s
         if g.is_(COMPLETING) and unchanged:
-            return self._join_answer(g, member)  # its answer was lost: the same again
+            return g.join_answer(member)  # its answer was lost: the same again
         if g.is_(STABLE) and unchanged and member.member_id != g.leader_id:
             self._keep_alive(g, member)
-            return self._join_answer(g, member)
+            return g.join_answer(member)
         return await self._wait_join(g, member)
 
     async def _wait_join(self, g: KafkaGroup, member: KafkaMember) -> dict:
         if member.join_waiter is not None and not member.join_waiter.done():
-            member.join_waiter.set_result(self._answer(g, member.member_id,
+            member.join_waiter.set_result(g.answer(member.member_id,
                                                        ErrorCode.rebalance_in_progress))
         waiter = member.join_waiter = self.loop.create_future()
         self._cancel_expiry(member)
@@ -226,24 +224,8 @@ class KafkaGroupCoordinator:
         for m in g.members.values():
             waiter, m.join_waiter = m.join_waiter, None
             if waiter is not None and not waiter.done():
-                waiter.set_result(self._join_answer(g, m))
+                waiter.set_result(g.join_answer(m))
             self._keep_alive(g, m)
-
-    def _join_answer(self, g: KafkaGroup, m: KafkaMember) -> dict:
-        answer = self._answer(g, m.member_id, ErrorCode.none)
-        if m.member_id == g.leader_id:
-            answer["members"] = [{"member_id": o.member_id, "group_instance_id": o.instance_id,
-                                  "metadata": o.metadata(g.protocol_name or "")}
-                                 for o in g.members.values()]
-        return answer
-
-    def _answer(self, g: KafkaGroup, member_id: str, code: ErrorCode) -> dict:
-        ok = code == ErrorCode.none
-        return {"error_code": code, "generation_id": g.generation if ok else -1,
-                "protocol_type": g.protocol_type if ok else None,
-                "protocol_name": g.protocol_name if ok else None,
-                "leader": (g.leader_id or "") if ok else "", "skip_assignment": False,
-                "member_id": member_id, "members": []}
 
     # ------------------------------------------------------------------ SyncGroup
 
@@ -390,7 +372,7 @@ class KafkaGroupCoordinator:
             del g.static[m.instance_id]
         self._cancel_expiry(m)
         if m.join_waiter is not None and not m.join_waiter.done():
-            m.join_waiter.set_result(self._answer(g, m.member_id, code))
+            m.join_waiter.set_result(g.answer(m.member_id, code))
         m.join_waiter = None
         self._answer_sync(m, code, b"")
         if g.leader_id == m.member_id:
@@ -404,18 +386,3 @@ class KafkaGroupCoordinator:
         elif g.is_(PREPARING):
             self._try_complete_join(g)
 
-
-_COORDINATORS: weakref.WeakKeyDictionary[ServerContext, KafkaGroupCoordinator] = (
-    weakref.WeakKeyDictionary())
-
-
-def coordinator_of(ctx: ServerContext) -> KafkaGroupCoordinator:
-    """The Kafka group coordinator of the server whose context is ``ctx``, made at the first
-    group request; it tells the FMQ group registry about itself then, so that an FMQ
-    consumer joining a group with live Kafka members is refused (the one-store rule,
-    docs/kafka.md)."""
-    found = _COORDINATORS.get(ctx)
-    if found is None:
-        found = _COORDINATORS[ctx] = KafkaGroupCoordinator(ctx.loop, ctx.groups.member_count)
-        ctx.groups.foreign_members = found.live_members
-    return found

@@ -21,7 +21,8 @@ from fmq.errors import FMQError, InvalidArgument, OffsetOutOfRange, UnknownQueue
 from fmq.message import check_name
 from fmq.server.kafka.apis import kafka_api
 from fmq.server.kafka.error_codes import error_code
-from fmq.server.kafka.group_coordinator import KafkaGroupError, coordinator_of
+from fmq.server.kafka.group_coordinator import KafkaGroupError
+from fmq.server.kafka.group_registry import coordinator_of
 from fmq.server.kafka.session import KafkaSession
 
 #: (topic, partition, offset) of one partition of a commit.

@@ -13,6 +13,8 @@ import enum
 from collections import Counter
 from dataclasses import dataclass, field
 
+from kio.schema.errors import ErrorCode
+
 
 class GroupState(enum.Enum):
     EMPTY = "Empty"
@@ -110,3 +112,22 @@ class KafkaGroup:
     def all_rejoined(self) -> bool:
         return not self.pending and all(m.join_waiter is not None
                                         for m in self.members.values())
+
+    def join_answer(self, m: KafkaMember) -> dict:
+        """The JoinGroup answer of ``m`` in this generation: the leader's lists every
+        member's metadata for the chosen protocol."""
+        answer = self.answer(m.member_id, ErrorCode.none)
+        if m.member_id == self.leader_id:
+            answer["members"] = [{"member_id": o.member_id, "group_instance_id": o.instance_id,
+                                  "metadata": o.metadata(self.protocol_name or "")}
+                                 for o in self.members.values()]
+        return answer
+
+    def answer(self, member_id: str, code: ErrorCode) -> dict:
+        """A JoinGroup answer: this generation's, or ``code`` alone."""
+        ok = code == ErrorCode.none
+        return {"error_code": code, "generation_id": self.generation if ok else -1,
+                "protocol_type": self.protocol_type if ok else None,
+                "protocol_name": self.protocol_name if ok else None,
+                "leader": (self.leader_id or "") if ok else "", "skip_assignment": False,
+                "member_id": member_id, "members": []}
