@@ -5,6 +5,7 @@ APIs, and the one-store rule shared with FMQ's own consumer groups."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -220,3 +221,29 @@ def test_admin_describe_list_delete(server):
         assert found[0].offset == -1001  # never committed: Kafka's -1, "invalid offset"
     finally:
         committed.close()
+
+
+def test_aiokafka_group_consumer(server):
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition as AioPartition
+
+    values = make_topic(server.bootstrap, "aio", PARTITIONS, 3)
+
+    async def consume() -> tuple[set[str], int | None]:
+        consumer = AIOKafkaConsumer("aio", bootstrap_servers=server.bootstrap,
+                                    group_id="aio-group", auto_offset_reset="earliest",
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            got: set[str] = set()
+            deadline = time.monotonic() + 60
+            while len(got) < len(values) and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                got.update(r.value.decode() for rs in batches.values() for r in rs)
+            await consumer.commit()
+            return got, await consumer.committed(AioPartition("aio", 2))
+        finally:
+            await consumer.stop()
+
+    got, committed = asyncio.run(asyncio.wait_for(consume(), 90))
+    assert got == values and committed == 3
