@@ -79,9 +79,9 @@ def test_commits_then_restart_resumes_from_them(server):
     # One store: `fmq groups` shows the Kafka group's committed offsets and lag.
     shown = run_cli("groups", "audit", "--server", server.address, "--json")
     assert shown.returncode == 0, shown.stderr
-    rows = json_lines(shown.stdout)
-    offsets = {(r["topic"], r["queue_id"]): r for r in rows[0]["offsets"]} if (
-        rows and "offsets" in rows[0]) else {(r["topic"], r["queue_id"]): r for r in rows}
+    (group,) = json_lines(shown.stdout)
+    assert group["group"] == "audit"
+    offsets = {(r["topic"], r["queue_id"]): r for r in group["offsets"]}
     assert {q for t, q in offsets if t == "ledger"} == set(range(PARTITIONS))
     for (_t, _q), row in offsets.items():
         assert row["committed"] == 30 and row["lag"] == 0
