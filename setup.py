@@ -1,16 +1,17 @@
 """The optional compiled twins of FMQ's hot modules (everything else is in pyproject.toml).
 
-Each module in ``COMPILED`` is a plain Python module of the package compiled by Cython 3
-under a name of its own, so the pure module stays importable beside it as its reference
-(``fmq.native`` chooses at import time). Two are written in Cython itself
-(``_record_c.pyx``, ``_item_batch_c.pyx``: bytes read and written in C), beside the pure
-functions they must equal. The extensions are optional: without a C compiler
+The twins are listed once, in ``fmq.native.COMPILED_MODULES``: each ``_<name>_c`` is the
+plain Python module ``<name>.py`` beside it compiled by Cython 3, so the pure module stays
+importable as its reference (``fmq.native.choose`` picks at import time), or a ``.pyx`` file
+written in Cython itself (bytes read and written in C) beside the pure functions it must
+equal. The extensions are optional: without a C compiler
 ``pip install .`` warns and installs the pure package, which runs the same, only slower.
 ``FMQ_REQUIRE_EXTENSIONS=1`` at build time makes a failed build an error instead.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import sys
@@ -20,20 +21,21 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-#: compiled module -> the pure module it is compiled from (fmq/native.py lists the same).
-COMPILED = {
-    "fmq.log.record._codec_c": "fmq/log/record/codec.py",
-    "fmq.log.record._marks_c": "fmq/log/record/marks.py",
-    "fmq.log.record._record_c": "fmq/log/record/_record_c.pyx",
-    "fmq.protocol._frame_c": "fmq/protocol/framing.py",
-    "fmq.protocol._message_requests_c": "fmq/protocol/_message_requests_c.pyx",
-    "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",
-    "fmq.index._derive_c": "fmq/index/derive.py",
-    # Written in Cython itself (C byte packing); its pure twin is fmq/index/item_batch.py.
-    "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
-    **{f"fmq.protocol._speedups.{part.stem}": f"fmq/protocol/_codecs/{part.name}"
-       for part in sorted((HERE / "fmq" / "protocol" / "_codecs").glob("part*.py"))},
-}
+
+
+def compiled_modules() -> dict[str, str]:
+    """fmq/native.py's ``COMPILED_MODULES`` (compiled module -> the source Cython compiles),
+    the one list of the twins, read without importing fmq: a build from a clean checkout
+    has none of fmq's dependencies installed."""
+    tree = ast.parse((HERE / "fmq" / "native.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and node.target.id == "COMPILED_MODULES"):
+            return ast.literal_eval(node.value)
+    raise SystemExit("fmq/native.py defines no COMPILED_MODULES: the twins cannot be built")
+
+
+COMPILED = compiled_modules()
 #: The Cython sources: copies of the pure modules under their compiled names.
 SOURCE_DIR = HERE / "build" / "cython-src"
 REQUIRED = os.environ.get("FMQ_REQUIRE_EXTENSIONS", "") == "1"

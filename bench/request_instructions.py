@@ -66,11 +66,13 @@ for _ in range(n):
 broker.close()
 """
 
-#: The sixth pass's marks: the mark encoder (fmq/log/record/marks.py, compiled).
+#: The sixth pass's marks: the mark encoder (fmq/log/record/marks.py; its compiled twin
+#: _marks_c is gone since marks go through the C record encoder).
 MARKS_BY_MARK_ENCODER = """
 from fmq.log import record
+from fmq.log.record import marks
 from fmq.tx import writer
-writer.encode_mark_into = record.MARKS_MODULE.mark_encoder(
+writer.encode_mark_into = marks.mark_encoder(
     record.crc32c, record.CODEC_MODULE.python_codec(record.crc32c).encode_into)
 """
 

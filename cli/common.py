@@ -38,9 +38,30 @@ def emit(obj: Any, as_json: bool, text: str | None = None) -> None:
         click.echo(text if text is not None else str(obj))
 
 
-def fail(message: str, status: int = 1) -> NoReturn:
-    """Print ``error: message`` on stderr and exit with ``status`` (no traceback)."""
-    click.echo(f"error: {message}", err=True)
+def json_requested() -> bool:
+    """Whether the command running was given ``--json`` (its errors are JSON too)."""
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        if ctx.params.get("as_json"):
+            return True
+        ctx = ctx.parent
+    return False
+
+
+def print_error(message: str, kind: str, as_json: bool) -> None:
+    """An error on stderr: ``error: message``, or with ``--json`` one JSON object
+    ``{"error": message, "type": kind}`` (``kind``: the FMQ error's class name,
+    ``UsageError`` for a mistaken command line, ``error`` otherwise)."""
+    if as_json:
+        click.echo(json.dumps({"error": message, "type": kind}, sort_keys=True), err=True)
+    else:
+        click.echo(f"error: {message}", err=True)
+
+
+def fail(message: str, status: int = 1, kind: str = "error") -> NoReturn:
+    """Print the error on stderr (JSON with ``--json``) and exit with ``status`` (no
+    traceback)."""
+    print_error(message, kind, json_requested())
     sys.exit(status)
 
 
@@ -60,7 +81,7 @@ def fmq_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except FMQError as exc:
-            fail(str(exc))
+            fail(str(exc), kind=type(exc).__name__)
         except BrokenPipeError:  # `fmq ... | head`: the reader left; nothing to say
             # Point stdout at /dev/null so that the flush at exit does not fail again.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -50,7 +50,22 @@ def show(ctx: click.Context, config_file: str | None, host: str | None, port: in
     width = max(len(r["key"]) for r in rows)
     for row in rows:
         click.echo(f"{row['section']:<6} {row['key']:<{width}}  "
-                   f"{human_value(row['key'], row['value']):<12}  ({row['source']})")
+                   f"{human_value(row['key'], row['value']):<16}  ({row['source']})")
+
+
+#: Settings whose 0 is no amount but a rule (fmq/config.py, fmq/server/config.py say so).
+ZERO_MEANS = {
+    "retention_ms": "keep forever",
+    "retention_bytes": "no limit",
+    "retention_interval_ms": "only when called",
+    "checkpoint_interval_ms": "only at close",
+    "index_max_lag_bytes": "no limit",
+    "tx_timeout_ms": "never",
+    "metrics_port": "no endpoint",
+    "read_timeout_ms": "no limit",
+    "write_timeout_ms": "no limit",
+    "idle_timeout_ms": "never",
+}
 
 
 def human_value(key: str, value: object) -> str:
@@ -64,6 +79,8 @@ def human_value(key: str, value: object) -> str:
         return "true" if value else "false"
     if not isinstance(value, int | str):
         return str(value)
+    if value == 0 and key in ZERO_MEANS:  # "0 ms" of a retention would read as "at once"
+        return f"0 ({ZERO_MEANS[key]})"
     if kind == "size" and isinstance(value, int):
         return out.size(value)
     if kind == "duration" and isinstance(value, int):

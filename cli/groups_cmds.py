@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import click
 from fmq.cli import output as out
-from fmq.cli.common import TIME_HELP, emit, fmq_errors, json_option, parse_time_ms
+from fmq.cli.common import TIME_HELP, emit, fail, fmq_errors, json_option, parse_time_ms
 from fmq.cli.net_cmds import server_option
 from fmq.cli.stats_cmds import OFFSET_COLUMNS, call_json
 
-from fmq.errors import FMQError
+from fmq.errors import FMQError, UnknownTopic
 
 
 class UnknownGroup(FMQError):
@@ -76,8 +76,8 @@ def describe(group: str | None, server: str, as_json: bool) -> None:
                                             "group committed in].")
 @click.option("--queue", "queue_id", type=click.IntRange(min=0), default=None,
               help="Only this queue of --topic.")
-@click.option("--to-earliest", "to", flag_value="earliest", help="The first stored message.")
-@click.option("--to-latest", "to", flag_value="latest", help="Past the last message.")
+@click.option("--to-earliest", is_flag=True, help="The first stored message.")
+@click.option("--to-latest", is_flag=True, help="Past the last message.")
 @click.option("--to-time", "to_time", default=None, metavar="T",
               help=f"The first message stored at or after T: {TIME_HELP}.")
 @click.option("--to-offset", "to_offset", type=click.IntRange(min=0), default=None,
@@ -89,29 +89,37 @@ def describe(group: str | None, server: str, as_json: bool) -> None:
 @server_option
 @json_option
 @fmq_errors
-def reset_offsets(group: str, topic: str | None, queue_id: int | None, to: str | None,
-                  to_time: str | None, to_offset: int | None, force: bool, execute: bool,
+def reset_offsets(group: str, topic: str | None, queue_id: int | None, to_earliest: bool,
+                  to_latest: bool, to_time: str | None, to_offset: int | None, force: bool, execute: bool,
                   server: str, as_json: bool) -> None:
     """Show how GROUP's committed offsets would move; with --execute move them (logged by
     the server). Without --topic: every topic the group committed in but its retry and
     dead-letter topics (%RETRY%GROUP, %DLQ%GROUP), which move only when named. Refused
     while the group has live members, unless --force: stop its consumers first."""
-    chosen = [name for name, v in (("--to-earliest/--to-latest", to), ("--to-time", to_time),
-                                   ("--to-offset", to_offset)) if v is not None]
+    # Two flags of one option would let the last one win silently: each is its own.
+    chosen = [name for name, given in (("--to-earliest", to_earliest),
+                                       ("--to-latest", to_latest),
+                                       ("--to-time", to_time is not None),
+                                       ("--to-offset", to_offset is not None)) if given]
     if len(chosen) != 1:
         raise click.UsageError("give exactly one of --to-earliest, --to-latest, --to-time, "
-                               "--to-offset")
-    value = -1
+                               "--to-offset" + (f" (not {' and '.join(chosen)})"
+                                                if chosen else ""))
+    to, value = ("earliest" if to_earliest else "latest"), -1
     if to_time is not None:
         to, value = "time", parse_time_ms(to_time, "--to-time")
     elif to_offset is not None:
         to, value = "offset", to_offset
-    data = call_json(server, "RESET_OFFSETS", {
-        "group": group, "topic": topic, "queue_id": -1 if queue_id is None else queue_id,
-        "to": to, "value": value, "force": force,
-        # Executing leaves the field out, so it works with servers older than plans too;
-        # a plan sent to one is refused (a payload longer than it reads), never executed.
-        "mode": None if execute else {"execute": False}}, node="primary")
+    try:
+        data = call_json(server, "RESET_OFFSETS", {
+            "group": group, "topic": topic, "queue_id": -1 if queue_id is None else queue_id,
+            "to": to, "value": value, "force": force,
+            # Executing leaves the field out, so it works with servers older than plans too;
+            # a plan sent to one is refused (a payload longer than it reads), never executed.
+            "mode": None if execute else {"execute": False}}, node="primary")
+    except UnknownTopic:
+        fail(f"topic {topic} does not exist and group {group} has no offsets in it: "
+             f"nothing to reset; `fmq topic list` lists the topics")
     if as_json:
         for c in data["changes"]:
             emit({**c, "executed": execute}, True)

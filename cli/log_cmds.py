@@ -133,8 +133,11 @@ def repair(data_dir: str, cut_at: int | None, undo: bool, repair_dir: str | None
            yes: bool) -> None:
     """Explicitly cut the log at an offset (after `log verify` named corruption there), or
     undo such a cut. The cut records leave the log but are kept, with a manifest, in a
-    repair directory; the index is rebuilt on the next open."""
-    from fmq.admin.repair import cut_log, plan_cut, undo_repair
+    repair directory, with the index and the checkpoint; the index is rebuilt on the next
+    open. An undo puts all of it back, and an undo that was interrupted is finished by
+    running it again."""
+    from fmq.admin.repair import cut_log, plan_cut
+    from fmq.admin.repair_undo import undo_repair
     from fmq.units import size
 
     if undo == (cut_at is not None):
@@ -145,10 +148,12 @@ def repair(data_dir: str, cut_at: int | None, undo: bool, repair_dir: str | None
         if not yes:
             click.confirm("Put back the log as it was before the last repair?", abort=True)
         done = undo_repair(data_dir, repair_dir)
-        click.echo(f"put back {out.plural(len(done.restored), 'segment file')} from "
-                   f"{done.repair_dir}; "
-                   f"the log ends at {done.log_end} again; the index will be rebuilt on "
-                   f"the next open")
+        derived = (f" and the {' and the '.join(done.derived)} it moved aside"
+                   if done.derived else "")
+        rebuilt = ("" if "index" in done.derived
+                   else "; the index will be rebuilt on the next open")
+        click.echo(f"put back {out.plural(len(done.restored), 'segment file')}{derived} "
+                   f"from {done.repair_dir}; the log ends at {done.log_end} again{rebuilt}")
         return
     # Check everything first (a live broker, an offset that is no record start), then ask.
     plan = plan_cut(data_dir, cut_at)
@@ -156,9 +161,9 @@ def repair(data_dir: str, cut_at: int | None, undo: bool, repair_dir: str | None
         click.confirm(f"Cut the log at offset {cut_at}, removing {size(plan.bytes_cut)} of "
                       f"records (kept in a repair directory for --undo)?", abort=True)
     result = cut_log(data_dir, cut_at)
-    moved = ", ".join(plan.moved) or "none"
+    moved = ", ".join(plan.moved + result.derived) or "none"
     click.echo(f"cut the log at {cut_at}; the cut bytes are kept in {result.repair_dir} "
-               f"(segments moved there: {moved}); undo with `fmq log repair {data_dir} "
+               f"(moved there: {moved}); undo with `fmq log repair {data_dir} "
                f"--undo`; the index will be rebuilt on the next open")
 
 

@@ -16,7 +16,32 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     ctx.exit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "FMQ"})
+#: Where the root command keeps the words it was given (for errors before any option is
+#: parsed into ``as_json``).
+_ARGV = "fmq.argv"
+
+
+class CommandLine(click.Group):
+    """The root group: a mistaken command line given ``--json`` is told so in JSON too."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGV] = list(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            if "--json" not in ctx.meta.get(_ARGV, ()):
+                raise
+            from fmq.cli.common import print_error
+
+            print_error(exc.format_message(), "UsageError", True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=CommandLine,
+             context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "FMQ"})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version,
               help="Show the version and the path running (compiled or pure), and exit.")

@@ -4,12 +4,11 @@ consumer with ``--partition N --offset X``)."""
 
 from __future__ import annotations
 
-import json
-
 import click
 from fmq.cli import output as out
 from fmq.cli.client_options import client_kwargs
 from fmq.cli.common import TIME_HELP, emit, fail, fmq_errors, json_option, parse_time_ms
+from fmq.cli.key_search import RouteReader, find_in_route, segment_bases
 from fmq.cli.net_cmds import _message_dict, server_option
 
 
@@ -27,35 +26,41 @@ def segment_of(offset: int, bases: list[int]) -> str | None:
     return format_segment_name(max(below)) if below else None
 
 
-def segment_bases(client) -> list[int]:
-    """The server's segment base offsets, from its STATS."""
-    from fmq.protocol import Op
-
-    return json.loads(client.call(Op.STATS, {})["json"]).get("segment_bases", [])
+#: What a message's segment reads as when the user may not ask for segment names.
+SEGMENT_UNKNOWN = "(not shown: naming it needs admin on the cluster)"
 
 
-def as_dict(m, bases: list[int]) -> dict:
-    return {**_message_dict(m), "segment": segment_of(m.offset, bases)}
+def as_dict(m, bases: list[int] | None, broker_group: str = "") -> dict:
+    return {**_message_dict(m),
+            "segment": segment_of(m.offset, bases) if bases is not None else None,
+            "broker_group": broker_group or None}
 
 
-def describe(m, bases: list[int]) -> str:
-    """A stored message for people: where it is (queue offset, log offset and the segment
-    file holding it), its key, tags, properties, store time and body (text, or its size
-    when it is not UTF-8)."""
+def describe(m, bases: list[int] | None, broker_group: str = "", base: int = 0) -> str:
+    """A stored message for people: where it is (its broker group in a cluster, queue
+    offset, log offset and the segment file holding it), its key, tags, properties, store
+    time and body (text, or its size when it is not UTF-8)."""
     try:
         body = repr(m.body.decode("utf-8"))
     except UnicodeDecodeError:
         body = f"<{out.size(len(m.body))}, not UTF-8; --json has it in base64>"
     props = ", ".join(f"{k}={v}" for k, v in sorted((m.properties or {}).items()))
+    if bases is None:
+        segment = SEGMENT_UNKNOWN
+    else:
+        segment = segment_of(m.offset, bases) or "(deleted by retention since)"
+    where = ([("broker group", f"{broker_group} (its queue {m.queue_id} is the topic's "
+                               f"queue {base + m.queue_id})")] if broker_group else [])
     return out.fields([
         ("message", f"{m.topic} queue {m.queue_id} offset {m.queue_offset}"),
+        *where,
         ("key", m.key or "(none)"),
         ("tags", m.tags or "(none)"),
         ("properties", props or "(none)"),
         ("stored", out.date_ms(m.store_time)),
         ("log offset", f"{m.offset} (`fmq log dump DATA_DIR --from {m.offset}` shows "
                        f"its record)"),
-        ("segment", segment_of(m.offset, bases) or "(deleted by retention since)"),
+        ("segment", segment),
         ("body", body),
     ])
 
@@ -73,9 +78,22 @@ def get(topic: str, queue_id: int, offset: int, server: str, as_json: bool) -> N
     """The message at OFFSET of the queue (an error naming the offsets the queue holds when
     there is none)."""
     from fmq.client import Client
+    from fmq.errors import FMQError, OffsetOutOfRange, UnknownTopic
 
     with Client(server, retries=1, **client_kwargs()) as client:
-        m = client.get_message(topic, queue_id, offset)
+        try:
+            m = client.get_message(topic, queue_id, offset)
+        except OffsetOutOfRange:
+            # An empty queue may be no queue at all: a topic never created (a typo) is
+            # named as such, not as a queue that holds nothing yet.
+            try:
+                client.describe_topic(topic)
+            except UnknownTopic:
+                fail(f"topic {topic} does not exist (never created, or deleted): no "
+                     f"message to get; `fmq topic list` lists the topics")
+            except FMQError:
+                pass  # may not describe it: the queue's own answer stands
+            raise
         bases = segment_bases(client)
     emit(as_dict(m, bases), as_json, describe(m, bases))
 
@@ -93,23 +111,28 @@ def get(topic: str, queue_id: int, offset: int, server: str, as_json: bool) -> N
 @fmq_errors
 def find(key: str, topic: str | None, since: str | None, limit: int, server: str,
          as_json: bool) -> None:
-    """The messages stored with KEY, oldest first per topic. Exit 1 when none is found."""
+    """The messages stored with KEY, oldest first per topic, from every broker group of
+    the topic's route. Exit 1 when none is found."""
     from fmq.client import Client
 
     since_ms = parse_time_ms(since, "--since") if since is not None else None
+    found, bases = [], {}
     with Client(server, retries=1, **client_kwargs()) as client:
         if topic is not None:
             topics = [topic]
         else:
             # The cheap listing (names and settings), not TOPICS' walk of every entry.
             topics = sorted(t["name"] for t in client.list_topics())
-        found = []
+        routes = RouteReader(client)
         for name in topics:
-            found += sorted(client.query_key(name, key, limit, since_ms),
-                            key=lambda m: (m.store_time, m.offset))
-        bases = segment_bases(client) if found else []
-    for m in found:
-        emit(as_dict(m, bases), as_json, describe(m, bases) + "\n")
+            here, group_bases = find_in_route(client, routes, name, key, limit, since_ms)
+            found += sorted(here, key=lambda f: (f.message.store_time,
+                                                 f.message.offset))[:limit]
+            bases.update(group_bases)
+    for f in found:
+        b = bases.get(f.broker_group)
+        emit(as_dict(f.message, b, f.broker_group), as_json,
+             describe(f.message, b, f.broker_group, f.base) + "\n")
     if not found:
         where = f"topic {topic!r}" if topic is not None else f"any of {len(topics)} topic(s)"
         fail(f"no message with key {key!r} in {where}"

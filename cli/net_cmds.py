@@ -199,16 +199,31 @@ def produce(server: str, topic: str, body: tuple[str, ...], key: str | None, tag
                 results = (producer.send_batch(chunk) if len(chunk) > 1
                            else [producer.send_message(chunk[0])])
                 sent += len(results)
+                # In a cluster the offsets are the storing group's: name it.
+                routed = not producer.route(topic).single
                 for r in results:
-                    emit({"topic": topic, "queue_id": r.queue_id,
-                          "queue_offset": r.queue_offset, "offset": r.offset}, as_json,
-                         f"sent to {topic}/{r.queue_id} offset {r.queue_offset} "
-                         f"(log {r.offset})")
+                    group = r.group if routed else ""
+                    emit(_sent_dict(topic, r, group), as_json, _sent_text(topic, r, group))
     except KeyboardInterrupt:
         # A request in flight when Ctrl-C came may still be stored: at-least-once.
         click.echo(f"interrupted: {sent} of {out.plural(len(msgs), 'message')} acknowledged (a batch in "
                    f"flight may be stored too)", err=True)
         sys.exit(130)
+
+
+def _sent_dict(topic: str, r, group: str) -> dict:
+    """Where a send stored its message; in a cluster (``group`` given), the broker group
+    too: the queue id, queue offset and log offset are that group's."""
+    d = {"topic": topic, "queue_id": r.queue_id, "queue_offset": r.queue_offset,
+         "offset": r.offset}
+    if group:
+        d["group"] = group
+    return d
+
+
+def _sent_text(topic: str, r, group: str) -> str:
+    where = f" in broker group {group}" if group else ""
+    return f"sent to {topic}/{r.queue_id} offset {r.queue_offset}{where} (log {r.offset})"
 
 
 def _produce_scheduled(server: str, msgs: list, delay: float | None, deliver_at: int | None,

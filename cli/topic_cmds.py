@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 from fmq.cli import output as out
 from fmq.cli.client_options import client_kwargs
-from fmq.cli.common import emit, fmq_errors, json_option
+from fmq.cli.common import emit, fail, fmq_errors, json_option
 from fmq.cli.net_cmds import server_option
 from fmq.cli.route_place import (
     change_route,
@@ -15,9 +15,15 @@ from fmq.cli.route_place import (
     coordinator_option,
     render_route,
 )
+from fmq.cli.route_queues import (
+    ROUTE_COLUMN,
+    render_route_queues,
+    route_here_text,
+    route_queues,
+)
 
-from fmq.config import coerce_value
-from fmq.errors import ConfigError
+from fmq.config import coerce_value, expected_form
+from fmq.errors import ConfigError, UnknownTopic
 
 #: What ``alter`` takes to put a setting back to the broker's (0 on the wire).
 DEFAULT_WORD = "default"
@@ -30,8 +36,10 @@ def _value(text: str | None, kind: str, option: str, allow_default: bool) -> int
         return 0
     try:
         value = coerce_value(option, kind, text, option)
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint=option) from None
+    except ConfigError:
+        # click names the option already: the rule once, not the option three times.
+        raise click.BadParameter(f"must be {expected_form(kind)}, not {text!r}",
+                                 param_hint=option) from None
     if value < 1:
         raise click.BadParameter(f"must be at least 1, not {text!r}", param_hint=option)
     return value
@@ -85,7 +93,12 @@ def render_topic(t: dict) -> str:
          else f"the broker's ({out.size(eff['max_message_size'])})"
          if eff.get("max_message_size") else "the broker's"),
     ]
+    here = t.get("route_here")
+    if here is not None:
+        pairs.append(("broker group", route_here_text(here)))
     text = out.fields(pairs)
+    if t.get("route"):
+        return text + "\n" + render_route_queues(t["route"])
     if t.get("queue_ranges"):
         text += "\n" + out.table(t["queue_ranges"], [
             ("QUEUE", lambda q: q["queue_id"]), ("MIN OFFSET", lambda q: q["min_offset"]),
@@ -188,6 +201,9 @@ def describe(name: str, server: str, as_json: bool) -> None:
     """NAME's settings, the ones in force, and each queue's range."""
     with _client(server) as client:
         t = client.describe_topic(name)
+        route = route_queues(client, name) if t.get("route_here") is not None else None
+    if route is not None:
+        t = {**t, "route": route}
     emit(t, as_json, render_topic(t))
 
 
@@ -202,7 +218,12 @@ def delete(name: str, force: bool, server: str, as_json: bool) -> None:
     """Delete NAME: its messages become unreadable at once (their space comes back with the
     broker's retention). Refused while a consumer group has lag on it, unless --force."""
     with _client(server) as client:
-        t = client.delete_topic(name, force)
+        try:
+            t = client.delete_topic(name, force)
+        except UnknownTopic:
+            # The server's message suggests creating the topic: no advice for a delete.
+            fail(f"topic {name} does not exist (never created, or deleted already): "
+                 f"nothing to delete; `fmq topic list` lists the topics")
     emit(t, as_json, f"deleted topic {name}")
 
 
@@ -218,7 +239,9 @@ def list_topics(server: str, as_json: bool) -> None:
         for t in topics:
             emit(t, True)
     else:
-        click.echo(out.table(topics, LIST_COLUMNS, "no topics"))
+        routed = any(t.get("route_here") is not None for t in topics)
+        click.echo(out.table(topics, LIST_COLUMNS + ([ROUTE_COLUMN] if routed else []),
+                             "no topics"))
 
 
 def register(cli: click.Group) -> None:

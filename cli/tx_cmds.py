@@ -116,8 +116,12 @@ def tx_resolve(args: tuple[str, ...], data_dir: str | None, producer_group: str 
         from fmq.protocol import Op
 
         if not producer_group:
-            raise click.UsageError("--group is required with --server: name the "
-                                   "transaction's producer group (`fmq tx list` shows it)")
+            # Without DATA_DIR the server is asked even when --server is not given
+            # (FMQ_SERVER or the local default): say which one, and the offline way.
+            raise click.UsageError(f"--group GROUP is required to resolve on a server (here "
+                                   f"{server}): name the transaction's producer group "
+                                   f"(`fmq tx list` shows it), or give a stopped broker's "
+                                   f"DATA_DIR to resolve offline")
         with Client(server, retries=1, node="primary", **client_kwargs()) as client:
             state = client.call(Op.RESOLVE_TX, {"producer_group": producer_group,
                                                 "tx_id": tx_id, "decision": decision})["state"]

@@ -251,6 +251,12 @@ _EXPECTED = {
 }
 
 
+def expected_form(kind: str) -> str:
+    """What a value of ``kind`` (size, duration, integer, string, boolean) must be, in the
+    words of the errors that refuse one."""
+    return _EXPECTED[kind]
+
+
 def coerce_value(name: str, kind: str, value: Any, where: str) -> Any:
     """``value`` as the field ``name`` of ``kind`` takes it, or a ConfigError naming the
     field, what it takes, and what was given."""

@@ -9,6 +9,8 @@ A data directory holds::
                     zero-padded to 20 digits so that ``ls`` sorts them in log order
     index/          the LMDB index (``data.mdb``), rebuilt from the log when missing
     routes.json     a node in a cluster: its copy of the cluster's routes (docs/cluster.md)
+    repair-*/       what ``fmq log repair`` cut and moved aside, for ``--undo``
+    repair-undo     only while an undo puts a repair back (fmq.admin.repair)
 
 Nothing here imports another FMQ package, so every layer may use it.
 """
@@ -31,6 +33,7 @@ CHECKPOINT_FILE = "checkpoint"
 QUEUE_FLOORS_FILE = "queue-floors"
 ROUTES_FILE = "routes.json"
 LOCK_FILE = "LOCK"
+UNDO_FILE = "repair-undo"
 #: The file LMDB keeps an environment in; its absence means "no index yet".
 INDEX_DATA_FILE = "data.mdb"
 
@@ -62,11 +65,16 @@ class NotADataDir(StorageError):
         self.path = path
 
 
-def is_data_dir(path: str) -> bool:
-    """Whether ``path`` is an FMQ data directory: it has a ``log/`` directory, and either a
-    segment file in it or the ``LOCK`` file a broker creates first when it opens (a broker
-    stopped before it created its first segment)."""
-    return _not_a_data_dir_reason(path) is None
+def refuse_unfinished_undo(path: str) -> None:
+    """Raise StorageError when an undo of ``fmq log repair`` was interrupted in ``path``:
+    its log is half put back, and a broker writing there would lose what is still to come
+    back."""
+    if os.path.exists(os.path.join(path, UNDO_FILE)):
+        raise StorageError(
+            f"an undo of `fmq log repair` was interrupted in {path} (it holds {UNDO_FILE}): "
+            f"the log is only partly put back; finish it with `fmq log repair {path} --undo` "
+            f"before opening the broker")
+
 
 
 def require_data_dir(path: str) -> None:

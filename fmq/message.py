@@ -8,6 +8,7 @@ import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from fmq import units
 from fmq.errors import InvalidArgument, MessageTooLarge
 
 _TOPIC_RE = re.compile(r"[A-Za-z0-9_.:%|-]{1,127}")  # matched with fullmatch: "t\n" is no topic
@@ -283,9 +284,11 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
             f"message body must be bytes, not {type(msg.body).__name__}; encode text first"
         )
     if len(msg.body) > max_size:
+        # Both in the same unit as people set the limit (4MiB), and exactly in bytes.
         raise MessageTooLarge(
-            f"message body is {len(msg.body)} bytes, the limit (max_message_size) is "
-            f"{max_size}; split the payload or raise the limit"
+            f"message body is {units.size(len(msg.body))} ({len(msg.body)} bytes), the limit "
+            f"(max_message_size) is {units.size(max_size)} ({max_size} bytes); split the "
+            f"payload or raise the limit"
         )
     check_label(msg.key, "key")
     check_label(msg.tags, "tags")

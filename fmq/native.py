@@ -1,11 +1,19 @@
-"""Which implementation of the hot path runs: the compiled modules or their pure twins.
+"""Which implementation of the hot path runs: the compiled twins or their pure modules.
 
-``pip install .`` compiles a few pure-Python modules with Cython into extension modules
-(setup.py, ``COMPILED_MODULES`` below); a machine without a C compiler installs the pure
-ones only. Every package that has a compiled twin asks :func:`load` for it, and this module
-alone reads the two environment variables:
+Every compiled module is a twin named ``_<name>_c`` beside the pure ``<name>.py`` it must
+equal (as aiohttp's ``HttpRequestParserC`` beside ``HttpRequestParserPy``): the pure module
+compiled as it is by Cython, or, where the twin is a ``.pyx`` file, written in Cython itself.
+``_record_c.pyx`` is the one twin of a package (``fmq.log.record``: its codec's
+``encode_into`` and ``decode_at`` and the runs of ``runs.py``), so it lies inside it.
+:data:`COMPILED_MODULES` is the one list of them: setup.py reads it (without importing fmq)
+to build them, and ``fmq --version`` and CI check them. ``pip install .`` compiles them; a
+machine without a C compiler installs the pure modules only.
 
-* ``FMQ_NO_EXTENSIONS=1``: the pure twins, even where the compiled ones are installed (to
+:func:`choose` is the one place a pure module or its twin is picked (the module that uses it
+names both: ``native.choose(framing)`` is ``fmq.protocol._framing_c`` or ``framing``), and
+this module alone reads the two environment variables:
+
+* ``FMQ_NO_EXTENSIONS=1``: the pure modules, even where the compiled ones are installed (to
   compare the two, or to rule the compiled ones out);
 * ``FMQ_REQUIRE_EXTENSIONS=1``: a compiled module that is not installed is an error
   (:class:`~fmq.errors.ExtensionMissing`) instead of a silent fall-back, so a CI run can
@@ -16,25 +24,30 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
 from types import ModuleType
 
 from fmq.errors import ExtensionMissing
 
-#: The compiled modules setup.py builds (name -> the pure module it is compiled from).
+#: Every compiled twin setup.py builds: its module -> the source Cython compiles (a pure
+#: module, or the twin's own ``.pyx``). setup.py reads this literal with ``ast``: keep it
+#: plain strings.
 COMPILED_MODULES: dict[str, str] = {
     "fmq.log.record._codec_c": "fmq/log/record/codec.py",
-    "fmq.log.record._marks_c": "fmq/log/record/marks.py",
     "fmq.log.record._record_c": "fmq/log/record/_record_c.pyx",
-    "fmq.protocol._frame_c": "fmq/protocol/framing.py",
+    "fmq.protocol._framing_c": "fmq/protocol/framing.py",
     "fmq.protocol._message_requests_c": "fmq/protocol/_message_requests_c.pyx",
+    "fmq.protocol._struct_codecs_c": "fmq/protocol/struct_codecs.py",
     "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",
     "fmq.index._derive_c": "fmq/index/derive.py",
     "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
-    # The generated protocol codecs, however many parts the generator wrote.
-    **{f"fmq.protocol._speedups.{part.stem}": f"fmq/protocol/_codecs/{part.name}"
-       for part in sorted((Path(__file__).parent / "protocol" / "_codecs").glob("part*.py"))},
 }
+
+
+def twin_name(pure: str) -> str:
+    """The compiled twin's module name of the pure module ``pure``: ``a.b.name`` ->
+    ``a.b._name_c``."""
+    package, _, name = pure.rpartition(".")
+    return f"{package}._{name}_c"
 
 
 def no_extensions() -> bool:
@@ -63,6 +76,20 @@ def load(name: str) -> ModuleType | None:
                 "install .`; or unset FMQ_REQUIRE_EXTENSIONS to run the pure-Python path"
             ) from exc
         return None
+
+
+def compiled_twin(pure: str) -> ModuleType | None:
+    """The compiled twin of the pure module named ``pure``, or None when the pure one is to
+    run (see :func:`load`)."""
+    name = twin_name(pure)
+    if name not in COMPILED_MODULES:
+        raise ValueError(f"{pure} has no compiled twin in fmq.native.COMPILED_MODULES")
+    return load(name)
+
+
+def choose(pure: ModuleType) -> ModuleType:
+    """``pure``'s compiled twin ``_<name>_c`` where it runs, else ``pure`` itself."""
+    return compiled_twin(pure.__name__) or pure
 
 
 def implementation() -> str:

@@ -34,6 +34,12 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/operations.md", "fmq log verify DATA_DIR"):
         "placeholders (DATA_DIR, OFFSET); the same commands run in tests/cli/",
     ("docs/operations.md", "[--config fmq.json]"): "a synopsis: brackets mark the options",
+    ("docs/kafka.md", "fmq server --kafka-port 9092 &"):
+        "starts a server with a Kafka port that runs until stopped (tests/kafka/ runs the "
+        "same kcat commands against a real server)",
+    ("docs/kafka.md", "consumer.assign([TopicPartition(\"orders\", 0, 0)])"):
+        "needs the Kafka port of the block before it (tests/kafka/test_clients.py runs "
+        "confluent-kafka the same way)",
     ("docs/replication.md", "fmq server primary-data"):
         "starts servers that run until stopped, one terminal each (tests/replication/)",
     ("docs/replication.md", "etcd --data-dir etcd-data"):

@@ -68,3 +68,28 @@ def test_docs_cite_nothing_outside_the_repository():
         with open(os.path.join(ROOT, name), encoding="utf-8") as f:
             text = f.read()
         assert "../shared" not in text and not re.search(r"\bseed \d", text), name
+
+
+def _text(name: str) -> str:
+    with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_readme_says_what_coordinator_needs_installed():
+    # etcd3gw is an extra: without it `fmq server --coordinator` refuses to start.
+    rows = [line for line in _text("README.md").splitlines()
+            if line.startswith("|") and "--coordinator" in line]
+    assert rows and all("fmq[replication]" in row for row in rows), rows
+
+
+def test_security_md_says_how_the_first_offline_user_add_finds_its_directory():
+    text = _text("docs/security.md")
+    section = text[text.index("### Adding users"):text.index("fmq user add admin ./fmq-data")]
+    # The first command of the section needs a directory a broker made: say how to get one.
+    assert "fmq server --data-dir ./fmq-data" in section, section
+
+
+def test_replication_md_does_not_call_cluster_users_per_node():
+    text = " ".join(_text("docs/replication.md").split())
+    assert "Users and access rules are per node (" not in text
+    assert "share the cluster's users and rules" in text

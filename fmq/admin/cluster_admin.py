@@ -3,10 +3,12 @@ drain, reopen and remove-group, written to etcd by compare-and-swap. One path fo
 in: ``fmq topic ... --coordinator`` runs it in the command, a node's ROUTE_CHANGE runs it on
 the client's behalf (:func:`apply_change` takes the request as ROUTE_CHANGE carries it).
 
-remove-group asks the group's primary (GROUPS) how far every consumer group has read in that
-group's queues of the topic: the route is changed only when nothing is left unread, or with
-``force``. A primary that cannot be asked leaves the lag unknown, which refuses the change
-too (unless forced): a removal must never hide messages nobody has read.
+remove-group asks the primaries of every group of the route (GROUPS) how far every consumer
+group has read: a consumer group that committed in any queue of the topic, in any group, must
+have read all of the removed group's queues of it (:mod:`fmq.admin.route_lag`). The route is
+changed only when nothing there is left unread, or with ``force``. A primary that cannot be
+asked leaves the lag unknown, which refuses the change too (unless forced): a removal must
+never hide messages nobody has read.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fmq.admin.route_lag import GroupsAnswer, groups_answer, route_lag
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import (
     FMQError,
@@ -36,10 +39,10 @@ from fmq.topic_route import (
     route_answer,
 )
 
-#: Reads the committed offsets of every consumer group from a broker group's primary: the
-#: ``offsets`` rows of its GROUPS answer ({"group", "topic", "queue_id", "committed",
-#: "next_offset", "lag", ...}). Raises FMQError or OSError when the primary cannot be asked.
-OffsetReader = Callable[[BrokerGroup], list[dict]]
+#: Reads the committed offsets of every consumer group and the queue ranges from a broker
+#: group's primary (its GROUPS answer). Raises FMQError or OSError when the primary cannot
+#: be asked.
+OffsetReader = Callable[[BrokerGroup], GroupsAnswer]
 
 ACTIONS = ("create", "expand", "drain", "reopen", "remove-group")
 #: Seconds a primary gets to answer GROUPS (connect and request each).
@@ -52,14 +55,14 @@ def network_offsets(client_options: Mapping[str, Any] | None = None,
     (TLS, user, password file: the caller's own)."""
     options = dict(client_options or {})
 
-    def read(group: BrokerGroup) -> list[dict]:
+    def read(group: BrokerGroup) -> GroupsAnswer:
         from fmq.client import Client
         from fmq.protocol import Op
 
         with Client(group.primary, retries=1, node="any", connect_timeout=timeout_s,
                     request_timeout=timeout_s, **options) as client:
             answer = json.loads(client.call(Op.GROUPS, {"group": None})["json"])
-        return [row for g in answer["groups"] for row in g["offsets"]]
+        return groups_answer(answer)
 
     return read
 
@@ -141,27 +144,32 @@ class ClusterAdmin:
 
     def lag(self, route: TopicRoute, group: str) -> dict[tuple[str, int], int]:
         """(consumer group, queue id) -> messages not read yet, in ``group``'s queues of
-        ``route``'s topic, as the group's primary reports it now. RouteConflict when the
-        primary cannot be asked (the lag is unknown)."""
-        entry = route.entry(group)
-        assert entry is not None
-        g = self.routes.groups().get(group)
+        ``route``'s topic, by every consumer group subscribed to the topic in any group of
+        the route, as their primaries report it now. RouteConflict when a primary cannot be
+        asked (the lag is unknown: the removed group's, or who subscribes to the topic)."""
+        assert route.entry(group) is not None
+        known = self.routes.groups()
+        answers = {}
+        for name in sorted(route.groups, key=lambda n: n != group):  # the removed one first
+            answers[name] = self._ask(route.topic, group, name, known.get(name))
+        return {(r["consumer_group"], r["queue_id"]): r["lag"]
+                for r in route_lag(route, answers) if r["group"] == group and r["lag"] > 0}
+
+    def _ask(self, topic: str, removed: str, name: str, g: BrokerGroup | None) -> GroupsAnswer:
+        """Broker group ``name``'s GROUPS answer, or RouteConflict saying what is unknown."""
+        what = (f"the lag of its consumer groups in broker group {removed} is unknown"
+                if name == removed else
+                f"whether consumer groups that read it in broker group {name} have read "
+                f"broker group {removed}'s queues is unknown")
         if g is None or not g.primary:
-            raise RouteConflict(route.topic, f"the lag of its consumer groups in broker "
-                                             f"group {group} is unknown: the group has no "
-                                             f"primary now; start one, or remove the group "
-                                             f"anyway with --force")
+            raise RouteConflict(topic, f"{what}: broker group {name} has no primary now; "
+                                       f"start one, or remove the group anyway with --force")
         try:
-            rows = self.read_offsets(g)
+            return self.read_offsets(g)
         except (FMQError, OSError) as exc:
-            raise RouteConflict(route.topic, f"the lag of its consumer groups in broker "
-                                             f"group {group} is unknown: its primary at "
-                                             f"{g.primary} did not answer ({exc}); start "
-                                             f"it, or remove the group anyway with --force"
-                                ) from None
-        return {(r["group"], r["queue_id"]): r["lag"] for r in rows
-                if r["topic"] == route.topic and 0 <= r["queue_id"] < entry.queues
-                and r["lag"] > 0}
+            raise RouteConflict(topic, f"{what}: the primary of broker group {name} at "
+                                       f"{g.primary} did not answer ({exc}); start it, or "
+                                       f"remove the group anyway with --force") from None
 
     def _known_route(self, topic: str, group: str) -> TopicRoute:
         check_routable_topic(topic)

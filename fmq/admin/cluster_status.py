@@ -1,7 +1,8 @@
 """``fmq cluster status`` as data: every broker group (primary, epoch, open for writes,
 whether its primary answered), every topic's route (groups, queues, permission, global
-indices) and, per routed queue, the lag of each consumer group as the primary of the queue's
-group reports it (GROUPS). Built from etcd (``--coordinator``) or from a node's ROUTE answer
+indices) and, per routed queue, the lag of each consumer group subscribed to the topic (it
+committed in any queue of it, in any group: :mod:`fmq.admin.route_lag`) as the primaries
+report it (GROUPS). Built from etcd (``--coordinator``) or from a node's ROUTE answer
 for every route (``--server``); the primaries are asked in parallel, each with a time-out.
 """
 
@@ -12,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fmq.admin.cluster_admin import OffsetReader
+from fmq.admin.route_lag import GroupsAnswer, route_lag
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import FMQError, InvalidArgument
 from fmq.topic_route import BrokerGroup, RouteEntry, TopicRoute, route_answer
@@ -50,8 +52,8 @@ def parse_view(view: Mapping[str, Any]) -> tuple[dict[str, TopicRoute],
 
 
 def _ask_all(groups: Mapping[str, BrokerGroup],
-             read_offsets: OffsetReader) -> dict[str, list[dict] | str]:
-    """Per group with a primary: its offset rows, or why they could not be read."""
+             read_offsets: OffsetReader) -> dict[str, GroupsAnswer | str]:
+    """Per group with a primary: its GROUPS answer, or why it could not be read."""
     asked = {name: g for name, g in groups.items() if g.primary}
     if not asked:
         return {}
@@ -81,22 +83,15 @@ def cluster_status(view: Mapping[str, Any], read_offsets: OffsetReader) -> dict:
         group_rows.append({"group": name, "primary": g.primary, "epoch": g.epoch,
                            "open_for_writes": g.open_for_writes,
                            "registered": name in view["groups"],
-                           "reachable": isinstance(answer, list),
-                           "error": "" if isinstance(answer, list) else answer})
+                           "reachable": isinstance(answer, GroupsAnswer),
+                           "error": "" if isinstance(answer, GroupsAnswer) else answer})
     route_rows, lag_rows = [], []
     for topic, route in sorted(routes.items()):
         route_rows.append({"topic": topic, "version": route.version, "groups": [
             {"group": e.group, "queues": e.queues, "permission": e.permission,
              "base": e.base, "last_index": e.base + e.queues - 1} for e in route.entries]})
-        for e in route.entries:
-            rows = answers.get(e.group)
-            if not isinstance(rows, list):
-                continue
-            lag_rows += [{"group": e.group, "topic": topic, "queue_id": r["queue_id"],
-                          "global_index": e.base + r["queue_id"],
-                          "consumer_group": r["group"], "committed": r["committed"],
-                          "next_offset": r["next_offset"], "lag": r["lag"]}
-                         for r in rows if r["topic"] == topic and 0 <= r["queue_id"] < e.queues]
+        lag_rows += route_lag(route, {name: a for name, a in answers.items()
+                                      if isinstance(a, GroupsAnswer)})
     lag_rows.sort(key=lambda r: (r["topic"], r["global_index"], r["consumer_group"]))
     return {"cluster": view.get("cluster", ""), "revision": view.get("revision", 0),
             "groups": group_rows, "routes": route_rows, "lag": lag_rows,

@@ -7,15 +7,17 @@ the log changes, the tail of the segment the cut falls in is copied (from the cu
 last non-zero byte: the rest of a preallocated segment is zeros), and the segments after it
 are moved (not deleted), into ``DATA_DIR/repair-<UTC time>/`` with a ``manifest.json``
 naming each file, its size and SHA-256, the cut offset and the log's end before and after.
-:func:`undo_repair` puts those bytes back, as long as nothing was written to the log since.
+The index and the checkpoint go there too (moved, listed under ``derived``): they describe
+the log before the cut, so the next open rebuilds them from what remains, and an undo puts
+them back, because a log with damage before its checkpoint opens only with that
+checkpoint (recovery replays from it and never reads the damage). An undo
+(:mod:`fmq.admin.repair_undo`) puts everything back, as long as nothing was written to the
+log since, and survives a kill.
 
 The order of the steps makes an interrupted repair harmless: the copy and the manifest
-are fsync'd before any segment moves, and the moves are fsync'd before the tail is zeroed;
-a repair stopped at any point can be run again, or undone.
-
-The index is removed so that the next open rebuilds it from what remains, and the
-checkpoint is removed because it may point past the cut (both are derived: recovery
-rebuilds them from the log).
+are fsync'd before anything moves, the index and the checkpoint move before the log
+changes, and the moves are fsync'd before the tail is zeroed; a repair stopped at any point
+can be run again, or undone.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 
@@ -37,7 +38,6 @@ from fmq.datadir import (
     require_data_dir,
 )
 from fmq.errors import InvalidArgument, StorageError
-from fmq.index.store import destroy
 from fmq.log.fileio import OS_IO
 from fmq.log.log import Log
 from fmq.log.reader import OnCorruption
@@ -47,6 +47,9 @@ from fmq.log.scanner import LogScanner
 REPAIR_DIR_PREFIX = "repair-"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_FORMAT = 1
+#: The state derived from the log that a cut moves into its repair directory (when it
+#: exists) and an undo puts back: a directory and a file of the data directory.
+DERIVED = (INDEX_DIR, CHECKPOINT_FILE)
 
 
 @dataclass
@@ -68,14 +71,7 @@ class CutPlan:
 class CutResult:
     plan: CutPlan
     repair_dir: str  # where the cut bytes are kept
-
-
-@dataclass
-class UndoResult:
-    repair_dir: str
-    offset: int  # where the cut was
-    log_end: int  # where the log ends again
-    restored: list[str]
+    derived: list[str] = field(default_factory=list)  # the index, the checkpoint moved there
 
 
 def plan_cut(data_dir: str, offset: int) -> CutPlan:
@@ -99,12 +95,18 @@ def cut_log(data_dir: str, offset: int) -> CutResult:
         if plan.copied is not None:
             files.append(_keep_tail(os.path.join(log_dir, plan.copied),
                                     offset - parse_segment_name(plan.copied), repair_dir))
-        files += [_describe(os.path.join(log_dir, name), "moved") for name in plan.moved]
+        files += [describe(os.path.join(log_dir, name), "moved") for name in plan.moved]
+        derived = [name for name in DERIVED if os.path.lexists(os.path.join(data_dir, name))]
         _write_manifest(repair_dir, {
             "format": MANIFEST_FORMAT, "cut_at": offset, "log_end_before": plan.log_end,
             "log_end_after": offset, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                               time.gmtime()),
-            "files": files})
+            "files": files, "derived": derived})
+        for name in derived:  # before the log changes: never a cut log with them
+            OS_IO.rename(os.path.join(data_dir, name), os.path.join(repair_dir, name))
+        if derived:
+            OS_IO.fsync_dir(repair_dir)
+            OS_IO.fsync_dir(data_dir)
         for name in plan.moved:
             OS_IO.rename(os.path.join(log_dir, name), os.path.join(repair_dir, name))
         if plan.moved:
@@ -115,8 +117,7 @@ def cut_log(data_dir: str, offset: int) -> CutResult:
             log.truncate(offset)
         finally:
             log.close()
-        _drop_derived_state(data_dir)
-        return CutResult(plan, repair_dir)
+        return CutResult(plan, repair_dir, derived)
 
 
 def repair_dirs(data_dir: str) -> list[str]:
@@ -124,53 +125,6 @@ def repair_dirs(data_dir: str) -> list[str]:
     names = sorted(n for n in os.listdir(data_dir) if n.startswith(REPAIR_DIR_PREFIX))
     return [os.path.join(data_dir, n) for n in names
             if os.path.exists(os.path.join(data_dir, n, MANIFEST_FILE))]
-
-
-def undo_repair(data_dir: str, repair_dir: str | None = None) -> UndoResult:
-    """Put back what a repair cut (the newest repair when ``repair_dir`` is None). Refused
-    when the log changed since the repair: records written after the cut would be lost."""
-    require_data_dir(data_dir)
-    with DataDirLock(data_dir):
-        if repair_dir is None:
-            found = repair_dirs(data_dir)
-            if not found:
-                raise InvalidArgument(f"{data_dir} holds no repair to undo (no "
-                                      f"{REPAIR_DIR_PREFIX}*/{MANIFEST_FILE})")
-            repair_dir = found[-1]
-        manifest = _read_manifest(repair_dir)
-        log_dir = os.path.join(data_dir, LOG_DIR)
-        end = _log_end(log_dir)
-        if end != manifest["log_end_after"]:
-            raise InvalidArgument(
-                f"the log ends at {end}, not at {manifest['log_end_after']} where the repair "
-                f"in {repair_dir} left it: records were written since, and undoing would "
-                f"lose them; the cut bytes stay in {repair_dir}")
-        for entry in manifest["files"]:
-            kept = os.path.join(repair_dir, _kept_name(entry))
-            found = _describe(kept, entry["kept"])
-            if (found["size"], found["sha256"]) != (entry["size"], entry["sha256"]):
-                raise StorageError(f"{kept} is not the file the repair kept (its size or "
-                                   f"SHA-256 differs from {MANIFEST_FILE}); nothing changed")
-            present = os.path.exists(os.path.join(log_dir, entry["name"]))
-            if present != (entry["kept"] == "tail"):
-                raise StorageError(
-                    f"{entry['name']} is {'back' if present else 'missing'} in {log_dir}, "
-                    f"not as the repair left it; nothing changed")
-        restored = []
-        for entry in manifest["files"]:
-            kept = os.path.join(repair_dir, _kept_name(entry))
-            target = os.path.join(log_dir, entry["name"])
-            if entry["kept"] == "tail":
-                _put_tail_back(kept, target, entry["at"])
-            else:
-                OS_IO.rename(kept, target)
-            restored.append(entry["name"])
-        OS_IO.fsync_dir(log_dir)
-        _drop_derived_state(data_dir)
-        shutil.rmtree(repair_dir)  # its bytes are back in the log
-        OS_IO.fsync_dir(data_dir)
-        return UndoResult(repair_dir, manifest["cut_at"], manifest["log_end_before"],
-                          restored)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -195,7 +149,7 @@ def _plan(data_dir: str, offset: int) -> CutPlan:
     return plan
 
 
-def _log_end(log_dir: str) -> int:
+def log_end(log_dir: str) -> int:
     scanner = _scan(log_dir)
     for _rec in scanner:
         pass
@@ -220,10 +174,10 @@ def _new_repair_dir(data_dir: str) -> str:
     return path
 
 
-_CHUNK = 1 << 20
+CHUNK = 1 << 20
 
 
-def _kept_name(entry: dict) -> str:
+def kept_name(entry: dict) -> str:
     return entry["name"] + ".tail" if entry["kept"] == "tail" else entry["name"]
 
 
@@ -236,7 +190,7 @@ def _keep_tail(segment: str, at: int, repair_dir: str) -> dict:
     with open(segment, "rb") as fin, open(kept, "wb") as fout:
         fin.seek(at)
         written = last_nonzero = 0
-        for chunk in iter(lambda: fin.read(_CHUNK), b""):
+        for chunk in iter(lambda: fin.read(CHUNK), b""):
             fout.write(chunk)
             stripped = len(chunk.rstrip(b"\0"))
             if stripped:
@@ -246,26 +200,13 @@ def _keep_tail(segment: str, at: int, repair_dir: str) -> dict:
         fout.flush()
         os.fsync(fout.fileno())
     OS_IO.fsync_dir(repair_dir)
-    entry = _describe(kept, "tail")
+    entry = describe(kept, "tail")
     entry["name"] = name
     entry["at"] = at
     return entry
 
 
-def _put_tail_back(kept: str, segment: str, at: int) -> None:
-    with open(kept, "rb") as fin:
-        fd = OS_IO.open(segment, os.O_WRONLY)
-        try:
-            position = at
-            for chunk in iter(lambda: fin.read(_CHUNK), b""):
-                OS_IO.pwrite(fd, chunk, position)
-                position += len(chunk)
-            OS_IO.fsync(fd)
-        finally:
-            OS_IO.close(fd)
-
-
-def _describe(path: str, kept: str) -> dict:
+def describe(path: str, kept: str) -> dict:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -279,7 +220,7 @@ def _write_manifest(repair_dir: str, manifest: dict) -> None:
                                 json.dumps(manifest, indent=1).encode())
 
 
-def _read_manifest(repair_dir: str) -> dict:
+def read_manifest(repair_dir: str) -> dict:
     path = os.path.join(repair_dir, MANIFEST_FILE)
     try:
         with open(path, "rb") as f:
@@ -294,11 +235,3 @@ def _read_manifest(repair_dir: str) -> dict:
         raise StorageError(f"{path} has format {manifest.get('format')!r}; this FMQ reads "
                            f"format {MANIFEST_FORMAT}")
     return manifest
-
-
-def _drop_derived_state(data_dir: str) -> None:
-    destroy(os.path.join(data_dir, INDEX_DIR))
-    try:
-        os.unlink(os.path.join(data_dir, CHECKPOINT_FILE))
-    except FileNotFoundError:
-        pass

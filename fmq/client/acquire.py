@@ -18,11 +18,11 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from fmq.errors import BrokerClosed, ConnectionLost, FMQError, RequestTimeout
+from fmq.errors import BrokerClosed, ConnectionLost, FMQError, NotSent, RequestTimeout
 from fmq.protocol import Op
 
 from .auth import Credentials, resolve_credentials
-from .connection import no_handshake
+from .connection import closed_before_handshake, no_handshake
 from .deadline import Attempts, check_retry_options
 from .discovery import Address, Finder, handshake_steps
 from .tls import TLSSetting, client_context
@@ -89,6 +89,10 @@ def login_steps(address: Address, credentials: Credentials | None, request_timeo
         answer = yield Ask(op, fields, hello_timeout)
     except RequestTimeout:
         raise no_handshake(address, hello_timeout) from None
+    except ConnectionLost as exc:
+        if type(exc) not in (ConnectionLost, NotSent):
+            raise
+        raise closed_before_handshake(address) from None
     try:
         while True:
             op, fields = steps.send(answer)

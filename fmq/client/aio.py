@@ -253,7 +253,7 @@ class AsyncProducer(PooledClient):
             raise BrokerClosed("this producer is closed; create a new one")
         args = (topic, body, key, tags, properties, queue_id)
         part, sequence = self._sequencer.encode(*args)
-        route = await _route_once(self, topic)
+        route = await self._route_once(topic)
         fut = asyncio.get_running_loop().create_future()
         if route is not None and not route.single:
             self._routed[fut] = args
@@ -271,6 +271,21 @@ class AsyncProducer(PooledClient):
                 part, sequence = self._sequencer.encode(*args)
         lane.add(part, fut, sequence)
         return fut
+
+    async def _route_once(self, topic: str) -> Route | None:
+        """The route of a ``send_async``, read once without retrying (the caller does not
+        wait out an outage here) and not again for ``backoff_max`` after that failed; None:
+        the message takes the producer's own group, whose batches retry."""
+        table = self.router.table
+        if table.unreadable_for(topic, self.backoff_max):
+            return None
+        try:
+            route = await self.route(topic, retries=0)
+        except FMQError:
+            table.read_failed(topic)
+            return None
+        table.read_worked(topic)
+        return route
 
     async def _add_routed(self, fut: asyncio.Future, args: tuple, route: Route) -> None:
         topic, body, key, tags, properties, queue_id = args
@@ -337,19 +352,3 @@ class AsyncProducer(PooledClient):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-async def _route_once(producer: AsyncProducer, topic: str) -> Route | None:
-    """The route of a ``send_async``, read once without retrying (the caller does not wait
-    out an outage here) and not again for ``backoff_max`` after that failed; None: the
-    message takes the producer's own group, whose batches retry."""
-    table = producer.router.table
-    if table.unreadable_for(topic, producer.backoff_max):
-        return None
-    try:
-        route = await producer.route(topic, retries=0)
-    except FMQError:
-        table.read_failed(topic)
-        return None
-    table.read_worked(topic)
-    return route

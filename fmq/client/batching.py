@@ -33,13 +33,14 @@ from fmq.errors import (
     ConnectionLost,
     FMQError,
     MessageTooLarge,
-    NotEnoughReplicas,
     PrimaryNotFound,
     ProtocolError,
     RequestTimeout,
 )
 from fmq.message import SendResult
 from fmq.protocol.batch import BATCH_FRAME_OVERHEAD
+
+from .deadline import may_be_stored
 
 
 class BufferFull(RequestTimeout):
@@ -146,21 +147,18 @@ def complete(batch: Batch, outcome: list[SendResult] | BaseException) -> None:
                     handle.set_result(result)
 
 
-#: Retriable failures after which a written batch may be stored all the same.
-MAYBE_STORED = (ConnectionLost, RequestTimeout, NotEnoughReplicas)
-
-
 def resend_is_safe(error: BaseException, written: bool, idempotent: bool = False) -> bool:
     """True when sending the batch again cannot store a message twice: ``error`` says the
     batch was not stored (a retriable refusal such as ServerBusy or IndexUnavailable, or a
     lost connection before the request was written), or the producer is ``idempotent``
     (the server answers a resend of a stored message with its original result). Without
     idempotence a connection lost or a time-out after the request was written, or a
-    NotEnoughReplicas refusal (its records are in the primary's log all the same), may have
-    stored it: that batch fails instead."""
+    NotEnoughReplicas or LeadershipLost refusal (its records are in the primary's log all
+    the same), may have stored it (:func:`~fmq.client.deadline.may_be_stored`): that batch
+    fails instead."""
     if not isinstance(error, FMQError) or not error.retriable:
         return False
-    return idempotent or not written or not isinstance(error, MAYBE_STORED)
+    return idempotent or not written or not may_be_stored(error)
 
 
 def unreachable(error: BaseException, written: bool) -> bool:

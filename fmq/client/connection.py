@@ -113,6 +113,17 @@ def no_handshake(address: tuple[str, int], timeout: float) -> ConnectionLost:
         f"raise connect_timeout)")
 
 
+def closed_before_handshake(address: tuple[str, int]) -> ConnectionLost:
+    """What a connection fails with when the peer closed it before answering HELLO, the
+    first request: an FMQ server answers it (or sends an error first); a peer that hangs
+    up at once is most likely another kind of server, or an FMQ server going down.
+    Retriable, as a fail-over's stopping server does the same."""
+    return ConnectionLost(
+        f"{address[0]}:{address[1]} closed the connection before answering the FMQ "
+        f"handshake: it is not an FMQ server, or one that was shutting down; check the "
+        f"address and port")
+
+
 class PeerCheck:
     """Recognises a peer that is not an FMQ server from the first bytes it sends: they must
     start an FMQ answer frame (a sane length, this protocol's version, the response flag).

@@ -1,15 +1,16 @@
-"""The consumer: group membership, queue assignment, pipelined long-poll pulls, offsets."""
+"""The consumer: group membership, queue assignment, pipelined long-poll pulls, offsets,
+and what the application does with the messages (nack, a handler loop, iteration)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 
-from fmq.errors import FMQError, InvalidArgument
+from fmq.errors import BrokerClosed, FMQError, InvalidArgument, ProtocolError
 from fmq.message import (
     StoredMessage,
     check_name,
@@ -22,8 +23,8 @@ from fmq.protocol.values import stored_from_wire
 
 from .base import Client
 from .consumer_io import commit_offsets, pull_wait_ms, reads_client
-from .consumer_loop import ConsumerLoop
 from .discovery import PRIMARY
+from .repeated_failure import RepeatedFailure
 from .routed_consumer import RoutedParts, routed_parts
 from .routing import DEFAULT_ROUTE_REFRESH_S
 
@@ -33,7 +34,7 @@ STARTS = ("committed", "earliest", "latest")
 Queue = tuple[str, int]
 
 
-class Consumer(ConsumerLoop, Client):
+class Consumer(Client):
     """Reads ``topics`` as a member of consumer ``group``: the server gives each queue of a
     topic to one live member, and moves queues when members join, leave or stop
     heart-beating. Delivery is at-least-once: call :meth:`commit` after processing what
@@ -100,7 +101,17 @@ class Consumer(ConsumerLoop, Client):
         #: poll/commit/close may be called from several threads; they take turns.
         self._use = threading.RLock()
         self._assigned: list[Queue] = []  # applied by poll()
-        self._incoming: list[Queue] | None = None  # from the heartbeat thread
+        #: The generation of the assignment applied: what GROUP_SYNC tells the server.
+        self._applied = 0
+        #: (generation, queues, connection) from the heartbeat thread, applied by poll().
+        self._incoming: tuple[int, list[Queue], int] | None = None
+        #: The connection (``connection_seq``) the applied assignment was answered on.
+        self._assigned_on = 0
+        #: Set to send the next heartbeat now: a queue was dropped, so the server may give
+        #: it to its next owner (docs/cluster.md, "One reader per queue").
+        self._beat_now = threading.Event()
+        #: False once the server answered that it does not know GROUP_SYNC (an older one).
+        self._sync = True
         self._positions: dict[Queue, int] = {}  # next offset to deliver
         self._committed: dict[Queue, int] = {}
         self._seen: set[Queue] = set()
@@ -145,19 +156,39 @@ class Consumer(ConsumerLoop, Client):
         with self._lock:
             if generation != self.generation or queues != self._assigned:
                 self.generation = generation
-                self._incoming = queues
+                self._incoming = (generation, queues, self.connection_seq)
 
     def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(self._heartbeat_interval):
+        failures = RepeatedFailure(logger, f"heartbeat of {self.member_id} in group "
+                                           f"{self.group}")
+        while True:
+            self._beat_now.wait(self._heartbeat_interval)
+            self._beat_now.clear()
+            if self._stop.is_set():
+                return
             try:
-                resp = self.call(Op.GROUP_HEARTBEAT, {
-                    "group": self.group, "member_id": self.member_id, "topics": self.topics},
-                    retries=1)
-                self._take(resp["generation"], resp["assignment"])
+                self._take(*self._beat())
+                failures.worked()
             except FMQError as exc:
                 if not self._stop.is_set():
-                    logger.warning("heartbeat of %s in group %s failed: %s", self.member_id,
-                                   self.group, exc)
+                    failures.failed(exc)
+
+    def _beat(self) -> tuple[int, list[dict]]:
+        """One heartbeat: GROUP_SYNC, which says the generation whose assignment this
+        consumer reads now (so the server gives the queues it dropped to their next
+        owner), or GROUP_HEARTBEAT to a server without it."""
+        fields = {"group": self.group, "member_id": self.member_id, "topics": self.topics}
+        if self._sync:
+            try:
+                resp = self.call(Op.GROUP_SYNC, {**fields, "generation": self._applied},
+                                 retries=1)
+                return resp["generation"], resp["assignment"]
+            except ProtocolError as exc:
+                if "unknown opcode" not in str(exc):
+                    raise
+                self._sync = False
+        resp = self.call(Op.GROUP_HEARTBEAT, fields, retries=1)
+        return resp["generation"], resp["assignment"]
 
     @property
     def assignment(self) -> list[Queue]:
@@ -180,18 +211,31 @@ class Consumer(ConsumerLoop, Client):
 
     def _apply_assignment(self) -> None:
         with self._lock:
-            incoming, self._incoming = self._incoming, None
-        if incoming is None:
-            return
+            taken, self._incoming = self._incoming, None
+        # A membership lives on the connection that holds it: the server drops the member
+        # when that connection closes (and a new primary never had it), so an assignment
+        # answered on a connection since replaced is void, and nothing of it is read until
+        # an answer on the new connection says what this consumer holds there.
+        connection = self.connection_seq
+        if taken is not None and taken[2] != connection:
+            taken = None
+        if taken is None:
+            if not self._assigned or self._assigned_on == connection:
+                return
+            taken = (self._applied, [], connection)
+            with self._lock:
+                self.generation = -1  # the next answer is applied whatever it says
+        generation, incoming, connection = taken
         old = set(self._assigned)
         try:
             starts = {q: self._start_position(q) for q in incoming if q not in old}
         except FMQError:
             with self._lock:  # try again at the next poll unless a newer assignment came
                 if self._incoming is None:
-                    self._incoming = incoming
+                    self._incoming = taken
             raise
-        for q in old - set(incoming):
+        dropped = old - set(incoming)
+        for q in dropped:
             self._positions.pop(q, None)
             self._committed.pop(q, None)
             self._inflight.pop(q, None)  # a late answer is dropped
@@ -199,6 +243,10 @@ class Consumer(ConsumerLoop, Client):
         self._starts.update(starts)
         self._seen.update(starts)
         self._assigned = incoming
+        self._assigned_on = connection
+        self._applied = generation
+        if dropped:  # nothing more of them is delivered: tell the server at once
+            self._beat_now.set()
         logger.info("consumer %s of group %s now reads %s", self.member_id, self.group,
                     ", ".join(f"{t}/{q}" for t, q in incoming) or "nothing")
 
@@ -313,6 +361,54 @@ class Consumer(ConsumerLoop, Client):
         for q, pos in commit_offsets(self, self.group, due):
             self._committed[q] = pos
 
+    def nack(self, message: StoredMessage, delay: float | None = None) -> int:
+        """This group failed ``message``: the server stores it for a redelivery to this group
+        after ``delay`` seconds (None: the back-off level of its attempt), or in the group's
+        dead-letter topic once it was redelivered ``max_reconsume_times``. Returns its
+        redeliveries so far (-1: dead-lettered). Commit as usual afterwards: the message is
+        safe once this returns."""
+        if delay is not None and (not isinstance(delay, (int, float)) or delay < 0):
+            raise InvalidArgument(f"delay must be seconds >= 0 or None, got {delay!r}")
+        if self.broker_groups is not None:
+            with self._use:
+                return self.broker_groups.nack(message, delay)
+        resp = self.call(Op.NACK, {"group": self.group, "topic": message.topic,
+                                   "queue_id": message.queue_id,
+                                   "queue_offset": message.queue_offset,
+                                   "delay_ms": -1 if delay is None else round(delay * 1000)})
+        return -1 if resp["dead_letter"] else resp["reconsume_times"]
+
+    def run(self, handler: Callable[[StoredMessage], object]) -> None:
+        """Call ``handler`` with each message until :meth:`close`; commit after each batch.
+        A handler that raises fails that message (:meth:`nack`, logged), and the others go
+        on."""
+        for batch in self._batches():
+            for m in batch:
+                try:
+                    handler(m)
+                except Exception as exc:  # noqa: BLE001 - the application's failure
+                    logger.warning("handler failed %s/%d/%d (%s); redelivering later",
+                                   m.topic, m.queue_id, m.queue_offset, exc)
+                    self.nack(m)
+            if batch:
+                self.commit()
+
+    def __iter__(self) -> Iterator[StoredMessage]:
+        """Messages until :meth:`close` (from another thread, or a signal handler); commit
+        as you go."""
+        for batch in self._batches():
+            yield from batch
+
+    def _batches(self) -> Iterator[list[StoredMessage]]:
+        """Polled batches until :meth:`close` (a close from another thread ends it quietly)."""
+        while not self._closed:
+            try:
+                yield self.poll(1.0)
+            except BrokerClosed:
+                if self._closed:
+                    return
+                raise
+
     def close(self) -> None:
         """Leave the group (its queues go to the other members at once) and disconnect."""
         if self._closed:
@@ -323,6 +419,7 @@ class Consumer(ConsumerLoop, Client):
             super().close()
             return
         self._stop.set()
+        self._beat_now.set()
         self._hb.join(5)
         try:
             self.call(Op.GROUP_LEAVE, {"group": self.group, "member_id": self.member_id},

@@ -8,6 +8,11 @@ runs, ...) is sent again after a back-off, doubling with jitter up to a cap, unt
 non-retriable error, or the deadline running out (:class:`~fmq.errors.DeliveryTimeout`
 naming the last error), reaches the application. A client built with a count
 (``retries=N``) keeps it: then it also stops after N retries, with the last error itself.
+
+A retry must never store a request twice: after a failure that may have stored it
+(:func:`may_be_stored`), an idempotent request is sent again exactly as it went (same broker
+group, queues, producer id and sequence numbers; a PREPARE with the same transaction id and
+messages), so that the server answers it from the copy it stored.
 """
 
 from __future__ import annotations
@@ -15,10 +20,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from fmq.errors import DeliveryTimeout, FMQError, InvalidArgument
+from fmq.errors import (
+    ConnectionLost,
+    DeliveryTimeout,
+    FMQError,
+    InvalidArgument,
+    LeadershipLost,
+    NotEnoughReplicas,
+    NotSent,
+    RequestTimeout,
+)
 
 #: A producer's default: two minutes, as Kafka's ``delivery.timeout.ms``.
 DEFAULT_DELIVERY_TIMEOUT = 120.0
+
+#: Retriable failures after which a request that was written may be stored all the same:
+#: its answer was lost (ConnectionLost, RequestTimeout), or the server stored it and then
+#: did not acknowledge it (NotEnoughReplicas: too few followers copied it; LeadershipLost:
+#: the primary could no longer prove it held the group's lease).
+MAYBE_STORED = (ConnectionLost, RequestTimeout, NotEnoughReplicas, LeadershipLost)
+
+
+def may_be_stored(error: BaseException) -> bool:
+    """Whether a request that failed with ``error`` after it was handed to its connection
+    may be stored (NotSent: it never left the client, so it is not)."""
+    return isinstance(error, MAYBE_STORED) and not isinstance(error, NotSent)
 
 
 def check_retry_options(retries: int | None, delivery_timeout: float | None) -> None:

@@ -21,17 +21,15 @@ from fmq.errors import (
     AccessDenied,
     ConnectionLost,
     FMQError,
-    NotEnoughReplicas,
     NotHosted,
-    NotSent,
     PrimaryNotFound,
-    RequestTimeout,
 )
 from fmq.message import Message, SendResult, check_topic
 from fmq.protocol import Op
 from fmq.protocol.values import message_to_wire
 
 from .acquire import DEFAULT_GROUP, LinkPool
+from .deadline import may_be_stored
 from .discovery import address_of
 from .idempotence import Sequencer
 from .routing import (
@@ -47,10 +45,6 @@ from .routing import (
 )
 
 logger = logging.getLogger("fmq.client")
-
-#: Failures after which the request may have been stored: its resend goes to the same
-#: group and queue with the same sequence numbers, never elsewhere.
-MAYBE_STORED = (ConnectionLost, RequestTimeout, NotEnoughReplicas)
 
 #: What a request is built from once its messages are placed: their wire form.
 Build = Callable[[list[dict[str, Any]]], dict[str, Any]]
@@ -101,6 +95,7 @@ class Router:
         #: for its dedup window) under the one producer id.
         self._group_sequencers: dict[str, Sequencer] = {}
         self._lock = threading.Lock()
+        self._access_unrouted = False  # a ROUTE was refused: sends go unrouted
         self._access_warned = False
 
     def sequencer(self, group: str | None) -> Sequencer:
@@ -120,10 +115,9 @@ class Router:
         if isinstance(answer, AccessDenied):
             # ROUTE needs describe on the topic; a user allowed only to write keeps
             # today's path (the server it reaches picks the queue).
-            if not self._access_warned:
-                self._access_warned = True
-                logger.warning("no access to topic routes (describe): sending to the "
-                               "servers given, without routing")
+            # Said once a send went that way (results): a user who may not produce
+            # either is refused the send, and a warning about routing would mislead.
+            self._access_unrouted = True
             route = old_server_route(topic)
         elif isinstance(answer, FMQError):
             old = self.table.held(topic)
@@ -189,13 +183,16 @@ class Router:
         a failure that may have stored it keeps it where it went."""
         if isinstance(exc, NotHosted) and not placed.single:
             return None
-        if isinstance(exc, MAYBE_STORED) and not isinstance(exc, NotSent):
+        if may_be_stored(exc):  # its resend goes there with the same numbers, never elsewhere
             return placed
         return pinned
 
-    @staticmethod
-    def results(answers: list[dict[str, Any]], placed: Placed) -> list[SendResult]:
+    def results(self, answers: list[dict[str, Any]], placed: Placed) -> list[SendResult]:
         """The SendResults of a send's answer, naming the group that stored them."""
+        if placed.single and self._access_unrouted and not self._access_warned:
+            self._access_warned = True
+            logger.warning("no access to topic routes (describe): sent to the servers "
+                           "given, without routing")
         return [SendResult(r["offset"], r["queue_id"], r["queue_offset"], placed.group)
                 for r in answers]
 

@@ -13,13 +13,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from fmq.errors import (
-    ConnectionLost,
     DuplicateTransaction,
     FMQError,
     InvalidArgument,
-    NotEnoughReplicas,
-    NotSent,
-    RequestTimeout,
     TransactionRolledBack,
 )
 from fmq.message import Message
@@ -29,6 +25,7 @@ from fmq.tx.ids import new_tx_id
 from fmq.tx.state import TxState, UncertainTx
 
 from .acquire import DEFAULT_GROUP
+from .deadline import may_be_stored
 from .producer import Producer, TransactionResult
 from .routed import Placed
 
@@ -100,18 +97,16 @@ class TransactionProducer(Producer):
         # Ids are version-ip-start time-pid-connection seq-tx seq (docs/transactions.md).
         req = {"producer_group": self.producer_group,
                "tx_id": tx_id or new_tx_id(self.connection_seq)}
-        # The answer to an attempt was lost (connection, time-out): it may be stored, whole
-        # or (after a server crash) cut short, which recovery rolls back.
+        # The answer to an attempt was lost (connection, time-out), or the server stored it
+        # without acknowledging it (NotEnoughReplicas, LeadershipLost): it may be stored,
+        # whole or (after a server crash) cut short, which recovery rolls back.
         maybe_applied = False
         where = DEFAULT_GROUP
 
         def note(exc: FMQError, placed: Placed) -> None:
             nonlocal maybe_applied, where
             where = placed.link
-            # NotEnoughReplicas: stored on the primary, only the followers' copy failed.
-            maybe_applied = maybe_applied or (isinstance(
-                exc, (ConnectionLost, RequestTimeout, NotEnoughReplicas))
-                and not isinstance(exc, NotSent))
+            maybe_applied = maybe_applied or may_be_stored(exc)
 
         attempts = self.attempts()
         while True:

@@ -125,9 +125,13 @@ class SecurityFollower:
     """
 
     def __init__(self, cluster: ClusterSecurity, store: UserStore,
-                 on_change: Callable[[], None], resync_s: float = 10.0) -> None:
+                 on_change: Callable[[], None], resync_s: float = 10.0,
+                 on_read: Callable[[], None] = lambda: None) -> None:
         self.cluster, self.store = cluster, store
         self.on_change = on_change
+        #: Called after every read of the cluster's document that went through (the
+        #: store then holds it, or the cluster has none).
+        self.on_read = on_read
         self.resync_s = resync_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fmq-security-follower",
@@ -156,6 +160,10 @@ class SecurityFollower:
             document, revision = self.cluster.read()
             logger.info("the users and rules of this node are now the cluster's (%s)",
                         self.cluster.where)
+        if document is None and not self.store.stored:
+            # The cluster has no users: the copy says so too, so that after a restart
+            # this node knows it without etcd (fmq.server.cluster_users).
+            document = SecurityDocument()
         if document is not None and self.store.replace(document):
             logger.info("users and rules updated from %s: %d users, %d rules",
                         self.cluster.where, len(document.users), len(document.rules))
@@ -167,6 +175,7 @@ class SecurityFollower:
             try:
                 revision = self.sync_once()
                 self._warned = False
+                self.on_read()
             except CoordinatorUnavailable as exc:
                 if not self._warned:
                     logger.warning("%s; this node keeps its copy of the users and rules "

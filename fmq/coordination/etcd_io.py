@@ -10,7 +10,9 @@ keys, one error for an unreachable etcd, and a watch that ends.
 from __future__ import annotations
 
 import base64
+import errno
 import json
+import os
 import random
 import re
 from collections.abc import Callable
@@ -31,17 +33,27 @@ except ImportError:  # only a node that uses etcd needs it
 
 
 #: The OS's reason inside a connection error's long text ("[Errno 111] Connection refused").
-_ERRNO = re.compile(r"\[Errno -?\d+\][^\"')]*")
+_ERRNO = re.compile(r"\[Errno (-?\d+)\]([^\"')]*)")
+#: The OS's reasons an operator meets most, in words that say what they mean.
+_REASONS = {
+    errno.ECONNREFUSED: "connection refused (nothing listens at that address)",
+    errno.ETIMEDOUT: "no answer (timed out)",
+    errno.EHOSTUNREACH: "the host cannot be reached",
+    errno.ENETUNREACH: "the network cannot be reached",
+}
 
 
 def describe_cause(exc: BaseException) -> str:
-    """Why an etcd request failed, never empty: etcd3gw's connection errors have an empty
-    message and keep the reason in ``detail_text`` (or the exception they came from)."""
+    """Why an etcd request failed, in words, never empty: etcd3gw's connection errors have
+    an empty message and keep the reason in ``detail_text`` (or the exception they came
+    from); an OS error is named by what it means, not by its class and number."""
     text = (str(exc).strip() or str(getattr(exc, "detail_text", "") or "").strip()
             or str(exc.__context__ or "").strip())
-    errno = _ERRNO.search(text)
-    reason = errno.group(0).strip() if errno else text
-    return f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
+    found = _ERRNO.search(text)
+    if found:
+        number = int(found.group(1))
+        return _REASONS.get(number) or found.group(2).strip().lower() or os.strerror(number)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def b64(data: str | bytes) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fmq.config import BrokerConfig
-from fmq.datadir import INDEX_DIR, LOG_DIR
+from fmq.datadir import INDEX_DIR, LOG_DIR, refuse_unfinished_undo
 from fmq.dedup import DedupWindow
 from fmq.engine.checkpoints import Checkpointer
 from fmq.engine.idempotence import Idempotence
@@ -82,6 +82,7 @@ def assemble(*, path: str, config: BrokerConfig, io: FileIO,
     threads (maintenance, timers) start in :func:`start_threads`. On failure, whatever
     was opened is closed again before the error propagates: a caller that retries must not
     run out of descriptors, mappings or threads."""
+    refuse_unfinished_undo(path)  # a half put back log must not be written to
     log_ = Log(os.path.join(path, LOG_DIR), config.segment_size, io)
     index = dispatcher = None
     try:
@@ -179,10 +180,11 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                     visibility=visibility)
     offsets = ConsumerOffsets(log_=log_, index=index, dispatcher=dispatcher, config=config,
                               queues=queues, check_open=check_open, visibility=visibility)
-    inventory = Inventory(data_dir=path, index=index, queues=queues, reader=reader,
-                          offsets=offsets, check_open=check_open)
     topics = Topics(config=config, log_=log_, index=index, dispatcher=dispatcher,
                     queues=queues, check_open=check_open)
+    inventory = Inventory(data_dir=path, index=index, queues=queues, reader=reader,
+                          offsets=offsets, check_open=check_open,
+                          topic_exists=lambda name: topics.get(name) is not None)
     timers = Timers(config=config, log_=log_, index=index, dispatcher=dispatcher,
                     queues=queues, max_record_size=max_record_size, admit=admit,
                     check_open=check_open)

@@ -10,13 +10,14 @@ Everything here is a read of the index (a consistent LMDB snapshot per call) exc
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from fmq.datadir import INDEX_DIR, LOG_DIR
+from fmq.engine.group_lag import group_lag_rows, queue_ranges
 from fmq.engine.offsets import ConsumerOffsets
 from fmq.engine.queues import Queues
 from fmq.engine.reads import Reader
-from fmq.errors import InvalidArgument
+from fmq.errors import InvalidArgument, UnknownTopic
 from fmq.index.store import IndexStore
 from fmq.log.placement import now_ms
 from fmq.message import (
@@ -51,24 +52,6 @@ def topic_summaries(index: IndexStore, queue_count: Callable[[str], int]) -> lis
         out.append({"topic": topic, "queues": queue_count(topic), "messages": messages,
                     "bytes": size, "first_store_time": first, "last_store_time": last})
     return out
-
-
-def group_offsets(index: IndexStore, now_ms: int, group: str | None = None) -> list[dict]:
-    """Per group, topic and queue with a committed offset: the committed and next offsets,
-    lag in messages and in milliseconds (now minus the store time of the first message not
-    consumed; 0 when none is waiting)."""
-    rows = []
-    for (g, topic, qid), committed in sorted(index.consumer_offsets().items()):
-        if group is not None and g != group:
-            continue
-        lo, hi = index.queue_range(topic, qid)
-        pos = max(committed, lo)
-        lag = max(0, hi - pos)
-        waiting = index.store_time(topic, qid, pos) if lag else None
-        rows.append({"group": g, "topic": topic, "queue_id": qid, "committed": committed,
-                     "min_offset": lo, "next_offset": hi, "lag": lag,
-                     "lag_ms": max(0, now_ms - waiting) if waiting is not None else 0})
-    return rows
 
 
 def disk_usage(data_dir: str) -> dict:
@@ -144,8 +127,10 @@ class Inventory:
     raises once the broker is closed."""
 
     def __init__(self, data_dir: str, index: IndexStore, queues: Queues, reader: Reader,
-                 offsets: ConsumerOffsets, check_open: Callable[[], None]) -> None:
+                 offsets: ConsumerOffsets, check_open: Callable[[], None],
+                 topic_exists: Callable[[str], bool] = lambda _name: True) -> None:
         self.data_dir = data_dir
+        self.topic_exists = topic_exists
         self.index = index
         self.queues = queues
         self.reader = reader
@@ -156,11 +141,18 @@ class Inventory:
         self.check_open()
         return topic_summaries(self.index, self.queues.queue_count)
 
-    def groups(self, group: str | None = None) -> list[dict]:
+    def groups(self, group: str | None = None,
+               subscribed: Mapping[str, Iterable[str]] | None = None) -> list[dict]:
+        """Each group's offsets and lag in every queue of its topics
+        (:mod:`fmq.engine.group_lag`); ``subscribed``: the topics live members name."""
         self.check_open()
         if group is not None:
             check_name(group, "group", allow_none=False)
-        return group_offsets(self.index, now_ms(), group)
+        return group_lag_rows(self.index, now_ms(), self.queues.queue_count, group, subscribed)
+
+    def queue_ranges(self) -> list[dict]:
+        self.check_open()
+        return queue_ranges(self.index)
 
     def disk_usage(self) -> dict:
         return disk_usage(self.data_dir)
@@ -168,8 +160,19 @@ class Inventory:
     def reset_offsets(self, group: str, topic: str | None, queue_id: int | None, to: str,
                       value: int | None = None, execute: bool = True) -> list[dict]:
         self.check_open()
+        if topic is not None and not self._topic_known(group, topic):
+            # queue_count gives any name the default queues: a typo would plan (and
+            # execute) offsets for a topic that is not there.
+            raise UnknownTopic(topic)
         return reset_offsets(self.reader, self.offsets, self.index, self.queues.queue_count,
                              group, topic, queue_id, to, value, execute)
+
+    def _topic_known(self, group: str, topic: str) -> bool:
+        """Whether ``topic`` exists (created and not deleted, or holding data), or
+        ``group`` has offsets in it (a deleted topic's stale offsets may still move)."""
+        if is_internal_topic(topic) or self.topic_exists(topic):
+            return True
+        return any(g == group and t == topic for g, t, _q in self.index.consumer_offsets())
 
     def traffic(self) -> dict[str, dict[str, int]]:
         """Per topic, messages and body bytes written and read since the broker opened."""

@@ -12,10 +12,10 @@ committed offset simply skips to the floor).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from fmq.config import BrokerConfig
-from fmq.engine.inventory import group_offsets
+from fmq.engine.group_lag import group_lag_rows
 from fmq.engine.queues import Queues
 from fmq.engine.topic_retention import enforce_topic_retention
 from fmq.errors import IndexUnavailable, InvalidArgument, TopicExists, TopicHasLag, UnknownTopic
@@ -54,10 +54,15 @@ class Topics:
         self.queues = queues
         self.check_open = check_open
 
-    def group_lag(self, name: str) -> list[tuple[str, int, int]]:
-        """(group, queue id, unread messages) of every group that committed in ``name``."""
+    def group_lag(self, name: str, subscribers: Iterable[str] = ()
+                  ) -> list[tuple[str, int, int]]:
+        """(group, queue id, unread messages) in every queue of ``name`` of every group
+        subscribed to it: one that committed in any of its queues, or one of
+        ``subscribers`` (live members name it)."""
+        subscribed = {g: [name] for g in subscribers}
         return [(r["group"], r["queue_id"], r["lag"])
-                for r in group_offsets(self.index, now_ms()) if r["topic"] == name]
+                for r in group_lag_rows(self.index, now_ms(), self.queues.queue_count,
+                                        subscribed=subscribed) if r["topic"] == name]
 
     def enforce_retention(self, now: float | None = None) -> int:
         """Raise the queue floors of the topics with a retention of their own
@@ -187,14 +192,16 @@ class Topics:
         logger.info("topic %s altered: %s", name, cfg.to_json())
         return cfg
 
-    def delete(self, name: str, force: bool = False) -> TopicConfig:
+    def delete(self, name: str, force: bool = False,
+               subscribers: Iterable[str] = ()) -> TopicConfig:
         """Make every message of ``name`` unreadable and the topic unknown. Refused
-        (TopicHasLag) while a consumer group has not read all of it, unless ``force``."""
+        (TopicHasLag) while a consumer group subscribed to it (see :meth:`group_lag`) has
+        not read all of it, unless ``force``."""
         self.check_open()
         check_topic_settings(name, None, None, None, None)
         if self.get(name) is None:
             raise UnknownTopic(name)
-        lagging = [row for row in self.group_lag(name) if row[2] > 0]
+        lagging = [row for row in self.group_lag(name, subscribers) if row[2] > 0]
         if lagging and not force:
             raise TopicHasLag(name, ", ".join(f"group {g} queue {q}: {n} unread"
                                               for g, q, n in sorted(lagging)))

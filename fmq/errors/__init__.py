@@ -54,6 +54,7 @@ from fmq.errors.security import (
     DeniedByRule,
     SecurityError,
     TLSFailed,
+    UsersNotLoaded,
 )
 from fmq.errors.storage import (
     BadRecord,
@@ -143,6 +144,7 @@ __all__ = [
     "UnknownQueue",
     "UnknownTopic",
     "UnknownTransaction",
+    "UsersNotLoaded",
     "all_error_classes",
 ]
 

@@ -6,8 +6,9 @@ from fmq.errors.base import FMQError
 
 
 class SecurityError(FMQError):
-    """Base class of TLS, authentication and authorisation errors (never retriable: the
-    same request fails the same way until the configuration changes)."""
+    """Base class of TLS, authentication and authorisation errors (not retriable: the
+    same request fails the same way until the configuration changes; UsersNotLoaded alone
+    passes by itself)."""
 
     code = 70
 
@@ -29,6 +30,16 @@ class AuthenticationRequired(SecurityError):
     """The server has users: a connection must authenticate before anything else."""
 
     code = 73
+
+
+class UsersNotLoaded(AuthenticationRequired):
+    """A node whose users live in etcd has read neither them nor a copy of them yet (a
+    fresh node, etcd not answering): it refuses every request but the handshake, log-ins
+    included, until it has. Retriable: the same request, after a log-in when the cluster
+    has users, succeeds once the node has read them (docs/security.md)."""
+
+    code = 76
+    retriable = True
 
 
 class AccessDenied(SecurityError):

@@ -3,7 +3,7 @@ entries it makes (:mod:`fmq.index.entry_types`): the one place the rest of FMQ i
 them from, and the one place the derivation's implementation is chosen.
 
 ``derive`` runs compiled (``fmq.index._derive_c``: the same source compiled by Cython,
-setup.py) when ``fmq.native.load`` finds it, else as it is; either makes the very same
+setup.py) where ``fmq.native.choose`` picks it, else as it is; either makes the very same
 entry classes, so code that tests ``type(item) is QueueEntry`` works with both.
 :data:`TWINS` lists each chosen function next to its reference (tests/native compares them).
 """
@@ -11,7 +11,7 @@ entry classes, so code that tests ``type(item) is QueueEntry`` works with both.
 from __future__ import annotations
 
 from fmq import native
-from fmq.index import derive as _pure
+from fmq.index import derive as derive_py
 from fmq.index.entry_types import (
     TOPIC_CONFIG_PROPERTY,
     EpochEntry,
@@ -26,8 +26,8 @@ from fmq.index.entry_types import (
     TxEnd,
 )
 
-#: The derivation running: compiled by setup.py, or the pure module.
-DERIVE_MODULE = native.load("fmq.index._derive_c") or _pure
+#: The derivation running: ``derive_py`` or its compiled twin ``fmq.index._derive_c``.
+DERIVE_MODULE = native.choose(derive_py)
 
 tag_hash = DERIVE_MODULE.tag_hash
 queue_entry = DERIVE_MODULE.queue_entry
@@ -42,7 +42,7 @@ sort_items = DERIVE_MODULE.sort_items
 
 #: Each chosen function next to its reference, by name: what the twin tests compare.
 TWINS: dict[str, tuple[object, object]] = {
-    name: (getattr(_pure, name), getattr(DERIVE_MODULE, name))
+    name: (getattr(derive_py, name), getattr(DERIVE_MODULE, name))
     for name in ("tag_hash", "queue_entry", "tx_end", "offset_entry", "epoch_entry",
                  "topic_entry", "index_mark", "timer_changes", "index_items", "sort_items")
 }

@@ -48,7 +48,7 @@ import lmdb
 from fmq import native
 from fmq.datadir import index_exists
 from fmq.errors import IndexCorrupt
-from fmq.index import item_batch as _item_batch_reference
+from fmq.index import item_batch as item_batch_py
 from fmq.index import keys as K
 from fmq.index import trim
 from fmq.index.entries import (
@@ -74,8 +74,9 @@ from fmq.index.timer_table import TimerReads, apply_timers
 from fmq.index.topic_table import apply_topics, raise_topic_floors, read_topics
 from fmq.index.tx_ends import TxEndReads
 
-#: The queue entries' items of one transaction: compiled (setup.py) or the reference.
-ITEM_BATCH = (native.load("fmq.index._item_batch_c") or _item_batch_reference).item_batch
+#: The queue entries' items of one transaction: from ``item_batch_py`` or its compiled twin
+#: ``fmq.index._item_batch_c``.
+ITEM_BATCH = native.choose(item_batch_py).item_batch
 
 
 class IndexStore:

@@ -6,7 +6,7 @@ No I/O here: bytes in, typed values out, tested by feeding bytes. Layers:
 * :mod:`fmq.protocol.structs`: structs of named fields and their field-by-field reference
   codec; the codec they use comes from :mod:`fmq.protocol._impl`, the one seat that picks a
   compiled twin when installed and else the generated pure Python of
-  ``fmq.protocol._codecs`` (written by :mod:`fmq.protocol.generate`);
+  ``fmq.protocol.struct_codecs`` (written by :mod:`fmq.protocol.generate`);
 * :mod:`fmq.protocol.schema`: the one table of opcodes and their request/response fields;
 * :mod:`fmq.protocol.layout`: sizes and fixed formats derived from the schema;
 * :mod:`fmq.protocol.frame`: the length-prefixed frame with version, opcode, flags and

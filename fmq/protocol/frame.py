@@ -23,14 +23,14 @@ from typing import Any
 
 from fmq import native
 from fmq.errors import FMQError, ProtocolError
-from fmq.protocol import framing as _pure_framing
+from fmq.protocol import framing
 from fmq.protocol.error_fields import make_error
 from fmq.protocol.schema import ERROR, SCHEMA, Op
 from fmq.protocol.structs import Struct
 from fmq.protocol.types import Packed
 
-#: The framing module running: ``fmq.protocol._frame_c`` (compiled) or ``framing``.
-FRAMING = native.load("fmq.protocol._frame_c") or _pure_framing
+#: The framing module running: ``framing`` or its compiled twin ``fmq.protocol._framing_c``.
+FRAMING = native.choose(framing)
 DEFAULT_MAX_FRAME = FRAMING.DEFAULT_MAX_FRAME
 FLAG_ERROR = FRAMING.FLAG_ERROR
 FLAG_RESPONSE = FRAMING.FLAG_RESPONSE

@@ -1,9 +1,9 @@
 """Frame splitting: the length prefix, the fixed header, and the incremental parser that
 cuts a byte stream into frames. frame.py has the layout and the payload codecs.
 
-This module is the pure-Python reference of ``fmq.protocol._frame_c``, its compiled twin
+This module is the pure-Python reference of ``fmq.protocol._framing_c``, its compiled twin
 (the same source compiled by Cython, setup.py): the per-request split on every
-connection's receive path. ``fmq.protocol.frame`` chooses one (``fmq.native.load``).
+connection's receive path. ``fmq.protocol.frame`` chooses one (``fmq.native.choose``).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def reference_decode(opcode: int, payload: bytes | memoryview) -> dict[str, Any]
 
 
 #: The compiled twin (``_message_requests_c``), or None: the pure path runs the reference.
-COMPILED = native.load("fmq.protocol._message_requests_c")
+COMPILED = native.compiled_twin(__name__)
 #: The requests that carry messages, and the compiled decoder's method for each.
 _METHODS = {Op.SEND: "send", Op.SEND_BATCH: "send_batch", Op.PREPARE: "prepare",
             Op.SEND_AT: "send_at"}

@@ -80,6 +80,8 @@ class Op(IntEnum):
     # clusters of broker groups (docs/cluster.md)
     ROUTE = 65
     ROUTE_CHANGE = 66
+    # consumer groups (docs/cluster.md, "One reader per queue")
+    GROUP_SYNC = 67
 
 
 # ------------------------------------------------------------------ composite types
@@ -194,6 +196,11 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
     _spec(Op.GROUP_HEARTBEAT, [("group", STR), ("member_id", STR), ("topics", ListOf(STR))],
           [("generation", U64), ("assignment", ListOf(QUEUE_REF))],
           "Keep membership alive (re-joins an expired member); returns the current queues."),
+    _spec(Op.GROUP_SYNC, [("group", STR), ("member_id", STR), ("topics", ListOf(STR)),
+                          ("generation", U64)],
+          [("generation", U64), ("assignment", ListOf(QUEUE_REF))],
+          "GROUP_HEARTBEAT saying the generation whose assignment the member reads now: "
+          "queues that assignment left out are released to their next owner."),
     _spec(Op.GROUP_LEAVE, [("group", STR), ("member_id", STR)], [],
           "Leave a consumer group; its queues go to the other members."),
     _spec(Op.QUERY_KEY, [("topic", STR), ("key", STR), ("limit", U32)],

@@ -3,7 +3,7 @@
 A struct's bytes are its fields' bytes in order, each written and read by its field type.
 That field-by-field loop is the reference (:meth:`Struct.reference`); the codec a struct
 uses comes from the implementation ``fmq.protocol._impl`` chooses (the generated straight-line
-functions of ``_codecs.py``, or a compiled twin), which gives the same bytes and errors
+functions of ``struct_codecs.py``, or its compiled twin), which gives the same bytes and errors
 faster. A struct the generated module does not know with exactly these fields (one made
 outside the schema) uses the reference.
 """

@@ -26,7 +26,7 @@ from fmq.message import (
 )
 from fmq.protocol.layout import SEND_RESULT_FORMAT
 from fmq.protocol.types import Encoded, Packed
-from fmq.tx.state import UncertainTx
+from fmq.tx.state import PreparedMessage, UncertainTx
 
 #: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
 #: negative value is an unknown queue, not a second way of saying "pick".
@@ -103,12 +103,17 @@ def stored_from_wire(d: dict[str, Any]) -> StoredMessage:
 def uncertain_to_wire(t: UncertainTx) -> dict[str, Any]:
     return {"tx_id": t.tx_id, "producer_group": t.producer_group,
             "prepare_offset": t.prepare_offset, "store_time": t.store_time, "checks": t.checks,
-            "messages": [dict(m, properties=m.get("properties") or {}) for m in t.messages]}
+            "messages": [{"topic": m.topic, "queue_id": m.queue_id, "key": m.key,
+                          "tags": m.tags, "properties": m.properties or {}, "body": m.body,
+                          "offset": m.offset} for m in t.messages]}
 
 
 def uncertain_from_wire(d: dict[str, Any]) -> UncertainTx:
     return UncertainTx(d["tx_id"], d["producer_group"], d["prepare_offset"], d["store_time"],
-                       d["checks"], d["messages"])
+                       d["checks"],
+                       [PreparedMessage(m["topic"], m["body"], m["key"], m["tags"],
+                                        m["properties"] or {}, m["queue_id"], m["offset"])
+                        for m in d["messages"]])
 
 
 #: ``deliver_at`` / ``delay_ms`` of SEND_AT when the other one is given.

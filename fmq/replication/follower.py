@@ -11,10 +11,12 @@ as recovery uses, so the follower's index, open transactions and dedup window ar
 the primary has (a producer retrying on a promoted follower is answered from it).
 
 Each connection starts with the epoch check (KIP-101): the follower asks where its own
-last epoch ends in the primary's log (EPOCH_END). When the primary is in a newer term and
-this log holds records past that point (written by an older primary, never acknowledged in
-``sync`` mode), ``on_diverged`` gets the offset to cut at: the server reopens the broker
-after cutting the log there (:mod:`fmq.replication.term`). A node in an older term than
+last epoch ends in the primary's log (EPOCH_END), and asks again for an older epoch while
+the primary answers one this log does not hold (KIP-279). When the primary is in a newer
+term and this log holds records past the last point both logs agree on (written by an
+older primary, never acknowledged in ``sync`` mode), ``on_diverged`` gets the offset to
+cut at: the server reopens the broker after cutting the log there
+(:func:`fmq.replication.term.divergence_point`). A node in an older term than
 this one is not followed (StalePrimary, retried with back-off).
 
 A primary that no longer holds the follower's offset (retention) or whose log does not
@@ -35,6 +37,7 @@ from fmq.client.connection import Connection, parse_servers
 from fmq.engine.broker import Broker
 from fmq.errors import (
     BadRecord,
+    ConnectionLost,
     FMQError,
     IncompleteRecord,
     LogFailed,
@@ -197,12 +200,25 @@ class Follower:
         end = broker.replica.flushed_offset
         if current == self.epoch:  # one term: the fetch itself finds a divergence
             return True
-        cut = divergence_point(history, end, answer["epoch"], answer["end_offset"])
+        answers = {self.epoch: answer}
+
+        def ask(epoch: int) -> tuple[int, int]:
+            # Asked again (KIP-279) when this log does not hold the epoch answered.
+            if epoch not in answers:
+                answers[epoch] = conn.request(Op.EPOCH_END, {"epoch": epoch}, timeout=30.0)
+                if answers[epoch]["current_epoch"] != current:
+                    raise ConnectionLost(
+                        f"{self.primary} moved from epoch {current} to epoch "
+                        f"{answers[epoch]['current_epoch']} while this node asked where its "
+                        "epochs end there; asking again on a new connection")
+            return answers[epoch]["epoch"], answers[epoch]["end_offset"]
+
+        cut = divergence_point(history, end, ask)
         if cut >= end:
             return True
-        logger.warning("this log holds %d bytes of epoch %d past %d, where %s's log (epoch "
-                       "%d) goes on differently: cutting them and following", end - cut,
-                       answer["epoch"], cut, self.primary, current)
+        logger.warning("this log holds %d bytes past %d, where %s's log (epoch %d) goes on "
+                       "differently (%d EPOCH_END questions): cutting them and following",
+                       end - cut, cut, self.primary, current, len(answers))
         if self.on_diverged is None:
             raise ReplicaDiverged(cut, answer["end_offset"])
         self.on_diverged(cut)

@@ -39,6 +39,8 @@ class UserStore:
         self.path = os.path.join(data_dir, SECURITY_FILE)
         self._lock = threading.Lock()
         self._document = SecurityDocument()
+        #: Whether this directory holds its security.json (read now, or written since).
+        self.stored = False
         self._load()
 
     def _load(self) -> None:
@@ -51,6 +53,7 @@ class UserStore:
             raise ConfigError(f"cannot read {self.path} ({exc}); restore it from a backup, or "
                               f"move it away to start with no users and no rules") from None
         self._document = SecurityDocument.loads(text, self.path, "restore it from a backup")
+        self.stored = True
 
     def _save(self, document: SecurityDocument) -> None:
         tmp = self.path + ".tmp"
@@ -67,6 +70,7 @@ class UserStore:
         finally:
             os.close(dir_fd)
         self._document = document
+        self.stored = True
 
     @property
     def document(self) -> SecurityDocument:
@@ -83,9 +87,10 @@ class UserStore:
             return new
 
     def replace(self, document: SecurityDocument) -> bool:
-        """Make ``document`` the one in force (a cluster's copy); whether it changed."""
+        """Make ``document`` the one in force (a cluster's copy); whether it changed (or
+        the file was written for the first time)."""
         with self._lock:
-            if document == self._document:
+            if document == self._document and self.stored:
                 return False
             self._save(document)
             return True

@@ -4,8 +4,11 @@ users' wire operations, and the slow-down after failed attempts.
 A session starts unauthenticated. While the server has no users nothing is asked (the
 server then listens on loopback only, docs/security.md); once it has users, a session may
 only send HELLO, AUTH_START, AUTH_FINISH and PING until AUTH_FINISH succeeded
-(:data:`OPEN_OPS`). An unknown user gets a made-up credential, so the exchange fails at the
-proof exactly as with a wrong password and does not tell which users exist.
+(:data:`OPEN_OPS`). A node whose users live in etcd and that has read neither them nor a
+copy of them refuses everything but :data:`HANDSHAKE_OPS`, log-ins included
+(:meth:`Authenticator.wait_for_cluster_users`). An unknown user gets a made-up credential,
+so the exchange fails at the proof exactly as with a wrong password and does not tell which
+users exist.
 """
 
 from __future__ import annotations
@@ -24,7 +27,13 @@ from typing import Any
 from scramp import ScramException, ScramMechanism
 
 from fmq.coordination.cluster_security import ClusterSecurity
-from fmq.errors import AuthenticationFailed, AuthenticationRequired, FMQError, InvalidArgument
+from fmq.errors import (
+    AuthenticationFailed,
+    AuthenticationRequired,
+    FMQError,
+    InvalidArgument,
+    UsersNotLoaded,
+)
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.protocol.schema import HELLO_NODE_VERSION
 from fmq.security import Rule, StoredCredential, UserStore
@@ -38,6 +47,8 @@ logger = logging.getLogger("fmq.server")
 
 #: What an unauthenticated session may send when the server has users.
 OPEN_OPS = frozenset({Op.PING, Op.HELLO, Op.AUTH_START, Op.AUTH_FINISH})
+#: What any session may send while the node does not know its users yet.
+HANDSHAKE_OPS = frozenset({Op.PING, Op.HELLO})
 #: Failed attempts remembered per client address (the oldest address is forgotten first).
 MAX_ADDRESSES = 10_000
 #: Seconds without a failure after which an address starts again from no failures.
@@ -60,6 +71,9 @@ class Authenticator:
         #: True while the server has users: sessions must authenticate (read on every
         #: request: a plain attribute).
         self.enforcing = store.has_users
+        #: False while the users live in etcd and this node has read neither them nor a
+        #: copy of them: it cannot tell whether the cluster has users, so it lets nobody in.
+        self.users_known = True
         self._mechanism = ScramMechanism(MECHANISM)
         self._secret = os.urandom(32)
         #: Failed attempts per client address, and when the last one was (monotonic).
@@ -68,7 +82,14 @@ class Authenticator:
 
     def refusal(self, session: RequestSession, op: int) -> FMQError | None:
         """Why ``op`` may not run on ``session`` (asked only while enforcing)."""
-        if session.principal is not None or op in OPEN_OPS:
+        if session.principal is not None:
+            return None
+        if not self.users_known and op not in HANDSHAKE_OPS:
+            return UsersNotLoaded(
+                f"{Op(op).name} refused: this node has not read its users from etcd yet "
+                f"(etcd does not answer, or the node has only just started); retry in a "
+                f"moment, logged in when the cluster has users (docs/security.md)")
+        if op in OPEN_OPS:
             return None
         return AuthenticationRequired(
             f"{Op(op).name} refused: this server requires authentication first; give a "
@@ -76,7 +97,30 @@ class Authenticator:
             f"docs/security.md)")
 
     def users_changed(self) -> None:
+        self.enforcing = self.store.has_users or not self.users_known
+
+    def wait_for_cluster_users(self, where: str) -> None:
+        """Enter the state where this node knows no users: its users live at ``where``
+        (etcd) and it has no copy of them, so the cluster may have users it does not know.
+        Every request but the handshake is refused until :meth:`cluster_users_read`."""
+        self.users_known = False
+        self.enforcing = True
+        logger.warning("this node's users live in %s and it has not read its users yet (no "
+                       "security.json here): it refuses every request but HELLO and PING, "
+                       "asking clients to retry, until it has read them", where)
+
+    def cluster_users_read(self, where: str) -> None:
+        """The cluster's users were just read from ``where`` (and copied into the store):
+        leave the state of :meth:`wait_for_cluster_users`. Called from the follower's
+        thread; the store is replaced before, so no request runs unchecked in between."""
+        if self.users_known:
+            return
+        self.users_known = True
         self.enforcing = self.store.has_users
+        logger.warning("this node read its users from %s (%d users): it serves again, %s",
+                       where, len(self.store.users()),
+                       "after a log-in" if self.enforcing else "without a log-in (the "
+                       "cluster has no users)")
 
     def change(self, change: Callable[[SecurityDocument], SecurityDocument]) -> SecurityDocument:
         """Apply ``change`` where the users live: the cluster's document in etcd when this

@@ -103,6 +103,7 @@ ACCESS: dict[int, Needs | None] = {
     Op.FETCH_OFFSET: _on_group(C),
     Op.GROUP_JOIN: _member,
     Op.GROUP_HEARTBEAT: _member,
+    Op.GROUP_SYNC: _member,
     Op.GROUP_LEAVE: _on_group(C),
     Op.TOPICS: _on_cluster(D),
     Op.GROUPS: _groups,

@@ -1,7 +1,9 @@
 """A node in a cluster takes its users and access rules from etcd (docs/security.md, *Users
 and rules in a cluster*): the server's :class:`~fmq.server.authn.Authenticator` changes them
 there, and a follower thread copies every change into ``security.json``, the node's start-up
-cache."""
+cache. A node without that cache lets nobody in until the follower's first read (*Before a
+node knows its users*): until then it cannot tell a cluster without users from one whose
+users it has not seen."""
 
 from __future__ import annotations
 
@@ -18,5 +20,8 @@ def follow_cluster_users(config: ServerConfig,
         return None
     cluster = ClusterSecurity(config.coordinator, config.cluster)
     authenticator.cluster = cluster
+    if not authenticator.store.stored:
+        authenticator.wait_for_cluster_users(cluster.where)
     return SecurityFollower(cluster, authenticator.store, authenticator.users_changed,
-                            resync_s=config.security_resync_ms / 1000)
+                            resync_s=config.security_resync_ms / 1000,
+                            on_read=lambda: authenticator.cluster_users_read(cluster.where))

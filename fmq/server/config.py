@@ -97,7 +97,8 @@ class ServerConfig:
     group_session_timeout_ms: int = 10_000
     #: Heartbeat interval the server asks group members to keep.
     group_heartbeat_interval_ms: int = 1_000
-    #: Topics one consumer-group member may subscribe to (GROUP_JOIN / GROUP_HEARTBEAT).
+    #: Topics one consumer-group member may subscribe to (GROUP_JOIN / GROUP_HEARTBEAT /
+    #: GROUP_SYNC).
     max_topics_per_member: int = 1_000
     #: Members one consumer group may have.
     max_members_per_group: int = 1_000

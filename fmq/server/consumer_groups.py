@@ -1,13 +1,17 @@
 """Consumer groups: membership and queue assignment, in memory on the server.
 
 Each queue of a topic goes to exactly one live member of the group subscribed to that topic:
-subscribers sorted by id, queue ``q`` to subscriber ``q mod n``. A member joins, heart-beats
-and leaves; one that misses heart-beats for the session timeout, or whose connection closes,
-is dropped. Any change bumps the group's generation and moves queues.
+subscribers sorted by id, queue ``q`` to subscriber ``(base + q) mod n``. A member joins,
+heart-beats and leaves; one that misses heart-beats for the session timeout, or whose
+connection closes, is dropped. Any change bumps the group's generation and moves queues.
 
-During a rebalance two members may briefly both read a queue (the old owner learns of the
-change at its next heartbeat). Delivery is at-least-once: consumers commit offsets after
-processing, so an overlap causes duplicates, never loss.
+**One reader per queue at a time** (:mod:`fmq.server.queue_handover`): the rule names each
+queue's *target*, but a queue moves to its target only once the member holding it released
+it: it said it applied an assignment without the queue (GROUP_SYNC), it left, its session
+expired or its connection closed. Until then the holder keeps the queue (it is in neither
+member's answer once it moves away) and the target does not get it, so two members are
+never given one queue at once. A client that only heart-beats (GROUP_HEARTBEAT, older ones)
+releases what it was told to drop at its next heartbeat or join, as before.
 
 Every operation costs in proportion to what it touches, never to the size of the server:
 a join, leave or topic change recomputes only the topics of that member (the owners of a
@@ -27,42 +31,15 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fmq.errors import GroupProtocolConflict, InvalidArgument
 from fmq.message import check_name, check_topic
+from fmq.server import queue_handover
+from fmq.server.group_state import ConsumerGroup, GroupMember
 
 MemberKey = tuple[str, str]  # (group, member id)
-
-
-@dataclass
-class GroupMember:
-    member_id: str
-    topics: frozenset[str]
-    owner: object  # the connection that joined it (dropped with it)
-    last_seen: float
-    #: Queue ids this member owns, per topic; only its own topics appear.
-    owned: dict[str, list[int]] = field(default_factory=dict)
-
-    def assignment(self) -> list[tuple[str, int]]:
-        return [(t, q) for t in sorted(self.owned) for q in self.owned[t]]
-
-
-@dataclass
-class ConsumerGroup:
-    name: str
-    generation: int = 0
-    members: dict[str, GroupMember] = field(default_factory=dict)
-    #: Sorted member ids subscribed to each topic.
-    subscribers: dict[str, list[str]] = field(default_factory=dict)
-    #: The member owning each queue of a topic (index = queue id).
-    owners: dict[str, list[str]] = field(default_factory=dict)
-    #: The (queue base, queue count) each topic's owners were computed with.
-    layouts: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-    @property
-    def assignment(self) -> dict[str, list[tuple[str, int]]]:
-        return {mid: m.assignment() for mid, m in self.members.items()}
+__all__ = ["ConsumerGroup", "ConsumerGroupCoordinator", "ConsumerGroupLimits", "GroupMember"]
 
 
 @dataclass(frozen=True)
@@ -78,11 +55,16 @@ class ConsumerGroupCoordinator:
     def __init__(self, queues_per_topic: int | Callable[[str], int], session_timeout_ms: int,
                  clock: Callable[[], float] = time.monotonic,
                  limits: ConsumerGroupLimits | None = None,
-                 queue_base: Callable[[str], int] = lambda _topic: 0) -> None:
+                 queue_base: Callable[[str], int] = lambda _topic: 0,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         """``queues_per_topic``: one count for every topic, or the broker's per-topic count
         (``Broker.queue_count``): a topic may have more queues than the setting.
         ``queue_base``: the global index of a topic's queue 0 in this broker group (its
-        route entry's base in a cluster, docs/cluster.md; 0 outside one)."""
+        route entry's base in a cluster, docs/cluster.md; 0 outside one).
+        ``wall_clock``: a new group's generations start at its microseconds, so that a
+        primary after a fail-over does not answer the generations its predecessor did (a
+        member's GROUP_SYNC names one it applied)."""
+        self.wall_clock = wall_clock
         self.queue_count = (queues_per_topic if callable(queues_per_topic)
                             else lambda _topic, n=queues_per_topic: n)
         self.queue_base = queue_base
@@ -108,8 +90,10 @@ class ConsumerGroupCoordinator:
                 f"over several members or groups")
         return frozenset(check_topic(t) for t in topics)
 
-    def join(self, group: str, member_id: str | None, topics: list[str],
-             owner: object) -> tuple[str, int, list[tuple[str, int]]]:
+    def join(self, group: str, member_id: str | None, topics: list[str], owner: object,
+             applied: int | None = None) -> tuple[str, int, list[tuple[str, int]]]:
+        """Join ``group`` (or refresh a member already in it); ``applied`` as for
+        :meth:`heartbeat`."""
         check_name(group, "group", allow_none=False)
         subs = self._topics(topics)
         if member_id is None:
@@ -123,12 +107,14 @@ class ConsumerGroupCoordinator:
                 raise GroupProtocolConflict(group, foreign)
             self._check_room(g, owner)
             if g is None:
-                g = self.groups[group] = ConsumerGroup(group)
+                g = self.groups[group] = ConsumerGroup(
+                    group, generation=int(self.wall_clock() * 1_000_000))
             m = g.members[member_id] = GroupMember(member_id, subs, owner, now)
             self._by_last_seen[(group, member_id)] = m
             self._by_owner.setdefault(owner, set()).add((group, member_id))
             self._subscribe(g, m, subs)
             self._rebalance(g, subs)
+            m.joined = g.generation
         else:
             if m.owner is not owner:
                 self._check_room(None, owner)
@@ -140,13 +126,19 @@ class ConsumerGroupCoordinator:
                 self._subscribe(g, m, subs - m.topics)
                 m.topics = subs
                 self._rebalance(g, changed)
+            queue_handover.release(g, m, queue_handover.released_by(
+                m, applied, now, self.session_timeout))
+        m.told = g.generation
         return member_id, g.generation, m.assignment()
 
-    def heartbeat(self, group: str, member_id: str, topics: list[str],
-                  owner: object) -> tuple[int, list[tuple[str, int]]]:
-        """Refresh a member; an expired or unknown one is joined again (same id)."""
+    def heartbeat(self, group: str, member_id: str, topics: list[str], owner: object,
+                  applied: int | None = None) -> tuple[int, list[tuple[str, int]]]:
+        """Refresh a member; an expired or unknown one is joined again (same id).
+        ``applied`` (GROUP_SYNC): the generation whose answer the member reads by now, so
+        it released the queues that answer left out; None (GROUP_HEARTBEAT): it says
+        nothing of it, and is taken to have released what it was told to drop."""
         self.expire()
-        _, gen, assigned = self.join(group, member_id, topics, owner)
+        _, gen, assigned = self.join(group, member_id, topics, owner, applied)
         return gen, assigned
 
     def leave(self, group: str, member_id: str) -> bool:
@@ -224,7 +216,7 @@ class ConsumerGroupCoordinator:
             self._by_last_seen.pop(key, None)
             self._forget_owner(key, m.owner)
             self._unsubscribe(g, m, m.topics)
-            changed |= m.topics
+            changed |= m.topics | queue_handover.drop_holder(g, m)
         if g.members:
             self._rebalance(g, changed)
         else:
@@ -242,7 +234,6 @@ class ConsumerGroupCoordinator:
             subs.pop(bisect.bisect_left(subs, m.member_id))
             if not subs:
                 del g.subscribers[t]
-            m.owned.pop(t, None)
 
     def _rebalance(self, g: ConsumerGroup, topics: Iterable[str]) -> None:
         """Recompute the owners of ``topics`` (the only ones whose subscribers changed):
@@ -250,22 +241,19 @@ class ConsumerGroupCoordinator:
         ``base + q`` is the queue's global index in a cluster: every broker group's
         primary applies this rule to its own queues, so a consumer group whose members
         joined every group (with the same member ids) is spread over the whole topic
-        evenly, and each queue has one owner, the one its own group chose. Only the
-        previous owners (at most one per queue) are touched, not every subscriber."""
+        evenly, and each queue has one owner, the one its own group chose. A queue whose
+        target changed moves once its holder released it (:mod:`queue_handover`). Only
+        the holders of the topics' queues are touched, not every subscriber."""
         g.generation += 1
         for t in topics:
-            for mid in set(g.owners.pop(t, ())):
-                m = g.members.get(mid)
-                if m is not None:
-                    m.owned.pop(t, None)
+            g.owners.pop(t, None)
             g.layouts.pop(t, None)
             subs = g.subscribers.get(t)
-            if not subs:
-                continue
-            base, count = g.layouts[t] = self._layout(t)
-            owners = g.owners[t] = [subs[(base + q) % len(subs)] for q in range(count)]
-            for q, mid in enumerate(owners):
-                g.members[mid].owned.setdefault(t, []).append(q)
+            targets: list[str] = []
+            if subs:
+                base, count = g.layouts[t] = self._layout(t)
+                targets = g.owners[t] = [subs[(base + q) % len(subs)] for q in range(count)]
+            queue_handover.settle(g, t, targets, self.clock())
 
     def _layout(self, topic: str) -> tuple[int, int]:
         return self.queue_base(topic), self.queue_count(topic)
@@ -289,7 +277,15 @@ class ConsumerGroupCoordinator:
         return len(g.members) if g is not None else 0
 
     def describe(self) -> dict:
+        """Per group: generation, each member's queues, and the topics its members name."""
+        topics = self.subscriptions()
         return {name: {"generation": g.generation,
                        "members": {mid: [f"{t}/{q}" for t, q in m.assignment()]
-                                   for mid, m in g.members.items()}}
+                                   for mid, m in g.members.items()},
+                       "topics": topics[name]}
+                for name, g in self.groups.items()}
+
+    def subscriptions(self) -> dict[str, list[str]]:
+        """The topics the live members of each group name (a group's lag covers them)."""
+        return {name: sorted(t for t, ids in g.subscribers.items() if ids)
                 for name, g in self.groups.items()}

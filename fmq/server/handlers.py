@@ -276,6 +276,13 @@ async def _group_heartbeat(ctx: ServerContext, session: RequestSession, req: dic
     return {"generation": gen, "assignment": _assignment(assigned)}
 
 
+@handles(Op.GROUP_SYNC)
+async def _group_sync(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    gen, assigned = ctx.groups.heartbeat(req["group"], req["member_id"], req["topics"],
+                                         session, applied=req["generation"])
+    return {"generation": gen, "assignment": _assignment(assigned)}
+
+
 @handles(Op.GROUP_LEAVE)
 async def _group_leave(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     if ctx.groups.leave(req["group"], req["member_id"]):

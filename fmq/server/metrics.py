@@ -52,15 +52,18 @@ class BrokerCollector:
         self.server_state = server_state
 
     def collect(self) -> Iterator[Metric]:
+        server = self.server_state()
+        # A group's lag covers the topics its live members name, committed in or not.
+        subscribed = ({name: g["topics"] for name, g in server["groups"].items()}
+                      if server is not None else {})
         try:
-            yield from self._broker_metrics()
+            yield from self._broker_metrics(subscribed)
         except FMQError as exc:  # the broker is closing: the scrape gets what there is
             logger.debug("metrics: broker not readable (%s)", exc)
-        server = self.server_state()
         if server is not None:
             yield from self._server_metrics(server)
 
-    def _broker_metrics(self) -> Iterator[Metric]:
+    def _broker_metrics(self, subscribed: dict[str, list[str]]) -> Iterator[Metric]:
         b = self.broker
         s = b.stats()
         inv = b.inventory
@@ -117,7 +120,7 @@ class BrokerCollector:
                                 "remembers.", value=s["dedup_message_ids"])
         yield GaugeMetricFamily("fmq_log_failed", "1 when the log stopped after an I/O error.",
                                 value=1 if s["log_failed"] else 0)
-        yield from self._group_metrics()
+        yield from self._group_metrics(subscribed)
         yield from self._delivery_metrics()
 
     def _delivery_metrics(self) -> Iterator[Metric]:
@@ -146,7 +149,7 @@ class BrokerCollector:
         oldest = oldest_dead_letter_ms(self.broker, group)
         return 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
 
-    def _group_metrics(self) -> Iterator[Metric]:
+    def _group_metrics(self, subscribed: dict[str, list[str]]) -> Iterator[Metric]:
         labels = ["group", "topic", "queue"]
         committed = GaugeMetricFamily("fmq_consumer_committed_offset", "A group's committed "
                                       "offset in a queue.", labels=labels)
@@ -154,9 +157,12 @@ class BrokerCollector:
                                 "not consumed.", labels=labels)
         lag_s = GaugeMetricFamily("fmq_consumer_lag_seconds", "How long the first message a "
                                   "group has not consumed has been stored.", labels=labels)
-        for r in self.broker.inventory.groups():
+        # Every queue of every topic a group subscribes to (fmq.engine.group_lag); a deleted
+        # topic's series end with it.
+        for r in self.broker.inventory.groups(subscribed=subscribed):
             key = [r["group"], r["topic"], str(r["queue_id"])]
-            committed.add_metric(key, r["committed"])
+            if r["committed"] is not None:  # never committed there: lag, but no offset
+                committed.add_metric(key, r["committed"])
             if r["topic"].startswith(DLQ_PREFIX):
                 # Dead letters wait for an operator, not for the group's consumers: counted
                 # as lag they would fire the lag alert for every one (fmq_group_dead_letters).

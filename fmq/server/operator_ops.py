@@ -42,8 +42,12 @@ async def _groups(ctx: ServerContext, session: RequestSession, req: dict) -> dic
     group = req["group"]
     if group is not None:
         check_name(group, "group", allow_none=False)
-    offsets = await ctx.read(ctx.broker.inventory.groups, group)
+    # Membership belongs to the event loop: copied here, before the read in its thread.
     live = group_members(ctx)
+    offsets = await ctx.read(ctx.broker.inventory.groups, group, ctx.groups.subscriptions())
+    # Each queue's range: a cluster's tools count there what a group subscribed to the
+    # topic in another broker group has left to read (fmq.admin.route_lag).
+    queues = await ctx.read(ctx.broker.inventory.queue_ranges)
     names = sorted({r["group"] for r in offsets} | set(live))
     out = []
     for name in names:
@@ -55,7 +59,7 @@ async def _groups(ctx: ServerContext, session: RequestSession, req: dict) -> dic
                 for r in offsets if r["group"] == name]
         out.append({"group": name, "generation": members["generation"],
                     "members": members["members"], "offsets": rows})
-    return _dump({"groups": out})
+    return _dump({"groups": out, "queues": queues})
 
 
 @handles(Op.RESET_OFFSETS)
@@ -75,7 +79,9 @@ async def _reset_offsets(ctx: ServerContext, session: RequestSession, req: dict)
     if not execute:
         return _dump({"changes": changes, "executed": False})
     for c in changes:
+        # A queue the group never committed in has no old offset: "none", not "None".
+        old = "none committed" if c["old"] is None else c["old"]
         logger.warning("operator at %s reset group %r offset of %s/%d: %s -> %d (to %s%s)",
-                       session.peer, group, c["topic"], c["queue_id"], c["old"], c["new"],
+                       session.peer, group, c["topic"], c["queue_id"], old, c["new"],
                        req["to"], " with --force" if members else "")
     return _dump({"changes": changes, "executed": True})

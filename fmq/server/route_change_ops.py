@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from fmq.admin.cluster_admin import ClusterAdmin, apply_change, decode_change, network_offsets
+from fmq.admin.route_lag import GroupsAnswer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import ConfigError
 from fmq.protocol import Op
@@ -29,10 +30,14 @@ def _admin(ctx: ServerContext) -> ClusterAdmin:
     remote = network_offsets({"tls": tls, "user": config.follow_user or None,
                               "password_file": config.follow_password_file or None})
 
-    def read_offsets(group: BrokerGroup) -> list[dict]:
+    def read_offsets(group: BrokerGroup) -> GroupsAnswer:
         role = ctx.replication  # its primary is None on the primary itself
         if group.name == config.group and (role is None or role.primary is None):
-            return ctx.broker.inventory.groups()
+            inventory = ctx.broker.inventory
+            ranges = inventory.queue_ranges()
+            return GroupsAnswer(inventory.groups(), {(q["topic"], q["queue_id"]):
+                                                     (q["min_offset"], q["next_offset"])
+                                                     for q in ranges})
         return remote(group)
 
     return ClusterAdmin(ClusterRoutes(config.coordinator, config.cluster), read_offsets)

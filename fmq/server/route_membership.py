@@ -18,7 +18,7 @@ import threading
 from fmq.coordination.route_follower import RouteFollower
 from fmq.coordination.routes import ClusterRoutes, RouteSnapshot
 from fmq.engine.broker import Broker
-from fmq.errors import CoordinatorUnavailable, TopicExists
+from fmq.errors import CoordinatorUnavailable, NotEnoughReplicas, TopicExists
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
 from fmq.server.first_sight import FirstSight
@@ -205,7 +205,12 @@ class RouteMembership:
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None:
+        if isinstance(exc, NotEnoughReplicas):
+            # A primary elected a moment ago whose followers have not caught up yet: normal
+            # in every fail-over, and the first send or change after they did makes them.
+            logger.info("routed topics of group %s not made local yet: %s; a send to one "
+                        "or the next route change makes them", self.group, exc)
+        elif exc is not None:
             # The next change or round tries again; the hosting check does not depend on it.
             logger.warning("could not make the routed topics of group %s local: %s",
                            self.group, exc)

@@ -47,7 +47,7 @@ from fmq.server.cluster_users import follow_cluster_users
 from fmq.server.config import ServerConfig
 from fmq.server.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
 from fmq.server.context import ServerContext
-from fmq.server.kafka import KafkaListener
+from fmq.server.kafka import open_kafka_door
 from fmq.server.listener import bind_listener
 from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replica_role import RoleChange, primary_access
@@ -123,8 +123,6 @@ class Server:
         self._hurry: asyncio.Event | None = None  # set by a second stop signal
         self._watchdog: asyncio.Task | None = None
         self.metrics: MetricsEndpoint | None = None
-        #: The Kafka front door (``kafka_port``), or None.
-        self.kafka: KafkaListener | None = None
         #: A socket already bound to host:port (see :func:`bind_listener`), or None to bind
         #: in :meth:`start`.
         self._listener = listener
@@ -151,9 +149,7 @@ class Server:
         if self.config.metrics_port:
             self.metrics = MetricsEndpoint(self.broker, self.stats, loop,
                                            self.config.metrics_host, self.config.metrics_port)
-        if self.config.kafka_port:
-            self.kafka = KafkaListener(self.ctx)
-            await self.kafka.start()
+        self.kafka = await open_kafka_door(self.ctx)  # None unless kafka_port is set
         if self._listener is None:
             self._listener = bind_listener(self.config.host, self.config.port)
         self.port = self._listener.getsockname()[1]
@@ -225,8 +221,6 @@ class Server:
             self._server.close()
         if self._tls is not None:
             self._tls.close()
-        if self.kafka is not None:
-            self.kafka.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
         if self.users_follower is not None:
@@ -388,4 +382,5 @@ def request_limits(broker: Broker, config: ServerConfig) -> RequestLimits:
                               "split the work into smaller transactions"),
         Op.GROUP_JOIN: topics,
         Op.GROUP_HEARTBEAT: topics,
+        Op.GROUP_SYNC: topics,
     })

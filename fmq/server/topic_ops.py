@@ -37,6 +37,30 @@ def _described(broker: Broker, name: str) -> dict:
     return broker.topics.describe(name)
 
 
+def route_here(ctx: ServerContext, name: str) -> dict | None:
+    """On a node of a cluster, this node's group's part in topic ``name``'s route:
+    ``{"group", "in_route"}`` and, while in it, its ``base``, ``queues`` and
+    ``permission``; None outside a cluster or for a topic without a route. A group that
+    ``remove-group`` took out keeps its local topic (its data stays readable until
+    retention), but it is no longer the topic's: lists and descriptions say so."""
+    membership = ctx.routes
+    if membership is None:
+        return None
+    route = membership.snapshot.routes.get(name)
+    if route is None:
+        return None
+    entry = route.entry(membership.group)
+    if entry is None:
+        return {"group": membership.group, "in_route": False}
+    return {"group": membership.group, "in_route": True, "base": entry.base,
+            "queues": entry.queues, "permission": entry.permission}
+
+
+def _with_route(ctx: ServerContext, topic: dict) -> dict:
+    here = route_here(ctx, topic["name"])
+    return topic if here is None else {**topic, "route_here": here}
+
+
 @handles(Op.TOPIC_CREATE)
 async def _create(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     broker = ctx.broker
@@ -53,12 +77,15 @@ async def _alter(ctx: ServerContext, session: RequestSession, req: dict) -> dict
 
 @handles(Op.TOPIC_DESCRIBE)
 async def _describe(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    return _dump({"topic": await ctx.read(_described, ctx.broker, req["topic"])})
+    described = await ctx.read(_described, ctx.broker, req["topic"])
+    return _dump({"topic": _with_route(ctx, described)})
 
 
 @handles(Op.TOPIC_DELETE)
 async def _delete(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    cfg = await ctx.write(ctx.broker.topics.delete, req["topic"], req["force"])
+    subscribers = [g for g, topics in ctx.groups.subscriptions().items()
+                   if req["topic"] in topics]
+    cfg = await ctx.write(ctx.broker.topics.delete, req["topic"], req["force"], subscribers)
     return _dump({"topic": cfg.to_wire_dict(), "deleted": True})
 
 
@@ -70,4 +97,4 @@ async def _list(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
         rules = ctx.authenticator.store.rules
         topics = [t for t in topics if allowed(rules, principal, Operation.DESCRIBE,
                                                ResourceType.TOPIC, t["name"])]
-    return _dump({"topics": topics})
+    return _dump({"topics": [_with_route(ctx, t) for t in topics]})

@@ -11,7 +11,7 @@ from fmq.errors import InvalidArgument
 from fmq.log.record import Record
 from fmq.message import check_count, check_label, check_name, check_offset
 from fmq.tx.manager import TxManager
-from fmq.tx.state import TxState, UncertainTx
+from fmq.tx.state import PreparedMessage, TxState, UncertainTx
 
 
 class Feedback:
@@ -51,9 +51,8 @@ class Feedback:
                     props = pre.properties or {}
                 except Exception:  # noqa: BLE001 - a body we cannot read is still offered
                     body, props = b"", {}
-                msgs.append({"topic": m.topic, "queue_id": m.queue_id, "key": m.key,
-                             "tags": m.tags, "properties": props, "body": bytes(body),
-                             "offset": m.offset})
+                msgs.append(PreparedMessage(m.topic, bytes(body), m.key, m.tags, props,
+                                            m.queue_id, m.offset))
             out.append(UncertainTx(t.tx_id, t.producer_group, t.prepare_offset, t.store_time,
                                    t.checks, msgs))
         return out

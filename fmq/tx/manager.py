@@ -359,13 +359,6 @@ class TxManager:
             self.poller_wakeups += 1
             self._uncertain.notify_all()
 
-    def queues_of(self, producer_group: str, tx_id: str) -> set[tuple[str, int]]:
-        """The (topic, queue id) pairs an open transaction's messages go to; empty when it
-        is not open. Lets the server wake only the readers of those queues on a commit."""
-        with self.lock:
-            tx = self.open.get((producer_group, tx_id))
-            return {(m.topic, m.queue_id) for m in tx.messages} if tx is not None else set()
-
     def list_open(self, now_ms: int) -> list[dict]:
         with self.lock:
             txs = sorted(self.open.values(), key=lambda t: t.prepare_offset)

@@ -52,3 +52,13 @@ def test_a_bad_file_is_one_clear_line(tmp_path):
         f"error: broker config in {path}: segment_size must be a size in bytes: an integer or "
         'a string with a unit (B, KiB, MiB, GiB, TiB; KB, MB, GB, TB are powers of 1000), '
         'e.g. 67108864 or "64MiB", not \'64 parsecs\'']
+
+
+def test_a_zero_that_is_a_rule_says_the_rule():
+    result = CliRunner().invoke(cli, ["config", "show"])
+    lines = {tuple(line.split()[:2]): line for line in result.stdout.splitlines()}
+    # "0 ms" of a retention would read as "deleted at once": 0 keeps everything.
+    assert "0 (keep forever)" in lines[("broker", "retention_ms")]
+    assert "0 (no limit)" in lines[("broker", "retention_bytes")]
+    assert "0 ms" not in lines[("broker", "retention_ms")]
+    assert "1.0 min" in lines[("broker", "retention_interval_ms")]  # not zero: an amount

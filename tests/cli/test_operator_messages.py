@@ -5,14 +5,19 @@ that can also work on a data directory (`tx`, `user`, `acl`)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from fmq.cli.net_cmds import DEFAULT_SERVER
 
 from tests.server.harness import FMQ, ServerProcess, json_lines, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -62,6 +67,9 @@ def test_a_time_without_a_zone_is_utc_for_deliver_at_and_to_time(server):
         assert "UTC unless it names a zone" in bad.stderr, bad.stderr
         helptext = run_cli(*args[:2] if args[0] == "groups" else args[:1], "--help").stdout
         assert "one without a zone is UTC" in " ".join(helptext.split()), helptext
+    # A reset plan needs a topic that exists (scheduled messages alone do not make it).
+    assert run_cli("produce", "--topic", "t", "--body", "now",
+                   "--server", server.address).returncode == 0
     plan = run_cli("groups", "reset-offsets", "g", "--topic", "t", "--to-time", "2027-01-01",
                    "--server", server.address, "--json")
     assert plan.returncode == 0, plan.stderr
@@ -73,10 +81,45 @@ def _default_port_free() -> bool:
         return s.connect_ex((host, int(port))) != 0
 
 
+#: Runs a command in a network namespace of its own (its own loopback, on which the default
+#: port is free even while a server of the user's listens on the machine's).
+OWN_NETWORK = ["unshare", "--net", "--map-root-user"]
+
+
+def _own_network_available() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run([*OWN_NETWORK, "ip", "link", "set", "lo", "up"],
+                           capture_output=True, timeout=30, check=False)
+    return probe.returncode == 0
+
+
 def test_tx_user_and_acl_default_to_the_local_server_like_every_network_command(tmp_path):
-    # The default address is the point of this test: a server must listen there.
+    # The default address is the point of this test: a server must listen on it. In a
+    # network namespace of its own the test never meets the README's quick-start server
+    # (or any other) on the machine's 127.0.0.1:9876.
+    if _own_network_available():
+        done = subprocess.run(
+            [*OWN_NETWORK, sys.executable, "-c",
+             "import sys; from tests.cli.test_operator_messages import "
+             "default_server_commands as run; run(sys.argv[1], own_network=True)",
+             str(tmp_path)],
+            cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    elif _default_port_free():
+        default_server_commands(str(tmp_path))
+    else:
+        pytest.skip(f"something listens on {DEFAULT_SERVER} (a server of yours?) and this "
+                    f"machine gives the test no network namespace of its own (unshare)")
+
+
+def default_server_commands(tmp: str, own_network: bool = False) -> None:
+    """A server on the default address; `tx`, `acl` and `user` without an address reach it.
+    ``own_network``: run in a new network namespace, whose loopback starts down."""
+    if own_network:
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=30)
     assert _default_port_free(), f"something already listens on {DEFAULT_SERVER}"
-    srv = ServerProcess(str(tmp_path / "data"), port=int(DEFAULT_SERVER.split(":")[1]))
+    srv = ServerProcess(os.path.join(tmp, "data"), port=int(DEFAULT_SERVER.split(":")[1]))
     srv.start()
     env = {k: v for k, v in os.environ.items() if k != "FMQ_SERVER"}
 
@@ -101,7 +144,7 @@ def test_tx_user_and_acl_default_to_the_local_server_like_every_network_command(
             assert "give DATA_DIR" not in shown.stderr and "Traceback" not in shown.stderr
             assert shown.returncode == 0 or "no users yet" in shown.stderr, shown.stderr
         # A directory named on the command line still wins: never sent to a server.
-        offline = fmq("tx", "list", str(tmp_path))
+        offline = fmq("tx", "list", tmp)
         assert offline.returncode == 1 and "is not an FMQ data directory" in offline.stderr
     finally:
         srv.kill()

@@ -1,12 +1,15 @@
-"""``fmq log repair`` keeps what it cuts (DATA_DIR/repair-<time>/ with a manifest) and
-``--undo`` puts it back byte for byte; it checks the directory and the offset before it
-asks for confirmation. Real data directories, through click's CliRunner."""
+"""``fmq log repair`` keeps what it cuts (DATA_DIR/repair-<time>/ with a manifest), with
+the index and the checkpoint it moves aside, and ``--undo`` puts it all back byte for byte,
+crash-ordered (a kill -9 at every file operation of the undo); it checks the directory and
+the offset before it asks for confirmation. Real data directories, through click's
+CliRunner and child processes."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,7 +19,10 @@ from fmq.cli.main import cli
 
 import fmq
 from fmq.admin.repair import MANIFEST_FILE, repair_dirs
-from fmq.datadir import LOCK_FILE, LOG_DIR
+from fmq.admin.repair_undo import undo_repair
+from fmq.datadir import CHECKPOINT_FILE, INDEX_DATA_FILE, INDEX_DIR, LOCK_FILE, LOG_DIR, UNDO_FILE
+from fmq.errors import BadRecord, StorageError
+from tests.crashkit import run_child
 
 from .conftest import CFG, write_data_dir
 
@@ -124,3 +130,136 @@ def test_cut_at_and_undo_are_exclusive(data_dir):
     assert result.exit_code == 2 and "--cut-at" in result.stderr
     result = run("log", "repair", data_dir, "--cut-at", 0, "--undo", ok=False)
     assert result.exit_code == 2
+
+
+# ------------------------------------------------------------ a repair of real damage
+
+def flip_a_byte_of(data_dir: str, body: bytes) -> None:
+    """Flip one byte in the middle of the record whose body starts with ``body``."""
+    for name in sorted(os.listdir(os.path.join(data_dir, LOG_DIR))):
+        path = os.path.join(data_dir, LOG_DIR, name)
+        with open(path, "r+b") as f:
+            raw = f.read()
+            at = raw.find(body)
+            if at >= 0:
+                f.seek(at + 40)
+                f.write(bytes([raw[at + 40] ^ 0x01]))
+                return
+    raise AssertionError(f"no record with body {body!r}")
+
+
+def served(data_dir: str) -> dict[tuple[int, int], bytes | str]:
+    """What the broker serves of topic ``t``: each (queue, offset)'s body, or "bad" for a
+    record it reports as damaged. Opening it fails when recovery refuses the log."""
+    answers: dict[tuple[int, int], bytes | str] = {}
+    with fmq.Broker.open(data_dir, CFG) as b:
+        b.wait_indexed()
+        for q in range(b.queue_count("t")):
+            low, high = b.queue_range("t", q)
+            for offset in range(low, high):
+                try:
+                    [m] = b.pull("t", q, offset, 1)
+                    answers[(q, offset)] = bytes(m.body)
+                except BadRecord:
+                    answers[(q, offset)] = "bad"
+    return answers
+
+
+def derived_state(data_dir: str) -> dict[str, str | None]:
+    """The SHA-256 of the checkpoint and of the index's data file (None: absent)."""
+    found: dict[str, str | None] = {}
+    for name in (CHECKPOINT_FILE, os.path.join(INDEX_DIR, INDEX_DATA_FILE)):
+        path = os.path.join(data_dir, name)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                found[name] = hashlib.sha256(f.read()).hexdigest()
+        else:
+            found[name] = None
+    return found
+
+
+@pytest.fixture
+def damaged(tmp_path):
+    """A data dir with one byte flipped mid-segment in message 60, past which the
+    checkpoint lies (a clean close), so the broker opens; (dir, the damaged record's log
+    offset, what the broker serves)."""
+    data_dir = write_data_dir(str(tmp_path / "data"), body_repeat=50, transactions=False)
+    flip_a_byte_of(data_dir, b"body-60body-60")
+    verified = run("log", "verify", data_dir, "--json", ok=False)
+    assert verified.exit_code == 3
+    [damage] = json.loads(verified.stdout)["corruption"]
+    bad = damage["offset"]
+    before = served(data_dir)  # it opens: recovery starts at the checkpoint
+    assert list(before.values()).count("bad") == 1 and len(before) == 120
+    return data_dir, bad, before
+
+
+def test_undo_of_a_cut_at_damage_gives_back_a_directory_the_broker_opens(damaged):
+    data_dir, bad, before = damaged
+    log, derived = log_files(data_dir), derived_state(data_dir)
+    assert None not in derived.values()
+    run("log", "repair", data_dir, "--cut-at", bad, "--yes")
+    assert derived_state(data_dir) == dict.fromkeys(derived)  # moved aside, not deleted
+    result = run("log", "repair", data_dir, "--undo", "--yes")
+    assert log_files(data_dir) == log  # byte for byte
+    assert derived_state(data_dir) == derived  # the index and the checkpoint are back
+    assert "index" in result.stdout and "checkpoint" in result.stdout
+    assert served(data_dir) == before  # it opens again and serves what it served
+
+
+def test_undo_after_the_broker_ran_on_the_cut_log_puts_the_old_state_back(damaged):
+    data_dir, bad, before = damaged
+    log, derived = log_files(data_dir), derived_state(data_dir)
+    run("log", "repair", data_dir, "--cut-at", bad, "--yes")
+    assert len(served(data_dir)) == 60  # a new index and checkpoint, of the cut log
+    run("log", "repair", data_dir, "--undo", "--yes")
+    assert (log_files(data_dir), derived_state(data_dir)) == (log, derived)
+    assert served(data_dir) == before
+
+
+def test_a_kill_9_at_any_step_of_an_undo_leaves_a_directory_undone_or_to_finish(
+        damaged, tmp_path):
+    """SIGKILL before each file operation of the undo in turn, on a fresh copy of the
+    repaired directory. Each time the directory is still the repaired one (nothing
+    changed), or the restored one, or marked as an undo in progress that the broker
+    refuses to open; running the undo again (or the first time) gives back the original
+    bytes, and the broker serves what it served before."""
+    data_dir, bad, before = damaged
+    log, derived = log_files(data_dir), derived_state(data_dir)
+    run("log", "repair", data_dir, "--cut-at", bad, "--yes")
+    repaired = str(tmp_path / "repaired")
+    shutil.copytree(data_dir, repaired)
+    cut_log_files = log_files(repaired)
+    seen = {"before": 0, "in progress": 0, "after": 0}
+    work = str(tmp_path / "work")
+    for nth in range(1, 200):
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(repaired, work)
+        ack = str(tmp_path / f"ack-{nth}")
+        child = run_child("undo_crash", work, ack, timeout=120, nth=nth)
+        if not child.killed:
+            assert child.returncode == 0 and child.acks, child.stderr
+            break
+        if os.path.exists(os.path.join(work, UNDO_FILE)):
+            seen["in progress"] += 1
+            with pytest.raises(StorageError, match="--undo"):
+                fmq.Broker.open(work, CFG)
+            undo_repair(work)  # finishes it
+        elif repair_dirs(work):
+            seen["before"] += 1
+            assert log_files(work) == cut_log_files  # nothing changed yet
+            undo_repair(work)
+        else:
+            seen["after"] += 1
+        assert log_files(work) == log, f"killed at operation {nth}"
+        assert derived_state(work) == derived, f"killed at operation {nth}"
+        assert not os.path.exists(os.path.join(work, UNDO_FILE))
+        assert repair_dirs(work) == [] and not any(
+            n.startswith("repair-") for n in os.listdir(work))
+        if nth % 4 == 1:  # opening is the slow part: every fourth kill is enough
+            assert served(work) == before, f"killed at operation {nth}"
+    else:
+        raise AssertionError("the undo never ended within 200 operations")
+    assert nth > 10 and seen["before"] > 0 and seen["in progress"] > 5, seen
+    assert log_files(work) == log and derived_state(work) == derived
+    assert served(work) == before

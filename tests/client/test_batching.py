@@ -13,6 +13,7 @@ from fmq.errors import (
     ConnectionLost,
     IndexUnavailable,
     InvalidArgument,
+    LeadershipLost,
     NotEnoughReplicas,
     NotPrimary,
     ProtocolError,
@@ -122,6 +123,7 @@ def test_a_batch_within_the_limits_is_sent_as_it_is():
     (RequestTimeout("late"), True, False),
     (NotEnoughReplicas(0, 1), True, False),  # refused, but its records may be in the log
     (NotPrimary("h:1"), True, True),  # a follower stores nothing
+    (LeadershipLost("h:1"), True, False),  # a fenced primary stored it, unacknowledged
     (InvalidArgument("bad"), True, False),
     (ProtocolError("bad"), False, False),
     (OSError("not ours"), False, False),

@@ -13,7 +13,9 @@ import pytest
 from fmq.client import Client, Producer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import FMQError, InvalidArgument
+from fmq.message import Message
 from fmq.protocol import Op
+from fmq.protocol.values import message_to_wire
 from tests.server.conftest import FAST
 from tests.server.harness import ServerProcess, wait_until
 
@@ -149,3 +151,79 @@ def test_remove_group_with_force_leaves_the_lag_behind(groups, etcd):
     assert forced.code == 0, forced.stderr
     assert "removed from topic orders" in forced.stdout
     assert routes.get("orders").groups == ("g2",)
+
+
+def commit(address: str, queue_id: int, next_offset: int) -> None:
+    """Consumer group billing commits ``next_offset`` in the node's local queue."""
+    with Client(address) as c:
+        c.call(Op.COMMIT_OFFSET, {"group": "billing", "topic": "orders", "queue_id": queue_id,
+                                  "next_offset": next_offset})
+
+
+def test_remove_group_counts_a_consumer_group_that_committed_only_in_another_group(groups,
+                                                                                   etcd):
+    # billing read everything of g1's queues and never touched g2's: it subscribes to
+    # orders all the same, so g2's messages are unread, not "no lag".
+    routes, nodes = groups
+    g1, g2 = nodes["g1"].address, nodes["g2"].address
+    on_etcd = ("--coordinator", etcd.url, "--cluster-name", CLUSTER)
+    assert fmq("topic", "create", "orders", "--queues-per-group", "2", *on_etcd).code == 0
+    send(g1, {0: 2})
+    send(g1, {3: 3})  # global index 3: g2's local queue 1
+    commit(g1, 0, 2)
+
+    assert fmq("topic", "drain", "orders", "--group", "g2", *on_etcd).code == 0
+    before = routes.get("orders")
+    for where in (on_etcd, ("--server", g1), ("--server", g2)):
+        refused = fmq("topic", "remove-group", "orders", "--group", "g2", *where)
+        assert refused.code == 1, refused.stdout
+        assert "consumer group billing queue 1: 3 unread" in refused.stderr, refused.stderr
+        assert routes.get("orders") == before
+
+    status = fmq("cluster", "status", *on_etcd, "--json")
+    assert status.code == 0, status.stderr
+    assert lag_of(status.json, "g2") == {0: 0, 1: 3}
+    row = next(r for r in status.json["lag"] if r["group"] == "g2" and r["queue_id"] == 1)
+    assert (row["committed"], row["next_offset"], row["global_index"]) == (None, 3, 3)
+
+    commit(g2, 1, 3)
+    removed = fmq("topic", "remove-group", "orders", "--group", "g2", *on_etcd)
+    assert removed.code == 0, removed.stderr
+    assert routes.get("orders").groups == ("g1",)
+
+
+def test_message_find_searches_every_group_of_the_route(groups, etcd):
+    routes, nodes = groups
+    g1, g2 = nodes["g1"].address, nodes["g2"].address
+    on_etcd = ("--coordinator", etcd.url, "--cluster-name", CLUSTER)
+    assert fmq("topic", "create", "orders", "--queues-per-group", "2", *on_etcd).code == 0
+    with Producer(g1) as p:  # named queues: the key's own hash would pick one group only
+        p.send("orders", b"in g2", key="order-9", queue_id=3)
+        p.send("orders", b"in g1", key="order-9", queue_id=0)
+    found = fmq("message", "find", "--key", "order-9", "--topic", "orders", "--server", g1,
+                "--json")
+    assert found.code == 0, found.stderr
+    rows = [json.loads(line) for line in found.stdout.splitlines()]
+    assert sorted((d["broker_group"], d["queue_id"], d["body"]) for d in rows) == [
+        ("g1", 0, "in g1"), ("g2", 1, "in g2")]
+    text = fmq("message", "find", "--key", "order-9", "--topic", "orders", "--server", g2)
+    assert text.code == 0, text.stderr
+    assert "broker group  g2 (its queue 1 is the topic's queue 3)" in text.stdout, text.stdout
+    assert "broker group  g1 (its queue 0 is the topic's queue 0)" in text.stdout
+    everywhere = fmq("message", "find", "--key", "order-9", "--server", g2, "--json")
+    assert everywhere.code == 0, everywhere.stderr
+    assert sorted(json.loads(line)["broker_group"]
+                  for line in everywhere.stdout.splitlines()) == ["g1", "g2"]
+    # A topic the cluster does not route (g2's own, made before it had a route) is searched
+    # where it is, and a lookup creates no route for it.
+    assert routes.get("audit") is None
+    with Client(g2) as c:
+        c.create_topic("audit", 1)
+        c.call(Op.SEND, {"message": message_to_wire(Message("audit", b"audited",
+                                                            key="order-9"))})
+    assert routes.get("audit") is None
+    local = fmq("message", "find", "--key", "order-9", "--topic", "audit", "--server", g2,
+                "--json")
+    assert local.code == 0, local.stderr
+    assert [json.loads(line)["body"] for line in local.stdout.splitlines()] == ["audited"]
+    assert routes.get("audit") is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fmq.admin.cluster_status import cluster_status
+from fmq.admin.route_lag import GroupsAnswer
 from fmq.errors import InvalidArgument
 from fmq.topic_route import BrokerGroup
 
@@ -33,9 +34,14 @@ G1_OFFSETS = [
 ]
 
 
-def g1_only(group: BrokerGroup) -> list[dict]:
+#: g1's queue ranges: its queue 0 of orders, where billing never committed, holds 5.
+G1_QUEUES = {("orders", 0): (0, 5), ("orders", 1): (0, 7), ("orders", 5): (0, 9),
+             ("other", 0): (0, 1)}
+
+
+def g1_only(group: BrokerGroup) -> GroupsAnswer:
     assert group.name == "g1" and group.primary == "h1:1"  # g2 has no primary to ask
-    return G1_OFFSETS
+    return GroupsAnswer(G1_OFFSETS, G1_QUEUES)
 
 
 def test_status_from_a_route_answer_for_every_route():
@@ -49,7 +55,11 @@ def test_status_from_a_route_answer_for_every_route():
     assert s["routes"] == [{"topic": "orders", "version": 40, "groups": [
         {"group": "g1", "queues": 2, "permission": "ro", "base": 0, "last_index": 1},
         {"group": "g2", "queues": 2, "permission": "rw", "base": 2, "last_index": 3}]}]
-    assert s["lag"] == [{"group": "g1", "topic": "orders", "queue_id": 1, "global_index": 1,
+    # billing committed in orders, so it subscribes to all of it: queue 0 counts too.
+    assert s["lag"] == [{"group": "g1", "topic": "orders", "queue_id": 0, "global_index": 0,
+                         "consumer_group": "billing", "committed": None, "next_offset": 5,
+                         "lag": 5},
+                        {"group": "g1", "topic": "orders", "queue_id": 1, "global_index": 1,
                          "consumer_group": "billing", "committed": 3, "next_offset": 7,
                          "lag": 4}]
 

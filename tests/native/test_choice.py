@@ -26,12 +26,12 @@ PROBE = (
     "from fmq import native\n"
     "from fmq.log import record\n"
     "from fmq.protocol import _impl, frame\n"
-    "print(native.implementation(), record.CODEC_MODULE.__name__, record.MARKS_MODULE.__name__,"
+    "print(native.implementation(), record.CODEC_MODULE.__name__,"
     " frame.FRAMING.__name__, _impl.codecs.__name__)\n"
 )
-PURE = "pure fmq.log.record.codec fmq.log.record.marks fmq.protocol.framing fmq.protocol._codecs"
-COMPILED = ("compiled fmq.log.record._codec_c fmq.log.record._marks_c fmq.protocol._frame_c "
-            "fmq.protocol._speedups")
+PURE = "pure fmq.log.record.codec fmq.protocol.framing fmq.protocol.struct_codecs"
+COMPILED = ("compiled fmq.log.record._codec_c fmq.protocol._framing_c "
+            "fmq.protocol._struct_codecs_c")
 
 
 def _env(**changes: str) -> dict[str, str]:
@@ -72,6 +72,27 @@ def test_the_compiled_list_is_the_one_setup_py_builds() -> None:
     assert setup_py["COMPILED"] == native.COMPILED_MODULES
     for name, source in native.COMPILED_MODULES.items():
         assert (ROOT / source).is_file(), (name, source)
+
+
+def test_every_twin_is_named_after_its_pure_module() -> None:
+    """``_<name>_c`` beside ``<name>.py`` (``_record_c`` inside the package it twins)."""
+    for name, source in native.COMPILED_MODULES.items():
+        package, _, module = name.rpartition(".")
+        assert module.startswith("_") and module.endswith("_c"), name
+        pure = module[1:-2]
+        here = ROOT / package.replace(".", "/")
+        assert (here / f"{pure}.py").is_file() or here.name == pure, name
+        assert source in (f"{package.replace('.', '/')}/{pure}.py",
+                          f"{package.replace('.', '/')}/{module}.pyx"), (name, source)
+        if (here / f"{pure}.py").is_file():
+            assert native.twin_name(f"{package}.{pure}") == name
+
+
+def test_choose_refuses_a_module_without_a_twin() -> None:
+    import fmq.units
+
+    with pytest.raises(ValueError, match="COMPILED_MODULES"):
+        native.choose(fmq.units)
 
 
 def _tree_without_compiled_modules(tmp_path: Path) -> Path:

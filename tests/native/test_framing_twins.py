@@ -1,4 +1,4 @@
-"""The compiled frame splitter (``fmq.protocol._frame_c``) against ``fmq.protocol.framing``,
+"""The compiled frame splitter (``fmq.protocol._framing_c``) against ``fmq.protocol.framing``,
 the pure module it is compiled from: the same frames from the same byte stream however it is
 cut, the same error (type and message) for a bad length, bad flags, a short header or a
 wrong type, and the same bytes left buffered."""
@@ -19,7 +19,7 @@ WRONG = [None, 0, "text", ["x"], 1.5, object()]
 
 @pytest.fixture(scope="module")
 def fast():
-    return compiled("fmq.protocol._frame_c")
+    return compiled("fmq.protocol._framing_c")
 
 
 def _frames(result: tuple) -> tuple:

@@ -1,4 +1,4 @@
-"""The compiled protocol codecs (``fmq.protocol._speedups``) against the generated pure ones
+"""The compiled protocol codecs (``fmq.protocol._struct_codecs_c``) against the generated pure ones
 they are compiled from: the same bytes, the same decoded values, the same exception type and
 message, on valid, truncated, corrupted, random and wrongly typed input."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import fmq.protocol._codecs as pure
+from fmq.protocol import struct_codecs as pure
 from fmq.protocol.generate import all_structs
 from fmq.protocol.structs import Struct, layout_of
 from tests.native.twins import compiled, outcome
@@ -22,7 +22,7 @@ WRONG_BUFFERS = [None, 0, "text", ["x"], 1.5]
 
 @pytest.fixture(scope="module")
 def speedups():
-    return compiled("fmq.protocol._speedups")
+    return compiled("fmq.protocol._struct_codecs_c")
 
 
 def _encoded(encode, value) -> tuple:

@@ -1,5 +1,5 @@
-"""The compiled record codec and mark encoder (``fmq.log.record._codec_c``, ``_marks_c``)
-against the pure modules they are compiled from, with the same CRC: the same bytes written
+"""The compiled record codec (``fmq.log.record._codec_c``) against the pure module it is
+compiled from (and the mark encoder over each codec), with the same CRC: the same bytes written
 (appended or in place), the same records decoded, the same error (type and message) for
 damaged, truncated, oversized or random input and for wrong types. The cases are the ones
 tests/log/test_twins.py runs on every twin of the record format."""
@@ -24,7 +24,7 @@ WRONG = [None, 0, "text", ["x"], 1.5]
 def twins() -> dict:
     codec_c = compiled("fmq.log.record._codec_c").python_codec(CRC)
     codec_p = pure_codec.python_codec(CRC)
-    marks_c = compiled("fmq.log.record._marks_c").mark_encoder(CRC, codec_c.encode_into)
+    marks_c = pure_marks.mark_encoder(CRC, codec_c.encode_into)
     marks_p = pure_marks.mark_encoder(CRC, codec_p.encode_into)
     return {"encode_into": (codec_p.encode_into, codec_c.encode_into),
             "encode_mark_into": (marks_p, marks_c),

@@ -126,3 +126,13 @@ def test_every_metric_is_documented(metrics_server):
     missing = {n for n in base if n not in documented and n.removesuffix("_total") not in
                {d.removesuffix("_total") for d in documented}}
     assert not missing, f"metrics not listed in docs/operations.md: {sorted(missing)}"
+
+
+def test_the_metric_names_docs_security_md_gives_are_served(metrics_server):
+    # security.md names the counters an operator alerts on: each must be a served sample.
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "security.md"),
+              encoding="utf-8") as f:
+        named = set(re.findall(r"`(fmq_[a-z_]+)`", f.read()))
+    srv, port = metrics_server
+    served = {name for name, _labels in scrape(port)}
+    assert named and named <= served, named - served

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fmq.protocol._codecs as pure
 from fmq.errors import ProtocolError
 from fmq.protocol import _impl
+from fmq.protocol import struct_codecs as pure
 from fmq.protocol import types as T
 from fmq.protocol.frame import REQUEST_STRUCTS
 from fmq.protocol.generate import all_structs

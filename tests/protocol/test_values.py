@@ -18,7 +18,7 @@ from fmq.protocol.values import (
     uncertain_from_wire,
     uncertain_to_wire,
 )
-from fmq.tx.state import UncertainTx
+from fmq.tx.state import PreparedMessage, UncertainTx
 
 
 def through_request(op: Op, fields: dict) -> dict:
@@ -53,8 +53,7 @@ def test_results_stored_messages_and_uncertain_transactions_come_back():
     wire = through_response(Op.QUERY_KEY, {"messages": [stored_to_wire(stored)]})["messages"]
     assert stored_from_wire(wire[0]) == stored
     uncertain = UncertainTx("tx-1", "shop", 40, 1234, 2, [
-        {"topic": "t", "queue_id": 0, "key": None, "tags": None, "properties": {},
-         "body": b"x", "offset": 40}])
+        PreparedMessage("t", b"x", None, None, {}, queue_id=0, offset=40)])
     wire = through_response(Op.POLL_UNCERTAIN,
                             {"transactions": [uncertain_to_wire(uncertain)]})["transactions"]
     assert uncertain_from_wire(wire[0]) == uncertain

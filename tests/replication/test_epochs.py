@@ -40,14 +40,22 @@ def test_epoch_end_of_a_log_without_terms_is_its_end():
     assert epoch_end([], 0, 777) == (0, 777)
 
 
+def primary_answers(history: list[EpochEntry], end: int):
+    """A primary's EPOCH_END answers, as its server gives them."""
+    return lambda epoch: epoch_end(history, epoch, end)
+
+
 def test_divergence_point():
     mine = [EpochEntry(2, 100, "a"), EpochEntry(3, 500, "old")]
     # The primary knows epoch 2 only up to 450 (it never had epoch 3): cut at 450.
-    assert divergence_point(mine, 800, 2, 450) == 450
+    theirs = [EpochEntry(2, 100, "a"), EpochEntry(4, 450, "b")]
+    assert divergence_point(mine, 800, primary_answers(theirs, 900)) == 450
     # The primary's epoch 2 went on past our epoch 3's start: cut at our epoch 3.
-    assert divergence_point(mine, 800, 2, 600) == 500
+    theirs = [EpochEntry(2, 100, "a"), EpochEntry(4, 600, "b")]
+    assert divergence_point(mine, 800, primary_answers(theirs, 900)) == 500
     # Same epoch, the primary holds more: nothing to cut.
-    assert divergence_point(mine, 800, 3, 1000) == 800
+    theirs = [*mine, EpochEntry(4, 1000, "b")]
+    assert divergence_point(mine, 800, primary_answers(theirs, 1100)) == 800
 
 
 def test_epoch_history_is_derived_from_the_log(tmp_path):
@@ -117,8 +125,7 @@ def test_a_new_primary_starts_its_term_before_recovery_writes(tmp_path):
         new_history, new_end = b.index.epoch_history(), b.replica.flushed_offset
     with Broker.open(old, BrokerConfig(follow="127.0.0.1:1")) as b:
         old_history, old_end = b.index.epoch_history(), b.replica.flushed_offset
-    found, end = epoch_end(new_history, 1, new_end)
-    point = divergence_point(old_history, old_end, found, end)
+    point = divergence_point(old_history, old_end, primary_answers(new_history, new_end))
     assert point == second.log_offset
     cut_log(old, point)
     with Broker.open(old, BrokerConfig(follow="127.0.0.1:1")) as b:

@@ -8,12 +8,16 @@ import time
 
 import pytest
 
-from fmq.client import Producer, TransactionProducer
+from fmq.client import Client, Producer, TransactionProducer
 from fmq.errors import NotEnoughReplicas
-from fmq.message import Message
+from fmq.log.record import RecordType
+from fmq.message import PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, Message
 from fmq.protocol import Op
+from fmq.protocol.values import message_to_wire, result_from_wire
+from tests.faults.invariants import log_records
+from tests.server.harness import wait_until
 
-from .cluster import SMALL, record_on_disk, status, wait_in_sync
+from .cluster import SMALL, record_on_disk, status, wait_caught_up, wait_in_sync
 
 SYNC = {**SMALL, "ack_mode": "sync", "min_insync": 1, "max_lag_ms": 1000}
 
@@ -72,3 +76,36 @@ def test_without_an_in_sync_follower_writes_fail_then_recover(node):
         wait_in_sync(primary)
         result = p.send("t", b"after the follower came back")
         assert record_on_disk(follower, result.offset).body == b"after the follower came back"
+
+
+def _stored(server, producer: str) -> list[int]:
+    """Log offsets of the MESSAGE records of ``producer`` in ``server``'s segment files."""
+    return [r.log_offset for r in log_records(server.data_dir)
+            if r.type == RecordType.MESSAGE and (r.properties or {}).get(
+                PRODUCER_ID_PROPERTY) == producer]
+
+
+def test_a_resend_of_a_send_stored_but_not_acknowledged_is_answered_from_it(node):
+    """The dedup window holds an idempotent send from the moment it is placed, not from
+    its acknowledgement: resent while NotEnoughReplicas refuses it, and once the follower is
+    back, it is answered with the first copy's result and never stored again."""
+    primary = node("primary", SYNC)
+    follower = node("follower", {**SMALL, "follow": primary.address})
+    wait_in_sync(primary)
+    wire = message_to_wire(Message("t", b"once", properties={
+        PRODUCER_ID_PROPERTY: "p", SEQUENCE_PROPERTY: "0"}))
+    with Client(primary.address, retries=0, request_timeout=10) as c:
+        follower.kill()
+        wait_until(lambda: not status(primary)["in_sync"], timeout=20,
+                   what="the follower out of the in-sync set")
+        for _ in range(3):
+            with pytest.raises(NotEnoughReplicas):
+                c.call(Op.SEND, {"message": wire})
+        [first] = _stored(primary, "p")  # stored by the first attempt, and only there
+        follower.start()
+        wait_in_sync(primary)
+        result = result_from_wire(c.call(Op.SEND, {"message": wire})["result"])
+    assert result.offset == first
+    wait_caught_up(follower, primary)
+    assert _stored(primary, "p") == [first]
+    assert _stored(follower, "p") == [first]

@@ -51,6 +51,8 @@ CASES: dict[Op, tuple[dict, list[tuple[str, str, str]] | None]] = {
                     [("consume", "group", "g1"), ("consume", "topic", "t1")]),
     Op.GROUP_HEARTBEAT: ({"group": "g1", "member_id": "m", "topics": ["t1"]},
                          [("consume", "group", "g1"), ("consume", "topic", "t1")]),
+    Op.GROUP_SYNC: ({"group": "g1", "member_id": "m", "topics": ["t1"], "generation": 0},
+                    [("consume", "group", "g1"), ("consume", "topic", "t1")]),
     Op.GROUP_LEAVE: ({"group": "g1", "member_id": "m"}, [("consume", "group", "g1")]),
     Op.QUERY_KEY: ({"topic": "t1", "key": "k", "limit": 1}, [("consume", "topic", "t1")]),
     Op.OFFSET_FOR_TIME: ({"topic": "t1", "queue_id": 0, "timestamp_ms": 0},

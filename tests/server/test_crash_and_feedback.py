@@ -121,7 +121,7 @@ def test_producer_killed_after_prepare_is_resolved_through_feedback(start_server
 
     def checker(u: fmq.UncertainTx) -> fmq.TxState:
         asked[u.tx_id] = asked.get(u.tx_id, 0) + 1
-        body = u.messages[0]["body"]
+        body = u.messages[0].body  # a Message, as everywhere else
         return fmq.TxState.COMMIT if body == b"commit-me" else fmq.TxState.ROLLBACK
 
     with TransactionProducer(srv.address, "shop", checker) as p2:

@@ -246,7 +246,11 @@ def test_feedback_offers_old_open_transactions_with_their_messages(broker):
     [u] = broker.poll_uncertain("shop", wait_ms=3000)  # long poll until it is due
     assert time.monotonic() - t0 >= 0.05
     assert u.tx_id == tx and u.checks == 1
-    assert [m["body"] for m in u.messages] == [b"a" * 300, b"b"]
+    # Message objects, as every other API gives (and still readable the old dict way).
+    assert all(isinstance(m, fmq.Message) for m in u.messages)
+    assert [(m.topic, m.body) for m in u.messages] == [("t", b"a" * 300), ("t", b"b")]
+    assert all(m.offset >= u.prepare_offset for m in u.messages)
+    assert u.messages[1]["body"] == b"b" and u.messages[1].get("offset") == u.messages[1].offset
     # leased to this poller: nobody else gets it meanwhile
     assert broker.poll_uncertain("shop", lease_ms=5000, wait_ms=0) == []
     assert broker.answer_uncertain(tx, TxState.COMMIT) == TxState.COMMIT

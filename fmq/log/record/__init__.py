@@ -73,9 +73,10 @@ without encoding it). **This module is the one place an implementation is chosen
 fastest twin available, or every reference twin when the environment sets
 ``FMQ_NO_EXTENSIONS=1``. Every twin writes the same bytes as its reference; :data:`TWINS`
 lists the pairs, and one shared test compares each pair on hostile input. A faster twin
-(compiled, say) is added here, to :data:`TWINS`, and nowhere else. ``codec`` and ``marks``
-run compiled (``_codec_c``, ``_marks_c``: the same source compiled by Cython, setup.py) when
-``fmq.native.load`` finds them; ``encode_into`` (once per placed record) and ``decode_at``
+(compiled, say) is added here, to :data:`TWINS`, and nowhere else. ``codec`` runs compiled
+(``_codec_c``: the same source compiled by Cython, setup.py) when ``fmq.native.choose``
+picks it; ``marks`` runs where ``_record_c`` is not built (its encoder writes marks too,
+faster); ``encode_into`` (once per placed record) and ``decode_at``
 (once per record of every scan) run from ``_record_c.pyx`` (written in Cython: the header
 written and read in C), which hands whatever it does not take as it is, failures included,
 to the codec's own.
@@ -86,8 +87,8 @@ from __future__ import annotations
 import functools
 
 from fmq import native
-from fmq.log.record import codec as _pure_codec
-from fmq.log.record import marks as _pure_marks
+from fmq.log.record import codec as codec_py
+from fmq.log.record import marks
 from fmq.log.record import runs as _runs
 from fmq.log.record.codec import Codec, python_codec, record_length
 from fmq.log.record.crc import hardware_crc32c, reference_crc32c
@@ -111,10 +112,10 @@ from fmq.log.record.sizes import RECORD_BOUND, check_fits, encoded_length, encod
 
 #: ``FMQ_NO_EXTENSIONS=1`` runs every reference twin (to rule a fast one out, or to test it).
 NO_EXTENSIONS = native.no_extensions()
-#: The codec and mark encoder modules running: compiled by setup.py, or the pure ones.
-CODEC_MODULE = native.load("fmq.log.record._codec_c") or _pure_codec
-MARKS_MODULE = native.load("fmq.log.record._marks_c") or _pure_marks
-#: The compiled ``encode_into`` and ``decode_at`` (``_record_c.pyx``, written in Cython), or None.
+#: The codec module running: ``codec_py`` or its compiled twin ``_codec_c``.
+CODEC_MODULE = native.choose(codec_py)
+#: The package's compiled ``encode_into`` and ``decode_at`` and runs (``_record_c.pyx``,
+#: written in Cython), or None.
 RECORD_MODULE = native.load("fmq.log.record._record_c")
 
 #: The reference codec: crcmod's CRC, the general encoder for every record.
@@ -129,7 +130,7 @@ else:
     crc32c = hardware_crc32c
     CRC_IMPLEMENTATION = "crc32c"
     _codec = CODEC_MODULE.python_codec(crc32c)
-    encode_mark_into = MARKS_MODULE.mark_encoder(crc32c, _codec.encode_into)
+    encode_mark_into = marks.mark_encoder(crc32c, _codec.encode_into)
 
 encode_into, encode, check, decode, decode_at, filler = _codec
 #: ``decode_run`` (the reference is fmq.log.record.runs) in C, or None: the pure path
@@ -162,7 +163,7 @@ TWINS: dict[str, tuple[object, object]] = {
 
 __all__ = [
     "CODEC_MODULE", "CRC_IMPLEMENTATION", "FORMAT_MAX_RECORD", "FORMAT_VERSION", "HEADER", "HEADER_SIZE",
-    "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MARKS_MODULE", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
+    "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
     "RECORD_BOUND", "RECORD_MODULE", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
     "crc32c", "decode", "decode_at", "decode_entry_run", "decode_run", "decode_properties", "encode", "encode_into",
     "encode_message_run",

@@ -12,6 +12,6 @@ the protocol's own error; one module per API family (:mod:`.api_versions`, :mod:
 messages and back; :mod:`.connection` serves one socket and :mod:`.listener` the port.
 """
 
-from fmq.server.kafka.listener import KafkaListener
+from fmq.server.kafka.listener import KafkaListener, open_kafka_door
 
-__all__ = ["KafkaListener"]
+__all__ = ["KafkaListener", "open_kafka_door"]

@@ -3,8 +3,14 @@
 Requests are read as they come and run at once (a client pipelines up to its
 ``max.in.flight``; the Produce requests of every connection share a group commit), and their
 answers are written in the order the requests came, as the protocol requires. At most
-``max_in_flight`` requests run per connection; past that, reading waits. A frame that cannot
-be a request closes the connection with one log line, never a traceback.
+``max_in_flight`` requests run per connection; past that, reading waits.
+
+The limits of FMQ's own connections hold here too: a frame's bytes are taken from the
+server's request budget (per connection and in total) before they are read and given back
+when its answer is ready, so connections announcing large frames cannot make the server
+allocate more than the budget; a frame must arrive within ``read_timeout_ms`` once its size
+did, and a connection that sends nothing for ``idle_timeout_ms`` is closed. A frame that
+cannot be a request closes the connection with one log line, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,10 +19,14 @@ import asyncio
 import logging
 
 from fmq.server.kafka.dispatch import answer
-from fmq.server.kafka.framing import FrameError, read_frame
+from fmq.server.kafka.framing import FrameError, read_body, read_size
 from fmq.server.kafka.session import KafkaSession
 
 logger = logging.getLogger("fmq.server.kafka")
+
+
+def _seconds(ms: int) -> float | None:
+    return ms / 1000 if ms else None
 
 
 class KafkaConnection:
@@ -27,30 +37,96 @@ class KafkaConnection:
         self.writer = writer
         config = session.ctx.config
         self.max_frame = config.max_frame_size
+        self.idle_timeout = _seconds(config.idle_timeout_ms)
+        self.read_timeout = _seconds(config.read_timeout_ms)
+        self.budget = session.ctx.request_budget
+        self.share = self.budget.share()
         self._answers: asyncio.Queue[asyncio.Future | None] = asyncio.Queue(
             config.max_in_flight)
+        self._reading: asyncio.Future | None = None
 
     async def serve(self) -> None:
         """Read requests until the peer closes, a frame is bad or the server stops."""
-        ctx, session = self.session.ctx, self.session
+        session = self.session
         writing = asyncio.ensure_future(self._write_answers())
         try:
             while not session.closing:
-                frame = await read_frame(self.reader, self.max_frame)
+                self._reading = asyncio.ensure_future(self._next_frame())
+                try:
+                    frame = await self._reading
+                except asyncio.CancelledError:
+                    if self._reading.cancelled() and session.closing:
+                        break  # stop(): the requests read so far are answered below
+                    raise
                 if frame is None:
                     break
-                task = asyncio.ensure_future(answer(session, frame))
-                ctx.all_tasks.add(task)
-                task.add_done_callback(ctx.all_tasks.discard)
-                await self._answers.put(task)
+                if self._users_appeared():
+                    break
+                await self._answers.put(self._start(frame))
         except FrameError as exc:
             logger.warning("kafka connection %s closed: %s", session.peer, exc)
+        except TimeoutError as exc:
+            logger.info("kafka connection %s closed: %s", session.peer, exc)
         except (ConnectionError, OSError) as exc:
             logger.info("kafka connection %s lost: %s", session.peer, exc)
         finally:
             await self._answers.put(None)  # the requests read so far are still answered
             await writing
             self.close()
+
+    def _users_appeared(self) -> bool:
+        """Users were added while serving (``fmq user add --server``, or a cluster's users
+        arriving from etcd): the Kafka door has no authentication, so it serves no more."""
+        authenticator = self.session.ctx.authenticator
+        if authenticator is None or not authenticator.store.has_users:
+            return False
+        logger.warning("kafka connection %s closed: this server has users now and the Kafka "
+                       "port has no authentication (no SASL); restart it without "
+                       "--kafka-port (docs/kafka.md)", self.session.peer)
+        return True
+
+    async def _next_frame(self) -> bytes | None:
+        try:
+            size = await asyncio.wait_for(read_size(self.reader, self.max_frame),
+                                          self.idle_timeout)
+        except TimeoutError:
+            raise TimeoutError(f"idle for {self.idle_timeout:g} s (idle_timeout_ms)") from None
+        if size is None:
+            return None
+        await self._take(size)
+        try:
+            return await asyncio.wait_for(read_body(self.reader, size), self.read_timeout)
+        except TimeoutError:
+            self.budget.release(self.share, size)
+            raise TimeoutError(f"a frame of {size} bytes did not arrive within "
+                               f"{self.read_timeout:g} s (read_timeout_ms)") from None
+        except BaseException:
+            self.budget.release(self.share, size)
+            raise
+
+    async def _take(self, size: int) -> None:
+        """Hold ``size`` request bytes of the budget (waiting, first come first served)."""
+        if self.budget.try_take(self.share, size, size):
+            return
+        granted = asyncio.get_running_loop().create_future()
+        waiter = self.budget.wait(self.share, size, size,
+                                  lambda n: granted.done() or granted.set_result(n))
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done():
+                self.budget.release(self.share, size)
+            else:
+                self.budget.cancel(waiter)
+            raise
+
+    def _start(self, frame: bytes) -> asyncio.Future:
+        ctx = self.session.ctx
+        task = asyncio.ensure_future(answer(self.session, frame))
+        ctx.all_tasks.add(task)
+        task.add_done_callback(ctx.all_tasks.discard)
+        task.add_done_callback(lambda _: self.budget.release(self.share, len(frame)))
+        return task
 
     async def _write_answers(self) -> None:
         session = self.session
@@ -74,11 +150,19 @@ class KafkaConnection:
             except (ConnectionError, OSError):
                 self.close()
 
-    def close(self) -> None:
-        """Stop reading, wake this connection's long polls, close the socket."""
+    def stop(self) -> None:
+        """Read no more requests (the server stops): the ones running are answered, long
+        polls at once, and then the connection closes."""
         session = self.session
         if not session.closing:
             session.closing = True
             session.ctx.wakeups.session_closed(session.id)
+        if self._reading is not None:
+            self._reading.cancel()
+
+    def close(self) -> None:
+        """Stop reading, wake this connection's long polls, close the socket."""
+        self.stop()
+        self.budget.cancel_share(self.share)
         if not self.writer.is_closing():
             self.writer.close()

@@ -33,10 +33,10 @@ class RequestHead:
     correlation_id: int
 
 
-async def read_frame(reader: asyncio.StreamReader, max_size: int) -> bytes | None:
-    """The next frame's bytes after its size, or None at a clean end of stream. Raises
-    FrameError for a size below the fixed header or above ``max_size`` (nothing of the
-    frame is read: a hostile length allocates nothing)."""
+async def read_size(reader: asyncio.StreamReader, max_size: int) -> int | None:
+    """The next frame's size, or None at a clean end of stream. Raises FrameError for a
+    size below the fixed header or above ``max_size`` (nothing of the frame is read: a
+    hostile length allocates nothing)."""
     try:
         prefix = await reader.readexactly(SIZE.size)
     except asyncio.IncompleteReadError as exc:
@@ -50,6 +50,11 @@ async def read_frame(reader: asyncio.StreamReader, max_size: int) -> bytes | Non
     if size > max_size:
         raise FrameError(f"frame of {size} bytes is over the limit of {max_size} "
                          f"(max_frame_size)")
+    return size
+
+
+async def read_body(reader: asyncio.StreamReader, size: int) -> bytes:
+    """The ``size`` bytes of a frame after its size."""
     try:
         return await reader.readexactly(size)
     except asyncio.IncompleteReadError:
@@ -61,15 +66,12 @@ def read_head(frame: bytes) -> RequestHead:
 
 
 def read_request(frame: bytes, request_type: type[Entity]) -> Entity:
-    """The request entity of ``frame`` (its header read and checked by the header schema
-    of ``request_type``). Raises ValueError (and kio's errors) for bytes that do not
-    match the schema."""
+    """The request entity of ``frame`` (its header read by the header schema of
+    ``request_type``). Raises kio's errors for bytes that do not match the schema. Bytes
+    after the body are ignored, as Kafka does: librdkafka's Metadata v12 sends three."""
     header_type = request_type.__header_schema__
     _header, header_size = entity_reader(header_type)(frame, 0)
-    request, body_size = entity_reader(request_type)(frame, header_size)
-    if header_size + body_size != len(frame):
-        raise ValueError(f"{len(frame) - header_size - body_size} bytes left after the "
-                         f"request body")
+    request, _ = entity_reader(request_type)(frame, header_size)
     return request
 
 

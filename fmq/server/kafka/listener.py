@@ -22,6 +22,7 @@ from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     list_offsets,
     metadata,
     produce,
+    producer_ids,
     topics,
 )
 from fmq.server.kafka.connection import KafkaConnection
@@ -49,6 +50,16 @@ def bind_kafka_port(host: str, port: int) -> socket.socket:
     return sock
 
 
+async def open_kafka_door(ctx: ServerContext) -> KafkaListener | None:
+    """The Kafka listener of the server whose context is ``ctx``, accepting, and closing
+    itself when the server is asked to stop; None when ``kafka_port`` is 0."""
+    if not ctx.config.kafka_port:
+        return None
+    listener = KafkaListener(ctx)
+    await listener.start()
+    return listener
+
+
 class KafkaListener:
     """Accepts Kafka connections for the server whose context is ``ctx``."""
 
@@ -61,6 +72,7 @@ class KafkaListener:
         self.advertised_port = config.kafka_advertised_port or config.kafka_port
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
+        self._closer: asyncio.Future | None = None
         self._next_id = 0
 
     async def start(self) -> None:
@@ -74,6 +86,7 @@ class KafkaListener:
                               "--kafka-port (docs/kafka.md)")
         sock = bind_kafka_port(self.host, self.port)
         self._server = await asyncio.start_server(self._accept, sock=sock, backlog=1024)
+        self._closer = asyncio.ensure_future(self._close_on_stop())
         logger.info("kafka front door listening on %s:%d (advertised as %s:%d)", self.host,
                     self.port, self.advertised_host, self.advertised_port)
 
@@ -100,9 +113,16 @@ class KafkaListener:
             self.connections.discard(connection)
             logger.info("kafka connection %s closed", peer_name)
 
+    async def _close_on_stop(self) -> None:
+        # The server's shutdown starts with the stop request; new Kafka connections and
+        # requests end there too, while the requests running finish like FMQ's own.
+        await self.ctx.stop_requested.wait()
+        self.close()
+
     def close(self) -> None:
-        """Stop accepting and close every connection (their running requests finish)."""
+        """Stop accepting and reading; every connection closes once the requests it sent
+        are answered."""
         if self._server is not None:
             self._server.close()
         for connection in list(self.connections):
-            connection.close()
+            connection.stop()

@@ -17,6 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from fmq.errors import FMQError, TopicExists
 from fmq.message import INTERNAL_TOPIC_PREFIX
+from fmq.protocol import Op
+from fmq.server.fencing import follower_refusal
 from fmq.server.kafka.apis import kafka_api
 from fmq.server.kafka.session import NODE_ID, KafkaSession
 
@@ -38,7 +40,8 @@ async def metadata(session: KafkaSession, request: Any, version: int) -> dict:
                    if not t["name"].startswith(INTERNAL_TOPIC_PREFIX)]
     else:
         create = (getattr(request, "allow_auto_topic_creation", True)
-                  and broker.config.auto_create_topics)
+                  and broker.config.auto_create_topics
+                  and follower_refusal(ctx.replication, Op.TOPIC_CREATE) is None)
         answers = [await _named(session, t.name, create) for t in wanted]
     return {"throttle_time": 0, "cluster_id": CLUSTER_ID, "controller_id": NODE_ID,
             "brokers": [{"node_id": NODE_ID, "host": session.advertised_host,

@@ -18,9 +18,12 @@ from kio.schema.errors import ErrorCode
 
 from fmq.errors import FMQError
 from fmq.message import Message, SendResult
+from fmq.protocol import Op
+from fmq.server.fencing import fencing_refusal, follower_refusal
 from fmq.server.kafka.apis import kafka_api
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError, to_message
+from fmq.server.kafka.producer_ids import number
 from fmq.server.kafka.records import RecordError, decode_batches
 from fmq.server.kafka.session import KafkaSession
 
@@ -76,6 +79,9 @@ async def _store(session: KafkaSession, topic: str, partition: int,
         return _partition_error(partition, ErrorCode.unknown_topic_or_partition,
                                 f"topic {topic!r} has {broker.queue_count(topic)} partitions "
                                 f"(queues); partition {partition} is not one of them")
+    refusal = follower_refusal(ctx.replication, Op.SEND_BATCH)
+    if refusal is not None:  # a follower's log changes only by what its primary ships
+        return _partition_error(partition, error_code(refusal), str(refusal))
     try:
         messages = _messages(topic, partition, records or b"", ctx.config.max_frame_size)
     except RecordError as exc:
@@ -90,6 +96,9 @@ async def _store(session: KafkaSession, topic: str, partition: int,
         results: list[SendResult] = await ctx.batcher.submit(messages)
     except FMQError as exc:
         return _partition_error(partition, error_code(exc), str(exc))
+    refusal = fencing_refusal(ctx.replication, Op.SEND_BATCH)
+    if refusal is not None:  # stored, but this primary can no longer prove its lease
+        return _partition_error(partition, error_code(refusal), str(refusal))
     answer = _partition_error(partition, ErrorCode.none, None)
     answer["base_offset"] = results[0].queue_offset
     return answer
@@ -100,5 +109,9 @@ def _messages(topic: str, partition: int, records: bytes, max_size: int) -> list
     for batch in decode_batches(records, max_size):
         if batch.control:
             continue  # transaction markers: no data
-        messages += [to_message(topic, partition, r) for r in batch.records]
+        batch_messages = [to_message(topic, partition, r) for r in batch.records]
+        if batch.producer_id >= 0 and batch.base_sequence >= 0:
+            number(batch_messages, batch.producer_id, batch.producer_epoch, partition,
+                   batch.base_sequence)
+        messages += batch_messages
     return messages

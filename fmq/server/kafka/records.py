@@ -56,6 +56,7 @@ class KafkaRecord:
 class DecodedBatch:
     records: list[KafkaRecord]
     producer_id: int
+    producer_epoch: int
     base_sequence: int
     attributes: int
 
@@ -138,7 +139,7 @@ def decode_batches(data: bytes, max_size: int) -> list[DecodedBatch]:
 
 
 def _decode_batch(body: bytes, max_size: int) -> DecodedBatch:
-    (attributes, _last_delta, base_ts, _max_ts, producer_id, _epoch, base_sequence,
+    (attributes, _last_delta, base_ts, _max_ts, producer_id, producer_epoch, base_sequence,
      count) = BATCH_BODY.unpack_from(body, 0)
     records_data = body[BATCH_BODY.size:]
     codec = attributes & COMPRESSION_MASK
@@ -158,7 +159,7 @@ def _decode_batch(body: bytes, max_size: int) -> DecodedBatch:
     if pos != len(records_data):
         raise RecordError(CORRUPT_MESSAGE, f"{len(records_data) - pos} bytes after the "
                                            f"batch's {count} records")
-    return DecodedBatch(records, producer_id, base_sequence, attributes)
+    return DecodedBatch(records, producer_id, producer_epoch, base_sequence, attributes)
 
 
 def _decode_record(data: bytes, pos: int, base_ts: int) -> tuple[KafkaRecord, int]:

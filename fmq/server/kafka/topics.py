@@ -16,6 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from fmq.engine.broker import Broker
 from fmq.errors import FMQError, TopicExists
+from fmq.protocol import Op
+from fmq.server.fencing import follower_refusal
 from fmq.server.kafka.apis import kafka_api
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.session import KafkaSession
@@ -39,6 +41,9 @@ async def create_topics(session: KafkaSession, request: Any, version: int) -> di
             queues = len(topic.assignments)
         if not result["error_code"]:
             try:
+                refusal = follower_refusal(ctx.replication, Op.TOPIC_CREATE)
+                if refusal is not None:
+                    raise refusal
                 if request.validate_only:
                     await ctx.read(_validate, ctx.broker, topic.name, queues)
                     cfg_queues = queues or ctx.broker.config.queues_per_topic
@@ -74,6 +79,9 @@ async def delete_topics(session: KafkaSession, request: Any, version: int) -> di
             result["error_code"] = ErrorCode.unknown_topic_id
         else:
             try:
+                refusal = follower_refusal(ctx.replication, Op.TOPIC_DELETE)
+                if refusal is not None:
+                    raise refusal
                 await ctx.write(ctx.broker.topics.delete, name, False)
             except FMQError as exc:
                 result["error_code"], result["error_message"] = error_code(exc), str(exc)

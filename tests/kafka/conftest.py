@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.server.harness import ServerProcess, free_port
+
+
+class KafkaServer(ServerProcess):
+    """An ``fmq server`` with its Kafka port open (``bootstrap``: what Kafka clients get)."""
+
+    def __init__(self, data_dir: str, config: dict | None = None) -> None:
+        self.kafka_port = free_port()
+        super().__init__(data_dir, config, extra_args=("--kafka-port", str(self.kafka_port)))
+        self.bootstrap = f"127.0.0.1:{self.kafka_port}"
+
+
+@pytest.fixture
+def kafka_server(tmp_path):
+    """kafka_server(config=None) -> a running KafkaServer; all are killed at the end."""
+    started: list[KafkaServer] = []
+
+    def start(config: dict | None = None, name: str = "data") -> KafkaServer:
+        srv = KafkaServer(str(tmp_path / name), config)
+        started.append(srv)
+        return srv.start()
+
+    yield start
+    for srv in started:
+        srv.kill()
+
+
+@pytest.fixture(scope="module")
+def shared_kafka_server(tmp_path_factory):
+    """One server for a whole module of tests (each test uses topics of its own)."""
+    srv = KafkaServer(str(tmp_path_factory.mktemp("kafka") / "data"))
+    srv.start()
+    yield srv
+    srv.kill()

@@ -1,0 +1,135 @@
+"""``--kafka-port`` and the ``kafka_*`` settings: off by default, a clear error for a port
+in use, the advertised address, and a refusal where the door would get around security."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import fmq
+from fmq.errors import ConfigError
+from fmq.server.config import ServerConfig
+from tests.etcdkit import ETCD, EtcdProcess
+from tests.replication.cluster import SMALL
+from tests.server.harness import (
+    FMQ,
+    ServerProcess,
+    closed_by_server,
+    free_port,
+    run_cli,
+    wait_until,
+)
+
+from .conftest import KafkaServer
+from .wire import exchange, frame_request, request_type
+
+
+def test_the_kafka_door_is_off_unless_asked_for(tmp_path):
+    srv = ServerProcess(str(tmp_path / "data")).start()
+    try:
+        assert "kafka front door" not in srv.log()
+    finally:
+        srv.kill()
+
+
+def test_a_kafka_port_in_use_is_an_error_naming_the_option(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([*FMQ, "server", "--data-dir", str(tmp_path / "data"),
+                               "--port", str(free_port()), "--kafka-port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "--kafka-port" in done.stderr and str(port) in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_config_file_sets_the_port_and_the_advertised_address(tmp_path):
+    port = free_port()
+    srv = ServerProcess(str(tmp_path / "data"), {"server": {
+        "kafka_port": port, "kafka_advertised_host": "kafka.example", "kafka_advertised_port": 9092}})
+    srv.start()
+    try:
+        # A bare Metadata exchange: a client would go on to the advertised name, which
+        # does not resolve here.
+        _, answer = exchange(("127.0.0.1", port), request_type(3, 12)(
+            topics=None, allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False))
+        assert [(b.node_id, b.host, b.port) for b in answer.brokers] == [
+            (0, "kafka.example", 9092)]
+    finally:
+        srv.kill()
+
+
+def test_bad_kafka_settings_are_refused():
+    with pytest.raises(ConfigError, match="kafka_port"):
+        ServerConfig(kafka_port=70_000)
+    with pytest.raises(ConfigError, match="kafka_advertised_port"):
+        ServerConfig(kafka_advertised_port=-1)
+
+
+def test_a_server_with_users_refuses_the_unauthenticated_kafka_door(tmp_path):
+    data = str(tmp_path / "data")
+    fmq.Broker.open(data).close()
+    secret = tmp_path / "password"
+    secret.write_text("s3cret-password\n")
+    added = run_cli("user", "add", "alice", data, "--new-password-file",
+                    str(secret))
+    assert added.returncode == 0, added.stderr
+    srv = KafkaServer(data)
+    with pytest.raises(RuntimeError, match="no authentication yet"):
+        srv.start(timeout=30)
+
+
+def test_a_graceful_stop_ends_kafka_long_polls_at_once(kafka_server):
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from .test_clients import produce_all
+
+    srv = kafka_server()
+    produce_all(srv.bootstrap, "stopping", [(b"k", b"v", [])])
+    consumer = Consumer({"bootstrap.servers": srv.bootstrap, "group.id": "stop",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 25_000})
+    consumer.assign([TopicPartition("stopping", 0, 1)])  # past the end: a long poll
+    try:
+        assert consumer.poll(1.0) is None
+        started = time.monotonic()
+        assert srv.stop(timeout=30) == 0
+        assert time.monotonic() - started < 10, "the stop waited for the long poll"
+    finally:
+        consumer.close()
+    assert "Traceback" not in srv.log()
+
+
+@pytest.mark.skipif(not os.path.exists(ETCD),
+                    reason="etcd is not installed (.ci/run installs etcd-server)")
+def test_users_arriving_while_serving_close_the_kafka_door(tmp_path):
+    etcd = EtcdProcess(str(tmp_path / "etcd")).start()
+    node = KafkaServer(str(tmp_path / "node"), {**SMALL, "server": {"lease_ttl_s": 3}})
+    node.extra_args += ("--coordinator", etcd.url, "--group", "g")
+    try:
+        node.start()
+        address = ("127.0.0.1", node.kafka_port)
+        assert exchange(address, request_type(18, 0)())[1].error_code == 0
+        # A user added to the cluster reaches this node through its watch of etcd.
+        added = subprocess.run([*FMQ, "user", "add", "carol", "--coordinator", etcd.url],
+                               env={**os.environ, "FMQ_NEW_PASSWORD": "s3cret-password"},
+                               capture_output=True, text=True, timeout=60)
+        assert added.returncode == 0, added.stderr
+        security = Path(node.data_dir) / "security.json"
+        wait_until(lambda: security.exists() and "carol" in security.read_text(), 30,
+                   "the node to copy carol")
+        with socket.create_connection(address, timeout=10) as sock:
+            sock.sendall(frame_request(request_type(18, 0)()))
+            assert closed_by_server(sock, 10)
+        assert "has users now" in node.log()
+    finally:
+        node.kill()
+        etcd.stop()
