@@ -18,15 +18,20 @@ from fmq.engine.broker import Broker
 from fmq.errors import FMQError
 from fmq.message import INTERNAL_TOPIC_PREFIX
 from fmq.protocol import Op
+from fmq.security import Operation
 from fmq.server.fencing import follower_refusal
-from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import LOGGED_IN, kafka_api, on_groups
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.session import NODE_ID, KafkaSession
 
 GROUP_KEY = 0
 
 
-@kafka_api(10, "FindCoordinator", 0, 4)
+# Any logged-in user: the answer is this server whatever the group, and a consumer with
+# consume on its group but no describe (FMQ does not derive one from the other for groups)
+# must still find it.
+@kafka_api(10, "FindCoordinator", 0, 4, access=LOGGED_IN)
 async def find_coordinator(session: KafkaSession, request: Any, version: int) -> dict:
     keys = list(request.coordinator_keys) if version >= 4 else [request.key]
     key_type = getattr(request, "key_type", GROUP_KEY)
@@ -46,14 +51,18 @@ async def find_coordinator(session: KafkaSession, request: Any, version: int) ->
     return {"throttle_time": 0, **answers[0]}
 
 
-@kafka_api(8, "OffsetCommit", 2, 8)
+@kafka_api(8, "OffsetCommit", 2, 8, access=on_groups(Operation.COMMIT_OFFSETS))
 async def offset_commit(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
+    denied = access.refusal(session, request.group_id)
     topics = []
     for topic in request.topics:
         parts = []
         for p in topic.partitions:
             code = ErrorCode.none
+            if denied is not None:
+                parts.append({"partition_index": p.partition_index, "error_code": denied})
+                continue
             try:
                 refusal = follower_refusal(ctx.replication, Op.COMMIT_OFFSET)
                 if refusal is not None:
@@ -67,9 +76,12 @@ async def offset_commit(session: KafkaSession, request: Any, version: int) -> di
     return {"throttle_time": 0, "topics": topics}
 
 
-@kafka_api(9, "OffsetFetch", 1, 7)
+@kafka_api(9, "OffsetFetch", 1, 7, access=on_groups(Operation.CONSUME))
 async def offset_fetch(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
+    denied = access.refusal(session, request.group_id)
+    if denied is not None:
+        return {"throttle_time": 0, "topics": [], "error_code": denied}
     wanted = None if request.topics is None else [
         (t.name, list(t.partition_indexes)) for t in request.topics]
     topics = await ctx.read(_committed, ctx.broker, request.group_id, wanted)
