@@ -10,13 +10,16 @@ key from it with the user's salt and iteration count.
 A failure answers SASL_AUTHENTICATION_FAILED after FMQ's slow-down (doubling per failure of
 the connection and of its address, ``auth_failure_delay_ms``), is counted in the server's
 ``auth_failures`` and logged with the user name only. An unknown user is refused exactly as
-a wrong password is. Handshake version 0 (SASL bytes outside Kafka frames) is not served:
-every client that speaks SaslAuthenticate uses version 1.
+a wrong password is. Handshake version 0 (SASL bytes outside Kafka frames) is answered
+UNSUPPORTED_VERSION: every client that speaks SaslAuthenticate uses version 1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import hashlib
 import hmac
 import logging
 from typing import Any
@@ -47,9 +50,15 @@ def mechanisms(session: KafkaSession) -> list[str]:
     return [MECHANISM, PLAIN] if session.tls else [MECHANISM]
 
 
-@kafka_api(17, "SaslHandshake", 1, 1, access=BEFORE_LOGIN)
+# Version 0 is advertised because librdkafka sees SASL at all only when it is, but it is
+# refused: its SASL bytes would follow outside Kafka frames. Clients use version 1.
+@kafka_api(17, "SaslHandshake", 0, 1, access=BEFORE_LOGIN)
 async def sasl_handshake(session: KafkaSession, request: Any, version: int) -> dict:
     offered = mechanisms(session)
+    if version == 0:
+        logger.info("kafka connection %s: SaslHandshake v0 refused (SASL bytes outside "
+                    "Kafka frames are not served; use version 1)", session.peer)
+        return {"error_code": ErrorCode.unsupported_version, "mechanisms": offered}
     if request.mechanism not in offered:
         why = ("PLAIN sends the password itself and is offered only over TLS"
                if request.mechanism == PLAIN else
@@ -99,19 +108,48 @@ def _scram(session: KafkaSession, data: bytes) -> bytes:
         text = data.decode()
         if state is None:
             server, first, user, known = session.ctx.authenticator.start(text)
-            session.scram = (server, user, known)
+            session.scram = (server, user, known, text, first)
             return first.encode()
-        server, user, known = state
-        server.set_client_final(text)
-        final = server.get_server_final()
+        server, user, known, client_first, server_first = state
+        final = legacy_final(session, user, client_first, server_first, text)
+        if final is None:
+            server.set_client_final(text)
+            final = server.get_server_final()
     except (ScramException, UnicodeDecodeError, KeyError, ValueError, TypeError,
-            IndexError) as exc:
+            IndexError, binascii.Error) as exc:
         user = state[1] if state is not None else None
         raise SaslFailed(_failure(user, f"bad SCRAM message: {exc}")) from None
     if not known:  # a made-up credential cannot verify; defence in depth
         raise SaslFailed(_failure(user, "unknown user"))
     _logged_in(session, user)
     return final.encode()
+
+
+def legacy_final(session: KafkaSession, user: str, client_first: str, server_first: str,
+                 client_final: str) -> str | None:
+    """The server-final message for librdkafka before 2.6.1, or None for any other client.
+
+    Those versions (kcat as packaged today among them) send the client nonce once more in
+    front of the combined nonce of the server-first message; Kafka 3.8.1 to 3.9 accept it
+    (the nonce must end with the server's). The proof is verified here over the messages as
+    sent, since ``scramp`` requires the exact nonce: it still binds the server's nonce, so
+    a replayed exchange fails as before."""
+    fields = dict(f.split("=", 1) for f in client_final.split(",") if "=" in f)
+    nonce = server_first.split(",", 1)[0].removeprefix("r=")
+    client_nonce = client_first.rsplit("r=", 1)[1]
+    if fields.get("r") != client_nonce + nonce or fields.get("c") != "biws" or "p" not in fields:
+        return None
+    credential, known = session.ctx.authenticator.credential(user)
+    bare = client_first.split(",", 2)[2]
+    auth_message = f"{bare},{server_first},{client_final.rsplit(',p=', 1)[0]}".encode()
+    signature = hmac.new(credential.stored_key, auth_message, hashlib.sha256).digest()
+    proof = base64.b64decode(fields["p"], validate=True)
+    client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+    if not (known and hmac.compare_digest(hashlib.sha256(client_key).digest(),
+                                          credential.stored_key)):
+        raise SaslFailed(_failure(user, "wrong proof"))
+    verifier = hmac.new(credential.server_key, auth_message, hashlib.sha256).digest()
+    return "v=" + base64.b64encode(verifier).decode()
 
 
 def _plain(session: KafkaSession, data: bytes) -> bytes:
