@@ -102,9 +102,17 @@ def test_users_arriving_while_serving_close_the_kafka_door(tmp_path):
     try:
         node.start()
         address = ("127.0.0.1", node.kafka_port)
-        metadata = frame_request(request_type(3, 12)(
-            topics=None, allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False))
+        asked = request_type(3, 12)(topics=None, allow_auto_topic_creation=False,
+                                     include_topic_authorized_operations=False)
+        metadata = frame_request(asked)
+
+        def answered() -> bool:
+            try:
+                return exchange(address, asked) is not None
+            except (ConnectionError, OSError):  # users not read from etcd yet: closed
+                return False
+
+        wait_until(answered, 30, "the node to read that the cluster has no users")
         # A connection serving without a log-in while the cluster has no users...
         open_before = socket.create_connection(address, timeout=10)
         open_before.sendall(metadata)

@@ -77,9 +77,11 @@ def login_refusal(session: KafkaSession, api: KafkaApi) -> str | None:
 def refusal(session: KafkaSession, name: str) -> ErrorCode | None:
     """The Kafka code refusing the API being answered on resource ``name`` (of the kind the
     API declares), or None when the user may; a denial is counted and logged."""
+    if not enforcing(session):
+        return None
     api = _ANSWERING.get()
     need = api.access
-    if not enforcing(session) or need is None or need.resource is None:
+    if need is None or need.resource is None:
         return None
     found = denial(session.ctx, session, need.operation, need.resource, name,
                    f"Kafka {api.name}")
