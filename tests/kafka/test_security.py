@@ -273,3 +273,23 @@ def test_sasl_ssl_with_plain_over_the_servers_certificate(tmp_path, certs):  # n
     finally:
         srv.kill()
     assert Path(data).exists()
+
+
+def test_mutual_tls_requires_a_client_certificate_on_the_kafka_port(tmp_path, certs):  # noqa: F811
+    config = {"server": {"tls_cert_file": certs.server_cert, "tls_client_ca_file": certs.ca}}
+    srv = KafkaServer(str(tmp_path / "data"), config, {"tls": TLSOptions(
+        ca_file=certs.ca, cert_file=certs.client_cert, key_file=certs.client_cert)})
+    srv.start()
+    try:
+        anonymous = Producer({"bootstrap.servers": srv.bootstrap, "security.protocol": "SSL",
+                              "ssl.ca.location": certs.ca})
+        with pytest.raises(KafkaException):
+            anonymous.list_topics(timeout=3)
+        shown = Producer({"bootstrap.servers": srv.bootstrap, "security.protocol": "SSL",
+                          "ssl.ca.location": certs.ca,
+                          "ssl.certificate.location": certs.client_cert,
+                          "ssl.key.location": certs.client_cert})
+        assert shown.list_topics(timeout=10).brokers
+        assert "requires a client certificate" in srv.log()
+    finally:
+        srv.kill()
