@@ -25,8 +25,10 @@ from kio.schema.errors import ErrorCode
 
 from fmq.engine.broker import Broker
 from fmq.errors import InvalidArgument
+from fmq.security import Operation, ResourceType
 from fmq.server.context import ServerContext
-from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import LOGGED_IN, kafka_api, on_groups
 from fmq.server.kafka.group_registry import coordinator_of
 from fmq.server.kafka.group_state import GroupState
 from fmq.server.kafka.session import KafkaSession
@@ -47,7 +49,7 @@ def _offset_groups(broker: Broker, group: str | None) -> set[str]:
         return set()  # a name FMQ cannot hold has no offsets
 
 
-@kafka_api(15, "DescribeGroups", 0, 5)
+@kafka_api(15, "DescribeGroups", 0, 5, access=on_groups(Operation.DESCRIBE))
 async def describe_groups(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
     coordinator = coordinator_of(ctx)
@@ -56,6 +58,10 @@ async def describe_groups(session: KafkaSession, request: Any, version: int) -> 
         answer = {"error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
                   "protocol_type": "", "protocol_data": "", "members": [],
                   "authorized_operations": NO_OPERATIONS}
+        denied = access.refusal(session, group_id)
+        if denied is not None:
+            described.append({**answer, "error_code": denied})
+            continue
         g = coordinator.groups.get(group_id)
         fmq_live = ctx.groups.describe().get(group_id) if g is None else None
         if g is not None:
@@ -80,7 +86,9 @@ async def describe_groups(session: KafkaSession, request: Any, version: int) -> 
     return {"throttle_time": 0, "groups": described}
 
 
-@kafka_api(16, "ListGroups", 0, 5)
+# Any logged-in user; the answer lists only the groups she may describe, as Metadata lists
+# only the topics she may describe.
+@kafka_api(16, "ListGroups", 0, 5, access=LOGGED_IN)
 async def list_groups(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
     listed = await _all_groups(ctx)
@@ -89,7 +97,8 @@ async def list_groups(session: KafkaSession, request: Any, version: int) -> dict
     groups = [{"group_id": name, "protocol_type": ptype, "group_state": state,
                "group_type": "classic"}
               for name, (ptype, state) in sorted(listed.items())
-              if (not states or state.lower() in states)
+              if access.permits(session, Operation.DESCRIBE, ResourceType.GROUP, name)
+              and (not states or state.lower() in states)
               and (not types or "classic" in types)]
     return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups}
 
@@ -104,14 +113,17 @@ async def _all_groups(ctx: ServerContext) -> dict[str, tuple[str, str]]:
     return listed
 
 
-@kafka_api(42, "DeleteGroups", 0, 2)
+@kafka_api(42, "DeleteGroups", 0, 2, access=on_groups(Operation.ADMIN))
 async def delete_groups(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
     coordinator = coordinator_of(ctx)
     results = []
     for group_id in request.groups_names:
         g = coordinator.groups.get(group_id)
-        if ctx.groups.member_count(group_id) or (g is not None and (g.members or g.pending)):
+        denied = access.refusal(session, group_id)
+        if denied is not None:
+            code = denied
+        elif ctx.groups.member_count(group_id) or (g is not None and (g.members or g.pending)):
             code = ErrorCode.non_empty_group
         elif await ctx.read(_offset_groups, ctx.broker, group_id):
             logger.info("kafka DeleteGroups from %s: group %r has committed offsets, which "

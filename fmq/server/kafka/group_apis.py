@@ -15,7 +15,9 @@ from kio.schema.errors import ErrorCode
 
 from fmq.errors import InvalidArgument
 from fmq.message import check_name
-from fmq.server.kafka.apis import kafka_api
+from fmq.security import Operation
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import LOGGED_IN, kafka_api, on_groups
 from fmq.server.kafka.entities import ms
 from fmq.server.kafka.group_coordinator import KafkaGroupError
 from fmq.server.kafka.group_registry import coordinator_of
@@ -24,7 +26,10 @@ from fmq.server.kafka.session import NODE_ID, KafkaSession
 GROUP_KEY_TYPE = 0
 
 
-@kafka_api(10, "FindCoordinator", 0, 4)
+# Any logged-in user: the answer is this server whatever the group, and a consumer with
+# consume on its group but no describe (FMQ does not derive one from the other for groups)
+# must still find it.
+@kafka_api(10, "FindCoordinator", 0, 4, access=LOGGED_IN)
 async def find_coordinator(session: KafkaSession, request: Any, version: int) -> dict:
     key_type = getattr(request, "key_type", GROUP_KEY_TYPE)
     if version >= 4:
@@ -45,8 +50,10 @@ def _coordinator(session: KafkaSession, key: str, key_type: int) -> dict:
             "port": session.advertised_port}
 
 
-def _group_id(group_id: str) -> str:
-    """A Kafka group id that can name an FMQ consumer group (its offsets are FMQ's)."""
+def _group_id(session: KafkaSession, group_id: str) -> str:
+    """A Kafka group id that can name an FMQ consumer group (its offsets are FMQ's) and
+    that this connection's user may use as the API being answered declares."""
+    _check_access(session, group_id)
     try:
         check_name(group_id, "group", allow_none=False)
     except InvalidArgument:
@@ -54,14 +61,20 @@ def _group_id(group_id: str) -> str:
     return group_id
 
 
-@kafka_api(11, "JoinGroup", 0, 9)
+def _check_access(session: KafkaSession, group_id: str) -> None:
+    denied = access.refusal(session, group_id)
+    if denied is not None:
+        raise KafkaGroupError(denied)
+
+
+@kafka_api(11, "JoinGroup", 0, 9, access=on_groups(Operation.CONSUME))
 async def join_group(session: KafkaSession, request: Any, version: int) -> dict:
     session_timeout = ms(request.session_timeout)
     rebalance_timeout = ms(getattr(request, "rebalance_timeout", session_timeout))
     protocols = [(p.name, bytes(p.metadata)) for p in request.protocols]
     try:
         answer = await coordinator_of(session.ctx).join(
-            _group_id(request.group_id), request.member_id,
+            _group_id(session, request.group_id), request.member_id,
             getattr(request, "group_instance_id", None), "", session.peer, session_timeout,
             rebalance_timeout, request.protocol_type, protocols,
             require_known_id=version >= 4)
@@ -74,10 +87,11 @@ async def join_group(session: KafkaSession, request: Any, version: int) -> dict:
     return {"throttle_time": 0, **answer}
 
 
-@kafka_api(14, "SyncGroup", 0, 5)
+@kafka_api(14, "SyncGroup", 0, 5, access=on_groups(Operation.CONSUME))
 async def sync_group(session: KafkaSession, request: Any, version: int) -> dict:
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
     try:
+        _check_access(session, request.group_id)
         code, assignment = await coordinator_of(session.ctx).sync(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None),
             request.generation_id, getattr(request, "protocol_type", None),
@@ -91,9 +105,10 @@ async def sync_group(session: KafkaSession, request: Any, version: int) -> dict:
             "protocol_name": group.protocol_name if ok else None, "assignment": assignment}
 
 
-@kafka_api(12, "Heartbeat", 0, 4)
+@kafka_api(12, "Heartbeat", 0, 4, access=on_groups(Operation.CONSUME))
 async def heartbeat(session: KafkaSession, request: Any, version: int) -> dict:
     try:
+        _check_access(session, request.group_id)
         code = coordinator_of(session.ctx).heartbeat(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None),
             request.generation_id)
@@ -102,9 +117,12 @@ async def heartbeat(session: KafkaSession, request: Any, version: int) -> dict:
     return {"throttle_time": 0, "error_code": code}
 
 
-@kafka_api(13, "LeaveGroup", 0, 5)
+@kafka_api(13, "LeaveGroup", 0, 5, access=on_groups(Operation.CONSUME))
 async def leave_group(session: KafkaSession, request: Any, version: int) -> dict:
     coordinator = coordinator_of(session.ctx)
+    denied = access.refusal(session, request.group_id)
+    if denied is not None:
+        return {"throttle_time": 0, "error_code": denied, "members": []}
     if version < 3:
         code = coordinator.leave(request.group_id, request.member_id, None)
         return {"throttle_time": 0, "error_code": code}

@@ -19,7 +19,11 @@ from kio.schema.errors import ErrorCode
 from fmq.engine.broker import Broker
 from fmq.errors import FMQError, InvalidArgument, OffsetOutOfRange, UnknownQueue, UnknownTopic
 from fmq.message import check_name
-from fmq.server.kafka.apis import kafka_api
+from fmq.protocol import Op
+from fmq.security import Operation
+from fmq.server.fencing import follower_refusal
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import kafka_api, on_groups
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.group_coordinator import KafkaGroupError
 from fmq.server.kafka.group_registry import coordinator_of
@@ -29,11 +33,17 @@ from fmq.server.kafka.session import KafkaSession
 Row = tuple[str, int, int]
 
 
-@kafka_api(8, "OffsetCommit", 2, 9)
+@kafka_api(8, "OffsetCommit", 2, 9, access=on_groups(Operation.COMMIT_OFFSETS))
 async def offset_commit(session: KafkaSession, request: Any, version: int) -> dict:
     rows = [(t.name, p.partition_index, p.committed_offset)
             for t in request.topics for p in t.partitions]
     try:
+        denied = access.refusal(session, request.group_id)
+        if denied is not None:
+            raise KafkaGroupError(denied)
+        refusal = follower_refusal(session.ctx.replication, Op.COMMIT_OFFSET)
+        if refusal is not None:
+            raise KafkaGroupError(error_code(refusal))
         coordinator_of(session.ctx).check_commit(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None),
             request.generation_id_or_member_epoch)
@@ -83,18 +93,25 @@ def _commit_error(exc: FMQError) -> ErrorCode:
     return error_code(exc)
 
 
-@kafka_api(9, "OffsetFetch", 1, 9)
+@kafka_api(9, "OffsetFetch", 1, 9, access=on_groups(Operation.CONSUME))
 async def offset_fetch(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
     if version >= 8:
         groups = []
         for g in request.groups:
+            denied = access.refusal(session, g.group_id)
+            if denied is not None:
+                groups.append({"group_id": g.group_id, "topics": [], "error_code": denied})
+                continue
             topics = (None if g.topics is None
                       else [(t.name, list(t.partition_indexes)) for t in g.topics])
             found = await ctx.read(_committed, ctx.broker, g.group_id, topics)
             groups.append({"group_id": g.group_id, "topics": found,
                            "error_code": ErrorCode.none})
         return {"throttle_time": 0, "groups": groups}
+    denied = access.refusal(session, request.group_id)
+    if denied is not None:
+        return {"throttle_time": 0, "topics": [], "error_code": denied}
     topics = (None if request.topics is None
               else [(t.name, list(t.partition_indexes)) for t in request.topics])
     found = await ctx.read(_committed, ctx.broker, request.group_id, topics)
