@@ -133,7 +133,11 @@ class Consumer(Client):
             if self.broker_groups is not None:
                 self.member_id = self.broker_groups.member_id
                 return
-        self._join()
+        try:
+            self._join()
+        except BaseException:
+            super().close()  # refused (GroupProtocolConflict...): no connection left open
+            raise
         self._hb = threading.Thread(target=self._heartbeat_loop, daemon=True,
                                     name=f"fmq-heartbeat-{group}")
         self._hb.start()

@@ -38,6 +38,23 @@ class GroupHasMembers(InvalidArgument):
         self.members = members
 
 
+class GroupProtocolConflict(InvalidArgument):
+    """An FMQ consumer joining a consumer group that has live Kafka members (the Kafka
+    door's classic protocol): one group is driven by one protocol at a time."""
+
+    code = 18
+    fields = {"group": str, "members": int}
+    message_format = (
+        "consumer group {group} has live Kafka consumers ({members}) of the Kafka front "
+        "door; a group is driven by one protocol at a time. Stop them or use another group "
+        "name (both protocols share the committed offsets, docs/kafka.md)")
+
+    def __init__(self, group: str, members: int) -> None:
+        super().__init__(self.message_format.format(group=group, members=members))
+        self.group = group
+        self.members = members
+
+
 class ConfigError(FMQError, ValueError):
     """A configuration value is out of range or inconsistent."""
 

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from fmq.errors import InvalidArgument
+from fmq.errors import GroupProtocolConflict, InvalidArgument
 from fmq.message import check_name, check_topic
 from fmq.server import queue_handover
 from fmq.server.group_state import ConsumerGroup, GroupMember
@@ -75,6 +75,9 @@ class ConsumerGroupCoordinator:
         #: Every member, least recently seen first: expiry looks only at the front.
         self._by_last_seen: OrderedDict[MemberKey, GroupMember] = OrderedDict()
         self._by_owner: dict[object, set[MemberKey]] = {}
+        #: Live members a group has on another protocol (the Kafka door's groups,
+        #: docs/kafka.md): a group with some refuses FMQ members.
+        self.foreign_members: Callable[[str], int] = lambda _group: 0
 
     def _topics(self, topics: list[str]) -> frozenset[str]:
         if not topics:
@@ -100,6 +103,8 @@ class ConsumerGroupCoordinator:
         g = self.groups.get(group)
         m = g.members.get(member_id) if g is not None else None
         if m is None:
+            if g is None and (foreign := self.foreign_members(group)):
+                raise GroupProtocolConflict(group, foreign)
             self._check_room(g, owner)
             if g is None:
                 g = self.groups[group] = ConsumerGroup(

@@ -8,9 +8,11 @@ from tests.server.harness import ServerProcess, free_port
 class KafkaServer(ServerProcess):
     """An ``fmq server`` with its Kafka port open (``bootstrap``: what Kafka clients get)."""
 
-    def __init__(self, data_dir: str, config: dict | None = None) -> None:
+    def __init__(self, data_dir: str, config: dict | None = None,
+                 client_options: dict | None = None) -> None:
         self.kafka_port = free_port()
-        super().__init__(data_dir, config, extra_args=("--kafka-port", str(self.kafka_port)))
+        super().__init__(data_dir, config, client_options=client_options,
+                         extra_args=("--kafka-port", str(self.kafka_port)))
         self.bootstrap = f"127.0.0.1:{self.kafka_port}"
 
 

@@ -1,5 +1,7 @@
-"""The classic group protocol's state machine on a real event loop: a generation for the
-members that joined, the leader's assignments, heartbeats during a rebalance, expiry."""
+"""The Kafka group coordinator's answers clients depend on, driven directly on an event
+loop (the wire round trips are in test_groups.py): the MEMBER_ID_REQUIRED dance,
+REBALANCE_IN_PROGRESS on a heartbeat during a rebalance, ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID, the protocol all members support, and INCONSISTENT_GROUP_PROTOCOL."""
 
 from __future__ import annotations
 
@@ -9,94 +11,60 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from fmq.server.kafka import group_coordinator
-from fmq.server.kafka.group_coordinator import GroupCoordinator, GroupError
-
-PROTOCOLS = [("range", b"sub-range"), ("roundrobin", b"sub-rr")]
+from fmq.server.kafka.group_coordinator import KafkaGroupCoordinator, KafkaGroupError
 
 
-@pytest.fixture(autouse=True)
-def quick_settle(monkeypatch):
-    monkeypatch.setattr(group_coordinator, "SETTLE_S", 0.05)
+def _join(c: KafkaGroupCoordinator, member_id: str = "", protocols=(("range", b"r"),),
+          group: str = "g", ptype: str = "consumer"):
+    return c.join(group, member_id, None, "client", "host", 6000, 2000, ptype,
+                  list(protocols), require_known_id=True)
 
 
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 20))
+def test_join_dance_rebalance_and_generations(monkeypatch):
+    monkeypatch.setattr(group_coordinator, "INITIAL_REBALANCE_DELAY_S", 0.05)
 
-
-def test_members_joining_together_share_a_generation_and_the_leaders_assignments():
-    async def scenario():
-        groups = GroupCoordinator(asyncio.get_running_loop())
-        a, b = await asyncio.gather(
-            groups.join("g", "", "c", "consumer", PROTOCOLS, 10, 10),
-            groups.join("g", "", "c", "consumer", PROTOCOLS[1:], 10, 10))
-        assert a["generation_id"] == b["generation_id"] == 1
-        assert a["protocol_name"] == b["protocol_name"] == "roundrobin"  # the common one
-        leader = a if a["members"] else b
-        follower = b if leader is a else a
-        assert leader["leader"] == leader["member_id"] and not follower["members"]
-        assert {m["metadata"] for m in leader["members"]} == {b"sub-rr"}
-        follower_sync = asyncio.ensure_future(groups.sync(
-            "g", 1, follower["member_id"], {}))
+    async def scenario() -> None:
+        c = KafkaGroupCoordinator(asyncio.get_running_loop(), lambda _g: 0)
+        first = await _join(c)
+        assert first["error_code"] == ErrorCode.member_id_required and first["member_id"]
+        a = await _join(c, first["member_id"], (("range", b"ra"), ("roundrobin", b"rr")))
+        assert a["error_code"] == ErrorCode.none and a["generation_id"] == 1
+        assert a["leader"] == a["member_id"] and len(a["members"]) == 1
+        code, _ = await c.sync("g", a["member_id"], None, 1, None, None,
+                               {a["member_id"]: b"all"})
+        assert code == ErrorCode.none
+        assert c.heartbeat("g", a["member_id"], None, 1) == ErrorCode.none
+        # A second member: the first learns of the rebalance from its heartbeat.
+        second = await _join(c, protocols=(("roundrobin", b"rr2"),))
+        b_join = asyncio.ensure_future(_join(c, second["member_id"],
+                                             (("roundrobin", b"rr2"),)))
         await asyncio.sleep(0.01)
-        assert not follower_sync.done()  # waits for the leader's assignments
-        mine, _ = await groups.sync("g", 1, leader["member_id"], {
-            leader["member_id"]: b"p0,p1", follower["member_id"]: b"p2,p3"})
-        assert mine == b"p0,p1"
-        assert (await follower_sync)[0] == b"p2,p3"
-        groups.heartbeat("g", 1, follower["member_id"])  # stable: fine
-        return groups, leader, follower
+        assert c.heartbeat("g", a["member_id"], None, 1) == ErrorCode.rebalance_in_progress
+        a2 = await _join(c, a["member_id"], (("range", b"ra"), ("roundrobin", b"rr")))
+        b = await b_join
+        assert a2["generation_id"] == b["generation_id"] == 2
+        assert a2["protocol_name"] == "roundrobin"  # the one both support
+        with pytest.raises(KafkaGroupError) as old:
+            c.heartbeat("g", a["member_id"], None, 1)
+        assert old.value.code == ErrorCode.illegal_generation
+        with pytest.raises(KafkaGroupError) as unknown:
+            c.heartbeat("g", "nobody", None, 2)
+        assert unknown.value.code == ErrorCode.unknown_member_id
+        with pytest.raises(KafkaGroupError) as other:
+            await _join(c, protocols=(("sticky", b""),))
+        assert other.value.code == ErrorCode.inconsistent_group_protocol
+        assert c.leave("g", b["member_id"], None) == ErrorCode.none
+        assert c.groups["g"].state.value == "PreparingRebalance"
 
-    run(scenario())
-
-
-def test_a_leave_starts_a_rebalance_that_heartbeats_announce():
-    async def scenario():
-        groups = GroupCoordinator(asyncio.get_running_loop())
-        a, b = await asyncio.gather(
-            groups.join("g", "", "c", "consumer", PROTOCOLS, 10, 10),
-            groups.join("g", "", "c", "consumer", PROTOCOLS, 10, 10))
-        groups.leave("g", b["member_id"])
-        with pytest.raises(GroupError) as caught:
-            groups.heartbeat("g", 1, a["member_id"])
-        assert caught.value.code == ErrorCode.rebalance_in_progress
-        again = await groups.join("g", a["member_id"], "c", "consumer", PROTOCOLS, 10, 10)
-        assert again["generation_id"] == 2 and [m["member_id"] for m in again["members"]] == [
-            a["member_id"]]
-        with pytest.raises(GroupError) as caught:
-            groups.heartbeat("g", 1, a["member_id"])
-        assert caught.value.code == ErrorCode.illegal_generation
-
-    run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), 30))
 
 
-def test_a_silent_member_expires_and_an_unknown_one_is_refused():
-    async def scenario():
-        groups = GroupCoordinator(asyncio.get_running_loop())
-        a = await groups.join("g", "", "c", "consumer", PROTOCOLS, 0.2, 10)
-        await asyncio.sleep(0.3)
-        groups.expire()
-        with pytest.raises(GroupError) as caught:
-            groups.heartbeat("g", a["generation_id"], a["member_id"])
-        assert caught.value.code == ErrorCode.unknown_member_id
-        with pytest.raises(GroupError) as caught:
-            await groups.join("g", "made-up", "c", "consumer", PROTOCOLS, 10, 10)
-        assert caught.value.code == ErrorCode.unknown_member_id
+def test_fmq_members_refuse_kafka_join():
+    async def scenario() -> None:
+        c = KafkaGroupCoordinator(asyncio.get_running_loop(), lambda g: 2 if g == "g" else 0)
+        with pytest.raises(KafkaGroupError) as refused:
+            await _join(c)
+        assert refused.value.code == ErrorCode.inconsistent_group_protocol
+        assert (await _join(c, group="h"))["error_code"] == ErrorCode.member_id_required
 
-    run(scenario())
-
-
-def test_a_member_that_does_not_join_again_is_left_out_at_the_deadline():
-    async def scenario():
-        groups = GroupCoordinator(asyncio.get_running_loop())
-        a, b = await asyncio.gather(
-            groups.join("g", "", "c", "consumer", PROTOCOLS, 10, 0.3),
-            groups.join("g", "", "c", "consumer", PROTOCOLS, 10, 0.3))
-        # A newcomer starts a rebalance; b never joins again.
-        newcomer, again = await asyncio.gather(
-            groups.join("g", "", "c", "consumer", PROTOCOLS, 10, 0.3),
-            groups.join("g", a["member_id"], "c", "consumer", PROTOCOLS, 10, 0.3))
-        assert newcomer["generation_id"] == again["generation_id"] == 2
-        members = {m["member_id"] for m in (newcomer["members"] or again["members"])}
-        assert members == {a["member_id"], newcomer["member_id"]}
-
-    run(scenario())
+    asyncio.run(asyncio.wait_for(scenario(), 30))

@@ -10,7 +10,10 @@ server's request budget (per connection and in total) before they are read and g
 when its answer is ready, so connections announcing large frames cannot make the server
 allocate more than the budget; a frame must arrive within ``read_timeout_ms`` once its size
 did, and a connection that sends nothing for ``idle_timeout_ms`` is closed. A frame that
-cannot be a request closes the connection with one log line, never a traceback.
+cannot be a request closes the connection with one log line, never a traceback; so does a
+request before log-in on a server with users (users that arrive while a connection serves, a
+cluster's users copied from etcd, close it at its next request unless it logged in); before
+log-in a frame may hold at most ``LOGIN_FRAME_LIMIT`` bytes, as on FMQ's port.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from fmq.server.kafka.access import enforcing
 from fmq.server.kafka.dispatch import answer
 from fmq.server.kafka.framing import FrameError, read_body, read_size
 from fmq.server.kafka.session import KafkaSession
+from fmq.server.request_admission import LOGIN_FRAME_LIMIT
 
 logger = logging.getLogger("fmq.server.kafka")
 
@@ -60,8 +65,6 @@ class KafkaConnection:
                     raise
                 if frame is None:
                     break
-                if self._users_appeared():
-                    break
                 await self._answers.put(self._start(frame))
         except FrameError as exc:
             logger.warning("kafka connection %s closed: %s", session.peer, exc)
@@ -74,20 +77,16 @@ class KafkaConnection:
             await writing
             self.close()
 
-    def _users_appeared(self) -> bool:
-        """Users were added while serving (``fmq user add --server``, or a cluster's users
-        arriving from etcd): the Kafka door has no authentication, so it serves no more."""
-        authenticator = self.session.ctx.authenticator
-        if authenticator is None or not authenticator.store.has_users:
-            return False
-        logger.warning("kafka connection %s closed: this server has users now and the Kafka "
-                       "port has no authentication (no SASL); restart it without "
-                       "--kafka-port (docs/kafka.md)", self.session.peer)
-        return True
+    def _frame_limit(self) -> int:
+        """Before log-in on a server with users, FMQ's log-in limit: a connection that
+        never logs in cannot make the server hold large frames."""
+        if self.session.principal is None and enforcing(self.session):
+            return min(self.max_frame, LOGIN_FRAME_LIMIT)
+        return self.max_frame
 
     async def _next_frame(self) -> bytes | None:
         try:
-            size = await asyncio.wait_for(read_size(self.reader, self.max_frame),
+            size = await asyncio.wait_for(read_size(self.reader, self._frame_limit()),
                                           self.idle_timeout)
         except TimeoutError:
             raise TimeoutError(f"idle for {self.idle_timeout:g} s (idle_timeout_ms)") from None

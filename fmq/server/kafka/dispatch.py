@@ -9,6 +9,9 @@ error.
   falls back to a version both sides speak.
 * A request whose bytes do not match its schema: :class:`MalformedRequest`, and the
   connection is closed (Kafka closes it too: nothing after such bytes can be trusted).
+* On a server with users, a request before log-in other than ApiVersions and the SASL
+  handshake (:func:`fmq.server.kafka.access.login_refusal`): :class:`NotLoggedIn`, and the
+  connection is closed, as a Kafka broker closes it; clients reconnect and log in.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import logging
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from fmq.server.kafka.access import answering, login_refusal
 from fmq.server.kafka.apis import API_TABLE, supported_apis
 from fmq.server.kafka.entities import build
 from fmq.server.kafka.framing import (
@@ -38,6 +42,11 @@ class MalformedRequest(FrameError):
     """A request whose bytes do not match its API's schema."""
 
 
+class NotLoggedIn(FrameError):
+    """A request this connection may not send before log-in (or at all, before this node
+    has read its users)."""
+
+
 async def answer(session: KafkaSession, frame: bytes) -> bytes | None:
     """The framed answer to ``frame``, or None when it takes none."""
     head = read_head(frame)
@@ -55,12 +64,16 @@ async def answer(session: KafkaSession, frame: bytes) -> bytes | None:
                 load_response_schema(API_VERSIONS_KEY, 0),
                 {"error_code": ErrorCode.unsupported_version, "api_keys": supported_apis()}))
         return encode_bare_error(head.correlation_id, ErrorCode.unsupported_version)
+    refused = login_refusal(session, api)
+    if refused is not None:
+        raise NotLoggedIn(refused)
     try:
         request = read_request(frame, load_request_schema(head.api_key, head.api_version))
     except Exception as exc:  # kio raises several kinds for bytes off the schema
         raise MalformedRequest(f"{api.name} v{head.api_version} request does not match its "
                                f"schema ({type(exc).__name__}: {exc})") from None
-    values = await api.handler(session, request, head.api_version)
+    with answering(api):
+        values = await api.handler(session, request, head.api_version)
     if values is None:
         return None
     response_type = load_response_schema(head.api_key, head.api_version)

@@ -17,7 +17,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from fmq.engine.broker import Broker
-from fmq.server.kafka.apis import kafka_api
+from fmq.security import Operation
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.entities import ms
 from fmq.server.kafka.mapping import to_record
 from fmq.server.kafka.records import encode_batch
@@ -40,14 +42,18 @@ class PartitionRead:
     records: bytes = b""
     low: int = -1
     high: int = -1
+    #: The user may not consume the topic: answered with this code, never read.
+    denied: ErrorCode = ErrorCode.none
 
 
-@kafka_api(1, "Fetch", 4, 12)
+@kafka_api(1, "Fetch", 4, 12, access=on_topics(Operation.CONSUME))
 async def fetch(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
     loop = ctx.loop
     reads = [PartitionRead(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
              for t in request.topics for p in t.partitions]
+    for r in reads:
+        r.denied = access.refusal(session, r.topic) or ErrorCode.none
     deadline = loop.time() + ctx.wait_ms(ms(request.max_wait))
     while True:
         events = [ctx.wakeups.events(r.topic, r.partition, session.id) for r in reads]
@@ -90,6 +96,9 @@ def _read_all(broker: Broker, reads: list[PartitionRead], max_bytes: int) -> Non
     used = 0
     for r in reads:
         r.records = b""
+        if r.denied:
+            r.error = r.denied
+            continue
         _read_one(broker, r, max_bytes - used)
         used += len(r.records)
 

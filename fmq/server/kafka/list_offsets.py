@@ -8,19 +8,27 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from fmq.engine.broker import Broker
-from fmq.server.kafka.apis import kafka_api
+from fmq.security import Operation
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.session import KafkaSession
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-@kafka_api(2, "ListOffsets", 1, 7)
+@kafka_api(2, "ListOffsets", 1, 7, access=on_topics(Operation.DESCRIBE))
 async def list_offsets(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
     topics = []
     for topic in request.topics:
-        parts = [await ctx.read(_offset, ctx.broker, topic.name, p.partition_index,
-                                p.timestamp) for p in topic.partitions]
+        denied = access.refusal(session, topic.name)
+        if denied is not None:
+            parts = [{"partition_index": p.partition_index, "error_code": denied,
+                      "timestamp": -1, "offset": -1, "leader_epoch": -1}
+                     for p in topic.partitions]
+        else:
+            parts = [await ctx.read(_offset, ctx.broker, topic.name, p.partition_index,
+                                    p.timestamp) for p in topic.partitions]
         topics.append({"name": topic.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}
 

@@ -1,8 +1,10 @@
 """The Kafka port: bound when the server starts, on the server's host and event loop, beside
 FMQ's own port and on the same broker. Off unless ``kafka_port`` is set (``--kafka-port``).
 
-The Kafka door has no authentication and no TLS yet, so it refuses to open on a server that
-has users or serves TLS: it would be a way around them.
+It shares the server's security: on a server that serves TLS the Kafka port speaks TLS with
+the same certificate (and, with ``tls_client_ca_file``, requires a client certificate signed
+by that CA, as FMQ's port does); on a server with users, clients log in with SASL as those
+users and their requests are checked against the same rules (:mod:`.access`, :mod:`.sasl`).
 """
 
 from __future__ import annotations
@@ -10,23 +12,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 
 from fmq.errors import ConfigError
 from fmq.server.context import ServerContext
 from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     api_versions,
     fetch,
-    group_membership,
+    group_admin,
+    group_apis,
     group_offsets,
     list_offsets,
     metadata,
     produce,
     producer_ids,
+    sasl,
     topics,
 )
 from fmq.server.kafka.connection import KafkaConnection
-from fmq.server.kafka.group_coordinator import GroupCoordinator
 from fmq.server.kafka.session import KafkaSession
+from fmq.server.tls import server_context
 
 logger = logging.getLogger("fmq.server.kafka")
 
@@ -73,26 +78,20 @@ class KafkaListener:
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._closer: asyncio.Future | None = None
-        self._expiry: asyncio.Future | None = None
-        self.groups: GroupCoordinator | None = None
         self._next_id = 0
+        self.tls: ssl.SSLContext | None = None
 
     async def start(self) -> None:
         config = self.ctx.config
-        if config.tls_cert_file:
-            raise ConfigError("the Kafka port speaks plaintext only (no TLS yet), and this "
-                              "server serves TLS; drop --kafka-port or --tls-cert")
-        if self.ctx.authenticator is not None and self.ctx.authenticator.store.has_users:
-            raise ConfigError("the Kafka port has no authentication yet (no SASL), and this "
-                              "server has users: Kafka clients would get around them; drop "
-                              "--kafka-port (docs/kafka.md)")
+        self.tls = server_context(config)
         sock = bind_kafka_port(self.host, self.port)
-        self._server = await asyncio.start_server(self._accept, sock=sock, backlog=1024)
+        self._server = await asyncio.start_server(
+            self._accept, sock=sock, backlog=1024, ssl=self.tls,
+            ssl_handshake_timeout=config.handshake_timeout_ms / 1000 if self.tls else None)
         self._closer = asyncio.ensure_future(self._close_on_stop())
-        self.groups = GroupCoordinator(asyncio.get_running_loop())
-        self._expiry = asyncio.ensure_future(self._expire_members())
-        logger.info("kafka front door listening on %s:%d (advertised as %s:%d)", self.host,
-                    self.port, self.advertised_host, self.advertised_port)
+        logger.info("kafka front door listening on %s:%d (%s, advertised as %s:%d)",
+                    self.host, self.port, "plaintext" if self.tls is None else "TLS",
+                    self.advertised_host, self.advertised_port)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                       ) -> None:
@@ -105,9 +104,17 @@ class KafkaListener:
                            f"(max_connections)")
             writer.close()
             return
+        if self.ctx.config.tls_client_ca_file and not writer.get_extra_info("peercert"):
+            # The context asks for a certificate without requiring one (FMQ's port then
+            # answers with an error frame); Kafka clients get the close Kafka gives them.
+            logger.warning("refused kafka connection from %s: this server requires a client "
+                           "certificate (mutual TLS: ssl.certificate.location, "
+                           "ssl.key.location)", peer_name)
+            writer.close()
+            return
         self._next_id -= 1
         session = KafkaSession(self.ctx, self._next_id, peer_name, self.advertised_host,
-                               self.advertised_port, self.groups)
+                               self.advertised_port, tls=self.tls is not None)
         connection = KafkaConnection(session, reader, writer)
         self.connections.add(connection)
         logger.info("kafka connection %s opened", peer_name)
@@ -116,11 +123,6 @@ class KafkaListener:
         finally:
             self.connections.discard(connection)
             logger.info("kafka connection %s closed", peer_name)
-
-    async def _expire_members(self) -> None:
-        while True:
-            await asyncio.sleep(0.5)
-            self.groups.expire()
 
     async def _close_on_stop(self) -> None:
         # The server's shutdown starts with the stop request; new Kafka connections and
@@ -133,7 +135,5 @@ class KafkaListener:
         are answered."""
         if self._server is not None:
             self._server.close()
-        if self._expiry is not None:
-            self._expiry.cancel()
         for connection in list(self.connections):
             connection.stop()

@@ -18,8 +18,10 @@ from kio.schema.errors import ErrorCode
 from fmq.errors import FMQError, TopicExists
 from fmq.message import INTERNAL_TOPIC_PREFIX
 from fmq.protocol import Op
+from fmq.security import Operation, ResourceType
 from fmq.server.fencing import follower_refusal
-from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.session import NODE_ID, KafkaSession
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -29,7 +31,7 @@ CLUSTER_ID = "fmq"
 NO_OPERATIONS = -(2 ** 31)
 
 
-@kafka_api(3, "Metadata", 0, 12)
+@kafka_api(3, "Metadata", 0, 12, access=on_topics(Operation.DESCRIBE))
 async def metadata(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
     broker = ctx.broker
@@ -37,7 +39,8 @@ async def metadata(session: KafkaSession, request: Any, version: int) -> dict:
     if wanted is None or (version == 0 and not wanted):  # every topic
         listed = await ctx.read(broker.topics.list)
         answers = [_topic(t["name"], t["queues"]) for t in listed
-                   if not t["name"].startswith(INTERNAL_TOPIC_PREFIX)]
+                   if not t["name"].startswith(INTERNAL_TOPIC_PREFIX)
+                   and access.visible(session, t["name"])]
     else:
         create = (getattr(request, "allow_auto_topic_creation", True)
                   and broker.config.auto_create_topics
@@ -56,6 +59,11 @@ async def _named(session: KafkaSession, name: str | None, create: bool) -> dict:
         return {"error_code": ErrorCode.unknown_topic_id, "name": None, "topic_id": None,
                 "is_internal": False, "partitions": [],
                 "topic_authorized_operations": NO_OPERATIONS}
+    denied = access.refusal(session, name)
+    if denied is not None:
+        return _error(name, denied)
+    # Creating on first use is a produce's right in FMQ (a send creates its topic too).
+    create = create and access.permits(session, Operation.PRODUCE, ResourceType.TOPIC, name)
     found = await ctx.read(broker.topics.get, name)
     if found is None and create:
         try:

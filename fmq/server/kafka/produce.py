@@ -19,8 +19,10 @@ from kio.schema.errors import ErrorCode
 from fmq.errors import FMQError
 from fmq.message import Message, SendResult
 from fmq.protocol import Op
+from fmq.security import Operation
 from fmq.server.fencing import fencing_refusal, follower_refusal
-from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError, to_message
 from fmq.server.kafka.producer_ids import number
@@ -30,7 +32,7 @@ from fmq.server.kafka.session import KafkaSession
 logger = logging.getLogger("fmq.server.kafka")
 
 
-@kafka_api(0, "Produce", 3, 9)
+@kafka_api(0, "Produce", 3, 9, access=on_topics(Operation.PRODUCE))
 async def produce(session: KafkaSession, request: Any, version: int) -> dict | None:
     if request.transactional_id is not None:
         answers = [_refused(topic, ErrorCode.transactional_id_authorization_failed,
@@ -39,7 +41,12 @@ async def produce(session: KafkaSession, request: Any, version: int) -> dict | N
         return {"responses": answers, "throttle_time": 0}
     topics = []
     for topic in request.topic_data:
-        parts = [_store(session, topic.name, p.index, p.records) for p in topic.partition_data]
+        denied = access.refusal(session, topic.name)
+        if denied is not None:
+            parts = [_denied(p.index, denied) for p in topic.partition_data]
+        else:
+            parts = [_store(session, topic.name, p.index, p.records)
+                     for p in topic.partition_data]
         topics.append((topic.name, parts))
     if request.acks == 0:
         for _, parts in topics:
@@ -59,6 +66,10 @@ def _drop_result(fut: asyncio.Future) -> None:
 def _refused(topic: Any, code: ErrorCode, message: str) -> dict:
     return {"name": topic.name, "partition_responses": [
         _partition_error(p.index, code, message) for p in topic.partition_data]}
+
+
+async def _denied(index: int, code: ErrorCode) -> dict:
+    return _partition_error(index, code, "this user may not produce to the topic")
 
 
 def _partition_error(index: int, code: ErrorCode, message: str) -> dict:

@@ -20,13 +20,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from fmq.message import PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, Message
-from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka.apis import LOGGED_IN, kafka_api
 from fmq.server.kafka.session import KafkaSession
 
 MAX_EPOCH = 32_767
 
 
-@kafka_api(22, "InitProducerId", 0, 4)
+@kafka_api(22, "InitProducerId", 0, 4, access=LOGGED_IN)
 async def init_producer_id(session: KafkaSession, request: Any, version: int) -> dict:
     if request.transactional_id is not None:
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,

@@ -1,4 +1,5 @@
-"""What a Kafka handler may use: the server's context and this connection's identity."""
+"""What a Kafka handler may use: the server's context and this connection's identity (its
+peer, whether it came over TLS, and the user it logged in as)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,13 @@ class KafkaSession:
     #: Where clients are told to connect (Metadata's broker address).
     advertised_host: str
     advertised_port: int
-    #: The server's Kafka groups (:class:`~fmq.server.kafka.group_coordinator.GroupCoordinator`).
-    groups: Any = None
     closing: bool = False
+    #: Whether the connection came over TLS (PLAIN is offered only then).
+    tls: bool = False
+    #: The user it logged in as with SASL (None: not logged in).
+    principal: str | None = None
+    #: The mechanism SaslHandshake chose, and SCRAM's state between its two steps.
+    sasl_mechanism: str | None = None
+    scram: Any = None
+    #: Failed log-ins on this connection (each one slows the next answer down).
+    auth_failures: int = 0

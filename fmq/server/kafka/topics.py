@@ -17,14 +17,16 @@ from kio.schema.errors import ErrorCode
 from fmq.engine.broker import Broker
 from fmq.errors import FMQError, TopicExists
 from fmq.protocol import Op
+from fmq.security import Operation
 from fmq.server.fencing import follower_refusal
-from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.session import KafkaSession
 from fmq.topic_config import check_topic_settings
 
 
-@kafka_api(19, "CreateTopics", 2, 7)
+@kafka_api(19, "CreateTopics", 2, 7, access=on_topics(Operation.ALTER))
 async def create_topics(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
     results = []
@@ -33,7 +35,11 @@ async def create_topics(session: KafkaSession, request: Any, version: int) -> di
                   "error_message": None, "num_partitions": -1, "replication_factor": -1,
                   "configs": [], "topic_config_error_code": 0}
         queues = None if topic.num_partitions == -1 else topic.num_partitions
-        if topic.configs:
+        denied = access.refusal(session, topic.name)
+        if denied is not None:
+            result["error_code"] = denied
+            result["error_message"] = "this user may not alter the topic (FMQ's alter)"
+        elif topic.configs:
             result["error_code"] = ErrorCode.invalid_config
             result["error_message"] = ("topic configs are not taken through Kafka's API; "
                                        "set retention and sizes with `fmq topic`")
@@ -67,7 +73,7 @@ def _validate(broker: Broker, name: str, queues: int | None) -> None:
         raise TopicExists(name)
 
 
-@kafka_api(20, "DeleteTopics", 1, 6)
+@kafka_api(20, "DeleteTopics", 1, 6, access=on_topics(Operation.ALTER))
 async def delete_topics(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
     names = ([t.name for t in request.topics] if version >= 6 else list(request.topic_names))
@@ -75,8 +81,12 @@ async def delete_topics(session: KafkaSession, request: Any, version: int) -> di
     for name in names:
         result = {"name": name, "topic_id": None, "error_code": ErrorCode.none,
                   "error_message": None}
+        denied = None if name is None else access.refusal(session, name)
         if name is None:
             result["error_code"] = ErrorCode.unknown_topic_id
+        elif denied is not None:
+            result["error_code"] = denied
+            result["error_message"] = "this user may not alter the topic (FMQ's alter)"
         else:
             try:
                 refusal = follower_refusal(ctx.replication, Op.TOPIC_DELETE)

@@ -56,7 +56,7 @@ def test_subscribers_share_the_partitions_and_take_over_when_one_leaves(shared_k
         first.close()
     log = shared_kafka_server.log()
     assert "Traceback" not in log
-    assert "kafka group sub: member" in log and "left" in log
+    assert "kafka group 'sub': member" in log and "left" in log
 
 
 def test_kafka_python_subscribes_too(shared_kafka_server):

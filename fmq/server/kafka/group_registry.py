@@ -1,0 +1,24 @@
+"""Which Kafka group coordinator serves which server: one per server context, made at the
+first group request."""
+
+from __future__ import annotations
+
+import weakref
+
+from fmq.server.context import ServerContext
+from fmq.server.kafka.group_coordinator import KafkaGroupCoordinator
+
+_COORDINATORS: weakref.WeakKeyDictionary[ServerContext, KafkaGroupCoordinator] = (
+    weakref.WeakKeyDictionary())
+
+
+def coordinator_of(ctx: ServerContext) -> KafkaGroupCoordinator:
+    """The Kafka group coordinator of the server whose context is ``ctx``, made at the first
+    group request; it tells the FMQ group registry about itself then, so that an FMQ
+    consumer joining a group with live Kafka members is refused (the one-store rule,
+    docs/kafka.md)."""
+    found = _COORDINATORS.get(ctx)
+    if found is None:
+        found = _COORDINATORS[ctx] = KafkaGroupCoordinator(ctx.loop, ctx.groups.member_count)
+        ctx.groups.foreign_members = found.live_members
+    return found
