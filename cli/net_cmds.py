@@ -50,6 +50,9 @@ def server_option(fn):
               help="Serve Prometheus metrics on this port (/metrics) [default: off].")
 @click.option("--metrics-host", default=None,
               help="Address of the metrics endpoint [default: 127.0.0.1].")
+@click.option("--console-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve the console in a browser on this port (docs/console.md) "
+                   "[default: off].")
 @click.option("--follow", default=None, metavar="HOST:PORT",
               help="Run as a follower of the primary at HOST:PORT: copy its log, take no "
                    "writes (docs/replication.md) [default: the config file's follow].")
@@ -84,7 +87,8 @@ def server_option(fn):
                    "always is).")
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
-           metrics_port: int | None, metrics_host: str | None, follow: str | None,
+           metrics_port: int | None, metrics_host: str | None, console_port: int | None,
+           follow: str | None,
            ack_mode: str | None, min_insync: int | None, coordinator: str | None,
            group: str | None, node: str | None, cluster_name: str | None,
            tls_cert: str | None,
@@ -98,7 +102,8 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     broker_cfg, server_cfg = load_config(config_file)
     changes = {k: v for k, v in (("host", host), ("port", port), ("metrics_port", metrics_port),
-                                 ("metrics_host", metrics_host), ("tls_cert_file", tls_cert),
+                                 ("metrics_host", metrics_host), ("console_port", console_port),
+                                 ("tls_cert_file", tls_cert),
                                  ("tls_key_file", tls_key),
                                  ("tls_client_ca_file", tls_client_ca),
                                  ("coordinator", coordinator), ("group", group),

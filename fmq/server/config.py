@@ -28,6 +28,9 @@ class ServerConfig:
     metrics_port: int = 0
     #: Address the metrics endpoint listens on: loopback unless chosen otherwise.
     metrics_host: str = "127.0.0.1"
+    #: Port of the console in a browser (docs/console.md) on ``host`` (loopback while the
+    #: data directory has no users); 0 = no console (default).
+    console_port: int = 0
     #: Largest frame accepted (the length field); bigger → error response, connection closed.
     max_frame_size: int = 64 * MiB
     #: Established connections (that sent a complete request) open at once; one more gets
@@ -147,6 +150,7 @@ class ServerConfig:
 
         need(0 <= self.port <= 65_535, "port must be in 0..65535")
         need(0 <= self.metrics_port <= 65_535, "metrics_port must be in 0..65535 (0 = off)")
+        need(0 <= self.console_port <= 65_535, "console_port must be in 0..65535 (0 = off)")
         need(4096 <= self.max_frame_size <= 0xFFFF_FFFF,
              "max_frame_size must be in 4096..4294967295")
         for name in ("max_connections", "max_in_flight", "worker_threads", "long_poll_threads",

@@ -122,6 +122,7 @@ class Server:
         self._hurry: asyncio.Event | None = None  # set by a second stop signal
         self._watchdog: asyncio.Task | None = None
         self.metrics: MetricsEndpoint | None = None
+        self.console: Any = None  # fmq.console.server.ConsoleServer, with console_port
         #: A socket already bound to host:port (see :func:`bind_listener`), or None to bind
         #: in :meth:`start`.
         self._listener = listener
@@ -161,6 +162,10 @@ class Server:
                                     self.config.max_pending_connections)
             self._tls.start()
         self._watchdog = asyncio.ensure_future(self._watch_sessions())
+        if self.config.console_port:
+            from fmq.console.server import ConsoleServer  # aiohttp only when asked for
+            self.console = ConsoleServer(self.ctx)
+            await asyncio.to_thread(self.console.start)
         if self.users_follower is not None:
             self.users_follower.start()
         logger.info("listening on %s:%d (%s, protocol %d, max frame %s, %d worker "
@@ -244,6 +249,8 @@ class Server:
         for session in [*self.pending.values(), *self.sessions.values()]:
             session.close()
         loop = asyncio.get_running_loop()
+        if self.console is not None:  # its pages read the broker: stop it before close
+            await asyncio.to_thread(self.console.close)
         if self.metrics is not None:  # its thread reads the broker: stop it before close
             await asyncio.to_thread(self.metrics.close)
         self.pollers.shutdown(wait=False, cancel_futures=True)

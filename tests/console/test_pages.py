@@ -1,0 +1,152 @@
+"""The console's read-only pages in a real browser, against a real server with real data:
+what a person reads there (counts, lag, a message body, a transaction id) must be what the
+server holds."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from fmq.client import Client, Producer
+from fmq.client.tx_producer import TransactionProducer
+from fmq.message import Message
+from fmq.protocol import Op
+from fmq.tx.state import TxState
+from tests.server.harness import ServerProcess, free_port
+
+from .browser import chromium, watched
+
+SENT = 5
+COMMITTED = 2
+
+
+def _undecided(tx) -> TxState:
+    return TxState.UNKNOWN  # the transaction stays open for the page to show
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory):
+    """A server with the console, a topic of SENT messages in queue 0, a group that
+    committed COMMITTED of them and one open transaction."""
+    root = tmp_path_factory.mktemp("console")
+    port = free_port()
+    srv = ServerProcess(str(root / "data"), extra_args=("--console-port", str(port)))
+    srv.start()
+    try:
+        with Producer(srv.address) as p:
+            for i in range(SENT):
+                body = json.dumps({"order": i, "item": "tea"}).encode()
+                p.send_message(Message("orders", body, key=f"k-{i}", tags="new", queue_id=0))
+            p.send_message(Message("raw", bytes([0, 1, 2, 255]), key="bin", queue_id=0))
+        with Client(srv.address) as c:
+            c.call(Op.COMMIT_OFFSET, {"group": "billing", "topic": "orders", "queue_id": 0,
+                                      "next_offset": COMMITTED})
+        with TransactionProducer(srv.address, "payments", _undecided) as tp:
+            tx_id = tp.prepare([Message("orders-tx", b"pending", key="t-1")])
+        yield {"server": srv, "url": f"http://127.0.0.1:{port}", "tx_id": tx_id,
+               "shots": str(root / "screenshots")}
+    finally:
+        srv.kill()
+
+
+@pytest.fixture(scope="module")
+def browser(console):
+    with chromium(console["shots"]) as b:
+        yield b
+
+
+def test_topics_page_lists_every_topic_with_its_message_count(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/topics")
+    page.shot("topics")
+    row = page.page.locator('tr[data-topic="orders"]')
+    assert row.locator("td.messages").inner_text() == str(SENT)
+    assert page.page.locator('tr[data-topic="raw"] td.messages').inner_text() == "1"
+
+
+def test_topic_page_shows_queue_ranges_and_the_groups_lag(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/topics/orders")
+    page.shot("topic")
+    first_queue = page.page.locator("#queues tbody tr").first.locator("td")
+    assert [first_queue.nth(i).inner_text() for i in range(4)] == ["0", "0", str(SENT),
+                                                                    str(SENT)]
+    assert page.text("#topic-groups td.lag") == str(SENT - COMMITTED)
+
+
+def test_unknown_topic_is_a_404_page_saying_so(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/topics/nope", expect_status=404)
+    assert "nope" in page.text("#error")
+
+
+def test_groups_pages_show_committed_offsets_and_lag(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/groups")
+    page.shot("groups")
+    assert page.page.locator('tr[data-group="billing"] td.lag').inner_text() == \
+        str(SENT - COMMITTED)
+    page.page.click('a[href="/groups/billing"]')
+    page.page.wait_for_url("**/groups/billing")
+    page.shot("group")
+    cells = page.page.locator("#offsets tbody tr").first.locator("td")
+    assert cells.nth(3).inner_text() == str(COMMITTED)
+    assert cells.nth(5).inner_text() == str(SENT - COMMITTED)
+    assert not page.errors, page.errors
+
+
+def test_message_by_key_shows_its_body_as_pretty_json(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/messages?topic=orders&key=k-3")
+    page.shot("messages")
+    assert page.text("#found") == "1 message"
+    assert page.text("td.key") == "k-3"
+    assert json.loads(page.text("pre.body")) == {"order": 3, "item": "tea"}
+    assert '\n  "item"' in page.text("pre.body")  # indented, not the stored one line
+
+
+def test_messages_of_a_queue_from_an_offset_and_a_binary_body_in_hex(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/messages?topic=orders&queue=0&offset=3")
+    assert page.text("#found") == f"{SENT - 3} messages"
+    page.open(console["url"] + "/messages?topic=raw&key=bin")
+    assert page.text("pre.body") == "00 01 02 ff"
+
+
+def test_message_search_form_round_trip(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/messages")
+    page.page.fill('input[name="topic"]', "orders")
+    page.page.fill('input[name="key"]', "k-0")
+    page.page.click('button[type="submit"]')
+    page.page.wait_for_url(re.compile(r".*key=k-0.*"))
+    assert json.loads(page.text("pre.body"))["order"] == 0
+    assert not page.errors, page.errors
+
+
+def test_messages_with_a_bad_offset_say_what_is_wrong(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/messages?topic=orders&queue=0&offset=x", expect_status=400)
+    assert "offset must be a whole number" in page.text("#error")
+
+
+def test_transactions_page_shows_the_open_transaction_by_full_id(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/transactions")
+    page.shot("transactions")
+    row = page.page.locator("#transactions tbody tr").first.locator("td")
+    assert row.nth(0).inner_text() == console["tx_id"]
+    assert row.nth(1).inner_text() == "payments"
+    assert row.nth(5).inner_text() == "1"
+
+
+def test_overview_shows_the_build_path_and_open_transactions(console, browser):
+    from fmq import native
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/")
+    page.shot("overview")
+    # The server is a child process of this interpreter's install: the same build path.
+    assert page.text("#implementation") == native.implementation()
+    assert page.text("#open-transactions").startswith("1")
