@@ -118,8 +118,12 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
     # Below INFO the log does not say where the server listens; with --port 0 nobody could
     # find it, so say it on stderr anyway.
     quiet = logging.getLogger("fmq.server").getEffectiveLevel() > logging.INFO
+    companions = []
+    if server_cfg.console_port:
+        from fmq.console.server import ConsoleServer  # aiohttp only when asked for
+        companions.append(ConsoleServer)
     run_server(data_dir, broker_cfg, server_cfg, on_listening=_announce if quiet else None,
-               insecure=insecure)
+               insecure=insecure, companions=companions)
 
 
 def _announce(host: str, port: int) -> None:
