@@ -14,9 +14,18 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from fmq.console import groups, login, messages, overview, topics, transactions
-from fmq.console.auth import COOKIE, ConsoleSessions, csrf_matches
+from fmq.console.auth import COOKIE, ConsoleSessions, anonymous_login, csrf_matches
 from fmq.console.gateway import ConsoleSession, ServerGateway
-from fmq.console.rendering import GATEWAY, HERE, SECURE, SESSIONS, TEMPLATES, render, templates
+from fmq.console.rendering import (
+    ANONYMOUS,
+    GATEWAY,
+    HERE,
+    SECURE,
+    SESSIONS,
+    TEMPLATES,
+    render,
+    templates,
+)
 from fmq.errors import FMQError, InvalidArgument, SecurityError, UnknownTopic
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -41,25 +50,30 @@ async def error_pages(request: web.Request, handler: Handler) -> web.StreamRespo
 async def logged_in(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Who is asking: everyone on a server without users (the console is on loopback
     only); else the person whose session cookie this is, or nobody, who is sent to the
-    log-in page. A POST must carry the session's CSRF token."""
+    log-in page. A POST (but a log-in) must carry the CSRF token of the page it came from:
+    the session's, or without users the console's own."""
     gateway, peer = request.app[GATEWAY], request.remote or ""
     request["login"] = None
     request["session"] = ConsoleSession(None, peer)
-    if not gateway.has_users or request.path.startswith("/static/"):
+    request["csrf"] = request.app[ANONYMOUS].csrf
+    if request.path.startswith("/static/"):
         return await handler(request)
-    login = request.app[SESSIONS].find(request.cookies.get(COOKIE))
-    if login is None:
-        if request.path == "/login":
-            return await handler(request)
-        raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))
+    login = request.app[ANONYMOUS]
+    if gateway.has_users:
+        login = request.app[SESSIONS].find(request.cookies.get(COOKIE))
+        if login is None:
+            if request.path == "/login":
+                return await handler(request)
+            raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))
+        request["login"] = login
+        request["session"] = ConsoleSession(login.user, peer)
+        request["csrf"] = login.csrf
     if request.method == "POST":
         form = await request.post()
         if not csrf_matches(login, form.get("csrf")):
             return render(request, "error.html", status=403, kind="Refused",
-                          error="this form did not carry this session's CSRF token: reload "
+                          error="this form did not carry this page's CSRF token: reload "
                                 "the page and submit it again from there")
-    request["login"] = login
-    request["session"] = ConsoleSession(login.user, peer)
     return await handler(request)
 
 
@@ -68,6 +82,7 @@ def build_app(gateway: ServerGateway, secure: bool = False) -> web.Application:
     app[GATEWAY] = gateway
     app[TEMPLATES] = templates()
     app[SESSIONS] = ConsoleSessions()
+    app[ANONYMOUS] = anonymous_login()
     app[SECURE] = secure
     for family in (login, overview, topics, groups, messages, transactions):
         app.add_routes(family.routes)

@@ -67,6 +67,12 @@ class ConsoleSessions:
         self._sessions.pop(sid or "", None)
 
 
+def anonymous_login() -> LoginSession:
+    """Everyone's session on a server without users: its CSRF token still keeps another
+    site's page from posting a change to the console (cross-site forms cannot read it)."""
+    return LoginSession("", secrets.token_urlsafe(32), float("inf"))
+
+
 def csrf_matches(login: LoginSession, given: str | None) -> bool:
     return given is not None and hmac.compare_digest(login.csrf, given)
 

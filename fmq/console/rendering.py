@@ -10,7 +10,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from fmq.console.auth import ConsoleSessions
+from fmq.console.auth import ConsoleSessions, LoginSession
 from fmq.console.gateway import ConsoleSession, ServerGateway
 from fmq.version import __version__
 
@@ -18,6 +18,7 @@ HERE = os.path.dirname(__file__)
 GATEWAY = web.AppKey("gateway", ServerGateway)
 TEMPLATES = web.AppKey("templates", jinja2.Environment)
 SESSIONS = web.AppKey("sessions", ConsoleSessions)
+ANONYMOUS = web.AppKey("anonymous", LoginSession)  # without users: everyone's CSRF token
 SECURE = web.AppKey("secure", bool)  # served over HTTPS: cookies are Secure
 
 
@@ -70,6 +71,7 @@ def render(request: web.Request, template: str, status: int = 200, **values: Any
            ) -> web.Response:
     page = request.app[TEMPLATES].get_template(template).render(
         request=request, user=session_of(request).principal, login=request.get("login"),
+        csrf=request.get("csrf", ""),
         **values)
     return web.Response(text=page, status=status, content_type="text/html")
 

@@ -142,6 +142,30 @@ def test_transactions_page_shows_the_open_transaction_by_full_id(console, browse
     assert row.nth(5).inner_text() == "1"
 
 
+def test_resolving_a_transaction_asks_first_and_refuses_a_forged_post(console, browser):
+    with TransactionProducer(console["server"].address, "refunds", _undecided) as tp:
+        tx_id = tp.prepare([Message("refunds", f"refund {i}".encode(), queue_id=0)
+                            for i in range(2)])
+    page = watched(browser, console["shots"])
+    forged = page.page.request.post(console["url"] + "/transactions/resolve",
+                                    form={"group": "refunds", "tx": tx_id,
+                                          "decision": "commit", "csrf": "forged"})
+    assert forged.status == 403 and "CSRF" in forged.text()
+    page.open(console["url"] + "/transactions")
+    assert tx_id in page.text("#transactions")  # the forged POST changed nothing
+    page.page.locator("#transactions tr", has_text=tx_id).locator("a.resolve").click()
+    page.page.wait_for_url("**/transactions/resolve?*")
+    assert tx_id in page.page.content()
+    page.shot("resolve")
+    page.page.click('button[value="commit"]')
+    page.page.wait_for_url("**/transactions/resolve")
+    assert page.text("#state") == "commit"
+    page.open(console["url"] + "/transactions")
+    assert tx_id not in page.text("#transactions")
+    page.open(console["url"] + "/messages?topic=refunds&queue=0&offset=0")
+    assert page.text("#found") == "2 messages"  # committed: now readable
+
+
 def test_overview_shows_the_build_path_and_open_transactions(console, browser):
     from fmq import native
     page = watched(browser, console["shots"])
