@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.request
 
 import pytest
 
@@ -174,3 +175,28 @@ def test_overview_shows_the_build_path_and_open_transactions(console, browser):
     # The server is a child process of this interpreter's install: the same build path.
     assert page.text("#implementation") == native.implementation()
     assert page.text("#open-transactions").startswith("1")
+
+
+def test_without_users_the_console_listens_on_loopback_only(tmp_path):
+    """A server without users told to listen everywhere (--insecure) still keeps the
+    console on 127.0.0.1: anyone reaching it could do anything."""
+    port = free_port()
+    srv = ServerProcess(str(tmp_path / "data"), extra_args=(
+        "--host", "0.0.0.0", "--insecure", "--console-port", str(port)))
+    srv.address = f"127.0.0.1:{srv.port}"
+    srv.start()
+    try:
+        assert f"console on http://127.0.0.1:{port}/" in srv.log()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/topics", timeout=10) as page:
+            assert page.status == 200
+    finally:
+        srv.kill()
+
+
+def test_the_console_is_off_unless_asked(tmp_path):
+    srv = ServerProcess(str(tmp_path / "data"))
+    srv.start()
+    try:
+        assert "console on" not in srv.log()
+    finally:
+        srv.kill()
