@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import urllib.request
 
 import pytest
@@ -15,7 +16,7 @@ from fmq.client.tx_producer import TransactionProducer
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.tx.state import TxState
-from tests.server.harness import ServerProcess, free_port
+from tests.server.harness import ServerProcess, free_port, run_cli
 
 from .browser import chromium, watched
 
@@ -200,3 +201,15 @@ def test_the_console_is_off_unless_asked(tmp_path):
         assert "console on" not in srv.log()
     finally:
         srv.kill()
+
+
+def test_a_console_port_in_use_stops_the_server_saying_so(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run_cli("server", "--data-dir", str(tmp_path / "data"), "--port", "0",
+                      "--console-port", str(port))
+    assert out.returncode == 1
+    assert f"cannot serve the console on 127.0.0.1:{port}" in out.stderr
+    assert "choose another --console-port" in out.stderr
