@@ -52,6 +52,9 @@ def server_option(fn):
               help="Address of the metrics endpoint [default: 127.0.0.1].")
 @click.option("--kafka-port", type=click.IntRange(0, 65535), default=None,
               help="Also serve Kafka's wire protocol on this port (docs/kafka.md) "
+                     "[default: off].")
+@click.option("--console-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve the console in a browser on this port (docs/console.md) "
                    "[default: off].")
 @click.option("--follow", default=None, metavar="HOST:PORT",
               help="Run as a follower of the primary at HOST:PORT: copy its log, take no "
@@ -88,6 +91,7 @@ def server_option(fn):
 @fmq_errors
 def server(data_dir: str, host: str | None, port: int | None, config_file: str | None,
            metrics_port: int | None, metrics_host: str | None, kafka_port: int | None,
+           console_port: int | None,
            follow: str | None, ack_mode: str | None, min_insync: int | None, coordinator: str | None,
            group: str | None, node: str | None, cluster_name: str | None,
            tls_cert: str | None,
@@ -102,6 +106,7 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
     broker_cfg, server_cfg = load_config(config_file)
     changes = {k: v for k, v in (("host", host), ("port", port), ("metrics_port", metrics_port),
                                  ("metrics_host", metrics_host), ("kafka_port", kafka_port),
+                                 ("console_port", console_port),
                                  ("tls_cert_file", tls_cert),
                                  ("tls_key_file", tls_key),
                                  ("tls_client_ca_file", tls_client_ca),
@@ -117,8 +122,12 @@ def server(data_dir: str, host: str | None, port: int | None, config_file: str |
     # Below INFO the log does not say where the server listens; with --port 0 nobody could
     # find it, so say it on stderr anyway.
     quiet = logging.getLogger("fmq.server").getEffectiveLevel() > logging.INFO
+    companions = []
+    if server_cfg.console_port:
+        from fmq.console.server import ConsoleServer  # aiohttp only when asked for
+        companions.append(ConsoleServer)
     run_server(data_dir, broker_cfg, server_cfg, on_listening=_announce if quiet else None,
-               insecure=insecure)
+               insecure=insecure, companions=companions)
 
 
 def _announce(host: str, port: int) -> None:

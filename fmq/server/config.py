@@ -34,6 +34,9 @@ class ServerConfig:
     #: ``kafka_port``. Set them when clients reach the server through another name or port.
     kafka_advertised_host: str = ""
     kafka_advertised_port: int = 0
+    #: Port of the console in a browser (docs/console.md) on ``host`` (loopback while the
+    #: data directory has no users); 0 = no console (default).
+    console_port: int = 0
     #: Largest frame accepted (the length field); bigger → error response, connection closed.
     max_frame_size: int = 64 * MiB
     #: Established connections (that sent a complete request) open at once; one more gets
@@ -157,6 +160,7 @@ class ServerConfig:
         need(0 <= self.kafka_port <= 65_535, "kafka_port must be in 0..65535 (0 = off)")
         need(0 <= self.kafka_advertised_port <= 65_535,
              "kafka_advertised_port must be in 0..65535 (0 = kafka_port)")
+        need(0 <= self.console_port <= 65_535, "console_port must be in 0..65535 (0 = off)")
         need(4096 <= self.max_frame_size <= 0xFFFF_FFFF,
              "max_frame_size must be in 4096..4294967295")
         for name in ("max_connections", "max_in_flight", "worker_threads", "long_poll_threads",

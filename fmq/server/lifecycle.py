@@ -35,6 +35,7 @@ from fmq.server.listener import bind_listener
 from fmq.server.replica_role import RoleChange
 from fmq.server.route_membership import RouteMembership
 from fmq.server.server import Server
+from fmq.server.sidecars import CompanionFactory
 from fmq.server.tls import server_context
 
 logger = logging.getLogger("fmq.server")
@@ -67,7 +68,8 @@ def open_in_role(data_dir: str, config: BrokerConfig, change: RoleChange | None)
 
 def _serve_once(broker: Broker, server_config: ServerConfig, listener: socket.socket,
                 on_listening: Callable[[str, int], None] | None,
-                elector: Elector | None, membership: RouteMembership | None) -> Server:
+                elector: Elector | None, membership: RouteMembership | None,
+                companions: list[CompanionFactory]) -> Server:
     rec = broker.recovery
     logger.info("recovery: replayed %d records from offset %d, %d open transactions, "
                 "torn tail %s", rec.records_replayed, rec.start_offset,
@@ -91,6 +93,7 @@ def _serve_once(broker: Broker, server_config: ServerConfig, listener: socket.so
             membership.attach(server.ctx)
 
     server.on_role = on_role
+    server.sidecars.factories = companions
     logger.info("event loop: %s", resolve_event_loop(server_config.event_loop))
     tune_for_serving()
     try:
@@ -106,12 +109,14 @@ def _serve_once(broker: Broker, server_config: ServerConfig, listener: socket.so
 def run_server(data_dir: str, broker_config: Any = None,
                server_config: ServerConfig | None = None,
                on_listening: Callable[[str, int], None] | None = None,
-               insecure: bool = False) -> None:
+               insecure: bool = False,
+               companions: list[CompanionFactory] | None = None) -> None:
     """Bind the port, open the broker (running recovery), serve until SIGINT/SIGTERM, close
     cleanly; reopen in a new role as often as the node's role changes. The port is bound
     first so that a clash is reported before a long recovery. Raises DataDirLocked when
     another process holds ``data_dir``, ConfigError when it has no users and
-    ``server_config.host`` is not loopback (unless ``insecure``)."""
+    ``server_config.host`` is not loopback (unless ``insecure``). ``companions``: services
+    started beside each round's server (the console: fmq.console)."""
     server_config = server_config or ServerConfig()
     broker_config = broker_config or BrokerConfig()
     server_context(server_config)  # unreadable TLS files are reported before anything else
@@ -143,7 +148,7 @@ def run_server(data_dir: str, broker_config: Any = None,
             if visible is not None:  # a new primary shows no more than it was shown
                 broker.replica.resume_visible_at(visible)
             server = _serve_once(broker, server_config, listener, on_listening, elector,
-                                 membership)
+                                 membership, companions or [])
             broker.close()  # no-op after a graceful shutdown
             visible = broker.replica.visible_end
             if server.replication_failed is not None:

@@ -49,11 +49,11 @@ from fmq.server.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLi
 from fmq.server.context import ServerContext
 from fmq.server.kafka import open_kafka_door
 from fmq.server.listener import bind_listener
-from fmq.server.metrics import MetricsEndpoint
 from fmq.server.replica_role import RoleChange, primary_access
 from fmq.server.replies import largest_single_reply
 from fmq.server.request_limits import ListLimit, RequestLimits
 from fmq.server.session import ClientSession
+from fmq.server.sidecars import Sidecars
 from fmq.server.tls import TLSAcceptor, server_context
 from fmq.threadname import name_os_thread
 from fmq.units import size
@@ -122,7 +122,8 @@ class Server:
         self._tls: TLSAcceptor | None = None  # accepts instead of _server with TLS
         self._hurry: asyncio.Event | None = None  # set by a second stop signal
         self._watchdog: asyncio.Task | None = None
-        self.metrics: MetricsEndpoint | None = None
+        #: The metrics endpoint and companions (the console) on threads of their own.
+        self.sidecars = Sidecars()
         #: A socket already bound to host:port (see :func:`bind_listener`), or None to bind
         #: in :meth:`start`.
         self._listener = listener
@@ -146,9 +147,7 @@ class Server:
         loop = asyncio.get_running_loop()
         self.ctx.attach(loop)
         self._hurry = asyncio.Event()
-        if self.config.metrics_port:
-            self.metrics = MetricsEndpoint(self.broker, self.stats, loop,
-                                           self.config.metrics_host, self.config.metrics_port)
+        await self.sidecars.start(self.ctx, self.stats)
         self.kafka = await open_kafka_door(self.ctx)  # None unless kafka_port is set
         if self._listener is None:
             self._listener = bind_listener(self.config.host, self.config.port)
@@ -246,8 +245,7 @@ class Server:
         for session in [*self.pending.values(), *self.sessions.values()]:
             session.close()
         loop = asyncio.get_running_loop()
-        if self.metrics is not None:  # its thread reads the broker: stop it before close
-            await asyncio.to_thread(self.metrics.close)
+        await self.sidecars.close()  # their threads read the broker: stop them before close
         self.pollers.shutdown(wait=False, cancel_futures=True)
         # No read may still be inside LMDB when the broker closes it (reads are short).
         await asyncio.to_thread(self.readers.shutdown, wait=True, cancel_futures=True)

@@ -1,0 +1,58 @@
+"""``/groups`` and ``/groups/<name>``: what ``fmq groups`` says (members, queue owners,
+committed offsets, lag and the age of the oldest unread message)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from fmq.console.gateway import ConsoleSession, ServerGateway
+from fmq.console.rendering import gateway_of, render, session_of
+from fmq.protocol import Op
+from fmq.security import Operation, ResourceType
+
+routes = web.RouteTableDef()
+
+
+def _summary(group: dict) -> dict:
+    rows = group["offsets"]
+    return {**group, "lag": sum(r["lag"] for r in rows),
+            "oldest_unread_ms": max((r["lag_ms"] for r in rows), default=0),
+            "topics": sorted({r["topic"] for r in rows})}
+
+
+async def all_groups(gateway: ServerGateway, session: ConsoleSession) -> list[dict]:
+    """Every group the user may describe. GROUPS for the whole cluster is for those who may
+    describe the cluster; the others see the committed offsets of their groups (live
+    members are known only to the server's loop, which GROUPS reads)."""
+    if gateway.may(session, Operation.DESCRIBE, ResourceType.CLUSTER, "cluster"):
+        return (await gateway.call_json(session, Op.GROUPS, {"group": None}))["groups"]
+    rows = await gateway.read(session, None, "console GROUPS",
+                              gateway.ctx.broker.inventory.groups)
+    names = sorted({r["group"] for r in rows
+                    if gateway.may(session, Operation.DESCRIBE, ResourceType.GROUP,
+                                   r["group"])})
+    return [{"group": name, "generation": 0, "members": {},
+             "offsets": [{**r, "owner": None} for r in rows if r["group"] == name]}
+            for name in names]
+
+
+@routes.get("/groups")
+async def group_list(request: web.Request) -> web.Response:
+    gateway, session = gateway_of(request), session_of(request)
+    groups = [_summary(g) for g in await all_groups(gateway, session)
+              if gateway.may(session, Operation.DESCRIBE, ResourceType.GROUP, g["group"])]
+    return render(request, "groups.html", groups=groups)
+
+
+@routes.get("/groups/{name}")
+async def group_page(request: web.Request) -> web.Response:
+    gateway, session = gateway_of(request), session_of(request)
+    name = request.match_info["name"]
+    answer = await gateway.call_json(session, Op.GROUPS, {"group": name})
+    found = [_summary(g) for g in answer["groups"]]
+    group = found[0] if found else {"group": name, "generation": 0, "members": {},
+                                    "offsets": [], "lag": 0, "oldest_unread_ms": 0,
+                                    "topics": []}
+    offsets = [r for r in group["offsets"]
+               if gateway.may(session, Operation.DESCRIBE, ResourceType.TOPIC, r["topic"])]
+    return render(request, "group.html", group=group, offsets=offsets, known=bool(found))
