@@ -86,11 +86,12 @@ def test_batch_write_stores_every_row_once_with_its_columns(topics, server):
     assert open_sink_transactions(server) == []
 
 
-def _child(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def _child(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tests.spark.sink_jobs", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.timeout(600)  # a child session of its own
 def test_task_failing_on_its_first_attempt_writes_once(server):
     run = _child("retry", server.address, "sink-retry", "300")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -99,15 +100,16 @@ def test_task_failing_on_its_first_attempt_writes_once(server):
     assert open_sink_transactions(server) == []
 
 
+@pytest.mark.timeout(900)  # two child sessions of their own, micro-batch by micro-batch
 def test_streaming_query_restarted_after_its_commit_writes_once(server, tmp_path):
     with Producer(server.address) as p:
-        for i in range(230):
+        for i in range(120):
             p.send("pipe-in", f"event-{i}".encode(), key=f"u{i % 7}")
     checkpoint = str(tmp_path / "checkpoint")
     env_first = {**os.environ, "FMQ_SINK_FAIL_AFTER": "1"}
     first = subprocess.run([sys.executable, "-m", "tests.spark.sink_jobs", "stream",
                             server.address, "pipe-in", "pipe-out", checkpoint], cwd=ROOT,
-                           capture_output=True, text=True, timeout=240, env=env_first)
+                           capture_output=True, text=True, timeout=400, env=env_first)
     assert first.returncode == 3, first.stdout[-3000:] + first.stderr[-3000:]
     assert "the driver dies after the commit of 1" in first.stdout
     # Batches 0 and 1 were committed to FMQ; Spark's commit log lacks batch 1.
@@ -116,8 +118,8 @@ def test_streaming_query_restarted_after_its_commit_writes_once(server, tmp_path
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     out = stored(server, "pipe-out")
     assert sorted(bytes(m.body) for m in out) == sorted(f"EVENT-{i}".encode()
-                                                        for i in range(230))
-    assert len({m.properties["from"] for m in out}) == 230
+                                                        for i in range(120))
+    assert len({m.properties["from"] for m in out}) == 120
     assert open_sink_transactions(server) == []
 
 
