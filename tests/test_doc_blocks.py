@@ -81,6 +81,8 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/spark.md", 'spark.read.parquet("/data/orders-sink")'):
         "needs Spark and Java; an excerpt continuing the streaming query",
     ("docs/spark.md", "df.where(\"key = 'o-1'\").show()"): "needs Spark and Java; an excerpt",
+    ("docs/spark.md", 'option("topic", "clicks-upper")'):
+        "needs Spark and Java (tests/spark/test_topic_sink.py runs it)",
 }
 
 # Blocks that run after others, in the same directory: (document, text): the blocks first.

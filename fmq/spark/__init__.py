@@ -9,6 +9,10 @@
   ``spark-submit`` of the module), run in passes by :mod:`~fmq.spark.session`,
   :mod:`~fmq.spark.derive`, :mod:`~fmq.spark.transactions`, :mod:`~fmq.spark.bulk_load`,
   :mod:`~fmq.spark.swap` and :mod:`~fmq.spark.audit` (the Parquet audit tables).
+* :mod:`fmq.spark.topic_source`: ``format("fmq-topic")``, the consumable messages of a
+  running server's topics (batch and streaming), and the sink writing rows into topics
+  exactly once (:mod:`~fmq.spark.topic_sink`, :mod:`~fmq.spark.sink_commit`,
+  :mod:`~fmq.spark.sink_rows`).
 
 Needs the ``spark`` extra (``pip install 'fmq[spark]'``) on the driver and on every
 executor; ``docs/spark.md`` is the guide.

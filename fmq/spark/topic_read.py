@@ -25,11 +25,15 @@ TOPIC_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("key", "string", pa.string()),
     ("tags", "string", pa.string()),
     ("properties", "map<string,string>", pa.map_(pa.string(), pa.string())),
-    ("store_time", "bigint", pa.int64()),  # ms since the epoch
+    # When the broker stored the message, as Kafka's source gives ``timestamp``.
+    ("store_time", "timestamp", pa.timestamp("us", tz="UTC")),
     ("body", "binary", pa.binary()),
     # The broker group holding the queue (queue_id is its local id there); null for a
     # topic outside a cluster. Last, so the columns before it keep their places.
     ("group", "string", pa.string()),
+    # store_time as the broker keeps it (ms since the epoch): what startingTimestamp
+    # and the client's offset_for_time take.
+    ("store_time_ms", "bigint", pa.int64()),
 ]
 TOPIC_SCHEMA = pa.schema([(n, a) for n, _d, a in TOPIC_COLUMNS])
 
@@ -82,9 +86,10 @@ def to_arrow(msgs: list[StoredMessage], group: str = SINGLE) -> pa.RecordBatch:
         [m.key for m in msgs],
         [m.tags for m in msgs],
         [list(m.properties.items()) for m in msgs],
-        [m.store_time for m in msgs],
+        [m.store_time * 1000 for m in msgs],
         [bytes(m.body) for m in msgs],
         [group or None] * len(msgs),
+        [m.store_time for m in msgs],
     ]
     return pa.RecordBatch.from_arrays(
         [pa.array(c, type=t) for c, (_n, _d, t) in zip(columns, TOPIC_COLUMNS, strict=True)],

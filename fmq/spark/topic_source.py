@@ -54,6 +54,7 @@ from fmq.spark.topic_offsets import (
     resolve,
 )
 from fmq.spark.topic_read import QueueRange, plan, read_range, topic_schema_ddl
+from fmq.spark.topic_sink import TopicBatchWriter, TopicStreamWriter
 from fmq.spark.topic_stream import TopicStreamReader
 
 
@@ -103,6 +104,20 @@ class TopicDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> TopicStreamReader:
         return TopicStreamReader(dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> TopicBatchWriter:
+        _append_only(overwrite)
+        return TopicBatchWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> TopicStreamWriter:
+        _append_only(overwrite)
+        return TopicStreamWriter(dict(self.options), schema)
+
+
+def _append_only(overwrite: bool) -> None:
+    if overwrite:
+        raise InvalidArgument('a topic cannot be overwritten: write to fmq-topic with '
+                              'mode("append") (its messages are only ever added)')
 
 
 def register(spark) -> None:
