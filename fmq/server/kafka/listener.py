@@ -15,15 +15,19 @@ from fmq.errors import ConfigError
 from fmq.server.context import ServerContext
 from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     api_versions,
+    cluster,
+    configs,
     fetch,
     group_membership,
     group_offsets,
     list_offsets,
     metadata,
+    partitions,
     produce,
     producer_ids,
     topics,
 )
+from fmq.server.kafka.brokers import KafkaBrokers
 from fmq.server.kafka.connection import KafkaConnection
 from fmq.server.kafka.group_coordinator import GroupCoordinator
 from fmq.server.kafka.session import KafkaSession
@@ -75,6 +79,9 @@ class KafkaListener:
         self._closer: asyncio.Future | None = None
         self._expiry: asyncio.Future | None = None
         self.groups: GroupCoordinator | None = None
+        node = config.node or (f"{config.host}:{config.port}" if config.port else "")
+        self.brokers = (KafkaBrokers(config, self.advertised_host, self.advertised_port, node)
+                        if config.coordinator and node else None)
         self._next_id = 0
 
     async def start(self) -> None:
@@ -91,8 +98,17 @@ class KafkaListener:
         self._closer = asyncio.ensure_future(self._close_on_stop())
         self.groups = GroupCoordinator(asyncio.get_running_loop())
         self._expiry = asyncio.ensure_future(self._expire_members())
+        if self.brokers is not None:
+            self.brokers.start(self._route_groups)
         logger.info("kafka front door listening on %s:%d (advertised as %s:%d)", self.host,
                     self.port, self.advertised_host, self.advertised_port)
+
+    def _route_groups(self) -> list[str]:
+        """The broker groups the node's routes name (their brokers are Kafka's too)."""
+        routes = self.ctx.routes
+        if routes is None:
+            return []
+        return sorted({g for r in routes.snapshot.routes.values() for g in r.groups})
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                       ) -> None:
@@ -107,7 +123,7 @@ class KafkaListener:
             return
         self._next_id -= 1
         session = KafkaSession(self.ctx, self._next_id, peer_name, self.advertised_host,
-                               self.advertised_port, self.groups)
+                               self.advertised_port, self.groups, self.brokers)
         connection = KafkaConnection(session, reader, writer)
         self.connections.add(connection)
         logger.info("kafka connection %s opened", peer_name)
@@ -135,5 +151,7 @@ class KafkaListener:
             self._server.close()
         if self._expiry is not None:
             self._expiry.cancel()
+        if self.brokers is not None:
+            self.brokers.stop()
         for connection in list(self.connections):
             connection.stop()

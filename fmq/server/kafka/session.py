@@ -24,4 +24,7 @@ class KafkaSession:
     advertised_port: int
     #: The server's Kafka groups (:class:`~fmq.server.kafka.group_coordinator.GroupCoordinator`).
     groups: Any = None
+    #: The Kafka brokers of the group (:class:`~fmq.server.kafka.brokers.KafkaBrokers`);
+    #: None: this server alone, node :data:`NODE_ID`.
+    brokers: Any = None
     closing: bool = False
