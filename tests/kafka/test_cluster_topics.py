@@ -56,9 +56,9 @@ def test_a_topic_over_two_groups_is_one_kafka_topic(tmp_path):
         wait_until(lambda: _leaders(g1_bootstrap) == want, 30,
                    "Metadata to name each group's primary for its partitions")
         admin = AdminClient({"bootstrap.servers": g1_bootstrap})
-        brokers = admin.list_topics(timeout=10).brokers
-        assert {b.id: b.port for b in brokers.values()} == {
-            want[0]: nodes["g1"].kafka_port, want[2]: nodes["g2"].kafka_port}
+        both = {want[0]: nodes["g1"].kafka_port, want[2]: nodes["g2"].kafka_port}
+        wait_until(lambda: {b.id: b.port for b in admin.list_topics(
+            timeout=10).brokers.values()} == both, 30, "both groups' brokers in Metadata")
 
         producer = Producer({"bootstrap.servers": g1_bootstrap, "acks": "all"})
         failures = []

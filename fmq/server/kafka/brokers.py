@@ -149,6 +149,8 @@ class KafkaBrokers:
                     leader, epoch = node_id(group, str(d["node"])), int(d["epoch"])
                 except (ValueError, KeyError, TypeError):
                     pass
+            if leader not in brokers:  # its address is not published yet: unreachable
+                leader = NO_LEADER
             groups[group] = GroupView(leader, epoch, tuple(sorted(members)))
         return BrokersView(tuple(sorted(brokers.values(), key=lambda b: b.node_id)), groups)
 
