@@ -40,6 +40,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/kafka.md", "consumer.assign([TopicPartition(\"orders\", 0, 0)])"):
         "needs the Kafka port of the block before it (tests/kafka/test_clients.py runs "
         "confluent-kafka the same way)",
+    ("docs/kafka.md", "admin.incremental_alter_configs([resource])"):
+        "needs a server with a Kafka port on 9092 (tests/kafka/test_admin.py makes the same "
+        "AdminClient calls against a real server)",
     ("docs/replication.md", "fmq server primary-data"):
         "starts servers that run until stopped, one terminal each (tests/replication/)",
     ("docs/replication.md", "etcd --data-dir etcd-data"):

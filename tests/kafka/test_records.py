@@ -13,6 +13,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from fmq.message import StoredMessage
 from fmq.server.kafka.compression import XERIAL_MAGIC
 from fmq.server.kafka.mapping import (
+    CREATE_TIME_PROPERTY,
     NULL_VALUE_PROPERTY,
     MappingError,
     header_to_property,
@@ -136,8 +137,11 @@ def test_records_map_to_messages_and_back():
     assert msg.properties[NULL_VALUE_PROPERTY] == "1"
     stored = StoredMessage("t", 2, 7, 100, msg.body, msg.key, None, msg.properties, 99)
     back = to_record(stored)
+    # The producer's CreateTime (5) comes back, not the store time (99).
     assert (back.key, back.value, back.headers, back.timestamp) == (
-        b"order-1", None, [("a", b"1"), ("b", b"\x80")], 99)
+        b"order-1", None, [("a", b"1"), ("b", b"\x80")], 5)
+    sent_by_fmq = StoredMessage("t", 2, 8, 101, b"v", None, None, {"a": "1"}, 99)
+    assert to_record(sent_by_fmq).timestamp == 99
 
 
 def test_records_fmq_cannot_store_as_they_are_are_refused():
@@ -145,3 +149,5 @@ def test_records_fmq_cannot_store_as_they_are_are_refused():
         to_message("t", 0, KafkaRecord(b"\xff", b"v"))
     with pytest.raises(MappingError, match="twice"):
         to_message("t", 0, KafkaRecord(None, b"v", [("h", b"1"), ("h", b"2")]))
+    with pytest.raises(MappingError, match="keeps for itself"):
+        to_message("t", 0, KafkaRecord(None, b"v", [(CREATE_TIME_PROPERTY, b"1")]))

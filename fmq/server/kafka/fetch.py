@@ -23,6 +23,7 @@ from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.entities import ms
 from fmq.server.kafka.mapping import to_record
 from fmq.server.kafka.records import encode_batch
+from fmq.server.kafka.routed import local_queue
 from fmq.server.kafka.session import KafkaSession
 
 #: Messages one partition's answer holds at most (FMQ's own pulls stop there too).
@@ -40,6 +41,8 @@ class PartitionRead:
     max_bytes: int
     error: ErrorCode = ErrorCode.none
     records: bytes = b""
+    #: This node's queue holding the partition (None: another broker group hosts it).
+    queue: int | None = -1
     low: int = -1
     high: int = -1
     #: The user may not consume the topic: answered with this code, never read.
@@ -54,9 +57,11 @@ async def fetch(session: KafkaSession, request: Any, version: int) -> dict:
              for t in request.topics for p in t.partitions]
     for r in reads:
         r.denied = access.refusal(session, r.topic) or ErrorCode.none
+        r.queue = local_queue(session, r.topic, r.partition)
     deadline = loop.time() + ctx.wait_ms(ms(request.max_wait))
     while True:
-        events = [ctx.wakeups.events(r.topic, r.partition, session.id) for r in reads]
+        events = [ctx.wakeups.events(r.topic, r.queue, session.id) for r in reads
+                  if r.queue is not None]
         await ctx.read(_read_all, ctx.broker, reads, request.max_bytes)
         size = sum(len(r.records) for r in reads)
         remaining = deadline - loop.time()
@@ -104,19 +109,22 @@ def _read_all(broker: Broker, reads: list[PartitionRead], max_bytes: int) -> Non
 
 
 def _read_one(broker: Broker, r: PartitionRead, budget: int) -> None:
-    if broker.topics.get(r.topic) is None or not 0 <= r.partition < broker.queue_count(r.topic):
+    if r.queue is None:
+        r.error = ErrorCode.not_leader_or_follower
+        return
+    if broker.topics.get(r.topic) is None or not 0 <= r.queue < broker.queue_count(r.topic):
         r.error = ErrorCode.unknown_topic_or_partition
         return
-    r.low, r.high = broker.queue_range(r.topic, r.partition)
+    r.low, r.high = broker.queue_range(r.topic, r.queue)
     if r.offset > r.high and broker.wait_indexed(INDEX_GRACE_S):
-        r.low, r.high = broker.queue_range(r.topic, r.partition)
+        r.low, r.high = broker.queue_range(r.topic, r.queue)
     if not r.low <= r.offset <= r.high:
         r.error = ErrorCode.offset_out_of_range
         return
     r.error = ErrorCode.none
     if r.offset == r.high or budget <= 0:
         return
-    messages = broker.pull(r.topic, r.partition, r.offset, MAX_RECORDS,
+    messages = broker.pull(r.topic, r.queue, r.offset, MAX_RECORDS,
                            min(budget, r.max_bytes))
     if messages:
         base = messages[0].queue_offset

@@ -11,6 +11,7 @@ from fmq.engine.broker import Broker
 from fmq.security import Operation
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
+from fmq.server.kafka.routed import local_queue
 from fmq.server.kafka.session import KafkaSession
 
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -28,14 +29,21 @@ async def list_offsets(session: KafkaSession, request: Any, version: int) -> dic
                      for p in topic.partitions]
         else:
             parts = [await ctx.read(_offset, ctx.broker, topic.name, p.partition_index,
+                                    local_queue(session, topic.name, p.partition_index),
                                     p.timestamp) for p in topic.partitions]
         topics.append({"name": topic.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}
 
 
-def _offset(broker: Broker, topic: str, partition: int, timestamp: int) -> dict:
-    answer = {"partition_index": partition, "error_code": ErrorCode.none, "timestamp": -1,
+def _offset(broker: Broker, topic: str, index: int, partition: int | None, timestamp: int
+            ) -> dict:
+    """``partition``: this node's queue holding Kafka partition ``index`` (None: another
+    broker group's)."""
+    answer = {"partition_index": index, "error_code": ErrorCode.none, "timestamp": -1,
               "offset": -1, "leader_epoch": 0}
+    if partition is None:
+        answer["error_code"] = ErrorCode.not_leader_or_follower
+        return answer
     if broker.topics.get(topic) is None or not 0 <= partition < broker.queue_count(topic):
         answer["error_code"] = ErrorCode.unknown_topic_or_partition
         return answer

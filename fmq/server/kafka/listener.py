@@ -18,17 +18,21 @@ from fmq.errors import ConfigError
 from fmq.server.context import ServerContext
 from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     api_versions,
+    cluster,
+    configs,
     fetch,
     group_admin,
     group_apis,
     group_offsets,
     list_offsets,
     metadata,
+    partitions,
     produce,
     producer_ids,
     sasl,
     topics,
 )
+from fmq.server.kafka.brokers import KafkaBrokers
 from fmq.server.kafka.connection import KafkaConnection
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.tls import server_context
@@ -78,6 +82,9 @@ class KafkaListener:
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._closer: asyncio.Future | None = None
+        node = config.node or (f"{config.host}:{config.port}" if config.port else "")
+        self.brokers = (KafkaBrokers(config, self.advertised_host, self.advertised_port, node)
+                        if config.coordinator and node else None)
         self._next_id = 0
         self.tls: ssl.SSLContext | None = None
 
@@ -89,9 +96,18 @@ class KafkaListener:
             self._accept, sock=sock, backlog=1024, ssl=self.tls,
             ssl_handshake_timeout=config.handshake_timeout_ms / 1000 if self.tls else None)
         self._closer = asyncio.ensure_future(self._close_on_stop())
+        if self.brokers is not None:
+            self.brokers.start(self._route_groups)
         logger.info("kafka front door listening on %s:%d (%s, advertised as %s:%d)",
                     self.host, self.port, "plaintext" if self.tls is None else "TLS",
                     self.advertised_host, self.advertised_port)
+
+    def _route_groups(self) -> list[str]:
+        """The broker groups the node's routes name (their brokers are Kafka's too)."""
+        routes = self.ctx.routes
+        if routes is None:
+            return []
+        return sorted({g for r in routes.snapshot.routes.values() for g in r.groups})
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                       ) -> None:
@@ -114,7 +130,8 @@ class KafkaListener:
             return
         self._next_id -= 1
         session = KafkaSession(self.ctx, self._next_id, peer_name, self.advertised_host,
-                               self.advertised_port, tls=self.tls is not None)
+                               self.advertised_port, brokers=self.brokers,
+                               tls=self.tls is not None)
         connection = KafkaConnection(session, reader, writer)
         self.connections.add(connection)
         logger.info("kafka connection %s opened", peer_name)
@@ -135,5 +152,7 @@ class KafkaListener:
         are answered."""
         if self._server is not None:
             self._server.close()
+        if self.brokers is not None:
+            self.brokers.stop()
         for connection in list(self.connections):
             connection.stop()

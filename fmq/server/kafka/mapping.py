@@ -20,6 +20,10 @@ from fmq.server.kafka.records import KafkaRecord
 
 #: The property marking a Kafka null value (an empty body stands for it).
 NULL_VALUE_PROPERTY = "kafka.null_value"
+#: The property keeping a Kafka record's CreateTime (ms since the epoch, decimal).
+CREATE_TIME_PROPERTY = "kafka.create_time"
+#: Properties of FMQ's own that a Kafka producer's headers may not name.
+KAFKA_PROPERTIES = frozenset({NULL_VALUE_PROPERTY, CREATE_TIME_PROPERTY})
 #: A property value beginning with this is an escaped header value (see the module's text).
 ESCAPE = "\x00"
 
@@ -61,15 +65,17 @@ def to_message(topic: str, partition: int, record: KafkaRecord) -> Message:
                                "1-255 bytes") from None
     properties: dict[str, str] = {}
     for name, value in record.headers:
+        if name in KAFKA_PROPERTIES:
+            raise MappingError(f"header {name!r} is a property FMQ's Kafka door keeps for "
+                               f"itself; rename it")
         if name in properties:
             raise MappingError(f"header {name!r} is given twice; FMQ properties are a map, "
                                f"so each header name may appear once")
         properties[name] = header_to_property(value)
     if record.value is None:
-        if NULL_VALUE_PROPERTY in properties:
-            raise MappingError(f"header {NULL_VALUE_PROPERTY!r} is FMQ's mark of a null "
-                               f"value; rename it")
         properties[NULL_VALUE_PROPERTY] = "1"
+    if record.timestamp >= 0:
+        properties[CREATE_TIME_PROPERTY] = str(record.timestamp)
     return new_message(topic, record.value or b"", key, None, properties or None, partition)
 
 
@@ -78,12 +84,16 @@ def to_record(message: StoredMessage) -> KafkaRecord:
     props = message.properties or {}
     value: bytes | None = bytes(message.body)
     headers = []
+    timestamp = message.store_time
     for name, text in props.items():
         if name in HIDDEN_PROPERTIES:
+            continue
+        if name == CREATE_TIME_PROPERTY and text.isdigit():
+            timestamp = int(text)
             continue
         if name == NULL_VALUE_PROPERTY and not value:
             value = None
             continue
         headers.append((name, property_to_header(text)))
     key = message.key.encode("utf-8") if message.key else None
-    return KafkaRecord(key, value, headers, message.store_time)
+    return KafkaRecord(key, value, headers, timestamp)

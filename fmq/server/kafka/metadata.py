@@ -1,5 +1,8 @@
-"""Metadata (key 3): the FMQ topics as Kafka topics, their queues as partitions, this server
-the only broker and the leader of every partition.
+"""Metadata (key 3): the FMQ topics as Kafka topics, their queues as partitions. The
+brokers are :mod:`.brokers`' view: this server alone (node 0, the leader of every
+partition), or, in a replication group with a coordinator, every node of the group, each
+partition led by the group's primary in its epoch (no primary now: LEADER_NOT_AVAILABLE,
+which clients retry with a fresh Metadata).
 
 Listing every topic leaves out FMQ's own (``%`` names: retries, dead letters, timers);
 named, they are answered like any other. A topic named but unknown is created when the
@@ -22,6 +25,8 @@ from fmq.security import Operation, ResourceType
 from fmq.server.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
+from fmq.server.kafka.brokers import NO_LEADER, GroupView
+from fmq.server.kafka.routed import routed_partitions
 from fmq.server.kafka.session import NODE_ID, KafkaSession
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -38,7 +43,7 @@ async def metadata(session: KafkaSession, request: Any, version: int) -> dict:
     wanted = request.topics
     if wanted is None or (version == 0 and not wanted):  # every topic
         listed = await ctx.read(broker.topics.list)
-        answers = [_topic(t["name"], t["queues"]) for t in listed
+        answers = [_topic(session, t["name"], t["queues"]) for t in listed
                    if not t["name"].startswith(INTERNAL_TOPIC_PREFIX)
                    and access.visible(session, t["name"])]
     else:
@@ -46,10 +51,24 @@ async def metadata(session: KafkaSession, request: Any, version: int) -> dict:
                   and broker.config.auto_create_topics
                   and follower_refusal(ctx.replication, Op.TOPIC_CREATE) is None)
         answers = [await _named(session, t.name, create) for t in wanted]
-    return {"throttle_time": 0, "cluster_id": CLUSTER_ID, "controller_id": NODE_ID,
-            "brokers": [{"node_id": NODE_ID, "host": session.advertised_host,
-                         "port": session.advertised_port, "rack": None}],
+    return {"throttle_time": 0, "cluster_id": CLUSTER_ID, "controller_id": controller(session),
+            "brokers": brokers(session),
             "topics": answers, "cluster_authorized_operations": NO_OPERATIONS}
+
+
+def brokers(session: KafkaSession) -> list[dict]:
+    """Metadata's brokers: the nodes known (this server alone without a coordinator)."""
+    if session.brokers is None:
+        return [{"node_id": NODE_ID, "host": session.advertised_host,
+                 "port": session.advertised_port, "rack": None}]
+    return [{"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+            for b in session.brokers.view.brokers]
+
+
+def controller(session: KafkaSession) -> int:
+    """The controller Metadata names: this server (FMQ has no controller of its own; admin
+    requests are served by any node, and the follower refuses changes)."""
+    return NODE_ID if session.brokers is None else session.brokers.me.node_id
 
 
 async def _named(session: KafkaSession, name: str | None, create: bool) -> dict:
@@ -77,7 +96,7 @@ async def _named(session: KafkaSession, name: str | None, create: bool) -> dict:
         found = await ctx.read(broker.topics.get, name)
     if found is None:
         return _error(name, ErrorCode.unknown_topic_or_partition)
-    return _topic(name, found.queues)
+    return _topic(session, name, found.queues)
 
 
 def _error(name: str, code: ErrorCode) -> dict:
@@ -85,11 +104,28 @@ def _error(name: str, code: ErrorCode) -> dict:
             "partitions": [], "topic_authorized_operations": NO_OPERATIONS}
 
 
-def _topic(name: str, partitions: int) -> dict:
+def _topic(session: KafkaSession, name: str, partitions: int) -> dict:
+    """``name`` with its ``partitions`` queues led by this group's primary, or, routed over
+    broker groups, with the route's global indices each led by its group's primary."""
+    routed = routed_partitions(session, name)
+    if routed is None:
+        group = session.brokers.group if session.brokers is not None else ""
+        placed = [(i, group) for i in range(partitions)]
+    else:
+        placed = [(p.index, p.group) for p in routed]
     return {"error_code": 0, "name": name, "topic_id": None,
             "is_internal": name.startswith(INTERNAL_TOPIC_PREFIX),
-            "partitions": [{"error_code": 0, "partition_index": i, "leader_id": NODE_ID,
-                            "leader_epoch": 0, "replica_nodes": [NODE_ID],
-                            "isr_nodes": [NODE_ID], "offline_replicas": []}
-                           for i in range(partitions)],
+            "partitions": [_partition(session, i, group) for i, group in placed],
             "topic_authorized_operations": NO_OPERATIONS}
+
+
+def _partition(session: KafkaSession, index: int, group: str) -> dict:
+    leader, epoch, replicas = NODE_ID, 0, [NODE_ID]
+    if session.brokers is not None:
+        view = session.brokers.view.groups.get(group, GroupView())
+        leader, epoch = view.leader, view.epoch
+        replicas = list(view.members) or ([leader] if leader != NO_LEADER else [])
+    code = ErrorCode.none if leader != NO_LEADER else ErrorCode.leader_not_available
+    return {"error_code": code, "partition_index": index, "leader_id": leader,
+            "leader_epoch": epoch, "replica_nodes": replicas, "isr_nodes": replicas,
+            "offline_replicas": []}

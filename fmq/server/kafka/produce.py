@@ -27,6 +27,7 @@ from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError, to_message
 from fmq.server.kafka.producer_ids import number
 from fmq.server.kafka.records import RecordError, decode_batches
+from fmq.server.kafka.routed import local_queue, not_here
 from fmq.server.kafka.session import KafkaSession
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -86,7 +87,11 @@ async def _store(session: KafkaSession, topic: str, partition: int,
         return _partition_error(partition, ErrorCode.unknown_topic_or_partition,
                                 f"topic {topic!r} does not exist and auto_create_topics is "
                                 f"off; create it first")
-    if not 0 <= partition < broker.queue_count(topic):
+    queue = local_queue(session, topic, partition)  # the partition, unless routed
+    if queue is None:
+        return _partition_error(partition, ErrorCode.not_leader_or_follower,
+                                not_here(topic, partition))
+    if not 0 <= queue < broker.queue_count(topic):
         return _partition_error(partition, ErrorCode.unknown_topic_or_partition,
                                 f"topic {topic!r} has {broker.queue_count(topic)} partitions "
                                 f"(queues); partition {partition} is not one of them")
@@ -94,7 +99,7 @@ async def _store(session: KafkaSession, topic: str, partition: int,
     if refusal is not None:  # a follower's log changes only by what its primary ships
         return _partition_error(partition, error_code(refusal), str(refusal))
     try:
-        messages = _messages(topic, partition, records or b"", ctx.config.max_frame_size)
+        messages = _messages(topic, queue, records or b"", ctx.config.max_frame_size)
     except RecordError as exc:
         logger.info("kafka produce from %s to %s/%d refused: %s", session.peer, topic,
                     partition, exc)

@@ -23,6 +23,9 @@ class KafkaSession:
     #: Where clients are told to connect (Metadata's broker address).
     advertised_host: str
     advertised_port: int
+    #: The Kafka brokers of the group (:class:`~fmq.server.kafka.brokers.KafkaBrokers`);
+    #: None: this server alone, node :data:`NODE_ID`.
+    brokers: Any = None
     closing: bool = False
     #: Whether the connection came over TLS (PLAIN is offered only then).
     tls: bool = False

@@ -1,0 +1,92 @@
+"""A topic routed over two broker groups is one Kafka topic: Metadata lists the route's
+global indices as partitions, each led by its group's primary, and Kafka clients given one
+group's address produce to and consume from every partition."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fmq.coordination.routes import ClusterRoutes
+from fmq.server.kafka.brokers import node_id
+from tests.cluster.kit import CLUSTER, CONFIG, known_everywhere, local_queues, queue_range
+from tests.cluster.kit import wait_primary as wait_leading
+from tests.etcdkit import EtcdProcess
+from tests.server.harness import ServerProcess, free_port, wait_until
+
+TOPIC = "spread"
+PER_GROUP = 2
+
+
+def _start(tmp_path, etcd: EtcdProcess, group: str) -> ServerProcess:
+    port = free_port()
+    node = ServerProcess(str(tmp_path / group), CONFIG, extra_args=(
+        "--coordinator", etcd.url, "--cluster-name", CLUSTER, "--group", group,
+        "--node", f"{group}-n1", "--kafka-port", str(port)))
+    node.kafka_port = port
+    return node.start()
+
+
+def _leaders(bootstrap: str) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = admin.list_topics(TOPIC, timeout=10).topics[TOPIC]
+    return {i: p.leader for i, p in topic.partitions.items()}
+
+
+def test_a_topic_over_two_groups_is_one_kafka_topic(tmp_path):
+    etcd = EtcdProcess(str(tmp_path / "etcd")).start()
+    nodes: dict[str, ServerProcess] = {}
+    try:
+        for group in ("g1", "g2"):
+            nodes[group] = _start(tmp_path, etcd, group)
+        for node in nodes.values():
+            wait_leading(node)
+        store = ClusterRoutes(etcd.url, CLUSTER)
+        wait_until(lambda: set(store.groups()) == {"g1", "g2"}, 30, "both groups registered")
+        route = store.create(TOPIC, PER_GROUP, ["g1", "g2"])
+        known_everywhere(nodes, TOPIC, route.version)
+        for node in nodes.values():
+            wait_until(lambda n=node: local_queues(n, TOPIC) == PER_GROUP, 30,
+                       "the route's queues made on each primary")
+        g1_bootstrap = f"127.0.0.1:{nodes['g1'].kafka_port}"
+        want = {0: node_id("g1", "g1-n1"), 1: node_id("g1", "g1-n1"),
+                2: node_id("g2", "g2-n1"), 3: node_id("g2", "g2-n1")}
+        wait_until(lambda: _leaders(g1_bootstrap) == want, 30,
+                   "Metadata to name each group's primary for its partitions")
+        admin = AdminClient({"bootstrap.servers": g1_bootstrap})
+        both = {want[0]: nodes["g1"].kafka_port, want[2]: nodes["g2"].kafka_port}
+        wait_until(lambda: {b.id: b.port for b in admin.list_topics(
+            timeout=10).brokers.values()} == both, 30, "both groups' brokers in Metadata")
+
+        producer = Producer({"bootstrap.servers": g1_bootstrap, "acks": "all"})
+        failures = []
+        sent = {p: [b"p%d-m%d" % (p, i) for i in range(5)] for p in range(4)}
+        for p, values in sent.items():
+            for value in values:
+                producer.produce(TOPIC, value, partition=p, on_delivery=lambda err, msg:
+                                 err is not None and failures.append(err))
+        assert producer.flush(60) == 0
+        assert failures == []
+        # Partitions 2 and 3 are g2's queues 0 and 1.
+        for group, queue in (("g1", 0), ("g1", 1), ("g2", 0), ("g2", 1)):
+            assert queue_range(nodes[group], TOPIC, queue) == (0, 5)
+
+        consumer = Consumer({"bootstrap.servers": g1_bootstrap, "group.id": "unused",
+                             "enable.auto.commit": False})
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(4)])
+        got: dict[int, list[bytes]] = {p: [] for p in range(4)}
+        deadline = time.monotonic() + 60
+        try:
+            while sum(map(len, got.values())) < 20 and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    got[msg.partition()].append(msg.value())
+        finally:
+            consumer.close()
+        assert got == sent
+    finally:
+        for node in nodes.values():
+            node.kill()
+        etcd.stop()
