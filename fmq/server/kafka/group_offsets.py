@@ -24,6 +24,7 @@ from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.session import NODE_ID, KafkaSession
 
 GROUP_KEY = 0
+TRANSACTION_KEY = 1  # a transactional id: this server is its coordinator too
 
 
 @kafka_api(10, "FindCoordinator", 0, 4)
@@ -35,11 +36,10 @@ async def find_coordinator(session: KafkaSession, request: Any, version: int) ->
         answer = {"key": key, "node_id": NODE_ID, "host": session.advertised_host,
                   "port": session.advertised_port, "error_code": ErrorCode.none,
                   "error_message": None}
-        if key_type != GROUP_KEY:
+        if key_type not in (GROUP_KEY, TRANSACTION_KEY):
             answer.update(node_id=-1, host="", port=-1,
-                          error_code=ErrorCode.coordinator_not_available,
-                          error_message="Kafka transactions are not served; no transaction "
-                                        "coordinator")
+                          error_code=ErrorCode.invalid_request,
+                          error_message=f"unknown coordinator key type {key_type}")
         answers.append(answer)
     if version >= 4:
         return {"throttle_time": 0, "coordinators": answers}

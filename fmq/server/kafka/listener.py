@@ -23,10 +23,12 @@ from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     produce,
     producer_ids,
     topics,
+    txn_apis,
 )
 from fmq.server.kafka.connection import KafkaConnection
 from fmq.server.kafka.group_coordinator import GroupCoordinator
 from fmq.server.kafka.session import KafkaSession
+from fmq.server.kafka.txn_coordinator import start_transaction_recovery
 
 logger = logging.getLogger("fmq.server.kafka")
 
@@ -91,6 +93,7 @@ class KafkaListener:
         self._closer = asyncio.ensure_future(self._close_on_stop())
         self.groups = GroupCoordinator(asyncio.get_running_loop())
         self._expiry = asyncio.ensure_future(self._expire_members())
+        self._txn_recovery = start_transaction_recovery(self.ctx)
         logger.info("kafka front door listening on %s:%d (advertised as %s:%d)", self.host,
                     self.port, self.advertised_host, self.advertised_port)
 

@@ -1,0 +1,72 @@
+"""AddPartitionsToTxn (key 24), AddOffsetsToTxn (25), EndTxn (26) and TxnOffsetCommit (28):
+a transactional producer's requests, answered by the
+:class:`~fmq.server.kafka.txn_coordinator.TxnCoordinator` (docs/kafka.md, *Exactly-once*).
+
+Followers refuse them as they refuse every Kafka write (NOT_LEADER_OR_FOLLOWER).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fmq.protocol import Op
+from fmq.server.fencing import follower_refusal
+from fmq.server.kafka.apis import kafka_api
+from fmq.server.kafka.error_codes import error_code
+from fmq.server.kafka.session import KafkaSession
+from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator
+
+
+async def _outcome(session: KafkaSession, step: Awaitable[None]) -> ErrorCode:
+    refusal = follower_refusal(session.ctx.replication, Op.PREPARE)
+    if refusal is not None:
+        step.close()  # type: ignore[attr-defined] - a coroutine never awaited
+        return error_code(refusal)
+    try:
+        await step
+    except TxnRefused as exc:
+        return exc.code
+    return ErrorCode.none
+
+
+@kafka_api(24, "AddPartitionsToTxn", 0, 3)
+async def add_partitions_to_txn(session: KafkaSession, request: Any, version: int) -> dict:
+    code = await _outcome(session, coordinator(session.ctx).add_partitions(
+        request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+        request.v3_and_below_producer_epoch))
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": [
+        {"name": t.name, "results_by_partition": [
+            {"partition_index": p, "partition_error_code": code} for p in t.partitions]}
+        for t in request.v3_and_below_topics]}
+
+
+@kafka_api(25, "AddOffsetsToTxn", 0, 3)
+async def add_offsets_to_txn(session: KafkaSession, request: Any, version: int) -> dict:
+    code = await _outcome(session, coordinator(session.ctx).add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch))
+    return {"throttle_time": 0, "error_code": code}
+
+
+@kafka_api(26, "EndTxn", 0, 3)
+async def end_txn(session: KafkaSession, request: Any, version: int) -> dict:
+    code = await _outcome(session, coordinator(session.ctx).end(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        request.committed))
+    return {"throttle_time": 0, "error_code": code}
+
+
+@kafka_api(28, "TxnOffsetCommit", 0, 3)
+async def txn_offset_commit(session: KafkaSession, request: Any, version: int) -> dict:
+    offsets = [(t.name, p.partition_index, p.committed_offset)
+               for t in request.topics for p in t.partitions]
+    code = await _outcome(session, coordinator(session.ctx).offset_commit(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        request.group_id, offsets))
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": code}
+            for p in t.partitions]}
+        for t in request.topics]}

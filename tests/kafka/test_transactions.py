@@ -1,0 +1,105 @@
+"""Kafka transactions on FMQ's transactions (docs/kafka.md, *Exactly-once*), through
+confluent-kafka (librdkafka): a committed transaction is visible whole to read_committed
+consumers, an aborted one never, a newer producer of a transactional id fences the older
+one and aborts what it left open, and the producer id and epoch survive kill -9."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from fmq.client import Client
+from fmq.protocol import Op
+
+from .wire import exchange, request_type
+
+
+def transactional_producer(bootstrap: str, transactional_id: str, **extra) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
+                         "transaction.timeout.ms": 60_000, **extra})
+    producer.init_transactions(30)
+    return producer
+
+
+def read_committed(bootstrap: str, topic: str, partitions: int, settle: float = 3.0,
+                   timeout: float = 30.0) -> list[bytes]:
+    """Every value of ``topic``'s partitions a read_committed consumer reads until nothing
+    new came for ``settle`` seconds."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn-reader",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    quiet_since = time.monotonic()
+    try:
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < settle:
+            msg = consumer.poll(0.3)
+            if msg is None or msg.error() is not None:
+                continue
+            got.append(msg.value())
+            quiet_since = time.monotonic()
+    finally:
+        consumer.close()
+    return got
+
+
+def queue_ends(srv, topic: str, partitions: int) -> list[int]:
+    with Client(srv.address) as client:
+        return [client.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": q})["next_offset"]
+                for q in range(partitions)]
+
+
+def test_a_committed_transaction_is_visible_whole_and_an_aborted_one_never(
+        shared_kafka_server):
+    srv = shared_kafka_server
+    producer = transactional_producer(srv.bootstrap, "txn-commit-abort")
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce("txn-ca", value=b"aborted-%d" % i, partition=i % 2)
+    producer.flush(30)
+    assert queue_ends(srv, "txn-ca", 2) == [0, 0]  # prepared: in no queue yet
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce("txn-ca", value=b"committed-%d" % i, partition=i % 2)
+    producer.commit_transaction(30)
+    got = read_committed(srv.bootstrap, "txn-ca", 2)
+    assert sorted(got) == sorted(b"committed-%d" % i for i in range(10))
+    assert queue_ends(srv, "txn-ca", 2) == [5, 5]
+
+
+def test_a_newer_producer_fences_the_older_and_aborts_its_open_transaction(
+        shared_kafka_server):
+    srv = shared_kafka_server
+    zombie = transactional_producer(srv.bootstrap, "txn-zombie")
+    zombie.begin_transaction()
+    zombie.produce("txn-z", value=b"zombie", partition=0)
+    zombie.flush(30)
+    successor = transactional_producer(srv.bootstrap, "txn-zombie")  # fences the zombie
+    with pytest.raises(KafkaException) as fenced:
+        zombie.commit_transaction(30)
+    assert fenced.value.args[0].fatal() or "fenced" in str(fenced.value).lower()
+    successor.begin_transaction()
+    successor.produce("txn-z", value=b"successor", partition=0)
+    successor.commit_transaction(30)
+    assert read_committed(srv.bootstrap, "txn-z", 1) == [b"successor"]
+
+
+def init_producer_id(srv, transactional_id: str) -> tuple[int, int]:
+    _, answer = exchange(("127.0.0.1", srv.kafka_port), request_type(22, 4)(
+        transactional_id=transactional_id,
+        transaction_timeout=datetime.timedelta(seconds=60)))
+    assert answer.error_code == 0
+    return answer.producer_id, answer.producer_epoch
+
+
+def test_producer_ids_and_epochs_survive_kill_9(kafka_server):
+    srv = kafka_server()
+    pid, epoch = init_producer_id(srv, "txn-durable")
+    assert init_producer_id(srv, "txn-durable") == (pid, epoch + 1)
+    srv.kill()
+    srv.start()
+    assert init_producer_id(srv, "txn-durable") == (pid, epoch + 2)
