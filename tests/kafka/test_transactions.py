@@ -103,3 +103,55 @@ def test_producer_ids_and_epochs_survive_kill_9(kafka_server):
     srv.kill()
     srv.start()
     assert init_producer_id(srv, "txn-durable") == (pid, epoch + 2)
+
+
+def committed_offset(srv, group: str, topic: str, partition: int) -> int | None:
+    with Client(srv.address) as client:
+        answer = client.call(Op.FETCH_OFFSET, {"group": group, "topic": topic,
+                                               "queue_id": partition})
+    return None if answer["offset"] < 0 else answer["offset"]
+
+
+def test_offsets_sent_with_a_transaction_commit_with_it_and_not_on_abort(
+        shared_kafka_server):
+    srv = shared_kafka_server
+    plain = Producer({"bootstrap.servers": srv.bootstrap})
+    for i in range(10):
+        plain.produce("txn-in", value=b"in-%d" % i, partition=0)
+    assert plain.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": srv.bootstrap, "group.id": "txn-offsets",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("txn-in", 0, 0)])
+    producer = transactional_producer(srv.bootstrap, "txn-offsets")
+    try:
+        producer.begin_transaction()
+        producer.produce("txn-out", value=b"aborted", partition=0)
+        producer.send_offsets_to_transaction([TopicPartition("txn-in", 0, 7)],
+                                             consumer.consumer_group_metadata(), 30)
+        producer.abort_transaction(30)
+        assert committed_offset(srv, "txn-offsets", "txn-in", 0) is None
+        producer.begin_transaction()
+        producer.produce("txn-out", value=b"committed", partition=0)
+        producer.send_offsets_to_transaction([TopicPartition("txn-in", 0, 9)],
+                                             consumer.consumer_group_metadata(), 30)
+        assert committed_offset(srv, "txn-offsets", "txn-in", 0) is None  # not yet
+        producer.commit_transaction(30)
+    finally:
+        consumer.close()
+    assert committed_offset(srv, "txn-offsets", "txn-in", 0) == 9
+    assert read_committed(srv.bootstrap, "txn-out", 1) == [b"committed"]
+
+
+def test_a_transaction_nobody_ends_is_aborted_after_its_timeout(shared_kafka_server):
+    srv = shared_kafka_server
+    producer = Producer({"bootstrap.servers": srv.bootstrap, "transactional.id": "txn-late",
+                         "transaction.timeout.ms": 2000})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("txn-late", value=b"late", partition=0)
+    producer.flush(30)
+    time.sleep(4)  # the coordinator checks once a second
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(30)  # the coordinator aborted it and bumped the epoch
+    assert read_committed(srv.bootstrap, "txn-late", 1, settle=2.0) == []
+    assert queue_ends(srv, "txn-late", 1) == [0]

@@ -77,6 +77,7 @@ class KafkaListener:
         self._closer: asyncio.Future | None = None
         self._expiry: asyncio.Future | None = None
         self.groups: GroupCoordinator | None = None
+        self._txn_recovery: asyncio.Future | None = None
         self._next_id = 0
 
     async def start(self) -> None:
@@ -138,5 +139,7 @@ class KafkaListener:
             self._server.close()
         if self._expiry is not None:
             self._expiry.cancel()
+        if self._txn_recovery is not None:
+            self._txn_recovery.cancel()
         for connection in list(self.connections):
             connection.stop()

@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from fmq.errors import FMQError
 from fmq.protocol import Op
 from fmq.server.fencing import follower_refusal
 from fmq.server.kafka.apis import kafka_api
@@ -29,6 +30,8 @@ async def _outcome(session: KafkaSession, step: Awaitable[None]) -> ErrorCode:
         await step
     except TxnRefused as exc:
         return exc.code
+    except FMQError as exc:  # the log refused a write (closing, fenced, full)
+        return error_code(exc)
     return ErrorCode.none
 
 

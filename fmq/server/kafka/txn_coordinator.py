@@ -78,7 +78,7 @@ def start_transaction_recovery(ctx: ServerContext) -> asyncio.Future | None:
     carried out (a follower's log changes only by what its primary ships)."""
     if follower_refusal(ctx.replication, Op.PREPARE) is not None:
         return None
-    return asyncio.ensure_future(coordinator(ctx).recover())
+    return asyncio.ensure_future(coordinator(ctx).run())
 
 
 def fmq_tx_id(state: TxnState, topic: str, partition: int, base_sequence: int) -> str:
@@ -111,6 +111,36 @@ class TxnCoordinator:
         run once the server starts."""
         async with self.lock:
             await self._loaded()
+
+    async def run(self, period: float = 1.0) -> None:
+        """Recover, then abort every transaction older than its transaction.timeout.ms
+        (Kafka's rule: nobody asks the producer, unlike FMQ's own check-back)."""
+        await self.recover()
+        while True:
+            await asyncio.sleep(period)
+            if follower_refusal(self.ctx.replication, Op.PREPARE) is not None:
+                continue  # demoted: the new primary decides
+            try:
+                await self.expire(int(time.time() * 1000))
+            except FMQError as exc:  # the log refuses writes (closing, fenced): next round
+                logger.info("kafka transaction time-outs not applied: %s", exc)
+
+    async def expire(self, now_ms: int) -> int:
+        """Abort the open transactions whose time-out passed and bump their epoch, so the
+        producer that left them learns it was fenced; returns how many."""
+        async with self.lock:
+            states = await self._loaded()
+            late = [s for s in states.values() if s.state == ONGOING
+                    and s.started_ms + s.timeout_ms <= now_ms]
+            for state in late:
+                logger.info("kafka transaction %r (producer %d, epoch %d) timed out after "
+                            "%d ms: aborted", state.transactional_id, state.producer_id,
+                            state.epoch, state.timeout_ms)
+                await self._decide(state, False)
+                if state.epoch + 1 < MAX_EPOCH:
+                    state.epoch += 1
+                    await self._write(state)
+            return len(late)
 
     async def _finish_decided(self) -> None:
         assert self.states is not None
@@ -212,6 +242,13 @@ class TxnCoordinator:
                 raise TxnRefused(ErrorCode.invalid_txn_state,
                                  f"no open transaction of {transactional_id!r}: call "
                                  f"AddOffsetsToTxn first")
+            broker = self.ctx.broker
+            for topic, partition, offset in offsets:
+                end = (await self.ctx.read(broker.queue_range, topic, partition))[1]
+                if not 0 <= offset <= end:
+                    raise TxnRefused(ErrorCode.offset_out_of_range,
+                                     f"offset {offset} is outside queue {partition} of "
+                                     f"topic {topic!r} (0..{end}); commit an offset read")
             state.offsets += [[group, topic, partition, offset]
                               for topic, partition, offset in offsets]
             await self._write(state)
@@ -253,7 +290,13 @@ class TxnCoordinator:
             await self.ctx.write(end, tx_id, PRODUCER_GROUP)
         if commit:
             for group, topic, partition, offset in state.offsets:
-                await self.ctx.write(broker.commit_offset, group, topic, partition, offset)
+                try:
+                    await self.ctx.write(broker.commit_offset, group, topic, partition,
+                                         offset)
+                except FMQError as exc:  # checked at TxnOffsetCommit; gone since (deleted)
+                    logger.warning("kafka transaction %r: offset %d of %s/%d for group %r "
+                                   "not committed: %s", state.transactional_id, offset,
+                                   topic, partition, group, exc)
         state.state, state.offsets, state.started_ms = EMPTY, [], 0
         await self._write(state)
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from fmq.errors import FMQError
+from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import to_message
 from fmq.server.kafka.records import TRANSACTIONAL, DecodedBatch
 from fmq.server.kafka.session import KafkaSession
@@ -29,8 +31,9 @@ async def init_transactional(session: KafkaSession, request: Any) -> dict:
     try:
         state = await coordinator(session.ctx).init_producer(request.transactional_id,
                                                              timeout_ms)
-    except TxnRefused as exc:
-        return {"throttle_time": 0, "error_code": exc.code, "producer_id": -1,
+    except (TxnRefused, FMQError) as exc:
+        code = exc.code if isinstance(exc, TxnRefused) else error_code(exc)
+        return {"throttle_time": 0, "error_code": code, "producer_id": -1,
                 "producer_epoch": -1}
     return {"throttle_time": 0, "error_code": ErrorCode.none,
             "producer_id": state.producer_id, "producer_epoch": state.epoch}
@@ -58,4 +61,6 @@ async def store_transactional(session: KafkaSession, transactional_id: str, topi
             first.base_sequence, messages)
     except TxnRefused as exc:
         answer.update(error_code=exc.code, error_message=str(exc))
+    except FMQError as exc:
+        answer.update(error_code=error_code(exc), error_message=str(exc))
     return answer
