@@ -155,3 +155,60 @@ def test_a_transaction_nobody_ends_is_aborted_after_its_timeout(shared_kafka_ser
         producer.commit_transaction(30)  # the coordinator aborted it and bumped the epoch
     assert read_committed(srv.bootstrap, "txn-late", 1, settle=2.0) == []
     assert queue_ends(srv, "txn-late", 1) == [0]
+
+
+def test_kill_9_mid_transaction_and_after_end_txn(kafka_server):
+    """Every committed transaction whole after a SIGKILL, every open one gone (aborted by
+    the next producer of its id)."""
+    srv = kafka_server()
+    left_open = transactional_producer(srv.bootstrap, "txn-crash-open")
+    left_open.begin_transaction()
+    for i in range(5):
+        left_open.produce("txn-crash", value=b"open-%d" % i, partition=i % 2)
+    left_open.flush(30)
+    done = transactional_producer(srv.bootstrap, "txn-crash-done")
+    done.begin_transaction()
+    for i in range(5):
+        done.produce("txn-crash", value=b"done-%d" % i, partition=i % 2)
+    done.commit_transaction(30)
+    srv.kill()
+    srv.start()
+    expected = [b"done-%d" % i for i in range(5)]
+    assert sorted(read_committed(srv.bootstrap, "txn-crash", 2)) == expected
+    successor = transactional_producer(srv.bootstrap, "txn-crash-open")  # aborts the open one
+    successor.begin_transaction()
+    successor.produce("txn-crash", value=b"successor", partition=0)
+    successor.commit_transaction(30)
+    assert sorted(read_committed(srv.bootstrap, "txn-crash", 2)) == sorted(
+        [*expected, b"successor"])
+    assert sum(queue_ends(srv, "txn-crash", 2)) == 6
+
+
+def test_a_commit_decided_before_a_crash_is_carried_out_at_restart(kafka_server):
+    """The crash point inside EndTxn between the durable decision and FMQ's COMMITs: the
+    log holds the prepared messages and the ``prepare_commit`` record, nothing is
+    visible; the restarted server commits them whole, with the offsets sent along."""
+    import fmq
+    from fmq.server.kafka.txn_store import PREPARE_COMMIT, load_states, write_state
+
+    srv = kafka_server()
+    plain = Producer({"bootstrap.servers": srv.bootstrap})
+    for i in range(4):
+        plain.produce("txn-decided-in", value=b"in-%d" % i, partition=0)
+    assert plain.flush(30) == 0
+    producer = transactional_producer(srv.bootstrap, "txn-decided")
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce("txn-decided", value=b"decided-%d" % i, partition=i % 2)
+    producer.flush(30)
+    srv.kill()
+    with fmq.Broker.open(srv.data_dir) as broker:
+        state = load_states(broker)["txn-decided"]
+        state.state = PREPARE_COMMIT
+        state.offsets = [["txn-decided-group", "txn-decided-in", 0, 4]]
+        write_state(broker, state)  # what EndTxn makes durable before any COMMIT
+        assert broker.queue_range("txn-decided", 0)[1] == 0
+    srv.start()
+    got = read_committed(srv.bootstrap, "txn-decided", 2)
+    assert sorted(got) == sorted(b"decided-%d" % i for i in range(6))
+    assert committed_offset(srv, "txn-decided-group", "txn-decided-in", 0) == 4
