@@ -212,3 +212,33 @@ def test_a_commit_decided_before_a_crash_is_carried_out_at_restart(kafka_server)
     got = read_committed(srv.bootstrap, "txn-decided", 2)
     assert sorted(got) == sorted(b"decided-%d" % i for i in range(6))
     assert committed_offset(srv, "txn-decided-group", "txn-decided-in", 0) == 4
+
+
+def test_aiokafka_transactions_commit_whole_and_abort_invisible(shared_kafka_server):
+    """A second client's transactions (aiokafka: its own InitProducerId, AddPartitionsToTxn,
+    EndTxn versions), read back with librdkafka's read_committed."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    srv = shared_kafka_server
+
+    async def run() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=srv.bootstrap,
+                                    transactional_id="txn-aio")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i in range(4):
+                    await producer.send_and_wait("txn-aio", b"aio-%d" % i, partition=i % 2)
+            with pytest.raises(RuntimeError):
+                async with producer.transaction():
+                    await producer.send_and_wait("txn-aio", b"aio-aborted", partition=0)
+                    raise RuntimeError("abort it")  # the context manager aborts
+        finally:
+            await producer.stop()
+
+    asyncio.run(run())
+    got = read_committed(srv.bootstrap, "txn-aio", 2)
+    assert sorted(got) == sorted(b"aio-%d" % i for i in range(4))
+    assert queue_ends(srv, "txn-aio", 2) == [2, 2]
