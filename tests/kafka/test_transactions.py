@@ -242,3 +242,47 @@ def test_aiokafka_transactions_commit_whole_and_abort_invisible(shared_kafka_ser
     got = read_committed(srv.bootstrap, "txn-aio", 2)
     assert sorted(got) == sorted(b"aio-%d" % i for i in range(4))
     assert queue_ends(srv, "txn-aio", 2) == [2, 2]
+
+
+def test_a_producer_numbering_afresh_after_an_abort_is_not_taken_for_its_resend(
+        shared_kafka_server):
+    """Two transactions of one producer and epoch whose batches carry the same sequence
+    numbers: the second is new data, not a resend of the aborted first."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    srv = shared_kafka_server
+    address = ("127.0.0.1", srv.kafka_port)
+    pid, epoch = init_producer_id(srv, "txn-renumber")
+
+    def batch(value: bytes) -> bytes:
+        builder = DefaultRecordBatchBuilder(
+            magic=2, compression_type=0, is_transactional=True, producer_id=pid,
+            producer_epoch=epoch, base_sequence=0, batch_size=1 << 20)
+        builder.append(0, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
+        return bytes(builder.build())
+
+    def transaction(value: bytes, commit: bool) -> None:
+        add = request_type(24, 3)
+        module = __import__(add.__module__, fromlist=["x"])
+        _, added = exchange(address, add(
+            v3_and_below_transactional_id="txn-renumber", v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+                module.AddPartitionsToTxnTopic(name="txn-renumber", partitions=(0,)),)))
+        assert added.results_by_topic_v3_and_below[0].results_by_partition[0] \
+            .partition_error_code == 0
+        produce = request_type(0, 9)
+        module = __import__(produce.__module__, fromlist=["x"])
+        _, produced = exchange(address, produce(
+            transactional_id="txn-renumber", acks=-1, timeout=datetime.timedelta(seconds=10),
+            topic_data=(module.TopicProduceData(name="txn-renumber", partition_data=(
+                module.PartitionProduceData(index=0, records=batch(value)),)),)))
+        [part] = produced.responses[0].partition_responses
+        assert (part.error_code, part.base_offset) == (0, -1)  # placed at COMMIT
+        _, ended = exchange(address, request_type(26, 3)(
+            transactional_id="txn-renumber", producer_id=pid, producer_epoch=epoch,
+            committed=commit))
+        assert ended.error_code == 0
+
+    transaction(b"aborted", commit=False)
+    transaction(b"committed", commit=True)
+    assert read_committed(srv.bootstrap, "txn-renumber", 1) == [b"committed"]

@@ -2,7 +2,8 @@
 
 A Kafka transaction is a set of FMQ prepared transactions of the producer group
 :data:`~fmq.server.kafka.txn_store.PRODUCER_GROUP`, one per Produce request and partition,
-with the id ``PRODUCER_ID.EPOCH.PARTITION.BASE_SEQUENCE.TOPIC``: a resent batch is the same
+with the id ``PRODUCER_ID.EPOCH.NUMBER.PARTITION.BASE_SEQUENCE.TOPIC`` (NUMBER counts the
+id's transactions): a resent batch is the same
 FMQ transaction (FMQ answers a retried PREPARE without writing it again), and the producer
 id and epoch in every id say which Kafka transaction it belongs to.
 
@@ -208,6 +209,7 @@ class TxnCoordinator:
                              "the previous transaction is still ending; retry")
         if state.state == EMPTY:
             state.state, state.started_ms = ONGOING, int(time.time() * 1000)
+            state.number += 1
             await self._write(state)
 
     async def produce(self, transactional_id: str, producer_id: int, epoch: int,

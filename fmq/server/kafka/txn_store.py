@@ -45,6 +45,10 @@ class TxnState:
     timeout_ms: int = 60_000
     #: Wall-clock ms the open transaction began (its time-out counts from here).
     started_ms: int = 0
+    #: How many transactions this id began: the open one's number is in its FMQ
+    #: transaction ids, so a producer numbering its batches afresh after an abort never
+    #: meets the ids of the aborted transaction.
+    number: int = 0
     #: Consumer offsets sent with the open transaction: [group, topic, partition, offset].
     offsets: list[list] = field(default_factory=list)
 
@@ -62,7 +66,7 @@ class TxnState:
     @property
     def fmq_prefix(self) -> str:
         """What the FMQ transaction ids of this producer's transaction start with."""
-        return f"{self.producer_id}.{self.epoch}."
+        return f"{self.producer_id}.{self.epoch}.{self.number}."
 
 
 def load_states(broker: Broker) -> dict[str, TxnState]:
