@@ -13,6 +13,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from fmq.errors import FMQError
+from fmq.protocol import Op
+from fmq.server.fencing import follower_refusal
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import to_message
 from fmq.server.kafka.records import TRANSACTIONAL, DecodedBatch
@@ -25,6 +27,10 @@ DEFAULT_TIMEOUT_MS = 60_000
 
 async def init_transactional(session: KafkaSession, request: Any) -> dict:
     """InitProducerId's answer for a transactional id: its producer id and new epoch."""
+    refusal = follower_refusal(session.ctx.replication, Op.PREPARE)
+    if refusal is not None:  # a follower's log changes only by what its primary ships
+        return {"throttle_time": 0, "error_code": error_code(refusal), "producer_id": -1,
+                "producer_epoch": -1}
     timeout = getattr(request, "transaction_timeout", None)
     timeout_ms = int(timeout.total_seconds() * 1000) if timeout is not None \
         else DEFAULT_TIMEOUT_MS
