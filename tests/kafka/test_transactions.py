@@ -321,3 +321,88 @@ def _ignore_errors(fn) -> None:
         fn()
     except KafkaException:
         pass  # the server was killed under it
+
+
+def test_consume_transform_produce_killed_with_sigkill_holds_every_input_exactly_once(
+        kafka_server):
+    """The server is SIGKILLed three times under a consume-transform-produce loop; the loop
+    starts over from its group's committed offset after each failure (a new producer of
+    the same transactional id fences the old one and aborts what it left open). Run to
+    the end, the output holds every input exactly once."""
+    import threading
+
+    srv = kafka_server()
+    inputs = [b"in-%03d" % i for i in range(200)]
+    plain = Producer({"bootstrap.servers": srv.bootstrap})
+    for value in inputs:
+        plain.produce("ctp-in", value=value, partition=0)
+    assert plain.flush(30) == 0
+    kills = 0
+    progress = {"committed": 0}  # the loop's last acknowledged commit
+    killed_at: list[int] = []
+    stop = threading.Event()
+
+    def killer() -> None:
+        nonlocal kills
+        while kills < 3 and not stop.wait(1.0):
+            killed_at.append(progress["committed"])
+            srv.kill()
+            srv.start()
+            kills += 1
+
+    threading.Thread(target=killer, daemon=True).start()
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:
+            committed = committed_offset_retrying(srv, "ctp", "ctp-in", 0) or 0
+            if committed >= len(inputs) and kills >= 3:
+                break
+            try:
+                transform_round(srv.bootstrap, committed, progress)
+            except KafkaException:
+                time.sleep(0.5)  # the server went away: start over from the committed offset
+    finally:
+        stop.set()
+    assert kills == 3
+    assert any(0 < at < len(inputs) for at in killed_at), killed_at  # kills mid-work
+    assert committed_offset_retrying(srv, "ctp", "ctp-in", 0) == len(inputs)
+    got = read_committed(srv.bootstrap, "ctp-out", 1)
+    assert sorted(got) == sorted(v.upper() for v in inputs)  # each once
+
+
+def committed_offset_retrying(srv, group: str, topic: str, partition: int) -> int | None:
+    for _ in range(60):
+        try:
+            return committed_offset(srv, group, topic, partition)
+        except OSError:
+            time.sleep(0.5)  # restarting
+    raise AssertionError("the server did not come back within 30 s")
+
+
+def transform_round(bootstrap: str, start: int, progress: dict) -> None:
+    """Read from ``start``, write the values upper-cased with the offsets, in transactions
+    of up to 5 messages, until 3 s pass with nothing new."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ctp",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "ctp-1",
+                         "transaction.timeout.ms": 10_000, "message.timeout.ms": 10_000})
+    try:
+        producer.init_transactions(10)
+        consumer.assign([TopicPartition("ctp-in", 0, start)])
+        idle_since = time.monotonic()
+        while time.monotonic() - idle_since < 3:
+            msgs = [m for m in consumer.consume(5, 0.5) if m.error() is None]
+            if not msgs:
+                continue
+            idle_since = time.monotonic()
+            producer.begin_transaction()
+            for m in msgs:
+                producer.produce("ctp-out", value=m.value().upper(), partition=0)
+            producer.send_offsets_to_transaction(
+                [TopicPartition("ctp-in", 0, msgs[-1].offset() + 1)],
+                consumer.consumer_group_metadata(), 10)
+            producer.commit_transaction(10)
+            progress["committed"] = msgs[-1].offset() + 1
+            time.sleep(0.05)  # so that the kills land while the work goes on
+    finally:
+        consumer.close()
