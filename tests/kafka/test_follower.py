@@ -27,3 +27,26 @@ def test_a_follower_refuses_kafka_writes_and_serves_copied_reads(tmp_path):
     finally:
         follower.kill()
         primary.kill()
+
+
+def test_a_follower_refuses_transactional_requests(tmp_path):
+    import datetime
+
+    from .wire import request_type
+
+    primary = KafkaServer(str(tmp_path / "primary")).start()
+    follower = KafkaServer(str(tmp_path / "follower"), {"follow": primary.address})
+    try:
+        follower.start()
+        address = ("127.0.0.1", follower.kafka_port)
+        _, ids = exchange(address, request_type(22, 4)(
+            transactional_id="on-a-follower",
+            transaction_timeout=datetime.timedelta(seconds=60)))
+        assert ids.error_code == ErrorCode.not_leader_or_follower
+        _, ended = exchange(address, request_type(26, 3)(
+            transactional_id="on-a-follower", producer_id=1, producer_epoch=0,
+            committed=True))
+        assert ended.error_code == ErrorCode.not_leader_or_follower
+    finally:
+        follower.kill()
+        primary.kill()

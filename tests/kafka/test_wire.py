@@ -40,7 +40,8 @@ def test_api_versions_answers_every_served_version(shared_kafka_server, version)
     served = {a.api_key: (a.min_version, a.max_version) for a in answer.api_keys}
     assert served[18] == (0, 3)
     assert served[0] == (3, 9) and served[1] == (4, 12)
-    assert 24 not in served  # AddPartitionsToTxn: not implemented, so not advertised
+    assert served[24] == (0, 3)  # AddPartitionsToTxn (docs/kafka.md, Exactly-once)
+    assert 4 not in served  # LeaderAndIsr: a controller's API, not served, so not advertised
 
 
 def test_a_too_new_api_versions_gets_version_0_with_the_ranges(shared_kafka_server):

@@ -49,6 +49,11 @@ def on_groups(operation: Operation) -> Access:
     return Access(ResourceType.GROUP, operation)
 
 
+#: A transactional producer's requests: FMQ's ``transaction`` on the producer group named
+#: by its transactional id (Kafka's TransactionalId resource).
+ON_TRANSACTIONAL_ID = Access(ResourceType.PRODUCER_GROUP, Operation.TRANSACTION)
+
+
 @dataclass(frozen=True)
 class KafkaApi:
     key: int

@@ -21,9 +21,11 @@ from fmq.server.kafka.apis import LOGGED_IN, kafka_api, on_groups
 from fmq.server.kafka.entities import ms
 from fmq.server.kafka.group_coordinator import KafkaGroupError
 from fmq.server.kafka.group_registry import coordinator_of
-from fmq.server.kafka.session import NODE_ID, KafkaSession
+from fmq.server.kafka.metadata import controller
+from fmq.server.kafka.session import KafkaSession
 
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1  # a transactional id: this server is its coordinator too
 
 
 # Any logged-in user: the answer is this server whatever the group, and a consumer with
@@ -40,13 +42,14 @@ async def find_coordinator(session: KafkaSession, request: Any, version: int) ->
 
 
 def _coordinator(session: KafkaSession, key: str, key_type: int) -> dict:
-    if key_type != GROUP_KEY_TYPE:
+    if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return {"key": key, "error_code": ErrorCode.invalid_request, "node_id": -1,
                 "host": "", "port": -1,
-                "error_message": "the Kafka door coordinates consumer groups only (no "
-                                 "Kafka transactions)"}
+                "error_message": f"unknown coordinator key type {key_type}"}
+    # This node, by the id Metadata gives it (a hash of its group and name in a group
+    # with a coordinator).
     return {"key": key, "error_code": ErrorCode.none, "error_message": None,
-            "node_id": NODE_ID, "host": session.advertised_host,
+            "node_id": controller(session), "host": session.advertised_host,
             "port": session.advertised_port}
 
 

@@ -31,10 +31,12 @@ from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     producer_ids,
     sasl,
     topics,
+    txn_apis,
 )
 from fmq.server.kafka.brokers import KafkaBrokers
 from fmq.server.kafka.connection import KafkaConnection
 from fmq.server.kafka.session import KafkaSession
+from fmq.server.kafka.txn_coordinator import start_transaction_recovery
 from fmq.server.tls import server_context
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -82,6 +84,7 @@ class KafkaListener:
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._closer: asyncio.Future | None = None
+        self._txn_recovery: asyncio.Future | None = None
         node = config.node or (f"{config.host}:{config.port}" if config.port else "")
         self.brokers = (KafkaBrokers(config, self.advertised_host, self.advertised_port, node)
                         if config.coordinator and node else None)
@@ -98,6 +101,7 @@ class KafkaListener:
         self._closer = asyncio.ensure_future(self._close_on_stop())
         if self.brokers is not None:
             self.brokers.start(self._route_groups)
+        self._txn_recovery = start_transaction_recovery(self.ctx)
         logger.info("kafka front door listening on %s:%d (%s, advertised as %s:%d)",
                     self.host, self.port, "plaintext" if self.tls is None else "TLS",
                     self.advertised_host, self.advertised_port)
@@ -154,5 +158,7 @@ class KafkaListener:
             self._server.close()
         if self.brokers is not None:
             self.brokers.stop()
+        if self._txn_recovery is not None:
+            self._txn_recovery.cancel()
         for connection in list(self.connections):
             connection.stop()

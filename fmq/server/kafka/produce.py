@@ -26,28 +26,24 @@ from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError, to_message
 from fmq.server.kafka.producer_ids import number
-from fmq.server.kafka.records import RecordError, decode_batches
+from fmq.server.kafka.records import DecodedBatch, RecordError, decode_batches
 from fmq.server.kafka.routed import local_queue, not_here
 from fmq.server.kafka.session import KafkaSession
+from fmq.server.kafka.txn_produce import store_transactional
 
 logger = logging.getLogger("fmq.server.kafka")
 
 
 @kafka_api(0, "Produce", 3, 9, access=on_topics(Operation.PRODUCE))
 async def produce(session: KafkaSession, request: Any, version: int) -> dict | None:
-    if request.transactional_id is not None:
-        answers = [_refused(topic, ErrorCode.transactional_id_authorization_failed,
-                            "Kafka transactions are not served; use FMQ's transactions")
-                   for topic in request.topic_data]
-        return {"responses": answers, "throttle_time": 0}
     topics = []
     for topic in request.topic_data:
         denied = access.refusal(session, topic.name)
         if denied is not None:
             parts = [_denied(p.index, denied) for p in topic.partition_data]
         else:
-            parts = [_store(session, topic.name, p.index, p.records)
-                     for p in topic.partition_data]
+            parts = [_store(session, topic.name, p.index, p.records,
+                            request.transactional_id) for p in topic.partition_data]
         topics.append((topic.name, parts))
     if request.acks == 0:
         for _, parts in topics:
@@ -64,11 +60,6 @@ def _drop_result(fut: asyncio.Future) -> None:
         fut.result()  # _store answers errors itself; anything else is a bug worth a log
 
 
-def _refused(topic: Any, code: ErrorCode, message: str) -> dict:
-    return {"name": topic.name, "partition_responses": [
-        _partition_error(p.index, code, message) for p in topic.partition_data]}
-
-
 async def _denied(index: int, code: ErrorCode) -> dict:
     return _partition_error(index, code, "this user may not produce to the topic")
 
@@ -79,8 +70,9 @@ def _partition_error(index: int, code: ErrorCode, message: str) -> dict:
 
 
 async def _store(session: KafkaSession, topic: str, partition: int,
-                 records: bytes | None) -> dict:
-    """Store one partition's records; its part of the answer."""
+                 records: bytes | None, transactional_id: str | None = None) -> dict:
+    """Store one partition's records; its part of the answer. A transaction's records are
+    prepared, not stored visible (:mod:`fmq.server.kafka.txn_produce`)."""
     ctx = session.ctx
     broker = ctx.broker
     if broker.topics.get(topic) is None and not broker.config.auto_create_topics:
@@ -99,7 +91,11 @@ async def _store(session: KafkaSession, topic: str, partition: int,
     if refusal is not None:  # a follower's log changes only by what its primary ships
         return _partition_error(partition, error_code(refusal), str(refusal))
     try:
-        messages = _messages(topic, queue, records or b"", ctx.config.max_frame_size)
+        batches = decode_batches(records or b"", ctx.config.max_frame_size)
+        if transactional_id is not None:
+            return await store_transactional(session, transactional_id, topic, queue,
+                                             batches)
+        messages = _messages(topic, queue, batches)
     except RecordError as exc:
         logger.info("kafka produce from %s to %s/%d refused: %s", session.peer, topic,
                     partition, exc)
@@ -120,9 +116,9 @@ async def _store(session: KafkaSession, topic: str, partition: int,
     return answer
 
 
-def _messages(topic: str, partition: int, records: bytes, max_size: int) -> list[Message]:
+def _messages(topic: str, partition: int, batches: list[DecodedBatch]) -> list[Message]:
     messages = []
-    for batch in decode_batches(records, max_size):
+    for batch in batches:
         if batch.control:
             continue  # transaction markers: no data
         batch_messages = [to_message(topic, partition, r) for r in batch.records]

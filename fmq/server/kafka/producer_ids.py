@@ -9,7 +9,9 @@ is then answered with the offsets the first one got, and stored once, through th
 window FMQ's own producers use.
 
 Producer ids are random 62-bit numbers, so ids handed out before a restart are not handed
-out again. Transactional ids are refused: Kafka transactions are not served.
+out again. A transactional id is the transaction coordinator's
+(:mod:`fmq.server.kafka.txn_coordinator`): its producer id and epoch are durable and each
+InitProducerId bumps the epoch, fencing the older producers of the id.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from fmq.message import PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, Message
+from fmq.security import Operation, ResourceType
+from fmq.server.kafka import access
 from fmq.server.kafka.apis import LOGGED_IN, kafka_api
 from fmq.server.kafka.session import KafkaSession
+from fmq.server.kafka.txn_produce import init_transactional
 
 MAX_EPOCH = 32_767
 
@@ -29,8 +34,11 @@ MAX_EPOCH = 32_767
 @kafka_api(22, "InitProducerId", 0, 4, access=LOGGED_IN)
 async def init_producer_id(session: KafkaSession, request: Any, version: int) -> dict:
     if request.transactional_id is not None:
-        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed,
-                "producer_id": -1, "producer_epoch": -1}
+        if not access.permits(session, Operation.TRANSACTION, ResourceType.PRODUCER_GROUP,
+                              request.transactional_id):
+            return {"throttle_time": 0, "producer_id": -1, "producer_epoch": -1,
+                    "error_code": ErrorCode.transactional_id_authorization_failed}
+        return await init_transactional(session, request)
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < MAX_EPOCH:

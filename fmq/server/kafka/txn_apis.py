@@ -1,0 +1,86 @@
+"""AddPartitionsToTxn (key 24), AddOffsetsToTxn (25), EndTxn (26) and TxnOffsetCommit (28):
+a transactional producer's requests, answered by the
+:class:`~fmq.server.kafka.txn_coordinator.TxnCoordinator` (docs/kafka.md, *Exactly-once*).
+
+Followers refuse them as they refuse every Kafka write (NOT_LEADER_OR_FOLLOWER).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from fmq.errors import FMQError
+from fmq.protocol import Op
+from fmq.security import Operation, ResourceType
+from fmq.server.fencing import follower_refusal
+from fmq.server.kafka import access
+from fmq.server.kafka.apis import ON_TRANSACTIONAL_ID, kafka_api
+from fmq.server.kafka.error_codes import error_code
+from fmq.server.kafka.session import KafkaSession
+from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator
+
+
+async def _outcome(session: KafkaSession, transactional_id: str, step: Awaitable[None],
+                   denied: ErrorCode | None = None) -> ErrorCode:
+    denied = access.refusal(session, transactional_id) or denied
+    refusal = follower_refusal(session.ctx.replication, Op.PREPARE)
+    if denied is not None or refusal is not None:
+        step.close()  # type: ignore[attr-defined] - a coroutine never awaited
+        return denied if denied is not None else error_code(refusal)
+    try:
+        await step
+    except TxnRefused as exc:
+        return exc.code
+    except FMQError as exc:  # the log refused a write (closing, fenced, full)
+        return error_code(exc)
+    return ErrorCode.none
+
+
+@kafka_api(24, "AddPartitionsToTxn", 0, 3, access=ON_TRANSACTIONAL_ID)
+async def add_partitions_to_txn(session: KafkaSession, request: Any, version: int) -> dict:
+    code = await _outcome(session, request.v3_and_below_transactional_id,
+                          coordinator(session.ctx).add_partitions(
+        request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+        request.v3_and_below_producer_epoch))
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": [
+        {"name": t.name, "results_by_partition": [
+            {"partition_index": p, "partition_error_code": code} for p in t.partitions]}
+        for t in request.v3_and_below_topics]}
+
+
+@kafka_api(25, "AddOffsetsToTxn", 0, 3, access=ON_TRANSACTIONAL_ID)
+async def add_offsets_to_txn(session: KafkaSession, request: Any, version: int) -> dict:
+    code = await _outcome(session, request.transactional_id,
+                          coordinator(session.ctx).add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch))
+    return {"throttle_time": 0, "error_code": code}
+
+
+@kafka_api(26, "EndTxn", 0, 3, access=ON_TRANSACTIONAL_ID)
+async def end_txn(session: KafkaSession, request: Any, version: int) -> dict:
+    code = await _outcome(session, request.transactional_id, coordinator(session.ctx).end(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        request.committed))
+    return {"throttle_time": 0, "error_code": code}
+
+
+@kafka_api(28, "TxnOffsetCommit", 0, 3, access=ON_TRANSACTIONAL_ID)
+async def txn_offset_commit(session: KafkaSession, request: Any, version: int) -> dict:
+    offsets = [(t.name, p.partition_index, p.committed_offset)
+               for t in request.topics for p in t.partitions]
+    # The offsets move the consumer group's: commit-offsets on it, as OffsetCommit needs.
+    group_denied = (None if access.permits(session, Operation.COMMIT_OFFSETS,
+                                           ResourceType.GROUP, request.group_id)
+                    else ErrorCode.group_authorization_failed)
+    code = await _outcome(session, request.transactional_id,
+                          coordinator(session.ctx).offset_commit(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        request.group_id, offsets), group_denied)
+    return {"throttle_time": 0, "topics": [
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": code}
+            for p in t.partitions]}
+        for t in request.topics]}

@@ -1,0 +1,308 @@
+"""Kafka's transaction coordinator on FMQ's transactions (docs/kafka.md, *Exactly-once*).
+
+A Kafka transaction is a set of FMQ prepared transactions of the producer group
+:data:`~fmq.server.kafka.txn_store.PRODUCER_GROUP`, one per Produce request and partition,
+with the id ``PRODUCER_ID.EPOCH.NUMBER.PARTITION.BASE_SEQUENCE.TOPIC`` (NUMBER counts the
+id's transactions): a resent batch is the same
+FMQ transaction (FMQ answers a retried PREPARE without writing it again), and the producer
+id and epoch in every id say which Kafka transaction it belongs to.
+
+EndTxn first makes its decision durable (the id's state record ``prepare_commit`` or
+``prepare_abort``), then writes FMQ's COMMIT or ROLLBACK for each of them, then the consumer
+offsets sent with the transaction, then the state ``empty``. After a crash anywhere in
+between, :meth:`TxnCoordinator.recover` finishes the decision: every FMQ transaction of a
+decided Kafka transaction is committed (or rolled back) and its offsets written, so either
+both the output and the offsets are there or neither. FMQ's own roll-forward and
+incomplete-prepare rules hold for each FMQ transaction unchanged.
+
+Every state change runs under one lock: the coordinator's state is small and its changes
+are fsync'd records, and one order of them is what makes fencing exact (a fenced producer's
+Produce can never slip in after the epoch bump that fenced it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import secrets
+import time
+import weakref
+from collections.abc import Sequence
+
+from kio.schema.errors import ErrorCode
+
+from fmq.errors import DuplicateTransaction, FMQError
+from fmq.message import Message
+from fmq.protocol import Op
+from fmq.server.context import ServerContext
+from fmq.server.fencing import follower_refusal
+from fmq.server.kafka.error_codes import error_code
+from fmq.server.kafka.txn_store import (
+    EMPTY,
+    ONGOING,
+    PREPARE_ABORT,
+    PREPARE_COMMIT,
+    PRODUCER_GROUP,
+    TxnState,
+    load_states,
+    write_state,
+)
+
+logger = logging.getLogger("fmq.server.kafka")
+
+MAX_EPOCH = 32_767
+_MAX_TX_ID = 255
+
+
+class TxnRefused(Exception):
+    """A transactional request refused with a Kafka error code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+_coordinators: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def coordinator(ctx: ServerContext) -> TxnCoordinator:
+    """The server's one transaction coordinator."""
+    found = _coordinators.get(ctx)
+    if found is None:
+        found = _coordinators[ctx] = TxnCoordinator(ctx)
+    return found
+
+
+def start_transaction_recovery(ctx: ServerContext) -> asyncio.Future | None:
+    """On a primary, finish at once every Kafka transaction a crash left decided but not
+    carried out (a follower's log changes only by what its primary ships)."""
+    if follower_refusal(ctx.replication, Op.PREPARE) is not None:
+        return None
+    return asyncio.ensure_future(coordinator(ctx).run())
+
+
+def fmq_tx_id(state: TxnState, topic: str, partition: int, base_sequence: int) -> str:
+    """The FMQ transaction id of one Produce batch of ``state``'s transaction."""
+    tx_id = f"{state.fmq_prefix}{partition}.{base_sequence}.{topic}"
+    if len(tx_id.encode()) > _MAX_TX_ID:  # a long topic name: its digest keeps it unique
+        digest = hashlib.sha256(topic.encode()).hexdigest()
+        tx_id = f"{state.fmq_prefix}{partition}.{base_sequence}.#{digest}"
+    return tx_id
+
+
+class TxnCoordinator:
+    """The transactional ids of one server, their producers, epochs and open transactions."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.lock = asyncio.Lock()
+        self.states: dict[str, TxnState] | None = None
+
+    # ------------------------------------------------------------------ state
+
+    async def _loaded(self) -> dict[str, TxnState]:
+        if self.states is None:
+            self.states = await self.ctx.read(load_states, self.ctx.broker)
+            await self._finish_decided()
+        return self.states
+
+    async def recover(self) -> None:
+        """Load the state and finish every decided transaction (a crash inside EndTxn);
+        run once the server starts."""
+        async with self.lock:
+            await self._loaded()
+
+    async def run(self, period: float = 1.0) -> None:
+        """Recover, then abort every transaction older than its transaction.timeout.ms
+        (Kafka's rule: nobody asks the producer, unlike FMQ's own check-back)."""
+        await self.recover()
+        while True:
+            await asyncio.sleep(period)
+            if follower_refusal(self.ctx.replication, Op.PREPARE) is not None:
+                continue  # demoted: the new primary decides
+            try:
+                await self.expire(int(time.time() * 1000))
+            except FMQError as exc:  # the log refuses writes (closing, fenced): next round
+                logger.info("kafka transaction time-outs not applied: %s", exc)
+
+    async def expire(self, now_ms: int) -> int:
+        """Abort the open transactions whose time-out passed and bump their epoch, so the
+        producer that left them learns it was fenced; returns how many."""
+        async with self.lock:
+            states = await self._loaded()
+            late = [s for s in states.values() if s.state == ONGOING
+                    and s.started_ms + s.timeout_ms <= now_ms]
+            for state in late:
+                logger.info("kafka transaction %r (producer %d, epoch %d) timed out after "
+                            "%d ms: aborted", state.transactional_id, state.producer_id,
+                            state.epoch, state.timeout_ms)
+                await self._decide(state, False)
+                if state.epoch + 1 < MAX_EPOCH:
+                    state.epoch += 1
+                    await self._write(state)
+            return len(late)
+
+    async def _finish_decided(self) -> None:
+        assert self.states is not None
+        for state in list(self.states.values()):
+            if state.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                logger.info("kafka transaction %r (producer %d, epoch %d): finishing its "
+                            "%s after a restart", state.transactional_id, state.producer_id,
+                            state.epoch, state.state)
+                await self._complete(state, state.state == PREPARE_COMMIT)
+
+    async def _write(self, state: TxnState) -> None:
+        await self.ctx.write(write_state, self.ctx.broker, state)
+        assert self.states is not None
+        self.states[state.transactional_id] = state
+
+    def _owner(self, transactional_id: str, producer_id: int, epoch: int) -> TxnState:
+        """The state of ``transactional_id`` when this producer and epoch own it."""
+        assert self.states is not None
+        state = self.states.get(transactional_id)
+        if state is None or state.producer_id != producer_id:
+            raise TxnRefused(ErrorCode.invalid_producer_id_mapping,
+                             f"producer id {producer_id} does not own transactional id "
+                             f"{transactional_id!r}; call InitProducerId first")
+        if epoch < state.epoch:
+            raise TxnRefused(ErrorCode.producer_fenced,
+                             f"producer epoch {epoch} of transactional id "
+                             f"{transactional_id!r} was fenced by epoch {state.epoch}: a "
+                             f"newer producer with this id started")
+        if epoch > state.epoch:
+            raise TxnRefused(ErrorCode.invalid_producer_epoch,
+                             f"producer epoch {epoch} is newer than the coordinator's "
+                             f"{state.epoch} for {transactional_id!r}")
+        return state
+
+    # ------------------------------------------------------------------ requests
+
+    async def init_producer(self, transactional_id: str, timeout_ms: int) -> TxnState:
+        """InitProducerId with a transactional id: abort whatever the previous producer
+        left open, then bump the epoch (a new producer id when the epoch is exhausted),
+        fencing every older producer of the id."""
+        async with self.lock:
+            states = await self._loaded()
+            old = states.get(transactional_id)
+            if old is not None and old.state != EMPTY:
+                await self._decide(old, old.state == PREPARE_COMMIT)
+            if old is not None and old.epoch + 1 < MAX_EPOCH:
+                pid, epoch = old.producer_id, old.epoch + 1
+            else:
+                pid, epoch = secrets.randbits(62), 0
+            state = TxnState(transactional_id, pid, epoch, EMPTY, timeout_ms)
+            await self._write(state)
+            return state
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int
+                             ) -> None:
+        """AddPartitionsToTxn / AddOffsetsToTxn: the transaction is open from now on."""
+        async with self.lock:
+            await self._loaded()
+            state = self._owner(transactional_id, producer_id, epoch)
+            await self._begin(state)
+
+    async def _begin(self, state: TxnState) -> None:
+        if state.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            raise TxnRefused(ErrorCode.concurrent_transactions,
+                             "the previous transaction is still ending; retry")
+        if state.state == EMPTY:
+            state.state, state.started_ms = ONGOING, int(time.time() * 1000)
+            state.number += 1
+            await self._write(state)
+
+    async def produce(self, transactional_id: str, producer_id: int, epoch: int,
+                      topic: str, partition: int, base_sequence: int,
+                      messages: Sequence[Message]) -> None:
+        """One partition's records of a transactional Produce, as one FMQ prepared
+        transaction: durable, invisible until EndTxn commits."""
+        async with self.lock:
+            await self._loaded()
+            state = self._owner(transactional_id, producer_id, epoch)
+            if state.state != ONGOING:
+                raise TxnRefused(ErrorCode.invalid_txn_state,
+                                 f"no open transaction of {transactional_id!r}: add the "
+                                 f"partition (AddPartitionsToTxn) first")
+            tx_id = fmq_tx_id(state, topic, partition, base_sequence)
+            try:
+                await self.ctx.write(self.ctx.broker.transactions.prepare, list(messages),
+                                     PRODUCER_GROUP, tx_id)
+            except DuplicateTransaction:
+                pass  # a resent batch whose first copy is prepared: stored once
+            except FMQError as exc:
+                raise TxnRefused(error_code(exc), str(exc)) from None
+
+    async def offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
+                            group: str, offsets: list[tuple[str, int, int]]) -> None:
+        """TxnOffsetCommit: the offsets commit with the transaction (kept in its state
+        record, written by EndTxn's commit)."""
+        async with self.lock:
+            await self._loaded()
+            state = self._owner(transactional_id, producer_id, epoch)
+            if state.state != ONGOING:
+                raise TxnRefused(ErrorCode.invalid_txn_state,
+                                 f"no open transaction of {transactional_id!r}: call "
+                                 f"AddOffsetsToTxn first")
+            broker = self.ctx.broker
+            for topic, partition, offset in offsets:
+                end = (await self.ctx.read(broker.queue_range, topic, partition))[1]
+                if not 0 <= offset <= end:
+                    raise TxnRefused(ErrorCode.offset_out_of_range,
+                                     f"offset {offset} is outside queue {partition} of "
+                                     f"topic {topic!r} (0..{end}); commit an offset read")
+            state.offsets += [[group, topic, partition, offset]
+                              for topic, partition, offset in offsets]
+            await self._write(state)
+
+    async def end(self, transactional_id: str, producer_id: int, epoch: int,
+                  commit: bool) -> None:
+        """EndTxn: commit or abort the open transaction."""
+        async with self.lock:
+            await self._loaded()
+            state = self._owner(transactional_id, producer_id, epoch)
+            if state.state == EMPTY:
+                return  # nothing was added: nothing to end (a retried EndTxn lands here)
+            if state.state in (PREPARE_COMMIT, PREPARE_ABORT) and \
+                    (state.state == PREPARE_COMMIT) != commit:
+                raise TxnRefused(ErrorCode.invalid_txn_state,
+                                 f"the transaction of {transactional_id!r} is already "
+                                 f"ending with {state.state}")
+            await self._decide(state, commit)
+
+    # ------------------------------------------------------------------ ending
+
+    async def _decide(self, state: TxnState, commit: bool) -> None:
+        """Make the decision durable, then carry it out."""
+        decided = PREPARE_COMMIT if commit else PREPARE_ABORT
+        if state.state != decided:
+            state.state = decided
+            if not commit:
+                state.offsets = []
+            await self._write(state)
+        await self._complete(state, commit)
+
+    async def _complete(self, state: TxnState, commit: bool) -> None:
+        """COMMIT or ROLLBACK every FMQ transaction of the decided transaction, then its
+        offsets, then the state ``empty``. Every step is idempotent (a restart repeats
+        them)."""
+        broker = self.ctx.broker
+        end = broker.transactions.commit if commit else broker.transactions.rollback
+        for tx_id in await self.ctx.read(_open_fmq_transactions, broker, state.fmq_prefix):
+            await self.ctx.write(end, tx_id, PRODUCER_GROUP)
+        if commit:
+            for group, topic, partition, offset in state.offsets:
+                try:
+                    await self.ctx.write(broker.commit_offset, group, topic, partition,
+                                         offset)
+                except FMQError as exc:  # checked at TxnOffsetCommit; gone since (deleted)
+                    logger.warning("kafka transaction %r: offset %d of %s/%d for group %r "
+                                   "not committed: %s", state.transactional_id, offset,
+                                   topic, partition, group, exc)
+        state.state, state.offsets, state.started_ms = EMPTY, [], 0
+        await self._write(state)
+
+
+def _open_fmq_transactions(broker, prefix: str) -> list[str]:
+    return [t["tx_id"] for t in broker.transactions.open_transactions()
+            if t["producer_group"] == PRODUCER_GROUP and t["tx_id"].startswith(prefix)]
