@@ -40,6 +40,13 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/kafka.md", "consumer.assign([TopicPartition(\"orders\", 0, 0)])"):
         "needs the Kafka port of the block before it (tests/kafka/test_clients.py runs "
         "confluent-kafka the same way)",
+    ("docs/kafka.md", "sasl.mechanisms=SCRAM-SHA-256"):
+        "needs a server with users and a Kafka port on 9092 (tests/kafka/test_security.py "
+        "runs kcat with the same options against a real server)",
+    ("docs/kafka.md", "producer.init_transactions()"):
+        "a loop that runs until stopped against a Kafka port on 9092 "
+        "(tests/kafka/test_transactions.py runs the same consume-transform-produce loop, "
+        "killed and restarted, against a real server)",
     ("docs/kafka.md", "admin.incremental_alter_configs([resource])"):
         "needs a server with a Kafka port on 9092 (tests/kafka/test_admin.py makes the same "
         "AdminClient calls against a real server)",
