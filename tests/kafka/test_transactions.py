@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from fmq.client import Client
+from fmq.errors import ConnectionLost
 from fmq.protocol import Op
 
 from .wire import exchange, request_type
@@ -375,8 +376,8 @@ def committed_offset_retrying(srv, group: str, topic: str, partition: int) -> in
     for _ in range(60):
         try:
             return committed_offset(srv, group, topic, partition)
-        except OSError:
-            time.sleep(0.5)  # restarting
+        except (OSError, ConnectionLost):
+            time.sleep(0.5)  # killed, or restarting
     raise AssertionError("the server did not come back within 30 s")
 
 

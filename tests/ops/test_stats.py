@@ -43,8 +43,11 @@ def test_inventory_topics_groups_and_reset(broker):
     assert t["first_store_time"] <= t["last_store_time"]
     assert t["bytes"] == broker.log.flushed_offset  # the six records are the whole log
     broker.commit_offset("g", "t", 0, 1)
-    (row,) = inv.groups("g")
-    assert (row["committed"], row["next_offset"], row["lag"]) == (1, 3, 2)
+    # A group's lag covers every queue of the topic it committed in, uncommitted ones too.
+    rows = {r["queue_id"]: r for r in inv.groups("g")}
+    assert sorted(rows) == [0, 1, 2, 3]
+    assert (rows[0]["committed"], rows[0]["next_offset"], rows[0]["lag"]) == (1, 3, 2)
+    assert (rows[1]["committed"], rows[1]["lag"]) == (None, 3)
     changes = inv.reset_offsets("g", "t", None, "latest")
     assert [(c["queue_id"], c["old"], c["new"]) for c in changes] == [
         (0, 1, 3), (1, None, 3), (2, None, 0), (3, None, 0)]

@@ -12,6 +12,7 @@ from fmq.errors import (
     DeniedByRule,
     FMQError,
     GroupHasMembers,
+    GroupProtocolConflict,
     IncompleteRecord,
     LeadershipLost,
     LogFailed,
@@ -37,6 +38,7 @@ from fmq.protocol import decode_error, encode_error, parse_frame
 #: One instance of every error class with fields, with awkward field text (the format's own
 #: words, colons, newlines, negative offsets).
 WITH_FIELDS = [
+    GroupProtocolConflict("billing", 2),
     DataDirLocked("/var/lib/fmq in use by another FMQ process; stop"),
     LogFailed(OSError(28, "No space left on device")),
     LogFailed("the log is closed"),
