@@ -179,9 +179,11 @@ class Router:
     @staticmethod
     def pin(exc: FMQError, placed: Placed, pinned: Placed | None) -> Placed | None:
         """Where the next try of a request that failed with ``exc`` after it was written
-        must go (None: anywhere its route says): a refusal by NotHosted stored nothing,
-        a failure that may have stored it keeps it where it went."""
-        if isinstance(exc, NotHosted) and not placed.single:
+        must go (None: anywhere its route says): a refusal by NotHosted stored nothing, so
+        a request no earlier try may have stored is placed anew; a failure that may have
+        stored it keeps it where it went, with the same numbers, for every later try (a
+        NotHosted answered to its resend says nothing of the earlier try's copy)."""
+        if isinstance(exc, NotHosted) and not placed.single and pinned is None:
             return None
         if may_be_stored(exc):  # its resend goes there with the same numbers, never elsewhere
             return placed

@@ -211,7 +211,10 @@ def test_a_resend_stays_where_it_may_be_stored_and_moves_only_after_a_refusal():
     # the resend was stored again (issue 37: 7 copies of each message on every node).
     for maybe_stored in (ConnectionLost("x"), NotEnoughReplicas(0, 1), LeadershipLost("")):
         assert Router.pin(maybe_stored, there, None) is there
-    assert Router.pin(NotHosted("t", "g1", 0, 3), there, there) is None
+    assert Router.pin(NotHosted("t", "g1", 0, 3), there, None) is None  # nothing stored
+    # Once a try may have stored it, a later NotHosted does not free it: renumbered and
+    # placed elsewhere, it would be stored a second time.
+    assert Router.pin(NotHosted("t", "g1", 0, 3), there, there) is there
     assert Router.pin(ServerBusy("x"), there, None) is None  # refused: place anew
     assert Router.pin(NotPrimary("h:1"), there, None) is None  # a follower stores nothing
     single = Placed("default", {}, "", ["t"])
