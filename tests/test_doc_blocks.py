@@ -24,6 +24,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "pip install . && fmq server"):
         "installs FMQ from the network into a new virtual environment, then serves until Ctrl-C",
     ("README.md", "python -m pytest"): "runs the whole test suite",
+    ("README.md", 'producer.produce("orders", key=b"order-1", value=b"paid")'):
+        "needs a server with a Kafka port on 9092 (tests/kafka/test_clients.py produces "
+        "the same way against a real server)",
     ("docs/client.md", '"10.0.0.1:9876,10.0.0.2:9876,10.0.0.3:9876"'):
         "needs a three-server replication group on other hosts (tests/replication/ runs "
         "clients against real groups)",
