@@ -8,9 +8,12 @@ import socket
 from fmq.errors import ConfigError
 
 
-def bind_listener(host: str, port: int) -> socket.socket:
+def bind_listener(host: str, port: int, *, serving: str = "listen",
+                  option: str = "--port/--host") -> socket.socket:
     """A TCP socket bound to ``host:port``, not yet listening (connections are refused, so
-    clients retry, until the server serves). Raises ConfigError when the address is taken."""
+    clients retry, until the server serves). Raises ConfigError when the address is taken,
+    saying what could not be served (``serving``) and which setting chooses the port
+    (``option``)."""
     sock: socket.socket | None = None
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(
@@ -22,6 +25,6 @@ def bind_listener(host: str, port: int) -> socket.socket:
         if sock is not None:
             sock.close()
         raise ConfigError(
-            f"cannot listen on {host}:{port} ({exc.strerror or exc}); stop the process using "
-            f"that port or choose another --port/--host") from None
+            f"cannot {serving} on {host}:{port} ({exc.strerror or exc}); stop the process "
+            f"using that port or choose another {option}") from None
     return sock

@@ -14,7 +14,6 @@ import logging
 import socket
 import ssl
 
-from fmq.errors import ConfigError
 from fmq.server.context import ServerContext
 from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     api_versions,
@@ -37,6 +36,7 @@ from fmq.server.kafka.brokers import KafkaBrokers
 from fmq.server.kafka.connection import KafkaConnection
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.txn_coordinator import start_transaction_recovery
+from fmq.server.listener import bind_listener
 from fmq.server.tls import server_context
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -44,21 +44,8 @@ logger = logging.getLogger("fmq.server.kafka")
 
 def bind_kafka_port(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host:port``; ConfigError naming --kafka-port when taken."""
-    sock: socket.socket | None = None
-    try:
-        family, kind, proto, _, addr = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        sock = socket.socket(family, kind, proto)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-    except OSError as exc:
-        if sock is not None:
-            sock.close()
-        raise ConfigError(
-            f"cannot serve Kafka on {host}:{port} ({exc.strerror or exc}); stop the process "
-            f"using that port or choose another --kafka-port (config: server.kafka_port)"
-        ) from None
-    return sock
+    return bind_listener(host, port, serving="serve Kafka",
+                         option="--kafka-port (config: server.kafka_port)")
 
 
 async def open_kafka_door(ctx: ServerContext) -> KafkaListener | None:
