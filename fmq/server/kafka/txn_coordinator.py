@@ -212,6 +212,17 @@ class TxnCoordinator:
             state.number += 1
             await self._write(state)
 
+    def _ongoing(self, transactional_id: str, producer_id: int, epoch: int,
+                 opening_call: str) -> TxnState:
+        """The id's state when this producer owns it and its transaction is open;
+        INVALID_TXN_STATE naming the call that opens it otherwise."""
+        state = self._owner(transactional_id, producer_id, epoch)
+        if state.state != ONGOING:
+            raise TxnRefused(ErrorCode.invalid_txn_state,
+                             f"no open transaction of {transactional_id!r}: {opening_call} "
+                             f"first")
+        return state
+
     async def produce(self, transactional_id: str, producer_id: int, epoch: int,
                       topic: str, partition: int, base_sequence: int,
                       messages: Sequence[Message]) -> None:
@@ -219,11 +230,8 @@ class TxnCoordinator:
         transaction: durable, invisible until EndTxn commits."""
         async with self.lock:
             await self._loaded()
-            state = self._owner(transactional_id, producer_id, epoch)
-            if state.state != ONGOING:
-                raise TxnRefused(ErrorCode.invalid_txn_state,
-                                 f"no open transaction of {transactional_id!r}: add the "
-                                 f"partition (AddPartitionsToTxn) first")
+            state = self._ongoing(transactional_id, producer_id, epoch,
+                                  "add the partition (AddPartitionsToTxn)")
             tx_id = fmq_tx_id(state, topic, partition, base_sequence)
             try:
                 await self.ctx.write(self.ctx.broker.transactions.prepare, list(messages),
@@ -239,11 +247,8 @@ class TxnCoordinator:
         record, written by EndTxn's commit)."""
         async with self.lock:
             await self._loaded()
-            state = self._owner(transactional_id, producer_id, epoch)
-            if state.state != ONGOING:
-                raise TxnRefused(ErrorCode.invalid_txn_state,
-                                 f"no open transaction of {transactional_id!r}: call "
-                                 f"AddOffsetsToTxn first")
+            state = self._ongoing(transactional_id, producer_id, epoch,
+                                  "call AddOffsetsToTxn")
             broker = self.ctx.broker
             for topic, partition, offset in offsets:
                 end = (await self.ctx.read(broker.queue_range, topic, partition))[1]
