@@ -111,14 +111,18 @@ class Reader:
         self.consumer.close()
 
 
+def route_known_everywhere(etcd, nodes) -> str:
+    """Route TOPIC over g1 and g2 and wait until every node knows it; the servers' list."""
+    route = ClusterRoutes(etcd.url, "c1").create(TOPIC, QUEUES, ["g1", "g2"])
+    for node in nodes.values():
+        wait_until(lambda n=node: route_version(n, TOPIC) >= route.version, 15,
+                   f"{node.address} to know the route of {TOPIC}")
+    return ",".join(n.address for n in nodes.values())
+
+
 def test_a_queue_is_never_read_by_two_members_at_once(tmp_path):
     with two_groups(tmp_path, GROUP_CONFIG) as (_store, nodes, etcd):
-        store = ClusterRoutes(etcd.url, "c1")
-        route = store.create(TOPIC, QUEUES, ["g1", "g2"])
-        for node in nodes.values():
-            wait_until(lambda n=node: route_version(n, TOPIC) >= route.version, 15,
-                       f"{node.address} to know the route of {TOPIC}")
-        servers = ",".join(n.address for n in nodes.values())
+        servers = route_known_everywhere(etcd, nodes)
         deliveries = Deliveries()
         sender = Sender(servers, TOPIC)
         readers: dict[str, Reader] = {}
@@ -185,12 +189,7 @@ def test_after_a_primarys_fail_over_members_do_not_read_a_queue_side_by_side(tmp
     reading a queue changes a bounded number of times per join and per fail-over, never
     back and forth with every batch (a guard: the join test above is the sharp one)."""
     with two_groups(tmp_path, GROUP_CONFIG) as (_store, nodes, etcd):
-        store = ClusterRoutes(etcd.url, "c1")
-        route = store.create(TOPIC, QUEUES, ["g1", "g2"])
-        for node in nodes.values():
-            wait_until(lambda n=node: route_version(n, TOPIC) >= route.version, 15,
-                       f"{node.address} to know the route of {TOPIC}")
-        servers = ",".join(n.address for n in nodes.values())
+        servers = route_known_everywhere(etcd, nodes)
         deliveries = Deliveries()
         sender = Sender(servers, TOPIC)
         readers: list[Reader] = []
