@@ -32,11 +32,14 @@ def _pull_encoder(broker, shared: bool):  # noqa: ANN001, ANN202 - either tree's
     from fmq.protocol import Op
     from fmq.protocol.frame import encode_response
     from fmq.protocol.values import stored_to_wire
-    from fmq.server import handlers
+    try:
+        from fmq.server.ops import handlers
+    except ImportError:  # a checkout from before fmq/server/ops/
+        from fmq.server import handlers
 
     params = inspect.signature(handlers._pull_now).parameters
     if "encoded" in params:
-        from fmq.server.pull_answers import encoded_cache
+        from fmq.server.pull_answers import encoded_cache  # the old trees that have _pull_now
         cache = encoded_cache()
         keep = (shared,) if "keep" in params else ()
 

@@ -49,7 +49,7 @@ n = int(sys.argv[1])
 PLACING = """
 import tempfile
 import fmq
-from fmq.server.handlers import _send_batch_answer
+from fmq.server.ops.handlers import _send_batch_answer
 broker = fmq.Broker.open(tempfile.mkdtemp(prefix="fmq-instr-"),
                          fmq.BrokerConfig(segment_size=64 * 1024 * 1024))
 msgs = [m] * 16

@@ -21,7 +21,7 @@ from fmq.security import Operation, ResourceType
 from fmq.security.acl import allowed
 from fmq.server.authz import denial, refusal
 from fmq.server.context import ServerContext
-from fmq.server.handlers import HANDLERS
+from fmq.server.ops.handlers import HANDLERS
 
 #: Console sessions are numbered apart from the server's connections in the server's log.
 _ids = itertools.count(1_000_000_001)

@@ -20,7 +20,7 @@ from fmq.console.app import build_app
 from fmq.console.gateway import ServerGateway
 from fmq.errors import ConfigError
 from fmq.server.context import ServerContext
-from fmq.server.exposure import is_loopback
+from fmq.server.net.exposure import is_loopback
 from fmq.threadname import name_os_thread
 
 logger = logging.getLogger("fmq.console")

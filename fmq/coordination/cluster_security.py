@@ -162,7 +162,7 @@ class SecurityFollower:
                         self.cluster.where)
         if document is None and not self.store.stored:
             # The cluster has no users: the copy says so too, so that after a restart
-            # this node knows it without etcd (fmq.server.cluster_users).
+            # this node knows it without etcd (fmq.server.cluster.cluster_users).
             document = SecurityDocument()
         if document is not None and self.store.replace(document):
             logger.info("users and rules updated from %s: %d users, %d rules",

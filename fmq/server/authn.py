@@ -40,7 +40,7 @@ from fmq.security import Rule, StoredCredential, UserStore
 from fmq.security.document import RuleAddition, SecurityDocument
 from fmq.security.users import ITERATIONS, MECHANISM
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.handlers import handles
+from fmq.server.ops.handlers import handles
 from fmq.version import __version__
 
 logger = logging.getLogger("fmq.server")

@@ -1,7 +1,7 @@
 """What request handlers and client sessions may use of the server, and nothing else.
 
 The :class:`~fmq.server.server.Server` builds one :class:`ServerContext` and hands it to
-every :class:`~fmq.server.session.ClientSession` and, through it, to every handler: the
+every :class:`~fmq.server.net.session.ClientSession` and, through it, to every handler: the
 broker, the limits, the budgets, the thread pools, the send batcher, pull wake-ups, consumer
 groups and the counters. Sessions report their life (opened, first request, closed) through
 :class:`ServerHooks`, which the server implements; nobody reaches into the server itself.
@@ -17,14 +17,14 @@ from typing import Any, Protocol
 
 from fmq.engine.broker import Broker
 from fmq.errors import FMQError
-from fmq.server.batcher import SendBatcher
-from fmq.server.budgets import SharedBudget
+from fmq.server.cluster.replica_role import ReplicationRole
 from fmq.server.config import ServerConfig
-from fmq.server.consumer_groups import ConsumerGroupCoordinator
-from fmq.server.pull_answers import SharedQueues, encoded_cache
-from fmq.server.replica_role import ReplicationRole
-from fmq.server.request_limits import RequestLimits
-from fmq.server.wakeups import PullEvents, PullWakeups
+from fmq.server.net.budgets import SharedBudget
+from fmq.server.net.request_limits import RequestLimits
+from fmq.server.ops.batcher import SendBatcher
+from fmq.server.ops.consumer_groups import ConsumerGroupCoordinator
+from fmq.server.ops.pull_answers import SharedQueues, encoded_cache
+from fmq.server.ops.wakeups import PullEvents, PullWakeups
 
 
 @dataclass
@@ -103,7 +103,7 @@ class ServerContext:
         #: by the server.
         self.authenticator: Any = None
         #: The cluster's routes as this node follows them
-        #: (:class:`fmq.server.route_membership.RouteMembership`); None outside a cluster.
+        #: (:class:`fmq.server.cluster.route_membership.RouteMembership`); None outside a cluster.
         self.routes: Any = None
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:

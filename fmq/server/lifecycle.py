@@ -25,18 +25,18 @@ from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, InvalidArgument, ReplicationError
 from fmq.replication.term import open_as_primary
 from fmq.security import UserStore
+from fmq.server.cluster.election import Elector
+from fmq.server.cluster.replica_role import RoleChange
+from fmq.server.cluster.route_membership import RouteMembership
 from fmq.server.config import ServerConfig
-from fmq.server.descriptors import fit_connections
-from fmq.server.election import Elector
 from fmq.server.event_loop import resolve_event_loop, run_on_event_loop
-from fmq.server.exposure import check_exposure
 from fmq.server.gc_policy import tune_for_serving
-from fmq.server.listener import bind_listener
-from fmq.server.replica_role import RoleChange
-from fmq.server.route_membership import RouteMembership
+from fmq.server.net.descriptors import fit_connections
+from fmq.server.net.exposure import check_exposure
+from fmq.server.net.listener import bind_listener
+from fmq.server.net.tls import server_context
 from fmq.server.server import Server
 from fmq.server.sidecars import CompanionFactory
-from fmq.server.tls import server_context
 
 logger = logging.getLogger("fmq.server")
 

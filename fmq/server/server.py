@@ -2,9 +2,9 @@
 shutdown.
 
 Layers: :mod:`fmq.protocol` parses and encodes (pure);
-:mod:`fmq.server.session` does the framing on one socket and runs each request on its own
+:mod:`fmq.server.net.session` does the framing on one socket and runs each request on its own
 (pipelining: answers go out in completion order, matched by request id);
-:mod:`fmq.server.handlers` says what each operation does, with what the
+:mod:`fmq.server.ops.handlers` says what each operation does, with what the
 :class:`~fmq.server.context.ServerContext` offers (the broker, limits, budgets, thread
 pools, the send batcher, pull wake-ups, consumer groups); :class:`Server` (here) builds that
 context, accepts and refuses sessions, enforces their time-outs and stops gracefully.
@@ -32,29 +32,29 @@ from fmq.engine.broker import Broker
 from fmq.errors import ConfigError, FMQError, ServerBusy
 from fmq.protocol import PROTOCOL_VERSION, Op, encode_error
 from fmq.security import UserStore
-from fmq.server import (
+from fmq.server import gc_policy
+from fmq.server.authn import Authenticator
+from fmq.server.cluster.cluster_users import follow_cluster_users
+from fmq.server.cluster.replica_role import RoleChange, primary_access
+from fmq.server.config import ServerConfig
+from fmq.server.context import ServerContext
+from fmq.server.kafka import open_kafka_door
+from fmq.server.net.budgets import SharedBudget
+from fmq.server.net.listener import bind_listener
+from fmq.server.net.replies import largest_single_reply
+from fmq.server.net.request_limits import ListLimit, RequestLimits
+from fmq.server.net.session import ClientSession
+from fmq.server.net.tls import TLSAcceptor, server_context
+from fmq.server.ops import (
     delivery_ops,  # noqa: F401 - registers SEND_AT, NACK, DLQ_REDRIVE
-    gc_policy,
     operator_ops,  # noqa: F401 - registers the operator's handlers
     replication_ops,  # noqa: F401 - registers the followers' handlers
     route_change_ops,  # noqa: F401 - registers ROUTE_CHANGE
     route_ops,  # noqa: F401 - registers ROUTE
     topic_ops,  # noqa: F401 - registers fmq topic's handlers
 )
-from fmq.server.authn import Authenticator
-from fmq.server.budgets import SharedBudget
-from fmq.server.cluster_users import follow_cluster_users
-from fmq.server.config import ServerConfig
-from fmq.server.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
-from fmq.server.context import ServerContext
-from fmq.server.kafka import open_kafka_door
-from fmq.server.listener import bind_listener
-from fmq.server.replica_role import RoleChange, primary_access
-from fmq.server.replies import largest_single_reply
-from fmq.server.request_limits import ListLimit, RequestLimits
-from fmq.server.session import ClientSession
+from fmq.server.ops.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
 from fmq.server.sidecars import Sidecars
-from fmq.server.tls import TLSAcceptor, server_context
 from fmq.threadname import name_os_thread
 from fmq.units import size
 from fmq.version import __version__

@@ -4,7 +4,7 @@ generation assigned by the new layout; nothing changing keeps the generation."""
 
 from __future__ import annotations
 
-from fmq.server.consumer_groups import ConsumerGroupCoordinator
+from fmq.server.ops.consumer_groups import ConsumerGroupCoordinator
 
 
 def _coordinator(layout: dict[str, int]) -> ConsumerGroupCoordinator:

@@ -1,5 +1,5 @@
 """A cluster primary's first writes to a topic it has never seen wait for one read of the
-routes (fmq/server/first_sight.py), and then run in the order they came: pipelined sends on
+routes (fmq/server/cluster/first_sight.py), and then run in the order they came: pipelined sends on
 one connection keep their order in the queue."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fmq.server.consumer_groups import ConsumerGroupCoordinator
+from fmq.server.ops.consumer_groups import ConsumerGroupCoordinator
 
 TOPIC = "orders"
 

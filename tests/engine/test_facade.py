@@ -15,7 +15,7 @@ _INTERNALS = re.compile(
     r"broker\.(tx_writer|tx|log|index|dispatcher|timers|idempotence|visibility|_\w+)\b")
 _CALLERS = ("fmq/server", "fmq/replication", "fmq/admin", "fmq/spark", "cli")
 #: Reach-throughs still to switch, each with the operation that replaces it.
-_PENDING = {("fmq/server/batcher.py", "idempotence"): "Broker.place_requests"}
+_PENDING = {("fmq/server/ops/batcher.py", "idempotence"): "Broker.place_requests"}
 
 
 def test_callers_use_the_facade_not_the_engines_collaborators():

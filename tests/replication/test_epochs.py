@@ -151,8 +151,8 @@ def test_a_divergence_point_inside_a_record_stops_the_node_with_the_way_out(tmp_
     a version with the defect above) cannot be reconciled by a cut: the node stops, its
     log untouched, and the error says how to resync it."""
     from fmq.errors import ReplicationError
+    from fmq.server.cluster.replica_role import RoleChange
     from fmq.server.lifecycle import open_in_role
-    from fmq.server.replica_role import RoleChange
 
     path = str(tmp_path / "d")
     with Broker.open(path) as b:

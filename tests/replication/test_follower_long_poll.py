@@ -39,7 +39,7 @@ def test_a_long_poll_on_a_follower_returns_the_message_copied_meanwhile(node, wr
             # apply the copy after the watermark passed it (with the indexer process one
             # pipe round trip later). Woken first by the watermark, the pull reads on the
             # event loop, which never waits for the index: it finds nothing, and waits
-            # again until the index's wake-up (fmq.server.pull_reads).
+            # again until the index's wake-up (fmq.server.ops.pull_reads).
             most = 2
             woken = after["pull_wakeups"] - before["pull_wakeups"]
             assert 1 <= woken <= most

@@ -9,7 +9,7 @@ import pytest
 
 from fmq.errors import NotEnoughReplicas
 from fmq.replication.insync import ReplicaSet
-from fmq.server.replication_ops import follower_name
+from fmq.server.ops.replication_ops import follower_name
 
 
 class Clock:

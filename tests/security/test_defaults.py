@@ -10,7 +10,7 @@ import pytest
 from fmq.client import Client, Connection
 from fmq.errors import AuthenticationFailed, InvalidArgument
 from fmq.protocol import Op
-from fmq.server.exposure import is_loopback
+from fmq.server.net.exposure import is_loopback
 from tests.server.harness import FMQ, ServerProcess, free_port
 
 from .conftest import FAST, PASSWORD, add_rule_offline, add_user_offline

@@ -12,7 +12,7 @@ import pytest
 from fmq.client import Client, Producer
 from fmq.errors import AuthenticationRequired
 from fmq.protocol import FrameDecoder, Op, decode_error, encode_request
-from fmq.server.request_admission import LOGIN_FRAME_LIMIT
+from fmq.server.net.request_admission import LOGIN_FRAME_LIMIT
 from tests.server.harness import closed_by_server, server_stats
 from tests.server.test_connection_close import (
     FRAME_LIMIT,

@@ -10,8 +10,8 @@ import pytest
 import fmq
 from fmq.errors import LeadershipLost, NotPrimary
 from fmq.protocol import Op
-from fmq.server.fencing import FOLLOWER_REFUSES, fencing_refusal, follower_refusal
-from fmq.server.replica_role import ReplicationRole
+from fmq.server.cluster.fencing import FOLLOWER_REFUSES, fencing_refusal, follower_refusal
+from fmq.server.cluster.replica_role import ReplicationRole
 
 WRITES = [Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT, Op.ROLLBACK, Op.COMMIT_OFFSET,
           Op.RESET_OFFSETS, Op.SEND_AT, Op.NACK, Op.DLQ_REDRIVE, Op.ANSWER_UNCERTAIN]

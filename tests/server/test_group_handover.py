@@ -1,4 +1,4 @@
-"""One reader per queue at a time (fmq/server/queue_handover.py): a queue the rule moves to
+"""One reader per queue at a time (fmq/server/ops/queue_handover.py): a queue the rule moves to
 another member reaches it only once its holder released it, and no two members are ever
 given one queue, whatever the order of joins, syncs, heartbeats, leaves and expiries."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fmq.server.consumer_groups import ConsumerGroupCoordinator
+from fmq.server.ops.consumer_groups import ConsumerGroupCoordinator
 
 T = "t"
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fmq.errors import InvalidArgument
-from fmq.server.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
+from fmq.server.ops.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
 
 
 def reference_assignment(members: dict[str, frozenset[str]], queues: int

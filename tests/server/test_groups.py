@@ -8,7 +8,7 @@ import time
 
 import fmq
 from fmq.client import Consumer, Producer
-from fmq.server.consumer_groups import ConsumerGroupCoordinator
+from fmq.server.ops.consumer_groups import ConsumerGroupCoordinator
 from tests.crashkit import reap
 
 from .conftest import FAST

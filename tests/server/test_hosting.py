@@ -1,4 +1,4 @@
-"""The hosting check of a cluster node (fmq/server/hosting.py): which requests it refuses
+"""The hosting check of a cluster node (fmq/server/cluster/hosting.py): which requests it refuses
 with NotHosted, as a pure function of the node's copy of the routes and, on a primary,
 the queues it has made."""
 
@@ -8,7 +8,7 @@ from fmq.coordination.routes import RouteSnapshot
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.protocol.values import BROKER_PICKS_QUEUE
-from fmq.server.hosting import not_hosted
+from fmq.server.cluster.hosting import not_hosted
 from fmq.topic_route import expand, new_route
 
 ROUTE = expand(new_route("t", ["g1"], 2), "g2", 2)  # g1: local 0-1; g2: local 0-1

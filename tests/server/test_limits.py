@@ -23,9 +23,9 @@ from fmq.message import Message, StoredMessage
 from fmq.protocol import PREFIX_SIZE, FrameDecoder, Op, decode_response, encode_request
 from fmq.protocol.frame import encode_response
 from fmq.protocol.values import stored_from_wire, stored_to_wire
-from fmq.server.budgets import SharedBudget
 from fmq.server.config import ServerConfig
-from fmq.server.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, stored_message_size
+from fmq.server.net.budgets import SharedBudget
+from fmq.server.net.replies import PULL_REPLY_BASE, QUERY_REPLY_BASE, stored_message_size
 from fmq.server.server import Server
 
 from .conftest import FAST

@@ -5,7 +5,7 @@ import cycle anywhere is tests/test_layers.py's check.)"""
 from __future__ import annotations
 
 from fmq.protocol import Op
-from fmq.server.handlers import HANDLERS
+from fmq.server.ops.handlers import HANDLERS
 from tests.test_layers import IMPORTS
 
 
@@ -14,9 +14,9 @@ def imported_by(module: str) -> set[str]:
 
 
 def test_handlers_and_sessions_never_import_the_server():
-    assert "fmq.server.server" not in imported_by("fmq.server.session")
-    assert "fmq.server.server" not in imported_by("fmq.server.handlers")
-    assert {"fmq.server.session", "fmq.server.server"}.isdisjoint(
+    assert "fmq.server.server" not in imported_by("fmq.server.net.session")
+    assert "fmq.server.server" not in imported_by("fmq.server.ops.handlers")
+    assert {"fmq.server.net.session", "fmq.server.server"}.isdisjoint(
         imported_by("fmq.server.context"))
 
 

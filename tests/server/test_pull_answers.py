@@ -10,8 +10,14 @@ from fmq.message import StoredMessage
 from fmq.protocol import Op
 from fmq.protocol.frame import encode_response
 from fmq.protocol.values import stored_to_wire
-from fmq.server.pull_answers import CLOSE_S, SHARED_S, SharedQueues, encode_fitting, encoded_cache
-from fmq.server.replies import fit
+from fmq.server.net.replies import fit
+from fmq.server.ops.pull_answers import (
+    CLOSE_S,
+    SHARED_S,
+    SharedQueues,
+    encode_fitting,
+    encoded_cache,
+)
 
 
 def _messages(n: int) -> list[StoredMessage]:

@@ -1,4 +1,4 @@
-"""Where a PULL is read (fmq.server.pull_reads): records written lately on the event loop,
+"""Where a PULL is read (fmq.server.ops.pull_reads): records written lately on the event loop,
 anything else in a reader thread, with the same answer either way. Function-level tests
 against a real broker (its log and LMDB index in a temporary directory), then a real
 server on 127.0.0.1 that counts where its pulls ran."""
@@ -16,7 +16,7 @@ from fmq.engine.reads import NotInMemory
 from fmq.engine.recent import RecentMessages
 from fmq.message import Message
 from fmq.protocol import Op
-from fmq.server.pull_reads import pull_now
+from fmq.server.ops.pull_reads import pull_now
 
 from .harness import server_stats
 

@@ -1,4 +1,4 @@
-"""PREPARE and COMMIT on the send pipeline (fmq.server.tx_ops): requests that arrive
+"""PREPARE and COMMIT on the send pipeline (fmq.server.ops.tx_ops): requests that arrive
 together are placed in one event-loop turn, and a COMMIT that meets its transaction busy
 (another COMMIT of it placed in the same turn) is finished by a worker thread with the
 same answer. A real server on 127.0.0.1; raw frames so that several requests arrive in

@@ -21,7 +21,7 @@ from fmq.errors import FMQError, UnknownTopic
 from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
 from fmq.security.acl import CLUSTER_NAME
-from fmq.server.fencing import follower_refusal
+from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code

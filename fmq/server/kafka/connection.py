@@ -25,7 +25,7 @@ from fmq.server.kafka.access import enforcing
 from fmq.server.kafka.dispatch import answer
 from fmq.server.kafka.framing import FrameError, read_body, read_size
 from fmq.server.kafka.session import KafkaSession
-from fmq.server.request_admission import LOGIN_FRAME_LIMIT
+from fmq.server.net.request_admission import LOGIN_FRAME_LIMIT
 
 logger = logging.getLogger("fmq.server.kafka")
 

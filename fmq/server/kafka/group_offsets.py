@@ -21,7 +21,7 @@ from fmq.errors import FMQError, InvalidArgument, OffsetOutOfRange, UnknownQueue
 from fmq.message import check_name
 from fmq.protocol import Op
 from fmq.security import Operation
-from fmq.server.fencing import follower_refusal
+from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_groups
 from fmq.server.kafka.error_codes import error_code

@@ -36,8 +36,8 @@ from fmq.server.kafka.brokers import KafkaBrokers
 from fmq.server.kafka.connection import KafkaConnection
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.txn_coordinator import start_transaction_recovery
-from fmq.server.listener import bind_listener
-from fmq.server.tls import server_context
+from fmq.server.net.listener import bind_listener
+from fmq.server.net.tls import server_context
 
 logger = logging.getLogger("fmq.server.kafka")
 

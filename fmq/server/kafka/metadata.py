@@ -22,7 +22,7 @@ from fmq.errors import FMQError, TopicExists
 from fmq.message import INTERNAL_TOPIC_PREFIX
 from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
-from fmq.server.fencing import follower_refusal
+from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.brokers import NO_LEADER, GroupView

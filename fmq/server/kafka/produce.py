@@ -20,7 +20,7 @@ from fmq.errors import FMQError
 from fmq.message import Message, SendResult
 from fmq.protocol import Op
 from fmq.security import Operation
-from fmq.server.fencing import fencing_refusal, follower_refusal
+from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 from fmq.errors import FMQError
 from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
-from fmq.server.fencing import follower_refusal
+from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import ON_TRANSACTIONAL_ID, kafka_api
 from fmq.server.kafka.error_codes import error_code

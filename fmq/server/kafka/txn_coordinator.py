@@ -35,8 +35,8 @@ from kio.schema.errors import ErrorCode
 from fmq.errors import DuplicateTransaction, FMQError
 from fmq.message import Message
 from fmq.protocol import Op
+from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.context import ServerContext
-from fmq.server.fencing import follower_refusal
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.txn_store import (
     EMPTY,

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from fmq.errors import FMQError
 from fmq.protocol import Op
-from fmq.server.fencing import follower_refusal
+from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import to_message
 from fmq.server.kafka.records import TRANSACTIONAL, DecodedBatch

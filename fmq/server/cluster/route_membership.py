@@ -19,9 +19,9 @@ from fmq.coordination.route_follower import RouteFollower
 from fmq.coordination.routes import ClusterRoutes, RouteSnapshot
 from fmq.engine.broker import Broker
 from fmq.errors import CoordinatorUnavailable, NotEnoughReplicas, TopicExists
+from fmq.server.cluster.first_sight import FirstSight
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
-from fmq.server.first_sight import FirstSight
 
 logger = logging.getLogger("fmq.server")
 

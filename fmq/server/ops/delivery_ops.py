@@ -16,7 +16,7 @@ from fmq.message import check_count
 from fmq.protocol import Op
 from fmq.protocol.values import NOT_GIVEN
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.handlers import handles
+from fmq.server.ops.handlers import handles
 
 logger = logging.getLogger("fmq.server")
 

@@ -30,7 +30,7 @@ from fmq.engine.broker import Broker
 from fmq.engine.idempotence import bind_principal
 from fmq.errors import InvalidArgument, ServerBusy
 from fmq.message import Message
-from fmq.server.placed import (
+from fmq.server.ops.placed import (
     Finish,
     Place,
     Placed,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fmq.errors import AuthenticationRequired
-from fmq.server.budgets import Share
+from fmq.server.net.budgets import Share
 
 #: Frames up to this size skip the total budget when the session holds nothing else; it
 #: adds at most this much per session.

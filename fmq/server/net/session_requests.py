@@ -1,10 +1,10 @@
 """One session's requests: each complete frame is refused, or decoded and started through the
-handler table (:data:`fmq.server.handlers.HANDLERS`), and answered with its request id when
+handler table (:data:`fmq.server.ops.handlers.HANDLERS`), and answered with its request id when
 it ends (pipelining: many run at once).
 
-A frame's request bytes (:class:`~fmq.server.request_admission.RequestAdmission`) are given
+A frame's request bytes (:class:`~fmq.server.net.request_admission.RequestAdmission`) are given
 back at one place: at once when its request does not start (every refusal), else when the
-request ends. Its reply bytes (:class:`~fmq.server.reply_account.ReplyAccount`) move over
+request ends. Its reply bytes (:class:`~fmq.server.net.reply_account.ReplyAccount`) move over
 to the answer when it is written.
 """
 
@@ -26,13 +26,13 @@ from fmq.protocol import (
 )
 from fmq.protocol.message_requests import decode_server_request
 from fmq.server.authz import refusal as access_refusal
+from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
+from fmq.server.cluster.first_sight import check_again
+from fmq.server.cluster.hosting import not_hosted
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.fencing import fencing_refusal, follower_refusal
-from fmq.server.first_sight import check_again
-from fmq.server.handlers import HANDLERS
-from fmq.server.hosting import not_hosted
-from fmq.server.reply_account import ReplyAccount
-from fmq.server.request_admission import RequestAdmission
+from fmq.server.net.reply_account import ReplyAccount
+from fmq.server.net.request_admission import RequestAdmission
+from fmq.server.ops.handlers import HANDLERS
 
 logger = logging.getLogger("fmq.server")
 

@@ -1,4 +1,4 @@
-"""What the send pipeline (:mod:`fmq.server.batcher`) places, by kind, and how each kind is
+"""What the send pipeline (:mod:`fmq.server.ops.batcher`) places, by kind, and how each kind is
 answered once the flush covering it is durable (or failed): a batch of send requests
 (:class:`PlacedSends`), and the transaction writes of one event-loop turn
 (:class:`PlacedWrites`). The acknowledger queues both in log order and needs only their

@@ -15,7 +15,7 @@ from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
 from fmq.security.acl import allowed
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.handlers import handles
+from fmq.server.ops.handlers import handles
 
 
 def _dump(obj: object) -> dict:

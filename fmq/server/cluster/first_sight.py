@@ -22,9 +22,9 @@ from typing import Any
 
 from fmq.errors import CoordinatorUnavailable, ServerBusy
 from fmq.message import is_internal_topic
-from fmq.server.batcher import copy_outcome
+from fmq.server.cluster.hosting import WRITES, not_hosted
 from fmq.server.context import ServerContext
-from fmq.server.hosting import WRITES, not_hosted
+from fmq.server.ops.batcher import copy_outcome
 
 logger = logging.getLogger("fmq.server")
 
@@ -38,7 +38,7 @@ Run = Callable[[], Awaitable[Any]]
 class FirstSight:
     """Holds back the first writes of topics this primary has not seen until the cluster's
     routes were read once; ``membership``: the node's
-    :class:`~fmq.server.route_membership.RouteMembership`."""
+    :class:`~fmq.server.cluster.route_membership.RouteMembership`."""
 
     def __init__(self, membership: Any) -> None:
         self.membership = membership

@@ -1,6 +1,6 @@
 """What the server knows of a consumer group: its members, what each is given and holds,
-and each queue's target and holder (kept by :mod:`fmq.server.consumer_groups` and
-:mod:`fmq.server.queue_handover`)."""
+and each queue's target and holder (kept by :mod:`fmq.server.ops.consumer_groups` and
+:mod:`fmq.server.ops.queue_handover`)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ subscribers sorted by id, queue ``q`` to subscriber ``(base + q) mod n``. A memb
 heart-beats and leaves; one that misses heart-beats for the session timeout, or whose
 connection closes, is dropped. Any change bumps the group's generation and moves queues.
 
-**One reader per queue at a time** (:mod:`fmq.server.queue_handover`): the rule names each
+**One reader per queue at a time** (:mod:`fmq.server.ops.queue_handover`): the rule names each
 queue's *target*, but a queue moves to its target only once the member holding it released
 it: it said it applied an assignment without the queue (GROUP_SYNC), it left, its session
 expired or its connection closed. Until then the holder keeps the queue (it is in neither
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 from fmq.errors import GroupProtocolConflict, InvalidArgument
 from fmq.message import check_name, check_topic
-from fmq.server import queue_handover
-from fmq.server.group_state import ConsumerGroup, GroupMember
+from fmq.server.ops import queue_handover
+from fmq.server.ops.group_state import ConsumerGroup, GroupMember
 
 MemberKey = tuple[str, str]  # (group, member id)
 __all__ = ["ConsumerGroup", "ConsumerGroupCoordinator", "ConsumerGroupLimits", "GroupMember"]

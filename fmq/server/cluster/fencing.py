@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fmq.errors import FMQError, LeadershipLost, NotPrimary
 from fmq.protocol import Op
-from fmq.server.replica_role import ReplicationRole
+from fmq.server.cluster.replica_role import ReplicationRole
 
 #: What a follower refuses: writes (its log changes only by what its primary ships) and
 #: the feedback that would end transactions. A fenced primary refuses the same answers.

@@ -23,8 +23,8 @@ from fmq.engine.tag_filter import pull_tagged
 from fmq.message import StoredMessage
 from fmq.protocol.types import Encoded
 from fmq.server.context import ServerContext
-from fmq.server.pull_answers import encode_fitting
-from fmq.server.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE
+from fmq.server.net.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE
+from fmq.server.ops.pull_answers import encode_fitting
 
 
 class PullRead(NamedTuple):

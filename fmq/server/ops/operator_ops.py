@@ -13,7 +13,7 @@ from fmq.errors import GroupHasMembers
 from fmq.message import check_name
 from fmq.protocol import Op
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.handlers import handles
+from fmq.server.ops.handlers import handles
 
 logger = logging.getLogger("fmq.server")
 

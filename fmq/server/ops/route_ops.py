@@ -2,7 +2,7 @@
 (docs/cluster.md; the answer's layout is docs/protocol.md's).
 
 A node of a cluster answers from its copy of the cluster's routes
-(:class:`~fmq.server.route_membership.RouteMembership`), so clients never talk to etcd. A
+(:class:`~fmq.server.cluster.route_membership.RouteMembership`), so clients never talk to etcd. A
 topic without a route gets one when ``auto_create_topics`` is on: created in etcd over
 every group that takes writes now (never silently in one). A node outside a cluster, and
 FMQ's own ``%`` topics everywhere (each group keeps its own; they are never routed), answer
@@ -21,9 +21,9 @@ from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
 from fmq.server.authn import node_role
 from fmq.server.authz import denial
+from fmq.server.cluster.route_membership import RouteMembership
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.handlers import handles
-from fmq.server.route_membership import RouteMembership
+from fmq.server.ops.handlers import handles
 from fmq.topic_route import READ_WRITE, TopicRoute, check_routable_topic, route_answer
 
 

@@ -7,7 +7,7 @@ a thread: writes in the worker threads (``ctx.write``, which in ``sync`` acknowl
 mode also waits for the followers; ``ctx.run``), reads in the reader threads
 (``ctx.read``); sends go through the batcher's pipeline (SEND and SEND_BATCH without a
 task of their own: the batcher's future ends with the answer), and so do PREPARE and
-COMMIT (:mod:`fmq.server.tx_ops`); pull and feedback long polls wait
+COMMIT (:mod:`fmq.server.ops.tx_ops`); pull and feedback long polls wait
 without holding a thread for long. The wire format of each is in
 :mod:`fmq.protocol.schema`.
 """
@@ -39,11 +39,11 @@ from fmq.protocol.values import (
     stored_to_wire,
     uncertain_to_wire,
 )
-from fmq.server import tx_ops
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.pull_reads import PullRead, pull_now, pull_on_loop
-from fmq.server.replies import QUERY_REPLY_BASE, fit
-from fmq.server.reply_account import ReplyRoom
+from fmq.server.net.replies import QUERY_REPLY_BASE, fit
+from fmq.server.net.reply_account import ReplyRoom
+from fmq.server.ops import tx_ops
+from fmq.server.ops.pull_reads import PullRead, pull_now, pull_on_loop
 from fmq.tx.state import TxState
 from fmq.version import __version__
 

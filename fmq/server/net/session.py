@@ -2,13 +2,13 @@
 time-outs.
 
 Bytes are parsed as they arrive (:class:`fmq.protocol.FrameDecoder`); every complete frame
-goes to the session's :class:`~fmq.server.session_requests.SessionRequests`, which refuses it
+goes to the session's :class:`~fmq.server.net.session_requests.SessionRequests`, which refuses it
 or starts its request, so one session can have many in flight, each answered as soon as it
 is ready (pipelining). Bad framing gets an error answer and closes this session only. What a
-request *does* is in :mod:`fmq.server.handlers`; what the session may use of the server is
+request *does* is in :mod:`fmq.server.ops.handlers`; what the session may use of the server is
 its :class:`~fmq.server.context.ServerContext`.
 
-Memory is bounded by the server's byte budgets (:mod:`fmq.server.budgets`): a frame's
+Memory is bounded by the server's byte budgets (:mod:`fmq.server.net.budgets`): a frame's
 declared length is taken from the request budget before its body is read (otherwise the
 connection stops being read until there is room), and held until its request finishes;
 replies not yet taken by the socket count against the reply budget, and a connection with
@@ -25,9 +25,9 @@ import socket
 from fmq.errors import FMQError
 from fmq.protocol import HEADER_SIZE, FrameDecoder, encode_error
 from fmq.server.context import ServerContext
-from fmq.server.reply_account import ReplyAccount
-from fmq.server.request_admission import RequestAdmission
-from fmq.server.session_requests import SessionRequests
+from fmq.server.net.reply_account import ReplyAccount
+from fmq.server.net.request_admission import RequestAdmission
+from fmq.server.net.session_requests import SessionRequests
 
 logger = logging.getLogger("fmq.server")
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fmq.server.group_state import ConsumerGroup, GroupMember, QueueKey
+from fmq.server.ops.group_state import ConsumerGroup, GroupMember, QueueKey
 
 
 def settle(g: ConsumerGroup, topic: str, targets: list[str], now: float) -> None:

@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Protocol
 
 from fmq.errors import ConnectionLost, ServerBusy
-from fmq.server.budgets import Share
+from fmq.server.net.budgets import Share
 
 
 class ReplyAccount:

@@ -10,9 +10,9 @@ from fmq.errors import InvalidArgument, NotPrimary, ReplicaDiverged, StalePrimar
 from fmq.index.epochs import epoch_end
 from fmq.protocol import Op
 from fmq.replication.chunks import read_chunk
+from fmq.server.cluster.replica_role import RoleChange
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.handlers import handles
-from fmq.server.replica_role import RoleChange
+from fmq.server.ops.handlers import handles
 
 
 @handles(Op.REPL_FETCH)

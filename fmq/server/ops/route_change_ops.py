@@ -18,9 +18,9 @@ from fmq.admin.route_lag import GroupsAnswer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import ConfigError
 from fmq.protocol import Op
+from fmq.server.cluster.replica_role import primary_access
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.handlers import handles
-from fmq.server.replica_role import primary_access
+from fmq.server.ops.handlers import handles
 from fmq.topic_route import BrokerGroup
 
 

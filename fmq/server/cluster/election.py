@@ -2,7 +2,7 @@
 
 One :class:`Elector` thread per server process, across its role changes
 (:mod:`fmq.server.lifecycle` reopens the broker in each new role and attaches the new
-:class:`~fmq.server.replica_role.ReplicationRole`). Every tick (a sixth of the lease TTL;
+:class:`~fmq.server.cluster.replica_role.ReplicationRole`). Every tick (a sixth of the lease TTL;
 every :data:`SUSPECT_STEP_S` on a follower whose primary is unreachable or unknown, so a
 fail-over takes about the lease TTL and not a few ticks more):
 
@@ -26,8 +26,8 @@ from fmq.config import BrokerConfig
 from fmq.coordination.broker_group import BrokerGroupRegistry, may_take_lease
 from fmq.coordination.lease import LeaderLease
 from fmq.errors import CoordinatorUnavailable
+from fmq.server.cluster.replica_role import UNKNOWN_PRIMARY, ReplicationRole, RoleChange
 from fmq.server.config import ServerConfig
-from fmq.server.replica_role import UNKNOWN_PRIMARY, ReplicationRole, RoleChange
 from fmq.threadname import name_os_thread
 
 logger = logging.getLogger("fmq.election")
