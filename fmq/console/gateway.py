@@ -21,7 +21,7 @@ from fmq.security import Operation, ResourceType
 from fmq.security.acl import allowed
 from fmq.server.authz import denial, refusal
 from fmq.server.context import ServerContext
-from fmq.server.ops.handlers import HANDLERS
+from fmq.server.ops.table import OPERATIONS
 
 #: Console sessions are numbered apart from the server's connections in the server's log.
 _ids = itertools.count(1_000_000_001)
@@ -98,11 +98,12 @@ class ServerGateway:
         return await self._on_server_loop(read())
 
     async def _run(self, session: ConsoleSession, op: Op, req: dict) -> dict:
+        declared = OPERATIONS[op]
         if session.principal is not None or self.has_users:
-            why = refusal(self.ctx, session, op, req)
+            why = refusal(self.ctx, session, declared, req)
             if why is not None:
                 raise why
-        return await HANDLERS[op](self.ctx, session, req)
+        return await declared.handler(self.ctx, session, req)
 
     async def _on_server_loop(self, coro: Any) -> Any:
         loop = self.ctx.loop

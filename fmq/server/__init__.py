@@ -4,7 +4,7 @@
 * :mod:`fmq.server.server`: the server: listening, accepting and refusing sessions,
   time-outs, graceful stop;
 * :mod:`fmq.server.net.session`: one client's socket: framing, request ids, pipelined requests;
-* :mod:`fmq.server.ops.handlers`: what each operation does (the handler table);
+* :mod:`fmq.server.ops.table`: the operations, each declared once beside its handler;
 * :mod:`fmq.server.context`: what handlers and sessions may use of the server;
 * :mod:`fmq.server.ops.batcher`: the send pipeline (placed on the loop, acknowledged by a thread);
 * :mod:`fmq.server.ops.wakeups`: pull long polls woken by writes to their queue;

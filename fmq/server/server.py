@@ -4,7 +4,7 @@ shutdown.
 Layers: :mod:`fmq.protocol` parses and encodes (pure);
 :mod:`fmq.server.net.session` does the framing on one socket and runs each request on its own
 (pipelining: answers go out in completion order, matched by request id);
-:mod:`fmq.server.ops.handlers` says what each operation does, with what the
+:mod:`fmq.server.ops.table` holds what each operation does and needs, with what the
 :class:`~fmq.server.context.ServerContext` offers (the broker, limits, budgets, thread
 pools, the send batcher, pull wake-ups, consumer groups); :class:`Server` (here) builds that
 context, accepts and refuses sessions, enforces their time-outs and stops gracefully.
@@ -45,14 +45,6 @@ from fmq.server.net.replies import largest_single_reply
 from fmq.server.net.request_limits import ListLimit, RequestLimits
 from fmq.server.net.session import ClientSession
 from fmq.server.net.tls import TLSAcceptor, server_context
-from fmq.server.ops import (
-    delivery_ops,  # noqa: F401 - registers SEND_AT, NACK, DLQ_REDRIVE
-    operator_ops,  # noqa: F401 - registers the operator's handlers
-    replication_ops,  # noqa: F401 - registers the followers' handlers
-    route_change_ops,  # noqa: F401 - registers ROUTE_CHANGE
-    route_ops,  # noqa: F401 - registers ROUTE
-    topic_ops,  # noqa: F401 - registers fmq topic's handlers
-)
 from fmq.server.ops.consumer_groups import ConsumerGroupCoordinator, ConsumerGroupLimits
 from fmq.server.sidecars import Sidecars
 from fmq.threadname import name_os_thread

@@ -11,7 +11,7 @@ from fmq.client import Client
 from fmq.client.auth import make_user_fields
 from fmq.errors import AccessDenied, AuthenticationRequired, FMQError
 from fmq.protocol import SCHEMA, Op
-from fmq.server.authz import ACCESS
+from fmq.server.ops.table import OPERATIONS
 from tests.server.harness import ServerProcess, broker_stats
 
 from .conftest import FAST, PASSWORD, add_rule_offline, add_user_offline
@@ -109,9 +109,9 @@ EXTRA = [(Op.GROUPS, {"group": "g1"}, [("describe", "group", "g1")]),
 
 def test_every_operation_has_a_case_here_and_a_rule_in_the_server():
     assert set(CASES) == set(SCHEMA)
-    assert set(ACCESS) == set(SCHEMA)
+    assert set(OPERATIONS) == set(SCHEMA)
     assert {op for op, (_, needs) in CASES.items() if needs is None} == {
-        op for op, needs in ACCESS.items() if needs is None}
+        op for op, declared in OPERATIONS.items() if declared.access.needs is None}
 
 
 def rule_fields(user: str, need: tuple[str, str, str], allow: bool = True) -> dict:

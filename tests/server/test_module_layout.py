@@ -1,11 +1,9 @@
-"""The server's modules import each other in one direction only: session -> handlers ->
+"""The server's modules import each other in one direction only: session -> operations ->
 context, the server on top; the wire values and error rebuilding need nothing of it. (No
 import cycle anywhere is tests/test_layers.py's check.)"""
 
 from __future__ import annotations
 
-from fmq.protocol import Op
-from fmq.server.ops.handlers import HANDLERS
 from tests.test_layers import IMPORTS
 
 
@@ -19,6 +17,3 @@ def test_handlers_and_sessions_never_import_the_server():
     assert {"fmq.server.net.session", "fmq.server.server"}.isdisjoint(
         imported_by("fmq.server.context"))
 
-
-def test_every_operation_is_in_the_handler_table():
-    assert set(HANDLERS) == set(Op)

@@ -22,9 +22,10 @@ from typing import Any
 
 from fmq.errors import CoordinatorUnavailable, ServerBusy
 from fmq.message import is_internal_topic
-from fmq.server.cluster.hosting import WRITES, not_hosted
+from fmq.server.cluster.hosting import not_hosted
 from fmq.server.context import ServerContext
 from fmq.server.ops.batcher import copy_outcome
+from fmq.server.ops.operation import Hosted
 
 logger = logging.getLogger("fmq.server")
 
@@ -47,13 +48,14 @@ class FirstSight:
         #: Topic being looked up -> the requests waiting for it, in arrival order.
         self._waiting: dict[str, list[tuple[Run, asyncio.Future]]] = {}
 
-    def unseen(self, ctx: ServerContext, op: int, req: dict, made: dict[str, int]) -> str | None:
-        """The first topic a write names that needs a look first, or None."""
-        named = WRITES.get(op)
-        if named is None:
+    def unseen(self, ctx: ServerContext, hosted: Hosted | None, req: dict,
+               made: dict[str, int]) -> str | None:
+        """The first topic a write names (``hosted``: its operation's declaration) that
+        needs a look first, or None."""
+        if hosted is None or not hosted.write:
             return None
         routes = self.membership.snapshot.routes
-        for topic, _queue in named(req):
+        for topic, _queue in hosted.named(req):
             if topic in self._waiting:
                 return topic
             if topic in made or topic in routes or topic in self._seen \
@@ -118,10 +120,10 @@ class FirstSight:
             started.add_done_callback(functools.partial(copy_outcome, fut))
 
 
-def check_again(membership: Any, ctx: ServerContext, op: int, req: dict) -> None:
+def check_again(membership: Any, ctx: ServerContext, hosted: Hosted | None, req: dict) -> None:
     """Raise NotHosted when, with the routes just read, this group does not host what the
     request names (a route created elsewhere that gives the topic to other groups)."""
-    refused = not_hosted(membership.snapshot, membership.group, op, req,
+    refused = not_hosted(membership.snapshot, membership.group, hosted, req,
                          membership.made_here(ctx))
     if refused is not None:
         raise refused

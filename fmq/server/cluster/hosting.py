@@ -2,11 +2,12 @@
 queue they name in the topic's route (docs/cluster.md, *NotHosted*).
 
 One check, made for every request after it is decoded and before its handler runs, so
-nothing is stored or read for a refused one: a write (SEND, SEND_BATCH, SEND_AT, PREPARE,
-idempotent sends alike) to a topic whose route has no entry for this group, whose entry
-here is read-only (drained), or with an explicit queue id past the entry's queues; a read
-of a queue (PULL, PULL_TAGGED, QUEUE_RANGE, OFFSET_FOR_TIME, FETCH_OFFSET, COMMIT_OFFSET,
-NACK) this group does not host in the route. A topic without a route (one made before the
+nothing is stored or read for a refused one, on the queues its operation declares
+(``hosted=``, :mod:`fmq.server.ops.operation`): a write (SEND, SEND_BATCH, SEND_AT,
+PREPARE, idempotent sends alike) to a topic whose route has no entry for this group, whose
+entry here is read-only (drained), or with an explicit queue id past the entry's queues; a
+read of a queue (PULL, PULL_TAGGED, QUEUE_RANGE, OFFSET_FOR_TIME, FETCH_OFFSET,
+COMMIT_OFFSET, NACK) this group does not host in the route. A topic without a route (one made before the
 cluster, FMQ's own ``%`` topics) keeps a single broker's rules. A node outside a cluster
 never gets here (the caller tests one attribute).
 
@@ -20,55 +21,25 @@ queues rather than the entry's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 
 from fmq.coordination.routes import RouteSnapshot
 from fmq.errors import NotHosted
-from fmq.message import Message
-from fmq.protocol import Op
 from fmq.protocol.values import BROKER_PICKS_QUEUE
-
-#: (topic, queue id) a request names; BROKER_PICKS_QUEUE: a send that lets the broker pick.
-Named = Callable[[dict], Iterable[tuple[str, int]]]
+from fmq.server.ops.operation import Hosted
 
 
-def _sent(message: Message) -> tuple[str, int]:
-    return message.topic, BROKER_PICKS_QUEUE if message.queue_id is None else message.queue_id
-
-
-def _message(req: dict) -> Iterable[tuple[str, int]]:
-    return (_sent(req["message"]),)
-
-
-def _messages(req: dict) -> Iterable[tuple[str, int]]:
-    return {_sent(m) for m in req["messages"]}
-
-
-def _queue(req: dict) -> Iterable[tuple[str, int]]:
-    return ((req["topic"], req["queue_id"]),)
-
-
-#: Requests that store messages: they need a writable entry of this group. Their messages
-#: are Message objects (fmq.protocol.message_requests).
-WRITES: dict[int, Named] = {Op.SEND: _message, Op.SEND_AT: _message,
-                            Op.SEND_BATCH: _messages, Op.PREPARE: _messages}
-#: Requests about one queue: it must be one of this group's entry, writable or not.
-READS: dict[int, Named] = {op: _queue for op in (
-    Op.PULL, Op.PULL_TAGGED, Op.QUEUE_RANGE, Op.OFFSET_FOR_TIME, Op.FETCH_OFFSET,
-    Op.COMMIT_OFFSET, Op.NACK)}
-
-
-def not_hosted(snapshot: RouteSnapshot, group: str, op: int, req: dict,
+def not_hosted(snapshot: RouteSnapshot, group: str, hosted: Hosted | None, req: dict,
                made: Mapping[str, int] | None = None) -> NotHosted | None:
-    """NotHosted for the first queue ``req`` names that ``group`` does not host in
-    ``snapshot``'s routes, or None when the request may run here. ``made``: on a primary,
-    how many queues of each routed topic it has made (a topic absent: none yet)."""
-    write = op in WRITES
-    named = WRITES.get(op) or READS.get(op)
-    if named is None:
+    """NotHosted for the first queue ``req`` names (as its operation declares: ``hosted``)
+    that ``group`` does not host in ``snapshot``'s routes, or None when the request may run
+    here. ``made``: on a primary, how many queues of each routed topic it has made (a topic
+    absent: none yet)."""
+    if hosted is None:
         return None
+    write = hosted.write
     routes = snapshot.routes
-    for topic, queue_id in named(req):
+    for topic, queue_id in hosted.named(req):
         route = routes.get(topic)
         if route is None:
             continue

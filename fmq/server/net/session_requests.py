@@ -1,6 +1,6 @@
 """One session's requests: each complete frame is refused, or decoded and started through the
-handler table (:data:`fmq.server.ops.handlers.HANDLERS`), and answered with its request id when
-it ends (pipelining: many run at once).
+operation table (:data:`fmq.server.ops.table.OPERATIONS`), its declaration's checks first,
+and answered with its request id when it ends (pipelining: many run at once).
 
 A frame's request bytes (:class:`~fmq.server.net.request_admission.RequestAdmission`) are given
 back at one place: at once when its request does not start (every refusal), else when the
@@ -32,7 +32,8 @@ from fmq.server.cluster.hosting import not_hosted
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
-from fmq.server.ops.handlers import HANDLERS
+from fmq.server.ops.operation import FmqOperation
+from fmq.server.ops.table import OPERATIONS
 
 logger = logging.getLogger("fmq.server")
 
@@ -106,7 +107,9 @@ class SessionRequests:
             return None
         ctx.counters.requests += 1
         ctx.counters.by_op[op] += 1
-        refused = access_refusal(ctx, session, op, req) if ctx.authenticator.enforcing else None
+        declared = OPERATIONS[op]
+        refused = (access_refusal(ctx, session, declared, req) if ctx.authenticator.enforcing
+                   else None)
         if refused is not None:
             ctx.counters.failed(op, refused)
             session.send(encode_error(op, rid, refused))
@@ -115,7 +118,7 @@ class SessionRequests:
         first = None  # a topic whose first write here waits for a read of the routes
         if routes is not None:  # a node of a cluster: is the queue this group's?
             made = routes.made_here(ctx)
-            refused = not_hosted(routes.snapshot, routes.group, op, req, made)
+            refused = not_hosted(routes.snapshot, routes.group, declared.hosted, req, made)
             if refused is not None:
                 # The client may know a newer route than this node's copy, or this primary
                 # has not made the entry its topic yet.
@@ -123,15 +126,15 @@ class SessionRequests:
                 ctx.counters.failed(op, refused)
                 session.send(encode_error(op, rid, refused))
                 return None
-            first = (routes.first_sight.unseen(ctx, op, req, made)
+            first = (routes.first_sight.unseen(ctx, declared.hosted, req, made)
                      if made is not None else None)
         try:
             if first is not None:  # the routes are read first, then it runs
                 request = routes.first_sight.hold(ctx, first, functools.partial(
-                    self._run_checked, op, req))
+                    self._run_checked, declared, req))
             else:
                 # A coroutine becomes a task; SEND's handler returns a future and needs none.
-                request = asyncio.ensure_future(HANDLERS[op](ctx, session, req))
+                request = asyncio.ensure_future(declared.handler(ctx, session, req))
         except FMQError as exc:  # refused before it started (a send that cannot be stored)
             ctx.counters.failed(op, exc)
             session.send(encode_error(op, rid, exc))
@@ -141,10 +144,10 @@ class SessionRequests:
         request.add_done_callback(functools.partial(self._answer, op, rid))
         return request
 
-    def _run_checked(self, op: int, req: dict) -> Any:
+    def _run_checked(self, declared: FmqOperation, req: dict) -> Any:
         """A held first write, once the routes were read: checked again, then started."""
-        check_again(self.ctx.routes, self.ctx, op, req)
-        return HANDLERS[op](self.ctx, self.session, req)
+        check_again(self.ctx.routes, self.ctx, declared.hosted, req)
+        return declared.handler(self.ctx, self.session, req)
 
     def _answer(self, op: int, rid: int, request: asyncio.Future) -> None:
         # Free the in-flight slot before the answer leaves: the client may send its next
@@ -193,7 +196,7 @@ def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame
     refused = follower_refusal(ctx.replication, op)
     if refused is not None:
         return refused
-    if op not in HANDLERS:
+    if op not in OPERATIONS:
         # Framing is intact, so the session stays usable: newer clients can probe.
         return ProtocolError(
             f"unknown opcode {op}; this server knows {sorted(int(o) for o in SCHEMA)}")

@@ -1,5 +1,5 @@
-"""Scheduled delivery and retries on the wire: SEND_AT, NACK and DLQ_REDRIVE. They register
-in the same handler table as every other operation and run in the worker threads (each
+"""Scheduled delivery and retries on the wire: SEND_AT, NACK and DLQ_REDRIVE. They are declared
+like every other operation and run in the worker threads (each
 waits for the group commit of what it stores, and in ``sync`` acknowledgement mode for the
 followers too). The timer service wakes the long polls of the
 queues it delivers to."""
@@ -15,10 +15,26 @@ from fmq.log.placement import now_ms
 from fmq.message import check_count
 from fmq.protocol import Op
 from fmq.protocol.values import NOT_GIVEN
+from fmq.security import Operation
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.ops.handlers import handles
+from fmq.server.ops.operation import (
+    GROUP,
+    ONE_QUEUE,
+    REFUSES,
+    SENDS_ONE,
+    TOPIC,
+    Need,
+    needs,
+    on_cluster,
+    on_sent_topics,
+    operation,
+)
 
 logger = logging.getLogger("fmq.server")
+
+
+def _nack_needs(ctx: ServerContext, req: dict) -> list[Need]:
+    return [(Operation.CONSUME, GROUP, req["group"]), (Operation.CONSUME, TOPIC, req["topic"])]
 
 
 def deliver_at_of(deliver_at: int, delay_ms: int) -> int:
@@ -34,14 +50,15 @@ def deliver_at_of(deliver_at: int, delay_ms: int) -> int:
     return check_deliver_at(deliver_at)
 
 
-@handles(Op.SEND_AT)
+@operation(Op.SEND_AT, access=on_sent_topics(Operation.PRODUCE), hosted=SENDS_ONE,
+           follower=REFUSES)
 async def _send_at(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     due = deliver_at_of(req["deliver_at"], req["delay_ms"])
     [result] = await ctx.write(ctx.broker.schedule, [req["message"]], due)
     return {"offset": result.offset, "deliver_at": result.deliver_at}
 
 
-@handles(Op.NACK)
+@operation(Op.NACK, access=needs(_nack_needs), hosted=ONE_QUEUE, follower=REFUSES)
 async def _nack(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     delay = None if req["delay_ms"] == NOT_GIVEN else req["delay_ms"]
     times, dead = await ctx.write(retries.nack, ctx.broker, req["group"], req["topic"],
@@ -49,7 +66,7 @@ async def _nack(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     return {"reconsume_times": times, "dead_letter": dead}
 
 
-@handles(Op.DLQ_REDRIVE)
+@operation(Op.DLQ_REDRIVE, access=on_cluster(Operation.ADMIN), hosted=None, follower=REFUSES)
 async def _dlq_redrive(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     check_count(req["max_messages"], "max_messages")
     moved = await ctx.write(retries.redrive, ctx.broker, req["group"], req["max_messages"])

@@ -1,13 +1,13 @@
-"""What each operation does: decoded request fields in, response fields out.
+"""What the client's operations do: decoded request fields in, response fields out.
 
-Every operation is a handler in :data:`HANDLERS`, called with the server's
-:class:`~fmq.server.context.ServerContext`, the session the request came on and the decoded
-request; it returns an awaitable of the response fields. Every blocking broker call runs in
-a thread: writes in the worker threads (``ctx.write``, which in ``sync`` acknowledgement
-mode also waits for the followers; ``ctx.run``), reads in the reader threads
-(``ctx.read``); sends go through the batcher's pipeline (SEND and SEND_BATCH without a
-task of their own: the batcher's future ends with the answer), and so do PREPARE and
-COMMIT (:mod:`fmq.server.ops.tx_ops`); pull and feedback long polls wait
+Each handler is declared once with its facts (``@operation``, :mod:`fmq.server.ops.operation`):
+it is called with the server's :class:`~fmq.server.context.ServerContext`, the session the
+request came on and the decoded request, and returns an awaitable of the response fields.
+Every blocking broker call runs in a thread: writes in the worker threads (``ctx.write``,
+which in ``sync`` acknowledgement mode also waits for the followers; ``ctx.run``), reads in
+the reader threads (``ctx.read``); sends go through the batcher's pipeline (SEND and
+SEND_BATCH without a task of their own: the batcher's future ends with the answer), and so
+do PREPARE and COMMIT (:mod:`fmq.server.ops.tx_ops`); pull and feedback long polls wait
 without holding a thread for long. The wire format of each is in
 :mod:`fmq.protocol.schema`.
 """
@@ -39,25 +39,54 @@ from fmq.protocol.values import (
     stored_to_wire,
     uncertain_to_wire,
 )
+from fmq.security import Operation
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.net.replies import QUERY_REPLY_BASE, fit
 from fmq.server.net.reply_account import ReplyRoom
 from fmq.server.ops import tx_ops
+from fmq.server.ops.operation import (
+    GROUP,
+    HANDSHAKE,
+    ONE_QUEUE,
+    PGROUP,
+    REFUSES,
+    SENDS_MANY,
+    SENDS_ONE,
+    SERVES,
+    TOPIC,
+    Need,
+    needs,
+    on_cluster,
+    on_group,
+    on_producer_group,
+    on_sent_topics,
+    on_topic,
+    operation,
+)
 from fmq.server.ops.pull_reads import PullRead, pull_now, pull_on_loop
 from fmq.tx.state import TxState
 from fmq.version import __version__
 
 logger = logging.getLogger("fmq.server")
 
-Handler = Callable[[ServerContext, RequestSession, dict], Awaitable[dict]]
-HANDLERS: dict[int, Handler] = {}
+PRODUCE, CONSUME, DESCRIBE = Operation.PRODUCE, Operation.CONSUME, Operation.DESCRIBE
+#: The operator's requests: admin on the cluster.
+ADMIN = on_cluster(Operation.ADMIN)
+#: A transaction's requests: the producer group they name.
+TRANSACTION = on_producer_group(Operation.TRANSACTION)
 
 
-def handles(op: Op) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        HANDLERS[op] = fn
-        return fn
-    return register
+def _prepare_needs(ctx: ServerContext, req: dict) -> list[Need]:
+    return [(Operation.TRANSACTION, PGROUP, req["producer_group"]),
+            *((PRODUCE, TOPIC, t) for t in {m.topic for m in req["messages"]})]
+
+
+def _member_needs(ctx: ServerContext, req: dict) -> list[Need]:
+    return [(CONSUME, GROUP, req["group"]), *((CONSUME, TOPIC, t) for t in set(req["topics"]))]
+
+
+#: A consumer group member's requests: the group and every topic it subscribes to.
+MEMBER = needs(_member_needs)
 
 
 def _tx_state(value: str, allowed: tuple[TxState, ...]) -> TxState:
@@ -71,7 +100,7 @@ def _tx_state(value: str, allowed: tuple[TxState, ...]) -> TxState:
     return state
 
 
-@handles(Op.PING)
+@operation(Op.PING, access=HANDSHAKE, hosted=None, follower=SERVES)
 async def _ping(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     cfg = ctx.config
     return {"server_version": __version__, "protocol_version": PROTOCOL_VERSION,
@@ -79,7 +108,7 @@ async def _ping(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
             "max_frame_size": cfg.max_frame_size, "max_in_flight": cfg.max_in_flight}
 
 
-@handles(Op.SEND)
+@operation(Op.SEND, access=on_sent_topics(PRODUCE), hosted=SENDS_ONE, follower=REFUSES)
 def _send(ctx: ServerContext, session: RequestSession, req: dict) -> asyncio.Future[dict]:
     # The hot path: no task; the batcher's future is the request, and it ends with the answer.
     return ctx.batcher.submit([req["message"]], _send_answer, session.principal)
@@ -90,7 +119,7 @@ def _send_answer(results: Sequence[SendResult]) -> Packed | dict:
     return send_answer(results if type(results) is PackedResults else results[0])
 
 
-@handles(Op.SEND_BATCH)
+@operation(Op.SEND_BATCH, access=on_sent_topics(PRODUCE), hosted=SENDS_MANY, follower=REFUSES)
 def _send_batch(ctx: ServerContext, session: RequestSession, req: dict
                 ) -> Awaitable[dict]:
     msgs = req["messages"]
@@ -107,7 +136,7 @@ async def _answered(answer: dict) -> dict:
     return answer
 
 
-@handles(Op.PREPARE)
+@operation(Op.PREPARE, access=needs(_prepare_needs), hosted=SENDS_MANY, follower=REFUSES)
 def _prepare(ctx: ServerContext, session: RequestSession, req: dict) -> Awaitable[dict]:
     msgs = req["messages"]
     return tx_ops.prepare(ctx, msgs, req["producer_group"], req["tx_id"], _prepare_answer)
@@ -117,7 +146,7 @@ def _prepare_answer(tx_id: str) -> dict:
     return {"tx_id": tx_id}
 
 
-@handles(Op.COMMIT)
+@operation(Op.COMMIT, access=TRANSACTION, hosted=None, follower=REFUSES)
 def _commit(ctx: ServerContext, session: RequestSession, req: dict) -> Awaitable[dict]:
     return tx_ops.commit(ctx, req["producer_group"], req["tx_id"], _state_answer)
 
@@ -126,7 +155,7 @@ def _state_answer(state: TxState) -> dict:
     return {"state": state.value}
 
 
-@handles(Op.ROLLBACK)
+@operation(Op.ROLLBACK, access=TRANSACTION, hosted=None, follower=REFUSES)
 async def _rollback(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     state = await ctx.write(ctx.broker.rollback, req["tx_id"], req["producer_group"])
     return {"state": state.value}
@@ -137,7 +166,7 @@ async def _rollback(ctx: ServerContext, session: RequestSession, req: dict) -> d
 POLL_SLICE_S = 0.25
 
 
-@handles(Op.POLL_UNCERTAIN)
+@operation(Op.POLL_UNCERTAIN, access=TRANSACTION, hosted=None, follower=REFUSES)
 async def _poll_uncertain(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     loop = ctx.loop
     deadline = loop.time() + ctx.wait_ms(req["wait_ms"])
@@ -167,7 +196,7 @@ async def _poll_uncertain(ctx: ServerContext, session: RequestSession, req: dict
     return {"transactions": [uncertain_to_wire(t) for t in txs]}
 
 
-@handles(Op.ANSWER_UNCERTAIN)
+@operation(Op.ANSWER_UNCERTAIN, access=TRANSACTION, hosted=None, follower=REFUSES)
 async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     state = _tx_state(req["state"], (TxState.COMMIT, TxState.ROLLBACK, TxState.UNKNOWN))
     group = req["producer_group"]
@@ -188,14 +217,14 @@ def _reply_room(ctx: ServerContext, session: RequestSession, need: int = 0) -> R
     return ReplyRoom(session, cfg.max_reply_size, min(cfg.max_reply_size, ctx.largest_reply))
 
 
-@handles(Op.PULL)
+@operation(Op.PULL, access=on_topic(CONSUME), hosted=ONE_QUEUE, follower=SERVES)
 async def _pull(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     answer = await _long_poll_pull(ctx, session, req, None)
     del answer["resume_offset"]
     return answer
 
 
-@handles(Op.PULL_TAGGED)
+@operation(Op.PULL_TAGGED, access=on_topic(CONSUME), hosted=ONE_QUEUE, follower=SERVES)
 async def _pull_tagged(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     parse_tag_expression(req["tags"])  # a bad expression fails at once, not after a wait
     return await _long_poll_pull(ctx, session, req, req["tags"])
@@ -237,7 +266,8 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
     return {"messages": items, "min_offset": lo, "next_offset": hi, "resume_offset": resume}
 
 
-@handles(Op.COMMIT_OFFSET)
+@operation(Op.COMMIT_OFFSET, access=on_group(Operation.COMMIT_OFFSETS), hosted=ONE_QUEUE,
+           follower=REFUSES)
 async def _commit_offset(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     # Progress of a group, not data: it wakes no pull.
     await ctx.write(ctx.broker.commit_offset, req["group"], req["topic"], req["queue_id"],
@@ -245,7 +275,7 @@ async def _commit_offset(ctx: ServerContext, session: RequestSession, req: dict)
     return {}
 
 
-@handles(Op.FETCH_OFFSET)
+@operation(Op.FETCH_OFFSET, access=on_group(CONSUME), hosted=ONE_QUEUE, follower=SERVES)
 async def _fetch_offset(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     off = await ctx.read(ctx.broker.committed_offset, req["group"], req["topic"],
                          req["queue_id"])
@@ -256,7 +286,7 @@ def _assignment(pairs: list[tuple[str, int]]) -> list[dict]:
     return [{"topic": t, "queue_id": q} for t, q in pairs]
 
 
-@handles(Op.GROUP_JOIN)
+@operation(Op.GROUP_JOIN, access=MEMBER, hosted=None, follower=SERVES)
 async def _group_join(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     member, gen, assigned = ctx.groups.join(req["group"], req["member_id"], req["topics"],
                                             session)
@@ -269,21 +299,21 @@ async def _group_join(ctx: ServerContext, session: RequestSession, req: dict) ->
             "session_timeout_ms": cfg.group_session_timeout_ms}
 
 
-@handles(Op.GROUP_HEARTBEAT)
+@operation(Op.GROUP_HEARTBEAT, access=MEMBER, hosted=None, follower=SERVES)
 async def _group_heartbeat(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     gen, assigned = ctx.groups.heartbeat(req["group"], req["member_id"], req["topics"],
                                          session)
     return {"generation": gen, "assignment": _assignment(assigned)}
 
 
-@handles(Op.GROUP_SYNC)
+@operation(Op.GROUP_SYNC, access=MEMBER, hosted=None, follower=SERVES)
 async def _group_sync(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     gen, assigned = ctx.groups.heartbeat(req["group"], req["member_id"], req["topics"],
                                          session, applied=req["generation"])
     return {"generation": gen, "assignment": _assignment(assigned)}
 
 
-@handles(Op.GROUP_LEAVE)
+@operation(Op.GROUP_LEAVE, access=on_group(CONSUME), hosted=None, follower=SERVES)
 async def _group_leave(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     if ctx.groups.leave(req["group"], req["member_id"]):
         logger.info("group %r: member %r left", req["group"], req["member_id"])
@@ -304,7 +334,7 @@ def _query_now(broker: Broker, topic: str, key: str, limit: int, max_bytes: int
     return msgs, QUERY_REPLY_BASE + size
 
 
-@handles(Op.QUERY_KEY)
+@operation(Op.QUERY_KEY, access=on_topic(CONSUME), hosted=None, follower=SERVES)
 async def _query_key(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     check_count(req["limit"], "limit")
     args = (req["topic"], req["key"], min(req["limit"], 4096))
@@ -320,21 +350,21 @@ async def _query_key(ctx: ServerContext, session: RequestSession, req: dict) -> 
     return {"messages": [stored_to_wire(m) for m in msgs]}
 
 
-@handles(Op.OFFSET_FOR_TIME)
+@operation(Op.OFFSET_FOR_TIME, access=on_topic(DESCRIBE), hosted=ONE_QUEUE, follower=SERVES)
 async def _offset_for_time(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     off = await ctx.read(_indexed, ctx.broker, ctx.broker.offset_for_time, req["topic"],
                          req["queue_id"], req["timestamp_ms"])
     return {"offset": off}
 
 
-@handles(Op.QUEUE_RANGE)
+@operation(Op.QUEUE_RANGE, access=on_topic(DESCRIBE), hosted=ONE_QUEUE, follower=SERVES)
 async def _queue_range(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     lo, hi = await ctx.read(_indexed, ctx.broker, ctx.broker.queue_range, req["topic"],
                             req["queue_id"])
     return {"min_offset": lo, "next_offset": hi}
 
 
-@handles(Op.STATS)
+@operation(Op.STATS, access=ADMIN, hosted=None, follower=SERVES)
 async def _stats(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     stats = await ctx.run(ctx.broker.stats)
     stats["delivery"] = await ctx.read(delivery_stats, ctx.broker)  # timers, retries, DLQs
@@ -345,7 +375,7 @@ async def _stats(ctx: ServerContext, session: RequestSession, req: dict) -> dict
     return {"json": json.dumps(stats, sort_keys=True, default=str)}
 
 
-@handles(Op.LIST_TX)
+@operation(Op.LIST_TX, access=ADMIN, hosted=None, follower=SERVES)
 async def _list_tx(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     txs = await ctx.run(ctx.broker.open_transactions)
     return {"transactions": [{k: t[k] for k in ("tx_id", "producer_group", "state", "age_ms",
@@ -353,7 +383,7 @@ async def _list_tx(ctx: ServerContext, session: RequestSession, req: dict) -> di
                              for t in txs]}
 
 
-@handles(Op.RESOLVE_TX)
+@operation(Op.RESOLVE_TX, access=ADMIN, hosted=None, follower=REFUSES)
 async def _resolve_tx(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     decision = _tx_state(req["decision"], (TxState.COMMIT, TxState.ROLLBACK))
     group = req["producer_group"]

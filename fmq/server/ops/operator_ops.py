@@ -1,5 +1,5 @@
 """The operator's requests: TOPICS, GROUPS and RESET_OFFSETS (``fmq topics``, ``fmq groups``,
-``fmq stats``). They register in the same handler table as every other operation; their
+``fmq stats``). They are declared like every other operation; their
 answers are JSON text, like STATS. The index reads run in the reader threads, an offset reset
 in the worker threads (it commits offsets through the consumer's path); group membership is
 read on the event loop, which owns it."""
@@ -12,17 +12,25 @@ import logging
 from fmq.errors import GroupHasMembers
 from fmq.message import check_name
 from fmq.protocol import Op
+from fmq.security import Operation, ResourceType
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.ops.handlers import handles
+from fmq.server.ops.operation import REFUSES, SERVES, Need, needs, on_cluster, operation
 
 logger = logging.getLogger("fmq.server")
+
+
+def _groups_needs(ctx: ServerContext, req: dict) -> list[Need]:
+    # No group asks for every group: a view of the whole cluster.
+    if req["group"] is None:
+        return [(Operation.DESCRIBE, ResourceType.CLUSTER, "cluster")]
+    return [(Operation.DESCRIBE, ResourceType.GROUP, req["group"])]
 
 
 def _dump(obj: object) -> dict:
     return {"json": json.dumps(obj, sort_keys=True)}
 
 
-@handles(Op.TOPICS)
+@operation(Op.TOPICS, access=on_cluster(Operation.DESCRIBE), hosted=None, follower=SERVES)
 async def _topics(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     inventory = ctx.broker.inventory
     topics = await ctx.read(inventory.topics)
@@ -37,7 +45,7 @@ def group_members(ctx: ServerContext) -> dict[str, dict]:
             for name, g in ctx.groups.describe().items()}
 
 
-@handles(Op.GROUPS)
+@operation(Op.GROUPS, access=needs(_groups_needs), hosted=None, follower=SERVES)
 async def _groups(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     group = req["group"]
     if group is not None:
@@ -62,7 +70,7 @@ async def _groups(ctx: ServerContext, session: RequestSession, req: dict) -> dic
     return _dump({"groups": out, "queues": queues})
 
 
-@handles(Op.RESET_OFFSETS)
+@operation(Op.RESET_OFFSETS, access=on_cluster(Operation.ADMIN), hosted=None, follower=REFUSES)
 async def _reset_offsets(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     group = check_name(req["group"], "group", allow_none=False)
     members = ctx.groups.member_count(group)

@@ -10,12 +10,16 @@ from fmq.errors import InvalidArgument, NotPrimary, ReplicaDiverged, StalePrimar
 from fmq.index.epochs import epoch_end
 from fmq.protocol import Op
 from fmq.replication.chunks import read_chunk
+from fmq.security import Operation
 from fmq.server.cluster.replica_role import RoleChange
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.ops.handlers import handles
+from fmq.server.ops.operation import SERVES, on_cluster, operation
+
+#: A follower copies the whole log; followers do not log in yet (docs/security.md).
+ADMIN = on_cluster(Operation.ADMIN)
 
 
-@handles(Op.REPL_FETCH)
+@operation(Op.REPL_FETCH, access=ADMIN, hosted=None, follower=SERVES)
 async def _repl_fetch(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     role = ctx.replication
     if role.primary is not None:  # no chains: a follower copies from the primary only
@@ -73,7 +77,7 @@ def check_follower_epoch(ctx: ServerContext, follower_epoch: int, start: int) ->
             raise ReplicaDiverged(start, end)
 
 
-@handles(Op.EPOCH_END)
+@operation(Op.EPOCH_END, access=ADMIN, hosted=None, follower=SERVES)
 async def _epoch_end(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     role = ctx.replication
     if role.primary is not None:
@@ -82,7 +86,7 @@ async def _epoch_end(ctx: ServerContext, session: RequestSession, req: dict) -> 
     return {"epoch": found, "end_offset": end, "current_epoch": role.epoch}
 
 
-@handles(Op.PROMOTE)
+@operation(Op.PROMOTE, access=ADMIN, hosted=None, follower=SERVES)
 async def _promote(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     role = ctx.replication
     if role.primary is None:
@@ -98,6 +102,6 @@ async def _promote(ctx: ServerContext, session: RequestSession, req: dict) -> di
     return {"json": json.dumps({"promoting": True, "epoch": epoch})}
 
 
-@handles(Op.REPL_STATUS)
+@operation(Op.REPL_STATUS, access=on_cluster(Operation.DESCRIBE), hosted=None, follower=SERVES)
 async def _repl_status(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     return {"json": json.dumps(ctx.replication.describe(), sort_keys=True)}

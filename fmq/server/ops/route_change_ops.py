@@ -18,9 +18,10 @@ from fmq.admin.route_lag import GroupsAnswer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import ConfigError
 from fmq.protocol import Op
+from fmq.security import Operation, ResourceType
 from fmq.server.cluster.replica_role import primary_access
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.ops.handlers import handles
+from fmq.server.ops.operation import SERVES, TOPIC, Need, needs, operation
 from fmq.topic_route import BrokerGroup
 
 
@@ -43,13 +44,25 @@ def _admin(ctx: ServerContext) -> ClusterAdmin:
     return ClusterAdmin(ClusterRoutes(config.coordinator, config.cluster), read_offsets)
 
 
+def _route_change_needs(ctx: ServerContext, req: dict) -> list[Need]:
+    # The topic is inside the JSON; a request that names none can only be judged by an
+    # administrator of the cluster (the handler then says what is wrong with it).
+    try:
+        topic = json.loads(req["json"]).get("topic")
+    except (ValueError, AttributeError):
+        topic = None
+    if not isinstance(topic, str) or not topic:
+        return [(Operation.ADMIN, ResourceType.CLUSTER, "cluster")]
+    return [(Operation.ALTER, TOPIC, topic)]
+
+
 def _change(ctx: ServerContext, text: str) -> dict:
     request = decode_change(text)
     admin = _admin(ctx)
     return admin.answer(apply_change(admin, request))
 
 
-@handles(Op.ROUTE_CHANGE)
+@operation(Op.ROUTE_CHANGE, access=needs(_route_change_needs), hosted=None, follower=SERVES)
 async def _route_change(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     if not ctx.config.coordinator:
         raise ConfigError("this node is not part of a cluster, so it has no routes to change: "

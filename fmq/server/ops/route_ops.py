@@ -19,11 +19,11 @@ from fmq.errors import CoordinatorUnavailable, RouteConflict, UnknownTopic
 from fmq.message import check_topic, is_internal_topic
 from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
-from fmq.server.authn import node_role
 from fmq.server.authz import denial
 from fmq.server.cluster.route_membership import RouteMembership
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.ops.handlers import handles
+from fmq.server.ops.operation import SERVES, TOPIC, Need, needs, operation
+from fmq.server.ops.security_ops import node_role
 from fmq.topic_route import READ_WRITE, TopicRoute, check_routable_topic, route_answer
 
 
@@ -107,7 +107,14 @@ async def _cluster_route(ctx: ServerContext, session: RequestSession,
     return route_answer(membership.cluster, route, snapshot.groups)
 
 
-@handles(Op.ROUTE)
+def _route_needs(ctx: ServerContext, req: dict) -> list[Need]:
+    # "" asks for every route and group: a view of the whole cluster.
+    if not req["topic"]:
+        return [(Operation.DESCRIBE, ResourceType.CLUSTER, "cluster")]
+    return [(Operation.DESCRIBE, TOPIC, req["topic"])]
+
+
+@operation(Op.ROUTE, access=needs(_route_needs), hosted=None, follower=SERVES)
 async def _route(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     topic = req["topic"]
     membership: RouteMembership | None = ctx.routes

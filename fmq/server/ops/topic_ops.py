@@ -15,7 +15,24 @@ from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
 from fmq.security.acl import allowed
 from fmq.server.context import RequestSession, ServerContext
-from fmq.server.ops.handlers import handles
+from fmq.server.ops.operation import (
+    LOGGED_IN,
+    REFUSES,
+    SERVES,
+    TOPIC,
+    Need,
+    needs,
+    on_topic,
+    operation,
+)
+
+
+def _named_in_settings(ctx: ServerContext, req: dict) -> list[Need]:
+    return [(Operation.ALTER, TOPIC, req["settings"]["name"])]
+
+
+#: Creating or changing a topic: alter on the topic its settings name.
+ALTER_NAMED = needs(_named_in_settings)
 
 
 def _dump(obj: object) -> dict:
@@ -61,27 +78,27 @@ def _with_route(ctx: ServerContext, topic: dict) -> dict:
     return topic if here is None else {**topic, "route_here": here}
 
 
-@handles(Op.TOPIC_CREATE)
+@operation(Op.TOPIC_CREATE, access=ALTER_NAMED, hosted=None, follower=REFUSES)
 async def _create(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     broker = ctx.broker
     cfg = await ctx.write(broker.topics.create, *_settings(req))
     return _dump({"topic": await ctx.read(_described, broker, cfg.name), "created": True})
 
 
-@handles(Op.TOPIC_ALTER)
+@operation(Op.TOPIC_ALTER, access=ALTER_NAMED, hosted=None, follower=REFUSES)
 async def _alter(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     broker = ctx.broker
     cfg = await ctx.write(broker.topics.alter, *_settings(req))
     return _dump({"topic": await ctx.read(_described, broker, cfg.name), "altered": True})
 
 
-@handles(Op.TOPIC_DESCRIBE)
+@operation(Op.TOPIC_DESCRIBE, access=on_topic(Operation.DESCRIBE), hosted=None, follower=SERVES)
 async def _describe(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     described = await ctx.read(_described, ctx.broker, req["topic"])
     return _dump({"topic": _with_route(ctx, described)})
 
 
-@handles(Op.TOPIC_DELETE)
+@operation(Op.TOPIC_DELETE, access=on_topic(Operation.ALTER), hosted=None, follower=REFUSES)
 async def _delete(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     subscribers = [g for g, topics in ctx.groups.subscriptions().items()
                    if req["topic"] in topics]
@@ -89,7 +106,7 @@ async def _delete(ctx: ServerContext, session: RequestSession, req: dict) -> dic
     return _dump({"topic": cfg.to_wire_dict(), "deleted": True})
 
 
-@handles(Op.TOPIC_LIST)
+@operation(Op.TOPIC_LIST, access=LOGGED_IN, hosted=None, follower=SERVES)
 async def _list(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     topics = await ctx.read(ctx.broker.topics.list)
     principal = session.principal
