@@ -52,12 +52,12 @@ _GROUP_RE = re.compile(r"[A-Za-z0-9_.:-]{1,127}")
 FORMAT = 1
 
 
-def check_group_name(group: object) -> str:
-    """``group`` if it is a valid broker-group name, else InvalidArgument."""
-    if not isinstance(group, str) or not _GROUP_RE.fullmatch(group):
-        raise InvalidArgument(f"broker group name {group!r} must be 1..127 characters of "
+def check_group_name(broker_group: object) -> str:
+    """``broker_group`` if it is a valid broker-group name, else InvalidArgument."""
+    if not isinstance(broker_group, str) or not _GROUP_RE.fullmatch(broker_group):
+        raise InvalidArgument(f"broker group name {broker_group!r} must be 1..127 characters of "
                               f"letters, digits and _ . : -")
-    return group
+    return broker_group
 
 
 def check_routable_topic(topic: object) -> str:
@@ -130,8 +130,8 @@ class TopicRoute:
     def groups(self) -> tuple[str, ...]:
         return tuple(e.group for e in self.entries)
 
-    def entry(self, group: str) -> RouteEntry | None:
-        return next((e for e in self.entries if e.group == group), None)
+    def entry(self, broker_group: str) -> RouteEntry | None:
+        return next((e for e in self.entries if e.group == broker_group), None)
 
     def queues(self) -> list[tuple[int, QueueRef]]:
         """(global index, queue) of every routed queue, in global order."""
@@ -241,56 +241,56 @@ def queue_for_key(route: TopicRoute, key: str) -> QueueRef:
 
 # -------------------------------------------------------------------- changes
 
-def _known(group: str, known: Iterable[str] | None, cluster: str) -> None:
-    check_group_name(group)
+def _known(broker_group: str, known: Iterable[str] | None, cluster: str) -> None:
+    check_group_name(broker_group)
     if known is not None:
         known = sorted(known)
-        if group not in known:
-            raise UnknownBrokerGroup(group, cluster, ", ".join(known) or "none yet")
+        if broker_group not in known:
+            raise UnknownBrokerGroup(broker_group, cluster, ", ".join(known) or "none yet")
 
 
-def new_route(topic: str, groups: Iterable[str], queues_per_group: int,
+def new_route(topic: str, broker_groups: Iterable[str], queues_per_group: int,
               known: Iterable[str] | None = None, cluster: str = "") -> TopicRoute:
-    """A route of ``topic`` with ``queues_per_group`` writable queues in each of ``groups``
+    """A route of ``topic`` with ``queues_per_group`` writable queues in each of ``broker_groups``
     (in that order), every group one of ``known`` (the cluster's) when given."""
     check_routable_topic(topic)
     check_queue_count(queues_per_group)
-    groups = list(groups)
-    if not groups:
+    broker_groups = list(broker_groups)
+    if not broker_groups:
         raise InvalidArgument(f"topic {topic} needs at least one broker group")
     known = None if known is None else list(known)
-    for g in groups:
-        _known(g, known, cluster)
-    if len(set(groups)) != len(groups):
-        raise InvalidArgument(f"broker groups {groups} name a group twice")
+    for broker_group in broker_groups:
+        _known(broker_group, known, cluster)
+    if len(set(broker_groups)) != len(broker_groups):
+        raise InvalidArgument(f"broker groups {broker_groups} name a group twice")
     entries = tuple(RouteEntry(g, queues_per_group, READ_WRITE, i * queues_per_group)
-                    for i, g in enumerate(groups))
-    route = TopicRoute(topic, entries, next_index=len(groups) * queues_per_group)
+                    for i, g in enumerate(broker_groups))
+    route = TopicRoute(topic, entries, next_index=len(broker_groups) * queues_per_group)
     check_route(route)
     return route
 
 
-def expand(route: TopicRoute, group: str, queues: int,
+def expand(route: TopicRoute, broker_group: str, queues: int,
            known: Iterable[str] | None = None, cluster: str = "") -> TopicRoute:
-    """``route`` with ``group`` added last, ``queues`` writable queues at fresh indices."""
-    _known(group, None if known is None else list(known), cluster)
+    """``route`` with ``broker_group`` added last, ``queues`` writable queues at fresh indices."""
+    _known(broker_group, None if known is None else list(known), cluster)
     check_queue_count(queues)
-    if route.entry(group) is not None:
-        raise RouteConflict(route.topic, f"broker group {group} holds queues of it already")
+    if route.entry(broker_group) is not None:
+        raise RouteConflict(route.topic, f"broker group {broker_group} holds queues of it already")
     if route.next_index + queues > MAX_GLOBAL_INDEX:
         raise RouteConflict(route.topic, "its global queue indices are used up; create the "
                                          "topic under a new name")
     new = replace(route, entries=(*route.entries,
-                                  RouteEntry(group, queues, READ_WRITE, route.next_index)),
+                                  RouteEntry(broker_group, queues, READ_WRITE, route.next_index)),
                   next_index=route.next_index + queues)
     check_route(new)
     return new
 
 
-def _with_permission(route: TopicRoute, group: str, permission: str) -> TopicRoute:
-    e = route.entry(group)
+def _with_permission(route: TopicRoute, broker_group: str, permission: str) -> TopicRoute:
+    e = route.entry(broker_group)
     if e is None:
-        raise RouteConflict(route.topic, f"broker group {group} holds no queues of it "
+        raise RouteConflict(route.topic, f"broker group {broker_group} holds no queues of it "
                                          f"(its groups: {', '.join(route.groups)})")
     if e.permission == permission:
         return route  # already so: nothing to write
@@ -298,44 +298,45 @@ def _with_permission(route: TopicRoute, group: str, permission: str) -> TopicRou
                                         for x in route.entries))
 
 
-def drain(route: TopicRoute, group: str) -> TopicRoute:
-    """``group``'s queues made read-only: no new writes, consumers read what is there.
+def drain(route: TopicRoute, broker_group: str) -> TopicRoute:
+    """``broker_group``'s queues made read-only: no new writes, consumers read what is there.
     Refused for the last writable group (the topic would take no writes at all)."""
-    new = _with_permission(route, group, READ_ONLY)
+    new = _with_permission(route, broker_group, READ_ONLY)
     if new is not route and not any(e.writable for e in new.entries):
-        raise RouteConflict(route.topic, f"broker group {group} is the last that takes its "
+        raise RouteConflict(route.topic, f"broker group {broker_group} is the last that takes its "
                                          f"writes; expand it to another group first")
     return new
 
 
-def reopen(route: TopicRoute, group: str) -> TopicRoute:
-    """``group``'s queues writable again (a drain undone)."""
-    return _with_permission(route, group, READ_WRITE)
+def reopen(route: TopicRoute, broker_group: str) -> TopicRoute:
+    """``broker_group``'s queues writable again (a drain undone)."""
+    return _with_permission(route, broker_group, READ_WRITE)
 
 
-def remove_group(route: TopicRoute, group: str, lag: Mapping[str, int],
+def remove_group(route: TopicRoute, broker_group: str, lag: Mapping[str, int],
                  force: bool = False) -> TopicRoute:
-    """``route`` without ``group``. ``lag``: per consumer group, the messages it has not read
-    in ``group``'s queues of this topic. Refused while ``group`` still takes writes, while
-    any lag remains (unless ``force``), and for the route's last group (delete the topic
-    instead). Its indices are not given out again; its data stays in its log."""
-    e = route.entry(group)
+    """``route`` without ``broker_group``. ``lag``: per consumer group, the messages it has
+    not read in ``broker_group``'s queues of this topic. Refused while ``broker_group`` still
+    takes writes, while any lag remains (unless ``force``), and for the route's last group
+    (delete the topic instead). Its indices are not given out again; its data stays in its
+    log."""
+    e = route.entry(broker_group)
     if e is None:
-        raise RouteConflict(route.topic, f"broker group {group} holds no queues of it "
+        raise RouteConflict(route.topic, f"broker group {broker_group} holds no queues of it "
                                          f"(its groups: {', '.join(route.groups)})")
     if len(route.entries) == 1:
-        raise RouteConflict(route.topic, f"broker group {group} is its only group; delete "
+        raise RouteConflict(route.topic, f"broker group {broker_group} is its only group; delete "
                                          f"the topic instead")
     if e.writable and not force:
-        raise RouteConflict(route.topic, f"broker group {group} still takes its writes; "
+        raise RouteConflict(route.topic, f"broker group {broker_group} still takes its writes; "
                                          f"drain it first (or pass --force)")
-    pending = {g: n for g, n in sorted(lag.items()) if n > 0}
+    pending = {consumer_group: n for consumer_group, n in sorted(lag.items()) if n > 0}
     if pending and not force:
-        raise RouteHasLag(route.topic, group,
-                          ", ".join(f"{g}: {n} unread" for g, n in pending.items()))
+        raise RouteHasLag(route.topic, broker_group,
+                          ", ".join(f"{c}: {n} unread" for c, n in pending.items()))
     new = replace(route, entries=tuple(x for x in route.entries if x is not e))
     if not any(x.writable for x in new.entries):
-        raise RouteConflict(route.topic, f"without broker group {group} no group would take "
+        raise RouteConflict(route.topic, f"without broker group {broker_group} no group would take "
                                          f"its writes; reopen or expand another group first")
     return new
 

@@ -123,7 +123,7 @@ class FirstSight:
 def check_again(membership: Any, ctx: ServerContext, hosted: Hosted | None, req: dict) -> None:
     """Raise NotHosted when, with the routes just read, this group does not host what the
     request names (a route created elsewhere that gives the topic to other groups)."""
-    refused = not_hosted(membership.snapshot, membership.group, hosted, req,
+    refused = not_hosted(membership.snapshot, membership.broker_group, hosted, req,
                          membership.made_here(ctx))
     if refused is not None:
         raise refused

@@ -29,15 +29,15 @@ logger = logging.getLogger("fmq.server")
 REGISTER_RETRY_S = 1.0
 
 
-def make_local_topics(broker: Broker, group: str, snapshot: RouteSnapshot,
+def make_local_topics(broker: Broker, broker_group: str, snapshot: RouteSnapshot,
                       made: dict[str, int] | None = None) -> list[str]:
-    """Make every route entry of ``group`` a local topic with the entry's queue count
+    """Make every route entry of ``broker_group`` a local topic with the entry's queue count
     (created, or grown: queues only grow); the topics changed. A TOPIC record carries the
     count to the group's followers, its recovery and both rebuilds, without etcd.
     ``made`` gets each entry's topic and its queues now, once they exist."""
     changed = []
     for topic, route in sorted(snapshot.routes.items()):
-        entry = route.entry(group)
+        entry = route.entry(broker_group)
         if entry is None:
             continue
         cfg = broker.topics.get(topic)
@@ -64,7 +64,7 @@ class RouteMembership:
     """This node's group in ``config.cluster`` and its copy of the cluster's routes."""
 
     def __init__(self, config: ServerConfig, data_dir: str) -> None:
-        self.group = config.group
+        self.broker_group = config.group
         self.cluster = config.cluster
         self.store = ClusterRoutes(config.coordinator, config.cluster)
         self.follower = RouteFollower(self.store, data_dir, self._changed,
@@ -104,7 +104,7 @@ class RouteMembership:
         """The global index of ``topic``'s queue 0 in this group: its route entry's base,
         0 for a topic without a route here (consumer groups assign by it)."""
         route = self.follower.snapshot.routes.get(topic)
-        entry = route.entry(self.group) if route is not None else None
+        entry = route.entry(self.broker_group) if route is not None else None
         return entry.base if entry is not None else 0
 
     def made_here(self, ctx: ServerContext) -> dict[str, int] | None:
@@ -126,13 +126,14 @@ class RouteMembership:
         warned = False
         while not self._stop.is_set():
             try:
-                self.store.register_group(self.group)
-                logger.info("broker group %s is part of cluster %s", self.group, self.cluster)
+                self.store.register_group(self.broker_group)
+                logger.info("broker group %s is part of cluster %s", self.broker_group,
+                            self.cluster)
                 return
             except CoordinatorUnavailable as exc:
                 if not warned:
                     logger.warning("%s; registering broker group %s once etcd answers",
-                                   exc, self.group)
+                                   exc, self.broker_group)
                     warned = True
             self._stop.wait(REGISTER_RETRY_S)
 
@@ -154,7 +155,7 @@ class RouteMembership:
         next periodic re-read; tried until etcd answers or the node stops."""
         while not self._stop.is_set():
             try:
-                self.store.announce_group(self.group)
+                self.store.announce_group(self.broker_group)
                 return
             except CoordinatorUnavailable:
                 self._stop.wait(REGISTER_RETRY_S)
@@ -198,7 +199,7 @@ class RouteMembership:
         """Make this group's route entries local topics (blocking: a worker thread; only on
         the primary); the topics changed. ``made`` gets what exists now."""
         with self._lock:  # the newest copy, whichever pass runs last
-            return make_local_topics(broker, self.group, self.follower.snapshot, made)
+            return make_local_topics(broker, self.broker_group, self.follower.snapshot, made)
 
     def _pass_done(self, task: asyncio.Future) -> None:
         self._making = False
@@ -209,11 +210,11 @@ class RouteMembership:
             # A primary elected a moment ago whose followers have not caught up yet: normal
             # in every fail-over, and the first send or change after they did makes them.
             logger.info("routed topics of group %s not made local yet: %s; a send to one "
-                        "or the next route change makes them", self.group, exc)
+                        "or the next route change makes them", self.broker_group, exc)
         elif exc is not None:
             # The next change or round tries again; the hosting check does not depend on it.
             logger.warning("could not make the routed topics of group %s local: %s",
-                           self.group, exc)
+                           self.broker_group, exc)
         elif task.result():
-            logger.info("routed topics made local in group %s: %s", self.group,
+            logger.info("routed topics made local in group %s: %s", self.broker_group,
                         ", ".join(task.result()))

@@ -118,7 +118,7 @@ class SessionRequests:
         first = None  # a topic whose first write here waits for a read of the routes
         if routes is not None:  # a node of a cluster: is the queue this group's?
             made = routes.made_here(ctx)
-            refused = not_hosted(routes.snapshot, routes.group, declared.hosted, req, made)
+            refused = not_hosted(routes.snapshot, routes.broker_group, declared.hosted, req, made)
             if refused is not None:
                 # The client may know a newer route than this node's copy, or this primary
                 # has not made the entry its topic yet.

@@ -31,15 +31,15 @@ def _admin(ctx: ServerContext) -> ClusterAdmin:
     remote = network_offsets({"tls": tls, "user": config.follow_user or None,
                               "password_file": config.follow_password_file or None})
 
-    def read_offsets(group: BrokerGroup) -> GroupsAnswer:
+    def read_offsets(broker_group: BrokerGroup) -> GroupsAnswer:
         role = ctx.replication  # its primary is None on the primary itself
-        if group.name == config.group and (role is None or role.primary is None):
+        if broker_group.name == config.group and (role is None or role.primary is None):
             inventory = ctx.broker.inventory
             ranges = inventory.queue_ranges()
             return GroupsAnswer(inventory.groups(), {(q["topic"], q["queue_id"]):
                                                      (q["min_offset"], q["next_offset"])
                                                      for q in ranges})
-        return remote(group)
+        return remote(broker_group)
 
     return ClusterAdmin(ClusterRoutes(config.coordinator, config.cluster), read_offsets)
 

@@ -66,10 +66,10 @@ def route_here(ctx: ServerContext, name: str) -> dict | None:
     route = membership.snapshot.routes.get(name)
     if route is None:
         return None
-    entry = route.entry(membership.group)
+    entry = route.entry(membership.broker_group)
     if entry is None:
-        return {"group": membership.group, "in_route": False}
-    return {"group": membership.group, "in_route": True, "base": entry.base,
+        return {"group": membership.broker_group, "in_route": False}
+    return {"group": membership.broker_group, "in_route": True, "base": entry.base,
             "queues": entry.queues, "permission": entry.permission}
 
 
