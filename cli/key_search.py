@@ -4,7 +4,7 @@ its own primary, with the user's own access (``consume`` on the topic, nothing m
 
 The routes come from the cluster's view (ROUTE "", which creates none), or, for a user who
 may not read it, as a consumer reads a topic's route
-(:func:`fmq.client.routed_consumer.read_route`). Outside a cluster, for a topic the cluster
+(:func:`fmq.client.cluster.consumers.read_route`). Outside a cluster, for a topic the cluster
 does not route, for a user who may not read routes at all, and for FMQ's own topics (each
 group's own) the server asked is the one place to look."""
 
@@ -48,10 +48,10 @@ class RouteReader:
         self._view_denied = False
 
     def route(self, topic: str) -> Any:
-        """``topic``'s route (:class:`fmq.client.routing.Route`); single outside a cluster
+        """``topic``'s route (:class:`fmq.client.cluster.route_table.Route`); single outside a cluster
         and for a topic the cluster does not route."""
-        from fmq.client.routed_consumer import read_route
-        from fmq.client.routing import RouteTable, old_server_route, parse_route
+        from fmq.client.cluster.consumers import read_route
+        from fmq.client.cluster.route_table import RouteTable, old_server_route, parse_route
 
         view = self._cluster_view()
         if view is None:
@@ -87,7 +87,8 @@ def find_in_route(client: Any, routes: RouteReader, topic: str, key: str, limit:
         return found, ({"": segment_bases(client)} if found else {})
     found, bases = [], {}
     for entry in route.route.entries:
-        primary = route.groups[entry.group].primary if entry.group in route.groups else ""
+        known = route.broker_groups.get(entry.group)
+        primary = known.primary if known is not None else ""
         if not primary:
             raise RouteConflict(topic, f"broker group {entry.group} of its route has no "
                                        f"primary now, so its messages cannot be searched; "

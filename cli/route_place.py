@@ -39,7 +39,7 @@ def check_place(server: str | None, coordinator: str | None) -> None:
 
 
 def _admin(coordinator: str, cluster_name: str) -> Any:
-    from fmq.admin.cluster_admin import ClusterAdmin, network_offsets
+    from fmq.coordination.cluster_admin import ClusterAdmin, network_offsets
     from fmq.coordination.routes import ClusterRoutes
 
     return ClusterAdmin(ClusterRoutes(coordinator, cluster_name),
@@ -60,7 +60,7 @@ def change_route(request: dict, server: str | None, coordinator: str | None,
     route as ROUTE answers it."""
     check_place(server, coordinator)
     if coordinator is not None:
-        from fmq.admin.cluster_admin import apply_change
+        from fmq.coordination.cluster_admin import apply_change
 
         admin = _admin(coordinator, cluster_name)
         return admin.answer(apply_change(admin, request))
@@ -68,10 +68,10 @@ def change_route(request: dict, server: str | None, coordinator: str | None,
 
 
 def cluster_status(server: str | None, coordinator: str | None, cluster_name: str) -> dict:
-    """``fmq cluster status``'s data (:func:`fmq.admin.cluster_status.cluster_status`)."""
-    from fmq.admin.cluster_admin import network_offsets
-    from fmq.admin.cluster_status import cluster_status as status
-    from fmq.admin.cluster_status import view_from_routes
+    """``fmq cluster status``'s data (:func:`fmq.coordination.cluster_status.cluster_status`)."""
+    from fmq.coordination.cluster_admin import network_offsets
+    from fmq.coordination.cluster_status import cluster_status as status
+    from fmq.coordination.cluster_status import view_from_routes
 
     check_place(server, coordinator)
     if coordinator is not None:

@@ -14,10 +14,10 @@ embedded API raises; ``retriable`` says whether the same request may succeed lat
 
 from fmq.client.base import Client
 from fmq.client.batching import BufferFull
+from fmq.client.cluster.placement import SpansGroups
 from fmq.client.connection import Connection, parse_servers
 from fmq.client.consumer import Consumer
 from fmq.client.producer import Producer, TransactionResult
-from fmq.client.routing import SpansGroups
 from fmq.client.tls import TLSOptions
 from fmq.client.tx_producer import Transaction, TransactionProducer
 

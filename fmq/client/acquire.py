@@ -6,8 +6,8 @@ requests use.
 (:mod:`fmq.client.base`) performs each with a blocking socket, the asyncio producer
 (:mod:`fmq.client.aio`) by awaiting, and both hand the outcome back through
 :class:`Search`. :class:`LinkPool` holds one :class:`Link` (a :class:`Finder` and the
-connection it found) per broker group; a client of one broker group has the single group
-:data:`DEFAULT_GROUP`.
+connection it found) per broker group: the client's own (:data:`OWN_LINK`, the servers it
+was given) and, in a cluster, one per routed broker group (:func:`link_of`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,19 @@ from .deadline import Attempts, check_retry_options
 from .discovery import Address, Finder, handshake_steps
 from .tls import TLSSetting, client_context
 
-#: The broker group of a client that talks to one group of servers (all clients today).
-DEFAULT_GROUP = "default"
+#: The link of the servers a client was given (the only one outside a cluster).
+OWN_LINK = "default"
+
+
+def link_of(broker_group: str) -> str:
+    """The link of a routed broker group (apart from the client's own, whatever the
+    group's name: "/" is in no group name)."""
+    return f"group/{broker_group}"
+
+
+def broker_group_of(link: str) -> str:
+    """The broker group of a link :func:`link_of` named ("" for the client's own)."""
+    return link.partition("/")[2] if link != OWN_LINK else ""
 
 
 @dataclass(frozen=True)
@@ -195,35 +206,36 @@ class Link:
 
 
 class LinkPool:
-    """A client's links, one per broker group it talks to (keyed by the group's name)."""
+    """A client's links, one per broker group it talks to (keyed by the link's name:
+    :data:`OWN_LINK` or :func:`link_of` a broker group)."""
 
     def __init__(self, finders: dict[str, Finder]) -> None:
-        self._links = {group: Link(finder) for group, finder in finders.items()}
+        self._links = {link: Link(finder) for link, finder in finders.items()}
         self._lock = threading.Lock()  # links are added by whichever thread reads a route
 
     @classmethod
     def single(cls, finder: Finder) -> LinkPool:
         """The pool of a client of one broker group."""
-        return cls({DEFAULT_GROUP: finder})
+        return cls({OWN_LINK: finder})
 
-    def __getitem__(self, group: str) -> Link:
-        return self._links[group]
+    def __getitem__(self, link: str) -> Link:
+        return self._links[link]
 
     def names(self) -> list[str]:
         """The links' names, the client's own first."""
         return list(self._links)
 
-    def get(self, group: str) -> Link | None:
-        return self._links.get(group)
+    def get(self, link: str) -> Link | None:
+        return self._links.get(link)
 
-    def seed(self, group: str, primary: Address) -> Link:
-        """The link of ``group``, made on first use, looking for the group's node at
+    def seed(self, name: str, primary: Address) -> Link:
+        """The link ``name``, made on first use, looking for its broker group's node at
         ``primary`` (a routed topic's group, docs/cluster.md); a route naming a new
         primary (a fail-over) moves the search there."""
         with self._lock:
-            link = self._links.get(group)
+            link = self._links.get(name)
             if link is None:
-                link = self._links[group] = Link(Finder([primary]))
+                link = self._links[name] = Link(Finder([primary]))
             elif link.finder.servers != [primary]:
                 link.finder.servers = [primary]
                 link.finder.learn(f"{primary[0]}:{primary[1]}")
@@ -285,9 +297,9 @@ class PooledClient:
     @property
     def finder(self) -> Finder:
         """Which node this client talks to, and what it learnt of the primary."""
-        return self.links[DEFAULT_GROUP].finder
+        return self.links[OWN_LINK].finder
 
     @property
     def _conn(self) -> Any:
         """The current connection (None: none yet, or closed)."""
-        return self.links[DEFAULT_GROUP].conn
+        return self.links[OWN_LINK].conn

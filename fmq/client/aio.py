@@ -27,16 +27,17 @@ from fmq.message import Message, ScheduledSend, SendResult, check_topic
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
 from fmq.protocol.values import message_to_wire, schedule_to_wire, scheduled_from_wire
 
-from .acquire import DEFAULT_GROUP, LinkPool, PooledClient
+from .acquire import OWN_LINK, LinkPool, PooledClient, broker_group_of, link_of
 from .aio_connection import AsyncConnection, find_node
-from .aio_lane import AsyncLane
+from .aio_sender import AsyncBatchSender
 from .batch_sending import BatchSending
 from .batching import Limits
+from .cluster.placement import choose_queue
+from .cluster.route_table import DEFAULT_ROUTE_REFRESH_S, Route
+from .cluster.router import Build, PlacedRequest, Router
 from .connection import parse_servers
 from .deadline import DEFAULT_DELIVERY_TIMEOUT
 from .discovery import PRIMARY, Finder
-from .routed import Build, Placed, Router, group_link, link_group
-from .routing import DEFAULT_ROUTE_REFRESH_S, Route, choose_queue
 from .tls import TLSSetting
 
 
@@ -81,37 +82,37 @@ class AsyncProducer(PooledClient):
         self.idempotent = idempotent
         self.producer_id = self._sequencer.producer_id
         self._closed = False
-        #: The batches of each link (the producer's own, or a routed group's), and the
-        #: arguments of each routed message not answered yet (placed anew on NotHosted).
-        self._lanes: dict[str, AsyncLane] = {}
+        #: The batches of each link (the producer's own, or a routed broker group's), and
+        #: the arguments of each routed message not answered yet (placed anew on NotHosted).
+        self._senders: dict[str, AsyncBatchSender] = {}
         self._rereads: set[asyncio.Task] = set()
         self._routed: dict[asyncio.Future, tuple] = {}
         self._replacing: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------------ requests
 
-    async def _connection(self, group: str = DEFAULT_GROUP) -> AsyncConnection:
-        link = self.links.get(group)
-        if link is None:  # a routed group whose primary no route has named yet
-            raise PrimaryNotFound(f"broker group {group.partition('/')[2]} has no primary "
+    async def _connection(self, link: str = OWN_LINK) -> AsyncConnection:
+        held = self.links.get(link)
+        if held is None:  # a routed group whose primary no route has named yet
+            raise PrimaryNotFound(f"broker group {broker_group_of(link)} has no primary "
                                   f"now (its route names none); retry later")
-        conn = link.usable()
+        conn = held.usable()
         if conn is not None:
             return conn
         if self._conn_lock is None:
             self._conn_lock = asyncio.Lock()
         async with self._conn_lock:
-            conn, stale = link.claim(self._closed, "producer")
+            conn, stale = held.claim(self._closed, "producer")
             if conn is not None:
                 return conn
             if stale is not None:
                 await stale.close()
             conn, ping = await find_node(
-                link.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
+                held.finder, self.connect_timeout, self.max_in_flight, self.tls_context,
                 self.credentials, self.request_timeout,
                 self._backoff)
-            self._lane(group).core.adopt_server_limits(ping)
-            link.attach(conn)
+            self._sender(link).core.adopt_server_limits(ping)
+            held.attach(conn)
             return conn
 
     async def call(self, op: Op, fields: dict[str, Any], *,
@@ -145,28 +146,28 @@ class AsyncProducer(PooledClient):
             answer = exc
         return self.router.take(topic, answer)
 
-    def _unreachable(self, group: str) -> None:
-        """A lane could not reach ``group``'s primary: read the routes through that group
-        again (in a task: the lane's next try waits its back-off), which moves its link to
-        the primary they name now (a fail-over)."""
-        self.router.table.unreachable(group)
+    def _unreachable(self, broker_group: str) -> None:
+        """A sender could not reach ``broker_group``'s primary: read the routes through
+        that group again (in a task: the sender's next try waits its back-off), which moves
+        its link to the primary they name now (a fail-over)."""
+        self.router.table.unreachable(broker_group)
 
         async def reread() -> None:
-            for topic in self.router.table.topics_in(group):
+            for topic in self.router.table.topics_in(broker_group):
                 try:
                     await self.route(topic, retries=0)
                 except FMQError:
-                    return  # the lane's next try asks again
+                    return  # the sender's next try asks again
 
         task = asyncio.ensure_future(reread())
         self._rereads.add(task)  # held until done: the loop keeps only weak references
         task.add_done_callback(self._rereads.discard)
 
     async def _deliver(self, op: Op, messages: Sequence[Message], build: Build,
-                       stamp: bool = True) -> tuple[dict[str, Any], Placed]:
-        """:meth:`fmq.client.routed.RoutedSends.deliver`, awaiting."""
+                       stamp: bool = True) -> tuple[dict[str, Any], PlacedRequest]:
+        """:meth:`fmq.client.cluster.sends.RoutedSends.deliver`, awaiting."""
         attempts = self.attempts()
-        pinned: Placed | None = None
+        pinned: PlacedRequest | None = None
         while True:
             placed = pinned
             try:
@@ -223,25 +224,25 @@ class AsyncProducer(PooledClient):
 
     # ------------------------------------------------------------------ batching
 
-    def _lane(self, link: str, group: str = "") -> AsyncLane:
-        lane = self._lanes.get(link)
-        if lane is None:
+    def _sender(self, link: str, broker_group: str = "") -> AsyncBatchSender:
+        sender = self._senders.get(link)
+        if sender is None:
             limits, linger_s, buffer_memory, max_block_s, window = self._batching
             core = BatchSending(
                 limits, linger_s, buffer_memory=buffer_memory, max_block_s=max_block_s,
                 max_in_flight=self.max_in_flight,
                 attempts=lambda started: self.attempts(started=started),
                 idempotent=self.idempotent, dedup_window=window)
-            routed = link != DEFAULT_GROUP
-            # From the link: a lane a connection made first re-reads its own group's routes.
-            group = link_group(link) if routed else group
-            lane = self._lanes[link] = AsyncLane(
-                core, self.request_timeout, partial(self._connection, link), group,
+            routed = link != OWN_LINK
+            # From the link: a sender a connection made first re-reads its own group's routes.
+            broker_group = broker_group_of(link) if routed else broker_group
+            sender = self._senders[link] = AsyncBatchSender(
+                core, self.request_timeout, partial(self._connection, link), broker_group,
                 self._reroute if routed else None,
-                partial(self._unreachable, group) if routed else None)
-        elif group and not lane.group:  # the connection came first: its lane is named now
-            lane.group = group
-        return lane
+                partial(self._unreachable, broker_group) if routed else None)
+        elif broker_group and not sender.broker_group:
+            sender.broker_group = broker_group  # the connection came first: named now
+        return sender
 
     async def send_async(self, topic: str, body: bytes, key: str | None = None,
                          tags: str | None = None, queue_id: int | None = None,
@@ -264,12 +265,12 @@ class AsyncProducer(PooledClient):
                 raise
             fut.add_done_callback(lambda f: self._routed.pop(f, None))
             return fut
-        lane = self._lane(DEFAULT_GROUP, "" if route is None else route.group_name())
-        if lane.core.no_room_for(len(part)):
-            await lane.wait_for_room(len(part))
+        sender = self._sender(OWN_LINK, "" if route is None else route.broker_group_name())
+        if sender.core.no_room_for(len(part)):
+            await sender.wait_for_room(len(part))
             if sequence is not None:  # overtaken while it waited: numbered again, in order
                 part, sequence = self._sequencer.encode(*args)
-        lane.add(part, fut, sequence)
+        sender.add(part, fut, sequence)
         return fut
 
     async def _route_once(self, topic: str) -> Route | None:
@@ -294,12 +295,12 @@ class AsyncProducer(PooledClient):
         sequencer = self.router.sequencer(ref.group)
         placed = (topic, body, key, tags, properties, ref.queue_id)
         part, sequence = sequencer.encode(*placed)
-        lane = self._lane(group_link(ref.group), ref.group)
-        if lane.core.no_room_for(len(part)):
-            await lane.wait_for_room(len(part))
+        sender = self._sender(link_of(ref.group), ref.group)
+        if sender.core.no_room_for(len(part)):
+            await sender.wait_for_room(len(part))
             if sequence is not None:
                 part, sequence = sequencer.encode(*placed)
-        lane.add(part, fut, sequence)
+        sender.add(part, fut, sequence)
 
     def _reroute(self, handles: list[asyncio.Future], refusal: NotHosted) -> None:
         """A group refused a batch with NotHosted: read the route again and queue each of
@@ -326,9 +327,9 @@ class AsyncProducer(PooledClient):
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         routed = list(self._routed)
-        for lane in list(self._lanes.values()):
-            await lane.flush(None if deadline is None else max(0.0, deadline - loop.time()))
-        if routed:  # a message sent again to another group is in that group's lane
+        for sender in list(self._senders.values()):
+            await sender.flush(None if deadline is None else max(0.0, deadline - loop.time()))
+        if routed:  # a message sent again to another group is in that group's sender
             _done, waiting = await asyncio.wait(
                 routed, timeout=None if deadline is None else max(0.0, deadline - loop.time()))
             if waiting:
@@ -342,8 +343,8 @@ class AsyncProducer(PooledClient):
             await self.flush(timeout)
         finally:
             self._closed = True
-            for lane in list(self._lanes.values()):
-                await lane.close()
+            for sender in list(self._senders.values()):
+                await sender.close()
             for conn in self.links.take_all():
                 await conn.close()
 

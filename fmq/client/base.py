@@ -16,13 +16,14 @@ from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
 
 from .acquire import (
-    DEFAULT_GROUP,
+    OWN_LINK,
     Ask,
     Drop,
     LinkPool,
     Open,
     PooledClient,
     Search,
+    broker_group_of,
     search_steps,
 )
 from .connection import Connection, parse_servers
@@ -64,7 +65,8 @@ class Client(PooledClient, TopicAdmin):
                  password: str | None = None, password_file: str | None = None,
                  node: str = ANY, preferred_server: str | None = None) -> None:
         self.servers = parse_servers(servers)
-        #: This client's connection (one broker group: :data:`DEFAULT_GROUP`).
+        #: This client's links: its own (:data:`OWN_LINK`), and a routing producer's one per
+        #: broker group.
         self.links = LinkPool.single(
             Finder(self.servers, node,
                    parse_servers(preferred_server)[0] if preferred_server else None))
@@ -83,26 +85,27 @@ class Client(PooledClient, TopicAdmin):
     @property
     def connection_seq(self) -> int:
         """Connections this client opened so far (part of generated transaction ids)."""
-        return self.links[DEFAULT_GROUP].opened
+        return self.links[OWN_LINK].opened
 
-    def _connection(self, group: str = DEFAULT_GROUP) -> Connection:
-        link = self.links.get(group)
-        if link is None:  # a routed group whose primary no route has named yet
-            raise PrimaryNotFound(f"broker group {group.partition('/')[2] or group} has no "
+    def _connection(self, link: str = OWN_LINK) -> Connection:
+        """The open connection of ``link``, found first if there is none."""
+        held = self.links.get(link)
+        if held is None:  # a routed group whose primary no route has named yet
+            raise PrimaryNotFound(f"broker group {broker_group_of(link) or link} has no "
                                   f"primary now (its route names none); a fail-over may be "
                                   f"under way: retry later")
-        conn = link.usable()
+        conn = held.usable()
         if conn is not None:
             return conn
         with self._conn_lock:
-            conn, stale = link.claim(self._closed, "client")
+            conn, stale = held.claim(self._closed, "client")
             if conn is not None:
                 return conn
             if stale is not None:
                 stale.close()
-            link.attach(self._find(link.finder))
-            logger.debug("connected to %s:%d", *link.conn.address)
-            return link.conn
+            held.attach(self._find(held.finder))
+            logger.debug("connected to %s:%d", *held.conn.address)
+            return held.conn
 
     def _find(self, finder: Finder) -> Connection:
         """A connection to the node ``finder`` looks for (:func:`search_steps`)."""
@@ -129,7 +132,7 @@ class Client(PooledClient, TopicAdmin):
         return conn
 
     def call(self, op: Op, fields: dict[str, Any], *, timeout: float | None = None,
-             retries: int | None = None, link: str = DEFAULT_GROUP) -> dict[str, Any]:
+             retries: int | None = None, link: str = OWN_LINK) -> dict[str, Any]:
         """Send one request and wait for its answer, retrying retriable errors within this
         client's ``retries`` (or the ``retries`` given here) and ``delivery_timeout``
         (``link``: the broker group's link it goes on, the client's own by default)."""
@@ -139,14 +142,14 @@ class Client(PooledClient, TopicAdmin):
             try:
                 return self._connection(link).request(op, fields, attempts.cap(timeout))
             except FMQError as exc:
-                if link != DEFAULT_GROUP and isinstance(exc, (ConnectionLost, PrimaryNotFound)):
-                    self._group_lost(link)
+                if link != OWN_LINK and isinstance(exc, (ConnectionLost, PrimaryNotFound)):
+                    self._link_lost(link)
                 delay = attempts.pause(exc, self._closed)
                 logger.debug("%s failed (%s); retry %d in %.2fs", op.name, exc,
                              attempts.attempt, delay)
                 time.sleep(delay)
 
-    def _group_lost(self, link: str) -> None:
+    def _link_lost(self, link: str) -> None:
         """A request on a broker group's ``link`` found no primary there: a routing client
         reads that group's routes again (they name its new primary after a fail-over)."""
 

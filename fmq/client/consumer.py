@@ -22,11 +22,11 @@ from fmq.protocol import Op
 from fmq.protocol.values import stored_from_wire
 
 from .base import Client
+from .cluster.consumers import BrokerGroupConsumers, broker_group_consumers
+from .cluster.route_table import DEFAULT_ROUTE_REFRESH_S
 from .consumer_io import commit_offsets, pull_wait_ms, reads_client
 from .discovery import PRIMARY
 from .repeated_failure import RepeatedFailure
-from .routed_consumer import RoutedParts, routed_parts
-from .routing import DEFAULT_ROUTE_REFRESH_S
 
 logger = logging.getLogger("fmq.client")
 
@@ -64,7 +64,7 @@ class Consumer(Client):
 
     In a cluster, the consumer joins ``group`` on every broker group hosting queues of its
     topics, with one member id, and reads and commits each queue in its own group
-    (:mod:`fmq.client.routed_consumer`, docs/client.md; ``route_refresh_s``; ``routing``
+    (:mod:`fmq.client.cluster.consumers`, docs/client.md; ``route_refresh_s``; ``routing``
     False: the servers given are the one group).
     """
 
@@ -123,13 +123,13 @@ class Consumer(Client):
         self.on_pull_error: Callable[[Queue, FMQError], None] | None = None
         #: Set when the topics' routes span broker groups: it reads in this one's place
         #: (its ``group_assignment()``, ``generations()``); None for one broker group.
-        self.broker_groups: RoutedParts | None = None
+        self.broker_groups: BrokerGroupConsumers | None = None
         if routing:
-            part_options = {**options, "max_messages": max_messages, "retries": retries,
-                            "tags": tags, "routing": False}
-            self.broker_groups = routed_parts(self, route_refresh_s, lambda server, topics, mid:
-                                        Consumer(server, group, topics, start, member_id=mid,
-                                                 **part_options))
+            one_group = {**options, "max_messages": max_messages, "retries": retries,
+                         "tags": tags, "routing": False}
+            self.broker_groups = broker_group_consumers(
+                self, route_refresh_s, lambda server, topics, mid:
+                Consumer(server, group, topics, start, member_id=mid, **one_group))
             if self.broker_groups is not None:
                 self.member_id = self.broker_groups.member_id
                 return

@@ -30,14 +30,15 @@ def reads_client(servers: str | Sequence[str], options: dict[str, Any],
     return Client(servers, **{**options, "node": ANY, "preferred_server": read_server})
 
 
-def commit_offsets(client: Client, group: str, due: list[tuple[Queue, int]]
+def commit_offsets(client: Client, consumer_group: str, due: list[tuple[Queue, int]]
                    ) -> Iterator[tuple[Queue, int]]:
-    """Commit each (queue, next offset) of ``due`` for ``group``, yielding it once stored.
+    """Commit each (queue, next offset) of ``due`` for ``consumer_group``, yielding it once
+    stored.
     Sent together, not one after the other: the server writes each as a log record and
     answers after the fdatasync, so pipelined they share one group commit."""
 
     def fields(q: Queue, pos: int) -> dict[str, Any]:
-        return {"group": group, "topic": q[0], "queue_id": q[1], "next_offset": pos}
+        return {"group": consumer_group, "topic": q[0], "queue_id": q[1], "next_offset": pos}
 
     sent: list[tuple[Queue, int, Future | None]] = []
     for q, pos in due:

@@ -28,12 +28,14 @@ from fmq.protocol.values import (
 )
 from fmq.tx.state import TxState
 
-from .acquire import DEFAULT_GROUP
+from .acquire import OWN_LINK, broker_group_of, link_of
 from .base import Client
+from .cluster.placement import choose_queue
+from .cluster.route_table import DEFAULT_ROUTE_REFRESH_S, Route
+from .cluster.router import Router
+from .cluster.sends import RoutedSends
 from .deadline import DEFAULT_DELIVERY_TIMEOUT
 from .discovery import PRIMARY
-from .routed import RoutedSends, Router, group_link, link_group
-from .routing import DEFAULT_ROUTE_REFRESH_S, Route, choose_queue
 from .sender import BatchSender
 
 logger = logging.getLogger("fmq.client")
@@ -155,7 +157,7 @@ class Producer(RoutedSends, Client):
         route = self._route_now(topic)
         if route is None or route.single:
             sender = self._sender or self._start_sender(
-                DEFAULT_GROUP, "" if route is None else route.group_name())
+                OWN_LINK, "" if route is None else route.broker_group_name())
             sender.add(part, fut, sequence,
                        None if sequence is None else partial(self._sequencer.encode, *args))
         else:
@@ -194,7 +196,7 @@ class Producer(RoutedSends, Client):
         sequencer = self.sequencer(ref.group)
         placed = (topic, body, key, tags, properties, ref.queue_id)
         part, sequence = sequencer.encode(*placed)
-        sender = self._senders.get(ref.group) or self._start_sender(group_link(ref.group),
+        sender = self._senders.get(ref.group) or self._start_sender(link_of(ref.group),
                                                                     ref.group)
         sender.add(part, fut, sequence,
                    None if sequence is None else partial(sequencer.encode, *placed))
@@ -219,36 +221,36 @@ class Producer(RoutedSends, Client):
             except FMQError as exc:
                 fut.set_exception(exc)
 
-    def _unreachable(self, group: str) -> None:
-        """A batch sender could not reach ``group``'s primary (its batches may be kept
-        there, maybe stored): read the routes through that group again, which moves its
-        link to the primary they name now (a fail-over)."""
-        self.routes.unreachable(group)
-        for topic in self.routes.topics_in(group):
+    def _unreachable(self, broker_group: str) -> None:
+        """A batch sender could not reach ``broker_group``'s primary (its batches may be
+        kept there, maybe stored): read the routes through that group again, which moves
+        its link to the primary they name now (a fail-over)."""
+        self.routes.unreachable(broker_group)
+        for topic in self.routes.topics_in(broker_group):
             try:
                 self.route(topic, retries=0)
             except FMQError:
                 return  # the sender's next try asks again
 
-    def _group_lost(self, link: str) -> None:
+    def _link_lost(self, link: str) -> None:
         # COMMIT, ROLLBACK and check-backs of a transaction go to the group that prepared
         # it: after its fail-over they must follow the route to the new primary.
-        self._unreachable(link_group(link))
+        self._unreachable(broker_group_of(link))
 
-    def _start_sender(self, link: str, group: str) -> BatchSender:
+    def _start_sender(self, link: str, broker_group: str) -> BatchSender:
         with self._sender_lock:
             if self._closed or self._sender_closed:
                 raise BrokerClosed("this producer is closed; create a new one")
-            if link == DEFAULT_GROUP:
+            if link == OWN_LINK:
                 if self._sender is None:
-                    self._sender = BatchSender(self, idempotent=self.idempotent, group=group,
-                                               **self._batching)
+                    self._sender = BatchSender(self, idempotent=self.idempotent,
+                                               broker_group=broker_group, **self._batching)
                 return self._sender
-            sender = self._senders.get(group)
+            sender = self._senders.get(broker_group)
             if sender is None:
-                sender = self._senders[group] = BatchSender(
-                    self, idempotent=self.idempotent, link=link, group=group,
-                    reroute=self._reroute, unreachable=partial(self._unreachable, group),
+                sender = self._senders[broker_group] = BatchSender(
+                    self, idempotent=self.idempotent, link=link, broker_group=broker_group,
+                    reroute=self._reroute, unreachable=partial(self._unreachable, broker_group),
                     **self._batching)
             return sender
 

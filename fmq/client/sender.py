@@ -21,7 +21,7 @@ from fmq.errors import BrokerClosed, ConnectionLost, FMQError, NotHosted, Primar
 from fmq.message import SendResult
 from fmq.protocol import DEFAULT_MAX_FRAME, Op
 
-from .acquire import DEFAULT_GROUP
+from .acquire import OWN_LINK
 from .batch_sending import BatchSending, submit_batch
 from .batching import Batch, Limits, complete
 
@@ -37,16 +37,16 @@ class BatchSender:
     def __init__(self, client: Client, *, linger_s: float, batch_size: int,
                  max_batch_messages: int, buffer_memory: int, max_block_s: float,
                  idempotent: bool = False, dedup_window_messages: int | None = None,
-                 link: str = DEFAULT_GROUP, group: str = "",
+                 link: str = OWN_LINK, broker_group: str = "",
                  reroute: Callable[[list[Future], NotHosted], None] | None = None,
                  unreachable: Callable[[], None] | None = None) -> None:
-        """``link``: the broker group's link its batches go on; ``group``: the group named
-        in their results. ``reroute``: takes the messages of a batch the group refused
+        """``link``: the broker group's link its batches go on; ``broker_group``: the group
+        named in their results. ``reroute``: takes the messages of a batch the group refused
         with NotHosted (they are placed anew); ``unreachable``: told when no connection to
         the group's primary could be made."""
         self._client = client
         self._link = link
-        self._group = group
+        self._broker_group = broker_group
         self._reroute = reroute
         self._unreachable = unreachable
         self._core = BatchSending(
@@ -189,8 +189,8 @@ class BatchSender:
             self._requests.pop(batch, None)
         if exc is None:
             results = fut.result()
-            if self._group:
-                results = [replace(r, group=self._group) for r in results]
+            if self._broker_group:
+                results = [replace(r, group=self._broker_group) for r in results]
             self._finish(batch, results)
         else:
             self._failed(batch, exc, written=True)

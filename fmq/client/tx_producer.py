@@ -24,10 +24,10 @@ from fmq.protocol.values import message_to_wire, uncertain_from_wire
 from fmq.tx.ids import new_tx_id
 from fmq.tx.state import TxState, UncertainTx
 
-from .acquire import DEFAULT_GROUP
+from .acquire import OWN_LINK
+from .cluster.router import PlacedRequest
 from .deadline import may_be_stored
 from .producer import Producer, TransactionResult
-from .routed import Placed
 
 logger = logging.getLogger("fmq.client")
 
@@ -90,7 +90,7 @@ class TransactionProducer(Producer):
         """Store ``messages`` as a prepared (invisible) transaction; returns its id. In a
         cluster every message goes to one broker group: ``group``, else the group the
         first message would go to alone; a message whose topic has no writable queue
-        there raises :class:`~fmq.client.routing.SpansGroups` before anything is sent."""
+        there raises :class:`~fmq.client.SpansGroups` before anything is sent."""
         for m in messages:
             message_to_wire(m)  # a value the wire cannot carry fails before any request
         generated = not tx_id
@@ -101,9 +101,9 @@ class TransactionProducer(Producer):
         # without acknowledging it (NotEnoughReplicas, LeadershipLost): it may be stored,
         # whole or (after a server crash) cut short, which recovery rolls back.
         maybe_applied = False
-        where = DEFAULT_GROUP
+        where = OWN_LINK
 
-        def note(exc: FMQError, placed: Placed) -> None:
+        def note(exc: FMQError, placed: PlacedRequest) -> None:
             nonlocal maybe_applied, where
             where = placed.link
             maybe_applied = maybe_applied or may_be_stored(exc)
@@ -113,7 +113,7 @@ class TransactionProducer(Producer):
             try:
                 answer, placed = self.deliver(
                     Op.PREPARE, messages, lambda wire: {**req, "messages": wire}, stamp=False,
-                    group=group, confined=True, attempts=attempts, on_error=note)
+                    broker_group=group, confined=True, attempts=attempts, on_error=note)
                 self._tx_links[answer["tx_id"]] = placed.link
                 return answer["tx_id"]
             except DuplicateTransaction:
@@ -135,7 +135,7 @@ class TransactionProducer(Producer):
 
     def _end(self, op: Op, tx_id: str) -> TxState:
         """COMMIT or ROLLBACK of ``tx_id``, on the link of the group that prepared it."""
-        link = self._tx_links.get(tx_id, DEFAULT_GROUP)
+        link = self._tx_links.get(tx_id, OWN_LINK)
         state = TxState(self.call(op, {"producer_group": self.producer_group, "tx_id": tx_id},
                                   link=link)["state"])
         self._tx_links.pop(tx_id, None)
@@ -238,7 +238,7 @@ class TransactionProducer(Producer):
                 break
             self._answer(uncertain_from_wire(t), link)
 
-    def _answer(self, uncertain: UncertainTx, link: str = DEFAULT_GROUP) -> None:
+    def _answer(self, uncertain: UncertainTx, link: str = OWN_LINK) -> None:
         try:
             state = TxState(self.checker(uncertain))
         except Exception as exc:  # noqa: BLE001 - by contract: an exception means UNKNOWN

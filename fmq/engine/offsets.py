@@ -56,10 +56,10 @@ class ConsumerOffsets:
 
     # ------------------------------------------------------------------ commits
 
-    def check(self, group: str, topic: str, queue_id: int, next_offset: int) -> None:
+    def check(self, consumer_group: str, topic: str, queue_id: int, next_offset: int) -> None:
         """The checks of a commit: names, queue id, and an offset no later than the
         queue's next offset."""
-        check_name(group, "group", allow_none=False)
+        check_name(consumer_group, "group", allow_none=False)
         check_topic(topic)
         check_queue_id(queue_id, self.queues.queue_count(topic))
         check_offset(next_offset, "next_offset")
@@ -75,17 +75,18 @@ class ConsumerOffsets:
                 f"next_offset {next_offset} is past the end of queue {queue_id} of topic "
                 f"{topic!r}: commit an offset in 0..{end} (the queue's next offset)")
 
-    def commit(self, group: str, queue_offsets: Sequence[QueueOffset]) -> None:
-        """Commit ``group``'s next offsets of several queues as one batch of records (all
-        checked first: a bad one stores none); returns once durable and readable."""
+    def commit(self, consumer_group: str, queue_offsets: Sequence[QueueOffset]) -> None:
+        """Commit ``consumer_group``'s next offsets of several queues as one batch of records
+        (all checked first: a bad one stores none); returns once durable and readable."""
         self.check_open()
         for topic, qid, off in queue_offsets:
-            self.check(group, topic, qid, off)
+            self.check(consumer_group, topic, qid, off)
         if not queue_offsets:
             return
         self._admit()
         with self._place_lock:
-            end = self._place([(group, t, q, off, NONE) for t, q, off in queue_offsets])
+            end = self._place([(consumer_group, t, q, off, NONE)
+                               for t, q, off in queue_offsets])
         self._wait(end)
 
     def _admit(self) -> None:
@@ -103,8 +104,9 @@ class ConsumerOffsets:
                 f"commit it again")
 
     def _place(self, rows: Sequence[tuple[str, str, int, int, int]]) -> int:
-        """Place one OFFSET record per (group, topic, queue id, offset, original's offset)
-        together (all or none); returns the log offset they end at. Placing lock held."""
+        """Place one OFFSET record per (consumer group, topic, queue id, offset, original's
+        offset) together (all or none); returns the log offset they end at. Placing lock
+        held. The consumer group is stored in the record's ``producer_group`` field."""
         stamp = now_ms()
         records = [Record(RecordType.OFFSET, store_time=stamp, producer_group=g, topic=t,
                           queue_id=q, queue_offset=off, ref_offset=ref)

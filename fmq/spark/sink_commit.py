@@ -28,7 +28,7 @@ from typing import Any
 from pyspark.sql.datasource import WriterCommitMessage
 
 from fmq.client import TransactionProducer
-from fmq.client.acquire import DEFAULT_GROUP
+from fmq.client.acquire import OWN_LINK
 from fmq.errors import AccessDenied, TransactionConflict, UnknownTransaction
 from fmq.protocol import Op
 from fmq.tx.state import TxState
@@ -74,7 +74,7 @@ class Prepared:
     """One prepared transaction: its id and the broker group (client link) holding it."""
 
     tx_id: str
-    link: str = DEFAULT_GROUP
+    link: str = OWN_LINK
 
 
 class SinkCommitMessage(WriterCommitMessage):

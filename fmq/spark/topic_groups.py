@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fmq.client.routing import Route, knows_no_route, old_server_route, parse_route
+from fmq.client.cluster.route_table import Route, knows_no_route, old_server_route, parse_route
 from fmq.errors import AccessDenied, FMQError, InvalidArgument, UnknownTopic
 from fmq.protocol import Op
 from fmq.spark.errors import GroupUnreachable
@@ -59,7 +59,7 @@ def read_route(client: QueueClient, topic: str) -> Route:
 def group_primary(route: Route, group: str) -> str:
     """The address of ``group``'s primary in ``route``; GroupUnreachable when the route
     names none (or no longer has the group)."""
-    known = route.groups.get(group)
+    known = route.broker_groups.get(group)
     if known is None or not known.primary:
         reason = ("the route names no primary for it" if route.route.entry(group)
                   else "the topic's route no longer has it")

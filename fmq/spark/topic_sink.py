@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from fmq.client import TransactionProducer
-from fmq.client.acquire import DEFAULT_GROUP
+from fmq.client.acquire import OWN_LINK
 from fmq.errors import FMQError, InvalidArgument
 from fmq.message import Message
 from fmq.protocol.values import message_to_wire
@@ -91,7 +91,7 @@ def _prepare_task(opts: _SinkOptions, rows: Iterator[Any], write: str, batch: in
             for n, topic in enumerate(sorted(by_topic)):
                 name = str(TxName(write, batch, run, partition, attempt, n))
                 tx_id = producer.prepare(by_topic[topic], tx_id=name)
-                done.append(Prepared(tx_id, producer._tx_links.get(tx_id, DEFAULT_GROUP)))  # noqa: SLF001
+                done.append(Prepared(tx_id, producer._tx_links.get(tx_id, OWN_LINK)))  # noqa: SLF001
         except BaseException:
             for tx in done:
                 try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fmq.client.acquire import (
-    DEFAULT_GROUP,
+    OWN_LINK,
     Ask,
     Drop,
     Found,
@@ -127,17 +127,17 @@ class FakeConn:
 
 
 def test_the_pool_holds_one_connection_per_broker_group():
-    pool = LinkPool({DEFAULT_GROUP: Finder([A]), "west": Finder([B])})
+    pool = LinkPool({OWN_LINK: Finder([A]), "west": Finder([B])})
     east, west = FakeConn(), FakeConn()
-    pool[DEFAULT_GROUP].attach(east)
+    pool[OWN_LINK].attach(east)
     pool["west"].attach(west)
-    assert pool[DEFAULT_GROUP].usable() is east and pool["west"].usable() is west
+    assert pool[OWN_LINK].usable() is east and pool["west"].usable() is west
     assert pool["west"].claim(False, "client") == (west, None)
     west.redirect = "127.0.0.1:3"  # a NotPrimary came back on it
     assert pool["west"].usable() is None
     assert pool["west"].claim(False, "client") == (None, west)
-    assert pool["west"].finder.primary == C and pool[DEFAULT_GROUP].finder.primary is None
+    assert pool["west"].finder.primary == C and pool[OWN_LINK].finder.primary is None
     assert pool["west"].opened == 1 and pool.take_all() == [east]
-    assert pool[DEFAULT_GROUP].usable() is None
+    assert pool[OWN_LINK].usable() is None
     with pytest.raises(BrokerClosed, match="this producer is closed"):
-        pool[DEFAULT_GROUP].claim(True, "producer")
+        pool[OWN_LINK].claim(True, "producer")

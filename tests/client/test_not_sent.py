@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from fmq.client.acquire import link_of
 from fmq.client.aio_connection import AsyncConnection
+from fmq.client.cluster.router import PlacedRequest, Router
 from fmq.client.connection import Connection
-from fmq.client.routed import Placed, Router, group_link
 from fmq.errors import ConnectionLost, NotSent
 from fmq.protocol import Op
 
@@ -60,6 +61,6 @@ def test_the_asyncio_connection_says_not_sent_too(start_server):
 
 
 def test_only_a_request_that_may_be_stored_stays_in_its_group():
-    there = Placed(group_link("g1"), {}, "g1", ["t"])
+    there = PlacedRequest(link_of("g1"), {}, "g1", ["t"])
     assert Router.pin(ConnectionLost("lost in flight"), there, None) is there
     assert Router.pin(NotSent("never written"), there, None) is None

@@ -14,7 +14,7 @@ import pytest
 
 from fmq.client import Producer
 from fmq.client.aio import AsyncProducer
-from fmq.client.routing import RouteTable
+from fmq.client.cluster.route_table import RouteTable
 
 SENDS = 30
 

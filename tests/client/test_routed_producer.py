@@ -14,10 +14,10 @@ import time
 import pytest
 
 from fmq.client import Client, Producer, SpansGroups, TransactionProducer
+from fmq.client.acquire import link_of
 from fmq.client.aio import AsyncProducer
+from fmq.client.cluster.route_table import Route
 from fmq.client.discovery import address_of
-from fmq.client.routed import group_link
-from fmq.client.routing import Route
 from fmq.errors import DeliveryTimeout, OffsetOutOfRange
 from fmq.message import Message
 from fmq.topic_route import BrokerGroup, key_slot, new_route
@@ -39,8 +39,8 @@ def hand_over(producer: Producer | AsyncProducer, route: Route) -> None:
     """Give ``producer`` the route as ROUTE would, and its groups' links."""
     producer.router.table.store(route.route.topic, route)
     producer.router.table.refresh_s = 3600.0  # the servers here answer single routes
-    for name, group in route.groups.items():
-        producer.links.seed(group_link(name), address_of(group.primary))
+    for name, broker_group in route.broker_groups.items():
+        producer.links.seed(link_of(name), address_of(broker_group.primary))
 
 
 def stored(server, topic: str, queue_id: int, offset: int) -> bytes | None:
@@ -61,7 +61,7 @@ def test_one_node_route_is_read_once_and_keyed_sends_keep_todays_queues(start_se
             key = f"k-{i}"
             r = p.send("orders", f"m{i}".encode(), key=key)
             assert r.queue_id == key_slot(key, QUEUES)  # the server's own placement
-            assert r.group == route.group_name() != ""
+            assert r.group == route.broker_group_name() != ""
         assert p.routes.held("orders") is route  # not read again for each send
         results = p.send_batch([Message("orders", b"b1", key="k-1"),
                                 Message("orders", b"b2", key="k-2")])
@@ -70,7 +70,7 @@ def test_one_node_route_is_read_once_and_keyed_sends_keep_todays_queues(start_se
         fut = p.send_async("orders", b"a", key="k-3")
         p.flush(30)
         assert fut.result().queue_id == key_slot("k-3", QUEUES)
-        assert first.group == route.group_name()
+        assert first.group == route.broker_group_name()
 
 
 def test_two_groups_spread_unkeyed_keep_keys_and_batches_in_one_group(start_server):

@@ -1,5 +1,6 @@
-"""A producer's routing choices (fmq/client/routing.py), pure: which group and queue each
-message goes to, and when the route table reads a route again."""
+"""A producer's routing choices (fmq/client/cluster/placement.py and route_table.py), pure:
+which broker group and queue each message goes to, and when the route table reads a route
+again."""
 
 from __future__ import annotations
 
@@ -9,19 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fmq.client.routing import (
-    Route,
-    RouteTable,
+from fmq.client.cluster.placement import (
     SpansGroups,
     choose_queue,
     keyed_queue,
-    knows_no_route,
     named_queue,
-    parse_route,
     place_batch,
     place_in_group,
     unkeyed_queue,
 )
+from fmq.client.cluster.route_table import Route, RouteTable, knows_no_route, parse_route
 from fmq.errors import InvalidArgument, ProtocolError, RouteConflict
 from fmq.topic_route import BrokerGroup, QueueRef, drain, expand, key_slot, new_route
 
@@ -130,7 +128,7 @@ def test_the_route_of_a_node_outside_a_cluster_is_single():
               "groups": [{"group": "default", "queues": 4, "permission": "rw", "base": 0,
                           "primary": "", "epoch": 0, "open_for_writes": True}]}
     route = parse_route(json.dumps(answer))
-    assert route.single and route.group_name() == "default" and route.version == 0
+    assert route.single and route.broker_group_name() == "default" and route.version == 0
     answer["cluster"] = "c1"
     assert not parse_route(json.dumps(answer)).single
     with pytest.raises(ProtocolError):
@@ -164,7 +162,7 @@ def test_the_table_reads_again_on_not_hosted_at_most_once_per_gap_and_on_its_per
     assert table.current("t") is v5
     clock.now += 2
     assert table.current("t") is None
-    older = Route("c1", v5.route.__class__("t", v5.route.entries, 4, 3), v5.groups)
+    older = Route("c1", v5.route.__class__("t", v5.route.entries, 4, 3), v5.broker_groups)
     assert table.store("t", older) is v5  # a lagging node's answer does not go backwards
 
 
@@ -196,7 +194,8 @@ def test_an_unreachable_group_is_skipped_for_its_back_off():
 
 
 def test_a_resend_stays_where_it_may_be_stored_and_moves_only_after_a_refusal():
-    from fmq.client.routed import Placed, Router, group_link
+    from fmq.client.acquire import link_of
+    from fmq.client.cluster.router import PlacedRequest, Router
     from fmq.errors import (
         ConnectionLost,
         LeadershipLost,
@@ -206,7 +205,7 @@ def test_a_resend_stays_where_it_may_be_stored_and_moves_only_after_a_refusal():
         ServerBusy,
     )
 
-    there = Placed(group_link("g1"), {}, "g1", ["t"])
+    there = PlacedRequest(link_of("g1"), {}, "g1", ["t"])
     # LeadershipLost: a fenced primary stored it and did not acknowledge it; numbered anew,
     # the resend was stored again (issue 37: 7 copies of each message on every node).
     for maybe_stored in (ConnectionLost("x"), NotEnoughReplicas(0, 1), LeadershipLost("")):
@@ -217,5 +216,5 @@ def test_a_resend_stays_where_it_may_be_stored_and_moves_only_after_a_refusal():
     assert Router.pin(NotHosted("t", "g1", 0, 3), there, there) is there
     assert Router.pin(ServerBusy("x"), there, None) is None  # refused: place anew
     assert Router.pin(NotPrimary("h:1"), there, None) is None  # a follower stores nothing
-    single = Placed("default", {}, "", ["t"])
+    single = PlacedRequest("default", {}, "", ["t"])
     assert Router.pin(NotHosted("t", "g1", 0, 3), single, single) is single

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fmq.admin.cluster_status import cluster_status
-from fmq.admin.route_lag import GroupsAnswer
+from fmq.coordination.cluster_status import cluster_status
+from fmq.coordination.route_lag import GroupsAnswer
 from fmq.errors import InvalidArgument
 from fmq.topic_route import BrokerGroup
 

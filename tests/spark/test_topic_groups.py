@@ -133,5 +133,5 @@ def _primary_named(server: str, topic: str, group: str) -> str:
     from fmq.spark.topic_groups import read_route
 
     with QueueClient(server) as client:
-        known = read_route(client, topic).groups.get(group)
+        known = read_route(client, topic).broker_groups.get(group)
         return known.primary if known else ""

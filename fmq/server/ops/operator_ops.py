@@ -54,7 +54,7 @@ async def _groups(ctx: ServerContext, session: RequestSession, req: dict) -> dic
     live = group_members(ctx)
     offsets = await ctx.read(ctx.broker.inventory.groups, group, ctx.groups.subscriptions())
     # Each queue's range: a cluster's tools count there what a group subscribed to the
-    # topic in another broker group has left to read (fmq.admin.route_lag).
+    # topic in another broker group has left to read (fmq.coordination.route_lag).
     queues = await ctx.read(ctx.broker.inventory.queue_ranges)
     names = sorted({r["group"] for r in offsets} | set(live))
     out = []

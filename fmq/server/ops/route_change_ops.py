@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import json
 
-from fmq.admin.cluster_admin import ClusterAdmin, apply_change, decode_change, network_offsets
-from fmq.admin.route_lag import GroupsAnswer
+from fmq.coordination.cluster_admin import (
+    ClusterAdmin,
+    apply_change,
+    decode_change,
+    network_offsets,
+)
+from fmq.coordination.route_lag import GroupsAnswer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import ConfigError
 from fmq.protocol import Op

@@ -1,7 +1,7 @@
-"""The batches of an :class:`~fmq.client.aio.AsyncProducer` bound for one broker group, and
-the task that sends them: one lane for a producer outside a cluster, one per group in a
-cluster (docs/client.md, "Routing"). The rules are :mod:`fmq.client.batching`'s; only the
-I/O is asyncio.
+"""The batches of an :class:`~fmq.client.aio.AsyncProducer` bound for one link, and the task
+that sends them: the asyncio twin of :class:`fmq.client.sender.BatchSender`. One for a
+producer outside a cluster, one per broker group's link in a cluster (docs/client.md,
+"Routing"). The rules are :mod:`fmq.client.batching`'s; only the I/O is asyncio.
 """
 
 from __future__ import annotations
@@ -17,20 +17,21 @@ from .batch_sending import BatchSending, submit_batch
 from .batching import Batch, complete
 
 
-class AsyncLane:
-    """One group's batch queue and sender task. ``connect``: the group's connection;
-    ``group``: the name its results carry; ``reroute``: takes the messages of a batch the
-    group refused with NotHosted; ``unreachable``: told when no connection could be made."""
+class AsyncBatchSender:
+    """One link's batch queue and sender task. ``connect``: the link's connection;
+    ``broker_group``: the name its results carry; ``reroute``: takes the messages of a batch
+    the group refused with NotHosted; ``unreachable``: told when no connection could be
+    made."""
 
     def __init__(self, core: BatchSending, request_timeout: float,
-                 connect: Callable[[], Awaitable[Any]], group: str = "",
+                 connect: Callable[[], Awaitable[Any]], broker_group: str = "",
                  reroute: Callable[[list[asyncio.Future], NotHosted], None] | None = None,
                  unreachable: Callable[[], None] | None = None) -> None:
         self.core = core
         self.queue = core.queue
         self._request_timeout = request_timeout
         self._connect = connect
-        self.group = group
+        self.broker_group = broker_group
         self._reroute = reroute
         self._unreachable = unreachable
         self._requests: dict[Batch, tuple[Any, asyncio.Future]] = {}
@@ -147,8 +148,8 @@ class AsyncLane:
         if batch.done:
             return
         results = fut.result()
-        if self.group:
-            results = [replace(r, group=self.group) for r in results]
+        if self.broker_group:
+            results = [replace(r, group=self.broker_group) for r in results]
         complete(batch, results)
         self.queue.finished(batch)
         self.progress.set()

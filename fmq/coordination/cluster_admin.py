@@ -5,7 +5,7 @@ the client's behalf (:func:`apply_change` takes the request as ROUTE_CHANGE carr
 
 remove-group asks the primaries of every group of the route (GROUPS) how far every consumer
 group has read: a consumer group that committed in any queue of the topic, in any group, must
-have read all of the removed group's queues of it (:mod:`fmq.admin.route_lag`). The route is
+have read all of the removed group's queues of it (:mod:`fmq.coordination.route_lag`). The route is
 changed only when nothing there is left unread, or with ``force``. A primary that cannot be
 asked leaves the lag unknown, which refuses the change too (unless forced): a removal must
 never hide messages nobody has read.
@@ -17,7 +17,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fmq.admin.route_lag import GroupsAnswer, groups_answer, route_lag
+from fmq.client import Client
+from fmq.coordination.route_lag import GroupsAnswer, groups_answer, route_lag
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import (
     FMQError,
@@ -27,6 +28,7 @@ from fmq.errors import (
     UnknownBrokerGroup,
     UnknownTopic,
 )
+from fmq.protocol import Op
 from fmq.topic_route import (
     BrokerGroup,
     TopicRoute,
@@ -56,9 +58,6 @@ def network_offsets(client_options: Mapping[str, Any] | None = None,
     options = dict(client_options or {})
 
     def read(group: BrokerGroup) -> GroupsAnswer:
-        from fmq.client import Client
-        from fmq.protocol import Op
-
         with Client(group.primary, retries=1, node="any", connect_timeout=timeout_s,
                     request_timeout=timeout_s, **options) as client:
             answer = json.loads(client.call(Op.GROUPS, {"group": None})["json"])

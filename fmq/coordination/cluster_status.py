@@ -1,7 +1,7 @@
 """``fmq cluster status`` as data: every broker group (primary, epoch, open for writes,
 whether its primary answered), every topic's route (groups, queues, permission, global
 indices) and, per routed queue, the lag of each consumer group subscribed to the topic (it
-committed in any queue of it, in any group: :mod:`fmq.admin.route_lag`) as the primaries
+committed in any queue of it, in any group: :mod:`fmq.coordination.route_lag`) as the primaries
 report it (GROUPS). Built from etcd (``--coordinator``) or from a node's ROUTE answer
 for every route (``--server``); the primaries are asked in parallel, each with a time-out.
 """
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fmq.admin.cluster_admin import OffsetReader
-from fmq.admin.route_lag import GroupsAnswer, route_lag
+from fmq.coordination.cluster_admin import OffsetReader
+from fmq.coordination.route_lag import GroupsAnswer, route_lag
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import FMQError, InvalidArgument
 from fmq.topic_route import BrokerGroup, RouteEntry, TopicRoute, route_answer
