@@ -300,7 +300,7 @@ def test_kill_9_during_end_txn_leaves_the_transaction_whole_or_gone(kafka_server
     """SIGKILL while EndTxn commits 80 FMQ transactions (one per Produce): after the restart
     either every message is there or none, and none twice. (On the test machine the kill
     lands after the decision, and the restarted server's roll-forward finishes the
-    commit: its log says "finishing its prepare_commit after a restart".)"""
+    commit: its log says "finishing its prepare_commit decided before a restart".)"""
     import threading
 
     srv = kafka_server()
