@@ -2,11 +2,16 @@
 a transactional producer's requests, answered by the
 :class:`~fmq.server.kafka.txn_coordinator.TxnCoordinator` (docs/kafka.md, *Exactly-once*).
 
-Followers refuse them as they refuse every Kafka write (NOT_LEADER_OR_FOLLOWER).
+Followers refuse them as they refuse every Kafka write (NOT_LEADER_OR_FOLLOWER). A
+transaction stays in one broker group, as FMQ's do: AddPartitionsToTxn naming a partition
+another group hosts (a topic routed over several groups) is refused before anything is
+stored, that partition with INVALID_REQUEST and the others with OPERATION_NOT_ATTEMPTED,
+as Kafka answers the rest of a request one partition of which failed.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from typing import Any
 
@@ -19,8 +24,11 @@ from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import ON_TRANSACTIONAL_ID, kafka_api
 from fmq.server.kafka.error_codes import error_code
+from fmq.server.kafka.routed import local_queue
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator
+
+logger = logging.getLogger("fmq.server.kafka")
 
 
 async def _outcome(session: KafkaSession, transactional_id: str, step: Awaitable[None],
@@ -41,14 +49,35 @@ async def _outcome(session: KafkaSession, transactional_id: str, step: Awaitable
 
 @kafka_api(24, "AddPartitionsToTxn", 0, 3, access=ON_TRANSACTIONAL_ID)
 async def add_partitions_to_txn(session: KafkaSession, request: Any, version: int) -> dict:
-    code = await _outcome(session, request.v3_and_below_transactional_id,
-                          coordinator(session.ctx).add_partitions(
-        request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-        request.v3_and_below_producer_epoch))
+    transactional_id = request.v3_and_below_transactional_id
+    topics = request.v3_and_below_topics
+    foreign = {(t.name, p) for t in topics for p in t.partitions
+               if local_queue(session, t.name, p) is None}
+    step = coordinator(session.ctx).add_partitions(
+        transactional_id, request.v3_and_below_producer_id,
+        request.v3_and_below_producer_epoch)
+    if foreign:
+        code = await _outcome(session, transactional_id, step,
+                              ErrorCode.operation_not_attempted)
+        if code == ErrorCode.operation_not_attempted:  # not refused for another reason
+            logger.warning(
+                "kafka transaction %r from %s refused: partitions %s are hosted by another "
+                "broker group, and a transaction stays in one group (produce to the "
+                "partitions of one group per transactional id)", transactional_id,
+                session.peer, ", ".join(f"{t}/{p}" for t, p in sorted(foreign)))
+    else:
+        code = await _outcome(session, transactional_id, step)
+
+    def partition_code(topic: str, partition: int) -> ErrorCode:
+        if code == ErrorCode.operation_not_attempted and (topic, partition) in foreign:
+            return ErrorCode.invalid_request
+        return code
+
     return {"throttle_time": 0, "results_by_topic_v3_and_below": [
         {"name": t.name, "results_by_partition": [
-            {"partition_index": p, "partition_error_code": code} for p in t.partitions]}
-        for t in request.v3_and_below_topics]}
+            {"partition_index": p, "partition_error_code": partition_code(t.name, p)}
+            for p in t.partitions]}
+        for t in topics]}
 
 
 @kafka_api(25, "AddOffsetsToTxn", 0, 3, access=ON_TRANSACTIONAL_ID)

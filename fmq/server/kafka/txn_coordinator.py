@@ -74,11 +74,11 @@ def coordinator(ctx: ServerContext) -> TxnCoordinator:
     return found
 
 
-def start_transaction_recovery(ctx: ServerContext) -> asyncio.Future | None:
-    """On a primary, finish at once every Kafka transaction a crash left decided but not
-    carried out (a follower's log changes only by what its primary ships)."""
-    if follower_refusal(ctx.replication, Op.PREPARE) is not None:
-        return None
+def start_transaction_recovery(ctx: ServerContext) -> asyncio.Future:
+    """The coordinator's background round (:meth:`TxnCoordinator.run`): on a primary,
+    from the moment it serves (at start, and on a promoted follower at its promotion), it
+    finishes every Kafka transaction left decided and aborts the ones past their time-out;
+    on a follower it waits (its log changes only by what its primary ships)."""
     return asyncio.ensure_future(coordinator(ctx).run())
 
 
@@ -104,27 +104,30 @@ class TxnCoordinator:
     async def _loaded(self) -> dict[str, TxnState]:
         if self.states is None:
             self.states = await self.ctx.read(load_states, self.ctx.broker)
-            await self._finish_decided()
         return self.states
 
-    async def recover(self) -> None:
-        """Load the state and finish every decided transaction (a crash inside EndTxn);
-        run once the server starts."""
+    async def recover(self) -> int:
+        """Finish every decided transaction (a crash, or a fail-over, inside EndTxn);
+        returns how many. Until then a request on such an id is answered as Kafka does
+        while a transaction ends (CONCURRENT_TRANSACTIONS), or finishes it itself
+        (InitProducerId, EndTxn)."""
         async with self.lock:
             await self._loaded()
+            return await self._finish_decided()
 
     async def run(self, period: float = 1.0) -> None:
-        """Recover, then abort every transaction older than its transaction.timeout.ms
-        (Kafka's rule: nobody asks the producer, unlike FMQ's own check-back)."""
-        await self.recover()
+        """Every ``period`` on a primary: finish the decided transactions, then abort every
+        transaction older than its transaction.timeout.ms (Kafka's rule: nobody asks the
+        producer, unlike FMQ's own check-back). A round the log refuses (a new primary
+        whose followers are not in sync yet, a fenced or closing log) is tried again."""
         while True:
+            if follower_refusal(self.ctx.replication, Op.PREPARE) is None:
+                try:
+                    await self.recover()
+                    await self.expire(int(time.time() * 1000))
+                except FMQError as exc:
+                    logger.info("kafka transactions not finished or timed out yet: %s", exc)
             await asyncio.sleep(period)
-            if follower_refusal(self.ctx.replication, Op.PREPARE) is not None:
-                continue  # demoted: the new primary decides
-            try:
-                await self.expire(int(time.time() * 1000))
-            except FMQError as exc:  # the log refuses writes (closing, fenced): next round
-                logger.info("kafka transaction time-outs not applied: %s", exc)
 
     async def expire(self, now_ms: int) -> int:
         """Abort the open transactions whose time-out passed and bump their epoch, so the
@@ -143,14 +146,15 @@ class TxnCoordinator:
                     await self._write(state)
             return len(late)
 
-    async def _finish_decided(self) -> None:
+    async def _finish_decided(self) -> int:
         assert self.states is not None
-        for state in list(self.states.values()):
-            if state.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                logger.info("kafka transaction %r (producer %d, epoch %d): finishing its "
-                            "%s after a restart", state.transactional_id, state.producer_id,
-                            state.epoch, state.state)
-                await self._complete(state, state.state == PREPARE_COMMIT)
+        decided = [s for s in self.states.values() if s.state in (PREPARE_COMMIT, PREPARE_ABORT)]
+        for state in decided:
+            logger.info("kafka transaction %r (producer %d, epoch %d): finishing its %s "
+                        "decided before a restart or fail-over", state.transactional_id,
+                        state.producer_id, state.epoch, state.state)
+            await self._complete(state, state.state == PREPARE_COMMIT)
+        return len(decided)
 
     async def _write(self, state: TxnState) -> None:
         await self.ctx.write(write_state, self.ctx.broker, state)

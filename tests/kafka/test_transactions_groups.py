@@ -1,0 +1,65 @@
+"""A Kafka transaction stays in one broker group (docs/kafka.md, *Exactly-once*): a
+transaction producing to partitions of a topic routed over two groups is refused at
+AddPartitionsToTxn (INVALID_REQUEST), before anything is prepared in either group, and the
+producer aborts it and carries on; a transaction within one group's partitions commits."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+
+from fmq.coordination.routes import ClusterRoutes
+from tests.cluster.kit import CLUSTER, known_everywhere, local_queues, queue_range
+from tests.cluster.kit import wait_primary as wait_leading
+from tests.etcdkit import EtcdProcess
+from tests.server.harness import ServerProcess, wait_until
+
+from .test_cluster_topics import PER_GROUP, _leaders, _start
+from .test_transactions import NO_REBOOTSTRAP
+
+TOPIC = "spread"  # the name test_cluster_topics' helpers read
+
+
+def test_a_transaction_over_two_broker_groups_is_refused_before_anything_is_stored(
+        tmp_path):
+    etcd = EtcdProcess(str(tmp_path / "etcd")).start()
+    nodes: dict[str, ServerProcess] = {}
+    try:
+        for group in ("g1", "g2"):
+            nodes[group] = _start(tmp_path, etcd, group)
+        for node in nodes.values():
+            wait_leading(node)
+        store = ClusterRoutes(etcd.url, CLUSTER)
+        wait_until(lambda: set(store.groups()) >= {"g1", "g2"}, 30, "both groups registered")
+        route = store.create(TOPIC, PER_GROUP, ["g1", "g2"])
+        known_everywhere(nodes, TOPIC, route.version)
+        for node in nodes.values():
+            wait_until(lambda n=node: local_queues(n, TOPIC) == PER_GROUP, 30,
+                       "the route's queues made on each primary")
+        bootstrap = f"127.0.0.1:{nodes['g1'].kafka_port}"
+        wait_until(lambda: len(set(_leaders(bootstrap).values())) == 2, 30,
+                   "Metadata to name each group's primary for its partitions")
+
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "spread-1",
+                             "transaction.timeout.ms": 60_000, **NO_REBOOTSTRAP})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(TOPIC, b"g1", partition=0)  # g1's queue 0
+        producer.produce(TOPIC, b"g2", partition=2)  # g2's queue 0
+        with pytest.raises(KafkaException) as refused:
+            producer.commit_transaction(30)
+        assert "invalid request" in str(refused.value).lower(), refused.value
+        producer.abort_transaction(30)
+        assert "are hosted by another broker group" in nodes["g1"].log()
+        for group in ("g1", "g2"):
+            for queue in range(PER_GROUP):
+                assert queue_range(nodes[group], TOPIC, queue) == (0, 0)
+
+        producer.begin_transaction()  # within g1: commits
+        producer.produce(TOPIC, b"g1-only", partition=1)
+        producer.commit_transaction(30)
+        assert queue_range(nodes["g1"], TOPIC, 1) == (0, 1)
+    finally:
+        for node in nodes.values():
+            node.kill()
+        etcd.stop()
