@@ -11,6 +11,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcpy
 
+from fmq.index.keys import TIME_EVERY
+
 
 cdef inline void _be32(char* p, uint64_t v) noexcept:
     p[0] = <char>(v >> 24); p[1] = <char>(v >> 16); p[2] = <char>(v >> 8); p[3] = <char>v
@@ -75,6 +77,8 @@ def item_batch(list entries):
 
 cdef uint64_t _U32_END = 1ULL << 32
 cdef uint64_t _I64_END = 1ULL << 63
+#: ``TIME_EVERY`` is a power of two: an offset with a ``time`` item has these bits clear.
+cdef uint64_t _TIME_MASK = <uint64_t>TIME_EVERY - 1
 
 
 cdef tuple _batch(list entries):
@@ -127,14 +131,16 @@ cdef tuple _batch(list entries):
         _put(p + 16, <uint64_t>store_time, 8)
         _put(p + 24, source, 8)
         cq.append((ckey, cval))
-        # time: topic NUL, >I queue id, >Q store time (0 when not positive), >Q queue offset
-        when = <uint64_t>store_time if store_time > 0 else 0
-        tkey = _named(tname, 20)
-        p = PyBytes_AS_STRING(tkey) + n + 1
-        _be32(p, qid)
-        _be64(p + 4, when)
-        _be64(p + 12, qoff)
-        times.append((tkey, b""))
+        # time, every TIME_EVERY queue offsets: topic NUL, >I queue id, >Q store time (0 when
+        # not positive), >Q queue offset
+        if (qoff & _TIME_MASK) == 0:
+            when = <uint64_t>store_time if store_time > 0 else 0
+            tkey = _named(tname, 20)
+            p = PyBytes_AS_STRING(tkey) + n + 1
+            _be32(p, qid)
+            _be64(p + 4, when)
+            _be64(p + 12, qoff)
+            times.append((tkey, b""))
         if key:
             if type(key) is not str:
                 raise _NotTaken()

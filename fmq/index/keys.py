@@ -34,6 +34,12 @@ TIMER_KEY = struct.Struct(">QQ")
 TIMER_VALUE = struct.Struct("<I")
 #: ``timertopics`` (key: the topic, UTF-8) value: pending timers of the topic, i64
 TIMER_COUNT = I64
+#: The time index is sparse: a ``time`` item for each queue offset that is a multiple of
+#: this (a power of two), not for every entry. A lookup by time seeks the first such item at
+#: or after the time and scans at most this many ``cq`` entries before it, whose values hold
+#: their store times (:meth:`fmq.index.store.IndexStore.offset_for_time`). Every message
+#: then costs the index writer one LMDB put where it cost two.
+TIME_EVERY = 32
 
 
 def name(s: str) -> bytes:
@@ -79,6 +85,11 @@ def parse_offset_key(key: bytes) -> int:
     return _U64BE.unpack(key)[0]
 
 
+def has_time_item(queue_offset: int) -> bool:
+    """Whether the entry at ``queue_offset`` has a ``time`` item (:data:`TIME_EVERY`)."""
+    return queue_offset % TIME_EVERY == 0
+
+
 def time_key(topic: str, queue_id: int, store_time: int, queue_offset: int) -> bytes:
     return name(topic) + _QID_TIME_QOFF.pack(queue_id, max(store_time, 0), queue_offset)
 
@@ -121,13 +132,17 @@ def entry_items(e: QueueEntry) -> list[tuple[int, bytes, bytes]]:
     """(database, key, value) of everything a queue entry puts into the index: the one
     definition, used by the online index and the Spark rebuild. Queue marks and the applied
     offset are not items (they summarise many entries). A list, not a generator: recovery
-    calls this once per message, and the generator's frames cost a fifth of its time."""
+    calls this once per message, and the generator's frames cost a fifth of its time.
+
+    A ``time`` item only every :data:`TIME_EVERY` queue offsets, a ``keys`` and a ``keyoff``
+    item only for a message with a key: what the reads need, one LMDB put per plain message."""
     topic, qid, qoff, data_offset, data_size, tag_hash, store_time, key, source = e
     name_ = topic.encode() + b"\x00"
     items = [(DB_CQ, name_ + _QID_QOFF.pack(qid, qoff),
-              CQ_VALUE.pack(data_offset, data_size, tag_hash, store_time, source)),
-             (DB_TIME, name_ + _QID_TIME_QOFF.pack(qid, store_time if store_time > 0 else 0,
-                                                  qoff), b"")]
+              CQ_VALUE.pack(data_offset, data_size, tag_hash, store_time, source))]
+    if qoff % TIME_EVERY == 0:
+        items.append((DB_TIME, name_ + _QID_TIME_QOFF.pack(
+            qid, store_time if store_time > 0 else 0, qoff), b""))
     if key:
         source_key = _U64BE.pack(source)
         kk = name_ + key.encode() + b"\x00" + source_key

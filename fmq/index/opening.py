@@ -13,15 +13,18 @@ from fmq.datadir import INDEX_DATA_FILE
 from fmq.errors import IndexCorrupt, IndexUnavailable
 from fmq.index.lmdb_env import DERIVED_DBS, FORMAT, OFFSETS_IN_LOG, Databases
 
-INDEX_FORMAT = b"fmq-index-2"
+INDEX_FORMAT = b"fmq-index-3"
 #: LMDB's lock file (its reader table), which it maps into memory.
 INDEX_LOCK_FILE = "lock.mdb"
 #: Bytes of the lock file given disk blocks before LMDB maps it: LMDB sizes a new one
 #: sparsely, and the first touch of a page no block backs, on a full disk, kills the
 #: process with SIGBUS. 126 readers (LMDB's default) take under 9 KiB.
 LOCK_FILE_RESERVE = 64 * 1024
-#: Keyed ``txends`` by transaction id alone: opened, it is rebuilt from the log.
-_REBUILT_FORMATS = (b"fmq-index-1",)
+#: Older formats, rebuilt from the log when opened: ``fmq-index-1`` keyed ``txends`` by
+#: transaction id alone; ``fmq-index-2`` held a ``time`` item for every queue entry (this
+#: format holds one every ``keys.TIME_EVERY``, and its trims delete only those: an older
+#: index kept would keep the others of every entry retention removes).
+_REBUILT_FORMATS = (b"fmq-index-1", b"fmq-index-2")
 
 
 def open_env(path: str, map_size: int, verify_length: bool = True

@@ -10,7 +10,9 @@ database       key                                           value
 ``queues``     topic NUL, queue id u32                        min offset, next offset
 ``keys``       topic NUL, key NUL, source offset u64          queue id, queue offset
 ``keyoff``     source offset u64                              the ``keys`` key (for retention)
-``time``       topic NUL, queue id, store time, queue offset  (empty)
+``time``       topic NUL, queue id, store time, queue offset  (empty); only for every
+                                                             ``keys.TIME_EVERY``-th queue
+                                                             offset (a sparse time index)
 ``txends``     transaction id NUL producer group             1 commit / 0 rollback, offset
 ``txoff``      COMMIT/ROLLBACK offset u64                    the ``txends`` key (for retention)
 ``consumers``  group NUL, topic NUL, queue id                 next offset to consume, offset of
@@ -242,13 +244,34 @@ class IndexStore:
         return out
 
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int | None:
-        """Queue offset of the first entry stored at or after ``timestamp_ms``."""
+        """Queue offset of the first entry stored at or after ``timestamp_ms``; None when
+        no entry is.
+
+        The time index holds every :data:`~fmq.index.keys.TIME_EVERY`-th entry: the first
+        of those stored at or after the time bounds the answer from above, and the entries
+        since the one before it are read from ``cq`` (their values hold their store times).
+        With no such entry, the answer can only lie after the queue's last one. Store times
+        grow along a queue (the wall clock, read when placed), so this is the first entry
+        at or after the time. Where the clock was set back, times do not grow, and the
+        answer is the first such entry of the stretch the sampled entries point at (an
+        index with every entry in ``time`` gave the entry of the lowest such time, no
+        truer an answer)."""
         prefix = K.queue_prefix(topic, queue_id)
+        every = K.TIME_EVERY
         with self._gate, self.env.begin() as txn:
             cur = txn.cursor(db=self.db.time)
-            if cur.set_range(K.time_key(topic, queue_id, timestamp_ms, 0)) and cur.key().startswith(prefix):
-                return K.split_time_key(cur.key())[1]
-        return None
+            if (cur.set_range(K.time_key(topic, queue_id, timestamp_ms, 0))
+                    and cur.key().startswith(prefix)):
+                sampled = K.split_time_key(cur.key())[1]
+                start, stop = max(sampled - every + 1, 0), sampled + 1
+            else:
+                v = txn.get(K.queue_key(topic, queue_id), db=self.db.queues)
+                nxt = K.QUEUE_VALUE.unpack(v)[1] if v else 0
+                if nxt <= 0:
+                    return None
+                start, stop = (nxt - 1) // every * every, nxt
+            return _first_stored_at_or_after(txn.cursor(db=self.db.cq), topic, queue_id,
+                                             start, stop, timestamp_ms)
 
     # ------------------------------------------------------------------ consumer offsets
 
@@ -347,6 +370,24 @@ class IndexStore:
         self.env.close()
 
 logger = logging.getLogger("fmq.index")
+
+
+def _first_stored_at_or_after(cur: lmdb.Cursor, topic: str, queue_id: int, start: int,
+                              stop: int, timestamp_ms: int) -> int | None:
+    """The lowest queue offset in [start, stop) whose entry in ``cq`` was stored at or after
+    ``timestamp_ms`` (a store time below 0 counts as 0, as in the ``time`` keys)."""
+    prefix = K.queue_prefix(topic, queue_id)
+    if not cur.set_range(K.cq_key(topic, queue_id, start)):
+        return None
+    for k, v in cur:
+        if not k.startswith(prefix):
+            return None
+        qoff = K.split_cq_key(k)[2]
+        if qoff >= stop:
+            return None
+        if max(K.CQ_VALUE.unpack(v)[3], 0) >= timestamp_ms:
+            return qoff
+    return None
 
 
 def destroy(path: str) -> None:

@@ -64,11 +64,13 @@ def raise_topic_floors(txn: lmdb.Transaction, db: Databases, topic: str,
                 if qoff >= floor:
                     break
                 _doff, _ds, _th, st, src = K.CQ_VALUE.unpack(val)
-                doomed.append((k, K.time_key(topic, qid, st, qoff), K.offset_key(src)))
+                doomed.append((k, K.time_key(topic, qid, st, qoff)
+                               if K.has_time_item(qoff) else None, K.offset_key(src)))
         cur.close()
         for k, tk, ok in doomed:
             txn.delete(k, db=db.cq)
-            txn.delete(tk, db=db.time)
+            if tk is not None:
+                txn.delete(tk, db=db.time)
             kk = txn.get(ok, db=db.keyoff)
             if kk is not None and kk.startswith(topic.encode() + b"\x00"):
                 txn.delete(kk, db=db.keys)

@@ -33,7 +33,8 @@ def remove_from(txn: lmdb.Transaction, db: Databases, log_end: int) -> int:
             if src < log_end:
                 break
             txn.delete(k, db=db.cq)
-            txn.delete(K.time_key(topic, qid, st, new_hi - 1), db=db.time)
+            if K.has_time_item(new_hi - 1):
+                txn.delete(K.time_key(topic, qid, st, new_hi - 1), db=db.time)
             removed += 1
             new_hi -= 1
         cur.close()
@@ -80,10 +81,12 @@ def remove_before(txn: lmdb.Transaction, db: Databases, log_start: int) -> int:
                 if doff >= log_start:
                     new_lo = qoff
                     break
-                doomed_entries.append((k, K.time_key(topic, qid, st, qoff)))
+                doomed_entries.append((k, K.time_key(topic, qid, st, qoff)
+                                       if K.has_time_item(qoff) else None))
         for k, tk in doomed_entries:
             txn.delete(k, db=db.cq)
-            txn.delete(tk, db=db.time)
+            if tk is not None:
+                txn.delete(tk, db=db.time)
         removed += len(doomed_entries)
         new_lo = max(new_lo, lo)
         if new_lo != lo:

@@ -76,7 +76,6 @@ def _tag_hashes(tags: pa.Array) -> np.ndarray:
 
 
 def _entry_items(rows: pa.RecordBatch) -> list[tuple[int, pa.Array, pa.Array]]:
-    n = rows.num_rows
     topic = pc.binary_join_element_wise(rows.column("topic").cast(pa.binary()), _NUL, _EMPTY)
     qid, qoff = _np(rows.column("queue_id")), _np(rows.column("queue_offset"))
     offset, store_time = _np(rows.column("offset")), _np(rows.column("store_time"))
@@ -86,11 +85,13 @@ def _entry_items(rows: pa.RecordBatch) -> list[tuple[int, pa.Array, pa.Array]]:
     cq_value = _packed(_CQ_VALUE, data_offset=data_offset, data_size=data_size,
                        tag_hash=_tag_hashes(rows.column("tags")), store_time=store_time,
                        source_offset=offset)
+    sampled = qoff % K.TIME_EVERY == 0  # the sparse time index (keys.entry_items)
     out = [
         (K.DB_CQ, _join(topic, _packed(_QID_QOFF, qid=qid, qoff=qoff)), cq_value),
-        (K.DB_TIME, _join(topic, _packed(_QID_TIME_QOFF, qid=qid, qoff=qoff,
-                                         time=np.maximum(store_time, 0))),
-         pa.repeat(_EMPTY, n)),
+        (K.DB_TIME, _join(topic.filter(pa.array(sampled)),
+                          _packed(_QID_TIME_QOFF, qid=qid[sampled], qoff=qoff[sampled],
+                                  time=np.maximum(store_time[sampled], 0))),
+         pa.repeat(_EMPTY, int(sampled.sum()))),
     ]
     keyed = rows.filter(pc.is_valid(rows.column("key")))
     if keyed.num_rows:
