@@ -97,6 +97,19 @@ class ServerGateway:
             return await self.ctx.read(fn, *args)
         return await self._on_server_loop(read())
 
+    async def read_unchecked(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in the server's reader threads for the console's own figures
+        (sampling, counting): no user asked, so the pages filter what each one sees."""
+        async def read() -> Any:
+            return await self.ctx.read(fn, *args)
+        return await self._on_server_loop(read())
+
+    async def internal(self, op: Op, req: dict) -> dict:
+        """The answer of ``op`` for the console's own sampling (no user, no access check:
+        the pages show the sampled figures only to those who may see them)."""
+        return await self._on_server_loop(
+            HANDLERS[op](self.ctx, ConsoleSession(None, "console"), req))
+
     async def _run(self, session: ConsoleSession, op: Op, req: dict) -> dict:
         if session.principal is not None or self.has_users:
             why = refusal(self.ctx, session, op, req)
