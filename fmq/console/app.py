@@ -15,7 +15,16 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from fmq.console import groups, login, messages, overview, topics, transactions
+from fmq.console import (
+    group_admin,
+    groups,
+    login,
+    messages,
+    overview,
+    topic_admin,
+    topics,
+    transactions,
+)
 from fmq.console.auth import COOKIE, ConsoleSessions, anonymous_login, csrf_matches
 from fmq.console.gateway import ConsoleSession, ServerGateway
 from fmq.console.pacing import Pacer
@@ -34,13 +43,14 @@ from fmq.console.rendering import (
 )
 from fmq.console.sampler import Sampler
 from fmq.console.topic_sizes import TopicSizes
-from fmq.errors import FMQError, InvalidArgument, SecurityError, UnknownTopic
+from fmq.errors import FMQError, InvalidArgument, SecurityError, TopicExists, UnknownTopic
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 #: The HTTP status of an error shown instead of a page.
-_STATUS = ((SecurityError, 403), (UnknownTopic, 404), (InvalidArgument, 400))
+_STATUS = ((SecurityError, 403), (UnknownTopic, 404), (TopicExists, 409),
+           (InvalidArgument, 400))
 
 
 @web.middleware
@@ -121,7 +131,8 @@ def build_app(gateway: ServerGateway, secure: bool = False,
     app[SESSIONS] = ConsoleSessions()
     app[ANONYMOUS] = anonymous_login()
     app[SECURE] = secure
-    for family in (login, overview, topics, groups, messages, transactions):
+    for family in (login, overview, topic_admin, topics, group_admin, groups, messages,
+                   transactions):
         app.add_routes(family.routes)
     app.router.add_static("/static/", os.path.join(HERE, "static"))
     return app

@@ -7,6 +7,7 @@ from aiohttp import web
 
 from fmq.console.gateway import ConsoleSession, ServerGateway
 from fmq.console.rendering import gateway_of, render, session_of
+from fmq.engine.retries import dead_letter_ranges
 from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
 
@@ -55,4 +56,14 @@ async def group_page(request: web.Request) -> web.Response:
                                     "topics": []}
     offsets = [r for r in group["offsets"]
                if gateway.may(session, Operation.DESCRIBE, ResourceType.TOPIC, r["topic"])]
-    return render(request, "group.html", group=group, offsets=offsets, known=bool(found))
+    dead = await gateway.read(session, None, "console dead letters", _dead_letters,
+                              gateway.ctx.broker, name)
+    return render(request, "group.html", group=group, offsets=offsets, known=bool(found),
+                  dead_letters=dead, topics=sorted({r["topic"] for r in offsets}),
+                  may_admin=gateway.may(session, Operation.ADMIN, ResourceType.CLUSTER,
+                                        "cluster"))
+
+
+def _dead_letters(broker, group: str) -> int:
+    """The group's dead letters not redriven yet (a reader thread)."""
+    return sum(end - start for _q, start, end in dead_letter_ranges(broker, group))

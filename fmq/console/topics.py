@@ -17,6 +17,7 @@ from fmq.console.rendering import (
     topic_sizes_of,
 )
 from fmq.protocol import Op
+from fmq.security import Operation, ResourceType
 
 routes = web.RouteTableDef()
 
@@ -48,4 +49,8 @@ async def topic_page(request: web.Request) -> web.Response:
         if rows:
             groups.append({"group": g["group"], "lag": sum(r["lag"] for r in rows),
                            "queues": len(rows)})
-    return render(request, "topic.html", topic=topic, groups=groups)
+    rates = sampler_of(request).topic_rates([name], "messages_in")
+    consumed = sampler_of(request).topic_rates([name], "messages_out")
+    return render(request, "topic.html", topic=topic, groups=groups,
+                  may_alter=gateway.may(session, Operation.ALTER, ResourceType.TOPIC, name),
+                  rates=rates, consumed=consumed)

@@ -124,3 +124,32 @@ def test_a_post_without_the_csrf_token_is_refused(console, browser):
     page.page.wait_for_url("**/login")
     page.open(console["url"] + "/topics")
     assert "/login" in page.page.url
+
+
+def test_changing_actions_follow_the_users_rules(console, browser):
+    """alice may describe "orders" but not alter it: no change forms, and a confirmed
+    delete posted with her own valid CSRF token is refused by the server's access check;
+    the admin sees the forms."""
+    page = watched(browser, console["shots"])
+    log_in(page, console["url"], "alice", PASSWORD)
+    page.open(console["url"] + "/topics/orders")
+    assert page.page.locator("#alter-topic, #delete-topic").count() == 0
+    page.open(console["url"] + "/groups/billing")
+    assert page.page.locator("#reset").count() == 0
+    token = page.page.locator('header input[name="csrf"]').input_value()
+    refused = page.page.request.post(console["url"] + "/topics/orders/delete",
+                                     form={"csrf": token, "confirmed": "yes",
+                                           "force": "yes"})
+    assert refused.status == 403 and "orders" in refused.text()
+    refused = page.page.request.post(console["url"] + "/groups/billing/reset",
+                                     form={"csrf": token, "confirmed": "yes",
+                                           "to": "earliest"})
+    assert refused.status == 403
+    page.open(console["url"] + "/topics")
+    assert page.page.locator('tr[data-topic="orders"]').count() == 1  # not deleted
+    admin = watched(browser, console["shots"])
+    log_in(admin, console["url"], "admin", PASSWORD)
+    admin.open(console["url"] + "/topics/orders")
+    assert admin.page.locator("#alter-topic").count() == 1
+    admin.open(console["url"] + "/groups/billing")
+    assert admin.page.locator("#reset").count() == 1
