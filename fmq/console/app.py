@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 from aiohttp import web
 
 from fmq.console import (
+    cluster,
     group_admin,
     groups,
     login,
@@ -131,7 +132,7 @@ def build_app(gateway: ServerGateway, secure: bool = False,
     app[SESSIONS] = ConsoleSessions()
     app[ANONYMOUS] = anonymous_login()
     app[SECURE] = secure
-    for family in (login, overview, topic_admin, topics, group_admin, groups, messages,
+    for family in (login, overview, cluster, topic_admin, topics, group_admin, groups, messages,
                    transactions):
         app.add_routes(family.routes)
     app.router.add_static("/static/", os.path.join(HERE, "static"))

@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from fmq.console.gateway import ServerGateway
 from fmq.errors import FMQError
@@ -36,6 +38,14 @@ class Sample:
     at_ms: int
     stats: dict
     traffic: dict[str, dict[str, int]]
+    #: Bytes the log and the index take, and free on the data directory's file system.
+    disk: dict[str, int]
+
+
+def disk_figures(inventory: Any) -> dict[str, int]:
+    """The broker's disk use (a walk of its directories' entries) and the space left."""
+    used = inventory.disk_usage()
+    return {**used, "free_bytes": shutil.disk_usage(inventory.data_dir).free}
 
 
 @dataclass(frozen=True)
@@ -78,8 +88,10 @@ class Sampler:
 
     async def sample(self) -> Sample:
         stats = json.loads((await self.gateway.internal(Op.STATS, {}))["json"])
-        traffic = await self.gateway.read_unchecked(self.gateway.ctx.broker.inventory.traffic)
-        taken = Sample(int(time.time() * 1000), stats, traffic)
+        inventory = self.gateway.ctx.broker.inventory
+        traffic = await self.gateway.read_unchecked(inventory.traffic)
+        disk = await self.gateway.read_unchecked(disk_figures, inventory)
+        taken = Sample(int(time.time() * 1000), stats, traffic, disk)
         self.samples.append(taken)
         return taken
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from fmq.console.cluster import traffic_charts
 from fmq.console.groups import all_groups
 from fmq.console.rendering import (
     gateway_of,
@@ -53,4 +54,5 @@ async def topic_page(request: web.Request) -> web.Response:
     consumed = sampler_of(request).topic_rates([name], "messages_out")
     return render(request, "topic.html", topic=topic, groups=groups,
                   may_alter=gateway.may(session, Operation.ALTER, ResourceType.TOPIC, name),
-                  rates=rates, consumed=consumed)
+                  rates=rates, consumed=consumed,
+                  charts=traffic_charts(sampler_of(request), [name]))

@@ -153,3 +153,17 @@ def test_changing_actions_follow_the_users_rules(console, browser):
     assert admin.page.locator("#alter-topic").count() == 1
     admin.open(console["url"] + "/groups/billing")
     assert admin.page.locator("#reset").count() == 1
+
+
+def test_the_cluster_page_is_for_those_who_may_describe_the_cluster(console, browser):
+    page = watched(browser, console["shots"])
+    log_in(page, console["url"], "alice", PASSWORD)
+    page.open(console["url"] + "/cluster")
+    assert page.page.locator("#no-cluster").count() == 1
+    assert page.page.locator("svg.chart").count() == 0  # no rates of topics she cannot see
+    page.open(console["url"] + "/topics/orders")
+    assert page.page.locator("#messages-chart").count() == 1  # her topic's own
+    admin = watched(browser, console["shots"])
+    log_in(admin, console["url"], "admin", PASSWORD)
+    admin.open(console["url"] + "/cluster")
+    assert admin.page.locator("#messages-chart").count() == 1
