@@ -25,6 +25,7 @@ from fmq.console import (
     topic_admin,
     topics,
     transactions,
+    users,
 )
 from fmq.console.auth import COOKIE, ConsoleSessions, anonymous_login, csrf_matches
 from fmq.console.gateway import ConsoleSession, ServerGateway
@@ -94,6 +95,10 @@ async def logged_in(request: web.Request, handler: Handler) -> web.StreamRespons
     login = request.app[ANONYMOUS]
     if gateway.has_users:
         login = request.app[SESSIONS].find(request.cookies.get(COOKIE))
+        if login is not None and not gateway.user_exists(login.user):
+            # Removed (by the console, the CLI or another node): her session ends too.
+            request.app[SESSIONS].close(request.cookies.get(COOKIE))
+            login = None
         if login is None:
             if request.path == "/login":
                 return await handler(request)
@@ -133,7 +138,7 @@ def build_app(gateway: ServerGateway, secure: bool = False,
     app[ANONYMOUS] = anonymous_login()
     app[SECURE] = secure
     for family in (login, overview, cluster, topic_admin, topics, group_admin, groups, messages,
-                   transactions):
+                   transactions, users):
         app.add_routes(family.routes)
     app.router.add_static("/static/", os.path.join(HERE, "static"))
     return app

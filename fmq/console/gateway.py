@@ -64,6 +64,10 @@ class ServerGateway:
     def has_users(self) -> bool:
         return self.ctx.authenticator.store.has_users
 
+    def user_exists(self, user: str) -> bool:
+        """Whether ``user`` is (still) one of the server's users."""
+        return self.ctx.authenticator.store.credential(user) is not None
+
     def may(self, session: ConsoleSession, operation: Operation, rtype: ResourceType,
             name: str) -> bool:
         """Whether the session's user may do ``operation`` on the resource (always, without

@@ -167,3 +167,51 @@ def test_the_cluster_page_is_for_those_who_may_describe_the_cluster(console, bro
     log_in(admin, console["url"], "admin", PASSWORD)
     admin.open(console["url"] + "/cluster")
     assert admin.page.locator("#messages-chart").count() == 1
+
+
+def test_an_admin_adds_a_user_and_a_rule_and_the_user_logs_in_then_is_removed(console,
+                                                                              browser):
+    """/users as `fmq user` and `fmq acl` do: each change confirmed first; the new user
+    sees what her new rule allows; once removed, her open session ends."""
+    admin = watched(browser, console["shots"])
+    log_in(admin, console["url"], "admin", PASSWORD, then="/users")
+    assert admin.page.locator('tr[data-user="alice"]').count() == 1
+    admin.page.fill('#add-user input[name="user"]', "carol")
+    admin.page.fill('#add-user input[name="password"]', "carol's long password")
+    admin.page.fill('#add-user input[name="again"]', "carol's long password")
+    with admin.page.expect_navigation():
+        admin.page.click('#add-user button[type="submit"]')
+    assert "Add user carol" in admin.text("h1")
+    assert "carol's long password" not in admin.page.content()  # only the credential
+    admin.shot("add-user")
+    with admin.page.expect_navigation():
+        admin.page.click('#confirm button[type="submit"]')
+    assert admin.text("#done") == "User carol added."
+    admin.open(console["url"] + "/users")
+    admin.page.fill('#add-rule input[name="principal"]', "carol")
+    admin.page.select_option('#add-rule select[name="operation"]', "describe")
+    admin.page.select_option('#add-rule select[name="resource_type"]', "topic")
+    admin.page.fill('#add-rule input[name="pattern"]', "orders")
+    with admin.page.expect_navigation():
+        admin.page.click('#add-rule button[type="submit"]')
+    assert "allow carol describe on topic 'orders'" in admin.text("#explain")
+    with admin.page.expect_navigation():
+        admin.page.click('#confirm button[type="submit"]')
+    admin.open(console["url"] + "/users")
+    admin.shot("users")
+    assert "carol" in admin.text("#rule-list")
+
+    carol = watched(browser, console["shots"])
+    log_in(carol, console["url"], "carol", "carol's long password")
+    assert carol.page.locator('tr[data-topic="orders"]').count() == 1
+    assert "secret-plans" not in carol.page.content()
+    carol.open(console["url"] + "/users", expect_status=403)  # not an administrator
+
+    admin.open(console["url"] + "/users")
+    with admin.page.expect_navigation():
+        admin.page.locator('tr[data-user="carol"] button').click()
+    with admin.page.expect_navigation():
+        admin.page.click('#confirm button[type="submit"]')
+    assert admin.text("#done") == "User carol removed."
+    carol.open(console["url"] + "/topics")
+    assert "/login" in carol.page.url  # her session ended with her

@@ -242,3 +242,9 @@ def test_a_script_fetching_pages_back_to_back_is_slowed_to_the_consoles_pace(tmp
         assert took >= 0.9 * (fetches - BURST) / REQUESTS_PER_S, took
     finally:
         srv.kill()
+
+
+def test_users_page_without_users_says_how_to_add_the_first(console, browser):
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/users")
+    assert "fmq user add USER DATA_DIR" in page.text("#no-users")
