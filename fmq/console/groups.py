@@ -6,6 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from fmq.console.gateway import ConsoleSession, ServerGateway
+from fmq.console.paging import paged
 from fmq.console.rendering import gateway_of, render, session_of
 from fmq.engine.retries import dead_letter_ranges
 from fmq.protocol import Op
@@ -40,9 +41,10 @@ async def all_groups(gateway: ServerGateway, session: ConsoleSession) -> list[di
 @routes.get("/groups")
 async def group_list(request: web.Request) -> web.Response:
     gateway, session = gateway_of(request), session_of(request)
-    groups = [_summary(g) for g in await all_groups(gateway, session)
+    groups = [g for g in await all_groups(gateway, session)
               if gateway.may(session, Operation.DESCRIBE, ResourceType.GROUP, g["group"])]
-    return render(request, "groups.html", groups=groups)
+    page = paged(request, groups)
+    return render(request, "groups.html", groups=[_summary(g) for g in page.rows], page=page)
 
 
 @routes.get("/groups/{name}")

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from aiohttp import web
 
+from fmq.console.paging import link, page_number
 from fmq.console.rendering import gateway_of, render, session_of
 from fmq.errors import InvalidArgument
 from fmq.message import StoredMessage, check_topic
@@ -19,6 +21,8 @@ routes = web.RouteTableDef()
 
 #: Messages one page shows at most.
 PAGE_MESSAGES = 50
+#: Messages with one key a search pages through at most (as a query by key answers).
+MAX_KEY_MESSAGES = 1000
 #: Body bytes shown per message (the rest is cut, and the page says so).
 BODY_SHOWN = 64 * 1024
 
@@ -79,21 +83,38 @@ async def message_search(request: web.Request) -> web.Response:
     queue_id, offset, time_ms = _int(request, "queue"), _int(request, "offset"), \
         _int(request, "time")
     found: list[StoredMessage] | None = None
+    previous = following = None
     if topic:
         check_topic(topic)
         need = (Operation.CONSUME, ResourceType.TOPIC, topic)
         if key:
-            found = await gateway.read(session, need, "console QUERY_KEY",
-                                       broker.messages_by_key, topic, key, PAGE_MESSAGES)
-        elif queue_id is not None and time_ms is not None:
-            found = await gateway.read(session, need, "console PULL", _from_time, broker,
-                                       topic, queue_id, time_ms, PAGE_MESSAGES)
+            number = page_number(request)
+            if number * PAGE_MESSAGES > MAX_KEY_MESSAGES:
+                raise InvalidArgument(f"a search by key shows its first {MAX_KEY_MESSAGES} "
+                                      f"messages; search by queue and offset for later ones")
+            read = await gateway.read(session, need, "console QUERY_KEY",
+                                      broker.messages_by_key, topic, key,
+                                      number * PAGE_MESSAGES + 1)
+            found = read[(number - 1) * PAGE_MESSAGES:number * PAGE_MESSAGES]
+            if number > 1:
+                previous = link(request, page=number - 1)
+            if len(read) > number * PAGE_MESSAGES:
+                following = link(request, page=number + 1)
         elif queue_id is not None:
-            found = await gateway.read(session, need, "console PULL", broker.pull, topic,
-                                       queue_id, offset or 0, PAGE_MESSAGES)
+            if time_ms is not None:
+                found = await gateway.read(session, need, "console PULL", _from_time, broker,
+                                           topic, queue_id, time_ms, PAGE_MESSAGES)
+            else:
+                found = await gateway.read(session, need, "console PULL", broker.pull, topic,
+                                           queue_id, offset or 0, PAGE_MESSAGES)
+            if len(found) == PAGE_MESSAGES:  # perhaps more: the next page starts after
+                following = request.path + "?" + urlencode(
+                    {"topic": topic, "queue": queue_id, "view": view,
+                     "offset": found[-1].queue_offset + 1})
         else:
             raise InvalidArgument("give a key, or a queue (with an offset or a time)")
     shown = [(m, show_body(m.body, view)) for m in found or ()]
     return render(request, "messages.html", topic=topic, key=key, queue=queue_id,
                   offset=offset, time=time_ms, view=view, messages=shown,
-                  searched=found is not None)
+                  searched=found is not None, previous=previous, following=following,
+                  page_messages=PAGE_MESSAGES)

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from fmq.console.cluster import traffic_charts
 from fmq.console.groups import all_groups
+from fmq.console.paging import paged
 from fmq.console.rendering import (
     gateway_of,
     render,
@@ -31,12 +32,13 @@ async def topic_list(request: web.Request) -> web.Response:
     gateway, session, sampler = gateway_of(request), session_of(request), sampler_of(request)
     visible = (await gateway.call_json(session, Op.TOPIC_LIST, {}))["topics"]
     figures = await topic_sizes_of(request).current()
+    page = paged(request, sorted(visible, key=lambda t: t["name"]))
     rows = []
-    for t in sorted(visible, key=lambda t: t["name"]):
+    for t in page.rows:
         rates = sampler.topic_rates([t["name"]], "messages_in")
         rows.append({**t, **figures.topics.get(t["name"], NO_FIGURES),
                      "rate": rates[-1].value if rates else None})
-    return render(request, "topics.html", topics=rows, counted_at=figures.at)
+    return render(request, "topics.html", topics=rows, counted_at=figures.at, page=page)
 
 
 @routes.get("/topics/{name}")

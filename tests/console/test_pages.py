@@ -248,3 +248,41 @@ def test_users_page_without_users_says_how_to_add_the_first(console, browser):
     page = watched(browser, console["shots"])
     page.open(console["url"] + "/users")
     assert "fmq user add USER DATA_DIR" in page.text("#no-users")
+
+
+def test_long_lists_and_message_searches_come_a_page_at_a_time(console, browser):
+    srv = console["server"]
+    with Producer(srv.address) as p:
+        p.send_batch([Message(f"zz-{i:03d}", b"x", queue_id=0) for i in range(105)])
+        p.send_batch([Message("long", f"m{i}".encode(), key="same" if i % 2 else f"k{i}",
+                              queue_id=0) for i in range(120)])
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/topics")
+    assert page.page.locator('tr[data-topic="orders"]').count() == 1  # sorted: page 1
+    total = page.text("#pager").split(" of ")[1].split()[0]
+    assert page.page.locator("#topics tbody tr").count() == 100
+    page.page.click("#next-page")
+    page.page.wait_for_url("**page=2*")
+    assert page.page.locator("#topics tbody tr").count() == int(total) - 100
+    assert page.page.locator('tr[data-topic="zz-104"]').count() == 1
+    assert page.page.locator("#next-page").count() == 0
+
+    page.open(console["url"] + "/messages?topic=long&queue=0&offset=0")
+    offsets = []
+    for _ in range(4):  # 120 messages: 50, 50, 20
+        offsets += [int(t.split(" / ")[1]) for t in
+                    page.page.locator("section.message tr:first-child td").all_inner_texts()]
+        if page.page.locator("#next-page").count() == 0:
+            break
+        page.page.click("#next-page")
+        page.page.wait_for_load_state("load")
+    assert offsets == list(range(120))
+
+    page.open(console["url"] + "/messages?topic=long&key=same")
+    assert page.text("#found") == "50 messages"
+    page.page.click("#next-page")
+    page.page.wait_for_url("**page=2*")
+    assert page.text("#found") == "10 messages"
+    assert page.page.locator("#next-page").count() == 0
+    assert page.page.locator("#previous-page").count() == 1
+    assert not page.errors, page.errors
