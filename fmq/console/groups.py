@@ -7,7 +7,7 @@ from aiohttp import web
 
 from fmq.console.gateway import ConsoleSession, ServerGateway
 from fmq.console.paging import paged
-from fmq.console.rendering import gateway_of, render, session_of
+from fmq.console.rendering import gateway_of, render, sampler_of, session_of
 from fmq.engine.retries import dead_letter_ranges
 from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
@@ -60,8 +60,11 @@ async def group_page(request: web.Request) -> web.Response:
                if gateway.may(session, Operation.DESCRIBE, ResourceType.TOPIC, r["topic"])]
     dead = await gateway.read(session, None, "console dead letters", _dead_letters,
                               gateway.ctx.broker, name)
+    sample = sampler_of(request).latest
+    retries = (sample.stats.get("delivery", {}).get("groups", {}).get(name, {})
+               .get("retries_pending", 0) if sample is not None else None)
     return render(request, "group.html", group=group, offsets=offsets, known=bool(found),
-                  dead_letters=dead, topics=sorted({r["topic"] for r in offsets}),
+                  dead_letters=dead, retries=retries, topics=sorted({r["topic"] for r in offsets}),
                   may_admin=gateway.may(session, Operation.ADMIN, ResourceType.CLUSTER,
                                         "cluster"))
 

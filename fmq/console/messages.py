@@ -5,6 +5,7 @@ query by key over the wire does."""
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass
 from urllib.parse import urlencode
@@ -13,6 +14,7 @@ from aiohttp import web
 
 from fmq.console.paging import link, page_number
 from fmq.console.rendering import gateway_of, render, session_of
+from fmq.datadir import format_segment_name
 from fmq.errors import InvalidArgument
 from fmq.message import StoredMessage, check_topic
 from fmq.security import Operation, ResourceType
@@ -74,6 +76,17 @@ def _from_time(broker, topic: str, queue_id: int, ms: int, limit: int) -> list[S
     return broker.pull(topic, queue_id, broker.offset_for_time(topic, queue_id, ms), limit)
 
 
+def _segment_bases(broker) -> list[int]:
+    """Each segment file's base log offset, oldest first (a reader thread)."""
+    return [segment.base for segment in broker.log.segments]
+
+
+def _segment_of(bases: list[int], offset: int) -> str | None:
+    """The name of the segment file holding log offset ``offset`` (None: deleted since)."""
+    at = bisect.bisect_right(bases, offset) - 1
+    return format_segment_name(bases[at]) if at >= 0 else None
+
+
 @routes.get("/messages")
 async def message_search(request: web.Request) -> web.Response:
     gateway, session = gateway_of(request), session_of(request)
@@ -113,7 +126,9 @@ async def message_search(request: web.Request) -> web.Response:
                      "offset": found[-1].queue_offset + 1})
         else:
             raise InvalidArgument("give a key, or a queue (with an offset or a time)")
-    shown = [(m, show_body(m.body, view)) for m in found or ()]
+    bases = await gateway.read(session, None, "console segments", _segment_bases, broker) \
+        if found else []
+    shown = [(m, show_body(m.body, view), _segment_of(bases, m.offset)) for m in found or ()]
     return render(request, "messages.html", topic=topic, key=key, queue=queue_id,
                   offset=offset, time=time_ms, view=view, messages=shown,
                   searched=found is not None, previous=previous, following=following,

@@ -72,6 +72,8 @@ class Sampler:
                 await self.sample()
             except FMQError as exc:
                 logger.debug("console: no sample this time (%s)", exc)
+            except Exception:  # a bug must not stop the charts for good: said, and again
+                logger.exception("console: sampling failed")
             await asyncio.sleep(self.every_s)
 
     async def recent(self) -> Sample:

@@ -189,6 +189,7 @@ def test_redriving_dead_letters_asks_first_then_moves_them(console, browser):
     page = watched(browser, console["shots"])
     page.open(console["url"] + "/groups/post")
     assert page.text("#dead-letters") == "1"
+    assert page.text("#retries").startswith("0 ")  # none waiting: it is dead
     submit(page, '#redrive button[type="submit"]', "**/groups/post/redrive")
     assert "dead letters back to it" in page.text("#explain")
     submit(page, '#confirm button[type="submit"]', "**/groups/post/redrive")

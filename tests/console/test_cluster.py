@@ -16,7 +16,7 @@ from fmq.message import Message
 from tests.cluster.kit import CLUSTER, CONFIG, wait_primary
 from tests.etcdkit import ETCD, EtcdProcess
 from tests.replication.failover_kit import GROUP_CONFIG
-from tests.server.harness import ServerProcess, free_port, wait_until
+from tests.server.harness import ServerProcess, free_port, run_cli, wait_until
 
 from .browser import chromium, watched
 
@@ -132,15 +132,23 @@ def test_a_cluster_of_two_broker_groups_lists_each_groups_primary(tmp_path, brow
             nodes[group][0].start()
         for node, _url in nodes.values():
             wait_primary(node)
+        made = run_cli("topic", "create", "routed", "--queues-per-group", "2", "--server",
+                       nodes["g2"][0].address)
+        assert made.returncode == 0, made.stderr
         page = watched(browser, str(tmp_path / "shots"))
         rows = page.page.locator("#broker-groups tbody tr")
         reload_until(page, nodes["g1"][1] + "/cluster", lambda: rows.count() == 2 and all(
-            nodes[g][0].address in page.text(f'tr[data-group="{g}"]') for g in nodes), 60)
+            nodes[g][0].address in page.text(f'tr[data-group="{g}"]')
+            and "routed" in page.text(f'tr[data-group="{g}"]') for g in nodes), 60)
         page.shot("cluster-groups")
         for group, (node, _url) in nodes.items():
             row = page.text(f'tr[data-group="{group}"]')
             assert node.address in row, row
+            assert "routed" in row, row  # the topic's route covers both groups
         assert "(this node's)" in page.text('tr[data-group="g1"]')
+        page.open(nodes["g2"][1] + "/topics/routed")
+        assert page.text("#route").startswith("broker group g2 holds its queues 2–3"), \
+            page.text("#route")
     finally:
         for node, _url in nodes.values():
             node.kill()

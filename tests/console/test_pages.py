@@ -5,6 +5,7 @@ server holds."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import time
@@ -14,6 +15,7 @@ import pytest
 
 from fmq.client import Client, Producer
 from fmq.client.tx_producer import TransactionProducer
+from fmq.datadir import LOG_DIR
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.tx.state import TxState
@@ -110,6 +112,8 @@ def test_message_by_key_shows_its_body_as_pretty_json(console, browser):
     assert page.text("td.key") == "k-3"
     assert json.loads(page.text("pre.body")) == {"order": 3, "item": "tea"}
     assert '\n  "item"' in page.text("pre.body")  # indented, not the stored one line
+    segments = sorted(os.listdir(os.path.join(console["server"].data_dir, LOG_DIR)))
+    assert page.text("td.segment") in segments  # the file holding it, as on disk
 
 
 def test_messages_of_a_queue_from_an_offset_and_a_binary_body_in_hex(console, browser):
