@@ -24,7 +24,7 @@ import threading
 import time
 import urllib.request
 
-PAGES = ("/", "/topics", "/groups", "/transactions",
+PAGES = ("/", "/cluster", "/topics", "/topics/fmq-bench", "/groups", "/transactions",
          "/messages?topic=fmq-bench&queue=0&offset=0")
 
 
