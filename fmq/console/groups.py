@@ -22,20 +22,32 @@ def _summary(group: dict) -> dict:
             "topics": sorted({r["topic"] for r in rows})}
 
 
+def visible_part(gateway: ServerGateway, session: ConsoleSession, group: dict) -> dict:
+    """``group`` as the user may see it: only the offsets and owned queues of topics she
+    may describe (a hidden topic appears nowhere, in names, counts or lag)."""
+    def shown(topic: str) -> bool:
+        return gateway.may(session, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+    return {**group, "offsets": [r for r in group["offsets"] if shown(r["topic"])],
+            "members": {member: [q for q in queues if shown(q.rsplit("/", 1)[0])]
+                        for member, queues in group["members"].items()}}
+
+
 async def all_groups(gateway: ServerGateway, session: ConsoleSession) -> list[dict]:
     """Every group the user may describe. GROUPS for the whole cluster is for those who may
     describe the cluster; the others see the committed offsets of their groups (live
     members are known only to the server's loop, which GROUPS reads)."""
     if gateway.may(session, Operation.DESCRIBE, ResourceType.CLUSTER, "cluster"):
-        return (await gateway.call_json(session, Op.GROUPS, {"group": None}))["groups"]
+        groups = (await gateway.call_json(session, Op.GROUPS, {"group": None}))["groups"]
+        return [visible_part(gateway, session, g) for g in groups]
     rows = await gateway.read(session, None, "console GROUPS",
                               gateway.ctx.broker.inventory.groups)
     names = sorted({r["group"] for r in rows
                     if gateway.may(session, Operation.DESCRIBE, ResourceType.GROUP,
                                    r["group"])})
-    return [{"group": name, "generation": 0, "members": {},
-             "offsets": [{**r, "owner": None} for r in rows if r["group"] == name]}
-            for name in names]
+    return [visible_part(gateway, session, {
+        "group": name, "generation": 0, "members": {},
+        "offsets": [{**r, "owner": None} for r in rows if r["group"] == name]})
+        for name in names]
 
 
 @routes.get("/groups")
@@ -52,12 +64,11 @@ async def group_page(request: web.Request) -> web.Response:
     gateway, session = gateway_of(request), session_of(request)
     name = request.match_info["name"]
     answer = await gateway.call_json(session, Op.GROUPS, {"group": name})
-    found = [_summary(g) for g in answer["groups"]]
+    found = [_summary(visible_part(gateway, session, g)) for g in answer["groups"]]
     group = found[0] if found else {"group": name, "generation": 0, "members": {},
                                     "offsets": [], "lag": 0, "oldest_unread_ms": 0,
                                     "topics": []}
-    offsets = [r for r in group["offsets"]
-               if gateway.may(session, Operation.DESCRIBE, ResourceType.TOPIC, r["topic"])]
+    offsets = group["offsets"]
     dead = await gateway.read(session, None, "console dead letters", _dead_letters,
                               gateway.ctx.broker, name)
     sample = sampler_of(request).latest

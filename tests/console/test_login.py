@@ -215,3 +215,26 @@ def test_an_admin_adds_a_user_and_a_rule_and_the_user_logs_in_then_is_removed(co
     assert admin.text("#done") == "User carol removed."
     carol.open(console["url"] + "/topics")
     assert "/login" in carol.page.url  # her session ended with her
+
+
+def test_a_topic_she_may_not_describe_is_in_no_groups_names_counts_or_lag(console,
+                                                                          browser):
+    """alice may describe group billing, which committed in "orders" and in
+    "secret-plans": she sees its lag in "orders" only, and "secret-plans" nowhere."""
+    from fmq.client import Client
+    from fmq.protocol import Op
+    with Client(console["server"].address, user="admin", password=PASSWORD) as c:
+        for topic in ("orders", "secret-plans"):
+            c.call(Op.COMMIT_OFFSET, {"group": "billing", "topic": topic, "queue_id": 0,
+                                      "next_offset": 0})
+    page = watched(browser, console["shots"])
+    log_in(page, console["url"], "alice", PASSWORD, then="/groups")
+    row = page.page.locator('tr[data-group="billing"]')
+    assert "orders" in row.inner_text() and "secret-plans" not in page.page.content()
+    assert row.locator("td.lag").inner_text() == "1"  # orders' one message, not the plans'
+    page.open(console["url"] + "/groups/billing")
+    assert page.text("#group-lag") == "1"
+    assert "secret-plans" not in page.page.content()
+    admin = watched(browser, console["shots"])
+    log_in(admin, console["url"], "admin", PASSWORD, then="/groups/billing")
+    assert admin.text("#group-lag") == "2"  # both topics' messages
