@@ -68,14 +68,15 @@ async def group_page(request: web.Request) -> web.Response:
     group = found[0] if found else {"group": name, "generation": 0, "members": {},
                                     "offsets": [], "lag": 0, "oldest_unread_ms": 0,
                                     "topics": []}
-    offsets = group["offsets"]
+    offsets = paged(request, group["offsets"])
     dead = await gateway.read(session, None, "console dead letters", _dead_letters,
                               gateway.ctx.broker, name)
     sample = sampler_of(request).latest
     retries = (sample.stats.get("delivery", {}).get("groups", {}).get(name, {})
                .get("retries_pending", 0) if sample is not None else None)
-    return render(request, "group.html", group=group, offsets=offsets, known=bool(found),
-                  dead_letters=dead, retries=retries, topics=sorted({r["topic"] for r in offsets}),
+    return render(request, "group.html", group=group, offsets=offsets.rows, page=offsets,
+                  known=bool(found), dead_letters=dead, retries=retries,
+                  topics=sorted({r["topic"] for r in group["offsets"]}),
                   may_admin=gateway.may(session, Operation.ADMIN, ResourceType.CLUSTER,
                                         "cluster"))
 

@@ -290,3 +290,20 @@ def test_long_lists_and_message_searches_come_a_page_at_a_time(console, browser)
     assert page.page.locator("#next-page").count() == 0
     assert page.page.locator("#previous-page").count() == 1
     assert not page.errors, page.errors
+
+
+def test_a_groups_queues_come_a_page_at_a_time(console, browser):
+    with Client(console["server"].address) as c:
+        c.create_topic("wide", queues=150)
+        c.call(Op.COMMIT_OFFSET, {"group": "wide-readers", "topic": "wide", "queue_id": 0,
+                                  "next_offset": 0})
+    page = watched(browser, console["shots"])
+    page.open(console["url"] + "/groups/wide-readers")
+    assert page.page.locator("#offsets tbody tr").count() == 100
+    assert page.text("#pager").startswith("Queues 1–100 of 150")
+    page.page.click("#next-page")
+    page.page.wait_for_url("**page=2*")
+    assert page.page.locator("#offsets tbody tr").count() == 50
+    assert page.page.locator("#offsets tbody tr").last.locator("td").nth(1).inner_text() \
+        == "149"
+    assert not page.errors, page.errors
