@@ -24,7 +24,7 @@ import threading
 import time
 import urllib.request
 
-PAGES = ("/", "/topics", "/groups", "/transactions",
+PAGES = ("/", "/cluster", "/topics", "/topics/fmq-bench", "/groups", "/transactions",
          "/messages?topic=fmq-bench&queue=0&offset=0")
 
 
@@ -51,8 +51,16 @@ class Browsing(threading.Thread):
     def __init__(self, base: str, pace: float) -> None:
         super().__init__(daemon=True)
         self.base, self.pace, self.pages, self.done = base, pace, 0, threading.Event()
+        self.started = self.seconds = 0.0
 
     def run(self) -> None:
+        self.started = time.monotonic()
+        try:
+            self._browse()
+        finally:
+            self.seconds = time.monotonic() - self.started
+
+    def _browse(self) -> None:
         while not self.done.is_set():
             for page in PAGES:
                 urllib.request.urlopen(self.base + page, timeout=30).read()
@@ -99,7 +107,7 @@ def main() -> None:
                 if browsing:
                     browsing.done.set()
                     browsing.join(60)
-                    pages = f" ({browsing.pages / args.duration:.0f} pages/s)"
+                    pages = f" ({browsing.pages / browsing.seconds:.0f} pages/s)"
                 results[side].append(rate)
                 print(f"round {r + 1} {side:9} {rate:10,.0f} msg/s{pages}", flush=True)
         quiet, busy = (statistics.median(results[s]) for s in ("quiet", "browsing"))

@@ -64,6 +64,10 @@ class ServerGateway:
     def has_users(self) -> bool:
         return self.ctx.authenticator.store.has_users
 
+    def user_exists(self, user: str) -> bool:
+        """Whether ``user`` is (still) one of the server's users."""
+        return self.ctx.authenticator.store.credential(user) is not None
+
     def may(self, session: ConsoleSession, operation: Operation, rtype: ResourceType,
             name: str) -> bool:
         """Whether the session's user may do ``operation`` on the resource (always, without
@@ -96,6 +100,19 @@ class ServerGateway:
                     raise denied
             return await self.ctx.read(fn, *args)
         return await self._on_server_loop(read())
+
+    async def read_unchecked(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in the server's reader threads for the console's own figures
+        (sampling, counting): no user asked, so the pages filter what each one sees."""
+        async def read() -> Any:
+            return await self.ctx.read(fn, *args)
+        return await self._on_server_loop(read())
+
+    async def internal(self, op: Op, req: dict) -> dict:
+        """The answer of ``op`` for the console's own sampling (no user, no access check:
+        the pages show the sampled figures only to those who may see them)."""
+        return await self._on_server_loop(
+            HANDLERS[op](self.ctx, ConsoleSession(None, "console"), req))
 
     async def _run(self, session: ConsoleSession, op: Op, req: dict) -> dict:
         declared = OPERATIONS[op]

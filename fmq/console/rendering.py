@@ -12,6 +12,9 @@ from aiohttp import web
 
 from fmq.console.auth import ConsoleSessions, LoginSession
 from fmq.console.gateway import ConsoleSession, ServerGateway
+from fmq.console.pacing import Pacer
+from fmq.console.sampler import Sampler
+from fmq.console.topic_sizes import TopicSizes
 from fmq.version import __version__
 
 HERE = os.path.dirname(__file__)
@@ -20,6 +23,9 @@ TEMPLATES = web.AppKey("templates", jinja2.Environment)
 SESSIONS = web.AppKey("sessions", ConsoleSessions)
 ANONYMOUS = web.AppKey("anonymous", LoginSession)  # without users: everyone's CSRF token
 SECURE = web.AppKey("secure", bool)  # served over HTTPS: cookies are Secure
+SAMPLER = web.AppKey("sampler", Sampler)
+PACER = web.AppKey("pacer", Pacer)
+TOPIC_SIZES = web.AppKey("topic_sizes", TopicSizes)
 
 
 def _when(ms: int | None) -> str:
@@ -67,11 +73,19 @@ def gateway_of(request: web.Request) -> ServerGateway:
     return request.app[GATEWAY]
 
 
+def sampler_of(request: web.Request) -> Sampler:
+    return request.app[SAMPLER]
+
+
+def topic_sizes_of(request: web.Request) -> TopicSizes:
+    return request.app[TOPIC_SIZES]
+
+
 def render(request: web.Request, template: str, status: int = 200, **values: Any
            ) -> web.Response:
     page = request.app[TEMPLATES].get_template(template).render(
         request=request, user=session_of(request).principal, login=request.get("login"),
-        csrf=request.get("csrf", ""),
+        csrf=request.get("csrf", ""), sample_s=f"{request.app[SAMPLER].every_s:g}",
         **values)
     return web.Response(text=page, status=status, content_type="text/html")
 

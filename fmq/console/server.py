@@ -86,7 +86,9 @@ class ConsoleServer:
     async def _listen(self) -> None:
         tls = console_tls(self.ctx)
         self.scheme = "http" if tls is None else "https"
-        self._runner = web.AppRunner(build_app(self.gateway, secure=tls is not None),
+        app = build_app(self.gateway, secure=tls is not None,
+                        sample_s=self.ctx.config.console_sample_ms / 1000)
+        self._runner = web.AppRunner(app,
                                      access_log=None, handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=tls,

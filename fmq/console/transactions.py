@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from fmq.console.paging import paged
 from fmq.console.rendering import gateway_of, render, session_of
 from fmq.errors import InvalidArgument
 from fmq.protocol import Op
@@ -19,7 +20,8 @@ DECISIONS = ("commit", "rollback")
 @routes.get("/transactions")
 async def transaction_list(request: web.Request) -> web.Response:
     answer = await gateway_of(request).call(session_of(request), Op.LIST_TX, {})
-    return render(request, "transactions.html", transactions=answer["transactions"])
+    page = paged(request, answer["transactions"])
+    return render(request, "transactions.html", transactions=page.rows, page=page)
 
 
 @routes.get("/transactions/resolve")

@@ -37,6 +37,9 @@ class ServerConfig:
     #: Port of the console in a browser (docs/console.md) on ``host`` (loopback while the
     #: data directory has no users); 0 = no console (default).
     console_port: int = 0
+    #: How often the console samples the node's figures and traffic (its charts and
+    #: rates) and, at most, recounts the topics' sizes for its pages (docs/console.md).
+    console_sample_ms: int = 5_000
     #: Largest frame accepted (the length field); bigger → error response, connection closed.
     max_frame_size: int = 64 * MiB
     #: Established connections (that sent a complete request) open at once; one more gets
@@ -161,6 +164,8 @@ class ServerConfig:
         need(0 <= self.kafka_advertised_port <= 65_535,
              "kafka_advertised_port must be in 0..65535 (0 = kafka_port)")
         need(0 <= self.console_port <= 65_535, "console_port must be in 0..65535 (0 = off)")
+        need(100 <= self.console_sample_ms <= 600_000,
+             "console_sample_ms must be in 100..600000 (ms between two samples)")
         need(4096 <= self.max_frame_size <= 0xFFFF_FFFF,
              "max_frame_size must be in 4096..4294967295")
         for name in ("max_connections", "max_in_flight", "worker_threads", "long_poll_threads",

@@ -49,3 +49,28 @@ def test_cyclic_garbage_is_still_collected_after_the_tuning():
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "True"]
+
+
+def test_describe_reads_the_frozen_count_kept_at_the_freeze_instead_of_walking_it():
+    """STATS runs on the server's loop: counting the frozen objects walks every one of them
+    (tens of milliseconds in a serving process, each STATS, each console refresh), so the
+    count is kept when the objects are frozen. In a process of its own with a large frozen
+    heap: describe() must cost a small part of one such walk, and still give the count."""
+    code = (
+        "import gc, time, statistics\n"
+        "from fmq.server.gc_policy import describe, tune_for_serving\n"
+        "heap = [{'n': i} for i in range(400_000)]\n"
+        "tune_for_serving()\n"
+        "def took(fn):\n"
+        "    times = []\n"
+        "    for _ in range(5):\n"
+        "        t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)\n"
+        "    return statistics.median(times)\n"
+        "walk, described = took(gc.get_freeze_count), took(describe)\n"
+        "print(described < walk / 10, describe()['frozen'] == gc.get_freeze_count(),\n"
+        "      walk, described)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["True", "True"], done.stdout
