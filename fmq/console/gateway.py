@@ -112,7 +112,7 @@ class ServerGateway:
         """The answer of ``op`` for the console's own sampling (no user, no access check:
         the pages show the sampled figures only to those who may see them)."""
         return await self._on_server_loop(
-            HANDLERS[op](self.ctx, ConsoleSession(None, "console"), req))
+            OPERATIONS[op].handler(self.ctx, ConsoleSession(None, "console"), req))
 
     async def _run(self, session: ConsoleSession, op: Op, req: dict) -> dict:
         declared = OPERATIONS[op]

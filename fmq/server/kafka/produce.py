@@ -1,6 +1,6 @@
 """Produce (key 0): record batches into queues through FMQ's own send path.
 
-Each partition's records go to the batcher (:class:`fmq.server.batcher.SendBatcher`) as one
+Each partition's records go to the batcher (:class:`fmq.server.ops.batcher.SendBatcher`) as one
 request, stored all or none: placed with the sends of every connection in this event-loop
 turn and answered once the group commit made them durable (and, in ``sync``
 acknowledgement mode, once the followers hold them). acks=1 and acks=all both wait for
