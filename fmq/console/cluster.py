@@ -43,7 +43,7 @@ def _broker_groups(gateway) -> tuple[str | None, list]:
                "open_for_writes": g.open_for_writes,
                "topics": sorted(t for t, names in topics.items() if g.name in names)}
               for g in (snapshot.groups.values() if snapshot else ())]
-    return membership.group, groups
+    return membership.broker_group, groups
 
 
 @routes.get("/cluster")
