@@ -67,7 +67,7 @@ def _int(request: web.Request, name: str) -> int | None:
 
 
 def _from_time(broker, topic: str, queue_id: int, ms: int, limit: int) -> list[StoredMessage]:
-    return broker.pull(topic, queue_id, broker.offset_for_time(topic, queue_id, ms), limit)
+    return broker.reads.pull(topic, queue_id, broker.reads.offset_for_time(topic, queue_id, ms), limit)
 
 
 @routes.get("/messages")
@@ -84,12 +84,12 @@ async def message_search(request: web.Request) -> web.Response:
         need = (Operation.CONSUME, ResourceType.TOPIC, topic)
         if key:
             found = await gateway.read(session, need, "console QUERY_KEY",
-                                       broker.messages_by_key, topic, key, PAGE_MESSAGES)
+                                       broker.reads.messages_by_key, topic, key, PAGE_MESSAGES)
         elif queue_id is not None and time_ms is not None:
             found = await gateway.read(session, need, "console PULL", _from_time, broker,
                                        topic, queue_id, time_ms, PAGE_MESSAGES)
         elif queue_id is not None:
-            found = await gateway.read(session, need, "console PULL", broker.pull, topic,
+            found = await gateway.read(session, need, "console PULL", broker.reads.pull, topic,
                                        queue_id, offset or 0, PAGE_MESSAGES)
         else:
             raise InvalidArgument("give a key, or a queue (with an offset or a time)")

@@ -42,7 +42,8 @@ def load_topics(index: IndexStore) -> list[TopicConfig]:
 
 
 class Topics:
-    """Create, alter, delete, describe and list topics; their own retention."""
+    """Create, alter, delete, describe and list topics; their queue counts; their own
+    retention."""
 
     def __init__(self, config: BrokerConfig, log_: Log, index: IndexStore,
                  dispatcher: Dispatcher, queues: Queues,
@@ -81,6 +82,12 @@ class Topics:
             table = load_topics(self.index)
             with self.log.lock:
                 self.queues.topics.update({t.name: t for t in table})
+
+    def queue_count(self, topic: str) -> int:
+        """How many queues ``topic`` has: its own setting (``fmq topic``) or
+        ``queues_per_topic``, or more when the stored data of the topic uses more (a lower
+        setting applies only to new topics)."""
+        return self.queues.queue_count(topic)
 
     def get(self, name: str) -> TopicConfig | None:
         """``name``'s settings: its own (created), the defaults (made by a first send), or

@@ -30,7 +30,7 @@ def uncapped(tmp_path):
 
 
 def prepare(b: fmq.Broker, group: str = "shop") -> str:
-    return b.prepare([Message("t", b"x" * 300)], group)
+    return b.transactions.prepare([Message("t", b"x" * 300)], group)
 
 
 def test_a_huge_lease_is_lowered_to_the_cap(capped):
