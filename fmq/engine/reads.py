@@ -70,14 +70,14 @@ class Reader:
     def __init__(self, log_: Log, index: IndexStore, config: BrokerConfig, queues: Queues,
                  max_record_size: int, check_open: Callable[[], None],
                  visibility: Visibility) -> None:
-        self.log = log_
+        self._log = log_
         #: The high watermark: no read returns a message past it.
-        self.visibility = visibility
-        self.index = index
-        self.config = config
-        self.queues = queues
-        self.max_record_size = max_record_size
-        self.check_open = check_open
+        self._visibility = visibility
+        self._index = index
+        self._config = config
+        self._queues = queues
+        self._max_record_size = max_record_size
+        self._check_open = check_open
         self.bad_records = BadRecords()
         #: Messages and body bytes returned per topic since the broker opened (metrics).
         self.messages_out: dict[str, int] = {}
@@ -92,8 +92,8 @@ class Reader:
         whose stored record would take the bytes read past it (the first is always read).
         ``tags``: a tag expression (``"a || b"``; ``"*"`` or None: every message); only the
         messages it selects, found by the index's tag hashes (fmq.engine.tag_filter).
-        ``resident``: read only the log's last that many bytes, else raise NotInMemory
-        before reading anything. :meth:`pull_answer` says also where to pull from next and
+        ``resident`` (an untagged pull): read only the log's last that many bytes, else
+        raise NotInMemory before reading anything. :meth:`pull_answer` says also where to pull from next and
         the queue's range."""
         return self.pull_answer(topic, queue_id, offset, max_messages, max_bytes, tags=tags,
                                 resident=resident).messages
@@ -109,9 +109,9 @@ class Reader:
         as (that form, the length of the message's body), or None; a kept message is
         neither read nor decoded, and stands in the answer's messages as a :class:`Kept`."""
         selected = parse_tag_expression(tags)
-        self.check_open()
+        self._check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.queues.queue_count(topic))
+        check_queue_id(queue_id, self._queues.queue_count(topic))
         check_offset(offset)
         check_count(max_messages, "max_messages")
         lo, hi = self._range(topic, queue_id)
@@ -122,7 +122,7 @@ class Reader:
             resume = out[-1].queue_offset + 1 if out else start
         else:
             out, resume = pull_tagged(
-                lambda pos, n: self.index.queue_entries(topic, queue_id, pos, n),
+                lambda pos, n: self._index.queue_entries(topic, queue_id, pos, n),
                 lambda entries, budget: self._read_entries(topic, queue_id, entries, budget),
                 start, hi, selected, max_messages, max_bytes)
         if out:
@@ -134,9 +134,9 @@ class Reader:
                    ) -> list[Any]:
         if max_messages <= 0:
             return []
-        entries = self.index.queue_entries(topic, queue_id, start, max_messages)
+        entries = self._index.queue_entries(topic, queue_id, start, max_messages)
         # Entries are in log order: the first one is the oldest record the pull reads.
-        if resident and entries and entries[0][1] < self.log.next_offset - resident:
+        if resident and entries and entries[0][1] < self._log.next_offset - resident:
             raise NotInMemory(f"the pull reads records older than the log's last {resident} "
                               "bytes")
         return self._read_entries(topic, queue_id, entries, max_bytes, kept)
@@ -156,7 +156,7 @@ class Reader:
         found = [None] * len(entries) if kept is None else [kept(e) for e in entries]
         missing = [(doff, dsize) for (_q, doff, dsize, _t, _s), hit
                    in zip(entries, found, strict=True) if hit is None]
-        records = iter(read_records(self.log, missing))
+        records = iter(read_records(self._log, missing))
         for (qoff, doff, _dsize, _th, st), hit in zip(entries, found, strict=True):
             if hit is not None:
                 out.append(Kept(hit[0], qoff, hit[1]))
@@ -165,11 +165,11 @@ class Reader:
             if data is None:
                 continue  # retention deleted its segment after we read the index
             try:
-                rec = decode(data, 0, base_offset=doff, max_record_size=self.max_record_size)
+                rec = decode(data, 0, base_offset=doff, max_record_size=self._max_record_size)
             except (BadRecord, IncompleteRecord) as exc:
                 if out:  # return what precedes it; the next pull starts at the damage
                     break
-                self.bad_records.met(exc, self.log.segment_for(doff).name, topic,
+                self.bad_records.met(exc, self._log.segment_for(doff).name, topic,
                                      queue_id, qoff)
                 raise
             props = rec.properties
@@ -189,14 +189,14 @@ class Reader:
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, next offset) of a queue: what is consumable now (below the high
         watermark)."""
-        self.check_open()
+        self._check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.queues.queue_count(topic))
+        check_queue_id(queue_id, self._queues.queue_count(topic))
         return self._range(topic, queue_id)
 
     def _range(self, topic: str, queue_id: int) -> tuple[int, int]:
-        lo, hi = self.index.queue_range(topic, queue_id)
-        limit = self.visibility.limit(topic, queue_id)
+        lo, hi = self._index.queue_range(topic, queue_id)
+        limit = self._visibility.limit(topic, queue_id)
         if limit is not None and limit < hi:
             hi = max(lo, limit)
         return lo, hi
@@ -206,12 +206,12 @@ class Reader:
         """Up to ``limit`` messages of ``topic`` with ``key``. ``max_bytes`` stops once the
         bodies, names and properties read add up to more (the first message always
         counts)."""
-        self.check_open()
+        self._check_open()
         check_topic(topic)
         check_label(key, "key", allow_none=False)
         out = []
         read = 0
-        for qid, qoff in self.index.key_lookup(topic, key, limit):
+        for qid, qoff in self._index.key_lookup(topic, key, limit):
             for m in self.pull(topic, qid, qoff, 1)[:1]:
                 if m.key != key:
                     continue
@@ -225,29 +225,29 @@ class Reader:
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (the next offset when
         none is)."""
-        self.check_open()
+        self._check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.queues.queue_count(topic))
+        check_queue_id(queue_id, self._queues.queue_count(topic))
         check_offset(timestamp_ms, "timestamp_ms")
-        found = self.index.offset_for_time(topic, queue_id, timestamp_ms)
+        found = self._index.offset_for_time(topic, queue_id, timestamp_ms)
         end = self.queue_range(topic, queue_id)[1]
         return end if found is None else min(found, end)
 
     def committed_offset(self, consumer_group: str, topic: str, queue_id: int) -> int | None:
         """The next offset ``consumer_group`` committed for the queue (None: never
         committed)."""
-        self.check_open()
+        self._check_open()
         check_name(consumer_group, "group", allow_none=False)
         check_topic(topic)
-        check_queue_id(queue_id, self.queues.queue_count(topic))
-        return self.index.committed_offset(consumer_group, topic, queue_id)
+        check_queue_id(queue_id, self._queues.queue_count(topic))
+        return self._index.committed_offset(consumer_group, topic, queue_id)
 
     def all_messages(self, topics: Iterable[str]) -> dict[tuple[str, int], list[StoredMessage]]:
         """Every consumable message of ``topics`` by queue (tools and tests)."""
         out = {}
         for topic in topics:
-            for qid in range(self.queues.queue_count(topic)):
-                lo, hi = self.index.queue_range(topic, qid)
+            for qid in range(self._queues.queue_count(topic)):
+                lo, hi = self._index.queue_range(topic, qid)
                 msgs = []
                 off = lo
                 while off < hi:
