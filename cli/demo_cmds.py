@@ -37,7 +37,8 @@ def _run_demo(data_dir: str) -> None:
         for i in range(3):
             r = broker.send(fmq.Message("demo", f"hello {i}".encode(), key=f"k{i}"))
             click.echo(f"sent to queue {r.queue_id} offset {r.queue_offset} (log {r.offset})")
-        tx = broker.transactions.prepare([fmq.Message("demo", b"in a transaction", key="tx")], "demo-group")
+        tx = broker.transactions.prepare([fmq.Message("demo", b"in a transaction", key="tx")],
+                                         "demo-group")
         click.echo(f"prepared {tx}: {broker.transactions.commit(tx).value}")
         broker.wait_indexed()
         for qid in range(broker.config.queues_per_topic):

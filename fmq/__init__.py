@@ -6,7 +6,8 @@ Start here::
 
     with fmq.Broker.open("/var/lib/fmq") as broker:
         result = broker.send(fmq.Message("orders", b'{"id": 1}', key="order-1"))
-        tx_id = broker.transactions.prepare([fmq.Message("payments", b"debit 10")], producer_group="shop")
+        tx_id = broker.transactions.prepare([fmq.Message("payments", b"debit 10")],
+                                            producer_group="shop")
         broker.transactions.commit(tx_id)
         broker.wait_indexed()
         messages = broker.reads.pull("orders", result.queue_id, 0)

@@ -67,7 +67,8 @@ def _int(request: web.Request, name: str) -> int | None:
 
 
 def _from_time(broker, topic: str, queue_id: int, ms: int, limit: int) -> list[StoredMessage]:
-    return broker.reads.pull(topic, queue_id, broker.reads.offset_for_time(topic, queue_id, ms), limit)
+    reads = broker.reads
+    return reads.pull(topic, queue_id, reads.offset_for_time(topic, queue_id, ms), limit)
 
 
 @routes.get("/messages")

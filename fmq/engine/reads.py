@@ -93,8 +93,8 @@ class Reader:
         ``tags``: a tag expression (``"a || b"``; ``"*"`` or None: every message); only the
         messages it selects, found by the index's tag hashes (fmq.engine.tag_filter).
         ``resident`` (an untagged pull): read only the log's last that many bytes, else
-        raise NotInMemory before reading anything. :meth:`pull_answer` says also where to pull from next and
-        the queue's range."""
+        raise NotInMemory before reading anything. :meth:`pull_answer` says also where to
+        pull from next and the queue's range."""
         return self.pull_answer(topic, queue_id, offset, max_messages, max_bytes, tags=tags,
                                 resident=resident).messages
 

@@ -147,8 +147,8 @@ async def _poll_uncertain(ctx: ServerContext, session: RequestSession, req: dict
         if ctx.stopping or session.closing:
             remaining = 0.0
         slice_ms = int(max(0.0, min(remaining, POLL_SLICE_S)) * 1000)
-        poll = loop.run_in_executor(ctx.pollers, ctx.broker.transactions.poll_uncertain, *args, slice_ms,
-                                    session)
+        poll = loop.run_in_executor(ctx.pollers, ctx.broker.transactions.poll_uncertain, *args,
+                                    slice_ms, session)
         # A shutdown answers a long poll (empty) at once. Anything the thread still picks is
         # leased but not delivered; the lease runs out and it is offered again later.
         stopped = asyncio.ensure_future(ctx.stop_requested.wait())
@@ -173,8 +173,8 @@ async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: di
     if state == TxState.COMMIT:
         final = await tx_ops.commit(ctx, group, req["tx_id"])
     else:
-        final = await ctx.write(ctx.broker.transactions.answer_uncertain, req["tx_id"], state, session,
-                                group)
+        final = await ctx.write(ctx.broker.transactions.answer_uncertain, req["tx_id"], state,
+                                session, group)
     return {"state": final.value}
 
 

@@ -80,7 +80,8 @@ class BrokerModel(RuleBasedStateMachine):
     def prepare(self, sizes, topic):
         tx = self._id("tx")
         msgs = [(self._id(f"{tx}."), topic, s) for s in sizes]
-        self.broker.transactions.prepare([fmq.Message(t, body_for(m, s)) for m, t, s in msgs], "shop",
+        self.broker.transactions.prepare([fmq.Message(t, body_for(m, s)) for m, t, s in msgs],
+                                         "shop",
                             tx_id=tx)
         self.pending[tx] = msgs
         return tx
@@ -144,7 +145,8 @@ class BrokerModel(RuleBasedStateMachine):
     @invariant()
     def ended_answers_are_stable(self):
         for tx, how in list(self.ended.items())[-3:]:
-            state = (self.broker.transactions.commit(tx) if how == "commit" else self.broker.transactions.rollback(tx))
+            txs = self.broker.transactions
+            state = txs.commit(tx) if how == "commit" else txs.rollback(tx)
             assert state.value == how
 
     def check_consumable(self):

@@ -338,6 +338,7 @@ def test_damaged_record_stops_the_index_and_sends_are_refused_as_corrupt(small_f
             broker.send(fmq.Message(TOPIC, body_of("refused"), queue_id=0))
         assert not info.value.retriable
         with pytest.raises(fmq.IndexCorrupt):
-            broker.transactions.prepare([fmq.Message(TOPIC, body_of("refused-tx"), queue_id=0)], "shop")
+            broker.transactions.prepare([fmq.Message(TOPIC, body_of("refused-tx"), queue_id=0)],
+                                        "shop")
     finally:
         close_with_space(broker, small_fs)

@@ -197,7 +197,8 @@ def execute(broker, plan: list[dict], ack, start: int = 0, ack_early: bool = Fal
             ack(i=i, op="send", ids=[m["id"] for m in op["msgs"]],
                 results=[[r.offset, r.queue_id, r.queue_offset] for r in results])
         elif kind == "prepare":
-            broker.transactions.prepare([to_message(m) for m in op["msgs"]], op["group"], tx_id=op["tx"])
+            broker.transactions.prepare([to_message(m) for m in op["msgs"]], op["group"],
+                                        tx_id=op["tx"])
             ack(i=i, op="prepare", tx=op["tx"])
         elif kind == "commit":
             state = broker.transactions.commit(op["tx"])

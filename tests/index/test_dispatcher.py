@@ -22,7 +22,8 @@ def load(b: fmq.Broker, threads: int = 4, per_thread: int = 150) -> None:
     def worker(n):
         for i in range(per_thread):
             if i % 10 == 0:
-                tx = b.transactions.prepare([fmq.Message("t", f"tx{n}-{i}".encode() * 30, key=f"k{i}")], "g")
+                tx = b.transactions.prepare([fmq.Message("t", f"tx{n}-{i}".encode() * 30,
+                                                         key=f"k{i}")], "g")
                 (b.transactions.commit if i % 20 else b.transactions.rollback)(tx)
             else:
                 b.send(fmq.Message("t", f"m{n}-{i}".encode() * 10, key=f"k{i % 7}"))

@@ -175,7 +175,8 @@ def test_fmq_no_extensions_runs_every_reference_twin(tmp_path):
         "assert R.crc32c is R.reference_crc32c\n"
         f"with fmq.Broker.open({str(tmp_path)!r}) as b:\n"
         "    r = b.send(fmq.Message('t', b'x', key='k'))\n"
-        "    tx = b.transactions.prepare([fmq.Message('t', b'y')], 'g'); b.transactions.commit(tx)\n"
+        "    txs = b.transactions\n"
+        "    txs.commit(txs.prepare([fmq.Message('t', b'y')], 'g'))\n"
         "    assert b.wait_indexed()\n"
         "    print(len(b.reads.pull('t', r.queue_id, 0)))\n"
     )

@@ -228,7 +228,8 @@ def test_retention_deletes_only_what_it_may(tmp_path):
         assert all(b.reads.queue_range(t, q)[0] > 0 for t in TOPICS for q in range(4)
                    if b.reads.queue_range(t, q)[1] > 0)  # minimum offsets advanced
         kept = {r.offset for r in results if r.offset >= first}
-        assert {m.offset for t in TOPICS for q in range(4) for m in b.reads.pull(t, q, 0, 1000)} == kept
+        assert {m.offset for t in TOPICS for q in range(4) for m in b.reads.pull(t, q, 0,
+                                                                                 1000)} == kept
         assert b.reads.messages_by_key("a", "k1") == [m for m in b.reads.messages_by_key("a", "k1")
                                                  if m.offset >= first]
         idx = b._index.dump()

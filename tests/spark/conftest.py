@@ -105,14 +105,16 @@ def build_log(path: str) -> BuiltLog:
             for i in range(12):
                 b.send(_msg("orders", 100 * round_ + i, 200 + 37 * i))
             # committed with TX_MESSAGE copies (bodies under tx_copy_threshold) ...
-            tx = b.transactions.prepare([_msg("payments", round_ * 10 + j, 40 + j) for j in range(3)],
+            tx = b.transactions.prepare([_msg("payments", round_ * 10 + j,
+                                              40 + j) for j in range(3)],
                            producer_group="shop")
             b.transactions.commit(tx)
             # ... and with REF_MESSAGEs (bodies over it), across several topics
             tx = b.transactions.prepare([_msg("payments", round_ * 10 + 5, 900),
                             _msg("audit", round_, 1200)], producer_group="shop")
             b.transactions.commit(tx)
-            tx = b.transactions.prepare([_msg("payments", round_ * 10 + 7, 500)], producer_group="shop")
+            tx = b.transactions.prepare([_msg("payments", round_ * 10 + 7, 500)],
+                                        producer_group="shop")
             b.transactions.rollback(tx)
             # scheduled messages: the first rounds' are delivered below, the rest pend
             b._timers.schedule([_msg("orders", 500 + round_, 150), _msg("later", round_, 90)],

@@ -92,7 +92,8 @@ def test_in_place_rebuild_equals_online_index_and_broker_serves_identical_pulls(
         assert rep.bytes_replayed == built_log.log_end - oldest
         assert rep.torn_tail is not None and rep.torn_tail["offset"] == built_log.torn_offset
         assert pulls_of(b) == built_log.pulls
-        assert _open_tx_view(b.transactions.open_transactions()) == _open_tx_view(built_log.open_transactions)
+        assert _open_tx_view(b.transactions.open_transactions()) == _open_tx_view(
+            built_log.open_transactions)
         assert b._index.all_queues() == built_log.queues
         assert b.reads.committed_offset("g1", "orders", 1) == 3
         # Producing goes on at the right queue offsets, including in emptied queues.

@@ -31,7 +31,8 @@ def topic_state(path: str, messages: int) -> str:
     cfg = fmq.BrokerConfig(**CONFIG)
     with fmq.Broker.open(path, cfg) as b:
         listed = [t["name"] for t in b.topics.list()]
-        readable = sum(len(b.reads.pull("orders", q, 0, 1000)) for q in range(b.topics.queue_count("orders")))
+        readable = sum(len(b.reads.pull("orders", q, 0,
+                                        1000)) for q in range(b.topics.queue_count("orders")))
         keyed = len(b.reads.messages_by_key("orders", "k1"))
         online = b._index.dump()
     rebuild_index(path, cfg)

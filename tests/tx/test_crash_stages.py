@@ -99,6 +99,7 @@ def test_crash_at_stage(tmp_path, stage):
         assert b.transactions.open_transactions() == []
         if "prepared" in events or open_after:
             expected = TxState.COMMIT if committed else TxState.ROLLBACK
-            assert (b.transactions.commit if committed else b.transactions.rollback)("tx-1") == expected
+            end = b.transactions.commit if committed else b.transactions.rollback
+            assert end("tx-1") == expected
             with pytest.raises(fmq.TransactionConflict):
                 (b.transactions.rollback if committed else b.transactions.commit)("tx-1")

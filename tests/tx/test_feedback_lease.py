@@ -35,7 +35,8 @@ def prepare(b: fmq.Broker, group: str = "shop") -> str:
 
 def test_a_huge_lease_is_lowered_to_the_cap(capped):
     tx = prepare(capped)
-    [u] = capped.transactions.poll_uncertain("shop", lease_ms=HUGE_LEASE_MS, wait_ms=5000, owner="thief")
+    [u] = capped.transactions.poll_uncertain("shop", lease_ms=HUGE_LEASE_MS, wait_ms=5000,
+                                             owner="thief")
     assert u.tx_id == tx
     # Offered again once the capped lease (and the back-off) ran out, not in 49 days.
     [again] = capped.transactions.poll_uncertain("shop", wait_ms=10_000, owner="producer")
@@ -60,8 +61,10 @@ def test_only_the_owner_returns_a_lease_with_unknown(uncapped):
 
 def test_anyone_may_commit_or_roll_back_a_leased_transaction(uncapped):
     first, second = prepare(uncapped), prepare(uncapped)
-    assert len(uncapped.transactions.poll_uncertain("shop", lease_ms=60_000, wait_ms=5000, owner="a")) == 2
-    assert uncapped.transactions.answer_uncertain(first, TxState.COMMIT, owner="b") == TxState.COMMIT
+    assert len(uncapped.transactions.poll_uncertain("shop", lease_ms=60_000, wait_ms=5000,
+                                                    owner="a")) == 2
+    assert uncapped.transactions.answer_uncertain(first, TxState.COMMIT,
+                                                  owner="b") == TxState.COMMIT
     assert uncapped.transactions.answer_uncertain(second, TxState.ROLLBACK) == TxState.ROLLBACK
     assert uncapped.transactions.open_transactions() == []
 

@@ -37,12 +37,14 @@ def test_one_id_in_two_groups_is_two_transactions_across_a_restart(tmp_path):
         assert [(t["producer_group"], t["tx_id"]) for t in b.transactions.open_transactions()] == [
             ("h", "order-1")]
         assert b.transactions.commit("order-1", "h") == TxState.COMMIT
-        assert b.transactions.rollback("order-1", "g") == TxState.ROLLBACK  # its own end, remembered
+        assert b.transactions.rollback("order-1",
+                                       "g") == TxState.ROLLBACK  # its own end, remembered
         with pytest.raises(fmq.TransactionRolledBack):
             b.transactions.prepare([Message("t", b"again")], "g", tx_id="order-1")
         with pytest.raises(fmq.UnknownTransaction):
             b.transactions.commit("order-1", "other")
-        assert b.transactions.prepare([Message("t", b"from other")], "other", tx_id="order-1") == "order-1"
+        assert b.transactions.prepare([Message("t", b"from other")], "other",
+                                      tx_id="order-1") == "order-1"
         assert b.transactions.commit("order-1", "other") == TxState.COMMIT
         assert bodies(b) == [b"from h", b"from other"]
 

@@ -41,7 +41,8 @@ def test_retention_relocates_an_abandoned_transaction_and_bounds_the_log(tmp_pat
     data = str(tmp_path / "data")
     cfg = fmq.BrokerConfig(**CFG)
     with fmq.Broker.open(data, cfg) as b:
-        tx = b.transactions.prepare([fmq.Message("pay", body) for body in TX_BODIES], "shop", tx_id="old")
+        tx = b.transactions.prepare([fmq.Message("pay", body) for body in TX_BODIES], "shop",
+                                    tx_id="old")
         first_prepare = b.transactions.open_transactions()[0]["prepare_offset"]
         fill(b)
         assert b.wait_indexed()

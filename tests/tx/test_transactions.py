@@ -35,7 +35,8 @@ def msgs(*bodies: bytes, topic="t") -> list[Message]:
 
 
 def test_prepare_writes_prepare_then_pre_messages_and_nothing_is_consumable(broker):
-    tx = broker.transactions.prepare(msgs(b"a" * 300, b"b" * 300) + msgs(b"c" * 300, topic="u"), "g")
+    tx = broker.transactions.prepare(msgs(b"a" * 300, b"b" * 300) + msgs(b"c" * 300, topic="u"),
+                                     "g")
     types = [r.type for r in records(broker)]
     assert types == [RecordType.PREPARE] + [RecordType.PRE_MESSAGE] * 3
     assert visible(broker) == []
@@ -177,7 +178,8 @@ def test_open_transaction_survives_restart_and_commits_after(tmp_path):
         assert visible(b, ("t",)) == [b"a" * 300, b"b" * 300]
     with fmq.Broker.open(str(tmp_path), cfg()) as b:
         assert b.transactions.open_transactions() == []
-        assert b.transactions.commit(tx) == TxState.COMMIT  # finished ids are remembered across restart
+        # finished ids are remembered across restart
+        assert b.transactions.commit(tx) == TxState.COMMIT
         assert visible(b, ("t",)) == [b"a" * 300, b"b" * 300]
 
 
@@ -208,9 +210,11 @@ def test_many_concurrent_transactions_interleaved_with_plain_sends(broker):
         try:
             for i in range(15):
                 bodies = [f"tx{n}-{i}-{j}".encode() * 20 for j in range(1 + i % 3)]
-                tx = broker.transactions.prepare([Message("t", bd, key=f"{n}") for bd in bodies], f"g{n % 2}")
+                tx = broker.transactions.prepare([Message("t", bd, key=f"{n}") for bd in bodies],
+                                                 f"g{n % 2}")
                 decision = "commit" if (n + i) % 3 else "rollback"
-                (broker.transactions.commit if decision == "commit" else broker.transactions.rollback)(tx)
+                txs = broker.transactions
+                (txs.commit if decision == "commit" else txs.rollback)(tx)
                 with lock:
                     outcome[decision] += bodies
         except Exception as exc:  # noqa: BLE001
@@ -273,7 +277,8 @@ def test_unknown_answer_keeps_checking_with_back_off(broker):
 
 def test_long_poll_wakes_when_a_transaction_becomes_due(broker):
     got = []
-    poller = threading.Thread(target=lambda: got.extend(broker.transactions.poll_uncertain("g", wait_ms=5000)))
+    poller = threading.Thread(
+        target=lambda: got.extend(broker.transactions.poll_uncertain("g", wait_ms=5000)))
     poller.start()
     time.sleep(0.05)
     tx = broker.transactions.prepare(msgs(b"late" * 100), "g")

@@ -83,7 +83,8 @@ def run(data: str, segment_size: int) -> None:
     freed: dict = {}
     msg = fmq.Message
     # A transaction prepared while descriptors are plentiful, committed while starved.
-    early_tx = broker.transactions.prepare([msg("orders", message_body("early-tx"), queue_id=0)], "g")
+    early_tx = broker.transactions.prepare([msg("orders", message_body("early-tx"), queue_id=0)],
+                                           "g")
     fill_active_segment(broker, acked, "fill")
     end_before = broker._log.next_offset
     held = exhaust_descriptors()
