@@ -33,7 +33,7 @@ n = int(sys.argv[1])
 body = b"x" * 1024
 with tempfile.TemporaryDirectory() as d:
     b = Broker.open(d, BrokerConfig(flush_mode="sync", checkpoint_interval_ms=0))
-    w = b.tx_writer
+    w = b._tx_writer
     for i in range(n // 10):  # warm up: the active segment, caches
         tx, end = w.place_prepare([Message("w", body)], "g", None)
         w.prepare_done(tx)

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _pull_encoder(broker, shared: bool):  # noqa: ANN001, ANN202 - either tree's handlers
     """A function (offset, n) -> answer bytes for queue 0 of topic "t", for this tree's
-    _pull_now (which changed its signature over time) and a fresh cache per call;
+    pull_now (which changed its place and signature over time) and a fresh cache per call;
     ``shared``: the queue has several readers (the server keeps what it decodes)."""
     from fmq.protocol import Op
     from fmq.protocol.frame import encode_response
@@ -37,14 +37,18 @@ def _pull_encoder(broker, shared: bool):  # noqa: ANN001, ANN202 - either tree's
     except ImportError:  # a checkout from before fmq/server/ops/
         from fmq.server import handlers
 
-    params = inspect.signature(handlers._pull_now).parameters
+    try:
+        from fmq.server.pull_reads import pull_now
+    except ImportError:  # before pulls were read on the event loop
+        pull_now = handlers._pull_now
+    params = inspect.signature(pull_now).parameters
     if "encoded" in params:
         from fmq.server.pull_answers import encoded_cache  # the old trees that have _pull_now
         cache = encoded_cache()
         keep = (shared,) if "keep" in params else ()
 
         def pull(offset: int, n: int) -> bytes:
-            items, _count, lo, hi, _size, _resume = handlers._pull_now(
+            items, _count, lo, hi, _size, _resume = pull_now(
                 broker, cache, *keep, "t", 0, offset, n, None, 1 << 22)
             return encode_response(Op.PULL, 1, {"messages": items, "min_offset": lo,
                                                 "next_offset": hi})
@@ -52,8 +56,8 @@ def _pull_encoder(broker, shared: bool):  # noqa: ANN001, ANN202 - either tree's
     extra = (False,) if "catch_up" in params else ()
 
     def pull_old(offset: int, n: int) -> bytes:
-        msgs, lo, hi, _size, _resume = handlers._pull_now(broker, "t", 0, offset, n, None,
-                                                          *extra, 1 << 22)
+        msgs, lo, hi, _size, _resume = pull_now(broker, "t", 0, offset, n, None, *extra,
+                                                 1 << 22)
         return encode_response(Op.PULL, 1, {"messages": [stored_to_wire(m) for m in msgs],
                                             "min_offset": lo, "next_offset": hi})
     return pull_old
@@ -77,9 +81,11 @@ def measure() -> str:
                 offset = 0  # 5 x 30 x 64 pulled: within the 20,000 messages of a queue
                 best = float("inf")
                 for _rep in range(5):
-                    if hasattr(broker._reader, "recent"):  # a cold start for every rep
+                    # trees before the one cache of pulled messages kept decoded records too
+                    reader = getattr(broker, "_reader", None)
+                    if hasattr(reader, "recent"):  # a cold start for every rep
                         from fmq.engine.recent import RecentMessages
-                        broker._reader.recent = RecentMessages(8 << 20)
+                        reader.recent = RecentMessages(8 << 20)
                     pull = _pull_encoder(broker, readers > 1)
                     t0, pulled = time.thread_time(), 0
                     for _ in range(30):

@@ -91,15 +91,18 @@ def build_mixed_log(data_dir: str, size_mb: int, body_size: int, segment_size: i
         while b.stats()["log_end"] < size_mb * MB:
             b.send_batch([fmq.Message(f"bench-{j % 2}", body, key=f"k{i + j}")
                           for j in range(50)])
-            tx = b.prepare([fmq.Message("bench-tx", body), fmq.Message("bench-0", body)],
+            tx = b.transactions.prepare([fmq.Message("bench-tx", body),
+                                         fmq.Message("bench-0", body)],
                            producer_group="bench")
-            b.commit(tx)
-            b.rollback(b.prepare([fmq.Message("bench-tx", body)], producer_group="bench"))
+            b.transactions.commit(tx)
+            b.transactions.rollback(b.transactions.prepare([fmq.Message("bench-tx", body)],
+                                                           producer_group="bench"))
             b.wait_indexed()
-            b.commit_offset("readers", "bench-0", 0,
-                            b.index.all_queues().get(("bench-0", 0), (0, 0))[1])
+            b.offsets.commit("readers", [("bench-0", 0,
+                                          b._index.all_queues().get(("bench-0", 0), (0, 0))[1])])
             i += 50
-        b.prepare([fmq.Message("bench-tx", body)], producer_group="bench", tx_id="left-open")
+        b.transactions.prepare([fmq.Message("bench-tx", body)], producer_group="bench",
+                               tx_id="left-open")
         b.wait_indexed()
         return b.stats()["log_end"]
 

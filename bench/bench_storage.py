@@ -59,8 +59,9 @@ def transactions_per_second(threads: int, total: int, messages: int) -> float:
     try:
         with fmq.Broker.open(d, CFG) as b:
             def one(n, i):
-                tx = b.prepare([fmq.Message("bench", BODY) for _ in range(messages)], "g")
-                b.commit(tx)
+                tx = b.transactions.prepare([fmq.Message("bench", BODY)
+                                             for _ in range(messages)], "g")
+                b.transactions.commit(tx)
             secs = _run_threads(threads, total // threads, one)
         return total / secs
     finally:

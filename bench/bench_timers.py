@@ -46,7 +46,7 @@ def fill(broker: fmq.Broker, pending: int, batch: int = 1000) -> float:
         n = min(batch, pending - done)
         msgs = [fmq.Message("far", b"x" * 16) for _ in range(n)]
         # one due time per request keeps place() simple; spread requests over an hour
-        broker.timers.schedule(msgs, base + rng.randrange(3_600_000))
+        broker._timers.schedule(msgs, base + rng.randrange(3_600_000))
         done += n
     broker.wait_indexed(600)
     return pending / (time.monotonic() - t0)
@@ -60,7 +60,7 @@ def measure(broker: fmq.Broker, probes: int, window_s: float) -> list[int]:
     def reader() -> None:
         offset = 0
         while not stop.is_set() and len(seen) < probes:
-            for m in broker.pull(PROBE_TOPIC, 0, offset, 256):
+            for m in broker.reads.pull(PROBE_TOPIC, 0, offset, 256):
                 seen[int(m.properties["due"])] = now_ms()
                 offset = m.queue_offset + 1
             time.sleep(0.001)
@@ -71,7 +71,7 @@ def measure(broker: fmq.Broker, probes: int, window_s: float) -> list[int]:
     step = window_s * 1000 / probes
     dues = [int(start + i * step) for i in range(probes)]
     for due in dues:
-        broker.timers.schedule([fmq.Message(PROBE_TOPIC, b"p", queue_id=0,
+        broker._timers.schedule([fmq.Message(PROBE_TOPIC, b"p", queue_id=0,
                                             properties={"due": str(due)})], due)
     thread.join(window_s + 60)
     stop.set()
@@ -101,7 +101,7 @@ def main() -> None:
     try:
         with fmq.Broker.open(path, config) as broker:
             rate = fill(broker, args.pending)
-            pending = broker.timers.pending()
+            pending = broker._timers.pending()
             late = measure(broker, args.probes, args.window)
         result = {"pending": pending, "fill_timers_per_s": round(rate),
                   "probes": len(late), "lateness_ms_p50": percentile(late, 50),

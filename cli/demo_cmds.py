@@ -37,12 +37,13 @@ def _run_demo(data_dir: str) -> None:
         for i in range(3):
             r = broker.send(fmq.Message("demo", f"hello {i}".encode(), key=f"k{i}"))
             click.echo(f"sent to queue {r.queue_id} offset {r.queue_offset} (log {r.offset})")
-        tx = broker.prepare([fmq.Message("demo", b"in a transaction", key="tx")], "demo-group")
-        click.echo(f"prepared {tx}: {broker.commit(tx).value}")
+        tx = broker.transactions.prepare([fmq.Message("demo", b"in a transaction", key="tx")],
+                                         "demo-group")
+        click.echo(f"prepared {tx}: {broker.transactions.commit(tx).value}")
         broker.wait_indexed()
         for qid in range(broker.config.queues_per_topic):
-            lo, hi = broker.queue_range("demo", qid)
-            for m in broker.pull("demo", qid, max(lo, hi - 4)):
+            lo, hi = broker.reads.queue_range("demo", qid)
+            for m in broker.reads.pull("demo", qid, max(lo, hi - 4)):
                 key = f" key={m.key}" if m.key else ""
                 click.echo(f"queue {qid}@{m.queue_offset}{key}: {m.body.decode()}")
         s = broker.stats()

@@ -6,10 +6,11 @@ Start here::
 
     with fmq.Broker.open("/var/lib/fmq") as broker:
         result = broker.send(fmq.Message("orders", b'{"id": 1}', key="order-1"))
-        tx_id = broker.prepare([fmq.Message("payments", b"debit 10")], producer_group="shop")
-        broker.commit(tx_id)
+        tx_id = broker.transactions.prepare([fmq.Message("payments", b"debit 10")],
+                                            producer_group="shop")
+        broker.transactions.commit(tx_id)
         broker.wait_indexed()
-        messages = broker.pull("orders", result.queue_id, 0)
+        messages = broker.reads.pull("orders", result.queue_id, 0)
 
 Packages: ``fmq.log`` (record format, segments, group commit), ``fmq.index`` (the LMDB
 index and the dispatcher), ``fmq.tx`` (transaction records, state and feedback),

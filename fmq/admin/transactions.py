@@ -40,5 +40,5 @@ def resolve_transaction(data_dir: str, tx_id: str, decision: str,
     group: the one group that used the id), close it again."""
     require_data_dir(data_dir)  # Broker.open would create a data dir anywhere
     with Broker.open(data_dir) as broker:
-        end = broker.commit if decision == "commit" else broker.rollback
+        end = broker.transactions.commit if decision == "commit" else broker.transactions.rollback
         return end(tx_id, producer_group)

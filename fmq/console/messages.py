@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -14,7 +15,7 @@ from aiohttp import web
 
 from fmq.console.paging import link, page_number
 from fmq.console.rendering import gateway_of, render, session_of
-from fmq.datadir import format_segment_name
+from fmq.datadir import LOG_DIR, format_segment_name, parse_segment_name
 from fmq.errors import InvalidArgument
 from fmq.message import StoredMessage, check_topic
 from fmq.security import Operation, ResourceType
@@ -73,12 +74,16 @@ def _int(request: web.Request, name: str) -> int | None:
 
 
 def _from_time(broker, topic: str, queue_id: int, ms: int, limit: int) -> list[StoredMessage]:
-    return broker.pull(topic, queue_id, broker.offset_for_time(topic, queue_id, ms), limit)
+    reads = broker.reads
+    return reads.pull(topic, queue_id, reads.offset_for_time(topic, queue_id, ms), limit)
 
 
 def _segment_bases(broker) -> list[int]:
     """Each segment file's base log offset, oldest first (a reader thread)."""
-    return [segment.base for segment in broker.log.segments]
+    # The segment files' names are their base offsets: the directory is the truth, and the
+    # console needs no handle on the broker's log for it.
+    names = os.listdir(os.path.join(broker.path, LOG_DIR))
+    return sorted(base for base in map(parse_segment_name, names) if base is not None)
 
 
 def _segment_of(bases: list[int], offset: int) -> str | None:
@@ -106,7 +111,7 @@ async def message_search(request: web.Request) -> web.Response:
                 raise InvalidArgument(f"a search by key shows its first {MAX_KEY_MESSAGES} "
                                       f"messages; search by queue and offset for later ones")
             read = await gateway.read(session, need, "console QUERY_KEY",
-                                      broker.messages_by_key, topic, key,
+                                      broker.reads.messages_by_key, topic, key,
                                       number * PAGE_MESSAGES + 1)
             found = read[(number - 1) * PAGE_MESSAGES:number * PAGE_MESSAGES]
             if number > 1:
@@ -118,7 +123,7 @@ async def message_search(request: web.Request) -> web.Response:
                 found = await gateway.read(session, need, "console PULL", _from_time, broker,
                                            topic, queue_id, time_ms, PAGE_MESSAGES)
             else:
-                found = await gateway.read(session, need, "console PULL", broker.pull, topic,
+                found = await gateway.read(session, need, "console PULL", broker.reads.pull, topic,
                                            queue_id, offset or 0, PAGE_MESSAGES)
             if len(found) == PAGE_MESSAGES:  # perhaps more: the next page starts after
                 following = request.path + "?" + urlencode(

@@ -2,7 +2,8 @@
 before it, with keyword arguments, in the one order that works (the log and the index
 before recovery, recovery before the queues, the dispatcher before anything that writes).
 
-The broker's methods use the parts; nothing else builds them.
+The broker's methods use the parts and name the typed ones (``Broker.reads``,
+``transactions``, ``deliveries``, ...); nothing else builds them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from fmq.engine.queues import Queues
 from fmq.engine.reads import Reader
 from fmq.engine.replica_log import ReplicaLog
 from fmq.engine.retention import Retention
-from fmq.engine.retries import GroupLocks
+from fmq.engine.retries import Deliveries
 from fmq.engine.timers import Timers
 from fmq.engine.topics import Topics, load_topics
 from fmq.engine.transactions import Transactions
@@ -68,7 +69,7 @@ class Parts:
     inventory: Inventory
     topics: Topics
     timers: Timers
-    redrive_locks: GroupLocks
+    deliveries: Deliveries
     checkpointer: Checkpointer
     retention: Retention
     stop: threading.Event
@@ -188,6 +189,8 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
     timers = Timers(config=config, log_=log_, index=index, dispatcher=dispatcher,
                     queues=queues, max_record_size=max_record_size, admit=admit,
                     check_open=check_open)
+    deliveries = Deliveries(config=config, timers=timers, reads=reader, offsets=offsets,
+                            queues=queues, index=index)
     checkpointer = Checkpointer(path=path, log_=log_, index=index, dispatcher=dispatcher,
                                 txm=tx, io=io, dedup=dedup)
     retention = Retention(path=path, config=config, log_=log_, index=index, txm=tx,
@@ -202,7 +205,7 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                  replica=replica,
                  visibility=visibility, reader=reader, offsets=offsets, inventory=inventory,
                  topics=topics,
-                 timers=timers, redrive_locks=GroupLocks(), checkpointer=checkpointer,
+                 timers=timers, deliveries=deliveries, checkpointer=checkpointer,
                  retention=retention, stop=threading.Event())
 
 

@@ -129,58 +129,58 @@ class Inventory:
     def __init__(self, data_dir: str, index: IndexStore, queues: Queues, reader: Reader,
                  offsets: ConsumerOffsets, check_open: Callable[[], None],
                  topic_exists: Callable[[str], bool] = lambda _name: True) -> None:
-        self.data_dir = data_dir
-        self.topic_exists = topic_exists
-        self.index = index
-        self.queues = queues
-        self.reader = reader
-        self.offsets = offsets
-        self.check_open = check_open
+        self._data_dir = data_dir
+        self._topic_exists = topic_exists
+        self._index = index
+        self._queues = queues
+        self._reader = reader
+        self._offsets = offsets
+        self._check_open = check_open
 
     def topics(self) -> list[dict]:
-        self.check_open()
-        return topic_summaries(self.index, self.queues.queue_count)
+        self._check_open()
+        return topic_summaries(self._index, self._queues.queue_count)
 
     def groups(self, group: str | None = None,
                subscribed: Mapping[str, Iterable[str]] | None = None) -> list[dict]:
         """Each group's offsets and lag in every queue of its topics
         (:mod:`fmq.engine.group_lag`); ``subscribed``: the topics live members name."""
-        self.check_open()
+        self._check_open()
         if group is not None:
             check_name(group, "group", allow_none=False)
-        return group_lag_rows(self.index, now_ms(), self.queues.queue_count, group, subscribed)
+        return group_lag_rows(self._index, now_ms(), self._queues.queue_count, group, subscribed)
 
     def queue_ranges(self) -> list[dict]:
-        self.check_open()
-        return queue_ranges(self.index)
+        self._check_open()
+        return queue_ranges(self._index)
 
     def disk_usage(self) -> dict:
-        return disk_usage(self.data_dir)
+        return disk_usage(self._data_dir)
 
     def reset_offsets(self, group: str, topic: str | None, queue_id: int | None, to: str,
                       value: int | None = None, execute: bool = True) -> list[dict]:
-        self.check_open()
+        self._check_open()
         if topic is not None and not self._topic_known(group, topic):
             # queue_count gives any name the default queues: a typo would plan (and
             # execute) offsets for a topic that is not there.
             raise UnknownTopic(topic)
-        return reset_offsets(self.reader, self.offsets, self.index, self.queues.queue_count,
+        return reset_offsets(self._reader, self._offsets, self._index, self._queues.queue_count,
                              group, topic, queue_id, to, value, execute)
 
     def _topic_known(self, group: str, topic: str) -> bool:
         """Whether ``topic`` exists (created and not deleted, or holding data), or
         ``group`` has offsets in it (a deleted topic's stale offsets may still move)."""
-        if is_internal_topic(topic) or self.topic_exists(topic):
+        if is_internal_topic(topic) or self._topic_exists(topic):
             return True
-        return any(g == group and t == topic for g, t, _q in self.index.consumer_offsets())
+        return any(g == group and t == topic for g, t, _q in self._index.consumer_offsets())
 
     def traffic(self) -> dict[str, dict[str, int]]:
         """Per topic, messages and body bytes written and read since the broker opened."""
         out: dict[str, dict[str, int]] = {}
-        for name, counts in (("messages_in", self.queues.messages_in),
-                             ("bytes_in", self.queues.bytes_in),
-                             ("messages_out", self.reader.messages_out),
-                             ("bytes_out", self.reader.bytes_out)):
+        for name, counts in (("messages_in", self._queues.messages_in),
+                             ("bytes_in", self._queues.bytes_in),
+                             ("messages_out", self._reader.messages_out),
+                             ("bytes_out", self._reader.bytes_out)):
             for topic, n in dict(counts).items():
                 out.setdefault(topic, {"messages_in": 0, "bytes_in": 0, "messages_out": 0,
                                        "bytes_out": 0})[name] = n

@@ -1,16 +1,19 @@
-"""The read side: pull from a queue, queue ranges, lookups by key and by time, consumer
-group offsets. Everything read here is what the index made consumable."""
+"""The read side (``Broker.reads``): pull from a queue (all of it, or only the messages a
+tag expression selects), queue ranges, lookups by key and by time, consumer group
+offsets. Everything read here is what the index made consumable, below the high watermark.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 from fmq.config import BrokerConfig
 from fmq.engine.bad_records import BadRecords
 from fmq.engine.log_reads import read_records
 from fmq.engine.queues import Queues
-from fmq.engine.recent import RecentMessages
+from fmq.engine.tag_filter import Entry, pull_tagged
 from fmq.engine.visibility import Visibility
 from fmq.errors import BadRecord, IncompleteRecord
 from fmq.index.store import IndexStore
@@ -27,15 +30,38 @@ from fmq.message import (
     check_offset,
     check_queue_id,
     check_topic,
+    parse_tag_expression,
 )
 
-#: Bytes of records :attr:`Reader.recent` keeps decoded.
-RECENT_BYTES = 8 * 1024 * 1024
+
+class Kept(NamedTuple):
+    """A message a pull's caller kept in a form of its own (the server: encoded), in the
+    pull's answer in place of the message: neither read nor decoded again."""
+
+    form: Any
+    queue_offset: int
+    body_size: int
+
+
+#: What a pull's caller kept of the message of an index entry: (its form, the length of its
+#: body), or None (see :meth:`Reader.pull_answer`).
+KeptLookup = Callable[[Entry], "tuple[Any, int] | None"]
 
 
 class NotInMemory(Exception):
     """A pull limited to the log's last bytes (``resident``) would read older records, which
     may need the disk: its caller reads them where a disk wait blocks nobody else."""
+
+
+class PullAnswer(NamedTuple):
+    """A pull's messages and its queue's range, read once for the pull: the first offset
+    kept, the next offset (the high watermark's, when gated), and where to pull from next
+    (past the messages a tag filter skipped)."""
+
+    messages: list[StoredMessage]  # and Kept ones, when the pull was given ``kept``
+    min_offset: int
+    next_offset: int
+    resume_offset: int
 
 
 class Reader:
@@ -44,112 +70,148 @@ class Reader:
     def __init__(self, log_: Log, index: IndexStore, config: BrokerConfig, queues: Queues,
                  max_record_size: int, check_open: Callable[[], None],
                  visibility: Visibility) -> None:
-        self.log = log_
+        self._log = log_
         #: The high watermark: no read returns a message past it.
-        self.visibility = visibility
-        self.index = index
-        self.config = config
-        self.queues = queues
-        self.max_record_size = max_record_size
-        self.check_open = check_open
+        self._visibility = visibility
+        self._index = index
+        self._config = config
+        self._queues = queues
+        self._max_record_size = max_record_size
+        self._check_open = check_open
         self.bad_records = BadRecords()
         #: Messages and body bytes returned per topic since the broker opened (metrics).
         self.messages_out: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
         self._out_lock = threading.Lock()
-        #: Decoded records lately pulled: consumers following one queue share the decode.
-        self.recent = RecentMessages(RECENT_BYTES)
 
     def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
-             max_bytes: int | None = None, keep: bool = False, resident: int = 0
-             ) -> list[StoredMessage]:
-        """See :meth:`fmq.engine.broker.Broker.pull`."""
-        self.check_open()
+             max_bytes: int | None = None, *, tags: str | None = None,
+             resident: int = 0) -> list[StoredMessage]:
+        """Up to ``max_messages`` consumable messages of a queue from queue offset ``offset``
+        (below the queue's minimum: from the minimum). ``max_bytes`` stops before the message
+        whose stored record would take the bytes read past it (the first is always read).
+        ``tags``: a tag expression (``"a || b"``; ``"*"`` or None: every message); only the
+        messages it selects, found by the index's tag hashes (fmq.engine.tag_filter).
+        ``resident`` (an untagged pull): read only the log's last that many bytes, else
+        raise NotInMemory before reading anything. :meth:`pull_answer` says also where to
+        pull from next and the queue's range."""
+        return self.pull_answer(topic, queue_id, offset, max_messages, max_bytes, tags=tags,
+                                resident=resident).messages
+
+    def pull_answer(self, topic: str, queue_id: int, offset: int, max_messages: int = 32,
+                    max_bytes: int | None = None, *, tags: str | None = None,
+                    resident: int = 0, kept: KeptLookup | None = None) -> PullAnswer:
+        """:meth:`pull`, with the queue's range (read once, before the messages: no message
+        is past its next offset) and the offset to pull from next.
+
+        ``kept`` (an untagged pull): ``kept(entry)`` is what the caller kept of the
+        message of that index entry in a form of its own (the server: its encoded bytes),
+        as (that form, the length of the message's body), or None; a kept message is
+        neither read nor decoded, and stands in the answer's messages as a :class:`Kept`."""
+        selected = parse_tag_expression(tags)
+        self._check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.queues.queue_count(topic))
+        check_queue_id(queue_id, self._queues.queue_count(topic))
         check_offset(offset)
         check_count(max_messages, "max_messages")
-        lo, _hi = self.index.queue_range(topic, queue_id)
+        lo, hi = self._range(topic, queue_id)
         start = max(offset, lo)
-        limit = self.visibility.limit(topic, queue_id)
-        if limit is not None:
-            if start >= limit:
-                return []
-            max_messages = min(max_messages, limit - start)
-        entries = self.index.queue_entries(topic, queue_id, start, max_messages)
-        # Entries are in log order: the first one is the oldest record the pull reads.
-        if resident and entries and entries[0][1] < self.log.next_offset - resident:
-            raise NotInMemory(f"the pull reads records older than the log's last {resident} "
-                              "bytes")
-        out: list[StoredMessage] = []
-        while entries and not out:  # again only when retention deleted all it read
-            taken = _fitting(entries, max_bytes)
-            self._decode_into(out, topic, queue_id, entries[:taken], keep)
-            del entries[:taken]
+        if selected is None:
+            out = self._pull_from(topic, queue_id, start, min(max_messages, hi - start),
+                                  max_bytes, resident, kept)
+            resume = out[-1].queue_offset + 1 if out else start
+        else:
+            out, resume = pull_tagged(
+                lambda pos, n: self._index.queue_entries(topic, queue_id, pos, n),
+                lambda entries, budget: self._read_entries(topic, queue_id, entries, budget),
+                start, hi, selected, max_messages, max_bytes)
         if out:
             self._count_out(topic, out)
+        return PullAnswer(out, lo, hi, resume)
+
+    def _pull_from(self, topic: str, queue_id: int, start: int, max_messages: int,
+                   max_bytes: int | None, resident: int, kept: KeptLookup | None
+                   ) -> list[Any]:
+        if max_messages <= 0:
+            return []
+        entries = self._index.queue_entries(topic, queue_id, start, max_messages)
+        # Entries are in log order: the first one is the oldest record the pull reads.
+        if resident and entries and entries[0][1] < self._log.next_offset - resident:
+            raise NotInMemory(f"the pull reads records older than the log's last {resident} "
+                              "bytes")
+        return self._read_entries(topic, queue_id, entries, max_bytes, kept)
+
+    def _read_entries(self, topic: str, queue_id: int, entries: list[Entry],
+                      max_bytes: int | None, kept: KeptLookup | None = None) -> list[Any]:
+        """The messages of the leading ``entries`` that fit ``max_bytes``."""
+        out: list[Any] = []
+        while entries and not out:  # again only when retention deleted all it read
+            taken = _fitting(entries, max_bytes)
+            self._decode_into(out, topic, queue_id, entries[:taken], kept)
+            entries = entries[taken:]
         return out
 
-    def _decode_into(self, out: list[StoredMessage], topic: str, queue_id: int,
-                     entries: list[tuple[int, int, int, int, int]], keep: bool) -> None:
-        recent = self.recent
-        cached = [recent.get(doff) for _q, doff, _d, _t, _s in entries]
-        missing = [(doff, dsize) for (_q, doff, dsize, _t, _s), payload
-                   in zip(entries, cached, strict=True) if payload is None]
-        records = iter(read_records(self.log, missing))
-        for (qoff, doff, _dsize, _th, st), payload in zip(entries, cached, strict=True):
-            if payload is None:
-                data = next(records)
-                if data is None:
-                    continue  # retention deleted its segment after we read the index
-                try:
-                    rec = decode(data, 0, base_offset=doff,
-                                 max_record_size=self.max_record_size)
-                except (BadRecord, IncompleteRecord) as exc:
-                    if out:  # return what precedes it; the next pull starts at the damage
-                        break
-                    self.bad_records.met(exc, self.log.segment_for(doff).name, topic,
-                                         queue_id, qoff)
-                    raise
-                props = rec.properties
-                if props and (PRODUCER_ID_PROPERTY in props
-                              or PRINCIPAL_PROPERTY in props):  # the dedup window's own
-                    props = {k: v for k, v in props.items() if k not in HIDDEN_PROPERTIES}
-                payload = (rec.body, rec.key, rec.tags, tuple(props.items()) if props else None)
-                if keep:  # a reader alone would pay for keeping it and never use it
-                    recent.put(doff, payload, rec.size)
-            body, key, tags, items = payload
-            # Every message gets a dict of its own: a caller may change it.
-            out.append(StoredMessage(topic, queue_id, qoff, doff, body, key, tags,
-                                     dict(items) if items else {}, st))
+    def _decode_into(self, out: list[Any], topic: str, queue_id: int,
+                     entries: list[Entry], kept: KeptLookup | None) -> None:
+        found = [None] * len(entries) if kept is None else [kept(e) for e in entries]
+        missing = [(doff, dsize) for (_q, doff, dsize, _t, _s), hit
+                   in zip(entries, found, strict=True) if hit is None]
+        records = iter(read_records(self._log, missing))
+        for (qoff, doff, _dsize, _th, st), hit in zip(entries, found, strict=True):
+            if hit is not None:
+                out.append(Kept(hit[0], qoff, hit[1]))
+                continue
+            data = next(records)
+            if data is None:
+                continue  # retention deleted its segment after we read the index
+            try:
+                rec = decode(data, 0, base_offset=doff, max_record_size=self._max_record_size)
+            except (BadRecord, IncompleteRecord) as exc:
+                if out:  # return what precedes it; the next pull starts at the damage
+                    break
+                self.bad_records.met(exc, self._log.segment_for(doff).name, topic,
+                                     queue_id, qoff)
+                raise
+            props = rec.properties
+            if props and (PRODUCER_ID_PROPERTY in props
+                          or PRINCIPAL_PROPERTY in props):  # the dedup window's own
+                props = {k: v for k, v in props.items() if k not in HIDDEN_PROPERTIES}
+            out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
+                                     props if props else {}, st))
 
-    def _count_out(self, topic: str, messages: list[StoredMessage]) -> None:
+    def _count_out(self, topic: str, messages: list[Any]) -> None:
+        body_bytes = sum(m.body_size if isinstance(m, Kept) else len(m.body)
+                         for m in messages)
         with self._out_lock:  # pulls run in several reader threads
             self.messages_out[topic] = self.messages_out.get(topic, 0) + len(messages)
-            self.bytes_out[topic] = (self.bytes_out.get(topic, 0)
-                                     + sum(len(m.body) for m in messages))
+            self.bytes_out[topic] = self.bytes_out.get(topic, 0) + body_bytes
 
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, next offset) of a queue: what is consumable now (below the high
         watermark)."""
-        self.check_open()
+        self._check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.queues.queue_count(topic))
-        lo, hi = self.index.queue_range(topic, queue_id)
-        limit = self.visibility.limit(topic, queue_id)
+        check_queue_id(queue_id, self._queues.queue_count(topic))
+        return self._range(topic, queue_id)
+
+    def _range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        lo, hi = self._index.queue_range(topic, queue_id)
+        limit = self._visibility.limit(topic, queue_id)
         if limit is not None and limit < hi:
             hi = max(lo, limit)
         return lo, hi
 
     def messages_by_key(self, topic: str, key: str, limit: int = 100,
                         max_bytes: int | None = None) -> list[StoredMessage]:
-        """See :meth:`fmq.engine.broker.Broker.messages_by_key`."""
-        self.check_open()
+        """Up to ``limit`` messages of ``topic`` with ``key``. ``max_bytes`` stops once the
+        bodies, names and properties read add up to more (the first message always
+        counts)."""
+        self._check_open()
         check_topic(topic)
         check_label(key, "key", allow_none=False)
         out = []
         read = 0
-        for qid, qoff in self.index.key_lookup(topic, key, limit):
+        for qid, qoff in self._index.key_lookup(topic, key, limit):
             for m in self.pull(topic, qid, qoff, 1)[:1]:
                 if m.key != key:
                     continue
@@ -163,28 +225,29 @@ class Reader:
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (the next offset when
         none is)."""
-        self.check_open()
+        self._check_open()
         check_topic(topic)
-        check_queue_id(queue_id, self.queues.queue_count(topic))
+        check_queue_id(queue_id, self._queues.queue_count(topic))
         check_offset(timestamp_ms, "timestamp_ms")
-        found = self.index.offset_for_time(topic, queue_id, timestamp_ms)
+        found = self._index.offset_for_time(topic, queue_id, timestamp_ms)
         end = self.queue_range(topic, queue_id)[1]
         return end if found is None else min(found, end)
 
-    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
-        """The next offset ``group`` committed for the queue (None: never committed)."""
-        self.check_open()
-        check_name(group, "group", allow_none=False)
+    def committed_offset(self, consumer_group: str, topic: str, queue_id: int) -> int | None:
+        """The next offset ``consumer_group`` committed for the queue (None: never
+        committed)."""
+        self._check_open()
+        check_name(consumer_group, "group", allow_none=False)
         check_topic(topic)
-        check_queue_id(queue_id, self.queues.queue_count(topic))
-        return self.index.committed_offset(group, topic, queue_id)
+        check_queue_id(queue_id, self._queues.queue_count(topic))
+        return self._index.committed_offset(consumer_group, topic, queue_id)
 
     def all_messages(self, topics: Iterable[str]) -> dict[tuple[str, int], list[StoredMessage]]:
         """Every consumable message of ``topics`` by queue (tools and tests)."""
         out = {}
         for topic in topics:
-            for qid in range(self.queues.queue_count(topic)):
-                lo, hi = self.index.queue_range(topic, qid)
+            for qid in range(self._queues.queue_count(topic)):
+                lo, hi = self._index.queue_range(topic, qid)
                 msgs = []
                 off = lo
                 while off < hi:
@@ -197,7 +260,7 @@ class Reader:
         return out
 
 
-def _fitting(entries: list[tuple[int, int, int, int, int]], max_bytes: int | None) -> int:
+def _fitting(entries: list[Entry], max_bytes: int | None) -> int:
     """How many leading index entries fit ``max_bytes`` of records (at least one)."""
     if max_bytes is None:
         return len(entries)

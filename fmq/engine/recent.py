@@ -1,7 +1,8 @@
-"""Messages pulled lately, decoded, by log offset: consumers of several groups following
-the same queue read the same records within milliseconds of each other, and each read cost
-a ``pread``, a CRC and a decode in Python. The first pull decodes a record; the others
-take it from here.
+"""Messages pulled lately, by their index entry: consumers of several groups following the
+same queue read the same records within milliseconds of each other, and each read cost a
+``pread``, a CRC, a decode and an encode in Python. The first pull does that work; the
+others take its result from here (the server keeps PULL answers' encoded messages,
+``fmq/server/pull_answers.py``: the one cache of pulled messages).
 
 A record at a log offset never changes while the broker is open (the log is append-only;
 only recovery and the offline repair cut it), so an entry is never stale. The cache is
@@ -22,7 +23,7 @@ ENTRY_OVERHEAD = 256
 
 
 class RecentMessages:
-    """Values by key (the log offset of their record), at most ``max_bytes`` of them as
+    """Values by key (naming their record's log offset), at most ``max_bytes`` of them as
     their ``size`` counts them."""
 
     def __init__(self, max_bytes: int) -> None:

@@ -42,17 +42,18 @@ def load_topics(index: IndexStore) -> list[TopicConfig]:
 
 
 class Topics:
-    """Create, alter, delete, describe and list topics; their own retention."""
+    """Create, alter, delete, describe and list topics; their queue counts; their own
+    retention."""
 
     def __init__(self, config: BrokerConfig, log_: Log, index: IndexStore,
                  dispatcher: Dispatcher, queues: Queues,
                  check_open: Callable[[], None]) -> None:
-        self.config = config
-        self.log = log_
-        self.index = index
-        self.dispatcher = dispatcher
-        self.queues = queues
-        self.check_open = check_open
+        self._config = config
+        self._log = log_
+        self._index = index
+        self._dispatcher = dispatcher
+        self._queues = queues
+        self._check_open = check_open
 
     def group_lag(self, name: str, subscribers: Iterable[str] = ()
                   ) -> list[tuple[str, int, int]]:
@@ -61,35 +62,41 @@ class Topics:
         ``subscribers`` (live members name it)."""
         subscribed = {g: [name] for g in subscribers}
         return [(r["group"], r["queue_id"], r["lag"])
-                for r in group_lag_rows(self.index, now_ms(), self.queues.queue_count,
+                for r in group_lag_rows(self._index, now_ms(), self._queues.queue_count,
                                         subscribed=subscribed) if r["topic"] == name]
 
     def enforce_retention(self, now: float | None = None) -> int:
         """Raise the queue floors of the topics with a retention of their own
         (:mod:`fmq.engine.topic_retention`); returns the messages made unreadable."""
-        with self.log.lock:
-            table = [cfg.changed(queues=self.queues.queue_count(cfg.name))
-                     for cfg in self.queues.topics.values()]
-        return enforce_topic_retention(self.index, table, now)
+        with self._log.lock:
+            table = [cfg.changed(queues=self._queues.queue_count(cfg.name))
+                     for cfg in self._queues.topics.values()]
+        return enforce_topic_retention(self._index, table, now)
 
     # ------------------------------------------------------------------ reading
 
     def _follow_index(self) -> None:
         """On a follower, take the topic table from the index: its TOPIC records arrive by
         log shipping and are indexed, never placed here (a primary's table is its own)."""
-        if self.config.follow:
-            table = load_topics(self.index)
-            with self.log.lock:
-                self.queues.topics.update({t.name: t for t in table})
+        if self._config.follow:
+            table = load_topics(self._index)
+            with self._log.lock:
+                self._queues.topics.update({t.name: t for t in table})
+
+    def queue_count(self, topic: str) -> int:
+        """How many queues ``topic`` has: its own setting (``fmq topic``) or
+        ``queues_per_topic``, or more when the stored data of the topic uses more (a lower
+        setting applies only to new topics)."""
+        return self._queues.queue_count(topic)
 
     def get(self, name: str) -> TopicConfig | None:
         """``name``'s settings: its own (created), the defaults (made by a first send), or
         None (never created, never sent to, or deleted)."""
         self._follow_index()
-        with self.log.lock:
-            own = self.queues.topics.get(name)
-            known = own is not None or name in self.queues.topic_names()
-            count = self.queues.queue_count(name)
+        with self._log.lock:
+            own = self._queues.topics.get(name)
+            known = own is not None or name in self._queues.topic_names()
+            count = self._queues.queue_count(name)
         if own is not None:
             return None if own.deleted else own.changed(queues=count)
         return TopicConfig(name, count) if known else None
@@ -97,12 +104,12 @@ class Topics:
     def list(self) -> list[dict]:
         """Every topic that exists, by name: its settings, whether a send made it
         (``auto_created``). Held in memory: no index walk."""
-        self.check_open()
+        self._check_open()
         self._follow_index()
-        with self.log.lock:
-            names = sorted(self.queues.topic_names())
-            table = dict(self.queues.topics)
-            counts = {n: self.queues.queue_count(n) for n in names}
+        with self._log.lock:
+            names = sorted(self._queues.topic_names())
+            table = dict(self._queues.topics)
+            counts = {n: self._queues.queue_count(n) for n in names}
         out = []
         for name in names:
             own = table.get(name)
@@ -115,22 +122,22 @@ class Topics:
     def describe(self, name: str) -> dict:
         """``name``'s settings, the ones in force (the broker's where it has none of its
         own), and each queue's readable range."""
-        self.check_open()
+        self._check_open()
         check_topic_settings(name, None, None, None, None)
         cfg = self.get(name)
         if cfg is None:
             raise UnknownTopic(name)
         queues = []
         for qid in range(cfg.queues):
-            lo, hi = self.index.queue_range(name, qid)
+            lo, hi = self._index.queue_range(name, qid)
             queues.append({"queue_id": qid, "min_offset": lo, "next_offset": hi})
-        with self.log.lock:
-            auto = name not in self.queues.topics
+        with self._log.lock:
+            auto = name not in self._queues.topics
         return {**cfg.to_wire_dict(), "auto_created": auto, "effective": self._effective(cfg),
                 "queue_ranges": queues}
 
     def _effective(self, cfg: TopicConfig) -> dict:
-        broker = self.config
+        broker = self._config
         return {"retention_ms": cfg.retention_ms or broker.retention_ms or None,
                 "retention_bytes": cfg.retention_bytes,
                 "broker_retention_bytes": broker.retention_bytes or None,
@@ -143,18 +150,18 @@ class Topics:
                max_message_size: int | None = None) -> TopicConfig:
         """A new topic (or one deleted, again: its offsets continue). TopicExists when it
         exists, made by ``create`` or by a first send."""
-        self.check_open()
+        self._check_open()
         self._check_settings(name, queues, retention_ms, retention_bytes, max_message_size)
-        with self.log.lock:
-            own = self.queues.topics.get(name)
+        with self._log.lock:
+            own = self._queues.topics.get(name)
             if (own is not None and not own.deleted) or (
-                    own is None and name in self.queues.topic_names()):
+                    own is None and name in self._queues.topic_names()):
                 raise TopicExists(name)
             # A topic created again keeps the queues its old data used (offsets continue),
             # and starts past whatever reached it while deleted (a transaction prepared
             # before the delete and committed after it): only new messages are readable.
-            count = max(queues or self.config.queues_per_topic,
-                        self.queues.queue_count(name) if own is not None else 0)
+            count = max(queues or self._config.queues_per_topic,
+                        self._queues.queue_count(name) if own is not None else 0)
             floors = self._floors_now(own) if own is not None else {}
             cfg = TopicConfig(name, count, retention_ms, retention_bytes, max_message_size,
                               CREATED, floors)
@@ -168,11 +175,11 @@ class Topics:
               max_message_size: int | None = None) -> TopicConfig:
         """Change the given settings (None: unchanged; :data:`DEFAULT`: back to the
         broker's). Queues only grow: a topic's messages keep their queues."""
-        self.check_open()
+        self._check_open()
         opt = [None if v == DEFAULT else v for v in (retention_ms, retention_bytes,
                                                        max_message_size)]
         self._check_settings(name, queues, *opt)
-        with self.log.lock:
+        with self._log.lock:
             cfg = self._existing_locked(name)
             if queues is not None and queues < cfg.queues:
                 raise InvalidArgument(
@@ -197,7 +204,7 @@ class Topics:
         """Make every message of ``name`` unreadable and the topic unknown. Refused
         (TopicHasLag) while a consumer group subscribed to it (see :meth:`group_lag`) has
         not read all of it, unless ``force``."""
-        self.check_open()
+        self._check_open()
         check_topic_settings(name, None, None, None, None)
         if self.get(name) is None:
             raise UnknownTopic(name)
@@ -205,7 +212,7 @@ class Topics:
         if lagging and not force:
             raise TopicHasLag(name, ", ".join(f"group {g} queue {q}: {n} unread"
                                               for g, q, n in sorted(lagging)))
-        with self.log.lock:
+        with self._log.lock:
             cfg = self._existing_locked(name)
             cfg = cfg.changed(state=DELETED, floors=self._floors_now(cfg))
             end = self._place(cfg)
@@ -217,21 +224,21 @@ class Topics:
     def _floors_now(self, cfg: TopicConfig) -> dict[int, int]:
         """``cfg``'s floors raised to each queue's next offset (the log lock held)."""
         floors = dict(cfg.floors)
-        for qid in range(self.queues.queue_count(cfg.name)):
-            nxt = self.queues.next_offset(cfg.name, qid)
+        for qid in range(self._queues.queue_count(cfg.name)):
+            nxt = self._queues.next_offset(cfg.name, qid)
             if nxt > floors.get(qid, 0):  # a queue never written has nothing to hide
                 floors[qid] = nxt
         return floors
 
     def _existing_locked(self, name: str) -> TopicConfig:
-        own = self.queues.topics.get(name)
+        own = self._queues.topics.get(name)
         if own is not None and own.deleted:
             raise UnknownTopic(name)
         if own is None:
-            if name not in self.queues.topic_names():
+            if name not in self._queues.topic_names():
                 raise UnknownTopic(name)
-            own = TopicConfig(name, self.queues.queue_count(name))
-        return own.changed(queues=max(own.queues, self.queues.queue_count(name)))
+            own = TopicConfig(name, self._queues.queue_count(name))
+        return own.changed(queues=max(own.queues, self._queues.queue_count(name)))
 
     def _check_settings(self, name: str, queues: int | None, retention_ms: int | None,
                         retention_bytes: int | None, max_message_size: int | None) -> None:
@@ -239,7 +246,7 @@ class Topics:
         if is_internal_topic(name):
             raise InvalidArgument(f"topic {name!r} is one of FMQ's own (names starting with "
                                   f"'%'); pick another name")
-        broker = self.config
+        broker = self._config
         # One log holds every topic: a topic cannot keep data longer or larger than the
         # broker keeps its segments, so such a setting is refused rather than ignored.
         if retention_ms is not None and broker.retention_ms and retention_ms > broker.retention_ms:
@@ -262,20 +269,20 @@ class Topics:
     def _place(self, cfg: TopicConfig) -> int:
         """Append ``cfg``'s TOPIC record and make it the topic's (the log lock held);
         returns the log offset to wait for."""
-        if self.config.follow:
+        if self._config.follow:
             raise InvalidArgument("this server is a follower: change topics on the primary")
         record = Record(RecordType.TOPIC, store_time=now_ms(), topic=cfg.name,
                         properties={TOPIC_CONFIG_PROPERTY: cfg.to_json()})
-        self.log.reserve_locked([encoded_length(record)])
-        self.log.append_locked(record)
-        self.queues.topics[cfg.name] = cfg
-        return self.log.next_offset
+        self._log.reserve_locked([encoded_length(record)])
+        self._log.append_locked(record)
+        self._queues.topics[cfg.name] = cfg
+        return self._log.next_offset
 
     def _settle(self, cfg: TopicConfig, end: int) -> None:
         """Wait until the change is durable and indexed (a read after the answer sees it)."""
-        self.log.wait_durable(end, sync=True)
-        if not self.dispatcher.wait_applied(end, INDEX_WAIT_S):
+        self._log.wait_durable(end, sync=True)
+        if not self._dispatcher.wait_applied(end, INDEX_WAIT_S):
             raise IndexUnavailable(
                 f"the change of topic {cfg.name} is stored but the index has not taken it yet "
-                f"({self.dispatcher.error or 'still applying'}); reads see it once it does "
+                f"({self._dispatcher.error or 'still applying'}); reads see it once it does "
                 f"(check with: fmq topic describe {cfg.name})")

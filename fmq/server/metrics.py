@@ -25,7 +25,6 @@ from prometheus_client.core import (
 )
 
 from fmq.engine.broker import Broker
-from fmq.engine.retries import delivery_stats, oldest_dead_letter_ms
 from fmq.errors import ConfigError, FMQError
 from fmq.log.flush_stats import Histogram
 from fmq.message import DLQ_PREFIX
@@ -124,7 +123,7 @@ class BrokerCollector:
         yield from self._delivery_metrics()
 
     def _delivery_metrics(self) -> Iterator[Metric]:
-        d = delivery_stats(self.broker)
+        d = self.broker.deliveries.stats()
         yield GaugeMetricFamily("fmq_timers_pending", "Scheduled messages and retries waiting "
                                 "for their time.", value=d["timers_pending"])
         yield CounterMetricFamily("fmq_timers_delivered", "Timers delivered since the server "
@@ -146,7 +145,7 @@ class BrokerCollector:
         yield from (retries, dead, dead_age)
 
     def _oldest_dead_letter_age_s(self, group: str) -> float:
-        oldest = oldest_dead_letter_ms(self.broker, group)
+        oldest = self.broker.deliveries.oldest_dead_letter_ms(group)
         return 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
 
     def _group_metrics(self, subscribed: dict[str, list[str]]) -> Iterator[Metric]:

@@ -87,7 +87,7 @@ class Server:
         self.ctx = ServerContext(
             broker, config, self,
             groups=ConsumerGroupCoordinator(
-                broker.queue_count, config.group_session_timeout_ms,
+                broker.topics.queue_count, config.group_session_timeout_ms,
                 limits=ConsumerGroupLimits(config.max_topics_per_member, config.max_members_per_group,
                                    config.max_members_per_connection),
                 queue_base=lambda t: 0 if self.ctx.routes is None else self.ctx.routes.queue_base(t)),

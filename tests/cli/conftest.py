@@ -20,9 +20,10 @@ def write_data_dir(path: str, *, messages: int = 120, body_repeat: int = 20,
         for i in range(messages):
             b.send(fmq.Message("t", f"body-{i}".encode() * body_repeat, key=f"k{i}"))
         if transactions:
-            committed = b.prepare([fmq.Message("t", b"tx-body" * 50)], "g", tx_id="tx-done")
-            b.commit(committed)
-            b.prepare([fmq.Message("t", b"open" * 80)], "g", tx_id="tx-open")
+            committed = b.transactions.prepare([fmq.Message("t", b"tx-body" * 50)], "g",
+                                               tx_id="tx-done")
+            b.transactions.commit(committed)
+            b.transactions.prepare([fmq.Message("t", b"open" * 80)], "g", tx_id="tx-open")
     return path
 
 

@@ -77,12 +77,12 @@ def test_checkpoint_show(data_dir):
 
 def test_index_rebuild(data_dir):
     with fmq.Broker.open(data_dir, CFG) as b:
-        before = b.index.dump()
+        before = b._index.dump()
     shutil.rmtree(os.path.join(data_dir, INDEX_DIR))
     report = json.loads(run("index", "rebuild", data_dir, "--json").stdout)
     assert report["records_replayed"] >= 120 and report["open_transactions"] == 1
     with fmq.Broker.open(data_dir, CFG) as b:
-        assert b.index.dump() == before
+        assert b._index.dump() == before
 
 
 def test_tx_list_and_resolve_offline(data_dir):
@@ -111,7 +111,7 @@ def test_log_repair_cuts_explicitly(data_dir):
     run("log", "repair", data_dir, "--cut-at", cut, "--yes")
     with fmq.Broker.open(data_dir, CFG) as b:
         b.wait_indexed()
-        total = sum(len(v) for v in b.all_messages(["t"]).values())
+        total = sum(len(v) for v in b.reads.all_messages(["t"]).values())
         assert total == sum(1 for r in records[:50] if r["type"] == "MESSAGE")
 
 

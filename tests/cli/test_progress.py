@@ -23,7 +23,7 @@ def data_dir(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("progress") / "data")
     with fmq.Broker.open(path, CFG) as b:
         b.send_batch([fmq.Message("t", b"x" * 500) for _ in range(400)])
-        b.prepare([fmq.Message("t", b"open")], "g", tx_id="tx-open")
+        b.transactions.prepare([fmq.Message("t", b"open")], "g", tx_id="tx-open")
     return path
 
 

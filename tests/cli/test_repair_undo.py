@@ -57,7 +57,7 @@ def message_offsets(data_dir: str) -> list[int]:
 def count_messages(data_dir: str) -> int:
     with fmq.Broker.open(data_dir, CFG) as b:
         b.wait_indexed()
-        return sum(len(v) for v in b.all_messages(["t"]).values())
+        return sum(len(v) for v in b.reads.all_messages(["t"]).values())
 
 
 def test_a_repair_keeps_the_cut_bytes_and_undo_puts_them_back(data_dir):
@@ -154,11 +154,11 @@ def served(data_dir: str) -> dict[tuple[int, int], bytes | str]:
     answers: dict[tuple[int, int], bytes | str] = {}
     with fmq.Broker.open(data_dir, CFG) as b:
         b.wait_indexed()
-        for q in range(b.queue_count("t")):
-            low, high = b.queue_range("t", q)
+        for q in range(b.topics.queue_count("t")):
+            low, high = b.reads.queue_range("t", q)
             for offset in range(low, high):
                 try:
-                    [m] = b.pull("t", q, offset, 1)
+                    [m] = b.reads.pull("t", q, offset, 1)
                     answers[(q, offset)] = bytes(m.body)
                 except BadRecord:
                     answers[(q, offset)] = "bad"

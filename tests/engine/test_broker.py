@@ -19,7 +19,7 @@ from tests.workloads.lock_contender import REFUSED
 def test_send_and_pull_round_trip(broker):
     r = broker.send(Message("orders", b"hello", key="o-1", tags="new", properties={"a": "1"}))
     assert broker.wait_indexed()
-    [m] = broker.pull("orders", r.queue_id, r.queue_offset)
+    [m] = broker.reads.pull("orders", r.queue_id, r.queue_offset)
     assert (m.topic, m.queue_id, m.queue_offset, m.offset) == ("orders", r.queue_id,
                                                                  r.queue_offset, r.offset)
     assert (m.body, m.key, m.tags, m.properties) == (b"hello", "o-1", "new", {"a": "1"})
@@ -53,8 +53,8 @@ def test_queue_offsets_are_dense_and_in_log_order_under_concurrency(broker):
     for qid in (0, 1):
         mine = sorted((r for r in results if r.queue_id == qid), key=lambda r: r.offset)
         assert [r.queue_offset for r in mine] == list(range(len(mine)))  # log order = queue order
-        assert broker.queue_range("c", qid) == (0, len(mine))
-        pulled = broker.all_messages(["c"])[("c", qid)]
+        assert broker.reads.queue_range("c", qid) == (0, len(mine))
+        pulled = broker.reads.all_messages(["c"])[("c", qid)]
         assert [m.offset for m in pulled] == [r.offset for r in mine]
 
 
@@ -64,13 +64,13 @@ def test_pull_pages_through_a_queue(broker):
     broker.wait_indexed()
     got, off = [], 0
     while True:
-        batch = broker.pull("p", 1, off, max_messages=7)
+        batch = broker.reads.pull("p", 1, off, max_messages=7)
         if not batch:
             break
         got += [int(m.body) for m in batch]
         off = batch[-1].queue_offset + 1
     assert got == list(range(100))
-    assert broker.pull("p", 1, 1000) == []
+    assert broker.reads.pull("p", 1, 1000) == []
 
 
 def test_messages_by_key_and_offset_for_time(broker):
@@ -80,11 +80,11 @@ def test_messages_by_key_and_offset_for_time(broker):
     later = broker.send(Message("k", b"b", key="x"))
     broker.send(Message("k", b"c", key="y"))
     broker.wait_indexed()
-    assert [m.body for m in broker.messages_by_key("k", "x")] == [b"a", b"b"]
-    assert broker.messages_by_key("k", "nope") == []
-    assert broker.offset_for_time("k", later.queue_id, t_mid) == later.queue_offset
-    assert broker.offset_for_time("k", later.queue_id, 0) == 0
-    assert broker.offset_for_time("k", later.queue_id, 2**62) == broker.queue_range(
+    assert [m.body for m in broker.reads.messages_by_key("k", "x")] == [b"a", b"b"]
+    assert broker.reads.messages_by_key("k", "nope") == []
+    assert broker.reads.offset_for_time("k", later.queue_id, t_mid) == later.queue_offset
+    assert broker.reads.offset_for_time("k", later.queue_id, 0) == 0
+    assert broker.reads.offset_for_time("k", later.queue_id, 2**62) == broker.reads.queue_range(
         "k", later.queue_id)[1]
 
 
@@ -96,19 +96,19 @@ def fill_queue(broker, topic: str, queue_id: int, count: int) -> None:
 def test_consumer_offsets(broker):
     fill_queue(broker, "t", 0, 42)
     fill_queue(broker, "t", 1, 7)
-    assert broker.committed_offset("g", "t", 0) is None
-    broker.commit_offset("g", "t", 0, 42)
-    broker.commit_offset("g", "t", 1, 7)
-    assert broker.committed_offset("g", "t", 0) == 42
-    assert broker.committed_offset("other", "t", 0) is None
+    assert broker.reads.committed_offset("g", "t", 0) is None
+    broker.offsets.commit("g", [("t", 0, 42)])
+    broker.offsets.commit("g", [("t", 1, 7)])
+    assert broker.reads.committed_offset("g", "t", 0) == 42
+    assert broker.reads.committed_offset("other", "t", 0) is None
 
 
 def test_consumer_offsets_survive_reopen(tmp_path, small_config):
     with fmq.Broker.open(str(tmp_path), small_config) as b:
         fill_queue(b, "t", 3, 99)
-        b.commit_offset("g", "t", 3, 99)
+        b.offsets.commit("g", [("t", 3, 99)])
     with fmq.Broker.open(str(tmp_path), small_config) as b:
-        assert b.committed_offset("g", "t", 3) == 99
+        assert b.reads.committed_offset("g", "t", 3) == 99
 
 
 @pytest.mark.parametrize(
@@ -123,26 +123,27 @@ def test_consumer_offsets_survive_reopen(tmp_path, small_config):
         (lambda b: b.send(Message("t", b"x", key="a\x00b")), InvalidArgument),
         (lambda b: b.send(Message("t", b"x", properties={"a": 1})), InvalidArgument),
         (lambda b: b.send("not a message"), InvalidArgument),
-        (lambda b: b.pull("t", 0, -1), InvalidArgument),
-        (lambda b: b.pull("t", 9, 0), UnknownQueue),
-        (lambda b: b.pull("t", 0, 0, max_messages=0), InvalidArgument),
-        (lambda b: b.commit_offset("g", "t", 0, -5), InvalidArgument),
-        (lambda b: b.commit_offset("", "t", 0, 5), InvalidArgument),
-        (lambda b: b.commit_offset("g", "t", 0, 1), OffsetOutOfRange),  # past the queue end
-        (lambda b: b.commit_offset("g", "t", 0, 2**63), InvalidArgument),
-        (lambda b: b.commit_offset("g\n", "t", 0, 0), InvalidArgument),
+        (lambda b: b.reads.pull("t", 0, -1), InvalidArgument),
+        (lambda b: b.reads.pull("t", 9, 0), UnknownQueue),
+        (lambda b: b.reads.pull("t", 0, 0, max_messages=0), InvalidArgument),
+        (lambda b: b.offsets.commit("g", [("t", 0, -5)]), InvalidArgument),
+        (lambda b: b.offsets.commit("", [("t", 0, 5)]), InvalidArgument),
+        (lambda b: b.offsets.commit("g", [("t", 0, 1)]), OffsetOutOfRange),  # past the queue end
+        (lambda b: b.offsets.commit("g", [("t", 0, 2**63)]), InvalidArgument),
+        (lambda b: b.offsets.commit("g\n", [("t", 0, 0)]), InvalidArgument),
         (lambda b: b.send(Message("t\n", b"x")), InvalidArgument),
         (lambda b: b.send(Message("%RETRY%g", b"x")), InvalidArgument),  # internal topic
         (lambda b: b.send(Message("t", b"x", queue_id=-2)), UnknownQueue),
-        (lambda b: b.pull("t", 0, 2**63), InvalidArgument),
-        (lambda b: b.prepare([Message("t", b"x")], "shop\r\nforged"), InvalidArgument),
-        (lambda b: b.prepare([Message("t", b"x")], "shop", tx_id="a\x1bb"), InvalidArgument),
-        (lambda b: b.commit(""), InvalidArgument),
-        (lambda b: b.rollback(""), InvalidArgument),
-        (lambda b: b.answer_uncertain("", fmq.TxState.COMMIT), InvalidArgument),
-        (lambda b: b.answer_uncertain("x", "maybe"), InvalidArgument),
-        (lambda b: b.poll_uncertain("shop", max_items=0), InvalidArgument),
-        (lambda b: b.offset_for_time("t", 0, -1), InvalidArgument),
+        (lambda b: b.reads.pull("t", 0, 2**63), InvalidArgument),
+        (lambda b: b.transactions.prepare([Message("t", b"x")], "shop\r\nforged"), InvalidArgument),
+        (lambda b: b.transactions.prepare([Message("t", b"x")], "shop", tx_id="a\x1bb"),
+         InvalidArgument),
+        (lambda b: b.transactions.commit(""), InvalidArgument),
+        (lambda b: b.transactions.rollback(""), InvalidArgument),
+        (lambda b: b.transactions.answer_uncertain("", fmq.TxState.COMMIT), InvalidArgument),
+        (lambda b: b.transactions.answer_uncertain("x", "maybe"), InvalidArgument),
+        (lambda b: b.transactions.poll_uncertain("shop", max_items=0), InvalidArgument),
+        (lambda b: b.reads.offset_for_time("t", 0, -1), InvalidArgument),
     ],
 )
 def test_bad_input_is_a_typed_error_and_writes_nothing(broker, call, error):
@@ -205,7 +206,7 @@ def test_async_flush_mode_acks_and_flushes_in_background(tmp_path):
             time.sleep(0.01)
         assert b.stats()["flushed_offset"] > r.offset
         assert b.wait_indexed()
-        assert b.pull("t", r.queue_id, 0)[0].body == b"x"
+        assert b.reads.pull("t", r.queue_id, 0)[0].body == b"x"
 
 
 def test_config_from_json_file(tmp_path):

@@ -1,5 +1,6 @@
 """The server, replication and the tools reach the engine through Broker's operations and
-its named facades (transactions, replica, inventory), never through its collaborators."""
+its named parts (transactions, reads, deliveries, topics, replica, offsets, inventory),
+never through its collaborators, and Broker forwards nothing its parts do."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ _INTERNALS = re.compile(
     r"broker\.(tx_writer|tx|log|index|dispatcher|timers|idempotence|visibility|_\w+)\b")
 _CALLERS = ("fmq/server", "fmq/replication", "fmq/admin", "fmq/spark", "cli")
 #: Reach-throughs still to switch, each with the operation that replaces it.
-_PENDING = {("fmq/server/ops/batcher.py", "idempotence"): "Broker.place_requests"}
+_PENDING: dict[tuple[str, str], str] = {}
 
 
 def test_callers_use_the_facade_not_the_engines_collaborators():
@@ -28,6 +29,16 @@ def test_callers_use_the_facade_not_the_engines_collaborators():
                     if (rel, m.group(1)) not in _PENDING:
                         found.append(f"{rel}:{n}: {line.strip()}")
     assert not found, "use Broker's operations instead:\n" + "\n".join(found)
+
+
+def test_broker_names_its_parts_instead_of_forwarding_to_them():
+    from fmq.engine.broker import Broker
+
+    forwarded = {"prepare", "commit", "rollback", "poll_uncertain", "answer_uncertain",
+                 "release_feedback_leases", "open_transactions", "pull", "queue_range",
+                 "messages_by_key", "offset_for_time", "committed_offset", "all_messages",
+                 "commit_offset", "queue_count", "schedule"}
+    assert not forwarded & set(dir(Broker))
 
 
 def test_place_requests_decides_the_send_path_once(broker):
@@ -46,13 +57,13 @@ def test_transactions_facade_prepares_and_commits_in_two_halves(broker):
     tx, end = broker.transactions.place_prepare([Message("t", b"x")], "pg")
     broker.wait_durable(end)
     tx_id = broker.transactions.prepare_done(tx)
-    assert [t["tx_id"] for t in broker.open_transactions()] == [tx_id]
+    assert [t["tx_id"] for t in broker.transactions.open_transactions()] == [tx_id]
     placed = broker.transactions.place_commit("pg", tx_id)
     tx, end = placed
     broker.wait_durable(end)
     broker.transactions.commit_done(tx)
-    assert broker.open_transactions() == []
-    assert broker.commit(tx_id, "pg").name == "COMMIT"
+    assert broker.transactions.open_transactions() == []
+    assert broker.transactions.commit(tx_id, "pg").name == "COMMIT"
 
 
 def test_replica_facade_appends_a_term_and_reports_log_ends(broker):
@@ -68,11 +79,11 @@ def test_replica_facade_appends_a_term_and_reports_log_ends(broker):
     broker.replica.gate_visibility()
     r = broker.send(Message("t", b"hidden"))
     broker.wait_indexed()
-    assert broker.pull("t", r.queue_id, r.queue_offset) == []
+    assert broker.reads.pull("t", r.queue_id, r.queue_offset) == []
     woken = []
     broker.on_consumable(woken.append)
     broker.replica.advance_visible(broker.replica.flushed_offset)
-    assert [m.body for m in broker.pull("t", r.queue_id, r.queue_offset)] == [b"hidden"]
+    assert [m.body for m in broker.reads.pull("t", r.queue_id, r.queue_offset)] == [b"hidden"]
     assert ("t", r.queue_id) in set().union(*woken)
 
 

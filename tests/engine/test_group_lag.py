@@ -28,7 +28,7 @@ def lag(rows: list[dict], group: str, topic: str = "t") -> dict[int, tuple[int |
 
 
 def test_one_commit_subscribes_the_group_to_every_queue_of_the_topic(broker):
-    broker.commit_offset("g", "t", 2, 1)
+    broker.offsets.commit("g", [("t", 2, 1)])
     assert lag(broker.inventory.groups(), "g") == {0: (None, 1), 1: (None, 2), 2: (1, 2),
                                                     3: (None, 4)}
     assert [r["queue_id"] for r in broker.inventory.groups("g")] == [0, 1, 2, 3]
@@ -49,6 +49,6 @@ def test_a_live_subscriber_refuses_the_delete(broker):
     with pytest.raises(TopicHasLag, match="group live queue 0: 1 unread"):
         broker.topics.delete("t", subscribers=["live"])
     broker.topics.delete("t", force=True, subscribers=["live"])
-    broker.commit_offset("g", "t", 0, 1)  # offsets kept for a topic created again
+    broker.offsets.commit("g", [("t", 0, 1)])  # offsets kept for a topic created again
     assert lag(broker.inventory.groups(), "g") == {}
     assert broker.inventory.queue_ranges() == []

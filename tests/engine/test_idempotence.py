@@ -31,7 +31,7 @@ def with_id(topic: str, body: bytes, message_id: str) -> Message:
 
 def stored(broker, topic: str) -> list[bytes]:
     broker.wait_indexed()
-    return [m.body for q in broker.all_messages([topic]).values() for m in q]
+    return [m.body for q in broker.reads.all_messages([topic]).values() for m in q]
 
 
 def test_a_resent_sequence_gets_the_original_result_and_is_stored_once(broker):
@@ -126,9 +126,9 @@ def test_the_window_survives_a_reopen_after_checkpoints(tmp_path, small_config):
         cp = broker.checkpoint()
         # the checkpoint keeps recovery at or before the oldest record remembered
         assert cp.recovery_offset <= early.offset < cp.applied_offset
-        live = broker.idempotence.window.snapshot()
+        live = broker._idempotence.window.snapshot()
     with fmq.Broker.open(path, small_config) as broker:
-        assert broker.idempotence.window.snapshot() == live
+        assert broker._idempotence.window.snapshot() == live
         assert broker.send(idem("t", b"early", "p", 0)) == early
         assert broker.send(with_id("t", b"keyed", "k-1")) == early_id
         assert stored(broker, "t").count(b"early") == 1
@@ -142,16 +142,16 @@ def test_an_index_rebuild_reproduces_the_window(tmp_path, small_config):
             broker.send(idem("t", b"q%d" % s, "q", s))
             broker.send(with_id("u", b"%d" % s, f"id-{s}"))
         broker.checkpoint()
-        live = broker.idempotence.window.snapshot()
+        live = broker._idempotence.window.snapshot()
     rebuild_index(path, small_config.replace(dedup_window_messages=4))
     with fmq.Broker.open(path, small_config.replace(dedup_window_messages=4)) as broker:
-        assert broker.idempotence.window.snapshot() == live
+        assert broker._idempotence.window.snapshot() == live
 
 
 def test_transactional_messages_are_not_deduplicated(broker):
     msg = idem("t", b"tx", "p", 0)
     for _ in range(2):
-        broker.commit(broker.prepare([msg], "group"))
+        broker.transactions.commit(broker.transactions.prepare([msg], "group"))
     assert stored(broker, "t") == [b"tx", b"tx"]
     assert broker.stats()["dedup_producers"] == 0
 
@@ -162,23 +162,23 @@ def test_a_clean_close_saves_the_window_and_replays_nothing(tmp_path, small_conf
         first = broker.send(idem("t", b"a", "p", 0))
         keyed = broker.send(with_id("t", b"k", "id-1"))
         broker.send(Message("t", b"plain"))
-        live = broker.idempotence.window.snapshot()
+        live = broker._idempotence.window.snapshot()
     with fmq.Broker.open(path, small_config) as broker:
         assert broker.recovery.records_replayed == 0  # the checkpoint sits at the log end
-        assert broker.idempotence.window.snapshot() == live
+        assert broker._idempotence.window.snapshot() == live
         assert broker.send(idem("t", b"a", "p", 0)) == first
         assert broker.send(with_id("t", b"k", "id-1")) == keyed
         broker.send(idem("t", b"b", "p", 1))
-        live = broker.idempotence.window.snapshot()
+        live = broker._idempotence.window.snapshot()
     # once more, and then with the saved window damaged: the whole log is replayed
     with fmq.Broker.open(path, small_config) as broker:
-        assert broker.idempotence.window.snapshot() == live
+        assert broker._idempotence.window.snapshot() == live
     window_file = tmp_path / "d" / DEDUP_WINDOW_FILE
     saved = window_file.read_bytes()
     window_file.write_bytes(saved[:-1] + bytes([saved[-1] ^ 0xFF]))  # surely damaged
     with fmq.Broker.open(path, small_config) as broker:
         assert broker.recovery.start_offset == 0
-        assert broker.idempotence.window.snapshot() == live
+        assert broker._idempotence.window.snapshot() == live
     # a close with nothing to remember removes the saved window
     with fmq.Broker.open(path, small_config.replace(dedup_window_ms=1)) as broker:
         time.sleep(0.01)
@@ -215,7 +215,7 @@ def test_a_window_saved_before_principals_is_still_read(tmp_path, small_config):
     with fmq.Broker.open(path, small_config) as broker:
         first = broker.send(idem("t", b"a", "p", 0))
         keyed = broker.send(with_id("t", b"k", "id-1"))
-        live = broker.idempotence.window.snapshot()
+        live = broker._idempotence.window.snapshot()
     window_file = tmp_path / "d" / DEDUP_WINDOW_FILE
     doc = json.loads(window_file.read_bytes()[:-4])
     assert doc["format"] == 2
@@ -227,7 +227,7 @@ def test_a_window_saved_before_principals_is_still_read(tmp_path, small_config):
     window_file.write_bytes(body + struct.pack("<I", crc32c(body)))
     with fmq.Broker.open(path, small_config) as broker:
         assert broker.recovery.records_replayed == 0  # the file was used, not the log
-        assert broker.idempotence.window.snapshot() == live
+        assert broker._idempotence.window.snapshot() == live
         assert broker.send(idem("t", b"a", "p", 0)) == first
         assert broker.send(with_id("t", b"k", "id-1")) == keyed
 
@@ -237,5 +237,5 @@ def test_broker_owned_properties_are_refused_in_an_embedded_send(broker, name):
     with pytest.raises(InvalidArgument, match=f"'{name}' is reserved"):
         broker.send(Message("t", b"x", properties={name: "99"}))
     with pytest.raises(InvalidArgument, match=f"'{name}' is reserved"):
-        broker.timers.schedule([Message("t", b"x", properties={name: "99"})], 0)
+        broker._timers.schedule([Message("t", b"x", properties={name: "99"})], 0)
     assert stored(broker, "t") == []

@@ -13,6 +13,7 @@ from fmq import Message
 from fmq.engine import log_reads
 from fmq.engine import reads as reads_module
 from fmq.engine.log_reads import read_records
+from fmq.engine.reads import Kept
 from fmq.engine.recent import ENTRY_OVERHEAD, RecentMessages
 from fmq.errors import OffsetOutOfRange
 from fmq.log.log import Log
@@ -77,7 +78,7 @@ def test_pulls_of_interleaved_queues_across_segments(tmp_path):
         for q, bodies in sent.items():
             got, offset = [], 0
             while offset < len(bodies):
-                batch = b.pull("t", q, offset, 37, max_bytes=20_000)
+                batch = b.reads.pull("t", q, offset, 37, max_bytes=20_000)
                 assert batch and batch[0].queue_offset == offset
                 got += [m.body for m in batch]
                 offset = batch[-1].queue_offset + 1
@@ -94,18 +95,24 @@ def test_recent_messages_forget_the_oldest_past_their_byte_bound():
     assert recent.get(9000) is None and len(recent) == 3
 
 
-def test_a_second_pull_of_the_same_messages_is_decoded_once(broker, monkeypatch):
+def test_messages_the_caller_kept_are_neither_read_nor_decoded(broker, monkeypatch):
     for i in range(20):
         broker.send(Message("t", f"m{i}".encode(), queue_id=0, properties={"i": str(i)}))
     assert broker.wait_indexed()
-    alone = broker.pull("t", 0, 0, 20)  # keeps nothing: the next pull reads the log again
-    first = broker.pull("t", 0, 0, 20, keep=True)
-    assert alone == first
+    plain = broker.reads.pull("t", 0, 0, 20)
     reads = []
     real = reads_module.read_records
     monkeypatch.setattr(reads_module, "read_records",
                         lambda log, places: reads.append(len(places)) or real(log, places))
-    second = broker.pull("t", 0, 0, 20)
-    assert second == first and reads == [0]  # every record came from the recent ones
-    second[0].properties["i"] = "changed"  # each message has a dict of its own
-    assert broker.pull("t", 0, 0, 1)[0].properties == {"i": "0"}
+    before = broker.reads.messages_out["t"], broker.reads.bytes_out["t"]
+    answer = broker.reads.pull_answer(
+        "t", 0, 0, 20, kept=lambda e: (f"form{e[0]}", 7) if e[0] % 2 == 0 else None)
+    assert reads == [10]  # only the records of the entries not kept were read
+    got = answer.messages
+    assert [m.queue_offset for m in got] == list(range(20)) and answer.resume_offset == 20
+    assert all(m == Kept(f"form{i}", i, 7) for i, m in enumerate(got) if i % 2 == 0)
+    assert [m for i, m in enumerate(got) if i % 2] == plain[1::2]
+    assert (broker.reads.messages_out["t"] - before[0], broker.reads.bytes_out["t"] - before[1]
+            ) == (20, 10 * 7 + sum(len(m.body) for m in plain[1::2]))
+    tagged = broker.reads.pull_answer("t", 0, 0, 20, tags="*", kept=lambda e: None)
+    assert tagged.messages == plain  # "*" selects every message, as an untagged pull

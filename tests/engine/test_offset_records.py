@@ -40,17 +40,17 @@ def fill(b: fmq.Broker, per_queue: int = 10, size: int = 100) -> None:
 def test_a_commit_is_one_offset_record_and_a_reset_one_batch_of_them(tmp_path):
     with fmq.Broker.open(str(tmp_path), config()) as b:
         fill(b)
-        flushes = b.log.flush_count
-        b.commit_offset("g", "t", 2, 7)
-        assert b.log.flush_count == flushes + 1
-        assert b.committed_offset("g", "t", 2) == 7  # readable as soon as it returns
-        flushes = b.log.flush_count
+        flushes = b._log.flush_count
+        b.offsets.commit("g", [("t", 2, 7)])
+        assert b._log.flush_count == flushes + 1
+        assert b.reads.committed_offset("g", "t", 2) == 7  # readable as soon as it returns
+        flushes = b._log.flush_count
         changes = b.inventory.reset_offsets("g", "t", None, "offset", 3)
-        assert b.log.flush_count == flushes + 1  # four queues, one group commit
+        assert b._log.flush_count == flushes + 1  # four queues, one group commit
         assert [c["new"] for c in changes] == [3, 3, 3, 3]
-        assert b.index.consumer_offsets() == {("g", "t", q): 3 for q in range(4)}
+        assert b._index.consumer_offsets() == {("g", "t", q): 3 for q in range(4)}
         with pytest.raises(fmq.OffsetOutOfRange):
-            b.commit_offset("g", "t", 0, 11)  # past the queue's end: nothing written
+            b.offsets.commit("g", [("t", 0, 11)])  # past the queue's end: nothing written
     recs = offset_records(tmp_path)
     assert [(r.producer_group, r.topic, r.queue_id, r.queue_offset, r.ref_offset)
             for r in recs] == [("g", "t", 2, 7, NONE)] + [("g", "t", q, 3, NONE)
@@ -63,47 +63,47 @@ def test_deleting_the_index_or_rebuilding_it_keeps_the_offsets(tmp_path):
     with fmq.Broker.open(str(tmp_path), config()) as b:
         fill(b)
         for i in range(30):
-            b.commit_offset(f"g{i % 3}", "t", i % 4, 1 + i // 4)
-        before, online = b.index.consumer_offsets(), b.index.dump()
+            b.offsets.commit(f"g{i % 3}", [("t", i % 4, 1 + i // 4)])
+        before, online = b._index.consumer_offsets(), b._index.dump()
     assert len(before) == 12
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
         assert b.recovery.index_rebuilt
-        assert b.index.consumer_offsets() == before
-        assert b.index.dump() == online
+        assert b._index.consumer_offsets() == before
+        assert b._index.dump() == online
     rebuild_index(str(tmp_path), config())
     with fmq.Broker.open(str(tmp_path), config()) as b:
-        assert b.index.consumer_offsets() == before and b.index.dump() == online
+        assert b._index.consumer_offsets() == before and b._index.dump() == online
 
 
 def test_retention_writes_live_offsets_again_before_deleting_their_segment(tmp_path):
     with fmq.Broker.open(str(tmp_path), config()) as b:
         fill(b, per_queue=5)
-        b.commit_offset("early", "t", 0, 5)
-        b.commit_offset("early", "t", 1, 2)
-        b.commit_offset("early", "t", 1, 4)  # the record retention must keep is this one
+        b.offsets.commit("early", [("t", 0, 5)])
+        b.offsets.commit("early", [("t", 1, 2)])
+        b.offsets.commit("early", [("t", 1, 4)])  # the record retention must keep is this one
         first = offset_records(tmp_path)
         for _ in range(6):  # several segments of messages after them
             fill(b, per_queue=10, size=400)
-        b.commit_offset("late", "t", 3, 9)
+        b.offsets.commit("late", [("t", 3, 9)])
         b.wait_indexed()
     limit = 3 * 16 * 1024
     with fmq.Broker.open(str(tmp_path), config(retention_bytes=limit)) as b:
         deleted = b.enforce_retention()
-        assert deleted and b.log.first_offset > max(r.log_offset for r in first)
+        assert deleted and b._log.first_offset > max(r.log_offset for r in first)
         assert b.offsets.copies == 2 == b.stats()["offset_copies"]
         expected = {("early", "t", 0): 5, ("early", "t", 1): 4, ("late", "t", 3): 9}
-        assert b.index.consumer_offsets() == expected
-        sources = b.index.consumer_offset_sources()
-        assert all(src >= b.log.first_offset for _off, src in sources.values())
+        assert b._index.consumer_offsets() == expected
+        sources = b._index.consumer_offset_sources()
+        assert all(src >= b._log.first_offset for _off, src in sources.values())
         assert b.enforce_retention() == [] and b.offsets.copies == 2  # nothing more to copy
-        b.commit_offset("early", "t", 0, 8)  # a later commit wins over the copy
+        b.offsets.commit("early", [("t", 0, 8)])  # a later commit wins over the copy
     copies = [r for r in offset_records(tmp_path) if r.ref_offset != NONE]
     assert sorted(r.ref_offset for r in copies) == sorted(
         r.log_offset for r in first if not (r.queue_id == 1 and r.queue_offset == 2))
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
-        assert b.index.consumer_offsets() == {**expected, ("early", "t", 0): 8}
+        assert b._index.consumer_offsets() == {**expected, ("early", "t", 0): 8}
 
 
 def _old_index(path, offsets: dict) -> None:
@@ -124,16 +124,16 @@ def test_an_old_index_has_its_offsets_written_to_the_log_once(tmp_path):
     _old_index(tmp_path, old)
     assert offset_records(tmp_path) == []
     with fmq.Broker.open(str(tmp_path), config()) as b:
-        assert b.index.consumer_offsets() == old and b.index.offsets_in_log()
+        assert b._index.consumer_offsets() == old and b._index.offsets_in_log()
     written = offset_records(tmp_path)
     assert sorted((r.producer_group, r.topic, r.queue_id, r.queue_offset) for r in written) \
         == sorted((*k, v) for k, v in old.items())
     with fmq.Broker.open(str(tmp_path), config()) as b:  # once: nothing more written
-        assert b.index.consumer_offsets() == old
+        assert b._index.consumer_offsets() == old
     assert len(offset_records(tmp_path)) == len(old)
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
-        assert b.index.consumer_offsets() == old
+        assert b._index.consumer_offsets() == old
 
 
 def test_rebuilding_an_old_index_keeps_its_offsets_and_the_next_open_logs_them(tmp_path):
@@ -146,7 +146,7 @@ def test_rebuilding_an_old_index_keeps_its_offsets_and_the_next_open_logs_them(t
         == [("g", 2, 6)]
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
-        assert b.index.consumer_offsets() == old
+        assert b._index.consumer_offsets() == old
 
 
 def test_retention_copies_never_undo_a_commit_made_meanwhile(tmp_path):
@@ -156,7 +156,7 @@ def test_retention_copies_never_undo_a_commit_made_meanwhile(tmp_path):
     with fmq.Broker.open(str(tmp_path), cfg) as b:
         fill(b, per_queue=40)
         for q in range(4):
-            b.commit_offset("g", "t", q, 1)
+            b.offsets.commit("g", [("t", q, 1)])
         for _ in range(6):
             fill(b, per_queue=10, size=400)
         b.wait_indexed()
@@ -170,7 +170,7 @@ def test_retention_copies_never_undo_a_commit_made_meanwhile(tmp_path):
             n = 2
             while not stop.is_set() and n <= 40:
                 for q in range(4):
-                    b.commit_offset("g", "t", q, n)
+                    b.offsets.commit("g", [("t", q, n)])
                     last[q] = n
                 n += 1
 
@@ -181,6 +181,6 @@ def test_retention_copies_never_undo_a_commit_made_meanwhile(tmp_path):
         finally:
             stop.set()
             t.join(30)
-        assert b.index.consumer_offsets() == {("g", "t", q): last[q] for q in range(4)}
-        sources = b.index.consumer_offset_sources().values()
-        assert all(src >= b.log.first_offset for _off, src in sources)
+        assert b._index.consumer_offsets() == {("g", "t", q): last[q] for q in range(4)}
+        sources = b._index.consumer_offset_sources().values()
+        assert all(src >= b._log.first_offset for _off, src in sources)

@@ -1,6 +1,6 @@
-"""Filtered pulls (fmq.engine.tag_filter) on the embedded broker: exactly the messages a
-tag expression selects, a resume offset past the ones skipped, the scan limit, the byte
-budget, and two tags with the same hash."""
+"""Filtered pulls (``reads.pull(tags=...)``, fmq.engine.tag_filter) on the embedded
+broker: exactly the messages a tag expression selects, a resume offset past the ones
+skipped, the scan limit, the byte budget, and two tags with the same hash."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 
 from fmq import InvalidArgument, Message
 from fmq.engine import tag_filter
-from fmq.engine.tag_filter import pull_tagged
 from fmq.index.entries import tag_hash
 from fmq.message import parse_tag_expression
 
@@ -21,7 +20,8 @@ def drain(broker, queue_id: int, expression: str, max_messages: int = 3):
     answer's resume offset, and the offsets it pulled from."""
     got, offsets, offset = [], [], 0
     while True:
-        msgs, resume = pull_tagged(broker, "t", queue_id, offset, expression, max_messages)
+        msgs, _lo, _hi, resume = broker.reads.pull_answer("t", queue_id, offset, max_messages,
+                                                          tags=expression)
         offsets.append(offset)
         got += msgs
         if resume == offset:
@@ -46,7 +46,7 @@ def test_exactly_the_matching_messages_across_queues(broker):
     broker.wait_indexed()
     for expression, wanted in (("a || b", {"a", "b"}), ("c", {"c"}), ("*", set(tags))):
         got = []
-        for qid in range(broker.queue_count("t")):
+        for qid in range(broker.topics.queue_count("t")):
             msgs, _offsets = drain(broker, qid, expression)
             got += msgs
         assert sorted(m.offset for m in got) == sorted(
@@ -60,10 +60,11 @@ def test_the_resume_offset_passes_what_was_skipped(broker):
     for _ in range(5):
         broker.send(Message("t", b"skip", tags="x", queue_id=0))
     broker.wait_indexed()
-    msgs, resume = pull_tagged(broker, "t", 0, 0, "y")
+    msgs, _lo, _hi, resume = broker.reads.pull_answer("t", 0, 0, tags="y")
     assert [m.offset for m in msgs] == [hit.offset]
     assert resume == 16  # the whole queue examined
-    assert pull_tagged(broker, "t", 0, resume, "y") == ([], 16)
+    again = broker.reads.pull_answer("t", 0, resume, tags="y")
+    assert (again.messages, again.resume_offset) == ([], 16)
 
 
 def test_a_long_run_of_other_tags_is_walked_in_steps(broker, monkeypatch):
@@ -81,9 +82,9 @@ def test_the_byte_budget_stops_and_resumes(broker):
     for b in bodies:
         broker.send(Message("t", b, tags="y", queue_id=0))
     broker.wait_indexed()
-    msgs, resume = pull_tagged(broker, "t", 0, 0, "y", 10, max_bytes=1500)
+    msgs, _lo, _hi, resume = broker.reads.pull_answer("t", 0, 0, 10, max_bytes=1500, tags="y")
     assert 1 <= len(msgs) < 6 and resume == msgs[-1].queue_offset + 1
-    rest, _ = pull_tagged(broker, "t", 0, resume, "y", 10)
+    rest = broker.reads.pull("t", 0, resume, 10, tags="y")
     assert [m.body for m in msgs + rest] == bodies
 
 
@@ -92,5 +93,5 @@ def test_tags_sharing_a_hash_are_told_apart(broker):
     for i in range(6):
         broker.send(Message("t", b"%d" % i, tags=(TWIN_A, TWIN_B)[i % 2], queue_id=0))
     broker.wait_indexed()
-    msgs, resume = pull_tagged(broker, "t", 0, 0, TWIN_A, 10)
+    msgs, _lo, _hi, resume = broker.reads.pull_answer("t", 0, 0, 10, tags=TWIN_A)
     assert [m.body for m in msgs] == [b"0", b"2", b"4"] and resume == 6

@@ -24,40 +24,40 @@ HOUR_MS = 3_600_000
 
 
 def _all(broker, topic):
-    return [m for msgs in broker.all_messages([topic]).values() for m in msgs]
+    return [m for msgs in broker.reads.all_messages([topic]).values() for m in msgs]
 
 
 def test_a_due_message_is_delivered_once_and_a_future_one_waits(broker):
-    [later] = broker.timers.schedule([Message("t", b"later", key="k")], now_ms() + HOUR_MS)
-    [soon] = broker.timers.schedule([Message("t", b"soon", tags="x", properties={"p": "1"})],
+    [later] = broker._timers.schedule([Message("t", b"later", key="k")], now_ms() + HOUR_MS)
+    [soon] = broker._timers.schedule([Message("t", b"soon", tags="x", properties={"p": "1"})],
                                     now_ms() + 200)
     assert later.offset < soon.offset and later.deliver_at > soon.deliver_at
     wait_until(lambda: len(_all(broker, "t")) == 1, what="the due message")
     [m] = _all(broker, "t")
     assert (m.body, m.tags, m.properties) == (b"soon", "x", {"p": "1"})
     assert m.store_time >= soon.deliver_at
-    assert broker.timers.pending() == 1
+    assert broker._timers.pending() == 1
     # The due timer is gone from the index: another round delivers nothing more.
-    assert broker.timers.deliver_due() == 0
-    assert broker.timers.deliver_due(now_ms() + 2 * HOUR_MS) == 1
+    assert broker._timers.deliver_due() == 0
+    assert broker._timers.deliver_due(now_ms() + 2 * HOUR_MS) == 1
     assert sorted(m.body for m in _all(broker, "t")) == [b"later", b"soon"]
-    assert broker.timers.pending() == 0
+    assert broker._timers.pending() == 0
 
 
 def test_a_chosen_queue_is_kept_and_a_past_time_delivers_at_once(broker):
-    broker.timers.schedule([Message("q", b"x", queue_id=3)], 0)
+    broker._timers.schedule([Message("q", b"x", queue_id=3)], 0)
     wait_until(lambda: len(_all(broker, "q")) == 1, what="the due message")
     assert _all(broker, "q")[0].queue_id == 3
 
 
 def test_bad_requests_are_refused_and_store_nothing(broker):
-    end = broker.log.next_offset
+    end = broker._log.next_offset
     for bad in (-1, "soon", 1.5, True, 1 << 63):
         with pytest.raises(InvalidArgument, match="deliver_at"):
-            broker.timers.schedule([Message("t", b"x")], bad)
+            broker._timers.schedule([Message("t", b"x")], bad)
     with pytest.raises(InvalidArgument, match="reserved"):
-        broker.timers.schedule([Message("%DLQ%g", b"x")], now_ms())
-    assert broker.log.next_offset == end and broker.timers.pending() == 0
+        broker._timers.schedule([Message("%DLQ%g", b"x")], now_ms())
+    assert broker._log.next_offset == end and broker._timers.pending() == 0
 
 
 def _timer_tables(data_dir):
@@ -74,18 +74,18 @@ def test_pending_timers_survive_a_restart_and_an_index_rebuild(tmp_path, small_c
     with fmq.Broker.open(data, small_config) as b:
         due = now_ms() + HOUR_MS
         for i in range(40):  # several segments of TIMER records, then deliver some
-            b.timers.schedule([Message("t", b"m%d" % i + b"." * 900)], due + i)
-        b.timers.deliver_due(due + 9)  # the first ten
-        assert b.timers.pending() == 30
+            b._timers.schedule([Message("t", b"m%d" % i + b"." * 900)], due + i)
+        b._timers.deliver_due(due + 9)  # the first ten
+        assert b._timers.pending() == 30
     before = _timer_tables(data)
     assert len(before[0]) == len(before[1]) == 30
     rebuild_index(data, small_config)
     assert _timer_tables(data) == before
     shutil.rmtree(os.path.join(data, "index"))  # and through recovery's redo on open
     with fmq.Broker.open(data, small_config) as b:
-        assert b.timers.pending() == 30
+        assert b._timers.pending() == 30
         assert len(_all(b, "t")) == 10
-        b.timers.deliver_due(due + HOUR_MS)
+        b._timers.deliver_due(due + HOUR_MS)
         assert sorted(m.body for m in _all(b, "t")) == sorted(
             b"m%d" % i + b"." * 900 for i in range(40))
     assert _timer_tables(data) == ([], [])
@@ -102,20 +102,20 @@ def test_retention_moves_pending_timers_out_of_the_segments_it_deletes(tmp_path,
     data = str(tmp_path / "d")
     due = now_ms() + HOUR_MS
     with fmq.Broker.open(data, cfg) as b:
-        [s] = b.timers.schedule([Message("t", b"wait", key="k", properties={"p": "1"})], due)
+        [s] = b._timers.schedule([Message("t", b"wait", key="k", properties={"p": "1"})], due)
         _fill(b)
         assert b.enforce_retention()
-        assert b.log.first_offset > s.offset  # the TIMER's segment is gone ...
-        assert b.timers.relocations == 1 and b.timers.pending() == 1  # ... not the timer
-        [(moved, _size)] = b.index.timers.stored_before(1 << 62, 10)
+        assert b._log.first_offset > s.offset  # the TIMER's segment is gone ...
+        assert b._timers.relocations == 1 and b._timers.pending() == 1  # ... not the timer
+        [(moved, _size)] = b._index.timers.stored_before(1 << 62, 10)
         assert moved > s.offset
     os.remove(os.path.join(data, "checkpoint"))  # redo all that is left of the log
     with fmq.Broker.open(data, cfg) as b:
-        assert b.index.timers.by_topic() == {"t": 1}
-        assert b.timers.deliver_due(due) == 1
+        assert b._index.timers.by_topic() == {"t": 1}
+        assert b._timers.deliver_due(due) == 1
         [m] = _all(b, "t")
         assert (m.body, m.key, m.properties) == (b"wait", "k", {"p": "1"})
-        assert b.timers.pending() == 0
+        assert b._timers.pending() == 0
 
 
 def test_timers_over_the_limit_move_once_per_pass_and_only_when_it_frees_the_limit(
@@ -125,10 +125,10 @@ def test_timers_over_the_limit_move_once_per_pass_and_only_when_it_frees_the_lim
     with fmq.Broker.open(str(tmp_path / "d"), cfg) as b:
         due = now_ms() + HOUR_MS
         for _ in range(20):  # 2 000 timers, about 260 KiB: four times the limit
-            b.timers.schedule([Message("t", b"x" * 60) for _ in range(100)], due)
+            b._timers.schedule([Message("t", b"x" * 60) for _ in range(100)], due)
 
         def log_bytes():
-            return sum(s.size for s in b.log.segments)
+            return sum(s.size for s in b._log.segments)
 
         def sends(n):  # n KiB of plain messages behind the timers
             for _ in range(n):
@@ -137,21 +137,21 @@ def test_timers_over_the_limit_move_once_per_pass_and_only_when_it_frees_the_lim
 
         sends(32)  # less than the limit: moving the timers would write more than it frees
         b.enforce_retention()
-        assert b.timers.relocations == 0
+        assert b._timers.relocations == 0
         pinning = b.stats()["timers_pinning_retention_bytes"]
-        assert pinning == b.index.timers.pending_bytes() > limit
+        assert pinning == b._index.timers.pending_bytes() > limit
         sends(100 - 32)  # now more than the limit: each timer moves once
         assert b.enforce_retention()
-        assert b.timers.relocations == 2000
+        assert b._timers.relocations == 2000
         assert log_bytes() < pinning + limit  # the sends behind the timers are gone
-        end = b.log.next_offset
+        end = b._log.next_offset
         for _ in range(3):  # idle: nothing moves, nothing is written
             assert b.enforce_retention() == []
-        assert (b.timers.relocations, b.log.next_offset) == (2000, end)
+        assert (b._timers.relocations, b._log.next_offset) == (2000, end)
         sends(100)
         b.enforce_retention()
-        assert b.timers.relocations == 4000 and b.timers.pending() == 2000
-        assert b.timers.deliver_due(due) == 1024 and b.timers.deliver_due(due) == 976
+        assert b._timers.relocations == 4000 and b._timers.pending() == 2000
+        assert b._timers.deliver_due(due) == 1024 and b._timers.deliver_due(due) == 976
         b.wait_indexed()
         b.enforce_retention()  # the timers are delivered: the log gets under the limit
         assert log_bytes() <= limit and b.stats()["timers_pinning_retention_bytes"] == 0
@@ -175,10 +175,10 @@ def test_a_kill_during_timer_relocation_keeps_each_timer_once(tmp_path, crash):
     assert child.killed, child.stderr
     assert [a["event"] for a in child.acks] == ["scheduled"]
     with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
-        assert b.timers.pending() == 20
+        assert b._timers.pending() == 20
         b.enforce_retention()  # now to completion
-        assert b.timers.pending() == 20
-        assert b.timers.deliver_due(now_ms() + 2 * HOUR_MS) == 20
+        assert b._timers.pending() == 20
+        assert b._timers.deliver_due(now_ms() + 2 * HOUR_MS) == 20
         bodies = sorted(m.body for m in _all(b, "t"))
     assert bodies == sorted(b"timer-%d" % i for i in range(20))
 
@@ -187,15 +187,15 @@ def _nack_until_dead(b, group, topic, loc, deliveries):
     """Fail the message at ``loc`` every time it comes back; return what was seen."""
     seen = []
     while True:
-        m = b.pull(*loc, 1)[0]
+        m = b.reads.pull(*loc, 1)[0]
         seen.append(m)
-        _times, dead = retries.nack(b, group, *loc)
+        _times, dead = b.deliveries.nack(group, *loc)
         if dead:
             return seen
         b.wait_indexed()
-        assert b.timers.deliver_due(now_ms() + 10 * HOUR_MS) == 1  # not waiting for it
+        assert b._timers.deliver_due(now_ms() + 10 * HOUR_MS) == 1  # not waiting for it
         retry = retries.retry_topic(group)
-        got = [m for msgs in b.all_messages([retry]).values() for m in msgs]
+        got = [m for msgs in b.reads.all_messages([retry]).values() for m in msgs]
         last = max(got, key=lambda m: m.offset)
         loc = (retry, last.queue_id, last.queue_offset)
         assert len(seen) <= deliveries
@@ -213,26 +213,26 @@ def test_nack_redelivers_to_that_group_only_then_dead_letters_and_redrive(tmp_pa
                                                                              "3"]
         assert all(m.properties[retries.ORIGIN_TOPIC] == "orders" for m in seen[1:])
         b.wait_indexed()
-        b.timers.deliver_due()  # the dead letter is stored as a timer due at once
+        b._timers.deliver_due()  # the dead letter is stored as a timer due at once
         b.wait_indexed()
-        [dead] = retries.dead_letters(b, "g")
+        [dead] = b.deliveries.dead_letters("g")
         assert (dead.body, dead.key, dead.properties["a"]) == (b"pay", "k1", "1")
         assert dead.properties[retries.RECONSUME_TIMES] == "3"
-        assert retries.dead_letters(b, "other") == []
-        assert b.all_messages(["orders"])[("orders", r.queue_id)][0].body == b"pay"
-        assert retries.redrive(b, "g") == 1
-        assert retries.redrive(b, "g") == 0  # redriven once
+        assert b.deliveries.dead_letters("other") == []
+        assert b.reads.all_messages(["orders"])[("orders", r.queue_id)][0].body == b"pay"
+        assert b.deliveries.redrive("g") == 1
+        assert b.deliveries.redrive("g") == 0  # redriven once
         b.wait_indexed()
-        b.timers.deliver_due()
+        b._timers.deliver_due()
         b.wait_indexed()
-        back = [m for msgs in b.all_messages([retries.retry_topic("g")]).values()
+        back = [m for msgs in b.reads.all_messages([retries.retry_topic("g")]).values()
                 for m in msgs]
         assert back[-1].properties[retries.RECONSUME_TIMES] == "0"
-        assert retries.dead_letters(b, "g") == []
+        assert b.deliveries.dead_letters("g") == []
 
 
 def _timer_dues(b):
-    return [due for due, _o, _s in b.index.timers.due(1 << 62, 1000)]
+    return [due for due, _o, _s in b._index.timers.due(1 << 62, 1000)]
 
 
 def test_nack_waits_for_the_back_off_level_of_its_attempt(broker):
@@ -240,16 +240,16 @@ def test_nack_waits_for_the_back_off_level_of_its_attempt(broker):
     r = broker.send(Message("orders", b"x"))
     broker.wait_indexed()
     before = now_ms()
-    retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset)
-    retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset, delay_ms=60_000)
+    broker.deliveries.nack("g", "orders", r.queue_id, r.queue_offset)
+    broker.deliveries.nack("g", "orders", r.queue_id, r.queue_offset, delay_ms=60_000)
     broker.wait_indexed()
     [first, second] = sorted(_timer_dues(broker))
     assert before + cfg_levels[0] <= first <= now_ms() + cfg_levels[0]
     assert before + 60_000 <= second <= now_ms() + 60_000
     with pytest.raises(InvalidArgument, match="no message"):
-        retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset + 5)
+        broker.deliveries.nack("g", "orders", r.queue_id, r.queue_offset + 5)
     with pytest.raises(InvalidArgument, match="delay"):
-        retries.nack(broker, "g", "orders", r.queue_id, r.queue_offset, delay_ms=-1)
+        broker.deliveries.nack("g", "orders", r.queue_id, r.queue_offset, delay_ms=-1)
 
 
 #: Where the child dies: at the 5th delivery round's fdatasync (its MESSAGEs written, not
@@ -274,7 +274,7 @@ def test_a_kill_during_delivery_delivers_every_timer_exactly_once(tmp_path, cras
                 if rec.type == RecordType.MESSAGE and rec.ref_offset >= 0)
     assert 16 * 4 <= fired < 200  # the crash came in the middle of the deliveries
     with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
-        wait_until(lambda: b.timers.pending() == 0, what="no timer pending")
+        wait_until(lambda: b._timers.pending() == 0, what="no timer pending")
         b.wait_indexed()
         bodies = sorted(m.body for m in _all(b, "t"))
     assert bodies == sorted(b"timer-%d" % i for i in range(200))
@@ -284,16 +284,16 @@ def test_pending_counts_per_topic_follow_adds_deliveries_and_redo(tmp_path, smal
     data = str(tmp_path / "d")
     with fmq.Broker.open(data, small_config) as b:
         far = now_ms() + HOUR_MS
-        b.timers.schedule([Message("a", b"1"), Message("a", b"2"), Message("b", b"3")], far)
-        b.timers.schedule([Message("b", b"4")], far + HOUR_MS)
+        b._timers.schedule([Message("a", b"1"), Message("a", b"2"), Message("b", b"3")], far)
+        b._timers.schedule([Message("b", b"4")], far + HOUR_MS)
         b.wait_indexed()
-        assert b.index.timers.by_topic() == {"a": 2, "b": 2}
-        b.timers.deliver_due(far)
-        assert b.index.timers.by_topic() == {"b": 1}
+        assert b._index.timers.by_topic() == {"a": 2, "b": 2}
+        b._timers.deliver_due(far)
+        assert b._index.timers.by_topic() == {"b": 1}
     os.remove(os.path.join(data, "checkpoint"))  # the next open redoes the whole log
     with fmq.Broker.open(data, small_config) as b:
-        assert b.index.timers.by_topic() == {"b": 1}
-        assert b.timers.pending() == 1
+        assert b._index.timers.by_topic() == {"b": 1}
+        assert b._timers.pending() == 1
 
 
 #: Where the child dies while it redrives 600 dead letters in batches of 256 (each batch:
@@ -324,9 +324,9 @@ def test_a_kill_during_redrive_loses_no_dead_letter_and_repeats_at_most_one_batc
     # With index_writer "process" the indexer opens the index the broker recovered and
     # writes meanwhile.
     with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
-        assert 0 < retries.redrive(b, "g") < 600  # the rest, after the crash
-        assert retries.dead_letters(b, "g") == []
-        while b.timers.deliver_due(now_ms()):
+        assert 0 < b.deliveries.redrive("g") < 600  # the rest, after the crash
+        assert b.deliveries.dead_letters("g") == []
+        while b._timers.deliver_due(now_ms()):
             pass
         b.wait_indexed()
         bodies = sorted(m.body for m in _all(b, retries.retry_topic("g")))

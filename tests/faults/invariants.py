@@ -150,7 +150,7 @@ def consumable(broker) -> dict[str, list[tuple[str, int, int, bytes]]]:
     """message id -> every (topic, queue, queue offset, body) where a consumer sees it."""
     out: dict[str, list] = {}
     try:
-        queues = broker.all_messages(TOPICS)
+        queues = broker.reads.all_messages(TOPICS)
     except fmq.FMQError as exc:  # an indexed message that cannot be read back
         fail("I1", f"reading the consumable messages failed: {exc!r}")
     for (topic, qid), msgs in queues.items():
@@ -225,7 +225,7 @@ def check_acked_and_transactions(broker, records: list[Record], plan: list[dict]
             txs.setdefault(r.tx_id, TxView()).commit = True
         elif t == RecordType.ROLLBACK:
             txs.setdefault(r.tx_id, TxView()).rollback = True
-    open_now = {t.tx_id: t for t in broker.tx.open.values()}
+    open_now = {t.tx_id: t for t in broker._tx.open.values()}
     expected_open = set()
     allowed = set(plain)
     for tx, v in txs.items():
@@ -260,7 +260,7 @@ def check_acked_and_transactions(broker, records: list[Record], plan: list[dict]
             if sorted(m.offset for m in got.messages) != sorted(v.pres):
                 fail("I3", f"open transaction {tx} came back with messages at "
                            f"{sorted(m.offset for m in got.messages)}, the log has {sorted(v.pres)}")
-    listed = {t["tx_id"] for t in broker.open_transactions()}
+    listed = {t["tx_id"] for t in broker.transactions.open_transactions()}
     if listed != expected_open or set(open_now) != expected_open:
         fail("I3", f"open transactions {sorted(listed)}, the log says {sorted(expected_open)}")
     for mid in plain:
@@ -321,7 +321,7 @@ def check_acked_offsets(broker, plan: list[dict], acks: list[dict]) -> None:
             commits.setdefault((op["group"], op["topic"], op["queue_id"]), []).append(
                 (i, op["offset"]))
     for (group, topic, qid), steps in commits.items():
-        got = broker.committed_offset(group, topic, qid)
+        got = broker.reads.committed_offset(group, topic, qid)
         last = max((n for n, (i, _o) in enumerate(steps) if i in acked), default=None)
         allowed = {o for n, (_i, o) in enumerate(steps) if last is None or n >= last}
         if got is None and last is None:
@@ -339,7 +339,7 @@ def check_index_matches_rebuild(broker, data_dir: str, config, workdir: str) -> 
     """I6: the live index equals one rebuilt from the log. Closes ``broker``."""
     if not broker.wait_indexed(30):
         fail("I6", f"the dispatcher did not catch up: {broker.stats()}")
-    live = broker.index.dump()
+    live = broker._index.dump()
     broker.close()
     copy = copy_dir(data_dir, os.path.join(workdir, "i6-rebuild"))
     rebuild_index(copy, config)
@@ -388,9 +388,9 @@ def state_of(broker, data_dir: str) -> dict:
     broker.wait_indexed(30)
     return {
         "log": [record_key(r) for r in log_records(data_dir)],
-        "index": without_store_times(broker.index.dump()),
+        "index": without_store_times(broker._index.dump()),
         "open": sorted((t.tx_id, str(t.state), tuple(m.offset for m in t.messages))
-                       for t in broker.tx.open.values()),
+                       for t in broker._tx.open.values()),
         "consumable": sorted((mid, tuple(w[:3] for w in where))
                              for mid, where in consumable(broker).items()),
     }

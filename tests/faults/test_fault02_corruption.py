@@ -138,10 +138,10 @@ def test_damage_outside_the_tail_is_named_never_cut(tmp_path, written, where, mo
                 assert (info.value.segment, info.value.offset) == (seg_name, first), what
                 for topic in TOPICS:
                     for qid in range(config.queues_per_topic):
-                        lo, hi = broker.queue_range(topic, qid)
+                        lo, hi = broker.reads.queue_range(topic, qid)
                         for q in range(lo, hi):
                             try:
-                                got = broker.pull(topic, qid, q, 1)
+                                got = broker.reads.pull(topic, qid, q, 1)
                             except fmq.FMQError as exc:
                                 assert any(f"offset {d}" in str(exc) for d in damaged), \
                                     f"{what}: {exc}"

@@ -122,7 +122,7 @@ def _run_until_failure(broker, acks: list[dict]) -> tuple[int | None, list[str]]
             except fmq.SegmentUnavailable:
                 # Nothing was stored and the log is not failed: the injected error fires
                 # once, so the same step retried must succeed.
-                if broker.log.failed is not None:
+                if broker._log.failed is not None:
                     problems.append(f"step {i} ({op['op']}) refused, but the log failed")
                 execute(broker, [op], acks_append(acks))
         except fmq.SegmentUnavailable as exc:
@@ -174,8 +174,8 @@ def test_io_error_fails_the_log_acks_nothing_more_and_recovers(tmp_path, referen
         broker = fmq.Broker.open(data, config, io=io)
         try:
             failed_at, problems = _run_until_failure(broker, acks)
-            flushed = broker.log.flushed_offset
-            failed = broker.log.failed
+            flushed = broker._log.flushed_offset
+            failed = broker._log.failed
         finally:
             try:
                 broker.close()
@@ -229,7 +229,7 @@ def test_real_enospc_on_a_full_tmpfs(tiny_fs, writer):
                 r = broker.send(fmq.Message("orders", body_for(mid, 3000), queue_id=i % 2))
             except fmq.SegmentUnavailable as exc:  # the next segment does not fit
                 refusals += 1
-                assert exc.retriable and broker.log.failed is None, exc
+                assert exc.retriable and broker._log.failed is None, exc
                 continue
             except fmq.LogFailed as exc:
                 failures += 1
@@ -265,7 +265,7 @@ def test_real_enospc_on_a_full_tmpfs(tiny_fs, writer):
     try:
         b.wait_indexed(30)
         for mid, r in acked:
-            got = b.pull("orders", r.queue_id, r.queue_offset, 1)
+            got = b.reads.pull("orders", r.queue_id, r.queue_offset, 1)
             assert got and got[0].body == body_for(mid, 3000), f"acknowledged {mid} lost"
     finally:
         try:
@@ -320,7 +320,7 @@ def test_an_index_made_anew_on_a_full_disk_is_a_clear_error_not_a_crash(tiny_fs,
     try:
         assert again.wait_indexed(30)
         for i, r in enumerate(sent):
-            got = again.pull("orders", r.queue_id, r.queue_offset, 1)
+            got = again.reads.pull("orders", r.queue_id, r.queue_offset, 1)
             assert got and got[0].body == body_for(f"f{i}", 3000)
     finally:
         again.close()

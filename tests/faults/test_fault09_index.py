@@ -170,13 +170,13 @@ def test_rebuild_after_retention_equals_the_live_index(tmp_path):
         assert b.wait_indexed(30)
         assert b.enforce_retention(), "retention deleted nothing"
         b.wait_indexed(30)
-        live = without_store_times(b.index.dump())
-        ranges = {(t, q): b.queue_range(t, q) for t in ("orders", "pay") for q in range(2)}
+        live = without_store_times(b._index.dump())
+        ranges = {(t, q): b.reads.queue_range(t, q) for t in ("orders", "pay") for q in range(2)}
     shutil.rmtree(os.path.join(data, INDEX_DIR))
     with fmq.Broker.open(data, config) as b:
         b.wait_indexed(30)
-        rebuilt = without_store_times(b.index.dump())
-        got = {(t, q): b.queue_range(t, q) for t in ("orders", "pay") for q in range(2)}
+        rebuilt = without_store_times(b._index.dump())
+        got = {(t, q): b.reads.queue_range(t, q) for t in ("orders", "pay") for q in range(2)}
     assert ranges[("pay", 0)][0] == ranges[("pay", 0)][1] > 0, "pay was not emptied"
     assert got == ranges, f"queue ranges after the rebuild {got}, live {ranges}"
     with fmq.Broker.open(data, config) as b:  # new messages continue the old offsets

@@ -41,20 +41,20 @@ def _jump_wall_clock(monkeypatch, seconds: float) -> None:
 def test_wall_clock_jump_neither_hastens_nor_hides_a_check_back(tmp_path, monkeypatch, jump):
     with _broker(tmp_path) as b:
         t0 = time.monotonic()
-        tx = b.prepare([fmq.Message("orders", b"x")], "shop", tx_id="tx-clock")
+        tx = b.transactions.prepare([fmq.Message("orders", b"x")], "shop", tx_id="tx-clock")
         before = time.time()
         _jump_wall_clock(monkeypatch, jump)
         assert abs(time.time() - before - jump) < 5, "the wall clock did not jump"
-        early = b.poll_uncertain("shop")
+        early = b.transactions.poll_uncertain("shop")
         assert early == [] or time.monotonic() - t0 >= CHECK_AFTER_MS / 1000, \
             f"a wall-clock jump of {jump}s offered the transaction early"
-        got = b.poll_uncertain("shop", wait_ms=3 * CHECK_AFTER_MS)
+        got = b.transactions.poll_uncertain("shop", wait_ms=3 * CHECK_AFTER_MS)
         waited = time.monotonic() - t0
         assert [u.tx_id for u in got] == [tx], \
             f"a wall-clock jump of {jump}s hid the transaction from feedback"
         assert CHECK_AFTER_MS / 1000 * 0.9 <= waited < CHECK_AFTER_MS / 1000 + 2.0
-        assert b.open_transactions()[0]["tx_id"] == tx
-        assert b.rollback(tx) == fmq.TxState.ROLLBACK
+        assert b.transactions.open_transactions()[0]["tx_id"] == tx
+        assert b.transactions.rollback(tx) == fmq.TxState.ROLLBACK
 
 
 @pytest.mark.parametrize("jump", [DAY, -DAY])
@@ -62,17 +62,17 @@ def test_long_poll_lasts_its_real_duration(tmp_path, monkeypatch, jump):
     with _broker(tmp_path) as b:
         _jump_wall_clock(monkeypatch, jump)
         t0 = time.monotonic()
-        assert b.poll_uncertain("nobody", wait_ms=300) == []
+        assert b.transactions.poll_uncertain("nobody", wait_ms=300) == []
         assert 0.25 <= time.monotonic() - t0 < 2.0
 
 
 def test_control_a_monotonic_jump_is_noticed(tmp_path, monkeypatch):
     """The detector works: jump the clock feedback does use, and the offer comes early."""
     with _broker(tmp_path) as b:
-        tx = b.prepare([fmq.Message("orders", b"x")], "shop", tx_id="tx-control")
+        tx = b.transactions.prepare([fmq.Message("orders", b"x")], "shop", tx_id="tx-control")
         real = time.monotonic
         monkeypatch.setattr(time, "monotonic", lambda: real() + DAY)
-        got = b.poll_uncertain("shop")
+        got = b.transactions.poll_uncertain("shop")
         monkeypatch.setattr(time, "monotonic", real)
         assert [u.tx_id for u in got] == [tx]
-        b.rollback(tx)
+        b.transactions.rollback(tx)

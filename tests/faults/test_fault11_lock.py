@@ -73,7 +73,7 @@ def test_second_process_is_refused_until_the_holder_dies(tmp_path):
     assert len(sent) == 5
     with fmq.Broker.open(data, make_config(CONFIG)) as b:  # the flock died with the holder
         b.wait_indexed(30)
-        got = b.pull("orders", 0, 0, 10)
+        got = b.reads.pull("orders", 0, 0, 10)
         assert [m.body for m in got] == [body_for(f"h{i}", 500) for i in range(5)]
     offsets = {record_key(r)[1] for r in log_records(data)}
     assert {a["offset"] for a in sent} <= offsets

@@ -43,10 +43,10 @@ def abandon(b: fmq.Broker) -> None:
     b._closed = True
     b._stop.set()
     b._maintenance.join()
-    b.timers.stop()
-    b.dispatcher.stop()
-    b.index.close()
-    b.log.close()
+    b._timers.stop()
+    b._dispatcher.stop()
+    b._index.close()
+    b._log.close()
     b._release()
 
 
@@ -80,21 +80,22 @@ class BrokerModel(RuleBasedStateMachine):
     def prepare(self, sizes, topic):
         tx = self._id("tx")
         msgs = [(self._id(f"{tx}."), topic, s) for s in sizes]
-        self.broker.prepare([fmq.Message(t, body_for(m, s)) for m, t, s in msgs], "shop",
+        self.broker.transactions.prepare([fmq.Message(t, body_for(m, s)) for m, t, s in msgs],
+                                         "shop",
                             tx_id=tx)
         self.pending[tx] = msgs
         return tx
 
     @rule(tx=consumes(open_txs))
     def commit(self, tx):
-        assert self.broker.commit(tx) == fmq.TxState.COMMIT
+        assert self.broker.transactions.commit(tx) == fmq.TxState.COMMIT
         for mid, topic, size in self.pending.pop(tx):
             self.visible[mid] = (topic, size)
         self.ended[tx] = "commit"
 
     @rule(tx=consumes(open_txs))
     def rollback(self, tx):
-        assert self.broker.rollback(tx) == fmq.TxState.ROLLBACK
+        assert self.broker.transactions.rollback(tx) == fmq.TxState.ROLLBACK
         self.pending.pop(tx)
         self.ended[tx] = "rollback"
 
@@ -102,17 +103,17 @@ class BrokerModel(RuleBasedStateMachine):
     def checkpoint(self):
         self.broker.checkpoint()
 
-    @precondition(lambda self: len(self.broker.log.segments) > 3)
+    @precondition(lambda self: len(self.broker._log.segments) > 3)
     @rule()
     def retention(self):
         self.broker.wait_indexed(30)
         where = consumable(self.broker)
         offsets = {}
-        for msgs in self.broker.all_messages(TOPICS).values():
+        for msgs in self.broker.reads.all_messages(TOPICS).values():
             for m in msgs:
                 offsets[message_id(m.body)] = m.offset
         self.broker.enforce_retention()
-        first = self.broker.log.first_offset
+        first = self.broker._log.first_offset
         for mid in list(self.visible):
             if offsets.get(mid, first) < first:
                 del self.visible[mid]
@@ -138,13 +139,14 @@ class BrokerModel(RuleBasedStateMachine):
 
     @invariant()
     def open_transactions_match(self):
-        got = {t["tx_id"] for t in self.broker.open_transactions()}
+        got = {t["tx_id"] for t in self.broker.transactions.open_transactions()}
         assert got == set(self.pending), f"open {sorted(got)}, model {sorted(self.pending)}"
 
     @invariant()
     def ended_answers_are_stable(self):
         for tx, how in list(self.ended.items())[-3:]:
-            state = (self.broker.commit(tx) if how == "commit" else self.broker.rollback(tx))
+            txs = self.broker.transactions
+            state = txs.commit(tx) if how == "commit" else txs.rollback(tx)
             assert state.value == how
 
     def check_consumable(self):

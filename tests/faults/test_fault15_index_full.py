@@ -142,7 +142,7 @@ def readable(broker: fmq.Broker, acked: dict[str, fmq.SendResult]) -> list[str]:
     """Names of the acknowledged messages a consumer reads at their acknowledged place."""
     out = []
     for name, r in acked.items():
-        got = broker.pull(TOPIC, r.queue_id, r.queue_offset, 1)
+        got = broker.reads.pull(TOPIC, r.queue_id, r.queue_offset, 1)
         if got and got[0].queue_offset == r.queue_offset and got[0].body == body_of(name):
             out.append(name)
     return out
@@ -174,7 +174,7 @@ def test_full_disk_refuses_or_indexes_later_and_resumes_without_restart(small_fs
         queue_end = max(r.queue_offset for r in acked.values() if r.queue_id == 0) + 1
         for i in range(min(50, queue_end + 1)):
             try:
-                broker.commit_offset("billing", TOPIC, 0, i)
+                broker.offsets.commit("billing", [(TOPIC, 0, i)])
             except fmq.IndexUnavailable as exc:
                 assert exc.retriable and "commit it again" in str(exc), exc
                 offsets_refused += 1
@@ -190,8 +190,8 @@ def test_full_disk_refuses_or_indexes_later_and_resumes_without_restart(small_fs
         missing = sorted(set(acked) - got)
         assert not missing, (f"{len(missing)} of {len(acked)} acknowledged messages are not "
                              f"consumable without a restart, e.g. {missing[:5]}")
-        broker.commit_offset("billing", TOPIC, 0, 7)
-        assert broker.committed_offset("billing", TOPIC, 0) == 7
+        broker.offsets.commit("billing", [(TOPIC, 0, 7)])
+        assert broker.reads.committed_offset("billing", TOPIC, 0) == 7
         print(f"fault 15 (full disk): {len(while_full)} acknowledged and {len(refused)} refused "
               f"while full; after freeing space {len(after)} of {len(after)} acknowledged; "
               f"all {len(acked)} consumable without a restart "
@@ -202,7 +202,7 @@ def test_full_disk_refuses_or_indexes_later_and_resumes_without_restart(small_fs
 
     with fmq.Broker.open(data, config(index_writer=writer)) as b:  # each acknowledged once
         assert b.wait_indexed(DEADLINE)
-        seen = [m.body for msgs in b.all_messages([TOPIC]).values() for m in msgs]
+        seen = [m.body for msgs in b.reads.all_messages([TOPIC]).values() for m in msgs]
     assert sorted(seen) == sorted(body_of(name) for name in acked)
 
 
@@ -318,8 +318,8 @@ def test_damaged_record_stops_the_index_and_sends_are_refused_as_corrupt(small_f
         # The failing dispatcher retries by reading the log from its applied offset, where a
         # flushed record (the one whose indexing failed) waits. Damage it on disk. The offset
         # stored in the index: the indexer process may have committed past its last report.
-        applied = max(broker.dispatcher.applied_offset, broker.index.applied_offset())
-        assert broker.log.flushed_offset > applied
+        applied = max(broker._dispatcher.applied_offset, broker._index.applied_offset())
+        assert broker._log.flushed_offset > applied
         segment = os.path.join(data, LOG_DIR, format_segment_name(0))
         fd = os.open(segment, os.O_RDWR)
         try:
@@ -338,6 +338,7 @@ def test_damaged_record_stops_the_index_and_sends_are_refused_as_corrupt(small_f
             broker.send(fmq.Message(TOPIC, body_of("refused"), queue_id=0))
         assert not info.value.retriable
         with pytest.raises(fmq.IndexCorrupt):
-            broker.prepare([fmq.Message(TOPIC, body_of("refused-tx"), queue_id=0)], "shop")
+            broker.transactions.prepare([fmq.Message(TOPIC, body_of("refused-tx"), queue_id=0)],
+                                        "shop")
     finally:
         close_with_space(broker, small_fs)

@@ -188,7 +188,7 @@ def execute(broker, plan: list[dict], ack, start: int = 0, ack_early: bool = Fal
     for i, op in enumerate(plan[start:], start):
         kind = op["op"]
         if kind == "send" and ack_early:
-            head = broker.log.next_offset
+            head = broker._log.next_offset
             ack(i=i, op="send", ids=[op["msgs"][0]["id"]],
                 results=[[head, op["msgs"][0]["queue_id"] or 0, -1]])
             broker.send_batch([to_message(m) for m in op["msgs"]])
@@ -197,13 +197,14 @@ def execute(broker, plan: list[dict], ack, start: int = 0, ack_early: bool = Fal
             ack(i=i, op="send", ids=[m["id"] for m in op["msgs"]],
                 results=[[r.offset, r.queue_id, r.queue_offset] for r in results])
         elif kind == "prepare":
-            broker.prepare([to_message(m) for m in op["msgs"]], op["group"], tx_id=op["tx"])
+            broker.transactions.prepare([to_message(m) for m in op["msgs"]], op["group"],
+                                        tx_id=op["tx"])
             ack(i=i, op="prepare", tx=op["tx"])
         elif kind == "commit":
-            state = broker.commit(op["tx"])
+            state = broker.transactions.commit(op["tx"])
             ack(i=i, op="commit", tx=op["tx"], state=str(state))
         elif kind == "rollback":
-            state = broker.rollback(op["tx"])
+            state = broker.transactions.rollback(op["tx"])
             ack(i=i, op="rollback", tx=op["tx"], state=str(state))
         elif kind == "checkpoint":
             broker.checkpoint()
@@ -212,7 +213,7 @@ def execute(broker, plan: list[dict], ack, start: int = 0, ack_early: bool = Fal
             deleted = broker.enforce_retention()
             ack(i=i, op="retention", deleted=deleted)
         elif kind == "offset":
-            broker.commit_offset(op["group"], op["topic"], op["queue_id"], op["offset"])
+            broker.offsets.commit(op["group"], [(op["topic"], op["queue_id"], op["offset"])])
             ack(i=i, op="offset")
         else:
             raise ValueError(f"unknown plan operation {kind}")

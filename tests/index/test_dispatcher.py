@@ -22,8 +22,9 @@ def load(b: fmq.Broker, threads: int = 4, per_thread: int = 150) -> None:
     def worker(n):
         for i in range(per_thread):
             if i % 10 == 0:
-                tx = b.prepare([fmq.Message("t", f"tx{n}-{i}".encode() * 30, key=f"k{i}")], "g")
-                (b.commit if i % 20 else b.rollback)(tx)
+                tx = b.transactions.prepare([fmq.Message("t", f"tx{n}-{i}".encode() * 30,
+                                                         key=f"k{i}")], "g")
+                (b.transactions.commit if i % 20 else b.transactions.rollback)(tx)
             else:
                 b.send(fmq.Message("t", f"m{n}-{i}".encode() * 10, key=f"k{i % 7}"))
 
@@ -39,14 +40,14 @@ def test_overflowing_hand_off_falls_back_to_reading_the_log(tmp_path):
     with fmq.Broker.open(str(tmp_path), config(dispatch_max_pending=3, dispatch_batch=7)) as b:
         load(b)
         assert b.wait_indexed()
-        generations = b.dispatcher._generation
-        online = b.index.dump()
-        visible = sorted(m.body for v in b.all_messages(["t"]).values() for m in v)
+        generations = b._dispatcher._generation
+        online = b._index.dump()
+        visible = sorted(m.body for v in b.reads.all_messages(["t"]).values() for m in v)
     assert generations > 0  # the fallback path really ran
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
-        assert b.index.dump() == online
-        assert sorted(m.body for v in b.all_messages(["t"]).values() for m in v) == visible
+        assert b._index.dump() == online
+        assert sorted(m.body for v in b.reads.all_messages(["t"]).values() for m in v) == visible
 
 
 @pytest.mark.parametrize("writer", ["thread", "process"])
@@ -55,11 +56,11 @@ def test_hand_off_index_equals_a_rebuild(tmp_path, writer):
         load(b)
         assert b.wait_indexed()
         if writer == "thread":
-            assert b.dispatcher._generation == 0  # never fell back
-        online = b.index.dump()
+            assert b._dispatcher._generation == 0  # never fell back
+        online = b._index.dump()
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
-        assert b.index.dump() == online
+        assert b._index.dump() == online
 
 
 @pytest.mark.parametrize("writer", ["thread", "process"])
@@ -69,8 +70,8 @@ def test_nothing_unflushed_is_indexed(tmp_path, writer):
     with fmq.Broker.open(str(tmp_path), cfg) as b:
         r = b.send(fmq.Message("t", b"not yet durable", queue_id=0))
         assert b.stats()["flushed_offset"] <= r.offset
-        assert not b.dispatcher.wait_applied(r.offset + 1, timeout=0.3)
-        assert b.pull("t", 0, 0) == []  # written to the OS, but not consumable
-        b.log.flush()
+        assert not b._dispatcher.wait_applied(r.offset + 1, timeout=0.3)
+        assert b.reads.pull("t", 0, 0) == []  # written to the OS, but not consumable
+        b._log.flush()
         assert b.wait_indexed()
-        assert b.pull("t", 0, 0)[0].body == b"not yet durable"
+        assert b.reads.pull("t", 0, 0)[0].body == b"not yet durable"

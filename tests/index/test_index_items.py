@@ -85,13 +85,13 @@ def _every_kind(b: fmq.Broker) -> None:
     for i in range(40):
         b.send(fmq.Message("t", b"m%d" % i * 20, key=f"k{i % 5}", tags="a" if i % 2 else None))
         if i % 8 == 0:
-            tx = b.prepare([fmq.Message("t", b"tx%d" % i * 30)], "g")
-            (b.commit if i % 16 else b.rollback)(tx)
-    b.timers.schedule([fmq.Message("t", b"later")], now_ms() + 3_600_000)
-    b.timers.schedule([fmq.Message("t", b"due")], now_ms())
-    b.commit_offset("billing", "t", 0, 3)
+            tx = b.transactions.prepare([fmq.Message("t", b"tx%d" % i * 30)], "g")
+            (b.transactions.commit if i % 16 else b.transactions.rollback)(tx)
+    b._timers.schedule([fmq.Message("t", b"later")], now_ms() + 3_600_000)
+    b._timers.schedule([fmq.Message("t", b"due")], now_ms())
+    b.offsets.commit("billing", [("t", 0, 3)])
     deadline = time.monotonic() + 30
-    while not any(m.body == b"due" for v in b.all_messages(["t"]).values() for m in v):
+    while not any(m.body == b"due" for v in b.reads.all_messages(["t"]).values() for m in v):
         assert time.monotonic() < deadline, "the due timer was never delivered"
         time.sleep(0.02)
     assert b.wait_indexed()
@@ -102,9 +102,9 @@ def test_both_dispatcher_paths_and_recovery_build_the_same_index(tmp_path, max_p
     with fmq.Broker.open(str(tmp_path), _config(dispatch_max_pending=max_pending,
                                                 dispatch_batch=5)) as b:
         _every_kind(b)
-        fell_back = b.dispatcher._generation > 0
-        online = b.index.dump()
+        fell_back = b._dispatcher._generation > 0
+        online = b._index.dump()
     assert fell_back == (max_pending == 2)  # the path named really ran
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), _config()) as b:  # recovery's redo rebuilds it
-        assert b.index.dump() == online
+        assert b._index.dump() == online

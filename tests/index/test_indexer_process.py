@@ -28,7 +28,7 @@ def config(**kw) -> fmq.BrokerConfig:
 
 
 def bodies(b: fmq.Broker) -> list[bytes]:
-    return sorted(m.body for v in b.all_messages(["t"]).values() for m in v)
+    return sorted(m.body for v in b.reads.all_messages(["t"]).values() for m in v)
 
 
 def wait_for(cond, what: str) -> None:
@@ -64,29 +64,29 @@ def test_killed_indexer_is_restarted_and_nothing_is_lost(tmp_path):
             t.start()
         try:
             for _ in range(2):  # twice, under load
-                wait_for(lambda: b.dispatcher.applied_offset > 0, "the index to advance")
-                first = b.dispatcher.pid
+                wait_for(lambda: b._dispatcher.applied_offset > 0, "the index to advance")
+                first = b._dispatcher.pid
                 os.kill(first, signal.SIGKILL)
-                wait_for(lambda first=first: b.dispatcher.pid != first, "a new indexer")
+                wait_for(lambda first=first: b._dispatcher.pid != first, "a new indexer")
                 time.sleep(0.2)
         finally:
             stop.set()
             for t in producers:
                 t.join()
-        assert b.dispatcher.restarts == 2
-        assert b.dispatcher.error is None
+        assert b._dispatcher.restarts == 2
+        assert b._dispatcher.error is None
         assert b.wait_indexed(DEADLINE)
         assert bodies(b) == sorted(sent)
-        online = b.index.dump()
+        online = b._index.dump()
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config(index_writer="thread")) as b:
-        assert b.index.dump() == online
+        assert b._index.dump() == online
 
 
 def test_indexer_that_keeps_dying_stops_the_index_and_sends_are_refused(tmp_path):
     with fmq.Broker.open(str(tmp_path), config()) as b:
         b.send(fmq.Message("t", b"before"))
-        dispatcher = b.dispatcher
+        dispatcher = b._dispatcher
         for _ in range(dispatcher.max_restarts + 1):
             pid = dispatcher.pid
             os.kill(pid, signal.SIGKILL)
@@ -105,7 +105,7 @@ def test_indexer_that_keeps_dying_stops_the_index_and_sends_are_refused(tmp_path
 
 def test_indexer_ends_with_its_broker(tmp_path):
     b = fmq.Broker.open(str(tmp_path), config())
-    pid = b.dispatcher.pid
+    pid = b._dispatcher.pid
     b.send(fmq.Message("t", b"one"))
     b.close()
     assert process_gone(pid)
@@ -116,7 +116,7 @@ def test_waiters_and_consumable_callbacks_are_woken(tmp_path):
     with fmq.Broker.open(str(tmp_path), config()) as b:
         b.on_consumable(woken.append)
         r = b.send(fmq.Message("t", b"x", queue_id=1))
-        assert b.dispatcher.wait_applied(r.offset + 1, DEADLINE)
+        assert b._dispatcher.wait_applied(r.offset + 1, DEADLINE)
         wait_for(lambda: any(("t", 1) in q for q in woken), "the consumable callback")
 
 
@@ -126,13 +126,13 @@ def test_close_does_not_wait_on_a_stopped_indexer_and_indexes_the_rest(tmp_path)
     b = fmq.Broker.open(str(tmp_path), config())
     b.send(fmq.Message("t", b"indexed"))
     assert b.wait_indexed(DEADLINE)
-    pid = b.dispatcher.pid
+    pid = b._dispatcher.pid
     os.kill(pid, signal.SIGSTOP)
     closer = threading.Thread(target=b.close)
     try:
         for i in range(50):
             b.send(fmq.Message("t", f"flushed {i}".encode()))
-        end = b.log.flushed_offset
+        end = b._log.flushed_offset
         closer.start()
         closer.join(DEADLINE)
         assert not closer.is_alive(), "the close waited on the stopped indexer process"
@@ -149,7 +149,7 @@ def test_close_does_not_wait_on_a_stopped_indexer_and_indexes_the_rest(tmp_path)
         index.close()
     with fmq.Broker.open(str(tmp_path), config()) as b:
         assert bodies(b) == sorted([b"indexed"] + [f"flushed {i}".encode() for i in range(50)])
-        online = b.index.dump()
+        online = b._index.dump()
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config(index_writer="thread")) as b:
-        assert b.index.dump() == online
+        assert b._index.dump() == online

@@ -215,7 +215,7 @@ def test_a_commit_decided_before_a_crash_is_carried_out_at_restart(kafka_server)
         state.state = PREPARE_COMMIT
         state.offsets = [["txn-decided-group", "txn-decided-in", 0, 4]]
         write_state(broker, state)  # what EndTxn makes durable before any COMMIT
-        assert broker.queue_range("txn-decided", 0)[1] == 0
+        assert broker.reads.queue_range("txn-decided", 0)[1] == 0
     srv.start()
     got = read_committed(srv.bootstrap, "txn-decided", 2)
     assert sorted(got) == sorted(b"decided-%d" % i for i in range(6))

@@ -52,15 +52,15 @@ def test_out_of_descriptors_refuses_retriably_and_the_log_recovers(tmp_path, seg
     with fmq.Broker.open(data, broker_config(segment_size)) as b:
         assert b.wait_indexed(30)
         for mid, qid, qoff in out["acked"]:
-            got = b.pull("orders", qid, qoff, 1)
+            got = b.reads.pull("orders", qid, qoff, 1)
             assert got and bytes(got[0].body) == message_body(mid), f"acknowledged {mid} lost"
         everything = [bytes(m.body).rstrip(b".").decode()
-                      for ms in b.all_messages(["orders"]).values() for m in ms]
+                      for ms in b.reads.all_messages(["orders"]).values() for m in ms]
         assert not [m for m in everything if m.startswith("refused")], \
             "a refused request was stored"
         assert "early-tx" in everything  # committed once descriptors were back, exactly once
         assert everything.count("early-tx") == 1
-        assert b.open_transactions() == []
+        assert b.transactions.open_transactions() == []
 
 
 class NoDescriptorForSegments(FileIO):
@@ -87,19 +87,19 @@ def test_a_batch_needing_two_segments_is_stored_whole_or_not_at_all(tmp_path):
              for i in range(12)]
     with fmq.Broker.open(data, config, io=io) as b:
         b.send(fmq.Message("orders", message_body("first")))
-        end = b.log.next_offset
+        end = b._log.next_offset
         io.starved_after = 1  # the batch's first new segment can be made, its second not
         with pytest.raises(fmq.SegmentUnavailable) as refused:
             b.send_batch(batch)
         assert refused.value.retriable and "ulimit" in str(refused.value)
-        assert b.log.next_offset == end and b.log.failed is None
+        assert b._log.next_offset == end and b._log.failed is None
         io.starved_after = None
         results = b.send_batch(batch)
-        assert len({b.log.segment_for(r.offset).base for r in results}) >= 3
+        assert len({b._log.segment_for(r.offset).base for r in results}) >= 3
     with fmq.Broker.open(data, config) as b:
         assert b.wait_indexed(30)
         got = [bytes(m.body).rstrip(b".").decode()
-               for ms in b.all_messages(["orders"]).values() for m in ms]
+               for ms in b.reads.all_messages(["orders"]).values() for m in ms]
         assert sorted(got) == sorted(["first"] + [f"batch-{i}" for i in range(12)])
 
 

@@ -175,9 +175,10 @@ def test_fmq_no_extensions_runs_every_reference_twin(tmp_path):
         "assert R.crc32c is R.reference_crc32c\n"
         f"with fmq.Broker.open({str(tmp_path)!r}) as b:\n"
         "    r = b.send(fmq.Message('t', b'x', key='k'))\n"
-        "    tx = b.prepare([fmq.Message('t', b'y')], 'g'); b.commit(tx)\n"
+        "    txs = b.transactions\n"
+        "    txs.commit(txs.prepare([fmq.Message('t', b'y')], 'g'))\n"
         "    assert b.wait_indexed()\n"
-        "    print(len(b.pull('t', r.queue_id, 0)))\n"
+        "    print(len(b.reads.pull('t', r.queue_id, 0)))\n"
     )
     env = dict(os.environ, FMQ_NO_EXTENSIONS="1")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
@@ -188,5 +189,5 @@ def test_fmq_no_extensions_runs_every_reference_twin(tmp_path):
 
     with fmq.Broker.open(str(tmp_path)) as b:
         assert b.wait_indexed()
-        bodies = sorted(m.body for v in b.all_messages(["t"]).values() for m in v)
+        bodies = sorted(m.body for v in b.reads.all_messages(["t"]).values() for m in v)
     assert bodies == [b"x", b"y"]

@@ -200,14 +200,14 @@ def test_a_broker_places_sends_in_runs_and_indexes_every_one() -> None:
     with tempfile.TemporaryDirectory() as directory:
         with Broker.open(directory, BrokerConfig(segment_size=SEGMENT * 4, max_message_size=1024,
                                                  queues_per_topic=3)) as broker:
-            assert broker.log.takes_message_runs()
+            assert broker._log.takes_message_runs()
             results = broker.send_batch(batch)
             assert broker.wait_indexed()
             for qid in range(3):
                 mine = [(r.queue_offset, m.body) for r, m in zip(results, batch, strict=True)
                         if r.queue_id == qid]
                 assert [q for q, _ in mine] == list(range(len(mine)))
-                pulled = broker.pull("a", qid, 0, max_messages=len(mine) + 1)
+                pulled = broker.reads.pull("a", qid, 0, max_messages=len(mine) + 1)
                 assert [(p.queue_offset, bytes(p.body)) for p in pulled] == mine
-            assert {bytes(m.body) for m in broker.messages_by_key("a", "k3", limit=1000)} == \
+            assert {bytes(m.body) for m in broker.reads.messages_by_key("a", "k3", limit=1000)} == \
                 {str(i).encode() for i in range(3, 300, 5)}

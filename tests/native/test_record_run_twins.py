@@ -191,8 +191,8 @@ def test_a_batched_scan_is_the_same_scan_in_lists(tmp_path) -> None:
             b.send_batch([Message("t", b"m" * 200, key=f"k{i}") for _ in range(3)])
             b.send(Message("t", b"tagged", tags="x"))
             if i % 7 == 0:
-                tx = b.prepare([Message("t", b"tx")], "shop")
-                b.commit(tx, "shop")
+                tx = b.transactions.prepare([Message("t", b"tx")], "shop")
+                b.transactions.commit(tx, "shop")
     log_dir = str(tmp_path / "d" / "log")
     one_by_one = list(LogScanner(log_dir, copy_body=False, entry_type=QueueEntry))
     runs = list(LogScanner(log_dir, copy_body=False, entry_type=QueueEntry, batched=True))

@@ -34,7 +34,7 @@ def data_dir(tmp_path):
                                                 checkpoint_interval_ms=0)) as b:
         for i in range(40):
             b.send(fmq.Message("t", f"body-{i}".encode() * 10))
-        b.prepare([fmq.Message("t", b"open")], "g")
+        b.transactions.prepare([fmq.Message("t", b"open")], "g")
     return path
 
 

@@ -23,7 +23,7 @@ CONFIG = {"segment_size": 256 * 1024, "max_message_size": 4096, "checkpoint_inte
 
 def _bodies(broker, topic: str) -> list[bytes]:
     broker.wait_indexed()
-    return sorted(m.body for q in broker.all_messages([topic]).values() for m in q)
+    return sorted(m.body for q in broker.reads.all_messages([topic]).values() for m in q)
 
 
 def test_deliveries_of_timers_and_retries_enter_neither_window(tmp_path, small_config):
@@ -31,19 +31,19 @@ def test_deliveries_of_timers_and_retries_enter_neither_window(tmp_path, small_c
     with fmq.Broker.open(path, small_config) as broker:
         keyed = broker.send(Message("t", b"plain-keyed", properties={
             MESSAGE_ID_PROPERTY: "order-2", PRODUCER_ID_PROPERTY: "p", SEQUENCE_PROPERTY: "1"}))
-        broker.timers.schedule([Message("t", b"scheduled", properties=SCHEDULED)], 0)
+        broker._timers.schedule([Message("t", b"scheduled", properties=SCHEDULED)], 0)
         wait_until(lambda: len(_bodies(broker, "t")) == 2, what="both deliveries")
         # a consumer group fails the keyed message: its retry copy is delivered too
-        retries.nack(broker, "g", "t", keyed.queue_id, keyed.queue_offset, delay_ms=0)
+        broker.deliveries.nack("g", "t", keyed.queue_id, keyed.queue_offset, delay_ms=0)
         wait_until(lambda: len(_bodies(broker, retries.retry_topic("g"))) == 1,
                    what="the retry")
         # a later send with the scheduled message's id is a new message
         again = broker.send(Message("t", b"sent", properties={MESSAGE_ID_PROPERTY: "order-1"}))
         assert _bodies(broker, "t") == [b"plain-keyed", b"scheduled", b"sent"]
-        live_after = broker.idempotence.window.snapshot()
+        live_after = broker._idempotence.window.snapshot()
     rebuild_index(path, small_config)  # replays the whole log
     with fmq.Broker.open(path, small_config) as broker:
-        assert broker.idempotence.window.snapshot() == live_after
+        assert broker._idempotence.window.snapshot() == live_after
         assert broker.send(Message("t", b"sent", properties={
             MESSAGE_ID_PROPERTY: "order-1"})) == again
 

@@ -55,7 +55,7 @@ def test_acknowledged_offset_commits_survive_kill_9_and_a_deleted_index(tmp_path
     cfg = fmq.BrokerConfig(segment_size=16 * 1024, max_message_size=4096, queues_per_topic=QUEUES)
     with fmq.Broker.open(data, cfg) as b:
         assert b.recovery.index_rebuilt
-        got = {(f"g{g}", "t", q): b.committed_offset(f"g{g}", "t", q)
+        got = {(f"g{g}", "t", q): b.reads.committed_offset(f"g{g}", "t", q)
                for g in range(GROUPS) for q in range(QUEUES)}
     for key, allowed in _expected(acked, last).items():
         assert got[key] in allowed, (key, got[key], allowed)
@@ -99,7 +99,7 @@ def test_an_upgrade_killed_midway_is_done_again_on_the_next_open(tmp_path, op, m
     assert res.killed, res.stderr[-2000:]
     assert len(offset_records(data)) == written  # and the index is not marked upgraded
     with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
-        assert b.index.consumer_offsets() == old and b.index.offsets_in_log()
+        assert b._index.consumer_offsets() == old and b._index.offsets_in_log()
     shutil.rmtree(os.path.join(data, INDEX_DIR))
     with fmq.Broker.open(data, fmq.BrokerConfig(**cfg)) as b:
-        assert b.index.consumer_offsets() == old
+        assert b._index.consumer_offsets() == old

@@ -36,7 +36,7 @@ def fill(path, n=60, **kw) -> list[fmq.SendResult]:
 def snapshot(b: fmq.Broker) -> dict:
     b.wait_indexed()
     return {q: [(m.queue_offset, m.offset, m.body, m.key) for m in msgs]
-            for q, msgs in b.all_messages(TOPICS).items()}
+            for q, msgs in b.reads.all_messages(TOPICS).items()}
 
 
 def dense(snap: dict) -> bool:
@@ -81,13 +81,13 @@ def test_deleting_the_index_loses_nothing(tmp_path):
     fill(tmp_path, 80)
     with fmq.Broker.open(str(tmp_path), config()) as b:
         before = snapshot(b)
-        b.commit_offset("g", "a", 0, 3)
-        online = b.index.dump()
+        b.offsets.commit("g", [("a", 0, 3)])
+        online = b._index.dump()
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
         assert b.recovery.index_rebuilt
         assert snapshot(b) == before
-        rebuilt = b.index.dump()
+        rebuilt = b._index.dump()
     assert rebuilt == online
 
 
@@ -97,15 +97,15 @@ def test_index_rebuild_command_keeps_consumer_offsets(tmp_path):
     fill(tmp_path, 40)
     with fmq.Broker.open(str(tmp_path), config()) as b:
         # a queue holding at least 5 messages: a commit past a queue's end is refused
-        qid = next(q for q in range(4) if b.queue_range("a", q)[1] >= 5)
-        b.commit_offset("g", "a", qid, 5)
-        before, online = snapshot(b), b.index.dump()
+        qid = next(q for q in range(4) if b.reads.queue_range("a", q)[1] >= 5)
+        b.offsets.commit("g", [("a", qid, 5)])
+        before, online = snapshot(b), b._index.dump()
     report = rebuild_index(str(tmp_path), config())
     assert report["records_replayed"] >= 40
     with fmq.Broker.open(str(tmp_path), config()) as b:
         assert b.recovery.records_replayed == 0  # the rebuild checkpointed at the end
-        assert snapshot(b) == before and b.index.dump() == online
-        assert b.committed_offset("g", "a", qid) == 5
+        assert snapshot(b) == before and b._index.dump() == online
+        assert b.reads.committed_offset("g", "a", qid) == 5
 
 
 def test_garbage_index_is_rebuilt(tmp_path):
@@ -151,7 +151,7 @@ def test_torn_tail_at_every_byte_of_the_last_record_is_cut_and_appends_continue(
             r = b.send(fmq.Message("a", b"after the cut"))
             assert r.offset == last.log_offset
         with fmq.Broker.open(str(work), config()) as b:
-            assert b.pull("a", r.queue_id, r.queue_offset)[0].body == b"after the cut"
+            assert b.reads.pull("a", r.queue_id, r.queue_offset)[0].body == b"after the cut"
         shutil.rmtree(work)
 
 
@@ -200,48 +200,49 @@ def test_index_ahead_of_the_log_is_trimmed(tmp_path):
         snap = snapshot(b)
         assert all(m[1] != last.log_offset for msgs in snap.values() for m in msgs)
         assert dense(snap)
-        online = b.index.dump()
+        online = b._index.dump()
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config()) as b:
-        assert b.index.dump() == online
+        assert b._index.dump() == online
 
 
 def test_retention_deletes_only_what_it_may(tmp_path):
     cfg = config(retention_bytes=40 * 1024)
     results = fill(tmp_path, 800, retention_bytes=40 * 1024)
     with fmq.Broker.open(str(tmp_path), cfg) as b:
-        segs_before = len(b.log.segments)
+        segs_before = len(b._log.segments)
         deleted = b.enforce_retention()
-        assert deleted and len(b.log.segments) == segs_before - len(deleted)
-        assert sum(s.size for s in b.log.segments) <= 40 * 1024 + 16 * 1024
-        first = b.log.first_offset
-        assert b.log.active_segment in b.log.segments
+        assert deleted and len(b._log.segments) == segs_before - len(deleted)
+        assert sum(s.size for s in b._log.segments) <= 40 * 1024 + 16 * 1024
+        first = b._log.first_offset
+        assert b._log.active_segment in b._log.segments
         assert b.last_checkpoint.recovery_offset >= first
         for topic in TOPICS:
             for qid in range(4):
-                lo, hi = b.queue_range(topic, qid)
-                msgs = b.pull(topic, qid, 0, 1000)
+                lo, hi = b.reads.queue_range(topic, qid)
+                msgs = b.reads.pull(topic, qid, 0, 1000)
                 if hi == 0:
                     continue  # no key of the test hashes to this queue
                 assert msgs[0].queue_offset == lo and msgs[-1].queue_offset == hi - 1
                 assert all(m.offset >= first for m in msgs)
-        assert all(b.queue_range(t, q)[0] > 0 for t in TOPICS for q in range(4)
-                   if b.queue_range(t, q)[1] > 0)  # minimum offsets advanced
+        assert all(b.reads.queue_range(t, q)[0] > 0 for t in TOPICS for q in range(4)
+                   if b.reads.queue_range(t, q)[1] > 0)  # minimum offsets advanced
         kept = {r.offset for r in results if r.offset >= first}
-        assert {m.offset for t in TOPICS for q in range(4) for m in b.pull(t, q, 0, 1000)} == kept
-        assert b.messages_by_key("a", "k1") == [m for m in b.messages_by_key("a", "k1")
+        assert {m.offset for t in TOPICS for q in range(4) for m in b.reads.pull(t, q, 0,
+                                                                                 1000)} == kept
+        assert b.reads.messages_by_key("a", "k1") == [m for m in b.reads.messages_by_key("a", "k1")
                                                  if m.offset >= first]
-        idx = b.index.dump()
+        idx = b._index.dump()
         assert idx["keyoff"] and all(int.from_bytes(k, "big") >= first for k, _ in idx["keyoff"])
     with fmq.Broker.open(str(tmp_path), cfg) as b:  # reopen after retention
-        assert b.log.first_offset == first
+        assert b._log.first_offset == first
 
 
 def test_retention_by_age(tmp_path):
     fill(tmp_path, 100)
     cfg = config(retention_ms=1000)
     with fmq.Broker.open(str(tmp_path), cfg) as b:
-        n = len(b.log.segments)
+        n = len(b._log.segments)
         assert b.enforce_retention() == []  # all younger than a second
         deleted = b.enforce_retention(now=time.time() + 3600)
         assert len(deleted) == n - 1  # everything but the active segment
@@ -255,9 +256,9 @@ def test_reopening_with_a_smaller_segment_size_keeps_large_records(tmp_path):
     with fmq.Broker.open(str(tmp_path), config(segment_size=8192, max_message_size=4096)) as b:
         assert b.recovery.torn_tail is None
         b.wait_indexed()
-        assert b.pull("a", 0, r.queue_offset)[0].body == b"L" * 30_000
+        assert b.reads.pull("a", 0, r.queue_offset)[0].body == b"L" * 30_000
         b.send(fmq.Message("a", b"small", queue_id=0))  # new segments get the new size
-        assert b.log.segments[-1].size in (8192, 64 * 1024)
+        assert b._log.segments[-1].size in (8192, 64 * 1024)
 
 
 def test_a_queue_emptied_by_retention_keeps_its_offsets_through_an_index_rebuild(tmp_path):
@@ -269,12 +270,12 @@ def test_a_queue_emptied_by_retention_keeps_its_offsets_through_an_index_rebuild
             b.send(fmq.Message("b", b"later" * 40, queue_id=0))
         b.wait_indexed()
         assert b.enforce_retention()
-        assert b.queue_range("a", 3) == (40, 40)  # every message gone, offsets kept
-        online = b.index.dump()
+        assert b.reads.queue_range("a", 3) == (40, 40)  # every message gone, offsets kept
+        online = b._index.dump()
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), cfg) as b:
-        assert b.queue_range("a", 3) == (40, 40)
-        assert b.index.dump() == online
+        assert b.reads.queue_range("a", 3) == (40, 40)
+        assert b._index.dump() == online
         assert b.send(fmq.Message("a", b"new", queue_id=3)).queue_offset == 40
 
 

@@ -22,7 +22,7 @@ def broker(tmp_path):
 
 
 def test_chunks_are_whole_records_ending_at_a_filler(broker):
-    log = broker.log
+    log = broker._log
     offset, seen = 0, []
     while offset < log.flushed_offset:
         chunk = read_chunk(log, offset, 3000)
@@ -40,7 +40,7 @@ def test_chunks_are_whole_records_ending_at_a_filler(broker):
 
 
 def test_a_flipped_bit_or_a_shifted_chunk_is_refused(broker):
-    chunk = read_chunk(broker.log, 0, 3000)
+    chunk = read_chunk(broker._log, 0, 3000)
     flipped = bytearray(chunk.data)
     flipped[len(flipped) // 2] ^= 1
     with pytest.raises(BadRecord):
@@ -50,7 +50,7 @@ def test_a_flipped_bit_or_a_shifted_chunk_is_refused(broker):
 
 
 def test_a_follower_past_the_end_or_inside_a_record_has_diverged(broker):
-    log = broker.log
+    log = broker._log
     with pytest.raises(ReplicaDiverged):
         read_chunk(log, log.flushed_offset + 100, 3000)
     with pytest.raises(ReplicaDiverged):

@@ -67,7 +67,7 @@ def test_epoch_history_is_derived_from_the_log(tmp_path):
         b.send(Message("t", b"after"))
         with pytest.raises(ValueError):
             start_term(b, 3, "node-b")  # an epoch never repeats
-        assert b.index.epoch_history() == [first]
+        assert b._index.epoch_history() == [first]
     second = promote_offline(path, "node-b")
     assert second["epoch"] == 4
     records = [r for r in LogScanner(os.path.join(path, "log")) if r.type == RecordType.EPOCH]
@@ -75,13 +75,13 @@ def test_epoch_history_is_derived_from_the_log(tmp_path):
         (first.start, 3, "node-a"), (second["offset"], 4, "node-b")]
     shutil.rmtree(os.path.join(path, INDEX_DIR))  # deleting the index loses nothing
     with Broker.open(path) as b:
-        assert b.index.epoch_history() == [first, EpochEntry(4, second["offset"], "node-b")]
-        bodies = sorted(bytes(m.body) for q in range(4) for m in b.pull("t", q, 0))
+        assert b._index.epoch_history() == [first, EpochEntry(4, second["offset"], "node-b")]
+        bodies = sorted(bytes(m.body) for q in range(4) for m in b.reads.pull("t", q, 0))
         assert bodies == [b"after", b"before"]
     # A cut before a term's EPOCH record removes the term from the history.
     cut_log(path, second["offset"])
     with Broker.open(path) as b:
-        assert b.index.epoch_history() == [first]
+        assert b._index.epoch_history() == [first]
 
 
 def test_epoch_record_may_roll_a_segment(tmp_path):
@@ -92,7 +92,7 @@ def test_epoch_record_may_roll_a_segment(tmp_path):
         b.send(Message("t", b"x" * 30_000))
         entry = start_term(b, 1, "n")
         assert entry.start >= 0
-        assert b.index.epoch_history() == [entry]
+        assert b._index.epoch_history() == [entry]
 
 
 def test_a_new_primary_starts_its_term_before_recovery_writes(tmp_path):
@@ -106,7 +106,7 @@ def test_a_new_primary_starts_its_term_before_recovery_writes(tmp_path):
     with Broker.open(old) as b:
         start_term(b, 1, "n-old")
         b.send(Message("t", b"acknowledged"))
-        b.prepare([Message("t", b"one"), Message("t", b"two")], "shop", "tx-1")
+        b.transactions.prepare([Message("t", b"one"), Message("t", b"two")], "shop", "tx-1")
     records = list(LogScanner(os.path.join(old, "log")))
     second = [r for r in records if r.type == RecordType.PRE_MESSAGE][1]
     shutil.copytree(old, new)
@@ -122,9 +122,9 @@ def test_a_new_primary_starts_its_term_before_recovery_writes(tmp_path):
     # The old primary returns: where its epoch 1 ends in the new primary's log is a record
     # boundary of its own log, so it can be cut there and follow.
     with Broker.open(new, BrokerConfig(follow="127.0.0.1:1")) as b:
-        new_history, new_end = b.index.epoch_history(), b.replica.flushed_offset
+        new_history, new_end = b._index.epoch_history(), b.replica.flushed_offset
     with Broker.open(old, BrokerConfig(follow="127.0.0.1:1")) as b:
-        old_history, old_end = b.index.epoch_history(), b.replica.flushed_offset
+        old_history, old_end = b._index.epoch_history(), b.replica.flushed_offset
     point = divergence_point(old_history, old_end, primary_answers(new_history, new_end))
     assert point == second.log_offset
     cut_log(old, point)
@@ -135,7 +135,7 @@ def test_a_new_primary_starts_its_term_before_recovery_writes(tmp_path):
 def test_promote_offline_writes_the_epoch_record_first(tmp_path):
     path = str(tmp_path / "d")
     with Broker.open(path) as b:
-        b.prepare([Message("t", b"one"), Message("t", b"two")], "shop", "tx-1")
+        b.transactions.prepare([Message("t", b"one"), Message("t", b"two")], "shop", "tx-1")
     second = [r for r in LogScanner(os.path.join(path, "log"))
               if r.type == RecordType.PRE_MESSAGE][1]
     cut_log(path, second.log_offset)

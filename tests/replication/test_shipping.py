@@ -126,9 +126,9 @@ def test_killed_follower_catches_up_and_empty_follower_starts_from_zero(node, tm
     assert primary.stop() == 0 and follower.stop() == 0
     config = BrokerConfig(**{k: v for k, v in SMALL.items()})
     with Broker.open(primary.data_dir, config) as b:
-        index, open_txs = b.index.dump(), sorted(b.tx.open)
+        index, open_txs = b._index.dump(), sorted(b._tx.open)
     copy = Broker.open(follower.data_dir, config.replace(follow=primary.address))
-    assert sorted(copy.tx.open) == open_txs
+    assert sorted(copy._tx.open) == open_txs
     assert check_index_matches_rebuild(copy, follower.data_dir, config, str(tmp_path)) == index
 
 

@@ -102,7 +102,7 @@ def test_prepare_cut_at_a_segment_boundary_is_rolled_back_and_prepared_again(tmp
     finally:
         server.kill()
     with fmq.Broker.open(str(tmp_path / "data"), fmq.BrokerConfig(**CONFIG)) as b:
-        assert b.open_transactions() == []
+        assert b.transactions.open_transactions() == []
 
 
 def test_commit_cut_inside_its_records_is_rolled_forward(tmp_path):

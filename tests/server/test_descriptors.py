@@ -196,9 +196,9 @@ def test_low_hard_limit_lowers_max_connections_and_sends_never_fail_the_log(limi
     assert srv.proc.wait(30) == 0, srv.log()
     with fmq.Broker.open(srv.data_dir, fmq.BrokerConfig(**CONFIG)) as b:
         assert b.wait_indexed(30)
-        assert len(b.log.segments) >= 3  # the sends did roll segments
+        assert len(b._log.segments) >= 3  # the sends did roll segments
         for mid, r in counts["acked"]:
-            got = b.pull("orders", r.queue_id, r.queue_offset, 1)
+            got = b.reads.pull("orders", r.queue_id, r.queue_offset, 1)
             assert got and bytes(got[0].body).startswith(mid.encode() + b"."), mid
 
 

@@ -65,12 +65,12 @@ def test_kill_9_of_the_server_ends_its_indexer_and_a_restart_recovers(start_serv
     assert srv.stop() == 0
     config = fmq.BrokerConfig(**{k: v for k, v in cfg.items() if k != "server"})
     with fmq.Broker.open(srv.data_dir, config) as b:
-        got = sorted(m.body for v in b.all_messages(["t"]).values() for m in v)
-        online = b.index.dump()
+        got = sorted(m.body for v in b.reads.all_messages(["t"]).values() for m in v)
+        online = b._index.dump()
     assert got == sorted([f"m-{i}".encode() * 20 for i in range(300)] + [b"after the restart"])
     shutil.rmtree(f"{srv.data_dir}/{INDEX_DIR}")
     with fmq.Broker.open(srv.data_dir, config) as b:
-        assert b.index.dump() == online
+        assert b._index.dump() == online
 
 
 def test_a_blocked_indexer_dies_with_its_killed_server(start_server):

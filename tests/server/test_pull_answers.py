@@ -1,12 +1,16 @@
 """PULL answers built from messages encoded once: the same bytes as encoding them in the
-answer, the same fitting of the reply budget, and a second pull copies the bytes."""
+answer, the same fitting of the reply budget, and a second pull copies the bytes without
+reading or decoding the records again (the one cache of pulled messages)."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
 
-from fmq.message import StoredMessage
+import fmq
+from fmq.engine import reads as reads_module
+from fmq.engine.recent import RecentMessages
+from fmq.message import Message, StoredMessage
 from fmq.protocol import Op
 from fmq.protocol.frame import encode_response
 from fmq.protocol.values import stored_to_wire
@@ -18,6 +22,7 @@ from fmq.server.ops.pull_answers import (
     encode_fitting,
     encoded_cache,
 )
+from fmq.server.ops.pull_reads import pull_now
 
 
 def _messages(n: int) -> list[StoredMessage]:
@@ -70,3 +75,27 @@ def test_a_queue_is_shared_while_two_connections_pull_it_close_together():
     assert shared.note("t", 0, 2, 100.3)  # a second connection: shared from now on
     assert shared.note("t", 0, 1, 100.3 + SHARED_S - 0.1)
     assert not shared.note("t", 0, 1, 200.0 + CLOSE_S)  # alone again for long enough
+
+
+def test_a_shared_queues_second_pull_reads_no_record(tmp_path, monkeypatch):
+    with fmq.Broker.open(str(tmp_path / "data")) as broker:
+        broker.send_batch([Message("t", b"%d" % i * 100, queue_id=0) for i in range(30)])
+        assert broker.wait_indexed()
+        cache = encoded_cache()
+
+        def pull(keep: bool) -> tuple:
+            return pull_now(broker, cache, keep, "t", 0, 0, 30, None, 1 << 20)
+
+        alone = pull(False)  # a queue one connection pulls: keeps nothing
+        assert len(cache) == 0
+        first = pull(True)
+        assert len(cache) == 30 and first[1:] == alone[1:] and first[0].data == alone[0].data
+        reads = []
+        real = reads_module.read_records
+        monkeypatch.setattr(reads_module, "read_records",
+                            lambda log, places: reads.append(len(places)) or real(log, places))
+        second = pull(False)  # another group's consumer of the queue only looks
+        assert reads == [0] and second[1:] == first[1:] and second[0].data == first[0].data
+        bigger = RecentMessages(1 << 20)
+        assert pull_now(broker, bigger, False, "t", 0, 0, 30, None, 1 << 20)[0].data == \
+            first[0].data and reads == [0, 30]  # a cold cache reads them all again

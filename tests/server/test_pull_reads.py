@@ -58,13 +58,13 @@ def test_with_the_index_behind_a_resident_read_never_blocks(broker):
     broker.send_batch([Message("t", BODY)])
     broker.wait_indexed()
     released = threading.Event()
-    dispatch = broker.dispatcher._dispatch
+    dispatch = broker._dispatcher._dispatch
 
     def held(target: int) -> None:  # the index applies nothing until released
         released.wait(30)
         dispatch(target)
 
-    broker.dispatcher._dispatch = held
+    broker._dispatcher._dispatch = held
     broker.send(Message("t", b"acknowledged"))  # durable, not yet indexed
     t = time.monotonic()
     with pytest.raises(NotInMemory):  # no time to wait: a reader thread must wait for it

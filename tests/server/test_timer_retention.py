@@ -47,7 +47,7 @@ def test_pending_timers_over_the_limit_move_once_then_the_idle_server_settles(tm
     with fmq.Broker.open(data, fmq.BrokerConfig(**{**BROKER, "retention_bytes": 0})) as b:
         due = now_ms() + 3_600_000
         for _ in range(TIMERS // 1000):
-            b.timers.schedule([fmq.Message("later", b"t" * 40) for _ in range(1000)], due)
+            b._timers.schedule([fmq.Message("later", b"t" * 40) for _ in range(1000)], due)
         for _ in range(1024):
             b.send(fmq.Message("plain", b"p" * 1000))
     port = free_port()

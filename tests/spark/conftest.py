@@ -79,7 +79,7 @@ class BuiltLog:
 
 def pulls_of(broker: fmq.Broker) -> dict:
     return {q: [(m.queue_offset, bytes(m.body), m.key, m.tags, m.properties) for m in msgs]
-            for q, msgs in broker.all_messages(TOPICS).items()}
+            for q, msgs in broker.reads.all_messages(TOPICS).items()}
 
 
 #: Due time of the test log's scheduled messages: far enough that no broker delivers them.
@@ -94,7 +94,7 @@ def build_log(path: str) -> BuiltLog:
         for i in range(30):
             b.send(_msg("orders", i, 300))
         b.wait_indexed()
-        b.commit_offset("g1", "orders", 1, 3)
+        b.offsets.commit("g1", [("orders", 1, 3)])
         segments_before = len(list_segments(os.path.join(path, LOG_DIR)))
     # Phase 2: reopen with a size limit that drops the oldest segments.
     limit = (segments_before - 2) * SEGMENT - 1
@@ -105,39 +105,41 @@ def build_log(path: str) -> BuiltLog:
             for i in range(12):
                 b.send(_msg("orders", 100 * round_ + i, 200 + 37 * i))
             # committed with TX_MESSAGE copies (bodies under tx_copy_threshold) ...
-            tx = b.prepare([_msg("payments", round_ * 10 + j, 40 + j) for j in range(3)],
+            tx = b.transactions.prepare([_msg("payments", round_ * 10 + j,
+                                              40 + j) for j in range(3)],
                            producer_group="shop")
-            b.commit(tx)
+            b.transactions.commit(tx)
             # ... and with REF_MESSAGEs (bodies over it), across several topics
-            tx = b.prepare([_msg("payments", round_ * 10 + 5, 900),
+            tx = b.transactions.prepare([_msg("payments", round_ * 10 + 5, 900),
                             _msg("audit", round_, 1200)], producer_group="shop")
-            b.commit(tx)
-            tx = b.prepare([_msg("payments", round_ * 10 + 7, 500)], producer_group="shop")
-            b.rollback(tx)
+            b.transactions.commit(tx)
+            tx = b.transactions.prepare([_msg("payments", round_ * 10 + 7, 500)],
+                                        producer_group="shop")
+            b.transactions.rollback(tx)
             # scheduled messages: the first rounds' are delivered below, the rest pend
-            b.timers.schedule([_msg("orders", 500 + round_, 150), _msg("later", round_, 90)],
+            b._timers.schedule([_msg("orders", 500 + round_, 150), _msg("later", round_, 90)],
                               TIMERS_DUE + round_)
         # one application id in two producer groups: two transactions, ended each its way
         for group in ("shop", "billing"):
-            b.prepare([_msg("payments", 980, 60 if group == "shop" else 70)],
+            b.transactions.prepare([_msg("payments", 980, 60 if group == "shop" else 70)],
                       producer_group=group, tx_id="same-id")
-        b.rollback("same-id", "billing")
-        b.commit("same-id", "shop")
-        b.prepare([_msg("payments", 991, 800), _msg("audit", 992, 100)],
+        b.transactions.rollback("same-id", "billing")
+        b.transactions.commit("same-id", "shop")
+        b.transactions.prepare([_msg("payments", 991, 800), _msg("audit", 992, 100)],
                   producer_group="shop", tx_id="open-1")
         b.send(_msg("orders", 999, 100))
-        b.prepare([_msg("audit", 993, 2000)], producer_group="billing", tx_id="open-2")
+        b.transactions.prepare([_msg("audit", 993, 2000)], producer_group="billing", tx_id="open-2")
         b.send(_msg("audit", 994, 64))
-        b.commit_offset("g2", "payments", 0, 2)
-        assert b.timers.deliver_due(TIMERS_DUE + 2) == 6
+        b.offsets.commit("g2", [("payments", 0, 2)])
+        assert b._timers.deliver_due(TIMERS_DUE + 2) == 6
         # as retention does: the oldest pending timers rewritten at the log head
-        [(oldest, _size), _] = b.index.timers.stored_before(1 << 62, 2)
-        assert b.timers.relocate_before(oldest + 1) == 1
+        [(oldest, _size), _] = b._index.timers.stored_before(1 << 62, 2)
+        assert b._timers.relocate_before(oldest + 1) == 1
         b.wait_indexed()
-        open_txs = b.open_transactions()
+        open_txs = b.transactions.open_transactions()
         pulls = pulls_of(b)
-        queues = b.index.all_queues()
-        consumers = b.index.consumer_offsets()
+        queues = b._index.all_queues()
+        consumers = b._index.consumer_offsets()
     index = IndexStore(os.path.join(path, INDEX_DIR))
     online = index.dump()
     index.close()

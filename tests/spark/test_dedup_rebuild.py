@@ -29,14 +29,14 @@ def test_a_spark_rebuild_keeps_the_dedup_window(spark, tmp_path):
         for i in range(300):  # segments of plain traffic after them
             b.send(fmq.Message("audit", b"x%d" % i))
         b.send(idem(b"second", 1))
-        live = b.idempotence.window.snapshot()
+        live = b._idempotence.window.snapshot()
     result = run_rebuild(data, master="local[2]")
     assert read_checkpoint(result["checkpoint_file"]).recovery_offset == first.offset
     with fmq.Broker.open(data, small_config()) as b:
-        assert b.idempotence.window.snapshot() == live
+        assert b._idempotence.window.snapshot() == live
         assert b.send(idem(b"first", 0)) == first
         assert b.send(fmq.Message("orders", b"keyed",
                                   properties={MESSAGE_ID_PROPERTY: "k"})) == keyed
         b.wait_indexed()
-        assert sorted(m.body for q in b.all_messages(["orders"]).values() for m in q) == [
+        assert sorted(m.body for q in b.reads.all_messages(["orders"]).values() for m in q) == [
             b"first", b"keyed", b"second"]

@@ -23,9 +23,9 @@ def test_a_spark_rebuild_keeps_the_epoch_history(spark, tmp_path):
             b.send(fmq.Message("orders", b"x%d" % i))
         start_term(b, 5, "node-b")
         b.send(fmq.Message("orders", b"epoch 5"))
-        live = b.index.epoch_history()
+        live = b._index.epoch_history()
     assert [e.epoch for e in live] == [2, 5]
     run_rebuild(data, master="local[2]")
     with fmq.Broker.open(data, small_config()) as b:
         assert b.recovery.records_replayed == 0  # the history came from the rebuild
-        assert b.index.epoch_history() == live
+        assert b._index.epoch_history() == live

@@ -22,6 +22,6 @@ def test_spark_rebuilt_index_keeps_every_queue_of_a_topic(spark, tmp_path):
     run_rebuild(path, master="local[2]")
     with fmq.Broker.open(path, small_config(queues_per_topic=2)) as b:
         b.wait_indexed()
-        got = sorted(m.body for msgs in b.all_messages(["orders"]).values() for m in msgs)
+        got = sorted(m.body for msgs in b.reads.all_messages(["orders"]).values() for m in msgs)
         assert got == [b"m0", b"m1", b"m2", b"m3"]
-        assert b.queue_count("orders") == 4
+        assert b.topics.queue_count("orders") == 4

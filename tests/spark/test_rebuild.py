@@ -92,9 +92,10 @@ def test_in_place_rebuild_equals_online_index_and_broker_serves_identical_pulls(
         assert rep.bytes_replayed == built_log.log_end - oldest
         assert rep.torn_tail is not None and rep.torn_tail["offset"] == built_log.torn_offset
         assert pulls_of(b) == built_log.pulls
-        assert _open_tx_view(b.open_transactions()) == _open_tx_view(built_log.open_transactions)
-        assert b.index.all_queues() == built_log.queues
-        assert b.committed_offset("g1", "orders", 1) == 3
+        assert _open_tx_view(b.transactions.open_transactions()) == _open_tx_view(
+            built_log.open_transactions)
+        assert b._index.all_queues() == built_log.queues
+        assert b.reads.committed_offset("g1", "orders", 1) == 3
         # Producing goes on at the right queue offsets, including in emptied queues.
         r = b.send(fmq.Message("early", b"after", queue_id=0))
         assert r.queue_offset == built_log.queues[("early", 0)][1]
@@ -275,8 +276,8 @@ def test_commit_cut_short_is_committing_and_the_broker_rolls_it_forward(spark, l
     assert result["checkpoint"]["recovery_offset"] == prepare.log_offset
     with fmq.Broker.open(log_copy, small_config()) as b:
         assert b.recovery.rolled_forward == [commit.tx_id]
-        assert b.open_transactions() == []
-        visible = {m.queue_offset for m in b.all_messages(["payments", "audit"]).get(
+        assert b.transactions.open_transactions() == []
+        visible = {m.queue_offset for m in b.reads.all_messages(["payments", "audit"]).get(
             (copies[0].topic, copies[0].queue_id), [])}
         assert copies[0].queue_offset in visible
 
@@ -317,9 +318,9 @@ def test_prepare_cut_short_is_incomplete_and_the_broker_rolls_it_back(spark, log
     assert result["checkpoint"]["recovery_offset"] <= prepare.log_offset
     with fmq.Broker.open(log_copy, small_config()) as b:
         assert b.recovery.incomplete_prepares == [prepare.tx_id]
-        assert prepare.tx_id not in {t["tx_id"] for t in b.open_transactions()}
+        assert prepare.tx_id not in {t["tx_id"] for t in b.transactions.open_transactions()}
         with pytest.raises(fmq.TransactionConflict):
-            b.commit(prepare.tx_id)
+            b.transactions.commit(prepare.tx_id)
 
 
 def test_relocation_cut_short_keeps_the_original_and_the_checkpoint_before_it(spark, tmp_path):
@@ -331,11 +332,11 @@ def test_relocation_cut_short_keeps_the_original_and_the_checkpoint_before_it(sp
     data = str(tmp_path / "data")
     bodies = [f"r{i}-".encode().ljust(300, b"r") for i in range(3)]
     with fmq.Broker.open(data, small_config()) as b:
-        b.prepare([fmq.Message("pay", body) for body in bodies], "shop", tx_id="reloc")
+        b.transactions.prepare([fmq.Message("pay", body) for body in bodies], "shop", tx_id="reloc")
         b.send(fmq.Message("plain", b"after"))
-        with b.tx.lock:
-            tx = b.tx.open["shop", "reloc"]
-        assert b.tx_relocator.relocate(tx)
+        with b._tx.lock:
+            tx = b._tx.open["shop", "reloc"]
+        assert b._tx_relocator.relocate(tx)
     recs = D.records(data)
     prepares = [r for r in recs if r.type.name == "PREPARE" and r.tx_id == "reloc"]
     assert [p.ref_offset for p in prepares] == [-1, prepares[0].log_offset]
@@ -347,10 +348,10 @@ def test_relocation_cut_short_keeps_the_original_and_the_checkpoint_before_it(sp
     assert result["checkpoint"]["recovery_offset"] <= prepares[0].log_offset
     with fmq.Broker.open(data, small_config()) as b:
         assert b.recovery.incomplete_prepares == []
-        [info] = b.open_transactions()
+        [info] = b.transactions.open_transactions()
         assert (info["tx_id"], info["messages"], info["prepare_offset"]) == (
             "reloc", 3, prepares[0].log_offset)
-        assert b.commit("reloc") == fmq.TxState.COMMIT
+        assert b.transactions.commit("reloc") == fmq.TxState.COMMIT
         assert b.wait_indexed()
-        got = sorted(bytes(m.body) for ms in b.all_messages(["pay"]).values() for m in ms)
+        got = sorted(bytes(m.body) for ms in b.reads.all_messages(["pay"]).values() for m in ms)
         assert got == sorted(bodies)

@@ -28,12 +28,12 @@ def test_a_spark_rebuild_derives_topic_settings_and_deletes(spark, tmp_path):
         b.send(fmq.Message("doomed", b"after", key="k1"))
         b.topics.alter("orders", queues=5)
         b.wait_indexed()
-        live = b.index.dump()
+        live = b._index.dump()
         listing = b.topics.list()
     run_rebuild(data, master="local[2]")
     with fmq.Broker.open(data, small_config()) as b:
         assert b.recovery.records_replayed == 0  # the table came from the rebuild
-        rebuilt = b.index.dump()
+        rebuilt = b._index.dump()
         assert {k: rebuilt[k] for k in COMPARED} == {k: live[k] for k in COMPARED}
         assert b.topics.list() == listing
-        assert [m.body for m in b.messages_by_key("doomed", "k1")] == [b"after"]
+        assert [m.body for m in b.reads.messages_by_key("doomed", "k1")] == [b"after"]

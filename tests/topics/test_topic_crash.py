@@ -31,12 +31,13 @@ def topic_state(path: str, messages: int) -> str:
     cfg = fmq.BrokerConfig(**CONFIG)
     with fmq.Broker.open(path, cfg) as b:
         listed = [t["name"] for t in b.topics.list()]
-        readable = sum(len(b.pull("orders", q, 0, 1000)) for q in range(b.queue_count("orders")))
-        keyed = len(b.messages_by_key("orders", "k1"))
-        online = b.index.dump()
+        readable = sum(len(b.reads.pull("orders", q, 0,
+                                        1000)) for q in range(b.topics.queue_count("orders")))
+        keyed = len(b.reads.messages_by_key("orders", "k1"))
+        online = b._index.dump()
     rebuild_index(path, cfg)
     with fmq.Broker.open(path, cfg) as b:
-        assert b.index.dump() == online, "the index differs from a rebuild from the log"
+        assert b._index.dump() == online, "the index differs from a rebuild from the log"
     if listed == ["orders"]:
         assert (readable, keyed) == (messages, 1)
         return "present"

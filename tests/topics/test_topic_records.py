@@ -25,8 +25,8 @@ def config(**kw) -> fmq.BrokerConfig:
 
 
 def bodies(b: fmq.Broker, topic: str) -> list[bytes]:
-    return sorted(m.body for q in range(b.queue_count(topic))
-                  for m in b.pull(topic, q, 0, 1000))
+    return sorted(m.body for q in range(b.topics.queue_count(topic))
+                  for m in b.reads.pull(topic, q, 0, 1000))
 
 
 def topic_records(path: str) -> list:
@@ -45,20 +45,20 @@ def test_settings_survive_a_restart_a_deleted_index_and_fmq_index_rebuild(tmp_pa
         b.send(fmq.Message("gone2", b"x", key="a"))
         b.wait_indexed()
         b.topics.delete("gone2")
-        live = b.index.dump()
+        live = b._index.dump()
         listing = b.topics.list()
     assert live["topics"]  # the table is in the index
     with fmq.Broker.open(path, config()) as b:  # restart
-        assert b.topics.list() == listing and b.queue_count("orders") == 12
-        assert b.index.dump() == live
+        assert b.topics.list() == listing and b.topics.queue_count("orders") == 12
+        assert b._index.dump() == live
     shutil.rmtree(f"{path}/{INDEX_DIR}")  # recovery's redo from the whole log
     with fmq.Broker.open(path, config()) as b:
-        assert b.recovery.index_rebuilt and b.index.dump() == live
+        assert b.recovery.index_rebuilt and b._index.dump() == live
         assert b.topics.list() == listing
     rebuild_index(path, config())
     with fmq.Broker.open(path, config()) as b:
-        assert b.index.dump() == live
-        assert bodies(b, "gone2") == [] and b.messages_by_key("gone2", "a") == []
+        assert b._index.dump() == live
+        assert bodies(b, "gone2") == [] and b.reads.messages_by_key("gone2", "a") == []
         assert len(bodies(b, "orders")) == 30
         with pytest.raises(MessageTooLarge, match="limit of topic 'orders'.*100"):
             b.send(fmq.Message("orders", b"x" * 101))
@@ -83,19 +83,19 @@ def test_queues_only_grow_and_old_data_stays_readable(tmp_path):
         with pytest.raises(InvalidArgument, match="queues only grow"):
             b.topics.alter("t", queues=1)
         b.topics.alter("t", queues=6)
-        assert b.queue_count("t") == 6
+        assert b.topics.queue_count("t") == 6
         b.send(fmq.Message("t", b"q5", queue_id=5))
         b.wait_indexed()
         assert bodies(b, "t") == [b"q1", b"q5"]
     with fmq.Broker.open(str(tmp_path), config(queues_per_topic=1)) as b:
-        assert b.queue_count("t") == 6 and bodies(b, "t") == [b"q1", b"q5"]
+        assert b.topics.queue_count("t") == 6 and bodies(b, "t") == [b"q1", b"q5"]
 
 
 def test_a_log_without_topic_records_keeps_the_defaults(tmp_path):
     with fmq.Broker.open(str(tmp_path), config(queues_per_topic=3)) as b:
         b.send(fmq.Message("plain", b"x"))
     with fmq.Broker.open(str(tmp_path), config(queues_per_topic=3)) as b:
-        assert b.index.topic_configs() == {}
+        assert b._index.topic_configs() == {}
         assert b.topics.list() == [{"name": "plain", "queues": 3, "retention_ms": None,
                                     "retention_bytes": None, "max_message_size": None,
                                     "state": "created", "floors": [], "auto_created": True}]
@@ -106,11 +106,11 @@ def test_delete_refused_with_lag_then_forced_and_created_again_continues(tmp_pat
         b.topics.create("orders")
         for i in range(5):
             b.send(fmq.Message("orders", b"m%d" % i))
-        b.commit_offset("billing", "orders", 0, 2)
+        b.offsets.commit("billing", [("orders", 0, 2)])
         with pytest.raises(TopicHasLag, match="group billing queue 0: 3 unread"):
             b.topics.delete("orders")
         b.topics.delete("orders", force=True)
-        assert bodies(b, "orders") == [] and b.queue_range("orders", 0) == (5, 5)
+        assert bodies(b, "orders") == [] and b.reads.queue_range("orders", 0) == (5, 5)
         with pytest.raises(UnknownTopic, match="fmq topic create orders"):
             b.send(fmq.Message("orders", b"late"))
         with pytest.raises(UnknownTopic):
@@ -119,7 +119,7 @@ def test_delete_refused_with_lag_then_forced_and_created_again_continues(tmp_pat
         r = b.send(fmq.Message("orders", b"new"))
         b.wait_indexed()
         assert r.queue_offset == 5  # offsets continue: none is handed out twice
-        assert [m.body for m in b.pull("orders", 0, 2)] == [b"new"]  # the group skips ahead
+        assert [m.body for m in b.reads.pull("orders", 0, 2)] == [b"new"]  # the group skips ahead
 
 
 def test_auto_create_off_refuses_unknown_topics_but_not_the_brokers_own(tmp_path):
@@ -127,12 +127,12 @@ def test_auto_create_off_refuses_unknown_topics_but_not_the_brokers_own(tmp_path
         with pytest.raises(UnknownTopic, match="fmq topic create nowhere"):
             b.send(fmq.Message("nowhere", b"x"))
         with pytest.raises(UnknownTopic):
-            b.prepare([fmq.Message("nowhere", b"x")], "pg")
+            b.transactions.prepare([fmq.Message("nowhere", b"x")], "pg")
         with pytest.raises(UnknownTopic):
-            b.schedule([fmq.Message("nowhere", b"x")], int(time.time() * 1000) + 60_000)
+            b.deliveries.schedule([fmq.Message("nowhere", b"x")], int(time.time() * 1000) + 60_000)
         b.topics.create("somewhere")
         b.send(fmq.Message("somewhere", b"x"))
-        b.timers.schedule_internal([fmq.Message("%RETRY%g", b"r")], 0)
+        b._timers.schedule_internal([fmq.Message("%RETRY%g", b"r")], 0)
 
 
 def test_topic_retention_by_time_makes_old_messages_unreadable(tmp_path):
@@ -144,7 +144,7 @@ def test_topic_retention_by_time_makes_old_messages_unreadable(tmp_path):
         b.enforce_retention(time.time() + 30)  # younger than a minute: kept
         assert bodies(b, "short") == [b"old"]
         b.enforce_retention(time.time() + 120)
-        assert bodies(b, "short") == [] and b.queue_range("short", 0) == (1, 1)
+        assert bodies(b, "short") == [] and b.reads.queue_range("short", 0) == (1, 1)
         assert bodies(b, "keep") == [b"other topic"]
         b.send(fmq.Message("short", b"new"))
         b.wait_indexed()
@@ -159,13 +159,13 @@ def test_topic_retention_by_bytes_keeps_the_newest_of_each_queue(tmp_path):
         b.wait_indexed()
         b.enforce_retention()
         kept = bodies(b, "capped")
-        lo, hi = b.queue_range("capped", 0)
+        lo, hi = b.reads.queue_range("capped", 0)
         assert hi == 20 and 1 <= len(kept) < 20 and len(kept) == hi - lo
         # what is kept is the newest, and its stored records fit the limit
         assert kept[-1] == bytes([65 + 19]) * 100
-        assert sum(s for _q, _d, s, _t, _st in b.index.queue_entries("capped", 0, lo, 100)) <= 1000
+        assert sum(s for _q, _d, s, _t, _st in b._index.queue_entries("capped", 0, lo, 100)) <= 1000
     with fmq.Broker.open(str(tmp_path), config(queues_per_topic=1)) as b:
-        assert b.queue_range("capped", 0) == (lo, hi)
+        assert b.reads.queue_range("capped", 0) == (lo, hi)
 
 
 def test_a_rebuilt_index_hides_what_topic_retention_hid_before_serving(tmp_path):
@@ -175,10 +175,10 @@ def test_a_rebuilt_index_hides_what_topic_retention_hid_before_serving(tmp_path)
             b.send(fmq.Message("capped", b"%03d" % i * 30))
         b.wait_indexed()
         b.enforce_retention()
-        hidden = b.queue_range("capped", 0)
+        hidden = b.reads.queue_range("capped", 0)
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config(queues_per_topic=1)) as b:
-        assert b.queue_range("capped", 0) == hidden
+        assert b.reads.queue_range("capped", 0) == hidden
 
 
 def test_settings_the_broker_cannot_honour_are_refused(tmp_path):
@@ -201,14 +201,14 @@ def test_a_topic_created_again_hides_what_reached_it_while_deleted(tmp_path):
     with fmq.Broker.open(str(tmp_path), config(queues_per_topic=1)) as b:
         b.topics.create("orders")
         b.send(fmq.Message("orders", b"before"))
-        tx = b.prepare([fmq.Message("orders", b"in flight")], "shop")
+        tx = b.transactions.prepare([fmq.Message("orders", b"in flight")], "shop")
         b.topics.delete("orders")
-        b.commit(tx, "shop")  # prepared before the delete: its message still lands
+        b.transactions.commit(tx, "shop")  # prepared before the delete: its message still lands
         b.topics.create("orders")
         b.send(fmq.Message("orders", b"after"))
         b.wait_indexed()
         assert bodies(b, "orders") == [b"after"]
-        live = b.index.dump()
+        live = b._index.dump()
     rebuild_index(str(tmp_path), config(queues_per_topic=1))
     with fmq.Broker.open(str(tmp_path), config(queues_per_topic=1)) as b:
-        assert bodies(b, "orders") == [b"after"] and b.index.dump() == live
+        assert bodies(b, "orders") == [b"after"] and b._index.dump() == live

@@ -53,7 +53,7 @@ STAGES = {
 
 def all_bodies(b: fmq.Broker) -> list[bytes]:
     assert b.wait_indexed()
-    return sorted(m.body for msgs in b.all_messages(["t"]).values() for m in msgs)
+    return sorted(m.body for msgs in b.reads.all_messages(["t"]).values() for m in msgs)
 
 
 @pytest.mark.parametrize("stage", list(STAGES))
@@ -67,7 +67,7 @@ def test_crash_at_stage(tmp_path, stage):
     assert "committed" not in events and "rolled back" not in events  # killed before the ack
     cfg = fmq.BrokerConfig(**CFG)
     with fmq.Broker.open(data, cfg) as b:
-        open_txs = b.open_transactions()
+        open_txs = b.transactions.open_transactions()
         assert [t["tx_id"] for t in open_txs] == (["tx-1"] if open_after else [])
         if open_after:
             assert open_txs[0]["messages"] == pre_count
@@ -77,28 +77,29 @@ def test_crash_at_stage(tmp_path, stage):
         assert b.recovery.incomplete_prepares == (["tx-1"] if cut_prepare else [])
         if cut_prepare:
             with pytest.raises(fmq.TransactionConflict):
-                b.commit("tx-1")
+                b.transactions.commit("tx-1")
             with pytest.raises(fmq.TransactionRolledBack):
-                b.prepare([fmq.Message("t", b"again")], "g", tx_id="tx-1")
-            assert b.rollback("tx-1") == TxState.ROLLBACK
+                b.transactions.prepare([fmq.Message("t", b"again")], "g", tx_id="tx-1")
+            assert b.transactions.rollback("tx-1") == TxState.ROLLBACK
         visible = all_bodies(b)
         expected_now = sorted([b"plain-before"] + (BODIES if committed and not open_after else []))
         assert visible == expected_now  # never a partly visible transaction
-        offered = b.poll_uncertain("g", wait_ms=1000 if decision else 200)
+        offered = b.transactions.poll_uncertain("g", wait_ms=1000 if decision else 200)
         if decision is None:
             assert offered == []
         else:
             [u] = offered
             assert u.tx_id == "tx-1" and len(u.messages) == pre_count
-            assert b.answer_uncertain("tx-1", TxState(decision)) == TxState(decision)
+            assert b.transactions.answer_uncertain("tx-1", TxState(decision)) == TxState(decision)
         final = all_bodies(b)
         assert final == sorted([b"plain-before"] + (BODIES if committed else []))
-        assert b.open_transactions() == []
+        assert b.transactions.open_transactions() == []
     with fmq.Broker.open(data, cfg) as b:  # and it stays that way across another restart
         assert all_bodies(b) == final
-        assert b.open_transactions() == []
+        assert b.transactions.open_transactions() == []
         if "prepared" in events or open_after:
             expected = TxState.COMMIT if committed else TxState.ROLLBACK
-            assert (b.commit if committed else b.rollback)("tx-1") == expected
+            end = b.transactions.commit if committed else b.transactions.rollback
+            assert end("tx-1") == expected
             with pytest.raises(fmq.TransactionConflict):
-                (b.rollback if committed else b.commit)("tx-1")
+                (b.transactions.rollback if committed else b.transactions.commit)("tx-1")

@@ -20,30 +20,32 @@ CFG = dict(segment_size=64 * 1024, max_message_size=4096, checkpoint_interval_ms
 
 def bodies(b: fmq.Broker) -> list[bytes]:
     assert b.wait_indexed()
-    return sorted(m.body for msgs in b.all_messages(["t"]).values() for m in msgs)
+    return sorted(m.body for msgs in b.reads.all_messages(["t"]).values() for m in msgs)
 
 
 def test_one_id_in_two_groups_is_two_transactions_across_a_restart(tmp_path):
     path = str(tmp_path / "data")
     with fmq.Broker.open(path, fmq.BrokerConfig(**CFG)) as b:
-        b.prepare([Message("t", b"from g")], "g", tx_id="order-1")
-        b.prepare([Message("t", b"from h")], "h", tx_id="order-1")
+        b.transactions.prepare([Message("t", b"from g")], "g", tx_id="order-1")
+        b.transactions.prepare([Message("t", b"from h")], "h", tx_id="order-1")
         with pytest.raises(fmq.InvalidArgument, match="name the producer group"):
-            b.commit("order-1")  # which one: the embedded shortcut refuses to guess
-        assert b.rollback("order-1", "g") == TxState.ROLLBACK
-        assert [(t["producer_group"], t["tx_id"]) for t in b.open_transactions()] == [
+            b.transactions.commit("order-1")  # which one: the embedded shortcut refuses to guess
+        assert b.transactions.rollback("order-1", "g") == TxState.ROLLBACK
+        assert [(t["producer_group"], t["tx_id"]) for t in b.transactions.open_transactions()] == [
             ("h", "order-1")]
     with fmq.Broker.open(path, fmq.BrokerConfig(**CFG)) as b:  # redo and the index agree
-        assert [(t["producer_group"], t["tx_id"]) for t in b.open_transactions()] == [
+        assert [(t["producer_group"], t["tx_id"]) for t in b.transactions.open_transactions()] == [
             ("h", "order-1")]
-        assert b.commit("order-1", "h") == TxState.COMMIT
-        assert b.rollback("order-1", "g") == TxState.ROLLBACK  # its own end, remembered
+        assert b.transactions.commit("order-1", "h") == TxState.COMMIT
+        assert b.transactions.rollback("order-1",
+                                       "g") == TxState.ROLLBACK  # its own end, remembered
         with pytest.raises(fmq.TransactionRolledBack):
-            b.prepare([Message("t", b"again")], "g", tx_id="order-1")
+            b.transactions.prepare([Message("t", b"again")], "g", tx_id="order-1")
         with pytest.raises(fmq.UnknownTransaction):
-            b.commit("order-1", "other")
-        assert b.prepare([Message("t", b"from other")], "other", tx_id="order-1") == "order-1"
-        assert b.commit("order-1", "other") == TxState.COMMIT
+            b.transactions.commit("order-1", "other")
+        assert b.transactions.prepare([Message("t", b"from other")], "other",
+                                      tx_id="order-1") == "order-1"
+        assert b.transactions.commit("order-1", "other") == TxState.COMMIT
         assert bodies(b) == [b"from h", b"from other"]
 
 
@@ -52,9 +54,9 @@ def test_a_ref_record_without_its_group_from_an_older_log_is_rolled_forward(tmp_
     transaction a cut commit left COMMITTING, and rolls it forward."""
     path = str(tmp_path / "data")
     with fmq.Broker.open(path, fmq.BrokerConfig(**CFG)) as b:
-        b.prepare([Message("t", b"x" * 600, key="k")], "g", tx_id="old-tx")
-        [pre] = b.tx.open["g", "old-tx"].messages
-        log_, queues = b.log, b._queues
+        b.transactions.prepare([Message("t", b"x" * 600, key="k")], "g", tx_id="old-tx")
+        [pre] = b._tx.open["g", "old-tx"].messages
+        log_, queues = b._log, b._queues
         with log_.lock:  # the REF as the older writer laid it out, then a crash: no COMMIT
             qoff = queues.next_offset(pre.topic, pre.queue_id)
             log_.append_locked(Record(RecordType.REF_MESSAGE, store_time=now_ms(),
@@ -66,16 +68,16 @@ def test_a_ref_record_without_its_group_from_an_older_log_is_rolled_forward(tmp_
         log_.wait_durable(end, sync=True)
     with fmq.Broker.open(path, fmq.BrokerConfig(**CFG)) as b:
         assert b.recovery.rolled_forward == ["old-tx"]
-        assert b.open_transactions() == []
-        assert b.commit("old-tx", "g") == TxState.COMMIT
+        assert b.transactions.open_transactions() == []
+        assert b.transactions.commit("old-tx", "g") == TxState.COMMIT
         assert bodies(b) == [b"x" * 600]
 
 
 def test_an_index_keyed_by_id_alone_is_rebuilt_from_the_log(tmp_path):
     path = str(tmp_path / "data")
     with fmq.Broker.open(path, fmq.BrokerConfig(**CFG)) as b:
-        b.prepare([Message("t", b"done")], "g", tx_id="t-old")
-        b.commit("t-old", "g")
+        b.transactions.prepare([Message("t", b"done")], "g", tx_id="t-old")
+        b.transactions.commit("t-old", "g")
         b.send(Message("t", b"plain"))
     index = IndexStore(f"{path}/index")
     with index.env.begin(write=True) as txn:  # what an index of the earlier format held
@@ -86,6 +88,6 @@ def test_an_index_keyed_by_id_alone_is_rebuilt_from_the_log(tmp_path):
     index.close()
     with fmq.Broker.open(path, fmq.BrokerConfig(**CFG)) as b:
         assert b.recovery.index_rebuilt
-        assert [k for k, _v in b.index.dump()["txends"]] == [b"t-old\x00g"]
-        assert b.commit("t-old", "g") == TxState.COMMIT  # answered from the index
+        assert [k for k, _v in b._index.dump()["txends"]] == [b"t-old\x00g"]
+        assert b.transactions.commit("t-old", "g") == TxState.COMMIT  # answered from the index
         assert bodies(b) == [b"done", b"plain"]

@@ -28,7 +28,7 @@ def log_bytes(data: str) -> int:
 
 def visible(b: fmq.Broker, topic: str) -> list[bytes]:
     assert b.wait_indexed()
-    return sorted(bytes(m.body) for msgs in b.all_messages([topic]).values() for m in msgs)
+    return sorted(bytes(m.body) for msgs in b.reads.all_messages([topic]).values() for m in msgs)
 
 
 def fill(b: fmq.Broker, n: int = FILL) -> None:
@@ -41,8 +41,9 @@ def test_retention_relocates_an_abandoned_transaction_and_bounds_the_log(tmp_pat
     data = str(tmp_path / "data")
     cfg = fmq.BrokerConfig(**CFG)
     with fmq.Broker.open(data, cfg) as b:
-        tx = b.prepare([fmq.Message("pay", body) for body in TX_BODIES], "shop", tx_id="old")
-        first_prepare = b.open_transactions()[0]["prepare_offset"]
+        tx = b.transactions.prepare([fmq.Message("pay", body) for body in TX_BODIES], "shop",
+                                    tx_id="old")
+        first_prepare = b.transactions.open_transactions()[0]["prepare_offset"]
         fill(b)
         assert b.wait_indexed()
         deleted = b.enforce_retention()
@@ -50,21 +51,21 @@ def test_retention_relocates_an_abandoned_transaction_and_bounds_the_log(tmp_pat
         # The log is bounded by the limit (plus the active segment and the one it rolled
         # from), not pinned at the abandoned PREPARE.
         assert log_bytes(data) <= cfg.retention_bytes + 2 * cfg.segment_size
-        [info] = b.open_transactions()
+        [info] = b.transactions.open_transactions()
         assert info["tx_id"] == "old" and info["messages"] == 3
         assert info["prepare_offset"] > first_prepare >= 0
-        assert info["prepare_offset"] >= b.log.first_offset
+        assert info["prepare_offset"] >= b._log.first_offset
         assert b.stats()["tx_relocations"] >= 1
         assert visible(b, "pay") == []  # still invisible: relocation is no commit
     with fmq.Broker.open(data, cfg) as b:  # the relocated copy is what recovery finds
-        [info] = b.open_transactions()
+        [info] = b.transactions.open_transactions()
         assert info["tx_id"] == "old" and info["messages"] == 3
-        assert b.recovery.start_offset >= b.log.first_offset
-        assert b.commit(tx) == TxState.COMMIT
+        assert b.recovery.start_offset >= b._log.first_offset
+        assert b.transactions.commit(tx) == TxState.COMMIT
         assert visible(b, "pay") == sorted(TX_BODIES)
     with fmq.Broker.open(data, cfg) as b:
         assert visible(b, "pay") == sorted(TX_BODIES)
-        assert b.open_transactions() == []
+        assert b.transactions.open_transactions() == []
 
 
 RELOCATION_CRASHES = {
@@ -87,31 +88,31 @@ def test_crash_during_relocation_keeps_the_transaction_whole(tmp_path, crash):
     with fmq.Broker.open(data, cfg) as b:
         # Whichever copy survived, the transaction is open, whole, and invisible.
         assert b.recovery.incomplete_prepares == []
-        [info] = b.open_transactions()
+        [info] = b.transactions.open_transactions()
         assert info["tx_id"] == "old" and info["messages"] == 3
         assert visible(b, "pay") == []
         # Retention runs again to completion, then the producer commits.
         b.enforce_retention()
         assert log_bytes(data) <= cfg.retention_bytes + 2 * cfg.segment_size
-        assert b.commit("old") == TxState.COMMIT
+        assert b.transactions.commit("old") == TxState.COMMIT
         assert visible(b, "pay") == sorted(TX_BODIES)
         assert len(visible(b, "fill")) <= FILL
     with fmq.Broker.open(data, cfg) as b:
         assert visible(b, "pay") == sorted(TX_BODIES)
-        assert b.open_transactions() == []
+        assert b.transactions.open_transactions() == []
 
 
 def test_tx_timeout_rolls_back_a_transaction_left_open(tmp_path, caplog):
     cfg = fmq.BrokerConfig(**{**CFG, "retention_bytes": 0, "tx_timeout_ms": 300})
     with fmq.Broker.open(str(tmp_path / "data"), cfg) as b:
-        b.prepare([fmq.Message("pay", b"abandoned")], "shop", tx_id="abandoned")
-        kept = b.prepare([fmq.Message("pay", b"kept")], "shop", tx_id="kept")
-        assert b.commit(kept) == TxState.COMMIT  # ended in time: never touched
-        wait_until(lambda: b.open_transactions() == [], 20, "the timed-out rollback")
+        b.transactions.prepare([fmq.Message("pay", b"abandoned")], "shop", tx_id="abandoned")
+        kept = b.transactions.prepare([fmq.Message("pay", b"kept")], "shop", tx_id="kept")
+        assert b.transactions.commit(kept) == TxState.COMMIT  # ended in time: never touched
+        wait_until(lambda: b.transactions.open_transactions() == [], 20, "the timed-out rollback")
         assert b.stats()["tx_timeouts"] == 1
-        assert b.rollback("abandoned") == TxState.ROLLBACK
+        assert b.transactions.rollback("abandoned") == TxState.ROLLBACK
         with pytest.raises(fmq.TransactionConflict):
-            b.commit("abandoned")
+            b.transactions.commit("abandoned")
         assert visible(b, "pay") == [b"kept"]
     assert any("tx_timeout_ms" in r.getMessage() for r in caplog.records)
 
@@ -120,7 +121,7 @@ def test_without_tx_timeout_an_open_transaction_stays_open(tmp_path):
     cfg = fmq.BrokerConfig(**{**CFG, "retention_bytes": 0})
     assert cfg.tx_timeout_ms == 0  # off by default: the broker never decides on its own
     with fmq.Broker.open(str(tmp_path / "data"), cfg) as b:
-        b.prepare([fmq.Message("pay", b"open")], "shop", tx_id="open")
+        b.transactions.prepare([fmq.Message("pay", b"open")], "shop", tx_id="open")
         time.sleep(1.0)
-        assert [t["tx_id"] for t in b.open_transactions()] == ["open"]
+        assert [t["tx_id"] for t in b.transactions.open_transactions()] == ["open"]
         assert b.stats()["tx_timeouts"] == 0

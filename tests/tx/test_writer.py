@@ -36,9 +36,9 @@ def tx_broker(tmp_path):
 
 
 def test_place_commit_leaves_a_transaction_another_thread_is_ending_to_that_thread(tx_broker):
-    w = tx_broker.tx_writer
-    tx_id = tx_broker.prepare([Message("t", b"x" * 400)], "g")
-    open_tx = tx_broker.tx.open["g", tx_id]
+    w = tx_broker._tx_writer
+    tx_id = tx_broker.transactions.prepare([Message("t", b"x" * 400)], "g")
+    open_tx = tx_broker._tx.open["g", tx_id]
     with open_tx.busy:  # a rollback or relocation holds it
         assert w.place_commit("g", tx_id) is None
     placed, end = w.place_commit("g", tx_id)
@@ -49,11 +49,11 @@ def test_place_commit_leaves_a_transaction_another_thread_is_ending_to_that_thre
 
 
 def test_racing_commits_and_rollbacks_end_each_transaction_exactly_once(tx_broker):
-    ids = [tx_broker.prepare([Message("t", b"y" * 300)], "g") for _ in range(40)]
+    ids = [tx_broker.transactions.prepare([Message("t", b"y" * 300)], "g") for _ in range(40)]
     outcomes: dict[str, list] = {i: [] for i in ids}
 
     def commit_all() -> None:
-        w = tx_broker.tx_writer
+        w = tx_broker._tx_writer
         for i in ids:
             try:
                 placed = w.place_commit("g", i)
@@ -67,7 +67,7 @@ def test_racing_commits_and_rollbacks_end_each_transaction_exactly_once(tx_broke
     def rollback_all() -> None:
         for i in ids:
             try:
-                if tx_broker.rollback(i) is TxState.ROLLBACK:
+                if tx_broker.transactions.rollback(i) is TxState.ROLLBACK:
                     outcomes[i].append("rollback")
             except TransactionConflict:
                 pass  # committed (or committing) first
@@ -77,22 +77,22 @@ def test_racing_commits_and_rollbacks_end_each_transaction_exactly_once(tx_broke
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert not tx_broker.tx.open
+    assert not tx_broker._tx.open
     for i in ids:
-        final = tx_broker.tx.finished["g", i]
+        final = tx_broker._tx.finished["g", i]
         assert outcomes[i] == ["commit" if final is TxState.COMMIT else "rollback"]
     tx_broker.wait_indexed()
-    stored = sum(len(v) for v in tx_broker.all_messages(["t"]).values())
-    assert stored == sum(1 for i in ids if tx_broker.tx.finished["g", i] is TxState.COMMIT)
+    stored = sum(len(v) for v in tx_broker.reads.all_messages(["t"]).values())
+    assert stored == sum(1 for i in ids if tx_broker._tx.finished["g", i] is TxState.COMMIT)
 
 
 def test_a_producer_group_is_still_checked_after_a_valid_one_was_remembered(tx_broker):
-    tx_broker.prepare([Message("t", b"z")], "good")
+    tx_broker.transactions.prepare([Message("t", b"z")], "good")
     with pytest.raises(InvalidArgument, match="control character"):
-        tx_broker.prepare([Message("t", b"z")], "bad\ngroup")
+        tx_broker.transactions.prepare([Message("t", b"z")], "bad\ngroup")
     with pytest.raises(InvalidArgument, match="must be a string"):
-        tx_broker.prepare([Message("t", b"z")], ["good"])
-    tx_broker.prepare([Message("t", b"z")], "good")
+        tx_broker.transactions.prepare([Message("t", b"z")], ["good"])
+    tx_broker.transactions.prepare([Message("t", b"z")], "good")
 
 
 def test_encode_into_names_the_field_longer_than_the_format_allows():

@@ -26,13 +26,13 @@ def producer(broker: fmq.Broker, ack: AckLog, messages: list[dict]) -> None:
 
 def transactions(broker: fmq.Broker, ack: AckLog, txs: dict[str, list[dict]]) -> None:
     for k, (tx, msgs) in enumerate(txs.items()):
-        broker.prepare([to_message(m) for m in msgs], "shop", tx_id=tx)
+        broker.transactions.prepare([to_message(m) for m in msgs], "shop", tx_id=tx)
         ack(op="prepare", tx=tx)
         if k % 3 == 2:
-            broker.rollback(tx)
+            broker.transactions.rollback(tx)
             ack(op="rollback", tx=tx)
         elif k % 3 == 0:
-            broker.commit(tx)
+            broker.transactions.commit(tx)
             ack(op="commit", tx=tx)
 
 

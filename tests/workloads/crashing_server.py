@@ -25,14 +25,14 @@ from tests.crashkit import CrashingIO
 
 def arm_before_first_commit(broker: fmq.Broker, io: CrashingIO, arm: dict[str, Any]) -> None:
     # Every commit (on the send pipeline or in a worker thread) places its records here.
-    place = broker.tx_writer.place_commit_records
+    place = broker._tx_writer.place_commit_records
 
     def armed_place(tx: Any) -> int:
         if io.plan is None:
             io.arm(**arm)
         return place(tx)
 
-    broker.tx_writer.place_commit_records = armed_place  # type: ignore[method-assign]
+    broker._tx_writer.place_commit_records = armed_place  # type: ignore[method-assign]
 
 
 def main(argv: list[str]) -> None:

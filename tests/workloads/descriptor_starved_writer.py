@@ -38,7 +38,7 @@ def fill_active_segment(broker: fmq.Broker, acked: list, tag: str) -> None:
     """Send until the next message of BODY bytes no longer fits: the next write rolls."""
     size = encoded_size(fmq.Message("orders", message_body("x")))
     i = 0
-    while broker.log.fits_in_active(size):
+    while broker._log.fits_in_active(size):
         mid = f"{tag}-{i}"
         r = broker.send(fmq.Message("orders", message_body(mid), queue_id=i % 2))
         acked.append([mid, r.queue_id, r.queue_offset])
@@ -83,19 +83,20 @@ def run(data: str, segment_size: int) -> None:
     freed: dict = {}
     msg = fmq.Message
     # A transaction prepared while descriptors are plentiful, committed while starved.
-    early_tx = broker.prepare([msg("orders", message_body("early-tx"), queue_id=0)], "g")
+    early_tx = broker.transactions.prepare([msg("orders", message_body("early-tx"), queue_id=0)],
+                                           "g")
     fill_active_segment(broker, acked, "fill")
-    end_before = broker.log.next_offset
+    end_before = broker._log.next_offset
     held = exhaust_descriptors()
     attempt(starved, "send", lambda: broker.send(msg("orders", message_body("refused-send"))))
     attempt(starved, "batch", lambda: broker.send_batch(
         [msg("orders", message_body(f"refused-batch-{i}"), queue_id=i % 2) for i in range(5)]))
-    attempt(starved, "prepare", lambda: broker.prepare(
+    attempt(starved, "prepare", lambda: broker.transactions.prepare(
         [msg("orders", message_body("refused-prepare"))], "g"))
-    attempt(starved, "commit", lambda: broker.commit(early_tx))
-    starved["end_unchanged"] = broker.log.next_offset == end_before
+    attempt(starved, "commit", lambda: broker.transactions.commit(early_tx))
+    starved["end_unchanged"] = broker._log.next_offset == end_before
     starved["log_failed"] = starved.get("log_failed", [])
-    starved["failed_state"] = repr(broker.log.failed) if broker.log.failed else None
+    starved["failed_state"] = repr(broker._log.failed) if broker._log.failed else None
     for fd in held:
         os.close(fd)
     r = attempt(freed, "send", lambda: broker.send(msg("orders", message_body("after-send"),
@@ -106,7 +107,7 @@ def run(data: str, segment_size: int) -> None:
         [msg("orders", message_body(f"after-batch-{i}"), queue_id=i % 2) for i in range(5)]))
     for i, r in enumerate(rs or ()):
         acked.append([f"after-batch-{i}", r.queue_id, r.queue_offset])
-    attempt(freed, "commit", lambda: broker.commit(early_tx))
+    attempt(freed, "commit", lambda: broker.transactions.commit(early_tx))
     fill_active_segment(broker, acked, "more")  # the log keeps rolling
     attempt(freed, "send-after-roll",
             lambda: broker.send(msg("orders", message_body("z"), queue_id=1)))

@@ -32,13 +32,13 @@ def transactions(broker: fmq.Broker, ack: AckLog, start: threading.Barrier, txs:
     start.wait()
     for k in range(tx_per_thread):
         tx = f"x{thread}.{k}"
-        broker.prepare([to_message(m) for m in txs[tx]], "shop", tx_id=tx)
+        broker.transactions.prepare([to_message(m) for m in txs[tx]], "shop", tx_id=tx)
         ack(op="prepare", tx=tx)
         if k % 3 == 2:
-            broker.rollback(tx)
+            broker.transactions.rollback(tx)
             ack(op="rollback", tx=tx)
         else:
-            broker.commit(tx)
+            broker.transactions.commit(tx)
             ack(op="commit", tx=tx)
 
 

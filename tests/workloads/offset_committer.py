@@ -38,7 +38,7 @@ def main(argv: list[str]) -> None:
         group, topic, qid, off = commit_of(i)
         if off > PER_QUEUE:
             break
-        broker.commit_offset(group, topic, qid, off)
+        broker.offsets.commit(group, [(topic, qid, off)])
         child.ack(op="offset", i=i)
         i += 1
     broker.close()

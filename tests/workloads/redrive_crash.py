@@ -14,7 +14,6 @@ from __future__ import annotations
 import sys
 
 import fmq
-from fmq.engine import retries
 from fmq.log.placement import now_ms
 from tests.crashkit import child_context
 
@@ -27,13 +26,13 @@ def main(argv: list[str]) -> None:
             for i in range(params["count"])]
     b.wait_indexed()
     for r in sent:  # max_reconsume_times 0: the first failure is a dead letter
-        retries.nack(b, "g", "orders", r.queue_id, r.queue_offset)
-    while b.timers.deliver_due(now_ms()):
+        b.deliveries.nack("g", "orders", r.queue_id, r.queue_offset)
+    while b._timers.deliver_due(now_ms()):
         pass
     b.wait_indexed()
     io.arm(**params["arm"])
     ack(event="dead")
-    ack(event="redriven", count=retries.redrive(b, "g"))
+    ack(event="redriven", count=b.deliveries.redrive("g"))
     sys.exit(3)
 
 

@@ -23,7 +23,7 @@ def main(argv: list[str]) -> None:
     cfg = fmq.BrokerConfig(**params["cfg"])
     b = fmq.Broker.open(child.broker_dir, cfg, io=io)
     bodies = [x.encode() for x in params["bodies"]]
-    b.prepare([fmq.Message("pay", body) for body in bodies], "shop", tx_id="old")
+    b.transactions.prepare([fmq.Message("pay", body) for body in bodies], "shop", tx_id="old")
     ack(event="prepared")
     for i in range(0, params["fill"], 100):
         b.send_batch([fmq.Message("fill", f"f{j}-".encode().ljust(1024, b"f"))

@@ -25,7 +25,7 @@ def main(argv: list[str]) -> None:
     params, io, ack = child.params, child.io, child.ack
     b = fmq.Broker.open(child.broker_dir, fmq.BrokerConfig(**params["cfg"]), io=io)
     due = now_ms() + params["due_in_ms"]
-    b.timers.schedule([fmq.Message("t", b"timer-%d" % i) for i in range(params["count"])],
+    b._timers.schedule([fmq.Message("t", b"timer-%d" % i) for i in range(params["count"])],
                       due)
     for _ in range(params.get("fill", 0)):
         b.send(fmq.Message("u", b"." * 1024))
@@ -35,7 +35,7 @@ def main(argv: list[str]) -> None:
     if params.get("fill"):
         b.enforce_retention()
     deadline = time.monotonic() + 60
-    while b.timers.pending() and time.monotonic() < deadline:
+    while b._timers.pending() and time.monotonic() < deadline:
         time.sleep(0.01)
     ack(event="delivered")
     sys.exit(3)

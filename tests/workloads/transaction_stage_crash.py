@@ -29,15 +29,15 @@ def main(argv: list[str]) -> None:
     arm = params["arm"]
     if params["phase"] == "prepare":
         io.arm(**arm)
-    tx = b.prepare(msgs, "g", tx_id="tx-1")
+    tx = b.transactions.prepare(msgs, "g", tx_id="tx-1")
     ack(event="prepared")
     if params["phase"] == "commit":
         io.arm(**arm)
-        b.commit(tx)
+        b.transactions.commit(tx)
         ack(event="committed")
     elif params["phase"] == "rollback":
         io.arm(**arm)
-        b.rollback(tx)
+        b.transactions.rollback(tx)
         ack(event="rolled back")
     sys.exit(3)  # the armed crash never came
 

@@ -112,19 +112,19 @@ def _read_one(broker: Broker, r: PartitionRead, budget: int) -> None:
     if r.queue is None:
         r.error = ErrorCode.not_leader_or_follower
         return
-    if broker.topics.get(r.topic) is None or not 0 <= r.queue < broker.queue_count(r.topic):
+    if broker.topics.get(r.topic) is None or not 0 <= r.queue < broker.topics.queue_count(r.topic):
         r.error = ErrorCode.unknown_topic_or_partition
         return
-    r.low, r.high = broker.queue_range(r.topic, r.queue)
+    r.low, r.high = broker.reads.queue_range(r.topic, r.queue)
     if r.offset > r.high and broker.wait_indexed(INDEX_GRACE_S):
-        r.low, r.high = broker.queue_range(r.topic, r.queue)
+        r.low, r.high = broker.reads.queue_range(r.topic, r.queue)
     if not r.low <= r.offset <= r.high:
         r.error = ErrorCode.offset_out_of_range
         return
     r.error = ErrorCode.none
     if r.offset == r.high or budget <= 0:
         return
-    messages = broker.pull(r.topic, r.queue, r.offset, MAX_RECORDS,
+    messages = broker.reads.pull(r.topic, r.queue, r.offset, MAX_RECORDS,
                            min(budget, r.max_bytes))
     if messages:
         base = messages[0].queue_offset

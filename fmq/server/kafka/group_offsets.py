@@ -138,7 +138,7 @@ def _committed(broker: Broker, group: str, topics: list[tuple[str, list[int]]] |
 
 def _partition(broker: Broker, group: str, topic: str, partition: int) -> dict:
     try:
-        offset = broker.committed_offset(group, topic, partition)
+        offset = broker.reads.committed_offset(group, topic, partition)
     except (InvalidArgument, UnknownTopic):
         offset = None
     return {"partition_index": partition, "committed_offset": -1 if offset is None else offset,

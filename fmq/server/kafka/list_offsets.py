@@ -44,11 +44,11 @@ def _offset(broker: Broker, topic: str, index: int, partition: int | None, times
     if partition is None:
         answer["error_code"] = ErrorCode.not_leader_or_follower
         return answer
-    if broker.topics.get(topic) is None or not 0 <= partition < broker.queue_count(topic):
+    if broker.topics.get(topic) is None or not 0 <= partition < broker.topics.queue_count(topic):
         answer["error_code"] = ErrorCode.unknown_topic_or_partition
         return answer
     broker.wait_indexed(1.0)  # an acknowledged send is counted (indexed a moment later)
-    low, high = broker.queue_range(topic, partition)
+    low, high = broker.reads.queue_range(topic, partition)
     if timestamp == EARLIEST:
         answer["offset"] = low
     elif timestamp in (LATEST, MAX_TIMESTAMP):
@@ -57,9 +57,9 @@ def _offset(broker: Broker, topic: str, index: int, partition: int | None, times
     elif timestamp < 0:
         answer["error_code"] = ErrorCode.invalid_request
     else:
-        offset = broker.offset_for_time(topic, partition, timestamp)
+        offset = broker.reads.offset_for_time(topic, partition, timestamp)
         if offset < high:
-            found = broker.pull(topic, partition, offset, 1)
+            found = broker.reads.pull(topic, partition, offset, 1)
             if found:
                 answer["offset"] = found[0].queue_offset
                 answer["timestamp"] = found[0].store_time

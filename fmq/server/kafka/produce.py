@@ -83,10 +83,10 @@ async def _store(session: KafkaSession, topic: str, partition: int,
     if queue is None:
         return _partition_error(partition, ErrorCode.not_leader_or_follower,
                                 not_here(topic, partition))
-    if not 0 <= queue < broker.queue_count(topic):
+    if not 0 <= queue < broker.topics.queue_count(topic):
         return _partition_error(partition, ErrorCode.unknown_topic_or_partition,
-                                f"topic {topic!r} has {broker.queue_count(topic)} partitions "
-                                f"(queues); partition {partition} is not one of them")
+                                f"topic {topic!r} has {broker.topics.queue_count(topic)} "
+                                f"partitions (queues); partition {partition} is not one of them")
     refusal = follower_refusal(ctx.replication, Op.SEND_BATCH)
     if refusal is not None:  # a follower's log changes only by what its primary ships
         return _partition_error(partition, error_code(refusal), str(refusal))

@@ -255,7 +255,7 @@ class TxnCoordinator:
                                   "call AddOffsetsToTxn")
             broker = self.ctx.broker
             for topic, partition, offset in offsets:
-                end = (await self.ctx.read(broker.queue_range, topic, partition))[1]
+                end = (await self.ctx.read(broker.reads.queue_range, topic, partition))[1]
                 if not 0 <= offset <= end:
                     raise TxnRefused(ErrorCode.offset_out_of_range,
                                      f"offset {offset} is outside queue {partition} of "
@@ -302,8 +302,8 @@ class TxnCoordinator:
         if commit:
             for group, topic, partition, offset in state.offsets:
                 try:
-                    await self.ctx.write(broker.commit_offset, group, topic, partition,
-                                         offset)
+                    await self.ctx.write(broker.offsets.commit, group,
+                                         [(topic, partition, offset)])
                 except FMQError as exc:  # checked at TxnOffsetCommit; gone since (deleted)
                     logger.warning("kafka transaction %r: offset %d of %s/%d for group %r "
                                    "not committed: %s", state.transactional_id, offset,

@@ -73,9 +73,9 @@ def load_states(broker: Broker) -> dict[str, TxnState]:
     """The latest state of every transactional id, read from :data:`TOPIC` (blocking)."""
     states: dict[str, TxnState] = {}
     broker.wait_indexed(5.0)
-    offset, high = broker.queue_range(TOPIC, 0)
+    offset, high = broker.reads.queue_range(TOPIC, 0)
     while offset < high:
-        batch = broker.pull(TOPIC, 0, offset, 256)
+        batch = broker.reads.pull(TOPIC, 0, offset, 256)
         if not batch:
             break
         for stored in batch:

@@ -221,7 +221,7 @@ class ClientSession(asyncio.Protocol):
         transaction lock is not taken on the event loop)."""
         ctx = self.ctx
         try:
-            ctx.run(ctx.broker.release_feedback_leases, self)
+            ctx.run(ctx.broker.transactions.release_feedback_leases, self)
         except RuntimeError:  # the worker pool is shut down: the broker is closing anyway
             pass
 

@@ -91,7 +91,8 @@ class SendBatcher:
         self._check_running()
         self.broker.check_messages(msgs)
         if principal is not None:
-            msgs = bind_principal(msgs, principal, self.broker.config, self.broker.queue_count)
+            msgs = bind_principal(msgs, principal, self.broker.config,
+                                  self.broker.topics.queue_count)
         fut = self._this_turn()
         self._sends.append((msgs, fut, reply))
         return fut

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 
-from fmq.engine import retries
 from fmq.engine.timers import check_deliver_at
 from fmq.errors import InvalidArgument
 from fmq.log.placement import now_ms
@@ -54,22 +53,22 @@ def deliver_at_of(deliver_at: int, delay_ms: int) -> int:
            follower=REFUSES)
 async def _send_at(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     due = deliver_at_of(req["deliver_at"], req["delay_ms"])
-    [result] = await ctx.write(ctx.broker.schedule, [req["message"]], due)
+    [result] = await ctx.write(ctx.broker.deliveries.schedule, [req["message"]], due)
     return {"offset": result.offset, "deliver_at": result.deliver_at}
 
 
 @operation(Op.NACK, access=needs(_nack_needs), hosted=ONE_QUEUE, follower=REFUSES)
 async def _nack(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     delay = None if req["delay_ms"] == NOT_GIVEN else req["delay_ms"]
-    times, dead = await ctx.write(retries.nack, ctx.broker, req["group"], req["topic"],
-                                req["queue_id"], req["queue_offset"], delay)
+    times, dead = await ctx.write(ctx.broker.deliveries.nack, req["group"], req["topic"],
+                                  req["queue_id"], req["queue_offset"], delay)
     return {"reconsume_times": times, "dead_letter": dead}
 
 
 @operation(Op.DLQ_REDRIVE, access=on_cluster(Operation.ADMIN), hosted=None, follower=REFUSES)
 async def _dlq_redrive(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     check_count(req["max_messages"], "max_messages")
-    moved = await ctx.write(retries.redrive, ctx.broker, req["group"], req["max_messages"])
+    moved = await ctx.write(ctx.broker.deliveries.redrive, req["group"], req["max_messages"])
     logger.info("operator at %s redrove %d dead letters of group %r", session.peer, moved,
                 req["group"])
     return {"redriven": moved}

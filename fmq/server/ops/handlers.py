@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fmq.engine.broker import Broker
-from fmq.engine.retries import delivery_stats
 from fmq.errors import InvalidArgument
 from fmq.message import (
     PackedResults,
@@ -157,7 +156,7 @@ def _state_answer(state: TxState) -> dict:
 
 @operation(Op.ROLLBACK, access=TRANSACTION, hosted=None, follower=REFUSES)
 async def _rollback(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    state = await ctx.write(ctx.broker.rollback, req["tx_id"], req["producer_group"])
+    state = await ctx.write(ctx.broker.transactions.rollback, req["tx_id"], req["producer_group"])
     return {"state": state.value}
 
 
@@ -177,8 +176,8 @@ async def _poll_uncertain(ctx: ServerContext, session: RequestSession, req: dict
         if ctx.stopping or session.closing:
             remaining = 0.0
         slice_ms = int(max(0.0, min(remaining, POLL_SLICE_S)) * 1000)
-        poll = loop.run_in_executor(ctx.pollers, ctx.broker.poll_uncertain, *args, slice_ms,
-                                    session)
+        poll = loop.run_in_executor(ctx.pollers, ctx.broker.transactions.poll_uncertain, *args,
+                                    slice_ms, session)
         # A shutdown answers a long poll (empty) at once. Anything the thread still picks is
         # leased but not delivered; the lease runs out and it is offered again later.
         stopped = asyncio.ensure_future(ctx.stop_requested.wait())
@@ -190,7 +189,7 @@ async def _poll_uncertain(ctx: ServerContext, session: RequestSession, req: dict
         txs = poll.result()
         if txs and session.lost:
             # Leased after the connection's close returned its leases: nobody will answer.
-            await ctx.run(ctx.broker.release_feedback_leases, session)
+            await ctx.run(ctx.broker.transactions.release_feedback_leases, session)
         if txs or deadline - loop.time() <= 0 or ctx.stopping or session.closing:
             break
     return {"transactions": [uncertain_to_wire(t) for t in txs]}
@@ -203,8 +202,8 @@ async def _answer_uncertain(ctx: ServerContext, session: RequestSession, req: di
     if state == TxState.COMMIT:
         final = await tx_ops.commit(ctx, group, req["tx_id"])
     else:
-        final = await ctx.write(ctx.broker.answer_uncertain, req["tx_id"], state, session,
-                                group)
+        final = await ctx.write(ctx.broker.transactions.answer_uncertain, req["tx_id"], state,
+                                session, group)
     return {"state": final.value}
 
 
@@ -270,14 +269,14 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
            follower=REFUSES)
 async def _commit_offset(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     # Progress of a group, not data: it wakes no pull.
-    await ctx.write(ctx.broker.commit_offset, req["group"], req["topic"], req["queue_id"],
-                    req["next_offset"])
+    await ctx.write(ctx.broker.offsets.commit, req["group"],
+                    [(req["topic"], req["queue_id"], req["next_offset"])])
     return {}
 
 
 @operation(Op.FETCH_OFFSET, access=on_group(CONSUME), hosted=ONE_QUEUE, follower=SERVES)
 async def _fetch_offset(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    off = await ctx.read(ctx.broker.committed_offset, req["group"], req["topic"],
+    off = await ctx.read(ctx.broker.reads.committed_offset, req["group"], req["topic"],
                          req["queue_id"])
     return {"offset": -1 if off is None else off}
 
@@ -330,7 +329,7 @@ def _indexed(broker: Broker, fn: Callable[..., Any], *args: Any) -> Any:
 def _query_now(broker: Broker, topic: str, key: str, limit: int, max_bytes: int
                ) -> tuple[list[StoredMessage], int]:
     budget = max_bytes - QUERY_REPLY_BASE
-    msgs, size = fit(broker.messages_by_key(topic, key, limit, budget), budget)
+    msgs, size = fit(broker.reads.messages_by_key(topic, key, limit, budget), budget)
     return msgs, QUERY_REPLY_BASE + size
 
 
@@ -352,14 +351,14 @@ async def _query_key(ctx: ServerContext, session: RequestSession, req: dict) -> 
 
 @operation(Op.OFFSET_FOR_TIME, access=on_topic(DESCRIBE), hosted=ONE_QUEUE, follower=SERVES)
 async def _offset_for_time(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    off = await ctx.read(_indexed, ctx.broker, ctx.broker.offset_for_time, req["topic"],
+    off = await ctx.read(_indexed, ctx.broker, ctx.broker.reads.offset_for_time, req["topic"],
                          req["queue_id"], req["timestamp_ms"])
     return {"offset": off}
 
 
 @operation(Op.QUEUE_RANGE, access=on_topic(DESCRIBE), hosted=ONE_QUEUE, follower=SERVES)
 async def _queue_range(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    lo, hi = await ctx.read(_indexed, ctx.broker, ctx.broker.queue_range, req["topic"],
+    lo, hi = await ctx.read(_indexed, ctx.broker, ctx.broker.reads.queue_range, req["topic"],
                             req["queue_id"])
     return {"min_offset": lo, "next_offset": hi}
 
@@ -367,7 +366,7 @@ async def _queue_range(ctx: ServerContext, session: RequestSession, req: dict) -
 @operation(Op.STATS, access=ADMIN, hosted=None, follower=SERVES)
 async def _stats(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     stats = await ctx.run(ctx.broker.stats)
-    stats["delivery"] = await ctx.read(delivery_stats, ctx.broker)  # timers, retries, DLQs
+    stats["delivery"] = await ctx.read(ctx.broker.deliveries.stats)  # timers, retries, DLQs
     stats["server"] = ctx.hooks.stats()
     # The server process's own CPU time, so `fmq bench` gets CPU per message without /proc.
     times = os.times()
@@ -377,7 +376,7 @@ async def _stats(ctx: ServerContext, session: RequestSession, req: dict) -> dict
 
 @operation(Op.LIST_TX, access=ADMIN, hosted=None, follower=SERVES)
 async def _list_tx(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    txs = await ctx.run(ctx.broker.open_transactions)
+    txs = await ctx.run(ctx.broker.transactions.open_transactions)
     return {"transactions": [{k: t[k] for k in ("tx_id", "producer_group", "state", "age_ms",
                                                 "checks", "messages", "prepare_offset")}
                              for t in txs]}
@@ -390,7 +389,7 @@ async def _resolve_tx(ctx: ServerContext, session: RequestSession, req: dict) ->
     if decision == TxState.COMMIT:
         state = await tx_ops.commit(ctx, group, req["tx_id"])
     else:
-        state = await ctx.write(ctx.broker.rollback, req["tx_id"], group)
+        state = await ctx.write(ctx.broker.transactions.rollback, req["tx_id"], group)
     logger.info("operator at %s resolved transaction %r of group %r: %s", session.peer,
                 req["tx_id"], group, state.value)
     return {"state": state.value}

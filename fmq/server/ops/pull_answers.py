@@ -1,7 +1,9 @@
 """The messages of PULL answers, encoded once each: consumers of several groups following
-one queue pull the same messages within milliseconds of each other. The first pull encodes
-a message (docs/protocol.md, ``stored_message``); the others copy its bytes. Their length is
-the message's exact size in the answer, so fitting the reply budget needs no sizing pass.
+one queue pull the same messages within milliseconds of each other. The first pull reads,
+decodes and encodes a message (docs/protocol.md, ``stored_message``); the others find its
+bytes by its index entry (:func:`kept_lookup`, the read's ``kept``) and neither read nor
+decode it again. Their length is the message's exact size in the answer, so fitting the
+reply budget needs no sizing pass. This is the one cache of pulled messages.
 
 Keeping messages costs a reader alone about 2 us a message (copies into memory that is not
 in the CPU's cache), so only queues that several connections pull keep them
@@ -10,8 +12,11 @@ in the CPU's cache), so only queues that several connections pull keep them
 
 from __future__ import annotations
 
+from typing import Any
+
+from fmq.engine.reads import Kept, KeptLookup
 from fmq.engine.recent import RecentMessages
-from fmq.message import StoredMessage
+from fmq.engine.tag_filter import Entry
 from fmq.protocol.schema import STORED_MESSAGE
 from fmq.protocol.types import Encoded
 from fmq.protocol.values import stored_to_wire
@@ -21,8 +26,20 @@ ENCODED_BYTES = 8 * 1024 * 1024
 
 
 def encoded_cache() -> RecentMessages:
-    """A cache of encoded messages for :func:`encode_fitting`."""
+    """A cache of encoded messages for :func:`encode_fitting`: by (log offset, queue id,
+    queue offset, store time), everything the encoding holds beyond the record's own
+    fields, so a key is never stale; the value is (its bytes, the length of its body)."""
     return RecentMessages(ENCODED_BYTES)
+
+
+def kept_lookup(cache: RecentMessages, queue_id: int) -> KeptLookup:
+    """The read's ``kept`` for a pull of queue ``queue_id``: a message's encoded bytes by
+    its index entry (queue offset, log offset, size, tag hash, store time)."""
+    get = cache.get
+
+    def kept(entry: Entry) -> tuple[bytes, int] | None:
+        return get((entry[1], queue_id, entry[0], entry[4]))
+    return kept
 
 
 #: A queue counts as shared for this long after two connections pulled it this close.
@@ -52,25 +69,29 @@ class SharedQueues:
         return now < until
 
 
-def encode_fitting(cache: RecentMessages, msgs: list[StoredMessage], budget: int,
+def encode_fitting(cache: RecentMessages, msgs: list[Any], budget: int,
                    keep: bool = True) -> tuple[Encoded, int, int]:
-    """The leading messages of ``msgs`` whose encoded sizes add up to at most ``budget``
-    (at least the first one, whatever its size), encoded: (the items, how many, bytes).
-    ``keep``: keep what it encodes in ``cache`` for the next reader."""
+    """The leading messages of ``msgs`` (StoredMessage, or Kept: found encoded by the read)
+    whose encoded sizes add up to at most ``budget`` (at least the first one, whatever its
+    size), encoded: (the items, how many, bytes). ``keep``: keep what it encodes in
+    ``cache`` for the next reader."""
     parts: list[bytes] = []
     total = 0
     get = cache.get
     for m in msgs:
-        # Everything the encoding holds beyond the record's own fields comes from the
-        # queue entry: a key of them all is never stale.
-        key = (m.offset, m.queue_id, m.queue_offset, m.store_time)
-        data = get(key)
-        if data is None:
-            out = bytearray()
-            STORED_MESSAGE.encode(out, stored_to_wire(m))
-            data = bytes(out)
-            if keep:
-                cache.put(key, data, len(data))
+        if isinstance(m, Kept):
+            data = m.form
+        else:
+            key = (m.offset, m.queue_id, m.queue_offset, m.store_time)
+            found = get(key)
+            if found is None:
+                out = bytearray()
+                STORED_MESSAGE.encode(out, stored_to_wire(m))
+                data = bytes(out)
+                if keep:
+                    cache.put(key, (data, len(m.body)), len(data))
+            else:
+                data = found[0]
         if parts and total + len(data) > budget:
             break
         parts.append(data)

@@ -17,14 +17,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from fmq.engine.broker import Broker
-from fmq.engine.reads import NotInMemory
+from fmq.engine.reads import NotInMemory, PullAnswer
 from fmq.engine.recent import RecentMessages
-from fmq.engine.tag_filter import pull_tagged
-from fmq.message import StoredMessage
 from fmq.protocol.types import Encoded
 from fmq.server.context import ServerContext
 from fmq.server.net.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE
-from fmq.server.ops.pull_answers import encode_fitting
+from fmq.server.ops.pull_answers import encode_fitting, kept_lookup
 
 
 class PullRead(NamedTuple):
@@ -50,9 +48,10 @@ def pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
              queue_id: int, offset: int, max_messages: int, tags: str | None,
              max_bytes: int, resident: int = 0, may_wait: bool = True) -> Pulled:
     """The messages that fit an answer of ``max_bytes`` (at least one), encoded, and how
-    many, the queue range, the answer's size and the offset to pull from next (``tags``:
-    PULL_TAGGED's filter; ``encoded``: messages encoded lately; ``keep``: the queue is
-    shared, keep what it decodes and encodes for the next reader).
+    many, the queue range (read once, with the messages), the answer's size and the offset
+    to pull from next (``tags``: PULL_TAGGED's filter; ``encoded``: messages encoded lately,
+    which the read takes instead of reading and decoding them again; ``keep``: the queue is
+    shared, keep what it encodes for the next reader).
 
     ``resident`` (on the event loop): read only the log's last that many bytes and never
     block, else raise NotInMemory. ``may_wait``: the pull is a long poll with time left,
@@ -61,27 +60,27 @@ def pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
     base = PULL_REPLY_BASE if tags is None else PULL_TAGGED_REPLY_BASE
     budget = max_bytes - base
 
-    def read() -> tuple[list[StoredMessage], int]:
-        if tags is not None:
-            return pull_tagged(broker, topic, queue_id, offset, tags, max_messages, budget)
-        return broker.pull(topic, queue_id, offset, max_messages, budget, keep,
-                           resident), offset
+    kept = kept_lookup(encoded, queue_id)
 
-    msgs, resume = read()
-    if not msgs:
+    def read() -> PullAnswer:
+        return broker.reads.pull_answer(topic, queue_id, offset, max_messages, budget,
+                                        tags=tags, resident=resident, kept=kept)
+
+    answer = read()
+    if not answer.messages:
         # Nothing yet, but a write acknowledged just before may still be on its way to the
         # index: a pull sees every message acknowledged before it arrived. (A pull woken
         # by the index finds what woke it at once; one woken by a transaction's commit,
         # when it is flushed, waits for the index.)
         if broker.wait_indexed(0.0 if resident else 0.5):
-            msgs, resume = read()
+            answer = read()
         elif resident and not may_wait:
             raise NotInMemory("the index is behind the flushed log: wait for it in a thread")
+    msgs, resume = answer.messages, answer.resume_offset
     items, count, size = encode_fitting(encoded, msgs, budget, keep)
     if count < len(msgs):  # the next pull starts at the first message left out
         resume = msgs[count].queue_offset
-    lo, hi = broker.queue_range(topic, queue_id)
-    return items, count, lo, hi, base + size, resume
+    return items, count, answer.min_offset, answer.next_offset, base + size, resume
 
 
 def pull_on_loop(ctx: ServerContext, read: PullRead, may_wait: bool) -> Pulled | None:

@@ -47,7 +47,7 @@ def prepare(ctx: ServerContext, messages: Sequence[Message], producer_group: str
     future, without a task of its own, on the pipeline)."""
     broker = ctx.broker
     if not pipelined(ctx):
-        return _in_thread(ctx, answer, broker.prepare, messages, producer_group, tx_id)
+        return _in_thread(ctx, answer, broker.transactions.prepare, messages, producer_group, tx_id)
     transactions = broker.transactions
 
     def place() -> tuple[OpenTransaction, int]:
@@ -92,4 +92,4 @@ async def _in_thread(ctx: ServerContext, answer: Callable[[Any], Any],
 def _commit_in_thread(ctx: ServerContext, producer_group: str, tx_id: str) -> TxState:
     """Commit (blocking); the pulls of its queues wake once the index has the messages."""
     broker: Broker = ctx.broker
-    return broker.commit(tx_id, producer_group)
+    return broker.transactions.commit(tx_id, producer_group)
