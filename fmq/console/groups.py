@@ -8,7 +8,6 @@ from aiohttp import web
 from fmq.console.gateway import ConsoleSession, ServerGateway
 from fmq.console.paging import paged
 from fmq.console.rendering import gateway_of, render, sampler_of, session_of
-from fmq.engine.retries import dead_letter_ranges
 from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
 
@@ -83,4 +82,4 @@ async def group_page(request: web.Request) -> web.Response:
 
 def _dead_letters(broker, group: str) -> int:
     """The group's dead letters not redriven yet (a reader thread)."""
-    return sum(end - start for _q, start, end in dead_letter_ranges(broker, group))
+    return sum(end - start for _q, start, end in broker.deliveries.dead_letter_ranges(group))

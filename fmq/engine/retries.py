@@ -128,7 +128,7 @@ class Deliveries:
                                        now_ms() + delay)
         return done + 1, False
 
-    def _dead_letter_ranges(self, consumer_group: str) -> list[tuple[int, int, int]]:
+    def dead_letter_ranges(self, consumer_group: str) -> list[tuple[int, int, int]]:
         """Per queue of the group's dead-letter topic: (queue id, first not redriven,
         next)."""
         topic = dlq_topic(consumer_group)
@@ -143,7 +143,7 @@ class Deliveries:
         """When the oldest dead letter of ``consumer_group`` not yet redriven was stored (ms
         since the Unix epoch; None: there is none)."""
         topic, stored = dlq_topic(consumer_group), []
-        for qid, start, end in self._dead_letter_ranges(consumer_group):
+        for qid, start, end in self.dead_letter_ranges(consumer_group):
             t = self._index.store_time(topic, qid, start) if start < end else None
             if t is not None:
                 stored.append(t)
@@ -152,7 +152,7 @@ class Deliveries:
     def dead_letters(self, consumer_group: str, limit: int = 1000) -> list[StoredMessage]:
         """Up to ``limit`` of the group's dead letters not yet redriven, queue by queue."""
         out: list[StoredMessage] = []
-        for qid, start, end in self._dead_letter_ranges(consumer_group):
+        for qid, start, end in self.dead_letter_ranges(consumer_group):
             while start < end and len(out) < limit:
                 got = self._reads.pull(dlq_topic(consumer_group), qid, start,
                                        min(256, limit - len(out)))
@@ -170,7 +170,7 @@ class Deliveries:
         dlq, retry = dlq_topic(consumer_group), retry_topic(consumer_group)
         moved = 0
         with self._redrive_locks.of(consumer_group):
-            for qid, start, end in self._dead_letter_ranges(consumer_group):
+            for qid, start, end in self.dead_letter_ranges(consumer_group):
                 while start < end and moved < max_messages:
                     got = self._reads.pull(dlq, qid, start,
                                            min(REDRIVE_BATCH, max_messages - moved))
@@ -190,7 +190,7 @@ class Deliveries:
                    if t.startswith(DLQ_PREFIX)}
         return {g: {"retries_pending": timers_by_topic.get(retry_topic(g), 0),
                     "dead_letters": sum(end - start for _q, start, end
-                                        in self._dead_letter_ranges(g))}
+                                        in self.dead_letter_ranges(g))}
                 for g in sorted(groups)}
 
     def stats(self) -> dict[str, Any]:
