@@ -37,6 +37,7 @@ from fmq.errors import (
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.protocol.schema import HELLO_NODE_VERSION
 from fmq.security import Rule, StoredCredential, UserStore
+from fmq.security.credentials import ScramKeys
 from fmq.security.document import RuleAddition, SecurityDocument
 from fmq.security.users import ITERATIONS, MECHANISM
 from fmq.server.context import RequestSession, ServerContext
@@ -262,8 +263,11 @@ async def _auth_finish(ctx: ServerContext, session: RequestSession, req: dict) -
 @handles(Op.USER_PUT)
 async def _user_put(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     _require_users(ctx, "adding users or changing passwords")
+    sha512 = req.get("sha512")  # None from a client older than SCRAM-SHA-512
     cred = StoredCredential(req["salt"], req["iterations"], req["stored_key"],
-                            req["server_key"])
+                            req["server_key"], sha512 and ScramKeys(
+                                sha512["salt"], sha512["iterations"], sha512["stored_key"],
+                                sha512["server_key"]))
     auth: Authenticator = ctx.authenticator
     await ctx.run(auth.change, lambda d: d.with_user(req["user"], cred, create=req["create"]))
     logger.info("%s at %s %s user %r", session.principal or "an unauthenticated client",
