@@ -1,6 +1,9 @@
 """FMQ next to its peers, over alternating rounds: one table of medians, spreads and
 FMQ/peer ratios (docs/performance.md says what each row means and records the results).
 
+Rows 7 and 8 are FMQ's Kafka door driven by librdkafka (bench/kafka_load.py): a producer
+beside FMQ's own batching (row 2's load), and a consumer group of 4 beside FMQ's consumers.
+
 Peers: a private Redis (``redis-server`` from Debian, ``appendonly yes``, ``appendfsync
 always``, no RDB, 127.0.0.1, its own temporary directory, stopped by its PID) driven by
 ``redis-benchmark`` XADD with 1 KiB values; for the embedded rows, a minimal pure-Python
@@ -36,11 +39,13 @@ from embedded_peers import (
     recovery,
 )
 from index_lag import IndexLagProbe
+from kafka_load import consume_group, produce
 from redis_peer import RedisPeer, redis_installed
 from threads_profile import medians, per_message, print_threads, sample
 
 from fmq.client import Producer
 from fmq.loadgen import BenchSpec, run_bench
+from fmq.loadgen.probe import ServerProbe
 
 SIZE = 1024
 CONNECTIONS = 64
@@ -56,8 +61,13 @@ class Run:
         self.args = args
         self.tmp = tempfile.mkdtemp(prefix="fmq-compare-")
         self.port = free_port()
-        self.server = start_server(os.path.join(self.tmp, "server"), self.port)
+        self.kafka_port = free_port()
+        self.server = start_server(os.path.join(self.tmp, "server"), self.port,
+                                   "--kafka-port", str(self.kafka_port))
         self.address = f"127.0.0.1:{self.port}"
+        self.bootstrap = f"127.0.0.1:{self.kafka_port}"
+        #: The last topic row 7 filled through the Kafka door, and how many it holds.
+        self.kafka_filled: tuple[str, int] | None = None
         self.redis = RedisPeer(free_port()).start() if redis_installed() else None
         self.n = 0
         self.redis_rate = 5000.0  # requests/s guess, refined after every Redis run
@@ -229,6 +239,59 @@ def _sends_and_lag(run: Run, topic: str) -> Metrics:
     return {"send msgs/s": r.msgs_per_s, "index lag p99 ms": probe.p99_ms()}
 
 
+KAFKA_GROUP = 4
+
+
+def _kafka_produce(run: Run) -> Metrics:
+    """One librdkafka producer (acks=all, linger.ms 5, 64 KiB batches) through the Kafka
+    door; the server's CPU per message from STATS around the run, as row 2's."""
+    topic = run.topic()
+    probe = ServerProbe(run.address)
+    try:
+        cpu_before = probe.process_cpu_s()
+        r = produce(run.bootstrap, topic, run.args.seconds, SIZE)
+        cpu_after = probe.process_cpu_s()
+        if r["errors"] or not probe.wait_indexed() or probe.stored(topic) != r["delivered"]:
+            raise RuntimeError(f"kafka produce: {r['delivered']} delivered, "
+                               f"{probe.stored(topic)} stored, {r['errors']} errors "
+                               f"({r['first_error']})")
+    finally:
+        probe.close()
+    run.kafka_filled = (topic, r["delivered"])
+    return {"msgs/s": r["msgs_per_s"], "p99 ms": r["p99_ms"],
+            "server CPU us/msg": (cpu_after - cpu_before) / r["delivered"] * 1e6}
+
+
+def _kafka_filled(run: Run) -> tuple[str, int]:
+    if run.kafka_filled is None:  # row 8 without row 7: fill a topic first
+        _kafka_produce(run)
+    return run.kafka_filled
+
+
+def _kafka_group(run: Run) -> Metrics:
+    """A consumer group of KAFKA_GROUP librdkafka consumers reads row 7's topic whole."""
+    topic, count = _kafka_filled(run)
+    probe = ServerProbe(run.address)
+    try:
+        cpu_before = probe.process_cpu_s()
+        r = consume_group(run.bootstrap, topic, f"g-{run.topic()}", KAFKA_GROUP, count)
+        cpu_after = probe.process_cpu_s()
+    finally:
+        probe.close()
+    return {"msgs/s": r["msgs_per_s"],
+            "server CPU us/msg": (cpu_after - cpu_before) / count * 1e6}
+
+
+def _fmq_group(run: Run) -> Metrics:
+    """FMQ's own consumers (fmq bench consume, one per queue) read the same topic."""
+    topic, _ = _kafka_filled(run)
+    r = run_bench(BenchSpec(kind="consume", server=run.address, producers=KAFKA_GROUP,
+                            topic=topic, duration_s=run.args.seconds + 30))
+    if r.count_check != "ok" or r.errors:
+        raise RuntimeError(f"fmq consume failed: {r.count_check}, errors {r.errors}")
+    return {"msgs/s": r.msgs_per_s, "server CPU us/msg": r.server_cpu_us_per_msg}
+
+
 TARGETS: list[tuple[str, str, Callable, Callable | None]] = [
     ("1 network, 64 producers, 1 in flight", "Redis XADD -c 64", _network, _network_peer),
     ("2 async batching, 1 client process", "Redis XADD -P 16 -c 64", _async_fmq, _async_peer),
@@ -237,6 +300,10 @@ TARGETS: list[tuple[str, str, Callable, Callable | None]] = [
     ("5 recovery", "Redis AOF reload", _recovery_fmq, _recovery_peer),
     ("6 sends with 16 consumers following", "FMQ without consumers", _with_consumers,
      _without_consumers),
+    ("7 Kafka door, librdkafka producer acks=all", "FMQ async batching (row 2)",
+     _kafka_produce, _async_fmq),
+    ("8 Kafka door, consumer group of 4", "fmq bench consume, 4 consumers", _kafka_group,
+     _fmq_group),
 ]
 
 

@@ -102,8 +102,13 @@ def make_user_fields(user: str, password: str, create: bool) -> dict[str, Any]:
         raise InvalidArgument("the password must not be empty")
     salt, stored_key, server_key, iterations = ScramMechanism(MECHANISM).make_auth_info(
         password, iteration_count=4096)
+    # SCRAM-SHA-512 keys too, for Kafka clients (docs/kafka.md).
+    salt5, stored5, server5, iterations5 = ScramMechanism("SCRAM-SHA-512").make_auth_info(
+        password, iteration_count=4096)
     return {"user": user, "create": create, "salt": salt, "iterations": iterations,
-            "stored_key": stored_key, "server_key": server_key}
+            "stored_key": stored_key, "server_key": server_key,
+            "sha512": {"salt": salt5, "iterations": iterations5, "stored_key": stored5,
+                       "server_key": server5}}
 
 
 def log_in(request: Callable[[Op, dict[str, Any]], dict[str, Any]],

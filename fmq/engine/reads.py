@@ -194,6 +194,14 @@ class Reader:
         check_queue_id(queue_id, self._queues.queue_count(topic))
         return self._range(topic, queue_id)
 
+    def stored_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, next offset) of what this node stores of a queue, its followers'
+        copies or not (Kafka's log end offset; :meth:`queue_range` is the consumable part)."""
+        self._check_open()
+        check_topic(topic)
+        check_queue_id(queue_id, self._queues.queue_count(topic))
+        return self._index.queue_range(topic, queue_id)
+
     def _range(self, topic: str, queue_id: int) -> tuple[int, int]:
         lo, hi = self._index.queue_range(topic, queue_id)
         limit = self._visibility.limit(topic, queue_id)

@@ -124,6 +124,9 @@ REPL_VISIBLE = Trailing("repl_visible", [("visible_end", U64)])
 #: old and new offset, nothing changed). A client that leaves it out (older ones) gets the
 #: offsets moved, as before.
 RESET_MODE = Trailing("reset_mode", [("execute", BOOL)])
+#: USER_PUT's SCRAM-SHA-512 keys (docs/kafka.md): left out by an older client.
+SCRAM_SHA512 = Trailing("scram_sha512", [("salt", BYTES), ("iterations", U32),
+                                         ("stored_key", BYTES), ("server_key", BYTES)])
 #: A topic's settings in TOPIC_CREATE and TOPIC_ALTER (fmq.topic_config.TopicConfig): -1 =
 #: not given (create: the default; alter: unchanged); 0 in the last three = back to the
 #: broker's setting (alter). Settings added later (a route) follow as trailing fields.
@@ -263,9 +266,11 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "SCRAM client-final message in, server-final message out: the session is "
           "authenticated as principal."),
     _spec(Op.USER_PUT, [("user", STR), ("create", BOOL), ("salt", BYTES), ("iterations", U32),
-                        ("stored_key", BYTES), ("server_key", BYTES)], [],
+                        ("stored_key", BYTES), ("server_key", BYTES), ("sha512", SCRAM_SHA512)],
+          [],
           "Add a user (create) or change its password: a SCRAM-SHA-256 credential made by "
-          "the client; the password never travels."),
+          "the client, and (trailing, optional) its SCRAM-SHA-512 keys for Kafka clients; "
+          "the password never travels."),
     _spec(Op.USER_REMOVE, [("user", STR)], [], "Remove a user."),
     _spec(Op.USER_LIST, [], [("users", ListOf(STR))], "The users' names."),
     _spec(Op.ACL_ADD, ACL_RULE, [("added", BOOL)],

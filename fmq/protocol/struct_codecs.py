@@ -1647,6 +1647,63 @@ def encode_auth_finish_request(out, value):
         TEXT.encode(out, v0)
 
 
+def decode_scram_sha512(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v0 = bytes(buf[pos:pos + n])
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'u32')
+    v1, = _UNPACK_FROM_I(buf, pos)
+    pos += 4
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v2 = bytes(buf[pos:pos + n])
+    pos += n
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'bytes')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'bytes')
+    v3 = bytes(buf[pos:pos + n])
+    pos += n
+    return {'salt': v0, 'iterations': v1, 'stored_key': v2, 'server_key': v3}, pos
+
+
+def encode_scram_sha512(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'scram_sha512 needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['salt']
+        v1 = value['iterations']
+        v2 = value['stored_key']
+        v3 = value['server_key']
+    except KeyError as exc:
+        raise ProtocolError(f'scram_sha512 is missing field {exc.args[0]!r}') from None
+    if type(v0) is bytes and len(v0) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v0))
+        out += v0
+    else:
+        BYTES.encode(out, v0)
+    if type(v1) is not int or not 0 <= v1 <= 4294967295:
+        U32.encode(out, v1)
+    else:
+        out += _PACK_I(v1)
+    if type(v2) is bytes and len(v2) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v2))
+        out += v2
+    else:
+        BYTES.encode(out, v2)
+    if type(v3) is bytes and len(v3) <= 0xFFFFFFFF:
+        out += _PACK_I(len(v3))
+        out += v3
+    else:
+        BYTES.encode(out, v3)
+
+
 def decode_user_put_request(buf, pos):
     end = len(buf)
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
@@ -1682,7 +1739,9 @@ def decode_user_put_request(buf, pos):
     if pos + n > end: need_bytes(buf, pos, n, 'bytes')
     v5 = bytes(buf[pos:pos + n])
     pos += n
-    return {'user': v0, 'create': v1, 'salt': v2, 'iterations': v3, 'stored_key': v4, 'server_key': v5}, pos
+    if pos == end: v6 = None
+    else: v6, pos = decode_scram_sha512(buf, pos)
+    return {'user': v0, 'create': v1, 'salt': v2, 'iterations': v3, 'stored_key': v4, 'server_key': v5, 'sha512': v6}, pos
 
 
 def encode_user_put_request(out, value):
@@ -1695,6 +1754,7 @@ def encode_user_put_request(out, value):
         v3 = value['iterations']
         v4 = value['stored_key']
         v5 = value['server_key']
+        v6 = value.get('sha512')
     except KeyError as exc:
         raise ProtocolError(f'user_put request is missing field {exc.args[0]!r}') from None
     if type(v0) is str and len(v0) <= 16383:
@@ -1723,6 +1783,7 @@ def encode_user_put_request(out, value):
         out += v5
     else:
         BYTES.encode(out, v5)
+    if v6 is not None: encode_scram_sha512(out, v6)
 
 
 def decode_user_remove_request(buf, pos):
@@ -4114,7 +4175,8 @@ CODECS = {
     'hello request': ('protocol_version:u8 client:str', encode_hello_request, decode_hello_request),
     'auth_start request': ('mechanism:str message:text', encode_auth_start_request, decode_auth_start_request),
     'auth_finish request': ('message:text', encode_auth_finish_request, decode_auth_finish_request),
-    'user_put request': ('user:str create:bool salt:bytes iterations:u32 stored_key:bytes server_key:bytes', encode_user_put_request, decode_user_put_request),
+    'scram_sha512': ('salt:bytes iterations:u32 stored_key:bytes server_key:bytes', encode_scram_sha512, decode_scram_sha512),
+    'user_put request': ('user:str create:bool salt:bytes iterations:u32 stored_key:bytes server_key:bytes sha512:scram_sha512', encode_user_put_request, decode_user_put_request),
     'user_remove request': ('user:str', encode_user_remove_request, decode_user_remove_request),
     'user_list request': ('', encode_user_list_request, decode_user_list_request),
     'acl_add request': ('principal:str resource_type:str pattern:optstr prefix:bool operation:str allow:bool', encode_acl_add_request, decode_acl_add_request),

@@ -210,6 +210,19 @@ class BrokerCollector:
         yield members
         if server.get("replication"):
             yield from _replication_metrics(server["replication"])
+        if server.get("kafka"):
+            yield from _kafka_metrics(server["kafka"])
+
+
+def _kafka_metrics(k: dict[str, Any]) -> Iterator[Metric]:
+    """The Kafka door's (docs/kafka.md): its connections and requests by API."""
+    yield GaugeMetricFamily("fmq_kafka_connections", "Open Kafka connections.",
+                            value=k["connections"])
+    requests = CounterMetricFamily("fmq_kafka_requests", "Kafka requests, by API.",
+                                   labels=["api"])
+    for api, n in sorted(k["requests_by_api"].items()):
+        requests.add_metric([api], n)
+    yield requests
 
 
 def _replication_metrics(r: dict[str, Any]) -> Iterator[Metric]:

@@ -119,6 +119,7 @@ class Server:
         #: A socket already bound to host:port (see :func:`bind_listener`), or None to bind
         #: in :meth:`start`.
         self._listener = listener
+        self.kafka = None  # the Kafka door, once started (with kafka_port)
         #: Called with (host, port) once the server accepts connections.
         self.on_listening: Callable[[str, int], None] | None = None
         #: Why a follower stopped copying its primary for good (the server then stops).
@@ -352,6 +353,7 @@ class Server:
             "uptime_s": round(time.time() - self.started, 3),
             "groups": ctx.groups.describe(),
             "replication": ctx.replication.describe() if ctx.replication else None,
+            "kafka": self.kafka.counters.describe() if self.kafka is not None else None,
             "requests_by_op": {Op(op).name: n for op, n in enumerate(counters.by_op)
                                if n and op in Op._value2member_map_},
             "errors_by_code": [{"op": Op(op).name if op in Op._value2member_map_ else str(op),

@@ -50,3 +50,35 @@ def test_a_follower_refuses_transactional_requests(tmp_path):
     finally:
         follower.kill()
         primary.kill()
+
+
+def test_a_follower_asked_for_an_unknown_topic_keeps_clients_asking(tmp_path):
+    """With auto-creation on, a follower's Metadata for an unknown topic is
+    LEADER_NOT_AVAILABLE (retriable: the client asks again, the primary creates it), not
+    UNKNOWN_TOPIC_OR_PARTITION, and the follower creates nothing; without auto-creation it
+    stays unknown."""
+    from .wire import request_type
+
+    primary = KafkaServer(str(tmp_path / "primary")).start()
+    follower = KafkaServer(str(tmp_path / "follower"), {"follow": primary.address})
+    try:
+        follower.start()
+        cls = request_type(3, 12)
+        module = __import__(cls.__module__, fromlist=["x"])
+
+        def ask(server, allow: bool):
+            _, answer = exchange(("127.0.0.1", server.kafka_port), cls(
+                topics=(module.MetadataRequestTopic(name="made-later", topic_id=None),),
+                allow_auto_topic_creation=allow,
+                include_topic_authorized_operations=False))
+            return answer.topics[0].error_code
+
+        assert ask(follower, True) == ErrorCode.leader_not_available
+        assert ask(follower, False) == ErrorCode.unknown_topic_or_partition
+        assert ask(primary, True) == ErrorCode.none  # created there, then copied
+        produce_all(primary.bootstrap, "made-later", [(b"k", b"v", [])])
+        [msg] = consume(follower.bootstrap, "made-later", 1)
+        assert msg.value() == b"v"
+    finally:
+        follower.kill()
+        primary.kill()

@@ -8,6 +8,8 @@ import struct
 import cramjam
 import pytest
 from crc32c import crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from fmq.message import StoredMessage
@@ -34,6 +36,7 @@ from fmq.server.kafka.records import (
     read_varint,
     write_varint,
 )
+from tests.kafka import record_reference
 
 LIMIT = 1 << 20
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -151,3 +154,62 @@ def test_records_fmq_cannot_store_as_they_are_are_refused():
         to_message("t", 0, KafkaRecord(None, b"v", [("h", b"1"), ("h", b"2")]))
     with pytest.raises(MappingError, match="keeps for itself"):
         to_message("t", 0, KafkaRecord(None, b"v", [(CREATE_TIME_PROPERTY, b"1")]))
+
+
+# ---------------------------------------------------------------- the fast codec = reference
+
+_bytes_or_none = st.one_of(st.none(), st.binary(max_size=20_000))
+_record = st.tuples(_bytes_or_none, _bytes_or_none,
+                    st.lists(st.tuples(st.text(max_size=8), _bytes_or_none), max_size=3))
+
+
+def _summary(batches: list) -> list:
+    return [(b.producer_id, b.producer_epoch, b.base_sequence, b.attributes,
+             [(r.key, r.value, r.headers, r.timestamp) for r in b.records]) for b in batches]
+
+
+def _decode_both(data: bytes):
+    """(fast result or error code, reference result or error code)."""
+    out = []
+    for decode in (decode_batches, record_reference.decode_batches):
+        try:
+            out.append(_summary(decode(data, LIMIT)))
+        except RecordError as exc:
+            out.append(exc.code)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=6))
+def test_the_fast_decoder_equals_the_reference_on_client_batches(records):
+    data = client_batch(0, records)
+    fast, reference = _decode_both(data)
+    assert fast == reference
+    assert [r[:2] for r in fast[0][4]] == [r[:2] for r in records]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=3), st.data())
+def test_the_fast_decoder_equals_the_reference_on_damaged_records(records, data):
+    """Bytes of the records changed and the CRC made right again: both decoders refuse the
+    batch with the same code, or both read the same records."""
+    batch = bytearray(client_batch(0, records))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(BATCH_OVERHEAD, len(batch) - 1))
+        batch[at] = data.draw(st.integers(0, 255))
+    if data.draw(st.booleans()):  # a record count that lies
+        struct.pack_into(">i", batch, BATCH_OVERHEAD - 4, data.draw(st.integers(-2, 8)))
+    struct.pack_into(">I", batch, CRC_FROM - 4, crc32c(bytes(batch[CRC_FROM:])))
+    fast, reference = _decode_both(bytes(batch))
+    assert fast == reference
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5000), _record, st.integers(0, 2**41)), min_size=1,
+                max_size=6))
+def test_the_fast_encoder_equals_the_reference(rows):
+    recs, delta = [], 0
+    for gap, (key, value, headers), ts in rows:
+        delta += gap
+        recs.append((delta, KafkaRecord(key, value, headers, ts)))
+    assert encode_batch(7, recs) == record_reference.encode_batch(7, recs)

@@ -1,10 +1,12 @@
-"""SASL and TLS on the Kafka door: FMQ's users log in with SCRAM-SHA-256 (PLAIN over TLS
-only), FMQ's access rules decide each topic and group, Metadata lists only what a user may
+"""SASL and TLS on the Kafka door: FMQ's users log in with SCRAM-SHA-256 or SCRAM-SHA-512
+(PLAIN over TLS only; a user whose password was set before FMQ kept SHA-512 keys is told
+the fix), FMQ's access rules decide each topic and group, Metadata lists only what a user may
 describe, and nothing but ApiVersions and the handshake is answered before log-in. Real
 server processes, real confluent-kafka and kcat clients, trustme certificates."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 import time
@@ -34,6 +36,7 @@ RULES = [
     ("alice", "topic", "orders", "produce"), ("alice", "topic", "orders", "consume"),
     ("alice", "topic", "audit", "describe"),
     ("alice", "group", "billing", "consume"), ("alice", "group", "billing", "commit-offsets"),
+    ("carol", "topic", "orders", "produce"),
 ]
 FAST_LOGIN = {"server": {"auth_failure_delay_ms": 1, "auth_failure_max_delay_ms": 20}}
 
@@ -51,6 +54,9 @@ def secured_data(data_dir: str) -> str:
     store = UserStore(data_dir)
     for user in ("admin", "alice"):
         store.put_user(user, make_credential(PASSWORD), create=True)
+    # carol's password was set before FMQ kept SCRAM-SHA-512 keys: SHA-256 keys only.
+    store.put_user("carol", dataclasses.replace(make_credential(PASSWORD), sha512=None),
+                   create=True)
     for principal, rtype, name, operation in RULES:
         store.add_rule(Rule.make(principal, rtype, name, name == "", operation,
                                  True))
@@ -200,9 +206,9 @@ def test_metadata_lists_only_the_topics_the_user_may_describe(secured):
 def test_before_log_in_only_api_versions_and_the_handshake_are_answered(secured):
     address = ("127.0.0.1", secured.kafka_port)
     assert exchange(address, request_type(18, 0)())[1].error_code == 0
-    _, handshake = exchange(address, request_type(17, 1)(mechanism="SCRAM-SHA-512"))
-    assert handshake.error_code == 33  # UNSUPPORTED_SASL_MECHANISM: SHA-256 is stored
-    assert list(handshake.mechanisms) == ["SCRAM-SHA-256"]
+    _, handshake = exchange(address, request_type(17, 1)(mechanism="OAUTHBEARER"))
+    assert handshake.error_code == 33  # UNSUPPORTED_SASL_MECHANISM
+    assert list(handshake.mechanisms) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
     with socket.create_connection(address, timeout=10) as sock:
         sock.sendall(frame_request(request_type(3, 12)(
             topics=None, allow_auto_topic_creation=False,
@@ -223,9 +229,10 @@ def test_plain_without_tls_is_refused(secured):
     assert "PLAIN sends the password itself" in secured.log()
 
 
-def test_kcat_logs_in_with_scram(secured):
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kcat_logs_in_with_scram(secured, mechanism):
     options = ["-X", "security.protocol=SASL_PLAINTEXT", "-X",
-               "sasl.mechanisms=SCRAM-SHA-256", "-X", "sasl.username=alice", "-X",
+               f"sasl.mechanisms={mechanism}", "-X", "sasl.username=alice", "-X",
                f"sasl.password={PASSWORD}"]
     produced = subprocess.run(["kcat", "-b", secured.bootstrap, *options, "-P", "-t",
                                "orders", "-p", "0"], input="from-kcat\n", text=True,
@@ -293,3 +300,45 @@ def test_mutual_tls_requires_a_client_certificate_on_the_kafka_port(tmp_path, ce
         assert "requires a client certificate" in srv.log()
     finally:
         srv.kill()
+
+
+def test_confluent_kafka_logs_in_with_scram_sha_512(secured):
+    offsets, errors = produce(sasl(secured, mechanism="SCRAM-SHA-512"), "orders", [b"sha512"])
+    assert not errors and len(offsets) == 1
+    wrong = errors_seen(sasl(secured, mechanism="SCRAM-SHA-512", password="wrong"),
+                        KafkaError._AUTHENTICATION)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in wrong), wrong
+
+
+def test_a_user_without_sha_512_keys_is_told_the_fix(secured):
+    """carol's credential predates SHA-512 keys: SCRAM-SHA-512 fails with a message naming
+    the fix (the same words any failed SHA-512 log-in gets, so they tell a guesser
+    nothing), the log names carol, and SCRAM-SHA-256 still works for her."""
+    errors = errors_seen(sasl(secured, user="carol", mechanism="SCRAM-SHA-512"),
+                         KafkaError._AUTHENTICATION)
+    assert any("fmq user passwd" in e.str() for e in errors), errors
+    assert "user 'carol' has no SCRAM-SHA-512 keys" in secured.log()
+    offsets, errors = produce(sasl(secured, user="carol"), "orders", [b"sha256"])
+    assert not errors and len(offsets) == 1
+
+
+def test_a_password_set_over_the_network_gets_sha_512_keys(secured):
+    """USER_PUT from this release's client carries SHA-512 keys (trailing fields); one from
+    an older client (without them) gives a user who logs in with SHA-256 only."""
+    from fmq.client import Client
+    from fmq.client.auth import make_user_fields
+    from fmq.protocol import Op
+
+    with Client(secured.address, user="admin", password=PASSWORD) as admin:
+        admin.call(Op.USER_PUT, make_user_fields("dave", "dave's password", True))
+        older = make_user_fields("erin", "erin's password", True)
+        del older["sha512"]
+        admin.call(Op.USER_PUT, older)
+    listed = Producer(sasl(secured, user="dave", password="dave's password",
+                           mechanism="SCRAM-SHA-512")).list_topics(timeout=10)
+    assert listed.brokers
+    errors = errors_seen(sasl(secured, user="erin", password="erin's password",
+                              mechanism="SCRAM-SHA-512"), KafkaError._AUTHENTICATION)
+    assert any("fmq user passwd" in e.str() for e in errors), errors
+    assert Producer(sasl(secured, user="erin", password="erin's password")).list_topics(
+        timeout=10).brokers

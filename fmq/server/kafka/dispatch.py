@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from fmq.server.kafka.access import answering, login_refusal
 from fmq.server.kafka.apis import API_TABLE, supported_apis
+from fmq.server.kafka.counters import UNSUPPORTED
 from fmq.server.kafka.entities import build
 from fmq.server.kafka.framing import (
     FrameError,
@@ -51,6 +52,7 @@ async def answer(session: KafkaSession, frame: bytes) -> bytes | None:
     """The framed answer to ``frame``, or None when it takes none."""
     head = read_head(frame)
     api = API_TABLE.get(head.api_key)
+    session.counters.request(api.name if api is not None else UNSUPPORTED)
     if api is None:
         logger.info("kafka connection %s: API key %d is not implemented; answered "
                     "UNSUPPORTED_VERSION", session.peer, head.api_key)

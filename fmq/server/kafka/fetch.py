@@ -5,7 +5,8 @@ less than ``min_bytes`` it waits, through the same pull wake-ups as FMQ's own PU
 thread held, woken only by a write to one of its queues), until data arrives, ``max_wait``
 passes (capped by the server's ``max_wait_ms``), the connection closes or the server stops.
 The high watermark is the queue's next offset and the log start offset its first readable
-one: both what an FMQ consumer sees.
+one: both what an FMQ consumer sees. A fetch offset past the high watermark but within what
+the node stores (:func:`stored_end`) waits like one at the watermark, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -118,15 +119,24 @@ def _read_one(broker: Broker, r: PartitionRead, budget: int) -> None:
     r.low, r.high = broker.reads.queue_range(r.topic, r.queue)
     if r.offset > r.high and broker.wait_indexed(INDEX_GRACE_S):
         r.low, r.high = broker.reads.queue_range(r.topic, r.queue)
-    if not r.low <= r.offset <= r.high:
+    if r.offset < r.low or (r.offset > r.high and r.offset > stored_end(broker, r)):
         r.error = ErrorCode.offset_out_of_range
         return
     r.error = ErrorCode.none
-    if r.offset == r.high or budget <= 0:
-        return
+    if r.offset >= r.high or budget <= 0:
+        return  # at or past the high watermark: nothing to read yet
     messages = broker.reads.pull(r.topic, r.queue, r.offset, MAX_RECORDS,
-                           min(budget, r.max_bytes))
+                                 min(budget, r.max_bytes))
     if messages:
         base = messages[0].queue_offset
         r.records = encode_batch(base, [(m.queue_offset - base, to_record(m))
                                         for m in messages])
+
+
+def stored_end(broker: Broker, r: PartitionRead) -> int:
+    """The queue's stored end (Kafka's log end offset): past the high watermark, what this
+    node holds and its followers do not yet. Kafka's rule: a fetch between the two is
+    answered empty (the consumer waits for the watermark), only one past the stored end
+    is OFFSET_OUT_OF_RANGE. So a consumer that read up to the old primary's watermark is
+    not reset by a new primary whose own watermark is a moment behind it."""
+    return broker.reads.stored_range(r.topic, r.queue)[1]

@@ -23,6 +23,7 @@ from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     group_admin,
     group_apis,
     group_offsets,
+    leader_epochs,
     list_offsets,
     metadata,
     partitions,
@@ -34,6 +35,7 @@ from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
 )
 from fmq.server.kafka.brokers import KafkaBrokers
 from fmq.server.kafka.connection import KafkaConnection
+from fmq.server.kafka.counters import KafkaCounters
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.txn_coordinator import start_transaction_recovery
 from fmq.server.net.listener import bind_listener
@@ -77,6 +79,7 @@ class KafkaListener:
                         if config.coordinator and node else None)
         self._next_id = 0
         self.tls: ssl.SSLContext | None = None
+        self.counters = KafkaCounters()
 
     async def start(self) -> None:
         config = self.ctx.config
@@ -122,14 +125,16 @@ class KafkaListener:
         self._next_id -= 1
         session = KafkaSession(self.ctx, self._next_id, peer_name, self.advertised_host,
                                self.advertised_port, brokers=self.brokers,
-                               tls=self.tls is not None)
+                               tls=self.tls is not None, counters=self.counters)
         connection = KafkaConnection(session, reader, writer)
         self.connections.add(connection)
+        self.counters.connections = len(self.connections)
         logger.info("kafka connection %s opened", peer_name)
         try:
             await connection.serve()
         finally:
             self.connections.discard(connection)
+            self.counters.connections = len(self.connections)
             logger.info("kafka connection %s closed", peer_name)
 
     async def _close_on_stop(self) -> None:

@@ -79,6 +79,33 @@ def to_message(topic: str, partition: int, record: KafkaRecord) -> Message:
     return new_message(topic, record.value or b"", key, None, properties or None, partition)
 
 
+def to_messages(topic: str, partition: int, records: list[KafkaRecord]) -> list[Message]:
+    """:func:`to_message` of each record of a batch: the same messages, with the common
+    record (no headers, a value) made without a call, and each CreateTime's text made once
+    (a batch's records mostly share their millisecond)."""
+    messages = []
+    append = messages.append
+    last_time, last_text = None, ""
+    for record in records:
+        key, value, timestamp = record.key, record.value, record.timestamp
+        if record.headers or value is None or timestamp < 0:
+            append(to_message(topic, partition, record))
+            continue
+        if key:
+            try:
+                key = key.decode("utf-8")
+            except UnicodeDecodeError:
+                raise MappingError("the record key is not UTF-8 text; FMQ keys are text of "
+                                   "1-255 bytes") from None
+        else:
+            key = None
+        if timestamp != last_time:
+            last_time, last_text = timestamp, str(timestamp)
+        append(new_message(topic, value, key, None, {CREATE_TIME_PROPERTY: last_text},
+                           partition))
+    return messages
+
+
 def to_record(message: StoredMessage) -> KafkaRecord:
     """A stored message as the Kafka record a consumer gets."""
     props = message.properties or {}

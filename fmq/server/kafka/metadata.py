@@ -8,7 +8,9 @@ Listing every topic leaves out FMQ's own (``%`` names: retries, dead letters, ti
 named, they are answered like any other. A topic named but unknown is created when the
 broker creates topics on first use (``auto_create_topics``) and the client allows it, as a
 Kafka broker with ``auto.create.topics.enable`` does; otherwise it is
-UNKNOWN_TOPIC_OR_PARTITION.
+UNKNOWN_TOPIC_OR_PARTITION. A follower creates nothing (its log changes only by what its
+primary ships): it answers such a topic LEADER_NOT_AVAILABLE, as a Kafka broker answers a
+topic being created, so the client asks again (the primary, asked, creates it).
 """
 
 from __future__ import annotations
@@ -48,8 +50,7 @@ async def metadata(session: KafkaSession, request: Any, version: int) -> dict:
                    and access.visible(session, t["name"])]
     else:
         create = (getattr(request, "allow_auto_topic_creation", True)
-                  and broker.config.auto_create_topics
-                  and follower_refusal(ctx.replication, Op.TOPIC_CREATE) is None)
+                  and broker.config.auto_create_topics)
         answers = [await _named(session, t.name, create) for t in wanted]
     return {"throttle_time": 0, "cluster_id": CLUSTER_ID, "controller_id": controller(session),
             "brokers": brokers(session),
@@ -84,6 +85,11 @@ async def _named(session: KafkaSession, name: str | None, create: bool) -> dict:
     # Creating on first use is a produce's right in FMQ (a send creates its topic too).
     create = create and access.permits(session, Operation.PRODUCE, ResourceType.TOPIC, name)
     found = await ctx.read(broker.topics.get, name)
+    if found is None and create and follower_refusal(ctx.replication, Op.TOPIC_CREATE):
+        # Only the primary creates; LEADER_NOT_AVAILABLE (Kafka's answer while a topic is
+        # being created) keeps the client asking, and its next Metadata may go to the
+        # primary, which creates it, instead of giving up on an unknown topic.
+        return _error(name, ErrorCode.leader_not_available)
     if found is None and create:
         try:
             await ctx.write(broker.topics.create, name)

@@ -24,7 +24,7 @@ from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code
-from fmq.server.kafka.mapping import MappingError, to_message
+from fmq.server.kafka.mapping import MappingError, to_messages
 from fmq.server.kafka.producer_ids import number
 from fmq.server.kafka.records import DecodedBatch, RecordError, decode_batches
 from fmq.server.kafka.routed import local_queue, not_here
@@ -121,7 +121,7 @@ def _messages(topic: str, partition: int, batches: list[DecodedBatch]) -> list[M
     for batch in batches:
         if batch.control:
             continue  # transaction markers: no data
-        batch_messages = [to_message(topic, partition, r) for r in batch.records]
+        batch_messages = to_messages(topic, partition, batch.records)
         if batch.producer_id >= 0 and batch.base_sequence >= 0:
             number(batch_messages, batch.producer_id, batch.producer_epoch, partition,
                    batch.base_sequence)

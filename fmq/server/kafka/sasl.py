@@ -2,10 +2,13 @@
 
 SCRAM-SHA-256 is verified as FMQ's own AUTH_START / AUTH_FINISH verify it
 (:class:`fmq.server.authn.Authenticator`, ``scramp``), against the credentials ``fmq user
-add`` stores. Those are SCRAM-SHA-256 only, so SCRAM-SHA-512 is not offered (a SHA-512
-exchange needs keys derived with SHA-512 from the password, which the server never has).
-PLAIN (the password itself) is offered only over TLS, and checked by deriving the stored
-key from it with the user's salt and iteration count.
+add`` stores. SCRAM-SHA-512 is verified the same way against the user's SHA-512 keys,
+which FMQ keeps for every password set since it offers the mechanism (a SHA-512 exchange
+needs keys derived with SHA-512 from the password, which the server never has): a user
+whose password was set before has none, and fails with a message naming the fix (set the
+password again, ``fmq user passwd``, or use SCRAM-SHA-256); the log names the user. PLAIN
+(the password itself) is offered only over TLS, and checked by deriving the stored key from
+it with the user's salt and iteration count.
 
 A failure answers SASL_AUTHENTICATION_FAILED after FMQ's slow-down (doubling per failure of
 the connection and of its address, ``auth_failure_delay_ms``), is counted in the server's
@@ -27,6 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from scramp import ScramException, ScramMechanism
 
+from fmq.security.credentials import ITERATIONS, SHA512_MECHANISM, ScramKeys
 from fmq.security.users import MECHANISM
 from fmq.server.kafka.apis import BEFORE_LOGIN, kafka_api
 from fmq.server.kafka.session import KafkaSession
@@ -45,9 +49,19 @@ class SaslFailed(Exception):
         self.public = public
 
 
+#: The hash of each SCRAM mechanism served.
+SCRAM_HASHES = {MECHANISM: hashlib.sha256, SHA512_MECHANISM: hashlib.sha512}
+#: What a failed SCRAM-SHA-512 log-in is told besides the usual (a user whose password was
+#: set before FMQ kept SHA-512 keys cannot log in with it; saying so only for such a user
+#: would tell a guesser which names exist).
+SHA512_HINT = ("; SCRAM-SHA-512 needs the user's password set by an FMQ release that keeps "
+               "SHA-512 keys: set it again (fmq user passwd) or use SCRAM-SHA-256")
+
+
 def mechanisms(session: KafkaSession) -> list[str]:
     """What this connection may log in with."""
-    return [MECHANISM, PLAIN] if session.tls else [MECHANISM]
+    scram = [MECHANISM, SHA512_MECHANISM]
+    return [*scram, PLAIN] if session.tls else scram
 
 
 # Version 0 is advertised because librdkafka sees SASL at all only when it is, but it is
@@ -62,8 +76,7 @@ async def sasl_handshake(session: KafkaSession, request: Any, version: int) -> d
     if request.mechanism not in offered:
         why = ("PLAIN sends the password itself and is offered only over TLS"
                if request.mechanism == PLAIN else
-               "FMQ stores SCRAM-SHA-256 credentials only" if request.mechanism.startswith(
-                   "SCRAM-") else "not a mechanism FMQ serves")
+               "not a mechanism FMQ serves")
         logger.info("kafka connection %s: SASL mechanism %r refused (%s)", session.peer,
                     request.mechanism, why)
         return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": offered}
@@ -97,7 +110,7 @@ def _step(session: KafkaSession, data: bytes) -> bytes:
                          public=True)
     if session.sasl_mechanism == PLAIN:
         return _plain(session, data)
-    if session.sasl_mechanism == MECHANISM:
+    if session.sasl_mechanism in SCRAM_HASHES:
         return _scram(session, data)
     raise SaslFailed("SaslAuthenticate before SaslHandshake", public=True)
 
@@ -107,7 +120,7 @@ def _scram(session: KafkaSession, data: bytes) -> bytes:
     try:
         text = data.decode()
         if state is None:
-            server, first, user, known = session.ctx.authenticator.start(text)
+            server, first, user, known = _start(session, text)
             session.scram = (server, user, known, text, first)
             return first.encode()
         server, user, known, client_first, server_first = state
@@ -125,6 +138,40 @@ def _scram(session: KafkaSession, data: bytes) -> bytes:
     return final.encode()
 
 
+def _start(session: KafkaSession, client_first: str) -> tuple[Any, str, str, bool]:
+    """SCRAM's first step for the connection's mechanism: (server state, server-first
+    message, user, known)."""
+    auth = session.ctx.authenticator
+    if session.sasl_mechanism == MECHANISM:
+        return auth.start(client_first)
+    seen: dict[str, Any] = {}
+
+    def auth_fn(user: str) -> tuple[bytes, bytes, bytes, int]:
+        keys, known = sha512_keys(session, user)
+        seen.update(user=user, known=known)
+        return keys.salt, keys.stored_key, keys.server_key, keys.iterations
+
+    server = ScramMechanism(SHA512_MECHANISM).make_server(auth_fn)
+    server.set_client_first(client_first)
+    return server, server.get_server_first(), seen["user"], seen["known"]
+
+
+def sha512_keys(session: KafkaSession, user: str) -> tuple[ScramKeys, bool]:
+    """The user's SCRAM-SHA-512 keys and True; made-up keys and False for an unknown user
+    or one whose password was set before FMQ kept SHA-512 keys (logged: the fix is to set
+    it again)."""
+    credential, known = session.ctx.authenticator.credential(user)
+    if known and credential.sha512 is not None:
+        return credential.sha512, True
+    if known:
+        logger.warning("kafka connection %s: user %r has no SCRAM-SHA-512 keys (its password "
+                       "was set before FMQ kept them); set it again with fmq user passwd, "
+                       "or log in with SCRAM-SHA-256", session.peer, user)
+    # Keyed by the made-up or real SHA-256 key: stable per user, and no proof verifies.
+    fake = hmac.new(credential.stored_key, user.encode(), hashlib.sha512).digest()
+    return ScramKeys(fake[:16], ITERATIONS, fake, fake[::-1]), False
+
+
 def legacy_final(session: KafkaSession, user: str, client_first: str, server_first: str,
                  client_final: str) -> str | None:
     """The server-final message for librdkafka before 2.6.1, or None for any other client.
@@ -139,16 +186,20 @@ def legacy_final(session: KafkaSession, user: str, client_first: str, server_fir
     client_nonce = client_first.rsplit("r=", 1)[1]
     if fields.get("r") != client_nonce + nonce or fields.get("c") != "biws" or "p" not in fields:
         return None
-    credential, known = session.ctx.authenticator.credential(user)
+    digest = SCRAM_HASHES[session.sasl_mechanism]
+    if session.sasl_mechanism == MECHANISM:
+        credential, known = session.ctx.authenticator.credential(user)
+    else:
+        credential, known = sha512_keys(session, user)
     bare = client_first.split(",", 2)[2]
     auth_message = f"{bare},{server_first},{client_final.rsplit(',p=', 1)[0]}".encode()
-    signature = hmac.new(credential.stored_key, auth_message, hashlib.sha256).digest()
+    signature = hmac.new(credential.stored_key, auth_message, digest).digest()
     proof = base64.b64decode(fields["p"], validate=True)
     client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
-    if not (known and hmac.compare_digest(hashlib.sha256(client_key).digest(),
+    if not (known and hmac.compare_digest(digest(client_key).digest(),
                                           credential.stored_key)):
         raise SaslFailed(_failure(user, "wrong proof"))
-    verifier = hmac.new(credential.server_key, auth_message, hashlib.sha256).digest()
+    verifier = hmac.new(credential.server_key, auth_message, digest).digest()
     return "v=" + base64.b64encode(verifier).decode()
 
 
@@ -199,5 +250,6 @@ async def _refuse(session: KafkaSession, failure: SaslFailed) -> str:
     await asyncio.sleep(delay)
     if failure.public:
         return str(failure)
+    hint = SHA512_HINT if session.sasl_mechanism == SHA512_MECHANISM else ""
     return ("authentication failed: wrong user name or password, or a malformed SASL "
-            "exchange; check sasl.username and sasl.password (docs/kafka.md)")
+            f"exchange; check sasl.username and sasl.password (docs/kafka.md){hint}")

@@ -3,10 +3,11 @@ peer, whether it came over TLS, and the user it logged in as)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fmq.server.context import ServerContext
+from fmq.server.kafka.counters import KafkaCounters
 
 #: Kafka's node id for this server: one broker, the leader of every partition it serves.
 NODE_ID = 0
@@ -36,3 +37,5 @@ class KafkaSession:
     scram: Any = None
     #: Failed log-ins on this connection (each one slows the next answer down).
     auth_failures: int = 0
+    #: The door's counters (shared by its connections: STATS and the metrics).
+    counters: KafkaCounters = field(default_factory=KafkaCounters)

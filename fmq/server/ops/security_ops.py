@@ -16,6 +16,7 @@ from fmq.errors import AuthenticationFailed, AuthenticationRequired, InvalidArgu
 from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.protocol.schema import HELLO_NODE_VERSION
 from fmq.security import Operation, Rule, StoredCredential
+from fmq.security.credentials import ScramKeys
 from fmq.security.document import RuleAddition
 from fmq.security.users import MECHANISM
 from fmq.server.authn import Authenticator
@@ -121,8 +122,11 @@ async def _auth_finish(ctx: ServerContext, session: RequestSession, req: dict) -
 @operation(Op.USER_PUT, access=ADMIN, hosted=None, follower=SERVES)
 async def _user_put(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
     _require_users(ctx, "adding users or changing passwords")
+    sha512 = req.get("sha512")  # None from a client older than SCRAM-SHA-512
     cred = StoredCredential(req["salt"], req["iterations"], req["stored_key"],
-                            req["server_key"])
+                            req["server_key"], sha512 and ScramKeys(
+                                sha512["salt"], sha512["iterations"], sha512["stored_key"],
+                                sha512["server_key"]))
     auth: Authenticator = ctx.authenticator
     await ctx.run(auth.change, lambda d: d.with_user(req["user"], cred, create=req["create"]))
     logger.info("%s at %s %s user %r", session.principal or "an unauthenticated client",
