@@ -105,7 +105,9 @@ class SegmentScan:
     decoded record (:meth:`SegmentReader.positions`: a column-wise reader's input); with
     ``stop`` as well it reads one range of a split segment
     (:meth:`SegmentReader.split_points`): records starting in ``[start, stop)``, and the
-    segment's end verdicts only in the range that reaches the end."""
+    segment's end verdicts only in the range that reaches the end. With ``batched`` it
+    yields lists: runs of items as the reader decoded them, and each damage alone as
+    ``[damage]``."""
 
     def __init__(self, log: LogSegments, index: int, *, start: int = 0,
                  previous_end: int | None = None, on_corruption: OnCorruption,
@@ -151,13 +153,15 @@ class SegmentScan:
     def __iter__(self) -> Iterator[Record | int | Damage]:
         base, previous_end = self.base, self.previous_end
         if previous_end is not None and base != previous_end and self._is_reached():
-            yield self._corrupt(previous_end, f"the segment starting at {previous_end} is missing")
+            missing = self._corrupt(previous_end,
+                                    f"the segment starting at {previous_end} is missing")
+            yield [missing] if self.batched else missing
         if self.start > self.size:
             raise CorruptLog(self.name, base + self.start,
                              "start offset lies past the end of the segment")
         reader = SegmentReader(self.buf, base, self.name, self.log.max_record_size)
         if self.positions:
-            yield from reader.positions(self.start, self.on_corruption, self.stop)
+            yield from reader.positions(self.start, self.on_corruption, self.stop, self.batched)
         else:
             yield from reader.records(self.start, self.on_corruption, self.copy_body, self.stop,
                                       self.entry_type, self.batched)
@@ -172,10 +176,11 @@ class SegmentScan:
         later = None if is_last else self.log.later_valid(self.index)
         if later is not None:
             lbase, lpos = later
-            yield self._corrupt(
+            cut = self._corrupt(
                 self.end_offset,
                 f"segment ends without its filler ({reader.torn_reason or 'no more records'}) "
                 f"but segment {format_segment_name(lbase)} holds a valid record at {lbase + lpos}")
+            yield [cut] if self.batched else cut
             return
         self.log_ends_here = True
         if reader.end is SegmentEnd.BAD_RECORD and self._is_reached():

@@ -22,7 +22,13 @@ import pyarrow as pa
 from fmq.errors import BadRecord
 from fmq.log.record import HEADER, HEADER_SIZE, NONE, RecordType, decode_properties
 from fmq.spark.pushdown import PushedFilters
-from fmq.spark.rows import DAMAGE_ARROW, PROPERTIES_ARROW
+from fmq.spark.rows import (
+    DAMAGE_ARROW,
+    PROPERTIES_ARROW,
+    TIMESTAMP_ARROW,
+    TIMESTAMP_MAX_MS,
+    TIMESTAMP_MIN_MS,
+)
 
 #: The record header as a numpy dtype: the same fields, offsets and little-endian types as
 #: ``HEADER`` (a test compares the two on every record of a log).
@@ -95,6 +101,14 @@ def _nullable(values: np.ndarray, absent: np.ndarray, arrow_type: pa.DataType) -
     return pa.array(values, type=arrow_type, mask=absent if absent.any() else None)
 
 
+def timestamp_column(store_time: np.ndarray) -> pa.Array:
+    """``store_timestamp``: the store times (ms) as microseconds, null outside years 1 to
+    9999 (:func:`fmq.spark.rows.timestamp_micros`, row by row)."""
+    outside = (store_time < TIMESTAMP_MIN_MS) | (store_time > TIMESTAMP_MAX_MS)
+    micros = np.where(outside, 0, store_time) * 1000
+    return pa.array(micros, TIMESTAMP_ARROW, mask=outside if outside.any() else None)
+
+
 def properties_column(buf, starts: np.ndarray, lengths: np.ndarray,
                       offsets: np.ndarray) -> pa.Array:
     """The properties maps (``{}`` when none); only records with properties are parsed,
@@ -155,6 +169,7 @@ def record_batch(buf, positions: list[int], segment: str, with_body: bool,
         "body_size": pa.array(lens["body_len"], pa.int64()),
         "segment": pa.repeat(pa.scalar(segment, pa.string()), n),
         "damage": pa.nulls(n, DAMAGE_ARROW),
+        "store_timestamp": timestamp_column(h["store_time"]),
     }
     body_starts, body_lens = starts["body_len"], lens["body_len"]
     if pushed is not None and pushed.active:

@@ -36,10 +36,26 @@ RECORD_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("properties", "map<string,string>", PROPERTIES_ARROW),
     ("body_size", "bigint", pa.int64()),
 ]
+#: ``store_time`` as Spark's TimestampType (the topic source's ``store_time``, Kafka's
+#: ``timestamp``); ``store_time`` itself stays the ms that ``fmq log dump --json`` prints.
+TIMESTAMP_ARROW = pa.timestamp("us", tz="UTC")
 EXTRA_COLUMNS: list[tuple[str, str, pa.DataType]] = [
     ("segment", "string", pa.string()),
     ("damage", "struct<kind:string,reason:string>", DAMAGE_ARROW),
+    ("store_timestamp", "timestamp", TIMESTAMP_ARROW),
 ]
+#: The store times (ms) a timestamp is given for: Spark's range, years 1 to 9999. Outside
+#: it (only a hand-made or damaged record holds such a time) ``store_timestamp`` is null.
+TIMESTAMP_MIN_MS = -62_135_596_800_000
+TIMESTAMP_MAX_MS = 253_402_300_799_999
+
+
+def timestamp_micros(store_time: int) -> int | None:
+    """``store_timestamp`` of a record stored at ``store_time`` ms: microseconds since the
+    epoch, or None outside years 1 to 9999."""
+    if TIMESTAMP_MIN_MS <= store_time <= TIMESTAMP_MAX_MS:
+        return store_time * 1000
+    return None
 BODY_COLUMN: tuple[str, str, pa.DataType] = ("body", "binary", pa.binary())
 RECORD_FIELDS = [name for name, _ddl, _arrow in RECORD_COLUMNS]
 _TYPE_NAMES = {int(t): t.name for t in RecordType}
@@ -96,6 +112,7 @@ class RowBatch:
         data["body_size"].append(len(rec.body))
         data["segment"].append(segment)
         data["damage"].append(None)
+        data["store_timestamp"].append(timestamp_micros(rec.store_time))
         if with_body:
             body = bytes(rec.body)
             data["body"].append(body)
@@ -109,6 +126,7 @@ class RowBatch:
         data["offset"][-1] = damage.offset
         data["segment"].append(damage.segment)
         data["damage"].append({"kind": damage.kind.value, "reason": damage.reason})
+        data["store_timestamp"].append(None)
         if with_body:
             data["body"].append(None)
         self.rows += 1

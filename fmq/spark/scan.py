@@ -108,6 +108,9 @@ class ScanJob:
         """Log offset of the batch's first MESSAGE with a producer or message id stored at
         or after ``dedup_since`` (the rows are in log order)."""
         props = batch.column("properties")
+        ends = props.offsets
+        if ends[-1].as_py() == ends[0].as_py():  # no row has properties (most logs)
+            return None
         has_id = pc.or_(pc.map_lookup(props, PRODUCER_ID_PROPERTY, "first").is_valid(),
                         pc.map_lookup(props, MESSAGE_ID_PROPERTY, "first").is_valid())
         hit = pc.and_(pc.and_(pc.equal(batch.column("type"), "MESSAGE"), has_id),

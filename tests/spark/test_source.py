@@ -129,3 +129,27 @@ def test_permissive_mode_reports_what_log_scanner_reports(spark, log_copy, damag
     got_damage = sorted((r["offset"], r["damage"]["kind"], r["segment"], r["damage"]["reason"])
                         for r in rows if r["damage"] is not None)
     assert got_damage == expected_damage
+
+
+def test_store_timestamp_is_store_time_as_a_spark_timestamp(spark, log_copy):
+    """store_timestamp is the instant store_time (ms) names, as TimestampType (what the
+    topic source calls store_time); the column-wise path and the record-by-record fallback
+    (a record whose text does not decode sends its segment there) give the same; a damage
+    row has none."""
+    from datetime import UTC, datetime
+
+    from pyspark.sql.types import TimestampType
+
+    D.bad_text_with_valid_crc_in_sealed_segment(log_copy)  # one segment read row by row
+    df = spark.read.format("fmq").option("mode", "permissive").load(log_copy)
+    assert isinstance(df.schema["store_timestamp"].dataType, TimestampType)
+    rows = df.select("offset", "store_time", "store_timestamp", "damage").collect()
+    records = [r for r in rows if r["damage"] is None]
+    assert len(records) > 150 and any(r["damage"] is not None for r in rows)
+    for r in records:
+        want = datetime.fromtimestamp(r["store_time"] / 1000, UTC)
+        assert r["store_timestamp"].astimezone(UTC) == want, r
+    assert all(r["store_timestamp"] is None for r in rows if r["damage"] is not None)
+    # In Spark SQL: the same milliseconds back, for every record row.
+    assert df.where("damage IS NULL AND unix_millis(store_timestamp) = store_time").count() \
+        == len(records)

@@ -138,6 +138,9 @@ encode_into, encode, check, decode, decode_at, filler = _codec
 decode_run = None
 #: ``decode_entry_run`` (reference in fmq.log.record.runs) in C, or None: recovery's redo.
 decode_entry_run = None
+#: ``position_run`` (reference in fmq.log.record.runs) in C, or None: the Spark source's
+#: column-wise scan (the positions of checked records, nothing decoded).
+position_run = None
 if RECORD_MODULE is not None:  # each calls the codec's own for whatever it does not take
     encode_into = RECORD_MODULE.EncodeInto(crc32c, _codec.encode_into)
     # The C encoder writes a mark in about 0.4 us, the compiled mark encoder (Python
@@ -146,6 +149,7 @@ if RECORD_MODULE is not None:  # each calls the codec's own for whatever it does
     decode_at = RECORD_MODULE.DecodeAt(crc32c, _codec.decode_at)
     decode_run = decode_at.run
     decode_entry_run = decode_at.entry_run
+    position_run = decode_at.position_run
 #: ``encode_message_run(buf, room, log_offset, store_time, messages, queue_ids,
 #: queue_offsets, start, stop, entry_type, out)``: a batch of sends' MESSAGE records
 #: (:func:`fmq.log.record.runs.encode_message_run`), in C where compiled.
@@ -167,6 +171,6 @@ __all__ = [
     "RECORD_BOUND", "RECORD_MODULE", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
     "crc32c", "decode", "decode_at", "decode_entry_run", "decode_run", "decode_properties", "encode", "encode_into",
     "encode_message_run",
-    "encode_mark_into", "encode_properties", "encoded_length", "encoded_size", "filler",
+    "encode_mark_into", "encode_properties", "position_run", "encoded_length", "encoded_size", "filler",
     "properties_length", "record_length", "reference_crc32c",
 ]

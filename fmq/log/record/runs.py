@@ -1,10 +1,10 @@
 """The references of the runs: ``decode_run`` and ``decode_entry_run`` decode the records
 lying one after the other in a buffer with one call, so that a scan pays its per-record
-Python steps once per run; ``encode_message_run`` places the MESSAGE records of a batch of
+Python steps once per run (``position_run`` only checks them, for a column-wise reader); ``encode_message_run`` places the MESSAGE records of a batch of
 sends the same way (:meth:`fmq.log.log.Log.append_messages_locked`).
 
-The compiled twins (``DecodeAt.run`` and ``entry_run`` in ``_record_c.pyx``) append the
-same items, but may
+The compiled twins (``DecodeAt.run``, ``entry_run`` and ``position_run`` in
+``_record_c.pyx``) append the same items, but may
 stop earlier: before the first position it does not take (a buffer type or argument it
 leaves to the reference, a record failing a check). A scan therefore decodes the position
 a run stopped at with ``decode_at`` itself, which returns the record or raises the error
@@ -37,6 +37,27 @@ def decode_run(decode_at: Callable[..., Record], buf, pos: int, base: int,
         taken += 1
         pos += rec.size
         if rec.type == RecordType.FILLER:
+            break
+    return pos
+
+
+def position_run(check: Callable[..., tuple], buf, pos: int, base: int, max_record_size: int,
+                 end: int, max_records: int, out: list[int]) -> int:
+    """Append to ``out`` the position of each record at ``pos`` and after it that ``check``
+    passes (length, CRC, header; the text fields are left to the caller) while each starts
+    before ``end``: up to ``max_records``, up to and including a FILLER, stopping before the
+    first position that holds no valid record. Returns the position after the last record
+    appended."""
+    taken = 0
+    while pos < end and taken < max_records:
+        try:
+            header = check(buf, pos, base_offset=base, max_record_size=max_record_size)
+        except (BadRecord, IncompleteRecord):
+            break
+        out.append(pos)
+        taken += 1
+        pos += header[0]
+        if header[4] == RecordType.FILLER:
             break
     return pos
 

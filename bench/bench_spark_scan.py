@@ -1,0 +1,246 @@
+"""The Spark rebuild per core against the broker's own rebuild, on the same log, side by side.
+
+Not part of the test run (pytest's testpaths is tests/). Run it by hand::
+
+    python bench/bench_spark_scan.py --size-mb 1000 --rounds 3
+
+It writes one log of ``--size-mb`` MB of 1 KiB messages (``bench_rebuild.build_log``), then
+runs ``--rounds`` rounds, each of (in this order, every one a fresh process):
+
+1. the in-process rebuild (``fmq.admin.rebuild_index.rebuild_index``: the index deleted,
+   recovery's redo replays the log), its wall and CPU seconds (``getrusage``);
+2. the Spark rebuild at ``--master`` (default ``local[1]``: one core) in a process that
+   starts the session, runs :func:`fmq.spark.rebuild.run_rebuild` on it (``--out``), runs
+   it again in the same session (warm: the JVM's and the Python worker's start-up for the
+   first job excluded, what each further GB costs), then counts the rows of the data source
+   (``select("offset").count()``).
+   CPU seconds are read from ``/proc`` for the whole process tree (the Python driver, the
+   JVM, Spark's Python daemon and workers, with the children each has reaped) before and
+   after each step: the session start, the rebuild, the count.
+
+and prints the medians of the rounds: seconds and CPU seconds per GB of log, and the
+ratios the issue sets targets for (Spark rebuild CPU per GB over the in-process one's;
+``local[1]`` wall over the in-process wall plus the session start). The first round's page
+cache is warm as well (the log was just written), so every round reads from memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_rebuild import build_log  # noqa: E402 - the bench directory is not a package
+
+MB = 1_000_000
+GB = 1_000_000_000
+
+_IN_PROCESS = """
+import json, resource, sys, time
+from fmq.admin.rebuild_index import rebuild_index
+from fmq.config import BrokerConfig
+cpu = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+t, c = time.monotonic(), cpu()
+report = rebuild_index(sys.argv[1], BrokerConfig(segment_size=int(sys.argv[2])))
+print(json.dumps({"seconds": time.monotonic() - t, "cpu": cpu() - c,
+                  "records": report["records_replayed"]}))
+"""
+
+_SPARK = """
+import json, os, sys, time
+TICK = os.sysconf("SC_CLK_TCK")
+
+def tree_cpu():
+    # utime + stime (fields 14-15 of /proc/PID/stat) of this process (the driver's Python),
+    # the JVM and Spark's Python daemon and workers (every other descendant), and the
+    # cutime + cstime (16-17) of all: children that ended and were reaped (the Python
+    # processes that plan a data source, workers that exited).
+    parent, cpu, reaped, comm = {}, {}, {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                head, _, rest = f.read().rpartition(")")
+        except OSError:
+            continue
+        fields = rest.split()
+        pid = int(name)
+        parent[pid] = int(fields[1])
+        cpu[pid] = sum(int(v) for v in fields[11:13]) / TICK
+        reaped[pid] = sum(int(v) for v in fields[13:15]) / TICK
+        comm[pid] = head.partition("(")[2]
+    me = os.getpid()
+    mine = {me}
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parent.items():
+            if ppid in mine and pid not in mine:
+                mine.add(pid)
+                grew = True
+    out = {"driver": cpu[me], "jvm": 0.0, "workers": 0.0,
+           "reaped": sum(reaped[p] for p in mine)}
+    for pid in mine - {me}:
+        out["jvm" if comm[pid] == "java" else "workers"] += cpu[pid]
+    return out
+
+
+def spent(before, after):
+    return {k: round(after[k] - before[k], 2) for k in before}
+
+
+data_dir, out, master = sys.argv[1], sys.argv[2], sys.argv[3]
+c0 = tree_cpu()
+t0 = time.monotonic()
+from fmq.spark.rebuild import run_rebuild
+from fmq.spark.session import spark_session
+from fmq.spark.source import register
+spark, _created = spark_session(master)
+spark.sparkContext.setLogLevel("ERROR")
+t1, c1 = time.monotonic(), tree_cpu()
+result = run_rebuild(data_dir, master, out)
+t2, c2 = time.monotonic(), tree_cpu()
+# Again in the same session: the JVM and the Python worker warm (what each further GB
+# costs, the start-up of the first job excluded).
+import shutil
+shutil.rmtree(out)
+result_warm = run_rebuild(data_dir, master, out)
+t3, c3 = time.monotonic(), tree_cpu()
+register(spark)
+rows = (spark.read.format("fmq").option("tornTail", "allow").load(data_dir)
+        .select("offset").count())
+t4, c4 = time.monotonic(), tree_cpu()
+print(json.dumps({"session_seconds": t1 - t0, "session_cpu": spent(c0, c1),
+                  "rebuild_seconds": t2 - t1, "rebuild_cpu": spent(c1, c2),
+                  "phase_seconds": result["phase_seconds"], "records": result["records"],
+                  "warm_seconds": t3 - t2, "warm_cpu": spent(c2, c3),
+                  "warm_phase_seconds": result_warm["phase_seconds"],
+                  "count_seconds": t4 - t3, "count_cpu": spent(c3, c4),
+                  "count_rows": rows}))
+spark.stop()
+"""
+
+
+def run_json(code: str, args: list[str], env: dict) -> dict:
+    """The JSON a fresh ``python -c code args`` prints last, and its wall seconds."""
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit("a benchmark step failed")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["process_seconds"] = time.monotonic() - t
+    return out
+
+
+def _median(rounds: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rounds)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default="/tmp/fmq-bench-spark-scan")
+    parser.add_argument("--size-mb", type=int, default=1000)
+    parser.add_argument("--body", type=int, default=1024)
+    parser.add_argument("--segment-mb", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[1]")
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--keep", action="store_true", help="keep the log afterwards")
+    parser.add_argument("--data", help="an existing data directory written by this script "
+                                       "(--keep) or bench_rebuild.build_log: no log is written")
+    args = parser.parse_args()
+
+    data_dir = args.data or os.path.join(args.dir, "data")
+    segment_size = args.segment_mb * 1024 * 1024
+    shutil.rmtree(args.dir, ignore_errors=True)
+    os.makedirs(args.dir)
+    if not args.data:
+        os.makedirs(data_dir)
+    env = dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
+                                                f"pyspark-shell")
+    results: dict = {"size_mb": args.size_mb, "master": args.master, "cpus": os.cpu_count(),
+                     "rounds": []}
+    try:
+        if args.data:
+            from fmq.log.scanner import LogScanner
+
+            scanner = LogScanner(os.path.join(data_dir, "log"), copy_body=False)
+            for _ in scanner:
+                pass
+            end = scanner.end_offset
+        else:
+            end = build_log(data_dir, args.size_mb, args.body, segment_size)
+        gb = end / GB
+        results["log_bytes"] = end
+        for i in range(args.rounds):
+            load = os.getloadavg()[0]
+            own = run_json(_IN_PROCESS, [data_dir, str(segment_size)], env)
+            out = os.path.join(args.dir, "index-spark")
+            shutil.rmtree(out, ignore_errors=True)
+            spark = run_json(_SPARK, [data_dir, out, args.master], env)
+            row = {
+                "load_before": round(load, 2),
+                "in_process_seconds": own["seconds"], "in_process_cpu": own["cpu"],
+                "spark_session_seconds": spark["session_seconds"],
+                "spark_session_cpu": sum(spark["session_cpu"].values()),
+                "spark_rebuild_seconds": spark["rebuild_seconds"],
+                "spark_rebuild_cpu": sum(spark["rebuild_cpu"].values()),
+                **{f"spark_rebuild_cpu_{k}": v for k, v in spark["rebuild_cpu"].items()},
+                "spark_warm_rebuild_seconds": spark["warm_seconds"],
+                "spark_warm_rebuild_cpu": sum(spark["warm_cpu"].values()),
+                **{f"spark_warm_rebuild_cpu_{k}": v for k, v in spark["warm_cpu"].items()},
+                "spark_scan_seconds": spark["phase_seconds"].get("scan"),
+                "spark_warm_scan_seconds": spark["warm_phase_seconds"].get("scan"),
+                "spark_write_lmdb_seconds": spark["phase_seconds"].get("write_lmdb"),
+                "spark_count_seconds": spark["count_seconds"],
+                "spark_count_cpu": sum(spark["count_cpu"].values()),
+                **{f"spark_count_cpu_{k}": v for k, v in spark["count_cpu"].items()},
+                "records": [own["records"], spark["records"], spark["count_rows"]],
+            }
+            results["rounds"].append(row)
+            print(f"round {i + 1}:", json.dumps({k: round(v, 2) if isinstance(v, float) else v
+                                                  for k, v in row.items()}), flush=True)
+        rounds = results["rounds"]
+        med = {key: round(_median(rounds, key), 2) for key in rounds[0]
+               if isinstance(rounds[0][key], (int, float))
+               and not isinstance(rounds[0][key], bool)}
+        results["median"] = med
+        own_wall, own_cpu = med["in_process_seconds"], med["in_process_cpu"]
+        results["per_gb"] = {
+            "in_process_cpu_s": round(own_cpu / gb, 2),
+            "spark_rebuild_cpu_s": round(med["spark_rebuild_cpu"] / gb, 2),
+            "spark_warm_rebuild_cpu_s": round(med["spark_warm_rebuild_cpu"] / gb, 2),
+            "spark_count_cpu_s": round(med["spark_count_cpu"] / gb, 2),
+            "in_process_mb_s": round(end / MB / own_wall, 1),
+            "spark_rebuild_mb_s": round(end / MB / med["spark_rebuild_seconds"], 1),
+            "spark_count_mb_s": round(end / MB / med["spark_count_seconds"], 1),
+        }
+        results["targets"] = {
+            # issue 42: <= 2x the in-process rebuild's CPU seconds per GB
+            "cpu_ratio": round(med["spark_rebuild_cpu"] / own_cpu, 2),
+            # the same, the session's first job's start-up excluded (a warm session)
+            "cpu_ratio_warm": round(med["spark_warm_rebuild_cpu"] / own_cpu, 2),
+            # issue 42: local[1] wall <= 2x in process + the session start
+            "wall_ratio_after_session": round(med["spark_rebuild_seconds"] / own_wall, 2),
+            "wall_limit_seconds": round(2 * own_wall + med["spark_session_seconds"], 2),
+            "wall_seconds": round(med["spark_session_seconds"] + med["spark_rebuild_seconds"],
+                                  2),
+        }
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.dir, ignore_errors=True)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
