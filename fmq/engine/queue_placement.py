@@ -234,8 +234,7 @@ def _place_run(log_: Log, queues: Queues, messages: Sequence[Message], store_tim
     queue_ids, queue_offsets = queues.plan(batch)
     placed: list[tuple[int, QueueEntry]] = []
     try:
-        log_.append_messages_locked(batch, queue_ids, queue_offsets, store_time, QueueEntry,
-                                    placed)
+        log_.append_messages_locked(batch, queue_ids, queue_offsets, store_time, placed)
     finally:  # what was placed is taken, even when a later record failed
         queues.advance_run(batch, queue_ids, queue_offsets, len(placed))
     if packed:

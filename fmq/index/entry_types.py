@@ -1,28 +1,19 @@
 """The entries a record contributes to the index, as plain named tuples: a consume-queue
 entry, a transaction end, a consumer offset, a term, a topic's configuration, a timer change.
 :mod:`fmq.index.derive` makes them from records; :mod:`fmq.index.entries` is where the rest
-of the package imports them from (with the derivation that runs, compiled or pure)."""
+of the package imports them from (with the derivation that runs, compiled or pure).
+
+:class:`QueueEntry` is the record format's own (:mod:`fmq.log.record.queue_entry`: the log
+builds it when it reads or places plain messages), re-exported here beside the others."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from fmq.log.record.queue_entry import QueueEntry  # the record format's, re-exported
+
 #: The property of a TOPIC record holding its configuration (fmq.topic_config).
 TOPIC_CONFIG_PROPERTY = "config"
-
-
-class QueueEntry(NamedTuple):
-    topic: str
-    queue_id: int
-    queue_offset: int
-    #: Log offset and length of the record holding the body (the PRE_MESSAGE for a REF).
-    data_offset: int
-    data_size: int
-    tag_hash: int
-    store_time: int
-    key: str | None
-    #: Log offset of the indexed record itself (the REF for a REF).
-    source_offset: int
 
 
 class TxEnd(NamedTuple):

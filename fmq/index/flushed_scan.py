@@ -29,7 +29,7 @@ def index_flushed(*, source: SegmentSource, start: int, target: int, max_record_
 
     The records come in runs, as recovery's redo reads them: on the compiled path a run of
     plain messages comes as their queue entries, built in C without a ``Record`` each
-    (:class:`~fmq.log.scanner.LogScanner` ``entry_type``). A run may reach past ``target``
+    (:class:`~fmq.log.scanner.LogScanner` ``queue_entries``). A run may reach past ``target``
     (records written, not yet flushed): it is cut there."""
     offset = start
     entries: list[QueueEntry] = []
@@ -37,7 +37,7 @@ def index_flushed(*, source: SegmentSource, start: int, target: int, max_record_
     timers: list[TimerChange] = []
     scanner = LogScanner(source=source, start_offset=offset, max_record_size=max_record_size,
                          on_corruption=OnCorruption.RAISE, copy_body=False,
-                         entry_type=QueueEntry, batched=True)
+                         queue_entries=True, batched=True)
     for run in scanner:
         last = run[-1]
         if type(last) is QueueEntry:

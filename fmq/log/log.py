@@ -27,6 +27,7 @@ from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.flush_stats import FlushStats
 from fmq.log.record import (
     HEADER_SIZE,
+    QueueEntry,
     Record,
     RecordType,
     encode_into,
@@ -58,7 +59,7 @@ class Log:
         #: Called (inside the lock) instead of ``on_append`` with the records of
         #: :meth:`append_messages_locked`, as ``(end offset, queue entry)`` pairs in log
         #: order. Whoever sets ``on_append`` sets this too, or that method is not used.
-        self.on_append_entries: Callable[[list[tuple[int, tuple]]], None] | None = None
+        self.on_append_entries: Callable[[list[tuple[int, QueueEntry]]], None] | None = None
 
     # ------------------------------------------------------------------ positioning
 
@@ -162,14 +163,14 @@ class Log:
         return self.on_append is None or self.on_append_entries is not None
 
     def append_messages_locked(self, messages: list, queue_ids: list[int],
-                               queue_offsets: list[int], store_time: int, entry_type: type,
-                               placed: list[tuple[int, tuple]]) -> None:
+                               queue_offsets: list[int], store_time: int,
+                               placed: list[tuple[int, QueueEntry]]) -> None:
         """Place the MESSAGE records of a batch of sends, message ``i`` in queue
         ``queue_ids[i]`` at ``queue_offsets[i]`` (the caller holds :attr:`lock` and reserved
         the segments): the bytes :meth:`append_locked` writes for each record, rolling
         where it does, without a :class:`Record` per message. Appends ``(end offset,
-        entry)`` per record to ``placed``, ``entry`` an ``entry_type`` tuple: its
-        consume-queue entry (``fmq.index.derive.queue_entry``), which
+        entry)`` per record to ``placed``, ``entry`` its :class:`QueueEntry`
+        (as ``fmq.index.derive.queue_entry`` makes it), which
         ``on_append_entries`` gets too. On an exception the records placed before it stay
         placed, in ``placed`` and handed over."""
         self._commit.check_writable()
@@ -184,7 +185,7 @@ class Log:
                 # A record fits while a FILLER's header still fits after it (append_locked).
                 room = self._active.size - self._position - HEADER_SIZE
                 done = encode_message_run(buf, room, self._next_offset, store_time, messages,
-                                          queue_ids, queue_offsets, i, n, entry_type, placed)
+                                          queue_ids, queue_offsets, i, n, placed)
                 if done == i:  # as append_locked: roll, and the record goes in whole
                     self._commit.drop_empty_buffer()
                     self._roll()
@@ -192,7 +193,7 @@ class Log:
                     start = len(buf)
                     done = encode_message_run(buf, _WHOLE, self._next_offset, store_time,
                                               messages, queue_ids, queue_offsets, i, i + 1,
-                                              entry_type, placed)
+                                              placed)
                 self._advance(len(buf) - start)
                 i = done
         finally:

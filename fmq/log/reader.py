@@ -178,12 +178,12 @@ class SegmentReader:
         self.torn_reason = ""
 
     def records(self, start: int, on_corruption: OnCorruption, copy_body: bool = True,
-                stop: int | None = None, entry_type: type | None = None,
+                stop: int | None = None, queue_entries: bool = False,
                 batched: bool = False) -> Iterator:
         """Yield every valid record from ``start``; with ``OnCorruption.SKIP`` also a
         :class:`Damage` for each corrupt stretch skipped, just before the record after it.
-        With ``entry_type`` (recovery's redo), a plain MESSAGE may come as its queue entry,
-        an ``entry_type`` tuple, instead of a Record (``fmq.log.record.decode_entry_run``:
+        With ``queue_entries`` (recovery's redo), a plain MESSAGE may come as its
+        :class:`~fmq.log.record.QueueEntry` instead of a Record (``decode_entry_run``:
         a run holds entries only or records only; on the pure path every record is a
         Record). With ``batched``, yield lists of those items in log order instead (a run
         as it was decoded, anything else alone), for a reader that takes a run at once."""
@@ -198,10 +198,9 @@ class SegmentReader:
         if decode_run is None:
             return self._walk(start, on_corruption, parse, stop, None, batched)
 
-        if entry_type is not None and decode_entry_run is not None:
+        if queue_entries and decode_entry_run is not None:
             def parse_run(pos: int, end: int, out: list) -> int:
-                return decode_entry_run(buf, pos, base, limit, copy_body, end, _RUN,
-                                        entry_type, out)
+                return decode_entry_run(buf, pos, base, limit, copy_body, end, _RUN, out)
         else:
             def parse_run(pos: int, end: int, out: list) -> int:
                 return decode_run(buf, pos, base, limit, copy_body, end, _RUN, out)

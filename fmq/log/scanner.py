@@ -113,7 +113,7 @@ class SegmentScan:
                  previous_end: int | None = None, on_corruption: OnCorruption,
                  copy_body: bool = True, standalone: bool = False,
                  positions: bool = False, stop: int | None = None,
-                 entry_type: type | None = None, batched: bool = False) -> None:
+                 queue_entries: bool = False, batched: bool = False) -> None:
         self.log = log
         self.index = index
         self.base = log.bases[index]
@@ -125,7 +125,7 @@ class SegmentScan:
         self.standalone = standalone
         self.positions = positions
         self.stop = stop
-        self.entry_type = entry_type
+        self.queue_entries = queue_entries
         self.batched = batched
         self.buf = log.read(index)
         self.size = len(self.buf)
@@ -164,7 +164,7 @@ class SegmentScan:
             yield from reader.positions(self.start, self.on_corruption, self.stop, self.batched)
         else:
             yield from reader.records(self.start, self.on_corruption, self.copy_body, self.stop,
-                                      self.entry_type, self.batched)
+                                      self.queue_entries, self.batched)
         self.end_offset = base + reader.end_position
         if reader.end is SegmentEnd.STOP:
             return  # the range after this one holds the segment's end
@@ -206,7 +206,7 @@ class LogScanner:
         on_corruption: OnCorruption | str = OnCorruption.RAISE,
         copy_body: bool = True,
         segment_bases: list[int] | None = None,
-        entry_type: type | None = None,
+        queue_entries: bool = False,
         batched: bool = False,
     ) -> None:
         try:
@@ -223,9 +223,9 @@ class LogScanner:
         self.start_offset = start_offset
         self.max_record_size = max_record_size
         self.copy_body = copy_body
-        #: Recovery's redo: a plain MESSAGE may come as its queue entry, a tuple of this
-        #: type (:meth:`fmq.log.reader.SegmentReader.records`).
-        self.entry_type = entry_type
+        #: Recovery's redo: a plain MESSAGE may come as its queue entry, a
+        #: :class:`~fmq.log.record.QueueEntry` (:meth:`fmq.log.reader.SegmentReader.records`).
+        self.queue_entries = queue_entries
         #: Recovery's redo: lists of items in log order (a run at once), not items; only
         #: with ``OnCorruption.RAISE``, where damage raises instead of coming out.
         self.batched = batched
@@ -251,7 +251,7 @@ class LogScanner:
         for i in range(first, len(bases)):
             scan = SegmentScan(self.segments, i, start=start - bases[i] if i == first else 0,
                                previous_end=previous_end, on_corruption=self.on_corruption,
-                               copy_body=self.copy_body, entry_type=self.entry_type,
+                               copy_body=self.copy_body, queue_entries=self.queue_entries,
                                batched=self.batched)
             previous_end = scan.base + scan.size
             if self.on_corruption is OnCorruption.RAISE:

@@ -177,7 +177,7 @@ class Recovery:
         scanner = LogScanner(self.log.directory, start_offset=start,
                              max_record_size=self.max_record_size,
                              on_corruption=OnCorruption.RAISE, copy_body=False,
-                             entry_type=QueueEntry, batched=True)
+                             queue_entries=True, batched=True)
         end = self.scan_and_redo(scanner, start)
         self.cut_torn_tail(scanner, end)
         self.remove_index_outside(end)

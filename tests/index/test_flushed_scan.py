@@ -27,9 +27,9 @@ def write_log(path: str) -> str:
     with fmq.Broker.open(path, cfg) as b:
         b.send_batch([Message("t", b"x" * 700) for _ in range(150)])
         b.send(Message("t", b"keyed", key="k1", tags="a"))
-        b.prepare([Message("t", b"in a transaction")], "g", tx_id="tx-1")
-        b.commit("tx-1", "g")
-        b.commit_offset("group", "t", 0, 3)
+        b.transactions.prepare([Message("t", b"in a transaction")], "g", tx_id="tx-1")
+        b.transactions.commit("tx-1", "g")
+        b.offsets.commit("group", [("t", 0, 3)])
         b.send_batch([Message("u", b"y" * 300, key=f"k{i}") for i in range(120)])
         b.send_batch([Message("t", b"z" * 900) for _ in range(80)])
     return os.path.join(path, LOG_DIR)

@@ -48,8 +48,8 @@ def test_only_every_nth_queue_offset_has_a_time_item(tmp_path):
         for _i in range(50):
             b.send(Message("t", b"y"))
         b.wait_indexed()
-        dump = b.index.dump()
-        ranges = {q: b.queue_range("t", q) for q in range(2)}
+        dump = b._index.dump()
+        ranges = {q: b.reads.queue_range("t", q) for q in range(2)}
     expected = sorted((q, qoff) for q, (lo, hi) in ranges.items() for qoff in range(lo, hi)
                       if qoff % EVERY == 0)
     got = sorted((qid, qoff) for qid, _t, qoff in
@@ -122,6 +122,6 @@ def test_an_index_with_a_time_item_per_entry_is_rebuilt_when_opened(tmp_path):
     index.close()
     with fmq.Broker.open(path, cfg) as b:
         assert b.recovery.index_rebuilt
-        assert len(b.index.dump()["time"]) == 3
-        assert b.queue_range("t", 0) == (0, 3 * EVERY)
-        assert b.offset_for_time("t", 0, 0) == 0
+        assert len(b._index.dump()["time"]) == 3
+        assert b.reads.queue_range("t", 0) == (0, 3 * EVERY)
+        assert b.reads.offset_for_time("t", 0, 0) == 0

@@ -100,7 +100,8 @@ def test_a_batched_position_scan_is_the_same_scan_in_lists(tmp_path) -> None:
         for i in range(80):
             b.send_batch([Message("t", b"m" * 200, key=f"k{i}") for _ in range(3)])
             if i % 7 == 0:
-                b.commit(b.prepare([Message("t", b"tx")], "shop"), "shop")
+                tx = b.transactions.prepare([Message("t", b"tx")], "shop")
+                b.transactions.commit(tx, "shop")
     from fmq.log.reader import DirectorySource
 
     source = DirectorySource(str(tmp_path / "d" / "log"))

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fmq.index.derive import queue_entry
-from fmq.index.entry_types import QueueEntry
 from fmq.log import record as R
+from fmq.log.record import QueueEntry
 from fmq.log.record.runs import decode_entry_run, decode_run
 from tests.log.test_twins import records
 from tests.native.test_record_c_twins import _buffer
@@ -133,9 +133,9 @@ def test_an_entry_run_is_the_references_or_a_prefix_of_it(
     buf = _buffer(kind, data)
     mine, theirs = [], []
     got = outcome(fast_entries, buf, 0, base, R.FORMAT_MAX_RECORD, copy_body, len(data),
-                  max_records, QueueEntry, mine)
+                  max_records, mine)
     want = outcome(decode_entry_run, CODEC.decode_at, buf, 0, base, R.FORMAT_MAX_RECORD,
-                   copy_body, len(data), max_records, QueueEntry, theirs)
+                   copy_body, len(data), max_records, theirs)
     assert got[0] == want[0] == "value"
     assert _slots(mine) == _slots(theirs[: len(mine)])
     assert got[1] == sum(r.data_size if type(r) is QueueEntry else r.size for r in mine)
@@ -151,13 +151,12 @@ def test_an_entry_is_the_records_queue_entry(fast_entries) -> None:
     tagged = R.Record(R.RecordType.MESSAGE, topic="orders", tags="a", body=b"z")
     data = _log([rec, timer, tagged], 1000, None)
     out: list = []
-    first = fast_entries(data, 0, 1000, 1 << 20, False, len(data), 9, QueueEntry, out)
+    first = fast_entries(data, 0, 1000, 1 << 20, False, len(data), 9, out)
     decoded = CODEC.decode_at(data, 0, 1000, 1 << 20, True)
     assert out == [queue_entry(decoded)] and type(out[0]) is QueueEntry
     assert first == decoded.size  # a run holds entries only, or records only
     out = []
-    assert fast_entries(data, first, 1000, 1 << 20, False, len(data), 9, QueueEntry,
-                        out) == len(data)
+    assert fast_entries(data, first, 1000, 1 << 20, False, len(data), 9, out) == len(data)
     assert [type(r) for r in out] == [R.Record, R.Record]  # a timer's, a tagged one
 
 
@@ -172,7 +171,7 @@ def test_redo_reads_plain_messages_as_entries_on_the_compiled_path(tmp_path) -> 
         b.send_batch([Message("t", b"m%d" % i, key=f"k{i}") for i in range(50)])
         b.send(Message("t", b"tagged", tags="x"))
     items = list(LogScanner(str(tmp_path / "d" / "log"), copy_body=False,
-                            entry_type=QueueEntry))
+                            queue_entries=True))
     if R.NO_EXTENSIONS:
         assert not any(type(i) is QueueEntry for i in items)
     else:
@@ -194,8 +193,8 @@ def test_a_batched_scan_is_the_same_scan_in_lists(tmp_path) -> None:
                 tx = b.transactions.prepare([Message("t", b"tx")], "shop")
                 b.transactions.commit(tx, "shop")
     log_dir = str(tmp_path / "d" / "log")
-    one_by_one = list(LogScanner(log_dir, copy_body=False, entry_type=QueueEntry))
-    runs = list(LogScanner(log_dir, copy_body=False, entry_type=QueueEntry, batched=True))
+    one_by_one = list(LogScanner(log_dir, copy_body=False, queue_entries=True))
+    runs = list(LogScanner(log_dir, copy_body=False, queue_entries=True, batched=True))
     assert all(runs) and all(len({type(i) is QueueEntry for i in run}) == 1 for run in runs)
     assert _slots([i for run in runs for i in run]) == _slots(one_by_one)
     with pytest.raises(ValueError):

@@ -61,6 +61,12 @@ What each type carries (other fields zero-length / -1):
   log order wins; a topic without one has the broker's defaults.
 * ``FILLER`` (127): header only (72 bytes): the rest of the segment is unused.
 
+MESSAGE, TX_MESSAGE and REF_MESSAGE each put one entry into their consume queue,
+:class:`~fmq.log.record.queue_entry.QueueEntry`: topic, queue id, queue offset, the log
+offset and length of the record holding the body (the record itself; a REF's ``ref_offset``
+and ``ref_size``), CRC-32C of the tags (0 without), store time, key, the record's own log
+offset. The runs below build it for a plain MESSAGE without decoding a ``Record``.
+
 The codec is pure (bytes in, bytes out): it never touches files and never fsyncs. Decoding
 checks every length against the bytes available and the configured maximum before slicing,
 and raises :class:`~fmq.errors.IncompleteRecord` when the bytes end inside the record or
@@ -69,7 +75,8 @@ and raises :class:`~fmq.errors.IncompleteRecord` when the bytes end inside the r
 The package: ``layout`` (header, types, :class:`Record`, the properties field), ``codec``
 (the Python codec), ``marks`` (the fast twin of ``encode_into`` for PREPARE, COMMIT,
 ROLLBACK), ``crc`` (CRC-32C in hardware and crcmod's reference), ``sizes`` (a record's size
-without encoding it). **This module is the one place an implementation is chosen**: the
+without encoding it), ``queue_entry`` (:class:`QueueEntry`), ``runs`` (many records in one
+call). **This module is the one place an implementation is chosen**: the
 fastest twin available, or every reference twin when the environment sets
 ``FMQ_NO_EXTENSIONS=1``. Every twin writes the same bytes as its reference; :data:`TWINS`
 lists the pairs, and one shared test compares each pair on hostile input. A faster twin
@@ -108,6 +115,7 @@ from fmq.log.record.layout import (
     encode_properties,
     properties_length,
 )
+from fmq.log.record.queue_entry import QueueEntry
 from fmq.log.record.sizes import RECORD_BOUND, check_fits, encoded_length, encoded_size
 
 #: ``FMQ_NO_EXTENSIONS=1`` runs every reference twin (to rule a fast one out, or to test it).
@@ -151,8 +159,8 @@ if RECORD_MODULE is not None:  # each calls the codec's own for whatever it does
     decode_entry_run = decode_at.entry_run
     position_run = decode_at.position_run
 #: ``encode_message_run(buf, room, log_offset, store_time, messages, queue_ids,
-#: queue_offsets, start, stop, entry_type, out)``: a batch of sends' MESSAGE records
-#: (:func:`fmq.log.record.runs.encode_message_run`), in C where compiled.
+#: queue_offsets, start, stop, out)``: a batch of sends' MESSAGE records and their
+#: :class:`QueueEntry` (:func:`fmq.log.record.runs.encode_message_run`), in C where compiled.
 encode_message_run = (encode_into.message_run if RECORD_MODULE is not None
                       else functools.partial(_runs.encode_message_run, encode_into, crc32c))
 
@@ -168,7 +176,8 @@ TWINS: dict[str, tuple[object, object]] = {
 __all__ = [
     "CODEC_MODULE", "CRC_IMPLEMENTATION", "FORMAT_MAX_RECORD", "FORMAT_VERSION", "HEADER", "HEADER_SIZE",
     "MAGIC", "MAGIC_BYTES", "MAGIC_POSITION", "MAX_SHORT_FIELD", "NONE", "NO_EXTENSIONS",
-    "RECORD_BOUND", "RECORD_MODULE", "REFERENCE", "TWINS", "Record", "RecordType", "check", "check_fits",
+    "QueueEntry", "RECORD_BOUND", "RECORD_MODULE", "REFERENCE", "TWINS", "Record", "RecordType",
+    "check", "check_fits",
     "crc32c", "decode", "decode_at", "decode_entry_run", "decode_run", "decode_properties", "encode", "encode_into",
     "encode_message_run",
     "encode_mark_into", "encode_properties", "position_run", "encoded_length", "encoded_size", "filler",

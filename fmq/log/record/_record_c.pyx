@@ -37,6 +37,7 @@ from fmq.log.record.layout import (
     decode_properties,
     encode_properties,
 )
+from fmq.log.record.queue_entry import QueueEntry
 
 cdef extern from "Python.h":
     int PyBUF_READ
@@ -87,6 +88,9 @@ cdef object _FILLER = RecordType.FILLER
 cdef int _MESSAGE_CODE = RecordType.MESSAGE
 cdef int _FILLER_CODE = RecordType.FILLER
 cdef object _new_tuple = tuple.__new__
+#: The entry of a plain message: built as ``_new_tuple(_QUEUE_ENTRY, (...))``, in its
+#: fields' order, as ``runs.py`` builds it (a C global, as cheap as the argument it was).
+cdef object _QUEUE_ENTRY = QueueEntry
 cdef Py_ssize_t _SHORT = MAX_SHORT_FIELD
 cdef uint64_t _MAX_RECORD = FORMAT_MAX_RECORD
 
@@ -175,7 +179,7 @@ cdef class EncodeInto:
         self.crc_in_c = _in_c(crc32c)
 
     def message_run(self, buf, room, log_offset, store_time, messages, queue_ids,
-                    queue_offsets, start, stop, entry_type, out):
+                    queue_offsets, start, stop, out):
         """:func:`fmq.log.record.runs.encode_message_run` (without its two functions: this
         encoder's own), message by message in C; a message it does not take as it is goes
         to that reference alone, so both give the same bytes, entries and errors."""
@@ -197,17 +201,17 @@ cdef class EncodeInto:
         except (_NotTaken, OverflowError):
             return encode_message_run(self.reference, self.crc32c, buf, room, log_offset,
                                       store_time, messages, queue_ids, queue_offsets, start,
-                                      stop, entry_type, out)
+                                      stop, out)
         while i < n:
             written = self._message(buf, offset, stamp, store_time, (<list>messages)[i],
                                     (<list>queue_ids)[i], (<list>queue_offsets)[i], left,
-                                    entry_type, out)
+                                    out)
             if written == 0:  # it does not fit
                 return i
             if written < 0:  # not taken as it is: the reference, for this message alone
                 if encode_message_run(self.reference, self.crc32c, buf, left, offset,
                                       store_time, messages, queue_ids, queue_offsets, i,
-                                      i + 1, entry_type, out) == i:
+                                      i + 1, out) == i:
                     return i
                 written = <Py_ssize_t>((<tuple>(<list>out)[len(out) - 1])[0] - offset)
             left -= written
@@ -217,7 +221,7 @@ cdef class EncodeInto:
 
     cdef Py_ssize_t _message(self, bytearray buf, uint64_t offset, int64_t stamp,
                              object store_time, object m, object queue_id_obj,
-                             object queue_offset_obj, Py_ssize_t left, object entry_type,
+                             object queue_offset_obj, Py_ssize_t left,
                              list out) except -2:
         """Encode message ``m`` at the end of ``buf`` and append its entry to ``out``:
         returns its size; 0 when it does not fit in ``left`` bytes, -1 when the C path does
@@ -264,7 +268,7 @@ cdef class EncodeInto:
             tag_hash = fmq_crc32c_sse42(<const unsigned char*>PyBytes_AS_STRING(tags), la)
         else:
             tag_hash = self.crc32c(tags)
-        entry = (offset + length, _new_tuple(entry_type, (
+        entry = (offset + length, _new_tuple(_QUEUE_ENTRY, (
             m.topic, queue_id_obj, queue_offset_obj, offset, length, tag_hash, store_time,
             key_text, offset)))
         try:
@@ -462,20 +466,20 @@ cdef class DecodeAt:
         Returns the position after the last record appended. The caller decodes at that
         position with ``decode_at`` itself (the record, or the error, the reference gives):
         a run may stop early, never differ (``fmq.log.record.runs.decode_run``)."""
-        return self._run(buf, pos, base, max_record_size, copy_body, end, max_records, None,
+        return self._run(buf, pos, base, max_record_size, copy_body, end, max_records, False,
                          out)
 
     def entry_run(self, buf, pos, base, max_record_size, copy_body, end, max_records,
-                  entry_type, list out):
+                  list out):
         """As :meth:`run`, but a plain MESSAGE record (no properties, no tags, no timer:
         most of a log) is appended as the consume-queue entry it creates, without a
-        ``Record``: an ``entry_type`` tuple of (topic, queue id, queue offset, the record's
+        ``Record``: a ``QueueEntry`` of (topic, queue id, queue offset, the record's
         log offset, its size, tag hash 0, store time, key, its log offset), the fields of
         ``fmq.index.derive.queue_entry`` in their order. A run holds entries only or
         records only. Recovery's redo reads the log so
         (``fmq.log.record.runs.decode_entry_run`` is the reference)."""
         return self._run(buf, pos, base, max_record_size, copy_body, end, max_records,
-                         entry_type, out)
+                         True, out)
 
     def position_run(self, buf, pos, base, max_record_size, end, max_records, list out):
         """Append to ``out`` the position of each record at ``pos`` and after it that passes
@@ -528,8 +532,8 @@ cdef class DecodeAt:
         return start
 
     cdef object _run(self, buf, pos, base, max_record_size, copy_body, end, max_records,
-                     entry_type, list out):
-        """:meth:`run` (``entry_type`` None) and :meth:`entry_run`."""
+                     bint entries, list out):
+        """:meth:`run` (``entries`` false) and :meth:`entry_run` (true)."""
         cdef Py_buffer view
         cdef Py_ssize_t start, stop, count, taken
         cdef int kind = 0  # what the run holds: 1 entries, 2 records
@@ -559,9 +563,9 @@ cdef class DecodeAt:
             while start < stop and taken < count:
                 offset = base + start
                 at_offset = offset
-                if entry_type is not None:
+                if entries:
                     item = self._entry(<const unsigned char*>view.buf, view.len, start,
-                                       offset, at_offset, limit, entry_type)
+                                       offset, at_offset, limit)
                     if item is not None:
                         if kind == 2:
                             break
@@ -614,7 +618,7 @@ cdef class DecodeAt:
         return length
 
     cdef object _entry(self, const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
-                       object offset, uint64_t at_offset, uint64_t limit, object entry_type):
+                       object offset, uint64_t at_offset, uint64_t limit):
         """The queue entry of the plain MESSAGE at ``pos``, or None (another record, or one
         that fails a check: :meth:`_decode` then decides)."""
         cdef const unsigned char* h
@@ -648,9 +652,9 @@ cdef class DecodeAt:
             key = _text(p, key_len) if key_len else None
         except UnicodeDecodeError:
             return None
-        return _new_tuple(entry_type, (topic, <int32_t>_le(h + 28, 4),
-                                       <int64_t>_le(h + 32, 8), offset, length, 0,
-                                       <int64_t>_le(h + 20, 8), key, offset))
+        return _new_tuple(_QUEUE_ENTRY, (topic, <int32_t>_le(h + 28, 4),
+                                         <int64_t>_le(h + 32, 8), offset, length, 0,
+                                         <int64_t>_le(h + 20, 8), key, offset))
 
     cdef object _decode(self, buf, const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
                         object offset, uint64_t at_offset, uint64_t limit,

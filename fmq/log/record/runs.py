@@ -17,7 +17,12 @@ from collections.abc import Callable
 
 from fmq.errors import BadRecord, IncompleteRecord
 from fmq.log.record.layout import Record, RecordType
+from fmq.log.record.queue_entry import QueueEntry
 from fmq.message import Message
+
+#: A NamedTuple's own constructor is a Python function parsing its arguments: the runs make
+#: one entry per message, so they build the tuple directly, in the fields' order.
+_new_tuple = tuple.__new__
 
 
 def decode_run(decode_at: Callable[..., Record], buf, pos: int, base: int,
@@ -71,10 +76,10 @@ def plain_message(rec: Record) -> bool:
 
 def decode_entry_run(decode_at: Callable[..., Record], buf, pos: int, base: int,
                      max_record_size: int, copy_body: bool, end: int, max_records: int,
-                     entry_type: type, out: list) -> int:
+                     out: list) -> int:
     """As :func:`decode_run`, but each plain MESSAGE (:func:`plain_message`) is appended as
-    an ``entry_type`` tuple of (topic, queue id, queue offset, log offset, size, 0, store
-    time, key, log offset): its consume-queue entry (``fmq.index.derive.queue_entry``).
+    its :class:`QueueEntry` (topic, queue id, queue offset, log offset, size, 0, store time,
+    key, log offset), the entry ``fmq.index.derive.queue_entry`` makes of its record.
     A run holds entries only or records only: it stops before the first item of the other
     kind, so that its reader can take a run of entries as a whole."""
     taken, entries = 0, None
@@ -88,7 +93,7 @@ def decode_entry_run(decode_at: Callable[..., Record], buf, pos: int, base: int,
         if entries is not None and plain != entries:
             break
         entries = plain
-        out.append(tuple.__new__(entry_type, (
+        out.append(_new_tuple(QueueEntry, (
             rec.topic, rec.queue_id, rec.queue_offset, rec.log_offset, rec.size, 0,
             rec.store_time, rec.key, rec.log_offset)) if plain else rec)
         taken += 1
@@ -102,13 +107,13 @@ def encode_message_run(encode_into: Callable[[bytearray, int, Record], int],
                        crc32c: Callable[[bytes], int], buf: bytearray, room: int,
                        log_offset: int, store_time: int, messages: list[Message],
                        queue_ids: list[int], queue_offsets: list[int], start: int, stop: int,
-                       entry_type: type, out: list) -> int:
+                       out: list) -> int:
     """Encode the MESSAGE records of ``messages[start:stop]`` at the end of ``buf`` while the
     next one fits in the ``room`` bytes left: message ``i`` at ``log_offset`` (the first;
     each next one after the last), in queue ``queue_ids[i]`` at ``queue_offsets[i]``, stamped
     ``store_time``, with exactly the bytes ``encode_into`` writes for the record
     :func:`fmq.engine.queue_placement.append_message_locked` builds. For each record appends
-    ``(end offset, entry_type(...))`` to ``out``: its consume-queue entry, as
+    ``(end offset, entry)`` to ``out``, ``entry`` its :class:`QueueEntry` as
     ``fmq.index.derive.queue_entry`` derives it (the tag hash is ``crc32c`` of the tags).
     Returns the index of the first message not encoded (``stop`` when all were); a record
     that does not fit leaves ``buf`` as it was."""
@@ -126,7 +131,7 @@ def encode_message_run(encode_into: Callable[[bytearray, int, Record], int],
             del buf[at:]
             break
         room -= size
-        out.append((log_offset + size, tuple.__new__(entry_type, (
+        out.append((log_offset + size, _new_tuple(QueueEntry, (
             rec.topic, rec.queue_id, rec.queue_offset, log_offset, size,
             crc32c(tags.encode()) if tags else 0, store_time, key, log_offset))))
         log_offset += size
