@@ -129,7 +129,7 @@ def build_app(gateway: ServerGateway, secure: bool = False,
     app = web.Application(middlewares=[paced, error_pages, logged_in])
     app[PACER] = Pacer()
     app[SAMPLER] = Sampler(gateway, sample_s)
-    app[TOPIC_SIZES] = TopicSizes(lambda: gateway.ctx.broker.inventory.index,
+    app[TOPIC_SIZES] = TopicSizes(lambda: gateway.ctx.broker.inventory,
                                   gateway.read_unchecked, sample_s)
     app.cleanup_ctx.append(sampling)
     app[GATEWAY] = gateway

@@ -42,10 +42,10 @@ class Sample:
     disk: dict[str, int]
 
 
-def disk_figures(inventory: Any) -> dict[str, int]:
+def disk_figures(inventory: Any, data_dir: str) -> dict[str, int]:
     """The broker's disk use (a walk of its directories' entries) and the space left."""
     used = inventory.disk_usage()
-    return {**used, "free_bytes": shutil.disk_usage(inventory.data_dir).free}
+    return {**used, "free_bytes": shutil.disk_usage(data_dir).free}
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,10 @@ class Sampler:
 
     async def sample(self) -> Sample:
         stats = json.loads((await self.gateway.internal(Op.STATS, {}))["json"])
-        inventory = self.gateway.ctx.broker.inventory
+        broker = self.gateway.ctx.broker
+        inventory = broker.inventory
         traffic = await self.gateway.read_unchecked(inventory.traffic)
-        disk = await self.gateway.read_unchecked(disk_figures, inventory)
+        disk = await self.gateway.read_unchecked(disk_figures, inventory, broker.path)
         taken = Sample(int(time.time() * 1000), stats, traffic, disk)
         self.samples.append(taken)
         return taken

@@ -78,25 +78,6 @@ class QueueBytes:
         return counted + round(missing * mean), False
 
 
-def count_bytes(index: Any, topic: str, queue_id: int, start: int, end: int) -> int:
-    """Log bytes of the queue's entries in [start, end) (a reader thread; <= CHUNK)."""
-    return sum(size for qoff, _data, size, _tag, _time
-               in index.queue_entries(topic, queue_id, start, end - start) if qoff < end)
-
-
-def queue_shapes(index: Any) -> dict[tuple[str, int], tuple[int, int, int | None,
-                                                            int | None]]:
-    """(lo, hi, first store time, last store time) of every queue (a reader thread)."""
-    out = {}
-    for (topic, qid), (lo, hi) in index.all_queues().items():
-        if hi > lo:
-            out[topic, qid] = (lo, hi, index.store_time(topic, qid, lo),
-                               index.store_time(topic, qid, hi - 1))
-        else:
-            out[topic, qid] = (lo, hi, None, None)
-    return out
-
-
 @dataclass
 class TopicFigures:
     """Per topic: messages, bytes (``exact`` false: partly estimated), store times."""
@@ -108,18 +89,18 @@ class TopicFigures:
 class TopicSizes:
     """The topics' figures for the console's pages (the console's loop only)."""
 
-    def __init__(self, index: Callable[[], Any], read: Callable[..., Awaitable[Any]],
+    def __init__(self, inventory: Callable[[], Any], read: Callable[..., Awaitable[Any]],
                  every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        #: The open broker's index (another one after a role change) and how to run a
+        #: The open broker's inventory (another one after a role change) and how to run a
         #: blocking read of it (the server's reader threads).
-        self.index = index
+        self.inventory = inventory
         self.read = read
         self.every_s = every_s
         self.clock = clock
         self.queues: dict[tuple[str, int], QueueBytes] = {}
         self.last: TopicFigures | None = None
         self._refreshing: asyncio.Task | None = None
-        self._index: Any = None
+        self._inventory: Any = None
         #: Entries one refresh walks at most.
         self.budget = WALK_BUDGET
         #: Entries walked by the refreshes so far (docs, tests: what a refresh costs).
@@ -135,11 +116,11 @@ class TopicSizes:
         return await asyncio.shield(self._refreshing)
 
     async def _refresh(self) -> TopicFigures:
-        index = self.index()
-        if index is not self._index:  # another broker (a role change): count anew
+        inventory = self.inventory()
+        if inventory is not self._inventory:  # another broker (a role change): count anew
             self.queues.clear()
-            self._index = index
-        shapes = await self.read(queue_shapes, index)
+            self._inventory = inventory
+        shapes = await self.read(inventory.queue_shapes)
         for gone in self.queues.keys() - shapes.keys():
             del self.queues[gone]
         budget = self.budget
@@ -148,7 +129,7 @@ class TopicSizes:
             for n, start, end, extends in counted.wanted(lo, hi):
                 if budget <= 0:
                     break
-                size = await self.read(count_bytes, index, topic, qid, start, end)
+                size = await self.read(inventory.queue_bytes, topic, qid, start, end)
                 counted.add(n, start, end, extends, size)
                 budget -= end - start
                 self.walked += end - start

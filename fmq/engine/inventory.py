@@ -154,6 +154,27 @@ class Inventory:
         self._check_open()
         return queue_ranges(self._index)
 
+    def queue_shapes(self) -> dict[tuple[str, int], tuple[int, int, int | None, int | None]]:
+        """(lo, hi, first store time, last store time) of every queue: a few index reads a
+        queue, whatever its length (the console's topic figures)."""
+        self._check_open()
+        index, out = self._index, {}
+        for (topic, qid), (lo, hi) in index.all_queues().items():
+            if hi > lo:
+                out[topic, qid] = (lo, hi, index.store_time(topic, qid, lo),
+                                   index.store_time(topic, qid, hi - 1))
+            else:
+                out[topic, qid] = (lo, hi, None, None)
+        return out
+
+    def queue_bytes(self, topic: str, queue_id: int, start: int, end: int) -> int:
+        """Log bytes of the queue's entries in [start, end): a walk of those entries, so a
+        caller keeps the range short (the console counts chunks, a few at a time)."""
+        self._check_open()
+        return sum(size for qoff, _data, size, _tag, _time
+                   in self._index.queue_entries(topic, queue_id, start, end - start)
+                   if qoff < end)
+
     def disk_usage(self) -> dict:
         return disk_usage(self._data_dir)
 

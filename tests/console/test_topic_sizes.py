@@ -24,16 +24,16 @@ class Clock:
 def sizes_of(b: fmq.Broker, clock: Clock) -> TopicSizes:
     async def read(fn, *args):
         return await asyncio.to_thread(fn, *args)
-    return TopicSizes(lambda: b.inventory.index, read, EVERY_S, clock)
+    return TopicSizes(lambda: b.inventory, read, EVERY_S, clock)
 
 
 def truth(b: fmq.Broker, topic: str) -> tuple[int, int]:
     """(messages, bytes) by the index's own walk of every entry."""
     messages = size = 0
-    for (t, qid), (lo, hi) in b.index.all_queues().items():
+    for (t, qid), (lo, hi) in b._index.all_queues().items():
         if t == topic:
             messages += hi - lo
-            size += b.index.queue_bytes(t, qid)
+            size += b._index.queue_bytes(t, qid)
     return messages, size
 
 
@@ -104,8 +104,8 @@ def test_retention_cutting_a_queue_is_counted_again_from_its_new_start(tmp_path)
     with fmq.Broker.open(str(tmp_path), fmq.BrokerConfig(**cfg, retention_bytes=200_000)) as b:
         assert b.enforce_retention()
         assert b.wait_indexed(60)
-        sizes.index = lambda: b.inventory.index
-        sizes._index = b.inventory.index  # the same counts carried over: only the cut differs
+        sizes.inventory = lambda: b.inventory
+        sizes._inventory = b.inventory  # the same counts carried over: only the cut differs
         clock.now += EVERY_S
         after = asyncio.run(sizes.current()).topics["t"]
         assert (after["messages"], after["bytes"]) == truth(b, "t")
