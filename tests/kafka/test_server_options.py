@@ -112,6 +112,10 @@ def test_users_arriving_while_serving_close_the_kafka_door(tmp_path):
             except (ConnectionError, OSError):  # users not read from etcd yet: closed
                 return False
 
+        # A group's first node wins its election and reopens as the primary (its Kafka
+        # door closes and opens again): the scenario starts once it serves as the primary.
+        wait_until(lambda: "becoming the primary" in node.log(), 30,
+                   "the node to win its group's election")
         wait_until(answered, 30, "the node to read that the cluster has no users")
         # A connection serving without a log-in while the cluster has no users...
         open_before = socket.create_connection(address, timeout=10)
