@@ -5,6 +5,8 @@ group's address produce to and consume from every partition."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -35,7 +37,10 @@ def _leaders(bootstrap: str) -> dict[int, int]:
     return {i: p.leader for i, p in topic.partitions.items()}
 
 
-def test_a_topic_over_two_groups_is_one_kafka_topic(tmp_path):
+@contextmanager
+def topic_over_two_groups(tmp_path) -> Iterator[dict[str, ServerProcess]]:
+    """Two broker groups of one node each, ``g1`` and ``g2``, with the Kafka door open, and
+    TOPIC routed over both (PER_GROUP queues each, made on each primary); killed at exit."""
     etcd = EtcdProcess(str(tmp_path / "etcd")).start()
     nodes: dict[str, ServerProcess] = {}
     try:
@@ -50,6 +55,15 @@ def test_a_topic_over_two_groups_is_one_kafka_topic(tmp_path):
         for node in nodes.values():
             wait_until(lambda n=node: local_queues(n, TOPIC) == PER_GROUP, 30,
                        "the route's queues made on each primary")
+        yield nodes
+    finally:
+        for node in nodes.values():
+            node.kill()
+        etcd.stop()
+
+
+def test_a_topic_over_two_groups_is_one_kafka_topic(tmp_path):
+    with topic_over_two_groups(tmp_path) as nodes:
         g1_bootstrap = f"127.0.0.1:{nodes['g1'].kafka_port}"
         want = {0: node_id("g1", "g1-n1"), 1: node_id("g1", "g1-n1"),
                 2: node_id("g2", "g2-n1"), 3: node_id("g2", "g2-n1")}
@@ -86,7 +100,3 @@ def test_a_topic_over_two_groups_is_one_kafka_topic(tmp_path):
         finally:
             consumer.close()
         assert got == sent
-    finally:
-        for node in nodes.values():
-            node.kill()
-        etcd.stop()

@@ -8,13 +8,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from fmq.coordination.routes import ClusterRoutes
-from tests.cluster.kit import CLUSTER, known_everywhere, local_queues, queue_range
-from tests.cluster.kit import wait_primary as wait_leading
-from tests.etcdkit import EtcdProcess
-from tests.server.harness import ServerProcess, wait_until
+from tests.cluster.kit import queue_range
+from tests.server.harness import wait_until
 
-from .test_cluster_topics import PER_GROUP, _leaders, _start
+from .test_cluster_topics import PER_GROUP, _leaders, topic_over_two_groups
 from .test_transactions import NO_REBOOTSTRAP
 
 TOPIC = "spread"  # the name test_cluster_topics' helpers read
@@ -22,20 +19,7 @@ TOPIC = "spread"  # the name test_cluster_topics' helpers read
 
 def test_a_transaction_over_two_broker_groups_is_refused_before_anything_is_stored(
         tmp_path):
-    etcd = EtcdProcess(str(tmp_path / "etcd")).start()
-    nodes: dict[str, ServerProcess] = {}
-    try:
-        for group in ("g1", "g2"):
-            nodes[group] = _start(tmp_path, etcd, group)
-        for node in nodes.values():
-            wait_leading(node)
-        store = ClusterRoutes(etcd.url, CLUSTER)
-        wait_until(lambda: set(store.groups()) >= {"g1", "g2"}, 30, "both groups registered")
-        route = store.create(TOPIC, PER_GROUP, ["g1", "g2"])
-        known_everywhere(nodes, TOPIC, route.version)
-        for node in nodes.values():
-            wait_until(lambda n=node: local_queues(n, TOPIC) == PER_GROUP, 30,
-                       "the route's queues made on each primary")
+    with topic_over_two_groups(tmp_path) as nodes:
         bootstrap = f"127.0.0.1:{nodes['g1'].kafka_port}"
         wait_until(lambda: len(set(_leaders(bootstrap).values())) == 2, 30,
                    "Metadata to name each group's primary for its partitions")
@@ -63,7 +47,3 @@ def test_a_transaction_over_two_broker_groups_is_refused_before_anything_is_stor
         producer.produce(TOPIC, b"g1-only", partition=1)
         producer.commit_transaction(30)
         assert queue_range(nodes["g1"], TOPIC, 1) == (0, 1)
-    finally:
-        for node in nodes.values():
-            node.kill()
-        etcd.stop()
