@@ -22,6 +22,7 @@ from fmq.security import Operation
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.entities import ms
+from fmq.server.kafka.fetch_sessions import NO_SESSION, session_refusal
 from fmq.server.kafka.mapping import to_record
 from fmq.server.kafka.records import encode_batch
 from fmq.server.kafka.routed import local_queue
@@ -52,6 +53,9 @@ class PartitionRead:
 
 @kafka_api(1, "Fetch", 4, 12, access=on_topics(Operation.CONSUME))
 async def fetch(session: KafkaSession, request: Any, version: int) -> dict:
+    refused = session_refusal(request)
+    if refused is not None:
+        return refused
     ctx = session.ctx
     loop = ctx.loop
     reads = [PartitionRead(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
@@ -70,7 +74,7 @@ async def fetch(session: KafkaSession, request: Any, version: int) -> dict:
                 or session.closing or ctx.stopping):
             break
         await _wait_any(events, remaining)
-    return {"throttle_time": 0, "error_code": 0, "session_id": 0,
+    return {"throttle_time": 0, "error_code": 0, "session_id": NO_SESSION,
             "responses": _answer(request, reads)}
 
 
