@@ -21,9 +21,9 @@ from fmq.errors import FMQError, UnknownTopic
 from fmq.protocol import Op
 from fmq.security import Operation, ResourceType
 from fmq.security.acl import CLUSTER_NAME
-from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
+from fmq.server.kafka.controller import controller_refusal
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.topic_configs import (
@@ -132,11 +132,11 @@ async def _alter(session: KafkaSession, resource: Any, validate_only: bool
             changes[field] = value
     except ConfigRefused as exc:
         return ErrorCode.invalid_config, str(exc)
+    refused = controller_refusal(session, Op.TOPIC_ALTER)
+    if refused is not None:
+        return refused
     ctx = session.ctx
     try:
-        refusal = follower_refusal(ctx.replication, Op.TOPIC_ALTER)
-        if refusal is not None:
-            raise refusal
         if validate_only:
             await ctx.read(_validate, ctx.broker, resource.resource_name, changes)
         elif changes:

@@ -21,7 +21,7 @@ from fmq.server.kafka.apis import LOGGED_IN, kafka_api, on_groups
 from fmq.server.kafka.entities import ms
 from fmq.server.kafka.group_coordinator import KafkaGroupError
 from fmq.server.kafka.group_registry import coordinator_of
-from fmq.server.kafka.metadata import controller
+from fmq.server.kafka.metadata import own_node_id
 from fmq.server.kafka.session import KafkaSession
 
 GROUP_KEY_TYPE = 0
@@ -49,7 +49,7 @@ def _coordinator(session: KafkaSession, key: str, key_type: int) -> dict:
     # This node, by the id Metadata gives it (a hash of its group and name in a group
     # with a coordinator).
     return {"key": key, "error_code": ErrorCode.none, "error_message": None,
-            "node_id": controller(session), "host": session.advertised_host,
+            "node_id": own_node_id(session), "host": session.advertised_host,
             "port": session.advertised_port}
 
 

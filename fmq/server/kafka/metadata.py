@@ -28,6 +28,7 @@ from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.brokers import NO_LEADER, GroupView
+from fmq.server.kafka.controller import controller_id
 from fmq.server.kafka.routed import routed_partitions
 from fmq.server.kafka.session import NODE_ID, KafkaSession
 
@@ -52,7 +53,7 @@ async def metadata(session: KafkaSession, request: Any, version: int) -> dict:
         create = (getattr(request, "allow_auto_topic_creation", True)
                   and broker.config.auto_create_topics)
         answers = [await _named(session, t.name, create) for t in wanted]
-    return {"throttle_time": 0, "cluster_id": CLUSTER_ID, "controller_id": controller(session),
+    return {"throttle_time": 0, "cluster_id": CLUSTER_ID, "controller_id": controller_id(session),
             "brokers": brokers(session),
             "topics": answers, "cluster_authorized_operations": NO_OPERATIONS}
 
@@ -66,9 +67,8 @@ def brokers(session: KafkaSession) -> list[dict]:
             for b in session.brokers.view.brokers]
 
 
-def controller(session: KafkaSession) -> int:
-    """The controller Metadata names: this server (FMQ has no controller of its own; admin
-    requests are served by any node, and the follower refuses changes)."""
+async def own_node_id(session: KafkaSession) -> int:
+    """This node's Kafka node id, as Metadata names it among the brokers."""
     return NODE_ID if session.brokers is None else session.brokers.me.node_id
 
 

@@ -18,9 +18,9 @@ from fmq.engine.broker import Broker
 from fmq.errors import FMQError, UnknownTopic
 from fmq.protocol import Op
 from fmq.security import Operation
-from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
+from fmq.server.kafka.controller import controller_refusal
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.session import KafkaSession
 from fmq.topic_config import MAX_QUEUES
@@ -45,10 +45,10 @@ async def _grow(session: KafkaSession, name: str, count: int, validate_only: boo
     denied = access.refusal(session, name)
     if denied is not None:
         return denied, "this user may not alter the topic (FMQ's alter)"
+    refused = controller_refusal(session, Op.TOPIC_ALTER)
+    if refused is not None:
+        return refused
     try:
-        refusal = follower_refusal(ctx.replication, Op.TOPIC_ALTER)
-        if refusal is not None:
-            raise refusal
         if ctx.routes is not None and name in ctx.routes.snapshot.routes:
             return (ErrorCode.invalid_request,
                     f"topic {name!r} is routed over broker groups, whose queue counts are "

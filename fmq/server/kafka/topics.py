@@ -22,9 +22,9 @@ from fmq.errors import FMQError, InvalidArgument, TopicExists
 from fmq.message import is_internal_topic
 from fmq.protocol import Op
 from fmq.security import Operation
-from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
+from fmq.server.kafka.controller import controller_refusal
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.topic_configs import ConfigRefused, settings_of
@@ -52,9 +52,11 @@ async def create_topics(session: KafkaSession, request: Any, version: int) -> di
             # The name and the count first: past them, a refused value is a config's.
             _check_name(topic.name, queues)
             settings = settings_of([(c.name, c.value) for c in topic.configs or ()])
-            refusal = follower_refusal(ctx.replication, Op.TOPIC_CREATE)
-            if refusal is not None:
-                raise refusal
+            refused = controller_refusal(session, Op.TOPIC_CREATE)
+            if refused is not None:
+                result["error_code"], result["error_message"] = refused
+                results.append(result)
+                continue
             if request.validate_only:
                 await ctx.read(_validate, ctx.broker, topic.name, queues, settings)
                 cfg_queues = queues or ctx.broker.config.queues_per_topic
@@ -115,10 +117,12 @@ async def delete_topics(session: KafkaSession, request: Any, version: int) -> di
             result["error_code"] = denied
             result["error_message"] = "this user may not alter the topic (FMQ's alter)"
         else:
+            refused = controller_refusal(session, Op.TOPIC_DELETE)
+            if refused is not None:
+                result["error_code"], result["error_message"] = refused
+                results.append(result)
+                continue
             try:
-                refusal = follower_refusal(ctx.replication, Op.TOPIC_DELETE)
-                if refusal is not None:
-                    raise refusal
                 await ctx.write(ctx.broker.topics.delete, name, False)
             except FMQError as exc:
                 result["error_code"], result["error_message"] = error_code(exc), str(exc)
