@@ -67,7 +67,7 @@ def brokers(session: KafkaSession) -> list[dict]:
             for b in session.brokers.view.brokers]
 
 
-async def own_node_id(session: KafkaSession) -> int:
+def own_node_id(session: KafkaSession) -> int:
     """This node's Kafka node id, as Metadata names it among the brokers."""
     return NODE_ID if session.brokers is None else session.brokers.me.node_id
 
