@@ -2,7 +2,8 @@
 Heartbeat (12), LeaveGroup (13), SyncGroup (14), on
 :class:`~fmq.server.kafka.group_coordinator.KafkaGroupCoordinator`.
 
-This server is every group's coordinator (it is the only broker Kafka clients see).
+The coordinator of every group and transactional id is the primary of this node's broker
+group (:mod:`.group_placement`); a follower answers NOT_COORDINATOR.
 Versions: those librdkafka 2.x, kafka-python and aiokafka send; JoinGroup from version 4
 asks a new member to join again with the id it is given (MEMBER_ID_REQUIRED).
 """
@@ -20,8 +21,8 @@ from fmq.server.kafka import access
 from fmq.server.kafka.apis import LOGGED_IN, kafka_api, on_groups
 from fmq.server.kafka.entities import ms
 from fmq.server.kafka.group_coordinator import KafkaGroupError
+from fmq.server.kafka.group_placement import check_coordinator, coordinator_address
 from fmq.server.kafka.group_registry import coordinator_of
-from fmq.server.kafka.metadata import own_node_id
 from fmq.server.kafka.session import KafkaSession
 
 GROUP_KEY_TYPE = 0
@@ -46,11 +47,13 @@ def _coordinator(session: KafkaSession, key: str, key_type: int) -> dict:
         return {"key": key, "error_code": ErrorCode.invalid_request, "node_id": -1,
                 "host": "", "port": -1,
                 "error_message": f"unknown coordinator key type {key_type}"}
-    # This node, by the id Metadata gives it (a hash of its group and name in a group
-    # with a coordinator).
+    found = coordinator_address(session)
+    if found is None:
+        return {"key": key, "error_code": ErrorCode.coordinator_not_available, "node_id": -1,
+                "host": "", "port": -1,
+                "error_message": "the broker group is electing its primary; ask again"}
     return {"key": key, "error_code": ErrorCode.none, "error_message": None,
-            "node_id": own_node_id(session), "host": session.advertised_host,
-            "port": session.advertised_port}
+            "node_id": found.node_id, "host": found.host, "port": found.port}
 
 
 def _group_id(session: KafkaSession, group_id: str) -> str:
@@ -65,6 +68,9 @@ def _group_id(session: KafkaSession, group_id: str) -> str:
 
 
 def _check_access(session: KafkaSession, group_id: str) -> None:
+    """This node coordinates groups (NOT_COORDINATOR on a follower) and the user may use
+    ``group_id`` as the API being answered declares."""
+    check_coordinator(session)
     denied = access.refusal(session, group_id)
     if denied is not None:
         raise KafkaGroupError(denied)
@@ -123,9 +129,10 @@ async def heartbeat(session: KafkaSession, request: Any, version: int) -> dict:
 @kafka_api(13, "LeaveGroup", 0, 5, access=on_groups(Operation.CONSUME))
 async def leave_group(session: KafkaSession, request: Any, version: int) -> dict:
     coordinator = coordinator_of(session.ctx)
-    denied = access.refusal(session, request.group_id)
-    if denied is not None:
-        return {"throttle_time": 0, "error_code": denied, "members": []}
+    try:
+        _check_access(session, request.group_id)
+    except KafkaGroupError as exc:
+        return {"throttle_time": 0, "error_code": exc.code, "members": []}
     if version < 3:
         code = coordinator.leave(request.group_id, request.member_id, None)
         return {"throttle_time": 0, "error_code": code}

@@ -19,13 +19,12 @@ from kio.schema.errors import ErrorCode
 from fmq.engine.broker import Broker
 from fmq.errors import FMQError, InvalidArgument, OffsetOutOfRange, UnknownQueue, UnknownTopic
 from fmq.message import check_name
-from fmq.protocol import Op
 from fmq.security import Operation
-from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_groups
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.group_coordinator import KafkaGroupError
+from fmq.server.kafka.group_placement import check_coordinator, coordinator_refusal
 from fmq.server.kafka.group_registry import coordinator_of
 from fmq.server.kafka.session import KafkaSession
 
@@ -41,9 +40,7 @@ async def offset_commit(session: KafkaSession, request: Any, version: int) -> di
         denied = access.refusal(session, request.group_id)
         if denied is not None:
             raise KafkaGroupError(denied)
-        refusal = follower_refusal(session.ctx.replication, Op.COMMIT_OFFSET)
-        if refusal is not None:
-            raise KafkaGroupError(error_code(refusal))
+        check_coordinator(session)
         coordinator_of(session.ctx).check_commit(
             request.group_id, request.member_id, getattr(request, "group_instance_id", None),
             request.generation_id_or_member_epoch)
@@ -96,10 +93,11 @@ def _commit_error(exc: FMQError) -> ErrorCode:
 @kafka_api(9, "OffsetFetch", 1, 9, access=on_groups(Operation.CONSUME))
 async def offset_fetch(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
+    refused = coordinator_refusal(session)  # a follower's copy may lag the primary's
     if version >= 8:
         groups = []
         for g in request.groups:
-            denied = access.refusal(session, g.group_id)
+            denied = refused or access.refusal(session, g.group_id)
             if denied is not None:
                 groups.append({"group_id": g.group_id, "topics": [], "error_code": denied})
                 continue
@@ -109,7 +107,7 @@ async def offset_fetch(session: KafkaSession, request: Any, version: int) -> dic
             groups.append({"group_id": g.group_id, "topics": found,
                            "error_code": ErrorCode.none})
         return {"throttle_time": 0, "groups": groups}
-    denied = access.refusal(session, request.group_id)
+    denied = refused or access.refusal(session, request.group_id)
     if denied is not None:
         return {"throttle_time": 0, "topics": [], "error_code": denied}
     topics = (None if request.topics is None
