@@ -1,9 +1,10 @@
 """The ```python and ```bash blocks of README.md and docs/*.md, and how one runs as written.
 
 ``run_block`` runs a block in a directory (its relative paths land there) against a server
-address (the documented 127.0.0.1:9876, localhost:9876 and 127.0.0.1:7070 become it): a
-python block is exec'd as it stands; a bash block runs command by command through
-``bash -c`` with this environment's ``fmq`` first on PATH and FMQ_SERVER set.
+address (the documented 127.0.0.1:9876, localhost:9876 and 127.0.0.1:7070 become it) and
+its Kafka port (the documented 127.0.0.1:9092 becomes it): a python block is exec'd as it
+stands; a bash block runs command by command through ``bash -c`` with this environment's
+``fmq`` first on PATH and FMQ_SERVER set.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 ADDRESS = re.compile(r"\b(127\.0\.0\.1|localhost):(9876|7070)\b")
+#: The documented Kafka address (``--kafka-port 9092``).
+KAFKA_ADDRESS = re.compile(r"\b127\.0\.0\.1:9092\b")
+
+
+def uses_kafka(block: Block) -> bool:
+    """Whether ``block`` talks to the documented Kafka port."""
+    return KAFKA_ADDRESS.search(block.code) is not None
 
 
 @dataclass(frozen=True)
@@ -57,13 +65,15 @@ def bash_commands(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
-def run_block(block: Block, cwd: Path, address: str | None) -> None:
-    """Run ``block`` in ``cwd`` against the server at ``address`` (None: no server); a
-    failing command or an exception fails the test."""
+def run_block(block: Block, cwd: Path, address: str | None, kafka: str | None = None) -> None:
+    """Run ``block`` in ``cwd`` against the server at ``address`` (None: no server), whose
+    Kafka port is at ``kafka``; a failing command or an exception fails the test."""
     code = block.code
     if address is not None:
         port = address.rpartition(":")[2]
         code = ADDRESS.sub(lambda m: f"{m.group(1)}:{port}", code)
+    if kafka is not None:
+        code = KAFKA_ADDRESS.sub(kafka, code)
     if block.lang == "python":
         exec(compile(code, block.name, "exec"), {"__name__": "__doc_block__"})
         return

@@ -12,8 +12,8 @@ import pytest
 
 import fmq
 from fmq.client import TLSOptions
-from tests.doc_blocks import DOCS, Block, doc_blocks, find_block, run_block
-from tests.server.harness import ServerProcess, broker_stats
+from tests.doc_blocks import DOCS, Block, doc_blocks, find_block, run_block, uses_kafka
+from tests.server.harness import ServerProcess, broker_stats, free_port
 
 FAST = {"tx_check_after_ms": 300, "checkpoint_interval_ms": 0,
         "server": {"shutdown_grace_ms": 10000}}
@@ -24,9 +24,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "pip install . && fmq server"):
         "installs FMQ from the network into a new virtual environment, then serves until Ctrl-C",
     ("README.md", "python -m pytest"): "runs the whole test suite",
-    ("README.md", 'producer.produce("orders", key=b"order-1", value=b"paid")'):
-        "needs a server with a Kafka port on 9092 (tests/kafka/test_clients.py produces "
-        "the same way against a real server)",
     ("docs/client.md", '"10.0.0.1:9876,10.0.0.2:9876,10.0.0.3:9876"'):
         "needs a three-server replication group on other hosts (tests/replication/ runs "
         "clients against real groups)",
@@ -40,9 +37,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/kafka.md", "fmq server --kafka-port 9092 &"):
         "starts a server with a Kafka port that runs until stopped (tests/kafka/ runs the "
         "same kcat commands against a real server)",
-    ("docs/kafka.md", "consumer.assign([TopicPartition(\"orders\", 0, 0)])"):
-        "needs the Kafka port of the block before it (tests/kafka/test_clients.py runs "
-        "confluent-kafka the same way)",
     ("docs/kafka.md", "sasl.mechanisms=SCRAM-SHA-256"):
         "needs a server with users and a Kafka port on 9092 (tests/kafka/test_security.py "
         "runs kcat with the same options against a real server)",
@@ -50,9 +44,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "a loop that runs until stopped against a Kafka port on 9092 "
         "(tests/kafka/test_transactions.py runs the same consume-transform-produce loop, "
         "killed and restarted, against a real server)",
-    ("docs/kafka.md", "admin.incremental_alter_configs([resource])"):
-        "needs a server with a Kafka port on 9092 (tests/kafka/test_admin.py makes the same "
-        "AdminClient calls against a real server)",
     ("docs/replication.md", "fmq server primary-data"):
         "starts servers that run until stopped, one terminal each (tests/replication/)",
     ("docs/replication.md", "etcd --data-dir etcd-data"):
@@ -137,9 +128,11 @@ def test_every_block_runs_or_says_why_not():
     assert len(RUN) + len(NOT_RUN) == len(ALL_BLOCKS)
 
 
-def start_server(data_dir: Path, cwd: Path, tls: bool) -> ServerProcess:
+def start_server(data_dir: Path, cwd: Path, tls: bool, kafka_port: int | None = None
+                 ) -> ServerProcess:
     if not tls:
-        return ServerProcess(str(data_dir), FAST).start()
+        kafka = () if kafka_port is None else ("--kafka-port", str(kafka_port))
+        return ServerProcess(str(data_dir), FAST, extra_args=kafka).start()
     return ServerProcess(str(data_dir), FAST,
                          extra_args=("--tls-cert", str(cwd / "server.pem"),
                                      "--tls-key", str(cwd / "server.key")),
@@ -161,9 +154,15 @@ def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
     if key in OFFLINE:
         run_block(block, work, None)
         return
-    srv = start_server(tmp_path / "server-data", work, key in TLS)
+    # A block written for the documented Kafka port gets one (127.0.0.1:9092 becomes it).
+    kafka_port = free_port() if uses_kafka(block) else None
+    srv = start_server(tmp_path / "server-data", work, key in TLS, kafka_port)
     try:
-        run_block(block, work, srv.address)
+        run_block(block, work, srv.address,
+                  None if kafka_port is None else f"127.0.0.1:{kafka_port}")
+        if kafka_port is not None:  # it did talk to the door, beyond asking what it serves
+            served = broker_stats(srv.address)["server"]["kafka"]["requests_by_api"]
+            assert set(served) - {"ApiVersions", "Metadata"}, (block.name, served)
         if key not in TLS:
             assert broker_stats(srv.address)["open_transactions"] == 0, \
                 f"{block.name} leaves a transaction open"
