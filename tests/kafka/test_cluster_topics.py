@@ -4,19 +4,24 @@ group's address produce to and consume from every partition."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
 
 from fmq.coordination.routes import ClusterRoutes
+from fmq.protocol import Op
 from fmq.server.kafka.brokers import node_id
-from tests.cluster.kit import CLUSTER, CONFIG, known_everywhere, local_queues, queue_range
+from tests.cluster.kit import CLUSTER, CONFIG, call, known_everywhere, local_queues, queue_range
 from tests.cluster.kit import wait_primary as wait_leading
 from tests.etcdkit import EtcdProcess
 from tests.server.harness import ServerProcess, free_port, wait_until
+
+from .wire import exchange, request_type
 
 TOPIC = "spread"
 PER_GROUP = 2
@@ -100,3 +105,78 @@ def test_a_topic_over_two_groups_is_one_kafka_topic(tmp_path):
         finally:
             consumer.close()
         assert got == sent
+
+
+def _commit(node: ServerProcess, group: str, offsets: dict[int, int]) -> dict[int, int]:
+    """OffsetCommit (v8, outside any group) of ``offsets`` by partition; each one's code."""
+    cls = request_type(8, 8)
+    module = __import__(cls.__module__, fromlist=["x"])
+    parts = tuple(module.OffsetCommitRequestPartition(
+        partition_index=p, committed_offset=o, committed_leader_epoch=-1,
+        committed_metadata="") for p, o in offsets.items())
+    _, answer = exchange(("127.0.0.1", node.kafka_port), cls(
+        group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+        topics=(module.OffsetCommitRequestTopic(name=TOPIC, partitions=parts),)))
+    return {p.partition_index: p.error_code for t in answer.topics for p in t.partitions}
+
+
+def _fetch(node: ServerProcess, group: str, partitions: list[int] | None
+           ) -> dict[int, tuple[int, int]]:
+    """OffsetFetch (v7) of ``partitions`` (None: all): (code, offset) by partition."""
+    cls = request_type(9, 7)
+    module = __import__(cls.__module__, fromlist=["x"])
+    topics = (None if partitions is None else
+              (module.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=tuple(partitions)),))
+    _, answer = exchange(("127.0.0.1", node.kafka_port), cls(
+        group_id=group, topics=topics, require_stable=False))
+    assert answer.error_code == ErrorCode.none, answer
+    return {p.partition_index: (p.error_code, p.committed_offset)
+            for t in answer.topics if t.name == TOPIC for p in t.partitions}
+
+
+def _fmq_committed(node: ServerProcess, group: str) -> dict[int, int]:
+    """The group's committed offsets in ``node``'s own queues, as FMQ's GROUPS says."""
+    answer = json.loads(call(node, Op.GROUPS, {"group": group})["json"])
+    return {r["queue_id"]: r["committed"] for g in answer["groups"] for r in g["offsets"]
+            if r["topic"] == TOPIC and r["committed"] is not None}
+
+
+def test_a_kafka_groups_commits_stay_with_the_broker_group_of_each_partition(tmp_path):
+    with topic_over_two_groups(tmp_path) as nodes:
+        g1, g2 = nodes["g1"], nodes["g2"]
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{g1.kafka_port}", "acks": "all"})
+        for p in range(4):
+            for i in range(5):
+                producer.produce(TOPIC, b"m%d" % i, partition=p)
+        assert producer.flush(60) == 0
+        for group, queue in (("g1", 0), ("g1", 1), ("g2", 0), ("g2", 1)):
+            wait_until(lambda n=nodes[group], q=queue: queue_range(n, TOPIC, q) == (0, 5), 30,
+                       "every partition's records stored")
+
+        # g2 hosts partitions 2 and 3 (its queues 0 and 1): their commits are its own.
+        assert _commit(g2, "billing", {2: 3, 3: 4}) == {2: ErrorCode.none, 3: ErrorCode.none}
+        assert _fmq_committed(g2, "billing") == {0: 3, 1: 4}
+        # Partition 0 is g1's: refused at g2, never written into g2's queue 0.
+        assert _commit(g2, "billing", {0: 1, 3: 5}) == {0: ErrorCode.invalid_request,
+                                                       3: ErrorCode.none}
+        assert _fmq_committed(g2, "billing") == {0: 3, 1: 5}
+        assert _commit(g1, "billing", {0: 2}) == {0: ErrorCode.none}
+        assert _fmq_committed(g1, "billing") == {0: 2}
+
+        # Fetched back by Kafka partition, each from the group hosting it.
+        assert _fetch(g2, "billing", [0, 1, 2, 3]) == {
+            0: (ErrorCode.invalid_request, -1), 1: (ErrorCode.invalid_request, -1),
+            2: (ErrorCode.none, 3), 3: (ErrorCode.none, 5)}
+        assert _fetch(g2, "billing", None) == {2: (ErrorCode.none, 3), 3: (ErrorCode.none, 5)}
+        assert _fetch(g1, "billing", None) == {0: (ErrorCode.none, 2)}
+        assert "hosted by another broker group" in g2.log()
+
+        # A librdkafka consumer of the group, given g2's address, resumes from g2's commits.
+        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{g2.kafka_port}",
+                             "group.id": "billing", "enable.auto.commit": False})
+        try:
+            committed = consumer.committed([TopicPartition(TOPIC, 2), TopicPartition(TOPIC, 3)],
+                                           timeout=20)
+        finally:
+            consumer.close()
+        assert [(tp.partition, tp.offset) for tp in committed] == [(2, 3), (3, 5)]

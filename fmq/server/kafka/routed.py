@@ -51,6 +51,14 @@ def local_queue(session: KafkaSession, topic: str, partition: int) -> int | None
     return partition - entry.base
 
 
+def global_index(session: KafkaSession, topic: str, queue: int) -> int:
+    """The Kafka partition of this node's ``queue`` of ``topic``: the queue itself for an
+    unrouted topic, its global index (the entry's base + queue) for a routed one."""
+    route = route_of(session, topic)
+    entry = None if route is None else route.entry(session.brokers.group)
+    return queue if entry is None else entry.base + queue
+
+
 def not_here(topic: str, partition: int) -> str:
     return (f"partition {partition} of {topic!r} is hosted by another broker group; refresh "
             f"the metadata for its leader")
