@@ -65,9 +65,11 @@ def bash_commands(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
-def run_block(block: Block, cwd: Path, address: str | None, kafka: str | None = None) -> None:
+def run_block(block: Block, cwd: Path, address: str | None, kafka: str | None = None,
+              env: dict[str, str] | None = None) -> None:
     """Run ``block`` in ``cwd`` against the server at ``address`` (None: no server), whose
-    Kafka port is at ``kafka``; a failing command or an exception fails the test."""
+    Kafka port is at ``kafka``; ``env``: more variables for a bash block's commands. A
+    failing command or an exception fails the test."""
     code = block.code
     if address is not None:
         port = address.rpartition(":")[2]
@@ -77,7 +79,8 @@ def run_block(block: Block, cwd: Path, address: str | None, kafka: str | None = 
     if block.lang == "python":
         exec(compile(code, block.name, "exec"), {"__name__": "__doc_block__"})
         return
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, **(env or {}),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     if address is not None:
         env["FMQ_SERVER"] = address
     for command in bash_commands(code):

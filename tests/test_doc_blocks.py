@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import fmq
-from fmq.client import TLSOptions
+from fmq.client import Client, TLSOptions
+from fmq.security import Rule, UserStore, make_credential
 from tests.doc_blocks import DOCS, Block, doc_blocks, find_block, run_block, uses_kafka
 from tests.server.harness import ServerProcess, broker_stats, free_port
 
@@ -37,9 +38,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/kafka.md", "fmq server --kafka-port 9092 &"):
         "starts a server with a Kafka port that runs until stopped (tests/kafka/ runs the "
         "same kcat commands against a real server)",
-    ("docs/kafka.md", "sasl.mechanisms=SCRAM-SHA-256"):
-        "needs a server with users and a Kafka port on 9092 (tests/kafka/test_security.py "
-        "runs kcat with the same options against a real server)",
     ("docs/kafka.md", "producer.init_transactions()"):
         "a loop that runs until stopped against a Kafka port on 9092 "
         "(tests/kafka/test_transactions.py runs the same consume-transform-produce loop, "
@@ -100,6 +98,9 @@ AFTER: dict[tuple[str, str], list[tuple[str, str]]] = {
 #: Blocks that talk to a TLS server (certificates from security.md's own recipe).
 TLS = {("docs/security.md", "--topic t --max 1"),
        ("docs/security.md", 'TLSOptions(ca_file="ca.pem")) as producer')}
+#: Blocks that log in as alice with $PASSWORD: their server has users (admin and alice).
+USERS = {("docs/kafka.md", "sasl.mechanisms=SCRAM-SHA-256")}
+USER_PASSWORD = "correct horse battery staple"  # noqa: S105 - a test password
 #: Blocks that work on a stopped broker's ./fmq-data (no server).
 OFFLINE = {("docs/security.md", "# the CA"),
            ("docs/security.md", "fmq acl add ./fmq-data --principal admin"),
@@ -120,19 +121,33 @@ RUN_ALONE = [b for b in RUN if _key(b, {k: None for k in PREREQUISITES}) is None
 
 
 def test_every_block_runs_or_says_why_not():
-    for table in (NOT_RUN, AFTER, TLS, OFFLINE):
+    for table in (NOT_RUN, AFTER, TLS, USERS, OFFLINE):
         for key in table:
             find_block(*key)  # each entry names exactly one block that still exists
-    for key in AFTER.keys() | PREREQUISITES | TLS | OFFLINE:
+    for key in AFTER.keys() | PREREQUISITES | TLS | USERS | OFFLINE:
         assert key not in NOT_RUN, f"{key} is both run and not run"
     assert len(RUN) + len(NOT_RUN) == len(ALL_BLOCKS)
 
 
-def start_server(data_dir: Path, cwd: Path, tls: bool, kafka_port: int | None = None
-                 ) -> ServerProcess:
+def with_users(data_dir: Path) -> dict:
+    """Users admin (every right) and alice (no rules) in a new broker at ``data_dir``; the
+    client options that log in as admin."""
+    with fmq.Broker.open(str(data_dir)):
+        pass
+    store = UserStore(str(data_dir))
+    for user in ("admin", "alice"):
+        store.put_user(user, make_credential(USER_PASSWORD), create=True)
+    store.add_rule(Rule.make("admin", "cluster", "cluster", False, "all", True))
+    return {"user": "admin", "password": USER_PASSWORD}
+
+
+def start_server(data_dir: Path, cwd: Path, tls: bool, kafka_port: int | None = None,
+                 users: bool = False) -> ServerProcess:
     if not tls:
         kafka = () if kafka_port is None else ("--kafka-port", str(kafka_port))
-        return ServerProcess(str(data_dir), FAST, extra_args=kafka).start()
+        login = with_users(data_dir) if users else None
+        return ServerProcess(str(data_dir), FAST, extra_args=kafka,
+                             client_options=login).start()
     return ServerProcess(str(data_dir), FAST,
                          extra_args=("--tls-cert", str(cwd / "server.pem"),
                                      "--tls-key", str(cwd / "server.key")),
@@ -145,7 +160,7 @@ def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    key = _key(block, {k: None for k in (*AFTER, *PREREQUISITES, *TLS, *OFFLINE)})
+    key = _key(block, {k: None for k in (*AFTER, *PREREQUISITES, *TLS, *USERS, *OFFLINE)})
     if key in OFFLINE:
         with fmq.Broker.open(str(work / "fmq-data")):
             pass  # a stopped broker's directory, as the offline commands expect
@@ -156,15 +171,20 @@ def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
         return
     # A block written for the documented Kafka port gets one (127.0.0.1:9092 becomes it).
     kafka_port = free_port() if uses_kafka(block) else None
-    srv = start_server(tmp_path / "server-data", work, key in TLS, kafka_port)
+    srv = start_server(tmp_path / "server-data", work, key in TLS, kafka_port, key in USERS)
     try:
         run_block(block, work, srv.address,
-                  None if kafka_port is None else f"127.0.0.1:{kafka_port}")
-        if kafka_port is not None:  # it did talk to the door, beyond asking what it serves
-            served = broker_stats(srv.address)["server"]["kafka"]["requests_by_api"]
-            assert set(served) - {"ApiVersions", "Metadata"}, (block.name, served)
+                  None if kafka_port is None else f"127.0.0.1:{kafka_port}",
+                  {"PASSWORD": USER_PASSWORD} if key in USERS else None)
+        stats = None
         if key not in TLS:
-            assert broker_stats(srv.address)["open_transactions"] == 0, \
+            with Client(srv.address, **srv.client_options) as client:
+                stats = broker_stats(client)
+        if kafka_port is not None:  # it did talk to the door, beyond asking what it serves
+            served = stats["server"]["kafka"]["requests_by_api"]
+            assert set(served) - {"ApiVersions", "Metadata"}, (block.name, served)
+        if stats is not None:
+            assert stats["open_transactions"] == 0, \
                 f"{block.name} leaves a transaction open"
     finally:
         srv.kill()
