@@ -170,13 +170,3 @@ def test_a_kafka_groups_commits_stay_with_the_broker_group_of_each_partition(tmp
         assert _fetch(g2, "billing", None) == {2: (ErrorCode.none, 3), 3: (ErrorCode.none, 5)}
         assert _fetch(g1, "billing", None) == {0: (ErrorCode.none, 2)}
         assert "hosted by another broker group" in g2.log()
-
-        # A librdkafka consumer of the group, given g2's address, resumes from g2's commits.
-        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{g2.kafka_port}",
-                             "group.id": "billing", "enable.auto.commit": False})
-        try:
-            committed = consumer.committed([TopicPartition(TOPIC, 2), TopicPartition(TOPIC, 3)],
-                                           timeout=20)
-        finally:
-            consumer.close()
-        assert [(tp.partition, tp.offset) for tp in committed] == [(2, 3), (3, 5)]

@@ -194,8 +194,8 @@ def _log_foreign(session: KafkaSession, what: str, group: str,
                zip(asked, rows, strict=True) if queue is None]
     if foreign:
         logger.info("kafka %s of group %r from %s refused for %s: hosted by another broker "
-                    "group, whose log keeps their commits (use FMQ's routing consumer, or "
-                    "a Kafka group per broker group)", what, group, session.peer,
+                    "group, whose log keeps their commits (read routed topics with assign() "
+                    "and no commits, or with FMQ's routing consumer)", what, group, session.peer,
                     ", ".join(foreign))
 
 
