@@ -30,6 +30,19 @@ from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator
 
 logger = logging.getLogger("fmq.server.kafka")
 
+#: The first version of each transactional request whose answer may say PRODUCER_FENCED
+#: (KIP-588); older versions get INVALID_PRODUCER_EPOCH for it, as Kafka answers them:
+#: a client of an older version knows no PRODUCER_FENCED (aiokafka took it for an unknown
+#: error instead of learning it was fenced).
+PRODUCER_FENCED_SINCE = {24: 2, 25: 2, 26: 2, 28: 3}
+
+
+def for_version(code: ErrorCode, api_key: int, version: int) -> ErrorCode:
+    """``code`` as a request of ``version`` of ``api_key`` understands it."""
+    if code == ErrorCode.producer_fenced and version < PRODUCER_FENCED_SINCE[api_key]:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
 
 async def _outcome(session: KafkaSession, transactional_id: str, step: Awaitable[None],
                    denied: ErrorCode | None = None) -> ErrorCode:
@@ -67,6 +80,7 @@ async def add_partitions_to_txn(session: KafkaSession, request: Any, version: in
                 session.peer, ", ".join(f"{t}/{p}" for t, p in sorted(foreign)))
     else:
         code = await _outcome(session, transactional_id, step)
+    code = for_version(code, 24, version)
 
     def partition_code(topic: str, partition: int) -> ErrorCode:
         if code == ErrorCode.operation_not_attempted and (topic, partition) in foreign:
@@ -85,7 +99,7 @@ async def add_offsets_to_txn(session: KafkaSession, request: Any, version: int) 
     code = await _outcome(session, request.transactional_id,
                           coordinator(session.ctx).add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch))
-    return {"throttle_time": 0, "error_code": code}
+    return {"throttle_time": 0, "error_code": for_version(code, 25, version)}
 
 
 @kafka_api(26, "EndTxn", 0, 3, access=ON_TRANSACTIONAL_ID)
@@ -93,7 +107,7 @@ async def end_txn(session: KafkaSession, request: Any, version: int) -> dict:
     code = await _outcome(session, request.transactional_id, coordinator(session.ctx).end(
         request.transactional_id, request.producer_id, request.producer_epoch,
         request.committed))
-    return {"throttle_time": 0, "error_code": code}
+    return {"throttle_time": 0, "error_code": for_version(code, 26, version)}
 
 
 @kafka_api(28, "TxnOffsetCommit", 0, 3, access=ON_TRANSACTIONAL_ID)
@@ -108,6 +122,7 @@ async def txn_offset_commit(session: KafkaSession, request: Any, version: int) -
                           coordinator(session.ctx).offset_commit(
         request.transactional_id, request.producer_id, request.producer_epoch,
         request.group_id, offsets), group_denied)
+    code = for_version(code, 28, version)
     return {"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [
             {"partition_index": p.partition_index, "error_code": code}
