@@ -2,10 +2,12 @@
 tests/faults/test_fault03_crash_points.py does for FMQ's own commit: the server (the real
 one, with the crash harness's file I/O: tests/workloads/crashing_kafka_server.py) is
 SIGKILLed before, or right after, the N-th write or fsync from the moment EndTxn decides
-to commit, for N = 1, 2, ... until EndTxn completes: the decision record, the FMQ COMMIT
-of each of the transaction's three queues, the offsets' record, the final state, and the
-fsync of each. Then the same with EIO injected at the N-th operation (the log fails, the
-server lives on until it is killed).
+to commit, for N = 1, 2, ... until EndTxn completes: the decision record and its fsync,
+the one write holding the FMQ COMMITs of the transaction's three queues and the offsets'
+record and its one fsync, the final state and its fsync. Inside that one write, the kill
+also lands between any two of its records (the COMMITs of two queues, the offsets'
+record: the page cache keeps the first R records). Then EIO injected at the N-th
+operation (the log fails, the server lives on until it is killed).
 
 After each, a normal server restarts on the data directory and the client does what a
 Kafka client does after a lost EndTxn: InitProducerId again with its transactional id. A
@@ -147,16 +149,19 @@ def produce(address: tuple[str, int], topic: str, partition: int, values: list[b
     assert produced.responses[0].partition_responses[0].error_code == 0, produced
 
 
-def crash_point(tmp_path, filled: str, n: int, mode: str) -> tuple[str, int | None] | None:
+def crash_point(tmp_path, filled: str, n: int, mode: str, records: int = 0
+                ) -> tuple[str, int | None] | None:
     """EndTxn against a server armed at operation ``n`` (``mode``); then restart and
     re-init. Returns ("all" or "none", EndTxn's answer (None: no answer)), or None when
     EndTxn completed with the server untouched (``n`` is past the last operation)."""
-    (tmp_path / f"{mode}-{n}").mkdir()
-    data_dir = str(tmp_path / f"{mode}-{n}" / "data")
+    place = tmp_path / f"{mode}-{n}-{records}"
+    place.mkdir()
+    data_dir = str(place / "data")
     shutil.copytree(filled, data_dir)
-    log_path = str(tmp_path / f"{mode}-{n}" / "crashing.log")
-    proc, kafka_port = start_crashing(data_dir, log_path, {"op": "any", "nth": n,
-                                                           "mode": mode})
+    log_path = str(place / "crashing.log")
+    arm = ({"op": "pwrite", "nth": n, "mode": mode, "records": records}
+           if mode == "records" else {"op": "any", "nth": n, "mode": mode})
+    proc, kafka_port = start_crashing(data_dir, log_path, arm)
     try:
         pid, epoch, values = open_transaction(("127.0.0.1", kafka_port))
         answer = end_txn(("127.0.0.1", kafka_port), pid, epoch)
@@ -200,10 +205,26 @@ def test_every_crash_point_inside_end_txn_leaves_the_transaction_whole_or_gone(
     else:
         raise AssertionError(f"EndTxn still crashed at operation {MAX_POINTS}")
     print(f"EndTxn crash points ({mode}): {outcomes}")
-    # decision pwrite, fsync; three COMMITs, the offsets, the state: each written and fsync'd
-    assert len(outcomes) >= 8, outcomes
+    # the decision, the COMMITs with the offsets, the state: each written and fsync'd
+    assert len(outcomes) >= 6, outcomes
     if mode != "after":
         assert outcomes[0] == "none"  # before the decision's first byte: aborted at re-init
     assert "all" in outcomes
     first_all = outcomes.index("all")
     assert outcomes[first_all:] == ["all"] * (len(outcomes) - first_all), outcomes
+
+
+#: The records of EndTxn's second write: a TX record per message, a COMMIT per queue, the
+#: offsets' OFFSET record.
+SECOND_WRITE = len(PARTITIONS) * PER_PARTITION + len(PARTITIONS) + 1
+
+
+@pytest.mark.timeout(1200)
+def test_a_kill_between_the_commits_of_two_queues_leaves_the_transaction_whole(
+        tmp_path, filled):
+    """The second write of EndTxn's commit (after the decision's) cut after each of its
+    records: the decision is durable, so the restarted server rolls the commit forward."""
+    outcomes = [crash_point(tmp_path, filled, 2, "records", cut)
+                for cut in range(SECOND_WRITE + 1)]
+    print(f"EndTxn cut inside its COMMITs' write: {outcomes}")
+    assert [o[0] for o in outcomes if o is not None] == ["all"] * (SECOND_WRITE + 1)
