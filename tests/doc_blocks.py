@@ -1,8 +1,8 @@
 """The ```python and ```bash blocks of README.md and docs/*.md, and how one runs as written.
 
 ``run_block`` runs a block in a directory (its relative paths land there) against a server
-address (the documented 127.0.0.1:9876, localhost:9876 and 127.0.0.1:7070 become it): a
-python block is exec'd as it stands; a bash block runs command by command through
+address (the documented 127.0.0.1:9876, localhost:9876 and 127.0.0.1:7070 become it; given
+its Kafka address, the documented Kafka port 127.0.0.1:9092 becomes that): a python block is exec'd as it stands; a bash block runs command by command through
 ``bash -c`` with this environment's ``fmq`` first on PATH and FMQ_SERVER set.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))]
 ADDRESS = re.compile(r"\b(127\.0\.0\.1|localhost):(9876|7070)\b")
+KAFKA_ADDRESS = re.compile(r"\b(127\.0\.0\.1|localhost):9092\b")
 
 
 @dataclass(frozen=True)
@@ -57,13 +58,17 @@ def bash_commands(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
-def run_block(block: Block, cwd: Path, address: str | None) -> None:
-    """Run ``block`` in ``cwd`` against the server at ``address`` (None: no server); a
-    failing command or an exception fails the test."""
+def run_block(block: Block, cwd: Path, address: str | None,
+              kafka_address: str | None = None) -> None:
+    """Run ``block`` in ``cwd`` against the server at ``address`` (None: no server), whose
+    Kafka door is at ``kafka_address`` if it has one; a failing command or an exception
+    fails the test."""
     code = block.code
     if address is not None:
         port = address.rpartition(":")[2]
         code = ADDRESS.sub(lambda m: f"{m.group(1)}:{port}", code)
+    if kafka_address is not None:
+        code = KAFKA_ADDRESS.sub(kafka_address, code)
     if block.lang == "python":
         exec(compile(code, block.name, "exec"), {"__name__": "__doc_block__"})
         return

@@ -13,6 +13,7 @@ import pytest
 import fmq
 from fmq.client import TLSOptions
 from tests.doc_blocks import DOCS, Block, doc_blocks, find_block, run_block
+from tests.kafka.conftest import KafkaServer
 from tests.server.harness import ServerProcess, broker_stats
 
 FAST = {"tx_check_after_ms": 300, "checkpoint_interval_ms": 0,
@@ -46,10 +47,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/kafka.md", "sasl.mechanisms=SCRAM-SHA-256"):
         "needs a server with users and a Kafka port on 9092 (tests/kafka/test_security.py "
         "runs kcat with the same options against a real server)",
-    ("docs/kafka.md", "producer.init_transactions()"):
-        "a loop that runs until stopped against a Kafka port on 9092 "
-        "(tests/kafka/test_transactions.py runs the same consume-transform-produce loop, "
-        "killed and restarted, against a real server)",
     ("docs/kafka.md", "admin.incremental_alter_configs([resource])"):
         "needs a server with a Kafka port on 9092 (tests/kafka/test_admin.py makes the same "
         "AdminClient calls against a real server)",
@@ -109,6 +106,8 @@ AFTER: dict[tuple[str, str], list[tuple[str, str]]] = {
 #: Blocks that talk to a TLS server (certificates from security.md's own recipe).
 TLS = {("docs/security.md", "--topic t --max 1"),
        ("docs/security.md", 'TLSOptions(ca_file="ca.pem")) as producer')}
+#: Blocks that talk to the server's Kafka door (documented on port 9092).
+KAFKA = {("docs/kafka.md", "producer.init_transactions()")}
 #: Blocks that work on a stopped broker's ./fmq-data (no server).
 OFFLINE = {("docs/security.md", "# the CA"),
            ("docs/security.md", "fmq acl add ./fmq-data --principal admin"),
@@ -129,15 +128,17 @@ RUN_ALONE = [b for b in RUN if _key(b, {k: None for k in PREREQUISITES}) is None
 
 
 def test_every_block_runs_or_says_why_not():
-    for table in (NOT_RUN, AFTER, TLS, OFFLINE):
+    for table in (NOT_RUN, AFTER, TLS, OFFLINE, KAFKA):
         for key in table:
             find_block(*key)  # each entry names exactly one block that still exists
-    for key in AFTER.keys() | PREREQUISITES | TLS | OFFLINE:
+    for key in AFTER.keys() | PREREQUISITES | TLS | OFFLINE | KAFKA:
         assert key not in NOT_RUN, f"{key} is both run and not run"
     assert len(RUN) + len(NOT_RUN) == len(ALL_BLOCKS)
 
 
-def start_server(data_dir: Path, cwd: Path, tls: bool) -> ServerProcess:
+def start_server(data_dir: Path, cwd: Path, tls: bool, kafka: bool = False) -> ServerProcess:
+    if kafka:
+        return KafkaServer(str(data_dir), FAST).start()
     if not tls:
         return ServerProcess(str(data_dir), FAST).start()
     return ServerProcess(str(data_dir), FAST,
@@ -152,7 +153,7 @@ def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    key = _key(block, {k: None for k in (*AFTER, *PREREQUISITES, *TLS, *OFFLINE)})
+    key = _key(block, {k: None for k in (*AFTER, *PREREQUISITES, *TLS, *OFFLINE, *KAFKA)})
     if key in OFFLINE:
         with fmq.Broker.open(str(work / "fmq-data")):
             pass  # a stopped broker's directory, as the offline commands expect
@@ -161,9 +162,10 @@ def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
     if key in OFFLINE:
         run_block(block, work, None)
         return
-    srv = start_server(tmp_path / "server-data", work, key in TLS)
+    srv = start_server(tmp_path / "server-data", work, key in TLS, key in KAFKA)
     try:
-        run_block(block, work, srv.address)
+        run_block(block, work, srv.address,
+                  srv.bootstrap if isinstance(srv, KafkaServer) else None)
         if key not in TLS:
             assert broker_stats(srv.address)["open_transactions"] == 0, \
                 f"{block.name} leaves a transaction open"
