@@ -157,8 +157,14 @@ class TxnCoordinator:
             await self._complete(state, state.state == PREPARE_COMMIT)
         return len(decided)
 
-    async def _write(self, state: TxnState) -> None:
-        await self.ctx.write(write_state, self.ctx.broker, state)
+    async def _write(self, state: TxnState, durable: bool = True) -> None:
+        """Store ``state``; ``durable`` False: without waiting for its fsync, for the two
+        records whose loss a crash makes harmless. ``ongoing``: nothing of the transaction
+        is durable before the first of its prepares (or offsets), whose fsync takes the
+        record along. ``empty`` after an ending: the COMMITs or ROLLBACKs are durable
+        already, and a lost ``empty`` leaves the decision, which the roll-forward carries
+        out again (idempotent) after the restart."""
+        await self.ctx.write(write_state, self.ctx.broker, state, durable)
         assert self.states is not None
         self.states[state.transactional_id] = state
 
@@ -215,7 +221,7 @@ class TxnCoordinator:
         if state.state == EMPTY:
             state.state, state.started_ms = ONGOING, int(time.time() * 1000)
             state.number += 1
-            await self._write(state)
+            await self._write(state, durable=False)
 
     def _ongoing(self, transactional_id: str, producer_id: int, epoch: int,
                  opening_call: str) -> TxnState:
@@ -304,7 +310,7 @@ class TxnCoordinator:
             for tx_id in tx_ids:
                 await self.ctx.write(broker.transactions.rollback, tx_id, PRODUCER_GROUP)
         state.state, state.offsets, state.started_ms = EMPTY, [], 0
-        await self._write(state)
+        await self._write(state, durable=False)
 
 
 def _commit_together(broker, state: TxnState, tx_ids: list[str]) -> None:
