@@ -26,23 +26,9 @@ from fmq.server.kafka.apis import ON_TRANSACTIONAL_ID, kafka_api
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.routed import local_queue
 from fmq.server.kafka.session import KafkaSession
-from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator
+from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator, for_version
 
 logger = logging.getLogger("fmq.server.kafka")
-
-#: The first version of each transactional request whose answer may say PRODUCER_FENCED
-#: (KIP-588); older versions get INVALID_PRODUCER_EPOCH for it, as Kafka answers them:
-#: a client of an older version knows no PRODUCER_FENCED (aiokafka took it for an unknown
-#: error instead of learning it was fenced).
-PRODUCER_FENCED_SINCE = {24: 2, 25: 2, 26: 2, 28: 3}
-
-
-def for_version(code: ErrorCode, api_key: int, version: int) -> ErrorCode:
-    """``code`` as a request of ``version`` of ``api_key`` understands it."""
-    if code == ErrorCode.producer_fenced and version < PRODUCER_FENCED_SINCE[api_key]:
-        return ErrorCode.invalid_producer_epoch
-    return code
-
 
 async def _outcome(session: KafkaSession, transactional_id: str, step: Awaitable[None],
                    denied: ErrorCode | None = None) -> ErrorCode:

@@ -64,6 +64,20 @@ class TxnRefused(Exception):
         self.code = code
 
 
+#: The first version of each transactional request whose answer may say PRODUCER_FENCED
+#: (KIP-588); older versions get INVALID_PRODUCER_EPOCH for it, as Kafka answers them:
+#: a client of an older version knows no PRODUCER_FENCED (aiokafka took it for an unknown
+#: error instead of learning it was fenced).
+PRODUCER_FENCED_SINCE = {0: 9, 24: 2, 25: 2, 26: 2, 28: 3}
+
+
+def for_version(code: ErrorCode, api_key: int, version: int) -> ErrorCode:
+    """``code`` as a request of ``version`` of ``api_key`` understands it."""
+    if code == ErrorCode.producer_fenced and version < PRODUCER_FENCED_SINCE[api_key]:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
 _coordinators: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
