@@ -38,10 +38,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/kafka.md", "fmq server --kafka-port 9092 &"):
         "starts a server with a Kafka port that runs until stopped (tests/kafka/ runs the "
         "same kcat commands against a real server)",
-    ("docs/kafka.md", "producer.init_transactions()"):
-        "a loop that runs until stopped against a Kafka port on 9092 "
-        "(tests/kafka/test_transactions.py runs the same consume-transform-produce loop, "
-        "killed and restarted, against a real server)",
     ("docs/replication.md", "fmq server primary-data"):
         "starts servers that run until stopped, one terminal each (tests/replication/)",
     ("docs/replication.md", "etcd --data-dir etcd-data"):

@@ -476,3 +476,48 @@ def test_a_transactional_producer_sends_offsets_again_after_the_server_restarts(
         consumer.close()
     assert committed_offset(srv, "txn-again", "txn-again-in", 0) == 2
     assert sorted(read_committed(srv.bootstrap, "txn-again", 1)) == [b"after", b"before"]
+
+
+def test_a_fenced_producer_learns_it_as_its_request_version_says(shared_kafka_server):
+    """PRODUCER_FENCED exists since EndTxn v2 (KIP-588): an older EndTxn (aiokafka's) is
+    answered INVALID_PRODUCER_EPOCH, which such clients take for fencing; before, the door
+    answered 90 at every version and aiokafka raised an unknown error instead."""
+    srv = shared_kafka_server
+    address = ("127.0.0.1", srv.kafka_port)
+    pid, old_epoch = init_producer_id(srv, "txn-fenced-version")
+    assert init_producer_id(srv, "txn-fenced-version") == (pid, old_epoch + 1)
+    answers = {}
+    for version in (0, 1, 2, 3):
+        _, ended = exchange(address, request_type(26, version)(
+            transactional_id="txn-fenced-version", producer_id=pid,
+            producer_epoch=old_epoch, committed=False))
+        answers[version] = ended.error_code
+    invalid_epoch, fenced = 47, 90
+    assert answers == {0: invalid_epoch, 1: invalid_epoch, 2: fenced, 3: fenced}
+
+
+def test_a_fenced_producer_s_produce_is_answered_as_its_version_says(shared_kafka_server):
+    """PRODUCER_FENCED exists since Produce v9 (KIP-588): a fenced transactional Produce of
+    an older version (aiokafka's) is answered INVALID_PRODUCER_EPOCH."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    srv = shared_kafka_server
+    address = ("127.0.0.1", srv.kafka_port)
+    pid, old_epoch = init_producer_id(srv, "txn-fenced-produce")
+    init_producer_id(srv, "txn-fenced-produce")  # fences old_epoch
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=True, producer_id=pid,
+        producer_epoch=old_epoch, base_sequence=0, batch_size=1 << 20)
+    builder.append(0, timestamp=1_700_000_000_000, key=None, value=b"zombie", headers=[])
+    records = bytes(builder.build())
+    answers = {}
+    for version in (8, 9):
+        produce = request_type(0, version)
+        module = __import__(produce.__module__, fromlist=["x"])
+        _, produced = exchange(address, produce(
+            transactional_id="txn-fenced-produce", acks=-1,
+            timeout=datetime.timedelta(seconds=10),
+            topic_data=(module.TopicProduceData(name="txn-fenced-produce", partition_data=(
+                module.PartitionProduceData(index=0, records=records),)),)))
+        answers[version] = produced.responses[0].partition_responses[0].error_code
+    assert answers == {8: 47, 9: 90}  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED

@@ -1,6 +1,7 @@
 """Kafka transactions through a fail-over of a three-node group in ``sync`` mode
 (docs/kafka.md, *Exactly-once*): the primary SIGKILLed inside EndTxn (its decision
-replicated, part of its COMMITs written) and with a transaction open. The promoted node
+replicated, its COMMITs written: EndTxn makes them and the offsets durable with one fsync,
+so they are all visible at once) and with a transaction open. The promoted node
 finishes the decided transaction and times out the open one by itself, at its promotion:
 no Kafka client asks it anything first."""
 
@@ -121,8 +122,9 @@ def test_a_new_primary_finishes_a_decided_transaction_and_times_out_an_open_one(
         # Open, with a time-out of 3 s that nobody ends.
         open_transaction(primary, "fo-open", "fo-open", [b"open-%d" % i for i in range(3)],
                          timeout_ms=3000)
-        # Many Produce requests: EndTxn writes one COMMIT each (replicated each), after its
-        # decision; the primary is killed once the first of them is visible.
+        # Many Produce requests: EndTxn writes one COMMIT each, after its decision, all made
+        # durable (and replicated) together; the primary is killed once they show,
+        # before EndTxn's last record (the state `empty`) as a rule.
         decided = [b"decided-%03d" % i for i in range(DECIDED)]
         pid, epoch = open_transaction(primary, "fo-decided", "fo-decided", decided)
         commit_offset_with(primary, "fo-decided", pid, epoch, "fo-group", SOURCE, 1)
@@ -137,7 +139,7 @@ def test_a_new_primary_finishes_a_decided_transaction_and_times_out_an_open_one(
             visible = ends(primary, "fo-decided")
         primary.kill()  # SIGKILL, inside EndTxn
         ending.join(30)
-        assert 0 < visible < DECIDED, f"{visible} of {DECIDED} committed at the kill"
+        assert visible > 0, f"none of {DECIDED} committed within 60 s"
         survivor = group.wait_primary(among=group.others(primary), timeout=60)
         # No Kafka request reaches the new primary: it finishes by itself.
         wait_for(lambda: ends(survivor, "fo-decided") == len(decided), 60,

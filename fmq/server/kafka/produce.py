@@ -29,7 +29,7 @@ from fmq.server.kafka.producer_ids import number
 from fmq.server.kafka.records import DecodedBatch, RecordError, decode_batches
 from fmq.server.kafka.routed import local_queue, not_here
 from fmq.server.kafka.session import KafkaSession
-from fmq.server.kafka.txn_produce import store_transactional
+from fmq.server.kafka.txn_produce import answered_as_version, store_transactional
 
 logger = logging.getLogger("fmq.server.kafka")
 
@@ -52,6 +52,8 @@ async def produce(session: KafkaSession, request: Any, version: int) -> dict | N
         return None
     answers = [{"name": name, "partition_responses": await asyncio.gather(*parts)}
                for name, parts in topics]
+    if request.transactional_id is not None:
+        answered_as_version(answers, version)
     return {"responses": answers, "throttle_time": 0}
 
 

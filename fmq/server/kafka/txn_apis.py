@@ -26,10 +26,9 @@ from fmq.server.kafka.apis import ON_TRANSACTIONAL_ID, kafka_api
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.routed import local_queue
 from fmq.server.kafka.session import KafkaSession
-from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator
+from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator, for_version
 
 logger = logging.getLogger("fmq.server.kafka")
-
 
 async def _outcome(session: KafkaSession, transactional_id: str, step: Awaitable[None],
                    denied: ErrorCode | None = None) -> ErrorCode:
@@ -67,6 +66,7 @@ async def add_partitions_to_txn(session: KafkaSession, request: Any, version: in
                 session.peer, ", ".join(f"{t}/{p}" for t, p in sorted(foreign)))
     else:
         code = await _outcome(session, transactional_id, step)
+    code = for_version(code, 24, version)
 
     def partition_code(topic: str, partition: int) -> ErrorCode:
         if code == ErrorCode.operation_not_attempted and (topic, partition) in foreign:
@@ -85,7 +85,7 @@ async def add_offsets_to_txn(session: KafkaSession, request: Any, version: int) 
     code = await _outcome(session, request.transactional_id,
                           coordinator(session.ctx).add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch))
-    return {"throttle_time": 0, "error_code": code}
+    return {"throttle_time": 0, "error_code": for_version(code, 25, version)}
 
 
 @kafka_api(26, "EndTxn", 0, 3, access=ON_TRANSACTIONAL_ID)
@@ -93,7 +93,7 @@ async def end_txn(session: KafkaSession, request: Any, version: int) -> dict:
     code = await _outcome(session, request.transactional_id, coordinator(session.ctx).end(
         request.transactional_id, request.producer_id, request.producer_epoch,
         request.committed))
-    return {"throttle_time": 0, "error_code": code}
+    return {"throttle_time": 0, "error_code": for_version(code, 26, version)}
 
 
 @kafka_api(28, "TxnOffsetCommit", 0, 3, access=ON_TRANSACTIONAL_ID)
@@ -108,6 +108,7 @@ async def txn_offset_commit(session: KafkaSession, request: Any, version: int) -
                           coordinator(session.ctx).offset_commit(
         request.transactional_id, request.producer_id, request.producer_epoch,
         request.group_id, offsets), group_denied)
+    code = for_version(code, 28, version)
     return {"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [
             {"partition_index": p.partition_index, "error_code": code}

@@ -9,7 +9,8 @@ id and epoch in every id say which Kafka transaction it belongs to.
 
 EndTxn first makes its decision durable (the id's state record ``prepare_commit`` or
 ``prepare_abort``), then writes FMQ's COMMIT or ROLLBACK for each of them, then the consumer
-offsets sent with the transaction, then the state ``empty``. After a crash anywhere in
+offsets sent with the transaction (a commit's COMMITs and offsets made durable by one
+fsync), then the state ``empty``. After a crash anywhere in
 between, :meth:`TxnCoordinator.recover` finishes the decision: every FMQ transaction of a
 decided Kafka transaction is committed (or rolled back) and its offsets written, so either
 both the output and the offsets are there or neither. FMQ's own roll-forward and
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from fmq.errors import DuplicateTransaction, FMQError
+from fmq.errors import DuplicateTransaction, FMQError, LogFailed
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.server.cluster.fencing import follower_refusal
@@ -61,6 +62,20 @@ class TxnRefused(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+#: The first version of each transactional request whose answer may say PRODUCER_FENCED
+#: (KIP-588); older versions get INVALID_PRODUCER_EPOCH for it, as Kafka answers them:
+#: a client of an older version knows no PRODUCER_FENCED (aiokafka took it for an unknown
+#: error instead of learning it was fenced).
+PRODUCER_FENCED_SINCE = {0: 9, 24: 2, 25: 2, 26: 2, 28: 3}
+
+
+def for_version(code: ErrorCode, api_key: int, version: int) -> ErrorCode:
+    """``code`` as a request of ``version`` of ``api_key`` understands it."""
+    if code == ErrorCode.producer_fenced and version < PRODUCER_FENCED_SINCE[api_key]:
+        return ErrorCode.invalid_producer_epoch
+    return code
 
 
 _coordinators: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -156,8 +171,14 @@ class TxnCoordinator:
             await self._complete(state, state.state == PREPARE_COMMIT)
         return len(decided)
 
-    async def _write(self, state: TxnState) -> None:
-        await self.ctx.write(write_state, self.ctx.broker, state)
+    async def _write(self, state: TxnState, durable: bool = True) -> None:
+        """Store ``state``; ``durable`` False: without waiting for its fsync, for the two
+        records whose loss a crash makes harmless. ``ongoing``: nothing of the transaction
+        is durable before the first of its prepares (or offsets), whose fsync takes the
+        record along. ``empty`` after an ending: the COMMITs or ROLLBACKs are durable
+        already, and a lost ``empty`` leaves the decision, which the roll-forward carries
+        out again (idempotent) after the restart."""
+        await self.ctx.write(write_state, self.ctx.broker, state, durable)
         assert self.states is not None
         self.states[state.transactional_id] = state
 
@@ -214,7 +235,7 @@ class TxnCoordinator:
         if state.state == EMPTY:
             state.state, state.started_ms = ONGOING, int(time.time() * 1000)
             state.number += 1
-            await self._write(state)
+            await self._write(state, durable=False)
 
     def _ongoing(self, transactional_id: str, producer_id: int, epoch: int,
                  opening_call: str) -> TxnState:
@@ -292,24 +313,66 @@ class TxnCoordinator:
         await self._complete(state, commit)
 
     async def _complete(self, state: TxnState, commit: bool) -> None:
-        """COMMIT or ROLLBACK every FMQ transaction of the decided transaction, then its
-        offsets, then the state ``empty``. Every step is idempotent (a restart repeats
-        them)."""
+        """COMMIT (with its offsets, one fsync for all) or ROLLBACK every FMQ transaction
+        of the decided transaction, then the state ``empty``. Every step is idempotent (a
+        restart repeats them)."""
         broker = self.ctx.broker
-        end = broker.transactions.commit if commit else broker.transactions.rollback
-        for tx_id in await self.ctx.read(_open_fmq_transactions, broker, state.fmq_prefix):
-            await self.ctx.write(end, tx_id, PRODUCER_GROUP)
+        tx_ids = await self.ctx.read(_open_fmq_transactions, broker, state.fmq_prefix)
         if commit:
-            for group, topic, partition, offset in state.offsets:
-                try:
-                    await self.ctx.write(broker.offsets.commit, group,
-                                         [(topic, partition, offset)])
-                except FMQError as exc:  # checked at TxnOffsetCommit; gone since (deleted)
-                    logger.warning("kafka transaction %r: offset %d of %s/%d for group %r "
-                                   "not committed: %s", state.transactional_id, offset,
-                                   topic, partition, group, exc)
+            await self.ctx.write(_commit_together, broker, state, tx_ids)
+        else:
+            for tx_id in tx_ids:
+                await self.ctx.write(broker.transactions.rollback, tx_id, PRODUCER_GROUP)
         state.state, state.offsets, state.started_ms = EMPTY, [], 0
-        await self._write(state)
+        await self._write(state, durable=False)
+
+
+def _commit_together(broker, state: TxnState, tx_ids: list[str]) -> None:
+    """The COMMITs of every FMQ transaction of ``state``'s transaction and its offsets'
+    records, made durable by one fsync (blocking). Safe because the decision is durable
+    before them and the log is durable as a prefix: a COMMIT found after a crash always
+    has its decision before it, and one lost is written again by the decision's
+    roll-forward."""
+    placed = []
+    failure: BaseException | None = None
+    try:
+        for tx_id in tx_ids:
+            found = broker.transactions.place_commit(PRODUCER_GROUP, tx_id)
+            if found is None:  # being ended or relocated right now: wait for that
+                broker.transactions.commit(tx_id, PRODUCER_GROUP)
+            elif isinstance(found, tuple):  # else it had ended already
+                placed.append(found)
+        by_group: dict[str, list[tuple[str, int, int]]] = {}
+        for group, topic, partition, offset in state.offsets:
+            by_group.setdefault(group, []).append((topic, partition, offset))
+        for group, rows in by_group.items():
+            # Durable once it returns, and with it every COMMIT placed before.
+            if not _commit_offsets(broker, state, group, rows):
+                for row in rows:  # one is refused: the others still commit
+                    _commit_offsets(broker, state, group, [row])
+        if placed:
+            broker.wait_durable(max(end for _, end in placed))  # no offsets: the one fsync
+    except BaseException as exc:
+        failure = exc
+        raise
+    finally:
+        for tx, _ in placed:
+            broker.transactions.commit_done(tx, failure)
+
+
+def _commit_offsets(broker, state: TxnState, group: str,
+                    rows: list[tuple[str, int, int]]) -> bool:
+    """Commit ``group``'s offsets sent with the transaction; False when one was refused
+    (checked at TxnOffsetCommit, its topic deleted since: none of ``rows`` is stored)."""
+    try:
+        broker.offsets.commit(group, rows)
+    except LogFailed:
+        raise
+    except FMQError as exc:
+        logger.warning("kafka transaction %r: offsets %s for group %r not committed: %s",
+                       state.transactional_id, rows, group, exc)
+        return False
+    return True
 
 
 def _open_fmq_transactions(broker, prefix: str) -> list[str]:

@@ -19,7 +19,7 @@ from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import to_message
 from fmq.server.kafka.records import TRANSACTIONAL, DecodedBatch
 from fmq.server.kafka.session import KafkaSession
-from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator
+from fmq.server.kafka.txn_coordinator import TxnRefused, coordinator, for_version
 
 #: Kafka's default transaction.timeout.ms, for a request that sends none.
 DEFAULT_TIMEOUT_MS = 60_000
@@ -70,3 +70,11 @@ async def store_transactional(session: KafkaSession, transactional_id: str, topi
     except FMQError as exc:
         answer.update(error_code=error_code(exc), error_message=str(exc))
     return answer
+
+
+def answered_as_version(answers: list[dict], version: int) -> None:
+    """A transactional Produce's answer as a request of ``version`` understands it (a
+    fenced producer below v9 is told INVALID_PRODUCER_EPOCH)."""
+    for topic in answers:
+        for part in topic["partition_responses"]:
+            part["error_code"] = for_version(part["error_code"], 0, version)

@@ -84,8 +84,11 @@ def load_states(broker: Broker) -> dict[str, TxnState]:
     return states
 
 
-def write_state(broker: Broker, state: TxnState) -> None:
-    """Append ``state`` as the latest record of its id; returns once it is durable."""
+def write_state(broker: Broker, state: TxnState, durable: bool = True) -> None:
+    """Append ``state`` as the latest record of its id; returns once it is durable, or with
+    ``durable`` False at once: the next record anyone makes durable takes it along (the
+    log is durable as a prefix)."""
     message = Message(TOPIC, state.to_json(), key=state.transactional_id, queue_id=0)
     _, end = broker.place_batch([message], checked=True)
-    broker.wait_durable(end)
+    if durable:
+        broker.wait_durable(end)
