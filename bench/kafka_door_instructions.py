@@ -15,7 +15,9 @@ client requests), divided by its messages:
 * ``send_batch``: FMQ's own SEND_BATCH of 64 messages of 1 KiB, the same steps from the
   server's decode of the payload on (row 2's load of bench/compare.py);
 * ``fetch``: what Fetch answers after the index has them: pulls of up to 1 MiB from each
-  queue, each made a record batch (the door's encoder), the answer built and encoded by kio.
+  queue, each made a record batch (the door's encoder), the answer built and encoded by kio;
+* ``decode`` and ``encode``: the door's codec alone: the produced batches made messages
+  again (nothing placed), and pulls of 64 messages made record batches (nothing read).
 
 The two produce paths place the same number of messages in the same queues, so what
 differs between them is the decode, the checks of one property and the answer. Not part of
@@ -167,11 +169,23 @@ with fmq.Broker.open(data_dir, cfg) as broker:
         read = fetch(broker, topic)
         dump()
         assert read == count, (read, count)
+        records = [read_request(f, PRODUCE).topic_data[0].partition_data[0].records
+                   for f in frames]
+        dump()
+        for data in records:  # the door's decode alone
+            door_messages(data, topic, 0)
+        dump()
+        pulls = [broker.reads.pull(topic, q, o, BATCH) for q in range(QUEUES)
+                 for o in range(0, count // QUEUES, BATCH)]
+        dump()
+        for messages in pulls:  # the door's encode alone
+            door_batch(messages)
+        dump()
         counts[rnd] = count
 print(json.dumps({"door": door, "messages": n}))
 """
 
-PHASES = ("produce", "send_batch", "fetch")
+PHASES = ("produce", "send_batch", "fetch", "decode", "encode")
 
 
 def _dumped(path: str) -> int:
@@ -198,14 +212,14 @@ def instructions(tree: str, messages: int, helper: str, scratch_dir: str
     if out.returncode != 0:
         raise SystemExit(f"the measuring process failed:\n{out.stderr[-3000:]}")
     door = json.loads(out.stdout.strip().splitlines()[-1])["door"]
-    # Dumps 1-4 are the warm-up's (1: start-up), 5-8 the measured round's: 6, 7, 8 end
-    # produce, send_batch and fetch.
+    # Dumps 1-8 are the warm-up's (1: start-up), 9-16 the measured round's: 10, 11, 12
+    # end produce, send_batch and fetch, 14 the decode alone, 16 the encode alone.
     dumps = sorted((int(m.group(1)), os.path.join(scratch_dir, name))
                    for name in os.listdir(scratch_dir)
                    if (m := re.fullmatch(r"cg\.out\.(\d+)", name)))
-    if len(dumps) < 8:
-        raise SystemExit(f"callgrind wrote {len(dumps)} dumps, not 8:\n{out.stderr[-2000:]}")
-    measured = [_dumped(path) for _, path in dumps[5:8]]
+    if len(dumps) < 16:
+        raise SystemExit(f"callgrind wrote {len(dumps)} dumps, not 16:\n{out.stderr[-2000:]}")
+    measured = [_dumped(dumps[i][1]) for i in (9, 10, 11, 13, 15)]
     return door, {phase: ir / messages for phase, ir in zip(PHASES, measured, strict=True)}
 
 

@@ -31,8 +31,13 @@ from libc.string cimport memcpy
 
 from crc32c import crc32c
 
-from fmq.message import HIDDEN_PROPERTIES, PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, new_message
-from fmq.message import StoredMessage
+from fmq.message import (
+    HIDDEN_PROPERTIES,
+    PRODUCER_ID_PROPERTY,
+    SEQUENCE_PROPERTY,
+    Message,
+    StoredMessage,
+)
 from fmq.server.kafka.compression import NONE, decompress
 from fmq.server.kafka.mapping import (
     CREATE_TIME_PROPERTY,
@@ -61,6 +66,18 @@ cdef object _HIDDEN = HIDDEN_PROPERTIES
 cdef object _PRODUCER = PRODUCER_ID_PROPERTY
 cdef object _SEQUENCE = SEQUENCE_PROPERTY
 cdef object _ESCAPE = ESCAPE
+cdef object _MESSAGE = Message
+cdef object _new_object = object.__new__
+
+
+cdef inline object _new_message(object topic, object body, object key, dict properties,
+                                object queue_id):
+    """``fmq.message.new_message(topic, body, key, None, properties, queue_id)``, its two
+    steps made here (the Python call per message cost more than the rest of them)."""
+    message = _new_object(_MESSAGE)
+    message.__dict__ = {"topic": topic, "body": body, "key": key, "tags": None,
+                        "properties": properties, "queue_id": queue_id}
+    return message
 
 
 class _ReferenceDecides(Exception):
@@ -250,7 +267,7 @@ cdef void _records(const uint8_t *p, Py_ssize_t size, int32_t count, int64_t bas
         if producer is not None:
             properties[_PRODUCER] = producer
             properties[_SEQUENCE] = str(<int64_t>base_sequence + i)
-        out.append(new_message(topic, value, key, None, properties or None, partition))
+        out.append(_new_message(topic, value, key, properties or None, partition))
     if pos != size:
         raise _ReferenceDecides()
 
