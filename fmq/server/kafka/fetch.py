@@ -23,8 +23,8 @@ from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.entities import ms
 from fmq.server.kafka.fetch_sessions import NO_SESSION, session_refusal
-from fmq.server.kafka.mapping import to_record
-from fmq.server.kafka.records import encode_batch
+from fmq.server.kafka.leader_epochs import leadership
+from fmq.server.kafka.record_messages import batch_of_messages
 from fmq.server.kafka.routed import local_queue
 from fmq.server.kafka.session import KafkaSession
 
@@ -49,6 +49,8 @@ class PartitionRead:
     high: int = -1
     #: The user may not consume the topic: answered with this code, never read.
     denied: ErrorCode = ErrorCode.none
+    #: The partition leader epoch its batch carries (the one Metadata gives it).
+    leader_epoch: int = 0
 
 
 @kafka_api(1, "Fetch", 4, 12, access=on_topics(Operation.CONSUME))
@@ -60,9 +62,11 @@ async def fetch(session: KafkaSession, request: Any, version: int) -> dict:
     loop = ctx.loop
     reads = [PartitionRead(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
              for t in request.topics for p in t.partitions]
+    _, epoch = leadership(session)
     for r in reads:
         r.denied = access.refusal(session, r.topic) or ErrorCode.none
         r.queue = local_queue(session, r.topic, r.partition)
+        r.leader_epoch = epoch
     deadline = loop.time() + ctx.wait_ms(ms(request.max_wait))
     while True:
         events = [ctx.wakeups.events(r.topic, r.queue, session.id) for r in reads
@@ -132,9 +136,7 @@ def _read_one(broker: Broker, r: PartitionRead, budget: int) -> None:
     messages = broker.reads.pull(r.topic, r.queue, r.offset, MAX_RECORDS,
                                  min(budget, r.max_bytes))
     if messages:
-        base = messages[0].queue_offset
-        r.records = encode_batch(base, [(m.queue_offset - base, to_record(m))
-                                        for m in messages])
+        r.records = batch_of_messages(messages, r.leader_epoch)
 
 
 def stored_end(broker: Broker, r: PartitionRead) -> int:

@@ -17,16 +17,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from fmq.errors import FMQError
-from fmq.message import Message, SendResult
+from fmq.message import SendResult
 from fmq.protocol import Op
 from fmq.security import Operation
 from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code
-from fmq.server.kafka.mapping import MappingError, to_messages
-from fmq.server.kafka.producer_ids import number
-from fmq.server.kafka.records import DecodedBatch, RecordError, decode_batches
+from fmq.server.kafka.mapping import MappingError
+from fmq.server.kafka.record_messages import messages_of_records
+from fmq.server.kafka.records import RecordError, decode_batches
 from fmq.server.kafka.routed import local_queue, not_here
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.txn_produce import answered_as_version, store_transactional
@@ -93,11 +93,12 @@ async def _store(session: KafkaSession, topic: str, partition: int,
     if refusal is not None:  # a follower's log changes only by what its primary ships
         return _partition_error(partition, error_code(refusal), str(refusal))
     try:
-        batches = decode_batches(records or b"", ctx.config.max_frame_size)
         if transactional_id is not None:
+            batches = decode_batches(records or b"", ctx.config.max_frame_size)
             return await store_transactional(session, transactional_id, topic, queue,
                                              batches)
-        messages = _messages(topic, queue, batches)
+        messages = messages_of_records(records or b"", ctx.config.max_frame_size, topic,
+                                       queue)
     except RecordError as exc:
         logger.info("kafka produce from %s to %s/%d refused: %s", session.peer, topic,
                     partition, exc)
@@ -117,15 +118,3 @@ async def _store(session: KafkaSession, topic: str, partition: int,
     answer["base_offset"] = results[0].queue_offset
     return answer
 
-
-def _messages(topic: str, partition: int, batches: list[DecodedBatch]) -> list[Message]:
-    messages = []
-    for batch in batches:
-        if batch.control:
-            continue  # transaction markers: no data
-        batch_messages = to_messages(topic, partition, batch.records)
-        if batch.producer_id >= 0 and batch.base_sequence >= 0:
-            number(batch_messages, batch.producer_id, batch.producer_epoch, partition,
-                   batch.base_sequence)
-        messages += batch_messages
-    return messages

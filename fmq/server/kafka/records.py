@@ -276,9 +276,11 @@ def varint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def encode_batch(base_offset: int, records: list[tuple[int, KafkaRecord]]) -> bytes:
+def encode_batch(base_offset: int, records: list[tuple[int, KafkaRecord]],
+                 leader_epoch: int = 0) -> bytes:
     """One uncompressed batch of ``records``, each given with its offset delta (queue
-    offset minus ``base_offset``), their timestamps those of the records."""
+    offset minus ``base_offset``), their timestamps those of the records, stamped with the
+    partition leader epoch ``leader_epoch``."""
     base_ts = min(r.timestamp for _, r in records)
     max_ts = max(r.timestamp for _, r in records)
     short, vb = _SHORT, varint_bytes
@@ -312,4 +314,5 @@ def encode_batch(base_offset: int, records: list[tuple[int, KafkaRecord]]) -> by
     after_crc = BATCH_BODY.pack(0, last_delta, base_ts, max_ts, -1, -1, -1,
                                 len(records)) + b"".join(parts)
     length = BATCH_HEAD.size - LENGTH_FROM + len(after_crc)
-    return BATCH_HEAD.pack(base_offset, length, 0, 2, crc32c(after_crc)) + after_crc
+    return (BATCH_HEAD.pack(base_offset, length, leader_epoch, 2, crc32c(after_crc))
+            + after_crc)

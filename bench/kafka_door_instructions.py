@@ -1,0 +1,256 @@
+"""Instructions per message of the Kafka door's Produce and Fetch handling (callgrind), beside
+FMQ's own SEND_BATCH, this checkout next to an older one.
+
+Instruction counts hold steady on a shared, noisy machine where the wall clock does not.
+One process per checkout runs under ``valgrind --tool=callgrind`` against an embedded
+broker (a real log and index in a scratch directory), each phase once to warm up, then
+measured between two callgrind dumps (a three-line C helper compiled here makes the
+client requests), divided by its messages:
+
+* ``produce``: Produce requests as one librdkafka producer sends them (``acks=all``, 64
+  keyless 1 KiB records per batch, their CreateTimes a few per millisecond): the request
+  decoded by kio, its records made messages (the door's decoder), checked and placed as
+  the send pipeline does (``Broker.check_messages``, ``Broker.place_requests``), the
+  answer built and encoded, then the log flushed and indexed;
+* ``send_batch``: FMQ's own SEND_BATCH of 64 messages of 1 KiB, the same steps from the
+  server's decode of the payload on (row 2's load of bench/compare.py);
+* ``fetch``: what Fetch answers after the index has them: pulls of up to 1 MiB from each
+  queue, each made a record batch (the door's encoder), the answer built and encoded by kio;
+* ``decode`` and ``encode``: the door's codec alone: the produced batches made messages
+  again (nothing placed), and pulls of 64 messages made record batches (nothing read).
+
+The two produce paths place the same number of messages in the same queues, so what
+differs between them is the decode, the checks of one property and the answer. Not part of
+the test run::
+
+    python bench/kafka_door_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--messages 8192]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.ab_rounds import parser, scratch, trees  # noqa: E402
+
+#: The client requests the measuring process makes (callgrind's own header).
+HELPER = """
+#include <valgrind/callgrind.h>
+void fmq_bench_dump(void) { CALLGRIND_DUMP_STATS; }
+"""
+
+SCRIPT = r"""
+import ctypes, datetime, json, sys, time
+import fmq
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kio.index import load_request_schema, load_response_schema
+from fmq.protocol import Op, encode_request
+from fmq.protocol.message_requests import MESSAGE_DECODERS
+from fmq.protocol.values import message_to_wire
+from fmq.server.kafka.entities import build
+from fmq.server.kafka.framing import encode_response, read_request
+
+n, data_dir, helper = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dump = ctypes.CDLL(helper).fmq_bench_dump
+LIMIT, BATCH, QUEUES = 1 << 24, 64, 4
+try:  # this checkout's door
+    from fmq.server.kafka.record_messages import batch_of_messages, messages_of_records
+    def door_messages(records, topic, queue):
+        return messages_of_records(records, LIMIT, topic, queue)
+    def door_batch(messages):
+        return batch_of_messages(messages, 0)
+    door = "record_messages"
+except ImportError:  # before it: decoded, then mapped
+    from fmq.server.kafka.mapping import to_record
+    from fmq.server.kafka.produce import _messages
+    from fmq.server.kafka.records import decode_batches, encode_batch
+    def door_messages(records, topic, queue):
+        return _messages(topic, queue, decode_batches(records, LIMIT))
+    def door_batch(messages):
+        base = messages[0].queue_offset
+        return encode_batch(base, [(m.queue_offset - base, to_record(m)) for m in messages])
+    door = "records+mapping"
+
+def produce_frame(topic, queue, first_ts):
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                        producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                        batch_size=1 << 20)
+    for i in range(BATCH):
+        builder.append(i, timestamp=first_ts + i // 8, key=None, value=b"x" * 1024,
+                       headers=[])
+    cls = load_request_schema(0, 9)
+    module = sys.modules[cls.__module__]
+    request = cls(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=10),
+                  topic_data=(module.TopicProduceData(name=topic, partition_data=(
+                      module.PartitionProduceData(index=queue, records=bytes(builder.build())),
+                  )),))
+    from kio.serial import entity_writer
+    import io
+    out = io.BytesIO()
+    header = cls.__header_schema__
+    entity_writer(header)(out, header(request_api_key=0, request_api_version=9,
+                                      correlation_id=1, client_id="rdkafka"))
+    entity_writer(cls)(out, request)
+    return out.getvalue()
+
+PRODUCE, PRODUCE_ANSWER = load_request_schema(0, 9), load_response_schema(0, 9)
+FETCH_ANSWER = load_response_schema(1, 11)
+
+def produce(broker, topic, frames):
+    for frame in frames:
+        request = read_request(frame, PRODUCE)
+        answers = []
+        for t in request.topic_data:
+            parts = []
+            for p in t.partition_data:
+                messages = door_messages(p.records, t.name, p.index)
+                broker.check_messages(messages)
+                results, end, _ = broker.place_requests(messages, [len(messages)], packed=True)
+                parts.append({"index": p.index, "error_code": 0,
+                              "base_offset": results[0].queue_offset, "log_append_time": None,
+                              "log_start_offset": -1, "record_errors": [],
+                              "error_message": None})
+            answers.append({"name": t.name, "partition_responses": parts})
+        encode_response(1, build(PRODUCE_ANSWER, {"responses": answers, "throttle_time": 0}))
+    broker.wait_durable(end)
+    broker.wait_indexed(60)
+
+def send_batch(broker, payloads):
+    decode = MESSAGE_DECODERS[Op.SEND_BATCH]
+    for payload in payloads:
+        messages = decode(payload)["messages"]
+        broker.check_messages(messages)
+        results, end, _ = broker.place_requests(messages, [len(messages)], packed=True)
+    broker.wait_durable(end)
+    broker.wait_indexed(60)
+
+def fetch(broker, topic):
+    read = 0
+    for queue in range(QUEUES):
+        offset = 0
+        while True:
+            messages = broker.reads.pull(topic, queue, offset, 4096, 1 << 20)
+            if not messages:
+                break
+            records = door_batch(messages)
+            offset = messages[-1].queue_offset + 1
+            read += len(messages)
+            encode_response(1, build(FETCH_ANSWER, {
+                "throttle_time": 0, "error_code": 0, "session_id": 0, "responses": [
+                    {"topic": topic, "partitions": [{
+                        "partition_index": queue, "error_code": 0, "high_watermark": offset,
+                        "last_stable_offset": offset, "log_start_offset": 0,
+                        "aborted_transactions": None, "preferred_read_replica": -1,
+                        "records": records}]}]}))
+    return read
+
+cfg = fmq.BrokerConfig(checkpoint_interval_ms=0, retention_interval_ms=0,
+                       queues_per_topic=QUEUES)
+counts = {}
+with fmq.Broker.open(data_dir, cfg) as broker:
+    wire = [message_to_wire(fmq.Message("own", b"x" * 1024)) for _ in range(BATCH)]
+    payload = encode_request(Op.SEND_BATCH, 1, {"messages": wire})[16:]
+    for rnd, count in (("warm", 2 * BATCH * QUEUES), ("measured", n)):
+        topic = f"k-{rnd}"
+        frames = [produce_frame(topic, i % QUEUES, 1_700_000_000_000 + i * 8)
+                  for i in range(count // BATCH)]
+        payloads = [payload] * (count // BATCH)
+        dump()
+        produce(broker, topic, frames)
+        dump()
+        send_batch(broker, payloads)
+        dump()
+        read = fetch(broker, topic)
+        dump()
+        assert read == count, (read, count)
+        records = [read_request(f, PRODUCE).topic_data[0].partition_data[0].records
+                   for f in frames]
+        dump()
+        for data in records:  # the door's decode alone
+            door_messages(data, topic, 0)
+        dump()
+        pulls = [broker.reads.pull(topic, q, o, BATCH) for q in range(QUEUES)
+                 for o in range(0, count // QUEUES, BATCH)]
+        dump()
+        for messages in pulls:  # the door's encode alone
+            door_batch(messages)
+        dump()
+        counts[rnd] = count
+print(json.dumps({"door": door, "messages": n}))
+"""
+
+PHASES = ("produce", "send_batch", "fetch", "decode", "encode")
+
+
+def _dumped(path: str) -> int:
+    with open(path) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise SystemExit(f"{path} has no instruction total")
+
+
+def instructions(tree: str, messages: int, helper: str, scratch_dir: str
+                 ) -> tuple[str, dict[str, float]]:
+    """(the door's decoder, instructions per message of each phase) of ``tree``."""
+    data = os.path.join(scratch_dir, "data")
+    shutil.rmtree(data, ignore_errors=True)
+    prefix = os.path.join(scratch_dir, "cg.out")
+    for name in os.listdir(scratch_dir):
+        if name.startswith("cg.out"):
+            os.remove(os.path.join(scratch_dir, name))
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}",
+         sys.executable, "-c", SCRIPT, str(messages), data, helper],
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
+    if out.returncode != 0:
+        raise SystemExit(f"the measuring process failed:\n{out.stderr[-3000:]}")
+    door = json.loads(out.stdout.strip().splitlines()[-1])["door"]
+    # Dumps 1-8 are the warm-up's (1: start-up), 9-16 the measured round's: 10, 11, 12
+    # end produce, send_batch and fetch, 14 the decode alone, 16 the encode alone.
+    dumps = sorted((int(m.group(1)), os.path.join(scratch_dir, name))
+                   for name in os.listdir(scratch_dir)
+                   if (m := re.fullmatch(r"cg\.out\.(\d+)", name)))
+    if len(dumps) < 16:
+        raise SystemExit(f"callgrind wrote {len(dumps)} dumps, not 16:\n{out.stderr[-2000:]}")
+    measured = [_dumped(dumps[i][1]) for i in (9, 10, 11, 13, 15)]
+    return door, {phase: ir / messages for phase, ir in zip(PHASES, measured, strict=True)}
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--messages", type=int, default=8192,
+                    help="messages measured per phase, a multiple of 256")
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    if args.messages % 256:
+        ap.error("--messages must be a multiple of 256 (4 queues, batches of 64)")
+    with scratch("fmq-kafka-door-instr-") as tmp:
+        source = os.path.join(tmp, "dump.c")
+        helper = os.path.join(tmp, "dump.so")
+        with open(source, "w") as f:
+            f.write(HELPER)
+        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", helper, source], check=True)
+        results = {}
+        for name, tree in trees(args.old).items():
+            door, per = instructions(tree, args.messages, helper, tmp)
+            results[name] = per
+            print(f"{name} ({door}): " + ", ".join(
+                f"{phase} {per[phase]:,.0f}" for phase in PHASES)
+                + f" instructions per message; produce / send_batch "
+                  f"{per['produce'] / per['send_batch']:.2f}", flush=True)
+        if "old" in results:
+            new, old = results["new"], results["old"]
+            print("new / old: " + ", ".join(f"{phase} {new[phase] / old[phase]:.2f}"
+                                            for phase in PHASES))
+
+
+if __name__ == "__main__":
+    main()
