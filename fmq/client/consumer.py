@@ -334,6 +334,11 @@ class Consumer(Client):
                 continue
             if self._positions.get(q) != offset:
                 continue  # the queue moved away and back meanwhile: stale answer
+            if self._assigned_on != self.connection_seq:
+                # The assignment is void (its connection was replaced, a fail-over among
+                # them): the next one starts its queues at their committed offsets, so what
+                # was read meanwhile would be delivered twice. Read again from there.
+                continue
             msgs = [stored_from_wire(m) for m in resp["messages"]]
             if msgs:
                 self._positions[q] = msgs[-1].queue_offset + 1

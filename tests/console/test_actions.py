@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -58,6 +59,19 @@ def submit(page, selector: str, url_glob: str) -> None:
     assert not page.errors, page.errors
 
 
+def ask_then_confirm(page, form: str, asked_at: str, done_at: str | None = None, *,
+                     explains: str | None = None,
+                     before_confirming: Callable[[], object] = lambda: None) -> None:
+    """One changing action: submit ``form``, whose answer (at ``asked_at``) only asks,
+    saying ``explains`` (when given); ``before_confirming()`` looks at what was asked
+    (nothing is changed yet); then confirm, landing at ``done_at`` (default: ``asked_at``)."""
+    submit(page, f'{form} button[type="submit"]', asked_at)
+    if explains is not None:
+        assert explains in page.text("#explain")
+    before_confirming()
+    submit(page, '#confirm button[type="submit"]', done_at or asked_at)
+
+
 def test_creating_a_topic_asks_first_then_creates_it(console, browser):
     page = watched(browser, console["shots"])
     page.open(console["url"] + "/topics")
@@ -66,12 +80,15 @@ def test_creating_a_topic_asks_first_then_creates_it(console, browser):
     page.page.fill('input[name="name"]', "invoices")
     page.page.fill('input[name="queues"]', "3")
     page.page.fill('input[name="retention_ms"]', "3600000")
-    submit(page, '#new-topic button[type="submit"]', "**/new-topic")
-    assert "Create topic invoices with queues 3, retention (ms) 3600000" in page.text("#explain")
-    page.shot("create-topic")
-    with Client(console["server"].address) as c:  # asked, not yet done
-        assert "invoices" not in [t["name"] for t in c.list_topics()]
-    submit(page, '#confirm button[type="submit"]', "**/topics/invoices")
+
+    def not_yet_created() -> None:
+        page.shot("create-topic")
+        with Client(console["server"].address) as c:
+            assert "invoices" not in [t["name"] for t in c.list_topics()]
+
+    ask_then_confirm(page, "#new-topic", "**/new-topic", "**/topics/invoices",
+                     explains="Create topic invoices with queues 3, retention (ms) 3600000",
+                     before_confirming=not_yet_created)
     assert describe(console["server"], "invoices")["queues"] == 3
     assert page.page.locator("#queues tbody tr").count() == 3
 
@@ -83,9 +100,8 @@ def test_altering_a_topic_changes_its_retention(console, browser):
     page.open(console["url"] + "/topics/receipts")
     page.page.fill('#alter-topic input[name="retention_ms"]', "7200000")
     page.page.fill('#alter-topic input[name="queues"]', "4")
-    submit(page, '#alter-topic button[type="submit"]', "**/topics/receipts/alter")
-    assert "queues 4, retention (ms) 7200000" in page.text("#explain")
-    submit(page, '#confirm button[type="submit"]', "**/topics/receipts")
+    ask_then_confirm(page, "#alter-topic", "**/topics/receipts/alter", "**/topics/receipts",
+                     explains="queues 4, retention (ms) 7200000")
     topic = describe(console["server"], "receipts")
     assert topic["queues"] == 4 and topic["effective"]["retention_ms"] == 7_200_000
 
@@ -100,17 +116,24 @@ def test_deleting_a_topic_with_unread_messages_needs_the_box_ticked(console, bro
                                   "next_offset": 1})
     page = watched(browser, console["shots"])
     page.open(console["url"] + "/topics/old-orders")
-    submit(page, '#delete-topic button[type="submit"]', "**/topics/old-orders/delete")
-    page.shot("delete-topic")
-    page.expect(console["url"] + "/topics/old-orders/delete", 409)
-    submit(page, '#confirm button[type="submit"]', "**/topics/old-orders/delete")
+    delete_url = console["url"] + "/topics/old-orders/delete"
+
+    def refused() -> None:
+        page.shot("delete-topic")
+        page.expect(delete_url, 409)
+
+    ask_then_confirm(page, "#delete-topic", "**/topics/old-orders/delete",
+                     before_confirming=refused)
     assert "consumer groups have not read" in page.text("#error")
     assert describe(srv, "old-orders")["name"] == "old-orders"  # still there
     page.open(console["url"] + "/topics/old-orders")
-    submit(page, '#delete-topic button[type="submit"]', "**/topics/old-orders/delete")
-    page.page.check('input[name="force"]')
-    page.expect(console["url"] + "/topics/old-orders/delete", 200)
-    submit(page, '#confirm button[type="submit"]', "**/topics/old-orders/delete")
+
+    def forced() -> None:
+        page.page.check('input[name="force"]')
+        page.expect(delete_url, 200)
+
+    ask_then_confirm(page, "#delete-topic", "**/topics/old-orders/delete",
+                     before_confirming=forced)
     assert page.text("#done") == "Topic old-orders is deleted."
     page.open(console["url"] + "/topics")
     assert page.page.locator('tr[data-topic="old-orders"]').count() == 0
@@ -140,13 +163,15 @@ def test_resetting_offsets_shows_the_plan_then_moves_them(console, browser):
     page.page.fill('#reset input[name="queue"]', "0")
     page.page.select_option('#reset select[name="to"]', "offset")
     page.page.fill('#reset input[name="value"]', "2")
-    submit(page, '#reset button[type="submit"]', "**/groups/books/reset")
-    page.shot("reset-plan")
-    row = page.page.locator("#plan tbody tr").first
-    assert (row.locator("td.old").inner_text(), row.locator("td.new").inner_text()) == \
-        ("5", "2")
-    assert committed(srv, "books", "ledger", 0) == 5  # only planned
-    submit(page, '#confirm button[type="submit"]', "**/groups/books/reset")
+
+    def planned_only() -> None:
+        page.shot("reset-plan")
+        row = page.page.locator("#plan tbody tr").first
+        assert (row.locator("td.old").inner_text(), row.locator("td.new").inner_text()) == \
+            ("5", "2")
+        assert committed(srv, "books", "ledger", 0) == 5
+
+    ask_then_confirm(page, "#reset", "**/groups/books/reset", before_confirming=planned_only)
     assert page.text("#changes td.new") == "2"
     assert committed(srv, "books", "ledger", 0) == 2
 
@@ -190,9 +215,8 @@ def test_redriving_dead_letters_asks_first_then_moves_them(console, browser):
     page.open(console["url"] + "/groups/post")
     assert page.text("#dead-letters") == "1"
     assert page.text("#retries").startswith("0 ")  # none waiting: it is dead
-    submit(page, '#redrive button[type="submit"]', "**/groups/post/redrive")
-    assert "dead letters back to it" in page.text("#explain")
-    submit(page, '#confirm button[type="submit"]', "**/groups/post/redrive")
+    ask_then_confirm(page, "#redrive", "**/groups/post/redrive",
+                     explains="dead letters back to it")
     assert page.text("#done") == "Redrove 1 dead letter of group post."
     page.open(console["url"] + "/groups/post")
     assert page.text("#dead-letters") == "0"

@@ -118,24 +118,25 @@ def test_users_arriving_while_serving_close_the_kafka_door(tmp_path):
                    "the node to win its group's election")
         wait_until(answered, 30, "the node to read that the cluster has no users")
         # A connection serving without a log-in while the cluster has no users...
-        open_before = socket.create_connection(address, timeout=10)
-        open_before.sendall(metadata)
-        assert recv_frame(open_before)
-        # A user added to the cluster reaches this node through its watch of etcd.
-        added = subprocess.run([*FMQ, "user", "add", "carol", "--coordinator", etcd.url],
-                               env={**os.environ, "FMQ_NEW_PASSWORD": "s3cret-password"},
-                               capture_output=True, text=True, timeout=60)
-        assert added.returncode == 0, added.stderr
-        security = Path(node.data_dir) / "security.json"
-        wait_until(lambda: security.exists() and "carol" in security.read_text(), 30,
-                   "the node to copy carol")
-        # (the file is written a moment before the node enforces it): a new connection is
-        # closed at Metadata, before log-in only ApiVersions and the SASL handshake are
-        # answered now, ...
-        wait_until(lambda: not answered(), 30, "the node to require a log-in")
-        assert exchange(address, request_type(18, 0)())[1].error_code == 0
-        # ... and the connection that served before is closed at its next request.
-        with open_before:
+        # (closed however the test ends: a failed assertion's traceback would keep it open
+        # until a later test's garbage collection, which then fails on its ResourceWarning)
+        with socket.create_connection(address, timeout=10) as open_before:
+            open_before.sendall(metadata)
+            assert recv_frame(open_before)
+            # A user added to the cluster reaches this node through its watch of etcd.
+            added = subprocess.run([*FMQ, "user", "add", "carol", "--coordinator", etcd.url],
+                                   env={**os.environ, "FMQ_NEW_PASSWORD": "s3cret-password"},
+                                   capture_output=True, text=True, timeout=60)
+            assert added.returncode == 0, added.stderr
+            security = Path(node.data_dir) / "security.json"
+            wait_until(lambda: security.exists() and "carol" in security.read_text(), 30,
+                       "the node to copy carol")
+            # (the file is written a moment before the node enforces it): a new connection
+            # is closed at Metadata, before log-in only ApiVersions and the SASL handshake
+            # are answered now, ...
+            wait_until(lambda: not answered(), 30, "the node to require a log-in")
+            assert exchange(address, request_type(18, 0)())[1].error_code == 0
+            # ... and the connection that served before is closed at its next request.
             open_before.sendall(metadata)
             assert closed_by_server(open_before, 10)
         assert "Metadata before log-in" in node.log()

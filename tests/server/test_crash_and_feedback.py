@@ -186,23 +186,23 @@ def test_sigterm_answers_requests_in_flight_before_closing(start_server):
     from fmq.protocol import FrameDecoder, decode_response, encode_request
 
     srv = start_server(FAST)
-    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-    s.sendall(encode_request(Op.PULL, 1, {"topic": "idle", "queue_id": 0, "offset": 0,
-                                          "max_messages": 1, "wait_ms": 20000})
-              + encode_request(Op.POLL_UNCERTAIN, 2, {"producer_group": "none", "max_items": 1,
-                                                      "lease_ms": 1000, "wait_ms": 20000}))
-    time.sleep(0.3)  # both long polls are waiting on the server
-    t0 = time.monotonic()
-    srv.proc.send_signal(15)
-    dec = FrameDecoder()
-    frames = []
-    while True:
-        data = s.recv(65536)
-        if not data:
-            break
-        frames.extend(dec.feed(data))
-    took = time.monotonic() - t0
-    s.close()
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+        s.sendall(encode_request(Op.PULL, 1, {"topic": "idle", "queue_id": 0, "offset": 0,
+                                              "max_messages": 1, "wait_ms": 20000})
+                  + encode_request(Op.POLL_UNCERTAIN, 2, {
+                      "producer_group": "none", "max_items": 1, "lease_ms": 1000,
+                      "wait_ms": 20000}))
+        time.sleep(0.3)  # both long polls are waiting on the server
+        t0 = time.monotonic()
+        srv.proc.send_signal(15)
+        dec = FrameDecoder()
+        frames = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            frames.extend(dec.feed(data))
+        took = time.monotonic() - t0
     assert sorted(f.request_id for f in frames) == [1, 2]
     assert not any(f.is_error for f in frames)  # answered (empty), not dropped
     assert decode_response(next(f for f in frames if f.request_id == 1))["messages"] == []

@@ -416,6 +416,37 @@ cdef inline object _text(const unsigned char* p, Py_ssize_t n):
     return PyUnicode_DecodeUTF8(<const char*>p, n, NULL)
 
 
+cdef struct _RunBounds:
+    Py_ssize_t start  # the first record's position
+    Py_ssize_t stop  # no record starts at or after it
+    Py_ssize_t count  # records at most
+    uint64_t limit  # the largest record
+    uint64_t base  # the log offset of position 0
+
+
+cdef inline bint _run_bounds(object buf, object pos, object base, object max_record_size,
+                             object end, object max_records, _RunBounds* run) except -1:
+    """A run's arguments in C (``run``), or False when this path does not take them (a
+    buffer that is not flat bytes or an mmap, an argument that is not an int or does not fit
+    C): the run then stops at ``pos`` and its caller's reference decides there."""
+    if not (_flat_bytes(buf) or type(buf) is mmap.mmap):
+        return False
+    if (type(pos) is not int or type(base) is not int or type(max_record_size) is not int
+            or type(end) is not int or type(max_records) is not int):
+        return False
+    try:
+        run.start = pos
+        run.stop = end
+        run.count = max_records
+        run.limit = max_record_size
+        # A record's log offset is base + its position, in C: none may pass 2**64.
+        run.base = base + max(end, pos)
+        run.base = base
+    except OverflowError:
+        return False
+    return run.start >= 0
+
+
 cdef class DecodeAt:
     """``decode_at(buf, pos, offset, max_record_size, copy_body)`` with the CRC function the
     codec was built with and the reference ``decode_at`` of that codec."""
@@ -491,34 +522,21 @@ cdef class DecodeAt:
         reference). A column-wise reader (the Spark source) reads the fields so, no
         ``Record`` and no Python call per record."""
         cdef Py_buffer view
-        cdef Py_ssize_t start, stop, count, taken
-        cdef uint64_t limit, length, first
-        if not (_flat_bytes(buf) or type(buf) is mmap.mmap):
-            return pos
-        if (type(pos) is not int or type(base) is not int or type(max_record_size) is not int
-                or type(end) is not int or type(max_records) is not int):
-            return pos
-        try:
-            start = pos
-            stop = end
-            count = max_records
-            limit = max_record_size
-            # The log offsets below are first + position, in C: none may pass 2**64.
-            first = base + max(end, pos)
-            first = base
-        except OverflowError:
-            return pos
-        if start < 0:
+        cdef _RunBounds run
+        cdef Py_ssize_t start, taken
+        cdef uint64_t length
+        if not _run_bounds(buf, pos, base, max_record_size, end, max_records, &run):
             return pos
         try:
             PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         except (BufferError, ValueError, TypeError):
             return pos
+        start = run.start
         taken = 0
         try:
-            while start < stop and taken < count:
+            while start < run.stop and taken < run.count:
                 length = self._checked_length(<const unsigned char*>view.buf, view.len,
-                                              start, first + <uint64_t>start, limit)
+                                              start, run.base + <uint64_t>start, run.limit)
                 if not length:
                     break
                 out.append(start)
@@ -535,34 +553,24 @@ cdef class DecodeAt:
                      bint entries, list out):
         """:meth:`run` (``entries`` false) and :meth:`entry_run` (true)."""
         cdef Py_buffer view
-        cdef Py_ssize_t start, stop, count, taken
+        cdef _RunBounds run
+        cdef Py_ssize_t start, taken
         cdef int kind = 0  # what the run holds: 1 entries, 2 records
         cdef uint64_t limit, at_offset
-        if not (_flat_bytes(buf) or type(buf) is mmap.mmap):
-            return pos
-        if (type(pos) is not int or type(base) is not int or type(max_record_size) is not int
-                or type(end) is not int or type(max_records) is not int):
-            return pos
-        try:
-            start = pos
-            stop = end
-            count = max_records
-            limit = max_record_size
-            at_offset = base + pos
-        except OverflowError:
-            return pos
-        if start < 0:
+        if not _run_bounds(buf, pos, base, max_record_size, end, max_records, &run):
             return pos
         try:
             PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         except (BufferError, ValueError, TypeError):
             return pos
+        start = run.start
+        limit = run.limit
         taken = 0
         try:
             whole = None if copy_body else memoryview(buf)
-            while start < stop and taken < count:
+            while start < run.stop and taken < run.count:
                 offset = base + start
-                at_offset = offset
+                at_offset = run.base + <uint64_t>start
                 if entries:
                     item = self._entry(<const unsigned char*>view.buf, view.len, start,
                                        offset, at_offset, limit)

@@ -15,7 +15,7 @@ import functools
 import logging
 from typing import Any, Protocol
 
-from fmq.errors import FMQError, ProtocolError, ServerBusy
+from fmq.errors import ConnectionLost, FMQError, ProtocolError, ServerBusy
 from fmq.protocol import (
     PROTOCOL_VERSION,
     SCHEMA,
@@ -153,8 +153,11 @@ class SessionRequests:
         # Free the in-flight slot before the answer leaves: the client may send its next
         # request the moment it reads this one.
         self.running.discard(request)
-        exc = request.exception() if not request.cancelled() else ServerBusy(
-            "the request was cancelled by a shutdown; retry against the restarted server")
+        # A request cancelled by a shutdown may have written already (its records placed,
+        # waiting for the disk): its outcome is unknown, as after a lost connection.
+        exc = request.exception() if not request.cancelled() else ConnectionLost(
+            "the server stopped while the request ran; it may or may not have been applied "
+            "(an idempotent producer's resend is safe)")
         exc = fencing_refusal(self.ctx.replication, op) if exc is None else exc
         if exc is None:
             try:
