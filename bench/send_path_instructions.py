@@ -6,11 +6,11 @@ Per checkout, an ``fmq server`` (flush_mode sync: every answer after fdatasync) 
 ``valgrind --tool=callgrind``; a client in this process sends it ``--requests`` requests
 over TCP, in windows of 64 frames written at once (64 producers' worth of one event-loop
 turn), each window answered before the next goes. Instructions are counted only while those
-windows run (``callgrind_control`` turns the instrumentation on and off, every thread of the server),
-so start-up, recovery and shut-down are left out; divided by the requests, what is left is
-one request's cost on the server (decode, checks, placement, answer, and its share of its
-window's flush and of whatever the server's own timers did meanwhile). Not part of the test
-run::
+windows run (``callgrind_control`` turns the instrumentation on and off, every thread of
+the server), so start-up, recovery and shut-down are left out; divided by the requests,
+what is left is one request's cost on the server (decode, checks, placement, answer, and
+its share of its window's flush and of whatever the server's own timers did meanwhile).
+Not part of the test run::
 
     python bench/send_path_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--requests 1024]
         [--only send|tx]
