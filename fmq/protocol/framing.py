@@ -19,6 +19,9 @@ HEADER = struct.Struct(">BBHQ")  # version, opcode, flags, request id
 HEADER_SIZE = HEADER.size  # 12: the smallest legal value of the length field
 PREFIX_SIZE = LENGTH.size  # 4
 
+_unpack_length = LENGTH.unpack_from
+_unpack_header = HEADER.unpack_from
+
 FLAG_RESPONSE = 0x1
 FLAG_ERROR = 0x2
 KNOWN_FLAGS = FLAG_RESPONSE | FLAG_ERROR
@@ -115,8 +118,15 @@ class FrameDecoder:
         frames = []
         pos = 0
         incomplete = 0  # the length of a frame whose bytes have not all arrived
+        max_frame = self.max_frame
+        # The length and the header are read from ``src`` in place, and frame_length and
+        # parse_frame are called only for a frame they refuse (for their errors): a slice
+        # and a call less per length, two views and a call less per frame (most frames
+        # arrive several to a read, so this loop is the receive path's per-request cost).
         while end - pos >= PREFIX_SIZE:
-            n = frame_length(view[pos:pos + PREFIX_SIZE], self.max_frame)
+            (n,) = _unpack_length(src, pos)
+            if n < HEADER_SIZE or n > max_frame:
+                frame_length(view[pos:pos + PREFIX_SIZE], max_frame)  # raises its error
             if admit is not None and not self._head_admitted:
                 if not admit(n):
                     break
@@ -126,8 +136,12 @@ class FrameDecoder:
                 incomplete = n
                 break
             self._head_admitted = False
-            frames.append(parse_frame(view[start:start + n]))
+            version, opcode, flags, request_id = _unpack_header(src, start)
             pos = start + n
+            if flags & ~KNOWN_FLAGS:
+                parse_frame(view[start:pos])  # raises its error
+            frames.append(Frame(version, opcode, flags, request_id,
+                                view[start + HEADER_SIZE:pos]))
         if pos < end:
             self._buf += view[pos:]
             self._wanted = PREFIX_SIZE + incomplete if incomplete else PREFIX_SIZE

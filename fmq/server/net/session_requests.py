@@ -37,6 +37,9 @@ from fmq.server.ops.table import OPERATIONS
 
 logger = logging.getLogger("fmq.server")
 
+#: The requests the send pipeline ends (:meth:`SendBatcher.answer_directly`).
+ANSWERED_BY_PIPELINE = frozenset((Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT))
+
 
 class Connection(RequestSession, Protocol):
     """What the requests use of their session's connection."""
@@ -141,7 +144,12 @@ class SessionRequests:
             return None
         self.running.add(request)
         ctx.all_tasks.add(request)
-        request.add_done_callback(functools.partial(self._answer, op, rid))
+        answer = functools.partial(self._answer, op, rid)
+        if op in ANSWERED_BY_PIPELINE and ctx.batcher is not None:
+            # Answered as the pipeline ends it, not a loop turn later from a done callback.
+            ctx.batcher.answer_directly(request, answer)
+        else:
+            request.add_done_callback(answer)
         return request
 
     def _run_checked(self, declared: FmqOperation, req: dict) -> Any:

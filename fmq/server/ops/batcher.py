@@ -31,6 +31,7 @@ from fmq.engine.idempotence import bind_principal
 from fmq.errors import InvalidArgument, ServerBusy
 from fmq.message import Message
 from fmq.server.ops.placed import (
+    Answered,
     Finish,
     Place,
     Placed,
@@ -39,6 +40,7 @@ from fmq.server.ops.placed import (
     Reply,
     SendRequest,
     WriteRequest,
+    answer_now,
     answer_placed,
 )
 from fmq.threadname import name_os_thread
@@ -94,7 +96,7 @@ class SendBatcher:
             msgs = bind_principal(msgs, principal, self.broker.config,
                                   self.broker.topics.queue_count)
         fut = self._this_turn()
-        self._sends.append((msgs, fut, reply))
+        self._sends.append((msgs, fut, reply, None))
         return fut
 
     def submit_write(self, place: Place, finish: Finish) -> asyncio.Future:
@@ -105,8 +107,20 @@ class SendBatcher:
         once. The write's records must need the fdatasync: only for ``flush_mode`` sync."""
         self._check_running()
         fut = self._this_turn()
-        self._writes.append((place, fut, finish))
+        self._writes.append((place, fut, finish, None))
         return fut
+
+    def answer_directly(self, fut: asyncio.Future, answered: Answered) -> None:
+        """Have ``answered(fut)`` called as soon as the request ``fut`` ends, in the same
+        loop turn: the session writes its answer there, where a done callback on the future
+        would wait for the next turn (a loop callback per request). ``fut``: the future a
+        :meth:`submit` or :meth:`submit_write` of this turn returned, the latest one; any
+        other future gets a done callback."""
+        for queued in (self._sends, self._writes):
+            if queued and queued[-1][1] is fut:
+                queued[-1] = (*queued[-1][:3], answered)
+                return
+        fut.add_done_callback(answered)
 
     def _check_running(self) -> None:
         if self._stopping:
@@ -150,20 +164,27 @@ class SendBatcher:
     def _place_writes(self) -> None:
         writes, self._writes = self._writes, []
         placed = PlacedWrites()  # one hand-over for the turn's writes
-        for place, fut, finish in writes:
+        for place, fut, finish, answered in writes:
             try:
                 token, end = place()
             except Exception as exc:  # noqa: BLE001 - it fails this request only
                 if not fut.done():
                     fut.set_exception(exc)
+                if answered is not None:
+                    answer_now(answered, fut)
                 continue
             if end is None:  # nothing written: answered now, or by the awaitable it gave
                 if asyncio.isfuture(token):
                     token.add_done_callback(functools.partial(copy_outcome, fut))
-                elif not fut.done():
+                    if answered is not None:
+                        fut.add_done_callback(answered)
+                    continue
+                if not fut.done():
                     fut.set_result(token)
+                if answered is not None:
+                    answer_now(answered, fut)
                 continue
-            placed.add(fut, finish, token, end)
+            placed.add(fut, finish, token, end, answered)
         if placed.writes:
             self._hand_over(placed)
 
@@ -190,9 +211,11 @@ class SendBatcher:
         if not refused:
             return batch
         for i, exc in refused.items():
-            fut = batch[i][1]
+            fut, answered = batch[i][1], batch[i][3]
             if not fut.done():
                 fut.set_exception(exc)
+            if answered is not None:
+                answer_now(answered, fut)
         return [item for i, item in enumerate(batch) if i not in refused]
 
     # ------------------------------------------------------------------ the acknowledger

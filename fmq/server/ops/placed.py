@@ -8,19 +8,26 @@ answered once the flush covering it is durable (or failed): a batch of send requ
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from fmq.message import Message, PackedResults, SendResult
+
+logger = logging.getLogger("fmq.server")
 
 _part = PackedResults.part  # a request's results, out of a placement's packed ones
 
 #: Turns a request's results into its answer (on the event loop).
 Reply = Callable[[Sequence[SendResult]], Any]
 
-#: One send request: its messages, the future its answer goes to and how to make that
-#: answer.
-SendRequest = tuple[list[Message], asyncio.Future, Reply | None]
+#: Called on the event loop with a request's future once it ended: the session's answer,
+#: written at once instead of from the future's done callback in the next loop turn.
+Answered = Callable[[asyncio.Future], Any]
+
+#: One send request: its messages, the future its answer goes to, how to make that answer
+#: and who writes it (None: whoever awaits the future).
+SendRequest = tuple[list[Message], asyncio.Future, Reply | None, Answered | None]
 
 #: A write other than a send (a transaction's records): places its records without waiting
 #: and returns a token and the log offset they end at, or (answer, None) when it placed
@@ -31,9 +38,19 @@ Place = Callable[[], tuple[Any, int | None]]
 #: return value is the answer) or failed (the failure: undo what memory holds of it).
 Finish = Callable[[Any, BaseException | None], Any]
 
-#: One write request: how to place it, the future its answer goes to and how to finish it.
-WriteRequest = tuple[Place, asyncio.Future, Finish]
+#: One write request: how to place it, the future its answer goes to, how to finish it and
+#: who writes its answer (None: whoever awaits the future).
+WriteRequest = tuple[Place, asyncio.Future, Finish, Answered | None]
 
+
+
+def answer_now(answered: Answered, fut: asyncio.Future) -> None:
+    """``answered(fut)``; a bug in it is logged and stops no other request's answer (as an
+    exception in a done callback is logged by the loop)."""
+    try:
+        answered(fut)
+    except Exception:  # noqa: BLE001 - the other requests of the flush still get theirs
+        logger.exception("answering a request failed")
 
 
 def answer_placed(done: list[Placed], failure: BaseException | None, durable: bool) -> None:
@@ -60,19 +77,21 @@ class PlacedSends:
         results = self.results
         packed = results.data if type(results) is PackedResults else None
         pos = 0
-        for msgs, fut, reply in self.requests:
+        for msgs, fut, reply, answered in self.requests:
             n = len(msgs)
             if failure is not None:
                 if not fut.done():
                     fut.set_exception(failure)
-                continue
-            mine = results[pos:pos + n] if packed is None else _part(packed, pos, n)
-            pos += n
-            if not fut.done():
-                try:
-                    fut.set_result(reply(mine) if reply is not None else mine)
-                except Exception as exc:  # noqa: BLE001 - a bug fails its request only
-                    fut.set_exception(exc)
+            else:
+                mine = results[pos:pos + n] if packed is None else _part(packed, pos, n)
+                pos += n
+                if not fut.done():
+                    try:
+                        fut.set_result(reply(mine) if reply is not None else mine)
+                    except Exception as exc:  # noqa: BLE001 - a bug fails its request only
+                        fut.set_exception(exc)
+            if answered is not None:
+                answer_now(answered, fut)
 
 
 class PlacedWrites:
@@ -83,17 +102,21 @@ class PlacedWrites:
 
     def __init__(self) -> None:
         self.end = 0
-        self.writes: list[tuple[asyncio.Future, Finish, Any]] = []  # future, finish, token
+        #: future, finish, token, who writes the answer
+        self.writes: list[tuple[asyncio.Future, Finish, Any, Answered | None]] = []
 
-    def add(self, fut: asyncio.Future, finish: Finish, token: Any, end: int) -> None:
-        self.writes.append((fut, finish, token))
+    def add(self, fut: asyncio.Future, finish: Finish, token: Any, end: int,
+            answered: Answered | None = None) -> None:
+        self.writes.append((fut, finish, token, answered))
         self.end = end
 
     def answer(self, failure: BaseException | None, durable: bool) -> None:
         """``durable``: the failure came after the local fdatasync (the followers' wait),
         so each write's state is that of a durable write."""
-        for fut, finish, token in self.writes:
+        for fut, finish, token, answered in self.writes:
             _finish_write(fut, finish, token, failure, durable)
+            if answered is not None:
+                answer_now(answered, fut)
 
 
 #: What the acknowledger queues: a batch of sends or a turn's writes.

@@ -1,0 +1,154 @@
+"""Server instructions per SEND and per transaction of one message (callgrind), this checkout
+next to an older one.
+
+Instruction counts hold steady on a shared, noisy machine where the wall clock does not.
+Per checkout, an ``fmq server`` (flush_mode sync: every answer after fdatasync) runs under
+``valgrind --tool=callgrind``; a client in this process sends it ``--requests`` requests
+over TCP, in windows of 64 frames written at once (64 producers' worth of one event-loop
+turn), each window answered before the next goes. Instructions are counted only while those
+windows run (``callgrind_control`` turns the instrumentation on and off, every thread of
+the server), so start-up, recovery and shut-down are left out; divided by the requests,
+what is left is one request's cost on the server (decode, checks, placement, answer, and
+its share of its window's flush and of whatever the server's own timers did meanwhile).
+Not part of the test run::
+
+    python bench/send_path_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--requests 1024]
+        [--only send|tx]
+
+``send``: SEND of one 1 KiB message. ``tx``: a transaction of one 1 KiB message, its PREPARE
+and its COMMIT (two requests, both counted as one transaction).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.ab_rounds import fmq_command, parser, trees  # noqa: E402
+from bench.bench_network import free_port  # noqa: E402
+from fmq.protocol import HEADER_SIZE, Frame, Op, decode_response, encode_request  # noqa: E402
+from fmq.protocol.framing import HEADER, LENGTH  # noqa: E402
+
+WINDOW = 64
+BODY = b"x" * 1024
+TOPIC = "fmq-instr"
+
+
+def _message() -> dict:
+    return {"topic": TOPIC, "body": BODY, "key": None, "tags": None, "properties": {},
+            "queue_id": -1}
+
+
+class RawClient:
+    """Frames written and answers read on one socket, without the SDK (the client's own
+    work is not what is measured, and this keeps every window the same)."""
+
+    def __init__(self, port: int) -> None:
+        deadline = time.monotonic() + 600  # a server under valgrind starts slowly
+        while True:
+            try:
+                self.sock = socket.create_connection(("127.0.0.1", port), timeout=600)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.rid = 0
+
+    def window(self, requests: list[tuple[int, dict]]) -> list[dict]:
+        """Send ``requests`` (opcode, fields) in one write; their answers' fields."""
+        out = []
+        for op, fields in requests:
+            self.rid += 1
+            out.append(encode_request(op, self.rid, fields))
+        self.sock.sendall(b"".join(out))
+        return [self._answer() for _ in requests]
+
+    def _answer(self) -> dict:
+        while True:
+            if len(self.buf) >= 4:
+                (n,) = LENGTH.unpack_from(self.buf, 0)
+                if len(self.buf) >= 4 + n:
+                    frame, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+                    version, op, flags, rid = HEADER.unpack_from(frame, 0)
+                    if flags & 2:
+                        raise SystemExit(f"the server refused a request: {frame[HEADER_SIZE:]!r}")
+                    return decode_response(Frame(version, op, flags, rid, frame[HEADER_SIZE:]))
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise SystemExit("the server closed the connection")
+            self.buf += data
+
+
+def drive(client: RawClient, kind: str, requests: int) -> None:
+    for _ in range(requests // WINDOW):
+        if kind == "send":
+            client.window([(Op.SEND, {"message": _message()})] * WINDOW)
+            continue
+        prepared = client.window([(Op.PREPARE, {"producer_group": "g", "tx_id": None,
+                                                "messages": [_message()]})] * WINDOW)
+        client.window([(Op.COMMIT, {"producer_group": "g", "tx_id": a["tx_id"]})
+                       for a in prepared])
+
+
+def server_instructions(tree: str, kind: str, requests: int, scratch: str) -> int:
+    """The instructions a server of ``tree`` spent serving ``requests`` of ``kind``: counted
+    only while the client drives them (``callgrind_control`` turns counting on after a
+    warm-up window and off before the server stops), so start-up and shut-down are left out."""
+    port = free_port()
+    data = tempfile.mkdtemp(prefix="data-", dir=scratch)
+    out = os.path.join(scratch, "callgrind.out")
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+         f"--callgrind-out-file={out}", *fmq_command(tree), "server", "--data-dir", data,
+         "--port", str(port), "--log-level", "WARNING"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
+    try:
+        client = RawClient(port)
+        drive(client, kind, WINDOW)  # the topic made, the first segment and caches warm
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
+                       capture_output=True)
+        drive(client, kind, requests)
+        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True,
+                       capture_output=True)
+        client.sock.close()
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=600)
+    found = re.search(r"Collected : (\d+)", err)
+    if found is None:
+        raise SystemExit(f"callgrind printed no count:\n{err[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--requests", type=int, default=1024,
+                    help="transactions or sends of the short run, a multiple of 64")
+    ap.add_argument("--only", choices=("send", "tx"), default=None)
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    kinds = [args.only] if args.only else ["send", "tx"]
+    for kind in kinds:
+        for name, tree in trees(args.old).items():
+            with tempfile.TemporaryDirectory(prefix="fmq-send-instr-") as tmp:
+                count = server_instructions(tree, kind, args.requests, tmp)
+            what = "SEND" if kind == "send" else "transaction of one message"
+            print(f"{name}: {count / args.requests:,.0f} server instructions per {what}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
