@@ -124,10 +124,11 @@ class ServerContext:
 
     def _delivered(self, queues: set[tuple[str, int]]) -> None:
         """The index made data in ``queues`` consumable (called off the event loop)."""
-        if not self.wakeups.watched:
-            # No pull waits (sends without consumers): skip the event loop's wake-up. A pull
-            # takes its events before it reads, so one that registers after this check
-            # reads what this write made consumable.
+        if not self.wakeups.wanted(queues):
+            # No pull waits for these queues (sends without consumers, or consumers of
+            # other queues): skip the event loop's wake-up. A pull takes its events before
+            # it reads, so one that registers after this check reads what this write made
+            # consumable.
             return
         try:
             self.loop.call_soon_threadsafe(self.data_arrived, queues)

@@ -72,3 +72,18 @@ def test_a_waiting_long_poll_runs_no_task_of_its_own_and_leaves_nothing_behind()
         assert (qev._wake, sev._wake) == ([], [])
         assert w.waiting == 0
     asyncio.run(run())
+
+
+def test_only_writes_to_a_waited_queue_are_wanted():
+    # The index's thread asks before it wakes the event loop: a write to queues no pull
+    # waits for carries no work for it.
+    async def run() -> None:
+        w = PullWakeups()
+        assert not w.wanted({("t", 0)})
+        waiting = await _waiting(w, 0, 1)
+        assert not w.wanted({("t", 1), ("u", 0)})
+        assert w.wanted({("t", 1), ("t", 0)})
+        w.data_arrived({("t", 0)})
+        assert not w.wanted({("t", 0)})  # woken: nobody waits there any more
+        await asyncio.wait_for(waiting, 5)
+    asyncio.run(run())

@@ -57,10 +57,11 @@ class PullWakeups:
         #: Pull long polls waiting now.
         self.waiting = 0
 
-    @property
-    def watched(self) -> bool:
-        """Some queue has a pull waiting for data (any thread may ask)."""
-        return bool(self._queues)
+    def wanted(self, queues: set[Queue]) -> bool:
+        """Some pull waits for data in one of ``queues`` (any thread may ask: a wake-up of
+        the event loop for the others would carry no work)."""
+        waited = self._queues
+        return any(q in waited for q in queues) if waited else False
 
     def data_arrived(self, queues: set[Queue]) -> None:
         """A write completed: wake the pull long polls of ``queues``, and only those."""
