@@ -175,7 +175,7 @@ class ServerContext:
     async def wait_for_data(self, events: PullEvents, timeout: float) -> bool:
         """Wait until data lands in the queue (True), or the session closes, the server
         stops or ``timeout`` passes (False)."""
-        woken = await self.wakeups.wait(events, timeout) and not self.stopping
+        woken = await self.wakeups.wait(events, timeout, self.loop) and not self.stopping
         self.counters.pull_wakeups += woken
         return woken
 

@@ -96,11 +96,13 @@ class PullWakeups:
             sev = self._sessions[session_id] = WakeEvent()
         return qev, sev
 
-    async def wait(self, events: PullEvents, timeout: float) -> bool:
+    async def wait(self, events: PullEvents, timeout: float,
+                   loop: asyncio.AbstractEventLoop | None = None) -> bool:
         """Wait until data lands in the queue (True), or the session closes, everything is
-        woken or ``timeout`` passes (False)."""
+        woken or ``timeout`` passes (False). ``loop``: the running one, named by a caller
+        that knows it (finding it costs a getpid system call in CPython 3.11)."""
         qev, sev = events
-        woken = asyncio.get_running_loop().create_future()
+        woken = (loop or asyncio.get_running_loop()).create_future()
 
         def wake() -> None:
             if not woken.done():
