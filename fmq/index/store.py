@@ -214,8 +214,8 @@ class IndexStore:
         """A pull's one read of the index: the queue's range (min offset, next offset) and
         up to ``limit`` of its entries (as :meth:`queue_entries`) from ``start`` or the
         min offset, whichever is higher, to the next offset, in one read transaction (a
-        pull on the event loop paid two before: a transaction's begin costs a lock
-        round and LMDB's ``getpid`` each)."""
+        pull on the event loop paid two before, each a resize-gate lock round and a
+        ``begin``)."""
         out: list[tuple[int, int, int, int, int]] = []
         prefix = K.queue_prefix(topic, queue_id)
         with self._gate, self.env.begin() as txn:

@@ -255,8 +255,7 @@ def test_a_failing_checkpoint_is_a_typed_error_and_keeps_the_old_one(tmp_path, s
 
 def test_an_untagged_pull_reads_the_index_in_one_transaction(broker):
     # The range and the entries of a pull come from one read transaction of the index
-    # (two before: each begin takes the resize gate's lock and LMDB's getpid); the answer
-    # is the same.
+    # (two before: each a resize-gate lock round and a begin); the answer is the same.
     for i in range(6):
         broker.send(Message("one-read", f"m{i}".encode(), queue_id=1))
     assert broker.wait_indexed()
