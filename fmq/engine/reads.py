@@ -114,13 +114,20 @@ class Reader:
         check_queue_id(queue_id, self._queues.queue_count(topic))
         check_offset(offset)
         check_count(max_messages, "max_messages")
-        lo, hi = self._range(topic, queue_id)
-        start = max(offset, lo)
         if selected is None:
-            out = self._pull_from(topic, queue_id, start, min(max_messages, hi - start),
-                                  max_bytes, resident, kept)
+            # The range and the entries in one read of the index; the visibility limit
+            # after it, as for every read of the range (a hidden entry is hidden before
+            # the index holds it).
+            lo, hi, entries = self._index.queue_read(topic, queue_id, offset, max_messages)
+            hi = self._visible_end(topic, queue_id, lo, hi)
+            if entries and entries[-1][0] >= hi:
+                entries = [e for e in entries if e[0] < hi]
+            start = max(offset, lo)
+            out = self._pull_entries(topic, queue_id, entries, max_bytes, resident, kept)
             resume = out[-1].queue_offset + 1 if out else start
         else:
+            lo, hi = self._range(topic, queue_id)
+            start = max(offset, lo)
             out, resume = pull_tagged(
                 lambda pos, n: self._index.queue_entries(topic, queue_id, pos, n),
                 lambda entries, budget: self._read_entries(topic, queue_id, entries, budget),
@@ -129,12 +136,9 @@ class Reader:
             self._count_out(topic, out)
         return PullAnswer(out, lo, hi, resume)
 
-    def _pull_from(self, topic: str, queue_id: int, start: int, max_messages: int,
-                   max_bytes: int | None, resident: int, kept: KeptLookup | None
-                   ) -> list[Any]:
-        if max_messages <= 0:
-            return []
-        entries = self._index.queue_entries(topic, queue_id, start, max_messages)
+    def _pull_entries(self, topic: str, queue_id: int, entries: list[Entry],
+                      max_bytes: int | None, resident: int, kept: KeptLookup | None
+                      ) -> list[Any]:
         # Entries are in log order: the first one is the oldest record the pull reads.
         if resident and entries and entries[0][1] < self._log.next_offset - resident:
             raise NotInMemory(f"the pull reads records older than the log's last {resident} "
@@ -204,10 +208,15 @@ class Reader:
 
     def _range(self, topic: str, queue_id: int) -> tuple[int, int]:
         lo, hi = self._index.queue_range(topic, queue_id)
+        return lo, self._visible_end(topic, queue_id, lo, hi)
+
+    def _visible_end(self, topic: str, queue_id: int, lo: int, hi: int) -> int:
+        """The next offset ``hi`` the index holds, bounded by the high watermark (read
+        after the index: see :meth:`pull_answer`)."""
         limit = self._visibility.limit(topic, queue_id)
         if limit is not None and limit < hi:
-            hi = max(lo, limit)
-        return lo, hi
+            return max(lo, limit)
+        return hi
 
     def messages_by_key(self, topic: str, key: str, limit: int = 100,
                         max_bytes: int | None = None) -> list[StoredMessage]:

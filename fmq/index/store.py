@@ -209,6 +209,33 @@ class IndexStore:
                 out.append((qoff, doff, dsize, th, st))
         return out
 
+    def queue_read(self, topic: str, queue_id: int, start: int, limit: int
+                   ) -> tuple[int, int, list[tuple[int, int, int, int, int]]]:
+        """A pull's one read of the index: the queue's range (min offset, next offset) and
+        up to ``limit`` of its entries (as :meth:`queue_entries`) from ``start`` or the
+        min offset, whichever is higher, to the next offset, in one read transaction (a
+        pull on the event loop paid two before, each a resize-gate lock round and a
+        ``begin``)."""
+        out: list[tuple[int, int, int, int, int]] = []
+        prefix = K.queue_prefix(topic, queue_id)
+        with self._gate, self.env.begin() as txn:
+            v = txn.get(prefix, db=self.db.queues)
+            lo, hi = K.QUEUE_VALUE.unpack(v) if v else (0, 0)
+            start = max(start, lo)
+            limit = min(limit, hi - start)
+            if limit <= 0:
+                return lo, hi, out
+            cur = txn.cursor(db=self.db.cq)
+            if not cur.set_range(K.cq_key(topic, queue_id, start)):
+                return lo, hi, out
+            for k, v in cur:
+                if not k.startswith(prefix) or len(out) >= limit:
+                    break
+                qoff = K.split_cq_key(k)[2]
+                doff, dsize, th, st, _src = K.CQ_VALUE.unpack(v)
+                out.append((qoff, doff, dsize, th, st))
+        return lo, hi, out
+
     def queue_bytes(self, topic: str, queue_id: int) -> int:
         """Log bytes of the records a queue's entries point at (a walk of the queue)."""
         total = 0

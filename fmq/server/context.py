@@ -124,10 +124,11 @@ class ServerContext:
 
     def _delivered(self, queues: set[tuple[str, int]]) -> None:
         """The index made data in ``queues`` consumable (called off the event loop)."""
-        if not self.wakeups.watched:
-            # No pull waits (sends without consumers): skip the event loop's wake-up. A pull
-            # takes its events before it reads, so one that registers after this check
-            # reads what this write made consumable.
+        if not self.wakeups.wanted(queues):
+            # No pull waits for these queues (sends without consumers, or consumers of
+            # other queues): skip the event loop's wake-up. A pull takes its events before
+            # it reads, so one that registers after this check reads what this write made
+            # consumable.
             return
         try:
             self.loop.call_soon_threadsafe(self.data_arrived, queues)
@@ -174,7 +175,7 @@ class ServerContext:
     async def wait_for_data(self, events: PullEvents, timeout: float) -> bool:
         """Wait until data lands in the queue (True), or the session closes, the server
         stops or ``timeout`` passes (False)."""
-        woken = await self.wakeups.wait(events, timeout) and not self.stopping
+        woken = await self.wakeups.wait(events, timeout, self.loop) and not self.stopping
         self.counters.pull_wakeups += woken
         return woken
 

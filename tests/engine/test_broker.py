@@ -251,3 +251,31 @@ def test_a_failing_checkpoint_is_a_typed_error_and_keeps_the_old_one(tmp_path, s
             b.checkpoint()
         assert read_checkpoint(str(tmp_path / CHECKPOINT_FILE)) == first
         io.fail = False
+
+
+def test_an_untagged_pull_reads_the_index_in_one_transaction(broker):
+    # The range and the entries of a pull come from one read transaction of the index
+    # (two before: each a resize-gate lock round and a begin); the answer is the same.
+    for i in range(6):
+        broker.send(Message("one-read", f"m{i}".encode(), queue_id=1))
+    assert broker.wait_indexed()
+    index = broker._index
+    env = index.env
+    begun = []
+
+    class Counting:
+        def begin(self, **kwargs):
+            begun.append(kwargs)
+            return env.begin(**kwargs)
+
+        def __getattr__(self, name):
+            return getattr(env, name)
+
+    index.env = Counting()
+    try:
+        answer = broker.reads.pull_answer("one-read", 1, 2, 3)
+    finally:
+        index.env = env
+    assert [m.body for m in answer.messages] == [b"m2", b"m3", b"m4"]
+    assert (answer.min_offset, answer.next_offset, answer.resume_offset) == (0, 6, 5)
+    assert len(begun) == 1

@@ -112,3 +112,36 @@ def test_only_errors_a_retry_can_get_past_are_transient():
                 lmdb.BadValsizeError("mdb_put", 0), IndexCorrupt("stored 1 of 2"),
                 BadRecord(0, "crc"), TypeError("a bug")):
         assert not is_transient(exc), exc
+
+
+def test_queue_read_is_the_range_and_the_entries_in_one_transaction(tmp_path):
+    # A pull's read of the index (fmq.engine.reads): the range, then up to `limit`
+    # entries from max(start, min offset) below the next offset, as the two separate
+    # reads give them, but in one read transaction instead of two.
+    store = IndexStore(str(tmp_path))
+    store.apply(entries(0, 40), 4_000)  # 10 entries in each of 4 queues
+    for qid in (0, 3, 7):  # queue 7 holds nothing
+        lo, hi = store.queue_range("topic", qid)
+        for start in range(0, hi + 3):
+            for limit in (1, 3, 10, 50):
+                got = store.queue_read("topic", qid, start, limit)
+                begin = max(start, lo)
+                want = (store.queue_entries("topic", qid, begin, min(limit, hi - begin))
+                        if hi > begin else [])
+                assert got == (lo, hi, want), (qid, start, limit)
+    begun = []
+    env = store.env
+
+    class Counting:
+        def begin(self, **kwargs):
+            begun.append(kwargs)
+            return env.begin(**kwargs)
+
+        def __getattr__(self, name):
+            return getattr(env, name)
+
+    store.env = Counting()
+    assert store.queue_read("topic", 1, 2, 5)[2][0][0] == 2
+    assert len(begun) == 1
+    store.env = env
+    store.close()

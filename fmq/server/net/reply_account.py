@@ -59,13 +59,15 @@ class ReplyAccount:
                 raise
             finally:
                 self._waits.discard(fut)
-        task = asyncio.current_task()
+        # The loop named: current_task() looks it up with a getpid system call each time
+        # (CPython 3.11), twice a request.
+        task = asyncio.current_task(self._loop())
         self._reserved[task] = self._reserved.get(task, 0) + n
         return n
 
     def unreserve(self, n: int) -> None:
         """Give back reply bytes of the running request it will not use."""
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop())
         self._reserved[task] -= n
         self.release(n)
 

@@ -137,7 +137,10 @@ class SessionRequests:
                     self._run_checked, declared, req))
             else:
                 # A coroutine becomes a task; SEND's handler returns a future and needs none.
-                request = asyncio.ensure_future(declared.handler(ctx, session, req))
+                # (Not ensure_future: it finds the loop with a getpid system call, 3.11.)
+                request = declared.handler(ctx, session, req)
+                if asyncio.iscoroutine(request):
+                    request = ctx.loop.create_task(request)
         except FMQError as exc:  # refused before it started (a send that cannot be stored)
             ctx.counters.failed(op, exc)
             session.send(encode_error(op, rid, exc))

@@ -4,9 +4,46 @@ only when a write lands in its own queue, its session closes, or the server stop
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 Queue = tuple[str, int]
-PullEvents = tuple[asyncio.Event, asyncio.Event]
+
+
+class WakeEvent(asyncio.Event):
+    """An :class:`asyncio.Event` that also calls the callbacks registered on it when set:
+    :meth:`PullWakeups.wait` waits for the first of two events with one future and no
+    tasks (two tasks, ``asyncio.wait`` and two cancellations cost a long poll about as much
+    as its read; docs/performance.md, "Readers that cost little"). Others may still await
+    :meth:`wait` (the Kafka door's fetch)."""
+
+    __slots__ = ("_wake",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._wake: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        super().set()
+        wake, self._wake = self._wake, []
+        for cb in wake:
+            cb()
+
+    def on_set(self, cb: Callable[[], None]) -> None:
+        """Call ``cb()`` when set (at once when it is set already)."""
+        if self.is_set():
+            cb()
+        else:
+            self._wake.append(cb)
+
+    def forget(self, cb: Callable[[], None]) -> None:
+        """Drop ``cb`` (its waiter ended first)."""
+        try:
+            self._wake.remove(cb)
+        except ValueError:  # called already
+            pass
+
+
+PullEvents = tuple[WakeEvent, WakeEvent]
 
 
 class PullWakeups:
@@ -15,15 +52,16 @@ class PullWakeups:
     waiter."""
 
     def __init__(self) -> None:
-        self._queues: dict[Queue, asyncio.Event] = {}
-        self._sessions: dict[int, asyncio.Event] = {}
+        self._queues: dict[Queue, WakeEvent] = {}
+        self._sessions: dict[int, WakeEvent] = {}
         #: Pull long polls waiting now.
         self.waiting = 0
 
-    @property
-    def watched(self) -> bool:
-        """Some queue has a pull waiting for data (any thread may ask)."""
-        return bool(self._queues)
+    def wanted(self, queues: set[Queue]) -> bool:
+        """Some pull waits for data in one of ``queues`` (any thread may ask: a wake-up of
+        the event loop for the others would carry no work)."""
+        waited = self._queues
+        return any(q in waited for q in queues) if waited else False
 
     def data_arrived(self, queues: set[Queue]) -> None:
         """A write completed: wake the pull long polls of ``queues``, and only those."""
@@ -52,22 +90,33 @@ class PullWakeups:
         the read and the wait is not missed."""
         qev = self._queues.get((topic, queue_id))
         if qev is None:
-            qev = self._queues[(topic, queue_id)] = asyncio.Event()
+            qev = self._queues[(topic, queue_id)] = WakeEvent()
         sev = self._sessions.get(session_id)
         if sev is None:
-            sev = self._sessions[session_id] = asyncio.Event()
+            sev = self._sessions[session_id] = WakeEvent()
         return qev, sev
 
-    async def wait(self, events: PullEvents, timeout: float) -> bool:
+    async def wait(self, events: PullEvents, timeout: float,
+                   loop: asyncio.AbstractEventLoop | None = None) -> bool:
         """Wait until data lands in the queue (True), or the session closes, everything is
-        woken or ``timeout`` passes (False)."""
+        woken or ``timeout`` passes (False). ``loop``: the running one, named by a caller
+        that knows it (finding it costs a getpid system call in CPython 3.11)."""
         qev, sev = events
-        waits = [asyncio.ensure_future(qev.wait()), asyncio.ensure_future(sev.wait())]
+        woken = (loop or asyncio.get_running_loop()).create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        qev.on_set(wake)
+        sev.on_set(wake)
+        timer = woken.get_loop().call_later(timeout, wake)
         self.waiting += 1
         try:
-            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await woken
         finally:
             self.waiting -= 1
-            for w in waits:
-                w.cancel()
+            timer.cancel()
+            qev.forget(wake)
+            sev.forget(wake)
         return qev.is_set()
