@@ -6,9 +6,12 @@ with FMQ's typed error and leave nothing visible and nothing open."""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +24,7 @@ from tests.crashkit import ROOT
 from tests.doc_blocks import find_block
 from tests.server.harness import ServerProcess
 
+from .standalone import standalone_cluster
 from .topic_traffic import QUEUES, SERVER_CONFIG
 
 MAX_MESSAGE = 8192
@@ -97,6 +101,27 @@ def test_task_failing_on_its_first_attempt_writes_once(server):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     bodies = sorted(bytes(m.body) for m in stored(server, "sink-retry"))
     assert bodies == sorted(f"r-{i}".encode() for i in range(300))
+    assert open_sink_transactions(server) == []
+
+
+@pytest.mark.timeout(900)  # a standalone cluster (master, two workers, two executors)
+def test_a_speculative_copy_of_a_task_writes_once(server, tmp_path):
+    """Attempt 0 of partition 0 prepares its rows and stalls; Spark's speculation runs a
+    copy on the other worker, which prepares the same rows and finishes first. The driver
+    commits one of the two and rolls back the other: every row once."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with standalone_cluster(str(tmp_path)) as master:
+        run = _child("speculate", server.address, "sink-speculated", "400", master,
+                     str(marks))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    attempts = [json.loads(Path(p).read_text()) for p in glob.glob(str(marks / "*.json"))]
+    copies = [a for a in attempts if a["partition"] == 0]
+    # Both attempts of partition 0 prepared a transaction: the copy did run.
+    assert sorted(a["attempt"] for a in copies) == [0, 1], attempts
+    assert all(a["transactions"] for a in copies)
+    bodies = sorted(bytes(m.body) for m in stored(server, "sink-speculated"))
+    assert bodies == sorted(f"s-{i}".encode() for i in range(400))
     assert open_sink_transactions(server) == []
 
 
