@@ -94,8 +94,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/spark.md", 'spark.read.parquet("/data/orders-sink")'):
         "needs Spark and Java; an excerpt continuing the streaming query",
     ("docs/spark.md", "df.where(\"key = 'o-1'\").show()"): "needs Spark and Java; an excerpt",
-    ("docs/spark.md", 'option("topic", "clicks-upper")'):
-        "needs Spark and Java (tests/spark/test_topic_sink.py runs it)",
 }
 
 # Blocks that run after others, in the same directory: (document, text): the blocks first.
@@ -109,6 +107,9 @@ AFTER: dict[tuple[str, str], list[tuple[str, str]]] = {
 #: Blocks that talk to a TLS server (certificates from security.md's own recipe).
 TLS = {("docs/security.md", "--topic t --max 1"),
        ("docs/security.md", 'TLSOptions(ca_file="ca.pem")) as producer')}
+#: Blocks that start a Spark session of their own: each runs in a Python process of its
+#: own (its session and JVM end with it, and no other test's session is touched).
+OWN_PROCESS = {("docs/spark.md", 'option("topic", "clicks-upper")')}
 #: Blocks that work on a stopped broker's ./fmq-data (no server).
 OFFLINE = {("docs/security.md", "# the CA"),
            ("docs/security.md", "fmq acl add ./fmq-data --principal admin"),
@@ -129,10 +130,10 @@ RUN_ALONE = [b for b in RUN if _key(b, {k: None for k in PREREQUISITES}) is None
 
 
 def test_every_block_runs_or_says_why_not():
-    for table in (NOT_RUN, AFTER, TLS, OFFLINE):
+    for table in (NOT_RUN, AFTER, TLS, OFFLINE, OWN_PROCESS):
         for key in table:
             find_block(*key)  # each entry names exactly one block that still exists
-    for key in AFTER.keys() | PREREQUISITES | TLS | OFFLINE:
+    for key in AFTER.keys() | PREREQUISITES | TLS | OFFLINE | OWN_PROCESS:
         assert key not in NOT_RUN, f"{key} is both run and not run"
     assert len(RUN) + len(NOT_RUN) == len(ALL_BLOCKS)
 
@@ -147,12 +148,21 @@ def start_server(data_dir: Path, cwd: Path, tls: bool) -> ServerProcess:
                          ).start()
 
 
-@pytest.mark.parametrize("block", RUN_ALONE, ids=[b.name for b in RUN_ALONE])
+def _param(block: Block):
+    if _key(block, {k: None for k in OWN_PROCESS}) is None:
+        return block
+    # A Spark session's JVM start and a streaming job on a loaded machine.
+    return pytest.param(block, marks=pytest.mark.timeout(900))
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in RUN_ALONE],
+                         ids=[b.name for b in RUN_ALONE])
 def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    key = _key(block, {k: None for k in (*AFTER, *PREREQUISITES, *TLS, *OFFLINE)})
+    key = _key(block, {k: None for k in (*AFTER, *PREREQUISITES, *TLS, *OFFLINE,
+                                         *OWN_PROCESS)})
     if key in OFFLINE:
         with fmq.Broker.open(str(work / "fmq-data")):
             pass  # a stopped broker's directory, as the offline commands expect
@@ -163,7 +173,7 @@ def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
         return
     srv = start_server(tmp_path / "server-data", work, key in TLS)
     try:
-        run_block(block, work, srv.address)
+        run_block(block, work, srv.address, own_process=key in OWN_PROCESS)
         if key not in TLS:
             assert broker_stats(srv.address)["open_transactions"] == 0, \
                 f"{block.name} leaves a transaction open"

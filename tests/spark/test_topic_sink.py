@@ -21,7 +21,6 @@ from fmq.spark.sink_commit import TX_PREFIX
 from fmq.spark.topic_client import QueueClient
 from fmq.spark.topic_source import register
 from tests.crashkit import ROOT
-from tests.doc_blocks import find_block
 from tests.server.harness import ServerProcess
 
 from .standalone import standalone_cluster
@@ -164,11 +163,3 @@ def test_bad_row_fails_the_write_and_leaves_nothing(topics, server, bad, error):
     assert error in str(failed.value)
     assert stored(server, topic) == []
     assert open_sink_transactions(server) == []
-
-
-def test_the_documented_pipeline_runs(topics, server):
-    block = find_block("docs/spark.md", 'option("topic", "clicks-upper")')
-    code = block.code.replace("127.0.0.1:7070", server.address)
-    exec(compile(code, block.name, "exec"), {"__name__": "__doc_block__"})  # noqa: S102
-    bodies = sorted(bytes(m.body) for m in stored(server, "clicks-upper"))
-    assert bodies == sorted(f"PAGE-{i % 10}".encode() for i in range(100))
