@@ -117,6 +117,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[1]")
     parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the Spark steps (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the log afterwards")
     parser.add_argument("--data", help="an existing data directory written by this script "
                                        "(--keep) or _logdata.build_log: no log is written")
@@ -128,10 +130,11 @@ def main() -> int:
     os.makedirs(args.dir)
     if not args.data:
         os.makedirs(data_dir)
+    confs = "".join(f"--conf {c} " for c in args.conf)
     env = dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
-                                                f"pyspark-shell")
+                                                f"{confs}pyspark-shell")
     results: dict = {"size_mb": args.size_mb, "master": args.master, "cpus": os.cpu_count(),
-                     "rounds": []}
+                     "conf": args.conf, "rounds": []}
     try:
         if args.data:
             end = log_end(data_dir)
