@@ -29,7 +29,12 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from fmq.client import TransactionProducer
 from fmq.client.acquire import OWN_LINK
-from fmq.errors import AccessDenied, TransactionConflict, UnknownTransaction
+from fmq.errors import (
+    AccessDenied,
+    InvalidArgument,
+    TransactionConflict,
+    UnknownTransaction,
+)
 from fmq.protocol import Op
 from fmq.tx.state import TxState
 
@@ -152,7 +157,10 @@ class Committer:
                                             **access)
         try:
             for topic in sorted({t for t in topics if t}):
-                self.producer.route(topic)
+                try:
+                    self.producer.route(topic)
+                except InvalidArgument:
+                    continue  # a name FMQ refuses: no task could prepare anything in it
         except BaseException:
             self.producer.close()
             raise
