@@ -4,8 +4,8 @@ Not part of the test run (pytest's testpaths is tests/). Run it by hand::
 
     python bench/bench_rebuild.py --size-mb 1100 --dir /tmp/fmq-bench-rebuild
 
-It writes a log of at least ``--size-mb`` MB of 1 KiB messages with :class:`fmq.log.log.Log`
-directly (no fsync per message: the log is only input here), then times
+It writes a log of at least ``--size-mb`` MB of 1 KiB messages (``_logdata.build_log``:
+:class:`fmq.log.log.Log` directly, no fsync per message), then times
 
 1. ``fmq.admin.rebuild_index.rebuild_index`` (delete the index, recovery replays the log);
 2. ``python -m fmq.spark.rebuild DIR --master local[1] --out ...`` and ``local[2]`` in
@@ -21,7 +21,7 @@ deletes the log unless ``--keep``. Then
 4. two 2 MB logs rebuilt with ``python -m fmq.spark.rebuild`` at the last master, wall time
    including the JVM and session start: plain messages (the rebuild skips its whole-log
    queries: nothing for them), and one the broker wrote with transactions and consumer
-   offsets (:func:`build_mixed_log`); then the session start alone (a fresh process that
+   offsets (``_logdata.build_mixed_log``); then the session start alone (a fresh process that
    starts a session and stops it: what the JVM takes of the 10 s target).
 
 The 1-minute load average is recorded before and after each run: on a shared machine it
@@ -34,82 +34,19 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import time
 
 from fmq.config import BrokerConfig
-from fmq.datadir import INDEX_DIR, LOG_DIR
+from fmq.datadir import INDEX_DIR
 from fmq.index.lmdb_env import DERIVED_DBS
 from fmq.index.store import IndexStore
-from fmq.log.log import Log
-from fmq.log.record import Record, RecordType
 
-MB = 1_000_000
-
-
-def build_log(data_dir: str, size_mb: int, body_size: int, segment_size: int) -> int:
-    """Append MESSAGE records until the log holds ``size_mb`` MB; returns the log end."""
-    log = Log(os.path.join(data_dir, LOG_DIR), segment_size)
-    body = (b"0123456789abcdef" * (body_size // 16 + 1))[:body_size]
-    queues = 8
-    next_qoff = [0] * queues
-    now = int(time.time() * 1000)
-    i = 0
-    target = size_mb * MB
-    while log.next_offset < target:
-        with log.lock:
-            for _ in range(1000):
-                q = i % queues
-                rec = Record(RecordType.MESSAGE, store_time=now + i // 1000, queue_id=q,
-                             queue_offset=next_qoff[q], topic=f"bench-{q % 2}",
-                             key=f"k{i}" if i % 10 == 0 else None,
-                             tags="t" if i % 3 == 0 else None, body=body)
-                log.append_locked(rec)
-                next_qoff[q] += 1
-                i += 1
-            end = log.next_offset
-        log.wait_durable(end, sync=False)
-    log.flush()
-    end = log.next_offset
-    log.close()
-    return end
-
-
-def build_mixed_log(data_dir: str, size_mb: int, body_size: int, segment_size: int) -> int:
-    """A log written by the real broker: batches of plain messages, a committed and a
-    rolled-back transaction and a consumer offset after each, one transaction left open
-    (so every pass of the rebuild has work). Returns the log end."""
-    import fmq
-
-    body = (b"0123456789abcdef" * (body_size // 16 + 1))[:body_size]
-    cfg = BrokerConfig(segment_size=segment_size, max_message_size=segment_size // 4)
-    with fmq.Broker.open(data_dir, cfg) as b:
-        i = 0
-        while b.stats()["log_end"] < size_mb * MB:
-            b.send_batch([fmq.Message(f"bench-{j % 2}", body, key=f"k{i + j}")
-                          for j in range(50)])
-            tx = b.transactions.prepare([fmq.Message("bench-tx", body),
-                                         fmq.Message("bench-0", body)],
-                           producer_group="bench")
-            b.transactions.commit(tx)
-            b.transactions.rollback(b.transactions.prepare([fmq.Message("bench-tx", body)],
-                                                           producer_group="bench"))
-            b.wait_indexed()
-            b.offsets.commit("readers", [("bench-0", 0,
-                                          b._index.all_queues().get(("bench-0", 0), (0, 0))[1])])
-            i += 50
-        b.transactions.prepare([fmq.Message("bench-tx", body)], producer_group="bench",
-                               tx_id="left-open")
-        b.wait_indexed()
-        return b.stats()["log_end"]
-
-
-def _cpu(who: int) -> float:
-    r = resource.getrusage(who)
-    return r.ru_utime + r.ru_stime
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cpu import process_cpu  # noqa: E402 - the bench directory is not a package
+from _logdata import MB, build_log, build_mixed_log  # noqa: E402
 
 
 def index_digest(path: str) -> tuple[str, dict[str, int]]:
@@ -236,10 +173,10 @@ def main() -> int:
 
             load0 = os.getloadavg()[0]
             t = time.monotonic()
-            cpu0 = _cpu(resource.RUSAGE_SELF)
+            cpu0 = process_cpu()
             report = rebuild_index(data_dir, BrokerConfig(segment_size=segment_size))
             secs = time.monotonic() - t
-            cpu = _cpu(resource.RUSAGE_SELF) - cpu0
+            cpu = process_cpu() - cpu0
             digest, counts = index_digest(os.path.join(data_dir, INDEX_DIR))
             results["in_process"] = {"seconds": round(secs, 2),
                                      "mb_per_s": round(end / MB / secs, 1),

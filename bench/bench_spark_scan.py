@@ -4,7 +4,7 @@ Not part of the test run (pytest's testpaths is tests/). Run it by hand::
 
     python bench/bench_spark_scan.py --size-mb 1000 --rounds 3
 
-It writes one log of ``--size-mb`` MB of 1 KiB messages (``bench_rebuild.build_log``), then
+It writes one log of ``--size-mb`` MB of 1 KiB messages (``_logdata.build_log``), then
 runs ``--rounds`` rounds, each of (in this order, every one a fresh process):
 
 1. the in-process rebuild (``fmq.admin.rebuild_index.rebuild_index``: the index deleted,
@@ -35,66 +35,28 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_rebuild import build_log  # noqa: E402 - the bench directory is not a package
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+from _logdata import MB, build_log, log_end  # noqa: E402 - the bench directory is not a package
 
-MB = 1_000_000
 GB = 1_000_000_000
 
+# The steps below run as ``python -c`` in fresh processes, the bench directory first on
+# their sys.path (run_json): they read CPU seconds with _cpu's helpers.
 _IN_PROCESS = """
-import json, resource, sys, time
+import json, sys, time
+from _cpu import process_cpu
 from fmq.admin.rebuild_index import rebuild_index
 from fmq.config import BrokerConfig
-cpu = lambda: sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
-t, c = time.monotonic(), cpu()
+t, c = time.monotonic(), process_cpu()
 report = rebuild_index(sys.argv[1], BrokerConfig(segment_size=int(sys.argv[2])))
-print(json.dumps({"seconds": time.monotonic() - t, "cpu": cpu() - c,
+print(json.dumps({"seconds": time.monotonic() - t, "cpu": process_cpu() - c,
                   "records": report["records_replayed"]}))
 """
 
 _SPARK = """
-import json, os, sys, time
-TICK = os.sysconf("SC_CLK_TCK")
-
-def tree_cpu():
-    # utime + stime (fields 14-15 of /proc/PID/stat) of this process (the driver's Python),
-    # the JVM and Spark's Python daemon and workers (every other descendant), and the
-    # cutime + cstime (16-17) of all: children that ended and were reaped (the Python
-    # processes that plan a data source, workers that exited).
-    parent, cpu, reaped, comm = {}, {}, {}, {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                head, _, rest = f.read().rpartition(")")
-        except OSError:
-            continue
-        fields = rest.split()
-        pid = int(name)
-        parent[pid] = int(fields[1])
-        cpu[pid] = sum(int(v) for v in fields[11:13]) / TICK
-        reaped[pid] = sum(int(v) for v in fields[13:15]) / TICK
-        comm[pid] = head.partition("(")[2]
-    me = os.getpid()
-    mine = {me}
-    grew = True
-    while grew:
-        grew = False
-        for pid, ppid in parent.items():
-            if ppid in mine and pid not in mine:
-                mine.add(pid)
-                grew = True
-    out = {"driver": cpu[me], "jvm": 0.0, "workers": 0.0,
-           "reaped": sum(reaped[p] for p in mine)}
-    for pid in mine - {me}:
-        out["jvm" if comm[pid] == "java" else "workers"] += cpu[pid]
-    return out
-
-
-def spent(before, after):
-    return {k: round(after[k] - before[k], 2) for k in before}
-
+import json, sys, time
+from _cpu import spent, tree_cpu
 
 data_dir, out, master = sys.argv[1], sys.argv[2], sys.argv[3]
 c0 = tree_cpu()
@@ -131,6 +93,7 @@ spark.stop()
 def run_json(code: str, args: list[str], env: dict) -> dict:
     """The JSON a fresh ``python -c code args`` prints last, and its wall seconds."""
     t = time.monotonic()
+    code = f"import sys; sys.path.insert(0, {BENCH_DIR!r})\n{code}"
     proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
                           text=True, check=False)
     if proc.returncode != 0:
@@ -154,9 +117,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[1]")
     parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the Spark steps (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the log afterwards")
     parser.add_argument("--data", help="an existing data directory written by this script "
-                                       "(--keep) or bench_rebuild.build_log: no log is written")
+                                       "(--keep) or _logdata.build_log: no log is written")
     args = parser.parse_args()
 
     data_dir = args.data or os.path.join(args.dir, "data")
@@ -165,18 +130,14 @@ def main() -> int:
     os.makedirs(args.dir)
     if not args.data:
         os.makedirs(data_dir)
+    confs = "".join(f"--conf {c} " for c in args.conf)
     env = dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
-                                                f"pyspark-shell")
+                                                f"{confs}pyspark-shell")
     results: dict = {"size_mb": args.size_mb, "master": args.master, "cpus": os.cpu_count(),
-                     "rounds": []}
+                     "conf": args.conf, "rounds": []}
     try:
         if args.data:
-            from fmq.log.scanner import LogScanner
-
-            scanner = LogScanner(os.path.join(data_dir, "log"), copy_body=False)
-            for _ in scanner:
-                pass
-            end = scanner.end_offset
+            end = log_end(data_dir)
         else:
             end = build_log(data_dir, args.size_mb, args.body, segment_size)
         gb = end / GB

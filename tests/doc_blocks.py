@@ -65,17 +65,30 @@ def bash_commands(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
+#: The longest a python block run in a process of its own may take (a Spark session).
+OWN_PROCESS_TIMEOUT_S = 800
+
+
 def run_block(block: Block, cwd: Path, address: str | None, kafka: str | None = None,
-              env: dict[str, str] | None = None) -> None:
+              env: dict[str, str] | None = None, own_process: bool = False) -> None:
     """Run ``block`` in ``cwd`` against the server at ``address`` (None: no server), whose
     Kafka port is at ``kafka``; ``env``: more variables for a bash block's commands. A
-    failing command or an exception fails the test."""
+    failing command or an exception fails the test. ``own_process``: a python block runs
+    in a fresh interpreter instead of this one (a block that starts a Spark session)."""
     code = block.code
     if address is not None:
         port = address.rpartition(":")[2]
         code = ADDRESS.sub(lambda m: f"{m.group(1)}:{port}", code)
     if kafka is not None:
         code = KAFKA_ADDRESS.sub(kafka, code)
+    if block.lang == "python" and own_process:
+        script = cwd / "doc_block.py"
+        script.write_text(code, encoding="utf-8")
+        done = subprocess.run([sys.executable, str(script)], cwd=cwd, capture_output=True,
+                              text=True, timeout=OWN_PROCESS_TIMEOUT_S, check=False)
+        assert done.returncode == 0, (f"{block.name} exited with {done.returncode}:\n"
+                                      f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return
     if block.lang == "python":
         exec(compile(code, block.name, "exec"), {"__name__": "__doc_block__"})
         return

@@ -79,8 +79,6 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/spark.md", 'spark.read.parquet("/data/orders-sink")'):
         "needs Spark and Java; an excerpt continuing the streaming query",
     ("docs/spark.md", "df.where(\"key = 'o-1'\").show()"): "needs Spark and Java; an excerpt",
-    ("docs/spark.md", 'option("topic", "clicks-upper")'):
-        "needs Spark and Java (tests/spark/test_topic_sink.py runs it)",
 }
 
 # Blocks that run after others, in the same directory: (document, text): the blocks first.
@@ -97,6 +95,9 @@ TLS = {("docs/security.md", "--topic t --max 1"),
 #: Blocks that log in as alice with $PASSWORD: their server has users (admin and alice).
 USERS = {("docs/kafka.md", "sasl.mechanisms=SCRAM-SHA-256")}
 USER_PASSWORD = "correct horse battery staple"  # noqa: S105 - a test password
+#: Blocks that start a Spark session of their own: each runs in a Python process of its
+#: own (its session and JVM end with it, and no other test's session is touched).
+OWN_PROCESS = {("docs/spark.md", 'option("topic", "clicks-upper")')}
 #: Blocks that work on a stopped broker's ./fmq-data (no server).
 OFFLINE = {("docs/security.md", "# the CA"),
            ("docs/security.md", "fmq acl add ./fmq-data --principal admin"),
@@ -117,10 +118,10 @@ RUN_ALONE = [b for b in RUN if _key(b, {k: None for k in PREREQUISITES}) is None
 
 
 def test_every_block_runs_or_says_why_not():
-    for table in (NOT_RUN, AFTER, TLS, USERS, OFFLINE):
+    for table in (NOT_RUN, AFTER, TLS, USERS, OFFLINE, OWN_PROCESS):
         for key in table:
             find_block(*key)  # each entry names exactly one block that still exists
-    for key in AFTER.keys() | PREREQUISITES | TLS | USERS | OFFLINE:
+    for key in AFTER.keys() | PREREQUISITES | TLS | USERS | OFFLINE | OWN_PROCESS:
         assert key not in NOT_RUN, f"{key} is both run and not run"
     assert len(RUN) + len(NOT_RUN) == len(ALL_BLOCKS)
 
@@ -151,12 +152,21 @@ def start_server(data_dir: Path, cwd: Path, tls: bool, kafka_port: int | None = 
                          ).start()
 
 
-@pytest.mark.parametrize("block", RUN_ALONE, ids=[b.name for b in RUN_ALONE])
+def _param(block: Block):
+    if _key(block, {k: None for k in OWN_PROCESS}) is None:
+        return block
+    # A Spark session's JVM start and a streaming job on a loaded machine.
+    return pytest.param(block, marks=pytest.mark.timeout(900))
+
+
+@pytest.mark.parametrize("block", [_param(b) for b in RUN_ALONE],
+                         ids=[b.name for b in RUN_ALONE])
 def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    key = _key(block, {k: None for k in (*AFTER, *PREREQUISITES, *TLS, *USERS, *OFFLINE)})
+    key = _key(block, {k: None for k in (*AFTER, *PREREQUISITES, *TLS, *USERS, *OFFLINE,
+                                         *OWN_PROCESS)})
     if key in OFFLINE:
         with fmq.Broker.open(str(work / "fmq-data")):
             pass  # a stopped broker's directory, as the offline commands expect
@@ -171,7 +181,8 @@ def test_doc_block_runs_as_written(block, tmp_path, monkeypatch):
     try:
         run_block(block, work, srv.address,
                   None if kafka_port is None else f"127.0.0.1:{kafka_port}",
-                  {"PASSWORD": USER_PASSWORD} if key in USERS else None)
+                  {"PASSWORD": USER_PASSWORD} if key in USERS else None,
+                  own_process=key in OWN_PROCESS)
         stats = None
         if key not in TLS:
             with Client(srv.address, **srv.client_options) as client:

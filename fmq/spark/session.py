@@ -10,6 +10,9 @@ from pyspark.sql import SparkSession
 
 #: JVM options of a local session the job creates (unless the caller gives its own).
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: The Python daemon of a session the job creates: pyspark imported from the installed
+#: package, not compiled from pyspark.zip in every worker (fmq/spark/worker_daemon.py).
+DAEMON_MODULE = "fmq.spark.worker_daemon"
 
 
 def _java_options_given() -> bool:
@@ -20,6 +23,16 @@ def _java_options_given() -> bool:
 def _under_spark_submit() -> bool:
     # spark-submit starts the JVM first and hands its port to the Python driver.
     return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _daemon_module_given() -> bool:
+    if "spark.python.daemon.module" in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
+        return True
+    if _under_spark_submit():
+        from pyspark import SparkConf
+
+        return SparkConf().contains("spark.python.daemon.module")
+    return False
 
 
 def spark_session(master: str | None, app_name: str = "fmq-index-rebuild"
@@ -39,6 +52,9 @@ def spark_session(master: str | None, app_name: str = "fmq-index-rebuild"
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
+    if not _daemon_module_given():
+        # fmq is installed wherever the job's Python runs (docs/spark.md, Install).
+        builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
     if master is not None and master.startswith("local"):
         # No web UI for a local job: it costs a second of start-up and nobody browses it.
         builder = builder.config("spark.ui.enabled", "false")

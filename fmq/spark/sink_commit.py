@@ -29,7 +29,12 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from fmq.client import TransactionProducer
 from fmq.client.acquire import OWN_LINK
-from fmq.errors import AccessDenied, TransactionConflict, UnknownTransaction
+from fmq.errors import (
+    AccessDenied,
+    InvalidArgument,
+    TransactionConflict,
+    UnknownTransaction,
+)
 from fmq.protocol import Op
 from fmq.tx.state import TxState
 
@@ -71,10 +76,12 @@ class TxName:
 
 @dataclass(frozen=True)
 class Prepared:
-    """One prepared transaction: its id and the broker group (client link) holding it."""
+    """One prepared transaction: its id, the broker group (client link) holding it, and
+    the topic of its messages (whose route names that group's primary to the driver)."""
 
     tx_id: str
     link: str = OWN_LINK
+    topic: str = ""
 
 
 class SinkCommitMessage(WriterCommitMessage):
@@ -104,7 +111,8 @@ class DecisionLog:
     def read(self, batch: int) -> list[Prepared] | None:
         try:
             with open(self._path(batch)) as f:
-                return [Prepared(t["tx_id"], t["link"]) for t in json.load(f)["transactions"]]
+                return [Prepared(t["tx_id"], t["link"], t.get("topic", ""))
+                        for t in json.load(f)["transactions"]]
         except FileNotFoundError:
             return None
 
@@ -113,7 +121,7 @@ class DecisionLog:
         tmp = self._path(batch) + ".tmp"
         with open(tmp, "w") as f:
             json.dump({"batch": batch, "transactions": [
-                {"tx_id": t.tx_id, "link": t.link} for t in chosen]}, f)
+                {"tx_id": t.tx_id, "link": t.link, "topic": t.topic} for t in chosen]}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self._path(batch))
@@ -135,13 +143,27 @@ class DecisionLog:
 
 class Committer:
     """The driver's side: commits and rolls back the sink's transactions in one producer
-    group, and sweeps the group's open transactions the tasks' messages do not name."""
+    group, and sweeps the group's open transactions the tasks' messages do not name.
+
+    ``topics``: the topics the write wrote to. In a cluster the tasks' transactions live in
+    the broker groups of those topics' routes: the committer reads the routes first, which
+    gives it a link to each group's primary (the servers given are one group's, or any
+    node's), and the sweep looks in every group they name."""
 
     def __init__(self, servers: str | Sequence[str], producer_group: str,
-                 access: dict[str, Any]) -> None:
+                 access: dict[str, Any], topics: Iterable[str] = ()) -> None:
         self.producer = TransactionProducer(servers, producer_group,
                                             lambda _u: TxState.UNKNOWN, feedback=False,
                                             **access)
+        try:
+            for topic in sorted({t for t in topics if t}):
+                try:
+                    self.producer.route(topic)
+                except InvalidArgument:
+                    continue  # a name FMQ refuses: no task could prepare anything in it
+        except BaseException:
+            self.producer.close()
+            raise
 
     def __enter__(self) -> Committer:
         return self

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from pyspark import TaskContext
@@ -66,6 +66,12 @@ class _SinkOptions:
         self.producer_group = option(options, "producerGroup") or DEFAULT_PRODUCER_GROUP
         self.columns: SinkColumns = check_schema(schema, option(options, "topic"))
 
+    def committer(self, prepared: Iterable[Prepared]) -> Committer:
+        """The driver's committer, knowing the routes of the topics written: the ``topic``
+        option's and those of the transactions ``prepared``."""
+        topics = {t.topic for t in prepared} | {self.columns.topic or ""}
+        return Committer(self.servers, self.producer_group, self.access, topics)
+
 
 def _prepare_task(opts: _SinkOptions, rows: Iterator[Any], write: str, batch: int,
                   run: str) -> SinkCommitMessage:
@@ -91,7 +97,8 @@ def _prepare_task(opts: _SinkOptions, rows: Iterator[Any], write: str, batch: in
             for n, topic in enumerate(sorted(by_topic)):
                 name = str(TxName(write, batch, run, partition, attempt, n))
                 tx_id = producer.prepare(by_topic[topic], tx_id=name)
-                done.append(Prepared(tx_id, producer._tx_links.get(tx_id, OWN_LINK)))  # noqa: SLF001
+                done.append(Prepared(tx_id, producer._tx_links.get(tx_id, OWN_LINK),  # noqa: SLF001
+                                     topic))
         except BaseException:
             for tx in done:
                 try:
@@ -120,14 +127,15 @@ class TopicBatchWriter(DataSourceWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         chosen = prepared_of(messages)
         ids = {t.tx_id for t in chosen}
-        with Committer(self.opts.servers, self.opts.producer_group, self.opts.access) as c:
+        with self.opts.committer(chosen) as c:
             c.commit_all(chosen)
             c.sweep(lambda n: TxState.ROLLBACK
                     if self._ours(n) and str(n) not in ids else None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        with Committer(self.opts.servers, self.opts.producer_group, self.opts.access) as c:
-            c.rollback_all(prepared_of(messages))
+        prepared = prepared_of(messages)
+        with self.opts.committer(prepared) as c:
+            c.rollback_all(prepared)
             c.sweep(lambda n: TxState.ROLLBACK if self._ours(n) else None)
 
 
@@ -179,7 +187,7 @@ class TopicStreamWriter(DataSourceStreamWriter):
         prepared = prepared_of(messages)
         chosen = self.decisions.decide(batchId, prepared)
         ids = {t.tx_id for t in chosen}
-        with Committer(self.opts.servers, self.opts.producer_group, self.opts.access) as c:
+        with self.opts.committer([*chosen, *prepared]) as c:
             c.commit_all(chosen)
             c.rollback_all(t for t in prepared if t.tx_id not in ids)
             c.sweep(self._verdict)
@@ -187,6 +195,6 @@ class TopicStreamWriter(DataSourceStreamWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         recorded = self.decisions.read(batchId)
         keep = {t.tx_id for t in recorded or ()}
-        with Committer(self.opts.servers, self.opts.producer_group, self.opts.access) as c:
+        with self.opts.committer(prepared_of(messages)) as c:
             # A recorded transaction stands: the batch's next run commits it.
             c.rollback_all(t for t in prepared_of(messages) if t.tx_id not in keep)

@@ -13,12 +13,26 @@ to ``DEST`` exactly once, ``availableNow``, 50 messages per micro-batch. With
 ``FAIL_AFTER`` the sink's driver commit of that batch raises after it committed, before
 Spark's commit log records the batch (as a driver killed there): the process exits 3 and
 a restart runs the batch again.
+
+``python -m tests.spark.sink_jobs speculate ADDRESS TOPIC ROWS MASTER MARKS``: a batch write
+of ``ROWS`` rows in 4 partitions with ``spark.speculation`` on, at ``MASTER`` (a standalone
+cluster: Spark speculates only there, never in local mode), where attempt 0 of partition 0
+prepares its transaction and then stalls (for at most :data:`STALL_S`), so Spark runs a
+speculative copy of it; every attempt leaves a file in ``MARKS`` naming its partition,
+attempt number and transactions once it prepared.
+
+:class:`GatedSink` (``format("fmq-topic-gated")``, registered by the test itself in its own
+session) writes as the sink does, but a task of partition 1 waits for the file
+``GATE/open`` before it prepares, and every task leaves ``GATE/prepared-<partition>``
+after its prepare: the test moves the servers under the write in between.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
@@ -52,6 +66,65 @@ class DyingStreamWriter(TopicStreamWriter):
             raise DriverDiedAfterCommit(f"the driver dies after the commit of {batchId}")
 
 
+#: The longest the stalled first attempt of the speculation job waits to be killed.
+STALL_S = 120.0
+
+
+class SlowFirstAttemptWriter(TopicBatchWriter):
+    """Attempt 0 of partition 0 prepares, then stalls: Spark's speculation runs a copy."""
+
+    def __init__(self, options, schema):
+        super().__init__(options, schema)
+        self.marks = options["marks"]
+
+    def write(self, iterator):
+        message = super().write(iterator)
+        ctx = TaskContext.get()
+        mark = {"partition": ctx.partitionId(), "attempt": ctx.attemptNumber(),
+                "transactions": [t.tx_id for t in message.transactions]}
+        path = os.path.join(self.marks, f"{ctx.partitionId()}-{ctx.taskAttemptId()}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(mark, f)
+        os.replace(path + ".tmp", path)
+        if ctx.partitionId() == 0 and ctx.attemptNumber() == 0:
+            deadline = time.monotonic() + STALL_S
+            while time.monotonic() < deadline:  # until Spark kills this attempt
+                time.sleep(0.2)
+        return message
+
+
+class GatedWriter(TopicBatchWriter):
+    """Partition 1 prepares only once ``GATE/open`` exists; every task marks its prepare."""
+
+    #: The longest partition 1 waits for the gate.
+    WAIT_S = 180.0
+
+    def __init__(self, options, schema):
+        super().__init__(options, schema)
+        self.gate = options["gate"]
+
+    def write(self, iterator):
+        ctx = TaskContext.get()
+        if ctx.partitionId() == 1:
+            deadline = time.monotonic() + self.WAIT_S
+            while (not os.path.exists(os.path.join(self.gate, "open"))
+                   and time.monotonic() < deadline):
+                time.sleep(0.1)
+        message = super().write(iterator)
+        with open(os.path.join(self.gate, f"prepared-{ctx.partitionId()}"), "w"):
+            pass
+        return message
+
+
+class GatedSink(TopicDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "fmq-topic-gated"
+
+    def writer(self, schema, overwrite):
+        return GatedWriter(dict(self.options), schema)
+
+
 class TestSinkSource(TopicDataSource):
     @classmethod
     def name(cls) -> str:
@@ -64,10 +137,22 @@ class TestSinkSource(TopicDataSource):
         return DyingStreamWriter(dict(self.options), schema)
 
 
-def _session(master: str) -> SparkSession:
+class SpeculatedSink(TopicDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "fmq-topic-speculated"
+
+    def writer(self, schema, overwrite):
+        return SlowFirstAttemptWriter(dict(self.options), schema)
+
+
+def _session(master: str, **conf: str) -> SparkSession:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    spark = (SparkSession.builder.master(master).appName("fmq-topic-sink")
+    builder = SparkSession.builder.master(master).appName("fmq-topic-sink")
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = (builder
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
@@ -76,6 +161,7 @@ def _session(master: str) -> SparkSession:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(TopicDataSource)
     spark.dataSource.register(TestSinkSource)
+    spark.dataSource.register(SpeculatedSink)
     return spark
 
 
@@ -94,6 +180,24 @@ def retry(address: str, topic: str, rows: int) -> None:
                   F.format_string("k%d", F.col("i") % 5).alias("key")))
     (df.write.format("fmq-topic-test").option("servers", address).option("topic", topic)
      .mode("append").save())
+    spark.stop()
+
+
+def speculate(address: str, topic: str, rows: int, master: str, marks: str) -> None:
+    # Speculate early: as soon as half the tasks are done, a task running 1.5 times their
+    # median (and over a second) gets a copy on another executor.
+    spark = _session(master, **{
+        "spark.speculation": "true", "spark.speculation.interval": "200ms",
+        "spark.speculation.quantile": "0.5", "spark.speculation.multiplier": "1.5",
+        "spark.speculation.minTaskRuntime": "1s", "spark.cores.max": "2",
+        "spark.executor.memory": "512m",
+        # The executors' Python workers import this module (the writer's class).
+        "spark.executorEnv.PYTHONPATH": os.getcwd()})
+    df = spark.range(rows, numPartitions=4).select(
+        F.format_string("s-%d", "id").alias("body"),
+        F.format_string("k%d", F.col("id") % 5).alias("key"))
+    (df.write.format("fmq-topic-speculated").option("servers", address)
+     .option("topic", topic).option("marks", marks).mode("append").save())
     spark.stop()
 
 
@@ -124,5 +228,7 @@ if __name__ == "__main__":
     mode, *args = sys.argv[1:]
     if mode == "retry":
         retry(args[0], args[1], int(args[2]))
+    elif mode == "speculate":
+        speculate(args[0], args[1], int(args[2]), args[3], args[4])
     else:
         stream(*args)

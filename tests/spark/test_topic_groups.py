@@ -1,7 +1,8 @@
 """``format("fmq-topic")`` over a topic routed over two broker groups: a real etcd, two
 broker groups of one node each as real ``fmq server`` processes, a real ``local[2]`` Spark
 session. The source is given one node's address only and finds the other group's primary
-through the topic's route (docs/spark.md, "A topic over several broker groups")."""
+through the topic's route (docs/spark.md, "A topic over several broker groups"); the sink
+writes to a topic routed over both groups, given the same one address."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import json
 import os
 
 import pytest
+from pyspark.sql import functions as F
 
-from fmq.client import Producer
+from fmq.client import Client, Producer
 from fmq.coordination.lease import LeaderLease
+from fmq.protocol import Op
 from fmq.spark.errors import GroupUnreachable
+from fmq.spark.sink_commit import TX_PREFIX
 from fmq.spark.topic_source import TopicBatchReader, register
-from tests.cluster.kit import known_everywhere, two_groups
+from tests.cluster.kit import known_everywhere, local_queues, two_groups
 from tests.etcdkit import ETCD
 from tests.server.harness import free_port, wait_until
 
@@ -60,6 +64,74 @@ def test_a_batch_read_returns_every_message_of_both_groups_once(topics, cluster)
     assert len(got) == len(sent)  # no message twice
     assert dict(got) == sent      # every message, with its group, queue and offset
     assert df.rdd.getNumPartitions() == len({(g, q) for g, q, _o in sent.values()})
+
+
+def routed(store, nodes, topic: str) -> None:
+    """``topic`` routed over g1 and g2, QUEUES queues each, made on each primary."""
+    route = store.create(topic, QUEUES, ["g1", "g2"])
+    known_everywhere(nodes, topic, route.version)
+    for node in nodes.values():
+        wait_until(lambda n=node: local_queues(n, topic) == QUEUES, 30,
+                   f"{topic}'s queues made on {node.address}")
+
+
+def read_topic(spark, nodes, topic: str) -> list[tuple[bytes, str]]:
+    """Every message of ``topic`` in both groups, as (body, group), read through one
+    node's address."""
+    rows = (spark.read.format("fmq-topic").option("servers", nodes["g1"].address)
+            .option("subscribe", topic).load().select("body", "group").collect())
+    return [(bytes(r.body), r.group) for r in rows]
+
+
+def open_sink_transactions(nodes) -> list[str]:
+    out = []
+    for node in nodes.values():
+        with Client(node.address) as c:
+            out += [t["tx_id"] for t in c.call(Op.LIST_TX, {})["transactions"]
+                    if t["tx_id"].startswith(TX_PREFIX)]
+    return out
+
+
+@pytest.mark.timeout(600)  # a batch write and a streaming query over two groups
+def test_a_routed_topic_is_read_and_written_back_once_each(topics, cluster, tmp_path):
+    """A topic over both groups read (batch, then as a stream), upper-cased and written
+    to topics over both groups, the sink given g1's address alone: each task's
+    transaction lives in the group of its first row, the driver commits them in both."""
+    store, nodes, _etcd = cluster
+    for topic in ("sg-in", "sg-out", "sg-out-stream"):
+        routed(store, nodes, topic)
+    sent = send(nodes, "sg-in", "in", 60)
+    assert {g for g, _q, _o in sent.values()} == {"g1", "g2"}
+    wanted = sorted(b.upper() for b in sent)
+    g1 = nodes["g1"].address
+
+    def upper(df):
+        # A key per message spreads the tasks' first rows, so their transactions, over
+        # both groups.
+        return df.select(F.format_string("%s-%d-%d", "group", "queue_id", "queue_offset")
+                         .alias("key"), F.upper(F.col("body").cast("string")).alias("body"))
+
+    source = (topics.read.format("fmq-topic").option("servers", g1)
+              .option("subscribe", "sg-in").load())
+    (upper(source).write.format("fmq-topic").option("servers", g1)
+     .option("topic", "sg-out").mode("append").save())
+    written = read_topic(topics, nodes, "sg-out")
+    assert sorted(b for b, _g in written) == wanted
+    assert {g for _b, g in written} == {"g1", "g2"}
+
+    query = (upper(topics.readStream.format("fmq-topic").option("servers", g1)
+                   .option("subscribe", "sg-in").option("startingOffsets", "earliest")
+                   .load())
+             .writeStream.format("fmq-topic").option("servers", g1)
+             .option("topic", "sg-out-stream")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(180), "the availableNow query did not finish"
+    assert query.exception() is None, query.exception()
+    streamed = read_topic(topics, nodes, "sg-out-stream")
+    assert sorted(b for b, _g in streamed) == wanted
+    assert {g for _b, g in streamed} == {"g1", "g2"}
+    assert open_sink_transactions(nodes) == []
 
 
 def _last_offsets(checkpoint: str) -> dict:

@@ -6,9 +6,12 @@ with FMQ's typed error and leave nothing visible and nothing open."""
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +21,9 @@ from fmq.spark.sink_commit import TX_PREFIX
 from fmq.spark.topic_client import QueueClient
 from fmq.spark.topic_source import register
 from tests.crashkit import ROOT
-from tests.doc_blocks import find_block
 from tests.server.harness import ServerProcess
 
+from .standalone import standalone_cluster
 from .topic_traffic import QUEUES, SERVER_CONFIG
 
 MAX_MESSAGE = 8192
@@ -100,6 +103,27 @@ def test_task_failing_on_its_first_attempt_writes_once(server):
     assert open_sink_transactions(server) == []
 
 
+@pytest.mark.timeout(900)  # a standalone cluster (master, two workers, two executors)
+def test_a_speculative_copy_of_a_task_writes_once(server, tmp_path):
+    """Attempt 0 of partition 0 prepares its rows and stalls; Spark's speculation runs a
+    copy on the other worker, which prepares the same rows and finishes first. The driver
+    commits one of the two and rolls back the other: every row once."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with standalone_cluster(str(tmp_path)) as master:
+        run = _child("speculate", server.address, "sink-speculated", "400", master,
+                     str(marks))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    attempts = [json.loads(Path(p).read_text()) for p in glob.glob(str(marks / "*.json"))]
+    copies = [a for a in attempts if a["partition"] == 0]
+    # Both attempts of partition 0 prepared a transaction: the copy did run.
+    assert sorted(a["attempt"] for a in copies) == [0, 1], attempts
+    assert all(a["transactions"] for a in copies)
+    bodies = sorted(bytes(m.body) for m in stored(server, "sink-speculated"))
+    assert bodies == sorted(f"s-{i}".encode() for i in range(400))
+    assert open_sink_transactions(server) == []
+
+
 @pytest.mark.timeout(900)  # two child sessions of their own, micro-batch by micro-batch
 def test_streaming_query_restarted_after_its_commit_writes_once(server, tmp_path):
     with Producer(server.address) as p:
@@ -139,11 +163,3 @@ def test_bad_row_fails_the_write_and_leaves_nothing(topics, server, bad, error):
     assert error in str(failed.value)
     assert stored(server, topic) == []
     assert open_sink_transactions(server) == []
-
-
-def test_the_documented_pipeline_runs(topics, server):
-    block = find_block("docs/spark.md", 'option("topic", "clicks-upper")')
-    code = block.code.replace("127.0.0.1:7070", server.address)
-    exec(compile(code, block.name, "exec"), {"__name__": "__doc_block__"})  # noqa: S102
-    bodies = sorted(bytes(m.body) for m in stored(server, "clicks-upper"))
-    assert bodies == sorted(f"PAGE-{i % 10}".encode() for i in range(100))
