@@ -51,8 +51,6 @@ MAX_TAGS_IN_EXPRESSION = 64
 #: The properties a consumer does not get: the dedup window's bookkeeping, not the
 #: application's.
 HIDDEN_PROPERTIES = frozenset({PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY, PRINCIPAL_PROPERTY})
-#: Properties of a message checked on the short path at most (more take the full checks).
-_PLAIN_PROPERTIES = 64
 
 
 @dataclass
@@ -292,22 +290,30 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
             f"(max_message_size) is {units.size(max_size)} ({max_size} bytes); split the "
             f"payload or raise the limit"
         )
-    check_label(msg.key, "key")
-    check_label(msg.tags, "tags")
+    # The usual message (no key or tags, a few plain properties, a queue id in range)
+    # passes without a call of the checks that would tell what is wrong with it.
+    if msg.key is not None:
+        check_label(msg.key, "key")
+    if msg.tags is not None:
+        check_label(msg.tags, "tags")
     properties = msg.properties
     if properties is not None and not _plain_properties(properties):
         _check_properties(properties, internal)
-    if msg.queue_id is not None:
-        check_queue_id(msg.queue_id, queues(msg.topic) if callable(queues) else queues)
+    queue_id = msg.queue_id
+    if queue_id is not None:
+        count = queues(msg.topic) if callable(queues) else queues
+        if type(queue_id) is not int or not 0 <= queue_id < count:
+            check_queue_id(queue_id, count)
     return msg
 
 
 def _plain_properties(properties: object) -> bool:
     """Whether ``properties`` surely pass :func:`_check_properties` (``internal`` or not):
-    a dict of a few ASCII strings, no name starting with ``%`` (an ASCII string's length
-    is its encoded length). A message's usual properties cost a fraction of the full
-    checks this way; anything else takes them, and gets their error."""
-    if type(properties) is not dict or len(properties) > _PLAIN_PROPERTIES:
+    a dict of ASCII strings, no name starting with ``%`` (an ASCII string's length is its
+    encoded length; within the size limit, their count is within 0xFFFF). A message's
+    usual properties cost a fraction of the full checks this way; anything else takes
+    them, and gets their error."""
+    if type(properties) is not dict:
         return False
     size = 2
     for k, v in properties.items():

@@ -37,7 +37,7 @@ SHAPES = [
     {"a": "\u00e9" * 40_000},  # not ASCII and over the limit once encoded
     {"a": "x" * (MAX_PROPERTIES - 7)},  # exactly the limit
     {"a": "x" * (MAX_PROPERTIES - 6)},  # one byte over
-    {f"p{i}": "v" for i in range(65)},  # more than the short path takes
+    {f"p{i}": "v" for i in range(0x10000)},  # more than a count field holds
     {f"p{i}": "v" * 1000 for i in range(66)},  # many, over the limit
     {"a": 1},
     {1: "a"},
