@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from fmq import units
-from fmq.errors import InvalidArgument, MessageTooLarge
+from fmq.errors import InvalidArgument, MessageTooLarge, UnknownQueue
 
 _TOPIC_RE = re.compile(r"[A-Za-z0-9_.:%|-]{1,127}")  # matched with fullmatch: "t\n" is no topic
 #: Characters no name may hold: C0 and C1 controls (NUL, newline, escape...) and the Unicode
@@ -290,26 +290,58 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
             f"(max_message_size) is {units.size(max_size)} ({max_size} bytes); split the "
             f"payload or raise the limit"
         )
-    check_label(msg.key, "key")
-    check_label(msg.tags, "tags")
-    if msg.properties is not None:
-        if not isinstance(msg.properties, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in msg.properties.items()
-        ):
-            raise InvalidArgument("properties must be a dict of str to str")
-        size = 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in msg.properties.items())
-        if size > MAX_PROPERTIES or len(msg.properties) > 0xFFFF:
-            raise InvalidArgument(f"properties take {size} bytes encoded; the limit is {MAX_PROPERTIES}")
-        if not internal:
-            for name in msg.properties:
-                if name[:1] == "%" and name not in CLIENT_PROPERTIES:
-                    raise reserved_property(name)
-        if (PRODUCER_ID_PROPERTY in msg.properties or SEQUENCE_PROPERTY in msg.properties
-                or MESSAGE_ID_PROPERTY in msg.properties):
-            check_dedup_properties(msg.properties)
-    if msg.queue_id is not None:
-        check_queue_id(msg.queue_id, queues(msg.topic) if callable(queues) else queues)
+    # The usual message (no key or tags, a few plain properties, a queue id in range)
+    # passes without a call of the checks that would tell what is wrong with it.
+    if msg.key is not None:
+        check_label(msg.key, "key")
+    if msg.tags is not None:
+        check_label(msg.tags, "tags")
+    properties = msg.properties
+    if properties is not None and not _plain_properties(properties):
+        _check_properties(properties, internal)
+    queue_id = msg.queue_id
+    if queue_id is not None:
+        count = queues(msg.topic) if callable(queues) else queues
+        if type(queue_id) is not int or not 0 <= queue_id < count:
+            check_queue_id(queue_id, count)
     return msg
+
+
+def _plain_properties(properties: object) -> bool:
+    """Whether ``properties`` surely pass :func:`_check_properties` (``internal`` or not):
+    a dict of ASCII strings, no name starting with ``%`` (an ASCII string's length is its
+    encoded length; within the size limit, their count is within 0xFFFF). A message's
+    usual properties cost a fraction of the full checks this way; anything else takes
+    them, and gets their error."""
+    if type(properties) is not dict:
+        return False
+    size = 2
+    for k, v in properties.items():
+        if (type(k) is not str or type(v) is not str or not k.isascii() or not v.isascii()
+                or k[:1] == "%"):
+            return False
+        size += 4 + len(k) + len(v)
+    return size <= MAX_PROPERTIES
+
+
+def _check_properties(properties: object, internal: bool) -> None:
+    """A message's properties: a dict of str to str taking at most :data:`MAX_PROPERTIES`
+    bytes encoded, no broker's ``%`` property unless ``internal``, well-formed idempotence
+    properties."""
+    if not isinstance(properties, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
+    ):
+        raise InvalidArgument("properties must be a dict of str to str")
+    size = 2 + sum(4 + len(k.encode()) + len(v.encode()) for k, v in properties.items())
+    if size > MAX_PROPERTIES or len(properties) > 0xFFFF:
+        raise InvalidArgument(f"properties take {size} bytes encoded; the limit is {MAX_PROPERTIES}")
+    if not internal:
+        for name in properties:
+            if name[:1] == "%" and name not in CLIENT_PROPERTIES:
+                raise reserved_property(name)
+    if (PRODUCER_ID_PROPERTY in properties or SEQUENCE_PROPERTY in properties
+            or MESSAGE_ID_PROPERTY in properties):
+        check_dedup_properties(properties)
 
 
 def reserved_property(name: str) -> InvalidArgument:
@@ -365,8 +397,6 @@ def parse_tag_expression(expression: object) -> frozenset[str] | None:
 
 
 def check_queue_id(queue_id: object, queues: int) -> int:
-    from fmq.errors import UnknownQueue
-
     if not isinstance(queue_id, int) or isinstance(queue_id, bool) or not 0 <= queue_id < queues:
         raise UnknownQueue(
             f"queue id {queue_id!r} does not exist: the topic has queues 0..{queues - 1} "

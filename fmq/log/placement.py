@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from fmq.log.log import Log
 from fmq.log.record import RECORD_BOUND, Record, decode, encoded_size
-from fmq.message import Message
+from fmq.message import MAX_PROPERTIES, Message
 
 
 def now_ms() -> int:
@@ -21,17 +21,17 @@ def reserve_segments(log_: Log, messages: Sequence[Message], overhead: int = 0,
                      first: int = 0) -> None:
     """Create the segments the records of ``messages`` (after one record of ``first``
     bytes) will roll into, before any of them is placed (log lock held), so that a refused
-    request stores nothing. Exact sizes cost about a microsecond per message, so they are
-    computed only when a rough upper bound does not fit in the active segment."""
+    request stores nothing. ``messages`` passed ``check_message``. Exact sizes cost a
+    microsecond or more per message, so they are computed only when a rough upper bound
+    does not fit in the active segment."""
     # One plain loop: two generator expressions cost more than the rest of this call for
     # the usual request of one message.
     rough = first + len(messages) * (RECORD_BOUND + overhead)
-    props = False
     for m in messages:
         rough += len(m.body)
         if m.properties:
-            props = True
-    if not props and log_.fits_in_active(rough):
+            rough += MAX_PROPERTIES
+    if log_.fits_in_active(rough):
         return
     sizes = [first] if first else []
     log_.reserve_locked(sizes + [encoded_size(m, overhead) for m in messages])

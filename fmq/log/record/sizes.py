@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from fmq.errors import MessageTooLarge
 from fmq.log.record.layout import HEADER_SIZE, Record, properties_length
-from fmq.message import MAX_NAME, Message
+from fmq.message import MAX_NAME, MAX_PROPERTIES, Message
 
 #: A message record's size beyond its body and properties is at most this (topic, key,
-#: tags; the transaction fields are added separately).
+#: tags; the transaction fields are added separately). Its properties take at most
+#: ``MAX_PROPERTIES`` bytes (both bounds hold once ``check_message`` passed).
 RECORD_BOUND = HEADER_SIZE + 127 + 2 * MAX_NAME
 
 
@@ -32,9 +33,10 @@ def encoded_size(msg: Message, tx_overhead: int = 0) -> int:
 
 def check_fits(msg: Message, segment_size: int, tx_overhead: int = 0) -> None:
     """Raise MessageTooLarge when the message's record cannot fit in one segment (a
-    segment always keeps room for its end filler)."""
-    if not msg.properties and len(msg.body) + 4 * HEADER_SIZE + 2048 + tx_overhead < segment_size:
-        return  # fast path: topic, key and tags are bounded (checked), so it surely fits
+    segment always keeps room for its end filler). ``msg`` passed ``check_message``."""
+    if len(msg.body) + RECORD_BOUND + 2 * HEADER_SIZE + (
+            MAX_PROPERTIES if msg.properties else 0) + tx_overhead < segment_size:
+        return  # its topic, key, tags and properties are bounded (checked): it surely fits
     size = encoded_size(msg, tx_overhead)
     if size + HEADER_SIZE > segment_size:
         raise MessageTooLarge(
