@@ -30,14 +30,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from ab_rounds import alternate, parser, scratch, trees
 from bench_network import free_port
-from threads_profile import per_message, sample, start_tree_server
+from threads_profile import per_message, sample, start_tree_server, under_load
 
-from fmq.loadgen import BenchSpec, run_bench
+from fmq.loadgen import BenchSpec
 from fmq.loadgen.probe import ServerProbe
 
 #: A thread's section in ``perf trace -s``: "NAME (TID), N events, P%".
@@ -121,40 +120,15 @@ def measure(address: str, pid: int, producers: int, consumers: int, seconds: flo
     count = lambda: probe.stored(topic)  # noqa: E731 - the server's count of the topic
     spec = BenchSpec(kind="produce", server=address, producers=producers, size=1024,
                      duration_s=warmup + 2 * seconds + 4.0, topic=topic)
-    report: dict = {}
-    following = None
-    if consumers:
-        follow = BenchSpec(kind="consume", server=address, producers=consumers, follow=True,
-                           topic=topic, duration_s=spec.duration_s + 3.0)
-        following = threading.Thread(
-            target=lambda: report.setdefault("consume", run_bench(follow)))
-        following.start()
-        time.sleep(2.0)  # the consumer processes start and connect
-    load = threading.Thread(target=lambda: report.setdefault("bench", run_bench(spec)))
-    load.start()
-    try:
-        deadline = time.monotonic() + 60
-        while count() == 0 and time.monotonic() < deadline:  # load processes starting
-            time.sleep(0.1)
-        time.sleep(warmup)
+    with under_load(spec, consumers, count, warmup) as loaded:
         n0, s0 = count(), sample(pid)
         time.sleep(seconds)
         n1, s1 = count(), sample(pid)
         result = per_message(s0, s1, n1 - n0)
         result["calls"], result["traced_messages"] = traced_calls(pid, seconds, count)
-    finally:
-        load.join()
-        if following is not None:
-            following.join()
-        probe.close()
-    bench = report.get("bench")
-    if bench is None or not bench.count_check.startswith("ok") or bench.errors:
-        raise RuntimeError(f"fmq bench failed: {bench and (bench.count_check, bench.errors)}")
+    probe.close()
     if consumers:
-        followed = report.get("consume")
-        if followed is None or followed.errors:
-            raise RuntimeError(f"the consumers failed: {followed and followed.errors}")
-        result["consumed_per_s"] = followed.msgs_per_s
+        result["consumed_per_s"] = loaded["consumed_per_s"]
     return result
 
 

@@ -24,6 +24,7 @@ are printed side by side. Run::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ab_rounds import alternate, fmq_command, scratch, trees
@@ -189,6 +191,45 @@ def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
     return int(m.group(1)) / (last - first)
 
 
+@contextlib.contextmanager
+def under_load(spec: BenchSpec, consumers: int, count: Callable[[], int],
+               warmup: float) -> Iterator[dict]:
+    """Runs ``spec``'s load (and ``consumers`` ``fmq bench consume --follow`` connections
+    on its topic) around the body, which starts once ``count()`` moved and ``warmup``
+    seconds passed; afterwards checks both loads and puts the consumers' rate in the
+    yielded dict (``consumed_per_s``)."""
+    report: dict = {}
+    loaded: dict = {}
+    following = None
+    if consumers:
+        follow = BenchSpec(kind="consume", server=spec.server, producers=consumers,
+                           follow=True, topic=spec.topic, duration_s=spec.duration_s + 3.0)
+        following = threading.Thread(
+            target=lambda: report.setdefault("consume", run_bench(follow)))
+        following.start()
+        time.sleep(2.0)  # the consumer processes start and connect
+    load = threading.Thread(target=lambda: report.setdefault("bench", run_bench(spec)))
+    load.start()
+    try:
+        deadline = time.monotonic() + 60
+        while count() == 0 and time.monotonic() < deadline:  # load processes starting
+            time.sleep(0.1)
+        time.sleep(warmup)
+        yield loaded
+    finally:
+        load.join()
+        if following is not None:
+            following.join()
+    bench = report.get("bench")
+    if bench is None or not bench.count_check.startswith("ok") or bench.errors:
+        raise RuntimeError(f"fmq bench failed: {bench and (bench.count_check, bench.errors)}")
+    if consumers:
+        followed = report.get("consume")
+        if followed is None or followed.errors:
+            raise RuntimeError(f"the consumers failed: {followed and followed.errors}")
+        loaded["consumed_per_s"] = followed.msgs_per_s
+
+
 def profile(address: str, pid: int, producers: int, seconds: float, warmup: float,
             use_strace: bool, topic: str, batch: int = 0, kind: str = "produce",
             consumers: int = 0) -> dict:
@@ -204,41 +245,16 @@ def profile(address: str, pid: int, producers: int, seconds: float, warmup: floa
                      duration_s=warmup + seconds * (2 if use_strace else 1) + 2.0,
                      topic=topic, **({"batch_linger_ms": 1.0, "batch": batch, "processes": 1}
                                      if batch else {}))
-    report: dict = {}
-    following = None
-    if consumers:
-        follow = BenchSpec(kind="consume", server=address, producers=consumers, follow=True,
-                           topic=topic, duration_s=spec.duration_s + 3.0)
-        following = threading.Thread(
-            target=lambda: report.setdefault("consume", run_bench(follow)))
-        following.start()
-        time.sleep(2.0)  # the consumer processes start and connect
-    load = threading.Thread(target=lambda: report.setdefault("bench", run_bench(spec)))
-    load.start()
-    try:
-        deadline = time.monotonic() + 60
-        while count() == 0 and time.monotonic() < deadline:  # load processes starting
-            time.sleep(0.1)
-        time.sleep(warmup)
+    with under_load(spec, consumers, count, warmup) as loaded:
         n0, f0, s0 = count(), probe.stats()["flushes"], sample(pid)
         time.sleep(seconds)
         n1, f1, s1 = count(), probe.stats()["flushes"], sample(pid)
         result = per_message(s0, s1, n1 - n0)
         result["msgs_per_flush"] = (n1 - n0) / max(f1 - f0, 1)
         result["futex_per_msg"] = futex_calls(pid, seconds, count) if use_strace else None
-    finally:
-        load.join()
-        if following is not None:
-            following.join()
-        probe.close()
-    bench = report.get("bench")
-    if bench is None or not bench.count_check.startswith("ok") or bench.errors:
-        raise RuntimeError(f"fmq bench failed: {bench and (bench.count_check, bench.errors)}")
+    probe.close()
     if consumers:
-        follow_report = report.get("consume")
-        if follow_report is None or follow_report.errors:
-            raise RuntimeError(f"the consumers failed: {follow_report and follow_report.errors}")
-        result["consumed_per_s"] = follow_report.msgs_per_s
+        result["consumed_per_s"] = loaded["consumed_per_s"]
     return result
 
 
