@@ -22,6 +22,7 @@ as an option of the query (the sink keeps its own record there).
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -55,6 +56,12 @@ from fmq.tx.state import TxState
 DEFAULT_PRODUCER_GROUP = "fmq-spark"
 #: The sink's directory inside a streaming query's checkpoint.
 DECISIONS_DIR = "fmq-topic-sink"
+#: How long a failed batch write's driver waits before it sweeps a second time. Spark
+#: kills the other tasks of a failed job while ``abort`` runs, so a task can still prepare
+#: after the first sweep; a Python task outlives its kill by at most
+#: ``spark.python.task.killTimeout`` (2 s by default), and this allows for that plus the
+#: PREPARE in flight.
+DEFAULT_ABORT_GRACE_MS = 5000
 
 
 class _SinkOptions:
@@ -65,6 +72,11 @@ class _SinkOptions:
         self.access = access_options(options)
         self.producer_group = option(options, "producerGroup") or DEFAULT_PRODUCER_GROUP
         self.columns: SinkColumns = check_schema(schema, option(options, "topic"))
+        grace = option(options, "abortGraceMs") or str(DEFAULT_ABORT_GRACE_MS)
+        if not grace.isdigit():
+            raise InvalidArgument(f"abortGraceMs must be a whole number of milliseconds, "
+                                  f"not {grace!r}")
+        self.abort_grace_s = int(grace) / 1000
 
     def committer(self, prepared: Iterable[Prepared]) -> Committer:
         """The driver's committer, knowing the routes of the topics written: the ``topic``
@@ -136,6 +148,10 @@ class TopicBatchWriter(DataSourceWriter):
         prepared = prepared_of(messages)
         with self.opts.committer(prepared) as c:
             c.rollback_all(prepared)
+            c.sweep(lambda n: TxState.ROLLBACK if self._ours(n) else None)
+            # A task Spark was still killing may prepare after that sweep (a streaming
+            # query's next micro-batch would roll it back; a batch write has no next one).
+            time.sleep(self.opts.abort_grace_s)
             c.sweep(lambda n: TxState.ROLLBACK if self._ours(n) else None)
 
 

@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -163,3 +165,33 @@ def test_bad_row_fails_the_write_and_leaves_nothing(topics, server, bad, error):
     assert error in str(failed.value)
     assert stored(server, topic) == []
     assert open_sink_transactions(server) == []
+
+
+def test_a_task_preparing_after_a_failed_writes_first_sweep_is_rolled_back(server):
+    """The race a failed batch write met in CI: Spark kills the other tasks of a failed
+    job while the driver's ``abort`` runs, so a task can prepare after its sweep. Here a
+    task of the write prepares one second into ``abort`` (the writer's own driver-side
+    object and the task's own function, no Spark job needed to place the PREPARE there):
+    nothing of it may stay open."""
+    from pyspark.sql import Row
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from fmq.spark.topic_sink import TopicBatchWriter, _prepare_task
+
+    topic = "sink-late-task"
+    schema = StructType([StructField("topic", StringType()), StructField("body", BinaryType())])
+    writer = TopicBatchWriter({"servers": server.address, "abortGraceMs": "3000"}, schema)
+    rows = [Row(topic=topic, body=b"late")] * 3
+    prepared: list = []
+
+    def late_task() -> None:
+        time.sleep(1.0)  # after abort's first sweep, within its grace
+        prepared.append(_prepare_task(writer.opts, iter(rows), writer.write_id, 0, "w"))
+
+    task = threading.Thread(target=late_task)
+    task.start()
+    writer.abort([])
+    task.join(timeout=30)
+    assert prepared and prepared[0].transactions, "the late task did not prepare"
+    assert open_sink_transactions(server) == []
+    assert stored(server, topic) == []
