@@ -206,6 +206,13 @@ def test_message_find_searches_every_group_of_the_route(groups, etcd):
     rows = [json.loads(line) for line in found.stdout.splitlines()]
     assert sorted((d["broker_group"], d["queue_id"], d["body"]) for d in rows) == [
         ("g1", 0, "in g1"), ("g2", 1, "in g2")]
+    # g2 answers the search from its view of the cluster, which learns a new route through
+    # its etcd watch: once that view holds the route, a search through g2 covers g1 too.
+    def g2_knows_the_route() -> bool:
+        with Client(g2) as c:
+            return "orders" in json.loads(c.call(Op.ROUTE, {"topic": ""})["json"]).get(
+                "routes", {})
+    wait_until(g2_knows_the_route, timeout=20, what="g2's view holding the route of orders")
     text = fmq("message", "find", "--key", "order-9", "--topic", "orders", "--server", g2)
     assert text.code == 0, text.stderr
     assert "broker group  g2 (its queue 1 is the topic's queue 3)" in text.stdout, text.stdout
