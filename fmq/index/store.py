@@ -195,18 +195,23 @@ class IndexStore:
                       ) -> list[tuple[int, int, int, int, int]]:
         """Up to ``limit`` entries from queue offset ``start``: (queue offset, data offset,
         data size, tag hash, store time)."""
-        out = []
-        prefix = K.queue_prefix(topic, queue_id)
         with self._gate, self.env.begin() as txn:
-            cur = txn.cursor(db=self.db.cq)
-            if not cur.set_range(K.cq_key(topic, queue_id, start)):
-                return out
-            for k, v in cur:
-                if not k.startswith(prefix) or len(out) >= limit:
-                    break
-                qoff = K.split_cq_key(k)[2]
-                doff, dsize, th, st, _src = K.CQ_VALUE.unpack(v)
-                out.append((qoff, doff, dsize, th, st))
+            return self._entries_in(txn, topic, queue_id, start, limit)
+
+    def _entries_in(self, txn, topic: str, queue_id: int, start: int, limit: int
+                    ) -> list[tuple[int, int, int, int, int]]:
+        """Up to ``limit`` entries of the queue from ``start``, read in ``txn``."""
+        out: list[tuple[int, int, int, int, int]] = []
+        prefix = K.queue_prefix(topic, queue_id)
+        cur = txn.cursor(db=self.db.cq)
+        if not cur.set_range(K.cq_key(topic, queue_id, start)):
+            return out
+        for k, v in cur:
+            if not k.startswith(prefix) or len(out) >= limit:
+                break
+            qoff = K.split_cq_key(k)[2]
+            doff, dsize, th, st, _src = K.CQ_VALUE.unpack(v)
+            out.append((qoff, doff, dsize, th, st))
         return out
 
     def queue_read(self, topic: str, queue_id: int, start: int, limit: int
@@ -216,25 +221,14 @@ class IndexStore:
         min offset, whichever is higher, to the next offset, in one read transaction (a
         pull on the event loop paid two before, each a resize-gate lock round and a
         ``begin``)."""
-        out: list[tuple[int, int, int, int, int]] = []
-        prefix = K.queue_prefix(topic, queue_id)
         with self._gate, self.env.begin() as txn:
-            v = txn.get(prefix, db=self.db.queues)
+            v = txn.get(K.queue_prefix(topic, queue_id), db=self.db.queues)
             lo, hi = K.QUEUE_VALUE.unpack(v) if v else (0, 0)
             start = max(start, lo)
             limit = min(limit, hi - start)
             if limit <= 0:
-                return lo, hi, out
-            cur = txn.cursor(db=self.db.cq)
-            if not cur.set_range(K.cq_key(topic, queue_id, start)):
-                return lo, hi, out
-            for k, v in cur:
-                if not k.startswith(prefix) or len(out) >= limit:
-                    break
-                qoff = K.split_cq_key(k)[2]
-                doff, dsize, th, st, _src = K.CQ_VALUE.unpack(v)
-                out.append((qoff, doff, dsize, th, st))
-        return lo, hi, out
+                return lo, hi, []
+            return lo, hi, self._entries_in(txn, topic, queue_id, start, limit)
 
     def queue_bytes(self, topic: str, queue_id: int) -> int:
         """Log bytes of the records a queue's entries point at (a walk of the queue)."""
