@@ -34,7 +34,7 @@ import time
 
 from ab_rounds import alternate, parser, scratch, trees
 from bench_network import free_port
-from threads_profile import per_message, sample, start_tree_server, under_load
+from threads_profile import per_message, sample, tree_server, under_load
 
 from fmq.loadgen import BenchSpec
 from fmq.loadgen.probe import ServerProbe
@@ -135,18 +135,10 @@ def measure(address: str, pid: int, producers: int, consumers: int, seconds: flo
 def one_round(tree: str, args) -> dict:
     with scratch("fmq-syscalls-") as tmp:
         port = free_port()
-        server = start_tree_server(tree, os.path.join(tmp, "data"), port, args.pure)
-        try:
+        with tree_server(tree, os.path.join(tmp, "data"), port, args.pure) as server:
             return measure(f"127.0.0.1:{port}", server.pid, args.producers, args.consumers,
                            args.seconds, args.warmup,
                            f"syscalls-{os.getpid()}-{int(time.time())}")
-        finally:
-            server.terminate()
-            try:
-                server.wait(60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
 
 
 def medians(rounds: list[dict]) -> dict:

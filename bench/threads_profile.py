@@ -310,23 +310,32 @@ def start_tree_server(tree: str, data_dir: str, port: int, pure: bool = False,
     raise RuntimeError(f"the server of {tree} did not start")
 
 
+
+@contextlib.contextmanager
+def tree_server(tree: str, data_dir: str, port: int, pure: bool = False,
+                index_writer: str | None = None) -> Iterator[subprocess.Popen]:
+    """:func:`start_tree_server` for the body, stopped after it (killed if it does not
+    stop within 60 s)."""
+    server = start_tree_server(tree, data_dir, port, pure, index_writer)
+    try:
+        yield server
+    finally:
+        server.terminate()
+        try:
+            server.wait(60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
 def one_round(tree: str, args: argparse.Namespace, index_writer: str | None) -> dict:
     with scratch("fmq-threads-") as tmp:
         port = free_port()
-        server = start_tree_server(tree, os.path.join(tmp, "data"), port, args.pure,
-                                   index_writer)
-        try:
+        with tree_server(tree, os.path.join(tmp, "data"), port, args.pure,
+                         index_writer) as server:
             return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
                            args.warmup, not args.no_strace,
                            f"threads-{os.getpid()}-{int(time.time())}", args.batch,
                            args.kind, args.consumers)
-        finally:
-            server.terminate()
-            try:
-                server.wait(60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
 
 
 def medians(rounds: list[dict]) -> dict:
