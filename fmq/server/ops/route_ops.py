@@ -107,6 +107,22 @@ async def _cluster_route(ctx: ServerContext, session: RequestSession,
     return route_answer(membership.cluster, route, snapshot.groups)
 
 
+async def _cluster_view(ctx: ServerContext, membership: RouteMembership) -> dict:
+    """ROUTE "": the cluster's routes as etcd holds them now, or this node's copy when etcd
+    cannot be reached. The copy follows etcd through a watch, so a route made elsewhere a
+    moment ago may not be in it yet, and a view is asked for to look at the whole cluster (an
+    operator, a key search): it reads etcd itself, and the copy catches up at once."""
+    copy = membership.snapshot
+    try:
+        fresh = await ctx.read(membership.store.snapshot)
+    except CoordinatorUnavailable:
+        return snapshot_answer(membership.cluster, copy)
+    if fresh.revision <= copy.revision:
+        return snapshot_answer(membership.cluster, copy)
+    membership.poke()
+    return snapshot_answer(membership.cluster, fresh)
+
+
 def _route_needs(ctx: ServerContext, req: dict) -> list[Need]:
     # "" asks for every route and group: a view of the whole cluster.
     if not req["topic"]:
@@ -119,8 +135,7 @@ async def _route(ctx: ServerContext, session: RequestSession, req: dict) -> dict
     topic = req["topic"]
     membership: RouteMembership | None = ctx.routes
     if not topic:
-        answer = (snapshot_answer(membership.cluster, membership.snapshot)
-                  if membership is not None else
+        answer = (await _cluster_view(ctx, membership) if membership is not None else
                   {"cluster": "", "revision": 0, "routes": {}, "groups": {}})
     else:
         check_topic(topic)
