@@ -4,7 +4,8 @@ FMQ/peer ratios (docs/performance.md says what each row means and records the re
 Rows 7 and 8 are FMQ's Kafka door driven by librdkafka (bench/kafka_load.py): a producer
 beside FMQ's own batching (row 2's load), and a consumer group of 4 beside FMQ's consumers.
 
-Peers: a private Redis (``redis-server`` from Debian, ``appendonly yes``, ``appendfsync
+Peers: a private NATS JetStream for row 9 (bench/nats_peer.py: Debian's ``nats-server``, file
+storage, which acknowledges before any fsync); a private Redis (``redis-server`` from Debian, ``appendonly yes``, ``appendfsync
 always``, no RDB, 127.0.0.1, its own temporary directory, stopped by its PID) driven by
 ``redis-benchmark`` XADD with 1 KiB values; for the embedded rows, a minimal pure-Python
 group-commit loop and the disk's fdatasync'd sequential write bandwidth. Without Redis the
@@ -40,12 +41,14 @@ from embedded_peers import (
 )
 from index_lag import IndexLagProbe
 from kafka_load import consume_group, produce
+from nats_peer import NatsPeer, nats_installed
 from redis_peer import RedisPeer, redis_installed
 from threads_profile import medians, per_message, print_threads, sample
 
 from fmq.client import Producer
 from fmq.loadgen import BenchSpec, run_bench
 from fmq.loadgen.probe import ServerProbe
+from fmq.loadgen.runner import default_processes
 
 SIZE = 1024
 CONNECTIONS = 64
@@ -69,6 +72,7 @@ class Run:
         #: The last topic row 7 filled through the Kafka door, and how many it holds.
         self.kafka_filled: tuple[str, int] | None = None
         self.redis = RedisPeer(free_port()).start() if redis_installed() else None
+        self.nats: NatsPeer | None = None  # started by row 9's first run
         self.n = 0
         self.redis_rate = 5000.0  # requests/s guess, refined after every Redis run
         #: Row 1's server figures per round, by thread (threads_profile.per_message).
@@ -100,6 +104,8 @@ class Run:
         self.server.wait(60)
         if self.redis is not None:
             self.redis.stop()
+        if self.nats is not None:
+            self.nats.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
@@ -292,6 +298,28 @@ def _fmq_group(run: Run) -> Metrics:
     return {"msgs/s": r.msgs_per_s, "server CPU us/msg": r.server_cpu_us_per_msg}
 
 
+def _network_fmq(run: Run) -> Metrics:
+    """Row 1's load again, measured beside NATS in row 9."""
+    f = run.fmq_bench(kind="produce", producers=CONNECTIONS)
+    return {"msgs/s": f["msgs_per_s"], "p99 ms": f["p99_ms"],
+            "server CPU us/msg": f["server_cpu_us_per_msg"]}
+
+
+def _nats_peer(run: Run) -> Metrics | None:
+    """NATS JetStream (file storage, no fsync before its acknowledgement) under row 1's
+    load: 64 publishers over as many processes as fmq bench uses, one message in flight."""
+    if not nats_installed():
+        return None
+    if run.nats is None:
+        run.nats = NatsPeer(free_port()).start()
+    r = run.nats.publish(SIZE, run.args.seconds, CONNECTIONS, default_processes())
+    if not r["count_ok"]:
+        raise RuntimeError(f"NATS stream grew by {r['stored']} after {r['acked']} "
+                           f"acknowledged publishes ({r['errors']})")
+    return {"msgs/s": r["msgs_per_s"], "p99 ms": r["p99_ms"],
+            "server CPU us/msg": r["server_cpu_us_per_msg"]}
+
+
 TARGETS: list[tuple[str, str, Callable, Callable | None]] = [
     ("1 network, 64 producers, 1 in flight", "Redis XADD -c 64", _network, _network_peer),
     ("2 async batching, 1 client process", "Redis XADD -P 16 -c 64", _async_fmq, _async_peer),
@@ -304,6 +332,8 @@ TARGETS: list[tuple[str, str, Callable, Callable | None]] = [
      _kafka_produce, _async_fmq),
     ("8 Kafka door, consumer group of 4", "fmq bench consume, 4 consumers", _kafka_group,
      _fmq_group),
+    ("9 network, 64 producers, 1 in flight", "NATS JetStream 2.9, file store", _network_fmq,
+     _nats_peer),
 ]
 
 
@@ -322,6 +352,9 @@ def main() -> None:
     if not redis_installed():
         print("redis-server / redis-benchmark not installed (apt-get install redis-server "
               "redis-tools): the Redis peers are left out, the FMQ rows still run")
+    if not nats_installed():
+        print("nats-server not installed (apt-get install nats-server): row 9's peer is left "
+              "out")
     results: dict[tuple[str, str], list[Metrics | None]] = {}
     run = Run(args)
     try:
