@@ -8,7 +8,8 @@ SDK reads the same messages, so a client in another language and FMQ agree on th
 The program is built with ``go build`` from Debian's packages (``golang-go`` and
 ``golang-github-shopify-sarama-dev``, which .ci/run installs); the test is skipped, saying
 so, only where they are not installed. Debian's sarama (1.22) asks for the protocol
-versions of Kafka 2.1 without ApiVersions, older ones than the other clients here use."""
+versions of Kafka 2.1 without ApiVersions, older ones than the other clients here use; its
+compression codecs are Go's own (tests/kafka/sarama/codecs.go)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import pytest
 
 from fmq.client import Consumer
 
-SOURCE = pathlib.Path(__file__).parent / "sarama" / "roundtrip.go"
+SOURCES = pathlib.Path(__file__).parent / "sarama"
 GOPATH = "/usr/share/gocode"
 SARAMA = pathlib.Path(GOPATH) / "src" / "github.com" / "Shopify" / "sarama"
 #: What roundtrip.go produces to partition 0, in order: key, value, headers.
@@ -38,30 +39,38 @@ EXPECTED = [
 
 
 @pytest.fixture(scope="module")
-def roundtrip(tmp_path_factory) -> pathlib.Path:
-    """roundtrip.go built into this run's temporary directory."""
+def sarama_programs(tmp_path_factory) -> pathlib.Path:
+    """The directory holding roundtrip and codecs, built from tests/kafka/sarama/."""
     if shutil.which("go") is None or not SARAMA.is_dir():
         pytest.skip("go or Debian's sarama is not installed (apt-get install golang-go "
                     "golang-github-shopify-sarama-dev): the Go client cannot be built")
     work = tmp_path_factory.mktemp("sarama")
     env = {**os.environ, "GO111MODULE": "off", "GOPATH": GOPATH,
            "GOCACHE": str(work / "cache"), "GOFLAGS": ""}
-    build = subprocess.run(["go", "build", "-o", str(work / "roundtrip"), str(SOURCE)],
-                           env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert build.returncode == 0, f"go build failed:\n{build.stderr[-4000:]}"
-    return work / "roundtrip"
+    for name in ("roundtrip", "codecs"):
+        build = subprocess.run(["go", "build", "-o", str(work / name),
+                                str(SOURCES / f"{name}.go")],
+                               env=env, capture_output=True, text=True, timeout=600,
+                               check=False)
+        assert build.returncode == 0, f"go build of {name}.go failed:\n{build.stderr[-4000:]}"
+    return work
+
+
+def _run(program: pathlib.Path, *args: str) -> dict:
+    run = subprocess.run([str(program), *args], capture_output=True, text=True, timeout=180,
+                         check=False)
+    assert run.returncode == 0, f"{program.name} failed:\n{run.stderr[-4000:]}"
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def _bytes(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
-def test_sarama_produces_and_consumes_through_a_committing_group(kafka_server, roundtrip):
+def test_sarama_produces_and_consumes_through_a_committing_group(kafka_server,
+                                                                sarama_programs):
     srv = kafka_server()
-    run = subprocess.run([str(roundtrip), srv.bootstrap, "go-orders", "go-group"],
-                         capture_output=True, text=True, timeout=180, check=False)
-    assert run.returncode == 0, f"roundtrip failed:\n{run.stderr[-4000:]}"
-    report = json.loads(run.stdout.strip().splitlines()[-1])
+    report = _run(sarama_programs / "roundtrip", srv.bootstrap, "go-orders", "go-group")
 
     assert report["sent"] == [{"partition": 0, "offset": i} for i in range(5)]
     read = sorted(report["read"], key=lambda r: (r["partition"], r["offset"]))
@@ -82,3 +91,14 @@ def test_sarama_produces_and_consumes_through_a_committing_group(kafka_server, r
         (0, i, None if k is None else k.decode()) for i, (k, _, _) in enumerate(EXPECTED)]
     assert [m.body for m in got] == [v or b"" for _, v, _ in EXPECTED]
     assert got[0].properties["text"] == "çé"
+
+
+def test_sarama_s_own_codecs_are_read_back_whole(kafka_server, sarama_programs):
+    """Batches compressed by sarama's libraries (Go's gzip, its snappy, lz4 and zstd
+    packages, not librdkafka's) are checked, stored and read back record by record."""
+    srv = kafka_server()
+    report = _run(sarama_programs / "codecs", srv.bootstrap, "go-codecs")
+    assert sorted(report) == ["gzip", "lz4", "none", "snappy", "zstd"]
+    for codec, records in report.items():
+        assert records == [{"offset": i, "value": f"{codec}-{i:03d}-repeated text compresses "
+                                                  f"well"} for i in range(50)], codec
