@@ -14,17 +14,14 @@ harness's.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
-import logging
 import sys
 
-import fmq
 from fmq.server.config import ServerConfig
 from fmq.server.kafka.txn_coordinator import TxnCoordinator
-from fmq.server.server import Server
 from tests.crashkit import CrashingIO
+from tests.workloads.crashing_server import serve_until_killed
 
 
 class FailingOrCrashingIO(CrashingIO):
@@ -51,18 +48,11 @@ def arm_when_end_txn_commits(io: CrashingIO, arm: dict) -> None:
 def main(argv: list[str]) -> None:
     data_dir, port, kafka_port, spec_text = argv
     spec = json.loads(spec_text)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     io = FailingOrCrashingIO()
-    broker = fmq.Broker.open(data_dir, fmq.BrokerConfig(**spec.get("config", {})), io=io)
-    arm_when_end_txn_commits(io, spec["arm"])
-    server = Server(broker, ServerConfig(host="127.0.0.1", port=int(port),
-                                         kafka_port=int(kafka_port)))
-    try:
-        asyncio.run(server.serve())
-    finally:
-        broker.close()
-    sys.exit(3)  # stopped without the armed crash
+    serve_until_killed(data_dir, spec.get("config", {}), io,
+                       ServerConfig(host="127.0.0.1", port=int(port),
+                                    kafka_port=int(kafka_port)),
+                       lambda _broker: arm_when_end_txn_commits(io, spec["arm"]))
 
 
 if __name__ == "__main__":

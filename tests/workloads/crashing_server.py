@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import fmq
@@ -35,23 +36,35 @@ def arm_before_first_commit(broker: fmq.Broker, io: CrashingIO, arm: dict[str, A
     broker._tx_writer.place_commit_records = armed_place  # type: ignore[method-assign]
 
 
+def serve_until_killed(data_dir: str, broker_config: dict, io: CrashingIO,
+                       server_config: ServerConfig,
+                       arm: Callable[[fmq.Broker], None]) -> None:
+    """Open the broker on ``io``, let ``arm`` arm it, serve; exit 3 if the server ever
+    stops, since the armed crash should have ended the process first."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    broker = fmq.Broker.open(data_dir, fmq.BrokerConfig(**broker_config), io=io)
+    arm(broker)
+    try:
+        asyncio.run(Server(broker, server_config).serve())
+    finally:
+        broker.close()
+    sys.exit(3)
+
+
 def main(argv: list[str]) -> None:
     data_dir, port, spec_text = argv
     spec = json.loads(spec_text)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     io = CrashingIO()
-    broker = fmq.Broker.open(data_dir, fmq.BrokerConfig(**spec["config"]), io=io)
-    if spec["arm_on"] == "start":
-        io.arm(**spec["arm"])
-    else:
-        arm_before_first_commit(broker, io, spec["arm"])
-    server = Server(broker, ServerConfig(host="127.0.0.1", port=int(port)))
-    try:
-        asyncio.run(server.serve())
-    finally:
-        broker.close()
-    sys.exit(3)  # the armed crash never came
+
+    def arm(broker: fmq.Broker) -> None:
+        if spec["arm_on"] == "start":
+            io.arm(**spec["arm"])
+        else:
+            arm_before_first_commit(broker, io, spec["arm"])
+
+    serve_until_killed(data_dir, spec["config"], io,
+                       ServerConfig(host="127.0.0.1", port=int(port)), arm)
 
 
 if __name__ == "__main__":
