@@ -24,12 +24,10 @@ import datetime
 import json
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-from tests.crashkit import ROOT
-from tests.server.harness import free_port, wait_until_serving
+from tests.server.harness import free_port, start_workload_server
 
 from .conftest import KafkaServer
 from .test_transactions import committed_offset, queue_ends, read_committed
@@ -45,19 +43,9 @@ MAX_POINTS = 40
 
 def start_crashing(data_dir: str, log_path: str, arm: dict) -> tuple[subprocess.Popen, int]:
     port, kafka_port = free_port(), free_port()
-    with open(log_path, "a") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.workloads.crashing_kafka_server", data_dir,
-             str(port), str(kafka_port), json.dumps({"arm": arm})],
-            cwd=ROOT, stdout=log, stderr=log)
-    try:
-        serving = wait_until_serving(f"127.0.0.1:{port}", proc, 30)
-    except TimeoutError:
-        proc.kill()
-        raise
-    if not serving:
-        with open(log_path) as log:
-            raise AssertionError(f"the crashing server exited:\n{log.read()[-3000:]}")
+    proc = start_workload_server("crashing_kafka_server", [
+        data_dir, str(port), str(kafka_port), json.dumps({"arm": arm})],
+        f"127.0.0.1:{port}", log_path)
     return proc, kafka_port
 
 

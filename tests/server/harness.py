@@ -96,6 +96,27 @@ def wait_until_serving(address: str, proc: subprocess.Popen, timeout: float,
     raise TimeoutError(f"the server at {address} did not answer within {timeout}s")
 
 
+def start_workload_server(module: str, args: list[str], address: str, log_path: str,
+                          timeout: float = 30.0) -> subprocess.Popen:
+    """Start ``python -m tests.workloads.<module> ARGS``, a server answering at ``address``,
+    its output appended to ``log_path``; return once it answers. A child that exits first
+    fails the test with the end of its log; one that never answers is killed."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(log_path, "a") as log:
+        proc = subprocess.Popen([sys.executable, "-m", f"tests.workloads.{module}", *args],
+                                cwd=root, stdout=log, stderr=log)
+    try:
+        serving = wait_until_serving(address, proc, timeout)
+    except TimeoutError:
+        proc.kill()
+        proc.wait(10)
+        raise
+    if not serving:
+        with open(log_path) as log:
+            raise AssertionError(f"{module} exited before serving:\n{log.read()[-3000:]}")
+    return proc
+
+
 class ServerProcess:
     def __init__(self, data_dir: str, config: dict | None = None, port: int | None = None,
                  client_options: dict | None = None, extra_args: tuple[str, ...] = ()) -> None:

@@ -13,14 +13,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 
 import fmq
 from fmq.client import TransactionProducer
-from tests.crashkit import ROOT
 
-from .harness import ServerProcess, free_port, wait_until_serving
+from .harness import ServerProcess, free_port, start_workload_server
 from .test_crash_and_feedback import consume_all
 
 CONFIG = {"segment_size": 256 * 1024, "max_message_size": 4096, "checkpoint_interval_ms": 0,
@@ -32,18 +30,8 @@ BODIES = [f"m{i:05d}-".encode().ljust(400, b"x") for i in range(COUNT)]
 def start_crashing_server(tmp_path, port: int, arm: dict, arm_on: str,
                           config: dict | None = None) -> subprocess.Popen:
     spec = json.dumps({"config": config or CONFIG, "arm": arm, "arm_on": arm_on})
-    log = open(tmp_path / "crashing-server.log", "w")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen([sys.executable, "-m", "tests.workloads.crashing_server",
-                             str(tmp_path / "data"), str(port), spec],
-                            cwd=ROOT, stdout=log, stderr=log)
-    log.close()
-    try:
-        serving = wait_until_serving(f"127.0.0.1:{port}", proc, 30)
-    except TimeoutError:
-        proc.kill()
-        raise
-    assert serving, (tmp_path / "crashing-server.log").read_text()
-    return proc
+    return start_workload_server("crashing_server", [str(tmp_path / "data"), str(port), spec],
+                                 f"127.0.0.1:{port}", str(tmp_path / "crashing-server.log"))
 
 
 def crash_during_transaction(tmp_path, arm: dict, arm_on: str):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -27,25 +26,15 @@ from fmq.errors import ConnectionLost, FMQError
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.protocol.values import message_to_wire
-from tests.crashkit import ROOT
 from tests.workloads.stalled_disk_server import CONFIG
 
-from .harness import free_port, server_stats, wait_until, wait_until_serving
+from .harness import free_port, server_stats, start_workload_server, wait_until
 
 
 def start_stalled_disk_server(tmp_path, port: int, stop: str) -> subprocess.Popen:
-    log = open(tmp_path / "stalled-server.log", "w")  # noqa: SIM115 - the child owns it
-    proc = subprocess.Popen([sys.executable, "-m", "tests.workloads.stalled_disk_server",
-                             str(tmp_path / "data"), str(port), str(tmp_path / "stall"), stop],
-                            cwd=ROOT, stdout=log, stderr=log)
-    log.close()
-    try:
-        serving = wait_until_serving(f"127.0.0.1:{port}", proc, 30)
-    except TimeoutError:
-        proc.kill()
-        raise
-    assert serving, (tmp_path / "stalled-server.log").read_text()
-    return proc
+    return start_workload_server(
+        "stalled_disk_server", [str(tmp_path / "data"), str(port), str(tmp_path / "stall"), stop],
+        f"127.0.0.1:{port}", str(tmp_path / "stalled-server.log"))
 
 
 @pytest.mark.parametrize("stop", ["graceful", "cancelled"])
