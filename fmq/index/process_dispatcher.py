@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from typing import ClassVar
 
 from fmq.errors import IndexCorrupt, IndexUnavailable
 from fmq.index import writer_wire as wire
@@ -43,6 +44,10 @@ log = logging.getLogger(__name__)
 
 
 class ProcessDispatcher:
+    #: The module run as the indexer process (a crash test runs one that kills itself at
+    #: chosen points, tests/workloads/crashing_indexer.py).
+    indexer_module: ClassVar[str] = "fmq.index.indexer_process"
+
     def __init__(self, *, log_: Log, index: IndexStore, index_path: str, log_dir: str,
                  map_size: int, batch: int, max_record_size: int, start_offset: int,
                  retry_initial: float = 0.05, retry_max: float = 5.0,
@@ -51,7 +56,7 @@ class ProcessDispatcher:
         self._index = index
         self._batch = batch
         self._max_record_size = max_record_size
-        self._args = [sys.executable, "-m", "fmq.index.indexer_process",
+        self._args = [sys.executable, "-m", self.indexer_module,
                       "--index", index_path, "--log", log_dir, "--map-size", str(map_size),
                       "--batch", str(batch), "--max-record-size", str(max_record_size),
                       "--retry-initial", str(retry_initial), "--retry-max", str(retry_max)]
