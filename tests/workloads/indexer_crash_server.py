@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from fmq.cli.main import cli
+
 from fmq.index.process_dispatcher import ProcessDispatcher
 
 
