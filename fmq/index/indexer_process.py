@@ -15,7 +15,10 @@ It never indexes past the flushed end it was told, so the index still holds only
 records. It exits at once when its standard input ends (the broker died: no orphan
 indexer); a closing broker kills it and indexes the rest itself. A transient write error
 (a full disk, :func:`~fmq.index.lmdb_env.is_transient`) is reported and retried with
-exponential back-off; anything else is reported and ends the process with status 1.
+exponential back-off; a failed write of LMDB's meta page (EIO), after which LMDB refuses
+every transaction of this process's environment (``MDB_PANIC``), is reported as failing and
+ends the process with status 3: the broker starts a new one, which opens the environment
+afresh; anything else is reported and ends the process with status 1.
 
 It writes the broker's index or none: it never creates one, and it refuses an index
 directory whose data file is not the one the broker opened (deleted or replaced while the
@@ -39,6 +42,8 @@ import signal
 import sys
 import time
 
+import lmdb
+
 from fmq.datadir import INDEX_DATA_FILE
 from fmq.errors import BadRecord, IndexCorrupt
 from fmq.index import writer_wire as wire
@@ -50,6 +55,8 @@ from fmq.log.reader import DirectorySource
 from fmq.threadname import name_os_process
 
 log = logging.getLogger("fmq.indexer")
+#: The exit status after LMDB gave up on this process's environment (MDB_PANIC).
+EXIT_REOPEN = 3
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -161,6 +168,16 @@ class Indexer:
             try:
                 self._index_to(commands.flushed)
             except BaseException as exc:
+                if isinstance(exc, lmdb.PanicError):
+                    # A failed write of LMDB's meta page (EIO) left this process's
+                    # environment unusable, not the index (LMDB wrote the old meta back): a
+                    # new indexer opens it afresh. The broker refuses sends meanwhile.
+                    log.error("index write failed and LMDB gave up on this process's "
+                              "environment: %s; exiting so that the broker starts a new "
+                              "indexer", exc)
+                    self._report(wire.failing_report(f"{type(exc).__name__}: {exc}",
+                                                     self.retries + 1))
+                    return EXIT_REOPEN
                 if not is_transient(exc):
                     log.exception("indexer stopped: %s", exc)
                     self._report(wire.error_report(f"{type(exc).__name__}: {exc}"))

@@ -287,6 +287,9 @@ class ProcessDispatcher:
             self._running = True
             if applied > self._applied:
                 self._applied = applied
+                # A write succeeded: also after a child that failed died (it never
+                # reported "recovered"), its successor's progress ends the refusals.
+                self.failing = None
             self._cond.notify_all()
         if self._sent < self._target:  # a command found the pipe full
             self._send_target()
