@@ -11,11 +11,13 @@ producers sending and consumers pulling, each a real client:
   recovery brings the index up from its checkpoint;
 * EIO from the indexer's LMDB writes (strace's fault injection on the running process, on
   the index's data file only): the broker refuses sends meanwhile and the index resumes by
-  itself once the disk works;
+  itself once the disk works; EIO on the commit's meta-page write alone (an LD_PRELOAD
+  library built here), after which LMDB refuses that process's environment: a new
+  indexer takes over;
 * the index directory deleted under a running server, then the indexer killed: a clear
   error, never a new empty index that leaves a gap; damaged at rest: rebuilt;
 * the indexer killed ten times under load: the server keeps acknowledging sends between
-  the kills and the index lag recovers.
+  the kills, each restart waits its back-off, and the index lag recovers.
 
 After each run, with the server stopped and its data directory opened: every
 acknowledged send is in the index at the queue offset it was acknowledged with and the
@@ -30,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -640,4 +643,8 @@ def test_indexer_killed_ten_times_under_load(tmp_path):
         load.stop_now()
         srv.kill()
     assert srv.log().count("ended with status -9") == 10
+    # Each restart waited (the back-off), the longest no more than index_retry_max_ms.
+    delays = [float(d) for d in re.findall(r"starting the indexer process again in "
+                                           r"([0-9.]+) s", srv.log())]
+    assert len(delays) == 10 and all(0.05 <= d <= 1.0 for d in delays), delays
     verify(srv.data_dir, load, str(tmp_path))
