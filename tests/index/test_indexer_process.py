@@ -17,6 +17,7 @@ import fmq
 from fmq.datadir import INDEX_DIR
 from fmq.index.process_dispatcher import ProcessDispatcher
 from fmq.index.store import IndexStore
+from fmq.log.placement import now_ms
 from tests.crashkit import ROOT
 from tests.workloads.crashing_indexer import PLAN_ENV, kills_so_far
 
@@ -250,3 +251,17 @@ def test_indexer_refuses_an_index_deleted_under_its_broker(tmp_path):
         b.close()
     with fmq.Broker.open(str(data), config()) as b:  # rebuilt from the log
         assert bodies(b) == [b"one"]
+
+
+def test_timers_a_killed_indexer_wrote_unreported_wake_the_timer_service(tmp_path,
+                                                                       crashing_indexer):
+    # As above, for the timer service: it sleeps until its next due timer (none here) and
+    # learns of an earlier one only from the report that indexed it.
+    state = crashing_indexer("after-write")
+    added: list[int] = []
+    with fmq.Broker.open(str(tmp_path / "data"), config()) as b:
+        wake = b._dispatcher.on_timers_added
+        b._dispatcher.on_timers_added = lambda: (added.append(1), wake())
+        b._timers.schedule([fmq.Message("t", b"later")], now_ms() + 3_600_000)
+        wait_for(lambda: kills_so_far(state) == 1, "the injected kill")
+        wait_for(lambda: added, "the timer service's wake-up")

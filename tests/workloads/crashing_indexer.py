@@ -10,7 +10,7 @@ inherit:
   commit: LMDB's writer lock dies held), ``after-write`` (the transaction committed, before
   the indexer reports it to the broker), ``between-batches`` (the report written, before
   the next transaction);
-* ``nth``: at this child's ``nth`` index transaction that holds queue entries;
+* ``nth``: at this child's ``nth`` index transaction that holds queue entries or timers;
 * ``kills``: how many children die so, counted in the file ``state`` (one line per kill,
   written before the kill): the children after them run unharmed;
 * ``whole``: SIGKILL the broker (the whole server) first, then this process.
@@ -43,14 +43,15 @@ def kills_so_far(state: str) -> int:
 
 
 class Trigger:
-    """Counts this child's index transactions with queue entries; kills at the ``nth``."""
+    """Counts this child's index transactions with queue entries or timers; kills at the
+    ``nth``."""
 
     def __init__(self, plan: dict[str, Any]) -> None:
         self.plan = plan
         self.seen = 0
 
-    def reached(self, entries: object) -> None:
-        if not entries:
+    def reached(self, entries: list, timers: list) -> None:
+        if not entries and not timers:
             return
         self.seen += 1
         if self.seen == self.plan["nth"]:
@@ -74,26 +75,26 @@ def arm(plan: dict[str, Any]) -> None:
     if point == "mid-batch":
         apply_txn = IndexStore._apply_txn
 
-        def dying_apply_txn(self, txn, entries, *rest):  # noqa: ANN001, ANN202
-            apply_txn(self, txn, entries, *rest)
-            trigger.reached(entries)
+        def dying_apply_txn(self, txn, entries, applied, marks, timers):  # noqa: ANN001, ANN202
+            apply_txn(self, txn, entries, applied, marks, timers)
+            trigger.reached(entries, timers)
 
         IndexStore._apply_txn = dying_apply_txn  # type: ignore[method-assign]
     elif point == "after-write":
         apply = IndexStore.apply
 
-        def dying_apply(self, entries, *rest):  # noqa: ANN001, ANN202
-            entries = list(entries)
-            apply(self, entries, *rest)
-            trigger.reached(entries)
+        def dying_apply(self, entries, applied, marks=(), timers=()):  # noqa: ANN001, ANN202
+            entries, timers = list(entries), list(timers)
+            apply(self, entries, applied, marks, timers)
+            trigger.reached(entries, timers)
 
         IndexStore.apply = dying_apply  # type: ignore[method-assign]
     else:
         indexer_apply = indexer_process.Indexer._apply
 
-        def dying_indexer_apply(self, entries, *rest):  # noqa: ANN001, ANN202
-            indexer_apply(self, entries, *rest)  # written and reported
-            trigger.reached(entries)
+        def dying_indexer_apply(self, entries, applied, ends, timers):  # noqa: ANN001, ANN202
+            indexer_apply(self, entries, applied, ends, timers)  # written and reported
+            trigger.reached(entries, timers)
 
         indexer_process.Indexer._apply = dying_indexer_apply  # type: ignore[method-assign]
 
