@@ -45,7 +45,7 @@ import time
 import lmdb
 
 from fmq.datadir import INDEX_DATA_FILE
-from fmq.errors import BadRecord, IndexCorrupt
+from fmq.errors import FMQError, IndexCorrupt
 from fmq.index import writer_wire as wire
 from fmq.index.entries import Mark, QueueEntry, TimerChange, TimerEntry
 from fmq.index.flushed_scan import index_flushed
@@ -213,7 +213,7 @@ class Indexer:
             index_flushed(source=self.segments, start=self.reported, target=self.applied,
                           max_record_size=self.max_record_size, batch=self.batch,
                           segment_end=self.segments.segment_end, apply=collect)
-        except (BadRecord, OSError) as exc:  # retention deleted it: wake every waiter late
+        except (FMQError, OSError) as exc:  # damaged or deleted: those waiters wake late
             log.warning("cannot read the log the last indexer wrote unreported (%s); "
                         "pulls waiting for it wake at their deadline", exc)
         return queues, timers_added
