@@ -15,7 +15,19 @@ It never indexes past the flushed end it was told, so the index still holds only
 records. It exits at once when its standard input ends (the broker died: no orphan
 indexer); a closing broker kills it and indexes the rest itself. A transient write error
 (a full disk, :func:`~fmq.index.lmdb_env.is_transient`) is reported and retried with
-exponential back-off; anything else is reported and ends the process with status 1.
+exponential back-off; a failed write of LMDB's meta page (EIO), after which LMDB refuses
+every transaction of this process's environment (``MDB_PANIC``), is reported as failing and
+ends the process with status 3: the broker starts a new one, which opens the environment
+afresh; anything else is reported and ends the process with status 1.
+
+It writes the broker's index or none: it never creates one, and it refuses an index
+directory whose data file is not the one the broker opened (deleted or replaced while the
+broker ran): indexing into a new one would leave the broker reading an index nobody
+writes and, after a restart, an index missing everything before the point it started at.
+
+Its first report names the queues (and whether timers were added) of what an earlier
+indexer wrote without reporting (killed between its LMDB commit and its report), so the
+broker wakes those queues' pulls and the timer service as if that report had come.
 """
 
 from __future__ import annotations
@@ -30,6 +42,10 @@ import signal
 import sys
 import time
 
+import lmdb
+
+from fmq.datadir import INDEX_DATA_FILE
+from fmq.errors import FMQError, IndexCorrupt
 from fmq.index import writer_wire as wire
 from fmq.index.entries import Mark, QueueEntry, TimerChange, TimerEntry
 from fmq.index.flushed_scan import index_flushed
@@ -39,6 +55,8 @@ from fmq.log.reader import DirectorySource
 from fmq.threadname import name_os_process
 
 log = logging.getLogger("fmq.indexer")
+#: The exit status after LMDB gave up on this process's environment (MDB_PANIC).
+EXIT_REOPEN = 3
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -111,6 +129,9 @@ class Indexer:
         self.segments = SegmentFiles(log_dir)
         self.batch = batch
         self.max_record_size = max_record_size
+        #: Where the broker's reports end: what lies between it and the stored applied
+        #: offset an earlier indexer wrote without reporting.
+        self.reported = start
         stored = index.applied_offset()
         self.applied = start if stored is None else max(stored, start)
         self.linger = linger
@@ -124,7 +145,8 @@ class Indexer:
     def run(self) -> int:
         commands = self.commands
         commands.flushed = max(commands.flushed, self.applied)
-        self._report(wire.applied_report(self.applied, set(), False))
+        queues, timers_added = self._unreported()
+        self._report(wire.applied_report(self.applied, queues, timers_added))
         delay = self.retry_initial
         while True:
             if commands.closed:
@@ -146,6 +168,16 @@ class Indexer:
             try:
                 self._index_to(commands.flushed)
             except BaseException as exc:
+                if isinstance(exc, lmdb.PanicError):
+                    # A failed write of LMDB's meta page (EIO) left this process's
+                    # environment unusable, not the index (LMDB wrote the old meta back): a
+                    # new indexer opens it afresh. The broker refuses sends meanwhile.
+                    log.error("index write failed and LMDB gave up on this process's "
+                              "environment: %s; exiting so that the broker starts a new "
+                              "indexer", exc)
+                    self._report(wire.failing_report(f"{type(exc).__name__}: {exc}",
+                                                     self.retries + 1))
+                    return EXIT_REOPEN
                 if not is_transient(exc):
                     log.exception("indexer stopped: %s", exc)
                     self._report(wire.error_report(f"{type(exc).__name__}: {exc}"))
@@ -161,6 +193,30 @@ class Indexer:
                 self.failing = False
                 log.warning("index writes work again; indexed up to %d", self.applied)
                 self._report(wire.recovered_report())
+
+    def _unreported(self) -> tuple[set[tuple[str, int]], bool]:
+        """The queues and whether timers were added in the index transactions an earlier
+        indexer committed but did not report (the log from the broker's last report to
+        the stored applied offset), read again from the log, not applied."""
+        queues: set[tuple[str, int]] = set()
+        timers_added = False
+        if self.applied <= self.reported:
+            return queues, timers_added
+
+        def collect(entries: list[QueueEntry], applied: int, ends: list[Mark],
+                    timers: list[TimerChange]) -> None:
+            nonlocal timers_added
+            queues.update((e.topic, e.queue_id) for e in entries)
+            timers_added = timers_added or any(type(t) is TimerEntry for t in timers)
+
+        try:
+            index_flushed(source=self.segments, start=self.reported, target=self.applied,
+                          max_record_size=self.max_record_size, batch=self.batch,
+                          segment_end=self.segments.segment_end, apply=collect)
+        except (FMQError, OSError) as exc:  # damaged or deleted: those waiters wake late
+            log.warning("cannot read the log the last indexer wrote unreported (%s); "
+                        "pulls waiting for it wake at their deadline", exc)
+        return queues, timers_added
 
     def _failed(self, exc: BaseException, delay: float) -> None:
         if not self.failing:
@@ -200,6 +256,34 @@ def die_with_parent(parent: int) -> None:
         sys.exit(0)
 
 
+def file_id(path: str) -> str:
+    """The identity of the index's data file (device and inode), as ``--index-file``."""
+    st = os.stat(os.path.join(path, INDEX_DATA_FILE))
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def open_brokers_index(path: str, map_size: int, expected: str | None) -> IndexStore:
+    """The index the broker opened (``expected``: its data file's :func:`file_id`), never
+    a new one; IndexCorrupt when the directory is gone or holds another index."""
+    advice = ("nothing more is indexed. Restart the broker: its open rebuilds the index "
+              "from the log")
+    try:
+        # The broker opened and checked the index before starting this process.
+        index = IndexStore(path, map_size, verify_length=False, create=False)
+    except IndexCorrupt as exc:
+        raise IndexCorrupt(f"the indexer process cannot open the broker's index ({exc}: "
+                           f"deleted while the broker ran?); {advice}") from exc
+    try:
+        same = expected is None or file_id(path) == expected
+    except FileNotFoundError:
+        same = False
+    if not same:
+        index.close()
+        raise IndexCorrupt(f"the index at {path} is not the one the broker opened (deleted "
+                           f"or replaced while the broker ran); {advice}")
+    return index
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fmq.index.indexer_process")
     parser.add_argument("--index", required=True, help="the LMDB index directory")
@@ -213,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-initial", type=float, required=True)
     parser.add_argument("--retry-max", type=float, required=True)
     parser.add_argument("--parent", type=int, help="the broker's process id: die with it")
+    parser.add_argument("--index-file", help="the broker's index data file, as device:inode")
     args = parser.parse_args(argv)
     if args.parent is not None:
         die_with_parent(args.parent)
@@ -222,8 +307,12 @@ def main(argv: list[str] | None = None) -> int:
     # Reports go to the original standard output alone: anything printed goes to stderr.
     out = os.dup(1)
     os.dup2(2, 1)
-    # The broker opened and checked the index before starting this process.
-    index = IndexStore(args.index, args.map_size, verify_length=False)
+    try:
+        index = open_brokers_index(args.index, args.map_size, args.index_file)
+    except IndexCorrupt as exc:
+        log.error("%s", exc)
+        os.write(out, wire.error_report(str(exc)))
+        return 1
     try:
         return Indexer(index=index, log_dir=args.log, batch=args.batch,
                        max_record_size=args.max_record_size, start=args.start,

@@ -27,19 +27,22 @@ LOCK_FILE_RESERVE = 64 * 1024
 _REBUILT_FORMATS = (b"fmq-index-1", b"fmq-index-2")
 
 
-def open_env(path: str, map_size: int, verify_length: bool = True
+def open_env(path: str, map_size: int, verify_length: bool = True, create: bool = True
              ) -> tuple[lmdb.Environment, Databases, bool]:
     """The environment at ``path`` (created if missing), its named databases, and whether
     it has an older format this version rebuilds from the log. Raises IndexCorrupt when it
     cannot be used (it is then rebuilt from the log). ``verify_length=False``: skip the
     data file's length check, for a second process opening an index the broker opened
     and checked already (while the broker writes, LMDB's last page may lie past the end of
-    the file: pages it allocated but did not write)."""
-    os.makedirs(path, exist_ok=True)
-    _reserve_lock_file(path)
+    the file: pages it allocated but did not write). ``create=False``: a missing index is
+    an IndexCorrupt, not a new empty one (that second process must write the broker's
+    index or none)."""
+    if create:
+        os.makedirs(path, exist_ok=True)
+        _reserve_lock_file(path)
     try:
         env = lmdb.open(path, map_size=map_size, max_dbs=len(DERIVED_DBS) + 2,
-                        sync=False, metasync=False, readahead=False)
+                        sync=False, metasync=False, readahead=False, create=create)
         # A file shorter than its meta page says (a power cut lost the extension, or a
         # truncation) would kill the process with SIGBUS on the first page read.
         pages = env.info()["last_pgno"] + 1
@@ -53,6 +56,10 @@ def open_env(path: str, map_size: int, verify_length: bool = True
         outdated = False
         with env.begin() as txn:
             fmt = txn.get(FORMAT, db=db.meta)
+        if fmt is None and not create:
+            env.close()
+            raise IndexCorrupt(f"index at {path} has no format: it is not the index the "
+                               f"broker opened")
         if fmt is None:  # a new index: its consumer offsets come from the log
             with env.begin(write=True) as txn:
                 txn.put(FORMAT, INDEX_FORMAT, db=db.meta)

@@ -10,7 +10,11 @@ with the queues made consumable, as the dispatcher thread does. The thread is wo
 per index transaction, not per message, and holds the interpreter lock only to read a line.
 
 If the child dies (killed, out of memory), the reader sees its pipe end, logs it and starts
-a new one, which resumes from the applied offset stored in LMDB. After
+a new one, which resumes from the applied offset stored in LMDB. The restarts back off: a
+child that dies within ``retry_max`` seconds of its start is followed by the next one
+after ``retry_initial`` seconds, doubled for each such quick death in a row up to
+``retry_max`` (a child that keeps dying costs an interpreter's start per ``retry_max``
+seconds, not a core); one that ran longer is followed after ``retry_initial``. After
 ``max_restarts`` deaths in a row without progress it gives up: :attr:`error` is set and
 the broker refuses new messages, as when the dispatcher thread stops.
 
@@ -26,12 +30,15 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
+from typing import ClassVar
 
 from fmq.errors import IndexCorrupt, IndexUnavailable
 from fmq.index import writer_wire as wire
 from fmq.index.entries import Mark, QueueEntry, TimerChange
 from fmq.index.flushed_scan import index_flushed
+from fmq.index.indexer_process import file_id
 from fmq.index.lmdb_env import is_transient
 from fmq.index.store import IndexStore
 from fmq.log.log import Log
@@ -43,6 +50,10 @@ log = logging.getLogger(__name__)
 
 
 class ProcessDispatcher:
+    #: The module run as the indexer process (a crash test runs one that kills itself at
+    #: chosen points, tests/workloads/crashing_indexer.py).
+    indexer_module: ClassVar[str] = "fmq.index.indexer_process"
+
     def __init__(self, *, log_: Log, index: IndexStore, index_path: str, log_dir: str,
                  map_size: int, batch: int, max_record_size: int, start_offset: int,
                  retry_initial: float = 0.05, retry_max: float = 5.0,
@@ -51,10 +62,13 @@ class ProcessDispatcher:
         self._index = index
         self._batch = batch
         self._max_record_size = max_record_size
-        self._args = [sys.executable, "-m", "fmq.index.indexer_process",
+        self._args = [sys.executable, "-m", self.indexer_module,
                       "--index", index_path, "--log", log_dir, "--map-size", str(map_size),
                       "--batch", str(batch), "--max-record-size", str(max_record_size),
-                      "--retry-initial", str(retry_initial), "--retry-max", str(retry_max)]
+                      "--retry-initial", str(retry_initial), "--retry-max", str(retry_max),
+                      "--index-file", file_id(index_path)]
+        self._retry_initial = retry_initial
+        self._retry_max = retry_max
         self.max_restarts = max_restarts
         self._cond = threading.Condition()
         self._send_lock = threading.Lock()
@@ -74,6 +88,8 @@ class ProcessDispatcher:
         self.retries = 0
         #: Indexer processes started again after one died.
         self.restarts = 0
+        #: The pause before each restart so far, in seconds (the back-off).
+        self.restart_delays: list[float] = []
         #: Called (reader thread) with the (topic, queue) pairs an index write made consumable.
         self.on_applied: Callable[[set[tuple[str, int]]], None] | None = None
         #: Called (reader thread) after an index write that added pending timers.
@@ -194,27 +210,53 @@ class ProcessDispatcher:
             self._spawned.set()
         if not started:
             return
-        deaths = 0
+        deaths = 0  # in a row without progress
+        quick = 0  # in a row, each within retry_max seconds of its start
         while True:
             child = self._child
+            born = time.monotonic()
             progressed = self._read_reports(child)
             code = child.wait()
             if self._stop or self.error is not None:
                 return  # stop() closes the pipes
             child.stdout.close()
-            deaths = 1 if progressed else deaths + 1
-            log.error("the indexer process (pid %d) ended with status %s; applied up to %d",
-                      child.pid, code, self._applied)
-            if deaths > self.max_restarts:
-                self._give_up(IndexUnavailable(
-                    f"the indexer process died {deaths} times in a row (last status {code}); "
-                    f"nothing more is indexed. See the server log, then restart the broker"))
-                return
             with self._send_lock:
                 child.stdin.close()
-            if not self._spawn(self._applied):
+            deaths = 1 if progressed else deaths + 1
+            quick = quick + 1 if time.monotonic() - born < self._retry_max else 1
+            log.error("the indexer process (pid %d) ended with status %s; applied up to %d",
+                      child.pid, code, self._applied)
+            if not self._restart(deaths, quick, code):
                 return
             self.restarts += 1
+
+    def _restart(self, deaths: int, quick: int, code: object) -> bool:
+        """Start the next child after the back-off (``deaths``: children in a row that died
+        without progress, ``quick``: that died young, ``code``: the last one's status);
+        False when the broker closes or the deaths are too many."""
+        while deaths <= self.max_restarts:
+            if not self._pause_before_restart(quick):
+                return False
+            try:
+                return self._spawn(self._applied)
+            except OSError as exc:  # no descriptor or memory for it: try again later
+                log.error("cannot start the indexer process again: %s", exc)
+                code = f"not started: {exc}"
+                deaths += 1
+                quick += 1
+        self._give_up(IndexUnavailable(
+            f"the indexer process died {deaths} times in a row (last status {code}); nothing "
+            f"more is indexed. See the server log, then restart the broker"))
+        return False
+
+    def _pause_before_restart(self, quick: int) -> bool:
+        """Wait before starting the next child (``quick``: children in a row that died
+        young); False when the broker closes meanwhile."""
+        delay = min(self._retry_initial * 2 ** (quick - 1), self._retry_max)
+        self.restart_delays.append(delay)
+        log.info("starting the indexer process again in %.2f s", delay)
+        with self._cond:
+            return not self._cond.wait_for(lambda: self._stop, delay)
 
     def _read_reports(self, child: subprocess.Popen) -> bool:
         """Take the child's reports until its pipe ends; whether it applied anything."""
@@ -245,6 +287,9 @@ class ProcessDispatcher:
             self._running = True
             if applied > self._applied:
                 self._applied = applied
+                # A write succeeded: also after a child that failed died (it never
+                # reported "recovered"), its successor's progress ends the refusals.
+                self.failing = None
             self._cond.notify_all()
         if self._sent < self._target:  # a command found the pipe full
             self._send_target()

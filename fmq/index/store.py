@@ -82,11 +82,12 @@ ITEM_BATCH = native.choose(item_batch_py).item_batch
 
 
 class IndexStore:
-    def __init__(self, path: str, map_size: int = 1 << 30, verify_length: bool = True) -> None:
+    def __init__(self, path: str, map_size: int = 1 << 30, verify_length: bool = True,
+                 create: bool = True) -> None:
         self.path = path
         #: ``outdated``: an older format this version rebuilds from the log
         #: (:func:`open_index`).
-        env, self.db, self.outdated = open_env(path, map_size, verify_length)
+        env, self.db, self.outdated = open_env(path, map_size, verify_length, create)
         self._gate = ResizeGate()
         # The indexer process writes the same environment (index_writer "process").
         self.env = SharedEnv(env, self._gate)

@@ -4,6 +4,7 @@ applied so that waiters and long polls wake."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,7 +15,11 @@ import pytest
 
 import fmq
 from fmq.datadir import INDEX_DIR
+from fmq.index.process_dispatcher import ProcessDispatcher
 from fmq.index.store import IndexStore
+from fmq.log.placement import now_ms
+from tests.crashkit import ROOT
+from tests.workloads.crashing_indexer import PLAN_ENV, kills_so_far
 
 #: Generous: the machine is shared.
 DEADLINE = 60.0
@@ -153,3 +158,110 @@ def test_close_does_not_wait_on_a_stopped_indexer_and_indexes_the_rest(tmp_path)
     shutil.rmtree(tmp_path / INDEX_DIR)
     with fmq.Broker.open(str(tmp_path), config(index_writer="thread")) as b:
         assert b._index.dump() == online
+
+
+def test_restarts_back_off_while_the_indexer_keeps_dying_young(tmp_path):
+    # The reader thread started a new child the moment the last one died: a child that
+    # died at once again and again (after progress each time, which resets the give-up
+    # count) was restarted in a tight loop, an interpreter's start after another.
+    with fmq.Broker.open(str(tmp_path), config(index_retry_initial_ms=100,
+                                               index_retry_max_ms=800)) as b:
+        dispatcher = b._dispatcher
+        gaps = []
+        for _ in range(4):
+            pid = dispatcher.pid
+            killed = time.monotonic()
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda pid=pid: dispatcher.pid != pid, "a new indexer")
+            gaps.append(time.monotonic() - killed)
+        assert dispatcher.error is None
+        for gap, delay in zip(gaps, [0.1, 0.2, 0.4, 0.8], strict=True):
+            assert gap >= delay * 0.9, f"restarted {gap:.3f} s after the kill ({gaps})"
+        assert dispatcher.restart_delays == [0.1, 0.2, 0.4, 0.8]
+        b.send(fmq.Message("t", b"after"))
+        assert b.wait_indexed(DEADLINE)
+        assert bodies(b) == [b"after"]
+
+
+def test_close_does_not_wait_for_a_restart_back_off(tmp_path):
+    b = fmq.Broker.open(str(tmp_path), config(index_retry_initial_ms=5000,
+                                              index_retry_max_ms=5000))
+    b.send(fmq.Message("t", b"one"))
+    pid = b._dispatcher.pid
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: b._dispatcher.restart_delays, "the restart's back-off")
+    b.send(fmq.Message("t", b"two"))  # no indexer runs: the close indexes it
+    started = time.monotonic()
+    b.close()
+    assert time.monotonic() - started < 4.0
+    with fmq.Broker.open(str(tmp_path), config()) as b:
+        assert bodies(b) == [b"one", b"two"]
+
+
+@pytest.fixture
+def crashing_indexer(tmp_path, monkeypatch):
+    """Brokers opened in this test run tests/workloads/crashing_indexer.py as their indexer;
+    the returned function arms it (see there)."""
+    monkeypatch.setattr(ProcessDispatcher, "indexer_module", "tests.workloads.crashing_indexer")
+    monkeypatch.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    state = str(tmp_path / "kills")
+
+    def arm(point: str, nth: int = 1, kills: int = 1) -> str:
+        monkeypatch.setenv(PLAN_ENV, json.dumps({"point": point, "nth": nth, "kills": kills,
+                                                 "state": state}))
+        return state
+
+    return arm
+
+
+def test_what_a_killed_indexer_wrote_unreported_wakes_its_queues(tmp_path, crashing_indexer):
+    # Killed between its LMDB commit and its report, the indexer's successor reported the
+    # stored applied offset with no queues: a pull long-polling the queue that commit made
+    # consumable slept until its deadline, and the timer service until its next look.
+    state = crashing_indexer("after-write")
+    woken: list[set] = []
+    data = tmp_path / "data"
+    with fmq.Broker.open(str(data), config()) as b:
+        b.on_consumable(woken.append)
+        b.send(fmq.Message("t", b"x", queue_id=1))
+        wait_for(lambda: kills_so_far(state) == 1, "the injected kill")
+        wait_for(lambda: b._dispatcher.restarts == 1 and b._dispatcher.applied_offset > 0,
+                 "the next indexer's first report")
+        wait_for(lambda: any(("t", 1) in q for q in woken), "the queue's wake-up")
+        assert bodies(b) == [b"x"]
+
+
+def test_indexer_refuses_an_index_deleted_under_its_broker(tmp_path):
+    # The next indexer opened the deleted index's path and made a new, empty index there:
+    # the broker went on reading its own (deleted) one, which nobody wrote any more, and
+    # after a restart the new one lacked everything before the point the indexer began.
+    data = tmp_path / "data"
+    b = fmq.Broker.open(str(data), config())
+    try:
+        b.send(fmq.Message("t", b"one"))
+        assert b.wait_indexed(DEADLINE)
+        shutil.rmtree(data / INDEX_DIR)
+        os.kill(b._dispatcher.pid, signal.SIGKILL)
+        wait_for(lambda: b._dispatcher.error is not None, "the broker to stop indexing")
+        assert "deleted" in str(b._dispatcher.error)
+        assert not (data / INDEX_DIR).exists(), "the indexer made a new index"
+        with pytest.raises(fmq.errors.IndexCorrupt, match="fmq index rebuild"):
+            b.send(fmq.Message("t", b"refused"))
+    finally:
+        b.close()
+    with fmq.Broker.open(str(data), config()) as b:  # rebuilt from the log
+        assert bodies(b) == [b"one"]
+
+
+def test_timers_a_killed_indexer_wrote_unreported_wake_the_timer_service(tmp_path,
+                                                                       crashing_indexer):
+    # As above, for the timer service: it sleeps until its next due timer (none here) and
+    # learns of an earlier one only from the report that indexed it.
+    state = crashing_indexer("after-write")
+    added: list[int] = []
+    with fmq.Broker.open(str(tmp_path / "data"), config()) as b:
+        wake = b._dispatcher.on_timers_added
+        b._dispatcher.on_timers_added = lambda: (added.append(1), wake())
+        b._timers.schedule([fmq.Message("t", b"later")], now_ms() + 3_600_000)
+        wait_for(lambda: kills_so_far(state) == 1, "the injected kill")
+        wait_for(lambda: added, "the timer service's wake-up")
