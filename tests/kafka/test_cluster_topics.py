@@ -170,6 +170,14 @@ def group_coordinated_by(nodes: dict[str, ServerProcess], broker_group: str,
     raise AssertionError(f"no group id of 200 is coordinated by {broker_group}")
 
 
+def _describe(node: ServerProcess, group: str) -> tuple[int, str]:
+    """DescribeGroups (v5) of ``group``: its code and state."""
+    _, answer = exchange(("127.0.0.1", node.kafka_port), request_type(15, 5)(
+        groups=(group,), include_authorized_operations=False))
+    (described,) = answer.groups
+    return described.error_code, described.group_state
+
+
 def _fmq_committed(node: ServerProcess, group: str) -> dict[int, int]:
     """The group's committed offsets in ``node``'s own queues, as FMQ's GROUPS says."""
     answer = json.loads(call(node, Op.GROUPS, {"group": group})["json"])
@@ -221,3 +229,12 @@ def test_a_kafka_groups_commits_are_stored_by_the_broker_group_of_each_partition
         assert _fmq_committed(g2, audit) == {1: 2}
         assert _fetch(g1, audit, None) == (ErrorCode.none, {1: (ErrorCode.none, 5),
                                                            3: (ErrorCode.none, 2)})
+
+        # A group whose only commits are in another broker group is Empty, not Dead, at
+        # its coordinator; another node is not its coordinator.
+        ops = group_coordinated_by(nodes, "g1", "ops")
+        assert _describe(g1, ops) == (ErrorCode.none, "Dead")
+        assert _commit(g1, ops, {3: 1}) == {3: ErrorCode.none}
+        assert _fmq_committed(g1, ops) == {}
+        assert _describe(g1, ops) == (ErrorCode.none, "Empty")
+        assert _describe(g2, ops)[0] == ErrorCode.not_coordinator

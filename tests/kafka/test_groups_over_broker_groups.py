@@ -24,6 +24,7 @@ from .test_cluster_topics import (
     PER_GROUP,
     TOPIC,
     _commit,
+    _fetch,
     _fmq_committed,
     both_leaders_known,
     group_coordinated_by,
@@ -119,6 +120,12 @@ def test_a_commit_while_the_other_groups_primary_is_down_is_retried_until_it_lan
         # g1 could store partition 0 (Kafka answers a commit as one).
         assert _commit(g1, group, {0: 2, 2: 2}) == {
             0: ErrorCode.coordinator_load_in_progress, 2: ErrorCode.coordinator_load_in_progress}
+
+        # Reading the commits back: COORDINATOR_LOAD_IN_PROGRESS for the whole answer (a
+        # client retries it), never -1 ("no commit"), which would reset the position.
+        code, partitions = _fetch(g1, group, [0, 2])
+        assert code == ErrorCode.coordinator_load_in_progress
+        assert {c for c, _ in partitions.values()} == {ErrorCode.coordinator_load_in_progress}
 
         # librdkafka retries it twice itself, then the application gets Kafka's retriable
         # COORDINATOR_LOAD_IN_PROGRESS and may commit again.

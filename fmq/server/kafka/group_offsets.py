@@ -45,7 +45,7 @@ from fmq.server.kafka.group_remote_offsets import (
     committed_remote,
     fetch_remote,
 )
-from fmq.server.kafka.routed import global_index, partition_host, route_of
+from fmq.server.kafka.routed import global_index, partition_host, route_of, routed_groups
 from fmq.server.kafka.session import KafkaSession
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -241,12 +241,12 @@ def _committed_here(broker: Broker, group: str, rows: list[FetchRow]
 async def _fetch_all(session: KafkaSession, group: str
                      ) -> tuple[ErrorCode, list[tuple[str, int, int]]]:
     """Every partition ``group`` committed, in this broker group and in every other group
-    of the cluster (a routed topic's queues there, by global index), sorted."""
+    a route names (a routed topic's queues there, by global index), sorted."""
     ctx = session.ctx
     own = _own_group(session)
     rows = [(topic, global_index(session, topic, queue), offset) for topic, queue, offset
             in await ctx.read(_all_committed_here, ctx.broker, group)]
-    others = [g for g in _cluster_groups(session) if g != own]
+    others = [g for g in routed_groups(session) if g != own]
     links = links_of(ctx)
     failed = ErrorCode.none
     for broker_group, (code, found) in zip(others, await asyncio.gather(
@@ -269,13 +269,6 @@ def _all_committed_here(broker: Broker, group: str) -> list[CommitRow]:
         return []  # a group id FMQ cannot hold has committed nothing
     return [(r["topic"], r["queue_id"], r["committed"]) for r in found
             if r["committed"] is not None]
-
-
-def _cluster_groups(session: KafkaSession) -> list[str]:
-    routes = session.ctx.routes
-    if routes is None or session.brokers is None:
-        return []
-    return sorted(routes.snapshot.groups)
 
 
 def _global_index_in(session: KafkaSession, topic: str, broker_group: str, queue: int

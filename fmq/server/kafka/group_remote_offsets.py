@@ -120,6 +120,15 @@ async def committed_remote(links: BrokerGroupLinks, broker_group: str, group: st
     return ErrorCode.none, rows
 
 
+async def committed_anywhere(links: BrokerGroupLinks, broker_groups: list[str], group: str
+                             ) -> tuple[ErrorCode, bool]:
+    """Whether consumer group ``group`` committed in any of ``broker_groups`` (the first
+    failure's code when one could not be asked: then it is not known)."""
+    answers = await asyncio.gather(*(committed_remote(links, g, group) for g in broker_groups))
+    failed = next((code for code, _ in answers if code != ErrorCode.none), ErrorCode.none)
+    return failed, any(rows for _, rows in answers)
+
+
 def all_or_retry(codes: list[ErrorCode]) -> list[ErrorCode]:
     """A commit answered as one: when some partitions could not be stored for now, the
     others are answered with that retriable code too, as Kafka's coordinator answers a

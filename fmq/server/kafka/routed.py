@@ -39,6 +39,14 @@ def routed_partitions(session: KafkaSession, topic: str) -> list[RoutedPartition
                    for e in route.entries for q in range(e.queues)), key=lambda p: p.index)
 
 
+def routed_groups(session: KafkaSession) -> list[str]:
+    """The broker groups any route names: where a routed topic's commits may be kept."""
+    routes = session.ctx.routes
+    if routes is None or session.brokers is None:
+        return []
+    return sorted({g for r in routes.snapshot.routes.values() for g in r.groups})
+
+
 def partition_host(session: KafkaSession, topic: str, partition: int
                    ) -> RoutedPartition | None:
     """Where Kafka ``partition`` of ``topic`` is kept: its broker group (this node's own for
