@@ -25,11 +25,11 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from fmq.errors import (
-    AccessDenied,
     FMQError,
     InvalidArgument,
     OffsetOutOfRange,
     RequestTimeout,
+    SecurityError,
     UnknownQueue,
     UnknownTopic,
 )
@@ -60,11 +60,12 @@ def forward_error(exc: FMQError, broker_group: str, what: str) -> ErrorCode:
         return ErrorCode.offset_out_of_range
     if isinstance(exc, UnknownTopic | UnknownQueue):
         return ErrorCode.unknown_topic_or_partition
-    if isinstance(exc, AccessDenied):
+    if isinstance(exc, SecurityError) and not exc.retriable:
         logger.error("kafka group coordinator: broker group %s refused the %s it forwards "
-                     "(%s): the node's follow_user needs commit-offsets, consume and describe "
-                     "on the consumer groups of Kafka clients (docs/kafka.md, Consumer groups "
-                     "over broker groups)", broker_group, what, exc)
+                     "(%s): the node connects there as it follows a primary (follow_tls, "
+                     "follow_user, follow_password_file), and the follow_user needs commit-offsets, consume and describe on the "
+                     "consumer groups of Kafka clients (docs/kafka.md, Consumer groups over "
+                     "broker groups)", broker_group, what, exc)
         return ErrorCode.unknown_server_error
     if isinstance(exc, InvalidArgument):
         return ErrorCode.invalid_request
