@@ -1,6 +1,7 @@
 """A topic routed over two broker groups is one Kafka topic: Metadata lists the route's
 global indices as partitions, each led by its group's primary, and Kafka clients given one
-group's address produce to and consume from every partition."""
+group's address produce to and consume from every partition. A consumer group's commits go
+to its one coordinator, which stores each partition's in the broker group hosting it."""
 
 from __future__ import annotations
 
@@ -40,6 +41,13 @@ def _leaders(bootstrap: str) -> dict[int, int]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topic = admin.list_topics(TOPIC, timeout=10).topics[TOPIC]
     return {i: p.leader for i, p in topic.partitions.items()}
+
+
+def both_leaders_known(bootstrap: str) -> bool:
+    """Whether Metadata asked of ``bootstrap`` names a leader for every partition, two
+    different ones (each group's primary); -1 is no leader known yet."""
+    leaders = set(_leaders(bootstrap).values())
+    return len(leaders) == 2 and -1 not in leaders
 
 
 @contextmanager
@@ -121,17 +129,53 @@ def _commit(node: ServerProcess, group: str, offsets: dict[int, int]) -> dict[in
 
 
 def _fetch(node: ServerProcess, group: str, partitions: list[int] | None
-           ) -> dict[int, tuple[int, int]]:
-    """OffsetFetch (v7) of ``partitions`` (None: all): (code, offset) by partition."""
+           ) -> tuple[int, dict[int, tuple[int, int]]]:
+    """OffsetFetch (v7) of ``partitions`` (None: all): the top-level code, and (code,
+    offset) by partition."""
     cls = request_type(9, 7)
     module = __import__(cls.__module__, fromlist=["x"])
     topics = (None if partitions is None else
               (module.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=tuple(partitions)),))
     _, answer = exchange(("127.0.0.1", node.kafka_port), cls(
         group_id=group, topics=topics, require_stable=False))
-    assert answer.error_code == ErrorCode.none, answer
-    return {p.partition_index: (p.error_code, p.committed_offset)
-            for t in answer.topics if t.name == TOPIC for p in t.partitions}
+    return answer.error_code, {p.partition_index: (p.error_code, p.committed_offset)
+                               for t in answer.topics if t.name == TOPIC for p in t.partitions}
+
+
+def find_coordinator(node: ServerProcess, group: str) -> int:
+    """The node id FindCoordinator (v3) asked of ``node`` names for ``group`` (-1: none
+    now)."""
+    cls = request_type(10, 3)
+    _, answer = exchange(("127.0.0.1", node.kafka_port), cls(key=group, key_type=0))
+    return answer.node_id if answer.error_code == ErrorCode.none else -1
+
+
+def _coordinators(nodes: dict[str, ServerProcess], group: str) -> set[int]:
+    return {find_coordinator(n, group) for n in nodes.values()}
+
+
+def group_coordinated_by(nodes: dict[str, ServerProcess], broker_group: str,
+                         prefix: str = "billing") -> str:
+    """A consumer group id whose coordinator, as every node answers it, is the primary of
+    ``broker_group`` (each node's id is its group's ``-n1`` node)."""
+    want = node_id(broker_group, f"{broker_group}-n1")
+    wait_until(lambda: -1 not in _coordinators(nodes, prefix), 30,
+               "every node to name a coordinator")
+    for i in range(200):
+        group = f"{prefix}-{i}"
+        answers = _coordinators(nodes, group)
+        assert len(answers) == 1, f"the nodes name different coordinators for {group}: {answers}"
+        if answers == {want}:
+            return group
+    raise AssertionError(f"no group id of 200 is coordinated by {broker_group}")
+
+
+def _describe(node: ServerProcess, group: str) -> tuple[int, str]:
+    """DescribeGroups (v5) of ``group``: its code and state."""
+    _, answer = exchange(("127.0.0.1", node.kafka_port), request_type(15, 5)(
+        groups=(group,), include_authorized_operations=False))
+    (described,) = answer.groups
+    return described.error_code, described.group_state
 
 
 def _fmq_committed(node: ServerProcess, group: str) -> dict[int, int]:
@@ -141,7 +185,7 @@ def _fmq_committed(node: ServerProcess, group: str) -> dict[int, int]:
             if r["topic"] == TOPIC and r["committed"] is not None}
 
 
-def test_a_kafka_groups_commits_stay_with_the_broker_group_of_each_partition(tmp_path):
+def test_a_kafka_groups_commits_are_stored_by_the_broker_group_of_each_partition(tmp_path):
     with topic_over_two_groups(tmp_path) as nodes:
         g1, g2 = nodes["g1"], nodes["g2"]
         producer = Producer({"bootstrap.servers": f"127.0.0.1:{g1.kafka_port}", "acks": "all"})
@@ -153,20 +197,44 @@ def test_a_kafka_groups_commits_stay_with_the_broker_group_of_each_partition(tmp
             wait_until(lambda n=nodes[group], q=queue: queue_range(n, TOPIC, q) == (0, 5), 30,
                        "every partition's records stored")
 
-        # g2 hosts partitions 2 and 3 (its queues 0 and 1): their commits are its own.
-        assert _commit(g2, "billing", {2: 3, 3: 4}) == {2: ErrorCode.none, 3: ErrorCode.none}
-        assert _fmq_committed(g2, "billing") == {0: 3, 1: 4}
-        # Partition 0 is g1's: refused at g2, never written into g2's queue 0.
-        assert _commit(g2, "billing", {0: 1, 3: 5}) == {0: ErrorCode.invalid_request,
-                                                       3: ErrorCode.none}
-        assert _fmq_committed(g2, "billing") == {0: 3, 1: 5}
-        assert _commit(g1, "billing", {0: 2}) == {0: ErrorCode.none}
-        assert _fmq_committed(g1, "billing") == {0: 2}
+        # One coordinator per consumer group, the same whichever node is asked: here g2's
+        # primary. It stores partitions 2 and 3 (its queues 0 and 1) itself and forwards
+        # partition 0 to g1's primary, where queue 0 keeps it.
+        billing = group_coordinated_by(nodes, "g2")
+        assert _commit(g2, billing, {0: 1, 2: 3, 3: 4}) == {0: ErrorCode.none, 2: ErrorCode.none,
+                                                           3: ErrorCode.none}
+        assert _fmq_committed(g1, billing) == {0: 1}
+        assert _fmq_committed(g2, billing) == {0: 3, 1: 4}
+        # Another node is not its coordinator: nothing is stored there, the client looks
+        # for the coordinator again.
+        assert _commit(g1, billing, {0: 2, 2: 2}) == {0: ErrorCode.not_coordinator,
+                                                      2: ErrorCode.not_coordinator}
+        assert _fmq_committed(g1, billing) == {0: 1}
+        assert _fetch(g1, billing, [0])[0] == ErrorCode.not_coordinator
+        # A partition no broker group hosts, and an offset past a partition's end.
+        assert _commit(g2, billing, {9: 1, 1: 6}) == {9: ErrorCode.unknown_topic_or_partition,
+                                                      1: ErrorCode.offset_out_of_range}
 
         # Fetched back by Kafka partition, each from the group hosting it.
-        assert _fetch(g2, "billing", [0, 1, 2, 3]) == {
-            0: (ErrorCode.invalid_request, -1), 1: (ErrorCode.invalid_request, -1),
-            2: (ErrorCode.none, 3), 3: (ErrorCode.none, 5)}
-        assert _fetch(g2, "billing", None) == {2: (ErrorCode.none, 3), 3: (ErrorCode.none, 5)}
-        assert _fetch(g1, "billing", None) == {0: (ErrorCode.none, 2)}
-        assert "hosted by another broker group" in g2.log()
+        assert _fetch(g2, billing, [0, 1, 2, 3]) == (ErrorCode.none, {
+            0: (ErrorCode.none, 1), 1: (ErrorCode.none, -1), 2: (ErrorCode.none, 3),
+            3: (ErrorCode.none, 4)})
+        assert _fetch(g2, billing, None) == (ErrorCode.none, {
+            0: (ErrorCode.none, 1), 2: (ErrorCode.none, 3), 3: (ErrorCode.none, 4)})
+
+        # A group coordinated by g1 works the same the other way round.
+        audit = group_coordinated_by(nodes, "g1", "audit")
+        assert _commit(g1, audit, {1: 5, 3: 2}) == {1: ErrorCode.none, 3: ErrorCode.none}
+        assert _fmq_committed(g1, audit) == {1: 5}
+        assert _fmq_committed(g2, audit) == {1: 2}
+        assert _fetch(g1, audit, None) == (ErrorCode.none, {1: (ErrorCode.none, 5),
+                                                           3: (ErrorCode.none, 2)})
+
+        # A group whose only commits are in another broker group is Empty, not Dead, at
+        # its coordinator; another node is not its coordinator.
+        ops = group_coordinated_by(nodes, "g1", "ops")
+        assert _describe(g1, ops) == (ErrorCode.none, "Dead")
+        assert _commit(g1, ops, {3: 1}) == {3: ErrorCode.none}
+        assert _fmq_committed(g1, ops) == {}
+        assert _describe(g1, ops) == (ErrorCode.none, "Empty")
+        assert _describe(g2, ops)[0] == ErrorCode.not_coordinator

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaException, Producer
 from tests.cluster.kit import queue_range
 from tests.server.harness import wait_until
 
-from .test_cluster_topics import PER_GROUP, _leaders, topic_over_two_groups
+from .test_cluster_topics import PER_GROUP, both_leaders_known, topic_over_two_groups
 from .test_transactions import NO_REBOOTSTRAP
 
 TOPIC = "spread"  # the name test_cluster_topics' helpers read
@@ -21,7 +21,7 @@ def test_a_transaction_over_two_broker_groups_is_refused_before_anything_is_stor
         tmp_path):
     with topic_over_two_groups(tmp_path) as nodes:
         bootstrap = f"127.0.0.1:{nodes['g1'].kafka_port}"
-        wait_until(lambda: len(set(_leaders(bootstrap).values())) == 2, 30,
+        wait_until(lambda: both_leaders_known(bootstrap), 30,
                    "Metadata to name each group's primary for its partitions")
 
         producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "spread-1",
@@ -34,16 +34,19 @@ def test_a_transaction_over_two_broker_groups_is_refused_before_anything_is_stor
             producer.commit_transaction(30)
         assert "invalid request" in str(refused.value).lower(), refused.value
         producer.abort_transaction(30)
-        # The transaction's coordinator (either group's primary: the id's hash picks it)
-        # logs the refusal; its log reaches the file soon after the answer.
+        # The transaction's coordinator (the primary of the group whose node librdkafka
+        # asked: either, as it knows both) logs the refusal; its log reaches the file
+        # soon after the answer.
         wait_until(lambda: any("are hosted by another broker group" in node.log()
                                for node in nodes.values()), 10,
                    "a server log naming the partitions another group hosts")
+        (home,) = [g for g, node in nodes.items()
+                   if "are hosted by another broker group" in node.log()]
         for group in ("g1", "g2"):
             for queue in range(PER_GROUP):
                 assert queue_range(nodes[group], TOPIC, queue) == (0, 0)
 
-        producer.begin_transaction()  # within g1: commits
-        producer.produce(TOPIC, b"g1-only", partition=1)
+        producer.begin_transaction()  # within the coordinator's group: commits
+        producer.produce(TOPIC, b"one group", partition=PER_GROUP * ("g1", "g2").index(home))
         producer.commit_transaction(30)
-        assert queue_range(nodes["g1"], TOPIC, 1) == (0, 1)
+        assert queue_range(nodes[home], TOPIC, 0) == (0, 1)

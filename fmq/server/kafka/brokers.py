@@ -5,8 +5,9 @@ A server without a coordinator is one broker, node 0, leading every partition. W
 ``--coordinator``, every node publishes its Kafka address beside its FMQ registration,
 ``/fmq/<group>/kafka/<node>`` = ``{"node_id", "host", "port"}`` (persistent, rewritten at
 every start, so a moved port is known at once), and each node reads, every
-:data:`REFRESH_S`, those of its group and of every group its routes name, with the groups'
-leader keys. Metadata then names every node as a broker and, as each partition's leader,
+:data:`REFRESH_S`, those of its group and of every group of its cluster and its routes,
+with the groups' leader keys (a consumer group's coordinator may be any group's primary,
+:mod:`.group_placement`). Metadata then names every node as a broker and, as each partition's leader,
 the primary of the group that hosts it, with the group's epoch as the leader epoch.
 
 A node's Kafka id is :func:`node_id` of its group and node name: stable across restarts and
@@ -67,6 +68,8 @@ class GroupView:
 class BrokersView:
     brokers: tuple[Broker, ...]
     groups: dict[str, GroupView] = field(default_factory=dict)
+    #: Read from etcd (False: this node's own start-up view, before the first read).
+    from_etcd: bool = False
 
 
 class KafkaBrokers:
@@ -92,7 +95,7 @@ class KafkaBrokers:
 
     def start(self, groups_wanted: Any) -> None:
         """Follow etcd (with a coordinator); ``groups_wanted()`` names the other groups
-        whose brokers count (the groups of the node's routes)."""
+        whose brokers count (the cluster's groups and those of the node's routes)."""
         if not self.config.coordinator:
             return
         self._groups_wanted = groups_wanted
@@ -152,7 +155,8 @@ class KafkaBrokers:
             if leader not in brokers:  # its address is not published yet: unreachable
                 leader = NO_LEADER
             groups[group] = GroupView(leader, epoch, tuple(sorted(members)))
-        return BrokersView(tuple(sorted(brokers.values(), key=lambda b: b.node_id)), groups)
+        return BrokersView(tuple(sorted(brokers.values(), key=lambda b: b.node_id)), groups,
+                           from_etcd=True)
 
     def _get_prefix(self, prefix: str) -> list[tuple[bytes, Any]]:
         return etcd_io.call(self.config.coordinator, "read the Kafka brokers",

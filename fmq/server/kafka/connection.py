@@ -24,6 +24,7 @@ import logging
 from fmq.server.kafka.access import enforcing
 from fmq.server.kafka.dispatch import answer
 from fmq.server.kafka.framing import FrameError, read_body, read_size
+from fmq.server.kafka.sasl import raw_token
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.net.request_admission import LOGIN_FRAME_LIMIT
 
@@ -127,7 +128,11 @@ class KafkaConnection:
 
     def _start(self, frame: bytes) -> asyncio.Future:
         ctx = self.session.ctx
-        task = asyncio.ensure_future(answer(self.session, frame))
+        # After SaslHandshake v0 the client sends its SASL messages as bare frames: it
+        # waited for the handshake's answer, so the flag is set by the time one arrives.
+        step = (raw_token(self.session, frame) if self.session.sasl_raw
+                else answer(self.session, frame))
+        task = asyncio.ensure_future(step)
         ctx.all_tasks.add(task)
         task.add_done_callback(ctx.all_tasks.discard)
         task.add_done_callback(lambda _: self.budget.release(self.share, len(frame)))

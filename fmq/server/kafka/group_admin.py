@@ -14,6 +14,13 @@ DeleteGroups forgets an Empty Kafka group and refuses one with members (NON_EMPT
 of either protocol). FMQ keeps committed offsets as log records and cannot delete them
 yet, so a group that has some is refused with POLICY_VIOLATION (the server logs why);
 GROUP_ID_NOT_FOUND for a group nobody knows.
+
+DescribeGroups and DeleteGroups are the group's coordinator's (:mod:`.group_placement`;
+NOT_COORDINATOR elsewhere, as Kafka answers, and admin clients ask FindCoordinator
+first). In a cluster of several broker groups a group's offsets may be kept by any group
+a route names: those are asked too (COORDINATOR_LOAD_IN_PROGRESS while one is away).
+ListGroups is answered by every node with what it knows (its coordinator's groups, its
+FMQ groups, the groups with offsets in its log).
 """
 
 from __future__ import annotations
@@ -29,8 +36,12 @@ from fmq.security import Operation, ResourceType
 from fmq.server.context import ServerContext
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import LOGGED_IN, kafka_api, on_groups
+from fmq.server.kafka.group_links import links_of
+from fmq.server.kafka.group_placement import coordinator_refusal
 from fmq.server.kafka.group_registry import coordinator_of
+from fmq.server.kafka.group_remote_offsets import committed_anywhere
 from fmq.server.kafka.group_state import GroupState
+from fmq.server.kafka.routed import routed_groups
 from fmq.server.kafka.session import KafkaSession
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -49,6 +60,19 @@ def _offset_groups(broker: Broker, group: str | None) -> set[str]:
         return set()  # a name FMQ cannot hold has no offsets
 
 
+async def _committed_somewhere(session: KafkaSession, group: str) -> tuple[ErrorCode, bool]:
+    """Whether ``group`` has committed offsets here or in another broker group a route
+    names; a code other than none when one of those could not be asked."""
+    ctx = session.ctx
+    if await ctx.read(_offset_groups, ctx.broker, group):
+        return ErrorCode.none, True
+    own = session.brokers.group if session.brokers is not None else ""
+    others = [g for g in routed_groups(session) if g != own]
+    if not others:
+        return ErrorCode.none, False
+    return await committed_anywhere(links_of(ctx), others, group)
+
+
 @kafka_api(15, "DescribeGroups", 0, 5, access=on_groups(Operation.DESCRIBE))
 async def describe_groups(session: KafkaSession, request: Any, version: int) -> dict:
     ctx = session.ctx
@@ -58,7 +82,7 @@ async def describe_groups(session: KafkaSession, request: Any, version: int) -> 
         answer = {"error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
                   "protocol_type": "", "protocol_data": "", "members": [],
                   "authorized_operations": NO_OPERATIONS}
-        denied = access.refusal(session, group_id)
+        denied = access.refusal(session, group_id) or coordinator_refusal(session, group_id)
         if denied is not None:
             described.append({**answer, "error_code": denied})
             continue
@@ -80,8 +104,12 @@ async def describe_groups(session: KafkaSession, request: Any, version: int) -> 
             answer["members"] = [{"member_id": mid, "group_instance_id": None,
                                   "client_id": "", "client_host": "", "member_metadata": b"",
                                   "member_assignment": b""} for mid in fmq_live["members"]]
-        elif await ctx.read(_offset_groups, ctx.broker, group_id):
-            answer["group_state"] = "Empty"
+        else:
+            failed, committed = await _committed_somewhere(session, group_id)
+            if failed != ErrorCode.none:
+                answer["error_code"] = failed
+            elif committed:
+                answer["group_state"] = "Empty"
         described.append(answer)
     return {"throttle_time": 0, "groups": described}
 
@@ -115,25 +143,30 @@ async def _all_groups(ctx: ServerContext) -> dict[str, tuple[str, str]]:
 
 @kafka_api(42, "DeleteGroups", 0, 2, access=on_groups(Operation.ADMIN))
 async def delete_groups(session: KafkaSession, request: Any, version: int) -> dict:
+    results = [{"group_id": group_id, "error_code": await _delete(session, group_id)}
+               for group_id in request.groups_names]
+    return {"throttle_time": 0, "results": results}
+
+
+async def _delete(session: KafkaSession, group_id: str) -> ErrorCode:
+    """Forget ``group_id`` if it is an Empty Kafka group without offsets: its code."""
     ctx = session.ctx
     coordinator = coordinator_of(ctx)
-    results = []
-    for group_id in request.groups_names:
-        g = coordinator.groups.get(group_id)
-        denied = access.refusal(session, group_id)
-        if denied is not None:
-            code = denied
-        elif ctx.groups.member_count(group_id) or (g is not None and (g.members or g.pending)):
-            code = ErrorCode.non_empty_group
-        elif await ctx.read(_offset_groups, ctx.broker, group_id):
-            logger.info("kafka DeleteGroups from %s: group %r has committed offsets, which "
-                        "FMQ keeps in the log and cannot delete; refused (POLICY_VIOLATION)",
-                        session.peer, group_id)
-            code = ErrorCode.policy_violation
-        elif g is None:
-            code = ErrorCode.group_id_not_found
-        else:
-            coordinator.delete(group_id)
-            code = ErrorCode.none
-        results.append({"group_id": group_id, "error_code": code})
-    return {"throttle_time": 0, "results": results}
+    g = coordinator.groups.get(group_id)
+    denied = access.refusal(session, group_id) or coordinator_refusal(session, group_id)
+    if denied is not None:
+        return denied
+    if ctx.groups.member_count(group_id) or (g is not None and (g.members or g.pending)):
+        return ErrorCode.non_empty_group
+    failed, committed = await _committed_somewhere(session, group_id)
+    if failed != ErrorCode.none:
+        return failed
+    if committed:
+        logger.info("kafka DeleteGroups from %s: group %r has committed offsets, which FMQ "
+                    "keeps in the log and cannot delete; refused (POLICY_VIOLATION)",
+                    session.peer, group_id)
+        return ErrorCode.policy_violation
+    if g is None:
+        return ErrorCode.group_id_not_found
+    coordinator.delete(group_id)
+    return ErrorCode.none

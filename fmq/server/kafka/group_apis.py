@@ -2,8 +2,9 @@
 Heartbeat (12), LeaveGroup (13), SyncGroup (14), on
 :class:`~fmq.server.kafka.group_coordinator.KafkaGroupCoordinator`.
 
-The coordinator of every group and transactional id is the primary of this node's broker
-group (:mod:`.group_placement`); a follower answers NOT_COORDINATOR.
+A consumer group's coordinator is the primary of the broker group its id hashes to (the
+same answer on every node, :mod:`.group_placement`); any other node answers its requests
+NOT_COORDINATOR. A transactional id's coordinator is the primary of the asked node's group.
 Versions: those librdkafka 2.x, kafka-python and aiokafka send; JoinGroup from version 4
 asks a new member to join again with the id it is given (MEMBER_ID_REQUIRED).
 """
@@ -21,15 +22,19 @@ from fmq.server.kafka import access
 from fmq.server.kafka.apis import LOGGED_IN, kafka_api, on_groups
 from fmq.server.kafka.entities import ms
 from fmq.server.kafka.group_coordinator import KafkaGroupError
-from fmq.server.kafka.group_placement import check_coordinator, coordinator_address
+from fmq.server.kafka.group_placement import (
+    check_coordinator,
+    group_coordinator_address,
+    transaction_coordinator_address,
+)
 from fmq.server.kafka.group_registry import coordinator_of
 from fmq.server.kafka.session import KafkaSession
 
 GROUP_KEY_TYPE = 0
-TRANSACTION_KEY_TYPE = 1  # a transactional id: this server is its coordinator too
+TRANSACTION_KEY_TYPE = 1  # a transactional id: its coordinator is this group's primary
 
 
-# Any logged-in user: the answer is this server whatever the group, and a consumer with
+# Any logged-in user: where a group is coordinated tells nothing of it, and a consumer with
 # consume on its group but no describe (FMQ does not derive one from the other for groups)
 # must still find it.
 @kafka_api(10, "FindCoordinator", 0, 4, access=LOGGED_IN)
@@ -47,11 +52,13 @@ def _coordinator(session: KafkaSession, key: str, key_type: int) -> dict:
         return {"key": key, "error_code": ErrorCode.invalid_request, "node_id": -1,
                 "host": "", "port": -1,
                 "error_message": f"unknown coordinator key type {key_type}"}
-    found = coordinator_address(session)
+    found = (group_coordinator_address(session, key) if key_type == GROUP_KEY_TYPE
+             else transaction_coordinator_address(session))
     if found is None:
         return {"key": key, "error_code": ErrorCode.coordinator_not_available, "node_id": -1,
                 "host": "", "port": -1,
-                "error_message": "the broker group is electing its primary; ask again"}
+                "error_message": "the coordinator's broker group is electing its primary, or "
+                                 "this node has not read the cluster's brokers yet; ask again"}
     return {"key": key, "error_code": ErrorCode.none, "error_message": None,
             "node_id": found.node_id, "host": found.host, "port": found.port}
 
@@ -68,9 +75,9 @@ def _group_id(session: KafkaSession, group_id: str) -> str:
 
 
 def _check_access(session: KafkaSession, group_id: str) -> None:
-    """This node coordinates groups (NOT_COORDINATOR on a follower) and the user may use
-    ``group_id`` as the API being answered declares."""
-    check_coordinator(session)
+    """This node coordinates ``group_id`` (NOT_COORDINATOR elsewhere) and the user may use
+    it as the API being answered declares."""
+    check_coordinator(session, group_id)
     denied = access.refusal(session, group_id)
     if denied is not None:
         raise KafkaGroupError(denied)

@@ -36,6 +36,7 @@ from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
 from fmq.server.kafka.brokers import KafkaBrokers
 from fmq.server.kafka.connection import KafkaConnection
 from fmq.server.kafka.counters import KafkaCounters
+from fmq.server.kafka.group_links import close_links
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.txn_coordinator import start_transaction_recovery
 from fmq.server.net.listener import bind_listener
@@ -90,18 +91,21 @@ class KafkaListener:
             ssl_handshake_timeout=config.handshake_timeout_ms / 1000 if self.tls else None)
         self._closer = asyncio.ensure_future(self._close_on_stop())
         if self.brokers is not None:
-            self.brokers.start(self._route_groups)
+            self.brokers.start(self._cluster_groups)
         self._txn_recovery = start_transaction_recovery(self.ctx)
         logger.info("kafka front door listening on %s:%d (%s, advertised as %s:%d)",
                     self.host, self.port, "plaintext" if self.tls is None else "TLS",
                     self.advertised_host, self.advertised_port)
 
-    def _route_groups(self) -> list[str]:
-        """The broker groups the node's routes name (their brokers are Kafka's too)."""
+    def _cluster_groups(self) -> list[str]:
+        """The broker groups of the cluster and those the node's routes name: their
+        brokers are Kafka's too, each may lead partitions and coordinate consumer groups."""
         routes = self.ctx.routes
         if routes is None:
             return []
-        return sorted({g for r in routes.snapshot.routes.values() for g in r.groups})
+        snapshot = routes.snapshot
+        return sorted({g for r in snapshot.routes.values() for g in r.groups}
+                      | set(snapshot.groups))
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                       ) -> None:
@@ -152,5 +156,6 @@ class KafkaListener:
             self.brokers.stop()
         if self._txn_recovery is not None:
             self._txn_recovery.cancel()
+        close_links(self.ctx)
         for connection in list(self.connections):
             connection.stop()

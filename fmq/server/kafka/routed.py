@@ -39,6 +39,29 @@ def routed_partitions(session: KafkaSession, topic: str) -> list[RoutedPartition
                    for e in route.entries for q in range(e.queues)), key=lambda p: p.index)
 
 
+def routed_groups(session: KafkaSession) -> list[str]:
+    """The broker groups any route names: where a routed topic's commits may be kept."""
+    routes = session.ctx.routes
+    if routes is None or session.brokers is None:
+        return []
+    return sorted({g for r in routes.snapshot.routes.values() for g in r.groups})
+
+
+def partition_host(session: KafkaSession, topic: str, partition: int
+                   ) -> RoutedPartition | None:
+    """Where Kafka ``partition`` of ``topic`` is kept: its broker group (this node's own for
+    an unrouted topic: "" outside a cluster) and queue there; None when no group of the
+    route hosts it (past the route's indices, or a group ``remove-group`` took out)."""
+    route = route_of(session, topic)
+    if route is None:
+        own = session.brokers.group if session.brokers is not None else ""
+        return RoutedPartition(partition, own, partition)
+    for e in route.entries:
+        if e.base <= partition < e.base + e.queues:
+            return RoutedPartition(partition, e.group, partition - e.base)
+    return None
+
+
 def local_queue(session: KafkaSession, topic: str, partition: int) -> int | None:
     """The queue of this node holding Kafka ``partition`` of ``topic``: the partition itself
     for an unrouted topic; None when another group hosts it."""

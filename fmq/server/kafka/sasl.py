@@ -13,8 +13,14 @@ it with the user's salt and iteration count.
 A failure answers SASL_AUTHENTICATION_FAILED after FMQ's slow-down (doubling per failure of
 the connection and of its address, ``auth_failure_delay_ms``), is counted in the server's
 ``auth_failures`` and logged with the user name only. An unknown user is refused exactly as
-a wrong password is. Handshake version 0 (SASL bytes outside Kafka frames) is answered
-UNSUPPORTED_VERSION: every client that speaks SaslAuthenticate uses version 1.
+a wrong password is.
+
+Handshake version 1 is followed by SaslAuthenticate requests. After version 0, Kafka's
+original flow (clients older than Kafka 1.0's, and kafka-python or Sarama configured for
+older brokers), the client's SASL messages follow as bare frames, a 4-byte size and the
+bytes with no request header, and each answer is one too (:func:`raw_token`), until the
+client has logged in; a failed log-in there closes the connection after the slow-down,
+as Kafka does, since a bare frame has no room for an error.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import binascii
 import hashlib
 import hmac
 import logging
+import struct
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -33,6 +40,7 @@ from scramp import ScramException, ScramMechanism
 from fmq.security.credentials import ITERATIONS, SHA512_MECHANISM, ScramKeys
 from fmq.security.users import MECHANISM
 from fmq.server.kafka.apis import BEFORE_LOGIN, kafka_api
+from fmq.server.kafka.framing import FrameError
 from fmq.server.kafka.session import KafkaSession
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -64,15 +72,14 @@ def mechanisms(session: KafkaSession) -> list[str]:
     return [*scram, PLAIN] if session.tls else scram
 
 
-# Version 0 is advertised because librdkafka sees SASL at all only when it is, but it is
-# refused: its SASL bytes would follow outside Kafka frames. Clients use version 1.
+class RawLoginFailed(FrameError):
+    """A log-in after SaslHandshake v0 failed: the connection closes (the slow-down waited
+    first), the only answer a bare SASL frame leaves."""
+
+
 @kafka_api(17, "SaslHandshake", 0, 1, access=BEFORE_LOGIN)
 async def sasl_handshake(session: KafkaSession, request: Any, version: int) -> dict:
     offered = mechanisms(session)
-    if version == 0:
-        logger.info("kafka connection %s: SaslHandshake v0 refused (SASL bytes outside "
-                    "Kafka frames are not served; use version 1)", session.peer)
-        return {"error_code": ErrorCode.unsupported_version, "mechanisms": offered}
     if request.mechanism not in offered:
         why = ("PLAIN sends the password itself and is offered only over TLS"
                if request.mechanism == PLAIN else
@@ -81,7 +88,26 @@ async def sasl_handshake(session: KafkaSession, request: Any, version: int) -> d
                     request.mechanism, why)
         return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": offered}
     session.sasl_mechanism, session.scram = request.mechanism, None
+    # Version 0: the SASL messages come next as bare frames (raw_token answers them).
+    session.sasl_raw = version == 0
     return {"error_code": ErrorCode.none, "mechanisms": offered}
+
+
+async def raw_token(session: KafkaSession, frame: bytes) -> bytes:
+    """The answer to a SASL message sent as a bare frame after SaslHandshake v0: the
+    server's next message, framed the same way (a size and the bytes; PLAIN's is empty).
+    Once logged in, the connection's frames are Kafka requests again. Raises
+    RawLoginFailed (after the slow-down) when the log-in fails."""
+    try:
+        reply = _step(session, frame)
+    except SaslFailed as exc:
+        session.sasl_raw = False
+        told = await _refuse(session, exc)
+        raise RawLoginFailed(f"SASL log-in after SaslHandshake v0 failed: {told} (a client "
+                             f"of handshake v0 learns it as the connection closing)") from None
+    if session.principal is not None:
+        session.sasl_raw = False
+    return struct.pack(">i", len(reply)) + reply
 
 
 @kafka_api(36, "SaslAuthenticate", 0, 2, access=BEFORE_LOGIN)

@@ -35,6 +35,8 @@ class KafkaSession:
     #: The mechanism SaslHandshake chose, and SCRAM's state between its two steps.
     sasl_mechanism: str | None = None
     scram: Any = None
+    #: After SaslHandshake v0: the next frames are bare SASL messages, until log-in.
+    sasl_raw: bool = False
     #: Failed log-ins on this connection (each one slows the next answer down).
     auth_failures: int = 0
     #: The door's counters (shared by its connections: STATS and the metrics).

@@ -98,19 +98,37 @@ async def end_txn(session: KafkaSession, request: Any, version: int) -> dict:
 
 @kafka_api(28, "TxnOffsetCommit", 0, 3, access=ON_TRANSACTIONAL_ID)
 async def txn_offset_commit(session: KafkaSession, request: Any, version: int) -> dict:
-    offsets = [(t.name, p.partition_index, p.committed_offset)
+    # A routed topic's partition base + q is this group's queue q; another group's
+    # partition is refused as AddPartitionsToTxn refuses it (a transaction stays in one
+    # broker group), never committed into this group's queue of the same number.
+    offsets = [(t.name, local_queue(session, t.name, p.partition_index), p.committed_offset)
                for t in request.topics for p in t.partitions]
+    foreign = {(t.name, p.partition_index) for t in request.topics for p in t.partitions
+               if local_queue(session, t.name, p.partition_index) is None}
     # The offsets move the consumer group's: commit-offsets on it, as OffsetCommit needs.
     group_denied = (None if access.permits(session, Operation.COMMIT_OFFSETS,
                                            ResourceType.GROUP, request.group_id)
                     else ErrorCode.group_authorization_failed)
+    if foreign and group_denied is None:
+        group_denied = ErrorCode.operation_not_attempted
+        logger.warning("kafka transaction %r from %s: offsets of %s refused: hosted by another "
+                       "broker group, and a transaction stays in one group",
+                       request.transactional_id, session.peer,
+                       ", ".join(f"{t}/{p}" for t, p in sorted(foreign)))
     code = await _outcome(session, request.transactional_id,
                           coordinator(session.ctx).offset_commit(
         request.transactional_id, request.producer_id, request.producer_epoch,
         request.group_id, offsets), group_denied)
     code = for_version(code, 28, version)
+
+    def partition_code(topic: str, partition: int) -> ErrorCode:
+        if code == ErrorCode.operation_not_attempted and (topic, partition) in foreign:
+            return ErrorCode.invalid_request
+        return code
+
     return {"throttle_time": 0, "topics": [
         {"name": t.name, "partitions": [
-            {"partition_index": p.partition_index, "error_code": code}
+            {"partition_index": p.partition_index,
+             "error_code": partition_code(t.name, p.partition_index)}
             for p in t.partitions]}
         for t in request.topics]}
