@@ -155,17 +155,20 @@ class Reader:
         check_queue_id(queue_id, self._queues.queue_count(topic))
         check_offset(offset)
         check_count(max_messages, "max_messages")
-        lo, hi, entries = self._visible_entries(topic, queue_id, offset, max_messages)
+        lo, hi, entries = self._visible_entries(topic, queue_id, offset, max_messages,
+                                                max_bytes)
         entries = entries[:_fitting(entries, max_bytes)]
         records = read_records(self._log, [(e[1], e[2]) for e in entries])
         return StoredPull(entries, records, lo, hi)
 
-    def _visible_entries(self, topic: str, queue_id: int, offset: int, max_messages: int
-                         ) -> tuple[int, int, list[Entry]]:
-        """The queue's range and up to ``max_messages`` entries from ``offset``, in one
-        read of the index; the visibility limit after it, as for every read of the range
-        (a hidden entry is hidden before the index holds it)."""
-        lo, hi, entries = self._index.queue_read(topic, queue_id, offset, max_messages)
+    def _visible_entries(self, topic: str, queue_id: int, offset: int, max_messages: int,
+                         max_bytes: int | None = None) -> tuple[int, int, list[Entry]]:
+        """The queue's range and up to ``max_messages`` entries from ``offset`` (with
+        ``max_bytes``: no more than fit it), in one read of the index; the visibility limit
+        after it, as for every read of the range (a hidden entry is hidden before the index
+        holds it)."""
+        lo, hi, entries = self._index.queue_read(topic, queue_id, offset, max_messages,
+                                                 max_bytes)
         hi = self._visible_end(topic, queue_id, lo, hi)
         if entries and entries[-1][0] >= hi:
             entries = [e for e in entries if e[0] < hi]
