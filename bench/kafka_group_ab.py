@@ -6,8 +6,8 @@ keyless 1 KiB records with their CreateTime, 64 to a Produce batch, over 4 queue
 leaves them). Each round starts the ``fmq server --kafka-port`` of one checkout on it (the
 order alternates between rounds) and a new group of 4 (``bench/kafka_load.py``'s
 ``consume_group``) reads the topic whole; reported per round and as medians: msgs/s from
-the group's first message to its last, and the server process's CPU microseconds per
-message over the whole read (joins included). Not part of the test run::
+the group's first message to its last, the server process's CPU microseconds per
+message over the whole read (joins included), and the four members' own. Not part of the test run::
 
     python bench/kafka_group_ab.py --old PATH_OF_AN_OLDER_CHECKOUT [--messages 200000] [--rounds 2]
 """
@@ -105,10 +105,12 @@ def main() -> None:
             lambda name: one_round(checkouts[name], data_dir, messages,
                                    f"g-{name}-{next(runs)}"),
             lambda name, r: (f"{name:4} {r['msgs_per_s']:9,.0f} msgs/s  server CPU "
-                             f"{r['server_us_per_msg']:6.2f} us/msg"))
+                             f"{r['server_us_per_msg']:6.2f} us/msg  consumers' CPU "
+                             f"{r['client_us_per_msg']:6.2f} us/msg"))
     for name, rs in results.items():
         print(f"{name:4} {spread(rs, 'msgs_per_s', ',.0f', 'msgs/s')}  server CPU "
-              f"{spread(rs, 'server_us_per_msg', '.2f', 'us/msg')}")
+              f"{spread(rs, 'server_us_per_msg', '.2f', 'us/msg')}  consumers' CPU "
+              f"{spread(rs, 'client_us_per_msg', '.2f', 'us/msg')}")
 
 
 if __name__ == "__main__":
