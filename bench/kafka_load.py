@@ -12,6 +12,8 @@ their own so that the bench process's interpreter never paces them.
   already holds ``expected`` messages and read until the group has them all (``auto.offset
   .reset=earliest``, auto-commit on, librdkafka's defaults otherwise). The rate counts from
   the group's first message to its last: the join and rebalance before are not reading.
+  Also reported: the members' own CPU (their librdkafka threads included) per message, so
+  a run can tell when the clients, which share the machine with the server, pace it.
 
 Run alone (prints one JSON line)::
 
@@ -82,6 +84,7 @@ def _consumer(bootstrap: str, topic: str, group: str, expected: int, go: mp.Even
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     go.wait(SLACK_S)
+    cpu = time.process_time()  # the member's own CPU (librdkafka's threads included)
     count, first, last = 0, None, None
     seen: set[tuple[int, int]] = set()
     deadline = time.monotonic() + SLACK_S
@@ -103,7 +106,8 @@ def _consumer(bootstrap: str, topic: str, group: str, expected: int, go: mp.Even
         if count >= expected:
             break
     consumer.close()
-    out.put({"count": count, "distinct": sorted(seen), "first": first, "last": last})
+    out.put({"count": count, "distinct": sorted(seen), "first": first, "last": last,
+             "cpu_s": time.process_time() - cpu})
 
 
 def produce(bootstrap: str, topic: str, seconds: float, size: int = 1024) -> dict:
@@ -153,7 +157,8 @@ def consume_group(bootstrap: str, topic: str, group: str, members: int, expected
     span = max(p["last"] for p in read) - min(p["first"] for p in read)
     return {"msgs_per_s": expected / span if span > 0 else 0.0, "members_reading": len(read),
             "read": sum(p["count"] for p in parts),
-            "per_member": statistics.median(p["count"] for p in parts)}
+            "per_member": statistics.median(p["count"] for p in parts),
+            "client_us_per_msg": 1e6 * sum(p["cpu_s"] for p in parts) / expected}
 
 
 def main() -> None:

@@ -41,6 +41,7 @@ COMPILED_MODULES: dict[str, str] = {
     "fmq.index._derive_c": "fmq/index/derive.py",
     "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
     "fmq.server.kafka._record_messages_c": "fmq/server/kafka/_record_messages_c.pyx",
+    "fmq.server.kafka._stored_batches_c": "fmq/server/kafka/_stored_batches_c.pyx",
 }
 
 

@@ -53,6 +53,19 @@ class NotInMemory(Exception):
     may need the disk: its caller reads them where a disk wait blocks nobody else."""
 
 
+class StoredPull(NamedTuple):
+    """An untagged pull's index entries and the bytes of their records as the log stores
+    them, undecoded (:meth:`Reader.pull_stored`): for a caller that turns them into its
+    own form itself (the Kafka door: a record batch, in C), and decodes them with
+    :func:`stored_message` where it does not."""
+
+    entries: list[Entry]
+    #: Each entry's record bytes; None where retention deleted it after the index was read.
+    records: list[memoryview | bytes | None]
+    min_offset: int
+    next_offset: int
+
+
 class PullAnswer(NamedTuple):
     """A pull's messages and its queue's range, read once for the pull: the first offset
     kept, the next offset (the high watermark's, when gated), and where to pull from next
@@ -115,13 +128,7 @@ class Reader:
         check_offset(offset)
         check_count(max_messages, "max_messages")
         if selected is None:
-            # The range and the entries in one read of the index; the visibility limit
-            # after it, as for every read of the range (a hidden entry is hidden before
-            # the index holds it).
-            lo, hi, entries = self._index.queue_read(topic, queue_id, offset, max_messages)
-            hi = self._visible_end(topic, queue_id, lo, hi)
-            if entries and entries[-1][0] >= hi:
-                entries = [e for e in entries if e[0] < hi]
+            lo, hi, entries = self._visible_entries(topic, queue_id, offset, max_messages)
             start = max(offset, lo)
             out = self._pull_entries(topic, queue_id, entries, max_bytes, resident, kept)
             resume = out[-1].queue_offset + 1 if out else start
@@ -135,6 +142,42 @@ class Reader:
         if out:
             self._count_out(topic, out)
         return PullAnswer(out, lo, hi, resume)
+
+    def pull_stored(self, topic: str, queue_id: int, offset: int, max_messages: int,
+                    max_bytes: int | None) -> StoredPull:
+        """The entries an untagged :meth:`pull_answer` would read, and their records'
+        bytes, undecoded and not yet counted out (the caller counts what it returns with
+        :meth:`count_out`). Where a record is None, or :func:`stored_message` refuses one,
+        the caller pulls again with :meth:`pull_answer`, which skips and reports those as a
+        pull does."""
+        self._check_open()
+        check_topic(topic)
+        check_queue_id(queue_id, self._queues.queue_count(topic))
+        check_offset(offset)
+        check_count(max_messages, "max_messages")
+        lo, hi, entries = self._visible_entries(topic, queue_id, offset, max_messages,
+                                                max_bytes)
+        entries = entries[:_fitting(entries, max_bytes)]
+        records = read_records(self._log, [(e[1], e[2]) for e in entries])
+        return StoredPull(entries, records, lo, hi)
+
+    def _visible_entries(self, topic: str, queue_id: int, offset: int, max_messages: int,
+                         max_bytes: int | None = None) -> tuple[int, int, list[Entry]]:
+        """The queue's range and up to ``max_messages`` entries from ``offset`` (with
+        ``max_bytes``: no more than fit it), in one read of the index; the visibility limit
+        after it, as for every read of the range (a hidden entry is hidden before the index
+        holds it)."""
+        lo, hi, entries = self._index.queue_read(topic, queue_id, offset, max_messages,
+                                                 max_bytes)
+        hi = self._visible_end(topic, queue_id, lo, hi)
+        if entries and entries[-1][0] >= hi:
+            entries = [e for e in entries if e[0] < hi]
+        return lo, hi, entries
+
+    @property
+    def max_record_size(self) -> int:
+        """The largest record the log holds (what :func:`stored_message` checks against)."""
+        return self._max_record_size
 
     def _pull_entries(self, topic: str, queue_id: int, entries: list[Entry],
                       max_bytes: int | None, resident: int, kept: KeptLookup | None
@@ -161,33 +204,32 @@ class Reader:
         missing = [(doff, dsize) for (_q, doff, dsize, _t, _s), hit
                    in zip(entries, found, strict=True) if hit is None]
         records = iter(read_records(self._log, missing))
-        for (qoff, doff, _dsize, _th, st), hit in zip(entries, found, strict=True):
+        for entry, hit in zip(entries, found, strict=True):
             if hit is not None:
-                out.append(Kept(hit[0], qoff, hit[1]))
+                out.append(Kept(hit[0], entry[0], hit[1]))
                 continue
             data = next(records)
             if data is None:
                 continue  # retention deleted its segment after we read the index
             try:
-                rec = decode(data, 0, base_offset=doff, max_record_size=self._max_record_size)
+                message = stored_message(topic, queue_id, entry, data, self._max_record_size)
             except (BadRecord, IncompleteRecord) as exc:
                 if out:  # return what precedes it; the next pull starts at the damage
                     break
-                self.bad_records.met(exc, self._log.segment_for(doff).name, topic,
-                                     queue_id, qoff)
+                self.bad_records.met(exc, self._log.segment_for(entry[1]).name, topic,
+                                     queue_id, entry[0])
                 raise
-            props = rec.properties
-            if props and (PRODUCER_ID_PROPERTY in props
-                          or PRINCIPAL_PROPERTY in props):  # the dedup window's own
-                props = {k: v for k, v in props.items() if k not in HIDDEN_PROPERTIES}
-            out.append(StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
-                                     props if props else {}, st))
+            out.append(message)
 
     def _count_out(self, topic: str, messages: list[Any]) -> None:
-        body_bytes = sum(m.body_size if isinstance(m, Kept) else len(m.body)
-                         for m in messages)
+        self.count_out(topic, len(messages), sum(
+            m.body_size if isinstance(m, Kept) else len(m.body) for m in messages))
+
+    def count_out(self, topic: str, messages: int, body_bytes: int) -> None:
+        """Count ``messages`` of ``topic`` with ``body_bytes`` of bodies as read (the
+        metrics), for a caller of :meth:`pull_stored`."""
         with self._out_lock:  # pulls run in several reader threads
-            self.messages_out[topic] = self.messages_out.get(topic, 0) + len(messages)
+            self.messages_out[topic] = self.messages_out.get(topic, 0) + messages
             self.bytes_out[topic] = self.bytes_out.get(topic, 0) + body_bytes
 
     def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
@@ -275,6 +317,21 @@ class Reader:
                     off = batch[-1].queue_offset + 1
                 out[(topic, qid)] = msgs
         return out
+
+
+def stored_message(topic: str, queue_id: int, entry: Entry, data: bytes | memoryview,
+                   max_record_size: int) -> StoredMessage:
+    """The message of index ``entry`` of a queue from its record's bytes ``data``, as a
+    pull returns it (the dedup window's own properties left out). Raises BadRecord or
+    IncompleteRecord for a damaged record."""
+    qoff, doff, _dsize, _th, st = entry
+    rec = decode(data, 0, base_offset=doff, max_record_size=max_record_size)
+    props = rec.properties
+    if props and (PRODUCER_ID_PROPERTY in props
+                  or PRINCIPAL_PROPERTY in props):  # the dedup window's own
+        props = {k: v for k, v in props.items() if k not in HIDDEN_PROPERTIES}
+    return StoredMessage(topic, queue_id, qoff, doff, rec.body, rec.key, rec.tags,
+                         props if props else {}, st)
 
 
 def _fitting(entries: list[Entry], max_bytes: int | None) -> int:

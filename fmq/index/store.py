@@ -199,29 +199,42 @@ class IndexStore:
         with self._gate, self.env.begin() as txn:
             return self._entries_in(txn, topic, queue_id, start, limit)
 
-    def _entries_in(self, txn, topic: str, queue_id: int, start: int, limit: int
-                    ) -> list[tuple[int, int, int, int, int]]:
-        """Up to ``limit`` entries of the queue from ``start``, read in ``txn``."""
+    def _entries_in(self, txn, topic: str, queue_id: int, start: int, limit: int,
+                    max_bytes: int | None = None) -> list[tuple[int, int, int, int, int]]:
+        """Up to ``limit`` entries of the queue from ``start``, read in ``txn``; with
+        ``max_bytes``, only those whose records add up to at most that (the first always)."""
         out: list[tuple[int, int, int, int, int]] = []
         prefix = K.queue_prefix(topic, queue_id)
         cur = txn.cursor(db=self.db.cq)
         if not cur.set_range(K.cq_key(topic, queue_id, start)):
             return out
+        read = 0
+        # The queue offset follows the prefix: read there (split_cq_key decoded the topic
+        # of every entry: a Kafka fetch of 1 KiB records took 1.9-2.1 us a message with it,
+        # 1.6 without).
+        at, queue_offset = len(prefix), K.U64BE.unpack_from
         for k, v in cur:
             if not k.startswith(prefix) or len(out) >= limit:
                 break
-            qoff = K.split_cq_key(k)[2]
+            qoff = queue_offset(k, at)[0]
             doff, dsize, th, st, _src = K.CQ_VALUE.unpack(v)
+            if max_bytes is not None:
+                read += dsize
+                if read > max_bytes and out:
+                    break
             out.append((qoff, doff, dsize, th, st))
         return out
 
-    def queue_read(self, topic: str, queue_id: int, start: int, limit: int
+    def queue_read(self, topic: str, queue_id: int, start: int, limit: int,
+                   max_bytes: int | None = None
                    ) -> tuple[int, int, list[tuple[int, int, int, int, int]]]:
         """A pull's one read of the index: the queue's range (min offset, next offset) and
         up to ``limit`` of its entries (as :meth:`queue_entries`) from ``start`` or the
         min offset, whichever is higher, to the next offset, in one read transaction (a
         pull on the event loop paid two before, each a resize-gate lock round and a
-        ``begin``)."""
+        ``begin``). ``max_bytes``: only the entries whose records add up to at most that
+        (the first always): a Kafka fetch of 1 MiB of a long queue read 4096 entries to
+        keep a thousand."""
         with self._gate, self.env.begin() as txn:
             v = txn.get(K.queue_prefix(topic, queue_id), db=self.db.queues)
             lo, hi = K.QUEUE_VALUE.unpack(v) if v else (0, 0)
@@ -229,7 +242,7 @@ class IndexStore:
             limit = min(limit, hi - start)
             if limit <= 0:
                 return lo, hi, []
-            return lo, hi, self._entries_in(txn, topic, queue_id, start, limit)
+            return lo, hi, self._entries_in(txn, topic, queue_id, start, limit, max_bytes)
 
     def queue_bytes(self, topic: str, queue_id: int) -> int:
         """Log bytes of the records a queue's entries point at (a walk of the queue)."""

@@ -7,6 +7,13 @@ passes (capped by the server's ``max_wait_ms``), the connection closes or the se
 The high watermark is the queue's next offset and the log start offset its first readable
 one: both what an FMQ consumer sees. A fetch offset past the high watermark but within what
 the node stores (:func:`stored_end`) waits like one at the watermark, as Kafka's does.
+
+A partition's batch is written from its records as the log stores them
+(:meth:`~fmq.engine.reads.Reader.pull_stored`, then
+:func:`~fmq.server.kafka.stored_batches.stored_batch`): no message is decoded on the way.
+Where a record is damaged or was deleted by retention meanwhile, the partition is read
+again as FMQ's own pull reads it, so the answer, the error and the damage reported are the
+same as for FMQ's consumers.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from fmq.engine.broker import Broker
+from fmq.errors import BadRecord, IncompleteRecord
 from fmq.security import Operation
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
@@ -27,6 +35,7 @@ from fmq.server.kafka.leader_epochs import leadership
 from fmq.server.kafka.record_messages import batch_of_messages
 from fmq.server.kafka.routed import local_queue
 from fmq.server.kafka.session import KafkaSession
+from fmq.server.kafka.stored_batches import stored_batch
 
 #: Messages one partition's answer holds at most (FMQ's own pulls stop there too).
 MAX_RECORDS = 4096
@@ -133,8 +142,24 @@ def _read_one(broker: Broker, r: PartitionRead, budget: int) -> None:
     r.error = ErrorCode.none
     if r.offset >= r.high or budget <= 0:
         return  # at or past the high watermark: nothing to read yet
-    messages = broker.reads.pull(r.topic, r.queue, r.offset, MAX_RECORDS,
-                                 min(budget, r.max_bytes))
+    max_bytes = min(budget, r.max_bytes)
+    pulled = broker.reads.pull_stored(r.topic, r.queue, r.offset, MAX_RECORDS, max_bytes)
+    if not pulled.entries:
+        return
+    try:
+        batch, count, body_bytes = stored_batch(r.topic, r.queue, pulled.entries,
+                                                pulled.records, r.leader_epoch,
+                                                broker.reads.max_record_size)
+    except (BadRecord, IncompleteRecord):
+        count = 0
+    if count:
+        broker.reads.count_out(r.topic, count, body_bytes)
+        r.records = batch
+        return
+    # A damaged record, or all of them deleted by retention since the index was read: the
+    # pull reads them as it does for FMQ's consumers (what precedes the damage, reported
+    # once, or its error; the records after the deleted ones).
+    messages = broker.reads.pull(r.topic, r.queue, r.offset, MAX_RECORDS, max_bytes)
     if messages:
         r.records = batch_of_messages(messages, r.leader_epoch)
 
