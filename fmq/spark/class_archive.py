@@ -27,7 +27,7 @@ from fmq.config import BrokerConfig
 from fmq.engine.broker import Broker
 from fmq.message import Message
 from fmq.spark.rebuild import run_rebuild
-from fmq.spark.session import LOCAL_JAVA_OPTIONS, spark_session
+from fmq.spark.session import LOCAL_JAVA_OPTIONS, QUIET_CLASS_SHARING, spark_session
 from fmq.spark.source import register
 from fmq.tx.state import TxState
 
@@ -83,7 +83,8 @@ def make_class_archive(path: str, master: str = "local[1]") -> int:
         write_sample_log(data_dir)
         spark, _created = spark_session(
             master, app_name="fmq-class-archive",
-            java_options=f"{LOCAL_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={recording}")
+            java_options=f"{LOCAL_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={recording} "
+                         f"{QUIET_CLASS_SHARING}")
         run_rebuild(data_dir, master, os.path.join(work, "index"))
         register(spark)  # the data source's classes too
         spark.read.format("fmq").load(data_dir).select("offset").count()
