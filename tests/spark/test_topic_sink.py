@@ -273,3 +273,26 @@ def test_the_end_mark_survives_a_server_kill(topics, own_server, tmp_path, end):
     assert open_sink_transactions(own_server) == []
     expected = sorted(bodies) if end == "commit" else []
     assert sorted(bytes(m.body) for m in stored(own_server, topic)) == expected
+
+
+def test_a_later_batch_write_rolls_back_what_a_closed_write_left_open(topics, server):
+    """A write whose driver was lost between its end mark and its sweep leaves a
+    transaction open; the next batch write of the producer group finds its scope closed
+    and rolls it back. A transaction of a write still running (scope not closed) stays."""
+    from fmq.spark.sink_commit import Committer, Prepared, TxName
+
+    topic = "sink-leftover"
+    lost, running = "0123456789abcdef", "fedcba9876543210"
+    left = _late_task(topics, server.address, lost, topic, [b"lost"])["prepared"]
+    alive = _late_task(topics, server.address, running, topic, [b"running"])["prepared"]
+    with Committer(server.address, "fmq-spark", {}, [topic]) as c:
+        c.close(TxName(lost, 0, "w", 0, 0).scope, "aborted")  # its sweep never ran
+    assert set(open_sink_transactions(server)) == {*left, *alive}
+    (topics.createDataFrame([(f"n-{i}".encode(),) for i in range(5)], "body binary")
+     .write.format("fmq-topic").option("servers", server.address).option("topic", topic)
+     .mode("append").save())
+    assert open_sink_transactions(server) == alive
+    with Committer(server.address, "fmq-spark", {}, [topic]) as c:
+        c.rollback_all([Prepared(alive[0])])
+    assert sorted(bytes(m.body) for m in stored(server, topic)) == [
+        f"n-{i}".encode() for i in range(5)]
