@@ -18,7 +18,12 @@ runs ``--rounds`` rounds, each of (in this order, every one a fresh process):
    JVM, Spark's Python daemon and workers, with the children each has reaped) before and
    after each step: the session start, the rebuild, the count.
 
-and prints the medians of the rounds: seconds and CPU seconds per GB of log, and the
+With ``--class-archive PATH`` every round runs step 2 a second time with
+``FMQ_SPARK_CLASS_ARCHIVE=PATH`` (the session's JVM started from a class archive,
+docs/spark.md, *A JVM class archive*; made first with ``python -m fmq.spark.class_archive``
+when PATH does not exist), side by side with the plain one: its figures carry ``cds_``.
+
+It prints the medians of the rounds: seconds and CPU seconds per GB of log, and the
 ratios the issue sets targets for (Spark rebuild CPU per GB over the in-process one's;
 ``local[1]`` wall over the in-process wall plus the session start). The first round's page
 cache is warm as well (the log was just written), so every round reads from memory.
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -120,6 +126,9 @@ def main() -> int:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the Spark steps (repeatable)")
     parser.add_argument("--keep", action="store_true", help="keep the log afterwards")
+    parser.add_argument("--class-archive", metavar="PATH",
+                        help="also run each Spark step with this JVM class archive (made "
+                             "first when missing)")
     parser.add_argument("--data", help="an existing data directory written by this script "
                                        "(--keep) or _logdata.build_log: no log is written")
     args = parser.parse_args()
@@ -130,9 +139,13 @@ def main() -> int:
     os.makedirs(args.dir)
     if not args.data:
         os.makedirs(data_dir)
-    confs = "".join(f"--conf {c} " for c in args.conf)
+    # Quoted: pyspark splits PYSPARK_SUBMIT_ARGS like a shell (JVM options hold spaces).
+    confs = "".join(f"--conf {shlex.quote(c)} " for c in args.conf)
     env = dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
                                                 f"{confs}pyspark-shell")
+    if args.class_archive and not os.path.isfile(args.class_archive):
+        subprocess.run([sys.executable, "-m", "fmq.spark.class_archive", args.class_archive],
+                       env=env, check=True)
     results: dict = {"size_mb": args.size_mb, "master": args.master, "cpus": os.cpu_count(),
                      "conf": args.conf, "rounds": []}
     try:
@@ -151,22 +164,13 @@ def main() -> int:
             row = {
                 "load_before": round(load, 2),
                 "in_process_seconds": own["seconds"], "in_process_cpu": own["cpu"],
-                "spark_session_seconds": spark["session_seconds"],
-                "spark_session_cpu": sum(spark["session_cpu"].values()),
-                "spark_rebuild_seconds": spark["rebuild_seconds"],
-                "spark_rebuild_cpu": sum(spark["rebuild_cpu"].values()),
-                **{f"spark_rebuild_cpu_{k}": v for k, v in spark["rebuild_cpu"].items()},
-                "spark_warm_rebuild_seconds": spark["warm_seconds"],
-                "spark_warm_rebuild_cpu": sum(spark["warm_cpu"].values()),
-                **{f"spark_warm_rebuild_cpu_{k}": v for k, v in spark["warm_cpu"].items()},
-                "spark_scan_seconds": spark["phase_seconds"].get("scan"),
-                "spark_warm_scan_seconds": spark["warm_phase_seconds"].get("scan"),
-                "spark_write_lmdb_seconds": spark["phase_seconds"].get("write_lmdb"),
-                "spark_count_seconds": spark["count_seconds"],
-                "spark_count_cpu": sum(spark["count_cpu"].values()),
-                **{f"spark_count_cpu_{k}": v for k, v in spark["count_cpu"].items()},
-                "records": [own["records"], spark["records"], spark["count_rows"]],
-            }
+                **_spark_figures("", spark)}
+            if args.class_archive:
+                shutil.rmtree(out, ignore_errors=True)
+                with_archive = run_json(_SPARK, [data_dir, out, args.master], dict(
+                    env, FMQ_SPARK_CLASS_ARCHIVE=args.class_archive))
+                row.update(_spark_figures("cds_", with_archive))
+            row["records"] = [own["records"], spark["records"], spark["count_rows"]]
             results["rounds"].append(row)
             print(f"round {i + 1}:", json.dumps({k: round(v, 2) if isinstance(v, float) else v
                                                   for k, v in row.items()}), flush=True)
@@ -176,31 +180,67 @@ def main() -> int:
                and not isinstance(rounds[0][key], bool)}
         results["median"] = med
         own_wall, own_cpu = med["in_process_seconds"], med["in_process_cpu"]
-        results["per_gb"] = {
-            "in_process_cpu_s": round(own_cpu / gb, 2),
-            "spark_rebuild_cpu_s": round(med["spark_rebuild_cpu"] / gb, 2),
-            "spark_warm_rebuild_cpu_s": round(med["spark_warm_rebuild_cpu"] / gb, 2),
-            "spark_count_cpu_s": round(med["spark_count_cpu"] / gb, 2),
-            "in_process_mb_s": round(end / MB / own_wall, 1),
-            "spark_rebuild_mb_s": round(end / MB / med["spark_rebuild_seconds"], 1),
-            "spark_count_mb_s": round(end / MB / med["spark_count_seconds"], 1),
-        }
-        results["targets"] = {
-            # issue 42: <= 2x the in-process rebuild's CPU seconds per GB
-            "cpu_ratio": round(med["spark_rebuild_cpu"] / own_cpu, 2),
-            # the same, the session's first job's start-up excluded (a warm session)
-            "cpu_ratio_warm": round(med["spark_warm_rebuild_cpu"] / own_cpu, 2),
-            # issue 42: local[1] wall <= 2x in process + the session start
-            "wall_ratio_after_session": round(med["spark_rebuild_seconds"] / own_wall, 2),
-            "wall_limit_seconds": round(2 * own_wall + med["spark_session_seconds"], 2),
-            "wall_seconds": round(med["spark_session_seconds"] + med["spark_rebuild_seconds"],
-                                  2),
-        }
+        results["per_gb"] = {"in_process_cpu_s": round(own_cpu / gb, 2),
+                             "in_process_mb_s": round(end / MB / own_wall, 1)}
+        results["targets"] = {}
+        for tag in ("", "cds_") if args.class_archive else ("",):
+            per_gb, targets = _per_gb_and_targets(med, tag, end, own_wall, own_cpu)
+            results["per_gb"].update(per_gb)
+            results["targets"].update(targets)
     finally:
         if not args.keep:
             shutil.rmtree(args.dir, ignore_errors=True)
     print(json.dumps(results, indent=2))
     return 0
+
+
+def _spark_figures(tag: str, spark: dict) -> dict:
+    """One Spark step's figures for a round's row, each key starting with ``tag`` +
+    ``spark_`` (``tag``: "" plain, "cds_" with the class archive)."""
+    p = f"{tag}spark"
+    return {
+        f"{p}_session_seconds": spark["session_seconds"],
+        f"{p}_session_cpu": sum(spark["session_cpu"].values()),
+        f"{p}_rebuild_seconds": spark["rebuild_seconds"],
+        f"{p}_rebuild_cpu": sum(spark["rebuild_cpu"].values()),
+        **{f"{p}_rebuild_cpu_{k}": v for k, v in spark["rebuild_cpu"].items()},
+        f"{p}_warm_rebuild_seconds": spark["warm_seconds"],
+        f"{p}_warm_rebuild_cpu": sum(spark["warm_cpu"].values()),
+        **{f"{p}_warm_rebuild_cpu_{k}": v for k, v in spark["warm_cpu"].items()},
+        f"{p}_scan_seconds": spark["phase_seconds"].get("scan"),
+        f"{p}_warm_scan_seconds": spark["warm_phase_seconds"].get("scan"),
+        f"{p}_write_lmdb_seconds": spark["phase_seconds"].get("write_lmdb"),
+        f"{p}_count_seconds": spark["count_seconds"],
+        f"{p}_count_cpu": sum(spark["count_cpu"].values()),
+        **{f"{p}_count_cpu_{k}": v for k, v in spark["count_cpu"].items()},
+    }
+
+
+def _per_gb_and_targets(med: dict, tag: str, end: int, own_wall: float, own_cpu: float
+                        ) -> tuple[dict, dict]:
+    """The per-GB figures and the issue's ratios of the Spark steps ``tag`` names."""
+    gb = end / GB
+    p = f"{tag}spark"
+    per_gb = {
+        f"{p}_rebuild_cpu_s": round(med[f"{p}_rebuild_cpu"] / gb, 2),
+        f"{p}_warm_rebuild_cpu_s": round(med[f"{p}_warm_rebuild_cpu"] / gb, 2),
+        f"{p}_count_cpu_s": round(med[f"{p}_count_cpu"] / gb, 2),
+        f"{p}_session_cpu_s": round(med[f"{p}_session_cpu"], 2),
+        f"{p}_rebuild_mb_s": round(end / MB / med[f"{p}_rebuild_seconds"], 1),
+        f"{p}_count_mb_s": round(end / MB / med[f"{p}_count_seconds"], 1),
+    }
+    targets = {
+        # issue 42: <= 2x the in-process rebuild's CPU seconds per GB
+        f"{tag}cpu_ratio": round(med[f"{p}_rebuild_cpu"] / own_cpu, 2),
+        # the same, the session's first job's start-up excluded (a warm session)
+        f"{tag}cpu_ratio_warm": round(med[f"{p}_warm_rebuild_cpu"] / own_cpu, 2),
+        # issue 42: local[1] wall <= 2x in process + the session start
+        f"{tag}wall_ratio_after_session": round(med[f"{p}_rebuild_seconds"] / own_wall, 2),
+        f"{tag}wall_limit_seconds": round(2 * own_wall + med[f"{p}_session_seconds"], 2),
+        f"{tag}wall_seconds": round(med[f"{p}_session_seconds"]
+                                    + med[f"{p}_rebuild_seconds"], 2),
+    }
+    return per_gb, targets
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from fmq.errors import (
     TransactionError,
     TransactionInProgress,
     TransactionRolledBack,
+    TransactionScopeClosed,
     UnknownQueue,
     UnknownTransaction,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "TransactionConflict",
     "TransactionInProgress",
     "TransactionRolledBack",
+    "TransactionScopeClosed",
     "TransactionError",
     "TxState",
     "UncertainTx",

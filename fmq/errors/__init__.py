@@ -80,6 +80,7 @@ from fmq.errors.transactions import (
     TransactionError,
     TransactionInProgress,
     TransactionRolledBack,
+    TransactionScopeClosed,
     UnknownTransaction,
 )
 
@@ -140,6 +141,7 @@ __all__ = [
     "TransactionError",
     "TransactionInProgress",
     "TransactionRolledBack",
+    "TransactionScopeClosed",
     "UnknownBrokerGroup",
     "UnknownQueue",
     "UnknownTopic",

@@ -53,3 +53,12 @@ class TransactionInProgress(TransactionError):
 
     code = 46
     retriable = True
+
+
+class TransactionScopeClosed(TransactionError):
+    """A PREPARE of a transaction id ``SCOPE//NAME`` whose scope is closed: the
+    transaction named ``SCOPE`` of the same producer group has been prepared (whoever owns
+    the scope marked it over, docs/transactions.md, *Scopes*). Nothing is stored; the
+    transaction belongs to work that has already been committed or given up."""
+
+    code = 47

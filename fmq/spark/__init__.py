@@ -8,7 +8,9 @@
 * :mod:`fmq.spark.rebuild`: the index rebuild job (``fmq index rebuild DIR --spark``, or
   ``spark-submit`` of the module), run in passes by :mod:`~fmq.spark.session`,
   :mod:`~fmq.spark.derive`, :mod:`~fmq.spark.transactions`, :mod:`~fmq.spark.bulk_load`,
-  :mod:`~fmq.spark.swap` and :mod:`~fmq.spark.audit` (the Parquet audit tables).
+  :mod:`~fmq.spark.swap` and :mod:`~fmq.spark.audit` (the Parquet audit tables);
+  :mod:`fmq.spark.class_archive` makes the JVM class archive its local sessions may start
+  from.
 * :mod:`fmq.spark.topic_source`: ``format("fmq-topic")``, the consumable messages of a
   running server's topics (batch and streaming), and the sink writing rows into topics
   exactly once (:mod:`~fmq.spark.topic_sink`, :mod:`~fmq.spark.sink_commit`,

@@ -8,11 +8,33 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from fmq.errors import InvalidArgument
+
 #: JVM options of a local session the job creates (unless the caller gives its own).
 LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+#: Names a JVM class archive (Java's class data sharing) for a local session the job
+#: creates; used when the file exists, made by ``python -m fmq.spark.class_archive PATH``
+#: (docs/spark.md, *A JVM class archive*).
+CLASS_ARCHIVE_ENV = "FMQ_SPARK_CLASS_ARCHIVE"
+#: Keeps the JVM's class-sharing warnings (a stale archive after a Java or Spark upgrade:
+#: the JVM starts without it) off stdout, where the job's output goes.
+QUIET_CLASS_SHARING = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 #: The Python daemon of a session the job creates: pyspark imported from the installed
 #: package, not compiled from pyspark.zip in every worker (fmq/spark/worker_daemon.py).
 DAEMON_MODULE = "fmq.spark.worker_daemon"
+
+
+def local_java_options() -> str:
+    """The JVM options of a local session the job creates: no optimising compiler, and
+    the class archive :data:`CLASS_ARCHIVE_ENV` names when that file exists."""
+    archive = os.environ.get(CLASS_ARCHIVE_ENV, "")
+    if not archive or not os.path.isfile(archive):
+        return LOCAL_JAVA_OPTIONS
+    if any(c.isspace() for c in archive):
+        raise InvalidArgument(f"{CLASS_ARCHIVE_ENV} {archive!r} holds a space: Spark splits "
+                              f"the JVM options at spaces; use a path without one")
+    return (f"{LOCAL_JAVA_OPTIONS} -XX:SharedArchiveFile={os.path.abspath(archive)} "
+            f"{QUIET_CLASS_SHARING}")
 
 
 def _java_options_given() -> bool:
@@ -35,10 +57,12 @@ def _daemon_module_given() -> bool:
     return False
 
 
-def spark_session(master: str | None, app_name: str = "fmq-index-rebuild"
-                  ) -> tuple[SparkSession, bool]:
+def spark_session(master: str | None, app_name: str = "fmq-index-rebuild",
+                  java_options: str | None = None) -> tuple[SparkSession, bool]:
     """(session, created): the active session if there is one, else a new one on
-    ``master`` (None: the master spark-submit was given, else ``local[*]``)."""
+    ``master`` (None: the master spark-submit was given, else ``local[*]``);
+    ``java_options``: the JVM options of a new local session instead of
+    :func:`local_java_options`."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
@@ -62,7 +86,8 @@ def spark_session(master: str | None, app_name: str = "fmq-index-rebuild"
             # The JVM only moves Arrow batches here (Python does the work): its optimising
             # compiler costs more CPU at start-up than it ever saves (measured: session
             # start and first job 15-25% faster on 2 cores; docs/spark.md, Throughput).
-            builder = builder.config("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
+            builder = builder.config("spark.driver.extraJavaOptions",
+                                     java_options or local_java_options())
     session = builder.getOrCreate()
     # Spark's default of 200 shuffle partitions turns every aggregation into 200 tasks
     # (and 200 Python workers where a Python function follows); the job's shuffles are

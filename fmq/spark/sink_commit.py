@@ -7,6 +7,15 @@ its output commit coordinator let finish, so the driver commits exactly those an
 back the rest it can see: the transactions of failed, killed or speculative attempts are
 found by their names (:class:`TxName`) among the producer group's open transactions.
 
+A batch write also closes its transactions' scope when it ends (:meth:`Committer.close`):
+its ids are ``SCOPE//NAME`` (:class:`TxName`), and once the driver prepared the transaction
+named ``SCOPE`` (the end mark, rolled back at once: never visible) the broker refuses
+every PREPARE of the scope (``TransactionScopeClosed``). A task Spark was still killing, or
+a speculative copy, that prepares after its write's commit or abort is refused instead of
+leaving an invisible transaction open; one that prepared before the mark is found by the
+sweep that follows it. The mark is a transaction record, durable and replicated like
+every other (docs/transactions.md, *Scopes*).
+
 A streaming query adds a durable record, written before the first COMMIT: the
 transactions chosen for micro-batch ``N`` (:class:`DecisionLog`, a file per batch under
 the query's checkpoint). A driver killed between writing it and Spark's own commit log
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,20 +38,32 @@ from typing import Any
 from pyspark.sql.datasource import WriterCommitMessage
 
 from fmq.client import TransactionProducer
-from fmq.client.acquire import OWN_LINK
+from fmq.client.acquire import OWN_LINK, link_of
 from fmq.errors import (
     AccessDenied,
+    DuplicateTransaction,
     InvalidArgument,
     TransactionConflict,
+    TransactionRolledBack,
+    UnknownTopic,
     UnknownTransaction,
 )
+from fmq.message import Message
 from fmq.protocol import Op
+from fmq.tx.ids import SCOPE_SEPARATOR
 from fmq.tx.state import TxState
+
+logger = logging.getLogger("fmq.spark")
 
 #: Every transaction name of the sink starts so (``fmq tx list`` shows whose they are).
 TX_PREFIX = "fmq-spark"
 #: Spark's batch id of a batch write (it has one commit).
 BATCH_WRITE = 0
+#: The run of a batch write (a streaming query's runs are random per start).
+BATCH_RUN = "w"
+#: The topic of an end mark when the driver knows no topic the write wrote to (a write
+#: with a ``topic`` column none of whose tasks finished): the mark must go somewhere.
+MARK_TOPIC = "fmq-spark-marks"
 
 
 @dataclass(frozen=True)
@@ -57,14 +79,24 @@ class TxName:
     attempt: int
     part: int = 0  # the task's n-th transaction (one per topic)
 
+    @property
+    def scope(self) -> str:
+        """The transactions of one write, micro-batch and run: the id of their end mark."""
+        return f"{TX_PREFIX}.{self.write}.{self.batch}.{self.run}"
+
+    @property
+    def of_batch_write(self) -> bool:
+        return self.batch == BATCH_WRITE and self.run == BATCH_RUN
+
     def __str__(self) -> str:
-        return (f"{TX_PREFIX}.{self.write}.{self.batch}.{self.run}.{self.partition}."
-                f"{self.attempt}.{self.part}")
+        return (f"{self.scope}{SCOPE_SEPARATOR}{self.partition}.{self.attempt}."
+                f"{self.part}")
 
     @classmethod
     def parse(cls, tx_id: str) -> TxName | None:
-        """The name behind ``tx_id``; None for a transaction the sink did not name."""
-        parts = tx_id.split(".")
+        """The name behind ``tx_id`` (also one of before scopes, all dots); None for a
+        transaction the sink did not name."""
+        parts = tx_id.replace(SCOPE_SEPARATOR, ".", 1).split(".")
         if len(parts) != 7 or parts[0] != TX_PREFIX:
             return None
         try:
@@ -155,12 +187,19 @@ class Committer:
         self.producer = TransactionProducer(servers, producer_group,
                                             lambda _u: TxState.UNKNOWN, feedback=False,
                                             **access)
+        #: Where an end mark goes: a topic hosted there, by broker group (None: the
+        #: servers given, for a topic of one group).
+        self._mark_places: dict[str | None, str] = {}
+        #: Scopes of other batch writes found closed (or not) by this committer's sweeps.
+        self._closed: dict[tuple[str, str], bool] = {}
         try:
             for topic in sorted({t for t in topics if t}):
                 try:
-                    self.producer.route(topic)
+                    route = self.producer.route(topic)
                 except InvalidArgument:
                     continue  # a name FMQ refuses: no task could prepare anything in it
+                for group in [None] if route.single else list(route.broker_groups):
+                    self._mark_places.setdefault(group, topic)
         except BaseException:
             self.producer.close()
             raise
@@ -193,14 +232,54 @@ class Committer:
             except TransactionConflict:
                 pass  # already committed by a decision recorded before: it stands
 
+    def close(self, scope: str, why: str) -> None:
+        """Mark ``scope`` over in every broker group a task of it can have written to (those
+        of the topics' routes): prepare the transaction named ``scope`` (one message,
+        ``why``), which makes the broker refuse every later PREPARE of the scope, then roll
+        it back (it is never visible and holds nothing). Idempotent."""
+        places = self._mark_places or {None: MARK_TOPIC}
+        for group, topic in places.items():
+            mark = Message(topic, why.encode(), properties={"fmq-spark-end": scope})
+            link = link_of(group) if group is not None else OWN_LINK
+            try:
+                self.producer.prepare([mark], tx_id=scope, group=group)
+            except (DuplicateTransaction, TransactionRolledBack):
+                self.producer._tx_links[scope] = link  # noqa: SLF001 - closed before
+            except (UnknownTopic, AccessDenied) as exc:
+                if self._mark_places:
+                    raise
+                # No topic of the write is known and the stand-in is refused: the sweep
+                # alone ends what the write's tasks prepared (docs/spark.md, Limits).
+                logger.warning("could not mark the end of %s in %s (%s)", scope, topic, exc)
+                continue
+            self._end(Prepared(scope, self.producer._tx_links.get(scope, link)),  # noqa: SLF001
+                      TxState.ROLLBACK)
+
+    def closed(self, scope: str, link: str) -> bool:
+        """Whether ``scope`` (another batch write's) was closed in the group of ``link``:
+        its mark exists. Asked with a ROLLBACK of the mark, which records nothing for an
+        id never used (UnknownTransaction) and only ends a mark left open."""
+        known = self._closed.get((scope, link))
+        if known is None:
+            self.producer._tx_links[scope] = link  # noqa: SLF001
+            try:
+                self.producer.rollback(scope)
+                known = True
+            except TransactionConflict:
+                known = True  # prepared, so closed (a mark is never committed)
+            except UnknownTransaction:
+                known = False
+            self._closed[(scope, link)] = known
+        return known
+
     def sweep(self, decide: Any) -> None:
-        """Ends every open transaction of the group that ``decide(TxName)`` rules on
-        (COMMIT or ROLLBACK; None leaves it open). Lists them with LIST_TX; a user without
+        """Ends every open transaction of the group that ``decide(TxName, link)`` rules
+        on (COMMIT or ROLLBACK; None leaves it open). Lists them with LIST_TX; a user without
         the ADMIN right gets those the server already offers for a check-back instead."""
         for link in self.producer.links.names():
             for tx_id in self._open(link):
                 name = TxName.parse(tx_id)
-                verdict = decide(name) if name is not None else None
+                verdict = decide(name, link) if name is not None else None
                 if verdict is not None:
                     with contextlib.suppress(UnknownTransaction):
                         self._end(Prepared(tx_id, link), verdict)

@@ -22,7 +22,6 @@ as an option of the query (the sink keeps its own record there).
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -41,6 +40,7 @@ from fmq.errors import FMQError, InvalidArgument
 from fmq.message import Message
 from fmq.protocol.values import message_to_wire
 from fmq.spark.sink_commit import (
+    BATCH_RUN,
     BATCH_WRITE,
     Committer,
     DecisionLog,
@@ -56,13 +56,6 @@ from fmq.tx.state import TxState
 DEFAULT_PRODUCER_GROUP = "fmq-spark"
 #: The sink's directory inside a streaming query's checkpoint.
 DECISIONS_DIR = "fmq-topic-sink"
-#: How long a failed batch write's driver waits before it sweeps a second time. Spark
-#: kills the other tasks of a failed job while ``abort`` runs, so a task can still prepare
-#: after the first sweep; a Python task outlives its kill by at most
-#: ``spark.python.task.killTimeout`` (2 s by default), and this allows for that plus the
-#: PREPARE in flight.
-DEFAULT_ABORT_GRACE_MS = 5000
-
 
 class _SinkOptions:
     """What the driver and every task need: the servers, the access, the columns."""
@@ -72,11 +65,6 @@ class _SinkOptions:
         self.access = access_options(options)
         self.producer_group = option(options, "producerGroup") or DEFAULT_PRODUCER_GROUP
         self.columns: SinkColumns = check_schema(schema, option(options, "topic"))
-        grace = option(options, "abortGraceMs") or str(DEFAULT_ABORT_GRACE_MS)
-        if not grace.isdigit():
-            raise InvalidArgument(f"abortGraceMs must be a whole number of milliseconds, "
-                                  f"not {grace!r}")
-        self.abort_grace_s = int(grace) / 1000
 
     def committer(self, prepared: Iterable[Prepared]) -> Committer:
         """The driver's committer, knowing the routes of the topics written: the ``topic``
@@ -124,35 +112,45 @@ def _prepare_task(opts: _SinkOptions, rows: Iterator[Any], write: str, batch: in
 
 class TopicBatchWriter(DataSourceWriter):
     """``df.write``: one random write id; the driver commits what the winning attempts
-    prepared and rolls back every other transaction of this write it finds open."""
+    prepared, closes the write's scope (no task of it can prepare any more) and rolls back
+    every other transaction of this write it finds open."""
 
     def __init__(self, options: dict, schema: StructType) -> None:
         self.opts = _SinkOptions(options, schema)
         self.write_id = uuid.uuid4().hex[:16]
+        self.scope = TxName(self.write_id, BATCH_WRITE, BATCH_RUN, 0, 0).scope
 
     def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
-        return _prepare_task(self.opts, iterator, self.write_id, BATCH_WRITE, "w")
+        return _prepare_task(self.opts, iterator, self.write_id, BATCH_WRITE, BATCH_RUN)
 
-    def _ours(self, name: TxName) -> bool:
-        return name.write == self.write_id
+    def _leftover(self, c: Committer, name: TxName, link: str,
+                  chosen: frozenset[TxName] = frozenset()) -> TxState | None:
+        """ROLLBACK for this write's transactions not ``chosen``, and for those of an
+        earlier batch write of the producer group whose scope is closed (whose driver was
+        lost between its mark and its sweep, or whose server restarted in between)."""
+        if name.write == self.write_id:
+            return None if name in chosen else TxState.ROLLBACK
+        if name.of_batch_write and c.closed(name.scope, link):
+            return TxState.ROLLBACK
+        return None
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         chosen = prepared_of(messages)
-        ids = {t.tx_id for t in chosen}
+        names = frozenset(TxName.parse(t.tx_id) for t in chosen)
         with self.opts.committer(chosen) as c:
             c.commit_all(chosen)
-            c.sweep(lambda n: TxState.ROLLBACK
-                    if self._ours(n) and str(n) not in ids else None)
+            # After the commits: an open transaction of a closed scope is never wanted.
+            c.close(self.scope, "committed")
+            c.sweep(lambda n, link: self._leftover(c, n, link, names))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         prepared = prepared_of(messages)
         with self.opts.committer(prepared) as c:
+            # Spark kills the other tasks while this runs: closed first, none of them can
+            # prepare after the sweep below has looked.
+            c.close(self.scope, "aborted")
             c.rollback_all(prepared)
-            c.sweep(lambda n: TxState.ROLLBACK if self._ours(n) else None)
-            # A task Spark was still killing may prepare after that sweep (a streaming
-            # query's next micro-batch would roll it back; a batch write has no next one).
-            time.sleep(self.opts.abort_grace_s)
-            c.sweep(lambda n: TxState.ROLLBACK if self._ours(n) else None)
+            c.sweep(lambda n, link: self._leftover(c, n, link))
 
 
 def _checkpoint(options: dict) -> str:
@@ -188,7 +186,7 @@ class TopicStreamWriter(DataSourceStreamWriter):
         batch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1) if ctx else -1
         return _prepare_task(self.opts, iterator, self.write_id, batch, self.run)
 
-    def _verdict(self, name: TxName) -> TxState | None:
+    def _verdict(self, name: TxName, _link: str = "") -> TxState | None:
         """An open transaction of this query is decided by its batch's record; one of a
         batch without a record yet waits for that batch's commit."""
         if name.write != self.write_id:
@@ -196,7 +194,8 @@ class TopicStreamWriter(DataSourceStreamWriter):
         recorded = self.decisions.read(name.batch)
         if recorded is None:
             return None
-        return (TxState.COMMIT if any(t.tx_id == str(name) for t in recorded)
+        # Compared as names: a record written before scopes holds the dotted form.
+        return (TxState.COMMIT if any(TxName.parse(t.tx_id) == name for t in recorded)
                 else TxState.ROLLBACK)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

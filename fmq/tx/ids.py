@@ -1,5 +1,6 @@
 """Transaction ids: ``version-ip-start time-pid-connection seq-tx seq``, unique across the
-processes and restarts of a host."""
+processes and restarts of a host; and the scope a caller may give its own ids
+(``SCOPE//NAME``, docs/transactions.md, *Scopes*)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,14 @@ def new_tx_id(connection_seq: int = 0) -> str:
     with _lock:
         seq = next(_tx_seq)
     return f"{_prefix}{connection_seq}-{seq}"
+
+
+#: Separates a transaction id's scope from the rest of it: ``SCOPE//NAME``. Two characters
+#: no topic name holds, so no id the Kafka door makes from a topic has a scope.
+SCOPE_SEPARATOR = "//"
+
+
+def scope_of(tx_id: str) -> str | None:
+    """The scope of ``tx_id``: what precedes its first ``//``; None when it has none."""
+    scope, separator, _name = tx_id.partition(SCOPE_SEPARATOR)
+    return scope if separator and scope else None

@@ -29,9 +29,11 @@ from fmq.errors import (
     TransactionConflict,
     TransactionInProgress,
     TransactionRolledBack,
+    TransactionScopeClosed,
     UnknownTransaction,
 )
 from fmq.message import check_label
+from fmq.tx.ids import scope_of
 from fmq.tx.state import TxState
 
 _monotonic = time.monotonic
@@ -220,11 +222,30 @@ class TxManager:
                 f"({tx.state.value if tx is not None else final.value}); let the client "
                 f"generate ids or make yours unique"
             )
+        if not fresh:
+            self._check_scope_open(producer_group, tx_id)
         if len(self.open) >= self.max_open:
             raise TooManyTransactions(
                 f"{len(self.open)} transactions are open, the limit (max_open_transactions) "
                 f"is {self.max_open}; commit or roll back some, or raise the limit"
             )
+
+    def _check_scope_open(self, producer_group: str, tx_id: str) -> None:
+        """Refuse ``SCOPE//NAME`` once ``SCOPE`` (same group) has been prepared (lock held
+        by the caller). The mark is checked under the lock that registers transactions,
+        so a PREPARE either registers before the mark (whoever closed the scope then
+        finds it open) or is refused; the mark's end is in the log and the index, so the
+        refusal survives restarts (docs/transactions.md, *Scopes*)."""
+        scope = scope_of(tx_id)
+        if scope is None:
+            return
+        key = (producer_group, scope)
+        if key in self.open or self._finished_state(key) is not None:
+            raise TransactionScopeClosed(
+                f"transaction {tx_id!r} belongs to the scope {scope!r} of producer group "
+                f"{producer_group!r}, which is closed (the transaction {scope!r} marked it "
+                f"over): the work it belongs to was already committed or given up, so "
+                f"nothing of it is stored")
 
     def register(self, tx: OpenTransaction) -> None:
         tx.next_check_at = tx.registered_at + self.check_after

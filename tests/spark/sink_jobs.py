@@ -25,6 +25,9 @@ attempt number and transactions once it prepared.
 session) writes as the sink does, but a task of partition 1 waits for the file
 ``GATE/open`` before it prepares, and every task leaves ``GATE/prepared-<partition>``
 after its prepare: the test moves the servers under the write in between.
+
+:class:`KeptIdSink` (``format("fmq-topic-kept")``) writes as the sink does and leaves the
+write's id in the file its ``keep`` option names.
 """
 
 from __future__ import annotations
@@ -123,6 +126,27 @@ class GatedSink(TopicDataSource):
 
     def writer(self, schema, overwrite):
         return GatedWriter(dict(self.options), schema)
+
+
+class KeptIdWriter(TopicBatchWriter):
+    """A batch writer that leaves its write id in the file the ``keep`` option names: the
+    test then stages a late task of that write (a Spark task preparing after the write's
+    commit or abort, as a speculative copy or a task Spark was still killing)."""
+
+    def __init__(self, options, schema):
+        super().__init__(options, schema)
+        with open(options["keep"] + ".tmp", "w") as f:
+            f.write(self.write_id)
+        os.replace(options["keep"] + ".tmp", options["keep"])
+
+
+class KeptIdSink(TopicDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "fmq-topic-kept"
+
+    def writer(self, schema, overwrite):
+        return KeptIdWriter(dict(self.options), schema)
 
 
 class TestSinkSource(TopicDataSource):

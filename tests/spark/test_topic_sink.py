@@ -11,8 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -167,31 +165,134 @@ def test_bad_row_fails_the_write_and_leaves_nothing(topics, server, bad, error):
     assert open_sink_transactions(server) == []
 
 
-def test_a_task_preparing_after_a_failed_writes_first_sweep_is_rolled_back(server):
-    """The race a failed batch write met in CI: Spark kills the other tasks of a failed
-    job while the driver's ``abort`` runs, so a task can prepare after its sweep. Here a
-    task of the write prepares one second into ``abort`` (the writer's own driver-side
-    object and the task's own function, no Spark job needed to place the PREPARE there):
-    nothing of it may stay open."""
+LATE_SCHEMA = "topic string, body binary"
+
+
+def _late_task(spark, address: str, write_id: str, topic: str, bodies: list[bytes]) -> dict:
+    """A task of the write ``write_id`` run now, in a real Spark task (its own partition
+    and attempt id): a speculative copy preparing after its write's commit, or a task
+    Spark was still killing preparing after its write's abort. Returns what its prepare
+    did: ``{"prepared": [ids]}`` or ``{"refused": error class, "message": text}``."""
     from pyspark.sql import Row
-    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+    from pyspark.sql.types import _parse_datatype_string
 
-    from fmq.spark.topic_sink import TopicBatchWriter, _prepare_task
+    schema = _parse_datatype_string(LATE_SCHEMA)
+    rows = [Row(topic=topic, body=b) for b in bodies]
 
-    topic = "sink-late-task"
-    schema = StructType([StructField("topic", StringType()), StructField("body", BinaryType())])
-    writer = TopicBatchWriter({"servers": server.address, "abortGraceMs": "3000"}, schema)
-    rows = [Row(topic=topic, body=b"late")] * 3
-    prepared: list = []
+    def run(_partition):
+        from fmq.errors import FMQError
+        from fmq.spark.topic_sink import _prepare_task, _SinkOptions
 
-    def late_task() -> None:
-        time.sleep(1.0)  # after abort's first sweep, within its grace
-        prepared.append(_prepare_task(writer.opts, iter(rows), writer.write_id, 0, "w"))
+        opts = _SinkOptions({"servers": address}, schema)
+        try:  # batch 0, run "w": a batch write's (fmq.spark.sink_commit.TxName)
+            done = _prepare_task(opts, iter(rows), write_id, 0, "w")
+            yield json.dumps({"prepared": [t.tx_id for t in done.transactions]})
+        except FMQError as exc:
+            yield json.dumps({"refused": type(exc).__name__, "message": str(exc)})
 
-    task = threading.Thread(target=late_task)
-    task.start()
-    writer.abort([])
-    task.join(timeout=30)
-    assert prepared and prepared[0].transactions, "the late task did not prepare"
+    return json.loads(spark.sparkContext.parallelize([0], 1).mapPartitions(run).collect()[0])
+
+
+def _kept_write(spark, address: str, keep: Path, topic: str, bodies: list[bytes]) -> str:
+    """A real batch write of ``bodies`` in 2 tasks (the test sink keeps its write id in
+    ``keep``); returns the write id. Raises what the write raised."""
+    from .sink_jobs import KeptIdSink
+
+    spark.dataSource.register(KeptIdSink)
+    df = spark.createDataFrame([(topic, b) for b in bodies], LATE_SCHEMA).repartition(2)
+    try:
+        (df.write.format("fmq-topic-kept").option("servers", address)
+         .option("keep", str(keep)).mode("append").save())
+    finally:
+        assert keep.exists(), "the write did not plan its writer"
+    return keep.read_text()
+
+
+def _assert_refused(late: dict) -> None:
+    assert late.get("refused") == "TransactionScopeClosed", late
+    assert "closed" in late["message"] and "nothing of it is stored" in late["message"]
+
+
+def test_a_task_preparing_after_its_failed_write_is_refused(topics, server, tmp_path):
+    """A batch write fails (a bad row); a task of it prepares after the driver's abort
+    returned (Spark was still killing it): the broker refuses the prepare, nothing of the
+    write is visible, nothing is left open. Before the end mark the late prepare was
+    stored and stayed open, invisible, until ``fmq tx resolve``."""
+    topic = "sink-late-abort"
+    bodies = [b"x" * 10] * 30 + [b"y" * (MAX_MESSAGE + 1)]
+    keep = tmp_path / "write-id"
+    with pytest.raises(Exception, match="MessageTooLarge"):
+        _kept_write(topics, server.address, keep, topic, bodies)
+    late = _late_task(topics, server.address, keep.read_text(), topic, [b"late"] * 3)
+    _assert_refused(late)
     assert open_sink_transactions(server) == []
     assert stored(server, topic) == []
+
+
+def test_a_speculative_copy_preparing_after_the_commit_is_refused(topics, server, tmp_path):
+    """A batch write commits; a copy of one of its tasks prepares afterwards (a
+    speculative copy Spark had not killed yet): refused, every row once, nothing open."""
+    topic = "sink-late-commit"
+    bodies = [f"c-{i}".encode() for i in range(40)]
+    write_id = _kept_write(topics, server.address, tmp_path / "write-id", topic, bodies)
+    late = _late_task(topics, server.address, write_id, topic, bodies[:20])
+    _assert_refused(late)
+    assert open_sink_transactions(server) == []
+    assert sorted(bytes(m.body) for m in stored(server, topic)) == sorted(bodies)
+
+
+@pytest.fixture
+def own_server(tmp_path):
+    config = {**SERVER_CONFIG, "max_message_size": MAX_MESSAGE}
+    srv = ServerProcess(str(tmp_path / "data"), config)
+    srv.start()
+    yield srv
+    srv.kill()
+
+
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_the_end_mark_survives_a_server_kill(topics, own_server, tmp_path, end):
+    """The write's end mark is in the log: the server is killed with SIGKILL right after
+    the write ended and started again on its data directory; a late task of the write is
+    still refused, every row is there once (after a commit) or none (after an abort),
+    nothing is open."""
+    topic = f"sink-late-kill-{end}"
+    bodies = [f"k-{i}".encode() for i in range(40)]
+    if end == "abort":
+        bodies.append(b"y" * (MAX_MESSAGE + 1))
+    keep = tmp_path / "write-id"
+    if end == "abort":
+        with pytest.raises(Exception, match="MessageTooLarge"):
+            _kept_write(topics, own_server.address, keep, topic, bodies)
+    else:
+        _kept_write(topics, own_server.address, keep, topic, bodies)
+    own_server.kill()
+    own_server.start()
+    late = _late_task(topics, own_server.address, keep.read_text(), topic, bodies[:10])
+    _assert_refused(late)
+    assert open_sink_transactions(own_server) == []
+    expected = sorted(bodies) if end == "commit" else []
+    assert sorted(bytes(m.body) for m in stored(own_server, topic)) == expected
+
+
+def test_a_later_batch_write_rolls_back_what_a_closed_write_left_open(topics, server):
+    """A write whose driver was lost between its end mark and its sweep leaves a
+    transaction open; the next batch write of the producer group finds its scope closed
+    and rolls it back. A transaction of a write still running (scope not closed) stays."""
+    from fmq.spark.sink_commit import Committer, Prepared, TxName
+
+    topic = "sink-leftover"
+    lost, running = "0123456789abcdef", "fedcba9876543210"
+    left = _late_task(topics, server.address, lost, topic, [b"lost"])["prepared"]
+    alive = _late_task(topics, server.address, running, topic, [b"running"])["prepared"]
+    with Committer(server.address, "fmq-spark", {}, [topic]) as c:
+        c.close(TxName(lost, 0, "w", 0, 0).scope, "aborted")  # its sweep never ran
+    assert set(open_sink_transactions(server)) == {*left, *alive}
+    (topics.createDataFrame([(f"n-{i}".encode(),) for i in range(5)], "body binary")
+     .write.format("fmq-topic").option("servers", server.address).option("topic", topic)
+     .mode("append").save())
+    assert open_sink_transactions(server) == alive
+    with Committer(server.address, "fmq-spark", {}, [topic]) as c:
+        c.rollback_all([Prepared(alive[0])])
+    assert sorted(bytes(m.body) for m in stored(server, topic)) == [
+        f"n-{i}".encode() for i in range(5)]
