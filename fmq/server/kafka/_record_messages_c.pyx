@@ -51,44 +51,6 @@ from fmq.server.kafka.mapping import (
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
 
-# CRC-32C with the SSE 4.2 instruction where the CPU has it (checked at import), as the
-# log's record twin (fmq/log/record/_record_c.pyx) computes it: the crc32c package's
-# function cost about 4 instructions a byte of a Produce's batches under callgrind, more
-# than the rest of the decode.
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    #include <cpuid.h>
-    __attribute__((target("sse4.2")))
-    static uint32_t fmq_kafka_crc32c(const unsigned char *p, size_t n) {
-        uint64_t c = 0xFFFFFFFFu;
-        uint32_t c32;
-        while (n >= 8) {
-            uint64_t v;
-            memcpy(&v, p, 8);
-            c = __builtin_ia32_crc32di(c, v);
-            p += 8;
-            n -= 8;
-        }
-        c32 = (uint32_t)c;
-        while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-        return c32 ^ 0xFFFFFFFFu;
-    }
-    static int fmq_kafka_crc32c_available(void) {
-        unsigned int a, b, c, d;
-        if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-        return (c & bit_SSE4_2) != 0;
-    }
-    #else
-    static uint32_t fmq_kafka_crc32c(const unsigned char *p, size_t n) { return 0; }
-    static int fmq_kafka_crc32c_available(void) { return 0; }
-    #endif
-    """
-    uint32_t fmq_kafka_crc32c(const unsigned char *p, size_t n) nogil
-    int fmq_kafka_crc32c_available() nogil
-
 cdef Py_ssize_t _HEAD = 21  # base offset .. CRC
 cdef Py_ssize_t _OVERHEAD = 61  # the head and the body's fixed fields
 cdef Py_ssize_t _LENGTH_FROM = 12
@@ -106,25 +68,6 @@ cdef object _SEQUENCE = SEQUENCE_PROPERTY
 cdef object _ESCAPE = ESCAPE
 cdef object _MESSAGE = Message
 cdef object _new_object = object.__new__
-
-
-cdef bint _crc_checks_in_c():
-    """Whether the CPU computes CRC-32C here, the same as the crc32c package (its check
-    value both ways); else the package's function is called."""
-    return (fmq_kafka_crc32c_available() != 0
-            and fmq_kafka_crc32c(<const unsigned char *>b"123456789", 9) == 0xE3069283
-            and crc32c(b"123456789") == 0xE3069283)
-
-
-cdef bint _CRC_IN_C = _crc_checks_in_c()
-
-
-cdef inline uint32_t _batch_crc(object data, const uint8_t *p, Py_ssize_t start,
-                                Py_ssize_t end) except? 0:
-    """The CRC-32C of ``data[start:end]`` (``p``: its bytes)."""
-    if _CRC_IN_C:
-        return fmq_kafka_crc32c(p + start, <size_t>(end - start))
-    return crc32c(memoryview(data)[start:end])
 
 
 cdef inline object _new_message(object topic, object body, object key, dict properties,
@@ -227,7 +170,7 @@ cdef list _batches(object data, const uint8_t *p, Py_ssize_t size, object max_si
         end = pos + _LENGTH_FROM + length
         if length < _OVERHEAD - _LENGTH_FROM or end > size:
             raise _ReferenceDecides()
-        if _batch_crc(data, p, pos + _HEAD, end) != <uint32_t>_i32(p + pos + 17):
+        if crc32c(memoryview(data)[pos + _HEAD:end]) != <uint32_t>_i32(p + pos + 17):
             raise _ReferenceDecides()
         attributes = _i16(p + pos + 21)
         base_ts = _i64(p + pos + 27)
