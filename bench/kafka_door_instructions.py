@@ -196,8 +196,10 @@ print(json.dumps({"door": door, "messages": n}))
 
 #: ``--steps``: the produce and SEND_BATCH phases cut into their steps, each step run over
 #: every request before the next one starts (the index thread's work lands in the steps it
-#: overlaps, so "place" and "durable" are best read together).
+#: overlaps, so "place" and "durable" are best read together), the garbage collector off
+#: while they run (a collection over the messages the steps hold would land in any one).
 STEPS_BODY = r"""
+import gc
 cfg = fmq.BrokerConfig(checkpoint_interval_ms=0, retention_interval_ms=0,
                        queues_per_topic=QUEUES)
 send_decode = MESSAGE_DECODERS[Op.SEND_BATCH]
@@ -209,6 +211,8 @@ with fmq.Broker.open(data_dir, cfg) as broker:
         frames = [produce_frame(topic, i % QUEUES, 1_700_000_000_000 + i * 8)
                   for i in range(count // BATCH)]
         payloads = [payload] * (count // BATCH)
+        gc.collect()
+        gc.disable()  # a collection over the messages held lands in no step
         dump()
         requests = [read_request(f, PRODUCE) for f in frames]
         dump()
@@ -242,6 +246,7 @@ with fmq.Broker.open(data_dir, cfg) as broker:
         broker.wait_durable(placed[-1][1])
         broker.wait_indexed(60)
         dump()
+        gc.enable()
 print(json.dumps({"door": door, "messages": n}))
 """
 #: The steps of ``--steps``, in the order STEPS_BODY dumps after them.
