@@ -24,6 +24,12 @@ differs between them is the decode, the checks of one property and the answer. N
 the test run::
 
     python bench/kafka_door_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--messages 8192]
+                                            [--steps]
+
+``--steps`` cuts the produce and SEND_BATCH phases into their steps instead (kio's decode,
+the door's decode, ``check_messages``, ``place_requests``, the answer, the flush and the
+index), each step run over every request before the next: where Produce's instructions a
+message go beside SEND_BATCH's.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ HELPER = """
 void fmq_bench_dump(void) { CALLGRIND_DUMP_STATS; }
 """
 
-SCRIPT = r"""
+PRELUDE = r"""
 import ctypes, datetime, json, sys, time
 import fmq
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -102,6 +108,9 @@ def produce_frame(topic, queue, first_ts):
 PRODUCE, PRODUCE_ANSWER = load_request_schema(0, 9), load_response_schema(0, 9)
 FETCH_ANSWER = load_response_schema(1, 11)
 
+"""
+
+SCRIPT = PRELUDE + r"""
 def produce(broker, topic, frames):
     for frame in frames:
         request = read_request(frame, PRODUCE)
@@ -185,6 +194,69 @@ with fmq.Broker.open(data_dir, cfg) as broker:
 print(json.dumps({"door": door, "messages": n}))
 """
 
+#: ``--steps``: the produce and SEND_BATCH phases cut into their steps, each step run over
+#: every request before the next one starts (the index thread's work lands in the steps it
+#: overlaps, so "place" and "durable" are best read together), the garbage collector off
+#: while they run (a collection over the messages the steps hold would land in any one).
+STEPS_BODY = r"""
+import gc
+cfg = fmq.BrokerConfig(checkpoint_interval_ms=0, retention_interval_ms=0,
+                       queues_per_topic=QUEUES)
+send_decode = MESSAGE_DECODERS[Op.SEND_BATCH]
+with fmq.Broker.open(data_dir, cfg) as broker:
+    wire = [message_to_wire(fmq.Message("own", b"x" * 1024)) for _ in range(BATCH)]
+    payload = encode_request(Op.SEND_BATCH, 1, {"messages": wire})[16:]
+    for rnd, count in (("warm", 2 * BATCH * QUEUES), ("measured", n)):
+        topic = f"k-{rnd}"
+        frames = [produce_frame(topic, i % QUEUES, 1_700_000_000_000 + i * 8)
+                  for i in range(count // BATCH)]
+        payloads = [payload] * (count // BATCH)
+        gc.collect()
+        gc.disable()  # a collection over the messages held lands in no step
+        dump()
+        requests = [read_request(f, PRODUCE) for f in frames]
+        dump()
+        batches = [(p.index, door_messages(p.records, t.name, p.index))
+                   for r in requests for t in r.topic_data for p in t.partition_data]
+        dump()
+        for _, messages in batches:
+            broker.check_messages(messages)
+        dump()
+        placed = [broker.place_requests(messages, [len(messages)], packed=True)
+                  for _, messages in batches]
+        dump()
+        for (index, _), (results, end, _) in zip(batches, placed):
+            encode_response(1, build(PRODUCE_ANSWER, {"responses": [
+                {"name": topic, "partition_responses": [{
+                    "index": index, "error_code": 0, "base_offset": results[0].queue_offset,
+                    "log_append_time": None, "log_start_offset": -1, "record_errors": [],
+                    "error_message": None}]}], "throttle_time": 0}))
+        dump()
+        broker.wait_durable(end)
+        broker.wait_indexed(60)
+        dump()
+        decoded = [send_decode(p)["messages"] for p in payloads]
+        dump()
+        for messages in decoded:
+            broker.check_messages(messages)
+        dump()
+        placed = [broker.place_requests(messages, [len(messages)], packed=True)
+                  for messages in decoded]
+        dump()
+        broker.wait_durable(placed[-1][1])
+        broker.wait_indexed(60)
+        dump()
+        gc.enable()
+print(json.dumps({"door": door, "messages": n}))
+"""
+#: The steps of ``--steps``, in the order STEPS_BODY dumps after them.
+STEPS = ("produce: kio's request decode", "produce: the door's decode",
+         "produce: check_messages", "produce: place_requests", "produce: the answer",
+         "produce: durable and indexed", "send_batch: decode", "send_batch: check_messages",
+         "send_batch: place_requests", "send_batch: durable and indexed")
+
+STEPS_SCRIPT = PRELUDE + STEPS_BODY
+
 PHASES = ("produce", "send_batch", "fetch", "decode", "encode")
 
 
@@ -196,9 +268,10 @@ def _dumped(path: str) -> int:
     raise SystemExit(f"{path} has no instruction total")
 
 
-def instructions(tree: str, messages: int, helper: str, scratch_dir: str
-                 ) -> tuple[str, dict[str, float]]:
-    """(the door's decoder, instructions per message of each phase) of ``tree``."""
+def instructions(tree: str, messages: int, helper: str, scratch_dir: str,
+                 steps: bool = False) -> tuple[str, dict[str, float]]:
+    """(the door's decoder, instructions per message of each phase, or of each step with
+    ``steps``) of ``tree``."""
     data = os.path.join(scratch_dir, "data")
     shutil.rmtree(data, ignore_errors=True)
     prefix = os.path.join(scratch_dir, "cg.out")
@@ -207,26 +280,34 @@ def instructions(tree: str, messages: int, helper: str, scratch_dir: str
             os.remove(os.path.join(scratch_dir, name))
     out = subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}",
-         sys.executable, "-c", SCRIPT, str(messages), data, helper],
+         sys.executable, "-c", STEPS_SCRIPT if steps else SCRIPT, str(messages), data,
+         helper],
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
     if out.returncode != 0:
         raise SystemExit(f"the measuring process failed:\n{out.stderr[-3000:]}")
     door = json.loads(out.stdout.strip().splitlines()[-1])["door"]
-    # Dumps 1-8 are the warm-up's (1: start-up), 9-16 the measured round's: 10, 11, 12
-    # end produce, send_batch and fetch, 14 the decode alone, 16 the encode alone.
+    # Each round dumps once before its first phase and once after each one: the warm-up's
+    # are 1..per_round (1: start-up too), the measured round's the next per_round, and
+    # its phase k (from 1) ends at dump per_round + 1 + k (index per_round + k here).
+    names = STEPS if steps else PHASES
+    per_round = len(STEPS) + 1 if steps else 8
+    ends = range(1, len(STEPS) + 1) if steps else (1, 2, 3, 5, 7)
     dumps = sorted((int(m.group(1)), os.path.join(scratch_dir, name))
                    for name in os.listdir(scratch_dir)
                    if (m := re.fullmatch(r"cg\.out\.(\d+)", name)))
-    if len(dumps) < 16:
-        raise SystemExit(f"callgrind wrote {len(dumps)} dumps, not 16:\n{out.stderr[-2000:]}")
-    measured = [_dumped(dumps[i][1]) for i in (9, 10, 11, 13, 15)]
-    return door, {phase: ir / messages for phase, ir in zip(PHASES, measured, strict=True)}
+    if len(dumps) < 2 * per_round:
+        raise SystemExit(f"callgrind wrote {len(dumps)} dumps, not {2 * per_round}:\n"
+                         f"{out.stderr[-2000:]}")
+    measured = [_dumped(dumps[per_round + k][1]) for k in ends]
+    return door, {name: ir / messages for name, ir in zip(names, measured, strict=True)}
 
 
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--messages", type=int, default=8192,
                     help="messages measured per phase, a multiple of 256")
+    ap.add_argument("--steps", action="store_true",
+                    help="the produce and SEND_BATCH phases step by step instead")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -240,13 +321,21 @@ def main() -> None:
         subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", helper, source], check=True)
         results = {}
         for name, tree in trees(args.old).items():
-            door, per = instructions(tree, args.messages, helper, tmp)
+            door, per = instructions(tree, args.messages, helper, tmp, args.steps)
             results[name] = per
+            if args.steps:
+                print(f"{name} ({door}), instructions per message:", flush=True)
+                for step, ir in per.items():
+                    print(f"  {step:<36} {ir:>9,.0f}", flush=True)
+                continue
             print(f"{name} ({door}): " + ", ".join(
                 f"{phase} {per[phase]:,.0f}" for phase in PHASES)
                 + f" instructions per message; produce / send_batch "
                   f"{per['produce'] / per['send_batch']:.2f}", flush=True)
-        if "old" in results:
+        if "old" in results and args.steps:
+            print("new / old: " + ", ".join(f"{step} {results['new'][step] / ir:.2f}"
+                                            for step, ir in results["old"].items()))
+        elif "old" in results:
             new, old = results["new"], results["old"]
             print("new / old: " + ", ".join(f"{phase} {new[phase] / old[phase]:.2f}"
                                             for phase in PHASES))

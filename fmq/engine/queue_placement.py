@@ -173,13 +173,19 @@ def check_messages(messages: Sequence[Message], config: BrokerConfig, queues: Qu
     message's own checks, then its topic's (:meth:`Queues.check_topic`)."""
     max_size, segment_size, queue_count = (config.max_message_size, config.segment_size,
                                            queues.queue_count)
-    checked: set[str] = set()  # topics whose name passed the checks (once per batch)
+    # The topics whose name passed the checks, with their queue count: each is checked and
+    # counted once per batch (a batch does not change a topic's queue count), not once per
+    # message with a queue id.
+    counted: dict[str, int] = {}
     for m in messages:
         topic = m.topic if type(m) is Message else None
-        check_message(m, max_size, queue_count,
-                      topic_checked=type(topic) is str and topic in checked)
-        if type(topic) is str:
-            checked.add(topic)
+        count = counted.get(topic) if type(topic) is str else None
+        if count is None:
+            check_message(m, max_size, queue_count)
+            if type(topic) is str:
+                counted[topic] = queue_count(topic)
+        else:
+            check_message(m, max_size, count, topic_checked=True)
         queues.check_topic(m)
         check_fits(m, segment_size)
 

@@ -145,3 +145,32 @@ def test_a_frame_that_stops_arriving_and_an_idle_connection_are_closed(kafka_ser
     wait_until(lambda: "read_timeout_ms" in srv.log() and "idle_timeout_ms" in srv.log(), 10,
                "both closes' log lines")
     assert "Traceback" not in srv.log()
+
+
+def test_a_produce_of_two_topics_answers_each_partition_and_stores_the_good_ones(
+        shared_kafka_server):
+    """One Produce naming two topics, one partition of the second damaged: the handler
+    submits the good partitions together and answers every partition in request order."""
+    srv = shared_kafka_server
+    cls = request_type(0, 8)
+    module = __import__(cls.__module__, fromlist=["x"])
+    bad = bytearray(batch(b"damaged"))
+    bad[-3] ^= 0x40
+    request = cls(transactional_id=None, acks=-1, timeout=__import__("datetime").timedelta(
+        seconds=10), topic_data=(
+            module.TopicProduceData(name="two-a", partition_data=(
+                module.PartitionProduceData(index=0, records=batch(b"a0")),)),
+            module.TopicProduceData(name="two-b", partition_data=(
+                module.PartitionProduceData(index=1, records=bytes(bad)),
+                module.PartitionProduceData(index=0, records=batch(b"b0") + batch(b"b1")),
+            ))))
+    _, answer = exchange(address(srv), request)
+    got = [(t.name, [(p.index, p.error_code, p.base_offset) for p in t.partition_responses])
+           for t in answer.responses]
+    assert got == [("two-a", [(0, 0, 0)]), ("two-b", [(1, CORRUPT_MESSAGE, -1), (0, 0, 0)])]
+    with Client(srv.address) as client:
+        ranges = [(topic, queue, client.call(Op.QUEUE_RANGE, {"topic": topic,
+                                                              "queue_id": queue}))
+                  for topic, queue in (("two-a", 0), ("two-b", 0), ("two-b", 1))]
+    assert [(t, q, r["min_offset"], r["next_offset"]) for t, q, r in ranges] == [
+        ("two-a", 0, 0, 1), ("two-b", 0, 0, 2), ("two-b", 1, 0, 0)]

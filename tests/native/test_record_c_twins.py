@@ -123,6 +123,35 @@ def test_compiled_encodes_and_fails_as_the_reference(fast_encode, rec, prefix, w
             == _encoded(CODEC.encode_into, bytearray(prefix), at, rec))
 
 
+#: Property texts: ASCII ones (written in C), others and the longest ones the reference's.
+PROPERTY_TEXT = st.text(max_size=6) | st.sampled_from(
+    ["", "kafka.create_time", "1700000000000", "a" * 65_535, "a" * 65_536, "\u00e9" * 32_768,
+     "\u00e9" * 32_767, "\ud800", "\x00", "\x7f"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(properties=st.dictionaries(PROPERTY_TEXT, PROPERTY_TEXT, max_size=4)
+       | st.sampled_from([{"k": 5}, {5: "v"}, {"k": b"v"}, {"k": None}]),
+       as_subclass=st.booleans())
+def test_properties_are_encoded_as_the_reference(fast_encode, properties, as_subclass) -> None:
+    """A record's properties (a message's usual ones are ASCII strings, which the C path
+    writes itself): the same bytes, or the same error."""
+    if as_subclass:
+        properties = type("Props", (dict,), {})(properties)
+    rec = R.Record(R.RecordType.MESSAGE, log_offset=3, topic="t", properties=properties,
+                   body=b"body")
+    assert (_encoded(fast_encode, bytearray(), 0, rec)
+            == _encoded(CODEC.encode_into, bytearray(), 0, rec))
+
+
+def test_more_properties_than_their_count_holds_fail_alike(fast_encode) -> None:
+    rec = R.Record(R.RecordType.MESSAGE, log_offset=3, topic="t", body=b"body",
+                   properties={str(i): "" for i in range(65_536)})
+    got = _encoded(fast_encode, bytearray(), 0, rec)
+    assert got == _encoded(CODEC.encode_into, bytearray(), 0, rec)
+    assert got[0][0] == "raised"
+
+
 def test_an_exported_buffer_fails_alike_and_stays_as_it_was(fast_encode) -> None:
     rec = R.Record(R.RecordType.MESSAGE, log_offset=3, topic="t", body=b"body")
     for encode in (fast_encode, CODEC.encode_into):

@@ -41,6 +41,9 @@ from fmq.log.record.queue_entry import QueueEntry
 
 cdef extern from "Python.h":
     int PyBUF_READ
+    bint PyUnicode_IS_COMPACT_ASCII(object text)
+    void *PyUnicode_DATA(object text)
+    Py_ssize_t PyUnicode_GET_LENGTH(object text)
 
 # CRC-32C with the SSE 4.2 instruction, where the CPU has it (checked at run time): the
 # same function as the crc32c package's, without a Python call and a memoryview per record
@@ -126,6 +129,40 @@ cdef inline bytes _utf8(object text):
 
 class _NotTaken(Exception):
     """What the C path does not take as it is: the reference decides."""
+
+
+cdef bytes _properties(object properties):
+    """``encode_properties(properties)``: written here for a dict of ASCII strings (a
+    message's usual properties, each string's characters its bytes), else by the reference
+    (which raises its error for what it refuses). The reference's call cost about as much
+    as the rest of a 1 KiB message's encoding."""
+    cdef Py_ssize_t size = 2
+    cdef unsigned char *out
+    cdef bytes encoded
+    if type(properties) is not dict or len(<dict>properties) > _SHORT:
+        return encode_properties(properties)
+    for name, value in (<dict>properties).items():
+        if (type(name) is not str or type(value) is not str
+                or not PyUnicode_IS_COMPACT_ASCII(name) or not PyUnicode_IS_COMPACT_ASCII(value)
+                or PyUnicode_GET_LENGTH(name) > _SHORT or PyUnicode_GET_LENGTH(value) > _SHORT):
+            return encode_properties(properties)
+        size += 4 + PyUnicode_GET_LENGTH(name) + PyUnicode_GET_LENGTH(value)
+    encoded = PyBytes_FromStringAndSize(NULL, size)
+    out = <unsigned char *>PyBytes_AS_STRING(encoded)
+    _put(out, <uint64_t>len(<dict>properties), 2)
+    out += 2
+    for name, value in (<dict>properties).items():
+        out = _put_text(out, name)
+        out = _put_text(out, value)
+    return encoded
+
+
+cdef inline unsigned char *_put_text(unsigned char *out, object text) noexcept:
+    """An ASCII string's u16 length and bytes at ``out``; returns where the next goes."""
+    cdef Py_ssize_t n = PyUnicode_GET_LENGTH(text)
+    _put(out, <uint64_t>n, 2)
+    memcpy(out + 2, PyUnicode_DATA(text), n)
+    return out + 2 + n
 
 
 cdef inline object _int(object v):
@@ -244,7 +281,7 @@ cdef class EncodeInto:
             topic = _utf8(m.topic)
             key = _utf8(key_text) if key_text is not None else b""
             tags = _utf8(tags_text) if tags_text is not None else b""
-            props = encode_properties(m.properties) if m.properties else b""
+            props = _properties(m.properties) if m.properties else b""
             body = m.body
             if not _flat_bytes(body):
                 raise _NotTaken()
@@ -319,7 +356,7 @@ cdef class EncodeInto:
             group = _utf8(record.producer_group)
             key = _utf8(record.key) if record.key else b""
             tags = _utf8(record.tags) if record.tags else b""
-            props = encode_properties(record.properties) if record.properties else b""
+            props = _properties(record.properties) if record.properties else b""
             body = record.body
             if not _flat_bytes(body):
                 raise _NotTaken()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -36,34 +37,42 @@ logger = logging.getLogger("fmq.server.kafka")
 
 @kafka_api(0, "Produce", 3, 9, access=on_topics(Operation.PRODUCE))
 async def produce(session: KafkaSession, request: Any, version: int) -> dict | None:
+    transactional_id = request.transactional_id
     topics = []
     for topic in request.topic_data:
         denied = access.refusal(session, topic.name)
         if denied is not None:
-            parts = [_denied(p.index, denied) for p in topic.partition_data]
+            parts = [_partition_error(p.index, denied, "this user may not produce to the topic")
+                     for p in topic.partition_data]
         else:
-            parts = [_store(session, topic.name, p.index, p.records,
-                            request.transactional_id) for p in topic.partition_data]
+            parts = [_start(session, topic.name, p.index, p.records, transactional_id)
+                     for p in topic.partition_data]
         topics.append((topic.name, parts))
     if request.acks == 0:
         for _, parts in topics:
             for part in parts:
-                asyncio.ensure_future(part).add_done_callback(_drop_result)
+                if type(part) is not dict:
+                    asyncio.ensure_future(part).add_done_callback(_drop_result)
         return None
-    answers = [{"name": name, "partition_responses": await asyncio.gather(*parts)}
-               for name, parts in topics]
-    if request.transactional_id is not None:
+    if transactional_id is not None:  # each partition's prepare waits for its own fsync
+        answers = [{"name": name, "partition_responses": await asyncio.gather(
+                        *(_answered(part) for part in parts))}
+                   for name, parts in topics]
         answered_as_version(answers, version)
+    else:  # submitted above: every partition's sends are placed in this turn's batch
+        answers = [{"name": name, "partition_responses": [
+                        part if type(part) is dict else await part for part in parts]}
+                   for name, parts in topics]
     return {"responses": answers, "throttle_time": 0}
+
+
+async def _answered(part: dict | Awaitable[dict]) -> dict:
+    return part if type(part) is dict else await part
 
 
 def _drop_result(fut: asyncio.Future) -> None:
     if not fut.cancelled():
-        fut.result()  # _store answers errors itself; anything else is a bug worth a log
-
-
-async def _denied(index: int, code: ErrorCode) -> dict:
-    return _partition_error(index, code, "this user may not produce to the topic")
+        fut.result()  # _stored answers errors itself; anything else is a bug worth a log
 
 
 def _partition_error(index: int, code: ErrorCode, message: str) -> dict:
@@ -71,10 +80,12 @@ def _partition_error(index: int, code: ErrorCode, message: str) -> dict:
             "log_start_offset": -1, "record_errors": [], "error_message": message}
 
 
-async def _store(session: KafkaSession, topic: str, partition: int,
-                 records: bytes | None, transactional_id: str | None = None) -> dict:
-    """Store one partition's records; its part of the answer. A transaction's records are
-    prepared, not stored visible (:mod:`fmq.server.kafka.txn_produce`)."""
+def _start(session: KafkaSession, topic: str, partition: int, records: bytes | None,
+           transactional_id: str | None = None) -> dict | Awaitable[dict]:
+    """Submit one partition's records for storing: its part of the answer when refused at
+    once, else an awaitable of it (the sends are submitted to this turn's batch before it
+    returns). A transaction's records are prepared, not stored visible
+    (:mod:`fmq.server.kafka.txn_produce`)."""
     ctx = session.ctx
     broker = ctx.broker
     if broker.topics.get(topic) is None and not broker.config.auto_create_topics:
@@ -95,8 +106,7 @@ async def _store(session: KafkaSession, topic: str, partition: int,
     try:
         if transactional_id is not None:
             batches = decode_batches(records or b"", ctx.config.max_frame_size)
-            return await store_transactional(session, transactional_id, topic, queue,
-                                             batches)
+            return store_transactional(session, transactional_id, topic, queue, batches)
         messages = messages_of_records(records or b"", ctx.config.max_frame_size, topic,
                                        queue)
     except RecordError as exc:
@@ -108,7 +118,16 @@ async def _store(session: KafkaSession, topic: str, partition: int,
     if not messages:
         return _partition_error(partition, ErrorCode.none, None)
     try:
-        results: list[SendResult] = await ctx.batcher.submit(messages)
+        stored = ctx.batcher.submit(messages)
+    except FMQError as exc:
+        return _partition_error(partition, error_code(exc), str(exc))
+    return _stored(ctx, partition, stored)
+
+
+async def _stored(ctx: Any, partition: int, stored: asyncio.Future) -> dict:
+    """A partition's part of the answer once its sends are durable (or refused)."""
+    try:
+        results: list[SendResult] = await stored
     except FMQError as exc:
         return _partition_error(partition, error_code(exc), str(exc))
     refusal = fencing_refusal(ctx.replication, Op.SEND_BATCH)
@@ -117,4 +136,3 @@ async def _store(session: KafkaSession, topic: str, partition: int,
     answer = _partition_error(partition, ErrorCode.none, None)
     answer["base_offset"] = results[0].queue_offset
     return answer
-
