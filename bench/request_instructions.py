@@ -66,6 +66,16 @@ for _ in range(n):
 broker.close()
 """
 
+#: The PREPARE half alone (the transactions stay open: ``--calls`` times 3 stays below
+#: ``max_open_transactions``); the COMMIT's share is the whole transaction's less this.
+PREPARE_ONLY = """
+tx_api = broker.transactions
+for _ in range(n):
+    tx, _end = tx_api.place_prepare([m], "g", None)
+    tx_api.prepare_done(tx, None)
+broker.close()
+"""
+
 #: The sixth pass's marks: the mark encoder (fmq/log/record/marks.py; its compiled twin
 #: _marks_c is gone since marks go through the C record encoder).
 MARKS_BY_MARK_ENCODER = """
@@ -99,6 +109,16 @@ WAYS = {
         PLACING + MARKS_BY_MARK_ENCODER + TRANSACTION,
     "a transaction of one message placed, marks by the C record encoder":
         PLACING + TRANSACTION,
+    "a transaction's PREPARE placed (no COMMIT)":
+        PLACING + PREPARE_ONLY,
+    "COMMIT decode, decode_request":
+        'c = Frame(1, Op.COMMIT, 0, 1, memoryview(encode_request(Op.COMMIT, 1, {'
+        '"producer_group": "g", "tx_id": "0.1-127.0.0.1-1-2-0-3"})[16:]))\n'
+        'for _ in range(n): decode_server_request(c)',
+    "PREPARE answer, field dict through the codec":
+        'for _ in range(n): encode_response(Op.PREPARE, 7, {"tx_id": "0.1-127.0.0.1-1-2-0-3"})',
+    "COMMIT answer, field dict through the codec":
+        'for _ in range(n): encode_response(Op.COMMIT, 7, {"state": "commit"})',
 }
 
 
