@@ -14,7 +14,9 @@ a SEND's answer encoded from its field dict (before) or packed by ``send_answer`
 a SEND_BATCH of 16 placed by a broker and answered from a ``SendResult`` per message
 (before) or from placement's packed results (now); a transaction of one message placed
 (PREPARE and COMMIT, no disk wait) with its marks written by the mark encoder (before) or
-by the C record encoder (now).
+by the C record encoder (now); a transaction's PREPARE half alone (the COMMIT's share is the
+whole transaction's less it), a COMMIT's decode, and the PREPARE and COMMIT answers encoded
+from field dicts (before) or packed (now: ``tx_id_answer``, ``state_answer``).
 """
 
 from __future__ import annotations
@@ -117,8 +119,14 @@ WAYS = {
         'for _ in range(n): decode_server_request(c)',
     "PREPARE answer, field dict through the codec":
         'for _ in range(n): encode_response(Op.PREPARE, 7, {"tx_id": "0.1-127.0.0.1-1-2-0-3"})',
+    "PREPARE answer, tx_id_answer":
+        'from fmq.protocol.values import tx_id_answer\n'
+        'for _ in range(n): encode_response(Op.PREPARE, 7, tx_id_answer("0.1-127.0.0.1-1-2-0-3"))',
     "COMMIT answer, field dict through the codec":
         'for _ in range(n): encode_response(Op.COMMIT, 7, {"state": "commit"})',
+    "COMMIT answer, state_answer":
+        'from fmq.protocol.values import state_answer\nfrom fmq.tx.state import TxState\n'
+        'for _ in range(n): encode_response(Op.COMMIT, 7, state_answer(TxState.COMMIT))',
 }
 
 
