@@ -14,7 +14,9 @@ a SEND's answer encoded from its field dict (before) or packed by ``send_answer`
 a SEND_BATCH of 16 placed by a broker and answered from a ``SendResult`` per message
 (before) or from placement's packed results (now); a transaction of one message placed
 (PREPARE and COMMIT, no disk wait) with its marks written by the mark encoder (before) or
-by the C record encoder (now).
+by the C record encoder (now); a transaction's PREPARE half alone (the COMMIT's share is the
+whole transaction's less it), a COMMIT's decode, and the PREPARE and COMMIT answers encoded
+from field dicts (before) or packed (now: ``tx_id_answer``, ``state_answer``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ for _ in range(n):
 broker.close()
 """
 
+#: The PREPARE half alone (the transactions stay open: ``--calls`` times 3 stays below
+#: ``max_open_transactions``); the COMMIT's share is the whole transaction's less this.
+PREPARE_ONLY = """
+tx_api = broker.transactions
+for _ in range(n):
+    tx, _end = tx_api.place_prepare([m], "g", None)
+    tx_api.prepare_done(tx, None)
+broker.close()
+"""
+
 #: The sixth pass's marks: the mark encoder (fmq/log/record/marks.py; its compiled twin
 #: _marks_c is gone since marks go through the C record encoder).
 MARKS_BY_MARK_ENCODER = """
@@ -99,6 +111,22 @@ WAYS = {
         PLACING + MARKS_BY_MARK_ENCODER + TRANSACTION,
     "a transaction of one message placed, marks by the C record encoder":
         PLACING + TRANSACTION,
+    "a transaction's PREPARE placed (no COMMIT)":
+        PLACING + PREPARE_ONLY,
+    "COMMIT decode, decode_request":
+        'c = Frame(1, Op.COMMIT, 0, 1, memoryview(encode_request(Op.COMMIT, 1, {'
+        '"producer_group": "g", "tx_id": "0.1-127.0.0.1-1-2-0-3"})[16:]))\n'
+        'for _ in range(n): decode_server_request(c)',
+    "PREPARE answer, field dict through the codec":
+        'for _ in range(n): encode_response(Op.PREPARE, 7, {"tx_id": "0.1-127.0.0.1-1-2-0-3"})',
+    "PREPARE answer, tx_id_answer":
+        'from fmq.protocol.values import tx_id_answer\n'
+        'for _ in range(n): encode_response(Op.PREPARE, 7, tx_id_answer("0.1-127.0.0.1-1-2-0-3"))',
+    "COMMIT answer, field dict through the codec":
+        'for _ in range(n): encode_response(Op.COMMIT, 7, {"state": "commit"})',
+    "COMMIT answer, state_answer":
+        'from fmq.protocol.values import state_answer\nfrom fmq.tx.state import TxState\n'
+        'for _ in range(n): encode_response(Op.COMMIT, 7, state_answer(TxState.COMMIT))',
 }
 
 

@@ -13,7 +13,10 @@ its share of its window's flush and of whatever the server's own timers did mean
 Not part of the test run::
 
     python bench/send_path_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--requests 1024]
-        [--only send|tx]
+        [--only send|tx] [--keep DIR]
+
+``--keep DIR`` keeps each run's callgrind file in DIR (``callgrind.<tree>.<kind>``), for
+``callgrind_annotate --inclusive=yes`` to tell where the instructions go.
 
 ``send``: SEND of one 1 KiB message. ``tx``: a transaction of one 1 KiB message, its PREPARE
 and its COMMIT (two requests, both counted as one transaction).
@@ -137,6 +140,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1024,
                     help="transactions or sends of the short run, a multiple of 64")
     ap.add_argument("--only", choices=("send", "tx"), default=None)
+    ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -145,6 +149,10 @@ def main() -> None:
         for name, tree in trees(args.old).items():
             with tempfile.TemporaryDirectory(prefix="fmq-send-instr-") as tmp:
                 count = server_instructions(tree, kind, args.requests, tmp)
+                if args.keep:
+                    os.makedirs(args.keep, exist_ok=True)
+                    shutil.copy(os.path.join(tmp, "callgrind.out"),
+                                os.path.join(args.keep, f"callgrind.{name}.{kind}"))
             what = "SEND" if kind == "send" else "transaction of one message"
             print(f"{name}: {count / args.requests:,.0f} server instructions per {what}",
                   flush=True)

@@ -26,7 +26,7 @@ from fmq.message import (
 )
 from fmq.protocol.layout import SEND_RESULT_FORMAT
 from fmq.protocol.types import Encoded, Packed
-from fmq.tx.state import PreparedMessage, UncertainTx
+from fmq.tx.state import PreparedMessage, TxState, UncertainTx
 
 #: The wire's queue_id that lets the broker pick (key hash, else round robin). Any other
 #: negative value is an unknown queue, not a second way of saying "pick".
@@ -71,6 +71,36 @@ def send_answer(result: SendResult | PackedResults) -> Packed | dict[str, Any]:
                                               result.queue_offset))
     except struct.error:
         return {"result": result_to_wire(result)}
+
+
+_STR_LENGTH = struct.Struct(">H")  # the wire's str: u16 byte length, then UTF-8
+_NAME_BYTES = 255  # a transaction id is a name (docs/protocol.md, section 3)
+
+
+def tx_id_answer(tx_id: str) -> Packed | dict[str, Any]:
+    """A PREPARE answer's payload (its ``tx_id`` str) packed at once, or as the field dict
+    for an id that is not a name (the codec then refuses it with its own error): the same
+    frame either way (tests/protocol/test_tx_answers.py)."""
+    if type(tx_id) is str:
+        data = tx_id.encode()
+        if len(data) <= _NAME_BYTES:
+            return Packed(_STR_LENGTH.pack(len(data)) + data)
+    return {"tx_id": tx_id}
+
+
+def _packed_state(state: TxState) -> Packed:
+    data = state.value.encode()
+    return Packed(_STR_LENGTH.pack(len(data)) + data)
+
+
+#: The answer of COMMIT, ROLLBACK, ANSWER_UNCERTAIN and RESOLVE_TX (one ``state`` str) for
+#: each state, packed once: a transaction's COMMIT is answered without the codec.
+_STATE_ANSWERS = {state: _packed_state(state) for state in TxState}
+
+
+def state_answer(state: TxState) -> Packed:
+    """The answer payload ``{"state": state}``, packed (the same frame as the codec's)."""
+    return _STATE_ANSWERS[state]
 
 
 def results_to_wire(results: Sequence[SendResult]) -> Encoded | list[dict[str, Any]]:

@@ -199,8 +199,13 @@ class TxWriter:
         and it returns the transaction (its ``busy`` lock held) and the log offset they end
         at: call :meth:`commit_done` once that is durable (or failed)."""
         self.check_open()
-        check_label(producer_group, "producer_group", allow_none=False)
-        check_label(tx_id, "tx_id", allow_none=False)
+        # An open transaction's group and id passed the stricter PREPARE checks: only names
+        # that are not open need the label checks (for their error; the usual COMMIT finds
+        # its transaction open and skips two calls).
+        if (type(producer_group) is not str or type(tx_id) is not str
+                or (producer_group, tx_id) not in self.tx.open):
+            check_label(producer_group, "producer_group", allow_none=False)
+            check_label(tx_id, "tx_id", allow_none=False)
         # `busy` is taken under the manager's lock (without waiting, so no lock order
         # matters): whoever ends a transaction holds `busy`, so one look is enough.
         with self.tx.lock:

@@ -35,7 +35,9 @@ from fmq.protocol.types import Packed
 from fmq.protocol.values import (
     results_to_wire,
     send_answer,
+    state_answer,
     stored_to_wire,
+    tx_id_answer,
     uncertain_to_wire,
 )
 from fmq.security import Operation
@@ -138,20 +140,14 @@ async def _answered(answer: dict) -> dict:
 @operation(Op.PREPARE, access=needs(_prepare_needs), hosted=SENDS_MANY, follower=REFUSES)
 def _prepare(ctx: ServerContext, session: RequestSession, req: dict) -> Awaitable[dict]:
     msgs = req["messages"]
-    return tx_ops.prepare(ctx, msgs, req["producer_group"], req["tx_id"], _prepare_answer)
-
-
-def _prepare_answer(tx_id: str) -> dict:
-    return {"tx_id": tx_id}
+    # The answers are packed at once (no field dict through the codec): half of a
+    # transaction's answers are these two.
+    return tx_ops.prepare(ctx, msgs, req["producer_group"], req["tx_id"], tx_id_answer)
 
 
 @operation(Op.COMMIT, access=TRANSACTION, hosted=None, follower=REFUSES)
 def _commit(ctx: ServerContext, session: RequestSession, req: dict) -> Awaitable[dict]:
-    return tx_ops.commit(ctx, req["producer_group"], req["tx_id"], _state_answer)
-
-
-def _state_answer(state: TxState) -> dict:
-    return {"state": state.value}
+    return tx_ops.commit(ctx, req["producer_group"], req["tx_id"], state_answer)
 
 
 @operation(Op.ROLLBACK, access=TRANSACTION, hosted=None, follower=REFUSES)
