@@ -71,7 +71,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/spark.md", "register(spark)                                   # once"):
         "needs Spark and Java; an excerpt (spark, path) (tests/spark/)",
     ("docs/spark.md", '.option("pushdown", "true")'): "needs Spark and Java; an excerpt",
-    ("docs/spark.md", "PYSPARK_SUBMIT_ARGS"): "needs Spark, Java and /var/cache/fmq",
+    ("docs/spark.md", "PYSPARK_SUBMIT_ARGS"): "needs Spark and Java; makes a 173 MB class archive under ~/.cache/fmq (tests/spark/test_class_archive.py)",
     ("docs/spark.md", "fmq server --data-dir /var/lib/fmq --host 127.0.0.1 --port 7070 &"):
         "starts a server in the background (the next block runs against the test server)",
     ("docs/spark.md", 'readStream.format("fmq-topic")'):
