@@ -31,18 +31,13 @@ import sys
 import tempfile
 import time
 
+from redis_peer import cpu_seconds
+
 STREAM = "BENCH"
 
 
 def nats_installed() -> bool:
     return bool(shutil.which("nats-server"))
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class NatsPeer:
