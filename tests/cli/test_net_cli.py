@@ -20,23 +20,45 @@ def server(tmp_path):
     srv.kill()
 
 
+def _as_a_shell_starts_it() -> None:
+    """In the child before exec: SIGINT unblocked and at its default, as a terminal's shell
+    starts a command. The test process's own state is inherited otherwise, and a blocked
+    or ignored SIGINT survives exec (another test's library, a pytest worker)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _signal_state(pid: int | str) -> str:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return " ".join(line.strip() for line in f if line.startswith(("SigBlk", "SigIgn")))
+    except OSError:
+        return "gone"
+
+
 def test_ctrl_c_during_produce_says_how_many_were_acknowledged(server):
     # faulthandler: if the command outlives its Ctrl-C, SIGABRT makes it print every
-    # thread's stack (a CI run under load once saw it still running 60 s after SIGINT; 40
-    # interrupts at random moments on a quiet machine all ended within a second).
+    # thread's stack. Two CI runs under load saw it sending on, in its send loop, 60 s and
+    # 120 s after SIGINT; 40 interrupts at random moments on a quiet machine all ended
+    # within a second, so the child now starts with SIGINT as a shell gives it, and a
+    # failure says what the test process and the child had blocked or ignored.
+    parent_state = _signal_state("self")
     proc = subprocess.Popen([*FMQ, "produce", "--server", server.address, "--topic", "t",
                              "--body", "m{i}", "--count", "200000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                            preexec_fn=_as_a_shell_starts_it)
     printed = [proc.stdout.readline() for _ in range(20)]  # it is sending
     assert all(line.startswith("sent to t/") for line in printed)
+    child_state = _signal_state(proc.pid)
     proc.send_signal(signal.SIGINT)
     try:
         rest, stderr = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGABRT)
         _, stacks = proc.communicate(timeout=60)
-        raise AssertionError(f"fmq produce still ran 120 s after SIGINT:\n{stacks[-6000:]}"
+        raise AssertionError(f"fmq produce still ran 120 s after SIGINT (test process: "
+                             f"{parent_state}; child: {child_state}):\n{stacks[-6000:]}"
                              ) from None
     assert proc.returncode == 130 and "Traceback" not in stderr and "Aborted" not in stderr
     match = re.search(r"interrupted: (\d+) of 200,000 messages acknowledged", stderr)
