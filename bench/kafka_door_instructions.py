@@ -36,20 +36,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._callgrind import compile_dump_helper, run_dumped  # noqa: E402
 from bench.ab_rounds import parser, scratch, trees  # noqa: E402
-
-#: The client requests the measuring process makes (callgrind's own header).
-HELPER = """
-#include <valgrind/callgrind.h>
-void fmq_bench_dump(void) { CALLGRIND_DUMP_STATS; }
-"""
 
 PRELUDE = r"""
 import ctypes, datetime, json, sys, time
@@ -260,45 +253,22 @@ STEPS_SCRIPT = PRELUDE + STEPS_BODY
 PHASES = ("produce", "send_batch", "fetch", "decode", "encode")
 
 
-def _dumped(path: str) -> int:
-    with open(path) as f:
-        for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise SystemExit(f"{path} has no instruction total")
-
-
 def instructions(tree: str, messages: int, helper: str, scratch_dir: str,
                  steps: bool = False) -> tuple[str, dict[str, float]]:
     """(the door's decoder, instructions per message of each phase, or of each step with
     ``steps``) of ``tree``."""
     data = os.path.join(scratch_dir, "data")
     shutil.rmtree(data, ignore_errors=True)
-    prefix = os.path.join(scratch_dir, "cg.out")
-    for name in os.listdir(scratch_dir):
-        if name.startswith("cg.out"):
-            os.remove(os.path.join(scratch_dir, name))
-    out = subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}",
-         sys.executable, "-c", STEPS_SCRIPT if steps else SCRIPT, str(messages), data,
-         helper],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
-    if out.returncode != 0:
-        raise SystemExit(f"the measuring process failed:\n{out.stderr[-3000:]}")
-    door = json.loads(out.stdout.strip().splitlines()[-1])["door"]
     # Each round dumps once before its first phase and once after each one: the warm-up's
     # are 1..per_round (1: start-up too), the measured round's the next per_round, and
     # its phase k (from 1) ends at dump per_round + 1 + k (index per_round + k here).
     names = STEPS if steps else PHASES
     per_round = len(STEPS) + 1 if steps else 8
     ends = range(1, len(STEPS) + 1) if steps else (1, 2, 3, 5, 7)
-    dumps = sorted((int(m.group(1)), os.path.join(scratch_dir, name))
-                   for name in os.listdir(scratch_dir)
-                   if (m := re.fullmatch(r"cg\.out\.(\d+)", name)))
-    if len(dumps) < 2 * per_round:
-        raise SystemExit(f"callgrind wrote {len(dumps)} dumps, not {2 * per_round}:\n"
-                         f"{out.stderr[-2000:]}")
-    measured = [_dumped(dumps[per_round + k][1]) for k in ends]
+    stdout, totals = run_dumped(tree, STEPS_SCRIPT if steps else SCRIPT,
+                                [str(messages), data, helper], scratch_dir, 2 * per_round)
+    door = json.loads(stdout.strip().splitlines()[-1])["door"]
+    measured = [totals[per_round + k] for k in ends]
     return door, {name: ir / messages for name, ir in zip(names, measured, strict=True)}
 
 
@@ -314,11 +284,7 @@ def main() -> None:
     if args.messages % 256:
         ap.error("--messages must be a multiple of 256 (4 queues, batches of 64)")
     with scratch("fmq-kafka-door-instr-") as tmp:
-        source = os.path.join(tmp, "dump.c")
-        helper = os.path.join(tmp, "dump.so")
-        with open(source, "w") as f:
-            f.write(HELPER)
-        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", helper, source], check=True)
+        helper = compile_dump_helper(tmp)
         results = {}
         for name, tree in trees(args.old).items():
             door, per = instructions(tree, args.messages, helper, tmp, args.steps)

@@ -27,20 +27,13 @@ Not part of the test run::
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._callgrind import compile_dump_helper, run_dumped  # noqa: E402
 from bench.ab_rounds import parser, scratch, trees  # noqa: E402
-
-#: The client requests the measuring process makes (callgrind's own header).
-HELPER = """
-#include <valgrind/callgrind.h>
-void fmq_bench_dump(void) { CALLGRIND_DUMP_STATS; }
-"""
 
 SCRIPT = r"""
 import ctypes, json, sys
@@ -128,36 +121,14 @@ print(json.dumps({"messages": n}))
 PHASES = ("fetch", "fetch_again", "pull")
 
 
-def _dumped(path: str) -> int:
-    with open(path) as f:
-        for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise SystemExit(f"{path} has no instruction total")
-
-
 def instructions(tree: str, messages: int, helper: str, scratch_dir: str) -> dict[str, float]:
     """Instructions per message of each phase of ``tree``."""
     data = os.path.join(scratch_dir, "data")
     shutil.rmtree(data, ignore_errors=True)
-    prefix = os.path.join(scratch_dir, "cg.out")
-    for name in os.listdir(scratch_dir):
-        if name.startswith("cg.out"):
-            os.remove(os.path.join(scratch_dir, name))
-    out = subprocess.run(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={prefix}",
-         sys.executable, "-c", SCRIPT, str(messages), data, helper],
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
-    if out.returncode != 0:
-        raise SystemExit(f"the measuring process failed:\n{out.stderr[-3000:]}")
     # Dumps 1-4 are the warm-up's (1: start-up and producing), 5-8 the measured round's:
     # 6, 7 and 8 end fetch, fetch_again and pull.
-    dumps = sorted((int(m.group(1)), os.path.join(scratch_dir, name))
-                   for name in os.listdir(scratch_dir)
-                   if (m := re.fullmatch(r"cg\.out\.(\d+)", name)))
-    if len(dumps) < 8:
-        raise SystemExit(f"callgrind wrote {len(dumps)} dumps, not 8:\n{out.stderr[-2000:]}")
-    measured = [_dumped(dumps[i][1]) for i in (5, 6, 7)]
+    _, totals = run_dumped(tree, SCRIPT, [str(messages), data, helper], scratch_dir, 8)
+    measured = [totals[i] for i in (5, 6, 7)]
     return {phase: ir / messages for phase, ir in zip(PHASES, measured, strict=True)}
 
 
@@ -171,11 +142,7 @@ def main() -> None:
     if args.messages % 256:
         ap.error("--messages must be a multiple of 256 (4 queues, batches of 64)")
     with scratch("fmq-kafka-fetch-instr-") as tmp:
-        source = os.path.join(tmp, "dump.c")
-        helper = os.path.join(tmp, "dump.so")
-        with open(source, "w") as f:
-            f.write(HELPER)
-        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", helper, source], check=True)
+        helper = compile_dump_helper(tmp)
         results = {}
         for name, tree in trees(args.old).items():
             per = instructions(tree, args.messages, helper, tmp)
