@@ -4,12 +4,13 @@ real etcd, and what the cluster tests ask of them."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from fmq.client import Client, Consumer
 from fmq.coordination.routes import ClusterRoutes
-from fmq.errors import FMQError
+from fmq.errors import FMQError, NotHosted
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.protocol.values import message_to_wire
@@ -68,6 +69,17 @@ def send(node: ServerProcess, topic: str, body: bytes = b"m", queue_id: int | No
          ) -> dict:
     return call(node, Op.SEND, {"message": message_to_wire(Message(topic, body,
                                                                    queue_id=queue_id))})
+
+
+def takes_writes(node: ServerProcess, topic: str, queue_id: int) -> bool:
+    """Whether ``node`` stores a message in ``queue_id`` of ``topic`` now (False: it refused
+    it as not hosted, which a client retries: its copy of the route or its making of the
+    entry's queues is still behind)."""
+    try:
+        return send(node, topic, queue_id=queue_id)["result"]["queue_id"] == queue_id
+    except NotHosted:
+        time.sleep(0.1)
+        return False
 
 
 def queue_range(node: ServerProcess, topic: str, queue_id: int) -> tuple[int, int]:

@@ -29,6 +29,7 @@ from .kit import (
     route,
     route_version,
     send,
+    takes_writes,
     two_groups,
     wait_primary,
 )
@@ -114,13 +115,8 @@ def test_an_expanded_group_takes_writes_within_the_refresh_bound(cluster):
     expanded = store.expand("growing", "g2", 4)
     started = time.monotonic()
 
-    def g2_takes_writes() -> bool:
-        try:
-            return send(g2, "growing", queue_id=3)["result"]["queue_id"] == 3
-        except NotHosted:
-            return False
-
-    wait_until(g2_takes_writes, REFRESH_BOUND_S, "g2 to take writes after the expand")
+    wait_until(lambda: takes_writes(g2, "growing", 3), REFRESH_BOUND_S,
+               "g2 to take writes after the expand")
     assert time.monotonic() - started < REFRESH_BOUND_S
     wait_until(lambda: route_version(g1, "growing") == expanded.version, REFRESH_BOUND_S,
                "g1 to know the expand")

@@ -8,6 +8,7 @@ kill -9."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import pytest
@@ -18,7 +19,17 @@ from tests.etcdkit import ETCD, EtcdProcess
 from tests.server.harness import ServerProcess, free_port, wait_until
 from tests.stall_proxy import StallProxy
 
-from .kit import CLUSTER, CONFIG, local_queues, route, route_version, send, start_node, wait_primary
+from .kit import (
+    CLUSTER,
+    CONFIG,
+    local_queues,
+    route,
+    route_version,
+    send,
+    start_node,
+    takes_writes,
+    wait_primary,
+)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(ETCD),
                                 reason="etcd is not installed (.ci/run installs etcd-server)")
@@ -69,12 +80,43 @@ def test_after_etcd_paused_past_the_lease_a_route_change_reaches_both_nodes(tmp_
                        f"{node.address} to know the route made after the pause")
         for node in nodes:  # primaries again, each with its part of the route as a topic
             wait_primary(node, 60)
-            wait_until(lambda n=node: local_queues(n, "after-pause") == 2, 30,
-                       f"{node.address} to make after-pause local")
-            assert send(node, "after-pause", queue_id=1)["result"]["queue_id"] == 1
+            # Not its description: a topic being made shows there before its queues are
+            # durable, and only then hosted (the last CI run sent in between).
+            wait_until(lambda n=node: takes_writes(n, "after-pause", 1), 30,
+                       f"{node.address} to take writes to after-pause")
     finally:
         for node in nodes:
             node.kill()
+
+
+def test_a_primary_serves_the_routed_queues_it_holds_before_its_first_pass_ends(
+        tmp_path, etcd):
+    """A node back as primary (a new serving round) already holds its route entries' topics
+    from its log: it serves their queues at once, not only once the round's pass making
+    the entries local topics has run. Before, every request for them in between was
+    refused as NotHosted (the CI failure of the etcd-pause test, whose send came right
+    after the node led again); here the pass is held until the send is answered."""
+    stall = tmp_path / "stall"
+    node = ServerProcess(str(tmp_path / "g1"), CONFIG, extra_args=(
+        "--coordinator", etcd.url, "--cluster-name", CLUSTER, "--group", "g1",
+        "--node", "g1-n1"), program=[sys.executable, "-m",
+                                     "tests.workloads.slow_route_pass_server", str(stall)])
+    try:
+        node.start()
+        wait_primary(node)
+        created = ClusterRoutes(etcd.url, CLUSTER).create("held", 2, ["g1"])
+        wait_until(lambda: local_queues(node, "held") == 2, 30, "the entry made local")
+        assert send(node, "held", queue_id=1)["result"]["queue_id"] == 1
+        node.kill()
+        stall.touch()  # the next round's pass waits
+        node.start(timeout=60)
+        wait_primary(node, 60)
+        assert route_version(node, "held") == created.version
+        assert send(node, "held", queue_id=1)["result"]["queue_id"] == 1
+        assert send(node, "held")["result"]["queue_id"] in (0, 1)
+    finally:
+        stall.unlink(missing_ok=True)
+        node.kill()
 
 
 def _behind(proxy: StallProxy, tmp_path) -> ServerProcess:
@@ -104,14 +146,8 @@ def test_a_refusal_makes_a_node_whose_watch_hangs_read_the_route_again_at_once(
         expanded = store.expand("moving", "g2", 2)
         started = time.monotonic()
 
-        def takes_writes() -> bool:
-            try:
-                return send(node, "moving", queue_id=1)["result"]["queue_id"] == 1
-            except NotHosted:
-                time.sleep(0.2)
-                return False
-
-        wait_until(takes_writes, 20, "the node to take writes after refusals")
+        wait_until(lambda: takes_writes(node, "moving", 1), 20,
+                   "the node to take writes after refusals")
         assert time.monotonic() - started < 20  # well inside the minute of the re-read
         assert route_version(node, "moving") == expanded.version
     finally:

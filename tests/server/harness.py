@@ -119,9 +119,12 @@ def start_workload_server(module: str, args: list[str], address: str, log_path: 
 
 class ServerProcess:
     def __init__(self, data_dir: str, config: dict | None = None, port: int | None = None,
-                 client_options: dict | None = None, extra_args: tuple[str, ...] = ()) -> None:
+                 client_options: dict | None = None, extra_args: tuple[str, ...] = (),
+                 program: list[str] | None = None) -> None:
         #: What a client needs to reach this server (TLS, credentials), for the readiness ping.
         self.client_options = client_options or {}
+        #: The command line before ``server``: ``fmq``, or a workload wrapping it.
+        self.program = program or FMQ
         self.extra_args = extra_args
         self.data_dir = str(data_dir)
         self.port = port or free_port()
@@ -137,7 +140,7 @@ class ServerProcess:
         self.starts = 0
 
     def start(self, timeout: float = 30.0) -> ServerProcess:
-        args = [*FMQ, "server", "--data-dir", self.data_dir, "--host", "127.0.0.1",
+        args = [*self.program, "server", "--data-dir", self.data_dir, "--host", "127.0.0.1",
                 "--port", str(self.port)]
         if self.config_path:
             args += ["--config", self.config_path]

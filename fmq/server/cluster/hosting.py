@@ -12,7 +12,8 @@ made before the cluster, FMQ's own ``%`` topics) keeps a single broker's rules. 
 outside a cluster never gets here (the caller tests one attribute).
 
 On a primary, a queue is hosted only once the broker has made it (``made``: the queues of
-each route entry made this group's local topic): between a route change reaching the
+each route entry made this group's local topic, starting each serving round from the
+topics its log already holds): between a route change reaching the
 node's copy (an expand, a new route) and the primary making the entry its local topic, a
 request for the entry's queues is refused with NotHosted, which a client retries, where
 the broker would answer UnknownQueue (final) or make the topic with ``queues_per_topic``

@@ -60,6 +60,18 @@ def make_local_topics(broker: Broker, broker_group: str, snapshot: RouteSnapshot
     return changed
 
 
+def held_local_topics(broker: Broker, broker_group: str, snapshot: RouteSnapshot
+                      ) -> dict[str, int]:
+    """The route entries of ``broker_group`` that ``broker`` holds as topics already, with
+    the queues each has now (an entry grown since has more: the pass makes them)."""
+    held = {}
+    for topic, route in snapshot.routes.items():
+        cfg = broker.topics.get(topic) if route.entry(broker_group) is not None else None
+        if cfg is not None:
+            held[topic] = cfg.queues
+    return held
+
+
 class RouteMembership:
     """This node's group in ``config.cluster`` and its copy of the cluster's routes."""
 
@@ -143,7 +155,10 @@ class RouteMembership:
         """A serving round starts (on its event loop): a primary makes its route entries
         local topics now, from the copy it has, and tells the cluster it leads."""
         self._ctx = ctx
-        self._made = {}  # this round makes its own: a topic may have been deleted meanwhile
+        # This round's own view (a topic may have been deleted meanwhile), starting from
+        # the entries the broker's log already holds as topics: their queues are served
+        # at once, not refused as not hosted until the pass below has run.
+        self._made = held_local_topics(ctx.broker, self.broker_group, self.snapshot)
         self._making = False
         self._make_topics(ctx)
         if ctx.replication is not None and ctx.replication.primary is None:
