@@ -1,8 +1,29 @@
 from __future__ import annotations
 
 import pytest
+from kafka.net.inet import KafkaNetSocket
 
 from tests.server.harness import ServerProcess, free_port
+
+
+def _close_refused_sockets() -> None:
+    """kafka-python (3.0) drops the socket of a connection that fails (refused, timed out)
+    without closing it: the test that made a client reach a killed server left it open, and
+    the ResourceWarning of its collection failed whichever test of the worker collected it
+    (a CI failure in test_records). Close it where it fails, in the client's own step."""
+    connect = KafkaNetSocket.sock_connect
+
+    async def sock_connect(self, net, sock, sockaddr, timeout_at=None):  # noqa: ANN001, ANN202
+        try:
+            return await connect(self, net, sock, sockaddr, timeout_at=timeout_at)
+        except BaseException:
+            sock.close()
+            raise
+
+    KafkaNetSocket.sock_connect = sock_connect
+
+
+_close_refused_sockets()
 
 
 class KafkaServer(ServerProcess):
