@@ -92,6 +92,16 @@ class TxName:
         return (f"{self.scope}{SCOPE_SEPARATOR}{self.partition}.{self.attempt}."
                 f"{self.part}")
 
+    @staticmethod
+    def marked_write(tx_id: str) -> str | None:
+        """The batch write whose end mark ``tx_id`` is (``fmq-spark.<write>.0.w``); None
+        for any other id."""
+        parts = tx_id.split(".")
+        if (len(parts) == 4 and parts[0] == TX_PREFIX and parts[1]
+                and parts[2] == str(BATCH_WRITE) and parts[3] == BATCH_RUN):
+            return parts[1]
+        return None
+
     @classmethod
     def parse(cls, tx_id: str) -> TxName | None:
         """The name behind ``tx_id`` (also one of before scopes, all dots); None for a
@@ -272,14 +282,22 @@ class Committer:
             self._closed[(scope, link)] = known
         return known
 
-    def sweep(self, decide: Any) -> None:
+    def sweep(self, decide: Any, end_marks: bool = False) -> None:
         """Ends every open transaction of the group that ``decide(TxName, link)`` rules
-        on (COMMIT or ROLLBACK; None leaves it open). Lists them with LIST_TX; a user without
-        the ADMIN right gets those the server already offers for a check-back instead."""
+        on (COMMIT or ROLLBACK; None leaves it open), and with ``end_marks`` rolls back
+        the open end marks of batch writes (a driver lost between a mark's PREPARE and
+        its ROLLBACK left it open; a mark is never committed, and an ended one closes
+        its scope as well). Lists them with LIST_TX; a user without the ADMIN right gets
+        those the server already offers for a check-back instead."""
         for link in self.producer.links.names():
             for tx_id in self._open(link):
                 name = TxName.parse(tx_id)
-                verdict = decide(name, link) if name is not None else None
+                if name is not None:
+                    verdict = decide(name, link)
+                elif end_marks and TxName.marked_write(tx_id) is not None:
+                    verdict = TxState.ROLLBACK
+                else:
+                    verdict = None
                 if verdict is not None:
                     with contextlib.suppress(UnknownTransaction):
                         self._end(Prepared(tx_id, link), verdict)

@@ -135,10 +135,11 @@ class TopicBatchWriter(DataSourceWriter):
         return None
 
     def _sweep(self, c: Committer, chosen: frozenset[TxName] = frozenset()) -> None:
-        """Roll back what the write's scope, now closed, still holds (and what closed
-        scopes of earlier writes do). A driver lost before this leaves nothing open for
-        long: the broker's check-back rolls back a closed scope's leftovers itself."""
-        c.sweep(lambda n, link: self._leftover(c, n, link, chosen))
+        """Roll back what the write's scope, now closed, still holds, and what earlier
+        batch writes' closed scopes and their marks do. A driver lost before this leaves
+        nothing open for long: the broker's check-back rolls back a closed scope's
+        leftovers itself."""
+        c.sweep(lambda n, link: self._leftover(c, n, link, chosen), end_marks=True)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         chosen = prepared_of(messages)

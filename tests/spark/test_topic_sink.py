@@ -299,6 +299,27 @@ def test_a_later_batch_write_rolls_back_what_a_closed_write_left_open(topics, se
         f"n-{i}".encode() for i in range(5)]
 
 
+def test_a_later_batch_write_rolls_back_an_end_mark_left_open(topics, server):
+    """A driver lost between its end mark's PREPARE and ROLLBACK leaves the mark open (the
+    broker cannot tell a mark from any other transaction, so its check-back asks about
+    it): the next batch write of the producer group rolls it back. Before, a mark was
+    only ended by a later write that found a leftover of its scope, and the check-back
+    now rolls those back itself."""
+    from fmq.message import Message
+    from fmq.spark.sink_commit import Committer, TxName
+
+    topic = "sink-open-mark"
+    mark = TxName("00112233445566aa", 0, "w", 0, 0).scope
+    with Committer(server.address, "fmq-spark", {}, [topic]) as c:
+        c.producer.prepare([Message(topic, b"committed")], tx_id=mark)  # then it died
+    assert open_sink_transactions(server) == [mark]
+    (topics.createDataFrame([(f"m-{i}".encode(),) for i in range(5)], "body binary")
+     .write.format("fmq-topic").option("servers", server.address).option("topic", topic)
+     .mode("append").save())
+    assert open_sink_transactions(server) == []
+    assert sorted(bytes(m.body) for m in stored(server, topic)) == [
+        f"m-{i}".encode() for i in range(5)]
+
 @pytest.mark.timeout(600)  # a child session of its own, killed with SIGKILL
 def test_a_driver_killed_between_its_end_mark_and_its_sweep_leaves_nothing_open(tmp_path):
     """The driver commits the winners, closes the write's scope and is killed (SIGKILL,
