@@ -13,8 +13,10 @@ named ``SCOPE`` (the end mark, rolled back at once: never visible) the broker re
 every PREPARE of the scope (``TransactionScopeClosed``). A task Spark was still killing, or
 a speculative copy, that prepares after its write's commit or abort is refused instead of
 leaving an invisible transaction open; one that prepared before the mark is found by the
-sweep that follows it. The mark is a transaction record, durable and replicated like
-every other (docs/transactions.md, *Scopes*).
+sweep that follows it, or (the driver lost before its sweep) rolled back by the broker's
+check-back, which takes a closed scope's open transactions for losers: the mark comes
+only after every chosen COMMIT has answered. The mark is a transaction record, durable
+and replicated like every other (docs/transactions.md, *Scopes*).
 
 A streaming query adds a durable record, written before the first COMMIT: the
 transactions chosen for micro-batch ``N`` (:class:`DecisionLog`, a file per batch under
