@@ -49,11 +49,11 @@ class ClosedScopeRollback:
             # One look at the mark per scope: a scope's leftovers are usually many.
             closed: dict[tuple[str, str], bool] = {}
             for t in self.tx.open.values():
-                if (t.state != TxState.OPEN or not t.prepared or t.referenced
+                if (t.state != TxState.OPEN or not t.prepared
                         or t.registered_at + self.check_after > now):
                     continue
                 scope = scope_of(t.tx_id)
-                if scope is None:
+                if scope is None or t.referenced:
                     continue
                 key = (t.producer_group, scope)
                 if key not in closed:
