@@ -39,6 +39,7 @@ from fmq.log.fileio import FileIO
 from fmq.log.log import Log
 from fmq.recovery.recover import RecoveryReport, recover
 from fmq.recovery.roll_forward import end_cut_transactions
+from fmq.tx.closed_scopes import ClosedScopeRollback
 from fmq.tx.feedback import Feedback
 from fmq.tx.manager import TxManager
 from fmq.tx.relocation import TxRelocator
@@ -72,6 +73,7 @@ class Parts:
     deliveries: Deliveries
     checkpointer: Checkpointer
     retention: Retention
+    closed_scopes: ClosedScopeRollback
     stop: threading.Event
     maintenance: threading.Thread | None = None
 
@@ -175,6 +177,8 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                         commit=writer.commit, rollback=writer.rollback)
     transactions = Transactions(manager=tx, writer=writer, feedback=feedback,
                                 check_open=check_open)
+    closed_scopes = ClosedScopeRollback(txm=tx, rollback=writer.rollback,
+                                        check_after_ms=config.tx_check_after_ms)
     visibility = Visibility()
     reader = Reader(log_=log_, index=index, config=config, queues=queues,
                     max_record_size=max_record_size, check_open=check_open,
@@ -206,7 +210,7 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                  visibility=visibility, reader=reader, offsets=offsets, inventory=inventory,
                  topics=topics,
                  timers=timers, deliveries=deliveries, checkpointer=checkpointer,
-                 retention=retention, stop=threading.Event())
+                 retention=retention, closed_scopes=closed_scopes, stop=threading.Event())
 
 
 def finish_recovery(parts: Parts, config: BrokerConfig) -> None:

@@ -103,9 +103,11 @@ class Broker:
         # A topic's own retention is a floor raised from the clock: raised before serving,
         # so an index rebuilt from the log hides again what it hid before.
         self.topics.enforce_retention()
+        self._closed_scopes = parts.closed_scopes
         start_threads(parts, cfg, Upkeep(checkpoint=self.checkpoint,
                                          roll_back_timed_out=self._retention.roll_back_timed_out,
-                                         enforce_retention=self.enforce_retention))
+                                         enforce_retention=self.enforce_retention,
+                                         roll_back_closed_scopes=parts.closed_scopes.run))
         self._maintenance = parts.maintenance
         logger.info(
             "opened %s: replayed %d records (%d bytes) from %d in %.3fs; log end %d; "
@@ -248,7 +250,7 @@ class Broker:
         self._check_open()
         return broker_stats(self._log, self._dispatcher, self._tx, self._tx_relocator,
                             self._retention, self._checkpointer, self.reads,
-                            self._idempotence.window)
+                            self._idempotence.window, self._closed_scopes)
 
 
 def _release_after_refused_open(broker: Broker) -> None:

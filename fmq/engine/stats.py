@@ -14,13 +14,14 @@ from fmq.index.dispatcher import Dispatcher
 from fmq.log.log import Log
 from fmq.log.placement import now_ms
 from fmq.log.record import HEADER, HEADER_SIZE, RecordType
+from fmq.tx.closed_scopes import ClosedScopeRollback
 from fmq.tx.manager import TxManager
 from fmq.tx.relocation import TxRelocator
 
 
 def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, relocator: TxRelocator,
                  retention: Retention, checkpointer: Checkpointer, reader: Reader,
-                 dedup: DedupWindow) -> dict:
+                 dedup: DedupWindow, closed_scopes: ClosedScopeRollback) -> dict:
     """Log, index, transaction, checkpoint and dedup figures of a running broker."""
     flushed = log_.flushed_offset
     applied = dispatcher.applied_offset
@@ -43,6 +44,7 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, relocator: T
         "tx_relocations": relocator.relocations,
         "offset_copies": retention.offsets.copies,
         "tx_timeouts": retention.timeouts,
+        "tx_closed_scope_rollbacks": closed_scopes.rollbacks,
         "retention_passes": retention.passes,
         # the pending timers' bytes while they alone keep the log over retention_bytes
         "timers_pinning_retention_bytes": retention.timer_pinning.pinning_bytes,

@@ -104,6 +104,9 @@ class BrokerCollector:
                                   "(each logged at ERROR once).", value=s["bad_records_read"])
         yield CounterMetricFamily("fmq_tx_timeouts", "Transactions tx_timeout_ms rolled back.",
                                   value=s["tx_timeouts"])
+        yield CounterMetricFamily("fmq_tx_closed_scope_rollbacks", "Transactions of closed "
+                                  "scopes the check-back rolled back.",
+                                  value=s["tx_closed_scope_rollbacks"])
         yield GaugeMetricFamily("fmq_timers_pinning_retention_bytes", "Bytes of the pending "
                                 "timers while they alone keep the log over retention_bytes "
                                 "(else 0).", value=s["timers_pinning_retention_bytes"])

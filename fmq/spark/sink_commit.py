@@ -13,8 +13,10 @@ named ``SCOPE`` (the end mark, rolled back at once: never visible) the broker re
 every PREPARE of the scope (``TransactionScopeClosed``). A task Spark was still killing, or
 a speculative copy, that prepares after its write's commit or abort is refused instead of
 leaving an invisible transaction open; one that prepared before the mark is found by the
-sweep that follows it. The mark is a transaction record, durable and replicated like
-every other (docs/transactions.md, *Scopes*).
+sweep that follows it, or (the driver lost before its sweep) rolled back by the broker's
+check-back, which takes a closed scope's open transactions for losers: the mark comes
+only after every chosen COMMIT has answered. The mark is a transaction record, durable
+and replicated like every other (docs/transactions.md, *Scopes*).
 
 A streaming query adds a durable record, written before the first COMMIT: the
 transactions chosen for micro-batch ``N`` (:class:`DecisionLog`, a file per batch under
@@ -91,6 +93,16 @@ class TxName:
     def __str__(self) -> str:
         return (f"{self.scope}{SCOPE_SEPARATOR}{self.partition}.{self.attempt}."
                 f"{self.part}")
+
+    @staticmethod
+    def marked_write(tx_id: str) -> str | None:
+        """The batch write whose end mark ``tx_id`` is (``fmq-spark.<write>.0.w``); None
+        for any other id."""
+        parts = tx_id.split(".")
+        if (len(parts) == 4 and parts[0] == TX_PREFIX and parts[1]
+                and parts[2] == str(BATCH_WRITE) and parts[3] == BATCH_RUN):
+            return parts[1]
+        return None
 
     @classmethod
     def parse(cls, tx_id: str) -> TxName | None:
@@ -272,14 +284,22 @@ class Committer:
             self._closed[(scope, link)] = known
         return known
 
-    def sweep(self, decide: Any) -> None:
+    def sweep(self, decide: Any, end_marks: bool = False) -> None:
         """Ends every open transaction of the group that ``decide(TxName, link)`` rules
-        on (COMMIT or ROLLBACK; None leaves it open). Lists them with LIST_TX; a user without
-        the ADMIN right gets those the server already offers for a check-back instead."""
+        on (COMMIT or ROLLBACK; None leaves it open), and with ``end_marks`` rolls back
+        the open end marks of batch writes (a driver lost between a mark's PREPARE and
+        its ROLLBACK left it open; a mark is never committed, and an ended one closes
+        its scope as well). Lists them with LIST_TX; a user without the ADMIN right gets
+        those the server already offers for a check-back instead."""
         for link in self.producer.links.names():
             for tx_id in self._open(link):
                 name = TxName.parse(tx_id)
-                verdict = decide(name, link) if name is not None else None
+                if name is not None:
+                    verdict = decide(name, link)
+                elif end_marks and TxName.marked_write(tx_id) is not None:
+                    verdict = TxState.ROLLBACK
+                else:
+                    verdict = None
                 if verdict is not None:
                     with contextlib.suppress(UnknownTransaction):
                         self._end(Prepared(tx_id, link), verdict)

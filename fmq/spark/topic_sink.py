@@ -134,14 +134,23 @@ class TopicBatchWriter(DataSourceWriter):
             return TxState.ROLLBACK
         return None
 
+    def _sweep(self, c: Committer, chosen: frozenset[TxName] = frozenset()) -> None:
+        """Roll back what the write's scope, now closed, still holds, and what earlier
+        batch writes' closed scopes and their marks do. A driver lost before this leaves
+        nothing open for long: the broker's check-back rolls back a closed scope's
+        leftovers itself."""
+        c.sweep(lambda n, link: self._leftover(c, n, link, chosen), end_marks=True)
+
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         chosen = prepared_of(messages)
         names = frozenset(TxName.parse(t.tx_id) for t in chosen)
         with self.opts.committer(chosen) as c:
             c.commit_all(chosen)
-            # After the commits: an open transaction of a closed scope is never wanted.
+            # Only once every chosen transaction's COMMIT has answered: from the mark on,
+            # the broker takes whatever the scope still holds open for a loser and rolls
+            # it back (docs/transactions.md, Scopes).
             c.close(self.scope, "committed")
-            c.sweep(lambda n, link: self._leftover(c, n, link, names))
+            self._sweep(c, names)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         prepared = prepared_of(messages)
@@ -150,7 +159,7 @@ class TopicBatchWriter(DataSourceWriter):
             # prepare after the sweep below has looked.
             c.close(self.scope, "aborted")
             c.rollback_all(prepared)
-            c.sweep(lambda n, link: self._leftover(c, n, link))
+            self._sweep(c)
 
 
 def _checkpoint(options: dict) -> str:

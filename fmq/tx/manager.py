@@ -247,6 +247,28 @@ class TxManager:
                 f"over): the work it belongs to was already committed or given up, so "
                 f"nothing of it is stored")
 
+    def closed_scope_of(self, producer_group: str, tx_id: str) -> str | None:
+        """The scope of ``tx_id`` when a durable end mark closes it (lock held by the
+        caller, :meth:`scope_closed_durably`); None for an id without a scope or an open
+        scope."""
+        scope = scope_of(tx_id)
+        return scope if scope is not None and self.scope_closed_durably(
+            producer_group, scope) else None
+
+    def scope_closed_durably(self, producer_group: str, scope: str) -> bool:
+        """Whether the end mark ``scope`` of the group is durable (lock held by the
+        caller): prepared (its PREPARE fsynced) or ended; not while its PREPARE is still
+        being written (it may yet fail). A transaction still open in such a scope was
+        prepared before the mark (the mark refuses every later PREPARE under this lock),
+        and the owner ended all it wanted before marking the scope over: it is a
+        leftover, which the broker rolls back (:mod:`fmq.tx.closed_scopes`) instead of
+        asking about."""
+        key = (producer_group, scope)
+        mark = self.open.get(key)
+        if mark is not None:
+            return mark.prepared
+        return self._finished_state(key) is not None
+
     def register(self, tx: OpenTransaction) -> None:
         tx.next_check_at = tx.registered_at + self.check_after
         self.open[tx.key] = tx
@@ -313,6 +335,12 @@ class TxManager:
                 due = [t for t in self.open.values()
                        if t.producer_group == producer_group and t.state == TxState.OPEN
                        and t.prepared and t.next_check_at <= now and t.lease_until <= now]
+                # A leftover of a closed scope is not asked about: the broker rolls it
+                # back (fmq.tx.closed_scopes), and until then it is no poller's business.
+                leftovers = {t.key for t in due
+                             if self.closed_scope_of(producer_group, t.tx_id)}
+                if leftovers:
+                    due = [t for t in due if t.key not in leftovers]
                 if due:
                     due.sort(key=lambda t: t.prepare_offset)
                     picked = due[:max_items]
@@ -328,7 +356,8 @@ class TxManager:
                 if now >= deadline:
                     return []
                 pending = [max(t.next_check_at, t.lease_until) for t in self.open.values()
-                           if t.producer_group == producer_group and t.state == TxState.OPEN]
+                           if t.producer_group == producer_group and t.state == TxState.OPEN
+                           and t.key not in leftovers]
                 wake = min([deadline, *pending])
                 self._waiting += 1
                 self._latest_wake = max(self._latest_wake, wake)

@@ -14,6 +14,15 @@ to ``DEST`` exactly once, ``availableNow``, 50 messages per micro-batch. With
 Spark's commit log records the batch (as a driver killed there): the process exits 3 and
 a restart runs the batch again.
 
+``python -m tests.spark.sink_jobs lost-sweep ADDRESS TOPIC ROWS LOCAL_DIR``: a batch write
+of ``ROWS`` rows in 3 partitions on ``local[2,3]`` where attempt 0 of partition 1 is lost
+after its prepare (as in ``retry``), and the driver is killed with SIGKILL (itself, its JVM
+and every Python worker: the whole session the test started it in) between the write's end
+mark and its sweep, leaving that attempt's transaction open. The variable
+``FMQ_SINK_KILL_BEFORE_SWEEP`` names a file the driver's commit writes just before the
+kill; the process must lead its own session (``start_new_session``), so that nothing
+outside it is killed.
+
 ``python -m tests.spark.sink_jobs speculate ADDRESS TOPIC ROWS MASTER MARKS``: a batch write
 of ``ROWS`` rows in 4 partitions with ``spark.speculation`` on, at ``MASTER`` (a standalone
 cluster: Spark speculates only there, never in local mode), where attempt 0 of partition 0
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -67,6 +77,49 @@ class DyingStreamWriter(TopicStreamWriter):
         super().commit(messages, batchId)
         if batchId == int(os.environ.get("FMQ_SINK_FAIL_AFTER", "-1")):
             raise DriverDiedAfterCommit(f"the driver dies after the commit of {batchId}")
+
+
+#: The session of the driver of ``lost-sweep``, set by that job in its own process: the
+#: crash point kills this session's processes and nothing else.
+DRIVER_SESSION = "FMQ_SINK_DRIVER_SESSION"
+
+
+def _kill_driver_session() -> None:
+    """SIGKILL every process of the driver's session (the Python driver, its JVM, the
+    Python workers; this one last): the driver dies as a whole, and no shutdown code of
+    Spark's (an ``abort`` of the write, say) runs."""
+    session = int(os.environ[DRIVER_SESSION])
+    if os.getsid(0) != session:
+        raise RuntimeError(f"this process is not in the driver's session {session}")
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            if os.getsid(int(entry)) == session:
+                os.kill(int(entry), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    os.kill(me, signal.SIGKILL)
+
+
+class DriverLostBeforeSweepWriter(LosingBatchWriter):
+    """The driver dies between the write's end mark and its sweep: the transaction of the
+    lost attempt 0 of partition 1 stays open in a closed scope."""
+
+    def _sweep(self, c, chosen=frozenset()):
+        with open(os.environ["FMQ_SINK_KILL_BEFORE_SWEEP"], "w") as f:
+            f.write(self.scope)
+        _kill_driver_session()
+
+
+class DriverLostBeforeSweepSink(TopicDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "fmq-topic-lost-sweep"
+
+    def writer(self, schema, overwrite):
+        return DriverLostBeforeSweepWriter(dict(self.options), schema)
 
 
 #: The longest the stalled first attempt of the speculation job waits to be killed.
@@ -186,6 +239,7 @@ def _session(master: str, **conf: str) -> SparkSession:
     spark.dataSource.register(TopicDataSource)
     spark.dataSource.register(TestSinkSource)
     spark.dataSource.register(SpeculatedSink)
+    spark.dataSource.register(DriverLostBeforeSweepSink)
     return spark
 
 
@@ -205,6 +259,20 @@ def retry(address: str, topic: str, rows: int) -> None:
     (df.write.format("fmq-topic-test").option("servers", address).option("topic", topic)
      .mode("append").save())
     spark.stop()
+
+
+def lost_sweep(address: str, topic: str, rows: int, local_dir: str) -> None:
+    if os.getsid(0) != os.getpid():
+        raise SystemExit("lost-sweep kills its whole session: start it in a new one")
+    os.environ[DRIVER_SESSION] = str(os.getpid())  # before the JVM starts: it inherits it
+    spark = _session("local[2,3]", **{"spark.local.dir": local_dir})
+    df = spark.range(rows, numPartitions=3).select(
+        F.format_string("l-%d", "id").alias("body"),
+        F.format_string("k%d", F.col("id") % 5).alias("key"))
+    (df.write.format("fmq-topic-lost-sweep").option("servers", address)
+     .option("topic", topic).mode("append").save())
+    spark.stop()
+    raise SystemExit("the driver outlived its crash point")
 
 
 def speculate(address: str, topic: str, rows: int, master: str, marks: str) -> None:
@@ -252,6 +320,8 @@ if __name__ == "__main__":
     mode, *args = sys.argv[1:]
     if mode == "retry":
         retry(args[0], args[1], int(args[2]))
+    elif mode == "lost-sweep":
+        lost_sweep(args[0], args[1], int(args[2]), args[3])
     elif mode == "speculate":
         speculate(args[0], args[1], int(args[2]), args[3], args[4])
     else:

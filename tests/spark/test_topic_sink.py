@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from fmq.spark.sink_commit import TX_PREFIX
 from fmq.spark.topic_client import QueueClient
 from fmq.spark.topic_source import register
 from tests.crashkit import ROOT
-from tests.server.harness import ServerProcess
+from tests.server.harness import ServerProcess, broker_stats, wait_until
 
 from .standalone import standalone_cluster
 from .topic_traffic import QUEUES, SERVER_CONFIG
@@ -296,3 +297,57 @@ def test_a_later_batch_write_rolls_back_what_a_closed_write_left_open(topics, se
         c.rollback_all([Prepared(alive[0])])
     assert sorted(bytes(m.body) for m in stored(server, topic)) == [
         f"n-{i}".encode() for i in range(5)]
+
+
+def test_a_later_batch_write_rolls_back_an_end_mark_left_open(topics, server):
+    """A driver lost between its end mark's PREPARE and ROLLBACK leaves the mark open (the
+    broker cannot tell a mark from any other transaction, so its check-back asks about
+    it): the next batch write of the producer group rolls it back. Before, a mark was
+    only ended by a later write that found a leftover of its scope, and the check-back
+    now rolls those back itself."""
+    from fmq.message import Message
+    from fmq.spark.sink_commit import Committer, TxName
+
+    topic = "sink-open-mark"
+    mark = TxName("00112233445566aa", 0, "w", 0, 0).scope
+    with Committer(server.address, "fmq-spark", {}, [topic]) as c:
+        c.producer.prepare([Message(topic, b"committed")], tx_id=mark)  # then it died
+    assert open_sink_transactions(server) == [mark]
+    (topics.createDataFrame([(f"m-{i}".encode(),) for i in range(5)], "body binary")
+     .write.format("fmq-topic").option("servers", server.address).option("topic", topic)
+     .mode("append").save())
+    assert open_sink_transactions(server) == []
+    assert sorted(bytes(m.body) for m in stored(server, topic)) == [
+        f"m-{i}".encode() for i in range(5)]
+
+@pytest.mark.timeout(600)  # a child session of its own, killed with SIGKILL
+def test_a_driver_killed_between_its_end_mark_and_its_sweep_leaves_nothing_open(tmp_path):
+    """The driver commits the winners, closes the write's scope and is killed (SIGKILL,
+    its JVM and workers with it) before its sweep: the transaction of a task attempt lost
+    after its prepare is left open in the closed scope, and no later write comes. The
+    server's check-back rolls it back within its interval; every row is there once. Before
+    the check-back knew of scopes it stayed open (until a next batch write of the producer
+    group or ``fmq tx resolve``)."""
+    config = {**SERVER_CONFIG, "max_message_size": MAX_MESSAGE, "tx_check_after_ms": 1000,
+              "tx_check_max_interval_ms": 2000}
+    srv = ServerProcess(str(tmp_path / "data"), config)
+    srv.start()
+    try:
+        marker = tmp_path / "killed-before-sweep"
+        local_dir = tmp_path / "spark-local"
+        local_dir.mkdir()
+        run = subprocess.run(
+            [sys.executable, "-m", "tests.spark.sink_jobs", "lost-sweep", srv.address,
+             "sink-lost-sweep", "300", str(local_dir)],
+            cwd=ROOT, capture_output=True, text=True, timeout=400, start_new_session=True,
+            env={**os.environ, "FMQ_SINK_KILL_BEFORE_SWEEP": str(marker)})
+        assert run.returncode == -signal.SIGKILL, run.stdout[-3000:] + run.stderr[-3000:]
+        assert marker.exists(), "the driver was not killed at its crash point"
+        wait_until(lambda: open_sink_transactions(srv) == [], 60,
+                   "the closed write's leftover to be rolled back")
+        assert broker_stats(srv.address)["tx_closed_scope_rollbacks"] >= 1
+        assert "is closed" in srv.log()
+        bodies = sorted(bytes(m.body) for m in stored(srv, "sink-lost-sweep"))
+        assert bodies == sorted(f"l-{i}".encode() for i in range(300))
+    finally:
+        srv.kill()
