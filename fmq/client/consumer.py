@@ -127,9 +127,13 @@ class Consumer(Client):
         if routing:
             one_group = {**options, "max_messages": max_messages, "retries": retries,
                          "tags": tags, "routing": False}
-            self.broker_groups = broker_group_consumers(
-                self, route_refresh_s, lambda server, topics, mid:
-                Consumer(server, group, topics, start, member_id=mid, **one_group))
+            try:
+                self.broker_groups = broker_group_consumers(
+                    self, route_refresh_s, lambda server, topics, mid:
+                    Consumer(server, group, topics, start, member_id=mid, **one_group))
+            except BaseException:
+                super().close()  # refused (GroupProtocolConflict...): no connection left open
+                raise
             if self.broker_groups is not None:
                 self.member_id = self.broker_groups.member_id
                 return

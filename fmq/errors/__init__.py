@@ -15,7 +15,13 @@ fields included, from it (``fmq.protocol.error_fields``, docs/protocol.md sectio
 from __future__ import annotations
 
 from fmq.errors.base import FMQError
-from fmq.errors.cluster import NotHosted, RouteConflict, RouteHasLag, UnknownBrokerGroup
+from fmq.errors.cluster import (
+    GroupProtocolUnchecked,
+    NotHosted,
+    RouteConflict,
+    RouteHasLag,
+    UnknownBrokerGroup,
+)
 from fmq.errors.input import (
     ConfigError,
     ExtensionMissing,
@@ -103,6 +109,7 @@ __all__ = [
     "FMQError",
     "GroupHasMembers",
     "GroupProtocolConflict",
+    "GroupProtocolUnchecked",
     "IncompleteRecord",
     "IndexCorrupt",
     "IndexUnavailable",

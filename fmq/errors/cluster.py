@@ -78,3 +78,26 @@ class NotHosted(FMQError):
         self.group = group
         self.queue_id = queue_id
         self.version = version
+
+
+class GroupProtocolUnchecked(FMQError):
+    """A GROUP_JOIN that would start a consumer group in this broker group while the broker
+    group coordinating the group's Kafka members cannot be asked whether it has live ones
+    (no primary during an election, down, not answering, or this node has not read the
+    cluster yet): one group takes one protocol at a time across the cluster (docs/kafka.md),
+    so the join is not taken before the answer. Retriable: the client joins again."""
+
+    code = 104
+    retriable = True
+    fields = {"group": str, "broker_group": str, "reason": str}
+    message_format = ("consumer group {group} is not started here yet: broker group "
+                      "{broker_group}, which coordinates its Kafka consumers, could not be "
+                      "asked whether it has live ones ({reason}); the join is retried, and "
+                      "is taken once that broker group answers")
+
+    def __init__(self, group: str, broker_group: str, reason: str) -> None:
+        super().__init__(self.message_format.format(group=group, broker_group=broker_group,
+                                                    reason=reason))
+        self.group = group
+        self.broker_group = broker_group
+        self.reason = reason

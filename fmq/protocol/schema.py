@@ -82,6 +82,8 @@ class Op(IntEnum):
     ROUTE_CHANGE = 66
     # consumer groups (docs/cluster.md, "One reader per queue")
     GROUP_SYNC = 67
+    # the one-protocol rule of consumer groups across broker groups (docs/kafka.md)
+    GROUP_MEMBERS = 68
 
 
 # ------------------------------------------------------------------ composite types
@@ -206,6 +208,10 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "queues that assignment left out are released to their next owner."),
     _spec(Op.GROUP_LEAVE, [("group", STR), ("member_id", STR)], [],
           "Leave a consumer group; its queues go to the other members."),
+    _spec(Op.GROUP_MEMBERS, [("group", STR)], [("fmq_members", U32), ("kafka_members", U32)],
+          "The live members a consumer group has on this primary, per protocol (FMQ's "
+          "consumers, the Kafka door's members), those being admitted counted: asked by "
+          "another broker group before it lets the other protocol start the group."),
     _spec(Op.QUERY_KEY, [("topic", STR), ("key", STR), ("limit", U32)],
           [("messages", ListOf(STORED_MESSAGE))],
           "Messages of a topic with a key."),

@@ -42,6 +42,7 @@ _UNPACK_FROM_BHII = _struct.Struct('>BHII').unpack_from
 _UNPACK_FROM_H = _struct.Struct('>H').unpack_from
 _UNPACK_FROM_HII = _struct.Struct('>HII').unpack_from
 _UNPACK_FROM_I = _struct.Struct('>I').unpack_from
+_UNPACK_FROM_II = _struct.Struct('>II').unpack_from
 _UNPACK_FROM_IQ = _struct.Struct('>IQ').unpack_from
 _UNPACK_FROM_IQII = _struct.Struct('>IQII').unpack_from
 _UNPACK_FROM_IQQ = _struct.Struct('>IQQ').unpack_from
@@ -949,6 +950,33 @@ def encode_group_leave_request(out, value):
         out += raw
     else:
         STR.encode(out, v1)
+
+
+def decode_group_members_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'group': v0}, pos
+
+
+def encode_group_members_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'group_members request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['group']
+    except KeyError as exc:
+        raise ProtocolError(f'group_members request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
 
 
 def decode_query_key_request(buf, pos):
@@ -3100,6 +3128,32 @@ def encode_group_leave_response(out, value):
         raise ProtocolError(f'group_leave response needs a dict, got {type(value).__name__}')
 
 
+def decode_group_members_response(buf, pos):
+    end = len(buf)
+    if pos + 8 > end: need_bytes(buf, pos, 8, 'group_members response integers')
+    v0, v1, = _UNPACK_FROM_II(buf, pos)
+    pos += 8
+    return {'fmq_members': v0, 'kafka_members': v1}, pos
+
+
+def encode_group_members_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'group_members response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['fmq_members']
+        v1 = value['kafka_members']
+    except KeyError as exc:
+        raise ProtocolError(f'group_members response is missing field {exc.args[0]!r}') from None
+    if type(v0) is not int or not 0 <= v0 <= 4294967295:
+        U32.encode(out, v0)
+    else:
+        out += _PACK_I(v0)
+    if type(v1) is not int or not 0 <= v1 <= 4294967295:
+        U32.encode(out, v1)
+    else:
+        out += _PACK_I(v1)
+
+
 def decode_query_key_response(buf, pos):
     end = len(buf)
     if pos + 4 > end: need_bytes(buf, pos, 4, 'list<stored_message>')
@@ -4154,6 +4208,7 @@ CODECS = {
     'group_heartbeat request': ('group:str member_id:str topics:list<str>', encode_group_heartbeat_request, decode_group_heartbeat_request),
     'group_sync request': ('group:str member_id:str topics:list<str> generation:u64', encode_group_sync_request, decode_group_sync_request),
     'group_leave request': ('group:str member_id:str', encode_group_leave_request, decode_group_leave_request),
+    'group_members request': ('group:str', encode_group_members_request, decode_group_members_request),
     'query_key request': ('topic:str key:str limit:u32', encode_query_key_request, decode_query_key_request),
     'offset_for_time request': ('topic:str queue_id:u32 timestamp_ms:u64', encode_offset_for_time_request, decode_offset_for_time_request),
     'queue_range request': ('topic:str queue_id:u32', encode_queue_range_request, decode_queue_range_request),
@@ -4211,6 +4266,7 @@ CODECS = {
     'group_heartbeat response': ('generation:u64 assignment:list<queue_ref>', encode_group_heartbeat_response, decode_group_heartbeat_response),
     'group_sync response': ('generation:u64 assignment:list<queue_ref>', encode_group_sync_response, decode_group_sync_response),
     'group_leave response': ('', encode_group_leave_response, decode_group_leave_response),
+    'group_members response': ('fmq_members:u32 kafka_members:u32', encode_group_members_response, decode_group_members_response),
     'query_key response': ('messages:list<stored_message>', encode_query_key_response, decode_query_key_response),
     'offset_for_time response': ('offset:u64', encode_offset_for_time_response, decode_offset_for_time_response),
     'queue_range response': ('min_offset:u64 next_offset:u64', encode_queue_range_response, decode_queue_range_response),

@@ -13,6 +13,7 @@ from fmq.errors import (
     FMQError,
     GroupHasMembers,
     GroupProtocolConflict,
+    GroupProtocolUnchecked,
     IncompleteRecord,
     LeadershipLost,
     LogFailed,
@@ -69,6 +70,9 @@ WITH_FIELDS = [
     RouteHasLag("orders", "g1", "billing: 3 unread, audit: 1 unread"),
     NotHosted("orders", "g1", 7, 123),
     NotHosted("a.b:c (d)", "g-2", 0, 0),
+    GroupProtocolUnchecked("billing", "g2", "cannot connect to FMQ server 127.0.0.1:1 "
+                           "([Errno 111] Connection refused); check: it runs"),
+    GroupProtocolUnchecked("a (b): c", "(not known yet)", "this node has not read it yet"),
 ]
 
 

@@ -109,7 +109,11 @@ class BrokerGroupConsumers:
         self.consumers: dict[str, Any] = {}
         self._arranged: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._missing_since: float | None = None
-        self._arrange()
+        try:
+            self._arrange()
+        except BaseException:
+            self.close()  # refused in one broker group: no membership left in the others
+            raise
 
     # ------------------------------------------------------------------ the consumers
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -66,12 +66,37 @@ class KafkaGroupCoordinator:
                  fmq_members: Callable[[str], int]) -> None:
         self.loop = loop
         self.fmq_members = fmq_members
+        #: Raises KafkaGroupError (INCONSISTENT_GROUP_PROTOCOL, or a retriable code when
+        #: they cannot be asked) when a group has live FMQ members in another broker group
+        #: of the cluster (:mod:`.group_protocols`); None outside a cluster.
+        self.fmq_elsewhere: Callable[[str], Awaitable[None]] | None = None
         self.groups: dict[str, KafkaGroup] = {}
+        #: Joins of groups without members whose question to the other broker groups is
+        #: out, by group: they count as live members meanwhile.
+        self._checking: dict[str, int] = {}
 
     def live_members(self, group_id: str) -> int:
-        """Members of a Kafka group (the FMQ side's check before an FMQ member joins)."""
+        """Members of a Kafka group (the FMQ side's check before an FMQ member joins),
+        joins being checked with the other broker groups included."""
         g = self.groups.get(group_id)
-        return len(g.members) if g is not None else 0
+        return (len(g.members) if g is not None else 0) + self._checking.get(group_id, 0)
+
+    async def _check_elsewhere(self, group_id: str) -> None:
+        """A join of a group without members asks the other broker groups for live FMQ
+        members first, counted as a member while it asks: of an FMQ join and a Kafka join
+        crossing each other, at least one sees the other."""
+        g = self.groups.get(group_id)
+        if self.fmq_elsewhere is None or (g is not None and g.members):
+            return
+        self._checking[group_id] = self._checking.get(group_id, 0) + 1
+        try:
+            await self.fmq_elsewhere(group_id)
+        finally:
+            left = self._checking[group_id] - 1
+            if left:
+                self._checking[group_id] = left
+            else:
+                del self._checking[group_id]
 
     # ------------------------------------------------------------------ JoinGroup
 
@@ -86,6 +111,8 @@ class KafkaGroupCoordinator:
             raise KafkaGroupError(ErrorCode.invalid_session_timeout)
         if not protocol_type or not protocols:
             raise KafkaGroupError(ErrorCode.inconsistent_group_protocol)
+        await self._check_elsewhere(group_id)
+        # No await from here to the member being in the group (or answered with its id).
         if self.fmq_members(group_id):
             logger.info("kafka group %r: join from %s refused, the group has live FMQ "
                         "consumers (INCONSISTENT_GROUP_PROTOCOL)", group_id, client_host)

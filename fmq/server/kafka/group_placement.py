@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from fmq.protocol import Op
 from fmq.server.cluster.fencing import follower_refusal
-from fmq.server.kafka.brokers import NO_LEADER, GroupView
+from fmq.server.kafka.brokers import NO_LEADER, GroupView, KafkaBrokers
 from fmq.server.kafka.group_coordinator import KafkaGroupError
 from fmq.server.kafka.metadata import own_node_id
 from fmq.server.kafka.session import KafkaSession
@@ -59,23 +59,27 @@ def rendezvous_choice(group_id: str, broker_groups: list[str]) -> str:
     return max(sorted(broker_groups), key=score)
 
 
-def candidate_groups(session: KafkaSession) -> list[str] | None:
+def candidate_groups(brokers: KafkaBrokers) -> list[str] | None:
     """The broker groups that may coordinate consumer groups: this node's own and every
     group of the cluster whose Kafka addresses are published; None before this node read
     the cluster's Kafka brokers from etcd (it cannot tell yet)."""
-    brokers = session.brokers
     if not brokers.view.from_etcd:
         return None
     return sorted({brokers.group} | {name for name, group in brokers.view.groups.items()
                                      if group.members})
 
 
-def coordinating_group(session: KafkaSession, group_id: str) -> str | None:
-    """The broker group whose primary coordinates consumer group ``group_id``; None while
-    this node cannot tell (see :func:`candidate_groups`). Only for a node with Kafka
-    brokers (a coordinator); a server alone coordinates everything itself."""
-    candidates = candidate_groups(session)
+def coordinating_group_of(brokers: KafkaBrokers, group_id: str) -> str | None:
+    """The broker group whose primary coordinates consumer group ``group_id`` as the node
+    following ``brokers`` sees it; None while it cannot tell (see :func:`candidate_groups`)."""
+    candidates = candidate_groups(brokers)
     return None if candidates is None else rendezvous_choice(group_id, candidates)
+
+
+def coordinating_group(session: KafkaSession, group_id: str) -> str | None:
+    """:func:`coordinating_group_of` for a Kafka session. Only for a node with Kafka
+    brokers (a coordinator); a server alone coordinates everything itself."""
+    return coordinating_group_of(session.brokers, group_id)
 
 
 def _primary_address(session: KafkaSession, broker_group: str) -> CoordinatorAddress | None:

@@ -7,6 +7,7 @@ import weakref
 
 from fmq.server.context import ServerContext
 from fmq.server.kafka.group_coordinator import KafkaGroupCoordinator
+from fmq.server.ops.group_protocol_gate import gate_of
 
 _COORDINATORS: weakref.WeakKeyDictionary[ServerContext, KafkaGroupCoordinator] = (
     weakref.WeakKeyDictionary())
@@ -19,6 +20,6 @@ def coordinator_of(ctx: ServerContext) -> KafkaGroupCoordinator:
     docs/kafka.md)."""
     found = _COORDINATORS.get(ctx)
     if found is None:
-        found = _COORDINATORS[ctx] = KafkaGroupCoordinator(ctx.loop, ctx.groups.member_count)
+        found = _COORDINATORS[ctx] = KafkaGroupCoordinator(ctx.loop, gate_of(ctx).members)
         ctx.groups.foreign_members = found.live_members
     return found

@@ -23,6 +23,7 @@ from fmq.server.kafka import (  # noqa: F401 - each module registers its APIs
     group_admin,
     group_apis,
     group_offsets,
+    group_protocols,
     leader_epochs,
     list_offsets,
     metadata,
@@ -92,6 +93,8 @@ class KafkaListener:
         self._closer = asyncio.ensure_future(self._close_on_stop())
         if self.brokers is not None:
             self.brokers.start(self._cluster_groups)
+            if self.ctx.routes is not None:  # one protocol per group across the cluster
+                group_protocols.install(self.ctx, self.brokers, self._cluster_groups)
         self._txn_recovery = start_transaction_recovery(self.ctx)
         logger.info("kafka front door listening on %s:%d (%s, advertised as %s:%d)",
                     self.host, self.port, "plaintext" if self.tls is None else "TLS",

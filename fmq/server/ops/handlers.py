@@ -28,6 +28,7 @@ from fmq.message import (
     SendResult,
     StoredMessage,
     check_count,
+    check_name,
     parse_tag_expression,
 )
 from fmq.protocol import PROTOCOL_VERSION, Op
@@ -45,6 +46,7 @@ from fmq.server.context import RequestSession, ServerContext
 from fmq.server.net.replies import QUERY_REPLY_BASE, fit
 from fmq.server.net.reply_account import ReplyRoom
 from fmq.server.ops import tx_ops
+from fmq.server.ops.group_protocol_gate import gate_of
 from fmq.server.ops.operation import (
     GROUP,
     HANDSHAKE,
@@ -283,8 +285,8 @@ def _assignment(pairs: list[tuple[str, int]]) -> list[dict]:
 
 @operation(Op.GROUP_JOIN, access=MEMBER, hosted=None, follower=SERVES)
 async def _group_join(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    member, gen, assigned = ctx.groups.join(req["group"], req["member_id"], req["topics"],
-                                            session)
+    member, gen, assigned = await gate_of(ctx).join(req["group"], req["member_id"],
+                                                    req["topics"], session)
     logger.info("group %r: member %r joined from %s (generation %d, %d queues)",
                 req["group"], member, session.peer, gen, len(assigned))
     cfg = ctx.config
@@ -296,15 +298,15 @@ async def _group_join(ctx: ServerContext, session: RequestSession, req: dict) ->
 
 @operation(Op.GROUP_HEARTBEAT, access=MEMBER, hosted=None, follower=SERVES)
 async def _group_heartbeat(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    gen, assigned = ctx.groups.heartbeat(req["group"], req["member_id"], req["topics"],
-                                         session)
+    gen, assigned = await gate_of(ctx).renew(req["group"], req["member_id"], req["topics"],
+                                             session)
     return {"generation": gen, "assignment": _assignment(assigned)}
 
 
 @operation(Op.GROUP_SYNC, access=MEMBER, hosted=None, follower=SERVES)
 async def _group_sync(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
-    gen, assigned = ctx.groups.heartbeat(req["group"], req["member_id"], req["topics"],
-                                         session, applied=req["generation"])
+    gen, assigned = await gate_of(ctx).renew(req["group"], req["member_id"], req["topics"],
+                                             session, applied=req["generation"])
     return {"generation": gen, "assignment": _assignment(assigned)}
 
 
@@ -313,6 +315,15 @@ async def _group_leave(ctx: ServerContext, session: RequestSession, req: dict) -
     if ctx.groups.leave(req["group"], req["member_id"]):
         logger.info("group %r: member %r left", req["group"], req["member_id"])
     return {}
+
+
+@operation(Op.GROUP_MEMBERS, access=on_group(DESCRIBE), hosted=None, follower=REFUSES)
+async def _group_members(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
+    # Asked by another broker group before it lets the other protocol start the group
+    # (fmq.server.ops.group_protocol_gate): joins being admitted count as members.
+    group = check_name(req["group"], "group", allow_none=False)
+    return {"fmq_members": gate_of(ctx).members(group),
+            "kafka_members": ctx.groups.foreign_members(group)}
 
 
 def _indexed(broker: Broker, fn: Callable[..., Any], *args: Any) -> Any:
