@@ -99,6 +99,19 @@ class SendBatcher:
         self._sends.append((msgs, fut, reply, None))
         return fut
 
+    def submit_plain(self, message: Message, reply: Reply, answered: Answered
+                     ) -> asyncio.Future:
+        """:meth:`submit` of one message that passed ``check_message`` when it was decoded (a
+        plain send: :func:`fmq.protocol.message_requests.plain_message`), from a session
+        without a principal, answered by ``answered(fut)`` when it ends (as
+        :meth:`answer_directly` has it). Raises at once (nothing queued) as :meth:`submit`
+        does, from the checks left: its topic's and its record's size."""
+        self._check_running()
+        self.broker.check_plain_message(message)
+        fut = self._this_turn()
+        self._sends.append(([message], fut, reply, answered))
+        return fut
+
     def submit_write(self, place: Place, finish: Finish) -> asyncio.Future:
         """Queue a write that is not a send (a transaction's PREPARE or COMMIT) for the end
         of this turn: ``place()`` runs after the turn's sends, the same flush covers both,

@@ -112,10 +112,12 @@ async def _ping(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
 @operation(Op.SEND, access=on_sent_topics(PRODUCE), hosted=SENDS_ONE, follower=REFUSES)
 def _send(ctx: ServerContext, session: RequestSession, req: dict) -> asyncio.Future[dict]:
     # The hot path: no task; the batcher's future is the request, and it ends with the answer.
-    return ctx.batcher.submit([req["message"]], _send_answer, session.principal)
+    return ctx.batcher.submit([req["message"]], send_reply, session.principal)
 
 
-def _send_answer(results: Sequence[SendResult]) -> Packed | dict:
+def send_reply(results: Sequence[SendResult]) -> Packed | dict:
+    """A SEND's answer from its placed results (the session's short step for a plain SEND
+    answers with it too)."""
     # Placement's packed result is the answer as it is; a list holds the one result.
     return send_answer(results if type(results) is PackedResults else results[0])
 
