@@ -332,6 +332,36 @@ cdef class MessageDecoder:
             PyBuffer_Release(&view)
         return message
 
+    def plain_send_batch(self, payload, Py_ssize_t max_size):
+        """A SEND_BATCH payload's Messages when there is one at least and each is plain, as
+        :meth:`plain_send` has it, else None
+        (fmq.protocol.message_requests.plain_send_batch_reference)."""
+        cdef Py_buffer view
+        cdef _Reader reader
+        cdef list messages = None
+        cdef uint32_t count, i
+        if not _open(payload, &view):
+            return None
+        try:
+            reader = _start(view)
+            if reader.need(4):
+                count = reader.u32()
+                # The reference's bound: every item takes at least one byte.
+                if count == 0 or count > <uint32_t>(reader.end - reader.pos):
+                    reader.ok = False
+                messages = []
+                i = 0
+                while reader.ok and i < count:
+                    message = reader.plain_message(max_size)
+                    if reader.ok:
+                        messages.append(message)
+                    i += 1
+            if not reader.ok or reader.pos != reader.end:
+                messages = None
+        finally:
+            PyBuffer_Release(&view)
+        return messages
+
     def send_at(self, payload):
         """``{"message", "deliver_at", "delay_ms"}`` from a SEND_AT payload."""
         return self._decode(_K_SEND_AT, _SEND_AT, payload)

@@ -10,8 +10,8 @@ payload it does not take as it is (a length past the end, text that is not UTF-8
 bytes, another buffer type) to the reference, which returns the same value or raises its
 error. tests/native/test_message_request_twins.py compares them.
 
-A plain SEND (:func:`plain_send_reference`, the compiled ``MessageDecoder.plain_send``) is
-the session's fast step (:mod:`fmq.server.net.session_requests`): the SEND's message, when
+A plain SEND (:func:`plain_send_reference`, the compiled ``MessageDecoder.plain_send``; a
+SEND_BATCH alike, every message plain) is the session's fast step (:mod:`fmq.server.net.session_requests`): the SEND's message, when
 it surely passes :func:`fmq.message.check_message` (its own checks: topic name, body size,
 key, tags, properties, no queue id), else None, and the session runs the request the
 general way, which decodes it again and raises whatever error it has.
@@ -64,6 +64,19 @@ def plain_send_reference(payload: bytes | memoryview, max_size: int) -> Message 
     return message if plain_message(message, max_size) else None
 
 
+def plain_send_batch_reference(payload: bytes | memoryview, max_size: int
+                               ) -> list[Message] | None:
+    """The messages of a SEND_BATCH ``payload`` when there is at least one and each is
+    plain (as :func:`plain_send_reference` has it), else None."""
+    try:
+        messages = reference_decode(Op.SEND_BATCH, payload)["messages"]
+    except ProtocolError:
+        return None
+    if messages and all(plain_message(m, max_size) for m in messages):
+        return messages
+    return None
+
+
 def plain_message(m: Message, max_size: int) -> bool:
     """Whether the decoded message ``m`` surely passes ``check_message(m, max_size, _)``
     (the checks that do not depend on the topic's settings)."""
@@ -94,10 +107,13 @@ def _decoders() -> dict[int, Callable[[bytes | memoryview], dict[str, Any]]]:
 
 #: The requests whose messages are decoded into Message objects, by opcode.
 MESSAGE_DECODERS = _decoders()
+_PLAIN = COMPILED.MessageDecoder(reference_decode) if COMPILED is not None else None
 #: ``plain_send(payload, max_size)``: :func:`plain_send_reference` or its compiled twin.
 PLAIN_SEND: Callable[[bytes | memoryview, int], Message | None] = (
-    COMPILED.MessageDecoder(reference_decode).plain_send if COMPILED is not None
-    else plain_send_reference)
+    plain_send_reference if _PLAIN is None else _PLAIN.plain_send)
+#: ``plain_send_batch(payload, max_size)``: :func:`plain_send_batch_reference` or its twin.
+PLAIN_SEND_BATCH: Callable[[bytes | memoryview, int], list[Message] | None] = (
+    plain_send_batch_reference if _PLAIN is None else _PLAIN.plain_send_batch)
 
 
 def decode_server_request(frame: Frame) -> dict[str, Any]:

@@ -152,3 +152,36 @@ def test_other_buffers_and_objects_are_declined(fast) -> None:
     wide = memoryview(send_payload("t", b"x", None, None, [], -1)).cast("H")
     for payload in (wide, None, "text", 7):
         assert fast.plain_send(payload, MAX_SIZE) is None
+
+
+def batch_payload(messages: list[bytes]) -> bytes:
+    """A SEND_BATCH payload of SEND payloads' message structs (the same layout)."""
+    return struct.pack(">I", len(messages)) + b"".join(messages)
+
+
+@settings(max_examples=400, deadline=None)
+@given(messages=st.lists(st.tuples(TOPICS, st.integers(0, MAX_SIZE + 1), LABELS, LABELS,
+                                   PROPERTIES, QUEUE_IDS), max_size=4),
+       how=st.sampled_from(["as it is", "as it is", "truncated", "flipped", "trailing"]),
+       at=st.integers(0, 300), byte=st.integers(0, 255))
+def test_compiled_plain_send_batch_is_the_reference(fast, messages, how, at, byte) -> None:
+    data = _hostile(batch_payload([send_payload(t, b"x" * n, k, g, p, q)
+                                   for t, n, k, g, p, q in messages]), how, at, byte)
+    got = outcome(fast.plain_send_batch, data, MAX_SIZE)
+    assert got == outcome(S.plain_send_batch_reference, data, MAX_SIZE)
+    if got[1] is not None:  # the general decode's messages, each passing check_message
+        assert outcome(S.reference_decode, Op.SEND_BATCH, data) == ("value",
+                                                                    {"messages": got[1]})
+        for message in got[1]:
+            check_message(message, MAX_SIZE, lambda topic: 1)
+
+
+def test_a_batch_is_plain_only_whole_and_not_empty(fast) -> None:
+    plain = send_payload("t", b"x", None, None, [], -1)
+    pinned = send_payload("t", b"x", None, None, [], 0)  # a queue id: not plain
+    for plain_send_batch in (fast.plain_send_batch, S.plain_send_batch_reference):
+        assert plain_send_batch(batch_payload([plain, plain]), MAX_SIZE) == [
+            Message("t", b"x")] * 2
+        assert plain_send_batch(batch_payload([plain, pinned]), MAX_SIZE) is None
+        assert plain_send_batch(batch_payload([]), MAX_SIZE) is None  # answered the general way
+        assert plain_send_batch(b"\x00\x00\x00\x05" + plain, MAX_SIZE) is None  # count past the end

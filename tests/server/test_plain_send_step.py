@@ -1,6 +1,6 @@
-"""A plain SEND's short step (``SessionRequests._start_plain_send``) against the general way
+"""A plain SEND's or SEND_BATCH's short step (``SessionRequests._start_plain_send``) against the general way
 (``SessionRequests.plain_sends = False``, every request through ``_start``): the same
-SEND frames, valid and invalid (topic names, body sizes against the broker's and a topic's
+SEND and SEND_BATCH frames, valid and invalid (topic names, body sizes against the broker's and a topic's
 ``max_message_size``, keys, tags, properties, queue ids, a deleted topic, malformed
 payloads, bad headers), sent to a fresh server of each way (a real ``Server`` on
 127.0.0.1 in this process, its real broker), get byte for byte the same answers, and leave
@@ -23,7 +23,7 @@ from fmq.protocol import PROTOCOL_VERSION, FrameDecoder, Op
 from fmq.server.config import ServerConfig
 from fmq.server.net.session_requests import _DECLINED, SessionRequests
 from fmq.server.server import Server
-from tests.native.test_plain_send_twins import send_payload
+from tests.native.test_plain_send_twins import batch_payload, send_payload
 
 MAX_SIZE = 2048  # the broker's max_message_size
 SMALL_TOPIC = "small"  # a topic whose own max_message_size is 100
@@ -35,22 +35,44 @@ def _frame(payload: bytes, rid: int, version: int = PROTOCOL_VERSION, flags: int
     return struct.pack(">IBBHQ", 12 + len(payload), version, op, flags, rid) + payload
 
 
+# The plain values more often than the others: most SENDs take the short step.
+TOPICS = ["t"] * 4 + ["orders.eu", SMALL_TOPIC] * 2 + [
+    GONE_TOPIC, "%RETRY%g", "", "a" * 127, "a" * 128, "bad topic", "é", "t\n"]
+LABELS = [None] * 6 + ["", "k", "k\x00", "é" * 127, "é" * 128]
+NAMES = ["a", "b"] * 4 + ["%producer", "%seq", "%msgid", "%principal", "é", "", "%"]
+
+
+def _message(rnd: random.Random, fill: int) -> bytes:
+    """A message struct near the checks' edges."""
+    size = rnd.choice([0, 1, 99, 100, 101, MAX_SIZE - 1, MAX_SIZE, MAX_SIZE + 1])
+    properties = [(rnd.choice(NAMES), rnd.choice(["", "v", "1", "é"]))
+                  for _ in range(rnd.choice([0, 0, 1, 2, 3]))]
+    return send_payload(rnd.choice(TOPICS), bytes([fill]) * size, rnd.choice(LABELS),
+                        rnd.choice(LABELS), properties,
+                        rnd.choice([-1] * 8 + [0, 1, 3, 4, -2]))
+
+
+def _batched(rnd: random.Random, fill: int) -> bytes:
+    """A message of a batch: most are plain, so that whole batches are."""
+    if rnd.random() < 0.2:
+        return _message(rnd, fill)
+    return send_payload(rnd.choice(["t", SMALL_TOPIC]), bytes([fill]) * rnd.choice([1, 100, 101]),
+                        None, rnd.choice([None, "x"]), [("a", "1")], -1)
+
+
 def _requests(seed: int, count: int) -> list[bytes]:
-    """SEND frames near every check's edge, valid ones among them (request ids 1..)."""
+    """SEND and SEND_BATCH frames near every check's edge, valid ones among them (request
+    ids 1..)."""
     rnd = random.Random(seed)
-    # The plain values more often than the others: most SENDs take the short step.
-    topics = ["t"] * 4 + ["orders.eu", SMALL_TOPIC] * 2 + [
-        GONE_TOPIC, "%RETRY%g", "", "a" * 127, "a" * 128, "bad topic", "é", "t\n"]
-    labels = [None] * 6 + ["", "k", "k\x00", "é" * 127, "é" * 128]
-    names = ["a", "b"] * 4 + ["%producer", "%seq", "%msgid", "%principal", "é", "", "%"]
     frames = []
     for rid in range(1, count + 1):
-        size = rnd.choice([0, 1, 99, 100, 101, MAX_SIZE - 1, MAX_SIZE, MAX_SIZE + 1])
-        properties = [(rnd.choice(names), rnd.choice(["", "v", "1", "é"]))
-                      for _ in range(rnd.choice([0, 0, 1, 2, 3]))]
-        payload = send_payload(rnd.choice(topics), bytes([rid % 256]) * size,
-                               rnd.choice(labels), rnd.choice(labels), properties,
-                               rnd.choice([-1] * 8 + [0, 1, 3, 4, -2]))
+        op = Op.SEND
+        if rnd.random() < 0.3:  # a SEND_BATCH of 0-3 messages (max_batch_messages is 2)
+            op = Op.SEND_BATCH
+            payload = batch_payload([_batched(rnd, rid % 256)
+                                     for _ in range(rnd.choice([0, 1, 2, 2, 3]))])
+        else:
+            payload = _message(rnd, rid % 256)
         how = rnd.random()
         if how < 0.05:  # cut short: malformed, the session closes
             payload = payload[:rnd.randrange(len(payload))]
@@ -60,7 +82,7 @@ def _requests(seed: int, count: int) -> list[bytes]:
         if rnd.random() < 0.03:
             header = rnd.choice([{"version": 2, "flags": 0},
                                  {"version": PROTOCOL_VERSION, "flags": 1}])
-        frames.append(_frame(payload, rid, **header))
+        frames.append(_frame(payload, rid, op=op, **header))
     return frames
 
 
@@ -73,7 +95,8 @@ class ServerThread:
         broker.topics.create(SMALL_TOPIC, max_message_size=100)
         broker.topics.create(GONE_TOPIC)
         broker.topics.delete(GONE_TOPIC)
-        self.server = Server(broker, ServerConfig(host="127.0.0.1", port=0))
+        self.server = Server(broker, ServerConfig(host="127.0.0.1", port=0,
+                                                          max_batch_messages=2))
         self.started = threading.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
@@ -172,20 +195,21 @@ def _serve(tmp_path, name: str, frames: list[bytes]) -> tuple[list[bytes], list[
 def test_plain_sends_are_answered_and_stored_as_the_general_way_does(tmp_path, monkeypatch,
                                                                      seed):
     frames = _requests(seed, 400)
-    taken = []
+    taken = []  # the opcode of each request the step took
     step = SessionRequests._start_plain_send
 
     def counted(self, frame):
         request = step(self, frame)
         if request is not _DECLINED:
-            taken.append(frame.request_id)
+            taken.append(frame.opcode)
         return request
 
     monkeypatch.setattr(SessionRequests, "_start_plain_send", counted)
     fast = _serve(tmp_path, "fast", frames)
     monkeypatch.setattr(SessionRequests, "plain_sends", False)
     general = _serve(tmp_path, "general", frames)
-    assert len(taken) > 25, "the short step took too few of the plain SENDs to compare"
+    assert taken.count(Op.SEND) > 20 and taken.count(Op.SEND_BATCH) > 5, \
+        "the short step took too few plain requests to compare"
     assert fast[0] == general[0]
     assert fast[1] == general[1] and len(fast[1]) >= len(taken) // 2
     # Some of each ending: stored, refused with an error, and sessions closed.

@@ -128,10 +128,11 @@ def _send_batch(ctx: ServerContext, session: RequestSession, req: dict
     msgs = req["messages"]
     if not msgs:
         return _answered({"results": []})
-    return ctx.batcher.submit(msgs, _send_batch_answer, session.principal)
+    return ctx.batcher.submit(msgs, send_batch_reply, session.principal)
 
 
-def _send_batch_answer(results: Sequence[SendResult]) -> dict:
+def send_batch_reply(results: Sequence[SendResult]) -> dict:
+    """A SEND_BATCH's answer from its placed results (the session's short step too)."""
     return {"results": results_to_wire(results)}
 
 
