@@ -10,6 +10,12 @@ the reference before returning anything: the reference then raises its error, or
 the value. So the two always give equal Messages or the same error (type and message);
 tests/native/test_message_request_twins.py compares them on hostile payloads.
 
+``plain_send`` and ``plain_send_batch`` are the session's short step's decode (reference:
+``plain_send_reference``, ``plain_send_batch_reference``): the messages only when each
+surely passes ``check_message`` (checked in C as the fields are read), else None, never the
+reference's error: the general way decodes such a request again and gives it
+(tests/native/test_plain_send_twins.py).
+
 The wire's other fields: PREPARE's producer_group str and tx_id optstr before its list of
 messages (u32 count), SEND_AT's deliver_at and delay_ms i64 after its message. The wire's
 message struct (docs/protocol.md): topic str (u16 length + UTF-8), body bytes

@@ -10,11 +10,12 @@ payload it does not take as it is (a length past the end, text that is not UTF-8
 bytes, another buffer type) to the reference, which returns the same value or raises its
 error. tests/native/test_message_request_twins.py compares them.
 
-A plain SEND (:func:`plain_send_reference`, the compiled ``MessageDecoder.plain_send``; a
-SEND_BATCH alike, every message plain) is the session's fast step (:mod:`fmq.server.net.session_requests`): the SEND's message, when
-it surely passes :func:`fmq.message.check_message` (its own checks: topic name, body size,
-key, tags, properties, no queue id), else None, and the session runs the request the
-general way, which decodes it again and raises whatever error it has.
+The plain decode (:func:`plain_send_reference`, the compiled ``MessageDecoder.plain_send``;
+a SEND_BATCH's alike, every message plain) serves the session's short step
+(:mod:`fmq.server.net.session_requests`): a SEND's message when it surely passes
+:func:`fmq.message.check_message` (its own checks: topic name, body size, key, tags,
+properties, no queue id), else None, and the session runs the request the general way,
+which decodes it again and raises whatever error it has.
 
 The answer has the wire's field names: ``{"message": Message}`` (SEND; SEND_AT with its
 ``deliver_at`` and ``delay_ms``), ``{"messages": [Message, ...]}`` (SEND_BATCH; PREPARE
@@ -107,6 +108,7 @@ def _decoders() -> dict[int, Callable[[bytes | memoryview], dict[str, Any]]]:
 
 #: The requests whose messages are decoded into Message objects, by opcode.
 MESSAGE_DECODERS = _decoders()
+#: The compiled decoder the plain decodes are methods of (None: the references run).
 _PLAIN = COMPILED.MessageDecoder(reference_decode) if COMPILED is not None else None
 #: ``plain_send(payload, max_size)``: :func:`plain_send_reference` or its compiled twin.
 PLAIN_SEND: Callable[[bytes | memoryview, int], Message | None] = (
