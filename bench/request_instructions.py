@@ -51,7 +51,7 @@ n = int(sys.argv[1])
 PLACING = """
 import tempfile
 import fmq
-from fmq.server.ops.handlers import _send_batch_answer
+from fmq.server.ops.handlers import send_batch_reply
 broker = fmq.Broker.open(tempfile.mkdtemp(prefix="fmq-instr-"),
                          fmq.BrokerConfig(segment_size=64 * 1024 * 1024))
 msgs = [m] * 16
@@ -102,10 +102,10 @@ WAYS = {
     "SEND answer, send_answer":
         "for _ in range(n): encode_response(Op.SEND, 7, send_answer(result))",
     "SEND_BATCH of 16 placed and answered, SendResults":
-        PLACING + "for _ in range(n): encode_response(Op.SEND_BATCH, 7, _send_batch_answer("
+        PLACING + "for _ in range(n): encode_response(Op.SEND_BATCH, 7, send_batch_reply("
                   "broker.place_requests(msgs, [16])[0]))\nbroker.close()",
     "SEND_BATCH of 16 placed and answered, packed results":
-        PLACING + "for _ in range(n): encode_response(Op.SEND_BATCH, 7, _send_batch_answer("
+        PLACING + "for _ in range(n): encode_response(Op.SEND_BATCH, 7, send_batch_reply("
                   "broker.place_requests(msgs, [16], packed=True)[0]))\nbroker.close()",
     "a transaction of one message placed, marks by the compiled mark encoder":
         PLACING + MARKS_BY_MARK_ENCODER + TRANSACTION,

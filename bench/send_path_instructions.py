@@ -13,13 +13,14 @@ its share of its window's flush and of whatever the server's own timers did mean
 Not part of the test run::
 
     python bench/send_path_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--requests 1024]
-        [--only send|tx] [--keep DIR]
+        [--only send|tx|batch] [--keep DIR]
 
 ``--keep DIR`` keeps each run's callgrind file in DIR (``callgrind.<tree>.<kind>``), for
 ``callgrind_annotate --inclusive=yes`` to tell where the instructions go.
 
 ``send``: SEND of one 1 KiB message. ``tx``: a transaction of one 1 KiB message, its PREPARE
-and its COMMIT (two requests, both counted as one transaction).
+and its COMMIT (two requests, both counted as one transaction). ``batch``: SEND_BATCH of 16
+1 KiB messages, counted per message (not part of the default run).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from fmq.protocol import HEADER_SIZE, Frame, Op, decode_response, encode_request
 from fmq.protocol.framing import HEADER, LENGTH  # noqa: E402
 
 WINDOW = 64
+BATCH = 16  # messages per SEND_BATCH of ``batch``
 BODY = b"x" * 1024
 TOPIC = "fmq-instr"
 
@@ -98,6 +100,9 @@ def drive(client: RawClient, kind: str, requests: int) -> None:
         if kind == "send":
             client.window([(Op.SEND, {"message": _message()})] * WINDOW)
             continue
+        if kind == "batch":
+            client.window([(Op.SEND_BATCH, {"messages": [_message()] * BATCH})] * WINDOW)
+            continue
         prepared = client.window([(Op.PREPARE, {"producer_group": "g", "tx_id": None,
                                                 "messages": [_message()]})] * WINDOW)
         client.window([(Op.COMMIT, {"producer_group": "g", "tx_id": a["tx_id"]})
@@ -139,7 +144,7 @@ def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--requests", type=int, default=1024,
                     help="transactions or sends of the short run, a multiple of 64")
-    ap.add_argument("--only", choices=("send", "tx"), default=None)
+    ap.add_argument("--only", choices=("send", "tx", "batch"), default=None)
     ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
@@ -153,9 +158,10 @@ def main() -> None:
                     os.makedirs(args.keep, exist_ok=True)
                     shutil.copy(os.path.join(tmp, "callgrind.out"),
                                 os.path.join(args.keep, f"callgrind.{name}.{kind}"))
-            what = "SEND" if kind == "send" else "transaction of one message"
-            print(f"{name}: {count / args.requests:,.0f} server instructions per {what}",
-                  flush=True)
+            what = {"send": "SEND", "tx": "transaction of one message",
+                    "batch": f"message sent in SEND_BATCHes of {BATCH}"}[kind]
+            per = args.requests * (BATCH if kind == "batch" else 1)
+            print(f"{name}: {count / per:,.0f} server instructions per {what}", flush=True)
 
 
 if __name__ == "__main__":

@@ -209,6 +209,11 @@ class StoredMessage:
         return (self.properties or {}).get(ORIGIN_TOPIC, self.topic)
 
 
+def valid_topic_name(topic: str) -> bool:
+    """Whether ``topic`` passes :func:`check_topic`."""
+    return _TOPIC_RE.fullmatch(topic) is not None
+
+
 def check_topic(topic: object) -> str:
     if not isinstance(topic, str) or not _TOPIC_RE.fullmatch(topic):
         raise InvalidArgument(
@@ -297,7 +302,7 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
     if msg.tags is not None:
         check_label(msg.tags, "tags")
     properties = msg.properties
-    if properties is not None and not _plain_properties(properties):
+    if properties is not None and not plain_properties(properties):
         _check_properties(properties, internal)
     queue_id = msg.queue_id
     if queue_id is not None:
@@ -307,7 +312,7 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
     return msg
 
 
-def _plain_properties(properties: object) -> bool:
+def plain_properties(properties: object) -> bool:
     """Whether ``properties`` surely pass :func:`_check_properties` (``internal`` or not):
     a dict of ASCII strings, no name starting with ``%`` (an ASCII string's length is its
     encoded length; within the size limit, their count is within 0xFFFF). A message's
@@ -322,6 +327,10 @@ def _plain_properties(properties: object) -> bool:
             return False
         size += 4 + len(k) + len(v)
     return size <= MAX_PROPERTIES
+
+
+#: Its earlier name (tests/engine/test_property_checks.py).
+_plain_properties = plain_properties
 
 
 def _check_properties(properties: object, internal: bool) -> None:

@@ -26,6 +26,7 @@ from fmq.engine.stats import broker_stats
 from fmq.errors import BrokerClosed, FMQError
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.flush_stats import Histogram
+from fmq.log.record.sizes import check_fits
 from fmq.message import Message, SendResult
 from fmq.recovery.checkpoint import Checkpoint, remove_stale_temp
 
@@ -183,6 +184,13 @@ class Broker:
         """Raise the typed error of the first message that cannot be stored as it is
         (its own checks, then its topic's: existence, ``max_message_size``)."""
         check_messages(messages, self.config, self._queues)
+
+    def check_plain_message(self, message: Message) -> None:
+        """:meth:`check_messages` of one message known to pass ``check_message`` (a plain
+        send, :func:`fmq.protocol.message_requests.plain_message`): the checks left are its
+        topic's (existence, its ``max_message_size``) and its record's size in a segment."""
+        self._queues.check_topic(message)
+        check_fits(message, self.config.segment_size)
 
     def place_requests(self, messages: Sequence[Message], sizes: Sequence[int],
                        packed: bool = False

@@ -10,6 +10,12 @@ the reference before returning anything: the reference then raises its error, or
 the value. So the two always give equal Messages or the same error (type and message);
 tests/native/test_message_request_twins.py compares them on hostile payloads.
 
+``plain_send`` and ``plain_send_batch`` are the session's short step's decode (reference:
+``plain_send_reference``, ``plain_send_batch_reference``): the messages only when each
+surely passes ``check_message`` (checked in C as the fields are read), else None, never the
+reference's error: the general way decodes such a request again and gives it
+(tests/native/test_plain_send_twins.py).
+
 The wire's other fields: PREPARE's producer_group str and tx_id optstr before its list of
 messages (u32 count), SEND_AT's deliver_at and delay_ms i64 after its message. The wire's
 message struct (docs/protocol.md): topic str (u16 length + UTF-8), body bytes
@@ -21,8 +27,9 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memchr
 
-from fmq.message import new_message
+from fmq.message import MAX_NAME, MAX_PROPERTIES, new_message, plain_properties
 from fmq.protocol.schema import Op
 from fmq.protocol.values import BROKER_PICKS_QUEUE
 
@@ -32,6 +39,22 @@ cdef object _SEND = Op.SEND
 cdef object _SEND_BATCH = Op.SEND_BATCH
 cdef object _PREPARE = Op.PREPARE
 cdef object _SEND_AT = Op.SEND_AT
+cdef Py_ssize_t _MAX_NAME = MAX_NAME
+cdef Py_ssize_t _MAX_PROPERTIES = MAX_PROPERTIES
+
+
+cdef inline bint _topic_byte(uint8_t c):
+    """A byte of a topic name (fmq.message's _TOPIC_RE): A-Z a-z 0-9 _ . : % | -."""
+    return ((c >= 48 and c <= 57) or (c >= 65 and c <= 90) or (c >= 97 and c <= 122)
+            or c == 95 or c == 46 or c == 58 or c == 37 or c == 124 or c == 45)
+
+
+cdef inline bint _ascii(const uint8_t *p, Py_ssize_t n):
+    cdef Py_ssize_t i
+    for i in range(n):
+        if p[i] >= 0x80:
+            return False
+    return True
 
 
 cdef class _Reader:
@@ -127,6 +150,92 @@ cdef class _Reader:
         return new_message(topic, body, key, tags, properties or None,
                            None if queue_id == _BROKER_PICKS else queue_id)
 
+    cdef object plain_label(self):
+        """An optstr that passes check_label (no NUL, at most MAX_NAME bytes), None for
+        none; ``plain`` False (and None) for one that does not."""
+        if not self.need(2):
+            return None
+        cdef Py_ssize_t n = self.u16()
+        if n == _NULL16:
+            return None
+        if n > _MAX_NAME or not self.need(n) or memchr(self.p + self.pos, 0, n) != NULL:
+            self.ok = False
+            return None
+        return self.text(n)
+
+    cdef object plain_message(self, Py_ssize_t max_size):
+        """The next message when it surely passes check_message (see
+        fmq.protocol.message_requests.plain_message), else None (``ok`` False)."""
+        cdef object topic, body, key, tags, name, value
+        cdef dict properties
+        cdef Py_ssize_t n, k, v, size
+        cdef unsigned int count, i
+        cdef bint plain
+        cdef const uint8_t *q
+        if not self.need(2):
+            return None
+        n = self.u16()
+        # A topic name of 1-127 of its bytes, not internal ("%..."): ASCII, so it decodes.
+        if n < 1 or n > 127 or not self.need(n) or self.p[self.pos] == 37:
+            self.ok = False
+            return None
+        q = self.p + self.pos
+        for k in range(n):
+            if not _topic_byte(q[k]):
+                self.ok = False
+                return None
+        topic = self.text(n)
+        if not self.ok or not self.need(4):
+            return None
+        n = self.u32()
+        if n > max_size or not self.need(n):
+            self.ok = False
+            return None
+        body = PyBytes_FromStringAndSize(<const char *>(self.p + self.pos), n)
+        self.pos += n
+        key = self.plain_label()
+        if not self.ok:
+            return None
+        tags = self.plain_label()
+        if not self.ok or not self.need(2):
+            return None
+        count = self.u16()
+        properties = {}
+        plain = True  # every name and value ASCII, no name starting with "%"
+        size = 2
+        for i in range(count):
+            if not self.need(2):
+                return None
+            k = self.u16()
+            if self.need(k):
+                plain = (plain and (k == 0 or self.p[self.pos] != 37)
+                         and _ascii(self.p + self.pos, k))
+            name = self.text(k)
+            if not self.ok or not self.need(2):
+                return None
+            v = self.u16()
+            if self.need(v):
+                plain = plain and _ascii(self.p + self.pos, v)
+            value = self.text(v)
+            if not self.ok:
+                return None
+            properties[name] = value
+            size += 4 + k + v
+        if not self.need(4):
+            return None
+        if <int32_t>self.u32() != _BROKER_PICKS:  # a queue id: checked against its topic
+            self.ok = False
+            return None
+        if len(properties) != count:
+            # A name repeated: the last value stands, and the dict is what is checked.
+            plain = plain_properties(properties)
+        elif size > _MAX_PROPERTIES:
+            plain = False
+        if not plain:
+            self.ok = False
+            return None
+        return new_message(topic, body, key, tags, properties or None, None)
+
     cdef list messages(self):
         """A list of messages (u32 count), or None (``ok`` False)."""
         cdef uint32_t count, i
@@ -210,6 +319,54 @@ cdef class MessageDecoder:
     def prepare(self, payload):
         """``{"producer_group", "tx_id", "messages"}`` from a PREPARE payload."""
         return self._decode(_K_PREPARE, _PREPARE, payload)
+
+    def plain_send(self, payload, Py_ssize_t max_size):
+        """A SEND payload's Message when it surely passes check_message with bodies of at
+        most ``max_size`` bytes, else None (fmq.protocol.message_requests.plain_send_reference;
+        None too for a payload that is not flat bytes)."""
+        cdef Py_buffer view
+        cdef _Reader reader
+        cdef object message = None
+        if not _open(payload, &view):
+            return None
+        try:
+            reader = _start(view)
+            message = reader.plain_message(max_size)
+            if not reader.ok or reader.pos != reader.end:
+                message = None
+        finally:
+            PyBuffer_Release(&view)
+        return message
+
+    def plain_send_batch(self, payload, Py_ssize_t max_size):
+        """A SEND_BATCH payload's Messages when there is one at least and each is plain, as
+        :meth:`plain_send` has it, else None
+        (fmq.protocol.message_requests.plain_send_batch_reference)."""
+        cdef Py_buffer view
+        cdef _Reader reader
+        cdef list messages = None
+        cdef uint32_t count, i
+        if not _open(payload, &view):
+            return None
+        try:
+            reader = _start(view)
+            if reader.need(4):
+                count = reader.u32()
+                # The reference's bound: every item takes at least one byte.
+                if count == 0 or count > <uint32_t>(reader.end - reader.pos):
+                    reader.ok = False
+                messages = []
+                i = 0
+                while reader.ok and i < count:
+                    message = reader.plain_message(max_size)
+                    if reader.ok:
+                        messages.append(message)
+                    i += 1
+            if not reader.ok or reader.pos != reader.end:
+                messages = None
+        finally:
+            PyBuffer_Release(&view)
+        return messages
 
     def send_at(self, payload):
         """``{"message", "deliver_at", "delay_ms"}`` from a SEND_AT payload."""

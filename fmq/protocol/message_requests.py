@@ -10,6 +10,13 @@ payload it does not take as it is (a length past the end, text that is not UTF-8
 bytes, another buffer type) to the reference, which returns the same value or raises its
 error. tests/native/test_message_request_twins.py compares them.
 
+The plain decode (:func:`plain_send_reference`, the compiled ``MessageDecoder.plain_send``;
+a SEND_BATCH's alike, every message plain) serves the session's short step
+(:mod:`fmq.server.net.session_requests`): a SEND's message when it surely passes
+:func:`fmq.message.check_message` (its own checks: topic name, body size, key, tags,
+properties, no queue id), else None, and the session runs the request the general way,
+which decodes it again and raises whatever error it has.
+
 The answer has the wire's field names: ``{"message": Message}`` (SEND; SEND_AT with its
 ``deliver_at`` and ``delay_ms``), ``{"messages": [Message, ...]}`` (SEND_BATCH; PREPARE
 with its ``producer_group`` and ``tx_id``), so the server reads these requests as it reads
@@ -23,6 +30,14 @@ from collections.abc import Callable
 from typing import Any
 
 from fmq import native
+from fmq.errors import ProtocolError
+from fmq.message import (
+    INTERNAL_TOPIC_PREFIX,
+    MAX_NAME,
+    Message,
+    plain_properties,
+    valid_topic_name,
+)
 from fmq.protocol.frame import Frame, decode_request, decode_request_payload
 from fmq.protocol.schema import Op
 from fmq.protocol.values import message_from_wire
@@ -36,6 +51,45 @@ def reference_decode(opcode: int, payload: bytes | memoryview) -> dict[str, Any]
     else:
         fields["messages"] = [message_from_wire(m) for m in fields["messages"]]
     return fields
+
+
+def plain_send_reference(payload: bytes | memoryview, max_size: int) -> Message | None:
+    """The message of a SEND ``payload``, when it surely passes ``check_message`` with a
+    body of at most ``max_size`` bytes: a topic name that is not internal, plain labels and
+    properties, no queue id (the broker picks). Else None: the request runs the general
+    way, which decodes it again and gets the error, if any."""
+    try:
+        message = reference_decode(Op.SEND, payload)["message"]
+    except ProtocolError:
+        return None
+    return message if plain_message(message, max_size) else None
+
+
+def plain_send_batch_reference(payload: bytes | memoryview, max_size: int
+                               ) -> list[Message] | None:
+    """The messages of a SEND_BATCH ``payload`` when there is at least one and each is
+    plain (as :func:`plain_send_reference` has it), else None."""
+    try:
+        messages = reference_decode(Op.SEND_BATCH, payload)["messages"]
+    except ProtocolError:
+        return None
+    if messages and all(plain_message(m, max_size) for m in messages):
+        return messages
+    return None
+
+
+def plain_message(m: Message, max_size: int) -> bool:
+    """Whether the decoded message ``m`` surely passes ``check_message(m, max_size, _)``
+    (the checks that do not depend on the topic's settings)."""
+    return (valid_topic_name(m.topic) and not m.topic.startswith(INTERNAL_TOPIC_PREFIX)
+            and len(m.body) <= max_size and _plain_label(m.key) and _plain_label(m.tags)
+            and (m.properties is None or plain_properties(m.properties))
+            and m.queue_id is None)
+
+
+def _plain_label(value: str | None) -> bool:
+    # check_label's rules (a decoded label is a str): "" counts as no value.
+    return value is None or ("\x00" not in value and len(value.encode()) <= MAX_NAME)
 
 
 #: The compiled twin (``_message_requests_c``), or None: the pure path runs the reference.
@@ -54,6 +108,14 @@ def _decoders() -> dict[int, Callable[[bytes | memoryview], dict[str, Any]]]:
 
 #: The requests whose messages are decoded into Message objects, by opcode.
 MESSAGE_DECODERS = _decoders()
+#: The compiled decoder the plain decodes are methods of (None: the references run).
+_PLAIN = COMPILED.MessageDecoder(reference_decode) if COMPILED is not None else None
+#: ``plain_send(payload, max_size)``: :func:`plain_send_reference` or its compiled twin.
+PLAIN_SEND: Callable[[bytes | memoryview, int], Message | None] = (
+    plain_send_reference if _PLAIN is None else _PLAIN.plain_send)
+#: ``plain_send_batch(payload, max_size)``: :func:`plain_send_batch_reference` or its twin.
+PLAIN_SEND_BATCH: Callable[[bytes | memoryview, int], list[Message] | None] = (
+    plain_send_batch_reference if _PLAIN is None else _PLAIN.plain_send_batch)
 
 
 def decode_server_request(frame: Frame) -> dict[str, Any]:

@@ -2,6 +2,14 @@
 operation table (:data:`fmq.server.ops.table.OPERATIONS`), its declaration's checks first,
 and answered with its request id when it ends (pipelining: many run at once).
 
+A plain SEND or SEND_BATCH takes a shorter step (:meth:`SessionRequests._start_plain_send`):
+on a server without users and outside a cluster, from an established session, a SEND whose
+message (a SEND_BATCH whose every message) passes its own checks as it is decoded
+(:data:`~fmq.protocol.message_requests.PLAIN_SEND`, ``PLAIN_SEND_BATCH``, compiled where
+the twins are) goes straight to the send pipeline; any other request, and one it declines,
+runs the general way, which makes every check again and gives each error.
+tests/server/test_plain_send_step.py compares the two ways' answers and stored records.
+
 A frame's request bytes (:class:`~fmq.server.net.request_admission.RequestAdmission`) are given
 back at one place: at once when its request does not start (every refusal), else when the
 request ends. Its reply bytes (:class:`~fmq.server.net.reply_account.ReplyAccount`) move over
@@ -24,7 +32,8 @@ from fmq.protocol import (
     encode_error,
     encode_response,
 )
-from fmq.protocol.message_requests import decode_server_request
+from fmq.protocol.framing import FLAG_RESPONSE
+from fmq.protocol.message_requests import PLAIN_SEND, PLAIN_SEND_BATCH, decode_server_request
 from fmq.server.authz import refusal as access_refusal
 from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
 from fmq.server.cluster.first_sight import check_again
@@ -32,6 +41,7 @@ from fmq.server.cluster.hosting import not_hosted
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
+from fmq.server.ops.handlers import send_batch_reply, send_reply
 from fmq.server.ops.operation import FmqOperation
 from fmq.server.ops.table import OPERATIONS
 
@@ -39,6 +49,13 @@ logger = logging.getLogger("fmq.server")
 
 #: The requests the send pipeline ends (:meth:`SendBatcher.answer_directly`).
 ANSWERED_BY_PIPELINE = frozenset((Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT))
+
+_SEND = int(Op.SEND)
+#: The requests a plain step may take (:meth:`SessionRequests._start_plain_send`).
+_PLAIN_OPS = frozenset((_SEND, int(Op.SEND_BATCH)))
+#: What :meth:`SessionRequests._start_plain_send` returns for a request it leaves to the
+#: general way (nothing of it done yet).
+_DECLINED = object()
 
 
 class Connection(RequestSession, Protocol):
@@ -60,6 +77,10 @@ class Connection(RequestSession, Protocol):
 class SessionRequests:
     """The requests a session runs: started from frames, answered as each ends."""
 
+    #: Whether plain SENDs take the short step (False: every request the general way, the
+    #: reference tests/server/test_plain_send_step.py compares the step with).
+    plain_sends = True
+
     def __init__(self, session: Connection) -> None:
         self.session = session
         self.ctx = session.ctx
@@ -70,7 +91,10 @@ class SessionRequests:
         """Start the request in ``frame``; it holds ``size`` request bytes until it ends."""
         request = None
         try:
-            request = self._start(frame)
+            request = (self._start_plain_send(frame) if frame.opcode in _PLAIN_OPS
+                       and self.plain_sends else _DECLINED)
+            if request is _DECLINED:
+                request = self._start(frame)
         finally:
             # The one place a frame's bytes go back when its request does not run (refused,
             # malformed, or a bug): a refusal cannot forget them.
@@ -153,6 +177,53 @@ class SessionRequests:
             ctx.batcher.answer_directly(request, answer)
         else:
             request.add_done_callback(answer)
+        return request
+
+    def _start_plain_send(self, frame: Frame) -> asyncio.Future | object | None:
+        """A SEND or SEND_BATCH started the short way: its future, None when it is refused
+        (answered already), or _DECLINED (nothing done) for :meth:`_start` to run it. Each
+        condition below stands for a check of :meth:`_start` that passes trivially when it
+        holds: the session's first request, the header, the in-flight limit, the shutdown,
+        a follower's refusal, access (no users), hosting (no cluster); a SEND_BATCH's list
+        limit is checked (a refusal declines: the general way gives it); the messages' own
+        checks are made as they are decoded, the rest (the batch's size, their topics',
+        their records' sizes) by :meth:`SendBatcher.submit_plain`."""
+        ctx, session = self.ctx, self.session
+        op, rid = frame.opcode, frame.request_id
+        batcher = ctx.batcher
+        if (not session.established or frame.version != PROTOCOL_VERSION
+                or frame.flags & FLAG_RESPONSE or rid == 0
+                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping
+                or ctx.authenticator.enforcing or session.principal is not None
+                or ctx.routes is not None or batcher is None
+                or follower_refusal(ctx.replication, op) is not None):
+            return _DECLINED
+        max_size = ctx.broker.config.max_message_size
+        if op == _SEND:
+            message = PLAIN_SEND(frame.payload, max_size)
+            if message is None:
+                return _DECLINED
+            messages, reply = [message], send_reply
+        else:
+            try:
+                ctx.limits.check(frame)
+            except FMQError:
+                return _DECLINED
+            messages, reply = PLAIN_SEND_BATCH(frame.payload, max_size), send_batch_reply
+            if messages is None:
+                return _DECLINED
+        counters = ctx.counters
+        counters.requests += 1
+        counters.by_op[op] += 1
+        try:
+            request = batcher.submit_plain(messages, reply,
+                                           functools.partial(self._answer, op, rid))
+        except FMQError as exc:  # refused before it started (a send that cannot be stored)
+            counters.failed(op, exc)
+            session.send(encode_error(op, rid, exc))
+            return None
+        self.running.add(request)
+        ctx.all_tasks.add(request)
         return request
 
     def _run_checked(self, declared: FmqOperation, req: dict) -> Any:

@@ -99,6 +99,25 @@ class SendBatcher:
         self._sends.append((msgs, fut, reply, None))
         return fut
 
+    def submit_plain(self, msgs: list[Message], reply: Reply, answered: Answered
+                     ) -> asyncio.Future:
+        """:meth:`submit` of messages that passed ``check_message`` when they were decoded
+        (a plain SEND or SEND_BATCH: :func:`fmq.protocol.message_requests.plain_message`),
+        from a session without a principal, answered by ``answered(fut)`` when they end (as
+        :meth:`answer_directly` has it). Raises at once (nothing queued) as :meth:`submit`
+        does, from the checks left: the batch's size, each message's topic and record size."""
+        limit = self.max_batch_messages
+        if len(msgs) > limit:
+            raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
+                                  f"(max_batch_messages) of {limit}; send smaller batches")
+        self._check_running()
+        check = self.broker.check_plain_message
+        for message in msgs:
+            check(message)
+        fut = self._this_turn()
+        self._sends.append((msgs, fut, reply, answered))
+        return fut
+
     def submit_write(self, place: Place, finish: Finish) -> asyncio.Future:
         """Queue a write that is not a send (a transaction's PREPARE or COMMIT) for the end
         of this turn: ``place()`` runs after the turn's sends, the same flush covers both,

@@ -114,10 +114,12 @@ async def _ping(ctx: ServerContext, session: RequestSession, req: dict) -> dict:
 @operation(Op.SEND, access=on_sent_topics(PRODUCE), hosted=SENDS_ONE, follower=REFUSES)
 def _send(ctx: ServerContext, session: RequestSession, req: dict) -> asyncio.Future[dict]:
     # The hot path: no task; the batcher's future is the request, and it ends with the answer.
-    return ctx.batcher.submit([req["message"]], _send_answer, session.principal)
+    return ctx.batcher.submit([req["message"]], send_reply, session.principal)
 
 
-def _send_answer(results: Sequence[SendResult]) -> Packed | dict:
+def send_reply(results: Sequence[SendResult]) -> Packed | dict:
+    """A SEND's answer from its placed results (the session's short step for a plain SEND
+    answers with it too)."""
     # Placement's packed result is the answer as it is; a list holds the one result.
     return send_answer(results if type(results) is PackedResults else results[0])
 
@@ -128,10 +130,11 @@ def _send_batch(ctx: ServerContext, session: RequestSession, req: dict
     msgs = req["messages"]
     if not msgs:
         return _answered({"results": []})
-    return ctx.batcher.submit(msgs, _send_batch_answer, session.principal)
+    return ctx.batcher.submit(msgs, send_batch_reply, session.principal)
 
 
-def _send_batch_answer(results: Sequence[SendResult]) -> dict:
+def send_batch_reply(results: Sequence[SendResult]) -> dict:
+    """A SEND_BATCH's answer from its placed results (the session's short step too)."""
     return {"results": results_to_wire(results)}
 
 
