@@ -329,9 +329,6 @@ def plain_properties(properties: object) -> bool:
     return size <= MAX_PROPERTIES
 
 
-#: Its earlier name (tests/engine/test_property_checks.py).
-_plain_properties = plain_properties
-
 
 def _check_properties(properties: object, internal: bool) -> None:
     """A message's properties: a dict of str to str taking at most :data:`MAX_PROPERTIES`

@@ -14,8 +14,8 @@ from fmq.message import (
     MAX_PROPERTIES,
     Message,
     _check_properties,
-    _plain_properties,
     check_message,
+    plain_properties,
 )
 
 
@@ -66,16 +66,16 @@ def test_the_short_path_passes_only_what_the_full_checks_pass(properties, intern
     msg = Message("t", b"x", properties=properties)
     full = _outcome(lambda: _check_properties(properties, internal))
     assert _outcome(lambda: check_message(msg, 1024, 4, internal=internal)) == full
-    if _plain_properties(properties):
+    if plain_properties(properties):
         assert full == (None, "")
-    if _plain_properties(properties) and properties:
+    if plain_properties(properties) and properties:
         assert 2 + sum(4 + len(k) + len(v) for k, v in properties.items()) == (
             properties_length(properties))
 
 
 def test_the_property_limit_holds_on_the_short_path():
     at_limit = {"a": "x" * (MAX_PROPERTIES - 7)}
-    assert properties_length(at_limit) == MAX_PROPERTIES and _plain_properties(at_limit)
+    assert properties_length(at_limit) == MAX_PROPERTIES and plain_properties(at_limit)
     check_message(Message("t", b"", properties=at_limit), 1024, 4)
     with pytest.raises(InvalidArgument, match="properties take 65537 bytes"):
         check_message(Message("t", b"", properties={"a": "x" * (MAX_PROPERTIES - 6)}), 1024, 4)
