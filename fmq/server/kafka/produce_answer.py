@@ -24,6 +24,7 @@ from typing import Any
 
 from kio.index import load_response_schema
 
+from fmq.server.kafka.answer_fields import I32, count, framed, nullable_string, string
 from fmq.server.kafka.entities import build
 from fmq.server.kafka.framing import encode_response
 
@@ -32,14 +33,10 @@ VERSIONS = range(3, 10)
 #: The first flexible version (compact encodings, tagged fields).
 FLEXIBLE = 9
 
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
 #: index, error code, base offset, log append time (v3+).
 _PARTITION_V3 = struct.Struct(">ihqq")
 #: ... and the log start offset (v5+).
 _PARTITION_V5 = struct.Struct(">ihqqq")
-#: The frame's size and the response header v0 (the correlation id).
-_HEAD = struct.Struct(">ii")
 
 
 def reference_produce_answer(correlation_id: int, version: int, values: dict) -> bytes:
@@ -54,23 +51,21 @@ def produce_answer(correlation_id: int, version: int, values: dict) -> bytes:
         return reference_produce_answer(correlation_id, version, values)
     flexible = version >= FLEXIBLE
     topics = values["responses"]
-    out = [_count(len(topics), flexible)]
+    out = [count(len(topics), flexible)]
     for topic in topics:
-        out.append(_string(topic["name"], flexible))
+        out.append(string(topic["name"], flexible))
         parts = topic["partition_responses"]
-        out.append(_count(len(parts), flexible))
+        out.append(count(len(parts), flexible))
         for part in parts:
             if part.get("record_errors"):
                 return reference_produce_answer(correlation_id, version, values)
             out.append(_partition(part, version, flexible))
         if flexible:
             out.append(b"\0")
-    out.append(_I32.pack(values.get("throttle_time", 0)))
+    out.append(I32.pack(values.get("throttle_time", 0)))
     if flexible:
         out.append(b"\0")
-    body = b"".join(out)
-    header = b"\0" if flexible else b""  # the response header v1's tagged fields
-    return _HEAD.pack(4 + len(header) + len(body), correlation_id) + header + body
+    return framed(correlation_id, flexible, out)
 
 
 def _partition(part: dict[str, Any], version: int, flexible: bool) -> bytes:
@@ -84,32 +79,5 @@ def _partition(part: dict[str, Any], version: int, flexible: bool) -> bytes:
     if version < 8:
         return data
     # record_errors: always empty here (produce_answer hands any other to kio).
-    data += _count(0, flexible) + _nullable_string(part.get("error_message"), flexible)
+    data += count(0, flexible) + nullable_string(part.get("error_message"), flexible)
     return data + b"\0" if flexible else data
-
-
-def _count(n: int, flexible: bool) -> bytes:
-    """An array's length: int32, or in a flexible version an unsigned varint of n + 1."""
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
-
-
-def _string(text: str, flexible: bool) -> bytes:
-    data = text.encode()
-    return (_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
-
-
-def _nullable_string(text: str | None, flexible: bool) -> bytes:
-    if text is None:
-        return b"\0" if flexible else b"\xff\xff"
-    return _string(text, flexible)
-
-
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
