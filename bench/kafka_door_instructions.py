@@ -27,8 +27,8 @@ the test run::
     python bench/kafka_door_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--messages 8192]
                                             [--steps]
 
-``--steps`` cuts the produce and SEND_BATCH phases into their steps instead (the request's
-read, the door's decode, ``check_messages``, ``place_requests``, the answer, the flush and the
+``--steps`` cuts the produce and SEND_BATCH phases into their steps instead (kio's decode,
+the door's decode, ``check_messages``, ``place_requests``, the answer, the flush and the
 index), each step run over every request before the next: where Produce's instructions a
 message go beside SEND_BATCH's.
 """
