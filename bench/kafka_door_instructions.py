@@ -9,7 +9,7 @@ client requests), divided by its messages:
 
 * ``produce``: Produce requests as one librdkafka producer sends them (``acks=all``, 64
   keyless 1 KiB records per batch, their CreateTimes a few per millisecond): the request
-  read (Produce's own reader, or kio in a checkout without one), its records made messages (the door's decoder), checked and placed as
+  decoded by kio, its records made messages (the door's decoder), checked and placed as
   the send pipeline does (``Broker.check_messages``, ``Broker.place_requests``), the
   answer written (Produce's own writer, or kio's in a checkout without one), then the log
   flushed and indexed;
@@ -100,13 +100,6 @@ def produce_frame(topic, queue, first_ts):
     return out.getvalue()
 
 PRODUCE, PRODUCE_ANSWER = load_request_schema(0, 9), load_response_schema(0, 9)
-try:  # this checkout's reader of Produce's requests
-    from fmq.server.kafka.produce_request import read_produce_request
-    def read_produce(frame):
-        return read_produce_request(frame, 9)
-except ImportError:  # before it: kio's, as for every API
-    def read_produce(frame):
-        return read_request(frame, PRODUCE)
 try:  # this checkout's writer of Produce's answers
     from fmq.server.kafka.produce_answer import produce_answer
 except ImportError:  # before it: kio's, as for every API
@@ -119,7 +112,7 @@ FETCH_ANSWER = load_response_schema(1, 11)
 SCRIPT = PRELUDE + r"""
 def produce(broker, topic, frames):
     for frame in frames:
-        request = read_produce(frame)
+        request = read_request(frame, PRODUCE)
         answers = []
         for t in request.topic_data:
             parts = []
@@ -220,7 +213,7 @@ with fmq.Broker.open(data_dir, cfg) as broker:
         gc.collect()
         gc.disable()  # a collection over the messages held lands in no step
         dump()
-        requests = [read_produce(f) for f in frames]
+        requests = [read_request(f, PRODUCE) for f in frames]
         dump()
         batches = [(p.index, door_messages(p.records, t.name, p.index))
                    for r in requests for t in r.topic_data for p in t.partition_data]
@@ -256,7 +249,7 @@ with fmq.Broker.open(data_dir, cfg) as broker:
 print(json.dumps({"door": door, "messages": n}))
 """
 #: The steps of ``--steps``, in the order STEPS_BODY dumps after them.
-STEPS = ("produce: the request's read", "produce: the door's decode",
+STEPS = ("produce: kio's request decode", "produce: the door's decode",
          "produce: check_messages", "produce: place_requests", "produce: the answer",
          "produce: durable and indexed", "send_batch: decode", "send_batch: check_messages",
          "send_batch: place_requests", "send_batch: durable and indexed")

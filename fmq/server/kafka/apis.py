@@ -24,8 +24,6 @@ from fmq.security import Operation, ResourceType
 Handler = Callable[[Any, Any, int], Awaitable[dict | None]]
 #: Writes a handler's values as the framed answer: (correlation id, version, values) -> bytes.
 AnswerWriter = Callable[[int, int, dict], bytes]
-#: Reads a request from its frame: (frame, version) -> the request (kio's fields).
-RequestReader = Callable[[bytes, int], Any]
 
 
 @dataclass(frozen=True)
@@ -71,8 +69,6 @@ class KafkaApi:
     #: None: the answer is built into kio's response entity and written by kio; else the
     #: API's own writer of the same bytes (Produce's, answered per record batch).
     answer_writer: AnswerWriter | None = None
-    #: None: the request is read by kio; else the API's own reader of it (Produce's).
-    request_reader: RequestReader | None = None
 
     def serves(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -83,16 +79,14 @@ API_TABLE: dict[int, KafkaApi] = {}
 
 def kafka_api(key: int, name: str, min_version: int, max_version: int,
               access: Access | None = None,
-              answer_writer: AnswerWriter | None = None,
-              request_reader: RequestReader | None = None) -> Callable[[Handler], Handler]:
+              answer_writer: AnswerWriter | None = None) -> Callable[[Handler], Handler]:
     """Register the decorated handler as API ``key`` for versions min..max, needing
-    ``access`` (its requests read by ``request_reader`` and its answers written by
-    ``answer_writer`` when given)."""
+    ``access`` (its answers written by ``answer_writer`` when given)."""
     def register(fn: Handler) -> Handler:
         if key in API_TABLE:
             raise RuntimeError(f"Kafka API {key} ({name}) is registered twice")
         API_TABLE[key] = KafkaApi(key, name, min_version, max_version, fn, access,
-                                  answer_writer, request_reader)
+                                  answer_writer)
         return fn
     return register
 

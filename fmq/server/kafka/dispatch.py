@@ -70,10 +70,7 @@ async def answer(session: KafkaSession, frame: bytes) -> bytes | None:
     if refused is not None:
         raise NotLoggedIn(refused)
     try:
-        if api.request_reader is not None:
-            request = api.request_reader(frame, head.api_version)
-        else:
-            request = read_request(frame, load_request_schema(head.api_key, head.api_version))
+        request = read_request(frame, load_request_schema(head.api_key, head.api_version))
     except Exception as exc:  # kio raises several kinds for bytes off the schema
         raise MalformedRequest(f"{api.name} v{head.api_version} request does not match its "
                                f"schema ({type(exc).__name__}: {exc})") from None

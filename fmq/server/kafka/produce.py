@@ -27,7 +27,6 @@ from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError
 from fmq.server.kafka.produce_answer import produce_answer
-from fmq.server.kafka.produce_request import read_produce_request
 from fmq.server.kafka.record_messages import messages_of_records
 from fmq.server.kafka.records import RecordError, decode_batches
 from fmq.server.kafka.routed import local_queue, not_here
@@ -38,7 +37,7 @@ logger = logging.getLogger("fmq.server.kafka")
 
 
 @kafka_api(0, "Produce", 3, 9, access=on_topics(Operation.PRODUCE),
-           answer_writer=produce_answer, request_reader=read_produce_request)
+           answer_writer=produce_answer)
 async def produce(session: KafkaSession, request: Any, version: int) -> dict | None:
     transactional_id = request.transactional_id
     topics = []
