@@ -11,7 +11,8 @@ client requests), divided by its messages:
   keyless 1 KiB records per batch, their CreateTimes a few per millisecond): the request
   decoded by kio, its records made messages (the door's decoder), checked and placed as
   the send pipeline does (``Broker.check_messages``, ``Broker.place_requests``), the
-  answer built and encoded, then the log flushed and indexed;
+  answer written (Produce's own writer, or kio's in a checkout without one), then the log
+  flushed and indexed;
 * ``send_batch``: FMQ's own SEND_BATCH of 64 messages of 1 KiB, the same steps from the
   server's decode of the payload on (row 2's load of bench/compare.py);
 * ``fetch``: what Fetch answers after the index has them: pulls of up to 1 MiB from each
@@ -99,6 +100,11 @@ def produce_frame(topic, queue, first_ts):
     return out.getvalue()
 
 PRODUCE, PRODUCE_ANSWER = load_request_schema(0, 9), load_response_schema(0, 9)
+try:  # this checkout's writer of Produce's answers
+    from fmq.server.kafka.produce_answer import produce_answer
+except ImportError:  # before it: kio's, as for every API
+    def produce_answer(correlation_id, version, values):
+        return encode_response(correlation_id, build(PRODUCE_ANSWER, values))
 FETCH_ANSWER = load_response_schema(1, 11)
 
 """
@@ -119,7 +125,7 @@ def produce(broker, topic, frames):
                               "log_start_offset": -1, "record_errors": [],
                               "error_message": None})
             answers.append({"name": t.name, "partition_responses": parts})
-        encode_response(1, build(PRODUCE_ANSWER, {"responses": answers, "throttle_time": 0}))
+        produce_answer(1, 9, {"responses": answers, "throttle_time": 0})
     broker.wait_durable(end)
     broker.wait_indexed(60)
 
@@ -219,11 +225,11 @@ with fmq.Broker.open(data_dir, cfg) as broker:
                   for _, messages in batches]
         dump()
         for (index, _), (results, end, _) in zip(batches, placed):
-            encode_response(1, build(PRODUCE_ANSWER, {"responses": [
+            produce_answer(1, 9, {"responses": [
                 {"name": topic, "partition_responses": [{
                     "index": index, "error_code": 0, "base_offset": results[0].queue_offset,
                     "log_append_time": None, "log_start_offset": -1, "record_errors": [],
-                    "error_message": None}]}], "throttle_time": 0}))
+                    "error_message": None}]}], "throttle_time": 0})
         dump()
         broker.wait_durable(end)
         broker.wait_indexed(60)

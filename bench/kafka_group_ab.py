@@ -7,7 +7,9 @@ leaves them). Each round starts the ``fmq server --kafka-port`` of one checkout 
 order alternates between rounds) and a new group of 4 (``bench/kafka_load.py``'s
 ``consume_group``) reads the topic whole; reported per round and as medians: msgs/s from
 the group's first message to its last, the server process's CPU microseconds per
-message over the whole read (joins included), and the four members' own. Not part of the test run::
+message over the whole read (joins included) and its minor page faults per message (fresh
+memory the allocator maps for a fetch's buffers), and the four members' own CPU. Not part
+of the test run::
 
     python bench/kafka_group_ab.py --old PATH_OF_AN_OLDER_CHECKOUT [--messages 200000] [--rounds 2]
 """
@@ -72,6 +74,12 @@ def _listening(port: int, timeout: float) -> bool:
     return False
 
 
+def minor_faults(pid: int) -> int:
+    """The process's minor page faults so far (/proc/PID/stat, field 10)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 def one_round(tree: str, data_dir: str, messages: int, group: str) -> dict:
     port, kafka_port = free_port(), free_port()
     log = open(os.path.join(os.path.dirname(data_dir), "server.log"), "a")  # noqa: SIM115
@@ -82,9 +90,10 @@ def one_round(tree: str, data_dir: str, messages: int, group: str) -> dict:
     with killed_at_end(proc):
         if not _listening(kafka_port, 60):
             raise RuntimeError(f"the server of {tree} did not listen on its Kafka port")
-        before = process_cpu_seconds(proc.pid)
+        before, faults = process_cpu_seconds(proc.pid), minor_faults(proc.pid)
         r = consume_group(f"127.0.0.1:{kafka_port}", TOPIC, group, QUEUES, messages)
         r["server_us_per_msg"] = 1e6 * (process_cpu_seconds(proc.pid) - before) / messages
+        r["faults_per_msg"] = (minor_faults(proc.pid) - faults) / messages
     log.close()
     return r
 
@@ -105,11 +114,12 @@ def main() -> None:
             lambda name: one_round(checkouts[name], data_dir, messages,
                                    f"g-{name}-{next(runs)}"),
             lambda name, r: (f"{name:4} {r['msgs_per_s']:9,.0f} msgs/s  server CPU "
-                             f"{r['server_us_per_msg']:6.2f} us/msg  consumers' CPU "
-                             f"{r['client_us_per_msg']:6.2f} us/msg"))
+                             f"{r['server_us_per_msg']:6.2f} us/msg  {r['faults_per_msg']:.3f} "
+                             f"faults/msg  consumers' CPU {r['client_us_per_msg']:6.2f} us/msg"))
     for name, rs in results.items():
         print(f"{name:4} {spread(rs, 'msgs_per_s', ',.0f', 'msgs/s')}  server CPU "
-              f"{spread(rs, 'server_us_per_msg', '.2f', 'us/msg')}  consumers' CPU "
+              f"{spread(rs, 'server_us_per_msg', '.2f', 'us/msg')}  "
+              f"{spread(rs, 'faults_per_msg', '.3f', 'faults/msg')}  consumers' CPU "
               f"{spread(rs, 'client_us_per_msg', '.2f', 'us/msg')}")
 
 

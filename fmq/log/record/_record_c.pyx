@@ -10,7 +10,9 @@ Each takes what its reference takes; whenever a check fails, or an argument is n
 path handles as it is (another buffer type, a number out of range, properties), it calls the
 reference (before changing anything), which returns the same result or raises its error: the
 two always give the same bytes or record, or the same error (type and message).
-tests/log/test_twins.py and tests/native compare them.
+tests/log/test_twins.py and tests/native compare them. A stored record's header checks and
+the CRC-32C are ``_record_header.pxd``'s, shared with the Kafka door's Fetch batches
+(fmq/server/kafka/_stored_batches_c.pyx).
 """
 
 import mmap
@@ -18,10 +20,19 @@ import mmap
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+
+from fmq.log.record._record_header cimport (
+    RecordFormat,
+    checked_length,
+    crc_after_field,
+    crc_in_c,
+    fmq_crc32c_sse42,
+    le,
+    record_format,
+)
 
 from fmq.log.record.runs import encode_message_run
 from fmq.message import Message as _Message
@@ -40,53 +51,17 @@ from fmq.log.record.layout import (
 from fmq.log.record.queue_entry import QueueEntry
 
 cdef extern from "Python.h":
-    int PyBUF_READ
     bint PyUnicode_IS_COMPACT_ASCII(object text)
     void *PyUnicode_DATA(object text)
     Py_ssize_t PyUnicode_GET_LENGTH(object text)
-
-# CRC-32C with the SSE 4.2 instruction, where the CPU has it (checked at run time): the
-# same function as the crc32c package's, without a Python call and a memoryview per record
-# (4,700 of the 11,000 instructions a decode of a 1 KiB record took).
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    #include <cpuid.h>
-    __attribute__((target("sse4.2")))
-    static uint32_t fmq_crc32c_sse42(const unsigned char *p, size_t n) {
-        uint64_t c = 0xFFFFFFFFu;
-        uint32_t c32;
-        while (n >= 8) {
-            uint64_t v;
-            memcpy(&v, p, 8);
-            c = __builtin_ia32_crc32di(c, v);
-            p += 8;
-            n -= 8;
-        }
-        c32 = (uint32_t)c;
-        while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-        return c32 ^ 0xFFFFFFFFu;
-    }
-    static int fmq_crc32c_sse42_available(void) {
-        unsigned int a, b, c, d;
-        if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-        return (c & bit_SSE4_2) != 0;
-    }
-    #else
-    static uint32_t fmq_crc32c_sse42(const unsigned char *p, size_t n) { return 0; }
-    static int fmq_crc32c_sse42_available(void) { return 0; }
-    #endif
-    """
-    uint32_t fmq_crc32c_sse42(const unsigned char* p, size_t n) nogil
-    int fmq_crc32c_sse42_available() nogil
 
 cdef Py_ssize_t _HEADER = HEADER_SIZE
 cdef uint32_t _MAGIC = MAGIC
 cdef uint32_t _VERSION = FORMAT_VERSION
 cdef object _new_record = object.__new__
 cdef list _TYPES = [TYPE_BY_CODE.get(code) for code in range(256)]
+cdef RecordFormat _FORMAT
+record_format(&_FORMAT, HEADER_SIZE, MAGIC, FORMAT_VERSION, TYPE_BY_CODE)
 cdef object _FILLER = RecordType.FILLER
 cdef int _MESSAGE_CODE = RecordType.MESSAGE
 cdef int _FILLER_CODE = RecordType.FILLER
@@ -213,7 +188,7 @@ cdef class EncodeInto:
     def __init__(self, crc32c, reference):
         self.crc32c = crc32c
         self.reference = reference
-        self.crc_in_c = _in_c(crc32c)
+        self.crc_in_c = crc_in_c(crc32c)
 
     def message_run(self, buf, room, log_offset, store_time, messages, queue_ids,
                     queue_offsets, start, stop, out):
@@ -328,7 +303,7 @@ cdef class EncodeInto:
             memcpy(p, body_view.buf, lb)
         finally:
             PyBuffer_Release(&body_view)
-        _put(out_p + 4, _crc_after_field(self.crc_in_c, self.crc32c, out_p, length), 4)
+        _put(out_p + 4, crc_after_field(self.crc_in_c, self.crc32c, out_p, length), 4)
         out.append(entry)
         return <Py_ssize_t>length
 
@@ -414,39 +389,9 @@ cdef class EncodeInto:
         finally:
             if holding:
                 PyBuffer_Release(&body_view)
-        _put(out + 4, _crc_after_field(self.crc_in_c, self.crc32c, out, length), 4)
+        _put(out + 4, crc_after_field(self.crc_in_c, self.crc32c, out, length), 4)
         record.size = length
         return length
-
-
-cdef bint _in_c(object crc32c):
-    """Whether the CRC can be computed in C for ``crc32c``: the CPU has SSE 4.2 and the
-    function is CRC-32C (its check value); any other function is called as given."""
-    if not fmq_crc32c_sse42_available():
-        return False
-    try:
-        return crc32c(b"123456789") == 0xE3069283 and fmq_crc32c_sse42(
-            <const unsigned char*>b"123456789", 9) == 0xE3069283
-    except Exception:  # noqa - a function that cannot take bytes is called as given
-        return False
-
-
-cdef uint64_t _crc_after_field(bint in_c, object crc32c, const unsigned char* h,
-                               uint64_t length) except? 0:
-    """The CRC of the record of ``length`` bytes at ``h``: of its bytes after the CRC
-    field, in C or by calling ``crc32c``."""
-    if in_c:
-        return fmq_crc32c_sse42(h + 8, length - 8)
-    return crc32c(PyMemoryView_FromMemory(<char*>(h + 8), <Py_ssize_t>length - 8,
-                                          PyBUF_READ))
-
-
-cdef inline uint64_t _le(const unsigned char* p, int n) noexcept:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(n - 1, -1, -1):
-        v = (v << 8) | p[i]
-    return v
 
 
 cdef inline object _text(const unsigned char* p, Py_ssize_t n):
@@ -495,7 +440,7 @@ cdef class DecodeAt:
     def __init__(self, crc32c, reference):
         self.crc32c = crc32c
         self.reference = reference
-        self.crc_in_c = _in_c(crc32c)
+        self.crc_in_c = crc_in_c(crc32c)
 
     def __call__(self, buf, pos, offset, max_record_size, copy_body):
         cdef Py_buffer view
@@ -617,7 +562,7 @@ cdef class DecodeAt:
                         kind = 1
                         out.append(item)
                         taken += 1
-                        start += <Py_ssize_t>_le(<const unsigned char*>view.buf + start, 4)
+                        start += <Py_ssize_t>le(<const unsigned char*>view.buf + start, 4)
                         continue
                     if kind == 1:
                         break
@@ -638,29 +583,10 @@ cdef class DecodeAt:
     cdef uint64_t _checked_length(self, const unsigned char* data, Py_ssize_t size,
                                   Py_ssize_t pos, uint64_t at_offset,
                                   uint64_t limit) except? 0:
-        """The length of the record at ``pos`` if its header passes every check (its
-        length within ``limit`` and the buffer, magic, version, a known type, its own
-        offset, the field lengths adding up, the CRC), else 0: the reference decides."""
-        cdef const unsigned char* h
-        cdef uint64_t length, total
-        if size - pos < _HEADER:
-            return 0
-        h = data + pos
-        length = _le(h, 4)
-        if length < <uint64_t>_HEADER or length > limit or length > <uint64_t>(size - pos):
-            return 0
-        if (_le(h + 8, 2) != _MAGIC or h[10] != _VERSION or _TYPES[h[11]] is None
-                or _le(h + 12, 8) != at_offset):
-            return 0
-        total = (<uint64_t>_HEADER + _le(h + 52, 2) + _le(h + 54, 2) + _le(h + 56, 2)
-                 + _le(h + 58, 2) + _le(h + 60, 2) + _le(h + 64, 4) + _le(h + 68, 4))
-        if total != length:
-            return 0
-        # The CRC after the cheap checks: the order does not matter, any failure goes to
-        # the reference, which names the first it finds.
-        if _crc_after_field(self.crc_in_c, self.crc32c, h, length) != _le(h + 4, 4):
-            return 0
-        return length
+        """The length of the record at ``pos`` if its header passes every check
+        (``_record_header.checked_length``), else 0: the reference decides."""
+        return checked_length(&_FORMAT, data + pos, size - pos, at_offset, limit,
+                              self.crc_in_c, self.crc32c)
 
     cdef object _entry(self, const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
                        object offset, uint64_t at_offset, uint64_t limit):
@@ -673,17 +599,17 @@ cdef class DecodeAt:
         if size - pos < _HEADER:
             return None
         h = data + pos
-        if h[11] != _MESSAGE_CODE or _le(h + 60, 2) != 0 or _le(h + 64, 4) != 0:
+        if h[11] != _MESSAGE_CODE or le(h + 60, 2) != 0 or le(h + 64, 4) != 0:
             return None  # another type, or tags or properties to decode
-        if <int64_t>_le(h + 40, 8) >= 0:
+        if <int64_t>le(h + 40, 8) >= 0:
             return None  # a timer's delivery: it changes the timers too
         length = self._checked_length(data, size, pos, at_offset, limit)
         if not length:
             return None
-        topic_len = <uint32_t>_le(h + 52, 2)
-        tx_len = <uint32_t>_le(h + 54, 2)
-        group_len = <uint32_t>_le(h + 56, 2)
-        key_len = <uint32_t>_le(h + 58, 2)
+        topic_len = <uint32_t>le(h + 52, 2)
+        tx_len = <uint32_t>le(h + 54, 2)
+        group_len = <uint32_t>le(h + 56, 2)
+        key_len = <uint32_t>le(h + 58, 2)
         p = h + _HEADER
         try:
             topic = _text(p, topic_len) if topic_len else ""
@@ -697,9 +623,9 @@ cdef class DecodeAt:
             key = _text(p, key_len) if key_len else None
         except UnicodeDecodeError:
             return None
-        return _new_tuple(_QUEUE_ENTRY, (topic, <int32_t>_le(h + 28, 4),
-                                         <int64_t>_le(h + 32, 8), offset, length, 0,
-                                         <int64_t>_le(h + 20, 8), key, offset))
+        return _new_tuple(_QUEUE_ENTRY, (topic, <int32_t>le(h + 28, 4),
+                                         <int64_t>le(h + 32, 8), offset, length, 0,
+                                         <int64_t>le(h + 20, 8), key, offset))
 
     cdef object _decode(self, buf, const unsigned char* data, Py_ssize_t size, Py_ssize_t pos,
                         object offset, uint64_t at_offset, uint64_t limit,
@@ -713,13 +639,13 @@ cdef class DecodeAt:
             return None
         h = data + pos
         rtype = _TYPES[h[11]]
-        topic_len = <uint32_t>_le(h + 52, 2)
-        tx_len = <uint32_t>_le(h + 54, 2)
-        group_len = <uint32_t>_le(h + 56, 2)
-        key_len = <uint32_t>_le(h + 58, 2)
-        tags_len = <uint32_t>_le(h + 60, 2)
-        props_len = <uint32_t>_le(h + 64, 4)
-        body_len = <uint32_t>_le(h + 68, 4)
+        topic_len = <uint32_t>le(h + 52, 2)
+        tx_len = <uint32_t>le(h + 54, 2)
+        group_len = <uint32_t>le(h + 56, 2)
+        key_len = <uint32_t>le(h + 58, 2)
+        tags_len = <uint32_t>le(h + 60, 2)
+        props_len = <uint32_t>le(h + 64, 4)
+        body_len = <uint32_t>le(h + 68, 4)
         p = h + _HEADER
         try:
             topic = _text(p, topic_len) if topic_len else ""
@@ -755,11 +681,11 @@ cdef class DecodeAt:
         rec = _new_record(Record)
         rec.type = rtype
         rec.log_offset = offset
-        rec.store_time = <int64_t>_le(h + 20, 8)
-        rec.queue_id = <int32_t>_le(h + 28, 4)
-        rec.queue_offset = <int64_t>_le(h + 32, 8)
-        rec.ref_offset = <int64_t>_le(h + 40, 8)
-        rec.ref_size = <uint32_t>_le(h + 48, 4)
+        rec.store_time = <int64_t>le(h + 20, 8)
+        rec.queue_id = <int32_t>le(h + 28, 4)
+        rec.queue_offset = <int64_t>le(h + 32, 8)
+        rec.ref_offset = <int64_t>le(h + 40, 8)
+        rec.ref_size = <uint32_t>le(h + 48, 4)
         rec.topic = topic
         rec.tx_id = tx_id
         rec.producer_group = group

@@ -23,7 +23,9 @@ null, NUL and more is decoded by ``mapping.property_to_header`` (a Python call, 
 those).
 
 Layouts: the FMQ record is ``fmq.log.record``'s docstring (72-byte little-endian header,
-then topic, tx id, group, key, tags, properties, body); the Kafka batch is records.py's.
+then topic, tx id, group, key, tags, properties, body), its header checked and its CRC-32C
+computed by ``fmq/log/record/_record_header.pxd``, as the log codec's twin checks it; the
+Kafka batch is records.py's.
 """
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBuffer_Release, PyObject_GetBuffer
@@ -32,7 +34,16 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, memset, strcmp
+from libc.string cimport memcmp, memcpy, strcmp
+
+from fmq.log.record._record_header cimport (
+    RecordFormat,
+    checked_length,
+    crc_in_c,
+    fmq_crc32c_sse42,
+    le,
+    record_format,
+)
 
 from crc32c import crc32c
 
@@ -40,57 +51,13 @@ from fmq.log.record.layout import FORMAT_VERSION, HEADER_SIZE, MAGIC, TYPE_BY_CO
 from fmq.message import HIDDEN_PROPERTIES
 from fmq.server.kafka.mapping import CREATE_TIME_PROPERTY, NULL_VALUE_PROPERTY, property_to_header
 
-# CRC-32C with the SSE 4.2 instruction where the CPU has it (checked at run time), as
-# fmq/log/record/_record_c.pyx computes a record's: the same function as the crc32c
-# package's, without a Python call per record.
-cdef extern from *:
-    """
-    #include <stdint.h>
-    #include <string.h>
-    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    #include <cpuid.h>
-    __attribute__((target("sse4.2")))
-    static uint32_t fmq_kafka_crc32c_sse42(const unsigned char *p, size_t n) {
-        uint64_t c = 0xFFFFFFFFu;
-        uint32_t c32;
-        while (n >= 8) {
-            uint64_t v;
-            memcpy(&v, p, 8);
-            c = __builtin_ia32_crc32di(c, v);
-            p += 8;
-            n -= 8;
-        }
-        c32 = (uint32_t)c;
-        while (n--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-        return c32 ^ 0xFFFFFFFFu;
-    }
-    static int fmq_kafka_crc32c_sse42_available(void) {
-        unsigned int a, b, c, d;
-        if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-        return (c & bit_SSE4_2) != 0;
-    }
-    #else
-    static uint32_t fmq_kafka_crc32c_sse42(const unsigned char *p, size_t n) { return 0; }
-    static int fmq_kafka_crc32c_sse42_available(void) { return 0; }
-    #endif
-    """
-    uint32_t fmq_kafka_crc32c_sse42(const unsigned char* p, size_t n) nogil
-    int fmq_kafka_crc32c_sse42_available() nogil
-
 cdef extern from "Python.h":
     long long PyLong_AsLongLong(object v) except? -1
 
-cdef bint _CRC_IN_C = (fmq_kafka_crc32c_sse42_available() != 0
-                       and fmq_kafka_crc32c_sse42(<const unsigned char*>b"123456789", 9)
-                       == 0xE3069283)
-
+cdef bint _CRC_IN_C = crc_in_c(crc32c)
 cdef Py_ssize_t _HEADER = HEADER_SIZE  # 72
-cdef uint32_t _MAGIC = MAGIC
-cdef uint32_t _VERSION = FORMAT_VERSION
-cdef bint _TYPE_KNOWN[256]
-memset(_TYPE_KNOWN, 0, sizeof(_TYPE_KNOWN))
-for _code in TYPE_BY_CODE:
-    _TYPE_KNOWN[_code] = True
+cdef RecordFormat _FORMAT
+record_format(&_FORMAT, HEADER_SIZE, MAGIC, FORMAT_VERSION, TYPE_BY_CODE)
 
 cdef Py_ssize_t _KAFKA_HEAD = 21  # base offset .. CRC
 cdef Py_ssize_t _KAFKA_OVERHEAD = 61  # the head and the body's fixed fields
@@ -127,14 +94,6 @@ cdef struct _Record:
     int header_count
     Py_ssize_t headers_size  # the headers field's bytes, its count included
     Py_ssize_t size  # the Kafka record's bytes after its length varint
-
-
-cdef inline uint64_t _le(const uint8_t *p, int n) noexcept:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(n - 1, -1, -1):
-        v = (v << 8) | p[i]
-    return v
 
 
 cdef inline int _varint_size(int64_t value) noexcept:
@@ -239,41 +198,24 @@ cdef int _read_record(_Record *r, const uint8_t *p, Py_ssize_t available, uint64
                       uint64_t max_record_size, list escaped) except -1:
     """Check the record at ``p`` as the log codec's decode does and read its fields into
     ``r`` (the headers' values that need Python onto ``escaped``, in order)."""
-    cdef uint64_t length, fields
     cdef Py_ssize_t at, pos, end, count, i, j, n, name_at, name_len, text_at, text_len
     cdef Py_ssize_t names[64]
     cdef Py_ssize_t name_lens[64]
     cdef int kind
     cdef int64_t create_time = -1
-    if available < _HEADER:
-        raise _ReferenceDecides()
-    length = _le(p, 4)
-    if length < <uint64_t>_HEADER or length > max_record_size or length > <uint64_t>available:
-        raise _ReferenceDecides()
-    if _CRC_IN_C:
-        if fmq_kafka_crc32c_sse42(p + 8, length - 8) != <uint32_t>_le(p + 4, 4):
-            raise _ReferenceDecides()
-    elif crc32c(memoryview(PyBytes_FromStringAndSize(<const char *>(p + 8), length - 8))
-                ) != _le(p + 4, 4):
-        raise _ReferenceDecides()
-    if _le(p + 8, 2) != _MAGIC or p[10] != _VERSION or not _TYPE_KNOWN[p[11]]:
-        raise _ReferenceDecides()
-    if _le(p + 12, 8) != log_offset:
-        raise _ReferenceDecides()
-    fields = (_le(p + 52, 2) + _le(p + 54, 2) + _le(p + 56, 2) + _le(p + 58, 2)
-              + _le(p + 60, 2) + _le(p + 64, 4) + _le(p + 68, 4))
-    if <uint64_t>_HEADER + fields != length:
+    if not checked_length(&_FORMAT, p, available, log_offset, max_record_size, _CRC_IN_C,
+                          crc32c):
         raise _ReferenceDecides()
     # topic, tx id, group, key, tags: text, checked as decode checks it
     at = _HEADER
     for i in range(5):
-        n = <Py_ssize_t>_le(p + 52 + 2 * i, 2)
+        n = <Py_ssize_t>le(p + 52 + 2 * i, 2)
         _check_text(p + at, n)
         if i == 3:
             r.key_at, r.key_len = at, n
         at += n
-    r.props_at, r.props_len = at, <Py_ssize_t>_le(p + 64, 4)
-    r.body_at, r.body_len = at + r.props_len, <Py_ssize_t>_le(p + 68, 4)
+    r.props_at, r.props_len = at, <Py_ssize_t>le(p + 64, 4)
+    r.body_at, r.body_len = at + r.props_len, <Py_ssize_t>le(p + 68, 4)
     r.p = p
     r.null_value = False
     r.header_count = 0
@@ -283,21 +225,21 @@ cdef int _read_record(_Record *r, const uint8_t *p, Py_ssize_t available, uint64
         pos, end = r.props_at, r.props_at + r.props_len
         if r.props_len < 2:
             raise _ReferenceDecides()
-        count = <Py_ssize_t>_le(p + pos, 2)
+        count = <Py_ssize_t>le(p + pos, 2)
         pos += 2
         if count > _MAX_PROPERTIES:
             raise _ReferenceDecides()
         for i in range(count):
             if pos + 2 > end:
                 raise _ReferenceDecides()
-            name_len = <Py_ssize_t>_le(p + pos, 2)
+            name_len = <Py_ssize_t>le(p + pos, 2)
             name_at = pos + 2
             if name_at + name_len > end:
                 raise _ReferenceDecides()
             pos = name_at + name_len
             if pos + 2 > end:
                 raise _ReferenceDecides()
-            text_len = <Py_ssize_t>_le(p + pos, 2)
+            text_len = <Py_ssize_t>le(p + pos, 2)
             text_at = pos + 2
             if text_at + text_len > end:
                 raise _ReferenceDecides()
@@ -347,13 +289,13 @@ cdef uint8_t *_put_headers(uint8_t *out, _Record *r, list escaped, Py_ssize_t *n
     if not r.header_count:
         return out
     pos = r.props_at
-    count = <Py_ssize_t>_le(p + pos, 2)
+    count = <Py_ssize_t>le(p + pos, 2)
     pos += 2
     for i in range(count):
-        name_len = <Py_ssize_t>_le(p + pos, 2)
+        name_len = <Py_ssize_t>le(p + pos, 2)
         name_at = pos + 2
         pos = name_at + name_len
-        text_len = <Py_ssize_t>_le(p + pos, 2)
+        text_len = <Py_ssize_t>le(p + pos, 2)
         text_at = pos + 2
         pos = text_at + text_len
         kind = _kind(p + name_at, name_len, p + text_at, text_len, r.body_len, &ignored)
@@ -492,7 +434,7 @@ cdef object _encode(list entries, list records, int32_t leader_epoch, uint64_t m
         _put_be(start + 53, <uint64_t>-1, 4)  # base sequence
         _put_be(start + 57, <uint64_t>n, 4)
         if _CRC_IN_C:
-            _put_be(start + 17, fmq_kafka_crc32c_sse42(start + _KAFKA_HEAD,
+            _put_be(start + 17, fmq_crc32c_sse42(start + _KAFKA_HEAD,
                                                        total - _KAFKA_HEAD), 4)
         else:
             _put_be(start + 17, <uint32_t>crc32c(memoryview(batch)[_KAFKA_HEAD:]), 4)

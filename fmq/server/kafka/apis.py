@@ -22,6 +22,8 @@ from typing import Any
 from fmq.security import Operation, ResourceType
 
 Handler = Callable[[Any, Any, int], Awaitable[dict | None]]
+#: Writes a handler's values as the framed answer: (correlation id, version, values) -> bytes.
+AnswerWriter = Callable[[int, int, dict], bytes]
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class KafkaApi:
     #: None: not declared; refused to every connection of a server with users (a test
     #: keeps every registered API declared).
     access: Access | None = None
+    #: None: the answer is built into kio's response entity and written by kio; else the
+    #: API's own writer of the same bytes (Produce's, answered per record batch).
+    answer_writer: AnswerWriter | None = None
 
     def serves(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -73,13 +78,15 @@ API_TABLE: dict[int, KafkaApi] = {}
 
 
 def kafka_api(key: int, name: str, min_version: int, max_version: int,
-              access: Access | None = None) -> Callable[[Handler], Handler]:
+              access: Access | None = None,
+              answer_writer: AnswerWriter | None = None) -> Callable[[Handler], Handler]:
     """Register the decorated handler as API ``key`` for versions min..max, needing
-    ``access``."""
+    ``access`` (its answers written by ``answer_writer`` when given)."""
     def register(fn: Handler) -> Handler:
         if key in API_TABLE:
             raise RuntimeError(f"Kafka API {key} ({name}) is registered twice")
-        API_TABLE[key] = KafkaApi(key, name, min_version, max_version, fn, access)
+        API_TABLE[key] = KafkaApi(key, name, min_version, max_version, fn, access,
+                                  answer_writer)
         return fn
     return register
 

@@ -78,5 +78,7 @@ async def answer(session: KafkaSession, frame: bytes) -> bytes | None:
         values = await api.handler(session, request, head.api_version)
     if values is None:
         return None
+    if api.answer_writer is not None:
+        return api.answer_writer(head.correlation_id, head.api_version, values)
     response_type = load_response_schema(head.api_key, head.api_version)
     return encode_response(head.correlation_id, build(response_type, values))

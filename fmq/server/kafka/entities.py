@@ -4,7 +4,8 @@ A handler describes its answer once, as nested dicts holding the fields of every
 serves; :func:`build` keeps the fields the requested version's schema has (a field new in a
 later version is simply left out of an older answer) and converts the values the schema
 types as durations, times and error codes. The bytes are then written by kio from Kafka's
-own schemas, never by a layout written here.
+own schemas; only Produce's and Fetch's answers, one per record batch, are packed by their
+own layouts (``produce_answer.py``, ``fetch_answer.py``), held equal to kio's bytes.
 """
 
 from __future__ import annotations

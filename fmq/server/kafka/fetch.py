@@ -30,6 +30,7 @@ from fmq.security import Operation
 from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.entities import ms
+from fmq.server.kafka.fetch_answer import fetch_answer
 from fmq.server.kafka.fetch_sessions import NO_SESSION, session_refusal
 from fmq.server.kafka.leader_epochs import leadership
 from fmq.server.kafka.record_messages import batch_of_messages
@@ -62,7 +63,7 @@ class PartitionRead:
     leader_epoch: int = 0
 
 
-@kafka_api(1, "Fetch", 4, 12, access=on_topics(Operation.CONSUME))
+@kafka_api(1, "Fetch", 4, 12, access=on_topics(Operation.CONSUME), answer_writer=fetch_answer)
 async def fetch(session: KafkaSession, request: Any, version: int) -> dict:
     refused = session_refusal(request)
     if refused is not None:

@@ -26,6 +26,7 @@ from fmq.server.kafka import access
 from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError
+from fmq.server.kafka.produce_answer import produce_answer
 from fmq.server.kafka.record_messages import messages_of_records
 from fmq.server.kafka.records import RecordError, decode_batches
 from fmq.server.kafka.routed import local_queue, not_here
@@ -35,7 +36,8 @@ from fmq.server.kafka.txn_produce import answered_as_version, store_transactiona
 logger = logging.getLogger("fmq.server.kafka")
 
 
-@kafka_api(0, "Produce", 3, 9, access=on_topics(Operation.PRODUCE))
+@kafka_api(0, "Produce", 3, 9, access=on_topics(Operation.PRODUCE),
+           answer_writer=produce_answer)
 async def produce(session: KafkaSession, request: Any, version: int) -> dict | None:
     transactional_id = request.transactional_id
     topics = []
