@@ -8,13 +8,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from fmq.server.kafka.apis import API_TABLE
 from fmq.server.kafka.fetch_answer import VERSIONS, fetch_answer, reference_fetch_answer
-from fmq.server.kafka.framing import SIZE
+from tests.kafka.wire import read_answer
 
 I32 = st.integers(-(2**31), 2**31 - 1)
 I64 = st.integers(-(2**63), 2**63 - 1)
@@ -49,14 +47,8 @@ def test_every_served_version_is_written_as_kio_writes_it(version, correlation_i
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(list(VERSIONS)), I32, VALUES)
 def test_kio_reads_the_answer_back_as_the_values(version, correlation_id, values):
-    data = fetch_answer(correlation_id, version, values)
-    (size,) = SIZE.unpack_from(data)
-    assert size == len(data) - SIZE.size
-    response_type = load_response_schema(1, version)
-    header, header_size = entity_reader(response_type.__header_schema__)(data, SIZE.size)
-    at = SIZE.size + header_size
-    answer, body_size = entity_reader(response_type)(data, at)  # kio gives sizes read
-    assert header.correlation_id == correlation_id and at + body_size == len(data)
+    read_id, answer = read_answer(1, version, fetch_answer(correlation_id, version, values))
+    assert read_id == correlation_id
     got = [(t.topic, [(p.partition_index, p.error_code, p.high_watermark, p.records)
                       for p in t.partitions]) for t in answer.responses]
     assert got == [(t["topic"], [(p["partition_index"], p["error_code"], p["high_watermark"],

@@ -22,6 +22,18 @@ def frame_request(request, correlation_id: int = 7, client_id: str = "fmq-test")
     return struct.pack(">i", len(body)) + body
 
 
+def read_answer(api_key: int, version: int, data: bytes):
+    """A framed answer read by kio (its header, then its body): ``(correlation_id, answer)``;
+    fails unless the frame's size and what kio read cover ``data`` exactly."""
+    (size,) = struct.unpack_from(">i", data)
+    assert size == len(data) - 4
+    response_type = load_response_schema(api_key, version)
+    header, header_size = entity_reader(response_type.__header_schema__)(data, 4)
+    answer, body_size = entity_reader(response_type)(data, 4 + header_size)  # sizes read
+    assert 4 + header_size + body_size == len(data)
+    return header.correlation_id, answer
+
+
 def recv_exactly(sock: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:

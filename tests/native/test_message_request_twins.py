@@ -16,7 +16,7 @@ from fmq.message import Message
 from fmq.protocol import Frame, Op, decode_request, encode_request
 from fmq.protocol import message_requests as S
 from fmq.protocol.values import message_from_wire, message_to_wire
-from tests.native.twins import compiled, outcome
+from tests.native.twins import compiled, damaged, outcome
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 MESSAGES = st.builds(
@@ -54,20 +54,6 @@ def _payload(op: int, messages: list[Message], **extra) -> bytes:
     return encode_request(op, 1, _fields(op, messages, **extra))[16:]
 
 
-def _hostile(data: bytes, how: str, at: int, byte: int) -> bytes:
-    at = at % (len(data) + 1)
-    if how == "truncated":
-        return data[:at]
-    if how == "flipped" and data:
-        at = min(at, len(data) - 1)
-        return data[:at] + bytes([data[at] ^ (byte or 1)]) + data[at + 1:]
-    if how == "trailing":
-        return data + bytes([byte])
-    if how == "not utf-8":  # a byte no UTF-8 text holds, inside whatever field is there
-        return data[:at] + b"\xff" + data[at + 1:]
-    return data
-
-
 def _both(fast, op: int, payload) -> tuple[tuple, tuple]:
     method = {Op.SEND: fast.send, Op.SEND_BATCH: fast.send_batch, Op.PREPARE: fast.prepare,
               Op.SEND_AT: fast.send_at}[op]
@@ -84,7 +70,7 @@ def test_compiled_decodes_and_fails_as_the_reference(fast, messages, op, group, 
                                                      deliver_at, delay_ms, how, at, byte,
                                                      kind) -> None:
     extra = {"group": group, "tx_id": tx_id, "deliver_at": deliver_at, "delay_ms": delay_ms}
-    data = _hostile(_payload(op, messages, **extra), how, at, byte)
+    data = damaged(_payload(op, messages, **extra), how, at, byte)
     payload = {"bytes": data, "bytearray": bytearray(data), "memoryview": memoryview(data),
                "sliced view": memoryview(b"\x00" + data + b"\x00")[1:-1]}[kind]
     got, want = _both(fast, op, payload)

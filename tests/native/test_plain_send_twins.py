@@ -18,7 +18,7 @@ from fmq.errors import FMQError
 from fmq.message import MAX_PROPERTIES, Message, check_message
 from fmq.protocol import Op
 from fmq.protocol import message_requests as S
-from tests.native.twins import compiled, outcome
+from tests.native.twins import compiled, damaged, outcome
 
 MAX_SIZE = 16  # max_message_size of these checks: bodies around it
 #: Characters around the topic rules: allowed ones, "%" (internal when first), others.
@@ -56,18 +56,6 @@ def fast():
     return compiled("fmq.protocol._message_requests_c").MessageDecoder(S.reference_decode)
 
 
-def _hostile(data: bytes, how: str, at: int, byte: int) -> bytes:
-    at = at % (len(data) + 1)
-    if how == "truncated":
-        return data[:at]
-    if how == "flipped" and data:
-        at = min(at, len(data) - 1)
-        return data[:at] + bytes([data[at] ^ (byte or 1)]) + data[at + 1:]
-    if how == "trailing":
-        return data + bytes([byte])
-    return data
-
-
 def _check_the_promise(payload: bytes, got: Message | None) -> None:
     """A plain message is the general decode's and passes check_message; a decoded
     message that check_message refuses is never plain."""
@@ -88,12 +76,13 @@ def _check_the_promise(payload: bytes, got: Message | None) -> None:
 @settings(max_examples=800, deadline=None)
 @given(topic=TOPICS, size=st.integers(0, MAX_SIZE + 2), key=LABELS, tags=LABELS,
        properties=PROPERTIES, queue_id=QUEUE_IDS,
-       how=st.sampled_from(["as it is", "as it is", "truncated", "flipped", "trailing"]),
+       how=st.sampled_from(["as it is", "as it is", "truncated", "flipped", "trailing",
+                          "not utf-8"]),
        at=st.integers(0, 300), byte=st.integers(0, 255),
        kind=st.sampled_from(["bytes", "bytearray", "memoryview", "sliced view"]))
 def test_compiled_plain_send_is_the_reference(fast, topic, size, key, tags, properties,
                                               queue_id, how, at, byte, kind) -> None:
-    data = _hostile(send_payload(topic, b"x" * size, key, tags, properties, queue_id),
+    data = damaged(send_payload(topic, b"x" * size, key, tags, properties, queue_id),
                     how, at, byte)
     payload = {"bytes": data, "bytearray": bytearray(data), "memoryview": memoryview(data),
                "sliced view": memoryview(b"\x00" + data + b"\x00")[1:-1]}[kind]
@@ -162,10 +151,11 @@ def batch_payload(messages: list[bytes]) -> bytes:
 @settings(max_examples=400, deadline=None)
 @given(messages=st.lists(st.tuples(TOPICS, st.integers(0, MAX_SIZE + 1), LABELS, LABELS,
                                    PROPERTIES, QUEUE_IDS), max_size=4),
-       how=st.sampled_from(["as it is", "as it is", "truncated", "flipped", "trailing"]),
+       how=st.sampled_from(["as it is", "as it is", "truncated", "flipped", "trailing",
+                          "not utf-8"]),
        at=st.integers(0, 300), byte=st.integers(0, 255))
 def test_compiled_plain_send_batch_is_the_reference(fast, messages, how, at, byte) -> None:
-    data = _hostile(batch_payload([send_payload(t, b"x" * n, k, g, p, q)
+    data = damaged(batch_payload([send_payload(t, b"x" * n, k, g, p, q)
                                    for t, n, k, g, p, q in messages]), how, at, byte)
     got = outcome(fast.plain_send_batch, data, MAX_SIZE)
     assert got == outcome(S.plain_send_batch_reference, data, MAX_SIZE)

@@ -31,3 +31,20 @@ def outcome(fn: Callable, *args, **kwargs) -> tuple:
         return ("value", fn(*args, **kwargs))
     except Exception as exc:  # noqa: BLE001 - the twins must fail alike, whatever it is
         return ("raised", type(exc).__name__, str(exc))
+
+
+def damaged(data: bytes, how: str, at: int, byte: int) -> bytes:
+    """``data`` as a hostile peer may send it: ``truncated`` at ``at``, one byte
+    ``flipped`` there, ``byte`` ``trailing``, ``not utf-8`` (a byte no UTF-8 text holds, in
+    whatever field is at ``at``), or anything else: as it is."""
+    at = at % (len(data) + 1)
+    if how == "truncated":
+        return data[:at]
+    if how == "flipped" and data:
+        at = min(at, len(data) - 1)
+        return data[:at] + bytes([data[at] ^ (byte or 1)]) + data[at + 1:]
+    if how == "trailing":
+        return data + bytes([byte])
+    if how == "not utf-8":
+        return data[:at] + b"\xff" + data[at + 1:]
+    return data
