@@ -7,10 +7,11 @@ id's transactions): a resent batch is the same
 FMQ transaction (FMQ answers a retried PREPARE without writing it again), and the producer
 id and epoch in every id say which Kafka transaction it belongs to.
 
-EndTxn first makes its decision durable (the id's state record ``prepare_commit`` or
-``prepare_abort``), then writes FMQ's COMMIT or ROLLBACK for each of them, then the consumer
-offsets sent with the transaction (a commit's COMMITs and offsets made durable by one
-fsync), then the state ``empty``. After a crash anywhere in
+EndTxn first writes its decision (the id's state record ``prepare_commit`` or
+``prepare_abort``), then FMQ's COMMIT or ROLLBACK for each of them, then the consumer
+offsets sent with the transaction (a commit's decision, COMMITs and offsets made durable
+by one fsync: the log is durable as a prefix, so no COMMIT survives without its
+decision), then the state ``empty``. After a crash anywhere in
 between, :meth:`TxnCoordinator.recover` finishes the decision: every FMQ transaction of a
 decided Kafka transaction is committed (or rolled back) and its offsets written, so either
 both the output and the offsets are there or neither. FMQ's own roll-forward and
@@ -303,36 +304,63 @@ class TxnCoordinator:
     # ------------------------------------------------------------------ ending
 
     async def _decide(self, state: TxnState, commit: bool) -> None:
-        """Make the decision durable, then carry it out."""
+        """Decide, then carry the decision out. The decision's record waits for no fsync
+        of its own: the COMMITs (or ROLLBACKs) placed after it make it durable with them
+        (see :func:`_carry_out`)."""
         decided = PREPARE_COMMIT if commit else PREPARE_ABORT
+        decision_end = 0
         if state.state != decided:
+            before = state.state, state.offsets
             state.state = decided
             if not commit:
                 state.offsets = []
-            await self._write(state)
-        await self._complete(state, commit)
+            try:
+                decision_end = await self.ctx.run(write_state, self.ctx.broker, state, False)
+            except BaseException:  # not placed: no COMMIT may follow it, it stays open
+                state.state, state.offsets = before
+                raise
+        await self._complete(state, commit, decision_end)
 
-    async def _complete(self, state: TxnState, commit: bool) -> None:
+    async def _complete(self, state: TxnState, commit: bool, decision_end: int = 0) -> None:
         """COMMIT (with its offsets, one fsync for all) or ROLLBACK every FMQ transaction
         of the decided transaction, then the state ``empty``. Every step is idempotent (a
-        restart repeats them)."""
+        restart repeats them). ``decision_end``: where the decision's record, placed but
+        maybe not durable yet, ends (0: durable already)."""
         broker = self.ctx.broker
         tx_ids = await self.ctx.read(_open_fmq_transactions, broker, state.fmq_prefix)
-        if commit:
-            await self.ctx.write(_commit_together, broker, state, tx_ids)
-        else:
-            for tx_id in tx_ids:
-                await self.ctx.write(broker.transactions.rollback, tx_id, PRODUCER_GROUP)
+        # One write: in ``sync`` acknowledgement mode it waits for the followers to hold
+        # everything it flushed, the decision too.
+        await self.ctx.write(_carry_out, broker, state, tx_ids, commit, decision_end)
         state.state, state.offsets, state.started_ms = EMPTY, [], 0
         await self._write(state, durable=False)
 
 
+def _carry_out(broker, state: TxnState, tx_ids: list[str], commit: bool,
+               decision_end: int) -> None:
+    """The COMMITs and offsets, or the ROLLBACKs, of ``state``'s decided transaction;
+    returns once they and the decision's record (ending at ``decision_end``) are durable
+    (blocking).
+
+    The decision needs no fsync of its own: it was placed before these records, the log
+    is durable as a prefix and recovery cuts a torn tail at its first broken record, so
+    a COMMIT never survives a crash without the decision before it. A decision that
+    survived without its COMMITs is rolled forward (:meth:`TxnCoordinator.recover`); a
+    crash that loses the decision lost every record after it too, and the transaction
+    is open, as before EndTxn (which was not answered)."""
+    if commit:
+        _commit_together(broker, state, tx_ids)
+    else:
+        for tx_id in tx_ids:  # each durable on return, the decision before it too
+            broker.transactions.rollback(tx_id, PRODUCER_GROUP)
+    broker.wait_durable(decision_end)  # nothing after it (no prepare, no offsets)
+
+
 def _commit_together(broker, state: TxnState, tx_ids: list[str]) -> None:
     """The COMMITs of every FMQ transaction of ``state``'s transaction and its offsets'
-    records, made durable by one fsync (blocking). Safe because the decision is durable
-    before them and the log is durable as a prefix: a COMMIT found after a crash always
-    has its decision before it, and one lost is written again by the decision's
-    roll-forward."""
+    records, made durable by one fsync (blocking), which also takes along the decision
+    placed before them (:func:`_carry_out`). A COMMIT found after a crash always has
+    its decision before it (the log is durable as a prefix), and one lost is written
+    again by the decision's roll-forward."""
     placed = []
     failure: BaseException | None = None
     try:
