@@ -34,12 +34,13 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from fmq.errors import DuplicateTransaction, FMQError, LogFailed
+from fmq.errors import FMQError, LogFailed
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.context import ServerContext
 from fmq.server.kafka.error_codes import error_code
+from fmq.server.kafka.txn_prepares import PendingPrepare, prepare_together
 from fmq.server.kafka.txn_store import (
     EMPTY,
     ONGOING,
@@ -114,6 +115,8 @@ class TxnCoordinator:
         self.ctx = ctx
         self.lock = asyncio.Lock()
         self.states: dict[str, TxnState] | None = None
+        #: Transactional Produces' prepares not yet taken by a batch (:meth:`produce`).
+        self._pending: list[PendingPrepare] = []
 
     # ------------------------------------------------------------------ state
 
@@ -253,19 +256,55 @@ class TxnCoordinator:
                       topic: str, partition: int, base_sequence: int,
                       messages: Sequence[Message]) -> None:
         """One partition's records of a transactional Produce, as one FMQ prepared
-        transaction: durable, invisible until EndTxn commits."""
+        transaction: durable, invisible until EndTxn commits. The prepares that arrive in
+        one turn of the event loop (the partitions of a Produce request) are written
+        together, made durable by one flush (:mod:`~fmq.server.kafka.txn_prepares`)."""
+        pending = PendingPrepare(transactional_id, producer_id, epoch, topic, partition,
+                                 base_sequence, messages)
+        self._pending.append(pending)
+        await asyncio.sleep(0)  # the request's other partitions queue theirs meanwhile
         async with self.lock:
+            if self._pending and not pending.done.done():
+                batch, self._pending = self._pending, []
+                await self._prepare(batch)
+        pending.done.result()  # set by whoever wrote its batch: raises its refusal
+
+    async def _prepare(self, batch: list[PendingPrepare]) -> None:
+        """Check each prepare of ``batch`` against its id's owner and open transaction,
+        then write the accepted ones together (the lock held throughout: fencing is as
+        exact as for one prepare); every one's ``done`` is set on return."""
+        try:
             await self._loaded()
-            state = self._ongoing(transactional_id, producer_id, epoch,
-                                  "add the partition (AddPartitionsToTxn)")
-            tx_id = fmq_tx_id(state, topic, partition, base_sequence)
+            accepted = []
+            for item in batch:
+                try:
+                    state = self._ongoing(item.transactional_id, item.producer_id,
+                                          item.epoch, "add the partition (AddPartitionsToTxn)")
+                except TxnRefused as exc:
+                    item.done.set_exception(exc)
+                    continue
+                accepted.append((item, fmq_tx_id(state, item.topic, item.partition,
+                                                 item.base_sequence)))
+            if not accepted:
+                return
             try:
-                await self.ctx.write(self.ctx.broker.transactions.prepare, list(messages),
-                                     PRODUCER_GROUP, tx_id)
-            except DuplicateTransaction:
-                pass  # a resent batch whose first copy is prepared: stored once
-            except FMQError as exc:
-                raise TxnRefused(error_code(exc), str(exc)) from None
+                outcomes = await self.ctx.write(
+                    prepare_together, self.ctx.broker,
+                    [(item.messages, tx_id) for item, tx_id in accepted])
+            except FMQError as exc:  # the flush failed: none of them is prepared
+                outcomes = [exc] * len(accepted)
+            for (item, _), outcome in zip(accepted, outcomes, strict=True):
+                if outcome is None:
+                    item.done.set_result(None)
+                else:
+                    item.done.set_exception(TxnRefused(error_code(outcome), str(outcome)))
+        finally:
+            for item in batch:  # the write itself raised (or this task was cancelled)
+                if not item.done.done():
+                    item.done.set_exception(TxnRefused(
+                        ErrorCode.unknown_server_error,
+                        "the prepare was interrupted before it was known to be durable; "
+                        "send the batch again"))
 
     async def offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
                             group: str, offsets: list[tuple[str, int, int]]) -> None:
