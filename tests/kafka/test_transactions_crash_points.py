@@ -2,13 +2,15 @@
 tests/faults/test_fault03_crash_points.py does for FMQ's own commit: the server (the real
 one, with the crash harness's file I/O: tests/workloads/crashing_kafka_server.py) is
 SIGKILLed before, or right after, the N-th write or fsync from the moment EndTxn decides
-to commit, for N = 1, 2, ... until EndTxn completes: the decision record and its fsync,
-the one write holding the FMQ COMMITs of the transaction's three queues and the offsets'
-record and its one fsync (the final state ``empty`` waits for no fsync of its own: a
-later write takes it along, and a kill loses it, leaving the decision to roll forward). Inside that one write, the kill
-also lands between any two of its records (the COMMITs of two queues, the offsets'
-record: the page cache keeps the first R records). Then EIO injected at the N-th
-operation (the log fails, the server lives on until it is killed).
+to commit, for N = 1, 2, ... until EndTxn completes: the one write holding the decision
+record, the FMQ COMMITs of the transaction's three queues and the offsets' record, and
+its one fsync (the decision waits for no fsync of its own: the log is durable as a
+prefix, so no COMMIT survives without it; the final state ``empty`` waits for none
+either: a later write takes it along, and a kill loses it, leaving the decision to roll
+forward). Inside that one write, the kill also lands between any two of its records (the
+decision and the first COMMIT, the COMMITs of two queues, the offsets' record: the page
+cache keeps the first R records). Then EIO injected at the N-th operation (the log fails,
+the server lives on until it is killed).
 
 After each, a normal server restarts on the data directory and the client does what a
 Kafka client does after a lost EndTxn: InitProducerId again with its transactional id. A
@@ -194,8 +196,8 @@ def test_every_crash_point_inside_end_txn_leaves_the_transaction_whole_or_gone(
     else:
         raise AssertionError(f"EndTxn still crashed at operation {MAX_POINTS}")
     print(f"EndTxn crash points ({mode}): {outcomes}")
-    # the decision, then the COMMITs with the offsets: each written and fsync'd
-    assert len(outcomes) >= 4, outcomes
+    # the decision, the COMMITs and the offsets: written together, then fsync'd
+    assert len(outcomes) >= 2, outcomes
     if mode != "after":
         assert outcomes[0] == "none"  # before the decision's first byte: aborted at re-init
     assert "all" in outcomes
@@ -203,17 +205,20 @@ def test_every_crash_point_inside_end_txn_leaves_the_transaction_whole_or_gone(
     assert outcomes[first_all:] == ["all"] * (len(outcomes) - first_all), outcomes
 
 
-#: The records of EndTxn's second write: a TX record per message, a COMMIT per queue, the
-#: offsets' OFFSET record.
-SECOND_WRITE = len(PARTITIONS) * PER_PARTITION + len(PARTITIONS) + 1
+#: The records of EndTxn's one write: the decision (the id's state record), a TX record
+#: per message, a COMMIT per queue, the offsets' OFFSET record.
+ONE_WRITE = 1 + len(PARTITIONS) * PER_PARTITION + len(PARTITIONS) + 1
 
 
 @pytest.mark.timeout(1200)
-def test_a_kill_between_the_commits_of_two_queues_leaves_the_transaction_whole(
+def test_a_kill_inside_end_txn_s_one_write_leaves_the_transaction_whole_or_gone(
         tmp_path, filled):
-    """The second write of EndTxn's commit (after the decision's) cut after each of its
-    records: the decision is durable, so the restarted server rolls the commit forward."""
-    outcomes = [crash_point(tmp_path, filled, 2, "records", cut)
-                for cut in range(SECOND_WRITE + 1)]
-    print(f"EndTxn cut inside its COMMITs' write: {outcomes}")
-    assert [o[0] for o in outcomes if o is not None] == ["all"] * (SECOND_WRITE + 1)
+    """EndTxn's one write cut after each of its records: without its first record (the
+    decision) nothing of the transaction's end is stored and the restarted server's
+    re-init aborts it; with the decision, the restarted server rolls the commit forward,
+    wherever among the COMMITs and the offsets the cut lies."""
+    outcomes = [crash_point(tmp_path, filled, 1, "records", cut)
+                for cut in range(ONE_WRITE + 1)]
+    print(f"EndTxn cut inside its one write: {outcomes}")
+    assert [o[0] if o is not None else None for o in outcomes] == \
+        ["none"] + ["all"] * ONE_WRITE

@@ -56,7 +56,7 @@ async def produce(session: KafkaSession, request: Any, version: int) -> dict | N
                 if type(part) is not dict:
                     asyncio.ensure_future(part).add_done_callback(_drop_result)
         return None
-    if transactional_id is not None:  # each partition's prepare waits for its own fsync
+    if transactional_id is not None:  # the partitions' prepares share one fsync
         answers = [{"name": name, "partition_responses": await asyncio.gather(
                         *(_answered(part) for part in parts))}
                    for name, parts in topics]

@@ -7,10 +7,11 @@ id's transactions): a resent batch is the same
 FMQ transaction (FMQ answers a retried PREPARE without writing it again), and the producer
 id and epoch in every id say which Kafka transaction it belongs to.
 
-EndTxn first makes its decision durable (the id's state record ``prepare_commit`` or
-``prepare_abort``), then writes FMQ's COMMIT or ROLLBACK for each of them, then the consumer
-offsets sent with the transaction (a commit's COMMITs and offsets made durable by one
-fsync), then the state ``empty``. After a crash anywhere in
+EndTxn first writes its decision (the id's state record ``prepare_commit`` or
+``prepare_abort``), then FMQ's COMMIT or ROLLBACK for each of them, then the consumer
+offsets sent with the transaction (a commit's decision, COMMITs and offsets made durable
+by one fsync: the log is durable as a prefix, so no COMMIT survives without its
+decision), then the state ``empty``. After a crash anywhere in
 between, :meth:`TxnCoordinator.recover` finishes the decision: every FMQ transaction of a
 decided Kafka transaction is committed (or rolled back) and its offsets written, so either
 both the output and the offsets are there or neither. FMQ's own roll-forward and
@@ -33,12 +34,13 @@ from collections.abc import Sequence
 
 from kio.schema.errors import ErrorCode
 
-from fmq.errors import DuplicateTransaction, FMQError, LogFailed
+from fmq.errors import FMQError, LogFailed
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.server.cluster.fencing import follower_refusal
 from fmq.server.context import ServerContext
 from fmq.server.kafka.error_codes import error_code
+from fmq.server.kafka.txn_prepares import PendingPrepare, prepare_together
 from fmq.server.kafka.txn_store import (
     EMPTY,
     ONGOING,
@@ -113,6 +115,8 @@ class TxnCoordinator:
         self.ctx = ctx
         self.lock = asyncio.Lock()
         self.states: dict[str, TxnState] | None = None
+        #: Transactional Produces' prepares not yet taken by a batch (:meth:`produce`).
+        self._pending: list[PendingPrepare] = []
 
     # ------------------------------------------------------------------ state
 
@@ -252,19 +256,55 @@ class TxnCoordinator:
                       topic: str, partition: int, base_sequence: int,
                       messages: Sequence[Message]) -> None:
         """One partition's records of a transactional Produce, as one FMQ prepared
-        transaction: durable, invisible until EndTxn commits."""
+        transaction: durable, invisible until EndTxn commits. The prepares that arrive in
+        one turn of the event loop (the partitions of a Produce request) are written
+        together, made durable by one flush (:mod:`~fmq.server.kafka.txn_prepares`)."""
+        pending = PendingPrepare(transactional_id, producer_id, epoch, topic, partition,
+                                 base_sequence, messages)
+        self._pending.append(pending)
+        await asyncio.sleep(0)  # the request's other partitions queue theirs meanwhile
         async with self.lock:
+            if self._pending and not pending.done.done():
+                batch, self._pending = self._pending, []
+                await self._prepare(batch)
+        pending.done.result()  # set by whoever wrote its batch: raises its refusal
+
+    async def _prepare(self, batch: list[PendingPrepare]) -> None:
+        """Check each prepare of ``batch`` against its id's owner and open transaction,
+        then write the accepted ones together (the lock held throughout: fencing is as
+        exact as for one prepare); every one's ``done`` is set on return."""
+        try:
             await self._loaded()
-            state = self._ongoing(transactional_id, producer_id, epoch,
-                                  "add the partition (AddPartitionsToTxn)")
-            tx_id = fmq_tx_id(state, topic, partition, base_sequence)
+            accepted = []
+            for item in batch:
+                try:
+                    state = self._ongoing(item.transactional_id, item.producer_id,
+                                          item.epoch, "add the partition (AddPartitionsToTxn)")
+                except TxnRefused as exc:
+                    item.done.set_exception(exc)
+                    continue
+                accepted.append((item, fmq_tx_id(state, item.topic, item.partition,
+                                                 item.base_sequence)))
+            if not accepted:
+                return
             try:
-                await self.ctx.write(self.ctx.broker.transactions.prepare, list(messages),
-                                     PRODUCER_GROUP, tx_id)
-            except DuplicateTransaction:
-                pass  # a resent batch whose first copy is prepared: stored once
-            except FMQError as exc:
-                raise TxnRefused(error_code(exc), str(exc)) from None
+                outcomes = await self.ctx.write(
+                    prepare_together, self.ctx.broker,
+                    [(item.messages, tx_id) for item, tx_id in accepted])
+            except FMQError as exc:  # the flush failed: none of them is prepared
+                outcomes = [exc] * len(accepted)
+            for (item, _), outcome in zip(accepted, outcomes, strict=True):
+                if outcome is None:
+                    item.done.set_result(None)
+                else:
+                    item.done.set_exception(TxnRefused(error_code(outcome), str(outcome)))
+        finally:
+            for item in batch:  # the write itself raised (or this task was cancelled)
+                if not item.done.done():
+                    item.done.set_exception(TxnRefused(
+                        ErrorCode.unknown_server_error,
+                        "the prepare was interrupted before it was known to be durable; "
+                        "send the batch again"))
 
     async def offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
                             group: str, offsets: list[tuple[str, int, int]]) -> None:
@@ -303,36 +343,63 @@ class TxnCoordinator:
     # ------------------------------------------------------------------ ending
 
     async def _decide(self, state: TxnState, commit: bool) -> None:
-        """Make the decision durable, then carry it out."""
+        """Decide, then carry the decision out. The decision's record waits for no fsync
+        of its own: the COMMITs (or ROLLBACKs) placed after it make it durable with them
+        (see :func:`_carry_out`)."""
         decided = PREPARE_COMMIT if commit else PREPARE_ABORT
+        decision_end = 0
         if state.state != decided:
+            before = state.state, state.offsets
             state.state = decided
             if not commit:
                 state.offsets = []
-            await self._write(state)
-        await self._complete(state, commit)
+            try:
+                decision_end = await self.ctx.run(write_state, self.ctx.broker, state, False)
+            except BaseException:  # not placed: no COMMIT may follow it, it stays open
+                state.state, state.offsets = before
+                raise
+        await self._complete(state, commit, decision_end)
 
-    async def _complete(self, state: TxnState, commit: bool) -> None:
+    async def _complete(self, state: TxnState, commit: bool, decision_end: int = 0) -> None:
         """COMMIT (with its offsets, one fsync for all) or ROLLBACK every FMQ transaction
         of the decided transaction, then the state ``empty``. Every step is idempotent (a
-        restart repeats them)."""
+        restart repeats them). ``decision_end``: where the decision's record, placed but
+        maybe not durable yet, ends (0: durable already)."""
         broker = self.ctx.broker
         tx_ids = await self.ctx.read(_open_fmq_transactions, broker, state.fmq_prefix)
-        if commit:
-            await self.ctx.write(_commit_together, broker, state, tx_ids)
-        else:
-            for tx_id in tx_ids:
-                await self.ctx.write(broker.transactions.rollback, tx_id, PRODUCER_GROUP)
+        # One write: in ``sync`` acknowledgement mode it waits for the followers to hold
+        # everything it flushed, the decision too.
+        await self.ctx.write(_carry_out, broker, state, tx_ids, commit, decision_end)
         state.state, state.offsets, state.started_ms = EMPTY, [], 0
         await self._write(state, durable=False)
 
 
+def _carry_out(broker, state: TxnState, tx_ids: list[str], commit: bool,
+               decision_end: int) -> None:
+    """The COMMITs and offsets, or the ROLLBACKs, of ``state``'s decided transaction;
+    returns once they and the decision's record (ending at ``decision_end``) are durable
+    (blocking).
+
+    The decision needs no fsync of its own: it was placed before these records, the log
+    is durable as a prefix and recovery cuts a torn tail at its first broken record, so
+    a COMMIT never survives a crash without the decision before it. A decision that
+    survived without its COMMITs is rolled forward (:meth:`TxnCoordinator.recover`); a
+    crash that loses the decision lost every record after it too, and the transaction
+    is open, as before EndTxn (which was not answered)."""
+    if commit:
+        _commit_together(broker, state, tx_ids)
+    else:
+        for tx_id in tx_ids:  # each durable on return, the decision before it too
+            broker.transactions.rollback(tx_id, PRODUCER_GROUP)
+    broker.wait_durable(decision_end)  # nothing after it (no prepare, no offsets)
+
+
 def _commit_together(broker, state: TxnState, tx_ids: list[str]) -> None:
     """The COMMITs of every FMQ transaction of ``state``'s transaction and its offsets'
-    records, made durable by one fsync (blocking). Safe because the decision is durable
-    before them and the log is durable as a prefix: a COMMIT found after a crash always
-    has its decision before it, and one lost is written again by the decision's
-    roll-forward."""
+    records, made durable by one fsync (blocking), which also takes along the decision
+    placed before them (:func:`_carry_out`). A COMMIT found after a crash always has
+    its decision before it (the log is durable as a prefix), and one lost is written
+    again by the decision's roll-forward."""
     placed = []
     failure: BaseException | None = None
     try:

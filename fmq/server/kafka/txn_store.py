@@ -84,11 +84,12 @@ def load_states(broker: Broker) -> dict[str, TxnState]:
     return states
 
 
-def write_state(broker: Broker, state: TxnState, durable: bool = True) -> None:
-    """Append ``state`` as the latest record of its id; returns once it is durable, or with
-    ``durable`` False at once: the next record anyone makes durable takes it along (the
-    log is durable as a prefix)."""
+def write_state(broker: Broker, state: TxnState, durable: bool = True) -> int:
+    """Append ``state`` as the latest record of its id; returns the log offset its record
+    ends at, once it is durable, or with ``durable`` False at once: the next record anyone
+    makes durable takes it along (the log is durable as a prefix)."""
     message = Message(TOPIC, state.to_json(), key=state.transactional_id, queue_id=0)
     _, end = broker.place_batch([message], checked=True)
     if durable:
         broker.wait_durable(end)
+    return end
