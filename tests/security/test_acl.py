@@ -54,6 +54,7 @@ CASES: dict[Op, tuple[dict, list[tuple[str, str, str]] | None]] = {
     Op.GROUP_SYNC: ({"group": "g1", "member_id": "m", "topics": ["t1"], "generation": 0},
                     [("consume", "group", "g1"), ("consume", "topic", "t1")]),
     Op.GROUP_LEAVE: ({"group": "g1", "member_id": "m"}, [("consume", "group", "g1")]),
+    Op.GROUP_MEMBERS: ({"group": "g1"}, [("describe", "group", "g1")]),
     Op.QUERY_KEY: ({"topic": "t1", "key": "k", "limit": 1}, [("consume", "topic", "t1")]),
     Op.OFFSET_FOR_TIME: ({"topic": "t1", "queue_id": 0, "timestamp_ms": 0},
                          [("describe", "topic", "t1")]),
