@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from kio.schema.errors import ErrorCode
 
 from fmq.server.kafka.group_state import GroupState, KafkaGroup, KafkaMember
+from fmq.server.ops.joins_in_question import JoinsInQuestion
 
 logger = logging.getLogger("fmq.server.kafka")
 
@@ -73,13 +74,13 @@ class KafkaGroupCoordinator:
         self.groups: dict[str, KafkaGroup] = {}
         #: Joins of groups without members whose question to the other broker groups is
         #: out, by group: they count as live members meanwhile.
-        self._checking: dict[str, int] = {}
+        self._checking = JoinsInQuestion()
 
     def live_members(self, group_id: str) -> int:
         """Members of a Kafka group (the FMQ side's check before an FMQ member joins),
         joins being checked with the other broker groups included."""
         g = self.groups.get(group_id)
-        return (len(g.members) if g is not None else 0) + self._checking.get(group_id, 0)
+        return (len(g.members) if g is not None else 0) + self._checking.count(group_id)
 
     async def _check_elsewhere(self, group_id: str) -> None:
         """A join of a group without members asks the other broker groups for live FMQ
@@ -88,15 +89,8 @@ class KafkaGroupCoordinator:
         g = self.groups.get(group_id)
         if self.fmq_elsewhere is None or (g is not None and g.members):
             return
-        self._checking[group_id] = self._checking.get(group_id, 0) + 1
-        try:
+        with self._checking.asking(group_id):
             await self.fmq_elsewhere(group_id)
-        finally:
-            left = self._checking[group_id] - 1
-            if left:
-                self._checking[group_id] = left
-            else:
-                del self._checking[group_id]
 
     # ------------------------------------------------------------------ JoinGroup
 

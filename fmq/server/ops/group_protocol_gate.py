@@ -28,6 +28,7 @@ from typing import TypeVar
 from fmq.message import check_name
 from fmq.server.context import ServerContext
 from fmq.server.ops.consumer_groups import ConsumerGroupCoordinator
+from fmq.server.ops.joins_in_question import JoinsInQuestion
 
 T = TypeVar("T")
 #: (member id, generation, assignment) of a join.
@@ -44,11 +45,11 @@ class GroupStartGate:
         #: broker group, a retriable error when that cannot be asked now; None: nothing to
         #: ask (a server outside a cluster, or a node without the Kafka door's view).
         self.ask_elsewhere: Callable[[str], Awaitable[None]] | None = None
-        self._starting: dict[str, int] = {}
+        self._starting = JoinsInQuestion()
 
     def members(self, group: str) -> int:
         """Live FMQ members of ``group`` here, joins being checked included."""
-        return self.groups.member_count(group) + self._starting.get(group, 0)
+        return self.groups.member_count(group) + self._starting.count(group)
 
     async def join(self, group: str, member_id: str | None, topics: list[str],
                    owner: object) -> Joined:
@@ -70,17 +71,10 @@ class GroupStartGate:
         if self.ask_elsewhere is None or self.groups.member_count(group):
             return join()
         check_name(group, "group", allow_none=False)  # a bad name is refused here, not asked
-        self._starting[group] = self._starting.get(group, 0) + 1
-        try:
+        with self._starting.asking(group):
             await self.ask_elsewhere(group)
             # No await from here to the member being in the group: it never looks empty.
             return join()
-        finally:
-            left = self._starting[group] - 1
-            if left:
-                self._starting[group] = left
-            else:
-                del self._starting[group]
 
 
 _GATES: weakref.WeakKeyDictionary[ServerContext, GroupStartGate] = weakref.WeakKeyDictionary()
