@@ -39,6 +39,7 @@ from fmq.server.cluster.replica_role import RoleChange, primary_access
 from fmq.server.config import ServerConfig
 from fmq.server.context import ServerContext
 from fmq.server.kafka import open_kafka_door
+from fmq.server.kafka.group_protocols import DoorlessWatch, watch_without_door
 from fmq.server.net.budgets import SharedBudget
 from fmq.server.net.listener import bind_listener
 from fmq.server.net.replies import largest_single_reply
@@ -120,6 +121,9 @@ class Server:
         #: in :meth:`start`.
         self._listener = listener
         self.kafka = None  # the Kafka door, once started (with kafka_port)
+        #: Without the door, in a cluster: where the Kafka brokers are (one protocol per
+        #: consumer group across broker groups).
+        self.kafka_watch: DoorlessWatch | None = None
         #: Called with (host, port) once the server accepts connections.
         self.on_listening: Callable[[str, int], None] | None = None
         #: Why a follower stopped copying its primary for good (the server then stops).
@@ -142,6 +146,8 @@ class Server:
         self._hurry = asyncio.Event()
         await self.sidecars.start(self.ctx, self.stats)
         self.kafka = await open_kafka_door(self.ctx)  # None unless kafka_port is set
+        if self.kafka is None:
+            self.kafka_watch = watch_without_door(self.ctx)
         if self._listener is None:
             self._listener = bind_listener(self.config.host, self.config.port)
         self.port = self._listener.getsockname()[1]

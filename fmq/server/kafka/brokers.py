@@ -80,8 +80,10 @@ class KafkaBrokers:
         self.config = config
         self.group = config.group
         self.node = node
-        self.me = Broker(node_id(self.group, node) if config.coordinator else SINGLE_NODE_ID,
-                         host, port)
+        #: This node as a Kafka broker; None for a node without the Kafka door that only
+        #: reads where the cluster's Kafka brokers are (:meth:`watching`).
+        self.me: Broker | None = Broker(
+            node_id(self.group, node) if config.coordinator else SINGLE_NODE_ID, host, port)
         # With a coordinator nothing is said of the leader before etcd is read: a node
         # reopening as a follower must not name itself for a moment.
         leader = NO_LEADER if config.coordinator else self.me.node_id
@@ -92,6 +94,22 @@ class KafkaBrokers:
         self._thread: threading.Thread | None = None
         self._etcd: Any = None
         self._published = False
+
+    @classmethod
+    def watching(cls, config: ServerConfig, node: str) -> KafkaBrokers:
+        """The view of a node of a cluster started without ``--kafka-port``: it publishes
+        nothing and is no broker, but reads where the cluster's Kafka brokers are, to know
+        which broker group coordinates a consumer group's Kafka members (an FMQ join that
+        starts a group asks there, docs/kafka.md, *Consumer groups over broker groups*)."""
+        brokers = cls(config, config.host, 0, node)
+        brokers.me = None
+        brokers.view = BrokersView((), {})
+        return brokers
+
+    @property
+    def serves_kafka(self) -> bool:
+        """Whether this node is a Kafka broker (its door is open), not only a reader."""
+        return self.me is not None
 
     def start(self, groups_wanted: Any) -> None:
         """Follow etcd (with a coordinator); ``groups_wanted()`` names the other groups
@@ -111,7 +129,7 @@ class KafkaBrokers:
     def _run(self) -> None:
         while True:
             try:
-                if not self._published:
+                if not self._published and self.me is not None:
                     self._publish()
                 self.view = self._read()
             except CoordinatorUnavailable as exc:
@@ -123,6 +141,7 @@ class KafkaBrokers:
 
     def _publish(self) -> None:
         me = self.me
+        assert me is not None  # only a broker publishes
         value = json.dumps({"node_id": me.node_id, "host": me.host, "port": me.port})
         etcd_io.call(self.config.coordinator, "publish this node's Kafka address",
                      lambda: self._etcd.put(kafka_prefix(self.group) + self.node, value))
@@ -131,7 +150,7 @@ class KafkaBrokers:
                     self.group, self.node, me.host, me.port)
 
     def _read(self) -> BrokersView:
-        brokers: dict[int, Broker] = {self.me.node_id: self.me}
+        brokers: dict[int, Broker] = {} if self.me is None else {self.me.node_id: self.me}
         groups: dict[str, GroupView] = {}
         for group in dict.fromkeys([self.group, *self._groups_wanted()]):
             members = []

@@ -60,20 +60,22 @@ def rendezvous_choice(group_id: str, broker_groups: list[str]) -> str:
 
 
 def candidate_groups(brokers: KafkaBrokers) -> list[str] | None:
-    """The broker groups that may coordinate consumer groups: this node's own and every
-    group of the cluster whose Kafka addresses are published; None before this node read
-    the cluster's Kafka brokers from etcd (it cannot tell yet)."""
+    """The broker groups that may coordinate consumer groups: this node's own (when it is
+    a Kafka broker) and every group of the cluster whose Kafka addresses are published;
+    None before this node read the cluster's Kafka brokers from etcd (it cannot tell yet).
+    Empty only on a node without the Kafka door in a cluster where no node has one."""
     if not brokers.view.from_etcd:
         return None
-    return sorted({brokers.group} | {name for name, group in brokers.view.groups.items()
-                                     if group.members})
+    own = {brokers.group} if brokers.serves_kafka else set()
+    return sorted(own | {name for name, group in brokers.view.groups.items()
+                         if group.members})
 
 
 def coordinating_group_of(brokers: KafkaBrokers, group_id: str) -> str | None:
     """The broker group whose primary coordinates consumer group ``group_id`` as the node
     following ``brokers`` sees it; None while it cannot tell (see :func:`candidate_groups`)."""
     candidates = candidate_groups(brokers)
-    return None if candidates is None else rendezvous_choice(group_id, candidates)
+    return rendezvous_choice(group_id, candidates) if candidates else None
 
 
 def coordinating_group(session: KafkaSession, group_id: str) -> str | None:

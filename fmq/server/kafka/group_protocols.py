@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -41,8 +40,8 @@ from fmq.protocol import Op
 from fmq.server.context import ServerContext
 from fmq.server.kafka.brokers import KafkaBrokers
 from fmq.server.kafka.group_coordinator import KafkaGroupError
-from fmq.server.kafka.group_links import BrokerGroupLinks, links_of
-from fmq.server.kafka.group_placement import coordinating_group_of
+from fmq.server.kafka.group_links import BrokerGroupLinks, close_links, links_of
+from fmq.server.kafka.group_placement import candidate_groups, rendezvous_choice
 from fmq.server.kafka.group_registry import coordinator_of
 from fmq.server.ops.group_protocol_gate import gate_of
 
@@ -74,10 +73,13 @@ async def kafka_members_at_coordinator(links: BrokerGroupLinks, brokers: KafkaBr
     when the group's Kafka coordinator, another broker group's primary, holds live Kafka
     members of it; GroupProtocolUnchecked (retriable) when it cannot be asked. The
     coordinator being this broker group, the server's own check covers it."""
-    coordinator = coordinating_group_of(brokers, group)
-    if coordinator is None:
+    candidates = candidate_groups(brokers)
+    if candidates is None:
         raise GroupProtocolUnchecked(group, "(not known yet)", "this node has not read the "
                                      "cluster's Kafka brokers from etcd yet")
+    if not candidates:
+        return  # no node of the cluster has the Kafka door: no Kafka member anywhere
+    coordinator = rendezvous_choice(group, candidates)
     if coordinator == brokers.group:
         return
     try:
@@ -117,20 +119,68 @@ async def fmq_members_elsewhere(links: BrokerGroupLinks, others: list[str],
             raise KafkaGroupError(UNASKED)
 
 
-def install(ctx: ServerContext, brokers: KafkaBrokers,
-            cluster_groups: Callable[[], list[str]]) -> None:
+def cluster_broker_groups(ctx: ServerContext) -> list[str]:
+    """The broker groups of the cluster and those the node's routes name: their brokers are
+    Kafka's too, each may lead partitions and coordinate consumer groups."""
+    routes = ctx.routes
+    if routes is None:
+        return []
+    snapshot = routes.snapshot
+    return sorted({g for r in snapshot.routes.values() for g in r.groups}
+                  | set(snapshot.groups))
+
+
+def install(ctx: ServerContext, brokers: KafkaBrokers) -> None:
     """Make the server whose context is ``ctx`` (a node of a cluster, following
-    ``brokers``) ask the other broker groups before either protocol starts a group here;
-    ``cluster_groups()`` names the cluster's broker groups."""
+    ``brokers``) ask the other broker groups before either protocol starts a group here.
+    On a node without the Kafka door (``brokers`` only watching) only FMQ's joins ask: no
+    Kafka member joins there."""
     links = links_of(ctx)
 
     async def kafka_side(group: str) -> None:
         await kafka_members_at_coordinator(links, brokers, group)
 
+    gate_of(ctx).ask_elsewhere = kafka_side
+    if not brokers.serves_kafka:
+        return
+
     async def fmq_side(group: str) -> None:
-        others = [g for g in cluster_groups() if g != brokers.group]
+        others = [g for g in cluster_broker_groups(ctx) if g != brokers.group]
         if others:
             await fmq_members_elsewhere(links, others, group)
 
-    gate_of(ctx).ask_elsewhere = kafka_side
     coordinator_of(ctx).fmq_elsewhere = fmq_side
+
+
+class DoorlessWatch:
+    """What a node of a cluster started without ``--kafka-port`` keeps of the Kafka door:
+    where the cluster's Kafka brokers are, so that an FMQ join starting a group here asks
+    the group's Kafka coordinator in another broker group (the one-protocol rule holds on
+    every node, not only on those with the door)."""
+
+    def __init__(self, ctx: ServerContext, node: str) -> None:
+        self.ctx = ctx
+        self.brokers = KafkaBrokers.watching(ctx.config, node)
+        self._closer: asyncio.Future | None = None
+
+    def start(self) -> None:
+        self.brokers.start(lambda: cluster_broker_groups(self.ctx))
+        install(self.ctx, self.brokers)
+        self._closer = asyncio.ensure_future(self._close_on_stop())
+
+    async def _close_on_stop(self) -> None:
+        await self.ctx.stop_requested.wait()
+        self.brokers.stop()
+        close_links(self.ctx)
+
+
+def watch_without_door(ctx: ServerContext) -> DoorlessWatch | None:
+    """:class:`DoorlessWatch` started, for a node of a cluster of broker groups (it has a
+    coordinator and routes) whose Kafka door is closed; None elsewhere."""
+    config = ctx.config
+    node = config.node or (f"{config.host}:{config.port}" if config.port else "")
+    if config.kafka_port or not config.coordinator or ctx.routes is None or not node:
+        return None
+    watch = DoorlessWatch(ctx, node)
+    watch.start()
+    return watch

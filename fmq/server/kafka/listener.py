@@ -92,23 +92,13 @@ class KafkaListener:
             ssl_handshake_timeout=config.handshake_timeout_ms / 1000 if self.tls else None)
         self._closer = asyncio.ensure_future(self._close_on_stop())
         if self.brokers is not None:
-            self.brokers.start(self._cluster_groups)
+            self.brokers.start(lambda: group_protocols.cluster_broker_groups(self.ctx))
             if self.ctx.routes is not None:  # one protocol per group across the cluster
-                group_protocols.install(self.ctx, self.brokers, self._cluster_groups)
+                group_protocols.install(self.ctx, self.brokers)
         self._txn_recovery = start_transaction_recovery(self.ctx)
         logger.info("kafka front door listening on %s:%d (%s, advertised as %s:%d)",
                     self.host, self.port, "plaintext" if self.tls is None else "TLS",
                     self.advertised_host, self.advertised_port)
-
-    def _cluster_groups(self) -> list[str]:
-        """The broker groups of the cluster and those the node's routes name: their
-        brokers are Kafka's too, each may lead partitions and coordinate consumer groups."""
-        routes = self.ctx.routes
-        if routes is None:
-            return []
-        snapshot = routes.snapshot
-        return sorted({g for r in snapshot.routes.values() for g in r.groups}
-                      | set(snapshot.groups))
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                       ) -> None:
