@@ -28,7 +28,8 @@ TOPIC = "spread"
 PER_GROUP = 2
 
 
-def _start(tmp_path, etcd: EtcdProcess, group: str) -> ServerProcess:
+def start_group_node(tmp_path, etcd: EtcdProcess, group: str) -> ServerProcess:
+    """The one node of broker group ``group``, with the Kafka door open, started."""
     port = free_port()
     node = ServerProcess(str(tmp_path / group), CONFIG, extra_args=(
         "--coordinator", etcd.url, "--cluster-name", CLUSTER, "--group", group,
@@ -58,7 +59,7 @@ def topic_over_two_groups(tmp_path) -> Iterator[dict[str, ServerProcess]]:
     nodes: dict[str, ServerProcess] = {}
     try:
         for group in ("g1", "g2"):
-            nodes[group] = _start(tmp_path, etcd, group)
+            nodes[group] = start_group_node(tmp_path, etcd, group)
         for node in nodes.values():
             wait_leading(node)
         store = ClusterRoutes(etcd.url, CLUSTER)

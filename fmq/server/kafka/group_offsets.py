@@ -36,8 +36,10 @@ from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.group_coordinator import KafkaGroupError
 from fmq.server.kafka.group_links import links_of
 from fmq.server.kafka.group_placement import check_coordinator, coordinator_refusal
+from fmq.server.kafka.group_protocols import cluster_broker_groups
 from fmq.server.kafka.group_registry import coordinator_of
 from fmq.server.kafka.group_remote_offsets import (
+    RETRY_CODES,
     CommitRow,
     FetchRow,
     all_or_retry,
@@ -45,8 +47,9 @@ from fmq.server.kafka.group_remote_offsets import (
     committed_remote,
     fetch_remote,
 )
-from fmq.server.kafka.routed import global_index, partition_host, route_of, routed_groups
+from fmq.server.kafka.routed import RoutedPartition, global_index, route_of
 from fmq.server.kafka.session import KafkaSession
+from fmq.server.kafka.unrouted_hosts import partition_places, unrouted_hosts_of
 
 logger = logging.getLogger("fmq.server.kafka")
 
@@ -95,10 +98,12 @@ async def _commit_everywhere(session: KafkaSession, group: str,
     # unknown, as Kafka answers a partition the topic does not have.
     codes = [ErrorCode.unknown_topic_or_partition] * len(asked)
     by_group: dict[str, list[tuple[int, CommitRow]]] = {}  # broker group -> (index, row)
-    for i, (topic, partition, offset) in enumerate(asked):
-        host = partition_host(session, topic, partition)
-        if host is not None:
+    places = await partition_places(session, [(t, p) for t, p, _ in asked])
+    for i, ((topic, _, offset), host) in enumerate(zip(asked, places, strict=True)):
+        if isinstance(host, RoutedPartition):
             by_group.setdefault(host.group, []).append((i, (topic, host.queue, offset)))
+        else:
+            codes[i] = host
     own, links = _own_group(session), links_of(ctx)
     steps = []
     for broker_group, placed in by_group.items():
@@ -107,9 +112,12 @@ async def _commit_everywhere(session: KafkaSession, group: str,
             steps.append(ctx.write(_commit_here, ctx.broker, group, rows))
         else:
             steps.append(commit_remote(links, broker_group, group, rows))
-    for placed, answered in zip(by_group.values(), await asyncio.gather(*steps), strict=True):
-        for (i, _), code in zip(placed, answered, strict=True):
+    for (broker_group, placed), answered in zip(by_group.items(), await asyncio.gather(*steps),
+                                                strict=True):
+        for (i, (topic, _, _)), code in zip(placed, answered, strict=True):
             codes[i] = code
+            if code == ErrorCode.unknown_topic_or_partition:
+                unrouted_hosts_of(ctx).forget(topic, broker_group)
     return all_or_retry(codes)
 
 
@@ -203,10 +211,12 @@ async def _fetch_named(session: KafkaSession, group: str,
     asked = [(t, p) for t, ps in topics for p in ps]
     offsets = [-1] * len(asked)  # a partition no broker group hosts has no commit
     by_group: dict[str, list[tuple[int, int]]] = {}  # broker group -> (index, queue)
-    for i, (topic, partition) in enumerate(asked):
-        host = partition_host(session, topic, partition)
-        if host is not None:
+    failed = ErrorCode.none
+    for i, host in enumerate(await partition_places(session, asked)):
+        if isinstance(host, RoutedPartition):
             by_group.setdefault(host.group, []).append((i, host.queue))
+        elif host in RETRY_CODES and failed == ErrorCode.none:
+            failed = host  # a broker group that may hold the topic could not be asked
     own, links = _own_group(session), links_of(ctx)
     steps = []
     for broker_group, placed in by_group.items():
@@ -215,7 +225,6 @@ async def _fetch_named(session: KafkaSession, group: str,
             steps.append(ctx.read(_committed_here, ctx.broker, group, rows))
         else:
             steps.append(fetch_remote(links, broker_group, group, rows))
-    failed = ErrorCode.none
     for placed, answered in zip(by_group.values(), await asyncio.gather(*steps), strict=True):
         for (i, _), (code, offset) in zip(placed, answered, strict=True):
             offsets[i] = offset
@@ -241,24 +250,41 @@ def _committed_here(broker: Broker, group: str, rows: list[FetchRow]
 async def _fetch_all(session: KafkaSession, group: str
                      ) -> tuple[ErrorCode, list[tuple[str, int, int]]]:
     """Every partition ``group`` committed, in this broker group and in every other group
-    a route names (a routed topic's queues there, by global index), sorted."""
+    of the cluster (a routed topic's queues there by global index; a topic without a route
+    that one other group alone holds, and this one does not, by queue), sorted."""
     ctx = session.ctx
     own = _own_group(session)
-    rows = [(topic, global_index(session, topic, queue), offset) for topic, queue, offset
-            in await ctx.read(_all_committed_here, ctx.broker, group)]
-    others = [g for g in routed_groups(session) if g != own]
+    here = await ctx.read(_all_committed_here, ctx.broker, group)
+    rows = [(topic, global_index(session, topic, queue), offset)
+            for topic, queue, offset in here]
+    others = [g for g in _cluster_groups(session) if g != own]
     links = links_of(ctx)
     failed = ErrorCode.none
+    unrouted: dict[str, dict[str, list[CommitRow]]] = {}  # topic -> broker group -> rows
     for broker_group, (code, found) in zip(others, await asyncio.gather(
             *(committed_remote(links, g, group) for g in others)), strict=True):
         if code != ErrorCode.none:
             failed = failed if failed != ErrorCode.none else code
             continue
         for topic, queue, offset in found:
+            if route_of(session, topic) is None:
+                unrouted.setdefault(topic, {}).setdefault(broker_group, []).append(
+                    (topic, queue, offset))
+                continue
             partition = _global_index_in(session, topic, broker_group, queue)
             if partition is not None:
                 rows.append((topic, partition, offset))
+    held_here = {topic for topic, _, _ in here}
+    for topic, by_group in unrouted.items():
+        # Held by this group or by several: not one Kafka topic of this cluster's clients.
+        if topic not in held_here and len(by_group) == 1:
+            rows.extend(row for found in by_group.values() for row in found)
     return failed, sorted(rows)
+
+
+def _cluster_groups(session: KafkaSession) -> list[str]:
+    """The broker groups whose commits the coordinator reads: every group of the cluster."""
+    return cluster_broker_groups(session.ctx) if session.brokers is not None else []
 
 
 def _all_committed_here(broker: Broker, group: str) -> list[CommitRow]:
@@ -273,9 +299,8 @@ def _all_committed_here(broker: Broker, group: str) -> list[CommitRow]:
 
 def _global_index_in(session: KafkaSession, topic: str, broker_group: str, queue: int
                      ) -> int | None:
-    """The Kafka partition of ``broker_group``'s queue ``queue`` of ``topic``: None unless
-    a route names that group (another group's unrouted topics are not this cluster's Kafka
-    topics)."""
+    """The Kafka partition of ``broker_group``'s queue ``queue`` of routed ``topic``: None
+    unless its route names that group."""
     route = route_of(session, topic)
     entry = route.entry(broker_group) if route is not None else None
     if entry is None or not 0 <= queue < entry.queues:
