@@ -142,9 +142,9 @@ def test_a_killed_server_finishes_a_decision_after_its_restart(tmp_path):
             json.dump(SOON_DUE, f)
         srv.start()
         wait_until(lambda: not _open_ids(srv.address), 30, "the decision to be finished")
+        assert _consumed(srv.address, "first") == sorted(w.encode() for w in winners)
         assert broker_stats(srv.address)["tx_decided_scope_commits"] == 2
         assert "the decision mark 'W' of producer group 'g' names it" in srv.log()
-        assert _consumed(srv.address, "first") == sorted(w.encode() for w in winners)
         srv.kill()
         srv.start()
         with TransactionProducer(srv.address, "g", lambda u: TxState.UNKNOWN,
