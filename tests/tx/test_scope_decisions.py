@@ -61,6 +61,8 @@ def test_the_broker_commits_a_decided_scopes_winners_its_owner_left_open(tmp_pat
         assert tx.commit("S//a", "g") == TxState.COMMIT
         with pytest.raises(TransactionConflict, match="decision mark 'S'.*names it"):
             tx.rollback("S//b", "g")
+        with pytest.raises(TransactionConflict, match="names it"):  # a check-back answer
+            tx.answer_uncertain("S//b", TxState.ROLLBACK, producer_group="g")
         with pytest.raises(TransactionConflict, match="still holds open"):
             tx.rollback("S", "g")
         offered: set[str] = set()
