@@ -40,6 +40,7 @@ from fmq.log.log import Log
 from fmq.recovery.recover import RecoveryReport, recover
 from fmq.recovery.roll_forward import end_cut_transactions
 from fmq.tx.closed_scopes import ClosedScopeRollback
+from fmq.tx.decided_scopes import DecidedScopes
 from fmq.tx.feedback import Feedback
 from fmq.tx.manager import TxManager
 from fmq.tx.relocation import TxRelocator
@@ -173,12 +174,14 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                       max_record_size=max_record_size, admit=admit, check_open=check_open,
                       ended=index.tx_ends.get)
     relocator = TxRelocator(log_=log_, txm=tx, read_record=writer.read_record)
+    decided = DecidedScopes(txm=tx, read_record=writer.read_record)
     feedback = Feedback(txm=tx, config=config, read_record=writer.read_record,
-                        commit=writer.commit, rollback=writer.rollback)
+                        commit=writer.commit, rollback=writer.rollback, decided=decided)
     transactions = Transactions(manager=tx, writer=writer, feedback=feedback,
-                                check_open=check_open)
+                                check_open=check_open, decided=decided)
     closed_scopes = ClosedScopeRollback(txm=tx, rollback=writer.rollback,
-                                        check_after_ms=config.tx_check_after_ms)
+                                        check_after_ms=config.tx_check_after_ms,
+                                        commit=writer.commit, decided=decided)
     visibility = Visibility()
     reader = Reader(log_=log_, index=index, config=config, queues=queues,
                     max_record_size=max_record_size, check_open=check_open,

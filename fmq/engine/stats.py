@@ -45,6 +45,7 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, relocator: T
         "offset_copies": retention.offsets.copies,
         "tx_timeouts": retention.timeouts,
         "tx_closed_scope_rollbacks": closed_scopes.rollbacks,
+        "tx_decided_scope_commits": closed_scopes.roll_forwards,
         "retention_passes": retention.passes,
         # the pending timers' bytes while they alone keep the log over retention_bytes
         "timers_pinning_retention_bytes": retention.timer_pinning.pinning_bytes,

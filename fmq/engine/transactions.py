@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from fmq.log.placement import now_ms
 from fmq.message import Message
+from fmq.tx.decided_scopes import DecidedScopes
 from fmq.tx.feedback import Feedback
 from fmq.tx.manager import OpenTransaction, TxManager
 from fmq.tx.state import TxState, UncertainTx
@@ -23,8 +24,10 @@ class Transactions:
     """The transaction operations of one open broker."""
 
     def __init__(self, *, manager: TxManager, writer: TxWriter, feedback: Feedback,
-                 check_open: Callable[[], None]) -> None:
+                 check_open: Callable[[], None], decided: DecidedScopes | None = None) -> None:
         self._manager = manager
+        #: Refuses a ROLLBACK that would undo a scope's decision (docs/transactions.md).
+        self._decided = decided
         self._writer = writer
         self._feedback = feedback
         self._check_open = check_open  # raises BrokerClosed once the broker is closed
@@ -49,7 +52,10 @@ class Transactions:
         """Discard ``producer_group``'s transaction ``tx_id`` (ROLLBACK record). Idempotent;
         a conflict after commit. No group: as :meth:`commit`."""
         self._check_open()
-        return self._writer.rollback(producer_group or self._manager.group_of(tx_id), tx_id)
+        group = producer_group or self._manager.group_of(tx_id)
+        if self._decided is not None:
+            self._decided.check_rollback(group, tx_id)
+        return self._writer.rollback(group, tx_id)
 
     # ------------------------------------------------------------------ on a pipeline
 

@@ -107,6 +107,9 @@ class BrokerCollector:
         yield CounterMetricFamily("fmq_tx_closed_scope_rollbacks", "Transactions of closed "
                                   "scopes the check-back rolled back.",
                                   value=s["tx_closed_scope_rollbacks"])
+        yield CounterMetricFamily("fmq_tx_decided_scope_commits", "Transactions of decided "
+                                  "scopes the broker committed (rolled forward).",
+                                  value=s["tx_decided_scope_commits"])
         yield GaugeMetricFamily("fmq_timers_pinning_retention_bytes", "Bytes of the pending "
                                 "timers while they alone keep the log over retention_bytes "
                                 "(else 0).", value=s["timers_pinning_retention_bytes"])

@@ -7,16 +7,19 @@ its output commit coordinator let finish, so the driver commits exactly those an
 back the rest it can see: the transactions of failed, killed or speculative attempts are
 found by their names (:class:`TxName`) among the producer group's open transactions.
 
-A batch write also closes its transactions' scope when it ends (:meth:`Committer.close`):
-its ids are ``SCOPE//NAME`` (:class:`TxName`), and once the driver prepared the transaction
-named ``SCOPE`` (the end mark, rolled back at once: never visible) the broker refuses
-every PREPARE of the scope (``TransactionScopeClosed``). A task Spark was still killing, or
-a speculative copy, that prepares after its write's commit or abort is refused instead of
-leaving an invisible transaction open; one that prepared before the mark is found by the
-sweep that follows it, or (the driver lost before its sweep) rolled back by the broker's
-check-back, which takes a closed scope's open transactions for losers: the mark comes
-only after every chosen COMMIT has answered. The mark is a transaction record, durable
-and replicated like every other (docs/transactions.md, *Scopes*).
+A batch write's ids are ``SCOPE//NAME`` (:class:`TxName`), and its commit is all or
+nothing: before its first COMMIT the driver prepares the transaction named ``SCOPE`` as a
+*decision mark* (:meth:`Committer.decide`, :mod:`fmq.tx.scope_decision`) naming the
+chosen transactions. From then on the broker refuses every PREPARE of the scope
+(``TransactionScopeClosed``) and every ROLLBACK of a chosen one, and commits those still
+open on its own once they are due for a check-back (the driver lost, or its COMMITs
+failed, after deciding), rolling back the rest of the scope; a driver that finishes ends
+the mark itself (:meth:`Committer.finish`). An abort before the decision closes the scope
+with a plain end mark (:meth:`Committer.close`, never visible) and rolls everything back;
+an abort that finds the decision made carries it out instead. A task Spark was still
+killing, or a speculative copy, that prepares after its write's commit or abort is refused
+instead of leaving an invisible transaction open. The marks are transaction records,
+durable and replicated like every other (docs/transactions.md, *Scopes*).
 
 A streaming query adds a durable record, written before the first COMMIT: the
 transactions chosen for micro-batch ``N`` (:class:`DecisionLog`, a file per batch under
@@ -40,7 +43,7 @@ from typing import Any
 from pyspark.sql.datasource import WriterCommitMessage
 
 from fmq.client import TransactionProducer
-from fmq.client.acquire import OWN_LINK, link_of
+from fmq.client.acquire import OWN_LINK, broker_group_of, link_of
 from fmq.errors import (
     AccessDenied,
     DuplicateTransaction,
@@ -53,6 +56,7 @@ from fmq.errors import (
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.tx.ids import SCOPE_SEPARATOR
+from fmq.tx.scope_decision import decision_message
 from fmq.tx.state import TxState
 
 logger = logging.getLogger("fmq.spark")
@@ -204,6 +208,8 @@ class Committer:
         self._mark_places: dict[str | None, str] = {}
         #: Scopes of other batch writes found closed (or not) by this committer's sweeps.
         self._closed: dict[tuple[str, str], bool] = {}
+        #: The link each group's decision mark went to (:meth:`decide`), by group.
+        self._decisions: dict[str | None, str] = {}
         try:
             for topic in sorted({t for t in topics if t}):
                 try:
@@ -244,28 +250,86 @@ class Committer:
             except TransactionConflict:
                 pass  # already committed by a decision recorded before: it stands
 
-    def close(self, scope: str, why: str) -> None:
-        """Mark ``scope`` over in every broker group a task of it can have written to (those
-        of the topics' routes): prepare the transaction named ``scope`` (one message,
-        ``why``), which makes the broker refuse every later PREPARE of the scope, then roll
-        it back (it is never visible and holds nothing). Idempotent."""
-        places = self._mark_places or {None: MARK_TOPIC}
-        for group, topic in places.items():
+    def _places(self, txs: Iterable[Prepared]) -> list[tuple[str | None, str, list[str]]]:
+        """Where a write's marks go, in the one order every mark of a scope is written
+        in: each broker group a task of it can have written to (those of the topics'
+        routes, and of ``txs``), with a topic hosted there and the ids of ``txs`` it
+        holds."""
+        places: dict[str | None, str] = dict(self._mark_places)
+        held: dict[str | None, list[str]] = {}
+        for tx in txs:
+            group = broker_group_of(tx.link) or None
+            places.setdefault(group, tx.topic or MARK_TOPIC)
+            held.setdefault(group, []).append(tx.tx_id)
+        if not places:
+            places[None] = MARK_TOPIC
+        return [(g, places[g], held.get(g, [])) for g in sorted(places, key=lambda g: g or "")]
+
+    def _link(self, group: str | None) -> str:
+        return link_of(group) if group is not None else OWN_LINK
+
+    def decide(self, scope: str, chosen: Sequence[Prepared]) -> None:
+        """Make the durable decision to commit ``chosen`` (and nothing else of ``scope``):
+        in each broker group, before any COMMIT, prepare the mark ``scope`` carrying the
+        ids of the group's chosen transactions. From its answer on, the broker commits
+        them whatever becomes of this driver, and refuses to roll one back. Idempotent:
+        a decision already made for the same transactions is answered as made."""
+        for group, topic, winners in self._places(chosen):
+            try:
+                self.producer.prepare([decision_message(topic, scope, winners)],
+                                      tx_id=scope, group=group)
+            except (UnknownTopic, AccessDenied) as exc:
+                if topic != MARK_TOPIC:
+                    raise
+                # Nothing chosen and no topic of the write known (as in close): nothing
+                # to decide, and the stand-in for the mark is refused.
+                logger.warning("could not mark the end of %s in %s (%s)", scope, topic, exc)
+                continue
+            self._decisions[group] = self.producer._tx_links.get(  # noqa: SLF001
+                scope, self._link(group))
+
+    def finish(self, scope: str, chosen: Sequence[Prepared]) -> None:
+        """End the decision marks of ``scope`` once its winners are committed: the broker
+        refuses while a transaction of the scope is still open (it ends the mark itself
+        once it has finished them)."""
+        for group, _topic, _winners in self._places(chosen):
+            link = self._decisions.get(group, self._link(group))
+            try:
+                self._end(Prepared(scope, link), TxState.ROLLBACK)
+            except TransactionConflict as exc:
+                logger.info("the decision %s stays until the broker ends it: %s", scope, exc)
+
+    def close(self, scope: str, why: str, txs: Iterable[Prepared] = ()) -> bool:
+        """Mark ``scope`` over in every broker group a task of it can have written to: prepare
+        the transaction named ``scope`` (one message, ``why``), which makes the broker
+        refuse every later PREPARE of the scope, then roll it back (it is never visible and
+        holds nothing). Returns False, having closed nothing more, when the first group
+        already holds a mark of the scope still open: the write's decision, made by its
+        commit (the marks are written in the same order), which stands."""
+        for n, (group, topic, _held) in enumerate(self._places(txs)):
             mark = Message(topic, why.encode(), properties={"fmq-spark-end": scope})
-            link = link_of(group) if group is not None else OWN_LINK
+            link = self._link(group)
             try:
                 self.producer.prepare([mark], tx_id=scope, group=group)
-            except (DuplicateTransaction, TransactionRolledBack):
+            except DuplicateTransaction:
+                if n == 0:
+                    return False
+                self.producer._tx_links[scope] = link  # noqa: SLF001 - closed before
+            except TransactionRolledBack:
                 self.producer._tx_links[scope] = link  # noqa: SLF001 - closed before
             except (UnknownTopic, AccessDenied) as exc:
-                if self._mark_places:
+                if topic != MARK_TOPIC:
                     raise
                 # No topic of the write is known and the stand-in is refused: the sweep
                 # alone ends what the write's tasks prepared (docs/spark.md, Limits).
                 logger.warning("could not mark the end of %s in %s (%s)", scope, topic, exc)
                 continue
-            self._end(Prepared(scope, self.producer._tx_links.get(scope, link)),  # noqa: SLF001
-                      TxState.ROLLBACK)
+            try:
+                self._end(Prepared(scope, self.producer._tx_links.get(scope, link)),  # noqa: SLF001
+                          TxState.ROLLBACK)
+            except TransactionConflict:
+                pass  # a decision mark (a later group's, written first): it stands
+        return True
 
     def closed(self, scope: str, link: str) -> bool:
         """Whether ``scope`` (another batch write's) was closed in the group of ``link``:
@@ -301,7 +365,9 @@ class Committer:
                 else:
                     verdict = None
                 if verdict is not None:
-                    with contextlib.suppress(UnknownTransaction):
+                    # A conflict: a decision names it for commit (the broker refuses its
+                    # ROLLBACK and commits it), or a decision mark still has work.
+                    with contextlib.suppress(UnknownTransaction, TransactionConflict):
                         self._end(Prepared(tx_id, link), verdict)
 
     def _open(self, link: str) -> list[str]:

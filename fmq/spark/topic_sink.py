@@ -21,6 +21,7 @@ as an option of the query (the sink keeps its own record there).
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -36,7 +37,7 @@ from pyspark.sql.types import StructType
 
 from fmq.client import TransactionProducer
 from fmq.client.acquire import OWN_LINK
-from fmq.errors import FMQError, InvalidArgument
+from fmq.errors import FMQError, InvalidArgument, TransactionConflict
 from fmq.message import Message
 from fmq.protocol.values import message_to_wire
 from fmq.spark.sink_commit import (
@@ -52,6 +53,8 @@ from fmq.spark.sink_commit import (
 from fmq.spark.sink_rows import SinkColumns, check_schema, row_message
 from fmq.spark.topic_offsets import access_options, option, required
 from fmq.tx.state import TxState
+
+logger = logging.getLogger("fmq.spark")
 
 DEFAULT_PRODUCER_GROUP = "fmq-spark"
 #: The sink's directory inside a streaming query's checkpoint.
@@ -111,9 +114,11 @@ def _prepare_task(opts: _SinkOptions, rows: Iterator[Any], write: str, batch: in
 
 
 class TopicBatchWriter(DataSourceWriter):
-    """``df.write``: one random write id; the driver commits what the winning attempts
-    prepared, closes the write's scope (no task of it can prepare any more) and rolls back
-    every other transaction of this write it finds open."""
+    """``df.write``: one random write id; the driver decides, durably and before its first
+    COMMIT, to commit what the winning attempts prepared (the decision also closes the
+    write's scope: no task of it can prepare any more), commits them and rolls back every
+    other transaction of this write it finds open. From the decision on the write is
+    committed whole: what the driver does not finish, the broker does."""
 
     def __init__(self, options: dict, schema: StructType) -> None:
         self.opts = _SinkOptions(options, schema)
@@ -143,23 +148,46 @@ class TopicBatchWriter(DataSourceWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         chosen = prepared_of(messages)
-        names = frozenset(TxName.parse(t.tx_id) for t in chosen)
         with self.opts.committer(chosen) as c:
+            # A failure here (the decision not durable, or its answer lost) makes Spark
+            # call abort, which finds out which.
+            c.decide(self.scope, chosen)
+            self._carry_out(c, chosen)
+
+    def _carry_out(self, c: Committer, chosen: list[Prepared]) -> None:
+        """COMMIT the chosen transactions of the decided write, roll back the rest, end
+        the decision. The write is decided: a failure here (the server out of reach, a
+        refused COMMIT) no longer fails it; the broker commits what is left once it can
+        (docs/transactions.md, Scopes)."""
+        names = frozenset(TxName.parse(t.tx_id) for t in chosen)
+        try:
             c.commit_all(chosen)
-            # Only once every chosen transaction's COMMIT has answered: from the mark on,
-            # the broker takes whatever the scope still holds open for a loser and rolls
-            # it back (docs/transactions.md, Scopes).
-            c.close(self.scope, "committed")
             self._sweep(c, names)
+            c.finish(self.scope, chosen)
+        except TransactionConflict:
+            raise  # a chosen transaction rolled back before the decision (by hand)
+        except FMQError as exc:
+            logger.warning(
+                "batch write %s is decided (commit of %d transactions) but its driver "
+                "could not finish it (%s): the broker commits the rest on its own",
+                self.write_id, len(chosen), exc)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         prepared = prepared_of(messages)
         with self.opts.committer(prepared) as c:
             # Spark kills the other tasks while this runs: closed first, none of them can
             # prepare after the sweep below has looked.
-            c.close(self.scope, "aborted")
-            c.rollback_all(prepared)
-            self._sweep(c)
+            if c.close(self.scope, "aborted", prepared):
+                c.rollback_all(prepared)
+                self._sweep(c)
+                return
+            # The commit's decision is durable (its answer, or a COMMIT after it, failed):
+            # it stands; complete it in every group (the same decision answers as made)
+            # and carry it out. ``messages`` are the ones the commit had.
+            logger.warning("batch write %s: aborted after its decision to commit; the "
+                           "decision stands", self.write_id)
+            c.decide(self.scope, prepared)
+            self._carry_out(c, prepared)
 
 
 def _checkpoint(options: dict) -> str:

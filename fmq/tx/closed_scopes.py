@@ -1,16 +1,25 @@
-"""The check-back's one decision of its own: roll back the leftovers of a closed scope.
+"""The check-back's decisions of its own: finish a closed scope.
 
 A transaction ``SCOPE//NAME`` still open once the end mark ``SCOPE`` of its producer group
 is durable was prepared before the mark (the mark refuses every later PREPARE, under the
-lock that registers transactions), and whoever owns the scope closed it only after ending
-every transaction it wanted (the Spark sink commits its winners first, or gives the whole
-write up). So nobody can still want it committed: the mark is the owner's own durable
-decision about everything left in the scope, and asking the producer again would only
-keep the transaction open, pinning the recovery checkpoint and retention, until someone
-ends it by hand. When such a transaction falls due for a check-back
-(``tx_check_after_ms`` after the broker learned of it), the broker rolls it back instead
-of offering it: the same ROLLBACK record a producer's answer writes (fsynced, shipped to
-the followers), logged and counted (docs/transactions.md, *Scopes*).
+lock that registers transactions), and the mark is its owner's durable word on the scope:
+
+* a **decision mark** (:mod:`fmq.tx.scope_decision`), written before the owner's first
+  COMMIT, names the winners: the broker commits those it finds open (*rolls them
+  forward*: the owner was lost, or its COMMITs failed, after deciding) and rolls back the
+  rest, then rolls back the mark itself once its scope holds nothing open;
+* a **plain mark** comes only after every COMMIT its owner wanted has answered (or when
+  the owner gives the whole scope up), so whatever is still open is a leftover nobody
+  wants: the broker rolls it back.
+
+Asking the producer instead would only keep such a transaction open, pinning the recovery
+checkpoint and retention, until someone ends it by hand. The broker acts once the
+transaction is due for a check-back (``tx_check_after_ms`` after the broker learned of it)
+and, in a decided scope, once the decision mark is too (its owner finishes it itself
+meanwhile): the same COMMIT or ROLLBACK records a producer's answer writes (fsynced,
+shipped to the followers), each logged and counted (docs/transactions.md, *Scopes*). A
+primary does this; a follower copies its primary's records, and one promoted finishes
+what the old primary left, the decision being in the log it copied.
 """
 
 from __future__ import annotations
@@ -20,42 +29,62 @@ import time
 from collections.abc import Callable
 
 from fmq.errors import FMQError
+from fmq.tx.decided_scopes import DecidedScopes, carries_decision
 from fmq.tx.ids import scope_of
 from fmq.tx.manager import OpenTransaction, TxManager
 from fmq.tx.state import TxState
 
 logger = logging.getLogger("fmq.broker")  # the broker's lines keep one logger name
 
+EndTx = Callable[[str, str], TxState]
+
 
 class ClosedScopeRollback:
-    """Rolls back the open transactions of closed scopes that are due for a check-back.
-    ``rollback(producer_group, tx_id)`` ends a transaction as a producer's ROLLBACK does;
+    """Finishes the closed scopes whose open transactions are due for a check-back: rolls
+    a decided scope's winners forward and every other leftover back, and ends a decision
+    mark whose scope holds nothing open any more. ``commit`` / ``rollback``
+    ``(producer_group, tx_id)`` end a transaction as a producer's COMMIT / ROLLBACK does;
     run on a primary only (a follower's primary decides)."""
 
-    def __init__(self, txm: TxManager, rollback: Callable[[str, str], TxState],
-                 check_after_ms: int) -> None:
+    def __init__(self, txm: TxManager, rollback: EndTx, check_after_ms: int,
+                 commit: EndTx | None = None, decided: DecidedScopes | None = None) -> None:
         self.tx = txm
         self.rollback = rollback
+        self.commit = commit
+        self.decided = decided
         self.check_after = check_after_ms / 1000.0
         self.rollbacks = 0  # leftovers of closed scopes rolled back
+        self.roll_forwards = 0  # winners of decided scopes committed by the broker
+        self.decisions_ended = 0  # decision marks the broker ended, their scope finished
+
+    def _is_due(self, t: OpenTransaction, now: float) -> bool:
+        return t.prepared and t.registered_at + self.check_after <= now
 
     def due(self, now: float | None = None) -> list[tuple[OpenTransaction, str]]:
         """The open transactions a check-back would ask about now whose scope is closed by
         a durable mark, each with its scope. A transaction being committed (or whose
-        prepare is not durable yet) is left alone."""
+        prepare is not durable yet) is left alone here; one of a decided scope is listed
+        once the decision mark is due as well (and then even while committing: it rolls
+        forward)."""
         now = time.monotonic() if now is None else now
         found = []
         with self.tx.lock:
             # One look at the mark per scope: a scope's leftovers are usually many.
             closed: dict[tuple[str, str], bool] = {}
             for t in self.tx.open.values():
-                if (t.state != TxState.OPEN or not t.prepared
-                        or t.registered_at + self.check_after > now):
+                if not self._is_due(t, now):
                     continue
                 scope = scope_of(t.tx_id)
-                if scope is None or t.referenced:
+                if scope is None:
                     continue
                 key = (t.producer_group, scope)
+                mark = self.tx.open.get(key)
+                if mark is not None and carries_decision(mark):
+                    if self._is_due(mark, now):
+                        found.append((t, scope))
+                    continue
+                if t.state != TxState.OPEN or t.referenced:
+                    continue
                 if key not in closed:
                     closed[key] = self.tx.scope_closed_durably(t.producer_group, scope)
                 if closed[key]:
@@ -63,19 +92,69 @@ class ClosedScopeRollback:
         return found
 
     def run(self, now: float | None = None) -> int:
-        """Roll back every transaction :meth:`due` names; returns how many were."""
+        """Finish every transaction :meth:`due` names, then the decision marks whose
+        scope holds nothing open; returns how many transactions were ended."""
+        now = time.monotonic() if now is None else now
         done = 0
         for tx, scope in self.due(now):
-            try:
-                self.rollback(tx.producer_group, tx.tx_id)
-            except FMQError as exc:  # ended meanwhile, a closed broker, a failed log...
-                logger.info("transaction %r of the closed scope %r not rolled back: %s",
-                            tx.tx_id, scope, exc)
-                continue
-            done += 1
-            self.rollbacks += 1
-            logger.warning(
-                "rolled back transaction %r: its scope %r of producer group %r is closed "
-                "(the transaction %r marked it over before this one was ended), so its "
-                "owner no longer wants it", tx.tx_id, scope, tx.producer_group, scope)
+            decision = (self.decided.decision(tx.producer_group, scope)
+                        if self.decided is not None else None)
+            if decision is not None and tx.tx_id in decision.winners:
+                done += self._roll_forward(tx, scope)
+            elif tx.state == TxState.OPEN and not tx.referenced:
+                done += self._roll_back(tx, scope, decision is not None)
+        self._end_decisions(now)
         return done
+
+    def _roll_forward(self, tx: OpenTransaction, scope: str) -> int:
+        if self.commit is None:
+            return 0
+        try:
+            self.commit(tx.producer_group, tx.tx_id)
+        except FMQError as exc:  # a closed broker, a failed log...
+            logger.info("transaction %r of the decided scope %r not committed yet: %s",
+                        tx.tx_id, scope, exc)
+            return 0
+        self.roll_forwards += 1
+        logger.warning(
+            "committed transaction %r: the decision mark %r of producer group %r names it "
+            "for commit, and its owner had not committed it (lost, or its COMMIT failed, "
+            "after deciding)", tx.tx_id, scope, tx.producer_group)
+        return 1
+
+    def _roll_back(self, tx: OpenTransaction, scope: str, decided: bool) -> int:
+        try:
+            self.rollback(tx.producer_group, tx.tx_id)
+        except FMQError as exc:  # ended meanwhile, a closed broker, a failed log...
+            logger.info("transaction %r of the closed scope %r not rolled back: %s",
+                        tx.tx_id, scope, exc)
+            return 0
+        self.rollbacks += 1
+        why = ("the scope's decision mark does not name it for commit" if decided else
+               f"the transaction {scope!r} marked it over before this one was ended, so "
+               f"its owner no longer wants it")
+        logger.warning("rolled back transaction %r: its scope %r of producer group %r is "
+                       "closed (%s)", tx.tx_id, scope, tx.producer_group, why)
+        return 1
+
+    def _end_decisions(self, now: float) -> None:
+        """Roll back the due decision marks whose scope holds nothing open: the decision
+        is carried out (every winner committed, by its owner or here)."""
+        if self.decided is None:
+            return
+        with self.tx.lock:
+            marks = [t for t in self.tx.open.values()
+                     if t.state == TxState.OPEN and self._is_due(t, now)
+                     and scope_of(t.tx_id) is None and carries_decision(t)]
+            finished = [m for m in marks
+                        if not self.decided.scope_has_open(m.producer_group, m.tx_id)]
+        for mark in finished:
+            try:
+                self.rollback(mark.producer_group, mark.tx_id)
+            except FMQError as exc:
+                logger.info("decision mark %r not ended yet: %s", mark.tx_id, exc)
+                continue
+            self.decisions_ended += 1
+            logger.info("ended the decision mark %r of producer group %r: its scope holds "
+                        "nothing open any more", mark.tx_id, mark.producer_group)
+        self.decided.forget_ended()

@@ -10,6 +10,7 @@ from fmq.config import BrokerConfig
 from fmq.errors import InvalidArgument
 from fmq.log.record import Record
 from fmq.message import check_count, check_label, check_name, check_offset
+from fmq.tx.decided_scopes import DecidedScopes
 from fmq.tx.manager import TxManager
 from fmq.tx.state import PreparedMessage, TxState, UncertainTx
 
@@ -22,8 +23,10 @@ class Feedback:
     def __init__(self, txm: TxManager, config: BrokerConfig,
                  read_record: Callable[[int, int], Record],
                  commit: Callable[[str, str], TxState],
-                 rollback: Callable[[str, str], TxState]) -> None:
+                 rollback: Callable[[str, str], TxState],
+                 decided: DecidedScopes | None = None) -> None:
         self.tx = txm
+        self.decided = decided
         self.config = config
         self.read_record = read_record
         self.commit = commit
@@ -76,6 +79,8 @@ class Feedback:
         if state == TxState.COMMIT:
             return self.commit(producer_group, tx_id)
         if state == TxState.ROLLBACK:
+            if self.decided is not None:  # a decided winner is never rolled back
+                self.decided.check_rollback(producer_group, tx_id)
             return self.rollback(producer_group, tx_id)
         if state == TxState.UNKNOWN:
             self.tx.release_lease(producer_group, tx_id, owner)

@@ -34,6 +34,7 @@ from fmq.errors import (
 )
 from fmq.message import check_label
 from fmq.tx.ids import scope_of
+from fmq.tx.scope_decision import DECISION_KEY
 from fmq.tx.state import TxState
 
 _monotonic = time.monotonic
@@ -335,10 +336,12 @@ class TxManager:
                 due = [t for t in self.open.values()
                        if t.producer_group == producer_group and t.state == TxState.OPEN
                        and t.prepared and t.next_check_at <= now and t.lease_until <= now]
-                # A leftover of a closed scope is not asked about: the broker rolls it
-                # back (fmq.tx.closed_scopes), and until then it is no poller's business.
+                # A leftover of a closed scope is not asked about: the broker ends it
+                # (fmq.tx.closed_scopes), and until then it is no poller's business; nor
+                # is a decision mark, which the broker ends once its scope is finished.
                 leftovers = {t.key for t in due
-                             if self.closed_scope_of(producer_group, t.tx_id)}
+                             if self.closed_scope_of(producer_group, t.tx_id)
+                             or (len(t.messages) == 1 and t.messages[0].key == DECISION_KEY)}
                 if leftovers:
                     due = [t for t in due if t.key not in leftovers]
                 if due:

@@ -23,6 +23,12 @@ mark and its sweep, leaving that attempt's transaction open. The variable
 kill; the process must lead its own session (``start_new_session``), so that nothing
 outside it is killed.
 
+``python -m tests.spark.sink_jobs lost-decision ADDRESS TOPIC ROWS LOCAL_DIR``: as
+``lost-sweep``, but the driver is killed right after the first COMMIT of its commit
+answered (after the write's decision, before its other COMMITs): the write's other
+chosen transactions and the lost attempt's stay open. ``FMQ_SINK_KILL_AFTER_COMMIT``
+names the file written just before the kill.
+
 ``python -m tests.spark.sink_jobs speculate ADDRESS TOPIC ROWS MASTER MARKS``: a batch write
 of ``ROWS`` rows in 4 partitions with ``spark.speculation`` on, at ``MASTER`` (a standalone
 cluster: Spark speculates only there, never in local mode), where attempt 0 of partition 0
@@ -51,8 +57,11 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from fmq.spark.topic_sink import TopicBatchWriter, TopicStreamWriter
+from fmq.errors import ConnectionLost
+from fmq.spark.sink_commit import Committer
+from fmq.spark.topic_sink import TopicBatchWriter, TopicStreamWriter, _SinkOptions
 from fmq.spark.topic_source import TopicDataSource
+from fmq.tx.state import TxState
 
 
 class AttemptZeroLost(RuntimeError):
@@ -120,6 +129,97 @@ class DriverLostBeforeSweepSink(TopicDataSource):
 
     def writer(self, schema, overwrite):
         return DriverLostBeforeSweepWriter(dict(self.options), schema)
+
+
+class HookedCommitter(Committer):
+    """A committer that does ``hook`` (:data:`COMMIT_HOOKS`) right after the first COMMIT
+    of a chosen transaction answered, or in place of / right after its decision."""
+
+    def __init__(self, *args, hook: str, argument: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.hook, self.argument, self.fired = hook, argument, False
+
+    def _end(self, tx, state):
+        super()._end(tx, state)
+        if state == TxState.COMMIT and not self.fired:
+            self.fired = True
+            COMMIT_HOOKS[self.hook](self.argument)
+
+    def decide(self, scope, chosen):
+        if self.hook == "refuse-decision":
+            raise ConnectionLost("the decision never reached the server (injected)")
+        super().decide(scope, chosen)
+        # Once per write (the marker file ``argument``): the abort's decide answers.
+        if self.hook == "lose-decision-answer" and not os.path.exists(self.argument):
+            with open(self.argument, "w") as f:
+                f.write(scope)
+            raise ConnectionLost("the decision's answer was lost (injected)")
+
+
+def _kill_server(pid: str) -> None:
+    os.kill(int(pid), signal.SIGKILL)
+
+
+def _kill_driver_after_commit(marker: str) -> None:
+    with open(marker, "w") as f:
+        f.write("killed")
+    _kill_driver_session()
+
+
+#: What a :class:`HookedCommitter` does after its first COMMIT, with its argument.
+COMMIT_HOOKS = {"kill-server": _kill_server, "kill-driver": _kill_driver_after_commit,
+                "refuse-decision": lambda _a: None, "lose-decision-answer": lambda _a: None}
+
+
+class HookedOptions(_SinkOptions):
+    """The sink's options with a :class:`HookedCommitter` for the driver."""
+
+    def __init__(self, options, schema, hook: str, argument: str):
+        super().__init__(options, schema)
+        self.hook, self.argument = hook, argument
+
+    def committer(self, prepared):
+        topics = {t.topic for t in prepared} | {self.columns.topic or ""}
+        return HookedCommitter(self.servers, self.producer_group, self.access, topics,
+                               hook=self.hook, argument=self.argument)
+
+
+class HookedWriter(TopicBatchWriter):
+    """A batch writer whose driver's committer does the option ``hook`` (with the option
+    ``target``): ``kill-server`` (SIGKILL to that pid) after the first COMMIT,
+    ``refuse-decision`` / ``lose-decision-answer`` around the decision."""
+
+    def __init__(self, options, schema):
+        super().__init__(options, schema)
+        self.opts = HookedOptions(options, schema, options["hook"], options["target"])
+
+
+class HookedSink(TopicDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "fmq-topic-hooked"
+
+    def writer(self, schema, overwrite):
+        return HookedWriter(dict(self.options), schema)
+
+
+class DriverLostAfterDecisionWriter(LosingBatchWriter):
+    """Attempt 0 of partition 1 is lost after its prepare, and the driver dies (SIGKILL)
+    right after its first COMMIT answered."""
+
+    def __init__(self, options, schema):
+        super().__init__(options, schema)
+        self.opts = HookedOptions(options, schema, "kill-driver",
+                                  os.environ["FMQ_SINK_KILL_AFTER_COMMIT"])
+
+
+class DriverLostAfterDecisionSink(TopicDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "fmq-topic-lost-decision"
+
+    def writer(self, schema, overwrite):
+        return DriverLostAfterDecisionWriter(dict(self.options), schema)
 
 
 #: The longest the stalled first attempt of the speculation job waits to be killed.
@@ -240,6 +340,7 @@ def _session(master: str, **conf: str) -> SparkSession:
     spark.dataSource.register(TestSinkSource)
     spark.dataSource.register(SpeculatedSink)
     spark.dataSource.register(DriverLostBeforeSweepSink)
+    spark.dataSource.register(DriverLostAfterDecisionSink)
     return spark
 
 
@@ -261,7 +362,8 @@ def retry(address: str, topic: str, rows: int) -> None:
     spark.stop()
 
 
-def lost_sweep(address: str, topic: str, rows: int, local_dir: str) -> None:
+def lost_sweep(address: str, topic: str, rows: int, local_dir: str,
+               sink: str = "fmq-topic-lost-sweep") -> None:
     if os.getsid(0) != os.getpid():
         raise SystemExit("lost-sweep kills its whole session: start it in a new one")
     os.environ[DRIVER_SESSION] = str(os.getpid())  # before the JVM starts: it inherits it
@@ -269,7 +371,7 @@ def lost_sweep(address: str, topic: str, rows: int, local_dir: str) -> None:
     df = spark.range(rows, numPartitions=3).select(
         F.format_string("l-%d", "id").alias("body"),
         F.format_string("k%d", F.col("id") % 5).alias("key"))
-    (df.write.format("fmq-topic-lost-sweep").option("servers", address)
+    (df.write.format(sink).option("servers", address)
      .option("topic", topic).mode("append").save())
     spark.stop()
     raise SystemExit("the driver outlived its crash point")
@@ -322,6 +424,8 @@ if __name__ == "__main__":
         retry(args[0], args[1], int(args[2]))
     elif mode == "lost-sweep":
         lost_sweep(args[0], args[1], int(args[2]), args[3])
+    elif mode == "lost-decision":
+        lost_sweep(args[0], args[1], int(args[2]), args[3], "fmq-topic-lost-decision")
     elif mode == "speculate":
         speculate(args[0], args[1], int(args[2]), args[3], args[4])
     else:
