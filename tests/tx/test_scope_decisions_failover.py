@@ -60,7 +60,10 @@ def test_a_promoted_follower_finishes_its_old_primarys_decision(tmp_path):
         new = group.wait_primary(among=group.others(old), timeout=60)
         wait_until(lambda: not _open_ids(new.address), 60,
                    "the promoted primary to finish the decision")
-        assert _consumable(new.address) == [b"W//0", b"W//1"]
+        # The winners' COMMITs are durable; the index and the followers' high watermark
+        # make them readable a moment later.
+        wait_until(lambda: _consumable(new.address) == [b"W//0", b"W//1"], 30,
+                   "both winners readable and the loser not")
         assert broker_stats(new.address)["tx_decided_scope_commits"] == 1
         assert broker_stats(new.address)["tx_closed_scope_rollbacks"] == 1
     finally:
