@@ -249,7 +249,7 @@ KAFKA_GROUP = 4
 
 
 def _kafka_produce(run: Run) -> Metrics:
-    """One librdkafka producer (acks=all, linger.ms 5, 64 KiB batches) through the Kafka
+    """One librdkafka producer (acks=all, librdkafka's own batching) through the Kafka
     door; the server's CPU per message from STATS around the run, as row 2's."""
     topic = run.topic()
     probe = ServerProbe(run.address)

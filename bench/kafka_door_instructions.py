@@ -9,10 +9,11 @@ client requests), divided by its messages:
 
 * ``produce``: Produce requests as one librdkafka producer sends them (``acks=all``, 64
   keyless 1 KiB records per batch, their CreateTimes a few per millisecond): the request
-  decoded by kio, its records made messages (the door's decoder), checked and placed as
-  the send pipeline does (``Broker.check_messages``, ``Broker.place_requests``), the
-  answer written (Produce's own writer, or kio's in a checkout without one), then the log
-  flushed and indexed;
+  decoded by kio, its records made messages (the door's decoder), checked as Produce
+  checks them (``check_produced``, or ``Broker.check_messages`` in a checkout without
+  it), placed as the send pipeline does (``Broker.place_requests``), the answer written
+  (Produce's own writer, or kio's in a checkout without one), then the log flushed and
+  indexed;
 * ``send_batch``: FMQ's own SEND_BATCH of 64 messages of 1 KiB, the same steps from the
   server's decode of the payload on (row 2's load of bench/compare.py);
 * ``fetch``: what Fetch answers after the index has them: pulls of up to 1 MiB from each
@@ -28,9 +29,12 @@ the test run::
                                             [--steps]
 
 ``--steps`` cuts the produce and SEND_BATCH phases into their steps instead (kio's decode,
-the door's decode, ``check_messages``, ``place_requests``, the answer, the flush and the
-index), each step run over every request before the next: where Produce's instructions a
-message go beside SEND_BATCH's.
+the door's decode, the checks, ``place_requests``, the answer, the flush and the index),
+each step run over every request before the next: where Produce's instructions a message
+go beside SEND_BATCH's. SEND_BATCH's checks are given twice: ``Broker.check_messages``
+(what an embedded ``send_batch`` and a request that is not plain get) and the session's
+(``Broker.check_plain_message`` of each message, what a plain SEND_BATCH gets after its
+decoder found each message plain).
 """
 
 from __future__ import annotations
@@ -76,6 +80,18 @@ except ImportError:  # before it: decoded, then mapped
         base = messages[0].queue_offset
         return encode_batch(base, [(m.queue_offset - base, to_record(m)) for m in messages])
     door = "records+mapping"
+try:  # this checkout's checks of a partition's messages, made once for what they share
+    from fmq.server.kafka.produce_checks import check_produced
+    from fmq.server.kafka.record_messages import plain_messages_of_records
+    def door_plain(records, topic, queue):
+        return plain_messages_of_records(records, LIMIT, topic, queue)
+    def door_check(broker, decoded):
+        check_produced(broker, *decoded)
+except ImportError:  # before them: the send path's checks of every message
+    def door_plain(records, topic, queue):
+        return door_messages(records, topic, queue), -1
+    def door_check(broker, decoded):
+        broker.check_messages(decoded[0])
 
 def produce_frame(topic, queue, first_ts):
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
@@ -117,8 +133,9 @@ def produce(broker, topic, frames):
         for t in request.topic_data:
             parts = []
             for p in t.partition_data:
-                messages = door_messages(p.records, t.name, p.index)
-                broker.check_messages(messages)
+                decoded = door_plain(p.records, t.name, p.index)
+                door_check(broker, decoded)
+                messages = decoded[0]
                 results, end, _ = broker.place_requests(messages, [len(messages)], packed=True)
                 parts.append({"index": p.index, "error_code": 0,
                               "base_offset": results[0].queue_offset, "log_append_time": None,
@@ -215,14 +232,14 @@ with fmq.Broker.open(data_dir, cfg) as broker:
         dump()
         requests = [read_request(f, PRODUCE) for f in frames]
         dump()
-        batches = [(p.index, door_messages(p.records, t.name, p.index))
+        batches = [(p.index, door_plain(p.records, t.name, p.index))
                    for r in requests for t in r.topic_data for p in t.partition_data]
         dump()
-        for _, messages in batches:
-            broker.check_messages(messages)
+        for _, decoded in batches:
+            door_check(broker, decoded)
         dump()
-        placed = [broker.place_requests(messages, [len(messages)], packed=True)
-                  for _, messages in batches]
+        placed = [broker.place_requests(decoded[0], [len(decoded[0])], packed=True)
+                  for _, decoded in batches]
         dump()
         for (index, _), (results, end, _) in zip(batches, placed):
             produce_answer(1, 9, {"responses": [
@@ -239,6 +256,10 @@ with fmq.Broker.open(data_dir, cfg) as broker:
         for messages in decoded:
             broker.check_messages(messages)
         dump()
+        for messages in decoded:  # what the session's plain SEND_BATCH checks instead
+            for message in messages:
+                broker.check_plain_message(message)
+        dump()
         placed = [broker.place_requests(messages, [len(messages)], packed=True)
                   for messages in decoded]
         dump()
@@ -250,9 +271,10 @@ print(json.dumps({"door": door, "messages": n}))
 """
 #: The steps of ``--steps``, in the order STEPS_BODY dumps after them.
 STEPS = ("produce: kio's request decode", "produce: the door's decode",
-         "produce: check_messages", "produce: place_requests", "produce: the answer",
+         "produce: the checks", "produce: place_requests", "produce: the answer",
          "produce: durable and indexed", "send_batch: decode", "send_batch: check_messages",
-         "send_batch: place_requests", "send_batch: durable and indexed")
+         "send_batch: the session's checks", "send_batch: place_requests",
+         "send_batch: durable and indexed")
 
 STEPS_SCRIPT = PRELUDE + STEPS_BODY
 

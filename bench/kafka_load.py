@@ -2,9 +2,12 @@
 librdkafka producer and a librdkafka consumer group (confluent-kafka), each in processes of
 their own so that the bench process's interpreter never paces them.
 
-* :func:`produce`: one ``Producer`` as a Kafka user runs it for throughput: ``acks=all``,
-  ``linger.ms`` 5, ``batch.size`` 64 KiB, no compression, keyless 1 KiB values (librdkafka's
-  sticky partitioner fills one partition's batch at a time). It produces as fast as
+* :func:`produce`: one ``Producer`` as a Kafka user runs it, with librdkafka's own
+  batching: ``acks=all`` and librdkafka's defaults otherwise (``linger.ms`` 5,
+  ``batch.size`` 1,000,000 bytes, ``batch.num.messages`` 10,000, no compression), keyless
+  1 KiB values (librdkafka's sticky partitioner fills one partition's batch at a time).
+  ``--batch-size`` sets ``batch.size`` instead (the rows before 2026-11-29's fifth pass
+  ran 64 KiB). It produces as fast as
   librdkafka takes messages for ``seconds`` (a closed loop: a full local queue waits for
   deliveries), then flushes. Reported: delivered msgs/s over the whole run, flush included,
   and the p99 of librdkafka's own produce-to-delivery latency (``Message.latency()``).
@@ -30,15 +33,16 @@ import queue
 import statistics
 import time
 
-PRODUCER_CONFIG = {"acks": "all", "linger.ms": 5, "batch.size": 65536,
-                   "compression.type": "none"}
+#: The producer's settings: acks=all, and librdkafka's own batching (its defaults).
+PRODUCER_CONFIG = {"acks": "all"}
 #: How long a consumer waits with nothing to read, once it has read, before it stops.
 CONSUMER_IDLE_S = 3.0
 #: The longest a run may take beyond its own length (joins, flush) before it is a failure.
 SLACK_S = 120.0
 
 
-def _producer(bootstrap: str, topic: str, seconds: float, size: int, out: mp.Queue) -> None:
+def _producer(bootstrap: str, topic: str, seconds: float, size: int, batch_size: int | None,
+              out: mp.Queue) -> None:
     from confluent_kafka import KafkaException, Producer
 
     latencies: list[float] = []
@@ -50,7 +54,10 @@ def _producer(bootstrap: str, topic: str, seconds: float, size: int, out: mp.Que
         else:
             latencies.append(msg.latency())
 
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
+    settings = dict(PRODUCER_CONFIG)
+    if batch_size is not None:
+        settings["batch.size"] = batch_size
+    producer = Producer({"bootstrap.servers": bootstrap, **settings})
     value = b"x" * size
     producer.list_topics(topic, timeout=30)  # connected, topic known: the clock starts here
     produced = 0
@@ -110,11 +117,13 @@ def _consumer(bootstrap: str, topic: str, group: str, expected: int, go: mp.Even
              "cpu_s": time.process_time() - cpu})
 
 
-def produce(bootstrap: str, topic: str, seconds: float, size: int = 1024) -> dict:
-    """One librdkafka producer (a process of its own) for ``seconds``; its report."""
+def produce(bootstrap: str, topic: str, seconds: float, size: int = 1024,
+            batch_size: int | None = None) -> dict:
+    """One librdkafka producer (a process of its own) for ``seconds``; its report.
+    ``batch_size``: librdkafka's ``batch.size`` (None: its default)."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_producer, args=(bootstrap, topic, seconds, size, out),
+    proc = ctx.Process(target=_producer, args=(bootstrap, topic, seconds, size, batch_size, out),
                        daemon=True)
     proc.start()
     try:
@@ -168,12 +177,15 @@ def main() -> None:
     ap.add_argument("--topic", required=True)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="the producer's batch.size (default: librdkafka's)")
     ap.add_argument("--group", default="bench-group")
     ap.add_argument("--members", type=int, default=4)
     ap.add_argument("--expected", type=int, default=0)
     args = ap.parse_args()
     if args.kind == "produce":
-        print(json.dumps(produce(args.bootstrap, args.topic, args.seconds, args.size)))
+        print(json.dumps(produce(args.bootstrap, args.topic, args.seconds, args.size,
+                                 args.batch_size)))
     else:
         print(json.dumps(consume_group(args.bootstrap, args.topic, args.group, args.members,
                                        args.expected)))

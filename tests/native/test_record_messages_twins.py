@@ -43,6 +43,11 @@ def decode(module):
 
 
 @pytest.fixture(scope="module")
+def decode_plain(module):
+    return module.RecordMessages(R.reference_messages, R.reference_plain_messages).decode_plain
+
+
+@pytest.fixture(scope="module")
 def encode(module):
     return module.MessageBatch(R.reference_batch).encode
 
@@ -55,10 +60,17 @@ def _outcome(fn, *args) -> tuple:
     except Exception as exc:  # noqa: BLE001 - the twins must fail alike, whatever it is
         return ("raised", type(exc).__name__, str(exc), getattr(exc, "code", None))
     if isinstance(value, list):
-        return ("value", [(m.topic, m.body, m.key, m.tags,
-                           None if m.properties is None else list(m.properties.items()),
-                           m.queue_id) for m in value])
+        return ("value", _fields(value))
+    if isinstance(value, tuple):  # decode_plain's (messages, largest)
+        messages, largest = value
+        return ("value", _fields(messages), largest)
     return ("value", value)
+
+
+def _fields(messages: list) -> list[tuple]:
+    return [(m.topic, m.body, m.key, m.tags,
+             None if m.properties is None else list(m.properties.items()), m.queue_id)
+            for m in messages]
 
 
 def client_batch(records, codec: int = 0, base_ts: int = 1_700_000_000_000,
@@ -175,6 +187,72 @@ def test_other_inputs_go_to_the_reference(decode):
     for records in (bytearray(data), memoryview(data), b"", None):
         assert _outcome(decode, records, LIMIT, "t", 0) == \
             _outcome(R.reference_messages, records, LIMIT, "t", 0)
+
+
+# ------------------------------------------------------------------ Produce: plain messages
+
+#: Keys and header names and values around the plain rules: NUL, 255 and 256 bytes,
+#: non-ASCII text, a "%" name, sizes near MAX_PROPERTIES.
+PLAIN_KEYS = KEYS | st.sampled_from([b"k" * 255, b"k" * 256, "é".encode() * 128,
+                                     "é".encode() * 127 + b"k", b"a\x00b", b"\x00"])
+PLAIN_NAMES = NAMES | st.sampled_from(["%", "é" * 3, "n" * 300, ""])
+PLAIN_VALUES = VALUES | st.sampled_from([b"v" * 32_000, b"\x00", "é".encode(), b"\xff"])
+PLAIN_RECORD = st.tuples(PLAIN_KEYS, VALUES, st.lists(st.tuples(PLAIN_NAMES, PLAIN_VALUES),
+                                                      max_size=3),
+                         st.integers(-5, 5_000))
+
+
+def _both_plain(decode_plain, data: bytes) -> tuple[tuple, tuple]:
+    return (_outcome(decode_plain, data, LIMIT, "t", 3),
+            _outcome(R.reference_plain_messages, data, LIMIT, "t", 3))
+
+
+@settings(max_examples=400, deadline=None)
+@given(batches=st.lists(st.lists(PLAIN_RECORD, min_size=1, max_size=5), min_size=1,
+                        max_size=3),
+       codec=st.sampled_from([0, 0, 1]), base_ts=st.sampled_from([1_700_000_000_000, -3]),
+       producer=st.sampled_from([(-1, -1, -1), (-1, -1, -1), (7, 2, 0)]))
+def test_plain_messages_and_their_largest_body_are_found_alike(decode_plain, batches, codec,
+                                                                base_ts, producer):
+    """The twin's verdict (each message passes check_message's own-field rules) and the
+    index of the first largest body are the reference's, on the same messages."""
+    data = b"".join(client_batch(b, codec, base_ts, producer) for b in batches)
+    fast, reference = _both_plain(decode_plain, data)
+    assert fast == reference
+
+
+@settings(max_examples=200, deadline=None)
+@given(records=st.lists(PLAIN_RECORD, min_size=1, max_size=3), data=st.data())
+def test_plain_decodes_of_damaged_batches_fail_alike(decode_plain, records, data):
+    batch = bytearray(client_batch(records))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(BATCH_OVERHEAD, len(batch) - 1))
+        batch[at] = data.draw(st.integers(0, 255))
+    fast, reference = _both_plain(decode_plain, _recrc(batch))
+    assert fast == reference
+
+
+def test_the_plain_verdict_names_what_check_message_would_look_at(decode_plain):
+    """The producer's batch is plain (its CreateTime an ASCII property) and the largest body
+    is the first of the longest; a key of 256 bytes, a NUL in a key, a non-ASCII header and
+    an idempotent producer's "%" properties each make the batch's verdict -1."""
+    records = [(None, b"x" * 10, [], 0), (b"k", b"y" * 30, [("h", b"v")], 1),
+               (None, b"z" * 30, [], 2)]
+    assert decode_plain(client_batch(records), LIMIT, "t", 0)[1] == 1
+    for odd in ((b"k" * 256, b"v", [], 0), (b"a\x00", b"v", [], 0),
+                (None, b"v", [("h", "é".encode())], 0)):
+        assert decode_plain(client_batch(records + [odd]), LIMIT, "t", 0)[1] == -1
+    idempotent = client_batch(records, producer=(7, 2, 0))
+    assert decode_plain(idempotent, LIMIT, "t", 0)[1] == -1
+    assert decode_plain(client_batch(records + [(b"k" * 255, b"v", [], 0)]), LIMIT, "t",
+                        0)[1] == 1
+
+
+def test_plain_decodes_of_other_inputs_go_to_the_reference(decode_plain):
+    data = client_batch([(None, b"v", [], 0)])
+    for records in (bytearray(data), memoryview(data), b"", None):
+        assert _outcome(decode_plain, records, LIMIT, "t", 0) == \
+            _outcome(R.reference_plain_messages, records, LIMIT, "t", 0)
 
 
 # ------------------------------------------------------------------ Fetch

@@ -24,15 +24,24 @@ i32, record count i32, then the records, every length and delta a zig-zag varint
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_Next
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.ref cimport PyObject
+from cpython.unicode cimport (
+    PyUnicode_CheckExact,
+    PyUnicode_DecodeUTF8,
+    PyUnicode_GET_LENGTH,
+    PyUnicode_READ_CHAR,
+)
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.string cimport memchr, memcpy
 
 from crc32c import crc32c
 
 from fmq.message import (
     HIDDEN_PROPERTIES,
+    MAX_NAME,
+    MAX_PROPERTIES,
     PRODUCER_ID_PROPERTY,
     SEQUENCE_PROPERTY,
     Message,
@@ -50,6 +59,7 @@ from fmq.server.kafka.mapping import (
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object text, Py_ssize_t *size) except NULL
+    bint PyUnicode_IS_ASCII(object text)
 
 cdef Py_ssize_t _HEAD = 21  # base offset .. CRC
 cdef Py_ssize_t _OVERHEAD = 61  # the head and the body's fixed fields
@@ -68,6 +78,8 @@ cdef object _SEQUENCE = SEQUENCE_PROPERTY
 cdef object _ESCAPE = ESCAPE
 cdef object _MESSAGE = Message
 cdef object _new_object = object.__new__
+cdef Py_ssize_t _MAX_NAME = MAX_NAME
+cdef Py_ssize_t _MAX_PROPERTIES = MAX_PROPERTIES
 
 
 cdef inline object _new_message(object topic, object body, object key, dict properties,
@@ -125,35 +137,62 @@ cdef inline bint _varint(const uint8_t *p, Py_ssize_t end, Py_ssize_t *pos, int6
 # ================================================================ Produce
 
 
-cdef class RecordMessages:
-    """``decode(data, max_size, topic, partition)``, as ``reference`` (given here) answers
-    it."""
-    cdef object _reference
+cdef struct _Plain:
+    bint plain  # every message so far passes check_message's rules of its own fields
+    Py_ssize_t largest  # the index of the first message with the largest body
+    Py_ssize_t largest_size
 
-    def __init__(self, reference):
+
+cdef class RecordMessages:
+    """``decode(data, max_size, topic, partition)`` and ``decode_plain(...)``, as
+    ``reference`` and ``plain_reference`` (given here) answer them."""
+    cdef object _reference
+    cdef object _plain_reference
+
+    def __init__(self, reference, plain_reference=None):
         self._reference = reference
+        self._plain_reference = plain_reference
 
     def decode(self, data, max_size, topic, partition):
         """The messages of a partition's ``records`` (see the reference)."""
-        cdef Py_buffer view
-        cdef list messages
-        if data is None or type(data) is not bytes:
-            return self._reference(data, max_size, topic, partition)
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
-        try:
-            messages = _batches(data, <const uint8_t *>view.buf, view.len, max_size, topic,
-                                partition)
-        except _ReferenceDecides:
-            messages = None
-        finally:
-            PyBuffer_Release(&view)
+        cdef _Plain plain
+        cdef list messages = self._decode(data, max_size, topic, partition, &plain)
         if messages is None:
             return self._reference(data, max_size, topic, partition)
         return messages
 
+    def decode_plain(self, data, max_size, topic, partition):
+        """(the messages, the index of the first with the largest body when each is plain,
+        else -1): see the plain reference."""
+        cdef _Plain plain
+        cdef list messages = self._decode(data, max_size, topic, partition, &plain)
+        if messages is None:
+            return self._plain_reference(data, max_size, topic, partition)
+        return messages, (plain.largest if plain.plain else -1)
+
+    cdef list _decode(self, object data, object max_size, object topic, object partition,
+                      _Plain *plain):
+        """The messages, or None when the reference decides."""
+        cdef Py_buffer view
+        cdef list messages
+        if data is None or type(data) is not bytes:
+            return None
+        plain.plain = True
+        plain.largest = -1
+        plain.largest_size = -1
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            messages = _batches(data, <const uint8_t *>view.buf, view.len, max_size, topic,
+                                partition, plain)
+        except _ReferenceDecides:
+            messages = None
+        finally:
+            PyBuffer_Release(&view)
+        return messages
+
 
 cdef list _batches(object data, const uint8_t *p, Py_ssize_t size, object max_size,
-                   object topic, object partition):
+                   object topic, object partition, _Plain *plain):
     cdef list out = []
     cdef Py_ssize_t pos = 0, end
     cdef int32_t length, count
@@ -187,7 +226,7 @@ cdef list _batches(object data, const uint8_t *p, Py_ssize_t size, object max_si
             if count < 0 or count > end - pos - _OVERHEAD:
                 raise _ReferenceDecides()
             _records(p + pos + _OVERHEAD, end - pos - _OVERHEAD, count, base_ts, topic,
-                     partition, producer, base_sequence, out)
+                     partition, producer, base_sequence, out, plain)
         else:
             try:
                 records = decompress(attributes & _COMPRESSION_MASK,
@@ -199,7 +238,7 @@ cdef list _batches(object data, const uint8_t *p, Py_ssize_t size, object max_si
             PyObject_GetBuffer(records, &view, PyBUF_SIMPLE)
             try:
                 _records(<const uint8_t *>view.buf, view.len, count, base_ts, topic,
-                         partition, producer, base_sequence, out)
+                         partition, producer, base_sequence, out, plain)
             finally:
                 PyBuffer_Release(&view)
         pos = end
@@ -222,8 +261,9 @@ cdef object _field(const uint8_t *p, Py_ssize_t end, Py_ssize_t *pos):
 
 cdef void _records(const uint8_t *p, Py_ssize_t size, int32_t count, int64_t base_ts,
                    object topic, object partition, object producer, int32_t base_sequence,
-                   list out) except *:
-    """``count`` records of ``p`` (all ``size`` bytes of them), made messages onto ``out``."""
+                   list out, _Plain *plain) except *:
+    """``count`` records of ``p`` (all ``size`` bytes of them), made messages onto ``out``;
+    ``plain`` follows them (see :func:`_plain_properties`)."""
     cdef Py_ssize_t pos = 0, end
     cdef int64_t length, ts_delta, ignored, timestamp, header_count, last_time = -1
     cdef int32_t i
@@ -247,6 +287,8 @@ cdef void _records(const uint8_t *p, Py_ssize_t size, int32_t count, int64_t bas
             _headers(p, end, &pos, header_count, properties)
         if pos != end:
             raise _ReferenceDecides()
+        if plain.plain and key is not None and not _plain_key(key):
+            plain.plain = False
         if key is not None:
             if len(key):
                 try:
@@ -267,9 +309,39 @@ cdef void _records(const uint8_t *p, Py_ssize_t size, int32_t count, int64_t bas
         if producer is not None:
             properties[_PRODUCER] = producer
             properties[_SEQUENCE] = str(<int64_t>base_sequence + i)
+        if plain.plain:
+            if properties and not _plain_properties(properties):
+                plain.plain = False
+            elif PyBytes_GET_SIZE(value) > plain.largest_size:
+                plain.largest = len(out)
+                plain.largest_size = PyBytes_GET_SIZE(value)
         out.append(_new_message(topic, value, key, properties or None, partition))
     if pos != size:
         raise _ReferenceDecides()
+
+
+cdef inline bint _plain_key(bytes key):
+    """Whether a record's key (its bytes, UTF-8) passes ``check_label``: none (empty), or
+    1-255 bytes without NUL."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(key)
+    return n <= _MAX_NAME and memchr(PyBytes_AS_STRING(key), 0, n) == NULL
+
+
+cdef bint _plain_properties(dict properties):
+    """``fmq.message.plain_properties``: every name and value an ASCII ``str``, no name
+    starting with ``%``, within ``MAX_PROPERTIES`` encoded."""
+    cdef Py_ssize_t pos = 0, size = 2
+    cdef PyObject *name
+    cdef PyObject *text
+    while PyDict_Next(properties, &pos, &name, &text):
+        if not (PyUnicode_CheckExact(<object>name) and PyUnicode_CheckExact(<object>text)
+                and PyUnicode_IS_ASCII(<object>name) and PyUnicode_IS_ASCII(<object>text)):
+            return False
+        if (PyUnicode_GET_LENGTH(<object>name) > 0
+                and PyUnicode_READ_CHAR(<object>name, 0) == 37):  # "%"
+            return False
+        size += 4 + PyUnicode_GET_LENGTH(<object>name) + PyUnicode_GET_LENGTH(<object>text)
+    return size <= _MAX_PROPERTIES
 
 
 cdef void _headers(const uint8_t *p, Py_ssize_t end, Py_ssize_t *pos, int64_t count,

@@ -27,7 +27,8 @@ from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError
 from fmq.server.kafka.produce_answer import produce_answer
-from fmq.server.kafka.record_messages import messages_of_records
+from fmq.server.kafka.produce_checks import check_produced
+from fmq.server.kafka.record_messages import plain_messages_of_records
 from fmq.server.kafka.records import RecordError, decode_batches
 from fmq.server.kafka.routed import local_queue, not_here
 from fmq.server.kafka.session import KafkaSession
@@ -109,8 +110,8 @@ def _start(session: KafkaSession, topic: str, partition: int, records: bytes | N
         if transactional_id is not None:
             batches = decode_batches(records or b"", ctx.config.max_frame_size)
             return store_transactional(session, transactional_id, topic, queue, batches)
-        messages = messages_of_records(records or b"", ctx.config.max_frame_size, topic,
-                                       queue)
+        messages, largest = plain_messages_of_records(records or b"",
+                                                      ctx.config.max_frame_size, topic, queue)
     except RecordError as exc:
         logger.info("kafka produce from %s to %s/%d refused: %s", session.peer, topic,
                     partition, exc)
@@ -120,7 +121,8 @@ def _start(session: KafkaSession, topic: str, partition: int, records: bytes | N
     if not messages:
         return _partition_error(partition, ErrorCode.none, None)
     try:
-        stored = ctx.batcher.submit(messages)
+        check_produced(broker, messages, largest)
+        stored = ctx.batcher.submit(messages, checked=True)
     except FMQError as exc:
         return _partition_error(partition, error_code(exc), str(exc))
     return _stored(ctx, partition, stored)

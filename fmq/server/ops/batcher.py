@@ -80,18 +80,21 @@ class SendBatcher:
             self._replicated = ReplicaStage(wait_replicated, self._hand_back)
 
     def submit(self, msgs: list[Message], reply: Reply | None = None,
-               principal: str | None = None) -> asyncio.Future:
+               principal: str | None = None, checked: bool = False) -> asyncio.Future:
         """Queue ``msgs`` for this turn's batch; the future ends with their results once
         they are durable (``reply(results)`` when given: the request's answer, made without
         a task or a second future). Raises at once (nothing queued) for a message that
         cannot be stored. ``principal``: the user who sent them (None without users), the
-        owner of their producer ids and message ids."""
+        owner of their producer ids and message ids. ``checked``: the caller made
+        ``Broker.check_messages``' checks of ``msgs`` in this turn (the Kafka door makes
+        them per partition: fmq.server.kafka.produce_checks)."""
         limit = self.max_batch_messages
         if len(msgs) > limit:  # the wire checks this before decoding; embedded callers here
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
                                   f"(max_batch_messages) of {limit}; send smaller batches")
         self._check_running()
-        self.broker.check_messages(msgs)
+        if not checked:
+            self.broker.check_messages(msgs)
         if principal is not None:
             msgs = bind_principal(msgs, principal, self.broker.config,
                                   self.broker.topics.queue_count)
