@@ -78,6 +78,7 @@ class TxWriter:
         self.check_open = check_open  # raises BrokerClosed once the broker is closed
         self.ended = ended  # how (group, id) ended, from the index (a retried PREPARE)
         self._groups_checked: set[str] = set()  # producer groups known to be valid names
+        self._topics_checked: set[str] = set()  # topic names known to pass the name checks
 
     def _check_group(self, group: object) -> None:
         """``check_name`` of a producer group, remembered: a producer sends the same one
@@ -87,6 +88,15 @@ class TxWriter:
             if len(self._groups_checked) >= 4096:
                 self._groups_checked.clear()
             self._groups_checked.add(group)
+
+    def _topic_checked(self, topic: object) -> None:
+        """Remember a topic name that passed ``check_message``'s name checks (a valid name,
+        not an internal topic's): a producer prepares to the same few topics, and the name
+        checks cost more than the rest of a message's (the set is bounded)."""
+        if type(topic) is str:
+            if len(self._topics_checked) >= 4096:
+                self._topics_checked.clear()
+            self._topics_checked.add(topic)
 
     def read_record(self, offset: int, size: int) -> Record:
         """The stored record (a PRE_MESSAGE) at ``offset``, decoded and checked."""
@@ -126,8 +136,15 @@ class TxWriter:
                 f"a transaction may hold at most {cfg.max_messages_per_transaction} messages "
                 f"(max_messages_per_transaction); got {len(messages)}")
         overhead = len(tx_id.encode()) + len(producer_group.encode())
+        known = self._topics_checked
         for m in messages:
-            check_message(m, cfg.max_message_size, self.queues.queue_count)
+            topic = m.topic if type(m) is Message else None
+            if type(topic) is str and topic in known:
+                check_message(m, cfg.max_message_size, self.queues.queue_count,
+                              topic_checked=True)
+            else:
+                check_message(m, cfg.max_message_size, self.queues.queue_count)
+                self._topic_checked(topic)
             self.queues.check_topic(m)
             check_fits(m, cfg.segment_size, overhead)
         self.admit()

@@ -168,7 +168,8 @@ MESSAGES = st.builds(Message, st.sampled_from(["a", "b"]),
                      st.integers(0, 1200).map(lambda n: b"m" * n),
                      key=st.none() | st.sampled_from(["", "k1", "k2"]),
                      tags=st.none() | st.sampled_from(["", "t"]),
-                     properties=st.none() | st.dictionaries(TEXT, TEXT, max_size=2))
+                     properties=st.none() | st.dictionaries(st.text("pq", max_size=3), TEXT,
+                                                            max_size=2))
 
 
 def _items_without_stamps(items: list) -> list:
