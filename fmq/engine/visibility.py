@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from fmq.log.log import Log
 from fmq.log.reader import OnCorruption, OpenSegmentSource
-from fmq.log.record import Record, RecordType
+from fmq.log.record import QueueEntry, Record, RecordType
 from fmq.log.scanner import LogScanner
 
 Queue = tuple[str, int]
@@ -106,12 +106,15 @@ class Visibility:
 
     def on_append_entries(self, placed: list[tuple[int, tuple]]) -> None:
         """:meth:`on_append` for the records of a batch of sends, as ``(end offset, queue
-        entry)`` pairs (``Log.append_messages_locked``)."""
+        entry)`` pairs (``Log.append_messages_locked``), and for a transaction's records
+        (``Log.hand_over_locked``: a COMMIT's transaction end among them, which hides
+        nothing)."""
         if self._end is None:
             return
         with self._lock:
             for end, entry in placed:  # entry: topic, queue id, queue offset, ...
-                self._hide(entry[0], entry[1], entry[2], end)
+                if type(entry) is QueueEntry:
+                    self._hide(entry[0], entry[1], entry[2], end)
 
     def _hide(self, topic: str, queue_id: int, queue_offset: int, end: int) -> None:
         """Hide a message whose record ends at ``end``, unless the visible end is past it

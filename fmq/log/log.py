@@ -32,6 +32,7 @@ from fmq.log.record import (
     RecordType,
     encode_into,
     encode_message_run,
+    encode_tx_run,
     filler,
 )
 from fmq.log.segment import Segment
@@ -58,7 +59,9 @@ class Log:
         self.on_append: Callable[[Record], None] | None = None
         #: Called (inside the lock) instead of ``on_append`` with the records of
         #: :meth:`append_messages_locked`, as ``(end offset, queue entry)`` pairs in log
-        #: order. Whoever sets ``on_append`` sets this too, or that method is not used.
+        #: order, and with the index items of :meth:`append_tx_records_locked`'s records
+        #: (queue entries and transaction ends, :meth:`hand_over_locked`). Whoever sets
+        #: ``on_append`` sets this too, or those methods are not used.
         self.on_append_entries: Callable[[list[tuple[int, QueueEntry]]], None] | None = None
 
     # ------------------------------------------------------------------ positioning
@@ -158,8 +161,9 @@ class Log:
         return size
 
     def takes_message_runs(self) -> bool:
-        """Whether :meth:`append_messages_locked` may place plain sends: nobody needs them
-        as :class:`Record` objects (``on_append`` unset, or ``on_append_entries`` set)."""
+        """Whether :meth:`append_messages_locked` may place plain sends, and
+        :meth:`append_tx_records_locked` a transaction's records: nobody needs them as
+        :class:`Record` objects (``on_append`` unset, or ``on_append_entries`` set)."""
         return self.on_append is None or self.on_append_entries is not None
 
     def append_messages_locked(self, messages: list, queue_ids: list[int],
@@ -199,6 +203,47 @@ class Log:
         finally:
             if len(placed) > first and self.on_append_entries is not None:
                 self.on_append_entries(placed[first:] if first else placed)
+
+    def append_tx_records_locked(self, tx_id: str, producer_group: str, store_time: int,
+                                 records: list[tuple], placed: list[tuple[int, int]]) -> None:
+        """Place the records of one transaction request, ``records`` as
+        :func:`fmq.log.record.runs.encode_tx_run` takes them (a PREPARE and its
+        PRE_MESSAGEs, or the REF/TX records and the COMMIT; the caller holds :attr:`lock`
+        and reserved the segments): the bytes :meth:`append_locked` writes for each record,
+        rolling where it does, without a :class:`Record` per record. Appends ``(log
+        offset, size)`` per record to ``placed``. Nothing is handed to ``on_append``: the
+        caller hands the records' index items over (:meth:`hand_over_locked`), so this is
+        for a log that :meth:`takes_message_runs`. On an exception the records placed
+        before it stay placed, and in ``placed``."""
+        self._commit.check_writable()
+        i, n = 0, len(records)
+        while i < n:
+            if self._active is None:
+                self._roll()
+            buf = self._commit.buffer_for(self._active, self._position)
+            start = len(buf)
+            room = self._active.size - self._position - HEADER_SIZE
+            try:
+                done = encode_tx_run(buf, room, self._next_offset, store_time, tx_id,
+                                     producer_group, records, i, n, placed)
+                if done == i:  # as append_locked: roll, and the record goes in whole
+                    self._commit.drop_empty_buffer()
+                    self._roll()
+                    buf = self._commit.buffer_for(self._active, self._position)
+                    start = len(buf)
+                    done = encode_tx_run(buf, _WHOLE, self._next_offset, store_time, tx_id,
+                                         producer_group, records, i, i + 1, placed)
+            finally:  # what was encoded is placed, even when a later record failed
+                self._advance(len(buf) - start)
+            i = done
+
+    def hand_over_locked(self, items: list[tuple[int, object]]) -> None:
+        """Hand ``(end offset, index item)`` pairs of records placed without ``on_append``
+        (:meth:`append_tx_records_locked`) to ``on_append_entries``, in log order; the
+        items are those ``fmq.index.derive.index_items`` derives from the records (queue
+        entries and transaction ends). The caller holds :attr:`lock`."""
+        if items and self.on_append_entries is not None:
+            self.on_append_entries(items)
 
     def _advance(self, size: int) -> None:
         self._position += size

@@ -205,13 +205,16 @@ class TxManager:
         A used id gets an answer a retrying client can act on: still being written
         (retry), rolled back (prepare again under a new id: nothing of it is stored), or
         fully prepared (the earlier attempt is stored)."""
+        if fresh:  # no transaction, open or ended, has the id: only the limit applies
+            self._check_room()
+            return
         key = (producer_group, tx_id)
         tx = self.open.get(key)
         if tx is not None and not tx.prepared:
             raise TransactionInProgress(
                 f"transaction {tx_id!r} is being prepared by an earlier request; retry "
                 f"shortly to learn whether it is stored")
-        final = None if tx is not None or fresh else self._finished_state(key)
+        final = None if tx is not None else self._finished_state(key)
         if final == TxState.ROLLBACK:
             raise TransactionRolledBack(
                 f"transaction {tx_id!r} was rolled back (nothing of it is stored, e.g. a "
@@ -223,8 +226,11 @@ class TxManager:
                 f"({tx.state.value if tx is not None else final.value}); let the client "
                 f"generate ids or make yours unique"
             )
-        if not fresh:
-            self._check_scope_open(producer_group, tx_id)
+        self._check_scope_open(producer_group, tx_id)
+        self._check_room()
+
+    def _check_room(self) -> None:
+        """Refuse one more open transaction past ``max_open_transactions``."""
         if len(self.open) >= self.max_open:
             raise TooManyTransactions(
                 f"{len(self.open)} transactions are open, the limit (max_open_transactions) "

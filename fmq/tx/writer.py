@@ -15,6 +15,8 @@ from typing import Protocol
 
 from fmq.config import BrokerConfig
 from fmq.errors import DuplicateTransaction, InvalidArgument, LogFailed
+from fmq.index.derive import tag_hash
+from fmq.index.entry_types import QueueEntry, TxEnd
 from fmq.log.log import Log
 from fmq.log.placement import now_ms, read_record, reserve_segments
 from fmq.log.record import (
@@ -39,6 +41,9 @@ _PREPARE = RecordType.PREPARE
 _PRE_MESSAGE = RecordType.PRE_MESSAGE
 _REF_MESSAGE = RecordType.REF_MESSAGE
 _COMMIT = RecordType.COMMIT
+#: A NamedTuple's own constructor is a Python function parsing its arguments: a commit's
+#: index items are built as the runs build theirs.
+_new_tuple = tuple.__new__
 
 
 class QueueAssigner(Protocol):
@@ -73,6 +78,7 @@ class TxWriter:
         self.check_open = check_open  # raises BrokerClosed once the broker is closed
         self.ended = ended  # how (group, id) ended, from the index (a retried PREPARE)
         self._groups_checked: set[str] = set()  # producer groups known to be valid names
+        self._topics_checked: set[str] = set()  # topic names known to pass the name checks
 
     def _check_group(self, group: object) -> None:
         """``check_name`` of a producer group, remembered: a producer sends the same one
@@ -82,6 +88,15 @@ class TxWriter:
             if len(self._groups_checked) >= 4096:
                 self._groups_checked.clear()
             self._groups_checked.add(group)
+
+    def _topic_checked(self, topic: object) -> None:
+        """Remember a topic name that passed ``check_message``'s name checks (a valid name,
+        not an internal topic's): a producer prepares to the same few topics, and the name
+        checks cost more than the rest of a message's (the set is bounded)."""
+        if type(topic) is str:
+            if len(self._topics_checked) >= 4096:
+                self._topics_checked.clear()
+            self._topics_checked.add(topic)
 
     def read_record(self, offset: int, size: int) -> Record:
         """The stored record (a PRE_MESSAGE) at ``offset``, decoded and checked."""
@@ -121,8 +136,15 @@ class TxWriter:
                 f"a transaction may hold at most {cfg.max_messages_per_transaction} messages "
                 f"(max_messages_per_transaction); got {len(messages)}")
         overhead = len(tx_id.encode()) + len(producer_group.encode())
+        known = self._topics_checked
         for m in messages:
-            check_message(m, cfg.max_message_size, self.queues.queue_count)
+            topic = m.topic if type(m) is Message else None
+            if type(topic) is str and topic in known:
+                check_message(m, cfg.max_message_size, self.queues.queue_count,
+                              topic_checked=True)
+            else:
+                check_message(m, cfg.max_message_size, self.queues.queue_count)
+                self._topic_checked(topic)
             self.queues.check_topic(m)
             check_fits(m, cfg.segment_size, overhead)
         self.admit()
@@ -144,6 +166,9 @@ class TxWriter:
                 return retried
             with log_.lock:
                 reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
+                if log_.takes_message_runs():
+                    tx = self._place_prepare_run(messages, producer_group, tx_id, store_time)
+                    return tx, log_.next_offset
                 # ref_size = the message count: recovery proves the prepare complete by it.
                 prep = Record(_PREPARE, store_time=store_time, tx_id=tx_id,
                               producer_group=producer_group, ref_size=len(messages))
@@ -168,6 +193,36 @@ class TxWriter:
                     raise
                 end = log_.next_offset
         return tx, end
+
+    def _place_prepare_run(self, messages: Sequence[Message], producer_group: str,
+                           tx_id: str, store_time: int) -> OpenTransaction:
+        """:meth:`place_prepare`'s records in one run of the log (both locks held, the
+        segments reserved): the PREPARE and its PRE_MESSAGEs, the same bytes as the
+        record-by-record way, without a :class:`Record` or a hand-off per record (neither
+        puts anything into the index). The transaction is registered once every record is
+        placed: a run that fails part way leaves an incomplete prepare in the log, which
+        recovery rolls back, and nothing in memory."""
+        pick_queue = self.queues.pick_queue
+        # ref_size = the message count: recovery proves the prepare complete by it.
+        records = [(_PREPARE, -1, -1, -1, len(messages), "", None, None, None, b"")]
+        kept = []  # per message: queue id, key, tags, body size
+        for m in messages:
+            qid = pick_queue(m)
+            key = m.key or None
+            tags = m.tags or None
+            body = bytes(m.body)
+            records.append((_PRE_MESSAGE, qid, -1, -1, 0, m.topic, key, tags, m.properties,
+                            body))
+            kept.append((m.topic, qid, key, tags, len(body)))
+        placed: list[tuple[int, int]] = []
+        self.log.append_tx_records_locked(tx_id, producer_group, store_time, records, placed)
+        tx = OpenTransaction(tx_id, producer_group, placed[0][0], store_time,
+                             expected_messages=len(messages))
+        tx.messages = [PreMessage(offset, size, topic, qid, key, tags, body_size)
+                       for (offset, size), (topic, qid, key, tags, body_size)
+                       in zip(placed[1:], kept, strict=True)]
+        self.tx.register(tx)
+        return tx
 
     def prepare_done(self, tx: OpenTransaction, failure: BaseException | None = None) -> str:
         """The second half of :meth:`prepare`: its records are durable (the transaction is
@@ -274,6 +329,9 @@ class TxWriter:
             elif log_.failed is not None:  # as reserve_locked would refuse it
                 raise LogFailed(log_.failed)
             tx.state = TxState.COMMITTING  # after the reservation: a refusal changes nothing
+            if not bodies and log_.takes_message_runs() and self._all_refs(pending, size + tail):
+                self._place_commit_run(tx, pending, store_time)
+                return log_.next_offset
             for m in pending:
                 topic, qid = m.topic, m.queue_id
                 qoff = queues.next_offset(topic, qid)
@@ -293,6 +351,56 @@ class TxWriter:
                             producer_group=group, ref_offset=tx.prepare_offset)
             log_.append_locked(commit, encode_mark_into)
             return log_.next_offset
+
+    def _all_refs(self, pending: list[PreMessage], size: int) -> bool:
+        """Whether every pending message of a commit gets a REF (:meth:`_must_copy` says
+        no to each) and its ``size`` bytes of records fit in the active segment (log lock
+        held): the usual commit, whose records :meth:`_place_commit_run` places."""
+        active = self.log.active_segment
+        if active is None or not self.log.fits_in_active(size):
+            return False
+        threshold = self.config.tx_copy_threshold
+        base = active.base
+        for m in pending:
+            if m.body_size < threshold or m.offset < base:
+                return False
+        return True
+
+    def _place_commit_run(self, tx: OpenTransaction, pending: list[PreMessage],
+                          store_time: int) -> None:
+        """:meth:`place_commit_records`' REF records and COMMIT in one run of the log (log
+        lock held; every message gets a REF, :meth:`_all_refs`): the same bytes, queue
+        offsets and index items as the record-by-record way, the items handed over at once."""
+        log_ = self.log
+        queues = self.queues
+        tx_id, group = tx.tx_id, tx.producer_group
+        records = []
+        taken: dict[tuple[str, int], int] = {}  # queue offsets this commit took so far
+        for m in pending:
+            q = (m.topic, m.queue_id)
+            qoff = taken.get(q)
+            if qoff is None:
+                qoff = queues.next_offset(m.topic, m.queue_id)
+            taken[q] = qoff + 1
+            records.append((_REF_MESSAGE, m.queue_id, qoff, m.offset, m.size, m.topic, m.key,
+                            m.tags, None, b""))
+        records.append((_COMMIT, -1, -1, tx.prepare_offset, 0, "", None, None, None, b""))
+        placed: list[tuple[int, int]] = []
+        try:
+            log_.append_tx_records_locked(tx_id, group, store_time, records, placed)
+        finally:  # what was placed is taken and handed over, even when a later one failed
+            items = []
+            for (offset, size), spec, m in zip(placed, records, pending, strict=False):
+                qoff = spec[2]
+                queues.advance(m.topic, m.queue_id, qoff, m.body_size)
+                m.queue_offset = qoff
+                items.append((offset + size, _new_tuple(QueueEntry, (
+                    m.topic, m.queue_id, qoff, m.offset, m.size, tag_hash(m.tags),
+                    store_time, m.key, offset))))
+            if len(placed) == len(records):
+                offset, size = placed[-1]
+                items.append((offset + size, _new_tuple(TxEnd, (tx_id, group, True, offset))))
+            log_.hand_over_locked(items)
 
     def _must_copy(self, m: PreMessage, ref: Record) -> bool:
         """REF versus copy: a small body is copied (a TX record), and so is one whose

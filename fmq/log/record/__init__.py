@@ -76,7 +76,7 @@ The package: ``layout`` (header, types, :class:`Record`, the properties field), 
 (the Python codec), ``marks`` (the fast twin of ``encode_into`` for PREPARE, COMMIT,
 ROLLBACK), ``crc`` (CRC-32C in hardware and crcmod's reference), ``sizes`` (a record's size
 without encoding it), ``queue_entry`` (:class:`QueueEntry`), ``runs`` (many records in one
-call). **This module is the one place an implementation is chosen**: the
+call: a scan's, a batch of sends', a transaction request's). **This module is the one place an implementation is chosen**: the
 fastest twin available, or every reference twin when the environment sets
 ``FMQ_NO_EXTENSIONS=1``. Every twin writes the same bytes as its reference; :data:`TWINS`
 lists the pairs, and one shared test compares each pair on hostile input. A faster twin
@@ -163,6 +163,11 @@ if RECORD_MODULE is not None:  # each calls the codec's own for whatever it does
 #: :class:`QueueEntry` (:func:`fmq.log.record.runs.encode_message_run`), in C where compiled.
 encode_message_run = (encode_into.message_run if RECORD_MODULE is not None
                       else functools.partial(_runs.encode_message_run, encode_into, crc32c))
+#: ``encode_tx_run(buf, room, log_offset, store_time, tx_id, producer_group, records,
+#: start, stop, out)``: a transaction's records of one request
+#: (:func:`fmq.log.record.runs.encode_tx_run`), in C where compiled.
+encode_tx_run = (encode_into.tx_run if RECORD_MODULE is not None
+                 else functools.partial(_runs.encode_tx_run, encode_into))
 
 #: Each chosen implementation next to its reference, by name: what the twin test compares.
 TWINS: dict[str, tuple[object, object]] = {
@@ -179,7 +184,7 @@ __all__ = [
     "QueueEntry", "RECORD_BOUND", "RECORD_MODULE", "REFERENCE", "TWINS", "Record", "RecordType",
     "check", "check_fits",
     "crc32c", "decode", "decode_at", "decode_entry_run", "decode_run", "decode_properties", "encode", "encode_into",
-    "encode_message_run",
+    "encode_message_run", "encode_tx_run",
     "encode_mark_into", "encode_properties", "position_run", "encoded_length", "encoded_size", "filler",
     "properties_length", "record_length", "reference_crc32c",
 ]

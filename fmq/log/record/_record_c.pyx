@@ -34,7 +34,7 @@ from fmq.log.record._record_header cimport (
     record_format,
 )
 
-from fmq.log.record.runs import encode_message_run
+from fmq.log.record.runs import encode_message_run, encode_tx_run
 from fmq.message import Message as _Message
 from fmq.log.record.layout import (
     FORMAT_MAX_RECORD,
@@ -305,6 +305,120 @@ cdef class EncodeInto:
             PyBuffer_Release(&body_view)
         _put(out_p + 4, crc_after_field(self.crc_in_c, self.crc32c, out_p, length), 4)
         out.append(entry)
+        return <Py_ssize_t>length
+
+    def tx_run(self, buf, room, log_offset, store_time, tx_id, producer_group, records,
+               start, stop, out):
+        """:func:`fmq.log.record.runs.encode_tx_run` (without its encoder: this one), record
+        by record in C, the transaction id and group encoded once; a record it does not
+        take as it is goes to that reference alone, so both give the same bytes, offsets
+        and errors."""
+        cdef Py_ssize_t i, n, left, written
+        cdef uint64_t offset
+        cdef int64_t stamp
+        try:
+            if (type(buf) is not bytearray or type(records) is not list
+                    or type(out) is not list or type(start) is not int
+                    or type(stop) is not int or type(room) is not int
+                    or type(log_offset) is not int or type(store_time) is not int):
+                raise _NotTaken()
+            if (start < 0 or stop > len(records) or log_offset < 0 or log_offset >= 1 << 62
+                    or room >= 1 << 62):
+                raise _NotTaken()
+            tx = _utf8(tx_id)
+            group = _utf8(producer_group)
+            if PyBytes_GET_SIZE(tx) > _SHORT or PyBytes_GET_SIZE(group) > _SHORT:
+                raise _NotTaken()
+            i, n, left, offset, stamp = start, stop, max(room, -1), log_offset, store_time
+        except Exception:  # noqa - e.g. a text that is not UTF-8: the reference decides
+            return encode_tx_run(self.reference, buf, room, log_offset, store_time, tx_id,
+                                 producer_group, records, start, stop, out)
+        while i < n:
+            written = self._tx_record(buf, offset, stamp, <bytes>tx, <bytes>group,
+                                      (<list>records)[i], left)
+            if written == 0:  # it does not fit
+                return i
+            if written < 0:  # not taken as it is: the reference, for this record alone
+                if encode_tx_run(self.reference, buf, left, offset, store_time, tx_id,
+                                 producer_group, records, i, i + 1, out) == i:
+                    return i
+                written = <Py_ssize_t>((<tuple>(<list>out)[len(out) - 1])[1])
+            else:
+                out.append((offset, written))
+            left -= written
+            offset += <uint64_t>written
+            i += 1
+        return i
+
+    cdef Py_ssize_t _tx_record(self, bytearray buf, uint64_t offset, int64_t stamp,
+                               bytes tx, bytes group, object spec, Py_ssize_t left
+                               ) except -2:
+        """Encode the transaction record ``spec`` (``runs.TX_RECORD_FIELDS``) at the end of
+        ``buf``: returns its size; 0 when it does not fit in ``left`` bytes, -1 when the C
+        path does not take it as it is (both leave ``buf`` as it was)."""
+        cdef Py_ssize_t at, lt, lx, lg, lk, la, lp, lb
+        cdef uint64_t length, ref_size
+        cdef int32_t queue_id
+        cdef int64_t queue_offset, ref_offset
+        cdef uint8_t rtype
+        cdef Py_buffer body_view
+        cdef unsigned char* out_p
+        cdef unsigned char* p
+        try:
+            if type(spec) is not tuple or len(<tuple>spec) != 10:
+                raise _NotTaken()
+            (rtype_obj, queue_id_obj, queue_offset_obj, ref_offset_obj, ref_size_obj,
+             topic_text, key_text, tags_text, properties, body) = <tuple>spec
+            topic = _utf8(topic_text)
+            key = _utf8(key_text) if key_text else b""
+            tags = _utf8(tags_text) if tags_text else b""
+            props = _properties(properties) if properties else b""
+            if not _flat_bytes(body):
+                raise _NotTaken()
+            rtype = _int(rtype_obj)
+            queue_id = _int(queue_id_obj)
+            queue_offset = _int(queue_offset_obj)
+            ref_offset = _int(ref_offset_obj)
+            ref_size = _int(ref_size_obj)
+            if ref_size > 0xFFFFFFFF:
+                raise _NotTaken()
+        except Exception:  # noqa - the reference raises the same, or takes it
+            return -1
+        lt = PyBytes_GET_SIZE(topic)
+        lx = PyBytes_GET_SIZE(tx)
+        lg = PyBytes_GET_SIZE(group)
+        lk = PyBytes_GET_SIZE(key)
+        la = PyBytes_GET_SIZE(tags)
+        lp = PyBytes_GET_SIZE(props)
+        lb = len(body)
+        if lt > _SHORT or lk > _SHORT or la > _SHORT:
+            return -1
+        length = <uint64_t>(_HEADER + lt + lx + lg + lk + la + lp + lb)
+        if length > _MAX_RECORD:
+            return -1
+        if <Py_ssize_t>length > left:
+            return 0
+        try:
+            PyObject_GetBuffer(body, &body_view, PyBUF_SIMPLE)
+        except (BufferError, ValueError, TypeError):  # e.g. a view with gaps, or released
+            return -1
+        try:
+            if body_view.len != lb:  # cannot differ for these types; never copy past a view
+                return -1
+            at = PyByteArray_GET_SIZE(buf)
+            try:
+                PyByteArray_Resize(buf, at + <Py_ssize_t>length)
+            except BufferError:  # exported: the reference raises the same
+                return -1
+            out_p = <unsigned char*>PyByteArray_AS_STRING(buf) + at
+            p = _header(out_p, length, rtype, offset, stamp, queue_id, queue_offset,
+                        ref_offset, ref_size, lt, lx, lg, lk, la, lp, lb)
+            for field in (topic, tx, group, key, tags, props):
+                p = _copy(p, <bytes>field)
+            memcpy(p, body_view.buf, lb)
+        finally:
+            PyBuffer_Release(&body_view)
+        _put(out_p + 4, crc_after_field(self.crc_in_c, self.crc32c, out_p, length), 4)
         return <Py_ssize_t>length
 
     def __call__(self, buf, offset, record):

@@ -1,7 +1,9 @@
 """The references of the runs: ``decode_run`` and ``decode_entry_run`` decode the records
 lying one after the other in a buffer with one call, so that a scan pays its per-record
 Python steps once per run (``position_run`` only checks them, for a column-wise reader); ``encode_message_run`` places the MESSAGE records of a batch of
-sends the same way (:meth:`fmq.log.log.Log.append_messages_locked`).
+sends the same way (:meth:`fmq.log.log.Log.append_messages_locked`), and ``encode_tx_run``
+a transaction's records of one request (:meth:`fmq.log.log.Log.append_tx_records_locked`:
+a PREPARE and its PRE_MESSAGEs, or the REF records and the COMMIT).
 
 The compiled twins (``DecodeAt.run``, ``entry_run`` and ``position_run`` in
 ``_record_c.pyx``) append the same items, but may
@@ -134,6 +136,45 @@ def encode_message_run(encode_into: Callable[[bytearray, int, Record], int],
         out.append((log_offset + size, _new_tuple(QueueEntry, (
             rec.topic, rec.queue_id, rec.queue_offset, log_offset, size,
             crc32c(tags.encode()) if tags else 0, store_time, key, log_offset))))
+        log_offset += size
+        i += 1
+    return i
+
+
+#: What :func:`encode_tx_run` takes per record, in this order: type, queue id, queue offset,
+#: ref offset, ref size, topic, key, tags, properties, body (a :class:`Record`'s fields
+#: but its offsets, size, transaction id and producer group, which the run gives).
+TX_RECORD_FIELDS = ("type", "queue_id", "queue_offset", "ref_offset", "ref_size", "topic",
+                    "key", "tags", "properties", "body")
+
+
+def encode_tx_run(encode_into: Callable[[bytearray, int, Record], int], buf: bytearray,
+                  room: int, log_offset: int, store_time: int, tx_id: str,
+                  producer_group: str, records: list[tuple], start: int, stop: int,
+                  out: list) -> int:
+    """Encode the records ``records[start:stop]`` of transaction ``tx_id`` of
+    ``producer_group`` at the end of ``buf`` while the next one fits in the ``room`` bytes
+    left: record ``i`` at ``log_offset`` (the first; each next one after the last), stamped
+    ``store_time``, its other fields the tuple ``records[i]`` (:data:`TX_RECORD_FIELDS`),
+    with exactly the bytes ``encode_into`` writes for that :class:`Record`. Appends
+    ``(log offset, size)`` per record to ``out``. Returns the index of the first record
+    not encoded (``stop`` when all were); a record that does not fit leaves ``buf`` as it
+    was."""
+    i = start
+    while i < stop:
+        (rtype, queue_id, queue_offset, ref_offset, ref_size, topic, key, tags, properties,
+         body) = records[i]
+        rec = Record(rtype, log_offset=log_offset, store_time=store_time, queue_id=queue_id,
+                     queue_offset=queue_offset, ref_offset=ref_offset, ref_size=ref_size,
+                     topic=topic, tx_id=tx_id, producer_group=producer_group, key=key,
+                     tags=tags, properties=properties, body=body)
+        at = len(buf)
+        size = encode_into(buf, at, rec)
+        if size > room:
+            del buf[at:]
+            break
+        room -= size
+        out.append((log_offset, size))
         log_offset += size
         i += 1
     return i
