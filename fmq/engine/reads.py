@@ -203,7 +203,7 @@ class Reader:
         found = [None] * len(entries) if kept is None else [kept(e) for e in entries]
         missing = [(doff, dsize) for (_q, doff, dsize, _t, _s), hit
                    in zip(entries, found, strict=True) if hit is None]
-        records = iter(read_records(self._log, missing))
+        records = iter(read_records(self._log, missing) if missing else ())
         for entry, hit in zip(entries, found, strict=True):
             if hit is not None:
                 out.append(Kept(hit[0], entry[0], hit[1]))

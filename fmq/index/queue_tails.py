@@ -89,20 +89,17 @@ class QueueTails:
         tails = self._tails
         if not tails:
             return
-        new: dict[tuple[str, int], list[QueueEntry]] = {}
-        for e in entries:
-            q = (e[0], e[1])
-            if q in tails:
-                got = new.get(q)
-                if got is None:
-                    new[q] = [e]
-                else:
-                    got.append(e)
+        new = {q: [] for q in ranges if q in tails}
+        if not new:
+            return
+        for e in entries:  # the index thread's one cost per message (a dict lookup)
+            got = new.get((e[0], e[1]))
+            if got is not None:
+                got.append(e)
         for q, got in new.items():
             lo, hi = ranges[q]
             first = got[0][2]
-            if first + len(got) != hi or any(
-                    got[i][2] != first + i for i in range(1, len(got))):
+            if first + len(got) != hi or [e[2] for e in got] != list(range(first, hi)):
                 tails[q] = None  # not one entry per offset up to the end: read LMDB
                 continue
             tail = tails.get(q)  # a reader may have cleared the tails meanwhile

@@ -70,20 +70,22 @@ class SharedQueues:
 
 
 def encode_fitting(cache: RecentMessages, msgs: list[Any], budget: int,
-                   keep: bool = True) -> tuple[Encoded, int, int]:
+                   keep: bool = True, looked: bool = False) -> tuple[Encoded, int, int]:
     """The leading messages of ``msgs`` (StoredMessage, or Kept: found encoded by the read)
     whose encoded sizes add up to at most ``budget`` (at least the first one, whatever its
     size), encoded: (the items, how many, bytes). ``keep``: keep what it encodes in
-    ``cache`` for the next reader."""
+    ``cache`` for the next reader. ``looked``: the read looked every message up in
+    ``cache`` (its ``kept``), so a StoredMessage was not there: encode it without a second
+    look."""
     parts: list[bytes] = []
     total = 0
     get = cache.get
     for m in msgs:
-        if isinstance(m, Kept):
+        if type(m) is Kept:
             data = m.form
         else:
             key = (m.offset, m.queue_id, m.queue_offset, m.store_time)
-            found = get(key)
+            found = None if looked else get(key)
             if found is None:
                 out = bytearray()
                 STORED_MESSAGE.encode(out, stored_to_wire(m))
