@@ -52,6 +52,13 @@ class QueueTails:
     def __init__(self) -> None:
         #: (topic, queue id) -> its Tail, or None while followed but not yet written to.
         self._tails: dict[tuple[str, int], Tail | None] = {}
+        self._keep = True
+
+    def stop_keeping(self) -> None:
+        """Keep no tail: another process writes the index (``index_writer = "process"``),
+        so a tail of this process's writes would fall behind what the index holds."""
+        self._keep = False
+        self._tails.clear()
 
     def read(self, topic: str, queue_id: int, start: int, limit: int,
              max_bytes: int | None = None) -> tuple[int, int, list[Entry]] | None:
@@ -60,6 +67,8 @@ class QueueTails:
         up to its next offset), else None (read LMDB; the queue is followed from now on)."""
         tail = self._tails.get((topic, queue_id))
         if tail is None:
+            if not self._keep:
+                return None
             if len(self._tails) >= MAX_QUEUES:
                 self._tails.clear()
             self._tails.setdefault((topic, queue_id), None)

@@ -152,3 +152,24 @@ def test_a_following_pull_at_the_tail_begins_no_index_transaction(tmp_path):
         assert begun == []
     finally:
         broker.close()
+
+
+def test_no_tail_is_kept_where_another_process_writes_the_index(tmp_path):
+    # index_writer "process": the child writes LMDB; a tail of the broker's own writes (its
+    # catch-up when it closes) would fall behind, and a follower at its end would read
+    # nothing new. Every pull reads LMDB there.
+    cfg = fmq.BrokerConfig(queues_per_topic=1, index_writer="process")
+    broker = fmq.Broker.open(os.path.join(tmp_path, "d"), cfg)
+    try:
+        index = broker.reads._index
+        for round_ in range(3):
+            for _ in range(4):
+                broker.send(Message("t", b"z" * 10, queue_id=0))
+            assert broker.wait_indexed()
+            got = broker.reads.pull("t", 0, round_ * 4, 32)
+            assert [m.queue_offset for m in got] == list(range(round_ * 4, round_ * 4 + 4))
+            assert index.tails.read("t", 0, round_ * 4, 32) is None
+        index.tails.extend([QueueEntry("t", 0, 12, 0, 1, 0, 0, None, 0)], {("t", 0): (0, 13)})
+        assert index.tails.read("t", 0, 12, 32) is None
+    finally:
+        broker.close()
