@@ -42,7 +42,7 @@ class Tail(NamedTuple):
     lo: int
     hi: int
     start: int
-    entries: list[QueueEntry]
+    entries: list[Entry]
 
 
 class QueueTails:
@@ -79,7 +79,7 @@ class QueueTails:
         if start < first or start > hi:
             return None
         end = min(hi, start + limit) if limit > 0 else start
-        out = [(e[2], e[3], e[4], e[5], e[6]) for e in entries[start - first:end - first]]
+        out = entries[start - first:end - first]
         if max_bytes is not None:  # as the read of LMDB: the first always, then what fits
             read = 0
             for i, e in enumerate(out):
@@ -98,17 +98,17 @@ class QueueTails:
         tails = self._tails
         if not tails:
             return
-        new = {q: [] for q in ranges if q in tails}
+        new: dict[tuple[str, int], list[Entry]] = {q: [] for q in ranges if q in tails}
         if not new:
             return
-        for e in entries:  # the index thread's one cost per message (a dict lookup)
+        for e in entries:  # the index thread's cost per message: a lookup and a tuple
             got = new.get((e[0], e[1]))
-            if got is not None:
-                got.append(e)
+            if got is not None:  # made once here, not by each reader of it
+                got.append((e[2], e[3], e[4], e[5], e[6]))
         for q, got in new.items():
             lo, hi = ranges[q]
-            first = got[0][2]
-            if first + len(got) != hi or [e[2] for e in got] != list(range(first, hi)):
+            first = got[0][0]
+            if first + len(got) != hi or [e[0] for e in got] != list(range(first, hi)):
                 tails[q] = None  # not one entry per offset up to the end: read LMDB
                 continue
             tail = tails.get(q)  # a reader may have cleared the tails meanwhile
