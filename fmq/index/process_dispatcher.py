@@ -60,6 +60,7 @@ class ProcessDispatcher:
                  max_restarts: int = 5) -> None:
         self._log = log_
         self._index = index
+        index.tails.stop_keeping()  # the child writes the index, not this process
         self._batch = batch
         self._max_record_size = max_record_size
         self._args = [sys.executable, "-m", self.indexer_module,

@@ -72,6 +72,7 @@ from fmq.index.lmdb_env import (
     SharedEnv,
 )
 from fmq.index.opening import INDEX_FORMAT, open_env
+from fmq.index.queue_tails import QueueTails
 from fmq.index.timer_table import TimerReads, apply_timers
 from fmq.index.topic_table import apply_topics, raise_topic_floors, read_topics
 from fmq.index.tx_ends import TxEndReads
@@ -92,6 +93,8 @@ class IndexStore:
         # The indexer process writes the same environment (index_writer "process").
         self.env = SharedEnv(env, self._gate)
         self._write_lock = threading.Lock()
+        #: The followed queues' ranges and last entries, as this process's writes left them.
+        self.tails = QueueTails()
         #: Reads of the pending timers (``timers``, ``timeroff``, ``timertopics``).
         self.timers = TimerReads(self.env, self.db, self._gate)
         #: Reads of the transaction ends (``txends``).
@@ -100,26 +103,47 @@ class IndexStore:
     # ------------------------------------------------------------------ writing
 
     def _write(self, fn, *args):
-        """Run ``fn(txn, *args)`` in one write transaction, growing the map when full."""
+        """Run ``fn(txn, *args)`` in one write transaction, growing the map when full. The
+        queues' tails in memory are dropped (LMDB alone knows what ``fn`` did to ranges)."""
         with self._write_lock:
-            while True:
-                try:
-                    with self._gate, self.env.begin(write=True) as txn:
-                        return fn(txn, *args)
-                except lmdb.MapFullError:
-                    self._gate.resize(self.env)
+            try:
+                return self._write_locked(fn, *args)
+            finally:
+                self.tails.drop_all()
+
+    def _write_locked(self, fn, *args):
+        while True:
+            try:
+                with self._gate, self.env.begin(write=True) as txn:
+                    return fn(txn, *args)
+            except lmdb.MapFullError:
+                self._gate.resize(self.env)
 
     def apply(self, entries: Iterable[QueueEntry], applied_offset: int,
               marks: Iterable[TxEnd | OffsetEntry | EpochEntry | TopicEntry] = (),
               timers: Iterable[TimerEntry | TimerFired] = ()) -> None:
         """Write ``entries``, ``marks`` (transaction ends and consumer offsets, in log
         order), ``timers`` (in log order) and the new applied offset in one transaction
-        (idempotent)."""
-        self._write(self._apply_txn, list(entries), applied_offset, list(marks), list(timers))
+        (idempotent). The followed queues' tails take the entries once committed."""
+        entries = list(entries)
+        with self._write_lock:
+            try:
+                ranges = self._write_locked(self._apply_txn, entries, applied_offset,
+                                            list(marks), list(timers))
+            except BaseException:
+                self.tails.drop_all()  # committed or not: only LMDB knows
+                raise
+            if ranges is None:
+                self.tails.drop_all()
+            elif ranges:
+                self.tails.extend(entries, ranges)
 
     def _apply_txn(self, txn: lmdb.Transaction, entries: list[QueueEntry], applied: int,
                    marks: list[TxEnd | OffsetEntry | EpochEntry | TopicEntry],
-                   timers: list[TimerEntry | TimerFired]) -> None:
+                   timers: list[TimerEntry | TimerFired]
+                   ) -> dict[tuple[str, int], tuple[int, int]] | None:
+        """The batch's writes; returns each touched queue's range after them, or None when
+        it also changed ranges of queues it holds no entries of (a topic's floors)."""
         cq, times, keys, keyoff, bounds = ITEM_BATCH(entries)
         items: list[list[tuple[bytes, bytes]]] = [cq, times, keys, keyoff, [], []]
         topics: list[TopicEntry] = []  # applied after the queue entries (topic_table)
@@ -143,14 +167,17 @@ class IndexStore:
                 consumed, _added = txn.cursor(db=db).putmulti(db_items)
                 if consumed != len(db_items):  # append mode silently skips out-of-order keys
                     raise IndexCorrupt(f"LMDB stored {consumed} of {len(db_items)} index items")
-        for (topic, qid), (first, nxt) in bounds.items():
-            prefix = K.queue_key(topic, qid)
+        ranges: dict[tuple[str, int], tuple[int, int]] = {}
+        for q, (first, nxt) in bounds.items():
+            prefix = K.queue_key(*q)
             old = txn.get(prefix, db=self.db.queues)
             # A queue first seen here starts at its first entry, not 0: a rebuild from a
             # log whose oldest segments retention deleted must match the live index.
             lo, hi = K.QUEUE_VALUE.unpack(old) if old else (first, first)
             if nxt > hi:
                 txn.put(prefix, K.QUEUE_VALUE.pack(lo, nxt), db=self.db.queues)
+                hi = nxt
+            ranges[q] = (lo, hi)
         if timers:
             apply_timers(txn, self.db, timers)
         if topics:
@@ -158,6 +185,7 @@ class IndexStore:
         old = txn.get(APPLIED, db=self.db.meta)
         if old is None or K.I64.unpack(old)[0] < applied:
             txn.put(APPLIED, K.I64.pack(applied), db=self.db.meta)
+        return None if topics else ranges
 
     def append_sorted(self, db_name: str, items: list[tuple[bytes, bytes]]) -> int:
         """Bulk load: append ``items`` (sorted, unique, after the database's last key) to
@@ -234,7 +262,19 @@ class IndexStore:
         pull on the event loop paid two before, each a resize-gate lock round and a
         ``begin``). ``max_bytes``: only the entries whose records add up to at most that
         (the first always): a Kafka fetch of 1 MiB of a long queue read 4096 entries to
-        keep a thousand."""
+        keep a thousand.
+
+        A queue being followed is answered from its tail in memory when that holds
+        ``start`` (:mod:`fmq.index.queue_tails`): no transaction at all."""
+        found = self.tails.read(topic, queue_id, start, limit, max_bytes)
+        if found is not None:
+            return found
+        return self.queue_read_stored(topic, queue_id, start, limit, max_bytes)
+
+    def queue_read_stored(self, topic: str, queue_id: int, start: int, limit: int,
+                          max_bytes: int | None = None
+                          ) -> tuple[int, int, list[tuple[int, int, int, int, int]]]:
+        """:meth:`queue_read` from LMDB, whatever the tails hold (what they must equal)."""
         with self._gate, self.env.begin() as txn:
             v = txn.get(K.queue_prefix(topic, queue_id), db=self.db.queues)
             lo, hi = K.QUEUE_VALUE.unpack(v) if v else (0, 0)

@@ -12,13 +12,14 @@ in the CPU's cache), so only queues that several connections pull keep them
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from fmq.engine.reads import Kept, KeptLookup
 from fmq.engine.recent import RecentMessages
 from fmq.engine.tag_filter import Entry
 from fmq.protocol.schema import STORED_MESSAGE
-from fmq.protocol.types import Encoded
+from fmq.protocol.types import NULL16, Encoded
 from fmq.protocol.values import stored_to_wire
 
 #: Bytes of encoded messages kept.
@@ -69,25 +70,65 @@ class SharedQueues:
         return now < until
 
 
+_U16 = struct.Struct(">H").pack
+_IDS_BODY = struct.Struct(">IQQI").pack  # queue id, queue offset, log offset, body length
+_I64 = struct.Struct(">q").pack
+_NULL = _U16(NULL16)
+_NO_PROPERTIES = _U16(0)
+
+
+def encode_stored(m: Any) -> bytes:
+    """``m`` (a StoredMessage) as STORED_MESSAGE encodes ``stored_to_wire(m)``: the same
+    bytes, or the same ProtocolError. A pulled message (bytes body, text of the record's
+    limits, no properties) is packed straight into its bytes: no field dict, no output
+    buffer grown field by field, no copy of it at the end; anything else goes through the
+    schema's codec (its own test compares the two)."""
+    body, key, tags = m.body, m.key, m.tags
+    if type(body) is bytes and not m.properties:
+        topic = m.topic.encode() if type(m.topic) is str else None
+        raw_key = key.encode() if type(key) is str else None
+        raw_tags = tags.encode() if type(tags) is str else None
+        if (topic is not None and len(topic) <= 0xFFFF
+                and (raw_key is not None and len(raw_key) < NULL16 or key is None)
+                and (raw_tags is not None and len(raw_tags) < NULL16 or tags is None)
+                and len(body) <= 0xFFFF_FFFF
+                and type(m.queue_id) is int and type(m.queue_offset) is int
+                and type(m.offset) is int and type(m.store_time) is int):
+            try:
+                ids = _IDS_BODY(m.queue_id, m.queue_offset, m.offset, len(body))
+                time = _I64(m.store_time)
+            except struct.error:
+                pass  # a number outside its field: the codec's error
+            else:
+                return b"".join((
+                    _U16(len(topic)), topic, ids, body,
+                    _NULL if raw_key is None else _U16(len(raw_key)), raw_key or b"",
+                    _NULL if raw_tags is None else _U16(len(raw_tags)), raw_tags or b"",
+                    _NO_PROPERTIES, time))
+    out = bytearray()
+    STORED_MESSAGE.encode(out, stored_to_wire(m))
+    return bytes(out)
+
+
 def encode_fitting(cache: RecentMessages, msgs: list[Any], budget: int,
-                   keep: bool = True) -> tuple[Encoded, int, int]:
+                   keep: bool = True, looked: bool = False) -> tuple[Encoded, int, int]:
     """The leading messages of ``msgs`` (StoredMessage, or Kept: found encoded by the read)
     whose encoded sizes add up to at most ``budget`` (at least the first one, whatever its
     size), encoded: (the items, how many, bytes). ``keep``: keep what it encodes in
-    ``cache`` for the next reader."""
+    ``cache`` for the next reader. ``looked``: the read looked every message up in
+    ``cache`` (its ``kept``), so a StoredMessage was not there: encode it without a second
+    look."""
     parts: list[bytes] = []
     total = 0
     get = cache.get
     for m in msgs:
-        if isinstance(m, Kept):
+        if type(m) is Kept:
             data = m.form
         else:
             key = (m.offset, m.queue_id, m.queue_offset, m.store_time)
-            found = get(key)
+            found = None if looked else get(key)
             if found is None:
-                out = bytearray()
-                STORED_MESSAGE.encode(out, stored_to_wire(m))
-                data = bytes(out)
+                data = encode_stored(m)
                 if keep:
                     cache.put(key, (data, len(m.body)), len(data))
             else:

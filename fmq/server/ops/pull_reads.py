@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from fmq.engine.broker import Broker
-from fmq.engine.reads import NotInMemory, PullAnswer
+from fmq.engine.reads import NotInMemory
 from fmq.engine.recent import RecentMessages
 from fmq.protocol.types import Encoded
 from fmq.server.context import ServerContext
@@ -61,23 +61,22 @@ def pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
     budget = max_bytes - base
 
     kept = kept_lookup(encoded, queue_id)
-
-    def read() -> PullAnswer:
-        return broker.reads.pull_answer(topic, queue_id, offset, max_messages, budget,
-                                        tags=tags, resident=resident, kept=kept)
-
-    answer = read()
+    pull_answer = broker.reads.pull_answer
+    answer = pull_answer(topic, queue_id, offset, max_messages, budget, tags=tags,
+                         resident=resident, kept=kept)
     if not answer.messages:
         # Nothing yet, but a write acknowledged just before may still be on its way to the
         # index: a pull sees every message acknowledged before it arrived. (A pull woken
         # by the index finds what woke it at once; one woken by a transaction's commit,
         # when it is flushed, waits for the index.)
         if broker.wait_indexed(0.0 if resident else 0.5):
-            answer = read()
+            answer = pull_answer(topic, queue_id, offset, max_messages, budget, tags=tags,
+                                 resident=resident, kept=kept)
         elif resident and not may_wait:
             raise NotInMemory("the index is behind the flushed log: wait for it in a thread")
     msgs, resume = answer.messages, answer.resume_offset
-    items, count, size = encode_fitting(encoded, msgs, budget, keep)
+    # An untagged read looked each message up in ``encoded`` already (``kept``).
+    items, count, size = encode_fitting(encoded, msgs, budget, keep, looked=tags is None)
     if count < len(msgs):  # the next pull starts at the first message left out
         resume = msgs[count].queue_offset
     return items, count, answer.min_offset, answer.next_offset, base + size, resume

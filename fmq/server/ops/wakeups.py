@@ -37,10 +37,9 @@ class WakeEvent(asyncio.Event):
 
     def forget(self, cb: Callable[[], None]) -> None:
         """Drop ``cb`` (its waiter ended first)."""
-        try:
-            self._wake.remove(cb)
-        except ValueError:  # called already
-            pass
+        wake = self._wake
+        if cb in wake:  # else called already (a raised ValueError cost a woken wait more)
+            wake.remove(cb)
 
 
 PullEvents = tuple[WakeEvent, WakeEvent]
