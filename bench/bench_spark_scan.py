@@ -103,12 +103,14 @@ spark.stop()
 """
 
 
-def run_json(code: str, args: list[str], env: dict) -> dict:
-    """The JSON a fresh ``python -c code args`` prints last, and its wall seconds."""
+def run_json(code: str, args: list[str], env: dict, cwd: str) -> dict:
+    """The JSON a fresh ``python -c code args`` prints last, and its wall seconds. ``cwd``:
+    a directory without an ``fmq`` of its own (``python -c`` puts the working directory
+    first on the path, before a variant's PYTHONPATH)."""
     t = time.monotonic()
     code = f"import sys; sys.path.insert(0, {BENCH_DIR!r})\n{code}"
     proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
-                          text=True, check=False)
+                          text=True, check=False, cwd=cwd)
     if proc.returncode != 0:
         print(proc.stderr[-3000:], file=sys.stderr)
         raise SystemExit("a benchmark step failed")
@@ -171,14 +173,14 @@ def main() -> int:
         results["log_bytes"] = end
         for i in range(args.rounds):
             load = os.getloadavg()[0]
-            own = run_json(_IN_PROCESS, [data_dir, str(segment_size)], env)
+            own = run_json(_IN_PROCESS, [data_dir, str(segment_size)], env, args.dir)
             out = os.path.join(args.dir, "index-spark")
             row = {"load_before": round(load, 2),
                    "in_process_seconds": own["seconds"], "in_process_cpu": own["cpu"]}
             records = [own["records"]]
             for tag, step_env in steps:
                 shutil.rmtree(out, ignore_errors=True)
-                spark = run_json(_SPARK, [data_dir, out, args.master], step_env)
+                spark = run_json(_SPARK, [data_dir, out, args.master], step_env, args.dir)
                 row.update(_spark_figures(tag, spark))
                 records += [spark["records"], spark["count_rows"]]
             row["records"] = records
