@@ -12,17 +12,17 @@ Passes:
    broker runs on it.
 2. **Read** the log once (:mod:`fmq.spark.scan`): one task per segment or range of one,
    each reading with the data source's reader (``mode=failfast``, ``tornTail=allow``)
-   inside a ``mapInArrow`` over ``spark.range``: corruption fails the job naming segment
+   in one Python RDD pass: corruption fails the job naming segment
    and offset (as recovery would); a torn tail is reported (the broker cuts it on its
    next open; this job never writes to the log).
 3. **Derive** in the same tasks: the MESSAGE / REF_MESSAGE / TX_MESSAGE / COMMIT /
    ROLLBACK rows become, column-wise per Arrow batch (:mod:`fmq.spark.items`), the LMDB
    keys and values :func:`fmq.index.keys.entry_items` and ``end_items`` give for
-   :func:`fmq.index.entries.queue_entry` and ``tx_end``, sorted per task into a Parquet
-   file next to the output. The rows that need the whole log come back to Spark, cached;
-   from them, at once and only where there are such rows: the last end of each
-   transaction and the pending timers (:mod:`fmq.spark.derive`), the open transactions
-   (:mod:`fmq.spark.transactions`) and the consumer offsets.
+   :func:`fmq.index.entries.queue_entry` and ``tx_end``, sorted per task into an Arrow
+   file next to the output. The rows that need the whole log go to a side file per task;
+   only where there are such rows, a DataFrame over those files (cached) gives, at once:
+   the last end of each transaction and the pending timers (:mod:`fmq.spark.derive`),
+   the open transactions (:mod:`fmq.spark.transactions`) and the consumer offsets.
 4. **Write** a fresh LMDB environment (:mod:`fmq.spark.bulk_load`), merging the sorted
    files, in key order with
    ``putmulti(append=True)``, checking the counts it returns (append mode silently skips
