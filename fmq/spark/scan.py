@@ -14,8 +14,8 @@ tasks.
 Why an RDD and not a DataFrame (``mapInArrow`` over ``spark.range``): the pass sends Spark
 nothing but a summary per task, and a DataFrame query costs the JVM its planner, code
 generation and Arrow set-up first: a fresh session's first trivial ``mapInArrow`` took
-1.3 CPU seconds of JVM against 0.46 for the same RDD job (docs/spark.md, *The scan per
-core*). Only a log that has side rows pays for a DataFrame, over the side files
+1.3 CPU seconds of JVM against 0.46 for the same RDD job (docs/spark.md, *The cold rebuild
+within 2x*). Only a log that has side rows pays for a DataFrame, over the side files
 (:func:`side_rows`), when the whole-log queries need it.
 
 The item files need no global sort: the driver merges them (each is sorted) while it

@@ -1,6 +1,6 @@
 """What an executor's Python worker imports to run the rebuild's scan: each module costs
 every new worker its import (CPU seconds of a fresh session's first job,
-docs/spark.md, *The scan per core*), so none it does not use."""
+docs/spark.md, *The cold rebuild within 2x*), so none it does not use."""
 
 from __future__ import annotations
 
