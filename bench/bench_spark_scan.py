@@ -21,7 +21,14 @@ runs ``--rounds`` rounds, each of (in this order, every one a fresh process):
 With ``--class-archive PATH`` every round runs step 2 a second time with
 ``FMQ_SPARK_CLASS_ARCHIVE=PATH`` (the session's JVM started from a class archive,
 docs/spark.md, *A JVM class archive*; made first with ``python -m fmq.spark.class_archive``
-when PATH does not exist), side by side with the plain one: its figures carry ``cds_``.
+when PATH does not exist), side by side with the plain one: its figures carry ``cds_``
+(``--skip-plain``: only the run with the archive).
+
+``--variant NAME`` adds a Spark step per round, run right after the others (with the class
+archive when one is given), whose figures carry ``NAME_``: ``--variant-conf NAME
+KEY=VALUE`` gives it a Spark setting and ``--variant-env NAME KEY=VALUE`` an environment
+variable (``PYTHONPATH=DIR``: another tree's ``fmq``, to compare code side by side).
+Each is repeatable.
 
 It prints the medians of the rounds: seconds and CPU seconds per GB of log, and the
 ratios the issue sets targets for (Spark rebuild CPU per GB over the in-process one's;
@@ -96,12 +103,14 @@ spark.stop()
 """
 
 
-def run_json(code: str, args: list[str], env: dict) -> dict:
-    """The JSON a fresh ``python -c code args`` prints last, and its wall seconds."""
+def run_json(code: str, args: list[str], env: dict, cwd: str) -> dict:
+    """The JSON a fresh ``python -c code args`` prints last, and its wall seconds. ``cwd``:
+    a directory without an ``fmq`` of its own (``python -c`` puts the working directory
+    first on the path, before a variant's PYTHONPATH)."""
     t = time.monotonic()
     code = f"import sys; sys.path.insert(0, {BENCH_DIR!r})\n{code}"
     proc = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
-                          text=True, check=False)
+                          text=True, check=False, cwd=cwd)
     if proc.returncode != 0:
         print(proc.stderr[-3000:], file=sys.stderr)
         raise SystemExit("a benchmark step failed")
@@ -129,6 +138,15 @@ def main() -> int:
     parser.add_argument("--class-archive", metavar="PATH",
                         help="also run each Spark step with this JVM class archive (made "
                              "first when missing)")
+    parser.add_argument("--skip-plain", action="store_true",
+                        help="with --class-archive: no Spark step without the archive")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME",
+                        help="one more Spark step per round (repeatable)")
+    parser.add_argument("--variant-conf", action="append", default=[], nargs=2,
+                        metavar=("NAME", "KEY=VALUE"), help="a Spark setting of a variant")
+    parser.add_argument("--variant-env", action="append", default=[], nargs=2,
+                        metavar=("NAME", "KEY=VALUE"),
+                        help="an environment variable of a variant")
     parser.add_argument("--data", help="an existing data directory written by this script "
                                        "(--keep) or _logdata.build_log: no log is written")
     args = parser.parse_args()
@@ -139,13 +157,11 @@ def main() -> int:
     os.makedirs(args.dir)
     if not args.data:
         os.makedirs(data_dir)
-    # Quoted: pyspark splits PYSPARK_SUBMIT_ARGS like a shell (JVM options hold spaces).
-    confs = "".join(f"--conf {shlex.quote(c)} " for c in args.conf)
-    env = dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} "
-                                                f"{confs}pyspark-shell")
+    env = _spark_env(args.driver_memory, args.conf)
     if args.class_archive and not os.path.isfile(args.class_archive):
         subprocess.run([sys.executable, "-m", "fmq.spark.class_archive", args.class_archive],
                        env=env, check=True)
+    steps = _spark_steps(args, env)
     results: dict = {"size_mb": args.size_mb, "master": args.master, "cpus": os.cpu_count(),
                      "conf": args.conf, "rounds": []}
     try:
@@ -157,20 +173,17 @@ def main() -> int:
         results["log_bytes"] = end
         for i in range(args.rounds):
             load = os.getloadavg()[0]
-            own = run_json(_IN_PROCESS, [data_dir, str(segment_size)], env)
+            own = run_json(_IN_PROCESS, [data_dir, str(segment_size)], env, args.dir)
             out = os.path.join(args.dir, "index-spark")
-            shutil.rmtree(out, ignore_errors=True)
-            spark = run_json(_SPARK, [data_dir, out, args.master], env)
-            row = {
-                "load_before": round(load, 2),
-                "in_process_seconds": own["seconds"], "in_process_cpu": own["cpu"],
-                **_spark_figures("", spark)}
-            if args.class_archive:
+            row = {"load_before": round(load, 2),
+                   "in_process_seconds": own["seconds"], "in_process_cpu": own["cpu"]}
+            records = [own["records"]]
+            for tag, step_env in steps:
                 shutil.rmtree(out, ignore_errors=True)
-                with_archive = run_json(_SPARK, [data_dir, out, args.master], dict(
-                    env, FMQ_SPARK_CLASS_ARCHIVE=args.class_archive))
-                row.update(_spark_figures("cds_", with_archive))
-            row["records"] = [own["records"], spark["records"], spark["count_rows"]]
+                spark = run_json(_SPARK, [data_dir, out, args.master], step_env, args.dir)
+                row.update(_spark_figures(tag, spark))
+                records += [spark["records"], spark["count_rows"]]
+            row["records"] = records
             results["rounds"].append(row)
             print(f"round {i + 1}:", json.dumps({k: round(v, 2) if isinstance(v, float) else v
                                                   for k, v in row.items()}), flush=True)
@@ -183,7 +196,7 @@ def main() -> int:
         results["per_gb"] = {"in_process_cpu_s": round(own_cpu / gb, 2),
                              "in_process_mb_s": round(end / MB / own_wall, 1)}
         results["targets"] = {}
-        for tag in ("", "cds_") if args.class_archive else ("",):
+        for tag, _env in steps:
             per_gb, targets = _per_gb_and_targets(med, tag, end, own_wall, own_cpu)
             results["per_gb"].update(per_gb)
             results["targets"].update(targets)
@@ -192,6 +205,33 @@ def main() -> int:
             shutil.rmtree(args.dir, ignore_errors=True)
     print(json.dumps(results, indent=2))
     return 0
+
+
+def _spark_env(driver_memory: str, confs: list[str], base: dict | None = None) -> dict:
+    """The environment of a Spark step: ``confs`` (KEY=VALUE) through PYSPARK_SUBMIT_ARGS."""
+    # Quoted: pyspark splits PYSPARK_SUBMIT_ARGS like a shell (JVM options hold spaces).
+    given = "".join(f"--conf {shlex.quote(c)} " for c in confs)
+    return dict(base if base is not None else os.environ,
+                PYSPARK_SUBMIT_ARGS=f"--driver-memory {driver_memory} {given}pyspark-shell")
+
+
+def _spark_steps(args: argparse.Namespace, env: dict) -> list[tuple[str, dict]]:
+    """(tag, environment) of each Spark step of a round, in the order they run."""
+    steps = []
+    if not (args.class_archive and args.skip_plain):
+        steps.append(("", env))
+    base = env
+    if args.class_archive:
+        base = dict(env, FMQ_SPARK_CLASS_ARCHIVE=args.class_archive)
+        steps.append(("cds_", base))
+    for name in args.variant:
+        confs = args.conf + [c for n, c in args.variant_conf if n == name]
+        extra = dict(kv.split("=", 1) for n, kv in args.variant_env if n == name)
+        steps.append((f"{name}_", _spark_env(args.driver_memory, confs, dict(base, **extra))))
+    unknown = {n for n, _ in args.variant_conf + args.variant_env} - set(args.variant)
+    if unknown:
+        raise SystemExit(f"--variant-conf/--variant-env name no --variant: {sorted(unknown)}")
+    return steps
 
 
 def _spark_figures(tag: str, spark: dict) -> dict:

@@ -12,17 +12,17 @@ Passes:
    broker runs on it.
 2. **Read** the log once (:mod:`fmq.spark.scan`): one task per segment or range of one,
    each reading with the data source's reader (``mode=failfast``, ``tornTail=allow``)
-   inside a ``mapInArrow`` over ``spark.range``: corruption fails the job naming segment
+   in one Python RDD pass: corruption fails the job naming segment
    and offset (as recovery would); a torn tail is reported (the broker cuts it on its
    next open; this job never writes to the log).
 3. **Derive** in the same tasks: the MESSAGE / REF_MESSAGE / TX_MESSAGE / COMMIT /
    ROLLBACK rows become, column-wise per Arrow batch (:mod:`fmq.spark.items`), the LMDB
    keys and values :func:`fmq.index.keys.entry_items` and ``end_items`` give for
-   :func:`fmq.index.entries.queue_entry` and ``tx_end``, sorted per task into a Parquet
-   file next to the output. The rows that need the whole log come back to Spark, cached;
-   from them, at once and only where there are such rows: the last end of each
-   transaction and the pending timers (:mod:`fmq.spark.derive`), the open transactions
-   (:mod:`fmq.spark.transactions`) and the consumer offsets.
+   :func:`fmq.index.entries.queue_entry` and ``tx_end``, sorted per task into an Arrow
+   file next to the output. The rows that need the whole log go to a side file per task;
+   only where there are such rows, a DataFrame over those files (cached) gives, at once:
+   the last end of each transaction and the pending timers (:mod:`fmq.spark.derive`),
+   the open transactions (:mod:`fmq.spark.transactions`) and the consumer offsets.
 4. **Write** a fresh LMDB environment (:mod:`fmq.spark.bulk_load`), merging the sorted
    files, in key order with
    ``putmulti(append=True)``, checking the counts it returns (append mode silently skips
@@ -69,7 +69,7 @@ from fmq.spark.bulk_load import load_index
 from fmq.spark.derive import END_TYPES, TIMER_TYPE, write_cross_segment_items
 from fmq.spark.errors import translate_spark_error
 from fmq.spark.files import SegmentFiles
-from fmq.spark.scan import DAMAGE, RECORD, SIDE_DDL, SUMMARY, ScanJob, scan_partitions
+from fmq.spark.scan import ScanJob, scan_tasks, side_rows
 from fmq.spark.session import spark_session
 from fmq.spark.source import DEFAULT_SPLIT_BYTES, FmqReader, register
 from fmq.spark.summary import summary_text
@@ -222,24 +222,26 @@ def _derive(spark: SparkSession, log_dir: str, options: dict, tmp_items: str,
     offset of the first idempotent send stored at or after ``dedup_since``)."""
     shutil.rmtree(tmp_items, ignore_errors=True)
     os.makedirs(tmp_items)
+    side_dir = os.path.join(tmp_items, "side")
+    os.makedirs(side_dir)
     # Pass 2 and most of 3: one scan (fmq.spark.scan) writes the items of every record
-    # and keeps the rows that need the whole log; nothing but those rows is cached.
-    job = ScanJob(FmqReader(log_dir, options), tmp_items, dedup_since)
+    # and the rows that need the whole log to files, and sends back one summary per task.
+    job = ScanJob(FmqReader(log_dir, options), tmp_items, dedup_since, side_dir)
     tasks = len(job.partitions)
-    side = (spark.range(0, tasks, 1, max(1, tasks))
-            .mapInArrow(partial(scan_partitions, job), SIDE_DDL)
-            .persist(StorageLevel.MEMORY_AND_DISK))
+    summaries = (spark.sparkContext.parallelize(range(tasks), max(1, tasks))
+                 .mapPartitions(partial(scan_tasks, job)).collect())
+    facts = _scan_facts(summaries)
+    facts["scan_tasks"] = tasks
+    phases.done("scan")
+    # The whole-log queries run only where the scan found rows for them (a log of plain
+    # messages needs none): a DataFrame over the side files, cached, since up to five
+    # queries read it; few rows: one task per core. They run at once, from threads of
+    # their own: each is mostly fixed cost (planning, shuffle set-up), and one's latency
+    # hides behind another's.
+    found = facts.pop("side_types")
+    records = (side_rows(spark, side_dir, tasks).persist(StorageLevel.MEMORY_AND_DISK)
+               if found or parquet_dir is not None else None)
     try:
-        facts = _scan_facts(side.where(F.col("kind") != RECORD).collect())
-        facts["scan_tasks"] = tasks
-        phases.done("scan")
-        # The whole-log queries run only where the scan found rows for them (a log of
-        # plain messages needs none); few rows: one task per core. They run at once, from
-        # threads of their own: each is mostly fixed cost (planning, shuffle set-up), and
-        # one's latency hides behind another's.
-        found = facts.pop("side_types")
-        records = (side.where(F.col("kind") == RECORD)
-                   .coalesce(spark.sparkContext.defaultParallelism))
         # Planning the table costs a second of py4j calls: only when something reads it.
         txs = (transaction_table(records.where(F.col("type").isin(*TX_TYPES)))
                if parquet_dir is not None or any(found.get(t) for t in TX_TYPES) else None)
@@ -271,7 +273,8 @@ def _derive(spark: SparkSession, log_dir: str, options: dict, tmp_items: str,
             facts["parquet"] = write_audit(raw, txs, parquet_dir)
             phases.done("audit_parquet")
     finally:
-        side.unpersist()
+        if records is not None:
+            records.unpersist()
     return facts
 
 
@@ -287,25 +290,24 @@ def _source(spark: SparkSession, log_dir: str, options: dict) -> DataFrame:
     return reader.load(log_dir)
 
 
-def _scan_facts(rows: list) -> dict:
+def _scan_facts(summaries: list[dict]) -> dict:
     """Record count, the last valid record (where the log ends), the torn tail (failfast
-    raised on any other damage) and the first idempotent send in the dedup window, from
-    the scan's summary and damage rows."""
-    summaries = [r for r in rows if r["kind"] == SUMMARY]
-    ends = [r for r in summaries if r["offset"] is not None]
+    raised on any other damage), the first idempotent send in the dedup window and the
+    side rows of each record type, from the scan's summaries (:mod:`fmq.spark.scan`)."""
+    ends = [s["last"] for s in summaries if s["last"] is not None]
     lr = max(ends, key=lambda r: r["offset"]) if ends else None
     last = None if lr is None else {"offset": lr["offset"], "size": lr["size"],
                                     "type": lr["type"], "base": parse_segment_name(lr["segment"])}
-    damage = [r for r in rows if r["kind"] == DAMAGE]
+    damage = [d for s in summaries for d in s["damage"]]
     t = max(damage, key=lambda r: r["offset"]) if damage else None
     torn = (None if t is None else
             {"segment": t["segment"], "offset": t["offset"], "reason": t["damage"]["reason"]})
-    dedup = [r["dedup_from"] for r in summaries if r["dedup_from"] is not None]
+    dedup = [s["dedup_from"] for s in summaries if s["dedup_from"] is not None]
     side_types: dict[str, int] = {}
-    for r in summaries:
-        for rtype, n in (r["side_types"] or {}).items():
+    for s in summaries:
+        for rtype, n in s["side_types"].items():
             side_types[rtype] = side_types.get(rtype, 0) + n
-    return {"records": sum(r["records"] for r in summaries), "torn": torn, "last": last,
+    return {"records": sum(s["records"] for s in summaries), "torn": torn, "last": last,
             "dedup_from": min(dedup, default=None), "side_types": side_types}
 
 
