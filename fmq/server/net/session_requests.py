@@ -21,10 +21,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import struct
 from typing import Any, Protocol
 
 from fmq.errors import ConnectionLost, FMQError, ProtocolError, ServerBusy
+from fmq.message import PackedResults
 from fmq.protocol import (
+    HEADER_SIZE,
     PROTOCOL_VERSION,
     SCHEMA,
     Frame,
@@ -43,6 +46,7 @@ from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
 from fmq.server.ops.handlers import send_batch_reply, send_reply
 from fmq.server.ops.operation import FmqOperation
+from fmq.server.ops.placed import Reply
 from fmq.server.ops.table import OPERATIONS
 
 logger = logging.getLogger("fmq.server")
@@ -51,6 +55,13 @@ logger = logging.getLogger("fmq.server")
 ANSWERED_BY_PIPELINE = frozenset((Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT))
 
 _SEND = int(Op.SEND)
+#: A plain step's answer framed by hand (:meth:`SessionRequests._answer_plain`): the length
+#: prefix and header, a SEND_BATCH's with its results' count; the lengths count the header.
+_SEND_ANSWER_HEAD = struct.Struct(">IBBHQ")
+_BATCH_ANSWER_HEAD = struct.Struct(">IBBHQI")
+_ANSWER_SIZE = HEADER_SIZE
+_BATCH_ANSWER_SIZE = HEADER_SIZE + 4
+_RESULT_SIZE = PackedResults.FORMAT.size
 #: The requests a plain step may take (:meth:`SessionRequests._start_plain_send`).
 _PLAIN_OPS = frozenset((_SEND, int(Op.SEND_BATCH)))
 #: What :meth:`SessionRequests._start_plain_send` returns for a request it leaves to the
@@ -216,8 +227,10 @@ class SessionRequests:
         counters.requests += 1
         counters.by_op[op] += 1
         try:
-            request = batcher.submit_plain(messages, reply,
-                                           functools.partial(self._answer, op, rid))
+            # No reply function: the future ends with the placed results, which
+            # _answer_plain frames as they are.
+            request = batcher.submit_plain(messages, None, functools.partial(
+                self._answer_plain, op, rid, reply))
         except FMQError as exc:  # refused before it started (a send that cannot be stored)
             counters.failed(op, exc)
             session.send(encode_error(op, rid, exc))
@@ -231,7 +244,35 @@ class SessionRequests:
         check_again(self.ctx.routes, self.ctx, declared.hosted, req)
         return declared.handler(self.ctx, self.session, req)
 
-    def _answer(self, op: int, rid: int, request: asyncio.Future) -> None:
+    def _answer_plain(self, op: int, rid: int, reply: Reply, request: asyncio.Future) -> None:
+        """The answer of a request the short step started, written as :meth:`_answer`
+        writes it: placement's packed results framed as they are (a SEND's payload is its
+        one result, a SEND_BATCH's a u32 count and its results: the wire's send_result
+        layout), or through ``reply`` and the codec when they are not packed, the request
+        failed or a fenced primary may have to refuse it (SEND and SEND_BATCH are
+        ``follower=REFUSES``, :func:`fencing_refusal`). It reserved no reply bytes."""
+        role = self.ctx.replication
+        results = (request.result() if not request.cancelled() and request.exception() is None
+                   and (role is None or role.acknowledges()) else None)
+        if type(results) is not PackedResults:
+            self._answer(op, rid, request, reply)
+            return
+        self.running.discard(request)
+        data = results.data
+        if op == _SEND:
+            frame = _SEND_ANSWER_HEAD.pack(_ANSWER_SIZE + len(data), PROTOCOL_VERSION, op,
+                                           FLAG_RESPONSE, rid) + data
+        else:
+            frame = _BATCH_ANSWER_HEAD.pack(_BATCH_ANSWER_SIZE + len(data), PROTOCOL_VERSION,
+                                            op, FLAG_RESPONSE, rid,
+                                            len(data) // _RESULT_SIZE) + data
+        self.session.send(frame)
+        self._done(request)
+
+    def _answer(self, op: int, rid: int, request: asyncio.Future, reply: Reply | None = None
+                ) -> None:
+        """Write ``request``'s answer (its result through ``reply`` when given: the short
+        step's request whose answer is not framed as it is)."""
         # Free the in-flight slot before the answer leaves: the client may send its next
         # request the moment it reads this one.
         self.running.discard(request)
@@ -243,7 +284,8 @@ class SessionRequests:
         exc = fencing_refusal(self.ctx.replication, op) if exc is None else exc
         if exc is None:
             try:
-                data = encode_response(op, rid, request.result())
+                result = request.result()
+                data = encode_response(op, rid, reply(result) if reply is not None else result)
             except Exception as enc:  # noqa: BLE001 - a bug must not kill the session
                 exc = enc
         if exc is not None:
