@@ -23,7 +23,7 @@ import logging
 import socket
 
 from fmq.errors import FMQError
-from fmq.protocol import HEADER_SIZE, FrameDecoder, encode_error
+from fmq.protocol import FrameDecoder, encode_error
 from fmq.server.context import ServerContext
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
@@ -114,12 +114,8 @@ class ClientSession(asyncio.Protocol):
         if frames or self.frame_since is None:
             self.frame_since = (now if self.decoder.buffered and not self.admission.waiting
                                 else None)
-        for frame in frames:
-            size = HEADER_SIZE + len(frame.payload)
-            self.admission.received(size)
-            self.requests.start(frame, size)
-            if self.closing:
-                return
+        if frames:
+            self.requests.start_frames(frames)
 
     # ------------------------------------------------------------------ request budget
 

@@ -98,21 +98,46 @@ class SessionRequests:
         self.running: set[asyncio.Future] = set()
         self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
 
-    def start(self, frame: Frame, size: int) -> None:
-        """Start the request in ``frame``; it holds ``size`` request bytes until it ends."""
-        request = None
-        try:
-            request = (self._start_plain_send(frame) if frame.opcode in _PLAIN_OPS
-                       and self.plain_sends else _DECLINED)
-            if request is _DECLINED:
-                request = self._start(frame)
-        finally:
-            # The one place a frame's bytes go back when its request does not run (refused,
-            # malformed, or a bug): a refusal cannot forget them.
-            if request is None:
-                self.session.admission.release(size)
-            else:
-                self._held[request] = size
+    def start_frames(self, frames: list[Frame]) -> None:
+        """Start the request of each frame, in order, until the session closes; each holds
+        its frame's request bytes until it ends (taken from the budget as the frame's
+        length was read, :meth:`RequestAdmission.admit`)."""
+        session = self.session
+        admission = session.admission
+        # What the short step asks of the session and the server, asked once for the run
+        # (a frame of it cannot change them: a log-in or a role change ends in a later
+        # turn; the first request makes the session established, the rest of its run
+        # then takes the general way, which is never wrong).
+        plain = self.plain_sends and self._plain_session()
+        for frame in frames:
+            size = HEADER_SIZE + len(frame.payload)
+            admission.received(size)
+            request = None
+            try:
+                request = (self._start_plain_send(frame) if plain and frame.opcode in _PLAIN_OPS
+                           else _DECLINED)
+                if request is _DECLINED:
+                    request = self._start(frame)
+            finally:
+                # The one place a frame's bytes go back when its request does not run
+                # (refused, malformed, or a bug): a refusal cannot forget them.
+                if request is None:
+                    admission.release(size)
+                else:
+                    self._held[request] = size
+            if session.closing:
+                return
+
+    def _plain_session(self) -> bool:
+        """Whether this session's SENDs may take the short step now: the checks of
+        :meth:`_start` that pass trivially for any SEND of it (its first request is done,
+        no users, no cluster, not a follower: SEND and SEND_BATCH are ``follower=REFUSES``,
+        :func:`follower_refusal`)."""
+        ctx, session = self.ctx, self.session
+        role = ctx.replication
+        return (session.established and session.principal is None
+                and not ctx.authenticator.enforcing and ctx.routes is None
+                and ctx.batcher is not None and (role is None or role.primary is None))
 
     def _start(self, frame: Frame) -> asyncio.Future | None:
         """The request's future, or None when it is refused (answered already)."""
@@ -191,24 +216,20 @@ class SessionRequests:
         return request
 
     def _start_plain_send(self, frame: Frame) -> asyncio.Future | object | None:
-        """A SEND or SEND_BATCH started the short way: its future, None when it is refused
-        (answered already), or _DECLINED (nothing done) for :meth:`_start` to run it. Each
-        condition below stands for a check of :meth:`_start` that passes trivially when it
-        holds: the session's first request, the header, the in-flight limit, the shutdown,
-        a follower's refusal, access (no users), hosting (no cluster); a SEND_BATCH's list
-        limit is checked (a refusal declines: the general way gives it); the messages' own
-        checks are made as they are decoded, the rest (the batch's size, their topics',
-        their records' sizes) by :meth:`SendBatcher.submit_plain`."""
-        ctx, session = self.ctx, self.session
+        """A SEND or SEND_BATCH of a session the step may serve (:meth:`_plain_session`)
+        started the short way: its future, None when it is refused (answered already), or
+        _DECLINED (nothing done) for :meth:`_start` to run it. Each condition below stands
+        for a check of :meth:`_start` that passes trivially when it holds: the header, the
+        in-flight limit, the shutdown; a SEND_BATCH's list limit is checked (a refusal
+        declines: the general way gives it); the messages' own checks are made as they are
+        decoded, the rest (the batch's size, their topics', their records' sizes) by
+        :meth:`SendBatcher.submit_plain`."""
+        ctx = self.ctx
         op, rid = frame.opcode, frame.request_id
-        batcher = ctx.batcher
-        if (not session.established or frame.version != PROTOCOL_VERSION
-                or frame.flags & FLAG_RESPONSE or rid == 0
-                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping
-                or ctx.authenticator.enforcing or session.principal is not None
-                or ctx.routes is not None or batcher is None
-                or follower_refusal(ctx.replication, op) is not None):
+        if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
+                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
             return _DECLINED
+        batcher = ctx.batcher
         max_size = ctx.broker.config.max_message_size
         if op == _SEND:
             message = PLAIN_SEND(frame.payload, max_size)
@@ -233,7 +254,7 @@ class SessionRequests:
                 self._answer_plain, op, rid, reply))
         except FMQError as exc:  # refused before it started (a send that cannot be stored)
             counters.failed(op, exc)
-            session.send(encode_error(op, rid, exc))
+            self.session.send(encode_error(op, rid, exc))
             return None
         self.running.add(request)
         ctx.all_tasks.add(request)
@@ -266,8 +287,13 @@ class SessionRequests:
             frame = _BATCH_ANSWER_HEAD.pack(_BATCH_ANSWER_SIZE + len(data), PROTOCOL_VERSION,
                                             op, FLAG_RESPONSE, rid,
                                             len(data) // _RESULT_SIZE) + data
-        self.session.send(frame)
-        self._done(request)
+        session = self.session
+        session.send(frame)
+        # _done's, inline (nothing reserved for the reply here: nothing to settle).
+        self.ctx.all_tasks.discard(request)
+        session.admission.release(self._held.pop(request, 0))
+        if session.eof and not self.running:
+            session.close()
 
     def _answer(self, op: int, rid: int, request: asyncio.Future, reply: Reply | None = None
                 ) -> None:

@@ -114,11 +114,15 @@ class SendBatcher:
         if len(msgs) > limit:
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
                                   f"(max_batch_messages) of {limit}; send smaller batches")
-        self._check_running()
+        if self._stopping:
+            self._check_running()  # raises its error
         check = self.broker.check_plain_message
         for message in msgs:
             check(message)
-        fut = self._this_turn()
+        if not self._scheduled:  # _this_turn's, inline: once per request here
+            self._scheduled = True
+            self.loop.call_soon(self._place)
+        fut = self.loop.create_future()
         self._sends.append((msgs, fut, reply, answered))
         return fut
 
@@ -342,7 +346,8 @@ def _split(pending: list[SendRequest], max_messages: int, max_bytes: int
             batch, count, size = [], 0, 0
         batch.append(item)
         count += n
-        size += sum(len(m.body) for m in item[0])
+        for m in item[0]:  # a loop, not sum() of a generator: a SEND has one message
+            size += len(m.body)
     if batch:
         batches.append(batch)
     return batches
