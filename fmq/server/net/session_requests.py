@@ -7,8 +7,12 @@ on a server without users and outside a cluster, from an established session, a 
 message (a SEND_BATCH whose every message) passes its own checks as it is decoded
 (:data:`~fmq.protocol.message_requests.PLAIN_SEND`, ``PLAIN_SEND_BATCH``, compiled where
 the twins are) goes straight to the send pipeline; any other request, and one it declines,
-runs the general way, which makes every check again and gives each error.
-tests/server/test_plain_send_step.py compares the two ways' answers and stored records.
+runs the general way, which makes every check again and gives each error. What the step
+asks of the session (no users, no cluster, not a follower, established) is asked once per
+run of frames (:meth:`SessionRequests.start_frames`), and its answer is framed from
+placement's packed results as they are (:meth:`SessionRequests._answer_plain`).
+tests/server/test_plain_send_step.py compares the two ways' answers and stored records, one
+request at a time and in pipelined windows.
 
 A frame's request bytes (:class:`~fmq.server.net.request_admission.RequestAdmission`) are given
 back at one place: at once when its request does not start (every refusal), else when the
