@@ -11,7 +11,10 @@ the same; only their system calls are fewer (issue 41, item 5).
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
+
+logger = logging.getLogger("fmq.server")
 
 
 class HoldsAnswers(Protocol):
@@ -42,4 +45,7 @@ class AnswerWrites:
         self.holding = False
         sessions, self._sessions = self._sessions, []
         for session in sessions:
-            session.write_held()
+            try:
+                session.write_held()
+            except Exception:  # noqa: BLE001 - the other connections still get theirs
+                logger.exception("writing a connection's answers failed")
