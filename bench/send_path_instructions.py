@@ -13,10 +13,13 @@ its share of its window's flush and of whatever the server's own timers did mean
 Not part of the test run::
 
     python bench/send_path_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--requests 1024]
-        [--only send|tx|batch] [--keep DIR]
+        [--only send|tx|batch] [--keep DIR] [--writes]
 
 ``--keep DIR`` keeps each run's callgrind file in DIR (``callgrind.<tree>.<kind>``), for
 ``callgrind_annotate --inclusive=yes`` to tell where the instructions go.
+
+``--writes`` counts, instead of instructions, the server's write system calls per request
+under the same windows (``strace -f -c``, every thread; needs strace).
 
 ``send``: SEND of one 1 KiB message. ``tx``: a transaction of one 1 KiB message, its PREPARE
 and its COMMIT (two requests, both counted as one transaction). ``batch``: SEND_BATCH of 16
@@ -140,13 +143,60 @@ def server_instructions(tree: str, kind: str, requests: int, scratch: str) -> in
     return int(found.group(1))
 
 
+def server_writes(tree: str, kind: str, requests: int, scratch: str) -> dict[str, float]:
+    """The write system calls a server of ``tree`` made per request while serving
+    ``requests`` of ``kind`` (``strace -f -c`` of every thread, counted from a warm-up
+    window on, as :func:`server_instructions` counts): ``write``, ``writev``, ``sendmsg``
+    and ``sendto`` (answers, and the log's and the index's writes, which the same requests
+    make on both trees)."""
+    port = free_port()
+    data = tempfile.mkdtemp(prefix="data-", dir=scratch)
+    out = os.path.join(scratch, "strace.out")
+    proc = subprocess.Popen(
+        [*fmq_command(tree), "server", "--data-dir", data, "--port", str(port),
+         "--log-level", "WARNING"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
+    try:
+        client = RawClient(port)
+        drive(client, kind, WINDOW)
+        tracer = subprocess.Popen(["strace", "-f", "-c", "-q", "-o", out, "-e",
+                                   "trace=write,writev,sendmsg,sendto", "-p", str(proc.pid)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)  # strace attaches to every thread
+        drive(client, kind, requests)
+        tracer.terminate()
+        tracer.wait(60)
+        client.sock.close()
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    calls: dict[str, float] = {}
+    with open(out, encoding="utf-8") as f:
+        for line in f:
+            parts = line.split()
+            if parts and parts[-1] in ("write", "writev", "sendmsg", "sendto"):
+                calls[parts[-1]] = int(parts[3]) / requests  # % time, seconds, usecs/call, calls
+    return calls
+
+
 def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--requests", type=int, default=1024,
                     help="transactions or sends of the short run, a multiple of 64")
     ap.add_argument("--only", choices=("send", "tx", "batch"), default=None)
     ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
+    ap.add_argument("--writes", action="store_true",
+                    help="count write system calls per request (strace) instead of instructions")
     args = ap.parse_args()
+    if args.writes:
+        for kind in [args.only] if args.only else ["send"]:
+            for name, tree in trees(args.old).items():
+                with tempfile.TemporaryDirectory(prefix="fmq-send-writes-") as tmp:
+                    calls = server_writes(tree, kind, args.requests, tmp)
+                print(f"{name}: write system calls per {kind} request: "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in sorted(calls.items())), flush=True)
+        return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     kinds = [args.only] if args.only else ["send", "tx"]

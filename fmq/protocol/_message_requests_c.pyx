@@ -29,7 +29,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memchr
 
-from fmq.message import MAX_NAME, MAX_PROPERTIES, new_message, plain_properties
+from fmq.message import MAX_NAME, MAX_PROPERTIES, Message, plain_properties
 from fmq.protocol.schema import Op
 from fmq.protocol.values import BROKER_PICKS_QUEUE
 
@@ -41,6 +41,18 @@ cdef object _PREPARE = Op.PREPARE
 cdef object _SEND_AT = Op.SEND_AT
 cdef Py_ssize_t _MAX_NAME = MAX_NAME
 cdef Py_ssize_t _MAX_PROPERTIES = MAX_PROPERTIES
+cdef object _Message = Message
+cdef object _new_object = object.__new__
+
+
+cdef inline object new_message(object topic, object body, object key, object tags,
+                               object properties, object queue_id):
+    """fmq.message.new_message here, without its call per message (the same object: a
+    Message whose fields are given in one dict)."""
+    cdef object message = _new_object(_Message)
+    message.__dict__ = {"topic": topic, "body": body, "key": key, "tags": tags,
+                        "properties": properties, "queue_id": queue_id}
+    return message
 
 
 cdef inline bint _topic_byte(uint8_t c):

@@ -19,11 +19,15 @@ import time
 import pytest
 
 from fmq import Broker, BrokerConfig
+from fmq.message import PackedResults
 from fmq.protocol import PROTOCOL_VERSION, FrameDecoder, Op
 from fmq.server.config import ServerConfig
 from fmq.server.net.session_requests import _DECLINED, SessionRequests
 from fmq.server.server import Server
 from tests.native.test_plain_send_twins import batch_payload, send_payload
+
+#: The class whose step the server runs.
+_STEP_CLASS = SessionRequests
 
 MAX_SIZE = 2048  # the broker's max_message_size
 SMALL_TOPIC = "small"  # a topic whose own max_message_size is 100
@@ -60,9 +64,9 @@ def _batched(rnd: random.Random, fill: int) -> bytes:
                         None, rnd.choice([None, "x"]), [("a", "1")], -1)
 
 
-def _requests(seed: int, count: int) -> list[bytes]:
+def _requests(seed: int, count: int, intact: bool = False) -> list[bytes]:
     """SEND and SEND_BATCH frames near every check's edge, valid ones among them (request
-    ids 1..)."""
+    ids 1..); ``intact``: none malformed and no bad header (no session is closed)."""
     rnd = random.Random(seed)
     frames = []
     for rid in range(1, count + 1):
@@ -73,13 +77,13 @@ def _requests(seed: int, count: int) -> list[bytes]:
                                      for _ in range(rnd.choice([0, 1, 2, 2, 3]))])
         else:
             payload = _message(rnd, rid % 256)
-        how = rnd.random()
+        how = rnd.random() if not intact else 1.0
         if how < 0.05:  # cut short: malformed, the session closes
             payload = payload[:rnd.randrange(len(payload))]
         elif how < 0.08:  # trailing bytes: malformed too
             payload += b"\x00"
         header = {"version": PROTOCOL_VERSION, "flags": 0}
-        if rnd.random() < 0.03:
+        if rnd.random() < 0.03 and not intact:
             header = rnd.choice([{"version": 2, "flags": 0},
                                  {"version": PROTOCOL_VERSION, "flags": 1}])
         frames.append(_frame(payload, rid, op=op, **header))
@@ -215,3 +219,66 @@ def test_plain_sends_are_answered_and_stored_as_the_general_way_does(tmp_path, m
     # Some of each ending: stored, refused with an error, and sessions closed.
     assert any(a[1] == 1 for a in fast[0]) and any(a[1] & 2 for a in fast[0])
     assert any(a.endswith(b"|closed") for a in fast[0])
+
+
+def _pipelined_answers(port: int, frames: list[bytes], window: int) -> dict[int, bytes]:
+    """Each frame's answer by request id, the frames written ``window`` at a time on one
+    connection (a window's answers all read before the next is written)."""
+    answers: dict[int, bytes] = {}
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        decoder = FrameDecoder(1 << 24)
+        sock.sendall(_frame(b"", 1 << 40, op=Op.PING))
+        assert _read_answer(sock, decoder) is not None
+        for at in range(0, len(frames), window):
+            sent = frames[at:at + window]
+            sock.sendall(b"".join(sent))
+            deadline = time.monotonic() + 60
+            got = 0
+            while got < len(sent) and time.monotonic() < deadline:
+                chunk = sock.recv(1 << 16)
+                assert chunk, "the server closed a session no frame of which was malformed"
+                for frame in decoder.feed(chunk):
+                    answers[frame.request_id] = (bytes([frame.opcode, frame.flags])
+                                                 + bytes(frame.payload))
+                    got += 1
+            assert got == len(sent), "a window's answers did not all come"
+    return answers
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_pipelined_plain_sends_are_answered_and_stored_as_the_general_way_does(
+        tmp_path, monkeypatch, seed):
+    """Windows of 16 requests on one connection: placement packs the results of a turn's
+    sends, and the step frames its answers from them (SessionRequests._answer_plain); the
+    same answers, request by request, and the same stored messages as the general way."""
+    frames = _requests(seed, 480, intact=True)
+    framed = []  # the opcode of each answer the step framed from packed results
+    answer = _STEP_CLASS._answer_plain
+
+    def counted(self, op, rid, reply, request):
+        if type(request.result() if request.done() and not request.cancelled()
+                and request.exception() is None else None) is PackedResults:
+            framed.append(op)
+        return answer(self, op, rid, reply, request)
+
+    monkeypatch.setattr(_STEP_CLASS, "_answer_plain", counted)
+
+    def serve(name: str) -> tuple[dict[int, bytes], list[tuple]]:
+        data_dir = str(tmp_path / name)
+        srv = ServerThread(data_dir)
+        try:
+            answers = _pipelined_answers(srv.server.port, frames, 16)
+        finally:
+            srv.stop()
+        return answers, _stored(data_dir)
+
+    fast = serve("fast")
+    monkeypatch.setattr(_STEP_CLASS, "plain_sends", False)
+    general = serve("general")
+    assert framed.count(Op.SEND) > 20 and framed.count(Op.SEND_BATCH) > 5, \
+        "the step framed too few answers from packed results to compare"
+    assert len(fast[0]) == len(frames)
+    assert fast[0] == general[0]
+    assert fast[1] == general[1] and len(fast[1]) > 100
+    assert any(a[1] == 1 for a in fast[0].values()) and any(
+        a[1] & 2 for a in fast[0].values())

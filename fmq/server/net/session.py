@@ -23,7 +23,7 @@ import logging
 import socket
 
 from fmq.errors import FMQError
-from fmq.protocol import HEADER_SIZE, FrameDecoder, encode_error
+from fmq.protocol import FrameDecoder, encode_error
 from fmq.server.context import ServerContext
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
@@ -74,6 +74,11 @@ class ClientSession(asyncio.Protocol):
             logged_in=lambda: self.principal is not None or not ctx.authenticator.enforcing)
         self.replies = ReplyAccount(ctx.reply_budget.share(), lambda: ctx.loop)
         self._read_blocks = 0
+        #: While the send pipeline's answers are held (a hand-back's callback runs), this
+        #: session's answers wait here and are written in one piece when it ends.
+        self.answer_writes = ctx.batcher.answer_writes if ctx.batcher is not None else None
+        self._held: list[bytes] | None = None
+        self._held_reserved = 0
 
     # ------------------------------------------------------------------ asyncio callbacks
 
@@ -109,12 +114,8 @@ class ClientSession(asyncio.Protocol):
         if frames or self.frame_since is None:
             self.frame_since = (now if self.decoder.buffered and not self.admission.waiting
                                 else None)
-        for frame in frames:
-            size = HEADER_SIZE + len(frame.payload)
-            self.admission.received(size)
-            self.requests.start(frame, size)
-            if self.closing:
-                return
+        if frames:
+            self.requests.start_frames(frames)
 
     # ------------------------------------------------------------------ request budget
 
@@ -236,7 +237,30 @@ class ClientSession(asyncio.Protocol):
     # ------------------------------------------------------------------ requests
 
     def send(self, data: bytes, reserved: int = 0) -> None:
-        """Write ``data``; ``reserved``: reply bytes reserved for it, given back now."""
+        """Write ``data``; ``reserved``: reply bytes reserved for it, given back now (while
+        the send pipeline's answers are held, :class:`AnswerWrites`: once they are written)."""
+        held = self._held
+        if held is not None:
+            held.append(data)
+            self._held_reserved += reserved
+            return
+        writes = self.answer_writes
+        if writes is not None and writes.holding:
+            self._held = [data]
+            self._held_reserved = reserved
+            writes.keep(self)
+            return
+        self._write(data, reserved)
+
+    def write_held(self) -> None:
+        """Write the answers kept while the send pipeline's were held, in one piece."""
+        held, reserved = self._held, self._held_reserved
+        if held is None:
+            return
+        self._held, self._held_reserved = None, 0
+        self._write(held[0] if len(held) == 1 else b"".join(held), reserved)
+
+    def _write(self, data: bytes, reserved: int) -> None:
         t = self.transport
         if t is not None and not t.is_closing():
             t.write(data)
@@ -254,6 +278,7 @@ class ClientSession(asyncio.Protocol):
         self.close()
 
     def close(self) -> None:
+        self.write_held()  # answers kept go first: the transport flushes them as it closes
         self.closing = True
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()  # flushes what is buffered first

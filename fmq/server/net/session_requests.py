@@ -7,8 +7,12 @@ on a server without users and outside a cluster, from an established session, a 
 message (a SEND_BATCH whose every message) passes its own checks as it is decoded
 (:data:`~fmq.protocol.message_requests.PLAIN_SEND`, ``PLAIN_SEND_BATCH``, compiled where
 the twins are) goes straight to the send pipeline; any other request, and one it declines,
-runs the general way, which makes every check again and gives each error.
-tests/server/test_plain_send_step.py compares the two ways' answers and stored records.
+runs the general way, which makes every check again and gives each error. What the step
+asks of the session (no users, no cluster, not a follower, established) is asked once per
+run of frames (:meth:`SessionRequests.start_frames`), and its answer is framed from
+placement's packed results as they are (:meth:`SessionRequests._answer_plain`).
+tests/server/test_plain_send_step.py compares the two ways' answers and stored records, one
+request at a time and in pipelined windows.
 
 A frame's request bytes (:class:`~fmq.server.net.request_admission.RequestAdmission`) are given
 back at one place: at once when its request does not start (every refusal), else when the
@@ -21,10 +25,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import struct
 from typing import Any, Protocol
 
 from fmq.errors import ConnectionLost, FMQError, ProtocolError, ServerBusy
+from fmq.message import PackedResults
 from fmq.protocol import (
+    HEADER_SIZE,
     PROTOCOL_VERSION,
     SCHEMA,
     Frame,
@@ -43,6 +50,7 @@ from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
 from fmq.server.ops.handlers import send_batch_reply, send_reply
 from fmq.server.ops.operation import FmqOperation
+from fmq.server.ops.placed import Reply
 from fmq.server.ops.table import OPERATIONS
 
 logger = logging.getLogger("fmq.server")
@@ -51,6 +59,13 @@ logger = logging.getLogger("fmq.server")
 ANSWERED_BY_PIPELINE = frozenset((Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT))
 
 _SEND = int(Op.SEND)
+#: A plain step's answer framed by hand (:meth:`SessionRequests._answer_plain`): the length
+#: prefix and header, a SEND_BATCH's with its results' count; the lengths count the header.
+_SEND_ANSWER_HEAD = struct.Struct(">IBBHQ")
+_BATCH_ANSWER_HEAD = struct.Struct(">IBBHQI")
+_ANSWER_SIZE = HEADER_SIZE
+_BATCH_ANSWER_SIZE = HEADER_SIZE + 4
+_RESULT_SIZE = PackedResults.FORMAT.size
 #: The requests a plain step may take (:meth:`SessionRequests._start_plain_send`).
 _PLAIN_OPS = frozenset((_SEND, int(Op.SEND_BATCH)))
 #: What :meth:`SessionRequests._start_plain_send` returns for a request it leaves to the
@@ -87,21 +102,46 @@ class SessionRequests:
         self.running: set[asyncio.Future] = set()
         self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
 
-    def start(self, frame: Frame, size: int) -> None:
-        """Start the request in ``frame``; it holds ``size`` request bytes until it ends."""
-        request = None
-        try:
-            request = (self._start_plain_send(frame) if frame.opcode in _PLAIN_OPS
-                       and self.plain_sends else _DECLINED)
-            if request is _DECLINED:
-                request = self._start(frame)
-        finally:
-            # The one place a frame's bytes go back when its request does not run (refused,
-            # malformed, or a bug): a refusal cannot forget them.
-            if request is None:
-                self.session.admission.release(size)
-            else:
-                self._held[request] = size
+    def start_frames(self, frames: list[Frame]) -> None:
+        """Start the request of each frame, in order, until the session closes; each holds
+        its frame's request bytes until it ends (taken from the budget as the frame's
+        length was read, :meth:`RequestAdmission.admit`)."""
+        session = self.session
+        admission = session.admission
+        # What the short step asks of the session and the server, asked once for the run
+        # (a frame of it cannot change them: a log-in or a role change ends in a later
+        # turn; the first request makes the session established, the rest of its run
+        # then takes the general way, which is never wrong).
+        plain = self.plain_sends and self._plain_session()
+        for frame in frames:
+            size = HEADER_SIZE + len(frame.payload)
+            admission.received(size)
+            request = None
+            try:
+                request = (self._start_plain_send(frame) if plain and frame.opcode in _PLAIN_OPS
+                           else _DECLINED)
+                if request is _DECLINED:
+                    request = self._start(frame)
+            finally:
+                # The one place a frame's bytes go back when its request does not run
+                # (refused, malformed, or a bug): a refusal cannot forget them.
+                if request is None:
+                    admission.release(size)
+                else:
+                    self._held[request] = size
+            if session.closing:
+                return
+
+    def _plain_session(self) -> bool:
+        """Whether this session's SENDs may take the short step now: the checks of
+        :meth:`_start` that pass trivially for any SEND of it (its first request is done,
+        no users, no cluster, not a follower: SEND and SEND_BATCH are ``follower=REFUSES``,
+        :func:`follower_refusal`)."""
+        ctx, session = self.ctx, self.session
+        role = ctx.replication
+        return (session.established and session.principal is None
+                and not ctx.authenticator.enforcing and ctx.routes is None
+                and ctx.batcher is not None and (role is None or role.primary is None))
 
     def _start(self, frame: Frame) -> asyncio.Future | None:
         """The request's future, or None when it is refused (answered already)."""
@@ -180,24 +220,20 @@ class SessionRequests:
         return request
 
     def _start_plain_send(self, frame: Frame) -> asyncio.Future | object | None:
-        """A SEND or SEND_BATCH started the short way: its future, None when it is refused
-        (answered already), or _DECLINED (nothing done) for :meth:`_start` to run it. Each
-        condition below stands for a check of :meth:`_start` that passes trivially when it
-        holds: the session's first request, the header, the in-flight limit, the shutdown,
-        a follower's refusal, access (no users), hosting (no cluster); a SEND_BATCH's list
-        limit is checked (a refusal declines: the general way gives it); the messages' own
-        checks are made as they are decoded, the rest (the batch's size, their topics',
-        their records' sizes) by :meth:`SendBatcher.submit_plain`."""
-        ctx, session = self.ctx, self.session
+        """A SEND or SEND_BATCH of a session the step may serve (:meth:`_plain_session`)
+        started the short way: its future, None when it is refused (answered already), or
+        _DECLINED (nothing done) for :meth:`_start` to run it. Each condition below stands
+        for a check of :meth:`_start` that passes trivially when it holds: the header, the
+        in-flight limit, the shutdown; a SEND_BATCH's list limit is checked (a refusal
+        declines: the general way gives it); the messages' own checks are made as they are
+        decoded, the rest (the batch's size, their topics', their records' sizes) by
+        :meth:`SendBatcher.submit_plain`."""
+        ctx = self.ctx
         op, rid = frame.opcode, frame.request_id
-        batcher = ctx.batcher
-        if (not session.established or frame.version != PROTOCOL_VERSION
-                or frame.flags & FLAG_RESPONSE or rid == 0
-                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping
-                or ctx.authenticator.enforcing or session.principal is not None
-                or ctx.routes is not None or batcher is None
-                or follower_refusal(ctx.replication, op) is not None):
+        if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
+                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
             return _DECLINED
+        batcher = ctx.batcher
         max_size = ctx.broker.config.max_message_size
         if op == _SEND:
             message = PLAIN_SEND(frame.payload, max_size)
@@ -216,11 +252,13 @@ class SessionRequests:
         counters.requests += 1
         counters.by_op[op] += 1
         try:
-            request = batcher.submit_plain(messages, reply,
-                                           functools.partial(self._answer, op, rid))
+            # No reply function: the future ends with the placed results, which
+            # _answer_plain frames as they are.
+            request = batcher.submit_plain(messages, None, functools.partial(
+                self._answer_plain, op, rid, reply))
         except FMQError as exc:  # refused before it started (a send that cannot be stored)
             counters.failed(op, exc)
-            session.send(encode_error(op, rid, exc))
+            self.session.send(encode_error(op, rid, exc))
             return None
         self.running.add(request)
         ctx.all_tasks.add(request)
@@ -231,7 +269,40 @@ class SessionRequests:
         check_again(self.ctx.routes, self.ctx, declared.hosted, req)
         return declared.handler(self.ctx, self.session, req)
 
-    def _answer(self, op: int, rid: int, request: asyncio.Future) -> None:
+    def _answer_plain(self, op: int, rid: int, reply: Reply, request: asyncio.Future) -> None:
+        """The answer of a request the short step started, written as :meth:`_answer`
+        writes it: placement's packed results framed as they are (a SEND's payload is its
+        one result, a SEND_BATCH's a u32 count and its results: the wire's send_result
+        layout), or through ``reply`` and the codec when they are not packed, the request
+        failed or a fenced primary may have to refuse it (SEND and SEND_BATCH are
+        ``follower=REFUSES``, :func:`fencing_refusal`). It reserved no reply bytes."""
+        role = self.ctx.replication
+        results = (request.result() if not request.cancelled() and request.exception() is None
+                   and (role is None or role.acknowledges()) else None)
+        if type(results) is not PackedResults:
+            self._answer(op, rid, request, reply)
+            return
+        self.running.discard(request)
+        data = results.data
+        if op == _SEND:
+            frame = _SEND_ANSWER_HEAD.pack(_ANSWER_SIZE + len(data), PROTOCOL_VERSION, op,
+                                           FLAG_RESPONSE, rid) + data
+        else:
+            frame = _BATCH_ANSWER_HEAD.pack(_BATCH_ANSWER_SIZE + len(data), PROTOCOL_VERSION,
+                                            op, FLAG_RESPONSE, rid,
+                                            len(data) // _RESULT_SIZE) + data
+        session = self.session
+        session.send(frame)
+        # _done's, inline (nothing reserved for the reply here: nothing to settle).
+        self.ctx.all_tasks.discard(request)
+        session.admission.release(self._held.pop(request, 0))
+        if session.eof and not self.running:
+            session.close()
+
+    def _answer(self, op: int, rid: int, request: asyncio.Future, reply: Reply | None = None
+                ) -> None:
+        """Write ``request``'s answer (its result through ``reply`` when given: the short
+        step's request whose answer is not framed as it is)."""
         # Free the in-flight slot before the answer leaves: the client may send its next
         # request the moment it reads this one.
         self.running.discard(request)
@@ -243,7 +314,8 @@ class SessionRequests:
         exc = fencing_refusal(self.ctx.replication, op) if exc is None else exc
         if exc is None:
             try:
-                data = encode_response(op, rid, request.result())
+                result = request.result()
+                data = encode_response(op, rid, reply(result) if reply is not None else result)
             except Exception as enc:  # noqa: BLE001 - a bug must not kill the session
                 exc = enc
         if exc is not None:

@@ -30,6 +30,7 @@ from fmq.engine.broker import Broker
 from fmq.engine.idempotence import bind_principal
 from fmq.errors import InvalidArgument, ServerBusy
 from fmq.message import Message
+from fmq.server.net.answer_writes import AnswerWrites
 from fmq.server.ops.placed import (
     Answered,
     Finish,
@@ -70,6 +71,9 @@ class SendBatcher:
         self._last_end = 0
         self._stopping = False
         self._acker_waiting = False  # it waits for placements (not for the disk)
+        #: Held while a flush's requests are answered: a connection's answers are written
+        #: once (the sessions look at it).
+        self.answer_writes = AnswerWrites()
         self._acknowledger = threading.Thread(target=self._acknowledge_loop,
                                               name="fmq-send-acker", daemon=True)
         self._acknowledger.start()
@@ -113,11 +117,15 @@ class SendBatcher:
         if len(msgs) > limit:
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
                                   f"(max_batch_messages) of {limit}; send smaller batches")
-        self._check_running()
+        if self._stopping:
+            self._check_running()  # raises its error
         check = self.broker.check_plain_message
         for message in msgs:
             check(message)
-        fut = self._this_turn()
+        if not self._scheduled:  # _this_turn's, inline: once per request here
+            self._scheduled = True
+            self.loop.call_soon(self._place)
+        fut = self.loop.create_future()
         self._sends.append((msgs, fut, reply, answered))
         return fut
 
@@ -210,6 +218,13 @@ class SendBatcher:
         if placed.writes:
             self._hand_over(placed)
 
+    def _answer_placed(self, done: list[Placed], failure: BaseException | None,
+                       durable: bool) -> None:
+        """Answer what a flush covered (on the event loop), each connection's answers
+        written in one piece once all are made."""
+        with self.answer_writes:
+            answer_placed(done, failure, durable)
+
     def _hand_over(self, placed: Placed) -> None:
         """Queue placed requests for the acknowledger (in log order: all placing is here).
 
@@ -271,7 +286,7 @@ class SendBatcher:
     def _hand_back(self, done: list[Placed], failure: BaseException | None,
                    durable: bool = False) -> None:
         try:
-            self.loop.call_soon_threadsafe(answer_placed, done, failure, durable)
+            self.loop.call_soon_threadsafe(self._answer_placed, done, failure, durable)
         except RuntimeError:  # the loop is closed: a shutdown abandoned these requests
             pass
 
@@ -334,7 +349,8 @@ def _split(pending: list[SendRequest], max_messages: int, max_bytes: int
             batch, count, size = [], 0, 0
         batch.append(item)
         count += n
-        size += sum(len(m.body) for m in item[0])
+        for m in item[0]:  # a loop, not sum() of a generator: a SEND has one message
+            size += len(m.body)
     if batch:
         batches.append(batch)
     return batches
