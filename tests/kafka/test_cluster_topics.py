@@ -28,14 +28,36 @@ TOPIC = "spread"
 PER_GROUP = 2
 
 
-def start_group_node(tmp_path, etcd: EtcdProcess, group: str) -> ServerProcess:
-    """The one node of broker group ``group``, with the Kafka door open, started."""
-    port = free_port()
+def _start(tmp_path, etcd: EtcdProcess, group: str, door: bool) -> ServerProcess:
+    """The one node of broker group ``group`` (with the Kafka door open or not), started."""
+    port = free_port() if door else 0
     node = ServerProcess(str(tmp_path / group), CONFIG, extra_args=(
         "--coordinator", etcd.url, "--cluster-name", CLUSTER, "--group", group,
-        "--node", f"{group}-n1", "--kafka-port", str(port)))
+        "--node", f"{group}-n1", *(("--kafka-port", str(port)) if door else ())))
     node.kafka_port = port
     return node.start()
+
+
+@contextmanager
+def one_node_groups(tmp_path, doors: dict[str, bool]
+                    ) -> Iterator[tuple[str, dict[str, ServerProcess]]]:
+    """A real etcd's URL and one cluster of one-node broker groups, one per name of
+    ``doors`` (each with the Kafka door open or not), each node leading its group and
+    every group registered; killed at exit."""
+    etcd = EtcdProcess(str(tmp_path / "etcd")).start()
+    nodes: dict[str, ServerProcess] = {}
+    try:
+        for group, door in doors.items():
+            nodes[group] = _start(tmp_path, etcd, group, door)
+        for node in nodes.values():
+            wait_leading(node)
+        store = ClusterRoutes(etcd.url, CLUSTER)
+        wait_until(lambda: set(store.groups()) == set(doors), 30, "the groups registered")
+        yield etcd.url, nodes
+    finally:
+        for node in nodes.values():
+            node.kill()
+        etcd.stop()
 
 
 def _leaders(bootstrap: str) -> dict[int, int]:
@@ -55,25 +77,13 @@ def both_leaders_known(bootstrap: str) -> bool:
 def topic_over_two_groups(tmp_path) -> Iterator[dict[str, ServerProcess]]:
     """Two broker groups of one node each, ``g1`` and ``g2``, with the Kafka door open, and
     TOPIC routed over both (PER_GROUP queues each, made on each primary); killed at exit."""
-    etcd = EtcdProcess(str(tmp_path / "etcd")).start()
-    nodes: dict[str, ServerProcess] = {}
-    try:
-        for group in ("g1", "g2"):
-            nodes[group] = start_group_node(tmp_path, etcd, group)
-        for node in nodes.values():
-            wait_leading(node)
-        store = ClusterRoutes(etcd.url, CLUSTER)
-        wait_until(lambda: set(store.groups()) == {"g1", "g2"}, 30, "both groups registered")
-        route = store.create(TOPIC, PER_GROUP, ["g1", "g2"])
+    with one_node_groups(tmp_path, {"g1": True, "g2": True}) as (etcd_url, nodes):
+        route = ClusterRoutes(etcd_url, CLUSTER).create(TOPIC, PER_GROUP, ["g1", "g2"])
         known_everywhere(nodes, TOPIC, route.version)
         for node in nodes.values():
             wait_until(lambda n=node: local_queues(n, TOPIC) == PER_GROUP, 30,
                        "the route's queues made on each primary")
         yield nodes
-    finally:
-        for node in nodes.values():
-            node.kill()
-        etcd.stop()
 
 
 def test_a_topic_over_two_groups_is_one_kafka_topic(tmp_path):

@@ -20,11 +20,10 @@ from kio.schema.errors import ErrorCode
 from fmq.client import Consumer as FMQConsumer
 from fmq.coordination.routes import ClusterRoutes
 from fmq.errors import GroupProtocolConflict
-from tests.cluster.kit import CLUSTER, CONFIG, known_everywhere, local_queues, wait_primary
-from tests.etcdkit import EtcdProcess
-from tests.server.harness import ServerProcess, free_port, json_lines, run_cli, wait_until
+from tests.cluster.kit import CLUSTER, known_everywhere, local_queues, wait_primary
+from tests.server.harness import ServerProcess, json_lines, run_cli, wait_until
 
-from .test_cluster_topics import TOPIC, group_coordinated_by, topic_over_two_groups
+from .test_cluster_topics import TOPIC, group_coordinated_by, one_node_groups, topic_over_two_groups
 from .wire import exchange, request_type
 
 #: A topic routed over g1 only: FMQ's routing consumer of it joins g1 alone.
@@ -48,11 +47,11 @@ def two_groups_and_a_g1_topic(tmp_path) -> Iterator[dict[str, ServerProcess]]:
         yield nodes
 
 
-def _kafka_consumer(node: ServerProcess, group: str) -> Consumer:
+def _kafka_consumer(node: ServerProcess, group: str, topic: str = TOPIC) -> Consumer:
     consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{node.kafka_port}",
                          "group.id": group, "session.timeout.ms": 6000,
                          "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"})
-    consumer.subscribe([TOPIC])
+    consumer.subscribe([topic])
     return consumer
 
 
@@ -221,30 +220,14 @@ def g1_without_the_door(tmp_path) -> Iterator[dict[str, ServerProcess]]:
     """Two one-node broker groups of one cluster, g1 started without ``--kafka-port`` and
     g2 with it (so g2 coordinates every consumer group's Kafka members), G1_TOPIC routed
     over g1 alone and G2_TOPIC over g2 alone; killed at exit."""
-    etcd = EtcdProcess(str(tmp_path / "etcd")).start()
-    nodes: dict[str, ServerProcess] = {}
-    try:
-        for group in ("g1", "g2"):
-            door = ("--kafka-port", str(free_port())) if group == "g2" else ()
-            node = ServerProcess(str(tmp_path / group), CONFIG, extra_args=(
-                "--coordinator", etcd.url, "--cluster-name", CLUSTER, "--group", group,
-                "--node", f"{group}-n1", *door))
-            node.kafka_port = int(door[1]) if door else 0
-            nodes[group] = node.start()
-        for node in nodes.values():
-            wait_primary(node)
-        store = ClusterRoutes(etcd.url, CLUSTER)
-        wait_until(lambda: set(store.groups()) == {"g1", "g2"}, 30, "both groups registered")
+    with one_node_groups(tmp_path, {"g1": False, "g2": True}) as (etcd_url, nodes):
+        store = ClusterRoutes(etcd_url, CLUSTER)
         for topic, group in ((G1_TOPIC, "g1"), (G2_TOPIC, "g2")):
             route = store.create(topic, 2, [group])
             known_everywhere(nodes, topic, route.version)
             wait_until(lambda t=topic, g=group: local_queues(nodes[g], t) == 2, 30,
                        f"{topic}'s queues on {group}")
         yield nodes
-    finally:
-        for node in nodes.values():
-            node.kill()
-        etcd.stop()
 
 
 def test_a_node_without_the_kafka_door_refuses_fmq_joins_beside_live_kafka_members(tmp_path):
@@ -258,10 +241,7 @@ def test_a_node_without_the_kafka_door_refuses_fmq_joins_beside_live_kafka_membe
             assert fmq.member_id
         finally:
             fmq.close()  # GROUP_LEAVE: the group has no FMQ member left
-        kafka = Consumer({"bootstrap.servers": f"127.0.0.1:{nodes['g2'].kafka_port}",
-                          "group.id": group, "session.timeout.ms": 6000,
-                          "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"})
-        kafka.subscribe([G2_TOPIC])
+        kafka = _kafka_consumer(nodes["g2"], group, G2_TOPIC)
         try:
             errors, assigned = _kafka_outcome(kafka, 60)
             assert assigned, f"the Kafka member was not assigned (errors {errors})"

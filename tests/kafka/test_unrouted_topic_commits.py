@@ -1,26 +1,23 @@
 """A topic without a route in a cluster of broker groups (made by a Kafka client's
 CreateTopics at one group's node) and a consumer group coordinated by another group's
-primary, its consumers assigned their partitions (as Spark's and Flink's Kafka sources do):
+primary: every node's Metadata names the holding group's primary as the topic's leader, and
 the coordinator finds the broker group holding the topic and keeps the commits there (docs/kafka.md, *Consumer groups over broker groups*). Before, every commit of such a
-group was answered UNKNOWN_TOPIC_OR_PARTITION; a name held by two groups without a route is
-refused rather than committed in one of them. Real librdkafka clients, real etcd, two real
+group was answered UNKNOWN_TOPIC_OR_PARTITION, and Metadata asked of another group's node
+did not know the topic; a name held by two groups without a route is refused rather than
+committed in one of them. Real librdkafka clients, real etcd, two real
 one-node broker groups."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from fmq.coordination.routes import ClusterRoutes
-from tests.cluster.kit import CLUSTER, wait_primary
-from tests.etcdkit import EtcdProcess
-from tests.server.harness import ServerProcess, json_lines, run_cli, wait_until
+from fmq.server.kafka.brokers import node_id
+from tests.server.harness import ServerProcess, json_lines, run_cli
 
-from .test_cluster_topics import group_coordinated_by, start_group_node, topic_over_two_groups
+from .test_cluster_topics import group_coordinated_by, one_node_groups, topic_over_two_groups
 
 LOCAL = "g1-own"
 
@@ -63,9 +60,20 @@ def _committed_in(node: ServerProcess, group: str) -> dict[tuple[str, int], int]
             for r in g["offsets"] if r["committed"] is not None}
 
 
+def _leaders(node: ServerProcess, topic: str) -> dict[int, int]:
+    """Partition -> leader of ``topic`` as ``node``'s Metadata answers it."""
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{node.kafka_port}"})
+    found = admin.list_topics(topic, timeout=10).topics[topic]
+    assert found.error is None, found.error
+    return {i: p.leader for i, p in found.partitions.items()}
+
+
 def test_commits_of_a_topic_without_a_route_reach_the_group_holding_it(tmp_path):
     with topic_over_two_groups(tmp_path) as nodes:
         _create(nodes["g1"], LOCAL, 2)
+        # Every node names g1's primary as the leader (before: only g1's nodes knew it).
+        g1 = node_id("g1", "g1-n1")
+        assert _leaders(nodes["g2"], LOCAL) == _leaders(nodes["g1"], LOCAL) == {0: g1, 1: g1}
         producer = Producer({"bootstrap.servers": f"127.0.0.1:{nodes['g1'].kafka_port}",
                              "acks": "all"})
         for i in range(10):
@@ -92,7 +100,7 @@ def test_commits_of_a_topic_without_a_route_reach_the_group_holding_it(tmp_path)
         assert producer.flush(30) == 0
         resumed = _consumer(nodes["g1"], group)
         try:
-            resumed.assign(partitions)  # from the committed offsets, read through g2
+            resumed.subscribe([LOCAL])  # a member: it resumes from the commits
             assert _read(resumed, 1, 60) == [b"after"]
         finally:
             resumed.close()
@@ -107,28 +115,8 @@ def _commit_codes(consumer: Consumer, offsets: list[TopicPartition]) -> list[int
     return [0 if tp.error is None else tp.error.code() for tp in answered]
 
 
-@contextmanager
-def three_groups(tmp_path) -> Iterator[dict[str, ServerProcess]]:
-    """Three one-node broker groups of one cluster, each with the Kafka door; killed at
-    exit."""
-    etcd = EtcdProcess(str(tmp_path / "etcd")).start()
-    nodes: dict[str, ServerProcess] = {}
-    try:
-        for group in ("g1", "g2", "g3"):
-            nodes[group] = start_group_node(tmp_path, etcd, group)
-        for node in nodes.values():
-            wait_primary(node)
-        store = ClusterRoutes(etcd.url, CLUSTER)
-        wait_until(lambda: set(store.groups()) == set(nodes), 30, "the groups registered")
-        yield nodes
-    finally:
-        for node in nodes.values():
-            node.kill()
-        etcd.stop()
-
-
 def test_a_name_two_other_groups_hold_without_a_route_is_refused_not_committed(tmp_path):
-    with three_groups(tmp_path) as nodes:
+    with one_node_groups(tmp_path, {g: True for g in ("g1", "g2", "g3")}) as (_, nodes):
         for g in ("g1", "g3"):
             _create(nodes[g], LOCAL, 1)
         group = group_coordinated_by(nodes, "g2", "twice")

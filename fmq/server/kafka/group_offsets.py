@@ -36,7 +36,6 @@ from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.group_coordinator import KafkaGroupError
 from fmq.server.kafka.group_links import links_of
 from fmq.server.kafka.group_placement import check_coordinator, coordinator_refusal
-from fmq.server.kafka.group_protocols import cluster_broker_groups
 from fmq.server.kafka.group_registry import coordinator_of
 from fmq.server.kafka.group_remote_offsets import (
     RETRY_CODES,
@@ -47,7 +46,12 @@ from fmq.server.kafka.group_remote_offsets import (
     committed_remote,
     fetch_remote,
 )
-from fmq.server.kafka.routed import RoutedPartition, global_index, route_of
+from fmq.server.kafka.routed import (
+    RoutedPartition,
+    cluster_broker_groups,
+    global_index,
+    route_of,
+)
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.unrouted_hosts import partition_places, unrouted_hosts_of
 

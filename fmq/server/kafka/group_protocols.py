@@ -43,6 +43,7 @@ from fmq.server.kafka.group_coordinator import KafkaGroupError
 from fmq.server.kafka.group_links import BrokerGroupLinks, close_links, links_of
 from fmq.server.kafka.group_placement import candidate_groups, rendezvous_choice
 from fmq.server.kafka.group_registry import coordinator_of
+from fmq.server.kafka.routed import cluster_broker_groups
 from fmq.server.ops.group_protocol_gate import gate_of
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -117,17 +118,6 @@ async def fmq_members_elsewhere(links: BrokerGroupLinks, others: list[str],
         if isinstance(failed, FMQError):
             _unasked(broker_group, group, failed)
             raise KafkaGroupError(UNASKED)
-
-
-def cluster_broker_groups(ctx: ServerContext) -> list[str]:
-    """The broker groups of the cluster and those the node's routes name: their brokers are
-    Kafka's too, each may lead partitions and coordinate consumer groups."""
-    routes = ctx.routes
-    if routes is None:
-        return []
-    snapshot = routes.snapshot
-    return sorted({g for r in snapshot.routes.values() for g in r.groups}
-                  | set(snapshot.groups))
 
 
 def install(ctx: ServerContext, brokers: KafkaBrokers) -> None:

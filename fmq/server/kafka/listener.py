@@ -38,6 +38,7 @@ from fmq.server.kafka.brokers import KafkaBrokers
 from fmq.server.kafka.connection import KafkaConnection
 from fmq.server.kafka.counters import KafkaCounters
 from fmq.server.kafka.group_links import close_links
+from fmq.server.kafka.routed import cluster_broker_groups
 from fmq.server.kafka.session import KafkaSession
 from fmq.server.kafka.txn_coordinator import start_transaction_recovery
 from fmq.server.net.listener import bind_listener
@@ -92,7 +93,7 @@ class KafkaListener:
             ssl_handshake_timeout=config.handshake_timeout_ms / 1000 if self.tls else None)
         self._closer = asyncio.ensure_future(self._close_on_stop())
         if self.brokers is not None:
-            self.brokers.start(lambda: group_protocols.cluster_broker_groups(self.ctx))
+            self.brokers.start(lambda: cluster_broker_groups(self.ctx))
             if self.ctx.routes is not None:  # one protocol per group across the cluster
                 group_protocols.install(self.ctx, self.brokers)
         self._txn_recovery = start_transaction_recovery(self.ctx)

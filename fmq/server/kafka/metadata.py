@@ -11,6 +11,11 @@ Kafka broker with ``auto.create.topics.enable`` does; otherwise it is
 UNKNOWN_TOPIC_OR_PARTITION. A follower creates nothing (its log changes only by what its
 primary ships): it answers such a topic LEADER_NOT_AVAILABLE, as a Kafka broker answers a
 topic being created, so the client asks again (the primary, asked, creates it).
+
+In a cluster of broker groups, a named topic this node does not have and no route names may
+be another group's own: that group is found by asking (:mod:`.unrouted_hosts`) and its
+primary named as the partitions' leader, so every node answers for the topic alike and none
+makes a second one of the same name.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from fmq.server.kafka.brokers import NO_LEADER, GroupView
 from fmq.server.kafka.controller import controller_id
 from fmq.server.kafka.routed import routed_partitions
 from fmq.server.kafka.session import NODE_ID, KafkaSession
+from fmq.server.kafka.unrouted_hosts import holds_elsewhere, locate_elsewhere
 
 logger = logging.getLogger("fmq.server.kafka")
 
@@ -85,6 +91,17 @@ async def _named(session: KafkaSession, name: str | None, create: bool) -> dict:
     # Creating on first use is a produce's right in FMQ (a send creates its topic too).
     create = create and access.permits(session, Operation.PRODUCE, ResourceType.TOPIC, name)
     found = await ctx.read(broker.topics.get, name)
+    if found is None and holds_elsewhere(session, name):
+        # Another broker group's own topic (no route names it): that group's primary leads
+        # its partitions, as every node of the cluster answers; never made again here.
+        located = await locate_elsewhere(session, name, fresh=True)
+        if not isinstance(located, ErrorCode):
+            return _topic(session, name, located[1], located[0])
+        if located != ErrorCode.unknown_topic_or_partition:
+            # Held twice, or a group that may hold it could not be asked: not created here
+            # meanwhile (LEADER_NOT_AVAILABLE is retried as a topic being made).
+            return _error(name, located if located == ErrorCode.invalid_topic_exception
+                          else ErrorCode.leader_not_available)
     if found is None and create and follower_refusal(ctx.replication, Op.TOPIC_CREATE):
         # Only the primary creates; LEADER_NOT_AVAILABLE (Kafka's answer while a topic is
         # being created) keeps the client asking, and its next Metadata may go to the
@@ -110,12 +127,15 @@ def _error(name: str, code: ErrorCode) -> dict:
             "partitions": [], "topic_authorized_operations": NO_OPERATIONS}
 
 
-def _topic(session: KafkaSession, name: str, partitions: int) -> dict:
-    """``name`` with its ``partitions`` queues led by this group's primary, or, routed over
-    broker groups, with the route's global indices each led by its group's primary."""
+def _topic(session: KafkaSession, name: str, partitions: int, group: str | None = None
+           ) -> dict:
+    """``name`` with its ``partitions`` queues led by the primary of ``group`` (this node's
+    by default), or, routed over broker groups, with the route's global indices each led
+    by its group's primary."""
     routed = routed_partitions(session, name)
     if routed is None:
-        group = session.brokers.group if session.brokers is not None else ""
+        if group is None:
+            group = session.brokers.group if session.brokers is not None else ""
         placed = [(i, group) for i in range(partitions)]
     else:
         placed = [(p.index, p.group) for p in routed]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fmq.server.context import ServerContext
 from fmq.server.kafka.session import KafkaSession
 
 
@@ -37,6 +38,17 @@ def routed_partitions(session: KafkaSession, topic: str) -> list[RoutedPartition
         return None
     return sorted((RoutedPartition(e.base + q, e.group, q)
                    for e in route.entries for q in range(e.queues)), key=lambda p: p.index)
+
+
+def cluster_broker_groups(ctx: ServerContext) -> list[str]:
+    """The broker groups of the cluster and those the node's routes name: their brokers are
+    Kafka's too, each may lead partitions and coordinate consumer groups."""
+    routes = ctx.routes
+    if routes is None:
+        return []
+    snapshot = routes.snapshot
+    return sorted({g for r in snapshot.routes.values() for g in r.groups}
+                  | set(snapshot.groups))
 
 
 def routed_groups(session: KafkaSession) -> list[str]:

@@ -8,7 +8,9 @@ CreateTopics or by Metadata creating it on first use at that group's nodes. Its 
 clients read and write it there, but their consumer group's coordinator may be another
 group's primary (the group id decides, :mod:`.group_placement`), which does not have the
 topic. So the coordinator asks the other broker groups' primaries which one holds it
-(TOPIC_DESCRIBE over the links it forwards commits on) and forwards the commits there.
+(TOPIC_DESCRIBE over the links it forwards commits on) and forwards the commits there, and
+any node asked by Metadata for such a topic names that group's primary as its leader
+(:mod:`.metadata`).
 
 What a question finds is kept (:class:`UnroutedHosts`) until a forwarded request finds the
 topic gone there (deleted, or made again elsewhere), so a group's commits ask once. A topic
@@ -22,6 +24,7 @@ retried (COORDINATOR_LOAD_IN_PROGRESS), never taken as unknown.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import weakref
 
@@ -31,9 +34,13 @@ from fmq.errors import FMQError, UnknownTopic
 from fmq.protocol import Op
 from fmq.server.context import ServerContext
 from fmq.server.kafka.group_links import BrokerGroupLinks, links_of
-from fmq.server.kafka.group_protocols import cluster_broker_groups
 from fmq.server.kafka.group_remote_offsets import forward_error
-from fmq.server.kafka.routed import RoutedPartition, partition_host, route_of
+from fmq.server.kafka.routed import (
+    RoutedPartition,
+    cluster_broker_groups,
+    partition_host,
+    route_of,
+)
 from fmq.server.kafka.session import KafkaSession
 
 logger = logging.getLogger("fmq.server.kafka")
@@ -50,22 +57,33 @@ class UnroutedHosts:
         self.links = links
         self._found: dict[str, str] = {}
 
-    async def locate(self, topic: str, others: list[str]) -> str | ErrorCode:
-        """The broker group among ``others`` holding ``topic``, or the code to answer."""
+    async def locate(self, topic: str, others: list[str], fresh: bool = False
+                     ) -> tuple[str, int] | ErrorCode:
+        """The broker group among ``others`` holding ``topic`` and its queue count then,
+        or the code to answer. ``fresh``: the queue count as it is now (a group kept from
+        an earlier question is asked again), not as it was when the group was found."""
         known = self._found.get(topic)
         if known is not None and known in others:
-            return known
+            if not fresh:
+                return known, 0
+            held = await self._holds(known, topic)
+            if isinstance(held, ErrorCode):
+                return held
+            if held:
+                return known, held
+            self.forget(topic, known)
         answers = await asyncio.gather(*(self._holds(g, topic) for g in others))
-        holding = [g for g, held in zip(others, answers, strict=True) if held is True]
+        holding = [(g, held) for g, held in zip(others, answers, strict=True)
+                   if not isinstance(held, ErrorCode) and held]
         if len(holding) > 1:
-            logger.warning("kafka group coordinator: topic %r has no route and is held by "
-                           "broker groups %s: its commits are refused (its Kafka clients see "
-                           "a different topic at each group's nodes); give it a route (fmq "
-                           "topic create --queues-per-group) or rename one of them", topic,
-                           ", ".join(holding))
+            logger.warning("kafka: topic %r has no route and is held by broker groups %s: "
+                           "its Kafka clients are refused (each group's nodes would answer "
+                           "for a different topic); give it a route (fmq topic create "
+                           "--queues-per-group) or rename one of them", topic,
+                           ", ".join(g for g, _ in holding))
             return ErrorCode.invalid_topic_exception
         if holding:
-            self._found[topic] = holding[0]
+            self._found[topic] = holding[0][0]
             return holding[0]
         unasked = next((a for a in answers if isinstance(a, ErrorCode)), None)
         return unasked if unasked is not None else ErrorCode.unknown_topic_or_partition
@@ -75,14 +93,17 @@ class UnroutedHosts:
         if self._found.get(topic) == broker_group:
             del self._found[topic]
 
-    async def _holds(self, broker_group: str, topic: str) -> bool | ErrorCode:
+    async def _holds(self, broker_group: str, topic: str) -> int | ErrorCode:
+        """``topic``'s queue count in ``broker_group`` (0: it does not hold it), or the code
+        of a group that could not be asked."""
         try:
-            await self.links.request(broker_group, Op.TOPIC_DESCRIBE, {"topic": topic})
+            answer = await self.links.request(broker_group, Op.TOPIC_DESCRIBE,
+                                              {"topic": topic})
         except UnknownTopic:
-            return False
+            return 0
         except FMQError as exc:
             return forward_error(exc, broker_group, f"look-up of topic {topic!r}")
-        return True
+        return max(1, int(json.loads(answer["json"])["topic"]["queues"]))
 
 
 _HOSTS: weakref.WeakKeyDictionary[ServerContext, UnroutedHosts] = weakref.WeakKeyDictionary()
@@ -104,12 +125,11 @@ async def partition_places(session: KafkaSession, asked: list[tuple[str, int]]
     places: list[Place | None] = []
     elsewhere: dict[str, list[int]] = {}
     ctx, brokers = session.ctx, session.brokers
-    in_cluster = ctx.routes is not None and brokers is not None
     for i, (topic, partition) in enumerate(asked):
         host = partition_host(session, topic, partition)
         if host is None:
             places.append(ErrorCode.unknown_topic_or_partition)
-        elif in_cluster and route_of(session, topic) is None:
+        elif holds_elsewhere(session, topic):
             elsewhere.setdefault(topic, []).append(i)
             places.append(None)
         else:
@@ -118,10 +138,29 @@ async def partition_places(session: KafkaSession, asked: list[tuple[str, int]]
         if await ctx.read(ctx.broker.topics.get, topic) is not None:
             found: str | ErrorCode = brokers.group  # this node's own topic
         else:
-            others = [g for g in cluster_broker_groups(ctx) if g != brokers.group]
-            found = await unrouted_hosts_of(ctx).locate(topic, others)
+            located = await locate_elsewhere(session, topic)
+            found = located if isinstance(located, ErrorCode) else located[0]
         for i in indices:
             partition = asked[i][1]
             places[i] = (RoutedPartition(partition, found, partition)
                          if isinstance(found, str) else found)
     return places  # type: ignore[return-value]  # every None was filled
+
+
+def holds_elsewhere(session: KafkaSession, topic: str) -> bool:
+    """Whether ``topic``, which this node does not have, may be another broker group's own:
+    the node is in a cluster and no route names the topic."""
+    return (session.ctx.routes is not None and session.brokers is not None
+            and route_of(session, topic) is None)
+
+
+async def locate_elsewhere(session: KafkaSession, topic: str, fresh: bool = False
+                           ) -> tuple[str, int] | ErrorCode:
+    """:meth:`UnroutedHosts.locate` of ``topic`` among the cluster's other broker groups
+    (only for a topic :func:`holds_elsewhere` says may be one's)."""
+    ctx, brokers = session.ctx, session.brokers
+    assert brokers is not None
+    others = [g for g in cluster_broker_groups(ctx) if g != brokers.group]
+    if not others:
+        return ErrorCode.unknown_topic_or_partition
+    return await unrouted_hosts_of(ctx).locate(topic, others, fresh)
