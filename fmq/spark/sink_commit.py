@@ -286,7 +286,8 @@ class Committer:
         for n, (group, topic, winners) in enumerate(places):
             try:
                 self.producer.prepare(
-                    [decision_message(topic, scope, winners, later if n == 0 else None)],
+                    [decision_message(topic, scope, winners,
+                                      later if n == 0 and len(places) > 1 else None)],
                     tx_id=scope, group=group)
             except (UnknownTopic, AccessDenied) as exc:
                 if topic != MARK_TOPIC:

@@ -89,7 +89,7 @@ class DecisionsElsewhere:
             return False
         where, body = found
         decision = parse_decision(scope, body)
-        if decision is None or not decision.groups:
+        if decision is None or decision.groups is None:
             return False  # not a decision over several groups: it says nothing of this one
         share = decision.share_of(groups.own_group, topic)
         try:
@@ -107,7 +107,7 @@ class DecisionsElsewhere:
         """The later broker groups ``decision`` (this group's) names that hold no mark of
         its scope yet: until they do, the mark stays (they may still have to find it).
         Without links to them (no cluster), every one of them."""
-        later = sorted(g for g in decision.groups if self.groups is None
+        later = sorted(g for g in decision.groups or {} if self.groups is None
                        or g != self.groups.own_group)
         if not later:
             return []

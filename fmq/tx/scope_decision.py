@@ -15,8 +15,9 @@ again by recovery and by a promoted follower.
 **Over several broker groups** (a scope whose transactions live in several groups of a
 cluster, each group with its own log) the owner writes one mark per group, in one order,
 and the *first* is the commit point of the whole scope: besides its own group's winners it
-names, per later broker group, that group's winners and the topic its mark goes to
-(:class:`GroupShare`, the body's ``"groups"``). A later group whose mark never came (the
+names, per later broker group holding winners, that group's winners and the topic its
+mark goes to (:class:`GroupShare`, the body's ``"groups"``, present even when empty: a
+later group it does not name holds no winner). A later group whose mark never came (the
 owner lost between two groups' marks) finds that decision in the first group and writes
 its own mark from it, the same bytes the owner would have written
 (:mod:`fmq.tx.decisions_elsewhere`).
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fmq.message import Message
 from fmq.tx.ids import SCOPE_SEPARATOR
@@ -56,13 +57,16 @@ class ScopeDecision:
 
     scope: str
     winners: frozenset[str]
-    groups: Mapping[str, GroupShare] = field(default_factory=dict)
+    #: The later broker groups' shares (only those with winners); None: the decision of
+    #: one broker group, which says nothing of any other.
+    groups: Mapping[str, GroupShare] | None = None
 
     def share_of(self, broker_group: str, topic: str) -> GroupShare:
-        """``broker_group``'s share of this decision: the one it names, else none of the
-        scope's transactions there is a winner (the mark lists every group the owner
-        chose a transaction in), with ``topic`` for the mark."""
-        return self.groups.get(broker_group) or GroupShare(topic, frozenset())
+        """``broker_group``'s share of this decision (one over several groups): the one it
+        names, else none of the scope's transactions there is a winner (the mark names
+        every later group the owner chose a transaction in), with ``topic`` for the
+        mark."""
+        return (self.groups or {}).get(broker_group) or GroupShare(topic, frozenset())
 
 
 def _ids(scope: str, winners: Iterable[str]) -> list[str]:
@@ -78,11 +82,12 @@ def decision_message(topic: str, scope: str, winners: Iterable[str],
     """The one message of the decision mark of ``scope`` committing ``winners`` (ids of
     the scope, ``SCOPE//NAME``), in ``topic`` (a topic of the broker group holding them:
     the mark is never committed, so never visible there). ``groups``: in the first broker
-    group's mark of a scope over several, the later groups' shares. The same decision
+    group's mark of a scope over several, the later groups' shares, those with winners
+    (possibly none: ``{}`` still says the decision is over several groups). The same decision
     gives the same bytes, so a retried PREPARE of the mark is recognised as the first
     attempt."""
     value: dict = {"scope": scope, "commit": _ids(scope, winners)}
-    if groups:
+    if groups is not None:
         value["groups"] = {g: {"topic": share.topic, "commit": _ids(scope, share.winners)}
                            for g, share in sorted(groups.items())}
     body = json.dumps(value, separators=(",", ":")).encode()
@@ -103,10 +108,13 @@ def parse_decision(scope: str, body: bytes) -> ScopeDecision | None:
         if value["scope"] != scope:
             return None
         winners = _winners(scope, value["commit"])
-        groups = {g: GroupShare(s["topic"], _winners(scope, s["commit"]))
-                  for g, s in value.get("groups", {}).items()}
-        if winners is None or None in (s.winners for s in groups.values()) or not all(
-                isinstance(g, str) and isinstance(s.topic, str) for g, s in groups.items()):
+        shares = value.get("groups")
+        groups = None if shares is None else {
+            g: GroupShare(s["topic"], _winners(scope, s["commit"])) for g, s in shares.items()}
+        if winners is None or groups is not None and (
+                None in (s.winners for s in groups.values()) or not all(
+                    isinstance(g, str) and isinstance(s.topic, str)
+                    for g, s in groups.items())):
             return None
     except (ValueError, TypeError, KeyError, AttributeError):
         return None

@@ -94,6 +94,11 @@ def test_the_first_groups_mark_names_every_later_groups_share():
                           b'"commit":["V//a"]}}}') is None  # another scope's in a share
     with pytest.raises(ValueError):
         decision_message(TOPIC, "W", [], {"g2": GroupShare(TOPIC, frozenset({"V//a"}))})
+    # A scope of one group says nothing of others; one over several whose later groups
+    # hold no winner says so (every transaction of the scope there is a loser).
+    assert parse_decision("W", decision_message(TOPIC, "W", ["W//a"]).body).groups is None
+    spread = parse_decision("W", decision_message(TOPIC, "W", ["W//a"], {}).body)
+    assert spread.groups == {} and spread.share_of("g2", "x") == GroupShare("x", frozenset())
 
 
 @pytest.mark.timeout(300)
@@ -193,3 +198,19 @@ def _safe_open(node: ServerProcess) -> set[str] | None:
         return _open(node)
     except FMQError:
         return {"(not answering)"}
+
+
+@pytest.mark.timeout(300)
+def test_tx_timeout_asks_before_rolling_back_a_later_groups_winner(tmp_path):
+    """g2 rolls back transactions open over ``tx_timeout_ms`` (2 s) and never finishes a
+    scope on its own within the test: its timeout asks g1 first, writes g2's mark from
+    g1's decision, rolls back the loser W//e and leaves the winners open (refused) for
+    their commit. Before, the timeout rolled the winners back: g1's half committed, g2's
+    gone."""
+    with two_groups(tmp_path, {**LATE, "tx_timeout_ms": 2000}) as (store, nodes, _etcd):
+        _prepared_scope(nodes, store, decide=True)
+        wait_until(lambda: _open(nodes["g2"]) == {"W", "W//c", "W//d"}, 60,
+                   "g2's timeout to end its loser only, from g1's decision")
+        time.sleep(4)  # two more timeout periods: the winners stay
+        assert _open(nodes["g2"]) == {"W", "W//c", "W//d"}
+        assert broker_stats(nodes["g2"].address)["tx_timeouts"] == 1
