@@ -289,6 +289,15 @@ class Committer:
                     [decision_message(topic, scope, winners,
                                       later if n == 0 and len(places) > 1 else None)],
                     tx_id=scope, group=group)
+            except DuplicateTransaction:
+                if n == 0:
+                    raise
+                # A later group's broker wrote this mark from the first group's decision
+                # (it found the write's transactions due meanwhile): decided there.
+                logger.info("the decision of %s in broker group %s was written by the "
+                            "broker from the first group's", scope, group)
+                self._decisions[group] = self._link(group)
+                continue
             except (UnknownTopic, AccessDenied) as exc:
                 if topic != MARK_TOPIC:
                     raise

@@ -126,25 +126,36 @@ def test_a_later_group_carries_out_the_first_groups_decision(tmp_path):
 def test_a_rollback_of_a_later_groups_winner_is_refused(tmp_path):
     """g2 holds no mark of the scope; a ROLLBACK of its winner W//c, by a producer or an
     operator (RESOLVE_TX, `fmq tx resolve --server`), asks g1 first and is refused with
-    TransactionConflict; the loser W//e rolls back; the owner's COMMIT of W//c stands."""
+    TransactionConflict; the loser W//e rolls back; the owner's COMMIT of W//c stands.
+    g1's mark is not rolled back before g2 holds a mark of its own."""
     with two_groups(tmp_path, LATE) as (store, nodes, _etcd):
         _prepared_scope(nodes, store, decide=True)
-        g2 = nodes["g2"].address
+        g1, g2 = nodes["g1"].address, nodes["g2"].address
+        with Client(g1, retries=0, request_timeout=20) as c:
+            c.call(Op.COMMIT, {"producer_group": GROUP, "tx_id": "W//a"})
+            c.call(Op.ROLLBACK, {"producer_group": GROUP, "tx_id": "W//b"})
+            with pytest.raises(TransactionConflict, match="g2 hold no mark of it yet"):
+                c.call(Op.ROLLBACK, {"producer_group": GROUP, "tx_id": "W"})
         with Client(g2, retries=0, request_timeout=20) as c:
             for op, fields in ((Op.ROLLBACK, {}), (Op.RESOLVE_TX, {"decision": "rollback"})):
                 with pytest.raises(TransactionConflict, match="decision mark 'W'"):
                     c.call(op, {"producer_group": GROUP, "tx_id": "W//c", **fields})
             assert "W" in _open(nodes["g2"])  # g2's own mark, written from g1's decision
+        # The owner, slow but alive, writes g2's mark after g2 did: the same bytes, so its
+        # PREPARE is answered as a retry of the one stored.
+        with TransactionProducer(nodes["g1"].address, GROUP, lambda _u: TxState.UNKNOWN,
+                                 feedback=False) as p:
+            assert p.prepare([decision_message(TOPIC, "W", ["W//c", "W//d"])], tx_id="W",
+                             group="g2") == "W"
+        with Client(g2, retries=0, request_timeout=20) as c:
             assert c.call(Op.ROLLBACK, {"producer_group": GROUP, "tx_id": "W//e"})[
                 "state"] == TxState.ROLLBACK.value
             for tx_id in ("W//c", "W//d"):
                 assert c.call(Op.COMMIT, {"producer_group": GROUP, "tx_id": tx_id})[
                     "state"] == TxState.COMMIT.value
-        # g1's mark is not ended while g2 ... holds one: it does now, so the owner ends it
-        with Client(nodes["g1"].address, retries=0, request_timeout=20) as c:
-            c.call(Op.COMMIT, {"producer_group": GROUP, "tx_id": "W//a"})
-            c.call(Op.ROLLBACK, {"producer_group": GROUP, "tx_id": "W//b"})
-            c.call(Op.ROLLBACK, {"producer_group": GROUP, "tx_id": "W"})
+        with Client(g1, retries=0, request_timeout=20) as c:  # g2 holds its mark now
+            assert c.call(Op.ROLLBACK, {"producer_group": GROUP, "tx_id": "W"})[
+                "state"] == TxState.ROLLBACK.value
         assert _open(nodes["g1"]) == set()
         wait_until(lambda: _bodies(nodes["g2"]) == [b"W//c", b"W//d"], 30, "g2's winners")
 
