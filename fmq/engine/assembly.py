@@ -41,6 +41,7 @@ from fmq.recovery.recover import RecoveryReport, recover
 from fmq.recovery.roll_forward import end_cut_transactions
 from fmq.tx.closed_scopes import ClosedScopeRollback
 from fmq.tx.decided_scopes import DecidedScopes
+from fmq.tx.decisions_elsewhere import DecisionsElsewhere
 from fmq.tx.feedback import Feedback
 from fmq.tx.manager import TxManager
 from fmq.tx.relocation import TxRelocator
@@ -174,7 +175,8 @@ def _build_writers_and_readers(*, path: str, config: BrokerConfig, io: FileIO,
                       max_record_size=max_record_size, admit=admit, check_open=check_open,
                       ended=index.tx_ends.get)
     relocator = TxRelocator(log_=log_, txm=tx, read_record=writer.read_record)
-    decided = DecidedScopes(txm=tx, read_record=writer.read_record)
+    decided = DecidedScopes(txm=tx, read_record=writer.read_record,
+                            elsewhere=DecisionsElsewhere(txm=tx, prepare=writer.prepare))
     feedback = Feedback(txm=tx, config=config, read_record=writer.read_record,
                         commit=writer.commit, rollback=writer.rollback, decided=decided)
     transactions = Transactions(manager=tx, writer=writer, feedback=feedback,

@@ -46,6 +46,7 @@ def broker_stats(log_: Log, dispatcher: Dispatcher, txm: TxManager, relocator: T
         "tx_timeouts": retention.timeouts,
         "tx_closed_scope_rollbacks": closed_scopes.rollbacks,
         "tx_decided_scope_commits": closed_scopes.roll_forwards,
+        "tx_scope_decisions_adopted": closed_scopes.decisions_adopted,
         "retention_passes": retention.passes,
         # the pending timers' bytes while they alone keep the log over retention_bytes
         "timers_pinning_retention_bytes": retention.timer_pinning.pinning_bytes,

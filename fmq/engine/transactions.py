@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from fmq.log.placement import now_ms
 from fmq.message import Message
 from fmq.tx.decided_scopes import DecidedScopes
+from fmq.tx.decisions_elsewhere import DecisionsElsewhere
 from fmq.tx.feedback import Feedback
 from fmq.tx.manager import OpenTransaction, TxManager
 from fmq.tx.state import TxState, UncertainTx
@@ -28,6 +29,10 @@ class Transactions:
         self._manager = manager
         #: Refuses a ROLLBACK that would undo a scope's decision (docs/transactions.md).
         self._decided = decided
+        #: Scope decisions held by other broker groups: the server gives it its links to
+        #: them in a cluster (``groups``); None for a broker without decisions.
+        self.decisions_elsewhere: DecisionsElsewhere | None = (
+            decided.elsewhere if decided is not None else None)
         self._writer = writer
         self._feedback = feedback
         self._check_open = check_open  # raises BrokerClosed once the broker is closed
@@ -100,6 +105,15 @@ class Transactions:
         """Return every feedback lease ``owner`` holds (its connection closed): those
         transactions are offered to the next poll at once. Returns how many."""
         return self._feedback.release_leases(owner)
+
+    def scope_mark(self, producer_group: str, scope: str) -> tuple[bool, bytes | None]:
+        """Whether a durable end mark ``scope`` of ``producer_group`` exists here, and the
+        body of its message when it is an open decision mark (another broker group asks,
+        docs/transactions.md, *Scopes*)."""
+        self._check_open()
+        if self._decided is None:
+            return False, None
+        return self._decided.mark_state(producer_group, scope)
 
     def open_transactions(self) -> list[dict]:
         """Open transactions, oldest first: id, group, state, age, checks, messages, offset."""

@@ -81,6 +81,7 @@ from fmq.errors.storage import (
 from fmq.errors.topics import TopicExists, TopicHasLag, UnknownTopic
 from fmq.errors.transactions import (
     DuplicateTransaction,
+    ScopeDecisionUnchecked,
     TooManyTransactions,
     TransactionConflict,
     TransactionError,
@@ -134,6 +135,7 @@ __all__ = [
     "RequestTimeout",
     "RouteConflict",
     "RouteHasLag",
+    "ScopeDecisionUnchecked",
     "SecurityError",
     "SegmentUnavailable",
     "ServerBusy",

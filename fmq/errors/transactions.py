@@ -62,3 +62,15 @@ class TransactionScopeClosed(TransactionError):
     transaction belongs to work that has already been committed or given up."""
 
     code = 47
+
+
+class ScopeDecisionUnchecked(TransactionError):
+    """A ROLLBACK of an open transaction ``SCOPE//NAME`` in a cluster of broker groups whose
+    scope has no mark in this group, while another broker group that may hold the scope's
+    decision could not be asked (no primary during an election, down, not answering):
+    the decision may name the transaction for commit (docs/transactions.md, *Scopes*), so
+    the ROLLBACK is not taken before the answer. Retriable: roll back again once that
+    group answers."""
+
+    code = 48
+    retriable = True

@@ -84,6 +84,8 @@ class Op(IntEnum):
     GROUP_SYNC = 67
     # the one-protocol rule of consumer groups across broker groups (docs/kafka.md)
     GROUP_MEMBERS = 68
+    # a scope's decision over several broker groups (docs/transactions.md, *Scopes*)
+    SCOPE_DECISION = 69
 
 
 # ------------------------------------------------------------------ composite types
@@ -212,6 +214,10 @@ SCHEMA: dict[int, OpSpec] = {s.op: s for s in [
           "The live members a consumer group has on this primary, per protocol (FMQ's "
           "consumers, the Kafka door's members), those being admitted counted: asked by "
           "another broker group before it lets the other protocol start the group."),
+    _spec(Op.SCOPE_DECISION, [("producer_group", STR), ("scope", STR)], [("json", TEXT)],
+          "Whether this primary holds a durable end mark of the producer group's scope, and "
+          "the decision it carries while open, as JSON: asked by another broker group that "
+          "finds the scope's transactions open with no mark of its own."),
     _spec(Op.QUERY_KEY, [("topic", STR), ("key", STR), ("limit", U32)],
           [("messages", ListOf(STORED_MESSAGE))],
           "Messages of a topic with a key."),

@@ -979,6 +979,47 @@ def encode_group_members_request(out, value):
         STR.encode(out, v0)
 
 
+def decode_scope_decision_request(buf, pos):
+    end = len(buf)
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
+    n = _UNPACK_FROM_H(buf, pos)[0]
+    pos += 2
+    if pos + n > end: need_bytes(buf, pos, n, 'str')
+    try: v1 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'str field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'producer_group': v0, 'scope': v1}, pos
+
+
+def encode_scope_decision_request(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'scope_decision request needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['producer_group']
+        v1 = value['scope']
+    except KeyError as exc:
+        raise ProtocolError(f'scope_decision request is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 16383:
+        raw = v0.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v0)
+    if type(v1) is str and len(v1) <= 16383:
+        raw = v1.encode()
+        out += _PACK_H(len(raw))
+        out += raw
+    else:
+        STR.encode(out, v1)
+
+
 def decode_query_key_request(buf, pos):
     end = len(buf)
     if pos + 2 > end: need_bytes(buf, pos, 2, 'str')
@@ -3154,6 +3195,33 @@ def encode_group_members_response(out, value):
         out += _PACK_I(v1)
 
 
+def decode_scope_decision_response(buf, pos):
+    end = len(buf)
+    if pos + 4 > end: need_bytes(buf, pos, 4, 'text')
+    n = _UNPACK_FROM_I(buf, pos)[0]
+    pos += 4
+    if pos + n > end: need_bytes(buf, pos, n, 'text')
+    try: v0 = str(buf[pos:pos + n], 'utf-8')
+    except UnicodeDecodeError as exc: raise ProtocolError(f'text field is not valid UTF-8: {exc}') from None
+    pos += n
+    return {'json': v0}, pos
+
+
+def encode_scope_decision_response(out, value):
+    if not isinstance(value, dict):
+        raise ProtocolError(f'scope_decision response needs a dict, got {type(value).__name__}')
+    try:
+        v0 = value['json']
+    except KeyError as exc:
+        raise ProtocolError(f'scope_decision response is missing field {exc.args[0]!r}') from None
+    if type(v0) is str and len(v0) <= 1073741823:
+        raw = v0.encode()
+        out += _PACK_I(len(raw))
+        out += raw
+    else:
+        TEXT.encode(out, v0)
+
+
 def decode_query_key_response(buf, pos):
     end = len(buf)
     if pos + 4 > end: need_bytes(buf, pos, 4, 'list<stored_message>')
@@ -4209,6 +4277,7 @@ CODECS = {
     'group_sync request': ('group:str member_id:str topics:list<str> generation:u64', encode_group_sync_request, decode_group_sync_request),
     'group_leave request': ('group:str member_id:str', encode_group_leave_request, decode_group_leave_request),
     'group_members request': ('group:str', encode_group_members_request, decode_group_members_request),
+    'scope_decision request': ('producer_group:str scope:str', encode_scope_decision_request, decode_scope_decision_request),
     'query_key request': ('topic:str key:str limit:u32', encode_query_key_request, decode_query_key_request),
     'offset_for_time request': ('topic:str queue_id:u32 timestamp_ms:u64', encode_offset_for_time_request, decode_offset_for_time_request),
     'queue_range request': ('topic:str queue_id:u32', encode_queue_range_request, decode_queue_range_request),
@@ -4267,6 +4336,7 @@ CODECS = {
     'group_sync response': ('generation:u64 assignment:list<queue_ref>', encode_group_sync_response, decode_group_sync_response),
     'group_leave response': ('', encode_group_leave_response, decode_group_leave_response),
     'group_members response': ('fmq_members:u32 kafka_members:u32', encode_group_members_response, decode_group_members_response),
+    'scope_decision response': ('json:text', encode_scope_decision_response, decode_scope_decision_response),
     'query_key response': ('messages:list<stored_message>', encode_query_key_response, decode_query_key_response),
     'offset_for_time response': ('offset:u64', encode_offset_for_time_response, decode_offset_for_time_response),
     'queue_range response': ('min_offset:u64 next_offset:u64', encode_queue_range_response, decode_queue_range_response),

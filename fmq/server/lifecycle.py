@@ -28,6 +28,7 @@ from fmq.security import UserStore
 from fmq.server.cluster.election import Elector
 from fmq.server.cluster.replica_role import RoleChange
 from fmq.server.cluster.route_membership import RouteMembership
+from fmq.server.cluster.scope_decision_links import attach_scope_decisions
 from fmq.server.config import ServerConfig
 from fmq.server.event_loop import resolve_event_loop, run_on_event_loop
 from fmq.server.gc_policy import tune_for_serving
@@ -91,6 +92,7 @@ def _serve_once(broker: Broker, server_config: ServerConfig, listener: socket.so
             elector.attach(role)
         if membership is not None:
             membership.attach(server.ctx)
+            attach_scope_decisions(server.ctx)
 
     server.on_role = on_role
     server.sidecars.factories = companions

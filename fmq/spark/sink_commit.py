@@ -56,7 +56,7 @@ from fmq.errors import (
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.tx.ids import SCOPE_SEPARATOR
-from fmq.tx.scope_decision import decision_message
+from fmq.tx.scope_decision import GroupShare, decision_message
 from fmq.tx.state import TxState
 
 logger = logging.getLogger("fmq.spark")
@@ -273,11 +273,31 @@ class Committer:
         in each broker group, before any COMMIT, prepare the mark ``scope`` carrying the
         ids of the group's chosen transactions. From its answer on, the broker commits
         them whatever becomes of this driver, and refuses to roll one back. Idempotent:
-        a decision already made for the same transactions is answered as made."""
-        for group, topic, winners in self._places(chosen):
+        a decision already made for the same transactions is answered as made.
+
+        Over several broker groups the first group's mark is the commit point of the
+        whole write: it also names each later group's winners and the topic of that
+        group's mark, so a later group whose mark this driver does not live to write
+        finds the decision there and writes it itself, the same bytes (docs/spark.md,
+        *Limits*; :mod:`fmq.tx.decisions_elsewhere`)."""
+        places = self._places(chosen)
+        later = {group: GroupShare(topic, frozenset(winners))
+                 for group, topic, winners in places[1:] if group is not None and winners}
+        for n, (group, topic, winners) in enumerate(places):
             try:
-                self.producer.prepare([decision_message(topic, scope, winners)],
-                                      tx_id=scope, group=group)
+                self.producer.prepare(
+                    [decision_message(topic, scope, winners,
+                                      later if n == 0 and len(places) > 1 else None)],
+                    tx_id=scope, group=group)
+            except DuplicateTransaction:
+                if n == 0:
+                    raise
+                # A later group's broker wrote this mark from the first group's decision
+                # (it found the write's transactions due meanwhile): decided there.
+                logger.info("the decision of %s in broker group %s was written by the "
+                            "broker from the first group's", scope, group)
+                self._decisions[group] = self._link(group)
+                continue
             except (UnknownTopic, AccessDenied) as exc:
                 if topic != MARK_TOPIC:
                     raise

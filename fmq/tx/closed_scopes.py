@@ -20,6 +20,13 @@ meanwhile): the same COMMIT or ROLLBACK records a producer's answer writes (fsyn
 shipped to the followers), each logged and counted (docs/transactions.md, *Scopes*). A
 primary does this; a follower copies its primary's records, and one promoted finishes
 what the old primary left, the decision being in the log it copied.
+
+In a cluster of broker groups a scope's transactions due here with no mark of the scope
+here may have been decided in another group (an owner lost between two groups' marks):
+the broker asks the other groups' primaries (:mod:`fmq.tx.decisions_elsewhere`), at most
+once per ``tx_check_after_ms`` a scope, and writes this group's mark from a decision
+found there, which the steps above then carry out. A decision mark naming later groups'
+shares ends only once each of them holds a mark of its own.
 """
 
 from __future__ import annotations
@@ -56,6 +63,14 @@ class ClosedScopeRollback:
         self.rollbacks = 0  # leftovers of closed scopes rolled back
         self.roll_forwards = 0  # winners of decided scopes committed by the broker
         self.decisions_ended = 0  # decision marks the broker ended, their scope finished
+        #: When each scope without a mark here may be asked about again (other groups).
+        self._next_ask: dict[tuple[str, str], float] = {}
+
+    @property
+    def decisions_adopted(self) -> int:
+        """Marks written here from another broker group's decision."""
+        elsewhere = self.decided.elsewhere if self.decided is not None else None
+        return elsewhere.adopted if elsewhere is not None else 0
 
     def _is_due(self, t: OpenTransaction, now: float) -> bool:
         return t.prepared and t.registered_at + self.check_after <= now
@@ -104,7 +119,45 @@ class ClosedScopeRollback:
             elif tx.state == TxState.OPEN and not tx.referenced:
                 done += self._roll_back(tx, scope, decision is not None)
         self._end_decisions(now)
+        self._ask_elsewhere(now)
         return done
+
+    def _undecided(self, now: float) -> dict[tuple[str, str], str]:
+        """The scopes (group, scope) with a transaction due for a check-back and no mark
+        here, each with a topic of one of them (for a mark written here)."""
+        found: dict[tuple[str, str], str] = {}
+        with self.tx.lock:
+            for t in self.tx.open.values():
+                if (t.state != TxState.OPEN or t.referenced or not t.messages
+                        or not self._is_due(t, now)):
+                    continue
+                scope = scope_of(t.tx_id)
+                if scope is None:
+                    continue
+                key = (t.producer_group, scope)
+                if key in found or key in self.tx.open:
+                    continue
+                if not self.tx.scope_closed_durably(*key):
+                    found[key] = t.messages[0].topic
+        return found
+
+    def _ask_elsewhere(self, now: float) -> None:
+        """Ask the other broker groups for the decision of each scope open here without a
+        mark (module docstring); a group not answering is asked again next time."""
+        elsewhere = self.decided.elsewhere if self.decided is not None else None
+        if elsewhere is None or not elsewhere.may_ask():
+            return
+        undecided = self._undecided(now)
+        self._next_ask = {k: t for k, t in self._next_ask.items() if k in undecided}
+        for (group, scope), topic in undecided.items():
+            if self._next_ask.get((group, scope), 0.0) > now:
+                continue
+            self._next_ask[(group, scope)] = now + self.check_after
+            try:
+                elsewhere.adopt(group, scope, topic)
+            except FMQError as exc:  # a group not asked: its decision may be there
+                logger.info("scope %r of producer group %r: its decision is not known here "
+                            "yet (%s); asked again later", scope, group, exc)
 
     def _roll_forward(self, tx: OpenTransaction, scope: str) -> int:
         if self.commit is None:
@@ -149,6 +202,8 @@ class ClosedScopeRollback:
             finished = [m for m in marks
                         if not self.decided.scope_has_open(m.producer_group, m.tx_id)]
         for mark in finished:
+            if not self._later_groups_marked(mark):
+                continue
             try:
                 self.rollback(mark.producer_group, mark.tx_id)
             except FMQError as exc:
@@ -158,3 +213,25 @@ class ClosedScopeRollback:
             logger.info("ended the decision mark %r of producer group %r: its scope holds "
                         "nothing open any more", mark.tx_id, mark.producer_group)
         self.decided.forget_ended()
+
+    def _later_groups_marked(self, mark: OpenTransaction) -> bool:
+        """Whether every later broker group the decision ``mark`` names holds a mark of the
+        scope (a decision of one group names none): until then one of them may still
+        have to find this decision here."""
+        assert self.decided is not None
+        decision = self.decided.decision(mark.producer_group, mark.tx_id)
+        if decision is None or not decision.groups:
+            return True
+        elsewhere = self.decided.elsewhere
+        try:
+            unmarked = (elsewhere.unmarked_groups(mark.producer_group, decision)
+                        if elsewhere is not None else sorted(decision.groups))
+        except FMQError as exc:
+            logger.info("decision mark %r kept: its later broker groups not asked (%s)",
+                        mark.tx_id, exc)
+            return False
+        if unmarked:
+            logger.debug("decision mark %r of producer group %r kept: broker groups %s hold "
+                        "no mark of its scope yet", mark.tx_id, mark.producer_group,
+                        ", ".join(unmarked))
+        return not unmarked

@@ -55,6 +55,7 @@ CASES: dict[Op, tuple[dict, list[tuple[str, str, str]] | None]] = {
                     [("consume", "group", "g1"), ("consume", "topic", "t1")]),
     Op.GROUP_LEAVE: ({"group": "g1", "member_id": "m"}, [("consume", "group", "g1")]),
     Op.GROUP_MEMBERS: ({"group": "g1"}, [("describe", "group", "g1")]),
+    Op.SCOPE_DECISION: ({"producer_group": "pg", "scope": "S"}, [("admin", "cluster", "cluster")]),
     Op.QUERY_KEY: ({"topic": "t1", "key": "k", "limit": 1}, [("consume", "topic", "t1")]),
     Op.OFFSET_FOR_TIME: ({"topic": "t1", "queue_id": 0, "timestamp_ms": 0},
                          [("describe", "topic", "t1")]),

@@ -29,6 +29,12 @@ answered (after the write's decision, before its other COMMITs): the write's oth
 chosen transactions and the lost attempt's stay open. ``FMQ_SINK_KILL_AFTER_COMMIT``
 names the file written just before the kill.
 
+``python -m tests.spark.sink_jobs lost-between-decisions ADDRESS TOPIC ROWS LOCAL_DIR``: as
+``lost-decision``, into a topic routed over several broker groups, each task's rows keyed
+by its partition (so the tasks' transactions spread over the groups), and the driver is
+killed right after its first broker group's decision answered, before the others':
+``FMQ_SINK_KILL_AFTER_COMMIT`` names the file written just before the kill.
+
 ``python -m tests.spark.sink_jobs speculate ADDRESS TOPIC ROWS MASTER MARKS``: a batch write
 of ``ROWS`` rows in 4 partitions with ``spark.speculation`` on, at ``MASTER`` (a standalone
 cluster: Spark speculates only there, never in local mode), where attempt 0 of partition 0
@@ -146,6 +152,16 @@ class HookedCommitter(Committer):
             COMMIT_HOOKS[self.hook](self.argument)
 
     def decide(self, scope, chosen):
+        if self.hook == "kill-driver-between-decisions":
+            prepare = self.producer.prepare
+
+            def first_decision_then_die(messages, tx_id=None, group=None):
+                answer = prepare(messages, tx_id=tx_id, group=group)
+                if tx_id == scope:
+                    _kill_driver_after_commit(self.argument)
+                return answer
+
+            self.producer.prepare = first_decision_then_die
         if self.hook == "refuse-decision":
             raise ConnectionLost("the decision never reached the server (injected)")
         super().decide(scope, chosen)
@@ -168,7 +184,8 @@ def _kill_driver_after_commit(marker: str) -> None:
 
 #: What a :class:`HookedCommitter` does after its first COMMIT, with its argument.
 COMMIT_HOOKS = {"kill-server": _kill_server, "kill-driver": _kill_driver_after_commit,
-                "refuse-decision": lambda _a: None, "lose-decision-answer": lambda _a: None}
+                "refuse-decision": lambda _a: None, "lose-decision-answer": lambda _a: None,
+                "kill-driver-between-decisions": lambda _a: None}
 
 
 class HookedOptions(_SinkOptions):
@@ -220,6 +237,25 @@ class DriverLostAfterDecisionSink(TopicDataSource):
 
     def writer(self, schema, overwrite):
         return DriverLostAfterDecisionWriter(dict(self.options), schema)
+
+
+class DriverLostBetweenDecisionsWriter(LosingBatchWriter):
+    """Attempt 0 of partition 1 is lost after its prepare, and the driver dies (SIGKILL)
+    right after its first broker group's decision answered, before the next group's."""
+
+    def __init__(self, options, schema):
+        super().__init__(options, schema)
+        self.opts = HookedOptions(options, schema, "kill-driver-between-decisions",
+                                  os.environ["FMQ_SINK_KILL_AFTER_COMMIT"])
+
+
+class DriverLostBetweenDecisionsSink(TopicDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "fmq-topic-lost-between-decisions"
+
+    def writer(self, schema, overwrite):
+        return DriverLostBetweenDecisionsWriter(dict(self.options), schema)
 
 
 #: The longest the stalled first attempt of the speculation job waits to be killed.
@@ -341,6 +377,7 @@ def _session(master: str, **conf: str) -> SparkSession:
     spark.dataSource.register(SpeculatedSink)
     spark.dataSource.register(DriverLostBeforeSweepSink)
     spark.dataSource.register(DriverLostAfterDecisionSink)
+    spark.dataSource.register(DriverLostBetweenDecisionsSink)
     return spark
 
 
@@ -363,14 +400,17 @@ def retry(address: str, topic: str, rows: int) -> None:
 
 
 def lost_sweep(address: str, topic: str, rows: int, local_dir: str,
-               sink: str = "fmq-topic-lost-sweep") -> None:
+               sink: str = "fmq-topic-lost-sweep", partitions: int = 3) -> None:
     if os.getsid(0) != os.getpid():
         raise SystemExit("lost-sweep kills its whole session: start it in a new one")
     os.environ[DRIVER_SESSION] = str(os.getpid())  # before the JVM starts: it inherits it
     spark = _session("local[2,3]", **{"spark.local.dir": local_dir})
-    df = spark.range(rows, numPartitions=3).select(
-        F.format_string("l-%d", "id").alias("body"),
-        F.format_string("k%d", F.col("id") % 5).alias("key"))
+    # Over several broker groups a task's transaction goes to its first message's group:
+    # keyed by partition there, the tasks spread over the groups.
+    key = (F.format_string("k%d", F.col("id") % 5) if partitions == 3 else
+           F.format_string("p%d", F.spark_partition_id()))
+    df = spark.range(rows, numPartitions=partitions).select(
+        F.format_string("l-%d", "id").alias("body"), key.alias("key"))
     (df.write.format(sink).option("servers", address)
      .option("topic", topic).mode("append").save())
     spark.stop()
@@ -426,6 +466,9 @@ if __name__ == "__main__":
         lost_sweep(args[0], args[1], int(args[2]), args[3])
     elif mode == "lost-decision":
         lost_sweep(args[0], args[1], int(args[2]), args[3], "fmq-topic-lost-decision")
+    elif mode == "lost-between-decisions":
+        lost_sweep(args[0], args[1], int(args[2]), args[3],
+                   "fmq-topic-lost-between-decisions", partitions=6)
     elif mode == "speculate":
         speculate(args[0], args[1], int(args[2]), args[3], args[4])
     else:

@@ -16,11 +16,18 @@ import sys
 
 import pytest
 
+from fmq.client import Client
+from fmq.protocol import Op
+from tests.cluster.kit import CONFIG as CLUSTER_CONFIG
+from tests.cluster.kit import known_everywhere, local_queues, two_groups
 from tests.crashkit import ROOT
 from tests.server.harness import ServerProcess, broker_stats, wait_until
 
 from .test_topic_sink import MAX_MESSAGE, open_sink_transactions, stored
 from .topic_traffic import SERVER_CONFIG
+
+#: Queues of the two-group topic in each group.
+PER_GROUP = 2
 
 #: The broker finishes a decided write 1 s after it learned of it (the default is 6 s).
 SOON_DUE = {**SERVER_CONFIG, "max_message_size": MAX_MESSAGE, "tx_check_after_ms": 1000,
@@ -143,3 +150,56 @@ def test_an_abort_after_the_decision_carries_it_out(hooked, tmp_path):
         assert broker_stats(srv.address)["tx_decided_scope_commits"] == 0
     finally:
         srv.kill()
+
+
+#: Two one-node broker groups finishing a decided write 1 s after they learned of it.
+GROUPS_SOON = {**CLUSTER_CONFIG, "max_message_size": MAX_MESSAGE, "tx_check_after_ms": 1000,
+               "tx_check_max_interval_ms": 2000}
+SPREAD = "sink-atomic-two-groups"
+
+
+def _group_bodies(node: ServerProcess) -> list[bytes]:
+    """The consumable bodies of SPREAD's queues held by ``node``'s broker group."""
+    out: list[bytes] = []
+    with Client(node.address, retries=0, request_timeout=10) as c:
+        for q in range(PER_GROUP):
+            ans = c.call(Op.PULL, {"topic": SPREAD, "queue_id": q, "offset": 0,
+                                   "max_messages": 10_000, "wait_ms": 0})
+            out += [bytes(m["body"]) for m in ans["messages"]]
+    return out
+
+
+@pytest.mark.timeout(600)  # a child session of its own, killed with SIGKILL; two groups
+def test_a_driver_killed_between_two_groups_decisions_ends_with_every_row_once(tmp_path):
+    """A write into a topic routed over broker groups g1 and g2 (6 tasks keyed by
+    partition: their transactions in both groups, and attempt 0 of partition 1 lost after
+    its prepare); the driver's whole session is killed with SIGKILL right after g1's
+    decision answered, before g2's. g2's primary finds the write's decision in g1, writes
+    its own mark from it and commits its winners: every row there once over the two
+    groups, nothing open in either. Before, g2's transactions stayed open for good (nobody
+    answers their check-back) while g1's rows were visible."""
+    marker = tmp_path / "killed-between-decisions"
+    local_dir = tmp_path / "spark-local"
+    local_dir.mkdir()
+    with two_groups(tmp_path, GROUPS_SOON) as (store, nodes, _etcd):
+        route = store.create(SPREAD, PER_GROUP, ["g1", "g2"])
+        known_everywhere(nodes, SPREAD, route.version)
+        for node in nodes.values():
+            wait_until(lambda n=node: local_queues(n, SPREAD) == PER_GROUP, 30,
+                       "the route's queues made on each primary")
+        run = subprocess.run(
+            [sys.executable, "-m", "tests.spark.sink_jobs", "lost-between-decisions",
+             nodes["g1"].address, SPREAD, "300", str(local_dir)],
+            cwd=ROOT, capture_output=True, text=True, timeout=400, start_new_session=True,
+            env={**os.environ, "FMQ_SINK_KILL_AFTER_COMMIT": str(marker)})
+        assert run.returncode == -signal.SIGKILL, run.stdout[-3000:] + run.stderr[-3000:]
+        assert marker.exists(), "the driver was not killed at its crash point"
+        expected = sorted(f"l-{i}".encode() for i in range(300))
+        wait_until(lambda: sorted(_group_bodies(nodes["g1"]) + _group_bodies(nodes["g2"]))
+                   == expected, 90, "every row of the write over both groups")
+        for node in nodes.values():
+            wait_until(lambda n=node: open_sink_transactions(n) == [], 60,
+                       f"nothing of the write open at {node.address}")
+        assert _group_bodies(nodes["g2"]), "no task wrote to g2: the write spans one group"
+        assert broker_stats(nodes["g2"].address)["tx_scope_decisions_adopted"] == 1
+        assert sorted(_group_bodies(nodes["g1"]) + _group_bodies(nodes["g2"])) == expected

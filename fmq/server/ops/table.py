@@ -20,6 +20,7 @@ from fmq.server.ops import (
     replication_ops,
     route_change_ops,
     route_ops,
+    scope_decision_ops,
     security_ops,
     topic_ops,
 )
@@ -28,7 +29,7 @@ from fmq.server.ops.operation import FmqOperation, declaration_of
 #: Every module that declares operations.
 OPERATION_MODULES: tuple[ModuleType, ...] = (
     handlers, delivery_ops, operator_ops, topic_ops, replication_ops, route_ops,
-    route_change_ops, security_ops)
+    route_change_ops, security_ops, scope_decision_ops)
 
 
 def gather(modules: Iterable[ModuleType]) -> dict[int, FmqOperation]:
