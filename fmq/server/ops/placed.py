@@ -34,6 +34,11 @@ SendRequest = tuple[list[Message], asyncio.Future, Reply | None, Answered | None
 #: nothing and is answered at once.
 Place = Callable[[], tuple[Any, int | None]]
 
+#: Places the writes of one kind of a turn together (:meth:`SendBatcher.submit_grouped`):
+#: given their items, returns each one's outcome, in order: what a :data:`Place` returns,
+#: or the exception that fails that write alone.
+PlaceAll = Callable[[list[Any]], Sequence[tuple[Any, int | None] | Exception]]
+
 #: Called on the event loop with the token once the write is durable (failure None: its
 #: return value is the answer) or failed (the failure: undo what memory holds of it).
 Finish = Callable[[Any, BaseException | None], Any]
