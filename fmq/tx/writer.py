@@ -335,14 +335,40 @@ class TxWriter:
                       ) -> list[TxState | tuple[OpenTransaction, int] | None | Exception]:
         """:meth:`place_commit` of several COMMITs of one event-loop turn (producer group,
         id): each one's outcome, in order, what :meth:`place_commit` returns or the
-        exception that fails it alone."""
+        exception that fails it alone. The transactions are looked up (and their ``busy``
+        locks taken) under one hold of the manager's lock, then their records placed in
+        order; two COMMITs of one transaction in a turn meet as they would one by one (the
+        second finds it busy)."""
+        self.check_open()
         outcomes: list = []
-        place = self.place_commit
-        for group, tx_id in requests:
-            try:
-                outcomes.append(place(group, tx_id))
-            except Exception as exc:  # noqa: BLE001 - it fails this request only
-                outcomes.append(exc)
+        txm = self.tx
+        is_open = txm.open
+        with txm.lock:
+            for group, tx_id in requests:
+                try:
+                    if (type(group) is not str or type(tx_id) is not str
+                            or (group, tx_id) not in is_open):  # as place_commit checks
+                        check_label(group, "producer_group", allow_none=False)
+                        check_label(tx_id, "tx_id", allow_none=False)
+                    found = txm.get_for_end(group, tx_id, TxState.COMMIT)
+                except Exception as exc:  # noqa: BLE001 - it fails this request only
+                    outcomes.append(exc)
+                    continue
+                if type(found) is OpenTransaction and not found.busy.acquire(blocking=False):
+                    found = None  # being ended or relocated: the caller waits for that
+                outcomes.append(found)
+        for at, found in enumerate(outcomes):
+            if type(found) is OpenTransaction:
+                try:
+                    outcomes[at] = found, self.place_commit_records(found)
+                except BaseException as exc:
+                    found.busy.release()
+                    if not isinstance(exc, Exception):  # the rest are not placed either
+                        for rest in outcomes[at + 1:]:
+                            if type(rest) is OpenTransaction:
+                                rest.busy.release()
+                        raise
+                    outcomes[at] = exc
         return outcomes
 
     def commit_done(self, tx: OpenTransaction, failure: BaseException | None = None) -> None:
