@@ -14,6 +14,14 @@ placement's packed results as they are (:meth:`SessionRequests._answer_plain`).
 tests/server/test_plain_send_step.py compares the two ways' answers and stored records, one
 request at a time and in pipelined windows.
 
+PREPARE and COMMIT take a short step of their own on such a session when transactions go
+through the send pipeline (:meth:`SessionRequests._start_plain_tx`): a PREPARE whose
+messages are plain (:func:`~fmq.protocol.message_requests.plain_prepare`) and any
+well-formed COMMIT are queued without a task (:class:`~fmq.server.ops.tx_ops.TxSteps`, a
+turn's PREPAREs, and its COMMITs, placed by one call of the writer), and answered with the
+id or the state framed as they are (:meth:`SessionRequests._answer_tx`); every check past
+the decode is the writer's, as on the general way (tests/server/test_plain_tx_step.py).
+
 A frame's request bytes (:class:`~fmq.server.net.request_admission.RequestAdmission`) are given
 back at one place: at once when its request does not start (every refusal), else when the
 request ends. Its reply bytes (:class:`~fmq.server.net.reply_account.ReplyAccount`) move over

@@ -113,7 +113,10 @@ class PlacedWrites:
     def add(self, fut: asyncio.Future, finish: Finish, token: Any, end: int,
             answered: Answered | None = None) -> None:
         self.writes.append((fut, finish, token, answered))
-        self.end = end
+        # A retried PREPARE's records (its first attempt's) may end before those of a
+        # write placed earlier in the turn: the turn waits for the furthest end.
+        if end > self.end:
+            self.end = end
 
     def answer(self, failure: BaseException | None, durable: bool) -> None:
         """``durable``: the failure came after the local fdatasync (the followers' wait),
