@@ -71,6 +71,18 @@ class Transactions:
         :meth:`fmq.tx.writer.TxWriter.place_prepare`)."""
         return self._writer.place_prepare(messages, producer_group, tx_id)
 
+    def place_prepares(self, requests: Sequence[tuple[Sequence[Message], str, str | None]]
+                       ) -> list[tuple[OpenTransaction, int] | Exception]:
+        """:meth:`place_prepare` of a turn's PREPAREs of plain messages, each one's outcome
+        (:meth:`fmq.tx.writer.TxWriter.place_prepares`)."""
+        return self._writer.place_prepares(requests)
+
+    def place_commits(self, requests: Sequence[tuple[str, str]]
+                      ) -> list[TxState | tuple[OpenTransaction, int] | None | Exception]:
+        """:meth:`place_commit` of a turn's COMMITs, each one's outcome
+        (:meth:`fmq.tx.writer.TxWriter.place_commits`)."""
+        return self._writer.place_commits(requests)
+
     def prepare_done(self, tx: OpenTransaction, failure: BaseException | None = None) -> str:
         """The second half of :meth:`prepare`, once its records are durable (or failed)."""
         return self._writer.prepare_done(tx, failure)

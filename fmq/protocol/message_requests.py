@@ -26,6 +26,7 @@ any other, their messages as ``Message`` objects.
 from __future__ import annotations
 
 import functools
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,7 @@ from fmq.message import (
 )
 from fmq.protocol.frame import Frame, decode_request, decode_request_payload
 from fmq.protocol.schema import Op
+from fmq.protocol.types import NULL16
 from fmq.protocol.values import message_from_wire
 
 
@@ -125,3 +127,62 @@ def decode_server_request(frame: Frame) -> dict[str, Any]:
     if decode is None:
         return decode_request(frame)
     return decode(frame.payload)
+
+
+_U16 = struct.Struct(">H").unpack_from
+
+
+def _tx_names(payload: bytes | memoryview, optional_id: bool
+              ) -> tuple[str, str | None, int] | None:
+    """A transaction request's ``producer_group`` (str) and ``tx_id`` (optstr for PREPARE,
+    ``optional_id``; str for COMMIT) at the start of ``payload``, and where they end; None
+    for anything the wire's decode would refuse there (cut short, not UTF-8)."""
+    end = len(payload)
+    if end < 4:
+        return None
+    pos = 2 + _U16(payload, 0)[0]
+    if pos + 2 > end:
+        return None
+    try:
+        group = str(payload[2:pos], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    n = _U16(payload, pos)[0]
+    pos += 2
+    if n == NULL16 and optional_id:
+        return group, None, pos
+    if pos + n > end:
+        return None
+    try:
+        tx_id = str(payload[pos:pos + n], "utf-8")
+    except UnicodeDecodeError:
+        return None
+    return group, tx_id, pos + n
+
+
+def plain_prepare(payload: bytes | memoryview, max_size: int
+                  ) -> tuple[str, str | None, list[Message]] | None:
+    """A PREPARE ``payload``'s producer group, transaction id (None: the broker makes one)
+    and messages, when the wire's decode takes it and each message is plain (as
+    :func:`plain_send_reference` has it; at least one): the session's short step for a
+    PREPARE. Else None: the request runs the general way, which decodes it again and gets
+    the error, if any. Its messages are a SEND_BATCH's list, read by ``PLAIN_SEND_BATCH``
+    (compiled where the twins are), so the two paths share the reference's rules."""
+    names = _tx_names(payload, True)
+    if names is None:
+        return None
+    group, tx_id, pos = names
+    rest = payload[pos:] if type(payload) is memoryview else memoryview(payload)[pos:]
+    messages = PLAIN_SEND_BATCH(rest, max_size)
+    if messages is None:
+        return None
+    return group, tx_id, messages
+
+
+def plain_commit(payload: bytes | memoryview) -> tuple[str, str] | None:
+    """A COMMIT ``payload``'s producer group and transaction id when the wire's decode
+    takes it (nothing after them), else None (the general way gives the error)."""
+    names = _tx_names(payload, False)
+    if names is None or names[2] != len(payload):
+        return None
+    return names[0], names[1]

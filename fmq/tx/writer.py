@@ -122,6 +122,57 @@ class TxWriter:
         the records, register the transaction (not yet prepared). Returns it and the log
         offset its records end at; :meth:`prepare_done` once that is durable (or failed)."""
         self.check_open()
+        tx_id, fresh, overhead = self._check_prepare(messages, producer_group, tx_id, False)
+        self.admit()
+        store_time = now_ms()
+        with self.tx.lock:
+            return self._place_checked_prepare(messages, producer_group, tx_id, fresh,
+                                               overhead, store_time)
+
+    def place_prepares(self, requests: Sequence[tuple[Sequence[Message], str, str | None]]
+                       ) -> list[tuple[OpenTransaction, int] | Exception]:
+        """:meth:`place_prepare` of several PREPAREs of one event-loop turn (messages,
+        producer group, id or None), whose messages passed ``check_message`` as they were
+        decoded (plain: :func:`fmq.protocol.message_requests.plain_prepare`): each one's
+        outcome, in order, what :meth:`place_prepare` returns or the exception that fails
+        it alone. The broker's and the index's admission, the clock and the manager's lock
+        are taken once for the turn; each request's checks, errors and records are those of
+        :meth:`place_prepare` (tests/server/test_plain_tx_step.py)."""
+        self.check_open()
+        outcomes: list = []
+        checked = []  # (position, messages, group, id, fresh, overhead)
+        for messages, group, tx_id in requests:
+            try:
+                tx_id, fresh, overhead = self._check_prepare(messages, group, tx_id, True)
+            except Exception as exc:  # noqa: BLE001 - it fails this request only
+                outcomes.append(exc)
+                continue
+            checked.append((len(outcomes), messages, group, tx_id, fresh, overhead))
+            outcomes.append(None)
+        if not checked:
+            return outcomes
+        try:
+            self.admit()
+        except Exception as exc:  # noqa: BLE001 - as each request's own admit would
+            for item in checked:
+                outcomes[item[0]] = exc
+            return outcomes
+        store_time = now_ms()
+        place = self._place_checked_prepare
+        with self.tx.lock:
+            for at, messages, group, tx_id, fresh, overhead in checked:
+                try:
+                    outcomes[at] = place(messages, group, tx_id, fresh, overhead, store_time)
+                except Exception as exc:  # noqa: BLE001 - it fails this request only
+                    outcomes[at] = exc
+        return outcomes
+
+    def _check_prepare(self, messages: Sequence[Message], producer_group: str,
+                       tx_id: str | None, plain: bool) -> tuple[str, bool, int]:
+        """A PREPARE's checks, before anything is placed: its id (made here when None:
+        ``fresh``), and the record overhead of its id and group. ``plain``: the messages
+        passed ``check_message`` as they were decoded; their topics' and sizes' checks
+        are left."""
         cfg = self.config
         self._check_group(producer_group)
         fresh = tx_id is None  # an id of this process: no earlier transaction has it
@@ -137,62 +188,67 @@ class TxWriter:
                 f"(max_messages_per_transaction); got {len(messages)}")
         overhead = len(tx_id.encode()) + len(producer_group.encode())
         known = self._topics_checked
+        check_topic = self.queues.check_topic
         for m in messages:
-            topic = m.topic if type(m) is Message else None
-            if type(topic) is str and topic in known:
-                check_message(m, cfg.max_message_size, self.queues.queue_count,
-                              topic_checked=True)
-            else:
-                check_message(m, cfg.max_message_size, self.queues.queue_count)
-                self._topic_checked(topic)
-            self.queues.check_topic(m)
+            if not plain:
+                topic = m.topic if type(m) is Message else None
+                if type(topic) is str and topic in known:
+                    check_message(m, cfg.max_message_size, self.queues.queue_count,
+                                  topic_checked=True)
+                else:
+                    check_message(m, cfg.max_message_size, self.queues.queue_count)
+                    self._topic_checked(topic)
+            check_topic(m)
             check_fits(m, cfg.segment_size, overhead)
-        self.admit()
-        store_time = now_ms()
+        return tx_id, fresh, overhead
+
+    def _place_checked_prepare(self, messages: Sequence[Message], producer_group: str,
+                               tx_id: str, fresh: bool, overhead: int, store_time: int
+                               ) -> tuple[OpenTransaction, int]:
+        """A checked PREPARE's records placed and its transaction registered (the
+        manager's lock held): or the first attempt's, for a retry."""
         log_ = self.log
-        with self.tx.lock:
-            retried = None if fresh else find_retried_prepare(
-                self.tx, tx_id, producer_group, messages, self.read_record)
-            if retried is not None:  # answered from the first attempt, written once
-                return retried
+        retried = None if fresh else find_retried_prepare(
+            self.tx, tx_id, producer_group, messages, self.read_record)
+        if retried is not None:  # answered from the first attempt, written once
+            return retried
+        try:
+            self.tx.reserve(producer_group, tx_id, fresh)
+        except DuplicateTransaction:  # ended: a retry of a transaction committed since?
+            retried = None if (producer_group, tx_id) in self.tx.open else (
+                find_committed_prepare(log_, self.ended(producer_group, tx_id), tx_id,
+                                       producer_group, messages, self.max_record_size))
+            if retried is None:
+                raise
+            return retried
+        with log_.lock:
+            reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
+            if log_.takes_message_runs():
+                tx = self._place_prepare_run(messages, producer_group, tx_id, store_time)
+                return tx, log_.next_offset
+            # ref_size = the message count: recovery proves the prepare complete by it.
+            prep = Record(_PREPARE, store_time=store_time, tx_id=tx_id,
+                          producer_group=producer_group, ref_size=len(messages))
+            log_.append_locked(prep, encode_mark_into)
+            tx = OpenTransaction(tx_id, producer_group, prep.log_offset, store_time,
+                                 expected_messages=len(messages))
+            self.tx.register(tx)
             try:
-                self.tx.reserve(producer_group, tx_id, fresh)
-            except DuplicateTransaction:  # ended: a retry of a transaction committed since?
-                retried = None if (producer_group, tx_id) in self.tx.open else (
-                    find_committed_prepare(log_, self.ended(producer_group, tx_id), tx_id,
-                                           producer_group, messages, self.max_record_size))
-                if retried is None:
-                    raise
-                return retried
-            with log_.lock:
-                reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
-                if log_.takes_message_runs():
-                    tx = self._place_prepare_run(messages, producer_group, tx_id, store_time)
-                    return tx, log_.next_offset
-                # ref_size = the message count: recovery proves the prepare complete by it.
-                prep = Record(_PREPARE, store_time=store_time, tx_id=tx_id,
-                              producer_group=producer_group, ref_size=len(messages))
-                log_.append_locked(prep, encode_mark_into)
-                tx = OpenTransaction(tx_id, producer_group, prep.log_offset, store_time,
-                                     expected_messages=len(messages))
-                self.tx.register(tx)
-                try:
-                    for m in messages:
-                        qid = self.queues.pick_queue(m)
-                        key = m.key or None
-                        tags = m.tags or None
-                        body = bytes(m.body)
-                        rec = Record(_PRE_MESSAGE, store_time=store_time, queue_id=qid,
-                                     topic=m.topic, tx_id=tx_id, producer_group=producer_group,
-                                     key=key, tags=tags, properties=m.properties, body=body)
-                        log_.append_locked(rec)
-                        tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
-                                                      key, tags, len(body)))
-                except BaseException:
-                    self.tx.forget(tx.key)
-                    raise
-                end = log_.next_offset
-        return tx, end
+                for m in messages:
+                    qid = self.queues.pick_queue(m)
+                    key = m.key or None
+                    tags = m.tags or None
+                    body = bytes(m.body)
+                    rec = Record(_PRE_MESSAGE, store_time=store_time, queue_id=qid,
+                                 topic=m.topic, tx_id=tx_id, producer_group=producer_group,
+                                 key=key, tags=tags, properties=m.properties, body=body)
+                    log_.append_locked(rec)
+                    tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
+                                                  key, tags, len(body)))
+            except BaseException:
+                self.tx.forget(tx.key)
+                raise
+            return tx, log_.next_offset
 
     def _place_prepare_run(self, messages: Sequence[Message], producer_group: str,
                            tx_id: str, store_time: int) -> OpenTransaction:
@@ -274,6 +330,46 @@ class TxWriter:
         except BaseException:
             found.busy.release()
             raise
+
+    def place_commits(self, requests: Sequence[tuple[str, str]]
+                      ) -> list[TxState | tuple[OpenTransaction, int] | None | Exception]:
+        """:meth:`place_commit` of several COMMITs of one event-loop turn (producer group,
+        id): each one's outcome, in order, what :meth:`place_commit` returns or the
+        exception that fails it alone. The transactions are looked up (and their ``busy``
+        locks taken) under one hold of the manager's lock, then their records placed in
+        order; two COMMITs of one transaction in a turn meet as they would one by one (the
+        second finds it busy)."""
+        self.check_open()
+        outcomes: list = []
+        txm = self.tx
+        is_open = txm.open
+        with txm.lock:
+            for group, tx_id in requests:
+                try:
+                    if (type(group) is not str or type(tx_id) is not str
+                            or (group, tx_id) not in is_open):  # as place_commit checks
+                        check_label(group, "producer_group", allow_none=False)
+                        check_label(tx_id, "tx_id", allow_none=False)
+                    found = txm.get_for_end(group, tx_id, TxState.COMMIT)
+                except Exception as exc:  # noqa: BLE001 - it fails this request only
+                    outcomes.append(exc)
+                    continue
+                if type(found) is OpenTransaction and not found.busy.acquire(blocking=False):
+                    found = None  # being ended or relocated: the caller waits for that
+                outcomes.append(found)
+        for at, found in enumerate(outcomes):
+            if type(found) is OpenTransaction:
+                try:
+                    outcomes[at] = found, self.place_commit_records(found)
+                except BaseException as exc:
+                    found.busy.release()
+                    if not isinstance(exc, Exception):  # the rest are not placed either
+                        for rest in outcomes[at + 1:]:
+                            if type(rest) is OpenTransaction:
+                                rest.busy.release()
+                        raise
+                    outcomes[at] = exc
+        return outcomes
 
     def commit_done(self, tx: OpenTransaction, failure: BaseException | None = None) -> None:
         """The second half of :meth:`place_commit`: the COMMIT is durable (the transaction

@@ -94,8 +94,8 @@ class ServerThread:
     """A real server on 127.0.0.1 in a thread of this process (so that the way it takes is
     this process's ``SessionRequests.plain_sends``)."""
 
-    def __init__(self, data_dir: str) -> None:
-        broker = Broker.open(data_dir, BrokerConfig(max_message_size=MAX_SIZE))
+    def __init__(self, data_dir: str, **config: object) -> None:
+        broker = Broker.open(data_dir, BrokerConfig(max_message_size=MAX_SIZE, **config))
         broker.topics.create(SMALL_TOPIC, max_message_size=100)
         broker.topics.create(GONE_TOPIC)
         broker.topics.delete(GONE_TOPIC)

@@ -10,6 +10,7 @@ import socket
 
 from fmq.client import Client
 from fmq.protocol import FrameDecoder, Op, decode_error, decode_response, encode_request
+from fmq.server.ops.placed import PlacedWrites
 
 from .conftest import FAST
 
@@ -97,3 +98,14 @@ def test_a_retried_prepare_after_a_send_in_one_turn_is_answered(start_server):
     later = exchange(srv.address, [encode_request(Op.COMMIT, 4, {"producer_group": "g",
                                                               "tx_id": "tx-again"})], 1)
     assert later == {4: {"state": "commit"}}
+
+
+def test_a_turns_writes_wait_for_the_furthest_end_when_a_retry_ends_earlier():
+    """A retried PREPARE is answered from its first attempt, whose records end before
+    those of a fresh PREPARE placed earlier in the same turn: the turn's writes must wait
+    for the fresh one's end, not the retry's (the acknowledger answers them all once the
+    log is durable up to ``end``)."""
+    placed = PlacedWrites()
+    placed.add(None, None, "fresh", 1000)
+    placed.add(None, None, "retried", 500)
+    assert placed.end == 1000

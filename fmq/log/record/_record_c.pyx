@@ -238,14 +238,11 @@ cdef class EncodeInto:
         """Encode message ``m`` at the end of ``buf`` and append its entry to ``out``:
         returns its size; 0 when it does not fit in ``left`` bytes, -1 when the C path does
         not take it as it is (both leave ``buf`` and ``out`` as they were)."""
-        cdef Py_ssize_t at, lt, lk, la, lp, lb
+        cdef Py_ssize_t lt, lk, la, lp, lb
         cdef uint64_t length
         cdef int32_t queue_id
         cdef int64_t queue_offset
         cdef uint32_t tag_hash
-        cdef Py_buffer body_view
-        cdef unsigned char* out_p
-        cdef unsigned char* p
         try:
             if type(m) is not _Message:
                 raise _NotTaken()
@@ -283,27 +280,10 @@ cdef class EncodeInto:
         entry = (offset + length, _new_tuple(_QUEUE_ENTRY, (
             m.topic, queue_id_obj, queue_offset_obj, offset, length, tag_hash, store_time,
             key_text, offset)))
-        try:
-            PyObject_GetBuffer(body, &body_view, PyBUF_SIMPLE)
-        except (BufferError, ValueError, TypeError):  # e.g. a view with gaps, or released
+        if self._put_record(buf, PyByteArray_GET_SIZE(buf), length, _MESSAGE_CODE, offset,
+                            stamp, queue_id, queue_offset, -1, 0, topic, b"", b"", key, tags,
+                            props, body, lb) < 0:
             return -1
-        try:
-            if body_view.len != lb:  # cannot differ for these types; never copy past a view
-                return -1
-            at = PyByteArray_GET_SIZE(buf)
-            try:
-                PyByteArray_Resize(buf, at + <Py_ssize_t>length)
-            except BufferError:  # exported: the reference raises the same
-                return -1
-            out_p = <unsigned char*>PyByteArray_AS_STRING(buf) + at
-            p = _header(out_p, length, _MESSAGE_CODE, offset, stamp, queue_id, queue_offset,
-                        -1, 0, lt, 0, 0, lk, la, lp, lb)
-            for field in (topic, key, tags, props):
-                p = _copy(p, <bytes>field)
-            memcpy(p, body_view.buf, lb)
-        finally:
-            PyBuffer_Release(&body_view)
-        _put(out_p + 4, crc_after_field(self.crc_in_c, self.crc32c, out_p, length), 4)
         out.append(entry)
         return <Py_ssize_t>length
 
@@ -356,14 +336,11 @@ cdef class EncodeInto:
         """Encode the transaction record ``spec`` (``runs.TX_RECORD_FIELDS``) at the end of
         ``buf``: returns its size; 0 when it does not fit in ``left`` bytes, -1 when the C
         path does not take it as it is (both leave ``buf`` as it was)."""
-        cdef Py_ssize_t at, lt, lx, lg, lk, la, lp, lb
+        cdef Py_ssize_t lt, lx, lg, lk, la, lp, lb
         cdef uint64_t length, ref_size
         cdef int32_t queue_id
         cdef int64_t queue_offset, ref_offset
         cdef uint8_t rtype
-        cdef Py_buffer body_view
-        cdef unsigned char* out_p
-        cdef unsigned char* p
         try:
             if type(spec) is not tuple or len(<tuple>spec) != 10:
                 raise _NotTaken()
@@ -398,40 +375,19 @@ cdef class EncodeInto:
             return -1
         if <Py_ssize_t>length > left:
             return 0
-        try:
-            PyObject_GetBuffer(body, &body_view, PyBUF_SIMPLE)
-        except (BufferError, ValueError, TypeError):  # e.g. a view with gaps, or released
+        if self._put_record(buf, PyByteArray_GET_SIZE(buf), length, rtype, offset, stamp,
+                            queue_id, queue_offset, ref_offset, ref_size, topic, tx, group,
+                            key, tags, props, body, lb) < 0:
             return -1
-        try:
-            if body_view.len != lb:  # cannot differ for these types; never copy past a view
-                return -1
-            at = PyByteArray_GET_SIZE(buf)
-            try:
-                PyByteArray_Resize(buf, at + <Py_ssize_t>length)
-            except BufferError:  # exported: the reference raises the same
-                return -1
-            out_p = <unsigned char*>PyByteArray_AS_STRING(buf) + at
-            p = _header(out_p, length, rtype, offset, stamp, queue_id, queue_offset,
-                        ref_offset, ref_size, lt, lx, lg, lk, la, lp, lb)
-            for field in (topic, tx, group, key, tags, props):
-                p = _copy(p, <bytes>field)
-            memcpy(p, body_view.buf, lb)
-        finally:
-            PyBuffer_Release(&body_view)
-        _put(out_p + 4, crc_after_field(self.crc_in_c, self.crc32c, out_p, length), 4)
         return <Py_ssize_t>length
 
     def __call__(self, buf, offset, record):
-        cdef Py_ssize_t at, old_size, end
+        cdef Py_ssize_t at
         cdef Py_ssize_t lt, lx, lg, lk, la, lp, lb
         cdef uint64_t length, log_offset, ref_size
         cdef int64_t store_time, queue_offset, ref_offset
         cdef int32_t queue_id
         cdef uint8_t rtype
-        cdef Py_buffer body_view
-        cdef bint holding, resized
-        cdef unsigned char* out
-        cdef unsigned char* p
         if type(buf) is not bytearray or type(offset) is not int or type(record) is not Record:
             return self.reference(buf, offset, record)
         # Everything is read and checked before the buffer changes: whatever is not taken
@@ -472,40 +428,57 @@ cdef class EncodeInto:
         length = <uint64_t>(_HEADER + lt + lx + lg + lk + la + lp + lb)
         if length > _MAX_RECORD:
             return self.reference(buf, offset, record)
-        old_size = PyByteArray_GET_SIZE(buf)
-        end = at + <Py_ssize_t>length
+        if self._put_record(buf, at, length, rtype, log_offset, store_time, queue_id,
+                            queue_offset, ref_offset, ref_size, topic, tx_id, group, key, tags,
+                            props, body, lb) < 0:
+            return self.reference(buf, offset, record)
+        record.size = length
+        return length
+
+    cdef Py_ssize_t _put_record(self, bytearray buf, Py_ssize_t at, uint64_t length,
+                                uint8_t rtype, uint64_t log_offset, int64_t store_time,
+                                int32_t queue_id, int64_t queue_offset, int64_t ref_offset,
+                                uint64_t ref_size, bytes topic, bytes tx, bytes group,
+                                bytes key, bytes tags, bytes props, object body,
+                                Py_ssize_t lb) except -2:
+        """The bytes of one record (``length`` of them, its fields encoded and measured by
+        the caller) written at ``at`` of ``buf``, which grows to hold them: header, fields,
+        body, CRC; what a single record, a message run and a transaction run share.
+        Returns 0, or -1 when the C path does not take it as it is (a body that is not one
+        flat buffer of ``lb`` bytes, ``buf`` exported): ``buf`` is then as it was, and no
+        view of the body is held when the caller hands the record to its reference."""
+        cdef Py_buffer body_view
+        cdef unsigned char* out
+        cdef unsigned char* p
+        cdef Py_ssize_t end = at + <Py_ssize_t>length
         try:
             PyObject_GetBuffer(body, &body_view, PyBUF_SIMPLE)
         except (BufferError, ValueError, TypeError):  # e.g. a view with gaps, or released
-            return self.reference(buf, offset, record)
-        holding = True
-        if body_view.len != lb:  # cannot differ for these types; never copy past a view
-            PyBuffer_Release(&body_view)
-            return self.reference(buf, offset, record)
+            return -1
         try:
-            if end > old_size:
+            if body_view.len != lb:  # cannot differ for these types; never copy past a view
+                return -1
+            if end > PyByteArray_GET_SIZE(buf):
                 try:
                     PyByteArray_Resize(buf, end)
-                except BufferError:  # exported: the reference raises the same (below,
-                    resized = False   # once this function holds no view of its own)
-                else:
-                    resized = True
-                if not resized:
-                    PyBuffer_Release(&body_view)
-                    holding = False
-                    return self.reference(buf, offset, record)
+                except BufferError:  # exported: the reference raises the same
+                    return -1
             out = <unsigned char*>PyByteArray_AS_STRING(buf) + at
             p = _header(out, length, rtype, log_offset, store_time, queue_id, queue_offset,
-                        ref_offset, ref_size, lt, lx, lg, lk, la, lp, lb)
-            for field in (topic, tx_id, group, key, tags, props):
-                p = _copy(p, <bytes>field)
+                        ref_offset, ref_size, PyBytes_GET_SIZE(topic), PyBytes_GET_SIZE(tx),
+                        PyBytes_GET_SIZE(group), PyBytes_GET_SIZE(key),
+                        PyBytes_GET_SIZE(tags), PyBytes_GET_SIZE(props), lb)
+            p = _copy(p, topic)
+            p = _copy(p, tx)
+            p = _copy(p, group)
+            p = _copy(p, key)
+            p = _copy(p, tags)
+            p = _copy(p, props)
             memcpy(p, body_view.buf, lb)
         finally:
-            if holding:
-                PyBuffer_Release(&body_view)
+            PyBuffer_Release(&body_view)
         _put(out + 4, crc_after_field(self.crc_in_c, self.crc32c, out, length), 4)
-        record.size = length
-        return length
+        return 0
 
 
 cdef inline object _text(const unsigned char* p, Py_ssize_t n):

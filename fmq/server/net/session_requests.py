@@ -14,6 +14,14 @@ placement's packed results as they are (:meth:`SessionRequests._answer_plain`).
 tests/server/test_plain_send_step.py compares the two ways' answers and stored records, one
 request at a time and in pipelined windows.
 
+PREPARE and COMMIT take a short step of their own on such a session when transactions go
+through the send pipeline (:meth:`SessionRequests._start_plain_tx`): a PREPARE whose
+messages are plain (:func:`~fmq.protocol.message_requests.plain_prepare`) and any
+well-formed COMMIT are queued without a task (:class:`~fmq.server.ops.tx_ops.TxSteps`, a
+turn's PREPAREs, and its COMMITs, placed by one call of the writer), and answered with the
+id or the state framed as they are (:meth:`SessionRequests._answer_tx`); every check past
+the decode is the writer's, as on the general way (tests/server/test_plain_tx_step.py).
+
 A frame's request bytes (:class:`~fmq.server.net.request_admission.RequestAdmission`) are given
 back at one place: at once when its request does not start (every refusal), else when the
 request ends. Its reply bytes (:class:`~fmq.server.net.reply_account.ReplyAccount`) move over
@@ -40,7 +48,14 @@ from fmq.protocol import (
     encode_response,
 )
 from fmq.protocol.framing import FLAG_RESPONSE
-from fmq.protocol.message_requests import PLAIN_SEND, PLAIN_SEND_BATCH, decode_server_request
+from fmq.protocol.message_requests import (
+    PLAIN_SEND,
+    PLAIN_SEND_BATCH,
+    decode_server_request,
+    plain_commit,
+    plain_prepare,
+)
+from fmq.protocol.values import state_answer, tx_id_answer
 from fmq.server.authz import refusal as access_refusal
 from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
 from fmq.server.cluster.first_sight import check_again
@@ -52,6 +67,8 @@ from fmq.server.ops.handlers import send_batch_reply, send_reply
 from fmq.server.ops.operation import FmqOperation
 from fmq.server.ops.placed import Reply
 from fmq.server.ops.table import OPERATIONS
+from fmq.server.ops.tx_ops import TxSteps, pipelined, tx_steps
+from fmq.tx.state import TxState
 
 logger = logging.getLogger("fmq.server")
 
@@ -68,6 +85,15 @@ _BATCH_ANSWER_SIZE = HEADER_SIZE + 4
 _RESULT_SIZE = PackedResults.FORMAT.size
 #: The requests a plain step may take (:meth:`SessionRequests._start_plain_send`).
 _PLAIN_OPS = frozenset((_SEND, int(Op.SEND_BATCH)))
+_PREPARE = int(Op.PREPARE)
+#: The requests the transaction step may take (:meth:`SessionRequests._start_plain_tx`).
+_PLAIN_TX_OPS = frozenset((_PREPARE, int(Op.COMMIT)))
+#: A str answer's length prefix (a PREPARE's ``tx_id``) and the longest such id.
+_STR_LENGTH = struct.Struct(">H")
+_MAX_TX_ID = 255
+#: A COMMIT's answer payload per final state (None: committed by this request).
+_STATE_PAYLOADS = {state: bytes(state_answer(state).payload) for state in TxState}
+_STATE_PAYLOADS[None] = _STATE_PAYLOADS[TxState.COMMIT]
 #: What :meth:`SessionRequests._start_plain_send` returns for a request it leaves to the
 #: general way (nothing of it done yet).
 _DECLINED = object()
@@ -95,12 +121,17 @@ class SessionRequests:
     #: Whether plain SENDs take the short step (False: every request the general way, the
     #: reference tests/server/test_plain_send_step.py compares the step with).
     plain_sends = True
+    #: Whether PREPARE and COMMIT take the short step too, where plain SENDs do and the
+    #: transactions go through the send pipeline (False: the general way, the reference
+    #: tests/server/test_plain_tx_step.py compares the step with).
+    plain_tx = True
 
     def __init__(self, session: Connection) -> None:
         self.session = session
         self.ctx = session.ctx
         self.running: set[asyncio.Future] = set()
         self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
+        self._tx_steps: TxSteps | None = None  # the server's, once a step needs it
 
     def start_frames(self, frames: list[Frame]) -> None:
         """Start the request of each frame, in order, until the session closes; each holds
@@ -113,13 +144,19 @@ class SessionRequests:
         # turn; the first request makes the session established, the rest of its run
         # then takes the general way, which is never wrong).
         plain = self.plain_sends and self._plain_session()
+        plain_tx = plain and self.plain_tx and pipelined(self.ctx)
         for frame in frames:
             size = HEADER_SIZE + len(frame.payload)
             admission.received(size)
             request = None
             try:
-                request = (self._start_plain_send(frame) if plain and frame.opcode in _PLAIN_OPS
-                           else _DECLINED)
+                op = frame.opcode
+                if plain and op in _PLAIN_OPS:
+                    request = self._start_plain_send(frame)
+                elif plain_tx and op in _PLAIN_TX_OPS:
+                    request = self._start_plain_tx(frame)
+                else:
+                    request = _DECLINED
                 if request is _DECLINED:
                     request = self._start(frame)
             finally:
@@ -264,6 +301,84 @@ class SessionRequests:
         ctx.all_tasks.add(request)
         return request
 
+    def _start_plain_tx(self, frame: Frame) -> asyncio.Future | object | None:
+        """A PREPARE or COMMIT of a session the step may serve (:meth:`_plain_session`, and
+        transactions on the send pipeline, :func:`~fmq.server.ops.tx_ops.pipelined`) started
+        the short way, as :meth:`_start_plain_send` starts a SEND: its future, None when it
+        is refused (answered already), or _DECLINED (nothing done) for :meth:`_start`. A
+        PREPARE's messages must be plain (their own checks made as they are decoded,
+        :func:`~fmq.protocol.message_requests.plain_prepare`); every other check is the
+        writer's, as on the general way (:class:`~fmq.server.ops.tx_ops.TxSteps`)."""
+        ctx = self.ctx
+        op, rid = frame.opcode, frame.request_id
+        if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
+                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
+            return _DECLINED
+        if op == _PREPARE:
+            try:
+                ctx.limits.check(frame)
+            except FMQError:
+                return _DECLINED
+            fields = plain_prepare(frame.payload, ctx.broker.config.max_message_size)
+            if fields is None:
+                return _DECLINED
+        else:
+            fields = plain_commit(frame.payload)
+            if fields is None:
+                return _DECLINED
+        counters = ctx.counters
+        counters.requests += 1
+        counters.by_op[op] += 1
+        answered = functools.partial(self._answer_tx, op, rid)
+        steps = self._tx_steps
+        if steps is None:
+            steps = self._tx_steps = tx_steps(ctx)
+        try:
+            if op == _PREPARE:
+                group, tx_id, messages = fields
+                request = steps.prepare(messages, group, tx_id, answered)
+            else:
+                request = steps.commit(fields[0], fields[1], answered)
+        except FMQError as exc:  # refused before it started (the server stops)
+            counters.failed(op, exc)
+            self.session.send(encode_error(op, rid, exc))
+            return None
+        self.running.add(request)
+        ctx.all_tasks.add(request)
+        return request
+
+    def _answer_tx(self, op: int, rid: int, request: asyncio.Future) -> None:
+        """The answer of a PREPARE or COMMIT the short step started: its transaction id,
+        or its final state, framed as they are (the codec's frame: a ``str`` field); or
+        through :meth:`_answer` and the codec when the request failed, the id is not a
+        name (the codec refuses it) or a fenced primary may have to refuse it (PREPARE
+        and COMMIT are ``follower=REFUSES``, :func:`fencing_refusal`). It reserved no
+        reply bytes."""
+        role = self.ctx.replication
+        payload = None
+        if (not request.cancelled() and request.exception() is None
+                and (role is None or role.acknowledges())):
+            result = request.result()
+            if op == _PREPARE:
+                if type(result) is str:
+                    data = result.encode()
+                    if len(data) <= _MAX_TX_ID:
+                        payload = _STR_LENGTH.pack(len(data)) + data
+            else:
+                payload = _STATE_PAYLOADS.get(result)
+        if payload is None:
+            self._answer(op, rid, request, tx_id_answer if op == _PREPARE else _state_reply)
+            return
+        self.running.discard(request)
+        session = self.session
+        session.send(_SEND_ANSWER_HEAD.pack(_ANSWER_SIZE + len(payload), PROTOCOL_VERSION, op,
+                                            FLAG_RESPONSE, rid) + payload)
+        # _done's, inline (nothing reserved for the reply here: nothing to settle).
+        self.ctx.all_tasks.discard(request)
+        session.admission.release(self._held.pop(request, 0))
+        if session.eof and not self.running:
+            session.close()
+
     def _run_checked(self, declared: FmqOperation, req: dict) -> Any:
         """A held first write, once the routes were read: checked again, then started."""
         check_again(self.ctx.routes, self.ctx, declared.hosted, req)
@@ -336,6 +451,11 @@ class SessionRequests:
         session.replies.settle(request)
         if session.eof and not self.running:
             session.close()
+
+
+def _state_reply(state: TxState | None) -> Any:
+    """A COMMIT's answer from the step's result (None: committed by this request)."""
+    return state_answer(TxState.COMMIT if state is None else state)
 
 
 def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame

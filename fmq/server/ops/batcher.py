@@ -25,6 +25,7 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from fmq.engine.broker import Broker
 from fmq.engine.idempotence import bind_principal
@@ -35,6 +36,7 @@ from fmq.server.ops.placed import (
     Answered,
     Finish,
     Place,
+    PlaceAll,
     Placed,
     PlacedSends,
     PlacedWrites,
@@ -140,6 +142,23 @@ class SendBatcher:
         self._writes.append((place, fut, finish, None))
         return fut
 
+    def submit_grouped(self, place_all: PlaceAll, item: Any, finish: Finish,
+                       answered: Answered) -> asyncio.Future:
+        """:meth:`submit_write` of a write placed with the turn's others of its kind: the
+        turn's consecutive writes with the same ``place_all`` are placed by one
+        ``place_all(items)`` call (a transaction's PREPAREs, or COMMITs, of many producers:
+        :mod:`fmq.server.ops.tx_ops`), which returns each one's outcome as ``place()``
+        would (token and end, or the exception that fails it alone). Answered by
+        ``answered(fut)`` as :meth:`answer_directly` has it."""
+        if self._stopping:
+            self._check_running()  # raises its error
+        if not self._scheduled:  # _this_turn's, inline
+            self._scheduled = True
+            self.loop.call_soon(self._place)
+        fut = self.loop.create_future()
+        self._writes.append(((place_all, item), fut, finish, answered))
+        return fut
+
     def answer_directly(self, fut: asyncio.Future, answered: Answered) -> None:
         """Have ``answered(fut)`` called as soon as the request ``fut`` ends, in the same
         loop turn: the session writes its answer there, where a done callback on the future
@@ -194,27 +213,44 @@ class SendBatcher:
     def _place_writes(self) -> None:
         writes, self._writes = self._writes, []
         placed = PlacedWrites()  # one hand-over for the turn's writes
-        for place, fut, finish, answered in writes:
-            try:
-                token, end = place()
-            except Exception as exc:  # noqa: BLE001 - it fails this request only
-                if not fut.done():
-                    fut.set_exception(exc)
-                if answered is not None:
-                    answer_now(answered, fut)
-                continue
-            if end is None:  # nothing written: answered now, or by the awaitable it gave
-                if asyncio.isfuture(token):
-                    token.add_done_callback(functools.partial(copy_outcome, fut))
+        at, count = 0, len(writes)
+        while at < count:
+            place = writes[at][0]
+            if type(place) is not tuple:  # a write of its own
+                outcomes = (_outcome(place),)
+                run = writes[at:at + 1]
+            else:  # a run of grouped writes of one kind, placed by one call
+                place_all = place[0]
+                stop = at + 1
+                while (stop < count and type(writes[stop][0]) is tuple
+                       and writes[stop][0][0] is place_all):
+                    stop += 1
+                run = writes[at:stop]
+                try:
+                    outcomes = place_all([w[0][1] for w in run])
+                except Exception as exc:  # noqa: BLE001 - it fails these requests only
+                    outcomes = (exc,) * len(run)
+            at += len(run)
+            for (_place, fut, finish, answered), outcome in zip(run, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    if not fut.done():
+                        fut.set_exception(outcome)
                     if answered is not None:
-                        fut.add_done_callback(answered)
+                        answer_now(answered, fut)
                     continue
-                if not fut.done():
-                    fut.set_result(token)
-                if answered is not None:
-                    answer_now(answered, fut)
-                continue
-            placed.add(fut, finish, token, end, answered)
+                token, end = outcome
+                if end is None:  # nothing written: answered now, or by the awaitable it gave
+                    if asyncio.isfuture(token):
+                        token.add_done_callback(functools.partial(copy_outcome, fut))
+                        if answered is not None:
+                            fut.add_done_callback(answered)
+                        continue
+                    if not fut.done():
+                        fut.set_result(token)
+                    if answered is not None:
+                        answer_now(answered, fut)
+                    continue
+                placed.add(fut, finish, token, end, answered)
         if placed.writes:
             self._hand_over(placed)
 
@@ -354,6 +390,14 @@ def _split(pending: list[SendRequest], max_messages: int, max_bytes: int
     if batch:
         batches.append(batch)
     return batches
+
+
+def _outcome(place: Place) -> tuple[Any, int | None] | Exception:
+    """``place()``'s token and end, or the exception it raised (which fails its request)."""
+    try:
+        return place()
+    except Exception as exc:  # noqa: BLE001 - it fails this request only
+        return exc
 
 
 def copy_outcome(to: asyncio.Future, source: asyncio.Future) -> None:

@@ -34,6 +34,11 @@ SendRequest = tuple[list[Message], asyncio.Future, Reply | None, Answered | None
 #: nothing and is answered at once.
 Place = Callable[[], tuple[Any, int | None]]
 
+#: Places the writes of one kind of a turn together (:meth:`SendBatcher.submit_grouped`):
+#: given their items, returns each one's outcome, in order: what a :data:`Place` returns,
+#: or the exception that fails that write alone.
+PlaceAll = Callable[[list[Any]], Sequence[tuple[Any, int | None] | Exception]]
+
 #: Called on the event loop with the token once the write is durable (failure None: its
 #: return value is the answer) or failed (the failure: undo what memory holds of it).
 Finish = Callable[[Any, BaseException | None], Any]
@@ -108,7 +113,10 @@ class PlacedWrites:
     def add(self, fut: asyncio.Future, finish: Finish, token: Any, end: int,
             answered: Answered | None = None) -> None:
         self.writes.append((fut, finish, token, answered))
-        self.end = end
+        # A retried PREPARE's records (its first attempt's) may end before those of a
+        # write placed earlier in the turn: the turn waits for the furthest end.
+        if end > self.end:
+            self.end = end
 
     def answer(self, failure: BaseException | None, durable: bool) -> None:
         """``durable``: the failure came after the local fdatasync (the followers' wait),

@@ -22,12 +22,14 @@ the blocking calls as before.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fmq.engine.broker import Broker
 from fmq.message import Message
 from fmq.server.context import ServerContext
+from fmq.server.ops.placed import Answered
 from fmq.tx.manager import OpenTransaction
 from fmq.tx.state import TxState
 
@@ -82,6 +84,66 @@ def commit(ctx: ServerContext, producer_group: str, tx_id: str,
         return answer(TxState.COMMIT)
 
     return ctx.batcher.submit_write(place, finish)
+
+
+class TxSteps:
+    """The session's short step for PREPARE and COMMIT (a server's one instance,
+    :func:`tx_steps`): each is queued on the send pipeline without a task or a closure,
+    and the turn's PREPAREs (its COMMITs) are placed together, by one call of the writer
+    (:meth:`fmq.tx.writer.TxWriter.place_prepares`, ``place_commits``), each request
+    still all or none and failing alone. The requests' futures end with the transaction
+    id (PREPARE) or the final state (COMMIT; None: committed now), which the session
+    frames as they are; the same answers and errors as :func:`prepare` and
+    :func:`commit` (tests/server/test_plain_tx_step.py)."""
+
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.batcher = ctx.batcher
+        self.transactions = transactions = ctx.broker.transactions
+        self.prepared = transactions.prepare_done
+        self.committed = transactions.commit_done
+        # Bound once: the batcher groups a turn's writes by this very object.
+        self._prepares = self._place_prepares
+        self._commits = self._place_commits
+
+    def prepare(self, messages: list[Message], producer_group: str, tx_id: str | None,
+                answered: Answered) -> asyncio.Future:
+        """Queue a PREPARE of ``messages`` (plain: they passed ``check_message`` as they
+        were decoded) for the end of this turn; raises ServerBusy when the server stops."""
+        return self.batcher.submit_grouped(self._prepares, (messages, producer_group, tx_id),
+                                           self.prepared, answered)
+
+    def commit(self, producer_group: str, tx_id: str, answered: Answered) -> asyncio.Future:
+        """Queue a COMMIT for the end of this turn."""
+        return self.batcher.submit_grouped(self._commits, (producer_group, tx_id),
+                                           self.committed, answered)
+
+    def _place_prepares(self, items: list[tuple[list[Message], str, str | None]]
+                        ) -> list[Any]:
+        return self.transactions.place_prepares(items)
+
+    def _place_commits(self, items: list[tuple[str, str]]) -> list[Any]:
+        outcomes = self.transactions.place_commits(items)
+        for i, placed in enumerate(outcomes):
+            if placed is None:  # being ended or relocated: a worker thread waits for that
+                group, tx_id = items[i]
+                outcomes[i] = asyncio.ensure_future(_in_thread(
+                    self.ctx, _same, _commit_in_thread, self.ctx, group, tx_id)), None
+            elif type(placed) is TxState:  # it had ended already
+                outcomes[i] = placed, None
+        return outcomes
+
+
+_STEPS: weakref.WeakKeyDictionary[Any, TxSteps] = weakref.WeakKeyDictionary()
+
+
+def tx_steps(ctx: ServerContext) -> TxSteps:
+    """The server's :class:`TxSteps` (one per send pipeline: its writes are grouped by
+    it); ``ctx`` must have started (its pipeline exists) and be :func:`pipelined`."""
+    steps = _STEPS.get(ctx.batcher)
+    if steps is None:
+        steps = _STEPS[ctx.batcher] = TxSteps(ctx)
+    return steps
 
 
 async def _in_thread(ctx: ServerContext, answer: Callable[[Any], Any],
