@@ -180,10 +180,12 @@ class Broker:
             raise refused[0]
         return results, end
 
-    def check_messages(self, messages: Sequence[Message]) -> None:
+    def check_messages(self, messages: Sequence[Message], largest: int = -1) -> None:
         """Raise the typed error of the first message that cannot be stored as it is
-        (its own checks, then its topic's: existence, ``max_message_size``)."""
-        check_messages(messages, self.config, self._queues)
+        (its own checks, then its topic's: existence, ``max_message_size``), checking what
+        the batch's messages share once (``fmq.engine.queue_placement.check_messages``,
+        which says what ``largest``, a decoder's knowledge of the batch, tells)."""
+        check_messages(messages, self.config, self._queues, largest)
 
     def check_plain_message(self, message: Message) -> None:
         """:meth:`check_messages` of one message known to pass ``check_message`` (a plain
