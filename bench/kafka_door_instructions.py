@@ -10,8 +10,8 @@ client requests), divided by its messages:
 * ``produce``: Produce requests as one librdkafka producer sends them (``acks=all``, 64
   keyless 1 KiB records per batch, their CreateTimes a few per millisecond): the request
   decoded by kio, its records made messages (the door's decoder), checked as Produce
-  checks them (``check_produced``, or ``Broker.check_messages`` in a checkout without
-  it), placed as the send pipeline does (``Broker.place_requests``), the answer written
+  checks them (``Broker.check_messages`` told the decoder's largest message; in older
+  checkouts the door's own ``check_produced``, or ``Broker.check_messages`` alone), placed as the send pipeline does (``Broker.place_requests``), the answer written
   (Produce's own writer, or kio's in a checkout without one), then the log flushed and
   indexed;
 * ``send_batch``: FMQ's own SEND_BATCH of 64 messages of 1 KiB, the same steps from the
@@ -33,8 +33,9 @@ the door's decode, the checks, ``place_requests``, the answer, the flush and the
 each step run over every request before the next: where Produce's instructions a message
 go beside SEND_BATCH's. SEND_BATCH's checks are given twice: ``Broker.check_messages``
 (what an embedded ``send_batch`` and a request that is not plain get) and the session's
-(``Broker.check_plain_message`` of each message, what a plain SEND_BATCH gets after its
-decoder found each message plain).
+(what a plain SEND_BATCH gets after its decoder found each message plain: the same
+``Broker.check_messages``; in older checkouts ``Broker.check_plain_message`` of each
+message).
 """
 
 from __future__ import annotations
@@ -80,18 +81,33 @@ except ImportError:  # before it: decoded, then mapped
         base = messages[0].queue_offset
         return encode_batch(base, [(m.queue_offset - base, to_record(m)) for m in messages])
     door = "records+mapping"
-try:  # this checkout's checks of a partition's messages, made once for what they share
-    from fmq.server.kafka.produce_checks import check_produced
+try:  # this checkout's decoder, which tells which message is the largest when all are plain
     from fmq.server.kafka.record_messages import plain_messages_of_records
     def door_plain(records, topic, queue):
         return plain_messages_of_records(records, LIMIT, topic, queue)
-    def door_check(broker, decoded):
-        check_produced(broker, *decoded)
-except ImportError:  # before them: the send path's checks of every message
+except ImportError:  # before it: the messages alone
     def door_plain(records, topic, queue):
         return door_messages(records, topic, queue), -1
+import inspect
+try:  # the door's own checks of a partition (issue 39 item 8, before the engine's)
+    from fmq.server.kafka.produce_checks import check_produced
     def door_check(broker, decoded):
-        broker.check_messages(decoded[0])
+        check_produced(broker, *decoded)
+except ImportError:
+    if "largest" in inspect.signature(fmq.Broker.check_messages).parameters:
+        def door_check(broker, decoded):  # the engine's batch check, told the decoder's
+            broker.check_messages(*decoded)
+    else:  # before both: the send path's checks of every message
+        def door_check(broker, decoded):
+            broker.check_messages(decoded[0])
+try:  # the engine's batch check: the session's plain SEND_BATCH makes it (fmq/server/ops)
+    from fmq.engine.queues import check_messages_each
+    def session_checks(broker, messages):
+        broker.check_messages(messages)
+except ImportError:  # before it: each message's topic and record size
+    def session_checks(broker, messages):
+        for message in messages:
+            broker.check_plain_message(message)
 
 def produce_frame(topic, queue, first_ts):
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
@@ -257,8 +273,7 @@ with fmq.Broker.open(data_dir, cfg) as broker:
             broker.check_messages(messages)
         dump()
         for messages in decoded:  # what the session's plain SEND_BATCH checks instead
-            for message in messages:
-                broker.check_plain_message(message)
+            session_checks(broker, messages)
         dump()
         placed = [broker.place_requests(messages, [len(messages)], packed=True)
                   for messages in decoded]

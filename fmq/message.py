@@ -297,6 +297,19 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
         )
     # The usual message (no key or tags, a few plain properties, a queue id in range)
     # passes without a call of the checks that would tell what is wrong with it.
+    if msg.key is not None or msg.tags is not None or msg.properties is not None:
+        check_fields(msg, internal)
+    queue_id = msg.queue_id
+    if queue_id is not None:
+        count = queues(msg.topic) if callable(queues) else queues
+        if type(queue_id) is not int or not 0 <= queue_id < count:
+            check_queue_id(queue_id, count)
+    return msg
+
+
+def check_fields(msg: Message, internal: bool = False) -> None:
+    """:func:`check_message`'s checks of ``msg``'s key, tags and properties (the ones that
+    depend on no setting); ``internal`` as there."""
     if msg.key is not None:
         check_label(msg.key, "key")
     if msg.tags is not None:
@@ -304,12 +317,6 @@ def check_message(msg: object, max_size: int, queues: int | Callable[[str], int]
     properties = msg.properties
     if properties is not None and not plain_properties(properties):
         _check_properties(properties, internal)
-    queue_id = msg.queue_id
-    if queue_id is not None:
-        count = queues(msg.topic) if callable(queues) else queues
-        if type(queue_id) is not int or not 0 <= queue_id < count:
-            check_queue_id(queue_id, count)
-    return msg
 
 
 def plain_properties(properties: object) -> bool:

@@ -180,16 +180,19 @@ class Broker:
             raise refused[0]
         return results, end
 
-    def check_messages(self, messages: Sequence[Message]) -> None:
+    def check_messages(self, messages: Sequence[Message], largest: int = -1) -> None:
         """Raise the typed error of the first message that cannot be stored as it is
-        (its own checks, then its topic's: existence, ``max_message_size``)."""
-        check_messages(messages, self.config, self._queues)
+        (its own checks, then its topic's: existence, ``max_message_size``), checking what
+        the batch's messages share once (``fmq.engine.queue_placement.check_messages``,
+        which says what ``largest``, a decoder's knowledge of the batch, tells)."""
+        check_messages(messages, self.config, self._queues, largest)
 
     def check_plain_message(self, message: Message) -> None:
         """:meth:`check_messages` of one message known to pass ``check_message`` (a plain
         send, :func:`fmq.protocol.message_requests.plain_message`): the checks left are its
         topic's (existence, its ``max_message_size``) and its record's size in a segment."""
-        self._queues.check_topic(message)
+        # Queues.check_topic's rule, called without its wrapper (a SEND's short step).
+        self._queues.check_topic_takes(message.topic, len(message.body))
         check_fits(message, self.config.segment_size)
 
     def place_requests(self, messages: Sequence[Message], sizes: Sequence[int],

@@ -19,6 +19,7 @@ PLACEMENT_MODULE = native.choose(queue_placement_py)
 Queues = PLACEMENT_MODULE.Queues
 stored_queue_counts = PLACEMENT_MODULE.stored_queue_counts
 check_messages = PLACEMENT_MODULE.check_messages
+check_messages_each = PLACEMENT_MODULE.check_messages_each
 append_message_locked = PLACEMENT_MODULE.append_message_locked
 place_message_locked = PLACEMENT_MODULE.place_message_locked
 place_messages = PLACEMENT_MODULE.place_messages
@@ -26,11 +27,11 @@ place_messages = PLACEMENT_MODULE.place_messages
 #: Each chosen name next to its reference: what the twin tests compare.
 TWINS: dict[str, tuple[object, object]] = {
     name: (getattr(queue_placement_py, name), getattr(PLACEMENT_MODULE, name))
-    for name in ("Queues", "stored_queue_counts", "check_messages", "append_message_locked",
-                 "place_message_locked", "place_messages")
+    for name in ("Queues", "stored_queue_counts", "check_messages", "check_messages_each",
+                 "append_message_locked", "place_message_locked", "place_messages")
 }
 
 __all__ = [
     "PLACEMENT_MODULE", "TWINS", "Queues", "append_message_locked", "check_messages",
-    "place_message_locked", "place_messages", "stored_queue_counts",
+    "check_messages_each", "place_message_locked", "place_messages", "stored_queue_counts",
 ]

@@ -1,12 +1,13 @@
-"""Produce's checks of a partition's messages (``fmq.server.kafka.produce_checks.
-check_produced``, fed by the door's decoder) against the send path's own
-(``Broker.check_messages``): on real brokers (a real log and index in a scratch directory)
-of several settings, for any records near every check's edge (bodies around the broker's
-and a topic's ``max_message_size`` and a segment's room, keys of 255 and 256 bytes or with
-NUL, non-ASCII and ``%`` headers, an idempotent producer's properties) sent to any topic
-(created, limited, deleted, unknown with auto-creation off, FMQ's own, an invalid name) and
-partition (in range or not), the two raise the same error (type and message) or both pass.
-Both decoders are run: the compiled one where it is installed, and the reference.
+"""Produce's checks of a partition's messages (the engine's ``check_messages`` with the
+door's decoder's knowledge: one topic and queue, which messages are plain, the largest
+body's index) against the engine's per-message reference (``check_messages_each``): on real
+brokers (a real log and index in a scratch directory) of several settings, for any records
+near every check's edge (bodies around the broker's and a topic's ``max_message_size`` and
+a segment's room, keys of 255 and 256 bytes or with NUL, non-ASCII and ``%`` headers, an
+idempotent producer's properties) sent to any topic (created, limited, deleted, unknown
+with auto-creation off, FMQ's own, an invalid name) and partition (in range or not), the
+two raise the same error (type and message) or both pass. Both decoders are run: the
+compiled one where it is installed, and the reference.
 
 Then through a real server's Kafka port: a record over the limit gets MESSAGE_TOO_LARGE
 with the first refused message named, and nothing of its partition is stored."""
@@ -22,9 +23,9 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from fmq import Broker, BrokerConfig
 from fmq.client import Client
+from fmq.engine.queues import check_messages_each
 from fmq.protocol import Op
 from fmq.server.kafka import record_messages as R
-from fmq.server.kafka.produce_checks import check_produced
 from fmq.server.kafka.record_messages import messages_of_records
 
 from .wire import exchange, request_type
@@ -80,6 +81,16 @@ def batch(records, producer: tuple[int, int, int] = (-1, -1, -1)) -> bytes:
     return bytes(builder.build())
 
 
+def door_check(broker: Broker, messages, largest: int) -> None:
+    """What the door calls: the engine's check with the decoder's knowledge."""
+    broker.check_messages(messages, largest)
+
+
+def reference(broker: Broker, messages) -> None:
+    """The engine's per-message checks (the reference the batch check must equal)."""
+    check_messages_each(messages, broker.config, broker._queues)
+
+
 def _outcome(fn, *args) -> tuple:
     try:
         fn(*args)
@@ -105,8 +116,8 @@ def test_a_partitions_checks_refuse_and_pass_as_the_send_paths(brokers, config, 
         return
     decoded = DECODERS[decoder](data, LIMIT, topic, partition)
     assert decoded[0] == messages
-    assert _outcome(check_produced, broker, *decoded) == \
-        _outcome(broker.check_messages, messages)
+    assert _outcome(door_check, broker, *decoded) == \
+        _outcome(reference, broker, messages)
 
 
 def test_the_largest_body_stands_for_the_others_only_when_each_is_plain(brokers):
@@ -117,17 +128,17 @@ def test_the_largest_body_stands_for_the_others_only_when_each_is_plain(brokers)
     data = batch([(None, 10, []), (None, 1001, []), (None, 5000, []), (None, 1002, [])])
     decoded = R.plain_messages_of_records(data, LIMIT, "limited", 0)
     assert decoded[1] == 2
-    refused = _outcome(check_produced, broker, *decoded)
+    refused = _outcome(door_check, broker, *decoded)
     assert refused[:2] == ("raised", "MessageTooLarge") and "1001 bytes" in refused[2]
-    assert refused == _outcome(broker.check_messages, decoded[0])
+    assert refused == _outcome(reference, broker, decoded[0])
     over = R.plain_messages_of_records(batch([(None, 10, []), (None, 1501, [])]), LIMIT,
                                        "t", 0)
-    refused = _outcome(check_produced, brokers["no auto-create"], *over)
+    refused = _outcome(door_check, brokers["no auto-create"], *over)
     assert refused[:2] == ("raised", "MessageTooLarge") and "(max_message_size)" in refused[2]
-    assert refused == _outcome(brokers["no auto-create"].check_messages, over[0])
+    assert refused == _outcome(reference, brokers["no auto-create"], over[0])
     odd = R.plain_messages_of_records(batch([(b"k" * 256, 10, [])]), LIMIT, "t", 0)
     assert odd[1] == -1
-    assert _outcome(check_produced, broker, *odd) == (
+    assert _outcome(door_check, broker, *odd) == (
         "raised", "InvalidArgument", "key is longer than 255 bytes")
 
 
@@ -138,9 +149,9 @@ def test_a_smaller_body_with_larger_properties_is_checked_for_its_segment_room(b
     data = batch([(None, 7000, []), (None, 6000, [("h", b"v" * 3000)])])
     decoded = R.plain_messages_of_records(data, LIMIT, "t", 0)
     assert decoded[1] == 0
-    refused = _outcome(check_produced, broker, *decoded)
+    refused = _outcome(door_check, broker, *decoded)
     assert refused[:2] == ("raised", "MessageTooLarge") and "segment" in refused[2]
-    assert refused == _outcome(broker.check_messages, decoded[0])
+    assert refused == _outcome(reference, broker, decoded[0])
 
 
 def _produce(srv, topic: str, records: bytes):

@@ -27,7 +27,6 @@ from fmq.server.kafka.apis import kafka_api, on_topics
 from fmq.server.kafka.error_codes import error_code
 from fmq.server.kafka.mapping import MappingError
 from fmq.server.kafka.produce_answer import produce_answer
-from fmq.server.kafka.produce_checks import check_produced
 from fmq.server.kafka.record_messages import plain_messages_of_records
 from fmq.server.kafka.records import RecordError, decode_batches
 from fmq.server.kafka.routed import local_queue, not_here
@@ -121,7 +120,9 @@ def _start(session: KafkaSession, topic: str, partition: int, records: bytes | N
     if not messages:
         return _partition_error(partition, ErrorCode.none, None)
     try:
-        check_produced(broker, messages, largest)
+        # The decoder's knowledge (one topic and queue, each message plain, the largest)
+        # lets the engine check the partition once instead of message by message.
+        broker.check_messages(messages, largest)
         stored = ctx.batcher.submit(messages, checked=True)
     except FMQError as exc:
         return _partition_error(partition, error_code(exc), str(exc))

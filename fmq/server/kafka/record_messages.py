@@ -22,9 +22,9 @@ Produce's messages also come with what the send path's checks need to know of th
 (:func:`plain_messages_of_records`): whether each passes ``check_message``'s rules of its
 own fields, the ones that depend on no setting (its key, tags and properties: a
 record's CreateTime, and headers that are ASCII text, pass them), and which message has
-the largest body. The door then checks what a partition's messages share once, and each
-message's size by the largest (:mod:`fmq.server.kafka.produce_checks`). The twin finds both
-while it makes the messages, in C.
+the largest body. The engine then checks what a partition's messages share once, and each
+message's size by the largest (the ``largest`` of :func:`fmq.engine.queue_placement.
+check_messages`). The twin finds both while it makes the messages, in C.
 """
 
 from __future__ import annotations

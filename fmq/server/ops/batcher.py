@@ -93,7 +93,7 @@ class SendBatcher:
         cannot be stored. ``principal``: the user who sent them (None without users), the
         owner of their producer ids and message ids. ``checked``: the caller made
         ``Broker.check_messages``' checks of ``msgs`` in this turn (the Kafka door makes
-        them per partition: fmq.server.kafka.produce_checks)."""
+        them per partition, with its decoder's knowledge of them)."""
         limit = self.max_batch_messages
         if len(msgs) > limit:  # the wire checks this before decoding; embedded callers here
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
@@ -114,16 +114,18 @@ class SendBatcher:
         (a plain SEND or SEND_BATCH: :func:`fmq.protocol.message_requests.plain_message`),
         from a session without a principal, answered by ``answered(fut)`` when they end (as
         :meth:`answer_directly` has it). Raises at once (nothing queued) as :meth:`submit`
-        does, from the checks left: the batch's size, each message's topic and record size."""
+        does, from the checks left: the batch's size, each message's topic and record size
+        (a batch's: once for what its messages share, ``Broker.check_messages``)."""
         limit = self.max_batch_messages
         if len(msgs) > limit:
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
                                   f"(max_batch_messages) of {limit}; send smaller batches")
         if self._stopping:
             self._check_running()  # raises its error
-        check = self.broker.check_plain_message
-        for message in msgs:
-            check(message)
+        if len(msgs) == 1:
+            self.broker.check_plain_message(msgs[0])
+        else:
+            self.broker.check_messages(msgs)
         if not self._scheduled:  # _this_turn's, inline: once per request here
             self._scheduled = True
             self.loop.call_soon(self._place)
