@@ -41,6 +41,7 @@ from fmq.protocol import (
 )
 from fmq.protocol.framing import FLAG_RESPONSE
 from fmq.protocol.message_requests import PLAIN_SEND, PLAIN_SEND_BATCH, decode_server_request
+from fmq.protocol.read_requests import plain_commit_offset, plain_pull
 from fmq.server.authz import refusal as access_refusal
 from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
 from fmq.server.cluster.first_sight import check_again
@@ -51,6 +52,7 @@ from fmq.server.net.request_admission import RequestAdmission
 from fmq.server.ops.handlers import send_batch_reply, send_reply
 from fmq.server.ops.operation import FmqOperation
 from fmq.server.ops.placed import Reply
+from fmq.server.ops.plain_pull import answer_pull_now
 from fmq.server.ops.table import OPERATIONS
 
 logger = logging.getLogger("fmq.server")
@@ -71,6 +73,12 @@ _PLAIN_OPS = frozenset((_SEND, int(Op.SEND_BATCH)))
 #: What :meth:`SessionRequests._start_plain_send` returns for a request it leaves to the
 #: general way (nothing of it done yet).
 _DECLINED = object()
+#: The reads' short step (:meth:`SessionRequests._start_plain_read`): a PULL answered at
+#: once, a COMMIT_OFFSET without a task; a COMMIT_OFFSET's answer is its bare header.
+_PULL = int(Op.PULL)
+_COMMIT_OFFSET = int(Op.COMMIT_OFFSET)
+_PLAIN_READ_OPS = frozenset((_PULL, _COMMIT_OFFSET))
+_EMPTY_ANSWER_HEAD = struct.Struct(">IBBHQ")
 
 
 class Connection(RequestSession, Protocol):
@@ -95,6 +103,9 @@ class SessionRequests:
     #: Whether plain SENDs take the short step (False: every request the general way, the
     #: reference tests/server/test_plain_send_step.py compares the step with).
     plain_sends = True
+    #: Whether PULL and COMMIT_OFFSET take theirs (False: the reference
+    #: tests/server/test_plain_read_step.py compares it with).
+    plain_reads = True
 
     def __init__(self, session: Connection) -> None:
         self.session = session
@@ -113,12 +124,15 @@ class SessionRequests:
         # turn; the first request makes the session established, the rest of its run
         # then takes the general way, which is never wrong).
         plain = self.plain_sends and self._plain_session()
+        reads = self.plain_reads and self._plain_reads_session()
         for frame in frames:
             size = HEADER_SIZE + len(frame.payload)
             admission.received(size)
             request = None
             try:
-                request = (self._start_plain_send(frame) if plain and frame.opcode in _PLAIN_OPS
+                op = frame.opcode
+                request = (self._start_plain_send(frame) if plain and op in _PLAIN_OPS
+                           else self._start_plain_read(frame) if reads and op in _PLAIN_READ_OPS
                            else _DECLINED)
                 if request is _DECLINED:
                     request = self._start(frame)
@@ -142,6 +156,14 @@ class SessionRequests:
         return (session.established and session.principal is None
                 and not ctx.authenticator.enforcing and ctx.routes is None
                 and ctx.batcher is not None and (role is None or role.primary is None))
+
+    def _plain_reads_session(self) -> bool:
+        """Whether this session's PULLs and COMMIT_OFFSETs may take the short step now:
+        :meth:`_plain_session`'s conditions but the send pipeline's and the follower's (a
+        follower serves PULL; :meth:`_start_commit_offset` asks for a COMMIT_OFFSET)."""
+        ctx, session = self.ctx, self.session
+        return (session.established and session.principal is None
+                and not ctx.authenticator.enforcing and ctx.routes is None)
 
     def _start(self, frame: Frame) -> asyncio.Future | None:
         """The request's future, or None when it is refused (answered already)."""
@@ -264,6 +286,67 @@ class SessionRequests:
         ctx.all_tasks.add(request)
         return request
 
+    def _start_plain_read(self, frame: Frame) -> asyncio.Future | object | None:
+        """A PULL or COMMIT_OFFSET of a session the step may serve (:meth:`_plain_reads_session`)
+        started the short way, as :meth:`_start_plain_send` starts a SEND: None when it was
+        answered (a PULL answered at once, :func:`answer_pull_now`), a COMMIT_OFFSET's
+        future, or _DECLINED (nothing answered) for :meth:`_start` to run it. The conditions
+        stand for :meth:`_start`'s checks as there; a payload the general decode refuses
+        declines."""
+        ctx = self.ctx
+        op, rid = frame.opcode, frame.request_id
+        if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
+                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
+            return _DECLINED
+        if op == _PULL:
+            fields = plain_pull(frame.payload)
+            if fields is None or not answer_pull_now(ctx, self.session, op, rid, fields):
+                return _DECLINED
+            return None
+        return self._start_commit_offset(frame)
+
+    def _start_commit_offset(self, frame: Frame) -> asyncio.Future | object:
+        """A COMMIT_OFFSET written as its handler writes it (``ctx.write`` of the offsets'
+        commit, in a worker thread), without the task, the field dicts and the codec: its
+        answer is framed when the write's future ends (:meth:`_answer_commit_offset`).
+        _DECLINED on a follower (COMMIT_OFFSET is ``follower=REFUSES``) or for a payload
+        the general decode refuses."""
+        ctx = self.ctx
+        role = ctx.replication
+        fields = plain_commit_offset(frame.payload)
+        if fields is None or role is not None and role.primary is not None:
+            return _DECLINED
+        group, topic, queue_id, next_offset = fields
+        op = frame.opcode
+        counters = ctx.counters
+        counters.requests += 1
+        counters.by_op[op] += 1
+        # Progress of a group, not data: it wakes no pull (as the handler).
+        request = ctx.write(ctx.broker.offsets.commit, group, [(topic, queue_id, next_offset)])
+        self.running.add(request)
+        ctx.all_tasks.add(request)
+        request.add_done_callback(functools.partial(self._answer_commit_offset, op,
+                                                    frame.request_id))
+        return request
+
+    def _answer_commit_offset(self, op: int, rid: int, request: asyncio.Future) -> None:
+        """A COMMIT_OFFSET's answer: its header alone (the response has no fields), or
+        :meth:`_answer`'s when the write failed or was cancelled, or a fenced primary may
+        have to refuse it (:func:`fencing_refusal`). It reserved no reply bytes."""
+        role = self.ctx.replication
+        if (request.cancelled() or request.exception() is not None
+                or role is not None and not role.acknowledges()):
+            self._answer(op, rid, request, _no_fields)
+            return
+        self.running.discard(request)
+        session = self.session
+        session.send(_EMPTY_ANSWER_HEAD.pack(HEADER_SIZE, PROTOCOL_VERSION, op, FLAG_RESPONSE,
+                                             rid))
+        self.ctx.all_tasks.discard(request)
+        session.admission.release(self._held.pop(request, 0))
+        if session.eof and not self.running:
+            session.close()
+
     def _run_checked(self, declared: FmqOperation, req: dict) -> Any:
         """A held first write, once the routes were read: checked again, then started."""
         check_again(self.ctx.routes, self.ctx, declared.hosted, req)
@@ -336,6 +419,11 @@ class SessionRequests:
         session.replies.settle(request)
         if session.eof and not self.running:
             session.close()
+
+
+def _no_fields(_result: object) -> dict:
+    """The answer of a request whose response has no fields (COMMIT_OFFSET)."""
+    return {}
 
 
 def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame
