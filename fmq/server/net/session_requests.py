@@ -41,7 +41,7 @@ from fmq.protocol import (
 )
 from fmq.protocol.framing import FLAG_RESPONSE
 from fmq.protocol.message_requests import PLAIN_SEND, PLAIN_SEND_BATCH, decode_server_request
-from fmq.protocol.read_requests import plain_commit_offset, plain_pull
+from fmq.protocol.read_requests import PullFields, plain_commit_offset, plain_pull
 from fmq.server.authz import refusal as access_refusal
 from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
 from fmq.server.cluster.first_sight import check_again
@@ -49,10 +49,10 @@ from fmq.server.cluster.hosting import not_hosted
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
-from fmq.server.ops.handlers import send_batch_reply, send_reply
+from fmq.server.ops.handlers import pull_after_wait, send_batch_reply, send_reply
 from fmq.server.ops.operation import FmqOperation
 from fmq.server.ops.placed import Reply
-from fmq.server.ops.plain_pull import answer_pull_now
+from fmq.server.ops.plain_pull import PullWait, answer_pull_now
 from fmq.server.ops.table import OPERATIONS
 
 logger = logging.getLogger("fmq.server")
@@ -289,8 +289,9 @@ class SessionRequests:
     def _start_plain_read(self, frame: Frame) -> asyncio.Future | object | None:
         """A PULL or COMMIT_OFFSET of a session the step may serve (:meth:`_plain_reads_session`)
         started the short way, as :meth:`_start_plain_send` starts a SEND: None when it was
-        answered (a PULL answered at once, :func:`answer_pull_now`), a COMMIT_OFFSET's
-        future, or _DECLINED (nothing answered) for :meth:`_start` to run it. The conditions
+        answered (a PULL answered at once, :func:`answer_pull_now`), the future of a PULL
+        left to wait or of a COMMIT_OFFSET, or _DECLINED (nothing answered) for
+        :meth:`_start` to run it. The conditions
         stand for :meth:`_start`'s checks as there; a payload the general decode refuses
         declines."""
         ctx = self.ctx
@@ -300,10 +301,33 @@ class SessionRequests:
             return _DECLINED
         if op == _PULL:
             fields = plain_pull(frame.payload)
-            if fields is None or not answer_pull_now(ctx, self.session, op, rid, fields):
+            if fields is None:
                 return _DECLINED
-            return None
+            outcome = answer_pull_now(ctx, self.session, op, rid, fields)
+            if outcome is True:
+                return None
+            if outcome is False:
+                return _DECLINED
+            return self._start_waiting_pull(op, rid, fields, outcome)
         return self._start_commit_offset(frame)
+
+    def _start_waiting_pull(self, op: int, rid: int, fields: PullFields, wait: PullWait
+                            ) -> asyncio.Future:
+        """A PULL the step read and found nothing for, started as the general way's task
+        from its wait on (:func:`pull_after_wait`), answered as :meth:`_start` answers it."""
+        ctx = self.ctx
+        topic, queue_id, _offset, max_messages, wait_ms = fields
+        counters = ctx.counters
+        counters.requests += 1
+        counters.by_op[op] += 1
+        request = ctx.loop.create_task(pull_after_wait(
+            ctx, self.session, {"topic": topic, "queue_id": queue_id, "offset": wait.offset,
+                                "max_messages": max_messages, "wait_ms": wait_ms},
+            wait.events, wait.deadline))
+        self.running.add(request)
+        ctx.all_tasks.add(request)
+        request.add_done_callback(functools.partial(self._answer, op, rid))
+        return request
 
     def _start_commit_offset(self, frame: Frame) -> asyncio.Future | object:
         """A COMMIT_OFFSET written as its handler writes it (``ctx.write`` of the offsets'

@@ -11,14 +11,16 @@ join. Whatever would make the general way wait or read elsewhere declines it, wi
 answered, for the general way to run from the start:
 
 * no reply room now (the general way waits for it), or one message larger than the room;
-* nothing to answer yet and a long poll asked for (``wait_ms`` > 0): the general way
-  takes the wake-up events first, reads again, and waits;
 * a read that is not among the log's last ``pull_on_loop_bytes`` (or they are 0), or an
   index behind the flushed log with no long poll: the general way reads in a thread;
 * ``max_messages`` of 0: the general way gives the error.
 
-An error of the read itself is answered as the general way answers it (the same read,
-the same exception, :func:`~fmq.protocol.encode_error`).
+A pull that finds nothing and may wait (``wait_ms`` > 0, the long poll) took its wake-up
+events before it read, as the general way does; it is handed to the general way's wait
+(:func:`fmq.server.ops.handlers.pull_after_wait`, a task) with them, so that a waiting pull
+reads its queue once before it waits, as before. An error of the read itself is answered
+as the general way answers it (the same read, the same exception,
+:func:`~fmq.protocol.encode_error`).
 tests/server/test_plain_read_step.py compares the two ways' answers.
 """
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from fmq.engine.reads import NotInMemory
 from fmq.errors import FMQError
@@ -36,6 +38,7 @@ from fmq.protocol.read_requests import PullFields
 from fmq.server.context import ServerContext
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.ops.pull_reads import pull_now
+from fmq.server.ops.wakeups import PullEvents
 
 logger = logging.getLogger("fmq.server")
 
@@ -48,6 +51,15 @@ _FIXED = 12 + 4 + 16
 MAX_PULLED = 4096
 
 
+class PullWait(NamedTuple):
+    """A PULL the step read and found nothing for, left to wait: the wake-up events it
+    took before reading, when its long poll ends, and the offset to read from then."""
+
+    events: PullEvents
+    deadline: float
+    offset: int
+
+
 class PullSession(Protocol):
     """What the step uses of the session the PULL came on."""
 
@@ -58,9 +70,11 @@ class PullSession(Protocol):
 
 
 def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
-                    fields: PullFields) -> bool:
+                    fields: PullFields) -> bool | PullWait:
     """Answer the PULL ``fields`` of request ``rid`` now if it is answered at once (see the
-    module doc): True when answered, False when left to the general way."""
+    module doc): True when answered, False when left to the general way (nothing of it
+    done but the shared queues' note and its wake-up events taken), or its
+    :class:`PullWait` when it is to wait."""
     topic, queue_id, offset, max_messages, wait_ms = fields
     config = ctx.config
     window = config.pull_on_loop_bytes
@@ -76,10 +90,12 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
     if not granted:
         return False
     counters = ctx.counters
-    counters.pull_reads += 1
-    keep = ctx.shared_queues.note(topic, queue_id, session.id, ctx.loop.time())
+    now = ctx.loop.time()
+    keep = ctx.shared_queues.note(topic, queue_id, session.id, now)
+    # Taken before the read, so that a write landing between the read and the wait wakes it.
+    events = ctx.wakeups.events(topic, queue_id, session.id) if may_wait else None
     try:
-        items, count, lo, hi, size, _resume = pull_now(
+        items, count, lo, hi, size, resume = pull_now(
             ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
             max_messages if max_messages < MAX_PULLED else MAX_PULLED, None, granted,
             resident=window, may_wait=may_wait)
@@ -88,6 +104,7 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
         return False
     except Exception as exc:  # noqa: BLE001 - the general way's answer to the same error
         budget.release(share, granted)
+        counters.pull_reads += 1
         counters.requests += 1
         counters.by_op[op] += 1
         counters.failed(op, exc)
@@ -95,10 +112,14 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
             logger.error("request PULL failed unexpectedly", exc_info=exc)
         session.send(encode_error(op, rid, exc))
         return True
-    counters.pull_reads_on_loop += 1
-    if size > granted or not count and may_wait:
+    if size > granted:  # the general way reads again with room for the one message
         budget.release(share, granted)
         return False
+    counters.pull_reads += 1
+    counters.pull_reads_on_loop += 1
+    if not count and may_wait:
+        budget.release(share, granted)
+        return PullWait(events, now + ctx.wait_ms(wait_ms), resume)
     budget.release(share, granted - size)  # the answer holds the rest until written
     counters.requests += 1
     counters.by_op[op] += 1
