@@ -16,7 +16,10 @@ a SEND_BATCH of 16 placed by a broker and answered from a ``SendResult`` per mes
 (PREPARE and COMMIT, no disk wait) with its marks written by the mark encoder (before) or
 by the C record encoder (now); a transaction's PREPARE half alone (the COMMIT's share is the
 whole transaction's less it), a COMMIT's decode, and the PREPARE and COMMIT answers encoded
-from field dicts (before) or packed (now: ``tx_id_answer``, ``state_answer``).
+from field dicts (before) or packed (now: ``tx_id_answer``, ``state_answer``); a PULL's and a
+COMMIT_OFFSET's decode into a field dict (the general way) or by ``plain_pull`` and
+``plain_commit_offset`` (the short step), and a PULL answer of one encoded message through
+the codec (the general way) or framed with one ``struct`` pack and a join (the short step).
 """
 
 from __future__ import annotations
@@ -88,6 +91,29 @@ writer.encode_mark_into = marks.mark_encoder(
     record.crc32c, record.CODEC_MODULE.python_codec(record.crc32c).encode_into)
 """
 
+#: A PULL and a COMMIT_OFFSET frame, and the short step's decoders.
+PULL_FRAMES = """
+from fmq.protocol.read_requests import plain_commit_offset, plain_pull
+pull = Frame(1, Op.PULL, 0, 1, memoryview(encode_request(Op.PULL, 1, {
+    "topic": "fmq-bench", "queue_id": 1, "offset": 12345, "max_messages": 32,
+    "wait_ms": 1000})[16:]))
+commit_offset = Frame(1, Op.COMMIT_OFFSET, 0, 1, memoryview(encode_request(
+    Op.COMMIT_OFFSET, 1, {"group": "g", "topic": "fmq-bench", "queue_id": 1,
+                          "next_offset": 12345})[16:]))
+"""
+
+#: One pulled message of 1 KiB, encoded as a pull keeps it.
+PULL_ANSWER = """
+import struct
+from fmq.message import StoredMessage
+from fmq.protocol.types import Encoded
+from fmq.server.ops.pull_answers import encode_stored
+items = Encoded(1, encode_stored(StoredMessage("fmq-bench", 1, 5, 123456, b"x" * 1024, None,
+                                               None, {}, 1700000000000)))
+head = struct.Struct(">IBBHQI").pack
+tail = struct.Struct(">QQ").pack
+"""
+
 WAYS = {
     "SEND decode, field dicts + message_from_wire":
         'for _ in range(n): message_from_wire(decode_request(send)["message"])',
@@ -127,6 +153,20 @@ WAYS = {
     "COMMIT answer, state_answer":
         'from fmq.protocol.values import state_answer\nfrom fmq.tx.state import TxState\n'
         'for _ in range(n): encode_response(Op.COMMIT, 7, state_answer(TxState.COMMIT))',
+    "PULL decode, decode_server_request":
+        PULL_FRAMES + 'for _ in range(n): decode_server_request(pull)',
+    "PULL decode, plain_pull":
+        PULL_FRAMES + 'for _ in range(n): plain_pull(pull.payload)',
+    "COMMIT_OFFSET decode, decode_server_request":
+        PULL_FRAMES + 'for _ in range(n): decode_server_request(commit_offset)',
+    "COMMIT_OFFSET decode, plain_commit_offset":
+        PULL_FRAMES + 'for _ in range(n): plain_commit_offset(commit_offset.payload)',
+    "PULL answer of one message, field dict through the codec":
+        PULL_ANSWER + 'for _ in range(n): encode_response(Op.PULL, 7, {"messages": items, '
+                      '"min_offset": 0, "next_offset": 9})',
+    "PULL answer of one message, framed (the short step)":
+        PULL_ANSWER + 'for _ in range(n): b"".join((head(32 + len(items.data), 1, Op.PULL, 1, '
+                      '7, 1), items.data, tail(0, 9)))',
 }
 
 

@@ -55,6 +55,7 @@ from fmq.protocol.message_requests import (
     plain_commit,
     plain_prepare,
 )
+from fmq.protocol.read_requests import PullFields, plain_commit_offset, plain_pull
 from fmq.protocol.values import state_answer, tx_id_answer
 from fmq.server.authz import refusal as access_refusal
 from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
@@ -63,9 +64,10 @@ from fmq.server.cluster.hosting import not_hosted
 from fmq.server.context import RequestSession, ServerContext
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
-from fmq.server.ops.handlers import send_batch_reply, send_reply
+from fmq.server.ops.handlers import pull_after_wait, send_batch_reply, send_reply
 from fmq.server.ops.operation import FmqOperation
 from fmq.server.ops.placed import Reply
+from fmq.server.ops.plain_pull import PullWait, answer_pull_now
 from fmq.server.ops.table import OPERATIONS
 from fmq.server.ops.tx_ops import TxSteps, pipelined, tx_steps
 from fmq.tx.state import TxState
@@ -97,6 +99,12 @@ _STATE_PAYLOADS[None] = _STATE_PAYLOADS[TxState.COMMIT]
 #: What :meth:`SessionRequests._start_plain_send` returns for a request it leaves to the
 #: general way (nothing of it done yet).
 _DECLINED = object()
+#: The reads' short step (:meth:`SessionRequests._start_plain_read`): a PULL answered at
+#: once, a COMMIT_OFFSET without a task; a COMMIT_OFFSET's answer is its bare header.
+_PULL = int(Op.PULL)
+_COMMIT_OFFSET = int(Op.COMMIT_OFFSET)
+_PLAIN_READ_OPS = frozenset((_PULL, _COMMIT_OFFSET))
+_EMPTY_ANSWER_HEAD = struct.Struct(">IBBHQ")
 
 
 class Connection(RequestSession, Protocol):
@@ -121,6 +129,9 @@ class SessionRequests:
     #: Whether plain SENDs take the short step (False: every request the general way, the
     #: reference tests/server/test_plain_send_step.py compares the step with).
     plain_sends = True
+    #: Whether PULL and COMMIT_OFFSET take theirs (False: the reference
+    #: tests/server/test_plain_read_step.py compares it with).
+    plain_reads = True
     #: Whether PREPARE and COMMIT take the short step too, where plain SENDs do and the
     #: transactions go through the send pipeline (False: the general way, the reference
     #: tests/server/test_plain_tx_step.py compares the step with).
@@ -145,6 +156,7 @@ class SessionRequests:
         # then takes the general way, which is never wrong).
         plain = self.plain_sends and self._plain_session()
         plain_tx = plain and self.plain_tx and pipelined(self.ctx)
+        reads = self.plain_reads and self._plain_reads_session()
         for frame in frames:
             size = HEADER_SIZE + len(frame.payload)
             admission.received(size)
@@ -155,6 +167,8 @@ class SessionRequests:
                     request = self._start_plain_send(frame)
                 elif plain_tx and op in _PLAIN_TX_OPS:
                     request = self._start_plain_tx(frame)
+                elif reads and op in _PLAIN_READ_OPS:
+                    request = self._start_plain_read(frame)
                 else:
                     request = _DECLINED
                 if request is _DECLINED:
@@ -179,6 +193,14 @@ class SessionRequests:
         return (session.established and session.principal is None
                 and not ctx.authenticator.enforcing and ctx.routes is None
                 and ctx.batcher is not None and (role is None or role.primary is None))
+
+    def _plain_reads_session(self) -> bool:
+        """Whether this session's PULLs and COMMIT_OFFSETs may take the short step now:
+        :meth:`_plain_session`'s conditions but the send pipeline's and the follower's (a
+        follower serves PULL; :meth:`_start_commit_offset` asks for a COMMIT_OFFSET)."""
+        ctx, session = self.ctx, self.session
+        return (session.established and session.principal is None
+                and not ctx.authenticator.enforcing and ctx.routes is None)
 
     def _start(self, frame: Frame) -> asyncio.Future | None:
         """The request's future, or None when it is refused (answered already)."""
@@ -379,6 +401,91 @@ class SessionRequests:
         if session.eof and not self.running:
             session.close()
 
+    def _start_plain_read(self, frame: Frame) -> asyncio.Future | object | None:
+        """A PULL or COMMIT_OFFSET of a session the step may serve (:meth:`_plain_reads_session`)
+        started the short way, as :meth:`_start_plain_send` starts a SEND: None when it was
+        answered (a PULL answered at once, :func:`answer_pull_now`), the future of a PULL
+        left to wait or of a COMMIT_OFFSET, or _DECLINED (nothing answered) for
+        :meth:`_start` to run it. The conditions
+        stand for :meth:`_start`'s checks as there; a payload the general decode refuses
+        declines."""
+        ctx = self.ctx
+        op, rid = frame.opcode, frame.request_id
+        if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
+                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
+            return _DECLINED
+        if op == _PULL:
+            fields = plain_pull(frame.payload)
+            if fields is None:
+                return _DECLINED
+            outcome = answer_pull_now(ctx, self.session, op, rid, fields)
+            if outcome is True:
+                return None
+            if outcome is False:
+                return _DECLINED
+            return self._start_waiting_pull(op, rid, fields, outcome)
+        return self._start_commit_offset(frame)
+
+    def _start_waiting_pull(self, op: int, rid: int, fields: PullFields, wait: PullWait
+                            ) -> asyncio.Future:
+        """A PULL the step read and found nothing for, started as the general way's task
+        from its wait on (:func:`pull_after_wait`), answered as :meth:`_start` answers it."""
+        ctx = self.ctx
+        topic, queue_id, _offset, max_messages, wait_ms = fields
+        counters = ctx.counters
+        counters.requests += 1
+        counters.by_op[op] += 1
+        request = ctx.loop.create_task(pull_after_wait(
+            ctx, self.session, {"topic": topic, "queue_id": queue_id, "offset": wait.offset,
+                                "max_messages": max_messages, "wait_ms": wait_ms},
+            wait.events, wait.deadline))
+        self.running.add(request)
+        ctx.all_tasks.add(request)
+        request.add_done_callback(functools.partial(self._answer, op, rid))
+        return request
+
+    def _start_commit_offset(self, frame: Frame) -> asyncio.Future | object:
+        """A COMMIT_OFFSET written as its handler writes it (``ctx.write`` of the offsets'
+        commit, in a worker thread), without the task, the field dicts and the codec: its
+        answer is framed when the write's future ends (:meth:`_answer_commit_offset`).
+        _DECLINED on a follower (COMMIT_OFFSET is ``follower=REFUSES``) or for a payload
+        the general decode refuses."""
+        ctx = self.ctx
+        role = ctx.replication
+        fields = plain_commit_offset(frame.payload)
+        if fields is None or role is not None and role.primary is not None:
+            return _DECLINED
+        group, topic, queue_id, next_offset = fields
+        op = frame.opcode
+        counters = ctx.counters
+        counters.requests += 1
+        counters.by_op[op] += 1
+        # Progress of a group, not data: it wakes no pull (as the handler).
+        request = ctx.write(ctx.broker.offsets.commit, group, [(topic, queue_id, next_offset)])
+        self.running.add(request)
+        ctx.all_tasks.add(request)
+        request.add_done_callback(functools.partial(self._answer_commit_offset, op,
+                                                    frame.request_id))
+        return request
+
+    def _answer_commit_offset(self, op: int, rid: int, request: asyncio.Future) -> None:
+        """A COMMIT_OFFSET's answer: its header alone (the response has no fields), or
+        :meth:`_answer`'s when the write failed or was cancelled, or a fenced primary may
+        have to refuse it (:func:`fencing_refusal`). It reserved no reply bytes."""
+        role = self.ctx.replication
+        if (request.cancelled() or request.exception() is not None
+                or role is not None and not role.acknowledges()):
+            self._answer(op, rid, request, _no_fields)
+            return
+        self.running.discard(request)
+        session = self.session
+        session.send(_EMPTY_ANSWER_HEAD.pack(HEADER_SIZE, PROTOCOL_VERSION, op, FLAG_RESPONSE,
+                                             rid))
+        self.ctx.all_tasks.discard(request)
+        session.admission.release(self._held.pop(request, 0))
+        if session.eof and not self.running:
+            session.close()
+
     def _run_checked(self, declared: FmqOperation, req: dict) -> Any:
         """A held first write, once the routes were read: checked again, then started."""
         check_again(self.ctx.routes, self.ctx, declared.hosted, req)
@@ -456,6 +563,11 @@ class SessionRequests:
 def _state_reply(state: TxState | None) -> Any:
     """A COMMIT's answer from the step's result (None: committed by this request)."""
     return state_answer(TxState.COMMIT if state is None else state)
+
+
+def _no_fields(_result: object) -> dict:
+    """The answer of a request whose response has no fields (COMMIT_OFFSET)."""
+    return {}
 
 
 def refusal_before_decoding(ctx: ServerContext, in_flight: int, frame: Frame

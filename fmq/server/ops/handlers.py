@@ -67,6 +67,7 @@ from fmq.server.ops.operation import (
     operation,
 )
 from fmq.server.ops.pull_reads import PullRead, pull_now, pull_on_loop
+from fmq.server.ops.wakeups import PullEvents
 from fmq.tx.state import TxState
 from fmq.version import __version__
 
@@ -230,14 +231,32 @@ async def _pull_tagged(ctx: ServerContext, session: RequestSession, req: dict) -
     return await _long_poll_pull(ctx, session, req, req["tags"])
 
 
+async def pull_after_wait(ctx: ServerContext, session: RequestSession, req: dict,
+                          events: PullEvents, deadline: float) -> dict:
+    """A PULL whose first read found nothing (the session's short step read it,
+    :func:`fmq.server.ops.plain_pull.answer_pull_now`), from its wait on: the wait on
+    ``events`` (taken before that read) until ``deadline``, then :func:`_pull`'s reads;
+    ``req["offset"]``: where that read says to go on."""
+    answer = await _long_poll_pull(ctx, session, req, None, (events, deadline))
+    del answer["resume_offset"]
+    return answer
+
+
 async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict,
-                          tags: str | None) -> dict:
+                          tags: str | None,
+                          waiting: tuple[PullEvents, float] | None = None) -> dict:
+    """``waiting``: the first read was made and found nothing (:func:`pull_after_wait`):
+    its events and deadline; the pull waits first."""
     loop = ctx.loop
-    deadline = loop.time() + ctx.wait_ms(req["wait_ms"])
     topic, queue_id = req["topic"], req["queue_id"]
     check_count(req["max_messages"], "max_messages")
     offset, max_messages = req["offset"], min(req["max_messages"], 4096)
     need = 0
+    if waiting is None:
+        deadline = loop.time() + ctx.wait_ms(req["wait_ms"])
+    else:
+        events, deadline = waiting
+        await ctx.wait_for_data(events, deadline - loop.time())
     while True:
         events = ctx.wakeups.events(topic, queue_id, session.id)
         async with _reply_room(ctx, session, need) as room:

@@ -1,0 +1,137 @@
+"""Server instructions per PULL and per COMMIT_OFFSET request (callgrind), this checkout next
+to an older one: what a consumer's requests cost the server, the request step included
+(``bench/pull_instructions.py`` counts the read alone).
+
+Per checkout, an ``fmq server`` (flush_mode sync) runs under ``valgrind --tool=callgrind``;
+a raw client (``send_path_instructions.RawClient``) fills a topic of four queues with 1 KiB
+messages and pulls each queue once (so the server keeps their tails), all before counting;
+then, counted (``callgrind_control`` turns the instrumentation on and off, every thread of
+the server), it sends ``--requests`` requests in windows of 64 frames written at once,
+each window answered before the next goes. Divided by the requests, what is left is one
+request's cost on the server. Not part of the test run::
+
+    python bench/read_request_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT]
+        [--requests 1024] [--only pull|shared|commit] [--keep DIR]
+
+``pull``: a following consumer's PULL of one message from a queue's tail, answered at once
+(``wait_ms`` 1000: a long poll that finds its message). ``shared``: the same pulls by two
+connections (two consumer groups of one queue) one window after the other, so the second
+finds each message kept encoded; counted per PULL. ``commit``: COMMIT_OFFSET of one queue.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.ab_rounds import fmq_command, parser, trees  # noqa: E402
+from bench.bench_network import free_port  # noqa: E402
+from bench.send_path_instructions import BODY, WINDOW, RawClient  # noqa: E402
+from fmq.protocol import Op  # noqa: E402
+
+TOPIC = "fmq-read-instr"
+QUEUES = 4
+
+
+def _pulls(at: int) -> list[tuple[int, dict]]:
+    """A window of one-message PULLs: each queue's next offsets from ``at`` on."""
+    per_queue = WINDOW // QUEUES
+    return [(Op.PULL, {"topic": TOPIC, "queue_id": i % QUEUES, "offset": at + i // QUEUES,
+                       "max_messages": 1, "wait_ms": 1000})
+            for i in range(per_queue * QUEUES)]
+
+
+def fill(client: RawClient, requests: int) -> None:
+    """Each queue's tail asked for once, then enough messages for ``requests`` pulls."""
+    message = {"topic": TOPIC, "body": BODY, "key": None, "tags": None, "properties": {}}
+    client.window([(Op.SEND, {"message": {**message, "queue_id": q}}) for q in range(QUEUES)])
+    client.window([(Op.PULL, {"topic": TOPIC, "queue_id": q, "offset": 0, "max_messages": 1,
+                              "wait_ms": 0}) for q in range(QUEUES)])
+    per_queue = requests // QUEUES + WINDOW
+    for _ in range(per_queue // 16 + 1):
+        client.window([(Op.SEND_BATCH, {"messages": [{**message, "queue_id": q}] * 16})
+                       for q in range(QUEUES)])
+
+
+def drive(clients: list[RawClient], kind: str, requests: int, first: int) -> int:
+    """Send ``requests`` of ``kind`` from queue offset ``first`` on; the next offset."""
+    at = first
+    for _ in range(requests // WINDOW // len(clients) if kind == "shared"
+                   else requests // WINDOW):
+        if kind == "commit":
+            clients[0].window([(Op.COMMIT_OFFSET, {"group": "g", "topic": TOPIC,
+                                                   "queue_id": i % QUEUES,
+                                                   "next_offset": at + i // QUEUES})
+                               for i in range(WINDOW)])
+        else:
+            for client in clients:
+                answers = client.window(_pulls(at))
+                assert all(len(a["messages"]) == 1 for a in answers), "a pull found nothing"
+        at += WINDOW // QUEUES
+    return at
+
+
+def server_instructions(tree: str, kind: str, requests: int, scratch: str) -> int:
+    """The instructions a server of ``tree`` spent serving ``requests`` of ``kind``
+    (counted only while they run)."""
+    port = free_port()
+    data = tempfile.mkdtemp(prefix="data-", dir=scratch)
+    out = os.path.join(scratch, "callgrind.out")
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+         f"--callgrind-out-file={out}", *fmq_command(tree), "server", "--data-dir", data,
+         "--port", str(port), "--log-level", "WARNING"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
+    try:
+        clients = [RawClient(port)] + ([RawClient(port)] if kind == "shared" else [])
+        fill(clients[0], requests + WINDOW)
+        at = drive(clients, kind, WINDOW * len(clients), 1)  # warm: caches, shared queues
+        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
+                       capture_output=True)
+        drive(clients, kind, requests, at)
+        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True,
+                       capture_output=True)
+        for client in clients:
+            client.sock.close()
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=600)
+    found = re.search(r"Collected : (\d+)", err)
+    if found is None:
+        raise SystemExit(f"callgrind printed no count:\n{err[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--requests", type=int, default=1024,
+                    help="requests counted, a multiple of 128")
+    ap.add_argument("--only", choices=("pull", "shared", "commit"), default=None)
+    ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    what = {"pull": "PULL of one message (one consumer)",
+            "shared": "PULL of one message (two groups, the second's kept)",
+            "commit": "COMMIT_OFFSET"}
+    for kind in [args.only] if args.only else list(what):
+        for name, tree in trees(args.old).items():
+            with tempfile.TemporaryDirectory(prefix="fmq-read-instr-") as tmp:
+                count = server_instructions(tree, kind, args.requests, tmp)
+                if args.keep:
+                    os.makedirs(args.keep, exist_ok=True)
+                    shutil.copy(os.path.join(tmp, "callgrind.out"),
+                                os.path.join(args.keep, f"callgrind.{name}.{kind}"))
+            print(f"{name}: {count / args.requests:,.0f} server instructions per "
+                  f"{what[kind]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

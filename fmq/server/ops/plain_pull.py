@@ -1,0 +1,129 @@
+"""A PULL answered in the step that read its frame: the short step of the common pull, a
+consumer following its queue whose messages are there (issue 41 item 1).
+
+The general way (:func:`fmq.server.ops.handlers._pull`) makes each PULL a task: a coroutine,
+a reply room entered and left as an ``async with``, a field dict, the schema's codec for
+the answer and a done callback a loop turn later. A pull answered at once needs none of
+that: :func:`answer_pull_now` reserves its reply bytes, reads the queue on the event loop
+as :func:`~fmq.server.ops.pull_reads.pull_on_loop` does, and frames the answer from the
+encoded messages (the list count, their bytes, the range) in one ``struct`` pack and a
+join. Whatever would make the general way wait or read elsewhere declines it, with nothing
+answered, for the general way to run from the start:
+
+* no reply room now (the general way waits for it), or one message larger than the room;
+* a read that is not among the log's last ``pull_on_loop_bytes`` (or they are 0), or an
+  index behind the flushed log with no long poll: the general way reads in a thread;
+* ``max_messages`` of 0: the general way gives the error.
+
+A pull that finds nothing and may wait (``wait_ms`` > 0, the long poll) took its wake-up
+events before it read, as the general way does; it is handed to the general way's wait
+(:func:`fmq.server.ops.handlers.pull_after_wait`, a task) with them, so that a waiting pull
+reads its queue once before it waits, as before. An error of the read itself is answered
+as the general way answers it (the same read, the same exception,
+:func:`~fmq.protocol.encode_error`).
+tests/server/test_plain_read_step.py compares the two ways' answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import NamedTuple, Protocol
+
+from fmq.engine.reads import NotInMemory
+from fmq.errors import FMQError
+from fmq.protocol import PROTOCOL_VERSION, encode_error
+from fmq.protocol.framing import FLAG_RESPONSE
+from fmq.protocol.read_requests import PullFields
+from fmq.server.context import ServerContext
+from fmq.server.net.reply_account import ReplyAccount
+from fmq.server.ops.pull_reads import pull_now
+from fmq.server.ops.wakeups import PullEvents
+
+logger = logging.getLogger("fmq.server")
+
+#: The answer's length prefix, header and list count; its range follows the messages.
+_HEAD = struct.Struct(">IBBHQI").pack
+_RANGE = struct.Struct(">QQ").pack
+#: The length prefix counts the header, the list count and the range beside the messages.
+_FIXED = 12 + 4 + 16
+#: Messages a pull reads at most, whatever it asks for (as the general way).
+MAX_PULLED = 4096
+
+
+class PullWait(NamedTuple):
+    """A PULL the step read and found nothing for, left to wait: the wake-up events it
+    took before reading, when its long poll ends, and the offset to read from then."""
+
+    events: PullEvents
+    deadline: float
+    offset: int
+
+
+class PullSession(Protocol):
+    """What the step uses of the session the PULL came on."""
+
+    id: int
+    replies: ReplyAccount
+
+    def send(self, data: bytes, reserved: int = 0) -> None: ...
+
+
+def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
+                    fields: PullFields) -> bool | PullWait:
+    """Answer the PULL ``fields`` of request ``rid`` now if it is answered at once (see the
+    module doc): True when answered, False when left to the general way (nothing of it
+    done but the shared queues' note and its wake-up events taken), or its
+    :class:`PullWait` when it is to wait."""
+    topic, queue_id, offset, max_messages, wait_ms = fields
+    config = ctx.config
+    window = config.pull_on_loop_bytes
+    if not window or max_messages < 1:
+        return False
+    may_wait = wait_ms > 0 and config.max_wait_ms > 0  # the general way's long poll
+    # The reply room, as the general way's ReplyRoom takes it (without waiting).
+    share = session.replies.share
+    budget = share.budget
+    want = config.max_reply_size
+    largest = ctx.largest_reply
+    granted = budget.try_take(share, want if want < largest else largest, want)
+    if not granted:
+        return False
+    counters = ctx.counters
+    now = ctx.loop.time()
+    keep = ctx.shared_queues.note(topic, queue_id, session.id, now)
+    # Taken before the read, so that a write landing between the read and the wait wakes it.
+    events = ctx.wakeups.events(topic, queue_id, session.id) if may_wait else None
+    try:
+        items, count, lo, hi, size, resume = pull_now(
+            ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
+            max_messages if max_messages < MAX_PULLED else MAX_PULLED, None, granted,
+            resident=window, may_wait=may_wait)
+    except NotInMemory:
+        budget.release(share, granted)
+        return False
+    except Exception as exc:  # noqa: BLE001 - the general way's answer to the same error
+        budget.release(share, granted)
+        counters.pull_reads += 1
+        counters.requests += 1
+        counters.by_op[op] += 1
+        counters.failed(op, exc)
+        if not isinstance(exc, FMQError):
+            logger.error("request PULL failed unexpectedly", exc_info=exc)
+        session.send(encode_error(op, rid, exc))
+        return True
+    if size > granted:  # the general way reads again with room for the one message
+        budget.release(share, granted)
+        return False
+    counters.pull_reads += 1
+    counters.pull_reads_on_loop += 1
+    if not count and may_wait:
+        budget.release(share, granted)
+        return PullWait(events, now + ctx.wait_ms(wait_ms), resume)
+    budget.release(share, granted - size)  # the answer holds the rest until written
+    counters.requests += 1
+    counters.by_op[op] += 1
+    data = items.data
+    session.send(b"".join((_HEAD(_FIXED + len(data), PROTOCOL_VERSION, op, FLAG_RESPONSE, rid,
+                                 count), data, _RANGE(lo, hi))), size)
+    return True

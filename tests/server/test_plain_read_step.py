@@ -1,0 +1,312 @@
+"""PULL's and COMMIT_OFFSET's short step (``SessionRequests._start_plain_read``) against the
+general way (``SessionRequests.plain_reads = False``, every request through ``_start``): the
+same PULL, COMMIT_OFFSET and FETCH_OFFSET frames, valid and invalid (unknown and bad
+topics and groups, queue ids and offsets out of range, ``max_messages`` 0 and huge, a
+message larger than ``max_reply_size``, records older than ``pull_on_loop_bytes``, short
+long polls on empty queues, malformed payloads, bad headers), sent to one real server on
+127.0.0.1 in this process (its real broker, prefilled once, so both ways read the same
+records), get byte for byte the same answers, one at a time and in pipelined windows; so
+do long polls woken by a send, a fenced primary's COMMIT_OFFSET, and a user's refusals.
+The step must really have answered PULLs and COMMIT_OFFSETs (counted), or the comparison
+would compare the general way with itself."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from fmq import Broker, BrokerConfig, Message
+from fmq.protocol import PROTOCOL_VERSION, FrameDecoder, Op, encode_request
+from fmq.server.config import ServerConfig
+from fmq.server.net import session_requests
+from fmq.server.net.session_requests import _DECLINED, SessionRequests
+from fmq.server.server import Server
+from tests.server.test_plain_send_step import _answers, _frame, _read_answer
+
+pytestmark = pytest.mark.timeout(300)
+
+QUEUES = 4
+PER_QUEUE = 30
+BIG = 70 * 1024  # a body larger than max_reply_size (64 KiB, its least)
+TOPICS = [b"t"] * 8 + [b"small", b"nope", b"", b"bad topic", b"%RETRY%g", b"a" * 128,
+                       b"\xff", "é".encode()]
+GROUPS = ["g1", "g2", "g3"] * 3 + ["é", "%g", "bad group", "", "x\x00y", "a" * 300]
+
+
+def _prefill(broker: Broker) -> None:
+    """Messages of every shape in queues 0-3 of ``t`` (queue 3 ends with two larger than
+    max_reply_size, offsets 12 and 13), one message in ``small``; the first ones are older
+    than ``pull_on_loop_bytes``."""
+    broker.topics.create("small", queues=1)
+    rnd = random.Random(7)
+    for i in range(PER_QUEUE):
+        for q in range(QUEUES):
+            body = bytes([i % 256]) * rnd.choice([0, 1, 100, 1000, 5000])
+            if q == 3 and i in (12, 13):
+                body = b"B" * BIG
+            props = rnd.choice([None, None, {"a": "1"}, {"é": "ü", "b": ""}])
+            broker.send(Message("t", body, key=rnd.choice([None, "k", "é"]),
+                                tags=rnd.choice([None, "x", "x||y"]), properties=props,
+                                queue_id=q))
+    broker.send(Message("small", b"s", queue_id=0))
+    assert broker.wait_indexed(30)
+
+
+class ServerThread:
+    """A real server on 127.0.0.1 in a thread of this process (so that the way a session
+    takes is this process's ``SessionRequests.plain_reads``), over a prefilled broker."""
+
+    def __init__(self, data_dir: str) -> None:
+        broker = Broker.open(data_dir, BrokerConfig(queues_per_topic=QUEUES))
+        _prefill(broker)
+        self.server = Server(broker, ServerConfig(
+            host="127.0.0.1", port=0, max_reply_size=64 * 1024,
+            pull_on_loop_bytes=256 * 1024, max_wait_ms=200))
+        self.started = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
+        self.thread.start()
+        assert self.started.wait(60), "the server did not start"
+
+    async def _serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.server.start()
+        self.started.set()
+        await self.server.ctx.stop_requested.wait()
+        await self.server.shutdown()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.request_stop)
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the server did not stop"
+
+
+@pytest.fixture
+def server(tmp_path):
+    srv = ServerThread(str(tmp_path / "data"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """The opcodes of the requests the step answered or started (a PULL answered at once,
+    a COMMIT_OFFSET written without a task); "wait" for a PULL it read and handed to the
+    general way's wait."""
+    seen: list[int] = []
+    pull_now = session_requests.answer_pull_now
+    start_commit = SessionRequests._start_commit_offset
+
+    def answered(ctx, session, op, rid, fields):
+        done = pull_now(ctx, session, op, rid, fields)
+        if done is True:
+            seen.append(op)
+        elif done is not False:
+            seen.append("wait")
+        return done
+
+    def started(self, frame):
+        request = start_commit(self, frame)
+        if request is not _DECLINED:
+            seen.append(frame.opcode)
+        return request
+
+    monkeypatch.setattr(session_requests, "answer_pull_now", answered)
+    monkeypatch.setattr(SessionRequests, "_start_commit_offset", started)
+    return seen
+
+
+def _pull(topic: bytes, queue_id: int, offset: int, max_messages: int, wait_ms: int) -> bytes:
+    return (struct.pack(">H", len(topic)) + topic
+            + struct.pack(">IQII", queue_id, offset, max_messages, wait_ms))
+
+
+def _names(*names: bytes) -> bytes:
+    return b"".join(struct.pack(">H", len(n)) + n for n in names)
+
+
+def _group(rnd: random.Random, run: str) -> bytes:
+    """A group name, the run's own (so that one run's commits are not the other run's
+    fetches), valid or not."""
+    name = rnd.choice(GROUPS)
+    return (f"{run}-{name}" if name else name).encode()
+
+
+def _requests(seed: int, count: int, run: str, intact: bool = False) -> list[bytes]:
+    """PULL, COMMIT_OFFSET and FETCH_OFFSET frames near every check's edge (request ids
+    1..); ``intact``: none malformed, no bad header (no session is closed) and no
+    FETCH_OFFSET."""
+    rnd = random.Random(seed)
+    frames = []
+    topics = [t for t in TOPICS if t != b"\xff"] if intact else TOPICS
+    queue_ids = [0, 1, 2, 3] * 3 + [4, 0xFFFF_FFFF]
+    offsets = [0, 1, 5, 11, 12, 13, 20, PER_QUEUE - 2, PER_QUEUE - 1, PER_QUEUE, PER_QUEUE + 1, 1 << 63,
+               (1 << 64) - 1]
+    for rid in range(1, count + 1):
+        kind = rnd.random()
+        if kind < 0.6:
+            op = Op.PULL
+            payload = _pull(rnd.choice(topics), rnd.choice(queue_ids), rnd.choice(offsets),
+                            rnd.choice([1, 1, 2, 3, 10, 4097, 0, 0xFFFF_FFFF]),
+                            rnd.choice([0, 0, 0, 0, 30, 1000]))
+        elif kind < 0.9 or intact:
+            # (No FETCH_OFFSET in windows: it races the window's commits on either way.)
+            op = Op.COMMIT_OFFSET
+            payload = (_names(_group(rnd, run), rnd.choice(topics))
+                       + struct.pack(">IQ", rnd.choice(queue_ids), rnd.choice(offsets)))
+        else:
+            op = Op.FETCH_OFFSET
+            payload = (_names(_group(rnd, run), rnd.choice(TOPICS[:9]))
+                       + struct.pack(">I", rnd.choice(queue_ids[:12])))
+        how = rnd.random() if not intact else 1.0
+        if how < 0.04:  # cut short: malformed, the session closes
+            payload = payload[:rnd.randrange(len(payload))]
+        elif how < 0.07:  # trailing bytes: malformed too
+            payload += b"\x00"
+        header = {"version": PROTOCOL_VERSION, "flags": 0}
+        if rnd.random() < 0.03 and not intact:
+            header = rnd.choice([{"version": 2, "flags": 0},
+                                 {"version": PROTOCOL_VERSION, "flags": 1}])
+        frames.append(_frame(payload, rid, op=op, **header))
+    return frames
+
+
+def _without_run(answers: list[bytes] | dict, run: str) -> list[bytes] | dict:
+    """The answers with the run's group prefix taken out of their error texts."""
+    def plain(a: bytes) -> bytes:
+        return a.replace(f"{run}-".encode(), b"")
+    if isinstance(answers, dict):
+        return {rid: plain(a) for rid, a in answers.items()}
+    return [plain(a) for a in answers]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_reads_are_answered_as_the_general_way_answers_them(server, taken, monkeypatch, seed):
+    port = server.server.port
+    fast = _answers(port, _requests(seed, 300, "one"))
+    monkeypatch.setattr(SessionRequests, "plain_reads", False)
+    count = len(taken)
+    general = _answers(port, _requests(seed, 300, "two"))
+    assert len(taken) == count, "the general way took the step"
+    assert taken.count(Op.PULL) > 30 and taken.count(Op.COMMIT_OFFSET) > 20, \
+        "the step took too few requests to compare"
+    assert _without_run(fast, "one") == _without_run(general, "two")
+    # Some of each ending: messages, empty answers, errors, closed sessions.
+    assert any(a[0] == Op.PULL and a[1] == 1 and len(a) > 10 + 4 + 16 + 100 for a in fast)
+    assert any(a[0] == Op.COMMIT_OFFSET and a[1] == 1 for a in fast)
+    assert any(a[1] & 2 and a.endswith(b"|open") for a in fast)
+    assert any(a.endswith(b"|closed") for a in fast)
+
+
+def _pipelined_answers(port: int, frames: list[bytes], window: int) -> dict[int, bytes]:
+    """Each frame's answer by request id, the frames written ``window`` at a time on one
+    connection (a window's answers all read before the next is written)."""
+    answers: dict[int, bytes] = {}
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        decoder = FrameDecoder(1 << 24)
+        sock.sendall(_frame(b"", 1 << 40, op=Op.PING))
+        assert _read_answer(sock, decoder) is not None
+        for at in range(0, len(frames), window):
+            sent = frames[at:at + window]
+            sock.sendall(b"".join(sent))
+            deadline = time.monotonic() + 60
+            got = 0
+            while got < len(sent) and time.monotonic() < deadline:
+                chunk = sock.recv(1 << 16)
+                assert chunk, "the server closed a session no frame of which was malformed"
+                for frame in decoder.feed(chunk):
+                    answers[frame.request_id] = (bytes([frame.opcode, frame.flags])
+                                                 + bytes(frame.payload))
+                    got += 1
+            assert got == len(sent), "a window's answers did not all come"
+    return answers
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_pipelined_reads_are_answered_as_the_general_way_answers_them(server, taken,
+                                                                      monkeypatch, seed):
+    port = server.server.port
+    fast = _pipelined_answers(port, _requests(seed, 320, "one", intact=True), 16)
+    monkeypatch.setattr(SessionRequests, "plain_reads", False)
+    general = _pipelined_answers(port, _requests(seed, 320, "two", intact=True), 16)
+    assert taken.count(Op.PULL) > 30 and taken.count(Op.COMMIT_OFFSET) > 20
+    assert len(fast) == 320
+    assert _without_run(fast, "one") == _without_run(general, "two")
+
+
+def _connect(port: int) -> tuple[socket.socket, FrameDecoder]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    decoder = FrameDecoder(1 << 24)
+    sock.sendall(_frame(b"", 1 << 40, op=Op.PING))  # the session's first request
+    assert _read_answer(sock, decoder) is not None
+    return sock, decoder
+
+
+def test_a_long_poll_woken_by_a_send_is_answered_alike(server, taken, monkeypatch):
+    """A PULL that finds nothing and may wait is handed by the step to the general way's
+    wait, which the send ends; both connections get the same answer, the message."""
+    port = server.server.port
+    ways: list[bool] = []
+    init = SessionRequests.__init__
+
+    def way_per_session(self, session):  # the first session the step, the second not
+        init(self, session)
+        self.plain_reads = ways.pop(0) if ways else True
+
+    monkeypatch.setattr(SessionRequests, "__init__", way_per_session)
+    ways.extend([True, False])
+    fast, fast_decoder = _connect(port)
+    general, general_decoder = _connect(port)
+    pull = _frame(_pull(b"t", 2, PER_QUEUE, 5, 30_000), 7, op=Op.PULL)
+    try:
+        fast.sendall(pull)
+        general.sendall(pull)
+        time.sleep(0.05)  # both wait (max_wait_ms 200: the send must come before)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as producer:
+            message = {"topic": "t", "body": b"late", "key": None, "tags": None,
+                       "properties": {}, "queue_id": 2}
+            producer.sendall(encode_request(Op.SEND, 1, {"message": message}))
+            assert _read_answer(producer, FrameDecoder(1 << 24))[1] == 1
+        got_fast = _read_answer(fast, fast_decoder)
+        got_general = _read_answer(general, general_decoder)
+    finally:
+        fast.close()
+        general.close()
+    assert got_fast == got_general
+    assert b"late" in got_fast
+    assert taken == ["wait"], "the step did not hand its pull to the general way's wait"
+
+
+def test_an_expired_long_poll_is_answered_alike(server, taken, monkeypatch):
+    """Nothing arrives: both ways answer empty after the wait (max_wait_ms)."""
+    port = server.server.port
+    pull = _frame(_pull(b"small", 0, 1, 5, 60_000), 9, op=Op.PULL)
+    fast = _answers(port, [pull])
+    monkeypatch.setattr(SessionRequests, "plain_reads", False)
+    general = _answers(port, [pull])
+    assert fast == general and fast[0][1] == 1
+    assert taken == ["wait"]
+
+
+def test_a_fenced_primary_refuses_commit_offsets_alike(server, taken, monkeypatch):
+    """A primary that cannot prove its lease refuses a COMMIT_OFFSET's answer
+    (LeadershipLost) on both ways; its PULLs are answered."""
+    role = server.server.ctx.replication
+    assert role is not None
+    role.lease_holds = lambda: False
+    frames = [_frame(_names(b"g1", b"t") + struct.pack(">IQ", 1, 3), 1, op=Op.COMMIT_OFFSET),
+              _frame(_pull(b"t", 1, PER_QUEUE - 1, 1, 0), 2, op=Op.PULL)]
+    port = server.server.port
+    fast = _answers(port, frames)
+    monkeypatch.setattr(SessionRequests, "plain_reads", False)
+    general = _answers(port, frames)
+    role.lease_holds = None
+    assert fast == general
+    assert fast[0][1] & 2 and b"lease" in fast[0].lower() and fast[1][1] == 1
+    assert taken == [Op.COMMIT_OFFSET, Op.PULL]
