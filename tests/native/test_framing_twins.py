@@ -1,7 +1,8 @@
 """The compiled frame splitter (``fmq.protocol._framing_c``) against ``fmq.protocol.framing``,
 the pure module it is compiled from: the same frames from the same byte stream however it is
 cut, the same error (type and message) for a bad length, bad flags, a short header or a
-wrong type, and the same bytes left buffered."""
+wrong type, the same questions to the receiver's admission (so the same waits for its
+budget), and the same bytes left buffered."""
 
 from __future__ import annotations
 
@@ -52,25 +53,63 @@ def streams(draw) -> bytes:
     return bytes(out)
 
 
-@settings(max_examples=400, deadline=None)
+class BudgetAdmission:
+    """A receiver with ``left`` bytes of budget (fmq.protocol.framing.Admission): admits a
+    frame that fits, offers what is left as room (or no room: every frame asked), refuses a
+    frame over ``login_limit`` with an error, and records every question."""
+
+    def __init__(self, left: int, offers_room: bool, login_limit: int | None) -> None:
+        self.left = left
+        self.offers_room = offers_room
+        self.login_limit = login_limit
+        self.calls: list[tuple] = []
+
+    def admit(self, n: int) -> bool:
+        self.calls.append(("admit", n))
+        if self.login_limit is not None and n > self.login_limit:
+            raise pure.ProtocolError(f"a frame of {n} bytes before log-in")
+        if n > self.left:
+            return False
+        self.left -= n
+        return True
+
+    def room(self) -> int:
+        self.calls.append(("room",))
+        return self.left if self.offers_room else 0
+
+    def took(self, n: int) -> None:
+        self.calls.append(("took", n))
+        assert n <= self.left, "frames took more than the room offered"
+        self.left -= n
+
+
+@settings(max_examples=500, deadline=None)
 @given(stream=streams(), data=st.data())
 def test_decoder_splits_alike(fast, stream: bytes, data) -> None:
+    """Any cut of any stream into reads: the same frames, errors and bytes buffered, and the
+    same questions to the admission (so the same admission waits)."""
     max_frame = data.draw(st.sampled_from([pure.DEFAULT_MAX_FRAME, 12, 40, 2**32]))
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
     as_type = data.draw(st.sampled_from([bytes, bytearray, memoryview]))
-    admit_budget = data.draw(st.none() | st.integers(0, 200))
+    budget = data.draw(st.none() | st.integers(0, 400))
+    offers_room = data.draw(st.booleans())
+    login_limit = data.draw(st.none() | st.integers(12, 80))
     decoders = [pure.FrameDecoder(max_frame), fast.FrameDecoder(max_frame)]
-    budgets = [admit_budget, admit_budget]
+    admissions = [None, None] if budget is None else [
+        BudgetAdmission(budget, offers_room, login_limit) for _ in decoders]
     results: list[list] = [[], []]
     for lo, hi in zip([0, *cuts], [*cuts, len(stream)], strict=True):
         for i, decoder in enumerate(decoders):
-            admit = None
-            if budgets[i] is not None:
-                def admit(n, i=i):  # a receiver with a memory budget: refuses past it
-                    return n <= budgets[i]
-            got = _frames(outcome(decoder.feed, as_type(stream[lo:hi]), admit))
+            got = _frames(outcome(decoder.feed, as_type(stream[lo:hi]), admissions[i]))
             results[i].append((got, decoder.buffered))
+        # An admission that refused may have room again (the budget was released).
+        for admission in admissions:
+            if admission is not None:
+                admission.left += 30
     assert results[1] == results[0]
+    if budget is not None:
+        assert admissions[1].calls == admissions[0].calls
+        assert admissions[1].left == admissions[0].left
     assert decoders[1].discard() == decoders[0].discard()
 
 
