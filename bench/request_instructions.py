@@ -16,7 +16,10 @@ a SEND_BATCH of 16 placed by a broker and answered from a ``SendResult`` per mes
 (PREPARE and COMMIT, no disk wait) with its marks written by the mark encoder (before) or
 by the C record encoder (now); a transaction's PREPARE half alone (the COMMIT's share is the
 whole transaction's less it), a COMMIT's decode, and the PREPARE and COMMIT answers encoded
-from field dicts (before) or packed (now: ``tx_id_answer``, ``state_answer``).
+from field dicts (before) or packed (now: ``tx_id_answer``, ``state_answer``). The framing
+rows: a session's read of 64 SEND frames (or of one) split by ``framing.py`` or its Cython
+twin ``_framing_c.pyx`` and admitted by the request budget frame by frame (before) or
+together (now), per read.
 """
 
 from __future__ import annotations
@@ -88,7 +91,45 @@ writer.encode_mark_into = marks.mark_encoder(
     record.crc32c, record.CODEC_MODULE.python_codec(record.crc32c).encode_into)
 """
 
+#: A session's frame splitter and request budget (no server): ``frames`` is 64 SENDs of 1 KiB
+#: as one read (a pipelined window), ``one`` a single SEND (one request in flight); every
+#: read's bytes are given back before the next, so the budget never fills.
+FRAMING = """
+import importlib
+from fmq.protocol import framing
+from fmq.server.net.budgets import SharedBudget
+from fmq.server.net.request_admission import RequestAdmission
+one = encode_request(Op.SEND, 1, {"message": message_to_wire(m)})
+frames = one * 64
+budget = SharedBudget("requests", 256 * 1024 * 1024, 64 * 1024 * 1024)
+admission = RequestAdmission(budget.share(), accepting=lambda: True, pause=lambda: None,
+                             resume=lambda: None)
+class OneByOne:  # every frame asked of admit, as the decoder asked before it counted a room
+    admit = admission.admit
+    def room(self):
+        return 0
+compiled = importlib.import_module("fmq.protocol._framing_c").FrameDecoder()
+pure = framing.FrameDecoder()
+def read(decoder, data, asked):
+    got = decoder.feed(data, asked)
+    held = admission.share.used
+    admission.received(held)
+    admission.release(held)
+"""
+
 WAYS = {
+    "framing: a read of 64 SENDs, framing.py, admitted one by one":
+        FRAMING + "asked = OneByOne()\nfor _ in range(n): read(pure, frames, asked)",
+    "framing: a read of 64 SENDs, framing.py, admitted together":
+        FRAMING + "for _ in range(n): read(pure, frames, admission)",
+    "framing: a read of 64 SENDs, _framing_c.pyx, admitted one by one":
+        FRAMING + "asked = OneByOne()\nfor _ in range(n): read(compiled, frames, asked)",
+    "framing: a read of 64 SENDs, _framing_c.pyx, admitted together":
+        FRAMING + "for _ in range(n): read(compiled, frames, admission)",
+    "framing: a read of one SEND, framing.py":
+        FRAMING + "for _ in range(n): read(pure, one, admission)",
+    "framing: a read of one SEND, _framing_c.pyx":
+        FRAMING + "for _ in range(n): read(compiled, one, admission)",
     "SEND decode, field dicts + message_from_wire":
         'for _ in range(n): message_from_wire(decode_request(send)["message"])',
     "SEND decode, decode_server_request":

@@ -79,8 +79,9 @@ class RequestAdmission:
         admit it. Asked after :meth:`admit` admitted the read's first frame, so this session
         holds bytes and the small-frame rule no longer applies: what is left is
         ``SharedBudget.try_take``'s room. 0 (every frame asked of :meth:`admit`) while a
-        grant is pending or a waiter queued, while someone waits for the total, and
-        before log-in (a frame over :data:`LOGIN_FRAME_LIMIT` must be refused)."""
+        grant is pending or a waiter queued, while someone waits for the total, while this
+        session holds nothing (the small-frame rule), and before log-in (a frame over
+        :data:`LOGIN_FRAME_LIMIT` must be refused)."""
         share = self.share
         if self._granted or self._waiter is not None or share.used == 0 \
                 or not self._logged_in():
