@@ -6,6 +6,7 @@ budget), and the same bytes left buffered."""
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
@@ -136,3 +137,23 @@ def test_wrong_types_fail_alike(fast) -> None:
 def test_the_compiled_module_is_compiled(fast) -> None:
     assert fast.__file__.endswith((".so", ".pyd")) and type(fast.parse_frame).__name__ == (
         "cython_function_or_method")
+
+
+@settings(max_examples=60, deadline=None)
+@given(extra=st.sampled_from([-1, 0, 1, 5000]), cut=st.integers(0, 40_000),
+       seed=st.integers(0, 2**32))
+def test_large_payloads_alike(fast, extra: int, cut: int, seed: int) -> None:
+    """Payloads around the twin's COPY_LIMIT (bytes of their own up to it, views of the
+    read above it) and a frame larger than the C buffer keeps: the same frames."""
+    size = fast.COPY_LIMIT + extra
+    payload = random.Random(seed).randbytes(size)
+    stream = b"".join(struct.pack(">IBBHQ", 12 + len(p), 1, 2, 1, 9) + p
+                      for p in (payload, b"tail", payload))
+    cut = min(cut, len(stream))
+    got = []
+    for decoder in (pure.FrameDecoder(), fast.FrameDecoder()):
+        frames = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
+        got.append(_frames(("value", frames)))
+        assert decoder.buffered == 0
+    assert got[1] == got[0]
+    assert type(frames[0].payload) is (bytes if size <= fast.COPY_LIMIT else memoryview)
