@@ -20,6 +20,9 @@ from field dicts (before) or packed (now: ``tx_id_answer``, ``state_answer``); a
 COMMIT_OFFSET's decode into a field dict (the general way) or by ``plain_pull`` and
 ``plain_commit_offset`` (the short step), and a PULL answer of one encoded message through
 the codec (the general way) or framed with one ``struct`` pack and a join (the short step).
+The framing rows: a session's read of 64 SEND frames (or of one) split by ``framing.py`` or
+its Cython twin ``_framing_c.pyx`` and admitted by the request budget frame by frame
+(before) or together (now), per read.
 """
 
 from __future__ import annotations
@@ -114,7 +117,45 @@ head = struct.Struct(">IBBHQI").pack
 tail = struct.Struct(">QQ").pack
 """
 
+#: A session's frame splitter and request budget (no server): ``frames`` is 64 SENDs of 1 KiB
+#: as one read (a pipelined window), ``one`` a single SEND (one request in flight); every
+#: read's bytes are given back before the next, so the budget never fills.
+FRAMING = """
+import importlib
+from fmq.protocol import framing
+from fmq.server.net.budgets import SharedBudget
+from fmq.server.net.request_admission import RequestAdmission
+one = encode_request(Op.SEND, 1, {"message": message_to_wire(m)})
+frames = one * 64
+budget = SharedBudget("requests", 256 * 1024 * 1024, 64 * 1024 * 1024)
+admission = RequestAdmission(budget.share(), accepting=lambda: True, pause=lambda: None,
+                             resume=lambda: None)
+class OneByOne:  # every frame asked of admit, as the decoder asked before it counted a room
+    admit = admission.admit
+    def room(self):
+        return 0
+compiled = importlib.import_module("fmq.protocol._framing_c").FrameDecoder()
+pure = framing.FrameDecoder()
+def read(decoder, data, asked):
+    got = decoder.feed(data, asked)
+    held = admission.share.used
+    admission.received(held)
+    admission.release(held)
+"""
+
 WAYS = {
+    "framing: a read of 64 SENDs, framing.py, admitted one by one":
+        FRAMING + "asked = OneByOne()\nfor _ in range(n): read(pure, frames, asked)",
+    "framing: a read of 64 SENDs, framing.py, admitted together":
+        FRAMING + "for _ in range(n): read(pure, frames, admission)",
+    "framing: a read of 64 SENDs, _framing_c.pyx, admitted one by one":
+        FRAMING + "asked = OneByOne()\nfor _ in range(n): read(compiled, frames, asked)",
+    "framing: a read of 64 SENDs, _framing_c.pyx, admitted together":
+        FRAMING + "for _ in range(n): read(compiled, frames, admission)",
+    "framing: a read of one SEND, framing.py":
+        FRAMING + "for _ in range(n): read(pure, one, admission)",
+    "framing: a read of one SEND, _framing_c.pyx":
+        FRAMING + "for _ in range(n): read(compiled, one, admission)",
     "SEND decode, field dicts + message_from_wire":
         'for _ in range(n): message_from_wire(decode_request(send)["message"])',
     "SEND decode, decode_server_request":

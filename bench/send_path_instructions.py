@@ -98,21 +98,22 @@ class RawClient:
             self.buf += data
 
 
-def drive(client: RawClient, kind: str, requests: int) -> None:
-    for _ in range(requests // WINDOW):
+def drive(client: RawClient, kind: str, requests: int, window: int = WINDOW) -> None:
+    for _ in range(requests // window):
         if kind == "send":
-            client.window([(Op.SEND, {"message": _message()})] * WINDOW)
+            client.window([(Op.SEND, {"message": _message()})] * window)
             continue
         if kind == "batch":
-            client.window([(Op.SEND_BATCH, {"messages": [_message()] * BATCH})] * WINDOW)
+            client.window([(Op.SEND_BATCH, {"messages": [_message()] * BATCH})] * window)
             continue
         prepared = client.window([(Op.PREPARE, {"producer_group": "g", "tx_id": None,
-                                                "messages": [_message()]})] * WINDOW)
+                                                "messages": [_message()]})] * window)
         client.window([(Op.COMMIT, {"producer_group": "g", "tx_id": a["tx_id"]})
                        for a in prepared])
 
 
-def server_instructions(tree: str, kind: str, requests: int, scratch: str) -> int:
+def server_instructions(tree: str, kind: str, requests: int, scratch: str,
+                        window: int = WINDOW) -> int:
     """The instructions a server of ``tree`` spent serving ``requests`` of ``kind``: counted
     only while the client drives them (``callgrind_control`` turns counting on after a
     warm-up window and off before the server stops), so start-up and shut-down are left out."""
@@ -130,7 +131,7 @@ def server_instructions(tree: str, kind: str, requests: int, scratch: str) -> in
         drive(client, kind, WINDOW)  # the topic made, the first segment and caches warm
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
                        capture_output=True)
-        drive(client, kind, requests)
+        drive(client, kind, requests, window)
         subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True,
                        capture_output=True)
         client.sock.close()
@@ -185,6 +186,9 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1024,
                     help="transactions or sends of the short run, a multiple of 64")
     ap.add_argument("--only", choices=("send", "tx", "batch"), default=None)
+    ap.add_argument("--window", type=int, default=WINDOW,
+                    help="requests written at once, each window answered before the next (1: "
+                         "one request in flight, as a producer that waits for each answer)")
     ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
     ap.add_argument("--writes", action="store_true",
                     help="count write system calls per request (strace) instead of instructions")
@@ -203,7 +207,7 @@ def main() -> None:
     for kind in kinds:
         for name, tree in trees(args.old).items():
             with tempfile.TemporaryDirectory(prefix="fmq-send-instr-") as tmp:
-                count = server_instructions(tree, kind, args.requests, tmp)
+                count = server_instructions(tree, kind, args.requests, tmp, args.window)
                 if args.keep:
                     os.makedirs(args.keep, exist_ok=True)
                     shutil.copy(os.path.join(tmp, "callgrind.out"),

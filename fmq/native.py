@@ -34,7 +34,7 @@ from fmq.errors import ExtensionMissing
 COMPILED_MODULES: dict[str, str] = {
     "fmq.log.record._codec_c": "fmq/log/record/codec.py",
     "fmq.log.record._record_c": "fmq/log/record/_record_c.pyx",
-    "fmq.protocol._framing_c": "fmq/protocol/framing.py",
+    "fmq.protocol._framing_c": "fmq/protocol/_framing_c.pyx",
     "fmq.protocol._message_requests_c": "fmq/protocol/_message_requests_c.pyx",
     "fmq.protocol._struct_codecs_c": "fmq/protocol/struct_codecs.py",
     "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",

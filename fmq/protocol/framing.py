@@ -9,7 +9,7 @@ connection's receive path. ``fmq.protocol.frame`` chooses one (``fmq.native.choo
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from typing import Protocol
 
 from fmq.errors import ProtocolError
 
@@ -87,13 +87,33 @@ def parse_frame(body: bytes | memoryview) -> Frame:
     return Frame(version, opcode, flags, request_id, memoryview(body)[HEADER_SIZE:])
 
 
+class Admission(Protocol):
+    """A receiver's memory budget, as :meth:`FrameDecoder.feed` asks it
+    (:class:`fmq.server.net.request_admission.RequestAdmission` is the server's)."""
+
+    def admit(self, n: int) -> bool:
+        """May the frame whose length field ``n`` was just read be received? False: not
+        now (feed again, empty data is fine, once it may)."""
+
+    def room(self) -> int:
+        """Bytes the next frames of this read may take at once, each admitted exactly as
+        :meth:`admit` would admit it (0: ask :meth:`admit` for each)."""
+
+    def took(self, n: int) -> None:
+        """The frames admitted against :meth:`room` take their ``n`` bytes."""
+
+
 class FrameDecoder:
     """Incremental parser: feed received bytes, get whole frames. Raises ProtocolError on a
     bad length (the stream cannot be resynchronised after that: close it).
 
-    ``admit``, when given to :meth:`feed`, is asked once per frame, with the frame's length
-    field, as soon as that is known: a receiver with a memory budget refuses (False) until it
-    has room, then feeds again (empty data is fine) and admits it."""
+    ``admission``, when given to :meth:`feed`, admits each frame as soon as its length field
+    is known: a receiver with a memory budget refuses (False) until it has room, then feeds
+    again (empty data is fine) and admits it. The first frame of a read is asked of
+    ``admission.admit``; when more follow in the same read, ``admission.room()`` is asked
+    once, the frames that fit in it are counted here and taken together
+    (``admission.took``), and any after them are asked of ``admit`` again: a pipelined
+    read's frames cost one question, not one each."""
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
@@ -101,7 +121,7 @@ class FrameDecoder:
         self._wanted = PREFIX_SIZE  # bytes _buf must hold before a frame can complete
         self._head_admitted = False
 
-    def feed(self, data: bytes, admit: Callable[[int], bool] | None = None) -> list[Frame]:
+    def feed(self, data: bytes, admission: Admission | None = None) -> list[Frame]:
         buf = self._buf
         if buf:
             buf += data
@@ -119,29 +139,46 @@ class FrameDecoder:
         pos = 0
         incomplete = 0  # the length of a frame whose bytes have not all arrived
         max_frame = self.max_frame
+        room = -1  # what admission.room() said, less what frames took of it; -1: not asked
+        taken = 0  # bytes of frames admitted against room, not yet given to admission.took
         # The length and the header are read from ``src`` in place, and frame_length and
         # parse_frame are called only for a frame they refuse (for their errors): a slice
         # and a call less per length, two views and a call less per frame (most frames
         # arrive several to a read, so this loop is the receive path's per-request cost).
-        while end - pos >= PREFIX_SIZE:
-            (n,) = _unpack_length(src, pos)
-            if n < HEADER_SIZE or n > max_frame:
-                frame_length(view[pos:pos + PREFIX_SIZE], max_frame)  # raises its error
-            if admit is not None and not self._head_admitted:
-                if not admit(n):
+        try:
+            while end - pos >= PREFIX_SIZE:
+                (n,) = _unpack_length(src, pos)
+                if n < HEADER_SIZE or n > max_frame:
+                    frame_length(view[pos:pos + PREFIX_SIZE], max_frame)  # raises its error
+                if admission is not None and not self._head_admitted:
+                    if room < 0 and frames:
+                        room = admission.room()
+                    if n <= room:
+                        room -= n
+                        taken += n
+                    else:
+                        if room > 0:
+                            room = 0  # the rest of this read is asked frame by frame
+                        if taken:
+                            admission.took(taken)
+                            taken = 0
+                        if not admission.admit(n):
+                            break
+                    self._head_admitted = True
+                start = pos + PREFIX_SIZE
+                if end - start < n:
+                    incomplete = n
                     break
-                self._head_admitted = True
-            start = pos + PREFIX_SIZE
-            if end - start < n:
-                incomplete = n
-                break
-            self._head_admitted = False
-            version, opcode, flags, request_id = _unpack_header(src, start)
-            pos = start + n
-            if flags & ~KNOWN_FLAGS:
-                parse_frame(view[start:pos])  # raises its error
-            frames.append(Frame(version, opcode, flags, request_id,
-                                view[start + HEADER_SIZE:pos]))
+                self._head_admitted = False
+                version, opcode, flags, request_id = _unpack_header(src, start)
+                pos = start + n
+                if flags & ~KNOWN_FLAGS:
+                    parse_frame(view[start:pos])  # raises its error
+                frames.append(Frame(version, opcode, flags, request_id,
+                                    view[start + HEADER_SIZE:pos]))
+        finally:
+            if taken:
+                admission.took(taken)
         if pos < end:
             self._buf += view[pos:]
             self._wanted = PREFIX_SIZE + incomplete if incomplete else PREFIX_SIZE

@@ -1,10 +1,12 @@
 """The compiled frame splitter (``fmq.protocol._framing_c``) against ``fmq.protocol.framing``,
 the pure module it is compiled from: the same frames from the same byte stream however it is
 cut, the same error (type and message) for a bad length, bad flags, a short header or a
-wrong type, and the same bytes left buffered."""
+wrong type, the same questions to the receiver's admission (so the same waits for its
+budget), and the same bytes left buffered."""
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
@@ -52,25 +54,63 @@ def streams(draw) -> bytes:
     return bytes(out)
 
 
-@settings(max_examples=400, deadline=None)
+class BudgetAdmission:
+    """A receiver with ``left`` bytes of budget (fmq.protocol.framing.Admission): admits a
+    frame that fits, offers what is left as room (or no room: every frame asked), refuses a
+    frame over ``login_limit`` with an error, and records every question."""
+
+    def __init__(self, left: int, offers_room: bool, login_limit: int | None) -> None:
+        self.left = left
+        self.offers_room = offers_room
+        self.login_limit = login_limit
+        self.calls: list[tuple] = []
+
+    def admit(self, n: int) -> bool:
+        self.calls.append(("admit", n))
+        if self.login_limit is not None and n > self.login_limit:
+            raise pure.ProtocolError(f"a frame of {n} bytes before log-in")
+        if n > self.left:
+            return False
+        self.left -= n
+        return True
+
+    def room(self) -> int:
+        self.calls.append(("room",))
+        return self.left if self.offers_room else 0
+
+    def took(self, n: int) -> None:
+        self.calls.append(("took", n))
+        assert n <= self.left, "frames took more than the room offered"
+        self.left -= n
+
+
+@settings(max_examples=500, deadline=None)
 @given(stream=streams(), data=st.data())
 def test_decoder_splits_alike(fast, stream: bytes, data) -> None:
+    """Any cut of any stream into reads: the same frames, errors and bytes buffered, and the
+    same questions to the admission (so the same admission waits)."""
     max_frame = data.draw(st.sampled_from([pure.DEFAULT_MAX_FRAME, 12, 40, 2**32]))
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
     as_type = data.draw(st.sampled_from([bytes, bytearray, memoryview]))
-    admit_budget = data.draw(st.none() | st.integers(0, 200))
+    budget = data.draw(st.none() | st.integers(0, 400))
+    offers_room = data.draw(st.booleans())
+    login_limit = data.draw(st.none() | st.integers(12, 80))
     decoders = [pure.FrameDecoder(max_frame), fast.FrameDecoder(max_frame)]
-    budgets = [admit_budget, admit_budget]
+    admissions = [None, None] if budget is None else [
+        BudgetAdmission(budget, offers_room, login_limit) for _ in decoders]
     results: list[list] = [[], []]
     for lo, hi in zip([0, *cuts], [*cuts, len(stream)], strict=True):
         for i, decoder in enumerate(decoders):
-            admit = None
-            if budgets[i] is not None:
-                def admit(n, i=i):  # a receiver with a memory budget: refuses past it
-                    return n <= budgets[i]
-            got = _frames(outcome(decoder.feed, as_type(stream[lo:hi]), admit))
+            got = _frames(outcome(decoder.feed, as_type(stream[lo:hi]), admissions[i]))
             results[i].append((got, decoder.buffered))
+        # An admission that refused may have room again (the budget was released).
+        for admission in admissions:
+            if admission is not None:
+                admission.left += 30
     assert results[1] == results[0]
+    if budget is not None:
+        assert admissions[1].calls == admissions[0].calls
+        assert admissions[1].left == admissions[0].left
     assert decoders[1].discard() == decoders[0].discard()
 
 
@@ -97,3 +137,23 @@ def test_wrong_types_fail_alike(fast) -> None:
 def test_the_compiled_module_is_compiled(fast) -> None:
     assert fast.__file__.endswith((".so", ".pyd")) and type(fast.parse_frame).__name__ == (
         "cython_function_or_method")
+
+
+@settings(max_examples=60, deadline=None)
+@given(extra=st.sampled_from([-1, 0, 1, 5000]), cut=st.integers(0, 40_000),
+       seed=st.integers(0, 2**32))
+def test_large_payloads_alike(fast, extra: int, cut: int, seed: int) -> None:
+    """Payloads around the twin's COPY_LIMIT (bytes of their own up to it, views of the
+    read above it) and a frame larger than the C buffer keeps: the same frames."""
+    size = fast.COPY_LIMIT + extra
+    payload = random.Random(seed).randbytes(size)
+    stream = b"".join(struct.pack(">IBBHQ", 12 + len(p), 1, 2, 1, 9) + p
+                      for p in (payload, b"tail", payload))
+    cut = min(cut, len(stream))
+    got = []
+    for decoder in (pure.FrameDecoder(), fast.FrameDecoder()):
+        frames = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
+        got.append(_frames(("value", frames)))
+        assert decoder.buffered == 0
+    assert got[1] == got[0]
+    assert type(frames[0].payload) is (bytes if size <= fast.COPY_LIMIT else memoryview)

@@ -97,6 +97,17 @@ class SharedBudget:
             self.peak = used
         return n
 
+    def room_now(self, share: Share) -> int:
+        """The most :meth:`try_take` would grant ``share`` now (0 while someone waits for
+        the total): takes that stay within it, one after the other, all succeed."""
+        if self._total_blocked:
+            return 0
+        room = self.per_connection - share.used
+        total_room = self.total - self.used
+        if total_room < room:
+            room = total_room
+        return room if room > 0 else 0
+
     def wait(self, share: Share, minimum: int, want: int, grant: Grant) -> _Waiter:
         """Queue for between ``minimum`` and ``want`` bytes; ``grant(n)`` runs once they are
         taken (possibly before this returns). Call after :meth:`try_take` failed."""

@@ -73,6 +73,26 @@ class RequestAdmission:
         self.receiving += n
         return True
 
+    def room(self) -> int:
+        """Bytes the next frames of a read may take at once (the frame decoder counts them
+        and gives their sum to :meth:`took`), each admitted exactly as :meth:`admit` would
+        admit it. Asked after :meth:`admit` admitted the read's first frame, so this session
+        holds bytes and the small-frame rule no longer applies: what is left is
+        ``SharedBudget.try_take``'s room. 0 (every frame asked of :meth:`admit`) while a
+        grant is pending or a waiter queued, while someone waits for the total, while this
+        session holds nothing (the small-frame rule), and before log-in (a frame over
+        :data:`LOGIN_FRAME_LIMIT` must be refused)."""
+        share = self.share
+        if self._granted or self._waiter is not None or share.used == 0 \
+                or not self._logged_in():
+            return 0
+        return share.budget.room_now(share)
+
+    def took(self, n: int) -> None:
+        """Frames admitted against :meth:`room` take their ``n`` bytes."""
+        self.share.budget.take(self.share, n)
+        self.receiving += n
+
     def _admitted(self, n: int) -> None:
         if not self._accepting():
             self.release(n)

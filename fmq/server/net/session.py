@@ -106,7 +106,7 @@ class ClientSession(asyncio.Protocol):
 
     def _parse(self, data: bytes, now: float) -> None:
         try:
-            frames = self.decoder.feed(data, self.admission.admit)
+            frames = self.decoder.feed(data, self.admission)
         except FMQError as exc:
             # The length prefix is bad or refused: the stream cannot be resynchronised.
             self.fail(0, 0, exc, "bad frame")
