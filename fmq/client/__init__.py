@@ -4,7 +4,8 @@
   client-side batching (``linger_ms``, ``batch_size``, ``buffer_memory``);
 * :class:`fmq.client.aio.AsyncProducer`: the same for asyncio code;
 * :class:`TransactionProducer`: ``send_in_transaction(messages, local_transaction)``,
-  ``with producer.transaction() as tx``, and a feedback thread that asks ``checker`` about
+  ``with producer.transaction() as tx``, ``commit_with_next`` (a :class:`PendingCommit`
+  written with the next PREPARE), and a feedback thread that asks ``checker`` about
   transactions left open;
 * :class:`Consumer`: consumer groups, ``poll`` / ``commit`` / iteration.
 
@@ -17,10 +18,12 @@ from fmq.client.batching import BufferFull
 from fmq.client.cluster.placement import SpansGroups
 from fmq.client.connection import Connection, parse_servers
 from fmq.client.consumer import Consumer
+from fmq.client.pending_commit import PendingCommit
 from fmq.client.producer import Producer, TransactionResult
 from fmq.client.tls import TLSOptions
 from fmq.client.tx_producer import Transaction, TransactionProducer
 
-__all__ = ["BufferFull", "Client", "Connection", "Consumer", "Producer", "SpansGroups",
+__all__ = ["BufferFull", "Client", "Connection", "Consumer", "PendingCommit", "Producer",
+           "SpansGroups",
            "TLSOptions", "Transaction", "TransactionProducer", "TransactionResult",
            "parse_servers"]

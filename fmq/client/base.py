@@ -27,6 +27,7 @@ from .acquire import (
     search_steps,
 )
 from .connection import Connection, parse_servers
+from .deadline import Attempts
 from .discovery import ANY, Finder
 from .tls import TLSSetting
 from .topic_admin import TopicAdmin
@@ -132,12 +133,14 @@ class Client(PooledClient, TopicAdmin):
         return conn
 
     def call(self, op: Op, fields: dict[str, Any], *, timeout: float | None = None,
-             retries: int | None = None, link: str = OWN_LINK) -> dict[str, Any]:
+             retries: int | None = None, link: str = OWN_LINK,
+             attempts: Attempts | None = None) -> dict[str, Any]:
         """Send one request and wait for its answer, retrying retriable errors within this
         client's ``retries`` (or the ``retries`` given here) and ``delivery_timeout``
-        (``link``: the broker group's link it goes on, the client's own by default)."""
+        (``link``: the broker group's link it goes on, the client's own by default;
+        ``attempts``: a budget some attempts of this request used already)."""
         timeout = self.request_timeout if timeout is None else timeout
-        attempts = self.attempts(retries)
+        attempts = attempts or self.attempts(retries)
         while True:
             try:
                 return self._connection(link).request(op, fields, attempts.cap(timeout))

@@ -4,6 +4,11 @@ Any number of threads may call :meth:`Connection.submit` at once: each request g
 request id and a :class:`concurrent.futures.Future`; a reader thread parses response frames
 and completes the future with the same id (pipelining: answers may come back in any order).
 When the socket breaks, every pending future fails with :class:`ConnectionLost`.
+
+A request may also be *held* (:meth:`Connection.hold_encoded`): its frame goes out in the
+same write as the next request on the connection, or alone after a short linger
+(:mod:`fmq.client.held_frames`); a transactional producer's COMMIT rides with the next
+PREPARE so (docs/transactions.md, *A commit written with the next prepare*).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -39,6 +45,7 @@ from fmq.protocol import (
     encode_request,
 )
 
+from .held_frames import HeldFrames
 from .tls import TLSChannel, handshake_failed
 
 logger = logging.getLogger("fmq.client")
@@ -192,8 +199,14 @@ class Connection:
         self._peer_check = PeerCheck(address)
         #: request id -> (opcode, future, decoder of a successful answer)
         self._pending: dict[int, tuple[int, Future, Callable[[Frame], Any]]] = {}
-        self._lock = threading.Lock()  # guards _pending and _closed
-        self._send_lock = threading.Lock()  # one frame at a time on the socket
+        self._lock = threading.Lock()  # guards _pending, _closed and _held
+        self._send_lock = threading.Lock()  # one write at a time on the socket
+        #: Frames held for the next write (hold_encoded), and the thread that writes them
+        #: alone when nothing follows in time (started on the first hold).
+        self._held = HeldFrames()
+        self._held_cond = threading.Condition(self._lock)
+        self._flusher: threading.Thread | None = None
+        self._flusher_wakes_at = float("inf")  # the due time the flusher waits for
         self._ids = itertools.count(1)  # id 0 is reserved for connection-level errors
         self._closed: BaseException | None = None
         #: The primary a NotPrimary answer on this connection named ("" when the follower
@@ -225,24 +238,99 @@ class Connection:
         returns, a failure to write fails the future instead."""
         rid = next(self._ids)
         data = build(rid)  # bad fields fail here, before taking a slot
-        if not self._slots.acquire(timeout=SLOT_WAIT_S):
-            raise RequestTimeout(
-                f"{SLOT_WAIT_S:.0f}s waiting for one of the requests in flight on this "
-                f"connection to finish; the server is overloaded or unreachable")
-        fut: Future = Future()
-        fut.add_done_callback(lambda _f: self._slots.release())
+        fut = self._register(op, rid, decode)
+        try:
+            with self._send_lock:
+                # Read without the lock: a frame held while this runs was held after this
+                # request was submitted, and the next write takes it.
+                if self._held:
+                    with self._lock:
+                        data = b"".join([*self._held.take(), data])
+                self._io.sendall(data)
+        except OSError as exc:
+            self._shutdown(exc)
+        return fut
+
+    def hold_encoded(self, op: Op, build: Callable[[int], bytes],
+                     decode: Callable[[Frame], Any], linger_s: float) -> Future:
+        """:meth:`submit_encoded`, except that the frame is not written now: it goes out in
+        the same write as the next request submitted on this connection (after the frames
+        held before it), or alone once ``linger_s`` seconds passed with none, or when
+        :meth:`flush_held` is called. Its future fails with :class:`NotSent` when the
+        connection breaks before it was written (nothing of it was applied).
+
+        Raises (ConnectionLost) when the connection is already closed."""
+        rid = next(self._ids)
+        data = build(rid)
+        fut = self._slot_future()
         with self._lock:
             if self._closed is not None:
                 unsent = not_sent_error(self.address, self._closed)
                 fut.set_exception(unsent)  # releases the slot
                 raise unsent
             self._pending[rid] = (op, fut, decode)
+            self._held.add(rid, data, linger_s)
+            if self._held.due < self._flusher_wakes_at:
+                self._held_cond.notify()
+            if self._flusher is None:
+                self._flusher = threading.Thread(
+                    target=self._flush_when_due, daemon=True,
+                    name=f"fmq-held-{self.address[0]}:{self.address[1]}")
+                self._flusher.start()
+        return fut
+
+    def flush_held(self) -> None:
+        """Write the held frames now, alone (someone waits for an answer of theirs)."""
+        if not self._held:
+            return
         try:
             with self._send_lock:
-                self._io.sendall(data)
+                with self._lock:
+                    frames = self._held.take()
+                if frames:
+                    self._io.sendall(b"".join(frames))
         except OSError as exc:
             self._shutdown(exc)
+
+    def _slot_future(self) -> Future:
+        """A future for one request's answer, holding one of the in-flight slots until it
+        is done."""
+        if not self._slots.acquire(timeout=SLOT_WAIT_S):
+            raise RequestTimeout(
+                f"{SLOT_WAIT_S:.0f}s waiting for one of the requests in flight on this "
+                f"connection to finish; the server is overloaded or unreachable")
+        fut: Future = Future()
+        fut.add_done_callback(lambda _f: self._slots.release())
         return fut
+
+    def _register(self, op: Op, rid: int, decode: Callable[[Frame], Any]) -> Future:
+        """A future for the answer to request ``rid``, holding one of the in-flight slots.
+        Raises (NotSent) when the connection is closed."""
+        fut = self._slot_future()
+        with self._lock:
+            if self._closed is not None:
+                unsent = not_sent_error(self.address, self._closed)
+                fut.set_exception(unsent)  # releases the slot
+                raise unsent
+            self._pending[rid] = (op, fut, decode)
+        return fut
+
+    def _flush_when_due(self) -> None:
+        """The flusher thread: writes held frames alone once the oldest is due. It wakes
+        when a frame is held due earlier than it waits for, so a producer whose held
+        frames ride with its next requests wakes it about once per linger, not per frame."""
+        while True:
+            with self._held_cond:
+                while True:
+                    if self._closed is not None:
+                        return
+                    rest = self._held.due - time.monotonic()
+                    if rest <= 0:
+                        break
+                    self._flusher_wakes_at = self._held.due
+                    self._held_cond.wait(None if rest == float("inf") else rest)
+                self._flusher_wakes_at = float("inf")
+            self.flush_held()
 
     def request(self, op: Op, fields: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         fut = self.submit(op, fields)
@@ -305,14 +393,18 @@ class Connection:
             if self._closed is None:
                 self._closed = cause
             pending, self._pending = self._pending, {}
+            never_written = set(self._held.request_ids)
+            self._held.take()
+            self._held_cond.notify_all()  # the flusher ends
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         err = self._lost()
-        for _op, fut, _decode in pending.values():
+        unsent = not_sent_error(self.address, self._closed) if never_written else err
+        for rid, (_op, fut, _decode) in pending.items():
             if not fut.done():
-                fut.set_exception(err)
+                fut.set_exception(unsent if rid in never_written else err)
 
     def close(self) -> None:
         self._shutdown(ConnectionError("closed by the client"))

@@ -27,12 +27,17 @@ from fmq.tx.state import TxState, UncertainTx
 from .acquire import OWN_LINK
 from .cluster.router import PlacedRequest
 from .deadline import may_be_stored
+from .pending_commit import PendingCommit
 from .producer import Producer, TransactionResult
 
 logger = logging.getLogger("fmq.client")
 
 Checker = Callable[[UncertainTx], TxState]
 LocalTransaction = Callable[[str, Any], TxState]
+
+#: How long :meth:`TransactionProducer.commit_with_next` holds a COMMIT for a next request
+#: to write it with, by default (milliseconds).
+COMMIT_LINGER_MS = 5.0
 
 
 class Transaction:
@@ -76,6 +81,9 @@ class TransactionProducer(Producer):
         #: The link (broker group) of each transaction this producer prepared and has not
         #: ended yet.
         self._tx_links: dict[str, str] = {}
+        #: Commits of commit_with_next without an outcome yet (close waits for them).
+        self._pending_commits: set[PendingCommit] = set()
+        self._commits_lock = threading.Lock()
         self._stop = threading.Event()
         self._feedback: threading.Thread | None = None
         if feedback:
@@ -144,6 +152,34 @@ class TransactionProducer(Producer):
     def commit(self, tx_id: str) -> TxState:
         """Commit this producer group's transaction ``tx_id``."""
         return self._end(Op.COMMIT, tx_id)
+
+    def commit_with_next(self, tx_id: str, *,
+                         linger_ms: float = COMMIT_LINGER_MS) -> PendingCommit:
+        """Commit this producer group's transaction ``tx_id`` without waiting: the COMMIT
+        is held and written in one write with the next request on its connection (the
+        next :meth:`prepare`), so the two share a server turn, a group commit and a round
+        trip; or alone once ``linger_ms`` passed with no request following, when its
+        :meth:`PendingCommit.result` is asked, or on :meth:`close`. Returns the handle
+        whose ``result()`` is what :meth:`commit` would have returned or raised, once the
+        server answered (retriable failures retried within ``delivery_timeout``).
+
+        The transaction is committed only when that outcome says so: a check-back for it
+        meanwhile goes to the checker as for any open transaction (docs/transactions.md,
+        *A commit written with the next prepare*)."""
+        if not linger_ms >= 0:
+            raise InvalidArgument(f"linger_ms must be 0 or more milliseconds, not "
+                                  f"{linger_ms!r}")
+        pending = PendingCommit(self, tx_id, self._tx_links.get(tx_id, OWN_LINK),
+                                self.attempts())
+        with self._commits_lock:
+            self._pending_commits.add(pending)
+        pending.add_done_callback(self._commit_ended)
+        pending.start(linger_ms / 1000)
+        return pending
+
+    def _commit_ended(self, pending: PendingCommit) -> None:
+        with self._commits_lock:
+            self._pending_commits.discard(pending)
 
     def rollback(self, tx_id: str) -> TxState:
         """Roll back this producer group's transaction ``tx_id``."""
@@ -255,9 +291,24 @@ class TransactionProducer(Producer):
         except FMQError as exc:
             logger.warning("feedback answer for %s failed: %s", uncertain.tx_id, exc)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """Write the commits :meth:`commit_with_next` still holds and wait (up to
+        ``timeout`` seconds, None: each until its outcome) for their answers; then close
+        as :meth:`Producer.close` does. A commit without an outcome by then fails with
+        the error its connection's closing gives (its transaction stays open for the
+        check-back unless the server applied it)."""
+        with self._commits_lock:
+            pending = list(self._pending_commits)
+        for commit in pending:
+            commit.write_now()
+        until = None if timeout is None else time.monotonic() + timeout
+        for commit in pending:
+            try:
+                commit.result(None if until is None else max(0.0, until - time.monotonic()))
+            except FMQError:
+                pass  # the outcome stays with the handle, for its owner
         self._stop.set()
-        super().close()  # fails a feedback poll in flight at once, so the join is quick
+        super().close(timeout)  # fails a feedback poll in flight at once: a quick join
         if self._feedback is not None and self._feedback is not threading.current_thread():
             self._feedback.join(self.feedback_timeout + 1)
 
