@@ -35,6 +35,10 @@ from fmq.loadgen.runner import default_processes
 @click.option("--follow", is_flag=True,
               help="consume: read the messages that arrive during the run (long polls), "
                    "not the ones already stored.")
+@click.option("--commit-with-next-prepare", "commit_with_next", is_flag=True,
+              help="tx: write each transaction's COMMIT in one write with the connection's "
+                   "next PREPARE (TransactionProducer.commit_with_next); a transaction "
+                   "counts once its COMMIT is answered.")
 @click.option("--loop", type=click.Choice(["auto", "asyncio", "uvloop"]), default="auto",
               show_default=True, help="Event loop of the load processes (auto: uvloop if "
                                       "installed).")
@@ -42,8 +46,8 @@ from fmq.loadgen.runner import default_processes
 @json_option
 @fmq_errors
 def bench(kind: str, server: str, producers: int, size: int, duration: float, pipeline: int,
-          batch_linger: float, batch: int, processes: int, topic: str, follow: bool, loop: str,
-          as_json: bool) -> None:
+          batch_linger: float, batch: int, processes: int, topic: str, follow: bool,
+          commit_with_next: bool, loop: str, as_json: bool) -> None:
     """Load a running server and report msgs/s, MB/s, latency percentiles, errors, the
     server's CPU per message, and whether the broker holds what was acknowledged.
 
@@ -52,7 +56,8 @@ def bench(kind: str, server: str, producers: int, size: int, duration: float, pi
                                  duration_s=duration, pipeline=pipeline,
                                  batch_linger_ms=batch_linger, batch=batch,
                                  processes=processes, topic=topic, loop=loop,
-                                 follow=follow, **bench_access()))
+                                 follow=follow, commit_with_next=commit_with_next,
+                                 **bench_access()))
     emit(report.to_dict(), as_json, report.text())
     if not report.ok:
         sys.exit(1)

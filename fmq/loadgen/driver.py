@@ -5,6 +5,10 @@ future, no decode of a SEND answer).
 
 A lane stops starting operations at the deadline and finishes the ones in flight; its
 ``done`` future is set when it has nothing in flight.
+
+A plan that holds its follow-ups (``Plan.holds_follow_ups``: a transaction's COMMIT written
+with the next PREPARE) has them written in one write with the next operation's first
+request; the operation still counts as done only when the follow-up's answer arrives.
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ class Lane(asyncio.Protocol):
         self._started: dict[int, int] = {}  # request id -> start of its operation (ns)
         self._next_id = 0
         self._transport: asyncio.Transport | None = None
+        #: Held follow-ups (written with the next request) and the ids of those in flight,
+        #: whose answers end an operation whose place in the window was passed on.
+        self._held: list[bytes] = []
+        self._carried: set[int] = set()
 
     # ------------------------------------------------------------------ asyncio protocol
 
@@ -70,24 +78,36 @@ class Lane(asyncio.Protocol):
             started = self._started.pop(frame.request_id, None)
             if started is None:
                 continue
+            carried = frame.request_id in self._carried
+            if carried:  # its operation's place in the window went to the next one
+                self._carried.discard(frame.request_id)
             if frame.is_error:
                 exc = decode_error(frame)
                 totals.errors[type(exc).__name__] += 1
                 self._note_error(str(exc))
                 self.plan.failed(frame.request_id)
-                self._start_operation(now)
+                if not carried:
+                    self._start_operation(now)
                 continue
             follow_up, messages, size = self.plan.answer(frame, self._new_id())
             if follow_up is not None:
                 self._started[self._next_id] = started
-                self._transport.write(follow_up)
+                if self.plan.holds_follow_ups:
+                    self._held.append(follow_up)
+                    self._carried.add(self._next_id)
+                    self._start_operation(now)  # its first request carries the follow-up
+                else:
+                    self._transport.write(follow_up)
                 continue
             totals.histogram.record(now - started, max(1, messages))
             totals.messages += messages
             totals.bytes += size
             totals.operations += 1
             totals.last_answer_ns = now
-            self._start_operation(now)
+            if not carried:
+                self._start_operation(now)
+        if self._held and not self._transport.is_closing():
+            self._write(b"")  # nothing followed (the deadline passed): written alone
         if not self._started:
             self._finish()
 
@@ -110,6 +130,13 @@ class Lane(asyncio.Protocol):
         if frame is None:
             return
         self._started[request_id] = time.perf_counter_ns()
+        self._write(frame)
+
+    def _write(self, frame: bytes) -> None:
+        """Write ``frame`` after the held follow-ups, all in one write."""
+        if self._held:
+            frame = b"".join([*self._held, frame])
+            self._held.clear()
         self._transport.write(frame)
 
     def _new_id(self) -> int:

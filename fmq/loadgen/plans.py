@@ -3,7 +3,10 @@ means (a follow-up request, or the operation done with so many messages).
 
 * ``SendPlan``: one SEND, or one SEND_BATCH of ``batch`` messages; answers are not decoded
   (the opcode and flags say it worked).
-* ``TxPlan``: PREPARE of one message, then COMMIT of the returned transaction id.
+* ``TxPlan``: PREPARE of one message, then COMMIT of the returned transaction id; with
+  ``commit_with_next``, the COMMIT is held and written in one write with the next
+  operation's PREPARE (the lane's next operation starts at once), and the transaction is
+  done when the COMMIT's answer arrives.
 * ``PullPlan``: PULLs over a fixed set of queues from their start to the end they had when
   the run began (or, following, from their end on, with long polls), checking that queue
   offsets arrive without gaps or repeats.
@@ -26,7 +29,14 @@ from fmq.protocol.frame import Frame
 class Plan:
     """One kind of operation. ``start`` returns the first request of a new operation, or
     None when this plan has nothing left to do; ``answer`` returns the next request of the
-    same operation, or None with the messages and bytes the finished operation moved."""
+    same operation, or None with the messages and bytes the finished operation moved.
+
+    ``holds_follow_ups``: the lane holds each follow-up request and writes it in one write
+    with the next operation's first request, which it starts at once (the follow-up's
+    operation no longer takes a place in the window); a follow-up nothing follows is
+    written alone at the end of the read that produced it."""
+
+    holds_follow_ups = False
 
     def start(self, request_id: int) -> bytes | None:
         raise NotImplementedError
@@ -58,10 +68,12 @@ class SendPlan(Plan):
 
 
 class TxPlan(Plan):
-    def __init__(self, topic: str, size: int, producer_group: str) -> None:
+    def __init__(self, topic: str, size: int, producer_group: str,
+                 commit_with_next: bool = False) -> None:
         self._template = prepare_template(topic, size, producer_group)
         self._group = producer_group
         self._size = size
+        self.holds_follow_ups = commit_with_next
 
     def start(self, request_id: int) -> bytes:
         return self._template.with_id(request_id)

@@ -31,6 +31,7 @@ class BenchReport:
     count_check: str  # "ok", or what does not match
     broker_count: int | None
     server: str = ""  # the node loaded: the primary of a broker group
+    commit_with_next: bool = False  # tx: each COMMIT written with the next PREPARE
 
     @property
     def msgs_per_s(self) -> float:
@@ -52,7 +53,10 @@ class BenchReport:
         return out
 
     def text(self) -> str:
-        what = {"produce": "sends", "tx": "transactions (1 message)", "consume": "pulls"}
+        what = {"produce": "sends", "consume": "pulls",
+                "tx": "transactions (1 message)" + (", each COMMIT written with the next "
+                                                    "PREPARE" if self.commit_with_next
+                                                    else "")}
         lines = [
             f"fmq bench {self.kind}: {_plural(self.producers, 'connection')} in "
             f"{_plural(self.processes, 'process', 'processes')} ({self.loop}), "

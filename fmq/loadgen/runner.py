@@ -48,6 +48,8 @@ class BenchSpec:
     follow: bool = False  # consume: read what arrives during the run, not what is stored
     tls: TLSOptions | None = None  # a secured server: TLS and the user to log in as
     credentials: Credentials | None = None
+    #: tx: each transaction's COMMIT written in one write with the lane's next PREPARE.
+    commit_with_next: bool = False
 
     def check(self) -> None:
         need = [
@@ -62,6 +64,8 @@ class BenchSpec:
             (self.loop in ("auto", "asyncio", "uvloop"), "--loop must be auto, asyncio or uvloop"),
             (self.loop != "uvloop" or uvloop is not None,
              "uvloop is not installed: pip install 'fmq[bench]', or use --loop asyncio"),
+            (not self.commit_with_next or self.kind == "tx",
+             "--commit-with-next-prepare applies to `fmq bench tx` only"),
         ]
         for ok, text in need:
             if not ok:
@@ -108,7 +112,8 @@ def _jobs(spec: BenchSpec, probe: ServerProbe) -> list[WorkerJob]:
                               spec.batch if spec.batching else 1, spec.duration_s,
                               spec.uses_uvloop, cursors=tuple(cursors[at:at + n]),
                               follow=spec.follow, tls=spec.tls,
-                              credentials=spec.credentials))
+                              credentials=spec.credentials,
+                              commit_with_next=spec.commit_with_next))
         at += n
     return jobs
 
@@ -206,4 +211,5 @@ def _report(spec: BenchSpec, probe: ServerProbe, jobs: list[WorkerJob], parts: l
         server_cpu_us_per_msg=cpu_us,
         client_cpu_pct=100 * max(p["cpu_s"] for p in parts) / elapsed if elapsed else 0.0,
         loop="uvloop" if spec.uses_uvloop else "asyncio", count_check=check,
-        broker_count=broker_count, server=probe.primary)
+        broker_count=broker_count, server=probe.primary,
+        commit_with_next=spec.commit_with_next)

@@ -47,13 +47,14 @@ class WorkerJob:
     follow: bool = False
     tls: TLSOptions | None = None  # a secured server (docs/security.md)
     credentials: Credentials | None = None
+    commit_with_next: bool = False  # tx: each COMMIT written with the next PREPARE
 
 
 def _plan(job: WorkerJob, lane: int) -> Plan:
     if job.kind == "produce":
         return SendPlan(job.topic, job.size, job.batch)
     if job.kind == "tx":
-        return TxPlan(job.topic, job.size, job.producer_group)
+        return TxPlan(job.topic, job.size, job.producer_group, job.commit_with_next)
     return PullPlan([QueueCursor(*c) for c in job.cursors[lane]], follow=job.follow)
 
 

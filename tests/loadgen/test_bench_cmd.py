@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from fmq.client import Client, Producer
+from fmq.client import Client, Producer, TransactionProducer
+from fmq.message import Message
 from fmq.protocol import Op
+from fmq.tx.state import TxState
 from tests.server.harness import FMQ, ServerProcess, json_lines, run_cli, server_stats
 
 
@@ -67,6 +69,39 @@ def test_transactions_each_store_one_message(server):
         assert c.call(Op.LIST_TX, {})["transactions"] == []
 
 
+def test_transactions_whose_commit_rides_with_the_next_prepare_are_counted_as_stored(server):
+    rc, r = bench(server, "tx", "--commit-with-next-prepare", "--topic", "t2", "--producers",
+                  "4", "--processes", "2", "--duration", "1.5")
+    assert rc == 0, r
+    assert r["commit_with_next"] is True and r["count_check"] == "ok"
+    assert r["messages"] == r["operations"] == r["broker_count"] > 0
+    assert stored(server.address, "t2") == r["messages"]
+    with Client(server.address) as c:  # every PREPARE of the run was committed
+        assert c.call(Op.LIST_TX, {})["transactions"] == []
+
+
+def test_the_count_check_of_commits_with_the_next_prepare_fails_on_other_transactions(server):
+    stop = threading.Event()
+
+    def intruder() -> None:
+        with TransactionProducer(server.address, "intruder", lambda u: TxState.UNKNOWN,
+                                 feedback=False) as p:
+            while not stop.is_set():
+                p.commit(p.prepare([Message("t3", b"not from the benchmark")]))
+
+    t = threading.Thread(target=intruder)
+    t.start()
+    try:
+        rc, r = bench(server, "tx", "--commit-with-next-prepare", "--topic", "t3",
+                      "--producers", "2", "--duration", "1")
+    finally:
+        stop.set()
+        t.join(30)
+    assert rc == 1
+    assert r["count_check"].startswith("MISMATCH")
+    assert r["broker_count"] > r["messages"]
+
+
 def test_consume_reads_every_stored_message_once(server):
     with Producer(server.address) as p:
         for i in range(300):
@@ -102,6 +137,7 @@ def test_the_count_check_fails_when_the_broker_holds_other_messages(server):
     (["produce", "--producers", "0"], "--producers must be at least 1"),
     (["produce", "--duration", "0"], "--duration must be more than 0"),
     (["produce", "--batch", "0", "--batch-linger", "1"], "--batch must be in"),
+    (["produce", "--commit-with-next-prepare"], "applies to `fmq bench tx` only"),
 ])
 def test_bad_input_gets_one_clear_line(server, args, says):
     proc = run_cli("bench", *args, "--server", server.address, timeout=60)
