@@ -145,20 +145,27 @@ class SendBatcher:
         return fut
 
     def submit_grouped(self, place_all: PlaceAll, item: Any, finish: Finish,
-                       answered: Answered) -> asyncio.Future:
+                       answered: Answered, key: Any = None) -> asyncio.Future:
         """:meth:`submit_write` of a write placed with the turn's others of its kind: the
         turn's consecutive writes with the same ``place_all`` are placed by one
         ``place_all(items)`` call (a transaction's PREPAREs, or COMMITs, of many producers:
         :mod:`fmq.server.ops.tx_ops`), which returns each one's outcome as ``place()``
         would (token and end, or the exception that fails it alone). Answered by
-        ``answered(fut)`` as :meth:`answer_directly` has it."""
+        ``answered(fut)`` as :meth:`answer_directly` has it.
+
+        ``key``: the state the write touches (a transaction's group and id;
+        :data:`UNSHARED`: none another write of the turn can name; None: not said). When
+        every write of a turn is grouped and says a key no other one says, the turn's
+        writes are placed kind by kind (:func:`by_kind`): producers whose COMMIT comes with
+        their next PREPARE interleave the two kinds, which would otherwise be placed one
+        by one."""
         if self._stopping:
             self._check_running()  # raises its error
         if not self._scheduled:  # _this_turn's, inline
             self._scheduled = True
             self.loop.call_soon(self._place)
         fut = self.loop.create_future()
-        self._writes.append(((place_all, item), fut, finish, answered))
+        self._writes.append(((place_all, item, key), fut, finish, answered))
         return fut
 
     def answer_directly(self, fut: asyncio.Future, answered: Answered) -> None:
@@ -214,6 +221,8 @@ class SendBatcher:
 
     def _place_writes(self) -> None:
         writes, self._writes = self._writes, []
+        if len(writes) > 2:
+            writes = by_kind(writes)
         placed = PlacedWrites()  # one hand-over for the turn's writes
         at, count = 0, len(writes)
         while at < count:
@@ -412,3 +421,33 @@ def copy_outcome(to: asyncio.Future, source: asyncio.Future) -> None:
         to.set_exception(source.exception())
     else:
         to.set_result(source.result())
+
+
+#: The ``key`` of a grouped write that touches no state another write of its turn can name
+#: (a PREPARE whose transaction id the server makes).
+UNSHARED = object()
+
+
+def by_kind(writes: list) -> list:
+    """A turn's writes with those of one kind brought together, each kind where its first
+    write was and in arrival order within it, when that changes no outcome: every write is
+    grouped and says the state it touches, and no two say the same (so no write's outcome
+    depends on another's having been placed first). Else the writes as they came."""
+    kinds: dict[Any, list] = {}
+    keys: set = set()
+    for write in writes:
+        place = write[0]
+        if type(place) is not tuple:
+            return writes
+        key = place[2]
+        if key is not UNSHARED:
+            if key is None or key in keys:
+                return writes
+            keys.add(key)
+        run = kinds.get(place[0])
+        if run is None:
+            run = kinds[place[0]] = []
+        run.append(write)
+    if len(kinds) < 2:
+        return writes
+    return [write for run in kinds.values() for write in run]

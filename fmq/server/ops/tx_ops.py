@@ -29,7 +29,9 @@ from typing import Any
 from fmq.engine.broker import Broker
 from fmq.message import Message
 from fmq.server.context import ServerContext
+from fmq.server.ops.batcher import UNSHARED
 from fmq.server.ops.placed import Answered
+from fmq.tx.ids import scope_of
 from fmq.tx.manager import OpenTransaction
 from fmq.tx.state import TxState
 
@@ -111,12 +113,15 @@ class TxSteps:
         """Queue a PREPARE of ``messages`` (plain: they passed ``check_message`` as they
         were decoded) for the end of this turn; raises ServerBusy when the server stops."""
         return self.batcher.submit_grouped(self._prepares, (messages, producer_group, tx_id),
-                                           self.prepared, answered)
+                                           self.prepared, answered,
+                                           UNSHARED if tx_id is None else touches(producer_group,
+                                                                                 tx_id))
 
     def commit(self, producer_group: str, tx_id: str, answered: Answered) -> asyncio.Future:
         """Queue a COMMIT for the end of this turn."""
         return self.batcher.submit_grouped(self._commits, (producer_group, tx_id),
-                                           self.committed, answered)
+                                           self.committed, answered,
+                                           touches(producer_group, tx_id))
 
     def _place_prepares(self, items: list[tuple[list[Message], str, str | None]]
                         ) -> list[Any]:
@@ -132,6 +137,16 @@ class TxSteps:
             elif type(placed) is TxState:  # it had ended already
                 outcomes[i] = placed, None
         return outcomes
+
+
+def touches(producer_group: str, tx_id: Any) -> tuple[str, str] | None:
+    """The state a PREPARE or COMMIT of ``tx_id`` touches, as the send pipeline's
+    :func:`~fmq.server.ops.batcher.by_kind` asks: its transaction, or for an id of a scope
+    (or a scope's mark) the whole scope, since a mark changes what its scope's other ids
+    may do; None for a malformed id (its write is placed where it came)."""
+    if type(tx_id) is not str:
+        return None
+    return producer_group, scope_of(tx_id) or tx_id
 
 
 _STEPS: weakref.WeakKeyDictionary[Any, TxSteps] = weakref.WeakKeyDictionary()
