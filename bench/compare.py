@@ -183,6 +183,13 @@ def _tx_fmq(run: Run) -> Metrics:
     return {"msgs/s": run.fmq_bench(kind="tx", producers=CONNECTIONS)["msgs_per_s"]}
 
 
+def _tx_with_next_fmq(run: Run) -> Metrics:
+    """Row 4's load, each COMMIT written in one write with its producer's next PREPARE
+    (``fmq bench tx --commit-with-next-prepare``)."""
+    return {"msgs/s": run.fmq_bench(kind="tx", producers=CONNECTIONS,
+                                    commit_with_next=True)["msgs_per_s"]}
+
+
 def _tx_peer(run: Run) -> Metrics:
     return {"msgs/s": run.fmq_bench(kind="produce", producers=CONNECTIONS)["msgs_per_s"]}
 
@@ -325,6 +332,8 @@ TARGETS: list[tuple[str, str, Callable, Callable | None]] = [
     ("2 async batching, 1 client process", "Redis XADD -P 16 -c 64", _async_fmq, _async_peer),
     ("3 embedded", "Python group commit / disk", _embedded_fmq, _embedded_peer),
     ("4 transactions of 1 message, 64 producers", "FMQ plain sends", _tx_fmq, _tx_peer),
+    ("4b transactions of 1 message, commit sent with the next prepare, 64 producers",
+     "FMQ plain sends", _tx_with_next_fmq, _tx_peer),
     ("5 recovery", "Redis AOF reload", _recovery_fmq, _recovery_peer),
     ("6 sends with 16 consumers following", "FMQ without consumers", _with_consumers,
      _without_consumers),
@@ -342,7 +351,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     ap.add_argument("--recovery-mb", type=int, default=100)
-    ap.add_argument("--only", default="", help="comma-separated target numbers, e.g. 1,3")
+    ap.add_argument("--only", default="", help="comma-separated target numbers, e.g. 1,3 "
+                                               "or 4,4b")
     ap.add_argument("--async-producer", choices=["loadgen", "sdk"], default="loadgen",
                     help="row 2's FMQ side: fmq bench --batch-linger, or the SDK's send_async")
     args = ap.parse_args()

@@ -23,7 +23,10 @@ under the same windows (``strace -f -c``, every thread; needs strace).
 
 ``send``: SEND of one 1 KiB message. ``tx``: a transaction of one 1 KiB message, its PREPARE
 and its COMMIT (two requests, both counted as one transaction). ``batch``: SEND_BATCH of 16
-1 KiB messages, counted per message (not part of the default run).
+1 KiB messages, counted per message (not part of the default run). ``tx-with-next`` (not
+part of the default run): the same transactions with each COMMIT written in one write with
+its producer's next PREPARE (``TransactionProducer.commit_with_next``): a window holds, per
+producer, the COMMIT of its last transaction and the PREPARE of its next one.
 """
 
 from __future__ import annotations
@@ -98,7 +101,25 @@ class RawClient:
             self.buf += data
 
 
+def drive_tx_with_next(client: RawClient, requests: int, window: int) -> None:
+    """``requests`` transactions, each producer's COMMIT in the window of its next PREPARE;
+    the last window's transactions committed by a window of COMMITs alone."""
+    prepared: list[str] = []
+    for _ in range(requests // window):
+        frames: list[tuple[int, dict]] = []
+        for i in range(window):
+            if prepared:
+                frames.append((Op.COMMIT, {"producer_group": "g", "tx_id": prepared[i]}))
+            frames.append((Op.PREPARE, {"producer_group": "g", "tx_id": None,
+                                        "messages": [_message()]}))
+        prepared = [a["tx_id"] for a in client.window(frames) if "tx_id" in a]
+    client.window([(Op.COMMIT, {"producer_group": "g", "tx_id": t}) for t in prepared])
+
+
 def drive(client: RawClient, kind: str, requests: int, window: int = WINDOW) -> None:
+    if kind == "tx-with-next":
+        drive_tx_with_next(client, requests, window)
+        return
     for _ in range(requests // window):
         if kind == "send":
             client.window([(Op.SEND, {"message": _message()})] * window)
@@ -185,7 +206,7 @@ def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--requests", type=int, default=1024,
                     help="transactions or sends of the short run, a multiple of 64")
-    ap.add_argument("--only", choices=("send", "tx", "batch"), default=None)
+    ap.add_argument("--only", choices=("send", "tx", "batch", "tx-with-next"), default=None)
     ap.add_argument("--window", type=int, default=WINDOW,
                     help="requests written at once, each window answered before the next (1: "
                          "one request in flight, as a producer that waits for each answer)")
@@ -213,7 +234,9 @@ def main() -> None:
                     shutil.copy(os.path.join(tmp, "callgrind.out"),
                                 os.path.join(args.keep, f"callgrind.{name}.{kind}"))
             what = {"send": "SEND", "tx": "transaction of one message",
-                    "batch": f"message sent in SEND_BATCHes of {BATCH}"}[kind]
+                    "batch": f"message sent in SEND_BATCHes of {BATCH}",
+                    "tx-with-next": "transaction of one message, its COMMIT written with "
+                                    "the next PREPARE"}[kind]
             per = args.requests * (BATCH if kind == "batch" else 1)
             print(f"{name}: {count / per:,.0f} server instructions per {what}", flush=True)
 
