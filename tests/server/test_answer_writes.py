@@ -10,6 +10,7 @@ import socket
 import time
 
 from fmq.protocol import FrameDecoder, Op
+from fmq.server.net import answer_writes
 from fmq.server.net.session import ClientSession
 from tests.native.test_plain_send_twins import send_payload
 from tests.server.test_plain_send_step import ServerThread, _frame, _read_answer
@@ -33,14 +34,23 @@ class CountingTransport:
 
 
 def _counted_writes(monkeypatch) -> list[int]:
+    """Every write of an answer: through the transport, or sent to the socket directly
+    (``answer_writes.SEND_ANSWERS``, one per connection and flush)."""
     writes: list[int] = []
     made = ClientSession.connection_made
+    send_answers = answer_writes.SEND_ANSWERS
 
     def connection_made(self, transport) -> None:
         made(self, transport)
         self.transport = CountingTransport(transport, writes)
 
+    def counted_send_answers(fds, answers):
+        taken = send_answers(fds, answers)
+        writes.extend(n for n in taken if n)  # what none took goes through the transport
+        return taken
+
     monkeypatch.setattr(ClientSession, "connection_made", connection_made)
+    monkeypatch.setattr(answer_writes, "SEND_ANSWERS", counted_send_answers)
     return writes
 
 

@@ -1,4 +1,5 @@
-"""The answers of one hand-back of the send pipeline written once per connection.
+"""The answers of one hand-back of the send pipeline written once per connection, and sent to
+their sockets with the interpreter lock released once for all of them.
 
 The send pipeline answers every request a flush covered in one event-loop callback
 (:func:`fmq.server.ops.placed.answer_placed`). Each answer written at once is a
@@ -7,20 +8,79 @@ per answer, 64 for a connection that pipelined 64 requests. While :class:`Answer
 open (the callback runs), a session keeps its answers; when it closes, each session that
 kept some writes them in one piece, in the order they were made. The bytes on the socket are
 the same; only their system calls are fewer (issue 41, item 5).
+
+Who writes them (issue 41, item 5 too): uvloop makes its ``write`` system call with the
+interpreter lock held, one connection after another, while the index writer and the send
+acknowledger wait for the lock. So a connection whose answers may go straight to its socket
+(:meth:`HoldsAnswers.held_for_socket`: a plain TCP transport, see :func:`socket_fd`, open and
+holding no unsent bytes, so nothing written earlier can be overtaken) hands them over, and
+:data:`SEND_ANSWERS` sends all of them from C in one release of the lock
+(``_answer_send_c``). What a socket did not take (a partial send, EAGAIN, an error) goes
+through that connection's transport before anything else is written to it, so the transport
+buffers the rest, or meets the error and closes the connection, exactly as if it had
+written the whole answer. Any other connection (TLS, a transport without a socket of its
+own, bytes still buffered) writes through its transport as before. The pure twin sends
+nothing itself: there every answer goes whole through the transport.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Protocol
 
+from fmq import native
+from fmq.server.net import answer_send
+
 logger = logging.getLogger("fmq.server")
+
+#: ``send_answers(fds, answers) -> bytes each socket took``: the compiled twin, or the pure
+#: one, which sends nothing (every answer through its transport).
+SEND_ANSWERS = native.choose(answer_send).send_answers
+
+
+def _plain_transports() -> tuple[type, ...]:
+    """The transports that write the connection's own socket with ``send`` and nothing
+    else: asyncio's and uvloop's TCP transports. A TLS transport (its socket carries
+    records, not the answer's bytes) or anything else is not among them."""
+    from asyncio.selector_events import _SelectorSocketTransport
+
+    found: list[type] = [_SelectorSocketTransport]
+    try:
+        from uvloop.loop import TCPTransport
+    except ImportError:
+        pass
+    else:
+        found.append(TCPTransport)
+    return tuple(found)
+
+
+_PLAIN_TRANSPORTS = _plain_transports()
+
+
+def socket_fd(transport: asyncio.BaseTransport) -> int:
+    """The descriptor of ``transport``'s socket when answers may be sent to it directly
+    (a plain TCP transport of asyncio or uvloop), else -1: decided once per connection."""
+    if type(transport) not in _PLAIN_TRANSPORTS \
+            or transport.get_extra_info("sslcontext") is not None:
+        return -1
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return -1
+    try:
+        return sock.fileno()
+    except OSError:
+        return -1
 
 
 class HoldsAnswers(Protocol):
     """A session that kept answers while the writes were held."""
 
+    def held_for_socket(self) -> tuple[int, bytes] | None: ...
+
     def write_held(self) -> None: ...
+
+    def write_held_rest(self, data: bytes, sent: int) -> None: ...
 
 
 class AnswerWrites:
@@ -44,8 +104,31 @@ class AnswerWrites:
     def __exit__(self, *exc: object) -> None:
         self.holding = False
         sessions, self._sessions = self._sessions, []
+        direct: list[HoldsAnswers] = []
+        fds: list[int] = []
+        answers: list[bytes] = []
         for session in sessions:
             try:
-                session.write_held()
+                taken = session.held_for_socket()
+                if taken is None:
+                    session.write_held()
+                    continue
+            except Exception:  # noqa: BLE001 - the other connections still get theirs
+                logger.exception("writing a connection's answers failed")
+                continue
+            direct.append(session)
+            fds.append(taken[0])
+            answers.append(taken[1])
+        if not direct:
+            return
+        try:
+            sent = SEND_ANSWERS(fds, answers)
+        except Exception:  # noqa: BLE001 - nothing was sent: the transports write it all
+            logger.exception("sending a flush's answers to their sockets failed; writing "
+                             "them through the connections' transports")
+            sent = [0] * len(answers)
+        for session, answer, n in zip(direct, answers, sent, strict=True):
+            try:
+                session.write_held_rest(answer, n)
             except Exception:  # noqa: BLE001 - the other connections still get theirs
                 logger.exception("writing a connection's answers failed")

@@ -25,6 +25,7 @@ import socket
 from fmq.errors import FMQError
 from fmq.protocol import FrameDecoder, encode_error
 from fmq.server.context import ServerContext
+from fmq.server.net.answer_writes import socket_fd
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
 from fmq.server.net.session_requests import SessionRequests
@@ -79,6 +80,8 @@ class ClientSession(asyncio.Protocol):
         self.answer_writes = ctx.batcher.answer_writes if ctx.batcher is not None else None
         self._held: list[bytes] | None = None
         self._held_reserved = 0
+        #: The socket those answers may be sent to directly (-1: always the transport).
+        self._answer_fd = -1
 
     # ------------------------------------------------------------------ asyncio callbacks
 
@@ -95,6 +98,7 @@ class ClientSession(asyncio.Protocol):
         # Low-water mark 0: resume_writing means "everything sent", which is when the
         # reply budget gets its bytes back and reading resumes.
         self.transport.set_write_buffer_limits(high=WRITE_BACKLOG, low=0)
+        self._answer_fd = socket_fd(transport)
         self.ctx.hooks.session_opened(self)
 
     def data_received(self, data: bytes) -> None:
@@ -260,10 +264,29 @@ class ClientSession(asyncio.Protocol):
         self._held, self._held_reserved = None, 0
         self._write(held[0] if len(held) == 1 else b"".join(held), reserved)
 
-    def _write(self, data: bytes, reserved: int) -> None:
+    def held_for_socket(self) -> tuple[int, bytes] | None:
+        """The socket and the kept answers in one piece, taken, when they may be sent to it
+        directly (:class:`AnswerWrites`): a plain TCP transport, open, holding no unsent
+        bytes they could overtake. Else None, and they stay kept (:meth:`write_held`)."""
+        held, t = self._held, self.transport
+        if (held is None or self._answer_fd < 0 or t is None or t.is_closing()
+                or t.get_write_buffer_size()):
+            return None
+        self._held = None
+        return self._answer_fd, held[0] if len(held) == 1 else b"".join(held)
+
+    def write_held_rest(self, data: bytes, sent: int) -> None:
+        """``data`` from :meth:`held_for_socket`, of which the socket took ``sent`` bytes:
+        the rest through the transport (which buffers it, or meets the socket's error and
+        closes), and the reply bytes held for them settled."""
+        reserved, self._held_reserved = self._held_reserved, 0
+        self._write(data, reserved, sent)
+
+    def _write(self, data: bytes, reserved: int, sent: int = 0) -> None:
         t = self.transport
         if t is not None and not t.is_closing():
-            t.write(data)
+            if sent < len(data):
+                t.write(data[sent:] if sent else data)
             if reserved or t.get_write_buffer_size() != self.replies.unsent:
                 self._sync_unsent(reserved)
         else:
