@@ -1,8 +1,10 @@
 """Where a server's time goes per message, by thread: user and system CPU of the whole
 process (``/proc/PID/stat``), CPU and context switches of each thread grouped by its name
 (``/proc/PID/task/*/stat`` and ``status``), and, when ``strace`` is installed, futex calls
-per message (``strace -c -f -e trace=futex``, in a window of its own after the others:
-tracing slows the server down, so it never overlaps the CPU window). A child process of the
+per message, in all and per thread group with their mean duration (``strace -f -T -e
+trace=futex``, in a window of its own after the others: tracing slows the server down, so
+it never overlaps the CPU window; the interpreter lock's waits and hand-offs are futex
+calls). A child process of the
 server (the indexer process, ``index_writer = "process"``) counts as part of it: its threads
 appear as ``child: NAME``.
 
@@ -161,21 +163,25 @@ def per_message(before: Sample, after: Sample, messages: int) -> dict:
     }
 
 
-def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
-    """Futex calls per message over ``seconds`` under ``strace -c -f`` (None without
-    strace, or when it may not attach: ptrace_scope, no permission)."""
+def futex_calls(pid: int, seconds: float, count: callable) -> dict | None:
+    """Futex calls per message over ``seconds`` under ``strace -f -T -e trace=futex`` (every
+    call logged with its thread and time), in all and per thread group (``threads``: calls
+    per message and the mean microseconds a call took, which for a wait is the time the
+    thread slept: the interpreter lock's hand-offs are futex calls). None without strace,
+    or when it may not attach (ptrace_scope, no permission)."""
     strace = shutil.which("strace")
     if strace is None:
         return None
+    names = {tid: _group(t.name) for tid, t in sample(pid).threads.items()}
     with tempfile.NamedTemporaryFile(prefix="fmq-strace-", suffix=".txt") as out:
         pids = [arg for p in [pid, *child_processes(pid)] for arg in ("-p", str(p))]
-        proc = subprocess.Popen([strace, "-c", "-f", "-e", "trace=futex", *pids,
+        proc = subprocess.Popen([strace, "-f", "-T", "-e", "trace=futex", *pids,
                                  "-o", out.name], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # attaching to every thread
-        first = count()
+        first, begun = count(), os.path.getsize(out.name)
         time.sleep(seconds)
-        last = count()
+        last, ended = count(), os.path.getsize(out.name)
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(30)
@@ -183,12 +189,25 @@ def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
             proc.kill()
             proc.wait()
             return None
-        with open(out.name) as f:
-            text = f.read()
-    m = re.search(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?futex\s*$", text, re.M)
-    if m is None or last <= first:
+        with open(out.name, "rb") as f:  # the window's lines only
+            f.seek(begun)
+            text = f.read(ended - begun).decode(errors="replace")
+    if last <= first:
         return None
-    return int(m.group(1)) / (last - first)
+    calls: dict[str, int] = {}
+    slept: dict[str, float] = {}
+    for line in text.splitlines()[1:-1]:  # the first and last may be cut
+        tid, _, rest = line.partition(" ")
+        group = names.get(int(tid), "other") if tid.isdigit() else "other"
+        if rest.startswith("futex("):
+            calls[group] = calls.get(group, 0) + 1
+        took = re.search(r"<([\d.]+)>$", rest)
+        if took and ("= " in rest) and not rest.endswith("<unfinished ...>"):
+            slept[group] = slept.get(group, 0.0) + float(took.group(1))
+    n = last - first
+    return {"total": sum(calls.values()) / n,
+            "threads": {g: {"calls": c / n, "mean_us": slept.get(g, 0.0) / c * 1e6}
+                        for g, c in calls.items()}}
 
 
 @contextlib.contextmanager
@@ -251,7 +270,12 @@ def profile(address: str, pid: int, producers: int, seconds: float, warmup: floa
         n1, f1, s1 = count(), probe.stats()["flushes"], sample(pid)
         result = per_message(s0, s1, n1 - n0)
         result["msgs_per_flush"] = (n1 - n0) / max(f1 - f0, 1)
-        result["futex_per_msg"] = futex_calls(pid, seconds, count) if use_strace else None
+        futex = futex_calls(pid, seconds, count) if use_strace else None
+        result["futex_per_msg"] = futex and futex["total"]
+        for name, t in (futex or {}).get("threads", {}).items():
+            result["threads"].setdefault(name, {"threads": 0, "user_us": 0.0, "system_us": 0.0,
+                                                "voluntary_cs": 0.0, "involuntary_cs": 0.0})
+            result["threads"][name].update(futex_calls=t["calls"], futex_us=t["mean_us"])
     probe.close()
     if consumers:
         result["consumed_per_s"] = loaded["consumed_per_s"]
@@ -271,12 +295,18 @@ def print_profile(r: dict) -> None:
 
 
 def print_threads(threads: dict) -> None:
-    print("| thread | n | user us/msg | system us/msg | vol cs/msg | invol cs/msg |")
-    print("|---|---:|---:|---:|---:|---:|")
+    """A table of the thread groups; with the futex window's columns when it ran (futex
+    calls per message and their mean duration, from the strace window)."""
+    futex = any("futex_calls" in t for t in threads.values())
+    print("| thread | n | user us/msg | system us/msg | vol cs/msg | invol cs/msg |"
+          + (" futex/msg | futex mean us |" if futex else ""))
+    print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if futex else ""))
     rows = sorted(threads.items(), key=lambda kv: -(kv[1]["user_us"] + kv[1]["system_us"]))
     for name, t in rows:
         print(f"| {name} | {t['threads']} | {t['user_us']:.1f} | {t['system_us']:.1f} | "
-              f"{t['voluntary_cs']:.3f} | {t['involuntary_cs']:.3f} |")
+              f"{t['voluntary_cs']:.3f} | {t['involuntary_cs']:.3f} |"
+              + (f" {t.get('futex_calls', 0):.3f} | {t.get('futex_us', 0):.1f} |"
+                 if futex else ""))
 
 
 def start_tree_server(tree: str, data_dir: str, port: int, pure: bool = False,
@@ -348,9 +378,12 @@ def medians(rounds: list[dict]) -> dict:
     futex = [r["futex_per_msg"] for r in rounds if r.get("futex_per_msg") is not None]
     out["futex_per_msg"] = statistics.median(futex) if futex else None
     names = {name for r in rounds for name in r["threads"]}
+    keys = ["threads", "user_us", "system_us", "voluntary_cs", "involuntary_cs"]
+    if futex:
+        keys += ["futex_calls", "futex_us"]
     out["threads"] = {
         name: {k: statistics.median(r["threads"].get(name, {}).get(k, 0) for r in rounds)
-               for k in ("threads", "user_us", "system_us", "voluntary_cs", "involuntary_cs")}
+               for k in keys}
         for name in names}
     return out
 
