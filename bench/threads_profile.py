@@ -163,12 +163,16 @@ def per_message(before: Sample, after: Sample, messages: int) -> dict:
     }
 
 
-def futex_calls(pid: int, seconds: float, count: callable) -> dict | None:
-    """Futex calls per message over ``seconds`` under ``strace -f -T -e trace=futex`` (every
-    call logged with its thread and time), in all and per thread group (``threads``: calls
-    per message and the mean microseconds a call took, which for a wait is the time the
-    thread slept: the interpreter lock's hand-offs are futex calls). None without strace,
-    or when it may not attach (ptrace_scope, no permission)."""
+def futex_calls(pid: int, seconds: float, count: callable, tool: str = "perf"
+                ) -> dict | None:
+    """Futex calls per message over ``seconds``, in all and per thread group (``threads``:
+    calls per message and the mean microseconds a call took, which for a wait is the time
+    the thread slept: the interpreter lock's hand-offs are futex calls). ``tool``: ``perf``
+    (``perf trace -s``: the kernel's tracepoints, the threads run on) or ``strace`` (``-f
+    -T``: every call stops its thread, which changes the timing it counts); None when the
+    tool is missing or may not attach (ptrace_scope, perf_event_paranoid, no permission)."""
+    if tool == "perf":
+        return _futex_perf(pid, seconds, count)
     strace = shutil.which("strace")
     if strace is None:
         return None
@@ -204,6 +208,54 @@ def futex_calls(pid: int, seconds: float, count: callable) -> dict | None:
         took = re.search(r"<([\d.]+)>$", rest)
         if took and ("= " in rest) and not rest.endswith("<unfinished ...>"):
             slept[group] = slept.get(group, 0.0) + float(took.group(1))
+    n = last - first
+    return {"total": sum(calls.values()) / n,
+            "threads": {g: {"calls": c / n, "mean_us": slept.get(g, 0.0) / c * 1e6}
+                        for g, c in calls.items()}}
+
+
+def _futex_perf(pid: int, seconds: float, count: callable) -> dict | None:
+    """:func:`futex_calls` by ``perf trace -s -e futex`` (its per-thread summary)."""
+    perf = shutil.which("perf")
+    if perf is None:
+        return None
+    names = {tid: _group(t.name) for tid, t in sample(pid).threads.items()}
+    with tempfile.NamedTemporaryFile(prefix="fmq-perf-", suffix=".txt") as out:
+        pids = ",".join(str(p) for p in [pid, *child_processes(pid)])
+        # perf counts from the moment it attached (well under a second after its start)
+        # to its stop: the messages are counted over its whole run, so the count per
+        # message is low by at most the attach's share of the window.
+        first = count()
+        proc = subprocess.Popen([perf, "trace", "-s", "-e", "futex", "-p", pids,
+                                 "-o", out.name], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(seconds)
+        last = count()
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
+        with open(out.name) as f:
+            text = f.read()
+    if last <= first or proc.returncode not in (0, -signal.SIGINT, 130):
+        return None
+    calls: dict[str, int] = {}
+    slept: dict[str, float] = {}
+    group = None
+    for line in text.splitlines():
+        head = re.match(r"^\s*(.+?) \((\d+)\), \d+ events", line)
+        if head:
+            group = names.get(int(head.group(2)), "other")
+            continue
+        row = re.match(r"^\s*futex\s+(\d+)\s+\d+\s+([\d.]+)", line)
+        if row and group is not None:
+            calls[group] = calls.get(group, 0) + int(row.group(1))
+            slept[group] = slept.get(group, 0.0) + float(row.group(2)) / 1e3
+    if not calls:
+        return None
     n = last - first
     return {"total": sum(calls.values()) / n,
             "threads": {g: {"calls": c / n, "mean_us": slept.get(g, 0.0) / c * 1e6}
@@ -251,7 +303,7 @@ def under_load(spec: BenchSpec, consumers: int, count: Callable[[], int],
 
 def profile(address: str, pid: int, producers: int, seconds: float, warmup: float,
             use_strace: bool, topic: str, batch: int = 0, kind: str = "produce",
-            consumers: int = 0) -> dict:
+            consumers: int = 0, futex_tool: str = "strace") -> dict:
     """Drive ``fmq bench produce`` (or ``kind``: ``tx``, transactions of one message) at
     ``address`` and measure the server ``pid``; ``batch``: SEND_BATCH requests of that
     many messages (``--batch-linger 1``, one load process: compare.py row 2's load)
@@ -259,7 +311,7 @@ def profile(address: str, pid: int, producers: int, seconds: float, warmup: floa
     connections read the topic meanwhile (compare.py row 6's load)."""
     probe = ServerProbe(address)
     count = lambda: probe.stored(topic)  # noqa: E731 - the server's count of the topic
-    use_strace = use_strace and shutil.which("strace") is not None
+    use_strace = use_strace and shutil.which(futex_tool) is not None
     spec = BenchSpec(kind=kind, server=address, producers=producers, size=1024,
                      duration_s=warmup + seconds * (2 if use_strace else 1) + 2.0,
                      topic=topic, **({"batch_linger_ms": 1.0, "batch": batch, "processes": 1}
@@ -270,7 +322,7 @@ def profile(address: str, pid: int, producers: int, seconds: float, warmup: floa
         n1, f1, s1 = count(), probe.stats()["flushes"], sample(pid)
         result = per_message(s0, s1, n1 - n0)
         result["msgs_per_flush"] = (n1 - n0) / max(f1 - f0, 1)
-        futex = futex_calls(pid, seconds, count) if use_strace else None
+        futex = futex_calls(pid, seconds, count, futex_tool) if use_strace else None
         result["futex_per_msg"] = futex and futex["total"]
         for name, t in (futex or {}).get("threads", {}).items():
             result["threads"].setdefault(name, {"threads": 0, "user_us": 0.0, "system_us": 0.0,
@@ -365,7 +417,7 @@ def one_round(tree: str, args: argparse.Namespace, index_writer: str | None) -> 
             return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
                            args.warmup, not args.no_strace,
                            f"threads-{os.getpid()}-{int(time.time())}", args.batch,
-                           args.kind, args.consumers)
+                           args.kind, args.consumers, args.futex_tool)
 
 
 def medians(rounds: list[dict]) -> dict:
@@ -405,6 +457,9 @@ def main() -> None:
                     help="that many following consumers meanwhile (compare.py row 6's load: "
                          "16); per message stays per message sent")
     ap.add_argument("--no-strace", action="store_true", help="skip the futex window")
+    ap.add_argument("--futex-tool", choices=("strace", "perf"), default="strace",
+                    help="what counts the futex window's calls: strace -f -T (stops every "
+                         "call) or perf trace -s (tracepoints: the threads' timing kept)")
     ap.add_argument("--pure", action="store_true",
                     help="servers without compiled code (FMQ_NO_EXTENSIONS=1)")
     ap.add_argument("--writers", help="instead of --old: this checkout with each of these "
@@ -418,7 +473,7 @@ def main() -> None:
         topic = f"threads-{os.getpid()}-{int(time.time())}"
         print_profile(profile(args.server, args.pid, args.producers, args.seconds,
                               args.warmup, not args.no_strace, topic, args.batch,
-                              args.kind, args.consumers))
+                              args.kind, args.consumers, args.futex_tool))
         return
     if args.writers:
         writers = args.writers.split(",")
