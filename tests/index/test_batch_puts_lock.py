@@ -50,7 +50,7 @@ def _writer_cpu_while_the_lock_is_held(put_batches, path: str) -> dict:
     env = lmdb.open(path, map_size=1 << 30, max_dbs=2, sync=False)
     db = env.open_db(b"cq")
     items = [(i.to_bytes(8, "big"), b"v" * 32) for i in range(ITEMS)]
-    writing = threading.Event()
+    writing, measured = threading.Event(), threading.Event()
     result: dict = {}
     turns = _turns_holding_the_lock(HOLD_S)
 
@@ -60,6 +60,7 @@ def _writer_cpu_while_the_lock_is_held(put_batches, path: str) -> dict:
             began = time.perf_counter()
             result["counts"] = put_batches(txn, [(db, items)])
             result["wall_s"] = time.perf_counter() - began
+        measured.wait(60)  # its CPU clock is read until then (it ends with the thread)
 
     writer = threading.Thread(target=write, name="writer")
     writer.start()
@@ -73,6 +74,7 @@ def _writer_cpu_while_the_lock_is_held(put_batches, path: str) -> dict:
         sum(range(turns))
         during, held = time.clock_gettime(clock) - before, time.perf_counter() - began
     finally:
+        measured.set()
         writer.join(120)
     with env.begin() as txn:
         stored = txn.stat(db)["entries"]
