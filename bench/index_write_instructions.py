@@ -10,9 +10,13 @@ Two paths, each run for ``--messages`` and for twice as many under ``valgrind
 * ``scan``: ``index_flushed`` over a log of such messages (what the indexer process does for
   every flush, and the dispatcher's catch-up): the records read and decoded, then applied.
 
-Each line also gives the LMDB puts per message (items written, by database): py-lmdb
-releases the interpreter lock around each put, so in the broker every put is a chance for
-the index thread and the event loop to trade the lock. Not part of the test run::
+Each line also gives the LMDB puts per message (items written, by database) and how many
+times the index writer lets the interpreter lock go per message: py-lmdb's ``putmulti``
+releases it around each put, so in the broker every put is a chance for the index thread
+and the event loop to trade the lock; the compiled batch writer (``_batch_puts_c``)
+releases it once per transaction. In this checkout ``apply`` runs twice when the compiled
+writer is chosen: with it, and with the reference ``putmulti`` (``apply, putmulti``), the
+rest of the path unchanged. Not part of the test run::
 
     python bench/index_write_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--messages 8192]
 """
@@ -41,9 +45,19 @@ with fmq.Broker.open(sys.argv[1], cfg) as b:
 
 APPLY = """
 import json, sys
+from fmq.index import store as store_module
 from fmq.index.entries import QueueEntry
 from fmq.index.store import IndexStore
-n, path = int(sys.argv[1]), sys.argv[2]
+n, puts, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+writer = getattr(store_module, "PUT_BATCHES", None)  # None: a checkout from before it
+if puts == "putmulti":
+    from fmq.index import batch_puts
+    store_module.PUT_BATCHES = writer = batch_puts.put_batches
+direct = writer is not None and writer.__module__ == "fmq.index._batch_puts_c"
+if direct:
+    from fmq.index import _batch_puts_c
+    direct = _batch_puts_c.direct()
+print(json.dumps({"direct": direct}))
 store = IndexStore(path, map_size=1 << 30)
 entries = [QueueEntry("bench", i % 4, i // 4, 1040 * i, 1040, 0, 1_700_000_000_000 + i // 8,
                       None, 1040 * i) for i in range(n)]
@@ -95,7 +109,11 @@ def instructions(tree: str, script: str, args: list[str], scratch_dir: str
     collected = re.search(r"Collected : (\d+)", out.stderr)
     if collected is None:
         raise SystemExit(f"callgrind printed no count:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1]), int(collected.group(1))
+    lines = [json.loads(line) for line in out.stdout.strip().splitlines()]
+    found = lines[-1]
+    for line in lines[:-1]:
+        found.update(line)
+    return found, int(collected.group(1))
 
 
 def main() -> None:
@@ -107,6 +125,7 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     small, large = args.messages, 2 * args.messages
+    direct: dict[str, bool] = {}  # per checkout: whether its apply ran the direct writer
     with scratch("fmq-index-instr-") as tmp:
         logs = {}
         for n in (small, large):
@@ -115,17 +134,29 @@ def main() -> None:
                            check=True, cwd=HERE)
         for name, tree in trees(args.old).items():
             for path, script, argv in (
-                    ("apply", APPLY, {n: [str(n)] for n in (small, large)}),
+                    ("apply", APPLY, {n: [str(n), "chosen"] for n in (small, large)}),
+                    ("apply, putmulti", APPLY, {n: [str(n), "putmulti"]
+                                                for n in (small, large)}),
                     ("scan", SCAN, {n: [os.path.join(logs[n], "log"),
                                         str(log_end(os.path.join(logs[n], "log")))]
                                     for n in (small, large)})):
+                if path == "apply, putmulti" and not direct.get(name):
+                    continue  # the chosen writer was putmulti already
                 (items_a, a), (items_b, b) = (instructions(tree, script, argv[n], tmp)
                                               for n in (small, large))
+                if path == "apply":
+                    direct[name] = items_b.get("direct", False)
                 per = {db: (items_b[db] - items_a.get(db, 0)) / (large - small)
                        for db in items_b if db in ("cq", "time", "keys", "keyoff")}
                 puts = " + ".join(f"{db} {v:.3f}" for db, v in per.items() if v)
+                # The apply path writes 256 messages a transaction: the direct writer lets
+                # the lock go once per transaction, putmulti once per item.
+                releases = (f"; lock releases per message: "
+                            f"{1 / 256 if items_b.get('direct') else sum(per.values()):.3f}"
+                            if path != "scan" else "")
                 print(f"{name} {path}: {(b - a) / (large - small):,.0f} instructions per "
-                      f"message; LMDB items per message: {puts} = {sum(per.values()):.3f}")
+                      f"message; LMDB items per message: {puts} = {sum(per.values()):.3f}"
+                      f"{releases}")
 
 
 if __name__ == "__main__":

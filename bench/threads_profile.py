@@ -1,8 +1,10 @@
 """Where a server's time goes per message, by thread: user and system CPU of the whole
 process (``/proc/PID/stat``), CPU and context switches of each thread grouped by its name
 (``/proc/PID/task/*/stat`` and ``status``), and, when ``strace`` is installed, futex calls
-per message (``strace -c -f -e trace=futex``, in a window of its own after the others:
-tracing slows the server down, so it never overlaps the CPU window). A child process of the
+per message, in all and per thread group with their mean duration (``strace -f -T -e
+trace=futex``, in a window of its own after the others: tracing slows the server down, so
+it never overlaps the CPU window; the interpreter lock's waits and hand-offs are futex
+calls). A child process of the
 server (the indexer process, ``index_writer = "process"``) counts as part of it: its threads
 appear as ``child: NAME``.
 
@@ -161,21 +163,29 @@ def per_message(before: Sample, after: Sample, messages: int) -> dict:
     }
 
 
-def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
-    """Futex calls per message over ``seconds`` under ``strace -c -f`` (None without
-    strace, or when it may not attach: ptrace_scope, no permission)."""
+def futex_calls(pid: int, seconds: float, count: callable, tool: str = "perf"
+                ) -> dict | None:
+    """Futex calls per message over ``seconds``, in all and per thread group (``threads``:
+    calls per message and the mean microseconds a call took, which for a wait is the time
+    the thread slept: the interpreter lock's hand-offs are futex calls). ``tool``: ``perf``
+    (``perf trace -s``: the kernel's tracepoints, the threads run on) or ``strace`` (``-f
+    -T``: every call stops its thread, which changes the timing it counts); None when the
+    tool is missing or may not attach (ptrace_scope, perf_event_paranoid, no permission)."""
+    if tool == "perf":
+        return _futex_perf(pid, seconds, count)
     strace = shutil.which("strace")
     if strace is None:
         return None
+    names = {tid: _group(t.name) for tid, t in sample(pid).threads.items()}
     with tempfile.NamedTemporaryFile(prefix="fmq-strace-", suffix=".txt") as out:
         pids = [arg for p in [pid, *child_processes(pid)] for arg in ("-p", str(p))]
-        proc = subprocess.Popen([strace, "-c", "-f", "-e", "trace=futex", *pids,
+        proc = subprocess.Popen([strace, "-f", "-T", "-e", "trace=futex", *pids,
                                  "-o", out.name], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # attaching to every thread
-        first = count()
+        first, begun = count(), os.path.getsize(out.name)
         time.sleep(seconds)
-        last = count()
+        last, ended = count(), os.path.getsize(out.name)
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(30)
@@ -183,12 +193,73 @@ def futex_calls(pid: int, seconds: float, count: callable) -> float | None:
             proc.kill()
             proc.wait()
             return None
+        with open(out.name, "rb") as f:  # the window's lines only
+            f.seek(begun)
+            text = f.read(ended - begun).decode(errors="replace")
+    if last <= first:
+        return None
+    calls: dict[str, int] = {}
+    slept: dict[str, float] = {}
+    for line in text.splitlines()[1:-1]:  # the first and last may be cut
+        tid, _, rest = line.partition(" ")
+        group = names.get(int(tid), "other") if tid.isdigit() else "other"
+        if rest.startswith("futex("):
+            calls[group] = calls.get(group, 0) + 1
+        took = re.search(r"<([\d.]+)>$", rest)
+        if took and ("= " in rest) and not rest.endswith("<unfinished ...>"):
+            slept[group] = slept.get(group, 0.0) + float(took.group(1))
+    n = last - first
+    return {"total": sum(calls.values()) / n,
+            "threads": {g: {"calls": c / n, "mean_us": slept.get(g, 0.0) / c * 1e6}
+                        for g, c in calls.items()}}
+
+
+def _futex_perf(pid: int, seconds: float, count: callable) -> dict | None:
+    """:func:`futex_calls` by ``perf trace -s -e futex`` (its per-thread summary)."""
+    perf = shutil.which("perf")
+    if perf is None:
+        return None
+    names = {tid: _group(t.name) for tid, t in sample(pid).threads.items()}
+    with tempfile.NamedTemporaryFile(prefix="fmq-perf-", suffix=".txt") as out:
+        pids = ",".join(str(p) for p in [pid, *child_processes(pid)])
+        # perf counts from the moment it attached (well under a second after its start)
+        # to its stop: the messages are counted over its whole run, so the count per
+        # message is low by at most the attach's share of the window.
+        first = count()
+        proc = subprocess.Popen([perf, "trace", "-s", "-e", "futex", "-p", pids,
+                                 "-o", out.name], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(seconds)
+        last = count()
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return None
         with open(out.name) as f:
             text = f.read()
-    m = re.search(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?futex\s*$", text, re.M)
-    if m is None or last <= first:
+    if last <= first or proc.returncode not in (0, -signal.SIGINT, 130):
         return None
-    return int(m.group(1)) / (last - first)
+    calls: dict[str, int] = {}
+    slept: dict[str, float] = {}
+    group = None
+    for line in text.splitlines():
+        head = re.match(r"^\s*(.+?) \((\d+)\), \d+ events", line)
+        if head:
+            group = names.get(int(head.group(2)), "other")
+            continue
+        row = re.match(r"^\s*futex\s+(\d+)\s+\d+\s+([\d.]+)", line)
+        if row and group is not None:
+            calls[group] = calls.get(group, 0) + int(row.group(1))
+            slept[group] = slept.get(group, 0.0) + float(row.group(2)) / 1e3
+    if not calls:
+        return None
+    n = last - first
+    return {"total": sum(calls.values()) / n,
+            "threads": {g: {"calls": c / n, "mean_us": slept.get(g, 0.0) / c * 1e6}
+                        for g, c in calls.items()}}
 
 
 @contextlib.contextmanager
@@ -232,7 +303,7 @@ def under_load(spec: BenchSpec, consumers: int, count: Callable[[], int],
 
 def profile(address: str, pid: int, producers: int, seconds: float, warmup: float,
             use_strace: bool, topic: str, batch: int = 0, kind: str = "produce",
-            consumers: int = 0) -> dict:
+            consumers: int = 0, futex_tool: str = "strace") -> dict:
     """Drive ``fmq bench produce`` (or ``kind``: ``tx``, transactions of one message) at
     ``address`` and measure the server ``pid``; ``batch``: SEND_BATCH requests of that
     many messages (``--batch-linger 1``, one load process: compare.py row 2's load)
@@ -240,7 +311,7 @@ def profile(address: str, pid: int, producers: int, seconds: float, warmup: floa
     connections read the topic meanwhile (compare.py row 6's load)."""
     probe = ServerProbe(address)
     count = lambda: probe.stored(topic)  # noqa: E731 - the server's count of the topic
-    use_strace = use_strace and shutil.which("strace") is not None
+    use_strace = use_strace and shutil.which(futex_tool) is not None
     spec = BenchSpec(kind=kind, server=address, producers=producers, size=1024,
                      duration_s=warmup + seconds * (2 if use_strace else 1) + 2.0,
                      topic=topic, **({"batch_linger_ms": 1.0, "batch": batch, "processes": 1}
@@ -251,7 +322,12 @@ def profile(address: str, pid: int, producers: int, seconds: float, warmup: floa
         n1, f1, s1 = count(), probe.stats()["flushes"], sample(pid)
         result = per_message(s0, s1, n1 - n0)
         result["msgs_per_flush"] = (n1 - n0) / max(f1 - f0, 1)
-        result["futex_per_msg"] = futex_calls(pid, seconds, count) if use_strace else None
+        futex = futex_calls(pid, seconds, count, futex_tool) if use_strace else None
+        result["futex_per_msg"] = futex and futex["total"]
+        for name, t in (futex or {}).get("threads", {}).items():
+            result["threads"].setdefault(name, {"threads": 0, "user_us": 0.0, "system_us": 0.0,
+                                                "voluntary_cs": 0.0, "involuntary_cs": 0.0})
+            result["threads"][name].update(futex_calls=t["calls"], futex_us=t["mean_us"])
     probe.close()
     if consumers:
         result["consumed_per_s"] = loaded["consumed_per_s"]
@@ -271,12 +347,18 @@ def print_profile(r: dict) -> None:
 
 
 def print_threads(threads: dict) -> None:
-    print("| thread | n | user us/msg | system us/msg | vol cs/msg | invol cs/msg |")
-    print("|---|---:|---:|---:|---:|---:|")
+    """A table of the thread groups; with the futex window's columns when it ran (futex
+    calls per message and their mean duration, from the strace window)."""
+    futex = any("futex_calls" in t for t in threads.values())
+    print("| thread | n | user us/msg | system us/msg | vol cs/msg | invol cs/msg |"
+          + (" futex/msg | futex mean us |" if futex else ""))
+    print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if futex else ""))
     rows = sorted(threads.items(), key=lambda kv: -(kv[1]["user_us"] + kv[1]["system_us"]))
     for name, t in rows:
         print(f"| {name} | {t['threads']} | {t['user_us']:.1f} | {t['system_us']:.1f} | "
-              f"{t['voluntary_cs']:.3f} | {t['involuntary_cs']:.3f} |")
+              f"{t['voluntary_cs']:.3f} | {t['involuntary_cs']:.3f} |"
+              + (f" {t.get('futex_calls', 0):.3f} | {t.get('futex_us', 0):.1f} |"
+                 if futex else ""))
 
 
 def start_tree_server(tree: str, data_dir: str, port: int, pure: bool = False,
@@ -335,7 +417,7 @@ def one_round(tree: str, args: argparse.Namespace, index_writer: str | None) -> 
             return profile(f"127.0.0.1:{port}", server.pid, args.producers, args.seconds,
                            args.warmup, not args.no_strace,
                            f"threads-{os.getpid()}-{int(time.time())}", args.batch,
-                           args.kind, args.consumers)
+                           args.kind, args.consumers, args.futex_tool)
 
 
 def medians(rounds: list[dict]) -> dict:
@@ -348,9 +430,12 @@ def medians(rounds: list[dict]) -> dict:
     futex = [r["futex_per_msg"] for r in rounds if r.get("futex_per_msg") is not None]
     out["futex_per_msg"] = statistics.median(futex) if futex else None
     names = {name for r in rounds for name in r["threads"]}
+    keys = ["threads", "user_us", "system_us", "voluntary_cs", "involuntary_cs"]
+    if futex:
+        keys += ["futex_calls", "futex_us"]
     out["threads"] = {
         name: {k: statistics.median(r["threads"].get(name, {}).get(k, 0) for r in rounds)
-               for k in ("threads", "user_us", "system_us", "voluntary_cs", "involuntary_cs")}
+               for k in keys}
         for name in names}
     return out
 
@@ -372,6 +457,9 @@ def main() -> None:
                     help="that many following consumers meanwhile (compare.py row 6's load: "
                          "16); per message stays per message sent")
     ap.add_argument("--no-strace", action="store_true", help="skip the futex window")
+    ap.add_argument("--futex-tool", choices=("strace", "perf"), default="strace",
+                    help="what counts the futex window's calls: strace -f -T (stops every "
+                         "call) or perf trace -s (tracepoints: the threads' timing kept)")
     ap.add_argument("--pure", action="store_true",
                     help="servers without compiled code (FMQ_NO_EXTENSIONS=1)")
     ap.add_argument("--writers", help="instead of --old: this checkout with each of these "
@@ -385,7 +473,7 @@ def main() -> None:
         topic = f"threads-{os.getpid()}-{int(time.time())}"
         print_profile(profile(args.server, args.pid, args.producers, args.seconds,
                               args.warmup, not args.no_strace, topic, args.batch,
-                              args.kind, args.consumers))
+                              args.kind, args.consumers, args.futex_tool))
         return
     if args.writers:
         writers = args.writers.split(",")

@@ -50,6 +50,7 @@ import lmdb
 from fmq import native
 from fmq.datadir import index_exists
 from fmq.errors import IndexCorrupt
+from fmq.index import batch_puts as batch_puts_py
 from fmq.index import item_batch as item_batch_py
 from fmq.index import keys as K
 from fmq.index import trim
@@ -80,6 +81,10 @@ from fmq.index.tx_ends import TxEndReads
 #: The queue entries' items of one transaction: from ``item_batch_py`` or its compiled twin
 #: ``fmq.index._item_batch_c``.
 ITEM_BATCH = native.choose(item_batch_py).item_batch
+#: A batch's puts, database by database: py-lmdb's ``putmulti`` per database
+#: (``batch_puts_py``), or its compiled twin ``fmq.index._batch_puts_c``, which makes them
+#: with the interpreter lock released once for the batch instead of once per item.
+PUT_BATCHES = native.choose(batch_puts_py).put_batches
 
 
 class IndexStore:
@@ -162,11 +167,12 @@ class IndexStore:
                 items[db].append((k, v))
         handles = (self.db.cq, self.db.time, self.db.keys, self.db.keyoff, self.db.txends,
                    self.db.txoff)
-        for db, db_items in zip(handles, items[:len(handles)], strict=True):
-            if db_items:
-                consumed, _added = txn.cursor(db=db).putmulti(db_items)
-                if consumed != len(db_items):  # append mode silently skips out-of-order keys
-                    raise IndexCorrupt(f"LMDB stored {consumed} of {len(db_items)} index items")
+        batches = [(db, db_items) for db, db_items in zip(handles, items, strict=True)
+                   if db_items]
+        for (_db, db_items), (consumed, _added) in zip(batches, PUT_BATCHES(txn, batches),
+                                                         strict=True):
+            if consumed != len(db_items):  # LMDB stored fewer than it was given
+                raise IndexCorrupt(f"LMDB stored {consumed} of {len(db_items)} index items")
         ranges: dict[tuple[str, int], tuple[int, int]] = {}
         for q, (first, nxt) in bounds.items():
             prefix = K.queue_key(*q)
