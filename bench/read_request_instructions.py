@@ -11,10 +11,11 @@ each window answered before the next goes. Divided by the requests, what is left
 request's cost on the server. Not part of the test run::
 
     python bench/read_request_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT]
-        [--requests 1024] [--only pull|shared|commit] [--keep DIR]
+        [--requests 1024] [--messages 1] [--only pull|shared|commit] [--keep DIR]
 
 ``pull``: a following consumer's PULL of one message from a queue's tail, answered at once
-(``wait_ms`` 1000: a long poll that finds its message). ``shared``: the same pulls by two
+(``wait_ms`` 1000: a long poll that finds its message); ``--messages N``: of N messages
+each (a consumer that fell behind; ``--requests 128`` keeps the fill small). ``shared``: the same pulls by two
 connections (two consumer groups of one queue) one window after the other, so the second
 finds each message kept encoded; counted per PULL. ``commit``: COMMIT_OFFSET of one queue.
 """
@@ -39,28 +40,31 @@ TOPIC = "fmq-read-instr"
 QUEUES = 4
 
 
-def _pulls(at: int) -> list[tuple[int, dict]]:
-    """A window of one-message PULLs: each queue's next offsets from ``at`` on."""
+def _pulls(at: int, messages: int) -> list[tuple[int, dict]]:
+    """A window of PULLs of ``messages`` each: each queue's next offsets from ``at`` on."""
     per_queue = WINDOW // QUEUES
-    return [(Op.PULL, {"topic": TOPIC, "queue_id": i % QUEUES, "offset": at + i // QUEUES,
-                       "max_messages": 1, "wait_ms": 1000})
+    return [(Op.PULL, {"topic": TOPIC, "queue_id": i % QUEUES,
+                       "offset": at + (i // QUEUES) * messages, "max_messages": messages,
+                       "wait_ms": 1000})
             for i in range(per_queue * QUEUES)]
 
 
-def fill(client: RawClient, requests: int) -> None:
+def fill(client: RawClient, requests: int, messages: int = 1) -> None:
     """Each queue's tail asked for once, then enough messages for ``requests`` pulls."""
     message = {"topic": TOPIC, "body": BODY, "key": None, "tags": None, "properties": {}}
     client.window([(Op.SEND, {"message": {**message, "queue_id": q}}) for q in range(QUEUES)])
     client.window([(Op.PULL, {"topic": TOPIC, "queue_id": q, "offset": 0, "max_messages": 1,
                               "wait_ms": 0}) for q in range(QUEUES)])
-    per_queue = requests // QUEUES + WINDOW
+    per_queue = (requests // QUEUES + WINDOW) * messages
     for _ in range(per_queue // 16 + 1):
         client.window([(Op.SEND_BATCH, {"messages": [{**message, "queue_id": q}] * 16})
                        for q in range(QUEUES)])
 
 
-def drive(clients: list[RawClient], kind: str, requests: int, first: int) -> int:
-    """Send ``requests`` of ``kind`` from queue offset ``first`` on; the next offset."""
+def drive(clients: list[RawClient], kind: str, requests: int, first: int,
+          messages: int = 1) -> int:
+    """Send ``requests`` of ``kind`` (PULLs of ``messages`` each) from queue offset
+    ``first`` on; the next offset."""
     at = first
     for _ in range(requests // WINDOW // len(clients) if kind == "shared"
                    else requests // WINDOW):
@@ -71,13 +75,15 @@ def drive(clients: list[RawClient], kind: str, requests: int, first: int) -> int
                                for i in range(WINDOW)])
         else:
             for client in clients:
-                answers = client.window(_pulls(at))
-                assert all(len(a["messages"]) == 1 for a in answers), "a pull found nothing"
-        at += WINDOW // QUEUES
+                answers = client.window(_pulls(at, messages))
+                assert all(len(a["messages"]) == messages for a in answers), \
+                    "a pull found too little"
+        at += WINDOW // QUEUES * (messages if kind != "commit" else 1)
     return at
 
 
-def server_instructions(tree: str, kind: str, requests: int, scratch: str) -> int:
+def server_instructions(tree: str, kind: str, requests: int, scratch: str,
+                        messages: int = 1) -> int:
     """The instructions a server of ``tree`` spent serving ``requests`` of ``kind``
     (counted only while they run)."""
     port = free_port()
@@ -91,11 +97,12 @@ def server_instructions(tree: str, kind: str, requests: int, scratch: str) -> in
         env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
     try:
         clients = [RawClient(port)] + ([RawClient(port)] if kind == "shared" else [])
-        fill(clients[0], requests + WINDOW)
-        at = drive(clients, kind, WINDOW * len(clients), 1)  # warm: caches, shared queues
+        fill(clients[0], requests + WINDOW, messages)
+        # warm: caches, shared queues
+        at = drive(clients, kind, WINDOW * len(clients), 1, messages)
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
                        capture_output=True)
-        drive(clients, kind, requests, at)
+        drive(clients, kind, requests, at, messages)
         subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True,
                        capture_output=True)
         for client in clients:
@@ -113,18 +120,20 @@ def main() -> None:
     ap = parser(__doc__)
     ap.add_argument("--requests", type=int, default=1024,
                     help="requests counted, a multiple of 128")
+    ap.add_argument("--messages", type=int, default=1, help="messages per PULL")
     ap.add_argument("--only", choices=("pull", "shared", "commit"), default=None)
     ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    what = {"pull": "PULL of one message (one consumer)",
-            "shared": "PULL of one message (two groups, the second's kept)",
+    n = "one message" if args.messages == 1 else f"{args.messages} messages"
+    what = {"pull": f"PULL of {n} (one consumer)",
+            "shared": f"PULL of {n} (two groups, the second's kept)",
             "commit": "COMMIT_OFFSET"}
     for kind in [args.only] if args.only else list(what):
         for name, tree in trees(args.old).items():
             with tempfile.TemporaryDirectory(prefix="fmq-read-instr-") as tmp:
-                count = server_instructions(tree, kind, args.requests, tmp)
+                count = server_instructions(tree, kind, args.requests, tmp, args.messages)
                 if args.keep:
                     os.makedirs(args.keep, exist_ok=True)
                     shutil.copy(os.path.join(tmp, "callgrind.out"),

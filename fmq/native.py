@@ -42,6 +42,7 @@ COMPILED_MODULES: dict[str, str] = {
     "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
     "fmq.server.kafka._record_messages_c": "fmq/server/kafka/_record_messages_c.pyx",
     "fmq.server.kafka._stored_batches_c": "fmq/server/kafka/_stored_batches_c.pyx",
+    "fmq.server.ops._pull_messages_c": "fmq/server/ops/_pull_messages_c.pyx",
 }
 
 
