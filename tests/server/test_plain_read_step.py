@@ -297,6 +297,43 @@ def test_a_long_poll_woken_by_a_send_is_answered_alike(server, taken, monkeypatc
     assert taken == ["wait", Op.PULL], "the step did not wait and answer the woken pull"
 
 
+def test_a_woken_long_poll_the_step_declines_goes_on_the_general_way(server, taken,
+                                                                     monkeypatch):
+    """Woken by a message larger than ``max_reply_size`` (the room the step takes), the
+    step declines the woken pull, and the general way's task reads it with room for the
+    message: the same answer as a session of the general way."""
+    port = server.server.port
+    ways: list[bool] = []
+    init = SessionRequests.__init__
+
+    def way_per_session(self, session):  # the first session the step, the second not
+        init(self, session)
+        self.plain_reads = ways.pop(0) if ways else True
+
+    monkeypatch.setattr(SessionRequests, "__init__", way_per_session)
+    ways.extend([True, False])
+    fast, fast_decoder = _connect(port)
+    general, general_decoder = _connect(port)
+    pull = _frame(_pull(b"small", 0, 1, 5, 30_000), 8, op=Op.PULL)
+    try:
+        fast.sendall(pull)
+        general.sendall(pull)
+        time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as producer:
+            message = {"topic": "small", "body": b"L" * BIG, "key": None, "tags": None,
+                       "properties": {}, "queue_id": 0}
+            producer.sendall(encode_request(Op.SEND, 1, {"message": message}))
+            assert _read_answer(producer, FrameDecoder(1 << 24))[1] == 1
+        got_fast = _read_answer(fast, fast_decoder)
+        got_general = _read_answer(general, general_decoder)
+    finally:
+        fast.close()
+        general.close()
+    assert got_fast == got_general
+    assert got_fast[1] == 1 and b"L" * BIG in got_fast
+    assert taken == ["wait"], "the step answered a message larger than its room"
+
+
 def test_an_expired_long_poll_is_answered_alike(server, taken, monkeypatch):
     """Nothing arrives: both ways answer empty after the wait (max_wait_ms)."""
     port = server.server.port
