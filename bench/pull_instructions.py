@@ -9,7 +9,9 @@
   follower's previous pull (``pull_reads.pull_now`` on a real broker: the index read, the
   log read, the decode, the encode);
 * ``kept pull``: the same pull by a second group's consumer, the message kept encoded by
-  the first one's (rows 6's four groups per queue).
+  the first one's (rows 6's four groups per queue);
+* ``pull of 16``, ``pull of 256``: a pull of 16 and of 256 messages of 1 KiB (a consumer
+  that fell behind), one consumer's (nothing kept).
 
 Run::
 
@@ -56,6 +58,9 @@ for _ in range(64):  # what the follower's next pull finds
 assert b.wait_indexed()
 shared = RecentMessages(1 << 20)
 assert pull_now(b, shared, True, "t", 0, 127, 32, None, 1 << 20)[1] == 1  # the first group's
+for _ in range(256):
+    b.send(Message("u", b"y" * 1000, queue_id=0))
+assert b.wait_indexed()
 uvloop.install()
 dump()
 asyncio.run(waits(warm))
@@ -74,10 +79,18 @@ dump()
 for _ in range(n):
     pull_now(b, shared, False, "t", 0, 127, 32, None, 1 << 20)
 dump()
+for many in (16, 256):
+    for _ in range(warm):
+        assert pull_now(b, alone, False, "u", 0, 0, many, None, 1 << 20)[1] == many
+    dump()
+    for _ in range(max(n * 16 // many, 10)):
+        pull_now(b, alone, False, "u", 0, 0, many, None, 1 << 20)
+    dump()
 b.close()
 """
 
-PHASES = ("woken long-poll wait", "following pull", "kept pull (a second group's)")
+PHASES = ("woken long-poll wait", "following pull", "kept pull (a second group's)",
+          "pull of 16 messages", "pull of 256 messages")
 
 
 def instructions(tree: str, calls: int, helper: str, scratch_dir: str) -> list[float]:
@@ -85,8 +98,9 @@ def instructions(tree: str, calls: int, helper: str, scratch_dir: str) -> list[f
     data = os.path.join(scratch_dir, "data")
     shutil.rmtree(data, ignore_errors=True)
     # Dump 1 is the start-up's; then each phase's warm-up and its measured calls.
-    _, totals = run_dumped(tree, SCRIPT, [str(calls), "50", data, helper], scratch_dir, 7)
-    return [totals[i] / calls for i in (2, 4, 6)]
+    _, totals = run_dumped(tree, SCRIPT, [str(calls), "50", data, helper], scratch_dir, 11)
+    return [totals[i] / calls for i in (2, 4, 6)] + [
+        totals[i] / max(calls * 16 // many, 10) for i, many in ((8, 16), (10, 256))]
 
 
 def main() -> None:

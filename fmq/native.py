@@ -44,6 +44,7 @@ COMPILED_MODULES: dict[str, str] = {
     "fmq.server.net._answer_send_c": "fmq/server/net/_answer_send_c.pyx",
     "fmq.server.kafka._record_messages_c": "fmq/server/kafka/_record_messages_c.pyx",
     "fmq.server.kafka._stored_batches_c": "fmq/server/kafka/_stored_batches_c.pyx",
+    "fmq.server.ops._pull_messages_c": "fmq/server/ops/_pull_messages_c.pyx",
 }
 
 

@@ -55,13 +55,15 @@ class NotInMemory(Exception):
 
 class StoredPull(NamedTuple):
     """An untagged pull's index entries and the bytes of their records as the log stores
-    them, undecoded (:meth:`Reader.pull_stored`): for a caller that turns them into its
-    own form itself (the Kafka door: a record batch, in C), and decodes them with
-    :func:`stored_message` where it does not."""
+    them, undecoded (:meth:`Reader.pull_stored`, :meth:`Reader.pull_records`): for a caller
+    that turns them into its own form itself (the Kafka door: a record batch, in C; the
+    server: a PULL answer's messages, in C), and decodes them with :func:`stored_message`
+    where it does not."""
 
     entries: list[Entry]
-    #: Each entry's record bytes; None where retention deleted it after the index was read.
-    records: list[memoryview | bytes | None]
+    #: Each entry's record bytes; None where retention deleted it after the index was read;
+    #: (:meth:`Reader.pull_records` given ``kept``) what the caller kept of its message.
+    records: list[Any]
     min_offset: int
     next_offset: int
 
@@ -159,6 +161,40 @@ class Reader:
                                                 max_bytes)
         entries = entries[:_fitting(entries, max_bytes)]
         records = read_records(self._log, [(e[1], e[2]) for e in entries])
+        return StoredPull(entries, records, lo, hi)
+
+    def pull_records(self, topic: str, queue_id: int, offset: int, max_messages: int,
+                     max_bytes: int | None, resident: int = 0,
+                     kept: KeptLookup | None = None) -> StoredPull:
+        """The entries an untagged :meth:`pull_answer` would read (the same checks, the same
+        ``resident`` rule) and, per entry, what ``kept`` holds of its message ((its form,
+        its body's length)) or else its record's bytes, undecoded (None where retention
+        deleted it), not counted out: for a caller that turns them into its own form
+        itself (the server: a PULL answer's messages, in C). Where that fails, it pulls
+        again with :meth:`pull_answer`, which skips and reports a damaged record."""
+        self._check_open()
+        check_topic(topic)
+        check_queue_id(queue_id, self._queues.queue_count(topic))
+        check_offset(offset)
+        check_count(max_messages, "max_messages")
+        lo, hi, entries = self._visible_entries(topic, queue_id, offset, max_messages)
+        if not entries:
+            return StoredPull(entries, [], lo, hi)
+        if resident and entries[0][1] < self._log.next_offset - resident:
+            raise NotInMemory(f"the pull reads records older than the log's last {resident} "
+                              "bytes")
+        taken = _fitting(entries, max_bytes)
+        if taken < len(entries):
+            entries = entries[:taken]
+        if kept is None:
+            return StoredPull(entries, read_records(self._log, [(e[1], e[2]) for e in entries]),
+                              lo, hi)
+        records: list[Any] = [kept(e) for e in entries]
+        missing = [i for i, hit in enumerate(records) if hit is None]
+        if missing:
+            for i, data in zip(missing, read_records(
+                    self._log, [(entries[i][1], entries[i][2]) for i in missing]), strict=True):
+                records[i] = data
         return StoredPull(entries, records, lo, hi)
 
     def _visible_entries(self, topic: str, queue_id: int, offset: int, max_messages: int,

@@ -26,6 +26,8 @@ from fmq.protocol import PROTOCOL_VERSION, FrameDecoder, Op, encode_request
 from fmq.server.config import ServerConfig
 from fmq.server.net import session_requests
 from fmq.server.net.session_requests import _DECLINED, SessionRequests
+from fmq.server.ops import plain_pull, pull_reads
+from fmq.server.ops.pull_answers import encoded_cache
 from fmq.server.server import Server
 from tests.server.test_plain_send_step import _answers, _frame, _read_answer
 
@@ -55,6 +57,18 @@ def _prefill(broker: Broker) -> None:
                                 tags=rnd.choice([None, "x", "x||y"]), properties=props,
                                 queue_id=q))
     broker.send(Message("small", b"s", queue_id=0))
+    # A transaction's messages (REF_MESSAGE entries, bodies in PRE_MESSAGEs) between plain
+    # ones with the dedup window's own properties, which a pull leaves out.
+    broker.topics.create("txt", queues=1)
+    for i in range(6):
+        broker.send(Message("txt", bytes([i]) * (i * 300), key="k" if i % 2 else None,
+                            properties={"%producer": "p1", "%seq": str(i), "a": "b"},
+                            queue_id=0))
+        tx = broker.transactions.prepare(
+            [Message("txt", b"tx" * i, tags="x" if i % 2 else None,
+                     properties={"c": "é"} if i % 3 else None, queue_id=0)
+             for _ in range(3)], "pg")
+        broker.transactions.commit(tx, "pg")
     assert broker.wait_indexed(30)
 
 
@@ -103,8 +117,8 @@ def taken(monkeypatch):
     pull_now = session_requests.answer_pull_now
     start_commit = SessionRequests._start_commit_offset
 
-    def answered(ctx, session, op, rid, fields):
-        done = pull_now(ctx, session, op, rid, fields)
+    def answered(ctx, session, op, rid, fields, *woken):
+        done = pull_now(ctx, session, op, rid, fields, *woken)
         if done is True:
             seen.append(op)
         elif done is not False:
@@ -280,7 +294,44 @@ def test_a_long_poll_woken_by_a_send_is_answered_alike(server, taken, monkeypatc
         general.close()
     assert got_fast == got_general
     assert b"late" in got_fast
-    assert taken == ["wait"], "the step did not hand its pull to the general way's wait"
+    assert taken == ["wait", Op.PULL], "the step did not wait and answer the woken pull"
+
+
+def test_a_woken_long_poll_the_step_declines_goes_on_the_general_way(server, taken,
+                                                                     monkeypatch):
+    """Woken by a message larger than ``max_reply_size`` (the room the step takes), the
+    step declines the woken pull, and the general way's task reads it with room for the
+    message: the same answer as a session of the general way."""
+    port = server.server.port
+    ways: list[bool] = []
+    init = SessionRequests.__init__
+
+    def way_per_session(self, session):  # the first session the step, the second not
+        init(self, session)
+        self.plain_reads = ways.pop(0) if ways else True
+
+    monkeypatch.setattr(SessionRequests, "__init__", way_per_session)
+    ways.extend([True, False])
+    fast, fast_decoder = _connect(port)
+    general, general_decoder = _connect(port)
+    pull = _frame(_pull(b"small", 0, 1, 5, 30_000), 8, op=Op.PULL)
+    try:
+        fast.sendall(pull)
+        general.sendall(pull)
+        time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as producer:
+            message = {"topic": "small", "body": b"L" * BIG, "key": None, "tags": None,
+                       "properties": {}, "queue_id": 0}
+            producer.sendall(encode_request(Op.SEND, 1, {"message": message}))
+            assert _read_answer(producer, FrameDecoder(1 << 24))[1] == 1
+        got_fast = _read_answer(fast, fast_decoder)
+        got_general = _read_answer(general, general_decoder)
+    finally:
+        fast.close()
+        general.close()
+    assert got_fast == got_general
+    assert got_fast[1] == 1 and b"L" * BIG in got_fast
+    assert taken == ["wait"], "the step answered a message larger than its room"
 
 
 def test_an_expired_long_poll_is_answered_alike(server, taken, monkeypatch):
@@ -291,7 +342,7 @@ def test_an_expired_long_poll_is_answered_alike(server, taken, monkeypatch):
     monkeypatch.setattr(SessionRequests, "plain_reads", False)
     general = _answers(port, [pull])
     assert fast == general and fast[0][1] == 1
-    assert taken == ["wait"]
+    assert taken == ["wait", Op.PULL]
 
 
 def test_a_fenced_primary_refuses_commit_offsets_alike(server, taken, monkeypatch):
@@ -310,3 +361,73 @@ def test_a_fenced_primary_refuses_commit_offsets_alike(server, taken, monkeypatc
     assert fast == general
     assert fast[0][1] & 2 and b"lease" in fast[0].lower() and fast[1][1] == 1
     assert taken == [Op.COMMIT_OFFSET, Op.PULL]
+
+
+def _stored_pulls(seed: int, count: int) -> list[bytes]:
+    """PULLs of every queue of ``t`` and of ``txt`` (a transaction's REF entries, hidden
+    properties), from any offset, of one to all messages, none waiting."""
+    rnd = random.Random(seed)
+    frames = []
+    for rid in range(1, count + 1):
+        topic, queue = rnd.choice([(b"t", 0), (b"t", 1), (b"t", 2), (b"t", 3), (b"txt", 0),
+                                   (b"txt", 0)])
+        frames.append(_frame(_pull(topic, queue, rnd.randrange(0, PER_QUEUE + 2),
+                                   rnd.choice([1, 2, 5, 16, 40, 4096]), 0), rid, op=Op.PULL))
+    return frames
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_pulls_written_from_the_records_are_answered_as_decoded_ones(server, taken,
+                                                                     monkeypatch, seed):
+    """The answers written from the stored records (``pull_messages``, compiled where
+    built) and, for the same frames, the way that decodes each record into a message and
+    encodes it (``pull_decoded``, the reference of before): byte for byte the same, through
+    the step and the general way, with two connections per round so that the second finds
+    messages kept encoded."""
+    port = server.server.port
+    frames = _stored_pulls(seed, 200)
+
+    def both_ways() -> list:
+        # A cache of its own: no answer of the other way's found kept encoded.
+        monkeypatch.setattr(server.server.ctx, "encoded", encoded_cache())
+        got = [_answers(port, frames), _answers(port, frames)]
+        monkeypatch.setattr(SessionRequests, "plain_reads", False)
+        got += [_answers(port, frames)]
+        monkeypatch.setattr(SessionRequests, "plain_reads", True)
+        return got
+
+    written = both_ways()
+    monkeypatch.setattr(pull_reads, "pull_now", pull_reads.pull_decoded)
+    monkeypatch.setattr(plain_pull, "pull_now", pull_reads.pull_decoded)
+    decoded = both_ways()
+    assert taken.count(Op.PULL) >= 4 * 150
+    for answers in written + decoded:
+        assert answers == written[0]
+    assert sum(a[1] == 1 and len(a) > 2000 for a in written[0]) > 20, "too few messages"
+    assert len(server.server.ctx.encoded), "no message was kept encoded"
+
+
+def test_a_window_of_pulls_answered_at_once_is_written_in_one_piece(server, taken,
+                                                                    monkeypatch):
+    """A pipelined consumer's window of PULLs, all answered at once, goes out in one
+    ``write`` (two where the window came in two reads), not one per PULL; the answers are
+    the general way's."""
+    from fmq.server.net.session import ClientSession
+    writes: list[int] = []
+    write = ClientSession._write
+
+    def counted(self, data, reserved):
+        writes.append(len(data))
+        write(self, data, reserved)
+
+    monkeypatch.setattr(ClientSession, "_write", counted)
+    frames = [_frame(_pull(b"t", q % QUEUES, PER_QUEUE - 1 - q // QUEUES, 1, 0), 1 + q,
+                     op=Op.PULL) for q in range(16)]
+    port = server.server.port
+    fast = _pipelined_answers(port, frames, 16)
+    pulls = writes[1:]  # the first answers the session's PING
+    assert taken.count(Op.PULL) == 16
+    assert 1 <= len(pulls) <= 2, f"{len(pulls)} writes for 16 answers"
+    assert sum(pulls) == sum(len(a) - 2 + 16 for a in fast.values())
+    monkeypatch.setattr(SessionRequests, "plain_reads", False)
+    assert fast == _pipelined_answers(port, frames, 16)

@@ -67,7 +67,7 @@ from fmq.server.net.request_admission import RequestAdmission
 from fmq.server.ops.handlers import pull_after_wait, send_batch_reply, send_reply
 from fmq.server.ops.operation import FmqOperation
 from fmq.server.ops.placed import Reply
-from fmq.server.ops.plain_pull import PullWait, answer_pull_now
+from fmq.server.ops.plain_pull import GatheredAnswers, PullWait, answer_pull_now, wait_then
 from fmq.server.ops.table import OPERATIONS
 from fmq.server.ops.tx_ops import TxSteps, pipelined, tx_steps
 from fmq.tx.state import TxState
@@ -157,6 +157,8 @@ class SessionRequests:
         plain = self.plain_sends and self._plain_session()
         plain_tx = plain and self.plain_tx and pipelined(self.ctx)
         reads = self.plain_reads and self._plain_reads_session()
+        # The PULLs of the run the step answers at once are written in one piece.
+        gather = GatheredAnswers(session) if reads and len(frames) > 1 else None
         for frame in frames:
             size = HEADER_SIZE + len(frame.payload)
             admission.received(size)
@@ -168,10 +170,12 @@ class SessionRequests:
                 elif plain_tx and op in _PLAIN_TX_OPS:
                     request = self._start_plain_tx(frame)
                 elif reads and op in _PLAIN_READ_OPS:
-                    request = self._start_plain_read(frame)
+                    request = self._start_plain_read(frame, gather)
                 else:
                     request = _DECLINED
                 if request is _DECLINED:
+                    if gather is not None:  # written before it may answer or close
+                        gather.flush()
                     request = self._start(frame)
             finally:
                 # The one place a frame's bytes go back when its request does not run
@@ -181,7 +185,9 @@ class SessionRequests:
                 else:
                     self._held[request] = size
             if session.closing:
-                return
+                break
+        if gather is not None:
+            gather.flush()
 
     def _plain_session(self) -> bool:
         """Whether this session's SENDs may take the short step now: the checks of
@@ -401,14 +407,16 @@ class SessionRequests:
         if session.eof and not self.running:
             session.close()
 
-    def _start_plain_read(self, frame: Frame) -> asyncio.Future | object | None:
+    def _start_plain_read(self, frame: Frame, gather: GatheredAnswers | None = None
+                          ) -> asyncio.Future | object | None:
         """A PULL or COMMIT_OFFSET of a session the step may serve (:meth:`_plain_reads_session`)
         started the short way, as :meth:`_start_plain_send` starts a SEND: None when it was
         answered (a PULL answered at once, :func:`answer_pull_now`), the future of a PULL
         left to wait or of a COMMIT_OFFSET, or _DECLINED (nothing answered) for
         :meth:`_start` to run it. The conditions
         stand for :meth:`_start`'s checks as there; a payload the general decode refuses
-        declines."""
+        declines. ``gather``: where a PULL answered at once is written, with the others of
+        its run of frames."""
         ctx = self.ctx
         op, rid = frame.opcode, frame.request_id
         if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
@@ -418,7 +426,8 @@ class SessionRequests:
             fields = plain_pull(frame.payload)
             if fields is None:
                 return _DECLINED
-            outcome = answer_pull_now(ctx, self.session, op, rid, fields)
+            outcome = answer_pull_now(ctx, self.session if gather is None else gather, op,
+                                      rid, fields)
             if outcome is True:
                 return None
             if outcome is False:
@@ -428,21 +437,58 @@ class SessionRequests:
 
     def _start_waiting_pull(self, op: int, rid: int, fields: PullFields, wait: PullWait
                             ) -> asyncio.Future:
-        """A PULL the step read and found nothing for, started as the general way's task
-        from its wait on (:func:`pull_after_wait`), answered as :meth:`_start` answers it."""
+        """A PULL the step read and found nothing for, waiting with no task
+        (:func:`wait_then`): a future stands for it among the running requests until it is
+        answered (:meth:`_pull_woken`)."""
         ctx = self.ctx
-        topic, queue_id, _offset, max_messages, wait_ms = fields
         counters = ctx.counters
         counters.requests += 1
         counters.by_op[op] += 1
-        request = ctx.loop.create_task(pull_after_wait(
-            ctx, self.session, {"topic": topic, "queue_id": queue_id, "offset": wait.offset,
-                                "max_messages": max_messages, "wait_ms": wait_ms},
-            wait.events, wait.deadline))
+        request = ctx.loop.create_future()
         self.running.add(request)
         ctx.all_tasks.add(request)
-        request.add_done_callback(functools.partial(self._answer, op, rid))
+        wait_then(ctx, wait, functools.partial(self._pull_woken, op, rid, fields, wait,
+                                               request))
         return request
+
+    def _pull_woken(self, op: int, rid: int, fields: PullFields, wait: PullWait,
+                    request: asyncio.Future) -> None:
+        """A waiting PULL woken (data, its deadline, its session closing, the server
+        stopping): read and answered by the step again (:func:`answer_pull_now` to its
+        deadline), or left to wait again, or, where the step declines (no reply room now,
+        records for a reader thread), handed to the general way's task from that read."""
+        ctx = self.ctx
+        topic, queue_id, _offset, max_messages, wait_ms = fields
+        fields = (topic, queue_id, wait.offset, max_messages, wait_ms)
+        outcome = answer_pull_now(ctx, self.session, op, rid, fields, wait.deadline)
+        if outcome is True:
+            self._end_plain(request)
+            request.set_result(None)
+        elif outcome is False:
+            task = ctx.loop.create_task(pull_after_wait(
+                ctx, self.session, {"topic": topic, "queue_id": queue_id,
+                                    "offset": wait.offset, "max_messages": max_messages,
+                                    "wait_ms": wait_ms}, None, wait.deadline))
+            # The task runs the request on: it holds the frame's bytes and its slot.
+            self._held[task] = self._held.pop(request, 0)
+            self.running.discard(request)
+            self.running.add(task)
+            ctx.all_tasks.add(task)
+            ctx.all_tasks.discard(request)
+            task.add_done_callback(functools.partial(self._answer, op, rid))
+            task.add_done_callback(lambda _task: request.set_result(None))
+        else:
+            wait_then(ctx, outcome, functools.partial(self._pull_woken, op, rid, fields,
+                                                      outcome, request))
+
+    def _end_plain(self, request: asyncio.Future) -> None:
+        """_done's for a request the step answered itself (no reply bytes to settle)."""
+        session = self.session
+        self.running.discard(request)
+        self.ctx.all_tasks.discard(request)
+        session.admission.release(self._held.pop(request, 0))
+        if session.eof and not self.running:
+            session.close()
 
     def _start_commit_offset(self, frame: Frame) -> asyncio.Future | object:
         """A COMMIT_OFFSET written as its handler writes it (``ctx.write`` of the offsets'

@@ -232,11 +232,12 @@ async def _pull_tagged(ctx: ServerContext, session: RequestSession, req: dict) -
 
 
 async def pull_after_wait(ctx: ServerContext, session: RequestSession, req: dict,
-                          events: PullEvents, deadline: float) -> dict:
+                          events: PullEvents | None, deadline: float) -> dict:
     """A PULL whose first read found nothing (the session's short step read it,
     :func:`fmq.server.ops.plain_pull.answer_pull_now`), from its wait on: the wait on
     ``events`` (taken before that read) until ``deadline``, then :func:`_pull`'s reads;
-    ``req["offset"]``: where that read says to go on."""
+    ``req["offset"]``: where that read says to go on. ``events`` None: the step waited
+    already and was woken, and left its next read to this way (from that read on)."""
     answer = await _long_poll_pull(ctx, session, req, None, (events, deadline))
     del answer["resume_offset"]
     return answer
@@ -244,7 +245,7 @@ async def pull_after_wait(ctx: ServerContext, session: RequestSession, req: dict
 
 async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict,
                           tags: str | None,
-                          waiting: tuple[PullEvents, float] | None = None) -> dict:
+                          waiting: tuple[PullEvents | None, float] | None = None) -> dict:
     """``waiting``: the first read was made and found nothing (:func:`pull_after_wait`):
     its events and deadline; the pull waits first."""
     loop = ctx.loop
@@ -256,7 +257,8 @@ async def _long_poll_pull(ctx: ServerContext, session: RequestSession, req: dict
         deadline = loop.time() + ctx.wait_ms(req["wait_ms"])
     else:
         events, deadline = waiting
-        await ctx.wait_for_data(events, deadline - loop.time())
+        if events is not None:
+            await ctx.wait_for_data(events, deadline - loop.time())
     while True:
         events = ctx.wakeups.events(topic, queue_id, session.id)
         async with _reply_room(ctx, session, need) as room:

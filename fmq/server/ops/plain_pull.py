@@ -16,9 +16,14 @@ answered, for the general way to run from the start:
 * ``max_messages`` of 0: the general way gives the error.
 
 A pull that finds nothing and may wait (``wait_ms`` > 0, the long poll) took its wake-up
-events before it read, as the general way does; it is handed to the general way's wait
-(:func:`fmq.server.ops.handlers.pull_after_wait`, a task) with them, so that a waiting pull
-reads its queue once before it waits, as before. An error of the read itself is answered
+events before it read, as the general way does, and waits on them with a timer and no task
+(:func:`wait_then`); woken, it is read and answered by this step again (``deadline``), as
+the general way's loop reads after its wait: a message, or nothing once the time is up, the
+session closes or the server stops; or it waits again. A woken pull the step declines goes
+on as the general way's task from its read (:func:`fmq.server.ops.handlers.pull_after_wait`).
+
+The PULLs of one read of frames that the step answers at once are written together
+(:class:`GatheredAnswers`): a pipelined consumer's window costs one ``write``. An error of the read itself is answered
 as the general way answers it (the same read, the same exception,
 :func:`~fmq.protocol.encode_error`).
 tests/server/test_plain_read_step.py compares the two ways' answers.
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from fmq.engine.reads import NotInMemory
@@ -64,23 +70,31 @@ class PullSession(Protocol):
     """What the step uses of the session the PULL came on."""
 
     id: int
+    closing: bool
     replies: ReplyAccount
 
     def send(self, data: bytes, reserved: int = 0) -> None: ...
 
 
 def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
-                    fields: PullFields) -> bool | PullWait:
+                    fields: PullFields, deadline: float | None = None) -> bool | PullWait:
     """Answer the PULL ``fields`` of request ``rid`` now if it is answered at once (see the
     module doc): True when answered, False when left to the general way (nothing of it
     done but the shared queues' note and its wake-up events taken), or its
-    :class:`PullWait` when it is to wait."""
+    :class:`PullWait` when it is to wait. ``deadline``: a long poll woken from its wait
+    (:func:`wait_then`), counted as a request already, reading again until then."""
     topic, queue_id, offset, max_messages, wait_ms = fields
     config = ctx.config
     window = config.pull_on_loop_bytes
     if not window or max_messages < 1:
         return False
-    may_wait = wait_ms > 0 and config.max_wait_ms > 0  # the general way's long poll
+    now = ctx.loop.time()
+    if deadline is None:
+        poll = wait_ms > 0 and config.max_wait_ms > 0  # the general way's long poll
+        may_wait = poll
+    else:  # as the general way's loop after a wait: an answer now unless time is left
+        poll = deadline > now
+        may_wait = poll and not ctx.stopping and not session.closing
     # The reply room, as the general way's ReplyRoom takes it (without waiting).
     share = session.replies.share
     budget = share.budget
@@ -90,7 +104,6 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
     if not granted:
         return False
     counters = ctx.counters
-    now = ctx.loop.time()
     keep = ctx.shared_queues.note(topic, queue_id, session.id, now)
     # Taken before the read, so that a write landing between the read and the wait wakes it.
     events = ctx.wakeups.events(topic, queue_id, session.id) if may_wait else None
@@ -98,15 +111,16 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
         items, count, lo, hi, size, resume = pull_now(
             ctx.broker, ctx.encoded, keep, topic, queue_id, offset,
             max_messages if max_messages < MAX_PULLED else MAX_PULLED, None, granted,
-            resident=window, may_wait=may_wait)
+            resident=window, may_wait=poll)
     except NotInMemory:
         budget.release(share, granted)
         return False
     except Exception as exc:  # noqa: BLE001 - the general way's answer to the same error
         budget.release(share, granted)
         counters.pull_reads += 1
-        counters.requests += 1
-        counters.by_op[op] += 1
+        if deadline is None:
+            counters.requests += 1
+            counters.by_op[op] += 1
         counters.failed(op, exc)
         if not isinstance(exc, FMQError):
             logger.error("request PULL failed unexpectedly", exc_info=exc)
@@ -119,11 +133,73 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
     counters.pull_reads_on_loop += 1
     if not count and may_wait:
         budget.release(share, granted)
-        return PullWait(events, now + ctx.wait_ms(wait_ms), resume)
+        return PullWait(events, now + ctx.wait_ms(wait_ms) if deadline is None else deadline,
+                        resume)
     budget.release(share, granted - size)  # the answer holds the rest until written
-    counters.requests += 1
-    counters.by_op[op] += 1
+    if deadline is None:
+        counters.requests += 1
+        counters.by_op[op] += 1
     data = items.data
     session.send(b"".join((_HEAD(_FIXED + len(data), PROTOCOL_VERSION, op, FLAG_RESPONSE, rid,
                                  count), data, _RANGE(lo, hi))), size)
     return True
+
+
+def wait_then(ctx: ServerContext, wait: PullWait, woken: Callable[[], None]) -> None:
+    """Call ``woken()`` once, when data lands in the waiting pull's queue, its session
+    closes, the server stops or its deadline passes: the general way's wait
+    (:meth:`ServerContext.wait_for_data`) without its task and future, counted alike."""
+    qev, sev = wait.events
+    wakeups = ctx.wakeups
+    counters = ctx.counters
+    ended = False
+
+    def wake() -> None:
+        nonlocal ended
+        if ended:
+            return
+        ended = True
+        wakeups.waiting -= 1
+        timer.cancel()
+        qev.forget(wake)
+        sev.forget(wake)
+        counters.pull_wakeups += qev.is_set() and not ctx.stopping
+        woken()
+
+    wakeups.waiting += 1
+    timer = ctx.loop.call_at(wait.deadline, wake)  # before on_set: it may call at once
+    qev.on_set(wake)
+    sev.on_set(wake)
+
+
+class GatheredAnswers:
+    """The answers of the PULLs of one read of a connection's frames (a pipelined consumer's
+    window) that the step answers at once, written to the session in one piece
+    (:meth:`flush`): one ``write`` for the run instead of one per PULL. The session's
+    requests flush it before any other request of the run may answer or close the
+    session, and at the run's end, in the same loop turn."""
+
+    __slots__ = ("session", "id", "replies", "_parts", "_reserved")
+
+    def __init__(self, session: PullSession) -> None:
+        self.session = session
+        self.id = session.id
+        self.replies = session.replies
+        self._parts: list[bytes] = []
+        self._reserved = 0
+
+    @property
+    def closing(self) -> bool:
+        return self.session.closing
+
+    def send(self, data: bytes, reserved: int = 0) -> None:
+        self._parts.append(data)
+        self._reserved += reserved
+
+    def flush(self) -> None:
+        """Write what was gathered, if anything, with the reply bytes reserved for it."""
+        parts = self._parts
+        if parts:
+            reserved, self._reserved = self._reserved, 0
+            self._parts = []
+            self.session.send(parts[0] if len(parts) == 1 else b"".join(parts), reserved)

@@ -19,10 +19,12 @@ from typing import NamedTuple
 from fmq.engine.broker import Broker
 from fmq.engine.reads import NotInMemory
 from fmq.engine.recent import RecentMessages
+from fmq.errors import BadRecord, IncompleteRecord
 from fmq.protocol.types import Encoded
 from fmq.server.context import ServerContext
 from fmq.server.net.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE
 from fmq.server.ops.pull_answers import encode_fitting, kept_lookup
+from fmq.server.ops.pull_messages import Fresh, pull_messages
 
 
 class PullRead(NamedTuple):
@@ -38,6 +40,9 @@ class PullRead(NamedTuple):
     tags: str | None
     max_bytes: int
 
+
+#: An answer with no message.
+_NOTHING = Encoded(0, b"")
 
 #: What a pull read: the encoded messages, how many, the queue's range (lo, hi), the
 #: answer's size and the offset to pull from next.
@@ -56,7 +61,59 @@ def pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
     ``resident`` (on the event loop): read only the log's last that many bytes and never
     block, else raise NotInMemory. ``may_wait``: the pull is a long poll with time left,
     so an empty answer while the index is behind is fine (the index's wake-up ends the
-    wait); without it such a pull raises NotInMemory, to wait in a thread."""
+    wait); without it such a pull raises NotInMemory, to wait in a thread.
+
+    An untagged pull's messages are written from their records' bytes as the log stores
+    them (:func:`~fmq.server.ops.pull_messages.pull_messages`, in C where compiled); a
+    tagged one, and one whose records that way refuses (damaged, deleted meanwhile), is
+    read and decoded into messages first (:func:`pull_decoded`), which skips and reports
+    them as a pull does."""
+    if tags is not None:
+        return pull_decoded(broker, encoded, keep, topic, queue_id, offset, max_messages,
+                            tags, max_bytes, resident, may_wait)
+    budget = max_bytes - PULL_REPLY_BASE
+    reads = broker.reads
+    kept = kept_lookup(encoded, queue_id)
+    stored = reads.pull_records(topic, queue_id, offset, max_messages, budget, resident, kept)
+    if not stored.entries:
+        # Nothing yet, but a write acknowledged just before may still be on its way to the
+        # index: a pull sees every message acknowledged before it arrived. (A pull woken
+        # by the index finds what woke it at once; one woken by a transaction's commit,
+        # when it is flushed, waits for the index.)
+        if broker.wait_indexed(0.0 if resident else 0.5):
+            stored = reads.pull_records(topic, queue_id, offset, max_messages, budget,
+                                        resident, kept)
+        elif resident and not may_wait:
+            raise NotInMemory("the index is behind the flushed log: wait for it in a thread")
+        if not stored.entries:
+            lo = stored.min_offset
+            return (_NOTHING, 0, lo, stored.next_offset, PULL_REPLY_BASE,
+                    offset if offset > lo else lo)
+    fresh: list[Fresh] | None = [] if keep else None
+    try:
+        data, count, body_bytes, resume = pull_messages(
+            topic, queue_id, stored.entries, stored.records, budget,
+            reads.max_record_size, fresh)
+    except (BadRecord, IncompleteRecord):
+        count = 0
+    if not count:  # damaged, or every record deleted meanwhile: the decoding way's
+        return pull_decoded(broker, encoded, keep, topic, queue_id, offset, max_messages,
+                            tags, max_bytes, resident, may_wait)
+    reads.count_out(topic, count, body_bytes)
+    if fresh:
+        put = encoded.put
+        for (qoff, doff, _size, _hash, store_time), form, body in fresh:
+            put((doff, queue_id, qoff, store_time), (form, body), len(form))
+    return (Encoded(count, data), count, stored.min_offset, stored.next_offset,
+            PULL_REPLY_BASE + len(data), resume)
+
+
+def pull_decoded(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
+                 queue_id: int, offset: int, max_messages: int, tags: str | None,
+                 max_bytes: int, resident: int = 0, may_wait: bool = True) -> Pulled:
+    """:func:`pull_now` with every message read as a StoredMessage (or found encoded) and
+    encoded then: a tagged pull's way, and an untagged one's where its records are not
+    taken as they are."""
     base = PULL_REPLY_BASE if tags is None else PULL_TAGGED_REPLY_BASE
     budget = max_bytes - base
 
@@ -65,10 +122,7 @@ def pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
     answer = pull_answer(topic, queue_id, offset, max_messages, budget, tags=tags,
                          resident=resident, kept=kept)
     if not answer.messages:
-        # Nothing yet, but a write acknowledged just before may still be on its way to the
-        # index: a pull sees every message acknowledged before it arrived. (A pull woken
-        # by the index finds what woke it at once; one woken by a transaction's commit,
-        # when it is flushed, waits for the index.)
+        # As in pull_now: a write acknowledged just before may be on its way to the index.
         if broker.wait_indexed(0.0 if resident else 0.5):
             answer = pull_answer(topic, queue_id, offset, max_messages, budget, tags=tags,
                                  resident=resident, kept=kept)
