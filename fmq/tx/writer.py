@@ -60,8 +60,6 @@ class QueueAssigner(Protocol):
 
     def pick_queue(self, message: Message) -> int: ...
 
-    def plan(self, messages: Sequence[Message]) -> tuple[list[int], list[int]]: ...
-
     def next_offset(self, topic: str, queue_id: int) -> int: ...
 
     def advance(self, topic: str, queue_id: int, queue_offset: int,
@@ -329,15 +327,13 @@ class TxWriter:
         A PREPARE whose records are not all placed (a failure part way) is forgotten and
         fails: it leaves an incomplete prepare in the log, which recovery rolls back, and
         nothing in memory; so are the later ones, none of whose records were placed."""
-        # Every message's queue in one call (the turn's messages in order, as one
-        # pick_queue after the other would choose them); their offsets come at commit.
-        queue_ids = self.queues.plan([m for item in ready for m in item[1]])[0]
+        pick_queue = self.queues.pick_queue
         runs = []
         kept = []  # per message: topic, queue id, key, tags, body size
         for _at, messages, group, tx_id, _overhead, _tx in ready:
             records = [(_PREPARE, -1, -1, -1, len(messages), "", None, None, None, b"")]
             for m in messages:
-                qid = queue_ids[len(kept)]
+                qid = pick_queue(m)
                 key = m.key or None
                 tags = m.tags or None
                 body = bytes(m.body)
