@@ -237,6 +237,46 @@ class Log:
                 self._advance(len(buf) - start)
             i = done
 
+    def append_tx_runs_locked(self, store_time: int,
+                              runs: list[tuple[str, str, list[tuple]]],
+                              placed: list[tuple[int, int]]) -> None:
+        """:meth:`append_tx_records_locked` of several transactions' records, ``runs`` of
+        ``(tx_id, producer_group, records)`` in this order (a turn's PREPAREs, or its
+        commits): the same bytes and ``placed`` items as one call per run, the buffer, its
+        room and the write position taken once while the records fit in the active
+        segment; a run that does not fit (and every later one) goes to
+        :meth:`append_tx_records_locked`, which rolls. The caller holds :attr:`lock` and
+        reserved the segments. On an exception the records placed before it stay placed,
+        and in ``placed``."""
+        self._commit.check_writable()
+        at, count = 0, len(runs)
+        if self._active is not None:
+            buf = self._commit.buffer_for(self._active, self._position)
+            start = len(buf)
+            # A record fits while a FILLER's header still fits after it (append_locked).
+            room = self._active.size - self._position - HEADER_SIZE
+            offset = self._next_offset
+            try:
+                while at < count:
+                    tx_id, group, records = runs[at]
+                    n = len(records)
+                    done = encode_tx_run(buf, room - (len(buf) - start), offset, store_time,
+                                         tx_id, group, records, 0, n, placed)
+                    if done:
+                        last = placed[-1]
+                        offset = last[0] + last[1]
+                    if done != n:  # the rest of this run, and the later ones, roll
+                        runs = [(tx_id, group, records[done:]), *runs[at + 1:]]
+                        at, count = 0, len(runs)
+                        break
+                    at += 1
+            finally:  # what was encoded is placed, even when a later record failed
+                self._advance(len(buf) - start)
+        while at < count:
+            tx_id, group, records = runs[at]
+            self.append_tx_records_locked(tx_id, group, store_time, records, placed)
+            at += 1
+
     def hand_over_locked(self, items: list[tuple[int, object]]) -> None:
         """Hand ``(end offset, index item)`` pairs of records placed without ``on_append``
         (:meth:`append_tx_records_locked`) to ``on_append_entries``, in log order; the

@@ -21,13 +21,14 @@ from fmq.log.log import Log
 from fmq.log.placement import now_ms, read_record, reserve_segments
 from fmq.log.record import (
     HEADER_SIZE,
+    RECORD_BOUND,
     Record,
     RecordType,
     check_fits,
     encode_mark_into,
     encoded_length,
 )
-from fmq.message import Message, check_label, check_message, check_name
+from fmq.message import MAX_PROPERTIES, Message, check_label, check_message, check_name
 from fmq.tx.ids import new_tx_id
 from fmq.tx.manager import OpenTransaction, PreMessage, TxManager
 from fmq.tx.retried_prepare import EndedTx, find_committed_prepare, find_retried_prepare
@@ -41,6 +42,10 @@ _PREPARE = RecordType.PREPARE
 _PRE_MESSAGE = RecordType.PRE_MESSAGE
 _REF_MESSAGE = RecordType.REF_MESSAGE
 _COMMIT = RecordType.COMMIT
+#: A message that passed ``check_message`` takes at most its body, this and its
+#: transaction's id and group in the log, with the end filler a segment keeps room for
+#: (``check_fits``' own first test, with room for the largest properties).
+_FIT_BOUND = RECORD_BOUND + 2 * HEADER_SIZE + MAX_PROPERTIES
 #: A NamedTuple's own constructor is a Python function parsing its arguments: a commit's
 #: index items are built as the runs build theirs.
 _new_tuple = tuple.__new__
@@ -125,9 +130,14 @@ class TxWriter:
         tx_id, fresh, overhead = self._check_prepare(messages, producer_group, tx_id, False)
         self.admit()
         store_time = now_ms()
+        outcomes: list = [None]
         with self.tx.lock:
-            return self._place_checked_prepare(messages, producer_group, tx_id, fresh,
-                                               overhead, store_time)
+            self._place_checked_prepares(
+                [(0, messages, producer_group, tx_id, fresh, overhead)], outcomes, store_time)
+        outcome = outcomes[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def place_prepares(self, requests: Sequence[tuple[Sequence[Message], str, str | None]]
                        ) -> list[tuple[OpenTransaction, int] | Exception]:
@@ -135,9 +145,11 @@ class TxWriter:
         producer group, id or None), whose messages passed ``check_message`` as they were
         decoded (plain: :func:`fmq.protocol.message_requests.plain_prepare`): each one's
         outcome, in order, what :meth:`place_prepare` returns or the exception that fails
-        it alone. The broker's and the index's admission, the clock and the manager's lock
-        are taken once for the turn; each request's checks, errors and records are those of
-        :meth:`place_prepare` (tests/server/test_plain_tx_step.py)."""
+        it alone. The broker's and the index's admission, the clock, the manager's lock
+        and the log's are taken once for the turn, and the records of the turn's
+        PREPAREs placed as one run of the log (:meth:`_place_checked_prepares`); each
+        request's checks, errors and records are those of :meth:`place_prepare`
+        (tests/server/test_plain_tx_step.py)."""
         self.check_open()
         outcomes: list = []
         checked = []  # (position, messages, group, id, fresh, overhead)
@@ -158,13 +170,8 @@ class TxWriter:
                 outcomes[item[0]] = exc
             return outcomes
         store_time = now_ms()
-        place = self._place_checked_prepare
         with self.tx.lock:
-            for at, messages, group, tx_id, fresh, overhead in checked:
-                try:
-                    outcomes[at] = place(messages, group, tx_id, fresh, overhead, store_time)
-                except Exception as exc:  # noqa: BLE001 - it fails this request only
-                    outcomes[at] = exc
+            self._place_checked_prepares(checked, outcomes, store_time)
         return outcomes
 
     def _check_prepare(self, messages: Sequence[Message], producer_group: str,
@@ -187,98 +194,186 @@ class TxWriter:
                 f"a transaction may hold at most {cfg.max_messages_per_transaction} messages "
                 f"(max_messages_per_transaction); got {len(messages)}")
         overhead = len(tx_id.encode()) + len(producer_group.encode())
+        segment_size = cfg.segment_size
+        # A checked message whose body is this much smaller than a segment surely fits
+        # (check_fits' own first test, with room for the largest properties).
+        fits_below = segment_size - _FIT_BOUND - overhead
+        if plain:
+            takes = self.queues.check_topic_takes
+            for m in messages:
+                size = len(m.body)
+                takes(m.topic, size)
+                if size >= fits_below:
+                    check_fits(m, segment_size, overhead)
+            return tx_id, fresh, overhead
         known = self._topics_checked
         check_topic = self.queues.check_topic
         for m in messages:
-            if not plain:
-                topic = m.topic if type(m) is Message else None
-                if type(topic) is str and topic in known:
-                    check_message(m, cfg.max_message_size, self.queues.queue_count,
-                                  topic_checked=True)
-                else:
-                    check_message(m, cfg.max_message_size, self.queues.queue_count)
-                    self._topic_checked(topic)
+            topic = m.topic if type(m) is Message else None
+            if type(topic) is str and topic in known:
+                check_message(m, cfg.max_message_size, self.queues.queue_count,
+                              topic_checked=True)
+            else:
+                check_message(m, cfg.max_message_size, self.queues.queue_count)
+                self._topic_checked(topic)
             check_topic(m)
-            check_fits(m, cfg.segment_size, overhead)
+            check_fits(m, segment_size, overhead)
         return tx_id, fresh, overhead
 
-    def _place_checked_prepare(self, messages: Sequence[Message], producer_group: str,
-                               tx_id: str, fresh: bool, overhead: int, store_time: int
-                               ) -> tuple[OpenTransaction, int]:
-        """A checked PREPARE's records placed and its transaction registered (the
-        manager's lock held): or the first attempt's, for a retry."""
+    def _place_checked_prepares(self, checked: list[tuple], outcomes: list, store_time: int
+                                ) -> None:
+        """Checked PREPAREs (position in ``outcomes``, messages, group, id, fresh,
+        overhead) answered from their first attempts (retries) or reserved, registered and
+        placed, in order (the manager's lock held): each one's outcome set in
+        ``outcomes``, a (transaction, end) or the exception that fails it alone.
+
+        Each is registered as it is reserved, before its records are placed (its log
+        offset set once they are): a later PREPARE of the turn sees it as the one-by-one
+        way does (the same id is in progress, a scope it closes, the open count), and
+        none of it is seen by anyone else before the lock is released: one that fails is
+        forgotten before. The records of the reserved ones are then placed under one hold
+        of the log's lock, as one run when the turn surely fits in the active segment
+        (:meth:`_place_prepare_runs`), else one request at a time, each with its own
+        segment reservation (all or none per request)."""
+        txm = self.tx
+        ready = []  # (position, messages, group, id, overhead, registered transaction)
+        for at, messages, group, tx_id, fresh, overhead in checked:
+            try:
+                retried = self._retried_or_reserved(messages, group, tx_id, fresh)
+            except Exception as exc:  # noqa: BLE001 - it fails this request only
+                outcomes[at] = exc
+                continue
+            if retried is not None:  # answered from the first attempt, written once
+                outcomes[at] = retried
+                continue
+            # ref_size of the PREPARE = the message count: recovery proves it complete by it.
+            tx = OpenTransaction(tx_id, group, -1, store_time, expected_messages=len(messages))
+            txm.register(tx)
+            ready.append((at, messages, group, tx_id, overhead, tx))
+        if not ready:
+            return
         log_ = self.log
-        retried = None if fresh else find_retried_prepare(
-            self.tx, tx_id, producer_group, messages, self.read_record)
-        if retried is not None:  # answered from the first attempt, written once
-            return retried
+        with log_.lock:
+            if log_.takes_message_runs() and log_.fits_in_active(_turn_bound(ready)):
+                self._place_prepare_runs(ready, outcomes, store_time)
+                return
+            for at, messages, _group, _tx_id, overhead, tx in ready:
+                try:
+                    reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
+                    if log_.takes_message_runs():
+                        self._place_prepare_runs([(at, messages, _group, _tx_id, overhead, tx)],
+                                                 outcomes, store_time)
+                        continue
+                    self._place_prepare_records(messages, tx, store_time)
+                    outcomes[at] = tx, log_.next_offset
+                except BaseException as exc:
+                    txm.forget(tx.key)
+                    if not isinstance(exc, Exception):
+                        for rest in ready:
+                            if outcomes[rest[0]] is None:
+                                txm.forget(rest[5].key)
+                        raise
+                    outcomes[at] = exc
+
+    def _retried_or_reserved(self, messages: Sequence[Message], producer_group: str,
+                             tx_id: str, fresh: bool) -> tuple[OpenTransaction, int] | None:
+        """A checked PREPARE's first attempt, when it repeats one (its transaction and
+        end), else None once the manager reserved room for it (the manager's lock held);
+        raises what refuses it."""
+        if not fresh:
+            retried = find_retried_prepare(self.tx, tx_id, producer_group, messages,
+                                           self.read_record)
+            if retried is not None:
+                return retried
         try:
             self.tx.reserve(producer_group, tx_id, fresh)
         except DuplicateTransaction:  # ended: a retry of a transaction committed since?
             retried = None if (producer_group, tx_id) in self.tx.open else (
-                find_committed_prepare(log_, self.ended(producer_group, tx_id), tx_id,
+                find_committed_prepare(self.log, self.ended(producer_group, tx_id), tx_id,
                                        producer_group, messages, self.max_record_size))
             if retried is None:
                 raise
             return retried
-        with log_.lock:
-            reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
-            if log_.takes_message_runs():
-                tx = self._place_prepare_run(messages, producer_group, tx_id, store_time)
-                return tx, log_.next_offset
-            # ref_size = the message count: recovery proves the prepare complete by it.
-            prep = Record(_PREPARE, store_time=store_time, tx_id=tx_id,
-                          producer_group=producer_group, ref_size=len(messages))
-            log_.append_locked(prep, encode_mark_into)
-            tx = OpenTransaction(tx_id, producer_group, prep.log_offset, store_time,
-                                 expected_messages=len(messages))
-            self.tx.register(tx)
-            try:
-                for m in messages:
-                    qid = self.queues.pick_queue(m)
-                    key = m.key or None
-                    tags = m.tags or None
-                    body = bytes(m.body)
-                    rec = Record(_PRE_MESSAGE, store_time=store_time, queue_id=qid,
-                                 topic=m.topic, tx_id=tx_id, producer_group=producer_group,
-                                 key=key, tags=tags, properties=m.properties, body=body)
-                    log_.append_locked(rec)
-                    tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
-                                                  key, tags, len(body)))
-            except BaseException:
-                self.tx.forget(tx.key)
-                raise
-            return tx, log_.next_offset
+        return None
 
-    def _place_prepare_run(self, messages: Sequence[Message], producer_group: str,
-                           tx_id: str, store_time: int) -> OpenTransaction:
-        """:meth:`place_prepare`'s records in one run of the log (both locks held, the
-        segments reserved): the PREPARE and its PRE_MESSAGEs, the same bytes as the
-        record-by-record way, without a :class:`Record` or a hand-off per record (neither
-        puts anything into the index). The transaction is registered once every record is
-        placed: a run that fails part way leaves an incomplete prepare in the log, which
-        recovery rolls back, and nothing in memory."""
-        pick_queue = self.queues.pick_queue
-        # ref_size = the message count: recovery proves the prepare complete by it.
-        records = [(_PREPARE, -1, -1, -1, len(messages), "", None, None, None, b"")]
-        kept = []  # per message: queue id, key, tags, body size
+    def _place_prepare_records(self, messages: Sequence[Message], tx: OpenTransaction,
+                               store_time: int) -> None:
+        """A registered PREPARE's records placed record by record (both locks held, the
+        segments reserved), for a log whose ``on_append`` takes :class:`Record` objects."""
+        log_ = self.log
+        tx_id, producer_group = tx.tx_id, tx.producer_group
+        prep = Record(_PREPARE, store_time=store_time, tx_id=tx_id,
+                      producer_group=producer_group, ref_size=len(messages))
+        log_.append_locked(prep, encode_mark_into)
+        tx.prepare_offset = prep.log_offset
         for m in messages:
-            qid = pick_queue(m)
+            qid = self.queues.pick_queue(m)
             key = m.key or None
             tags = m.tags or None
             body = bytes(m.body)
-            records.append((_PRE_MESSAGE, qid, -1, -1, 0, m.topic, key, tags, m.properties,
-                            body))
-            kept.append((m.topic, qid, key, tags, len(body)))
+            rec = Record(_PRE_MESSAGE, store_time=store_time, queue_id=qid,
+                         topic=m.topic, tx_id=tx_id, producer_group=producer_group,
+                         key=key, tags=tags, properties=m.properties, body=body)
+            log_.append_locked(rec)
+            tx.messages.append(PreMessage(rec.log_offset, rec.size, m.topic, qid,
+                                          key, tags, len(body)))
+
+    def _place_prepare_runs(self, ready: list[tuple], outcomes: list, store_time: int
+                            ) -> None:
+        """The records of registered PREPAREs (:meth:`_place_checked_prepares`' ``ready``)
+        placed as one run of the log (both locks held, the segments reserved): each
+        PREPARE and its PRE_MESSAGEs, the same bytes as the record-by-record way, without a
+        :class:`Record` or a hand-off per record (neither puts anything into the index).
+        A PREPARE whose records are not all placed (a failure part way) is forgotten and
+        fails: it leaves an incomplete prepare in the log, which recovery rolls back, and
+        nothing in memory; so are the later ones, none of whose records were placed."""
+        pick_queue = self.queues.pick_queue
+        runs = []
+        kept = []  # per message: topic, queue id, key, tags, body size
+        for _at, messages, group, tx_id, _overhead, _tx in ready:
+            records = [(_PREPARE, -1, -1, -1, len(messages), "", None, None, None, b"")]
+            for m in messages:
+                qid = pick_queue(m)
+                key = m.key or None
+                tags = m.tags or None
+                body = bytes(m.body)
+                records.append((_PRE_MESSAGE, qid, -1, -1, 0, m.topic, key, tags,
+                                m.properties, body))
+                kept.append((m.topic, qid, key, tags, len(body)))
+            runs.append((tx_id, group, records))
         placed: list[tuple[int, int]] = []
-        self.log.append_tx_records_locked(tx_id, producer_group, store_time, records, placed)
-        tx = OpenTransaction(tx_id, producer_group, placed[0][0], store_time,
-                             expected_messages=len(messages))
-        tx.messages = [PreMessage(offset, size, topic, qid, key, tags, body_size)
-                       for (offset, size), (topic, qid, key, tags, body_size)
-                       in zip(placed[1:], kept, strict=True)]
-        self.tx.register(tx)
-        return tx
+        failure: BaseException | None = None
+        try:
+            self.log.append_tx_runs_locked(store_time, runs, placed)
+        except BaseException as exc:  # noqa: BLE001 - the PREPAREs not placed whole fail
+            failure = exc
+        got = len(placed)
+        first = 0  # the PREPARE record of the next transaction in ``placed``
+        k = 0  # the next message in ``kept``
+        forget = self.tx.forget
+        untouched = []
+        for item in ready:
+            at, messages, tx = item[0], item[1], item[5]
+            n = len(messages)
+            if first + n < got:  # its PREPARE and every PRE_MESSAGE are placed
+                tx.prepare_offset = placed[first][0]
+                tx.messages = [PreMessage(offset, size, topic, qid, key, tags, body_size)
+                               for (offset, size), (topic, qid, key, tags, body_size)
+                               in zip(placed[first + 1:first + 1 + n], kept[k:k + n],
+                                      strict=True)]
+                last = placed[first + n]
+                outcomes[at] = tx, last[0] + last[1]
+            elif first >= got and len(ready) > 1 and isinstance(failure, Exception):
+                untouched.append(item)  # nothing of it placed: tried again on its own
+            else:
+                forget(tx.key)
+                outcomes[at] = failure
+            first += n + 1
+            k += n
+        if failure is not None and not isinstance(failure, Exception):
+            raise failure
+        for item in untouched:
+            self._place_prepare_runs([item], outcomes, store_time)
 
     def prepare_done(self, tx: OpenTransaction, failure: BaseException | None = None) -> str:
         """The second half of :meth:`prepare`: its records are durable (the transaction is
@@ -357,19 +452,133 @@ class TxWriter:
                 if type(found) is OpenTransaction and not found.busy.acquire(blocking=False):
                     found = None  # being ended or relocated: the caller waits for that
                 outcomes.append(found)
-        for at, found in enumerate(outcomes):
-            if type(found) is OpenTransaction:
-                try:
-                    outcomes[at] = found, self.place_commit_records(found)
-                except BaseException as exc:
-                    found.busy.release()
-                    if not isinstance(exc, Exception):  # the rest are not placed either
-                        for rest in outcomes[at + 1:]:
-                            if type(rest) is OpenTransaction:
-                                rest.busy.release()
-                        raise
-                    outcomes[at] = exc
+        found_at = [at for at, found in enumerate(outcomes) if type(found) is OpenTransaction]
+        if found_at:
+            try:
+                self._place_commits_in_order(found_at, outcomes)
+            except BaseException:  # not an Exception: the ones not placed are let go
+                for at in found_at:
+                    if type(outcomes[at]) is OpenTransaction:
+                        outcomes[at].busy.release()
+                raise
         return outcomes
+
+    def _place_commits_in_order(self, found_at: list[int], outcomes: list) -> None:
+        """The records of a turn's commits, in order (``outcomes[at]`` the transaction,
+        its ``busy`` held, for each ``at`` of ``found_at``): consecutive usual commits
+        (every message a REF, :func:`_ref_plan`) as one run of the log
+        (:meth:`_place_commit_group`), the others each by :meth:`place_commit_records`;
+        each outcome set to (transaction, end) or the exception that fails it alone (its
+        ``busy`` released)."""
+        threshold = self.config.tx_copy_threshold
+        group: list[tuple] = []  # (position, transaction, pending messages, records' bytes)
+        for at in found_at:
+            tx = outcomes[at]
+            plan = _ref_plan(tx, threshold)
+            if plan is not None:
+                group.append((at, tx, *plan))
+                continue
+            self._place_commit_group(group, outcomes)
+            group = []
+            self._place_one_commit(at, outcomes)
+        self._place_commit_group(group, outcomes)
+
+    def _place_one_commit(self, at: int, outcomes: list) -> None:
+        """:meth:`place_commit_records` of the transaction ``outcomes[at]``: its outcome set,
+        its ``busy`` released when it fails."""
+        tx = outcomes[at]
+        try:
+            outcomes[at] = tx, self.place_commit_records(tx)
+        except BaseException as exc:
+            tx.busy.release()
+            outcomes[at] = exc
+            if not isinstance(exc, Exception):
+                raise
+
+    def _place_commit_group(self, group: list[tuple], outcomes: list) -> None:
+        """Consecutive usual commits (:meth:`_place_commits_in_order`) placed as one run
+        of the log when every one of their REFs surely lands in the active segment with
+        the PRE_MESSAGE it names (:meth:`_all_refs` of the whole group), else one at a
+        time (:meth:`place_commit_records`: its own reservation, a copy where needed)."""
+        if not group:
+            return
+        log_ = self.log
+        rest = group
+        if len(group) > 1:
+            store_time = now_ms()
+            with log_.lock:
+                if (log_.failed is None and log_.takes_message_runs()
+                        and self._all_refs([m for item in group for m in item[2]],
+                                           sum(item[3] for item in group))):
+                    rest = self._place_commit_runs(group, outcomes, store_time)
+        for item in rest:
+            self._place_one_commit(item[0], outcomes)
+
+    def _place_commit_runs(self, group: list[tuple], outcomes: list, store_time: int
+                           ) -> list[tuple]:
+        """The REF records and COMMIT of each commit of ``group`` in one run of the log
+        (log lock held, :meth:`_all_refs` of all of them): the same bytes, queue offsets
+        and index items as one :meth:`place_commit_records` after the other, the items
+        handed over at once. Returns the commits none of whose records were placed (a
+        failure before them: each is then tried on its own, as one by one); one placed in
+        part fails (recovery rolls its commit forward)."""
+        log_ = self.log
+        queues = self.queues
+        runs = []
+        states = []
+        taken: dict[tuple[str, int], int] = {}  # queue offsets this turn took so far
+        for _at, tx, pending, _size in group:
+            states.append(tx.state)
+            tx.state = TxState.COMMITTING
+            records = []
+            for m in pending:
+                q = (m.topic, m.queue_id)
+                qoff = taken.get(q)
+                if qoff is None:
+                    qoff = queues.next_offset(m.topic, m.queue_id)
+                taken[q] = qoff + 1
+                records.append((_REF_MESSAGE, m.queue_id, qoff, m.offset, m.size, m.topic,
+                                m.key, m.tags, None, b""))
+            records.append((_COMMIT, -1, -1, tx.prepare_offset, 0, "", None, None, None,
+                            b""))
+            runs.append((tx.tx_id, tx.producer_group, records))
+        placed: list[tuple[int, int]] = []
+        failure: BaseException | None = None
+        try:
+            log_.append_tx_runs_locked(store_time, runs, placed)
+        except BaseException as exc:  # noqa: BLE001 - what was placed is taken first
+            failure = exc
+        items = []
+        untouched = []
+        first = 0
+        advance = queues.advance
+        for (at, tx, pending, _size), (tx_id, group_name, records), state in zip(
+                group, runs, states, strict=True):
+            n = len(records)
+            mine = placed[first:first + n]
+            first += n
+            for (offset, size), spec, m in zip(mine, records, pending, strict=False):
+                qoff = spec[2]
+                advance(m.topic, m.queue_id, qoff, m.body_size)
+                m.queue_offset = qoff
+                items.append((offset + size, _new_tuple(QueueEntry, (
+                    m.topic, m.queue_id, qoff, m.offset, m.size, tag_hash(m.tags),
+                    store_time, m.key, offset))))
+            if len(mine) == n:
+                offset, size = mine[-1]
+                items.append((offset + size, _new_tuple(TxEnd, (tx_id, group_name, True,
+                                                                offset))))
+                outcomes[at] = tx, offset + size
+            elif mine or not isinstance(failure, Exception):
+                tx.busy.release()
+                outcomes[at] = failure
+            else:  # nothing of it placed: tried again on its own, as it was
+                tx.state = state
+                untouched.append((at, tx, pending, _size))
+        log_.hand_over_locked(items)
+        if failure is not None and not isinstance(failure, Exception):
+            raise failure
+        return untouched
 
     def commit_done(self, tx: OpenTransaction, failure: BaseException | None = None) -> None:
         """The second half of :meth:`place_commit`: the COMMIT is durable (the transaction
@@ -521,6 +730,35 @@ class TxWriter:
         log_.wait_durable(end, sync=True)
         with self.tx.lock:
             self.tx.finish(tx.key, TxState.ROLLBACK)
+
+
+def _ref_plan(tx: OpenTransaction, threshold: int) -> tuple[list[PreMessage], int] | None:
+    """A commit's messages still without a REF and the bytes of its records (their
+    PRE_MESSAGEs' and the COMMIT's: a REF is never larger than its PRE_MESSAGE), when
+    none of them is copied for its size (``tx_copy_threshold``); else None (its commit
+    reads bodies back: :meth:`TxWriter.place_commit_records`)."""
+    pending: list[PreMessage] = []
+    size = HEADER_SIZE + len(tx.tx_id.encode()) + len(tx.producer_group.encode())
+    for m in tx.messages:
+        if m.queue_offset < 0:
+            if m.body_size < threshold:
+                return None
+            pending.append(m)
+            size += m.size
+    return pending, size
+
+
+def _turn_bound(ready: list[tuple]) -> int:
+    """An upper bound of the bytes the records of the reserved PREPAREs ``ready`` take
+    (:meth:`TxWriter._place_checked_prepares`), as ``reserve_segments`` bounds one."""
+    total = 0
+    for _at, messages, _group, _tx_id, overhead, _tx in ready:
+        total += HEADER_SIZE + overhead + len(messages) * (RECORD_BOUND + overhead)
+        for m in messages:
+            total += len(m.body)
+            if m.properties:
+                total += MAX_PROPERTIES
+    return total
 
 
 def _uncommitted(tx: OpenTransaction, threshold: int, read: Callable[[int, int], Record]

@@ -248,3 +248,138 @@ def test_a_usual_commit_takes_the_run() -> None:
         [(_ref_end, entry), (_commit_end, end)] = handed[0]
         assert type(entry) is QueueEntry and entry.data_offset == tx.messages[0].offset
         assert (end.tx_id, end.producer_group, end.committed) == ("tx-1", "g", True)
+
+
+# ---------------------------------------------------------------- a turn's runs
+
+RUNS = st.lists(st.tuples(st.sampled_from(["tx-1", "tx-22", "t"]), st.sampled_from(["g", "gg"]),
+                          GOOD_RECORDS), max_size=6)
+
+
+def _spec_records(shapes: list) -> list[tuple]:
+    return [(rtype, qid, 7 if rtype == RecordType.REF_MESSAGE else -1, 99, 3, "a", key,
+             None, None, b"b" * n if rtype == RecordType.PRE_MESSAGE else b"")
+            for rtype, qid, n, key in shapes]
+
+
+@settings(max_examples=80, deadline=None)
+@given(runs=RUNS, before=st.integers(0, 3900))
+def test_the_log_places_a_turns_runs_as_one_run_after_the_other(runs, before) -> None:
+    """``append_tx_runs_locked`` (the buffer and room taken once for the turn) against one
+    ``append_tx_records_locked`` per transaction: the same bytes and (offset, size) items,
+    whether the turn fits in the active segment or rolls part way (``before``: bytes the
+    segment holds already)."""
+    runs = [(tx_id, group, _spec_records(shapes)) for tx_id, group, shapes in runs]
+    filler = [(RecordType.PRE_MESSAGE, 0, -1, -1, 0, "a", None, None, None, b"f" * before)]
+    outs = []
+    for together in (True, False):
+        with _log_with_items(True) as (log_, _items):
+            placed: list = []
+            with log_.lock:
+                log_.append_tx_records_locked("x", "g", 1, filler, [])
+                if together:
+                    log_.append_tx_runs_locked(777, runs, placed)
+                else:
+                    for tx_id, group, records in runs:
+                        log_.append_tx_records_locked(tx_id, group, 777, records, placed)
+            outs.append((placed, _log_bytes(log_), log_.next_offset))
+    assert outs[0] == outs[1]
+
+
+#: Messages that pass ``check_message`` (what a turn's PREPAREs hold: the plain decode
+#: checked them), some over ``tx_copy_threshold`` and some under it.
+PLAIN_MESSAGES = st.builds(Message, st.sampled_from(["a", "b"]),
+                           st.integers(0, 1200).map(lambda n: b"m" * n),
+                           key=st.none() | st.sampled_from(["k1", "k2"]),
+                           tags=st.none() | st.sampled_from(["t"]),
+                           properties=st.none() | st.dictionaries(
+                               st.text("pq", min_size=1, max_size=3), st.text("xy", max_size=3),
+                               max_size=2))
+
+
+def _outcome(value: object) -> object:
+    if isinstance(value, Exception):
+        return type(value).__name__, str(value)
+    if isinstance(value, tuple):
+        tx, end = value
+        return tx.tx_id, tx.prepare_offset, end
+    return value
+
+
+def _turns(requests: list[tuple[list[Message], str]], commits: list[str], in_turns: bool,
+           segment: int) -> tuple:
+    """The PREPAREs ``requests`` (messages, id) and then the COMMITs ``commits`` (ids),
+    placed as one turn each (``place_prepares``, ``place_commits``) or one request at a
+    time (``place_prepare``, ``place_commit``), finished once all are placed (as the
+    pipeline's acknowledger does): every outcome and what the log, the index items, the
+    manager and the queues hold (the clock's stamps left out)."""
+    config = BrokerConfig(segment_size=segment, max_message_size=1500, tx_copy_threshold=300)
+    with tempfile.TemporaryDirectory() as directory:
+        log_ = Log(directory, segment)
+        log_.start_at(0)
+        items: list = []
+        log_.on_append = lambda rec: items.extend(
+            (rec.end_offset, item) for item in index_items(rec))
+        log_.on_append_entries = items.extend
+        try:
+            queues = seat.Queues(3, {("a", 1): 40})
+            txm = TxManager(max_open=5, finished_memory=100, check_after_ms=60_000,
+                            check_max_interval_ms=60_000)
+            writer = TxWriter(log_, txm, config, queues, segment, admit=lambda: None)
+            if in_turns:
+                prepared = writer.place_prepares([(m, "g", i) for m, i in requests])
+            else:
+                prepared = []
+                for messages, tx_id in requests:
+                    try:
+                        prepared.append(writer.place_prepare(messages, "g", tx_id))
+                    except Exception as exc:  # noqa: BLE001 - compared as an outcome
+                        prepared.append(exc)
+            got = [_outcome(p) for p in prepared]
+            log_.flush()  # a commit may copy a PRE_MESSAGE: it reads it from the file
+            for p in prepared:
+                if isinstance(p, tuple):
+                    writer.prepare_done(p[0])
+            if in_turns:
+                committed = writer.place_commits([("g", tx_id) for tx_id in commits])
+            else:
+                committed = []
+                for tx_id in commits:
+                    try:
+                        committed.append(writer.place_commit("g", tx_id))
+                    except Exception as exc:  # noqa: BLE001 - compared as an outcome
+                        committed.append(exc)
+            got += [_outcome(c) for c in committed]
+            for c in committed:
+                if isinstance(c, tuple):
+                    writer.commit_done(c[0])
+            data = _log_bytes(log_)
+            return (got, _records_without_stamps(data), _items_without_stamps(items),
+                    sorted((k, t.prepare_offset, t.prepared, t.state.value,
+                            [(m.offset, m.queue_offset) for m in t.messages])
+                           for k, t in txm.open.items()),
+                    dict(txm.finished), queues.messages_in, queues.bytes_in,
+                    {q: queues.next_offset(*q) for q in [(t, i) for t in "ab"
+                                                         for i in range(3)]})
+        finally:
+            log_.close()
+
+
+@settings(max_examples=80, deadline=None)
+@given(requests=st.lists(st.tuples(st.lists(PLAIN_MESSAGES, min_size=1, max_size=3),
+                                   st.sampled_from(["tx-0", "tx-1", "tx-2", "s", "s//1",
+                                                    "tx-3", "tx-4", "tx-5"])),
+                         min_size=1, max_size=8),
+       commits=st.lists(st.sampled_from(["tx-0", "tx-1", "tx-2", "s", "tx-3", "tx-9"]),
+                        max_size=8),
+       segment=st.sampled_from([4096, 1 << 16]))
+def test_a_turns_prepares_and_commits_end_as_one_by_one(requests, commits, segment):
+    """A turn's PREPAREs placed together (registered as reserved, one run when the turn
+    fits in the active segment, else one request at a time) and its COMMITs (consecutive
+    usual ones as one run, copies and the rest one at a time) against the same requests
+    one at a time: the same outcomes (ids repeated within the turn, a scope closed by an
+    earlier PREPARE of the turn, the open-transaction limit reached part way, commits
+    of unknown and repeated ids), log, index items, open and finished transactions and
+    queues."""
+    assert _turns(requests, commits, True, segment) == _turns(requests, commits, False,
+                                                              segment)

@@ -209,7 +209,8 @@ def _counted(monkeypatch) -> list[int]:
     return taken
 
 
-def _both_ways(tmp_path, monkeypatch, drive) -> tuple[tuple, tuple, list[int]]:
+def _both_ways(tmp_path, monkeypatch, drive, **config: object
+               ) -> tuple[tuple, tuple, list[int]]:
     taken = _counted(monkeypatch)
     ways = []
     for name in ("step", "general"):
@@ -219,7 +220,7 @@ def _both_ways(tmp_path, monkeypatch, drive) -> tuple[tuple, tuple, list[int]]:
         # so their ids, and the records that hold them, are alike.
         monkeypatch.setattr(ids, "_tx_seq", itertools.count(1))
         data_dir = str(tmp_path / name)
-        srv = ServerThread(data_dir, max_messages_per_transaction=4)
+        srv = ServerThread(data_dir, max_messages_per_transaction=4, **config)
         try:
             answers = drive(srv.server)
         finally:
@@ -259,3 +260,19 @@ def test_pipelined_prepares_and_commits_are_answered_as_the_general_way_does(
     assert step[0] == general[0]
     assert step[1] == general[1] and len(step[1]) > 20
     assert sum(1 for a in step[0].values() if a[1] & 2) > 20
+
+
+def test_pipelined_windows_in_small_segments_are_answered_as_the_general_way_does(
+        tmp_path, monkeypatch):
+    """Windows of 16 in segments of 8 KiB: many a turn's PREPAREs do not surely fit in the
+    active segment (placed one request at a time, each with its reservation) and many a
+    turn's runs roll part way, and commits find their PRE_MESSAGEs in an older segment
+    (copies, one at a time); the answers and stored messages are still the general way's."""
+    specs = _specs(5, 480, intact=True)
+    step, general, taken = _both_ways(tmp_path, monkeypatch,
+                                      lambda server: _windows(server, specs, 16),
+                                      segment_size=8192)
+    assert taken.count(Op.PREPARE) > 80 and taken.count(Op.COMMIT) > 80
+    assert len(step[0]) == len(specs)
+    assert step[0] == general[0]
+    assert step[1] == general[1] and len(step[1]) > 20

@@ -25,15 +25,18 @@ from tests.crashkit import CrashingIO
 
 
 def arm_before_first_commit(broker: fmq.Broker, io: CrashingIO, arm: dict[str, Any]) -> None:
-    # Every commit (on the send pipeline or in a worker thread) places its records here.
-    place = broker._tx_writer.place_commit_records
+    # Every commit places its records through one of these: one at a time (in a worker
+    # thread, or alone in its turn of the send pipeline), or with its turn's others.
+    writer = broker._tx_writer
+    for name in ("place_commit_records", "place_commits"):
+        place = getattr(writer, name)
 
-    def armed_place(tx: Any) -> int:
-        if io.plan is None:
-            io.arm(**arm)
-        return place(tx)
+        def armed_place(arg: Any, place: Callable[[Any], Any] = place) -> Any:
+            if io.plan is None:
+                io.arm(**arm)
+            return place(arg)
 
-    broker._tx_writer.place_commit_records = armed_place  # type: ignore[method-assign]
+        setattr(writer, name, armed_place)
 
 
 def serve_until_killed(data_dir: str, broker_config: dict, io: CrashingIO,
