@@ -1,10 +1,11 @@
 # cython: language_level=3
 """A stored record's header read and checked in C, for the compiled twins that read the
 log's bytes themselves: ``fmq/log/record/_record_c.pyx`` (the codec's decode and its runs)
-and ``fmq/server/kafka/_stored_batches_c.pyx`` (Fetch's batches from the stored records).
-One definition of the layout's checks (fmq.log.record.layout's docstring: a 72-byte
+and, through ``_stored_view.pxd``, ``fmq/server/kafka/_stored_batches_c.pyx`` (Fetch's
+batches) and ``fmq/server/ops/_pull_messages_c.pyx`` (PULL's messages) from the stored
+records. One definition of the layout's checks (fmq.log.record.layout's docstring: a 72-byte
 little-endian header, its length, CRC-32C of the bytes after the CRC field, magic, version,
-type, own log offset and field lengths) and of the CRC-32C in SSE 4.2, cimported by both.
+type, own log offset and field lengths) and of the CRC-32C in SSE 4.2, cimported by each.
 """
 
 from cpython.memoryview cimport PyMemoryView_FromMemory

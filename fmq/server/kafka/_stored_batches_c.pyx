@@ -24,8 +24,9 @@ those).
 
 Layouts: the FMQ record is ``fmq.log.record``'s docstring (72-byte little-endian header,
 then topic, tx id, group, key, tags, properties, body), its header checked and its CRC-32C
-computed by ``fmq/log/record/_record_header.pxd``, as the log codec's twin checks it; the
-Kafka batch is records.py's.
+computed by ``fmq/log/record/_record_header.pxd``, as the log codec's twin checks it, its
+fields and properties read and checked by ``fmq/log/record/_stored_view.pxd``; the Kafka
+batch is records.py's.
 """
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBuffer_Release, PyObject_GetBuffer
@@ -34,20 +35,15 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcmp, memcpy, strcmp
+from libc.string cimport memcpy, strcmp
 
-from fmq.log.record._record_header cimport (
-    RecordFormat,
-    checked_length,
-    crc_in_c,
-    fmq_crc32c_sse42,
-    le,
-    record_format,
-)
+from fmq.log.record._record_header cimport RecordFormat, crc_in_c, fmq_crc32c_sse42, le
+from fmq.log.record._stored_view cimport (
+    STORED_OK, STORED_PAIR, PropertyPair, PropertyWalk, StoredFields, is_ascii, is_name, read_fields,
+    read_pair, stored_format, walk_next, walk_start)
 
 from crc32c import crc32c
 
-from fmq.log.record.layout import FORMAT_VERSION, HEADER_SIZE, MAGIC, TYPE_BY_CODE
 from fmq.message import HIDDEN_PROPERTIES
 from fmq.server.kafka.mapping import CREATE_TIME_PROPERTY, NULL_VALUE_PROPERTY, property_to_header
 
@@ -55,16 +51,13 @@ cdef extern from "Python.h":
     long long PyLong_AsLongLong(object v) except? -1
 
 cdef bint _CRC_IN_C = crc_in_c(crc32c)
-cdef Py_ssize_t _HEADER = HEADER_SIZE  # 72
 cdef RecordFormat _FORMAT
-record_format(&_FORMAT, HEADER_SIZE, MAGIC, FORMAT_VERSION, TYPE_BY_CODE)
+stored_format(&_FORMAT)
 
 cdef Py_ssize_t _KAFKA_HEAD = 21  # base offset .. CRC
 cdef Py_ssize_t _KAFKA_OVERHEAD = 61  # the head and the body's fixed fields
 cdef Py_ssize_t _LENGTH_FROM = 12
 cdef int64_t _TIME_LIMIT = 1LL << 62
-#: Properties a record may have for the C path (a name given twice is looked for pairwise).
-cdef Py_ssize_t _MAX_PROPERTIES = 64
 
 cdef bytes _CREATE_TIME = CREATE_TIME_PROPERTY.encode()
 cdef bytes _NULL_VALUE = NULL_VALUE_PROPERTY.encode()
@@ -127,35 +120,12 @@ cdef inline void _put_be(uint8_t *at, uint64_t value, int width) noexcept:
         at[i] = <uint8_t>(value >> (8 * (width - 1 - i)))
 
 
-cdef inline bint _ascii(const uint8_t *p, Py_ssize_t n) noexcept:
-    cdef Py_ssize_t i
-    for i in range(n):
-        if p[i] >= 0x80:
-            return False
-    return True
-
-
 cdef inline bint _digits(const uint8_t *p, Py_ssize_t n) noexcept:
     cdef Py_ssize_t i
     for i in range(n):
         if p[i] < 48 or p[i] > 57:
             return False
     return True
-
-
-cdef int _check_text(const uint8_t *p, Py_ssize_t n) except -1:
-    """``p`` is UTF-8 as the log codec's decode takes it, else the reference decides."""
-    if _ascii(p, n):
-        return 0
-    try:
-        PyUnicode_DecodeUTF8(<const char *>p, n, NULL)
-    except UnicodeDecodeError:
-        raise _ReferenceDecides()
-    return 0
-
-
-cdef inline bint _is(const uint8_t *p, Py_ssize_t n, bytes name) noexcept:
-    return n == PyBytes_GET_SIZE(name) and memcmp(p, PyBytes_AS_STRING(name), n) == 0
 
 
 cdef int _kind(const uint8_t *name, Py_ssize_t name_len, const uint8_t *text,
@@ -165,10 +135,10 @@ cdef int _kind(const uint8_t *name, Py_ssize_t name_len, const uint8_t *text,
     cdef Py_ssize_t i
     cdef int64_t value = 0
     for hidden in _HIDDEN:
-        if _is(name, name_len, <bytes>hidden):
+        if is_name(name, name_len, <bytes>hidden):
             return _SKIPPED
-    if _is(name, name_len, _CREATE_TIME):
-        if not _ascii(text, text_len):
+    if is_name(name, name_len, _CREATE_TIME):
+        if not is_ascii(text, text_len):
             raise _ReferenceDecides()  # str.isdigit takes other digits: the reference's
         if text_len > 0 and _digits(text, text_len):
             if text_len > 18:
@@ -177,7 +147,7 @@ cdef int _kind(const uint8_t *name, Py_ssize_t name_len, const uint8_t *text,
                 value = value * 10 + (text[i] - 48)
             create_time[0] = value
             return _SKIPPED
-    if _is(name, name_len, _NULL_VALUE) and body_len == 0:
+    if is_name(name, name_len, _NULL_VALUE) and body_len == 0:
         return _SKIPPED
     if text_len == 0 or text[0] != 0:
         return _HEADER_TEXT
@@ -198,78 +168,43 @@ cdef int _read_record(_Record *r, const uint8_t *p, Py_ssize_t available, uint64
                       uint64_t max_record_size, list escaped) except -1:
     """Check the record at ``p`` as the log codec's decode does and read its fields into
     ``r`` (the headers' values that need Python onto ``escaped``, in order)."""
-    cdef Py_ssize_t at, pos, end, count, i, j, n, name_at, name_len, text_at, text_len
-    cdef Py_ssize_t names[64]
-    cdef Py_ssize_t name_lens[64]
+    cdef StoredFields f
+    cdef PropertyWalk w
+    cdef Py_ssize_t n, name_at, name_len, text_at, text_len
     cdef int kind
     cdef int64_t create_time = -1
-    if not checked_length(&_FORMAT, p, available, log_offset, max_record_size, _CRC_IN_C,
-                          crc32c):
+    if read_fields(&f, &_FORMAT, _CRC_IN_C, crc32c, p, available, log_offset,
+                   max_record_size) != STORED_OK:
         raise _ReferenceDecides()
-    # topic, tx id, group, key, tags: text, checked as decode checks it
-    at = _HEADER
-    for i in range(5):
-        n = <Py_ssize_t>le(p + 52 + 2 * i, 2)
-        _check_text(p + at, n)
-        if i == 3:
-            r.key_at, r.key_len = at, n
-        at += n
-    r.props_at, r.props_len = at, <Py_ssize_t>le(p + 64, 4)
-    r.body_at, r.body_len = at + r.props_len, <Py_ssize_t>le(p + 68, 4)
     r.p = p
+    r.key_at, r.key_len = f.key_at, f.key_len
+    r.props_at, r.props_len, r.body_at, r.body_len = f.props_at, f.props_len, f.body_at, f.body_len
     r.null_value = False
     r.header_count = 0
     r.headers_size = 0
-    if r.props_len:
-        # decode_properties' checks; then each pair's fate in the record
-        pos, end = r.props_at, r.props_at + r.props_len
-        if r.props_len < 2:
-            raise _ReferenceDecides()
-        count = <Py_ssize_t>le(p + pos, 2)
-        pos += 2
-        if count > _MAX_PROPERTIES:
-            raise _ReferenceDecides()
-        for i in range(count):
-            if pos + 2 > end:
-                raise _ReferenceDecides()
-            name_len = <Py_ssize_t>le(p + pos, 2)
-            name_at = pos + 2
-            if name_at + name_len > end:
-                raise _ReferenceDecides()
-            pos = name_at + name_len
-            if pos + 2 > end:
-                raise _ReferenceDecides()
-            text_len = <Py_ssize_t>le(p + pos, 2)
-            text_at = pos + 2
-            if text_at + text_len > end:
-                raise _ReferenceDecides()
-            pos = text_at + text_len
-            _check_text(p + name_at, name_len)
-            _check_text(p + text_at, text_len)
-            for j in range(i):
-                if name_lens[j] == name_len and memcmp(p + names[j], p + name_at,
-                                                       name_len) == 0:
-                    raise _ReferenceDecides()  # a dict keeps the first place, last value
-            names[i], name_lens[i] = name_at, name_len
-            kind = _kind(p + name_at, name_len, p + text_at, text_len, r.body_len,
-                         &create_time)
-            if kind == _SKIPPED:
-                if _is(p + name_at, name_len, _NULL_VALUE) and r.body_len == 0:
-                    r.null_value = True
-                continue
-            r.header_count += 1
-            r.headers_size += _varint_size(name_len) + name_len
-            if kind == _HEADER_TEXT:
-                r.headers_size += _varint_size(text_len) + text_len
-            elif kind == _HEADER_NULL:
-                r.headers_size += 1
-            else:
-                value = _escaped(p + text_at, text_len)
-                escaped.append(value)
-                n = PyBytes_GET_SIZE(value)
-                r.headers_size += _varint_size(n) + n
-        if pos != end:
-            raise _ReferenceDecides()
+    # decode_properties' checks; then each pair's fate in the record
+    walk_start(&w, &f)
+    while walk_next(&w, p) == STORED_PAIR:
+        name_at, name_len = w.pair.name_at, w.pair.name_len
+        text_at, text_len = w.pair.text_at, w.pair.text_len
+        kind = _kind(p + name_at, name_len, p + text_at, text_len, r.body_len, &create_time)
+        if kind == _SKIPPED:
+            if is_name(p + name_at, name_len, _NULL_VALUE) and r.body_len == 0:
+                r.null_value = True
+            continue
+        r.header_count += 1
+        r.headers_size += _varint_size(name_len) + name_len
+        if kind == _HEADER_TEXT:
+            r.headers_size += _varint_size(text_len) + text_len
+        elif kind == _HEADER_NULL:
+            r.headers_size += 1
+        else:
+            value = _escaped(p + text_at, text_len)
+            escaped.append(value)
+            n = PyBytes_GET_SIZE(value)
+            r.headers_size += _varint_size(n) + n
+    if w.refused:
+        raise _ReferenceDecides()
     r.headers_size += _varint_size(r.header_count)
     if create_time >= 0:
         r.timestamp = create_time
@@ -282,6 +217,7 @@ cdef uint8_t *_put_headers(uint8_t *out, _Record *r, list escaped, Py_ssize_t *n
                            ) except NULL:
     """The record's headers field (``_read_record`` measured it)."""
     cdef const uint8_t *p = r.p
+    cdef PropertyPair pair
     cdef Py_ssize_t pos, count, i, name_at, name_len, text_at, text_len
     cdef int64_t ignored = -1
     cdef int kind
@@ -292,12 +228,9 @@ cdef uint8_t *_put_headers(uint8_t *out, _Record *r, list escaped, Py_ssize_t *n
     count = <Py_ssize_t>le(p + pos, 2)
     pos += 2
     for i in range(count):
-        name_len = <Py_ssize_t>le(p + pos, 2)
-        name_at = pos + 2
-        pos = name_at + name_len
-        text_len = <Py_ssize_t>le(p + pos, 2)
-        text_at = pos + 2
-        pos = text_at + text_len
+        pos = read_pair(p, pos, &pair)
+        name_at, name_len, text_at, text_len = (pair.name_at, pair.name_len, pair.text_at,
+                                                pair.text_len)
         kind = _kind(p + name_at, name_len, p + text_at, text_len, r.body_len, &ignored)
         if kind == _SKIPPED:
             continue

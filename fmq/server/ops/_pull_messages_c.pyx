@@ -21,7 +21,8 @@ each name and value as u16 length and bytes; the dedup window's own left out whe
 record has ``%producer`` or ``%principal``, as a pull leaves them out), store_time i64 (the
 entry's). The FMQ record is ``fmq.log.record``'s docstring (72-byte little-endian header,
 then topic, tx id, group, key, tags, properties, body), its header checked and its
-CRC-32C computed by ``fmq/log/record/_record_header.pxd``, as the log codec's twin checks it.
+CRC-32C computed by ``fmq/log/record/_record_header.pxd``, as the log codec's twin checks it, its
+fields and properties read and checked by ``fmq/log/record/_stored_view.pxd``.
 """
 
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBuffer_Release, PyObject_GetBuffer
@@ -29,21 +30,17 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
-from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_AsUTF8String
 from libc.stdint cimport int64_t, uint8_t, uint64_t
-from libc.string cimport memcmp, memcpy, strcmp
+from libc.string cimport memcpy, strcmp
 
-from fmq.log.record._record_header cimport (
-    RecordFormat,
-    checked_length,
-    crc_in_c,
-    le,
-    record_format,
-)
+from fmq.log.record._record_header cimport RecordFormat, crc_in_c, le
+from fmq.log.record._stored_view cimport (
+    STORED_OK, STORED_PAIR, PropertyPair, PropertyWalk, StoredFields, is_name, read_fields,
+    read_pair, stored_format, walk_next, walk_start)
 
 from crc32c import crc32c
 
-from fmq.log.record.layout import FORMAT_VERSION, HEADER_SIZE, MAGIC, TYPE_BY_CODE
 from fmq.message import HIDDEN_PROPERTIES, PRINCIPAL_PROPERTY, PRODUCER_ID_PROPERTY
 
 cdef extern from "Python.h":
@@ -51,16 +48,13 @@ cdef extern from "Python.h":
     unsigned long long PyLong_AsUnsignedLongLong(object v) except? -1
 
 cdef bint _CRC_IN_C = crc_in_c(crc32c)
-cdef Py_ssize_t _HEADER = HEADER_SIZE  # 72
 cdef RecordFormat _FORMAT
-record_format(&_FORMAT, HEADER_SIZE, MAGIC, FORMAT_VERSION, TYPE_BY_CODE)
+stored_format(&_FORMAT)
 
 #: A stored_message's fixed bytes: the five lengths (topic 2, body 4, key 2, tags 2,
 #: properties' count 2), queue id, queue offset, offset and store time.
 cdef Py_ssize_t _FIXED = 2 + 4 + 8 + 8 + 4 + 2 + 2 + 2 + 8
 cdef Py_ssize_t _NULL16 = 0xFFFF
-#: Properties a record may have for the C path (a name given twice is looked for pairwise).
-cdef Py_ssize_t _MAX_PROPERTIES = 64
 
 cdef list _HIDDEN = sorted(name.encode() for name in HIDDEN_PROPERTIES)
 cdef bytes _PRODUCER = PRODUCER_ID_PROPERTY.encode()
@@ -84,32 +78,9 @@ cdef struct _Message:
     bint kept, deleted
 
 
-cdef inline bint _ascii(const uint8_t *p, Py_ssize_t n) noexcept:
-    cdef Py_ssize_t i
-    for i in range(n):
-        if p[i] >= 0x80:
-            return False
-    return True
-
-
-cdef int _check_text(const uint8_t *p, Py_ssize_t n) except -1:
-    """``p`` is UTF-8 as the log codec's decode takes it, else the reference decides."""
-    if _ascii(p, n):
-        return 0
-    try:
-        PyUnicode_DecodeUTF8(<const char *>p, n, NULL)
-    except UnicodeDecodeError:
-        raise _ReferenceDecides()
-    return 0
-
-
-cdef inline bint _is(const uint8_t *p, Py_ssize_t n, bytes name) noexcept:
-    return n == PyBytes_GET_SIZE(name) and memcmp(p, PyBytes_AS_STRING(name), n) == 0
-
-
 cdef inline bint _hidden(const uint8_t *p, Py_ssize_t n) noexcept:
     for name in _HIDDEN:
-        if _is(p, n, <bytes>name):
+        if is_name(p, n, <bytes>name):
             return True
     return False
 
@@ -124,82 +95,55 @@ cdef int _read_record(_Message *m, const uint8_t *p, Py_ssize_t available,
                       uint64_t max_record_size) except -1:
     """Check the record at ``p`` as the log codec's decode does and read its fields into
     ``m``, with the size of its stored_message past the topic's."""
-    cdef Py_ssize_t at, pos, end, count, i, j, n, name_at, name_len, text_at, text_len
+    cdef StoredFields f
+    cdef PropertyWalk w
+    cdef Py_ssize_t i
     cdef Py_ssize_t props_wire = 0
-    cdef Py_ssize_t names[64]
-    cdef Py_ssize_t name_lens[64]
-    cdef Py_ssize_t text_lens[64]
-    if not checked_length(&_FORMAT, p, available, m.offset, max_record_size, _CRC_IN_C,
-                          crc32c):
+    if read_fields(&f, &_FORMAT, _CRC_IN_C, crc32c, p, available, m.offset,
+                   max_record_size) != STORED_OK:
         raise _ReferenceDecides()
-    # topic, tx id, group, key, tags: text, checked as decode checks it
-    at = _HEADER
-    for i in range(5):
-        n = <Py_ssize_t>le(p + 52 + 2 * i, 2)
-        _check_text(p + at, n)
-        if i == 3:
-            m.key_at, m.key_len = at, n
-        elif i == 4:
-            m.tags_at, m.tags_len = at, n
-        at += n
-    if m.key_len >= _NULL16 or m.tags_len >= _NULL16:
+    if f.key_len >= _NULL16 or f.tags_len >= _NULL16:
         raise _ReferenceDecides()  # the wire's optional text cannot carry it
-    m.props_at, m.props_len = at, <Py_ssize_t>le(p + 64, 4)
-    m.body_at, m.body_len = at + m.props_len, <Py_ssize_t>le(p + 68, 4)
     m.p = p
+    m.key_at, m.key_len, m.tags_at, m.tags_len = f.key_at, f.key_len, f.tags_at, f.tags_len
+    m.props_at, m.props_len, m.body_at, m.body_len = f.props_at, f.props_len, f.body_at, f.body_len
     m.prop_count = 0
     m.hide = False
-    if m.props_len:
-        # decode_properties' checks, then which pairs the answer carries
-        pos, end = m.props_at, m.props_at + m.props_len
-        if m.props_len < 2:
-            raise _ReferenceDecides()
-        count = <Py_ssize_t>le(p + pos, 2)
-        pos += 2
-        if count > _MAX_PROPERTIES:
-            raise _ReferenceDecides()
-        for i in range(count):
-            if pos + 2 > end:
-                raise _ReferenceDecides()
-            name_len = <Py_ssize_t>le(p + pos, 2)
-            name_at = pos + 2
-            if name_at + name_len > end:
-                raise _ReferenceDecides()
-            pos = name_at + name_len
-            if pos + 2 > end:
-                raise _ReferenceDecides()
-            text_len = <Py_ssize_t>le(p + pos, 2)
-            text_at = pos + 2
-            if text_at + text_len > end:
-                raise _ReferenceDecides()
-            pos = text_at + text_len
-            _check_text(p + name_at, name_len)
-            _check_text(p + text_at, text_len)
-            for j in range(i):
-                if name_lens[j] == name_len and memcmp(p + names[j], p + name_at,
-                                                       name_len) == 0:
-                    raise _ReferenceDecides()  # a dict keeps the first place, last value
-            names[i], name_lens[i], text_lens[i] = name_at, name_len, text_len
-            if _is(p + name_at, name_len, _PRODUCER) or _is(p + name_at, name_len,
-                                                           _PRINCIPAL):
-                m.hide = True
-        if pos != end:
-            raise _ReferenceDecides()
-        for i in range(count):
-            if m.hide and _hidden(p + names[i], name_lens[i]):
-                continue
-            m.prop_count += 1
-            props_wire += 4 + name_lens[i] + text_lens[i]
+    # decode_properties' checks, then which pairs the answer carries
+    walk_start(&w, &f)
+    while walk_next(&w, p) == STORED_PAIR:
+        if is_name(p + w.pair.name_at, w.pair.name_len, _PRODUCER) or is_name(
+                p + w.pair.name_at, w.pair.name_len, _PRINCIPAL):
+            m.hide = True
+    if w.refused:
+        raise _ReferenceDecides()
+    for i in range(w.count):
+        if m.hide and _hidden(p + w.names[i], w.name_lens[i]):
+            continue
+        m.prop_count += 1
+        props_wire += 4 + w.name_lens[i] + w.text_lens[i]
     m.size = (_FIXED + m.body_len + (m.key_len if m.key_len else 0)
               + (m.tags_len if m.tags_len else 0) + props_wire)
     return 0
+
+
+cdef inline uint8_t *_put_optional_text(uint8_t *out, const uint8_t *text, Py_ssize_t n
+                                        ) noexcept:
+    """The wire's optional text (an empty one stored: none, 0xFFFF) at ``out``; past it."""
+    if n:
+        _put_be(out, <uint64_t>n, 2)
+        memcpy(out + 2, text, n)
+        return out + 2 + n
+    _put_be(out, _NULL16, 2)
+    return out + 2
 
 
 cdef uint8_t *_put_message(uint8_t *out, _Message *m, const uint8_t *topic,
                            Py_ssize_t topic_len, uint64_t queue_id) noexcept:
     """``m``'s stored_message (``_read_record`` measured it) at ``out``; past its end."""
     cdef const uint8_t *p = m.p
-    cdef Py_ssize_t pos, count, i, name_at, name_len, text_at, text_len
+    cdef PropertyPair pair
+    cdef Py_ssize_t pos, count, i
     _put_be(out, <uint64_t>topic_len, 2)
     memcpy(out + 2, topic, topic_len)
     out += 2 + topic_len
@@ -210,20 +154,8 @@ cdef uint8_t *_put_message(uint8_t *out, _Message *m, const uint8_t *topic,
     out += 24
     memcpy(out, p + m.body_at, m.body_len)
     out += m.body_len
-    if m.key_len:
-        _put_be(out, <uint64_t>m.key_len, 2)
-        memcpy(out + 2, p + m.key_at, m.key_len)
-        out += 2 + m.key_len
-    else:
-        _put_be(out, _NULL16, 2)
-        out += 2
-    if m.tags_len:
-        _put_be(out, <uint64_t>m.tags_len, 2)
-        memcpy(out + 2, p + m.tags_at, m.tags_len)
-        out += 2 + m.tags_len
-    else:
-        _put_be(out, _NULL16, 2)
-        out += 2
+    out = _put_optional_text(out, p + m.key_at, m.key_len)
+    out = _put_optional_text(out, p + m.tags_at, m.tags_len)
     _put_be(out, <uint64_t>m.prop_count, 2)
     out += 2
     if m.prop_count:
@@ -231,20 +163,15 @@ cdef uint8_t *_put_message(uint8_t *out, _Message *m, const uint8_t *topic,
         count = <Py_ssize_t>le(p + pos, 2)
         pos += 2
         for i in range(count):
-            name_len = <Py_ssize_t>le(p + pos, 2)
-            name_at = pos + 2
-            pos = name_at + name_len
-            text_len = <Py_ssize_t>le(p + pos, 2)
-            text_at = pos + 2
-            pos = text_at + text_len
-            if m.hide and _hidden(p + name_at, name_len):
+            pos = read_pair(p, pos, &pair)
+            if m.hide and _hidden(p + pair.name_at, pair.name_len):
                 continue
-            _put_be(out, <uint64_t>name_len, 2)
-            memcpy(out + 2, p + name_at, name_len)
-            out += 2 + name_len
-            _put_be(out, <uint64_t>text_len, 2)
-            memcpy(out + 2, p + text_at, text_len)
-            out += 2 + text_len
+            _put_be(out, <uint64_t>pair.name_len, 2)
+            memcpy(out + 2, p + pair.name_at, pair.name_len)
+            out += 2 + pair.name_len
+            _put_be(out, <uint64_t>pair.text_len, 2)
+            memcpy(out + 2, p + pair.text_at, pair.text_len)
+            out += 2 + pair.text_len
     _put_be(out, <uint64_t>m.store_time, 8)
     return out + 8
 
