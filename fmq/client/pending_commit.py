@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fmq.errors import ConnectionLost, FMQError, PrimaryNotFound, RequestTimeout
 from fmq.protocol import Op, decode_response, encode_request
@@ -31,8 +31,22 @@ from .acquire import OWN_LINK
 from .connection import Connection, timed_out_error
 from .deadline import Attempts
 
-if TYPE_CHECKING:
-    from .tx_producer import TransactionProducer
+
+class CommitOwner(Protocol):
+    """What a :class:`PendingCommit` uses of the producer that made it (a
+    :class:`~fmq.client.TransactionProducer`; named by its parts, as that module imports
+    this one)."""
+
+    producer_group: str
+    request_timeout: float
+    _closed: bool
+    _tx_links: dict[str, str]
+
+    def _connection(self, link: str = OWN_LINK) -> Connection: ...
+
+    def _link_lost(self, link: str) -> None: ...
+
+    def call(self, op: Op, fields: dict[str, Any], **options: Any) -> dict[str, Any]: ...
 
 
 class PendingCommit:
@@ -44,7 +58,7 @@ class PendingCommit:
     ``TransactionConflict``, ``DeliveryTimeout`` after the retries, ...). The commit is
     done only when the server answered it; until then :meth:`done` is False."""
 
-    def __init__(self, producer: TransactionProducer, tx_id: str, link: str,
+    def __init__(self, producer: CommitOwner, tx_id: str, link: str,
                  attempts: Attempts) -> None:
         self.tx_id = tx_id
         self._producer = producer
