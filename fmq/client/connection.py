@@ -264,11 +264,7 @@ class Connection:
         data = build(rid)
         fut = self._slot_future()
         with self._lock:
-            if self._closed is not None:
-                unsent = not_sent_error(self.address, self._closed)
-                fut.set_exception(unsent)  # releases the slot
-                raise unsent
-            self._pending[rid] = (op, fut, decode)
+            self._register_locked(op, rid, decode, fut)
             self._held.add(rid, data, linger_s)
             if self._held.due < self._flusher_wakes_at:
                 self._held_cond.notify()
@@ -308,12 +304,19 @@ class Connection:
         Raises (NotSent) when the connection is closed."""
         fut = self._slot_future()
         with self._lock:
-            if self._closed is not None:
-                unsent = not_sent_error(self.address, self._closed)
-                fut.set_exception(unsent)  # releases the slot
-                raise unsent
-            self._pending[rid] = (op, fut, decode)
+            self._register_locked(op, rid, decode, fut)
         return fut
+
+    def _register_locked(self, op: Op, rid: int, decode: Callable[[Frame], Any],
+                         fut: Future) -> None:
+        """``fut`` awaits the answer to request ``rid`` (the caller holds ``_lock``).
+        Raises (NotSent), failing ``fut`` and so releasing its slot, when the connection
+        is closed."""
+        if self._closed is not None:
+            unsent = not_sent_error(self.address, self._closed)
+            fut.set_exception(unsent)  # releases the slot
+            raise unsent
+        self._pending[rid] = (op, fut, decode)
 
     def _flush_when_due(self) -> None:
         """The flusher thread: writes held frames alone once the oldest is due. It wakes
