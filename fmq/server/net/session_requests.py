@@ -462,7 +462,7 @@ class SessionRequests:
         fields = (topic, queue_id, wait.offset, max_messages, wait_ms)
         outcome = answer_pull_now(ctx, self.session, op, rid, fields, wait.deadline)
         if outcome is True:
-            self._end_plain(request)
+            self._done(request)  # it reserved no reply bytes: settle gives back none
             request.set_result(None)
         elif outcome is False:
             task = ctx.loop.create_task(pull_after_wait(
@@ -480,15 +480,6 @@ class SessionRequests:
         else:
             wait_then(ctx, outcome, functools.partial(self._pull_woken, op, rid, fields,
                                                       outcome, request))
-
-    def _end_plain(self, request: asyncio.Future) -> None:
-        """_done's for a request the step answered itself (no reply bytes to settle)."""
-        session = self.session
-        self.running.discard(request)
-        self.ctx.all_tasks.discard(request)
-        session.admission.release(self._held.pop(request, 0))
-        if session.eof and not self.running:
-            session.close()
 
     def _start_commit_offset(self, frame: Frame) -> asyncio.Future | object:
         """A COMMIT_OFFSET written as its handler writes it (``ctx.write`` of the offsets'
