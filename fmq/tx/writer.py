@@ -257,12 +257,12 @@ class TxWriter:
             if log_.takes_message_runs() and log_.fits_in_active(_turn_bound(ready)):
                 self._place_prepare_runs(ready, outcomes, store_time)
                 return
-            for at, messages, _group, _tx_id, overhead, tx in ready:
+            for item in ready:
+                at, messages, overhead, tx = item[0], item[1], item[4], item[5]
                 try:
                     reserve_segments(log_, messages, overhead, first=HEADER_SIZE + overhead)
                     if log_.takes_message_runs():
-                        self._place_prepare_runs([(at, messages, _group, _tx_id, overhead, tx)],
-                                                 outcomes, store_time)
+                        self._place_prepare_runs([item], outcomes, store_time)
                         continue
                     self._place_prepare_records(messages, tx, store_time)
                     outcomes[at] = tx, log_.next_offset
