@@ -6,6 +6,7 @@ refused by place(), answered at once, or ended by an awaitable it gave)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -13,6 +14,7 @@ import fmq
 from fmq.errors import InvalidArgument
 from fmq.message import Message
 from fmq.server.ops.batcher import SendBatcher
+from fmq.server.ops.placed import PlacedSends
 
 
 @pytest.fixture
@@ -109,3 +111,75 @@ def test_a_future_not_just_submitted_gets_a_done_callback_instead(broker):
 
     first, answered = run_with_batcher(broker, scenario)
     assert answered == [first]
+
+
+# ---- flushes handed back: answered by the loop's next read or placement, or its wake-up
+
+
+def in_thread(work):
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_a_flush_handed_back_is_answered_by_the_next_look_once(broker):
+    """A flush the acknowledger hands back is answered by whoever looks first on the loop
+    (a session's read: answer_handed_back), and the wake-up callback that follows finds
+    nothing left: each request answered once, in the order of the flushes."""
+    async def scenario(batcher):
+        loop = asyncio.get_running_loop()
+        futs = [loop.create_future() for _ in range(6)]
+        answered = []
+        flushes = [PlacedSends(0, [([Message("handed", b"x")], fut, None, answered.append)],
+                               [f"result {i}"]) for i, fut in enumerate(futs)]
+        # From another thread, as the acknowledger does, while the loop is busy here (it
+        # waits for the thread without yielding): the wake-up callback cannot run yet.
+        in_thread(lambda: [batcher._hand_back([p], None) for p in flushes[:3]])
+        assert [f.done() for f in futs[:3]] == [False] * 3
+        assert len(batcher.handed_back) == 3
+        batcher.answer_handed_back()  # a session's read looks first
+        assert answered == futs[:3] and not batcher.handed_back
+        in_thread(lambda: [batcher._hand_back([p], None) for p in flushes[3:]])
+        for _ in range(50):  # the wake-up callbacks run: the earlier one finds nothing
+            await asyncio.sleep(0)
+            if len(answered) == 6:
+                break
+        await asyncio.sleep(0.01)
+        return futs, answered
+
+    futs, answered = run_with_batcher(broker, scenario)
+    assert answered == futs
+    assert [f.result() for f in futs] == [[f"result {i}"] for i in range(6)]
+
+
+def test_flushes_handed_back_from_two_threads_while_the_loop_looks_are_each_answered_once(
+        broker):
+    """The acknowledger and the replica stage hand flushes back from their own threads while
+    the loop drains the queue at its reads: no flush is lost between a hand-back that finds
+    a wake-up pending and that wake-up's run, and none is answered twice."""
+    per_thread = 2000
+
+    async def scenario(batcher):
+        loop = asyncio.get_running_loop()
+        answered = []
+        futs = [loop.create_future() for _ in range(2 * per_thread)]
+        flushes = [PlacedSends(0, [([Message("handed", b"x")], fut, None, answered.append)],
+                               [i]) for i, fut in enumerate(futs)]
+
+        def hand_back(part):
+            for p in part:
+                batcher._hand_back([p], None)
+
+        threads = [loop.run_in_executor(None, hand_back, flushes[:per_thread]),
+                   loop.run_in_executor(None, hand_back, flushes[per_thread:])]
+        while not all(t.done() for t in threads):
+            batcher.answer_handed_back()  # the reads between the wake-ups
+            await asyncio.sleep(0)
+        await asyncio.gather(*threads)
+        await asyncio.wait_for(asyncio.gather(*futs), 10)  # the last wake-up's work
+        return futs, answered
+
+    futs, answered = run_with_batcher(broker, scenario)
+    assert sorted(map(id, answered)) == sorted(map(id, futs))  # each once
+    assert answered[:per_thread] != [] and len(answered) == len(futs)

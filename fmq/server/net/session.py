@@ -78,6 +78,9 @@ class ClientSession(asyncio.Protocol):
         #: While the send pipeline's answers are held (a hand-back's callback runs), this
         #: session's answers wait here and are written in one piece when it ends.
         self.answer_writes = ctx.batcher.answer_writes if ctx.batcher is not None else None
+        #: Flushes handed back and not answered yet (the send pipeline's): a read answers
+        #: them before its own requests (:meth:`SendBatcher.answer_handed_back`).
+        self._handed_back = ctx.batcher.handed_back if ctx.batcher is not None else ()
         self._held: list[bytes] | None = None
         self._held_reserved = 0
         #: The socket those answers may be sent to directly (-1: always the transport).
@@ -102,6 +105,8 @@ class ClientSession(asyncio.Protocol):
         self.ctx.hooks.session_opened(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._handed_back:
+            self.ctx.batcher.answer_handed_back()  # type: ignore[union-attr]
         if self.closing:
             return
         now = self.ctx.now()

@@ -76,6 +76,12 @@ class SendBatcher:
         #: Held while a flush's requests are answered: a connection's answers are written
         #: once (the sessions look at it).
         self.answer_writes = AnswerWrites()
+        #: Flushes the acknowledger handed back, not answered yet: (placed, failure,
+        #: durable), in log order. The loop answers them at the first of: its wake-up
+        #: callback, the next read of any session (:meth:`answer_handed_back`), the end of
+        #: its next turn's placement.
+        self.handed_back: deque[tuple[list[Placed], BaseException | None, bool]] = deque()
+        self._wake_sent = False  # a wake-up callback is scheduled and has not run yet
         self._acknowledger = threading.Thread(target=self._acknowledge_loop,
                                               name="fmq-send-acker", daemon=True)
         self._acknowledger.start()
@@ -205,6 +211,13 @@ class SendBatcher:
 
     def _place(self) -> None:
         self._scheduled = False
+        try:
+            self._place_turn()
+        finally:
+            if self.handed_back:
+                self.answer_handed_back()
+
+    def _place_turn(self) -> None:
         sends, self._sends = self._sends, []
         for batch in _split(sends, self.MAX_BATCH, self.MAX_BATCH_BYTES):
             msgs = [m for item in batch for m in item[0]]
@@ -265,12 +278,26 @@ class SendBatcher:
         if placed.writes:
             self._hand_over(placed)
 
-    def _answer_placed(self, done: list[Placed], failure: BaseException | None,
-                       durable: bool) -> None:
-        """Answer what a flush covered (on the event loop), each connection's answers
-        written in one piece once all are made."""
+    def answer_handed_back(self) -> None:
+        """Answer every flush handed back so far (on the event loop), each connection's
+        answers written in one piece once all are made.
+
+        The acknowledger's wake-up callback waits for the loop's next round of events: when
+        the flush ends while the loop reads, the requests that arrived meanwhile (a socket
+        each, the clients answered by the previous flush) are read first. So each read,
+        and each turn's placement, answers what is already durable before its own work
+        (``handed_back`` is looked at first: an empty deque costs one test)."""
+        due = self.handed_back
+        if not due:
+            return
         with self.answer_writes:
-            answer_placed(done, failure, durable)
+            while due:
+                done, failure, durable = due.popleft()
+                answer_placed(done, failure, durable)
+
+    def _woken(self) -> None:
+        self._wake_sent = False  # before draining: a hand-back from now on wakes again
+        self.answer_handed_back()
 
     def _hand_over(self, placed: Placed) -> None:
         """Queue placed requests for the acknowledger (in log order: all placing is here).
@@ -332,8 +359,14 @@ class SendBatcher:
 
     def _hand_back(self, done: list[Placed], failure: BaseException | None,
                    durable: bool = False) -> None:
+        """Queue a flush's requests for their answers (from the acknowledger's or the
+        replica stage's thread) and wake the loop, once until it has looked."""
+        self.handed_back.append((done, failure, durable))
+        if self._wake_sent:
+            return
+        self._wake_sent = True
         try:
-            self.loop.call_soon_threadsafe(self._answer_placed, done, failure, durable)
+            self.loop.call_soon_threadsafe(self._woken)
         except RuntimeError:  # the loop is closed: a shutdown abandoned these requests
             pass
 
