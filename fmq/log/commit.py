@@ -155,29 +155,13 @@ class GroupCommit:
     def _flush_batch(self, chunks: list[_Chunk], target: int, sync: bool,
                      unsynced: list[Segment]) -> None:
         started = time.monotonic()
-        touched: list[Segment] = []
-        synced: list[Segment] = []
+        touched: list[Segment] = []  # the segments written, when not ``sync``
         try:
-            for chunk in chunks:
-                if touched and chunk.segment is not touched[-1]:
-                    # Crossing into a later segment: what precedes it (the filler too) is
-                    # made durable first. Otherwise a power cut or a failed fsync could keep
-                    # records of the new segment but lose the old one's tail, which recovery
-                    # must call corruption (valid records after a gap), not a torn tail.
-                    for seg in unsynced + touched:
-                        if seg not in synced:
-                            seg.sync()
-                            synced.append(seg)
-                chunk.segment.write(chunk.position, chunk.data)
-                if chunk.segment not in touched:
-                    touched.append(chunk.segment)
-            if sync:
-                for seg in unsynced:
-                    if seg not in touched and seg not in synced:
-                        seg.sync()
-                for seg in touched:
-                    if seg not in synced:
-                        seg.sync()
+            if sync and len(chunks) == 1 and unsynced in ([], [chunks[0].segment]):
+                # The usual flush: one segment's bytes, written and synced in one call.
+                chunks[0].segment.write_then_sync(chunks[0].position, chunks[0].data)
+            else:
+                touched = self._write_chunks(chunks, sync, unsynced)
         except BaseException as exc:  # OSError, or a test's injected failure
             with self._cond:
                 self.fail(exc)
@@ -202,6 +186,35 @@ class GroupCommit:
             self._cond.notify_all()  # close() waits for the flush under way
         if sync and self.on_flushed is not None:
             self.on_flushed(target)
+
+    @staticmethod
+    def _write_chunks(chunks: list[_Chunk], sync: bool, unsynced: list[Segment]
+                      ) -> list[Segment]:
+        """Write ``chunks`` in order and, when ``sync``, fdatasync every segment written or
+        left unsynced, each segment's earlier ones first. Returns the segments written."""
+        touched: list[Segment] = []
+        synced: list[Segment] = []
+        for chunk in chunks:
+            if touched and chunk.segment is not touched[-1]:
+                # Crossing into a later segment: what precedes it (the filler too) is
+                # made durable first. Otherwise a power cut or a failed fsync could keep
+                # records of the new segment but lose the old one's tail, which recovery
+                # must call corruption (valid records after a gap), not a torn tail.
+                for seg in unsynced + touched:
+                    if seg not in synced:
+                        seg.sync()
+                        synced.append(seg)
+            chunk.segment.write(chunk.position, chunk.data)
+            if chunk.segment not in touched:
+                touched.append(chunk.segment)
+        if sync:
+            for seg in unsynced:
+                if seg not in touched and seg not in synced:
+                    seg.sync()
+            for seg in touched:
+                if seg not in synced:
+                    seg.sync()
+        return touched
 
     def close(self) -> None:
         """Wait for a flush under way, then refuse every later append."""

@@ -124,6 +124,10 @@ class Segment:
     def sync(self) -> None:
         self.io.fdatasync(self.fd)
 
+    def write_then_sync(self, position: int, data: bytes | memoryview) -> None:
+        """:meth:`write` then :meth:`sync`, in one call of the I/O."""
+        self.io.write_then_sync(self.fd, data, position)
+
     def map(self) -> mmap.mmap | bytes:
         """A read-only view of the whole file (mmap; empty bytes for an empty file)."""
         if self.size == 0:
