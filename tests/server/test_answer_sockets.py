@@ -32,23 +32,15 @@ import trustme
 
 from fmq import Broker, BrokerConfig
 from fmq.protocol import FrameDecoder, Op
-from fmq.server.config import ServerConfig
-from fmq.server.event_loop import run_on_event_loop
 from fmq.server.net import answer_send, answer_writes
 from fmq.server.net.session import ClientSession
-from fmq.server.server import Server
 from tests.native.test_plain_send_twins import send_payload
 from tests.native.twins import compiled
-from tests.server.test_plain_send_step import _frame
-
-try:
-    import uvloop
-except ImportError:  # the standard loop only
-    uvloop = None
+from tests.server.in_process_servers import LOOPS, InProcessServer
+from tests.server.raw_requests import request_frame
 
 pytestmark = pytest.mark.timeout(300)
 
-LOOPS = ["asyncio"] + (["uvloop"] if uvloop is not None else [])
 WAYS = ["compiled", "pure"]
 WINDOW = 64
 
@@ -59,36 +51,16 @@ def _sender(way: str):
     return answer_send.send_answers
 
 
-class LoopServer:
-    """A real server on 127.0.0.1 in a thread of this process, on the event loop named."""
+class LoopServer(InProcessServer):
+    """A real server on 127.0.0.1 in a thread of this process, on the event loop named,
+    over a new broker in ``data_dir``; the clients are closed before it stops."""
 
     def __init__(self, data_dir: str, loop_name: str, **config: object) -> None:
-        self.broker = Broker.open(data_dir, BrokerConfig())
-        self.server = Server(self.broker, ServerConfig(host="127.0.0.1", port=0, **config))
-        self.started = threading.Event()
-        self.thread = threading.Thread(target=run_on_event_loop,
-                                       args=(self._serve(), loop_name), daemon=True)
-        self.thread.start()
-        assert self.started.wait(60), "the server did not start"
-
-    async def _serve(self) -> None:
-        import asyncio
-
-        self.loop = asyncio.get_running_loop()
-        await self.server.start()
-        self.started.set()
-        await self.server.ctx.stop_requested.wait()
-        await self.server.shutdown()
-
-    @property
-    def port(self) -> int:
-        return self.server.port
+        super().__init__(Broker.open(data_dir, BrokerConfig()), loop_name, **config)
 
     def stop(self) -> None:
         close_clients()  # first: a TLS connection still open holds up uvloop's shut-down
-        self.loop.call_soon_threadsafe(self.server.request_stop)
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the server did not stop"
+        super().stop()
 
 
 class Recorded:
@@ -145,8 +117,8 @@ def _peer(sock: socket.socket) -> str:
 
 
 def _sends(topic: str, first: int, count: int) -> bytes:
-    return b"".join(_frame(send_payload(topic, b"m%d" % (first + i), None, None, [], 0),
-                           first + i) for i in range(count))
+    return b"".join(request_frame(send_payload(topic, b"m%d" % (first + i), None, None, [], 0),
+                                  first + i) for i in range(count))
 
 
 class Client:
