@@ -36,7 +36,8 @@ class CountingTransport:
 
 def _counted_writes(monkeypatch) -> list[int]:
     """Every write of an answer: through the transport, or sent to the socket directly
-    (``answer_writes.SEND_ANSWERS``, one per connection and flush)."""
+    (``answer_writes.SEND_ANSWERS``, one per connection and flush; on the pure path there is
+    none, and every answer goes through the transport)."""
     writes: list[int] = []
     made = ClientSession.connection_made
     send_answers = answer_writes.SEND_ANSWERS
@@ -51,7 +52,8 @@ def _counted_writes(monkeypatch) -> list[int]:
         return taken
 
     monkeypatch.setattr(ClientSession, "connection_made", connection_made)
-    monkeypatch.setattr(answer_writes, "SEND_ANSWERS", counted_send_answers)
+    if send_answers is not None:
+        monkeypatch.setattr(answer_writes, "SEND_ANSWERS", counted_send_answers)
     return writes
 
 
