@@ -13,21 +13,14 @@ from fmq.client import Client, Producer, TransactionProducer
 from fmq.message import Message
 from fmq.protocol import Op
 from fmq.tx.state import TxState
-from tests.server.harness import FMQ, ServerProcess, json_lines, run_cli, server_stats
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ServerProcess(str(tmp_path_factory.mktemp("bench") / "data")).start()
-    yield srv
-    srv.kill()
-
-
-def stored(address: str, topic: str) -> int:
-    with Client(address) as c:
-        queues = c.ping()["queues_per_topic"]
-        return sum(c.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": q})["next_offset"]
-                   for q in range(queues))
+from tests.server.harness import (
+    FMQ,
+    ServerProcess,
+    json_lines,
+    messages_stored,
+    run_cli,
+    server_stats,
+)
 
 
 def bench(server: ServerProcess, *args: str) -> tuple[int, dict]:
@@ -44,7 +37,7 @@ def test_produce_reports_its_fields_and_the_broker_holds_every_acknowledged_mess
     assert rc == 0, r
     assert r["messages"] > 0 and r["error_count"] == 0 and r["processes"] == 2
     assert r["count_check"] == "ok"
-    assert r["broker_count"] == r["messages"] == stored(server.address, "p1")
+    assert r["broker_count"] == r["messages"] == messages_stored(server.address, "p1")
     assert r["msgs_per_s"] == pytest.approx(r["messages"] / r["elapsed_s"], rel=1e-3)
     assert r["bytes"] == 200 * r["messages"]
     assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["p999_ms"] <= r["max_ms"]
@@ -56,7 +49,7 @@ def test_batched_produce_sends_whole_batches(server):
                   "--batch-linger", "1", "--batch", "8", "--pipeline", "2")
     assert rc == 0, r
     assert r["batch"] == 8 and r["messages"] == 8 * r["operations"]
-    assert stored(server.address, "p2") == r["messages"]
+    assert messages_stored(server.address, "p2") == r["messages"]
 
 
 def test_transactions_each_store_one_message(server):
@@ -64,7 +57,7 @@ def test_transactions_each_store_one_message(server):
                   "--loop", "asyncio")
     assert rc == 0, r
     assert r["messages"] == r["operations"] > 0 and r["loop"] == "asyncio"
-    assert stored(server.address, "t1") == r["messages"]
+    assert messages_stored(server.address, "t1") == r["messages"]
     with Client(server.address) as c:
         assert c.call(Op.LIST_TX, {})["transactions"] == []
 
@@ -75,7 +68,7 @@ def test_transactions_whose_commit_rides_with_the_next_prepare_are_counted_as_st
     assert rc == 0, r
     assert r["commit_with_next"] is True and r["count_check"] == "ok"
     assert r["messages"] == r["operations"] == r["broker_count"] > 0
-    assert stored(server.address, "t2") == r["messages"]
+    assert messages_stored(server.address, "t2") == r["messages"]
     with Client(server.address) as c:  # every PREPARE of the run was committed
         assert c.call(Op.LIST_TX, {})["transactions"] == []
 

@@ -15,7 +15,7 @@ from fmq.loadgen.driver import Lane, LaneTotals
 from fmq.loadgen.login import open_protocol
 from fmq.loadgen.plans import TxPlan
 from fmq.protocol import Op
-from tests.server.harness import ServerProcess
+from tests.server.harness import messages_stored
 
 _HEAD = struct.Struct(">IBBHQ")  # length, version, opcode, flags, request id
 
@@ -45,20 +45,6 @@ class RecordedTransport:
 
     def close(self) -> None:
         self._transport.close()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ServerProcess(str(tmp_path_factory.mktemp("lane") / "data")).start()
-    yield srv
-    srv.kill()
-
-
-def stored(address: str, topic: str) -> int:
-    with Client(address) as c:
-        queues = c.ping()["queues_per_topic"]
-        return sum(c.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": q})["next_offset"]
-                   for q in range(queues))
 
 
 def run_lane(address: str, topic: str, window: int, seconds: float
@@ -95,6 +81,6 @@ def test_each_commit_rides_with_the_next_prepare_and_counts_once_answered(server
     commits = sum(w.count(Op.COMMIT) for w in writes)
     prepares = sum(w.count(Op.PREPARE) for w in writes)
     assert commits == prepares == totals.operations == totals.messages
-    assert stored(server.address, topic) == totals.messages
+    assert messages_stored(server.address, topic) == totals.messages
     with Client(server.address) as c:  # every transaction prepared was committed
         assert c.call(Op.LIST_TX, {})["transactions"] == []

@@ -10,21 +10,19 @@ made right again, truncated, at another log offset), deleted ones (None) and oth
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fmq.engine.reads import stored_message
-from fmq.log.record import Record, RecordType, encode
-from fmq.log.record.crc import reference_crc32c
+from fmq.log.record import RecordType
 from fmq.log.record.layout import HEADER_SIZE
 from fmq.message import PRINCIPAL_PROPERTY, PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY
 from fmq.protocol.schema import STORED_MESSAGE
 from fmq.protocol.values import stored_to_wire
 from fmq.server.ops import pull_messages as P
 from fmq.server.ops.pull_answers import encode_stored
+from tests.native.stored_records import DAMAGES, damaged_records, record_bytes
 from tests.native.twins import compiled, outcome
 
 LIMIT = 1 << 20
@@ -53,36 +51,6 @@ def build_c(module):
     return module.PullMessages(P.reference_pull_messages).build
 
 
-def _record(kind: RecordType, log_offset: int, queue_offset: int, body: bytes,
-            key: str | None, properties: list[tuple[str, str]] | None, store_time: int,
-            tags: str | None) -> bytes:
-    """A record of ``kind`` as the log stores it; ``properties`` in order, a name given
-    twice written twice (what a dict never writes, a damaged or foreign log may hold)."""
-    tx = kind != RecordType.MESSAGE
-    rec = Record(kind, log_offset=log_offset, store_time=store_time, queue_id=0,
-                 queue_offset=-1 if kind == RecordType.PRE_MESSAGE else queue_offset,
-                 topic="t", key=key, tags=tags, body=body, tx_id="tx-1" if tx else "",
-                 producer_group="pg" if tx else "")
-    data = bytearray(encode(rec))
-    if properties:
-        props = bytearray(struct.pack("<H", len(properties)))
-        for name, text in properties:
-            for part in (name.encode("utf-8", "surrogatepass"),
-                         text.encode("utf-8", "surrogatepass")):
-                props += struct.pack("<H", len(part)) + part
-        at = len(data) - len(body)
-        data[at:at] = props
-        struct.pack_into("<I", data, 0, len(data))
-        struct.pack_into("<I", data, 64, len(props))
-        data = _recrc(data)
-    return bytes(data)
-
-
-def _recrc(data: bytearray) -> bytearray:
-    struct.pack_into("<I", data, 4, reference_crc32c(bytes(data[8:])))
-    return data
-
-
 def _stored(rows, topic: str = "t", base: int = 5) -> tuple[list, list]:
     """(index entries, what a pull's read hands over per entry) of ``rows``: the record's
     bytes, or the message kept encoded (as the server's cache holds it) where asked and
@@ -91,7 +59,7 @@ def _stored(rows, topic: str = "t", base: int = 5) -> tuple[list, list]:
     offset, log_offset = base, 4096
     for gap, body, key, properties, store_time, tags, kind, kept in rows:
         offset += gap
-        data = _record(kind, log_offset, offset, body, key, properties, store_time, tags)
+        data = record_bytes(kind, log_offset, offset, body, key, properties, store_time, tags)
         entry = (offset, log_offset, len(data), 0, store_time)
         entries.append(entry)
         if kept:
@@ -127,36 +95,16 @@ def test_stored_records_give_the_same_answer(build_c, rows, base, topic, budget,
 
 @settings(max_examples=200, deadline=None)
 @given(rows=st.lists(MESSAGE, min_size=1, max_size=3), data=st.data(),
-       how=st.sampled_from(["changed, CRC made right", "changed", "truncated", "offset",
-                            "deleted", "view", "field lengths", "kept odd", "entry odd"]))
+       how=st.sampled_from([*DAMAGES, "kept odd", "entry odd"]))
 def test_damaged_or_odd_records_fail_or_pass_alike(build_c, rows, data, how):
     entries, records = _stored(rows)
     i = data.draw(st.integers(0, len(records) - 1))
     record = records[i]
     if type(record) is tuple:
-        record = _record(RecordType.MESSAGE, entries[i][1], entries[i][0], b"k", None, None,
-                         entries[i][4], None)
+        record = record_bytes(RecordType.MESSAGE, entries[i][1], entries[i][0], b"k", None,
+                              None, entries[i][4], None)
         entries[i] = entries[i][:2] + (len(record),) + entries[i][3:]
-    record = bytearray(record)
-    if how.startswith("changed"):
-        for _ in range(data.draw(st.integers(1, 3))):
-            at = data.draw(st.integers(0, len(record) - 1))
-            record[at] = data.draw(st.integers(0, 255))
-        if how == "changed, CRC made right":
-            record = _recrc(record)
-        records[i] = bytes(record)
-    elif how == "truncated":
-        records[i] = bytes(record[:data.draw(st.integers(0, len(record) - 1))])
-    elif how == "offset":
-        qoff, doff, size, th, st_ = entries[i]
-        entries[i] = (qoff, doff + data.draw(st.sampled_from([-1, 1, -doff - 1])), size, th,
-                      st_)
-    elif how == "deleted":
-        records[i] = None
-    elif how == "view":
-        records = [memoryview(b"..." + r + b"...")[3:-3] if type(r) is bytes else r
-                   for r in records]
-    elif how == "kept odd":
+    if how == "kept odd":
         records[i] = data.draw(st.sampled_from([(b"x",), (b"x", "1"), ("x", 1), (b"", 0),
                                                 (bytearray(b"x"), 1)]))
     elif how == "entry odd":
@@ -166,9 +114,7 @@ def test_damaged_or_odd_records_fail_or_pass_alike(build_c, rows, data, how):
             (qoff, doff, size, th, 2**63), (qoff, doff, size, th, "1"),
             (2**64, doff, size, th, st_), (float(qoff), doff, size, th, st_)]))
     else:
-        struct.pack_into("<H", record, 52 + 2 * data.draw(st.integers(0, 4)),
-                         data.draw(st.integers(0, 300)))
-        records[i] = bytes(_recrc(record))
+        records = damaged_records(data, how, entries, records, i, record)
     fast, reference = _both(build_c, "t", entries, records)
     assert fast == reference
 

@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fmq.log.record import Record, RecordType, encode
-from fmq.log.record.crc import reference_crc32c
+from fmq.log.record import RecordType
 from fmq.log.record.layout import HEADER_SIZE
 from fmq.message import PRINCIPAL_PROPERTY, PRODUCER_ID_PROPERTY, SEQUENCE_PROPERTY
 from fmq.server.kafka import stored_batches as S
 from fmq.server.kafka.mapping import CREATE_TIME_PROPERTY, ESCAPE, NULL_VALUE_PROPERTY
 from fmq.server.kafka.records import decode_batches
+from tests.native.stored_records import DAMAGES, damaged_records, record_bytes
 from tests.native.twins import compiled, outcome
 
 LIMIT = 1 << 20
@@ -48,41 +48,14 @@ def encode_c(module):
     return module.StoredBatches(S.reference_stored_batch).encode
 
 
-def _record(log_offset: int, queue_offset: int, body: bytes, key: str | None,
-            properties: list[tuple[str, str]] | None, store_time: int, tags: str | None
-            ) -> bytes:
-    """A MESSAGE record as the log stores it; ``properties`` in order, a name given twice
-    written twice (what a dict never writes, a damaged or foreign log may hold)."""
-    rec = Record(RecordType.MESSAGE, log_offset=log_offset, store_time=store_time,
-                 queue_id=0, queue_offset=queue_offset, topic="t", key=key, tags=tags,
-                 body=body)
-    data = bytearray(encode(rec))
-    if properties:
-        props = bytearray(struct.pack("<H", len(properties)))
-        for name, text in properties:
-            for part in (name.encode("utf-8", "surrogatepass"),
-                         text.encode("utf-8", "surrogatepass")):
-                props += struct.pack("<H", len(part)) + part
-        at = len(data) - len(body)
-        data[at:at] = props
-        struct.pack_into("<I", data, 0, len(data))
-        struct.pack_into("<I", data, 64, len(props))
-        data = _recrc(data)
-    return bytes(data)
-
-
-def _recrc(data: bytearray) -> bytearray:
-    struct.pack_into("<I", data, 4, reference_crc32c(bytes(data[8:])))
-    return data
-
-
 def _stored(rows, base: int = 5) -> tuple[list, list]:
     """(index entries, record bytes) of ``rows``, as the log and index hold them."""
     entries, records = [], []
     offset, log_offset = base, 4096
     for gap, body, key, properties, store_time, tags in rows:
         offset += gap
-        data = _record(log_offset, offset, body, key, properties, store_time, tags)
+        data = record_bytes(RecordType.MESSAGE, log_offset, offset, body, key, properties,
+                            store_time, tags)
         entries.append((offset, log_offset, len(data), 0, store_time))
         records.append(data)
         log_offset += len(data)
@@ -105,34 +78,11 @@ def test_stored_records_give_the_same_batch(encode_c, rows, base, epoch):
 
 @settings(max_examples=200, deadline=None)
 @given(rows=st.lists(MESSAGE, min_size=1, max_size=3), data=st.data(),
-       how=st.sampled_from(["changed, CRC made right", "changed", "truncated", "offset",
-                            "deleted", "view", "field lengths"]))
+       how=st.sampled_from(DAMAGES))
 def test_damaged_or_odd_records_fail_or_pass_alike(encode_c, rows, data, how):
     entries, records = _stored(rows)
     i = data.draw(st.integers(0, len(records) - 1))
-    record = bytearray(records[i])
-    if how.startswith("changed"):
-        for _ in range(data.draw(st.integers(1, 3))):
-            at = data.draw(st.integers(0, len(record) - 1))
-            record[at] = data.draw(st.integers(0, 255))
-        if how == "changed, CRC made right":
-            record = _recrc(record)
-        records[i] = bytes(record)
-    elif how == "truncated":
-        records[i] = bytes(record[:data.draw(st.integers(0, len(record) - 1))])
-    elif how == "offset":
-        qoff, doff, size, th, st_ = entries[i]
-        entries[i] = (qoff, doff + data.draw(st.sampled_from([-1, 1, -doff - 1])), size, th,
-                      st_)
-    elif how == "deleted":
-        records[i] = None
-    elif how == "view":
-        records = [memoryview(b"..." + r + b"...")[3:-3] if r is not None else r
-                   for r in records]
-    else:
-        struct.pack_into("<H", record, 52 + 2 * data.draw(st.integers(0, 4)),
-                         data.draw(st.integers(0, 300)))
-        records[i] = bytes(_recrc(record))
+    records = damaged_records(data, how, entries, records, i)
     fast, reference = _both(encode_c, entries, records)
     assert fast == reference
 

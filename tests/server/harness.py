@@ -47,6 +47,14 @@ def server_stats(server: str | Client) -> dict:
     return broker_stats(server)["server"]
 
 
+def messages_stored(address: str, topic: str) -> int:
+    """How many messages the server at ``address`` holds in ``topic``, all its queues."""
+    with Client(address) as c:
+        queues = c.ping()["queues_per_topic"]
+        return sum(c.call(Op.QUEUE_RANGE, {"topic": topic, "queue_id": q})["next_offset"]
+                   for q in range(queues))
+
+
 def wait_until(cond: Callable[[], object], timeout: float = 10.0, what: str = "the condition",
                tick: Callable[[], object] | None = None) -> None:
     """Return once ``cond()`` is true; fail the test after ``timeout`` seconds. ``tick``, if

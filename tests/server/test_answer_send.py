@@ -2,15 +2,19 @@
 (``fmq.server.net.answer_send``), on real connected sockets: what each socket took is what
 its peer reads, a full socket takes part or none (never blocks), a reset or closed peer
 takes none (no SIGPIPE, no exception: the transport meets the error itself), and the pure
-twin takes nothing (every answer whole through the transport). Which connections are given
-to it (``socket_fd``): plain TCP transports of asyncio and uvloop, never a TLS one."""
+twin takes nothing (every answer whole through the transport), so the pure path uses no
+sender at all. Which connections are given to it (``socket_fd``): plain TCP transports of
+asyncio and uvloop, never a TLS one."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
@@ -142,6 +146,26 @@ def test_the_pure_twin_sends_nothing_itself() -> None:
     finally:
         mine.close()
         peer.close()
+
+
+def _sender_chosen(**env: str) -> str:
+    """The module of ``answer_writes.SEND_ANSWERS`` in a fresh process run with ``env``
+    (FMQ's path variables otherwise unset), or ``None``."""
+    code = ("from fmq.server.net import answer_writes as w; s = w.SEND_ANSWERS; "
+            "print(s if s is None else s.__module__)")
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("FMQ_NO_EXTENSIONS", "FMQ_REQUIRE_EXTENSIONS")}
+    done = subprocess.run([sys.executable, "-c", code], env={**environ, **env},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_pure_path_has_no_direct_sender(c_send) -> None:
+    """``FMQ_NO_EXTENSIONS=1``: no sender (each connection's answers go through its
+    transport, none gathered for a twin that would take nothing); else the compiled one."""
+    assert _sender_chosen(FMQ_NO_EXTENSIONS="1") == "None"
+    assert _sender_chosen() == "fmq.server.net._answer_send_c"
 
 
 # ---------------------------------------------------------------- which transports take part

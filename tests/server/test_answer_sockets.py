@@ -1,12 +1,16 @@
 """A flush's answers sent to their sockets from C (``fmq.server.net._answer_send_c``), with
-the transport taking what a socket did not (``AnswerWrites``), against the pure twin, where
-every answer goes through ``transport.write`` (the reference): a real ``Server`` on
-127.0.0.1 in this process, on asyncio's loop and on uvloop, real clients.
+the transport taking what a socket did not (``AnswerWrites``), against the pure path's way,
+where there is no direct sender and each session writes its answers through
+``transport.write`` (the reference), and against the pure twin ``answer_send.send_answers``
+as the sender (it takes nothing: every answer is gathered, then goes whole through the
+transport): a real ``Server`` on 127.0.0.1 in this process, on asyncio's loop and on uvloop,
+real clients. The way is chosen by swapping ``answer_writes.SEND_ANSWERS`` while the server
+runs, whichever path the test run takes.
 
 * Every connection receives exactly the bytes its session made, in the order it made them
-  (every ``ClientSession.send`` recorded), under one-in-flight and pipelined SENDs; and both
-  ways give the same answer streams (the log offset aside, which depends on how the
-  connections' sends interleave).
+  (every ``ClientSession.send`` recorded), under one-in-flight and pipelined SENDs; and the
+  three ways give the same answer streams (the log offset aside, which depends on how the
+  connections' sends interleave). The pure path's way gathers nothing for a sender.
 * A client that stops reading until its socket is full (partial sends, EAGAIN: the rest is
   buffered by the transport, and later answers wait behind it) still gets every answer
   whole and in order once it reads.
@@ -32,68 +36,45 @@ import trustme
 
 from fmq import Broker, BrokerConfig
 from fmq.protocol import FrameDecoder, Op
-from fmq.server.config import ServerConfig
-from fmq.server.event_loop import run_on_event_loop
 from fmq.server.net import answer_send, answer_writes
 from fmq.server.net.session import ClientSession
-from fmq.server.server import Server
 from tests.native.test_plain_send_twins import send_payload
 from tests.native.twins import compiled
-from tests.server.test_plain_send_step import _frame
-
-try:
-    import uvloop
-except ImportError:  # the standard loop only
-    uvloop = None
+from tests.server.in_process_servers import LOOPS, InProcessServer
+from tests.server.raw_requests import request_frame
 
 pytestmark = pytest.mark.timeout(300)
 
-LOOPS = ["asyncio"] + (["uvloop"] if uvloop is not None else [])
-WAYS = ["compiled", "pure"]
+#: The compiled sender; the pure twin as the sender ("takes-nothing", the pure path's way
+#: before it left the gathering out); no sender, as the pure path chooses ("pure").
+WAYS = ["compiled", "takes-nothing", "pure"]
 WINDOW = 64
 
 
 def _sender(way: str):
     if way == "compiled":
         return compiled("fmq.server.net._answer_send_c").send_answers
-    return answer_send.send_answers
+    if way == "takes-nothing":
+        return answer_send.send_answers
+    return None
 
 
-class LoopServer:
-    """A real server on 127.0.0.1 in a thread of this process, on the event loop named."""
+class LoopServer(InProcessServer):
+    """A real server on 127.0.0.1 in a thread of this process, on the event loop named,
+    over a new broker in ``data_dir``; the clients are closed before it stops."""
 
     def __init__(self, data_dir: str, loop_name: str, **config: object) -> None:
-        self.broker = Broker.open(data_dir, BrokerConfig())
-        self.server = Server(self.broker, ServerConfig(host="127.0.0.1", port=0, **config))
-        self.started = threading.Event()
-        self.thread = threading.Thread(target=run_on_event_loop,
-                                       args=(self._serve(), loop_name), daemon=True)
-        self.thread.start()
-        assert self.started.wait(60), "the server did not start"
-
-    async def _serve(self) -> None:
-        import asyncio
-
-        self.loop = asyncio.get_running_loop()
-        await self.server.start()
-        self.started.set()
-        await self.server.ctx.stop_requested.wait()
-        await self.server.shutdown()
-
-    @property
-    def port(self) -> int:
-        return self.server.port
+        super().__init__(Broker.open(data_dir, BrokerConfig()), loop_name, **config)
 
     def stop(self) -> None:
         close_clients()  # first: a TLS connection still open holds up uvloop's shut-down
-        self.loop.call_soon_threadsafe(self.server.request_stop)
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the server did not stop"
+        super().stop()
 
 
 class Recorded:
     """What the server's sessions made (every ``ClientSession.send``, by peer), the sessions
-    by peer, and every call of ``send_answers``: (fds, answer lengths, bytes taken)."""
+    by peer, every call of ``send_answers``: (fds, answer lengths, bytes taken), and how
+    many sessions were asked for their answers for the direct sends."""
 
     def __init__(self, monkeypatch, way: str, small_send_buffer: bool = False) -> None:
         self.made: dict[str, bytearray] = collections.defaultdict(bytearray)
@@ -101,9 +82,15 @@ class Recorded:
         self.calls: list[tuple[list[int], list[int], list[int]]] = []
         #: Sockets given to the direct sends while their transport held unsent bytes.
         self.overtaking: list[int] = []
+        #: Sessions asked for their answers for the direct sends (``held_for_socket``).
+        self.gathered = 0
         #: Called with the fds before each real send (the reset test's hook).
         self.before_send = None
+        #: Called with the session before it writes its kept answers through its transport
+        #: (the reset test's hook on the pure path's way).
+        self.before_write = None
         send, made = ClientSession.send, ClientSession.connection_made
+        held_for_socket, write_held = ClientSession.held_for_socket, ClientSession.write_held
         real = _sender(way)
         recorded = self
 
@@ -131,9 +118,21 @@ class Recorded:
             recorded.calls.append((list(fds), [len(a) for a in answers], list(taken)))
             return taken
 
+        def counted_held_for_socket(session):
+            recorded.gathered += 1
+            return held_for_socket(session)
+
+        def hooked_write_held(session) -> None:
+            if recorded.before_write is not None:
+                recorded.before_write(session)
+            write_held(session)
+
         monkeypatch.setattr(ClientSession, "send", recording_send)
         monkeypatch.setattr(ClientSession, "connection_made", recording_made)
-        monkeypatch.setattr(answer_writes, "SEND_ANSWERS", recording_send_answers)
+        monkeypatch.setattr(ClientSession, "held_for_socket", counted_held_for_socket)
+        monkeypatch.setattr(ClientSession, "write_held", hooked_write_held)
+        monkeypatch.setattr(answer_writes, "SEND_ANSWERS",
+                            None if real is None else recording_send_answers)
 
     def sent_directly(self) -> int:
         return sum(sum(taken) for _, _, taken in self.calls)
@@ -145,8 +144,8 @@ def _peer(sock: socket.socket) -> str:
 
 
 def _sends(topic: str, first: int, count: int) -> bytes:
-    return b"".join(_frame(send_payload(topic, b"m%d" % (first + i), None, None, [], 0),
-                           first + i) for i in range(count))
+    return b"".join(request_frame(send_payload(topic, b"m%d" % (first + i), None, None, [], 0),
+                                  first + i) for i in range(count))
 
 
 class Client:
@@ -243,6 +242,12 @@ def _check_complete(client: Client, recorded: Recorded, count: int) -> None:
     assert {qid for _, qid, _ in results} == {0}
 
 
+def _check_pure_gathers_nothing(recorded: Recorded) -> None:
+    """No sender: every session wrote its own answers, none was asked for them."""
+    assert recorded.calls == [] and recorded.gathered == 0, \
+        f"{recorded.gathered} sessions' answers gathered for a sender on the pure path's way"
+
+
 def _mixed_load(tmp_path, monkeypatch, loop_name: str, way: str) -> list:
     recorded = Recorded(monkeypatch, way)
     srv = LoopServer(str(tmp_path / f"data-{way}"), loop_name)
@@ -257,8 +262,10 @@ def _mixed_load(tmp_path, monkeypatch, loop_name: str, way: str) -> list:
             _check_complete(c, recorded, 3 * WINDOW)
         if way == "compiled":
             assert recorded.sent_directly() > 0, "the direct sends were never used"
-        else:
+        elif way == "takes-nothing":
             assert recorded.calls and recorded.sent_directly() == 0
+        else:
+            _check_pure_gathers_nothing(recorded)
         streams = [c.answers() for c in singles + windows]
         return streams
     finally:
@@ -266,14 +273,17 @@ def _mixed_load(tmp_path, monkeypatch, loop_name: str, way: str) -> list:
 
 
 @pytest.mark.parametrize("loop_name", LOOPS)
-def test_both_ways_send_every_connection_the_answers_it_made(tmp_path, monkeypatch,
-                                                             loop_name) -> None:
+def test_every_way_sends_every_connection_the_answers_it_made(tmp_path, monkeypatch,
+                                                              loop_name) -> None:
     fast = _mixed_load(tmp_path, monkeypatch, loop_name, "compiled")
+    monkeypatch.undo()
+    taking_nothing = _mixed_load(tmp_path, monkeypatch, loop_name, "takes-nothing")
     monkeypatch.undo()
     reference = _mixed_load(tmp_path, monkeypatch, loop_name, "pure")
     # One-in-flight: the same answers in the same order; pipelined windows too (a window's
     # SENDs are placed and answered in the order they came).
     assert fast == reference
+    assert taking_nothing == reference
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -301,6 +311,9 @@ def test_a_client_that_stops_reading_gets_everything_in_order_later(tmp_path, mo
         slow.read_until(windows * WINDOW, 120)
         _check_complete(slow, recorded, windows * WINDOW)
         _check_complete(busy, recorded, 4 * WINDOW)
+        if way == "pure":
+            _check_pure_gathers_nothing(recorded)
+            return
         fd = recorded.sessions[slow.peer]._answer_fd
         mine = [(n, taken) for fds, lengths, sent in recorded.calls
                 for f, n, taken in zip(fds, lengths, sent, strict=True) if f == fd]
@@ -351,6 +364,8 @@ def test_a_slow_reader_gets_its_answers_in_the_order_they_were_made(tmp_path, mo
             taken = [t for fds, lengths, sent in recorded.calls
                      for f, n, t in zip(fds, lengths, sent, strict=True) if f == fd]
             assert any(taken), "the slow connection's answers were never sent directly"
+        elif way == "pure":
+            _check_pure_gathers_nothing(recorded)
     finally:
         srv.stop()
 
@@ -369,17 +384,25 @@ def test_a_connection_reset_during_the_sends_leaves_the_others_alone(
         victim_fd: list[int] = []
         reset = threading.Event()
 
-        def reset_the_victim(fds) -> None:
-            session = recorded.sessions.get(victim.peer)
-            if reset.is_set() or session is None or session._answer_fd not in fds:
-                return
+        def reset_the_victim(session: ClientSession) -> None:
             # The peer resets while the server is about to send it its answers.
             victim.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             victim.sock.close()
             victim_fd.append(session._answer_fd)
             reset.set()
 
-        recorded.before_send = reset_the_victim
+        def before_send(fds) -> None:
+            session = recorded.sessions.get(victim.peer)
+            if not reset.is_set() and session is not None and session._answer_fd in fds:
+                reset_the_victim(session)
+
+        def before_write(session: ClientSession) -> None:  # no sender: the pure path's way
+            if not reset.is_set() and session.peer == victim.peer:
+                reset_the_victim(session)
+
+        recorded.before_send = before_send
+        if way == "pure":
+            recorded.before_write = before_write
         victim.sock.sendall(_sends("victim", 1, WINDOW))
         _run_clients([lambda c=c: c.pipelined(4) for c in windows]
                      + [lambda c=c: c.one_in_flight(40) for c in singles])
@@ -388,10 +411,14 @@ def test_a_connection_reset_during_the_sends_leaves_the_others_alone(
             _check_complete(c, recorded, 4 * WINDOW)
         for c in singles:
             _check_complete(c, recorded, 40)
-        # Its send took nothing; the transport met the error and closed the connection.
-        taken = [t for fds, _, sent in recorded.calls for f, t in zip(fds, sent, strict=True)
-                 if f == victim_fd[0]]
-        assert taken[0] == 0
+        # Its send took nothing (or none was made); the transport met the error and closed
+        # the connection.
+        if way == "pure":
+            _check_pure_gathers_nothing(recorded)
+        else:
+            taken = [t for fds, _, sent in recorded.calls
+                     for f, t in zip(fds, sent, strict=True) if f == victim_fd[0]]
+            assert taken[0] == 0
         session = recorded.sessions[victim.peer]
         deadline = time.monotonic() + 30
         while not session.lost and time.monotonic() < deadline:

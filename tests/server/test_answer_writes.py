@@ -9,11 +9,12 @@ from __future__ import annotations
 import socket
 import time
 
-from fmq.protocol import FrameDecoder, Op
+from fmq.protocol import FrameDecoder
 from fmq.server.net import answer_writes
 from fmq.server.net.session import ClientSession
 from tests.native.test_plain_send_twins import send_payload
-from tests.server.test_plain_send_step import ServerThread, _frame, _read_answer
+from tests.server.raw_requests import open_session, request_frame
+from tests.server.send_servers import sends_server
 
 WINDOW = 64
 
@@ -35,7 +36,8 @@ class CountingTransport:
 
 def _counted_writes(monkeypatch) -> list[int]:
     """Every write of an answer: through the transport, or sent to the socket directly
-    (``answer_writes.SEND_ANSWERS``, one per connection and flush)."""
+    (``answer_writes.SEND_ANSWERS``, one per connection and flush; on the pure path there is
+    none, and every answer goes through the transport)."""
     writes: list[int] = []
     made = ClientSession.connection_made
     send_answers = answer_writes.SEND_ANSWERS
@@ -50,7 +52,8 @@ def _counted_writes(monkeypatch) -> list[int]:
         return taken
 
     monkeypatch.setattr(ClientSession, "connection_made", connection_made)
-    monkeypatch.setattr(answer_writes, "SEND_ANSWERS", counted_send_answers)
+    if send_answers is not None:
+        monkeypatch.setattr(answer_writes, "SEND_ANSWERS", counted_send_answers)
     return writes
 
 
@@ -66,17 +69,16 @@ def _window_answers(sock: socket.socket, decoder: FrameDecoder, count: int) -> l
 
 def test_a_windows_answers_are_written_in_few_writes(tmp_path, monkeypatch) -> None:
     writes = _counted_writes(monkeypatch)
-    srv = ServerThread(str(tmp_path / "data"))
+    srv = sends_server(str(tmp_path / "data"))
     try:
-        with socket.create_connection(("127.0.0.1", srv.server.port), timeout=30) as sock:
-            decoder = FrameDecoder(1 << 24)
-            sock.sendall(_frame(b"", 1 << 40, op=Op.PING))
-            assert _read_answer(sock, decoder) is not None
+        sock, decoder = open_session(srv.port)
+        with sock:
             before = len(writes)
             rounds = 4
             for r in range(rounds):
                 sock.sendall(b"".join(
-                    _frame(send_payload("t", b"x" * 100, None, None, [], -1), r * WINDOW + i + 1)
+                    request_frame(send_payload("t", b"x" * 100, None, None, [], -1),
+                                  r * WINDOW + i + 1)
                     for i in range(WINDOW)))
                 answers = _window_answers(sock, decoder, WINDOW)
                 assert sorted(f.request_id for f in answers) == list(
@@ -92,14 +94,12 @@ def test_a_windows_answers_are_written_in_few_writes(tmp_path, monkeypatch) -> N
 def test_a_session_closed_while_answers_are_held_writes_them_first(tmp_path) -> None:
     """The peer half-closes after its window: the last answer closes the session inside
     the hand-back (its writes held), and every answer still arrives before the close."""
-    srv = ServerThread(str(tmp_path / "data"))
+    srv = sends_server(str(tmp_path / "data"))
     try:
-        with socket.create_connection(("127.0.0.1", srv.server.port), timeout=30) as sock:
-            decoder = FrameDecoder(1 << 24)
-            sock.sendall(_frame(b"", 1 << 40, op=Op.PING))
-            assert _read_answer(sock, decoder) is not None
+        sock, decoder = open_session(srv.port)
+        with sock:
             sock.sendall(b"".join(
-                _frame(send_payload("t", b"y" * 10, None, None, [], -1), i + 1)
+                request_frame(send_payload("t", b"y" * 10, None, None, [], -1), i + 1)
                 for i in range(WINDOW)))
             sock.shutdown(socket.SHUT_WR)
             frames: list = []

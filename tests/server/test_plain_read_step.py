@@ -12,24 +12,27 @@ would compare the general way with itself."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import socket
 import struct
-import threading
 import time
 
 import pytest
 
 from fmq import Broker, BrokerConfig, Message
 from fmq.protocol import PROTOCOL_VERSION, FrameDecoder, Op, encode_request
-from fmq.server.config import ServerConfig
 from fmq.server.net import session_requests
 from fmq.server.net.session_requests import _DECLINED, SessionRequests
 from fmq.server.ops import plain_pull, pull_reads
 from fmq.server.ops.pull_answers import encoded_cache
-from fmq.server.server import Server
-from tests.server.test_plain_send_step import _answers, _frame, _read_answer
+from tests.server.in_process_servers import InProcessServer
+from tests.server.raw_requests import (
+    answers_in_windows,
+    answers_one_at_a_time,
+    open_session,
+    read_answer,
+    request_frame,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -72,40 +75,19 @@ def _prefill(broker: Broker) -> None:
     assert broker.wait_indexed(30)
 
 
-class ServerThread:
-    """A real server on 127.0.0.1 in a thread of this process (so that the way a session
-    takes is this process's ``SessionRequests.plain_reads``), over a prefilled broker."""
-
-    def __init__(self, data_dir: str) -> None:
-        broker = Broker.open(data_dir, BrokerConfig(queues_per_topic=QUEUES))
-        _prefill(broker)
-        self.server = Server(broker, ServerConfig(
-            host="127.0.0.1", port=0, max_reply_size=64 * 1024,
-            pull_on_loop_bytes=256 * 1024, max_wait_ms=200))
-        self.started = threading.Event()
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
-        self.thread.start()
-        assert self.started.wait(60), "the server did not start"
-
-    async def _serve(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        await self.server.start()
-        self.started.set()
-        await self.server.ctx.stop_requested.wait()
-        await self.server.shutdown()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.request_stop)
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "the server did not stop"
+def _server(data_dir: str) -> InProcessServer:
+    """A real server in a thread of this process (so that the way a session takes is this
+    process's ``SessionRequests.plain_reads``), over a prefilled broker."""
+    broker = Broker.open(data_dir, BrokerConfig(queues_per_topic=QUEUES))
+    _prefill(broker)
+    return InProcessServer(broker, max_reply_size=64 * 1024, pull_on_loop_bytes=256 * 1024,
+                           max_wait_ms=200)
 
 
 @pytest.fixture
 def server(tmp_path):
-    srv = ServerThread(str(tmp_path / "data"))
-    yield srv
-    srv.stop()
+    with _server(str(tmp_path / "data")) as srv:
+        yield srv
 
 
 @pytest.fixture
@@ -187,7 +169,7 @@ def _requests(seed: int, count: int, run: str, intact: bool = False) -> list[byt
         if rnd.random() < 0.03 and not intact:
             header = rnd.choice([{"version": 2, "flags": 0},
                                  {"version": PROTOCOL_VERSION, "flags": 1}])
-        frames.append(_frame(payload, rid, op=op, **header))
+        frames.append(request_frame(payload, rid, op=op, **header))
     return frames
 
 
@@ -203,10 +185,10 @@ def _without_run(answers: list[bytes] | dict, run: str) -> list[bytes] | dict:
 @pytest.mark.parametrize("seed", [1, 2])
 def test_reads_are_answered_as_the_general_way_answers_them(server, taken, monkeypatch, seed):
     port = server.server.port
-    fast = _answers(port, _requests(seed, 300, "one"))
+    fast = answers_one_at_a_time(port, _requests(seed, 300, "one"))
     monkeypatch.setattr(SessionRequests, "plain_reads", False)
     count = len(taken)
-    general = _answers(port, _requests(seed, 300, "two"))
+    general = answers_one_at_a_time(port, _requests(seed, 300, "two"))
     assert len(taken) == count, "the general way took the step"
     assert taken.count(Op.PULL) > 30 and taken.count(Op.COMMIT_OFFSET) > 20, \
         "the step took too few requests to compare"
@@ -218,48 +200,16 @@ def test_reads_are_answered_as_the_general_way_answers_them(server, taken, monke
     assert any(a.endswith(b"|closed") for a in fast)
 
 
-def _pipelined_answers(port: int, frames: list[bytes], window: int) -> dict[int, bytes]:
-    """Each frame's answer by request id, the frames written ``window`` at a time on one
-    connection (a window's answers all read before the next is written)."""
-    answers: dict[int, bytes] = {}
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        decoder = FrameDecoder(1 << 24)
-        sock.sendall(_frame(b"", 1 << 40, op=Op.PING))
-        assert _read_answer(sock, decoder) is not None
-        for at in range(0, len(frames), window):
-            sent = frames[at:at + window]
-            sock.sendall(b"".join(sent))
-            deadline = time.monotonic() + 60
-            got = 0
-            while got < len(sent) and time.monotonic() < deadline:
-                chunk = sock.recv(1 << 16)
-                assert chunk, "the server closed a session no frame of which was malformed"
-                for frame in decoder.feed(chunk):
-                    answers[frame.request_id] = (bytes([frame.opcode, frame.flags])
-                                                 + bytes(frame.payload))
-                    got += 1
-            assert got == len(sent), "a window's answers did not all come"
-    return answers
-
-
 @pytest.mark.parametrize("seed", [3, 4])
 def test_pipelined_reads_are_answered_as_the_general_way_answers_them(server, taken,
                                                                       monkeypatch, seed):
     port = server.server.port
-    fast = _pipelined_answers(port, _requests(seed, 320, "one", intact=True), 16)
+    fast = answers_in_windows(port, _requests(seed, 320, "one", intact=True), 16)
     monkeypatch.setattr(SessionRequests, "plain_reads", False)
-    general = _pipelined_answers(port, _requests(seed, 320, "two", intact=True), 16)
+    general = answers_in_windows(port, _requests(seed, 320, "two", intact=True), 16)
     assert taken.count(Op.PULL) > 30 and taken.count(Op.COMMIT_OFFSET) > 20
     assert len(fast) == 320
     assert _without_run(fast, "one") == _without_run(general, "two")
-
-
-def _connect(port: int) -> tuple[socket.socket, FrameDecoder]:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    decoder = FrameDecoder(1 << 24)
-    sock.sendall(_frame(b"", 1 << 40, op=Op.PING))  # the session's first request
-    assert _read_answer(sock, decoder) is not None
-    return sock, decoder
 
 
 def test_a_long_poll_woken_by_a_send_is_answered_alike(server, taken, monkeypatch):
@@ -275,9 +225,9 @@ def test_a_long_poll_woken_by_a_send_is_answered_alike(server, taken, monkeypatc
 
     monkeypatch.setattr(SessionRequests, "__init__", way_per_session)
     ways.extend([True, False])
-    fast, fast_decoder = _connect(port)
-    general, general_decoder = _connect(port)
-    pull = _frame(_pull(b"t", 2, PER_QUEUE, 5, 30_000), 7, op=Op.PULL)
+    fast, fast_decoder = open_session(port)
+    general, general_decoder = open_session(port)
+    pull = request_frame(_pull(b"t", 2, PER_QUEUE, 5, 30_000), 7, op=Op.PULL)
     try:
         fast.sendall(pull)
         general.sendall(pull)
@@ -286,9 +236,9 @@ def test_a_long_poll_woken_by_a_send_is_answered_alike(server, taken, monkeypatc
             message = {"topic": "t", "body": b"late", "key": None, "tags": None,
                        "properties": {}, "queue_id": 2}
             producer.sendall(encode_request(Op.SEND, 1, {"message": message}))
-            assert _read_answer(producer, FrameDecoder(1 << 24))[1] == 1
-        got_fast = _read_answer(fast, fast_decoder)
-        got_general = _read_answer(general, general_decoder)
+            assert read_answer(producer, FrameDecoder(1 << 24))[1] == 1
+        got_fast = read_answer(fast, fast_decoder)
+        got_general = read_answer(general, general_decoder)
     finally:
         fast.close()
         general.close()
@@ -312,9 +262,9 @@ def test_a_woken_long_poll_the_step_declines_goes_on_the_general_way(server, tak
 
     monkeypatch.setattr(SessionRequests, "__init__", way_per_session)
     ways.extend([True, False])
-    fast, fast_decoder = _connect(port)
-    general, general_decoder = _connect(port)
-    pull = _frame(_pull(b"small", 0, 1, 5, 30_000), 8, op=Op.PULL)
+    fast, fast_decoder = open_session(port)
+    general, general_decoder = open_session(port)
+    pull = request_frame(_pull(b"small", 0, 1, 5, 30_000), 8, op=Op.PULL)
     try:
         fast.sendall(pull)
         general.sendall(pull)
@@ -323,9 +273,9 @@ def test_a_woken_long_poll_the_step_declines_goes_on_the_general_way(server, tak
             message = {"topic": "small", "body": b"L" * BIG, "key": None, "tags": None,
                        "properties": {}, "queue_id": 0}
             producer.sendall(encode_request(Op.SEND, 1, {"message": message}))
-            assert _read_answer(producer, FrameDecoder(1 << 24))[1] == 1
-        got_fast = _read_answer(fast, fast_decoder)
-        got_general = _read_answer(general, general_decoder)
+            assert read_answer(producer, FrameDecoder(1 << 24))[1] == 1
+        got_fast = read_answer(fast, fast_decoder)
+        got_general = read_answer(general, general_decoder)
     finally:
         fast.close()
         general.close()
@@ -337,10 +287,10 @@ def test_a_woken_long_poll_the_step_declines_goes_on_the_general_way(server, tak
 def test_an_expired_long_poll_is_answered_alike(server, taken, monkeypatch):
     """Nothing arrives: both ways answer empty after the wait (max_wait_ms)."""
     port = server.server.port
-    pull = _frame(_pull(b"small", 0, 1, 5, 60_000), 9, op=Op.PULL)
-    fast = _answers(port, [pull])
+    pull = request_frame(_pull(b"small", 0, 1, 5, 60_000), 9, op=Op.PULL)
+    fast = answers_one_at_a_time(port, [pull])
     monkeypatch.setattr(SessionRequests, "plain_reads", False)
-    general = _answers(port, [pull])
+    general = answers_one_at_a_time(port, [pull])
     assert fast == general and fast[0][1] == 1
     assert taken == ["wait", Op.PULL]
 
@@ -351,12 +301,13 @@ def test_a_fenced_primary_refuses_commit_offsets_alike(server, taken, monkeypatc
     role = server.server.ctx.replication
     assert role is not None
     role.lease_holds = lambda: False
-    frames = [_frame(_names(b"g1", b"t") + struct.pack(">IQ", 1, 3), 1, op=Op.COMMIT_OFFSET),
-              _frame(_pull(b"t", 1, PER_QUEUE - 1, 1, 0), 2, op=Op.PULL)]
+    frames = [request_frame(_names(b"g1", b"t") + struct.pack(">IQ", 1, 3), 1,
+                            op=Op.COMMIT_OFFSET),
+              request_frame(_pull(b"t", 1, PER_QUEUE - 1, 1, 0), 2, op=Op.PULL)]
     port = server.server.port
-    fast = _answers(port, frames)
+    fast = answers_one_at_a_time(port, frames)
     monkeypatch.setattr(SessionRequests, "plain_reads", False)
-    general = _answers(port, frames)
+    general = answers_one_at_a_time(port, frames)
     role.lease_holds = None
     assert fast == general
     assert fast[0][1] & 2 and b"lease" in fast[0].lower() and fast[1][1] == 1
@@ -371,7 +322,7 @@ def _stored_pulls(seed: int, count: int) -> list[bytes]:
     for rid in range(1, count + 1):
         topic, queue = rnd.choice([(b"t", 0), (b"t", 1), (b"t", 2), (b"t", 3), (b"txt", 0),
                                    (b"txt", 0)])
-        frames.append(_frame(_pull(topic, queue, rnd.randrange(0, PER_QUEUE + 2),
+        frames.append(request_frame(_pull(topic, queue, rnd.randrange(0, PER_QUEUE + 2),
                                    rnd.choice([1, 2, 5, 16, 40, 4096]), 0), rid, op=Op.PULL))
     return frames
 
@@ -390,9 +341,9 @@ def test_pulls_written_from_the_records_are_answered_as_decoded_ones(server, tak
     def both_ways() -> list:
         # A cache of its own: no answer of the other way's found kept encoded.
         monkeypatch.setattr(server.server.ctx, "encoded", encoded_cache())
-        got = [_answers(port, frames), _answers(port, frames)]
+        got = [answers_one_at_a_time(port, frames), answers_one_at_a_time(port, frames)]
         monkeypatch.setattr(SessionRequests, "plain_reads", False)
-        got += [_answers(port, frames)]
+        got += [answers_one_at_a_time(port, frames)]
         monkeypatch.setattr(SessionRequests, "plain_reads", True)
         return got
 
@@ -421,13 +372,13 @@ def test_a_window_of_pulls_answered_at_once_is_written_in_one_piece(server, take
         write(self, data, reserved)
 
     monkeypatch.setattr(ClientSession, "_write", counted)
-    frames = [_frame(_pull(b"t", q % QUEUES, PER_QUEUE - 1 - q // QUEUES, 1, 0), 1 + q,
-                     op=Op.PULL) for q in range(16)]
+    frames = [request_frame(_pull(b"t", q % QUEUES, PER_QUEUE - 1 - q // QUEUES, 1, 0), 1 + q,
+                            op=Op.PULL) for q in range(16)]
     port = server.server.port
-    fast = _pipelined_answers(port, frames, 16)
+    fast = answers_in_windows(port, frames, 16)
     pulls = writes[1:]  # the first answers the session's PING
     assert taken.count(Op.PULL) == 16
     assert 1 <= len(pulls) <= 2, f"{len(pulls)} writes for 16 answers"
     assert sum(pulls) == sum(len(a) - 2 + 16 for a in fast.values())
     monkeypatch.setattr(SessionRequests, "plain_reads", False)
-    assert fast == _pipelined_answers(port, frames, 16)
+    assert fast == answers_in_windows(port, frames, 16)

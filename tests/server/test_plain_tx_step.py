@@ -16,26 +16,18 @@ from __future__ import annotations
 
 import itertools
 import random
-import socket
 import struct
 import time
 
 import pytest
 
-from fmq.protocol import PROTOCOL_VERSION, FrameDecoder, Op
+from fmq.protocol import PROTOCOL_VERSION, Op
 from fmq.server.net.session_requests import _DECLINED, SessionRequests
 from fmq.server.server import Server
 from fmq.tx import ids
 from tests.native.test_plain_send_twins import send_payload
-from tests.server.test_plain_send_step import (
-    GONE_TOPIC,
-    MAX_SIZE,
-    SMALL_TOPIC,
-    ServerThread,
-    _frame,
-    _read_answer,
-    _stored,
-)
+from tests.server.raw_requests import PING_ID, open_session, read_answer, request_frame
+from tests.server.send_servers import GONE_TOPIC, MAX_SIZE, SMALL_TOPIC, answers_and_stored
 
 GROUPS = ["g"] * 16 + ["h", "", "%g", "a" * 255, "a" * 256, "g\x00", "é"]
 #: Ids a test chooses (retried, committed twice, unknown), and ids the broker makes.
@@ -114,7 +106,7 @@ def _frame_of(specs: list[tuple], made: list[str], rid: int, at: int) -> bytes:
         if type(tx_id) is tuple:
             tx_id = made[tx_id[1]] if tx_id[1] < len(made) else "never-made"
         payload = _str(group) + _str(tx_id) + (b"\x00" if trailing else b"")
-    return _frame(payload, rid, op=op, **header)
+    return request_frame(payload, rid, op=op, **header)
 
 
 def _normalised(answer: bytes, made: list[str], op: int) -> bytes:
@@ -135,17 +127,14 @@ def _one_at_a_time(server: Server, specs: list[tuple]) -> list[bytes]:
     for at, (op, _h, _p) in enumerate(specs):
         _indexed(server)
         if sock is None:
-            sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-            decoder = FrameDecoder(1 << 24)
-            sock.sendall(_frame(b"", 1 << 40, op=Op.PING))  # the general way, in both
-            assert _read_answer(sock, decoder) is not None
+            sock, decoder = open_session(server.port)
         data = _frame_of(specs, made, at + 1, at)
         sock.sendall(data)
-        answer = _read_answer(sock, decoder)
+        answer = read_answer(sock, decoder)
         if answer is not None and answer[1] & 2:
             try:
-                sock.sendall(_frame(b"", 1 << 40, op=Op.PING))
-                closed = _read_answer(sock, decoder) is None
+                sock.sendall(request_frame(b"", PING_ID, op=Op.PING))
+                closed = read_answer(sock, decoder) is None
             except (BrokenPipeError, ConnectionResetError):
                 closed = True
             answer += b"|closed" if closed else b"|open"
@@ -171,10 +160,8 @@ def _windows(server: Server, specs: list[tuple], window: int) -> dict[int, bytes
     connection (a COMMIT names only ids made in earlier windows)."""
     answers: dict[int, bytes] = {}
     made: list[str] = []
-    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-        decoder = FrameDecoder(1 << 24)
-        sock.sendall(_frame(b"", 1 << 40, op=Op.PING))
-        assert _read_answer(sock, decoder) is not None
+    sock, decoder = open_session(server.port)
+    with sock:
         for start in range(0, len(specs), window):
             _indexed(server)
             ats = range(start, min(start + window, len(specs)))
@@ -220,12 +207,8 @@ def _both_ways(tmp_path, monkeypatch, drive, **config: object
         # so their ids, and the records that hold them, are alike.
         monkeypatch.setattr(ids, "_tx_seq", itertools.count(1))
         data_dir = str(tmp_path / name)
-        srv = ServerThread(data_dir, max_messages_per_transaction=4, **config)
-        try:
-            answers = drive(srv.server)
-        finally:
-            srv.stop()
-        ways.append((answers, _stored(data_dir)))
+        ways.append(answers_and_stored(data_dir, drive, max_messages_per_transaction=4,
+                                       **config))
     return ways[0], ways[1], taken
 
 

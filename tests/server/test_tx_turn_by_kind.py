@@ -13,7 +13,7 @@ from fmq.protocol import FrameDecoder, Op, decode_error, decode_response, encode
 from fmq.server.ops.batcher import UNSHARED, by_kind
 from fmq.server.ops.tx_ops import touches
 from fmq.tx.writer import TxWriter
-from tests.server.test_plain_send_step import ServerThread, _stored
+from tests.server.send_servers import sends_server, stored_messages
 
 
 def write(kind: str, key: object) -> tuple:
@@ -102,7 +102,7 @@ def test_commits_written_with_the_next_prepares_are_placed_by_one_call_per_kind(
     monkeypatch.setattr(TxWriter, "place_prepares", place_prepares)
     monkeypatch.setattr(TxWriter, "place_commits", place_commits)
     data_dir = str(tmp_path / "data")
-    srv = ServerThread(data_dir)
+    srv = sends_server(data_dir)
     session = None
     try:
         session = Session(f"127.0.0.1:{srv.server.port}")
@@ -129,6 +129,6 @@ def test_commits_written_with_the_next_prepares_are_placed_by_one_call_per_kind(
         if session is not None:
             session.sock.close()
         srv.stop()
-    stored = sorted(m[4] for m in _stored(data_dir))  # each message once
+    stored = sorted(m[4] for m in stored_messages(data_dir))  # each message once
     assert stored == sorted([b"first %d" % i for i in range(1, n + 1)]
                             + [b"next %d" % i for i in range(n)])

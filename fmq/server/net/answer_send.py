@@ -8,7 +8,9 @@ interpreter lock, each with one non-blocking ``send``, and says how many bytes e
 what it could not send goes through the transport the same way. The bytes on each socket
 are the same either way (tests/server/test_answer_send.py compares the streams); only who
 makes the system call, and with or without the lock held, differs.
-:data:`fmq.server.net.answer_writes.SEND_ANSWERS` is the one chosen.
+:data:`fmq.server.net.answer_writes.SEND_ANSWERS` is the compiled one where it runs, and
+None on the pure path: since this twin takes nothing, ``AnswerWrites`` does not gather a
+flush's answers for it there, and each connection writes its own through its transport.
 """
 
 from __future__ import annotations

@@ -19,14 +19,20 @@ holding no unsent bytes, so nothing written earlier can be overtaken) hands them
 through that connection's transport before anything else is written to it, so the transport
 buffers the rest, or meets the error and closes the connection, exactly as if it had
 written the whole answer. Any other connection (TLS, a transport without a socket of its
-own, bytes still buffered) writes through its transport as before. The pure twin sends
-nothing itself: there every answer goes whole through the transport.
+own, bytes still buffered) writes through its transport as before.
+
+On the pure path (``FMQ_NO_EXTENSIONS=1``, or no compiled twin built) there is no direct
+sender (:data:`SEND_ANSWERS` is None): the pure twin ``answer_send.send_answers`` would
+take nothing, so each session that kept answers writes them through its transport at once
+(:meth:`HoldsAnswers.write_held`), with no gathering of sockets and pieces for a sender
+that sends nothing. The bytes each connection gets are the same either way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from fmq import native
@@ -34,9 +40,17 @@ from fmq.server.net import answer_send
 
 logger = logging.getLogger("fmq.server")
 
-#: ``send_answers(fds, answers) -> bytes each socket took``: the compiled twin, or the pure
-#: one, which sends nothing (every answer through its transport).
-SEND_ANSWERS = native.choose(answer_send).send_answers
+
+def direct_sender() -> Callable[[Sequence[int], Sequence[bytes]], list[int]] | None:
+    """``send_answers`` of the compiled twin where it runs; None on the pure path, whose
+    twin sends nothing (every answer goes whole through its transport)."""
+    chosen = native.choose(answer_send)
+    return None if chosen is answer_send else chosen.send_answers
+
+
+#: ``send_answers(fds, answers) -> bytes each socket took``, or None: no direct sends (the
+#: pure path). Read when each hold ends, so that a test may swap it while a server runs.
+SEND_ANSWERS = direct_sender()
 
 
 def _plain_transports() -> tuple[type, ...]:
@@ -104,6 +118,14 @@ class AnswerWrites:
     def __exit__(self, *exc: object) -> None:
         self.holding = False
         sessions, self._sessions = self._sessions, []
+        send = SEND_ANSWERS
+        if send is None:  # the pure path: every session's answers through its transport
+            for session in sessions:
+                try:
+                    session.write_held()
+                except Exception:  # noqa: BLE001 - the other connections still get theirs
+                    logger.exception("writing a connection's answers failed")
+            return
         direct: list[HoldsAnswers] = []
         fds: list[int] = []
         answers: list[bytes] = []
@@ -122,7 +144,7 @@ class AnswerWrites:
         if not direct:
             return
         try:
-            sent = SEND_ANSWERS(fds, answers)
+            sent = send(fds, answers)
         except Exception:  # noqa: BLE001 - nothing was sent: the transports write it all
             logger.exception("sending a flush's answers to their sockets failed; writing "
                              "them through the connections' transports")
