@@ -68,9 +68,11 @@ def run_lane(address: str, topic: str, window: int, seconds: float
 @pytest.mark.parametrize("window", [1, 3])
 def test_each_commit_rides_with_the_next_prepare_and_counts_once_answered(server, window):
     topic = f"lane-{window}"
-    totals, recorded = run_lane(server.address, topic, window, 1.0)
+    totals, recorded = run_lane(server.address, topic, window, 2.0)
     writes = recorded.writes
-    assert totals.operations > 20 and not totals.errors
+    # Enough for a middle past the window's first PREPAREs and its last COMMITs (a count,
+    # not a rate: a loaded machine ran 12 transactions in one second).
+    assert totals.operations > 3 * window and not totals.errors
     # The window's first PREPAREs alone, then a COMMIT before every later PREPARE, and
     # the COMMITs the deadline left without a next PREPARE written without one.
     assert writes[:window] == [(Op.PREPARE,)] * window
