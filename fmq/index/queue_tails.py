@@ -116,11 +116,14 @@ class QueueTails:
                 kept = tail.entries
                 if len(kept) + len(got) > 2 * KEEP:
                     cut = len(kept) + len(got) - KEEP
-                    kept = kept[cut:]  # a new list: readers of the old one keep theirs
+                    # New lists: readers of the old one keep theirs. A batch longer than
+                    # KEEP cuts into its own entries too (cutting the old ones alone put
+                    # the start past the first entry kept, by the difference).
+                    kept = kept[cut:] + got if cut < len(kept) else got[cut - len(kept):]
                     start = tail.start + cut
                 else:
                     start = tail.start
-                kept.extend(got)
+                    kept.extend(got)
                 if start < lo:  # entries below the minimum are not the queue's any more
                     kept = kept[lo - start:]
                     start = lo
