@@ -21,6 +21,7 @@ from fmq.log.log import Log
 from fmq.log.record import decode_at
 from fmq.message import (
     HIDDEN_PROPERTIES,
+    MAX_OFFSET,
     PRINCIPAL_PROPERTY,
     PRODUCER_ID_PROPERTY,
     StoredMessage,
@@ -212,6 +213,21 @@ class Reader:
                     self._log, [(entries[i][1], entries[i][2]) for i in missing]), strict=True):
                 records[i] = data
         return records
+
+    def nothing_from(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """Where a pull from ``offset`` would resume when the queue's tail in memory
+        (:mod:`fmq.index.queue_tails`) shows nothing consumable at or past it: ``offset``,
+        or the queue's minimum when above; None when it may (read the queue). Only a
+        queue a pull read before has a tail, so its topic passed the read's checks; the
+        checks whose outcome may have changed since are made again (the broker open, the
+        queue id within the topic's count), raising as the read does."""
+        tail = self._index.tails.get(topic, queue_id)
+        if tail is None or offset < tail.hi or offset > MAX_OFFSET:
+            return None
+        self._check_open()
+        check_queue_id(queue_id, self._queues.queue_count(topic))
+        lo = tail.lo
+        return offset if offset > lo else lo
 
     def _visible_entries(self, topic: str, queue_id: int, offset: int, max_messages: int,
                          max_bytes: int | None = None) -> tuple[int, int, list[Entry]]:

@@ -89,6 +89,11 @@ class QueueTails:
                     break
         return lo, hi, out
 
+    def get(self, topic: str, queue_id: int) -> Tail | None:
+        """The queue's tail as the index's last write left it, or None (not followed, or
+        not written to since it was, or dropped); follows nothing."""
+        return self._tails.get((topic, queue_id))
+
     def extend(self, entries: Iterable[QueueEntry],
                ranges: dict[tuple[str, int], tuple[int, int]]) -> None:
         """A committed batch: ``entries`` (in log order) and each touched queue's range

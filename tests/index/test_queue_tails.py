@@ -7,14 +7,16 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fmq
+from fmq.errors import FMQError
 from fmq.index.entries import QueueEntry
 from fmq.index.queue_tails import KEEP
 from fmq.index.store import IndexStore
-from fmq.message import Message
+from fmq.message import MAX_OFFSET, Message
 
 QUEUES = 3
 
@@ -172,6 +174,31 @@ def test_a_following_pull_at_the_tail_begins_no_index_transaction(tmp_path):
         assert begun == []
     finally:
         broker.close()
+
+
+def test_a_pull_past_a_tail_is_known_empty_and_checked_as_a_read(tmp_path):
+    # Reader.nothing_from: a consumer that caught up waits without reading the queue; the
+    # checks a read would fail now fail alike; anything else reads.
+    broker = fmq.Broker.open(os.path.join(tmp_path, "d"), fmq.BrokerConfig(queues_per_topic=2))
+    reads = broker.reads
+    assert reads.nothing_from("t", 0, 0) is None  # never read: no tail
+    assert reads.pull("t", 0, 0, 32) == []  # followed from now on
+    assert reads.nothing_from("t", 0, 0) is None  # followed, not yet written to
+    for _ in range(3):
+        broker.send(Message("t", b"x", queue_id=0))
+    assert broker.wait_indexed()
+    assert [reads.nothing_from("t", 0, at) for at in (0, 2, 3, 7)] == [None, None, 3, 7]
+    assert reads.nothing_from("t", 0, MAX_OFFSET + 1) is None  # the read's error
+    assert reads.nothing_from("t", 1, 0) is None  # another queue, not followed
+    reads._index.tails.drop_all()  # as an index write other than a batch's does
+    assert reads.nothing_from("t", 0, 3) is None
+    broker.send(Message("t", b"y", queue_id=0))
+    assert broker.wait_indexed() and reads.nothing_from("t", 0, 4) == 4
+    broker.close()
+    with pytest.raises(FMQError):
+        reads.nothing_from("t", 0, 4)  # closed: as a read
+    with pytest.raises(FMQError):
+        reads.pull("t", 0, 4)
 
 
 def test_no_tail_is_kept_where_another_process_writes_the_index(tmp_path):
