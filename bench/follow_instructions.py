@@ -10,9 +10,12 @@ messages flow the instrumentation is turned on for ``--seconds`` (every thread o
 server), with STATS read at both ends: the messages sent in the window (the topic's next
 offsets), the PULL requests, the PULL reads (a woken long poll reads again) and the
 wake-ups. A server under callgrind is some fifty times slower, so fewer producers than row
-6's 64 keep its index batches, and so the messages a woken PULL finds, near row 6's on a
-free machine (a few per queue per batch); the table prints that shape beside the counts,
-to judge whether two runs are alike. Not part of the test run::
+6's 64 may keep its index batches, and so the messages a woken PULL finds, nearer row 6's
+on a free machine; each line prints that shape beside the counts. The shape moves with the
+load of the machine (the server's speed under callgrind against the clients'), and the
+counts per message with it: two runs say something only where their shapes are alike.
+``read_request_instructions.py --only follow`` counts the same cycle steadily, scripted.
+Not part of the test run::
 
     python bench/follow_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT]
         [--producers 8] [--consumers 16] [--seconds 20] [--keep DIR]
