@@ -11,17 +11,23 @@ each window answered before the next goes. Divided by the requests, what is left
 request's cost on the server. Not part of the test run::
 
     python bench/read_request_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT]
-        [--requests 1024] [--messages 1] [--only pull|shared|commit] [--keep DIR]
+        [--requests 1024] [--messages 1] [--groups 2]
+        [--only pull|shared|commit|woken|follow] [--keep DIR]
 
 ``pull``: a following consumer's PULL of one message from a queue's tail, answered at once
 (``wait_ms`` 1000: a long poll that finds its message); ``--messages N``: of N messages
 each (a consumer that fell behind; ``--requests 128`` keeps the fill small). ``shared``: the same pulls by two
-connections (two consumer groups of one queue) one window after the other, so the second
-finds each message kept encoded; counted per PULL. ``commit``: COMMIT_OFFSET of one queue.
+connections (``--groups N``: N; consumer groups of one queue) one window after the other, so
+the others find what the first kept; counted per PULL. ``commit``: COMMIT_OFFSET of one queue.
 ``woken``: a window of one-message PULLs of offsets not yet written (``wait_ms`` 10000: long
 polls that wait), then, from a second connection a second later, one SEND_BATCH of a message
 for each of them, which wakes them; counted per PULL, the SEND_BATCH's 64 messages included
-(the same in both checkouts).
+(the same in both checkouts). ``follow``: compare.py row 6's cycle, ``--groups`` connections
+(consumer groups) each with a PULL waiting at the end of each of the four queues
+(``max_messages`` 256, ``wait_ms`` 10000), then one SEND_BATCH of ``--messages`` messages per
+queue from another connection, which wakes all of them; each answered with those messages,
+then the next round's PULLs find nothing and wait; counted per PULL answered, the SEND_BATCH's
+share included (the same in both checkouts).
 """
 
 from __future__ import annotations
@@ -72,8 +78,10 @@ def drive(clients: list[RawClient], kind: str, requests: int, first: int,
     """Send ``requests`` of ``kind`` (PULLs of ``messages`` each) from queue offset
     ``first`` on; the next offset."""
     at = first
-    for _ in range(requests // WINDOW // len(clients) if kind == "shared"
-                   else requests // WINDOW):
+    rounds = (requests // WINDOW // len(clients) if kind == "shared"
+              else requests // QUEUES // (len(clients) - 1) if kind == "follow"
+              else requests // WINDOW)
+    for _ in range(rounds):
         if kind == "woken":
             waiting = [(op, {**fields, "wait_ms": 10_000}) for op, fields in _pulls(at, 1)]
             puller, producer = clients
@@ -90,6 +98,27 @@ def drive(clients: list[RawClient], kind: str, requests: int, first: int,
                 for _ in range(WINDOW // QUEUES)]})])
             answers = [puller._answer() for _ in waiting]
             assert all(len(a["messages"]) == 1 for a in answers), "a woken pull found nothing"
+        elif kind == "follow":
+            *followers, producer = clients
+            for follower in followers:  # each group's consumers wait at every queue's end
+                frames = []
+                for q in range(QUEUES):
+                    follower.rid += 1
+                    frames.append(encode_request(Op.PULL, follower.rid, {
+                        "topic": TOPIC, "queue_id": q, "offset": at, "max_messages": 256,
+                        "wait_ms": 10_000}))
+                follower.sock.sendall(b"".join(frames))
+            time.sleep(1.0)  # they wait (a server under callgrind is slow)
+            message = {"topic": TOPIC, "body": BODY, "key": None, "tags": None,
+                       "properties": {}}
+            producer.window([(Op.SEND_BATCH, {"messages": [
+                {**message, "queue_id": q} for q in range(QUEUES) for _ in range(messages)]})])
+            for follower in followers:
+                answers = [follower._answer() for _ in range(QUEUES)]
+                assert all(len(a["messages"]) == messages for a in answers), \
+                    "a woken pull found too little"
+            at += messages
+            continue
         elif kind == "commit":
             clients[0].window([(Op.COMMIT_OFFSET, {"group": "g", "topic": TOPIC,
                                                    "queue_id": i % QUEUES,
@@ -105,7 +134,7 @@ def drive(clients: list[RawClient], kind: str, requests: int, first: int,
 
 
 def server_instructions(tree: str, kind: str, requests: int, scratch: str,
-                        messages: int = 1) -> int:
+                        messages: int = 1, groups: int = 2) -> int:
     """The instructions a server of ``tree`` spent serving ``requests`` of ``kind``
     (counted only while they run)."""
     port = free_port()
@@ -118,10 +147,12 @@ def server_instructions(tree: str, kind: str, requests: int, scratch: str,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
     try:
-        clients = [RawClient(port)] + ([RawClient(port)] if kind in ("shared", "woken")
-                                       else [])
+        clients = [RawClient(port)] + [RawClient(port) for _ in range(
+            groups - 1 if kind == "shared" else groups if kind == "follow"
+            else 1 if kind == "woken" else 0)]
         # a woken pull's message is written as it waits
-        fill(clients[0], requests + WINDOW, messages, batches=kind != "woken")
+        fill(clients[0], requests + WINDOW, messages,
+             batches=kind not in ("woken", "follow"))
         # warm: caches, shared queues
         at = drive(clients, kind, WINDOW * len(clients), 1, messages)
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
@@ -145,20 +176,26 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=1024,
                     help="requests counted, a multiple of 128")
     ap.add_argument("--messages", type=int, default=1, help="messages per PULL")
-    ap.add_argument("--only", choices=("pull", "shared", "commit", "woken"), default=None)
+    ap.add_argument("--groups", type=int, default=2,
+                    help="shared: that many connections pull each window (row 6: 4)")
+    ap.add_argument("--only", choices=("pull", "shared", "commit", "woken", "follow"),
+                    default=None)
     ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
     n = "one message" if args.messages == 1 else f"{args.messages} messages"
     what = {"pull": f"PULL of {n} (one consumer)",
-            "shared": f"PULL of {n} (two groups, the second's kept)",
+            "shared": f"PULL of {n} ({args.groups} groups, the first's kept)",
             "commit": "COMMIT_OFFSET",
-            "woken": "woken long-poll PULL of one message (a SEND_BATCH's 64th included)"}
+            "woken": "woken long-poll PULL of one message (a SEND_BATCH's 64th included)",
+            "follow": f"woken PULL of {n} ({args.groups} groups following 4 queues, the "
+                      f"SEND_BATCH's share included)"}
     for kind in [args.only] if args.only else list(what):
         for name, tree in trees(args.old).items():
             with tempfile.TemporaryDirectory(prefix="fmq-read-instr-") as tmp:
-                count = server_instructions(tree, kind, args.requests, tmp, args.messages)
+                count = server_instructions(tree, kind, args.requests, tmp, args.messages,
+                                            args.groups)
                 if args.keep:
                     os.makedirs(args.keep, exist_ok=True)
                     shutil.copy(os.path.join(tmp, "callgrind.out"),

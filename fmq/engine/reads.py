@@ -21,6 +21,7 @@ from fmq.log.log import Log
 from fmq.log.record import decode_at
 from fmq.message import (
     HIDDEN_PROPERTIES,
+    MAX_OFFSET,
     PRINCIPAL_PROPERTY,
     PRODUCER_ID_PROPERTY,
     StoredMessage,
@@ -171,7 +172,20 @@ class Reader:
         its body's length)) or else its record's bytes, undecoded (None where retention
         deleted it), not counted out: for a caller that turns them into its own form
         itself (the server: a PULL answer's messages, in C). Where that fails, it pulls
-        again with :meth:`pull_answer`, which skips and reports a damaged record."""
+        again with :meth:`pull_answer`, which skips and reports a damaged record.
+        :meth:`pull_entries` then :meth:`records_of`, for a caller that looks at the
+        entries before it reads their records."""
+        found = self.pull_entries(topic, queue_id, offset, max_messages, max_bytes, resident)
+        entries = found.entries
+        if not entries:
+            return found
+        return StoredPull(entries, self.records_of(entries, kept), found.min_offset,
+                          found.next_offset)
+
+    def pull_entries(self, topic: str, queue_id: int, offset: int, max_messages: int,
+                     max_bytes: int | None, resident: int = 0) -> StoredPull:
+        """:meth:`pull_records` without the records (``records`` empty): the entries, the
+        queue's range, the checks and the ``resident`` rule."""
         self._check_open()
         check_topic(topic)
         check_queue_id(queue_id, self._queues.queue_count(topic))
@@ -186,16 +200,34 @@ class Reader:
         taken = _fitting(entries, max_bytes)
         if taken < len(entries):
             entries = entries[:taken]
+        return StoredPull(entries, [], lo, hi)
+
+    def records_of(self, entries: list[Entry], kept: KeptLookup | None = None) -> list[Any]:
+        """:meth:`pull_records`'s records of ``entries`` (from :meth:`pull_entries`)."""
         if kept is None:
-            return StoredPull(entries, read_records(self._log, [(e[1], e[2]) for e in entries]),
-                              lo, hi)
+            return read_records(self._log, [(e[1], e[2]) for e in entries])
         records: list[Any] = [kept(e) for e in entries]
         missing = [i for i, hit in enumerate(records) if hit is None]
         if missing:
             for i, data in zip(missing, read_records(
                     self._log, [(entries[i][1], entries[i][2]) for i in missing]), strict=True):
                 records[i] = data
-        return StoredPull(entries, records, lo, hi)
+        return records
+
+    def nothing_from(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """Where a pull from ``offset`` would resume when the queue's tail in memory
+        (:mod:`fmq.index.queue_tails`) shows nothing consumable at or past it: ``offset``,
+        or the queue's minimum when above; None when it may (read the queue). Only a
+        queue a pull read before has a tail, so its topic passed the read's checks; the
+        checks whose outcome may have changed since are made again (the broker open, the
+        queue id within the topic's count), raising as the read does."""
+        tail = self._index.tails.get(topic, queue_id)
+        if tail is None or offset < tail.hi or offset > MAX_OFFSET:
+            return None
+        self._check_open()
+        check_queue_id(queue_id, self._queues.queue_count(topic))
+        lo = tail.lo
+        return offset if offset > lo else lo
 
     def _visible_entries(self, topic: str, queue_id: int, offset: int, max_messages: int,
                          max_bytes: int | None = None) -> tuple[int, int, list[Entry]]:

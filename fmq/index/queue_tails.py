@@ -89,6 +89,11 @@ class QueueTails:
                     break
         return lo, hi, out
 
+    def get(self, topic: str, queue_id: int) -> Tail | None:
+        """The queue's tail as the index's last write left it, or None (not followed, or
+        not written to since it was, or dropped); follows nothing."""
+        return self._tails.get((topic, queue_id))
+
     def extend(self, entries: Iterable[QueueEntry],
                ranges: dict[tuple[str, int], tuple[int, int]]) -> None:
         """A committed batch: ``entries`` (in log order) and each touched queue's range
@@ -116,11 +121,14 @@ class QueueTails:
                 kept = tail.entries
                 if len(kept) + len(got) > 2 * KEEP:
                     cut = len(kept) + len(got) - KEEP
-                    kept = kept[cut:]  # a new list: readers of the old one keep theirs
+                    # New lists: readers of the old one keep theirs. A batch longer than
+                    # KEEP cuts into its own entries too (cutting the old ones alone put
+                    # the start past the first entry kept, by the difference).
+                    kept = kept[cut:] + got if cut < len(kept) else got[cut - len(kept):]
                     start = tail.start + cut
                 else:
                     start = tail.start
-                kept.extend(got)
+                    kept.extend(got)
                 if start < lo:  # entries below the minimum are not the queue's any more
                     kept = kept[lo - start:]
                     start = lo

@@ -7,14 +7,16 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fmq
+from fmq.errors import FMQError
 from fmq.index.entries import QueueEntry
 from fmq.index.queue_tails import KEEP
 from fmq.index.store import IndexStore
-from fmq.message import Message
+from fmq.message import MAX_OFFSET, Message
 
 QUEUES = 3
 
@@ -22,6 +24,7 @@ QUEUES = 3
 # them), the same batch applied again (recovery's redo), retention, a cut, a floor.
 steps = st.lists(st.one_of(
     st.tuples(st.just("batch"), st.integers(0, 2 * KEEP + 40)),
+    st.tuples(st.just("batch"), st.integers(QUEUES * KEEP - 10, QUEUES * (KEEP + 40))),
     st.tuples(st.just("replay"), st.integers(0, 5)),
     st.tuples(st.just("retention"), st.integers(0, 100)),
     st.tuples(st.just("cut"), st.integers(0, 100)),
@@ -118,6 +121,25 @@ def test_a_queue_followed_is_read_from_its_tail_after_each_batch(tmp_path):
     store.close()
 
 
+def test_a_batch_of_more_than_a_tail_keeps_for_one_queue_continues_it(tmp_path):
+    # A batch bringing a followed queue more entries than a tail keeps (an index behind
+    # under load indexes long runs at once): the tail cut more than it held and put its
+    # start past its first entry, by the difference, so a follower pulling at the tail was
+    # answered with older entries (row 6's "messages out of order or missing").
+    store = IndexStore(str(tmp_path))
+    log = Log()
+    assert store.tails.read("t", 0, 0, 32) is None  # followed from now on
+    store.apply(*log.batch(QUEUES * 10))
+    for per_queue in (KEEP + 255, 2 * KEEP + 1, 1, KEEP, 3 * KEEP):
+        store.apply(*log.batch(QUEUES * per_queue))
+        lo, hi, _ = store.queue_read_stored("t", 0, 0, 0)
+        for start in (hi - 1, hi - 200, hi - KEEP):
+            found = store.tails.read("t", 0, start, 256)
+            assert found == store.queue_read_stored("t", 0, start, 256), (per_queue, start)
+        assert store.tails.read("t", 0, hi - 1, 1)[2][0][0] == hi - 1
+    store.close()
+
+
 def test_a_following_pull_at_the_tail_begins_no_index_transaction(tmp_path):
     # Issue 41 item 4: the queue range from memory. Before, every pull began an LMDB read
     # transaction (a resize-gate round, a begin, a get, a cursor).
@@ -152,6 +174,31 @@ def test_a_following_pull_at_the_tail_begins_no_index_transaction(tmp_path):
         assert begun == []
     finally:
         broker.close()
+
+
+def test_a_pull_past_a_tail_is_known_empty_and_checked_as_a_read(tmp_path):
+    # Reader.nothing_from: a consumer that caught up waits without reading the queue; the
+    # checks a read would fail now fail alike; anything else reads.
+    broker = fmq.Broker.open(os.path.join(tmp_path, "d"), fmq.BrokerConfig(queues_per_topic=2))
+    reads = broker.reads
+    assert reads.nothing_from("t", 0, 0) is None  # never read: no tail
+    assert reads.pull("t", 0, 0, 32) == []  # followed from now on
+    assert reads.nothing_from("t", 0, 0) is None  # followed, not yet written to
+    for _ in range(3):
+        broker.send(Message("t", b"x", queue_id=0))
+    assert broker.wait_indexed()
+    assert [reads.nothing_from("t", 0, at) for at in (0, 2, 3, 7)] == [None, None, 3, 7]
+    assert reads.nothing_from("t", 0, MAX_OFFSET + 1) is None  # the read's error
+    assert reads.nothing_from("t", 1, 0) is None  # another queue, not followed
+    reads._index.tails.drop_all()  # as an index write other than a batch's does
+    assert reads.nothing_from("t", 0, 3) is None
+    broker.send(Message("t", b"y", queue_id=0))
+    assert broker.wait_indexed() and reads.nothing_from("t", 0, 4) == 4
+    broker.close()
+    with pytest.raises(FMQError):
+        reads.nothing_from("t", 0, 4)  # closed: as a read
+    with pytest.raises(FMQError):
+        reads.pull("t", 0, 4)
 
 
 def test_no_tail_is_kept_where_another_process_writes_the_index(tmp_path):

@@ -284,6 +284,61 @@ def test_a_woken_long_poll_the_step_declines_goes_on_the_general_way(server, tak
     assert taken == ["wait"], "the step answered a message larger than its room"
 
 
+def test_a_long_poll_at_the_end_of_a_followed_queue_waits_without_a_read(server, taken,
+                                                                         monkeypatch):
+    """A consumer that caught up: its PULL at the end of the queue's tail in memory waits
+    with no read of the queue (``Reader.nothing_from``), and, woken by a send, is answered
+    as a session of the general way answers the same PULL."""
+    port = server.server.port
+    ways: list[bool] = []
+    init = SessionRequests.__init__
+
+    def way_per_session(self, session):  # the first session the step, the second not
+        init(self, session)
+        self.plain_reads = ways.pop(0) if ways else True
+
+    monkeypatch.setattr(SessionRequests, "__init__", way_per_session)
+    reads: list[int] = []
+    real = plain_pull.pull_now
+    monkeypatch.setattr(plain_pull, "pull_now",
+                        lambda *a, **k: reads.append(a[5]) or real(*a, **k))
+    producer = socket.create_connection(("127.0.0.1", port), timeout=30)
+    producer_decoder = FrameDecoder(1 << 24)
+
+    def send(body: bytes, rid: int) -> None:
+        message = {"topic": "t", "body": body, "key": None, "tags": None,
+                   "properties": {}, "queue_id": 3}
+        producer.sendall(encode_request(Op.SEND, rid, {"message": message}))
+        assert _read_answer(producer, producer_decoder)[1] == 1
+
+    ways.extend([True, False])
+    fast, fast_decoder = _connect(port)
+    general, general_decoder = _connect(port)
+    try:
+        # Followed from this read on; the send gives the queue a tail in memory.
+        fast.sendall(_frame(_pull(b"t", 3, 0, 4096, 0), 1, op=Op.PULL))
+        assert _read_answer(fast, fast_decoder) is not None
+        send(b"first", 1)
+        assert server.server.ctx.broker.wait_indexed()
+        end = server.server.ctx.broker.reads.queue_range("t", 3)[1]
+        assert server.server.ctx.broker.reads.nothing_from("t", 3, end) == end
+        reads.clear()
+        pull = _frame(_pull(b"t", 3, end, 5, 30_000), 7, op=Op.PULL)
+        fast.sendall(pull)
+        general.sendall(pull)
+        time.sleep(0.05)  # both wait
+        assert reads == [], "the step read a queue whose tail ends at the pull's offset"
+        send(b"later", 2)
+        got_fast = _read_answer(fast, fast_decoder)
+        got_general = _read_answer(general, general_decoder)
+    finally:
+        for sock in (fast, general, producer):
+            sock.close()
+    assert got_fast == got_general and b"later" in got_fast
+    assert reads == [end], "the woken pull was not read once, at its offset"
+    assert taken[-2:] == ["wait", Op.PULL]
+
+
 def test_an_expired_long_poll_is_answered_alike(server, taken, monkeypatch):
     """Nothing arrives: both ways answer empty after the wait (max_wait_ms)."""
     port = server.server.port

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 import fmq
 from fmq.engine import reads as reads_module
-from fmq.engine.recent import RecentMessages
 from fmq.errors import ProtocolError
 from fmq.message import Message, StoredMessage
 from fmq.protocol import Op
@@ -20,6 +19,7 @@ from fmq.protocol.frame import encode_response
 from fmq.protocol.schema import STORED_MESSAGE
 from fmq.protocol.values import stored_to_wire
 from fmq.server.net.replies import fit
+from fmq.server.ops import pull_reads
 from fmq.server.ops.pull_answers import (
     CLOSE_S,
     SHARED_S,
@@ -83,30 +83,81 @@ def test_a_queue_is_shared_while_two_connections_pull_it_close_together():
     assert not shared.note("t", 0, 1, 200.0 + CLOSE_S)  # alone again for long enough
 
 
+def _counted_reads(monkeypatch) -> list[int]:
+    """The records each call of read_records reads, from now on."""
+    reads: list[int] = []
+    real = reads_module.read_records
+    monkeypatch.setattr(reads_module, "read_records",
+                        lambda log, places: reads.append(len(places)) or real(log, places))
+    return reads
+
+
+def _filled(tmp_path) -> fmq.Broker:
+    broker = fmq.Broker.open(str(tmp_path / "data"))
+    broker.send_batch([Message("t", b"%d" % i * 100, queue_id=0) for i in range(30)])
+    assert broker.wait_indexed()
+    return broker
+
+
+def _pull(broker, cache, keep: bool, offset: int = 0, n: int = 30, room: int = 1 << 20):
+    return pull_now(broker, cache, keep, "t", 0, offset, n, None, room)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return a[1:] == b[1:] and a[0].data == b[0].data
+
+
 def test_a_shared_queues_second_pull_reads_no_record(tmp_path, monkeypatch):
-    with fmq.Broker.open(str(tmp_path / "data")) as broker:
-        broker.send_batch([Message("t", b"%d" % i * 100, queue_id=0) for i in range(30)])
-        assert broker.wait_indexed()
+    """Another group's pull of the same entries takes the first one's answer, whole."""
+    with _filled(tmp_path) as broker:
         cache = encoded_cache()
-
-        def pull(keep: bool) -> tuple:
-            return pull_now(broker, cache, keep, "t", 0, 0, 30, None, 1 << 20)
-
-        alone = pull(False)  # a queue one connection pulls: keeps nothing
+        alone = _pull(broker, cache, False)  # a queue one connection pulls: keeps nothing
         assert len(cache) == 0
-        first = pull(True)
-        assert len(cache) == 30 and first[1:] == alone[1:] and first[0].data == alone[0].data
-        reads = []
-        real = reads_module.read_records
-        monkeypatch.setattr(reads_module, "read_records",
-                            lambda log, places: reads.append(len(places)) or real(log, places))
-        second = pull(False)  # another group's consumer of the queue only looks
+        first = _pull(broker, cache, True)
+        assert len(cache) >= 1 and _same(first, alone)
+        reads = _counted_reads(monkeypatch)
+        second = _pull(broker, cache, False)  # another group's consumer of the queue
         # (not even a call of read_records with nothing to read)
-        assert reads == [] and second[1:] == first[1:] and second[0].data == first[0].data
-        bigger = RecentMessages(1 << 20)
-        assert pull_now(broker, bigger, False, "t", 0, 0, 30, None, 1 << 20)[0].data == \
-            first[0].data and reads == [30]  # a cold cache reads them all again
+        assert reads == [] and _same(second, first)
+        assert _same(_pull(broker, encoded_cache(), False), first) and reads == [30]
 
+
+def test_a_kept_answer_serves_only_the_same_entries_and_room(tmp_path, monkeypatch):
+    """A kept answer stands for its entries only: a pull that reads more entries, fewer
+    (a smaller room) or from elsewhere reads its records and answers as a cold read; an
+    answer cut by its room is not kept."""
+    monkeypatch.setattr(pull_reads, "KEEPS_ENCODED", False)  # answers kept, nothing else
+    with _filled(tmp_path) as broker:
+        cache = encoded_cache()
+        ten = _pull(broker, cache, True, n=10)
+        assert ten[1] == 10 and len(cache) == 1
+        reads = _counted_reads(monkeypatch)
+        for offset, n, room in ((0, 30, 1 << 20), (0, 10, 700), (3, 10, 1 << 20)):
+            got = _pull(broker, cache, False, offset, n, room)
+            assert _same(got, _pull(broker, encoded_cache(), False, offset, n, room))
+            assert reads[-2:] == [reads[-1]] * 2  # both read their records
+        small = encoded_cache()
+        assert _pull(broker, small, True, room=700)[1] < 30 and len(small) == 1
+        assert _same(_pull(broker, small, False), _pull(broker, encoded_cache(), False))
+        assert reads[-2:] == [30, 30]
+
+
+def test_a_pull_of_the_pure_path_takes_messages_kept_one_by_one(tmp_path, monkeypatch):
+    """Where the entries differ from a kept answer's, the pure path's pull still finds each
+    message kept by its entry (``KEEPS_ENCODED``) and reads no record; written in C
+    (``KEEPS_ENCODED`` false) it keeps and looks up none."""
+    for keeps in (True, False):
+        monkeypatch.setattr(pull_reads, "KEEPS_ENCODED", keeps)
+        with _filled(tmp_path / str(keeps)) as broker:
+            cache = encoded_cache()
+            first = _pull(broker, cache, True)
+            assert len(cache) == (31 if keeps else 1)
+            reads = _counted_reads(monkeypatch)
+            later = _pull(broker, cache, False, offset=5)
+            assert reads == ([] if keeps else [25])
+            assert _same(later, _pull(broker, encoded_cache(), False, offset=5))
+            assert first[1] == 30 and later[1] == 25
+        monkeypatch.undo()
 
 
 # Text about the fields' limit: 16,383 characters, 65,534 bytes (an optional one).

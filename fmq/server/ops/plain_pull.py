@@ -16,7 +16,9 @@ answered, for the general way to run from the start:
 * ``max_messages`` of 0: the general way gives the error.
 
 A pull that finds nothing and may wait (``wait_ms`` > 0, the long poll) took its wake-up
-events before it read, as the general way does, and waits on them with a timer and no task
+events before it read, as the general way does (a pull at or past the end of its queue's
+tail in memory, a consumer that caught up, reads nothing else: no reply room, no read of the
+queue, :meth:`~fmq.engine.reads.Reader.nothing_from`), and waits on them with a timer and no task
 (:func:`wait_then`); woken, it is read and answered by this step again (``deadline``), as
 the general way's loop reads after its wait: a message, or nothing once the time is up, the
 session closes or the server stops; or it waits again. A woken pull the step declines goes
@@ -95,6 +97,22 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
     else:  # as the general way's loop after a wait: an answer now unless time is left
         poll = deadline > now
         may_wait = poll and not ctx.stopping and not session.closing
+    counters = ctx.counters
+    if may_wait:
+        # Taken before the read, so that a write landing between the read and the wait
+        # wakes it.
+        events = ctx.wakeups.events(topic, queue_id, session.id)
+        try:
+            resume = ctx.broker.reads.nothing_from(topic, queue_id, offset)
+        except FMQError:  # the read below meets it again, and answers it
+            resume = None
+        if resume is not None:  # the queue's tail in memory ends at or before the offset
+            counters.pull_reads += 1
+            counters.pull_reads_on_loop += 1
+            return PullWait(events, now + ctx.wait_ms(wait_ms) if deadline is None
+                            else deadline, resume)
+    else:
+        events = None
     # The reply room, as the general way's ReplyRoom takes it (without waiting).
     share = session.replies.share
     budget = share.budget
@@ -103,10 +121,7 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
     granted = budget.try_take(share, want if want < largest else largest, want)
     if not granted:
         return False
-    counters = ctx.counters
     keep = ctx.shared_queues.note(topic, queue_id, session.id, now)
-    # Taken before the read, so that a write landing between the read and the wait wakes it.
-    events = ctx.wakeups.events(topic, queue_id, session.id) if may_wait else None
     try:
         items, count, lo, hi, size, resume = pull_now(
             ctx.broker, ctx.encoded, keep, topic, queue_id, offset,

@@ -8,6 +8,12 @@ reply budget needs no sizing pass. This is the one cache of pulled messages.
 Keeping messages costs a reader alone about 2 us a message (copies into memory that is not
 in the CPU's cache), so only queues that several connections pull keep them
 (:class:`SharedQueues`); the others only look.
+
+The same cache holds whole answers: :func:`fmq.server.ops.pull_reads.pull_now` keeps a
+shared queue's answer under (topic, queue, first offset), which the other groups' consumers,
+woken by the same write, take with one lookup. Where the answers' messages are written in C
+(``pull_messages.KEEPS_ENCODED`` false), messages are no longer kept one by one: that cost
+more than writing them again.
 """
 
 from __future__ import annotations

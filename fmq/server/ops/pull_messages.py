@@ -99,3 +99,13 @@ def _pull_messages():
 #: ``pull_messages(topic, queue_id, entries, records, budget, max_record_size, fresh)``:
 #: as :func:`reference_pull_messages`.
 pull_messages = _pull_messages()
+
+#: Whether an untagged pull looks its messages up among the encoded ones the server kept
+#: and keeps what it encodes (:mod:`fmq.server.ops.pull_answers`). The reference decodes
+#: and encodes each message in Python, which the cache saves the other groups of a shared
+#: queue. Written in C from the record, a message costs less than keeping it did: a
+#: lookup per entry (a Python call, a key tuple) for every pull, and for the first group's
+#: a bytes object, an ordered-dict insertion and a lock per message; two groups pulling 16
+#: messages each cost the server 18 % more with the cache than without
+#: (docs/performance.md, "Readers, fourth step").
+KEEPS_ENCODED = COMPILED is None

@@ -24,7 +24,7 @@ from fmq.protocol.types import Encoded
 from fmq.server.context import ServerContext
 from fmq.server.net.replies import PULL_REPLY_BASE, PULL_TAGGED_REPLY_BASE
 from fmq.server.ops.pull_answers import encode_fitting, kept_lookup
-from fmq.server.ops.pull_messages import Fresh, pull_messages
+from fmq.server.ops.pull_messages import KEEPS_ENCODED, Fresh, pull_messages
 
 
 class PullRead(NamedTuple):
@@ -54,14 +54,23 @@ def pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
              max_bytes: int, resident: int = 0, may_wait: bool = True) -> Pulled:
     """The messages that fit an answer of ``max_bytes`` (at least one), encoded, and how
     many, the queue range (read once, with the messages), the answer's size and the offset
-    to pull from next (``tags``: PULL_TAGGED's filter; ``encoded``: messages encoded lately,
-    which the read takes instead of reading and decoding them again; ``keep``: the queue is
-    shared, keep what it encodes for the next reader).
+    to pull from next (``tags``: PULL_TAGGED's filter; ``encoded``: answers' messages
+    encoded lately, which the read takes instead of reading and writing them again;
+    ``keep``: the queue is shared, keep what it encodes for the next reader).
+
+    An untagged pull of a shared queue keeps its answer's messages, whole, under (topic,
+    queue, first offset) with the index entries they were written from: the other groups'
+    consumers following the queue, woken by the same write, pull the same entries, and
+    take those bytes with one lookup and a comparison of the entries (an answer that left
+    entries out for its budget is not kept: a larger budget may fit more). Where pulls
+    differ, on the pure path each message is also kept and looked up by its entry
+    (``KEEPS_ENCODED``).
 
     ``resident`` (on the event loop): read only the log's last that many bytes and never
     block, else raise NotInMemory. ``may_wait``: the pull is a long poll with time left,
-    so an empty answer while the index is behind is fine (the index's wake-up ends the
-    wait); without it such a pull raises NotInMemory, to wait in a thread.
+    which took its wake-up events before the read, so an empty answer is final (what the
+    index applies next wakes it); without it an empty read while the index is behind
+    raises NotInMemory, to wait for the index in a thread.
 
     An untagged pull's messages are written from their records' bytes as the log stores
     them (:func:`~fmq.server.ops.pull_messages.pull_messages`, in C where compiled); a
@@ -73,38 +82,53 @@ def pull_now(broker: Broker, encoded: RecentMessages, keep: bool, topic: str,
                             tags, max_bytes, resident, may_wait)
     budget = max_bytes - PULL_REPLY_BASE
     reads = broker.reads
-    kept = kept_lookup(encoded, queue_id)
-    stored = reads.pull_records(topic, queue_id, offset, max_messages, budget, resident, kept)
-    if not stored.entries:
-        # Nothing yet, but a write acknowledged just before may still be on its way to the
-        # index: a pull sees every message acknowledged before it arrived. (A pull woken
-        # by the index finds what woke it at once; one woken by a transaction's commit,
-        # when it is flushed, waits for the index.)
-        if broker.wait_indexed(0.0 if resident else 0.5):
-            stored = reads.pull_records(topic, queue_id, offset, max_messages, budget,
-                                        resident, kept)
-        elif resident and not may_wait:
-            raise NotInMemory("the index is behind the flushed log: wait for it in a thread")
-        if not stored.entries:
-            lo = stored.min_offset
-            return (_NOTHING, 0, lo, stored.next_offset, PULL_REPLY_BASE,
+    found = reads.pull_entries(topic, queue_id, offset, max_messages, budget, resident)
+    entries = found.entries
+    if not entries:
+        if may_wait and resident:
+            # A long poll on the event loop took its wake-up events before this read: what
+            # the index applies from now on wakes it, so nothing is read again here.
+            lo = found.min_offset
+            return (_NOTHING, 0, lo, found.next_offset, PULL_REPLY_BASE,
                     offset if offset > lo else lo)
-    fresh: list[Fresh] | None = [] if keep else None
-    try:
-        data, count, body_bytes, resume = pull_messages(
-            topic, queue_id, stored.entries, stored.records, budget,
-            reads.max_record_size, fresh)
-    except (BadRecord, IncompleteRecord):
-        count = 0
-    if not count:  # damaged, or every record deleted meanwhile: the decoding way's
-        return pull_decoded(broker, encoded, keep, topic, queue_id, offset, max_messages,
-                            tags, max_bytes, resident, may_wait)
+        # Nothing yet, but a write acknowledged just before may still be on its way to the
+        # index: a pull sees every message acknowledged before it arrived.
+        if broker.wait_indexed(0.0 if resident else 0.5):
+            found = reads.pull_entries(topic, queue_id, offset, max_messages, budget,
+                                       resident)
+            entries = found.entries
+        elif resident:
+            raise NotInMemory("the index is behind the flushed log: wait for it in a thread")
+        if not entries:
+            lo = found.min_offset
+            return (_NOTHING, 0, lo, found.next_offset, PULL_REPLY_BASE,
+                    offset if offset > lo else lo)
+    # Another group's consumer pulled the same entries a moment ago: its answer's messages.
+    key = (topic, queue_id, entries[0][0])
+    answer = encoded.get(key)
+    if answer is not None and answer[0] == entries and len(answer[1]) <= budget:
+        _entries, data, count, body_bytes, resume = answer
+    else:
+        fresh: list[Fresh] | None = [] if keep and KEEPS_ENCODED else None
+        # Written in C, the records are read again rather than looked up (KEEPS_ENCODED).
+        records = reads.records_of(entries,
+                                   kept_lookup(encoded, queue_id) if KEEPS_ENCODED else None)
+        try:
+            data, count, body_bytes, resume = pull_messages(
+                topic, queue_id, entries, records, budget, reads.max_record_size, fresh)
+        except (BadRecord, IncompleteRecord):
+            count = 0
+        if not count:  # damaged, or every record deleted meanwhile: the decoding way's
+            return pull_decoded(broker, encoded, keep, topic, queue_id, offset,
+                                max_messages, tags, max_bytes, resident, may_wait)
+        if keep and count == len(entries):  # (the next budget may fit more of a cut one)
+            encoded.put(key, (entries, data, count, body_bytes, resume), len(data))
+        if fresh:
+            put = encoded.put
+            for (qoff, doff, _size, _hash, store_time), form, body in fresh:
+                put((doff, queue_id, qoff, store_time), (form, body), len(form))
     reads.count_out(topic, count, body_bytes)
-    if fresh:
-        put = encoded.put
-        for (qoff, doff, _size, _hash, store_time), form, body in fresh:
-            put((doff, queue_id, qoff, store_time), (form, body), len(form))
-    return (Encoded(count, data), count, stored.min_offset, stored.next_offset,
+    return (Encoded(count, data), count, found.min_offset, found.next_offset,
             PULL_REPLY_BASE + len(data), resume)
 
 
