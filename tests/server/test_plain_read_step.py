@@ -309,28 +309,28 @@ def test_a_long_poll_at_the_end_of_a_followed_queue_waits_without_a_read(server,
         message = {"topic": "t", "body": body, "key": None, "tags": None,
                    "properties": {}, "queue_id": 3}
         producer.sendall(encode_request(Op.SEND, rid, {"message": message}))
-        assert _read_answer(producer, producer_decoder)[1] == 1
+        assert read_answer(producer, producer_decoder)[1] == 1
 
     ways.extend([True, False])
-    fast, fast_decoder = _connect(port)
-    general, general_decoder = _connect(port)
+    fast, fast_decoder = open_session(port)
+    general, general_decoder = open_session(port)
     try:
         # Followed from this read on; the send gives the queue a tail in memory.
-        fast.sendall(_frame(_pull(b"t", 3, 0, 4096, 0), 1, op=Op.PULL))
-        assert _read_answer(fast, fast_decoder) is not None
+        fast.sendall(request_frame(_pull(b"t", 3, 0, 4096, 0), 1, op=Op.PULL))
+        assert read_answer(fast, fast_decoder) is not None
         send(b"first", 1)
         assert server.server.ctx.broker.wait_indexed()
         end = server.server.ctx.broker.reads.queue_range("t", 3)[1]
         assert server.server.ctx.broker.reads.nothing_from("t", 3, end) == end
         reads.clear()
-        pull = _frame(_pull(b"t", 3, end, 5, 30_000), 7, op=Op.PULL)
+        pull = request_frame(_pull(b"t", 3, end, 5, 30_000), 7, op=Op.PULL)
         fast.sendall(pull)
         general.sendall(pull)
         time.sleep(0.05)  # both wait
         assert reads == [], "the step read a queue whose tail ends at the pull's offset"
         send(b"later", 2)
-        got_fast = _read_answer(fast, fast_decoder)
-        got_general = _read_answer(general, general_decoder)
+        got_fast = read_answer(fast, fast_decoder)
+        got_general = read_answer(general, general_decoder)
     finally:
         for sock in (fast, general, producer):
             sock.close()
