@@ -42,6 +42,7 @@ _PREPARE = RecordType.PREPARE
 _PRE_MESSAGE = RecordType.PRE_MESSAGE
 _REF_MESSAGE = RecordType.REF_MESSAGE
 _COMMIT = RecordType.COMMIT
+_COMMITTED = TxState.COMMIT
 #: A message that passed ``check_message`` takes at most its body, this and its
 #: transaction's id and group in the log, with the end filler a segment keeps room for
 #: (``check_fits``' own first test, with room for the largest properties).
@@ -387,6 +388,21 @@ class TxWriter:
                 self.tx.prepared(tx)
         return tx.tx_id
 
+    def prepares_done(self, txs: list[OpenTransaction], failure: BaseException | None = None
+                      ) -> list[str]:
+        """:meth:`prepare_done` of each of ``txs`` (one flush covered them all), in order,
+        under one hold of the manager's lock; each one's transaction id."""
+        txm = self.tx
+        with txm.lock:
+            for tx in txs:
+                if tx.prepared:  # a retried PREPARE: a failed wait undoes nothing stored
+                    continue
+                if failure is not None:
+                    txm.forget((tx.producer_group, tx.tx_id))
+                else:
+                    txm.prepared(tx)
+        return [tx.tx_id for tx in txs]
+
     # ------------------------------------------------------------------ commit / rollback
 
     def commit(self, producer_group: str, tx_id: str) -> TxState:
@@ -418,7 +434,7 @@ class TxWriter:
             found = self.tx.get_for_end(producer_group, tx_id, TxState.COMMIT)
             if isinstance(found, TxState):
                 return found
-            if not found.busy.acquire(blocking=False):
+            if not found.busy.acquire(False):
                 return None
         try:
             return found, self.place_commit_records(found)
@@ -449,7 +465,7 @@ class TxWriter:
                 except Exception as exc:  # noqa: BLE001 - it fails this request only
                     outcomes.append(exc)
                     continue
-                if type(found) is OpenTransaction and not found.busy.acquire(blocking=False):
+                if type(found) is OpenTransaction and not found.busy.acquire(False):
                     found = None  # being ended or relocated: the caller waits for that
                 outcomes.append(found)
         found_at = [at for at, found in enumerate(outcomes) if type(found) is OpenTransaction]
@@ -590,6 +606,23 @@ class TxWriter:
                     self.tx.finish(tx.key, TxState.COMMIT)
         finally:
             tx.busy.release()
+
+    def commits_done(self, txs: list[OpenTransaction], failure: BaseException | None = None
+                     ) -> list[None]:
+        """:meth:`commit_done` of each of ``txs`` (one flush covered them all), in order,
+        under one hold of the manager's lock; every ``busy`` lock is released, whatever
+        happens."""
+        try:
+            if failure is None:
+                txm = self.tx
+                finish = txm.finish
+                with txm.lock:
+                    for tx in txs:
+                        finish((tx.producer_group, tx.tx_id), _COMMITTED)
+        finally:
+            for tx in txs:
+                tx.busy.release()
+        return [None] * len(txs)
 
     def _end(self, producer_group: str, tx_id: str, wanted: TxState,
              write: Callable[[OpenTransaction], None]) -> TxState:
