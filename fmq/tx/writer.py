@@ -237,16 +237,20 @@ class TxWriter:
         (:meth:`_place_prepare_runs`), else one request at a time, each with its own
         segment reservation (all or none per request)."""
         txm = self.tx
+        is_open, max_open = txm.open, txm.max_open
         ready = []  # (position, messages, group, id, overhead, registered transaction)
         for at, messages, group, tx_id, fresh, overhead in checked:
-            try:
-                retried = self._retried_or_reserved(messages, group, tx_id, fresh)
-            except Exception as exc:  # noqa: BLE001 - it fails this request only
-                outcomes[at] = exc
-                continue
-            if retried is not None:  # answered from the first attempt, written once
-                outcomes[at] = retried
-                continue
+            # An id made here with room for one more open transaction: the manager's
+            # reserve would only check that room (the usual PREPARE skips two calls).
+            if not fresh or len(is_open) >= max_open:
+                try:
+                    retried = self._retried_or_reserved(messages, group, tx_id, fresh)
+                except Exception as exc:  # noqa: BLE001 - it fails this request only
+                    outcomes[at] = exc
+                    continue
+                if retried is not None:  # answered from the first attempt, written once
+                    outcomes[at] = retried
+                    continue
             # ref_size of the PREPARE = the message count: recovery proves it complete by it.
             tx = OpenTransaction(tx_id, group, -1, store_time, expected_messages=len(messages))
             txm.register(tx)
@@ -358,11 +362,16 @@ class TxWriter:
             n = len(messages)
             if first + n < got:  # its PREPARE and every PRE_MESSAGE are placed
                 tx.prepare_offset = placed[first][0]
-                tx.messages = [PreMessage(offset, size, topic, qid, key, tags, body_size)
-                               for (offset, size), (topic, qid, key, tags, body_size)
-                               in zip(placed[first + 1:first + 1 + n], kept[k:k + n],
-                                      strict=True)]
-                last = placed[first + n]
+                if n == 1:  # most transactions: no slices, no zip
+                    offset, size = last = placed[first + 1]
+                    topic, qid, key, tags, body_size = kept[k]
+                    tx.messages = [PreMessage(offset, size, topic, qid, key, tags, body_size)]
+                else:
+                    tx.messages = [PreMessage(offset, size, topic, qid, key, tags, body_size)
+                                   for (offset, size), (topic, qid, key, tags, body_size)
+                                   in zip(placed[first + 1:first + 1 + n], kept[k:k + n],
+                                          strict=True)]
+                    last = placed[first + n]
                 outcomes[at] = tx, last[0] + last[1]
             elif first >= got and len(ready) > 1 and isinstance(failure, Exception):
                 untouched.append(item)  # nothing of it placed: tried again on its own
