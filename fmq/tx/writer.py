@@ -466,11 +466,15 @@ class TxWriter:
         with txm.lock:
             for group, tx_id in requests:
                 try:
-                    if (type(group) is not str or type(tx_id) is not str
-                            or (group, tx_id) not in is_open):  # as place_commit checks
-                        check_label(group, "producer_group", allow_none=False)
-                        check_label(tx_id, "tx_id", allow_none=False)
-                    found = txm.get_for_end(group, tx_id, TxState.COMMIT)
+                    found = (is_open.get((group, tx_id))
+                             if type(group) is str and type(tx_id) is str else None)
+                    # A prepared open transaction is what get_for_end gives a COMMIT:
+                    # the usual one skips that call.
+                    if found is None or not found.prepared:
+                        if found is None:  # as place_commit checks
+                            check_label(group, "producer_group", allow_none=False)
+                            check_label(tx_id, "tx_id", allow_none=False)
+                        found = txm.get_for_end(group, tx_id, _COMMITTED)
                 except Exception as exc:  # noqa: BLE001 - it fails this request only
                     outcomes.append(exc)
                     continue
