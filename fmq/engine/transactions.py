@@ -87,6 +87,11 @@ class Transactions:
         """The second half of :meth:`prepare`, once its records are durable (or failed)."""
         return self._writer.prepare_done(tx, failure)
 
+    def prepares_done(self, txs: list[OpenTransaction], failure: BaseException | None = None
+                      ) -> list[str]:
+        """:meth:`prepare_done` of several transactions one flush covered, in order."""
+        return self._writer.prepares_done(txs, failure)
+
     def place_commit(self, producer_group: str, tx_id: str
                      ) -> TxState | tuple[OpenTransaction, int] | None:
         """The first half of :meth:`commit`, never blocking (see
@@ -96,6 +101,11 @@ class Transactions:
     def commit_done(self, tx: OpenTransaction, failure: BaseException | None = None) -> None:
         """The second half of :meth:`place_commit`, once its COMMIT is durable (or failed)."""
         self._writer.commit_done(tx, failure)
+
+    def commits_done(self, txs: list[OpenTransaction], failure: BaseException | None = None
+                     ) -> list[None]:
+        """:meth:`commit_done` of several transactions one flush covered, in order."""
+        return self._writer.commits_done(txs, failure)
 
     # ------------------------------------------------------------------ feedback
 

@@ -278,7 +278,7 @@ class TxManager:
 
     def register(self, tx: OpenTransaction) -> None:
         tx.next_check_at = tx.registered_at + self.check_after
-        self.open[tx.key] = tx
+        self.open[tx.producer_group, tx.tx_id] = tx  # tx.key, without the property's call
 
     def get_for_end(self, producer_group: str, tx_id: str, wanted: TxState
                     ) -> OpenTransaction | TxState:

@@ -42,6 +42,7 @@ _PREPARE = RecordType.PREPARE
 _PRE_MESSAGE = RecordType.PRE_MESSAGE
 _REF_MESSAGE = RecordType.REF_MESSAGE
 _COMMIT = RecordType.COMMIT
+_COMMITTED = TxState.COMMIT
 #: A message that passed ``check_message`` takes at most its body, this and its
 #: transaction's id and group in the log, with the end filler a segment keeps room for
 #: (``check_fits``' own first test, with room for the largest properties).
@@ -236,16 +237,20 @@ class TxWriter:
         (:meth:`_place_prepare_runs`), else one request at a time, each with its own
         segment reservation (all or none per request)."""
         txm = self.tx
+        is_open, max_open = txm.open, txm.max_open
         ready = []  # (position, messages, group, id, overhead, registered transaction)
         for at, messages, group, tx_id, fresh, overhead in checked:
-            try:
-                retried = self._retried_or_reserved(messages, group, tx_id, fresh)
-            except Exception as exc:  # noqa: BLE001 - it fails this request only
-                outcomes[at] = exc
-                continue
-            if retried is not None:  # answered from the first attempt, written once
-                outcomes[at] = retried
-                continue
+            # An id made here with room for one more open transaction: the manager's
+            # reserve would only check that room (the usual PREPARE skips two calls).
+            if not fresh or len(is_open) >= max_open:
+                try:
+                    retried = self._retried_or_reserved(messages, group, tx_id, fresh)
+                except Exception as exc:  # noqa: BLE001 - it fails this request only
+                    outcomes[at] = exc
+                    continue
+                if retried is not None:  # answered from the first attempt, written once
+                    outcomes[at] = retried
+                    continue
             # ref_size of the PREPARE = the message count: recovery proves it complete by it.
             tx = OpenTransaction(tx_id, group, -1, store_time, expected_messages=len(messages))
             txm.register(tx)
@@ -357,11 +362,16 @@ class TxWriter:
             n = len(messages)
             if first + n < got:  # its PREPARE and every PRE_MESSAGE are placed
                 tx.prepare_offset = placed[first][0]
-                tx.messages = [PreMessage(offset, size, topic, qid, key, tags, body_size)
-                               for (offset, size), (topic, qid, key, tags, body_size)
-                               in zip(placed[first + 1:first + 1 + n], kept[k:k + n],
-                                      strict=True)]
-                last = placed[first + n]
+                if n == 1:  # most transactions: no slices, no zip
+                    offset, size = last = placed[first + 1]
+                    topic, qid, key, tags, body_size = kept[k]
+                    tx.messages = [PreMessage(offset, size, topic, qid, key, tags, body_size)]
+                else:
+                    tx.messages = [PreMessage(offset, size, topic, qid, key, tags, body_size)
+                                   for (offset, size), (topic, qid, key, tags, body_size)
+                                   in zip(placed[first + 1:first + 1 + n], kept[k:k + n],
+                                          strict=True)]
+                    last = placed[first + n]
                 outcomes[at] = tx, last[0] + last[1]
             elif first >= got and len(ready) > 1 and isinstance(failure, Exception):
                 untouched.append(item)  # nothing of it placed: tried again on its own
@@ -386,6 +396,21 @@ class TxWriter:
             else:
                 self.tx.prepared(tx)
         return tx.tx_id
+
+    def prepares_done(self, txs: list[OpenTransaction], failure: BaseException | None = None
+                      ) -> list[str]:
+        """:meth:`prepare_done` of each of ``txs`` (one flush covered them all), in order,
+        under one hold of the manager's lock; each one's transaction id."""
+        txm = self.tx
+        with txm.lock:
+            for tx in txs:
+                if tx.prepared:  # a retried PREPARE: a failed wait undoes nothing stored
+                    continue
+                if failure is not None:
+                    txm.forget((tx.producer_group, tx.tx_id))
+                else:
+                    txm.prepared(tx)
+        return [tx.tx_id for tx in txs]
 
     # ------------------------------------------------------------------ commit / rollback
 
@@ -418,7 +443,7 @@ class TxWriter:
             found = self.tx.get_for_end(producer_group, tx_id, TxState.COMMIT)
             if isinstance(found, TxState):
                 return found
-            if not found.busy.acquire(blocking=False):
+            if not found.busy.acquire(False):
                 return None
         try:
             return found, self.place_commit_records(found)
@@ -441,15 +466,19 @@ class TxWriter:
         with txm.lock:
             for group, tx_id in requests:
                 try:
-                    if (type(group) is not str or type(tx_id) is not str
-                            or (group, tx_id) not in is_open):  # as place_commit checks
-                        check_label(group, "producer_group", allow_none=False)
-                        check_label(tx_id, "tx_id", allow_none=False)
-                    found = txm.get_for_end(group, tx_id, TxState.COMMIT)
+                    found = (is_open.get((group, tx_id))
+                             if type(group) is str and type(tx_id) is str else None)
+                    # A prepared open transaction is what get_for_end gives a COMMIT:
+                    # the usual one skips that call.
+                    if found is None or not found.prepared:
+                        if found is None:  # as place_commit checks
+                            check_label(group, "producer_group", allow_none=False)
+                            check_label(tx_id, "tx_id", allow_none=False)
+                        found = txm.get_for_end(group, tx_id, _COMMITTED)
                 except Exception as exc:  # noqa: BLE001 - it fails this request only
                     outcomes.append(exc)
                     continue
-                if type(found) is OpenTransaction and not found.busy.acquire(blocking=False):
+                if type(found) is OpenTransaction and not found.busy.acquire(False):
                     found = None  # being ended or relocated: the caller waits for that
                 outcomes.append(found)
         found_at = [at for at, found in enumerate(outcomes) if type(found) is OpenTransaction]
@@ -590,6 +619,23 @@ class TxWriter:
                     self.tx.finish(tx.key, TxState.COMMIT)
         finally:
             tx.busy.release()
+
+    def commits_done(self, txs: list[OpenTransaction], failure: BaseException | None = None
+                     ) -> list[None]:
+        """:meth:`commit_done` of each of ``txs`` (one flush covered them all), in order,
+        under one hold of the manager's lock; every ``busy`` lock is released, whatever
+        happens."""
+        try:
+            if failure is None:
+                txm = self.tx
+                finish = txm.finish
+                with txm.lock:
+                    for tx in txs:
+                        finish((tx.producer_group, tx.tx_id), _COMMITTED)
+        finally:
+            for tx in txs:
+                tx.busy.release()
+        return [None] * len(txs)
 
     def _end(self, producer_group: str, tx_id: str, wanted: TxState,
              write: Callable[[OpenTransaction], None]) -> TxState:

@@ -6,11 +6,12 @@ one read."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 from fmq.client import Client
 from fmq.protocol import FrameDecoder, Op, decode_error, decode_response, encode_request
-from fmq.server.ops.placed import PlacedWrites
+from fmq.server.ops.placed import FinishTogether, PlacedWrites
 
 from .conftest import FAST
 
@@ -109,3 +110,50 @@ def test_a_turns_writes_wait_for_the_furthest_end_when_a_retry_ends_earlier():
     placed.add(None, None, "fresh", 1000)
     placed.add(None, None, "retried", 500)
     assert placed.end == 1000
+
+
+def test_a_turns_writes_of_one_finish_are_finished_together_and_answered_in_order():
+    """Consecutive writes of one :class:`FinishTogether` are finished by one ``together``
+    call (a turn's PREPAREs under one hold of the manager's lock), the others one by one;
+    every future gets its own answer, in order, and a bug in ``together`` fails its run
+    only."""
+    loop = asyncio.new_event_loop()
+    try:
+        calls: list = []
+
+        def together(tokens, failure):
+            calls.append(("together", list(tokens), failure))
+            if "bad" in tokens:
+                raise RuntimeError("a bug")
+            return [f"{t}!" for t in tokens]
+
+        def one(token, failure):
+            calls.append(("one", token, failure))
+            return f"{token}?"
+
+        tx = FinishTogether(one, together)
+        other = FinishTogether(one, together)
+        answered: list = []
+        placed = PlacedWrites()
+        futures = []
+        for finish, token in [(tx, "a"), (tx, "b"), (one, "c"), (tx, "d"), (other, "bad"),
+                              (other, "bad2"), (tx, "e")]:
+            fut = loop.create_future()
+            futures.append(fut)
+            placed.add(fut, finish, token, 10, answered.append)
+        placed.answer(None, False)
+        assert calls == [("together", ["a", "b"], None), ("one", "c", None),
+                         ("together", ["d"], None), ("together", ["bad", "bad2"], None),
+                         ("together", ["e"], None)]
+        assert answered == futures
+        assert [f.result() for f in futures[:4]] == ["a!", "b!", "c?", "d!"]
+        assert [str(f.exception()) for f in futures[4:6]] == ["a bug", "a bug"]
+        assert futures[6].result() == "e!"
+        failed = PlacedWrites()
+        fut = loop.create_future()
+        failed.add(fut, tx, "f", 10)
+        flush_failed = OSError("the flush failed")
+        failed.answer(flush_failed, False)
+        assert calls[-1] == ("together", ["f"], flush_failed) and fut.exception() is flush_failed
+    finally:
+        loop.close()

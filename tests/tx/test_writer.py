@@ -109,3 +109,60 @@ def test_encode_into_over_existing_bytes_writes_what_an_append_writes():
     overwritten = bytearray(b"head" + b"\xff" * 300)
     n = encode_into(overwritten, 4, rec)
     assert bytes(overwritten[:4 + n]) == bytes(appended)
+
+
+# ---------------------------------------------------------------- a turn's writes finished together
+
+def _manager_state(b) -> tuple:
+    """What the manager holds: the open transactions (prepared or not, their state, busy)
+    and the finished ids, in order."""
+    txm = b._tx
+    return ({k: (t.prepared, t.state, t.busy.locked()) for k, t in txm.open.items()},
+            list(txm.finished.items()))
+
+
+def _turn(b, together: bool, failure: BaseException | None) -> tuple:
+    """A turn of PREPAREs (one a retry of a prepared id), then of COMMITs, each finished
+    one by one (``prepare_done``, ``commit_done``) or together (``prepares_done``,
+    ``commits_done``); the answers and what the manager holds after each."""
+    t = b.transactions
+    t.prepare([Message("t", b"x" * 400)], "g", "first")
+    placed = t.place_prepares([([Message("t", b"y" * 400)], "g", f"p{i}") for i in range(3)]
+                              + [([Message("t", b"x" * 400)], "g", "first")])
+    txs = [p[0] for p in placed]
+    b.wait_durable(max(p[1] for p in placed))
+    ids = t.prepares_done(txs, failure) if together else [t.prepare_done(tx, failure)
+                                                          for tx in txs]
+    after_prepares = _manager_state(b)
+    committed = t.place_commits([("g", i) for i in ["first", *(() if failure else ("p0",
+                                                                                     "p2"))]])
+    ctxs = [c[0] for c in committed]
+    b.wait_durable(max(c[1] for c in committed))
+    done = t.commits_done(ctxs, failure) if together else [t.commit_done(tx, failure)
+                                                           for tx in ctxs]
+    return ids, after_prepares, done, _manager_state(b)
+
+
+@pytest.mark.parametrize("failure", [None, OSError("the flush failed")])
+def test_a_turns_writes_finished_together_leave_what_one_by_one_leaves(tmp_path, failure):
+    """``prepares_done``/``commits_done`` (one hold of the manager's lock for a turn's
+    writes of a kind) against ``prepare_done``/``commit_done`` per write: the same answers,
+    the same open and finished transactions, a retried PREPARE left prepared and every
+    ``busy`` lock released, when the flush succeeded and when it failed."""
+    got = []
+    for together in (False, True):
+        b = Broker.open(str(tmp_path / f"data-{together}"),
+                        BrokerConfig(checkpoint_interval_ms=0, retention_interval_ms=0))
+        try:
+            got.append(_turn(b, together, failure))
+        finally:
+            b.close()
+    assert got[0] == got[1]
+    ids, after_prepares, _done, (open_after, finished) = got[1]
+    assert ids == ["p0", "p1", "p2", "first"]
+    assert after_prepares[0][("g", "first")][0] is True  # the retry undid nothing stored
+    assert all(not busy for _p, _s, busy in open_after.values())
+    assert (("g", "p0") in after_prepares[0]) is (failure is None)
+    assert finished == ([] if failure else [(("g", "first"), TxState.COMMIT),
+                                            (("g", "p0"), TxState.COMMIT),
+                                            (("g", "p2"), TxState.COMMIT)])

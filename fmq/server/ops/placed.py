@@ -48,6 +48,24 @@ Finish = Callable[[Any, BaseException | None], Any]
 WriteRequest = tuple[Place, asyncio.Future, Finish, Answered | None]
 
 
+class FinishTogether:
+    """A :data:`Finish` that also finishes several writes of its kind at once: a turn's
+    PREPAREs (or COMMITs) that one flush covered are finished by one ``together(tokens,
+    failure)`` call (one hold of the transaction manager's lock for all of them, where
+    ``one`` takes it per write), which returns each one's answer in order, as ``one``
+    would one after the other."""
+
+    __slots__ = ("one", "together")
+
+    def __init__(self, one: Finish,
+                 together: Callable[[list[Any], BaseException | None], list[Any]]) -> None:
+        self.one = one
+        self.together = together
+
+    def __call__(self, token: Any, failure: BaseException | None) -> Any:
+        return self.one(token, failure)
+
+
 
 def answer_now(answered: Answered, fut: asyncio.Future) -> None:
     """``answered(fut)``; a bug in it is logged and stops no other request's answer (as an
@@ -120,11 +138,23 @@ class PlacedWrites:
 
     def answer(self, failure: BaseException | None, durable: bool) -> None:
         """``durable``: the failure came after the local fdatasync (the followers' wait),
-        so each write's state is that of a durable write."""
-        for fut, finish, token, answered in self.writes:
-            _finish_write(fut, finish, token, failure, durable)
-            if answered is not None:
-                answer_now(answered, fut)
+        so each write's state is that of a durable write. Consecutive writes of one
+        :class:`FinishTogether` are finished by one call, before their answers go."""
+        writes = self.writes
+        at, count = 0, len(writes)
+        while at < count:
+            fut, finish, token, answered = writes[at]
+            if type(finish) is not FinishTogether:
+                _finish_write(fut, finish, token, failure, durable)
+                if answered is not None:
+                    answer_now(answered, fut)
+                at += 1
+                continue
+            stop = at + 1
+            while stop < count and writes[stop][1] is finish:
+                stop += 1
+            _finish_together(writes[at:stop], finish, failure, durable)
+            at = stop
 
 
 #: What the acknowledger queues: a batch of sends or a turn's writes.
@@ -145,3 +175,23 @@ def _finish_write(fut: asyncio.Future, finish: Finish, token: Any,
         fut.set_exception(failure)
     else:
         fut.set_result(answer)
+
+
+def _finish_together(run: list[tuple[asyncio.Future, Finish, Any, Answered | None]],
+                     finish: FinishTogether, failure: BaseException | None,
+                     durable: bool) -> None:
+    """:func:`_finish_write` of each write of ``run`` (one ``finish``), finished by one
+    ``finish.together`` call; a bug in it fails these requests only."""
+    try:
+        answers = finish.together([w[2] for w in run], None if durable else failure)
+    except Exception as exc:  # noqa: BLE001 - a bug fails these requests only
+        failure = failure or exc
+        answers = None
+    for i, (fut, _finish, _token, answered) in enumerate(run):
+        if not fut.done():
+            if failure is not None:
+                fut.set_exception(failure)
+            else:
+                fut.set_result(answers[i])
+        if answered is not None:
+            answer_now(answered, fut)

@@ -30,7 +30,7 @@ from fmq.engine.broker import Broker
 from fmq.message import Message
 from fmq.server.context import ServerContext
 from fmq.server.ops.batcher import UNSHARED
-from fmq.server.ops.placed import Answered
+from fmq.server.ops.placed import Answered, FinishTogether
 from fmq.tx.ids import scope_of
 from fmq.tx.manager import OpenTransaction
 from fmq.tx.state import TxState
@@ -102,8 +102,10 @@ class TxSteps:
         self.ctx = ctx
         self.batcher = ctx.batcher
         self.transactions = transactions = ctx.broker.transactions
-        self.prepared = transactions.prepare_done
-        self.committed = transactions.commit_done
+        # A turn's PREPAREs (COMMITs) one flush covered finish under one hold of the
+        # manager's lock (PlacedWrites.answer).
+        self.prepared = FinishTogether(transactions.prepare_done, transactions.prepares_done)
+        self.committed = FinishTogether(transactions.commit_done, transactions.commits_done)
         # Bound once: the batcher groups a turn's writes by this very object.
         self._prepares = self._place_prepares
         self._commits = self._place_commits
