@@ -15,7 +15,8 @@ the median and mean of each part::
 The parts:
 
 * ``pwrite`` and ``fdatasync``: the acknowledger's write and sync of one flush (each with
-  the interpreter lock taken back after the call);
+  the interpreter lock taken back after the call), or both in one call
+  (``FileIO.write_then_sync``, the usual flush since it exists);
 * ``after the sync, to the hand-back``: the acknowledger's own Python after its fdatasync
   (statistics, waking the index writer, taking the flushed batches);
 * ``hand-back, to the answers``: from the acknowledger's hand-back to the event loop
@@ -52,6 +53,7 @@ from fmq.loadgen import BenchSpec, run_bench
 PARTS = (
     ("pwrite", "pwrite of a flush"),
     ("fdatasync", "fdatasync of a flush"),
+    ("write_then_sync", "pwrite and fdatasync of a flush in one call"),
     ("sync_to_hand_back", "after the sync, to the hand-back (acknowledger)"),
     ("hand_back_to_answers", "hand-back, to the answers starting (event loop)"),
     ("answering", "answering one flush (event loop)"),
@@ -81,6 +83,8 @@ def install_timestamps(out_path: str) -> None:
 
     io.pwrite = timed("pwrite", io.pwrite)
     io.fdatasync = timed("fdatasync", io.fdatasync)
+    if hasattr(io, "write_then_sync"):  # the usual flush in one call
+        io.write_then_sync = timed("write_then_sync", io.write_then_sync)
     hand_over, hand_back = batcher_class._hand_over, batcher_class._hand_back
 
     def hand_over_stamped(self, placed):
@@ -120,7 +124,9 @@ def parts(events: list[list]) -> dict[str, list[float]]:
     by_kind: dict[str, list] = {}
     for e in events:
         by_kind.setdefault(e[0], []).append(e)
-    syncs, writes = by_kind.get("fdatasync", []), by_kind.get("pwrite", [])
+    fused = by_kind.get("write_then_sync", [])
+    syncs = sorted(by_kind.get("fdatasync", []) + fused, key=lambda e: e[1])
+    writes = sorted(by_kind.get("pwrite", []) + fused, key=lambda e: e[1])
     backs, answers = by_kind.get("hand_back", []), by_kind.get("answer", [])
     overs = by_kind.get("hand_over", [])
 
@@ -133,8 +139,9 @@ def parts(events: list[list]) -> dict[str, list[float]]:
 
     back_times = [e[1] for e in backs]
     return {
-        "pwrite": [(e[2] - e[1]) / 1000 for e in writes],
-        "fdatasync": [(e[2] - e[1]) / 1000 for e in syncs],
+        "pwrite": [(e[2] - e[1]) / 1000 for e in by_kind.get("pwrite", [])],
+        "fdatasync": [(e[2] - e[1]) / 1000 for e in by_kind.get("fdatasync", [])],
+        "write_then_sync": [(e[2] - e[1]) / 1000 for e in fused],
         "sync_to_hand_back": gaps([e[2] for e in syncs], back_times),
         "hand_back_to_answers": gaps(back_times, [e[1] for e in answers]),
         "answering": [(e[2] - e[1]) / 1000 for e in answers],
