@@ -27,14 +27,7 @@ class FileIO:
 
     def pwrite(self, fd: int, data: bytes | memoryview, position: int) -> int:
         """Write all of ``data`` at ``position`` (loops over short writes)."""
-        view = memoryview(data)
-        done = 0
-        while done < len(view):
-            n = os.pwrite(fd, view[done:], position + done)
-            if n <= 0:
-                raise OSError(f"pwrite wrote {n} bytes")
-            done += n
-        return done
+        return write_sync.pwrite_all(fd, data, position)
 
     def pread(self, fd: int, size: int, position: int) -> bytes:
         return os.pread(fd, size, position)

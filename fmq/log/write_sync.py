@@ -18,6 +18,12 @@ import os
 def write_then_sync(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
     """Write all of ``data`` at ``position`` of ``fd`` (short writes continued), then
     ``fdatasync(fd)``. Raises OSError for a failed write (nothing synced) or sync."""
+    pwrite_all(fd, data, position)
+    os.fdatasync(fd)
+
+
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> int:
+    """Write all of ``data`` at ``position`` (loops over short writes); its length."""
     view = memoryview(data)
     done = 0
     while done < len(view):
@@ -25,4 +31,4 @@ def write_then_sync(fd: int, data: bytes | bytearray | memoryview, position: int
         if n <= 0:
             raise OSError(f"pwrite wrote {n} bytes")
         done += n
-    os.fdatasync(fd)
+    return done

@@ -54,6 +54,16 @@ def open_session(port: int) -> tuple[socket.socket, FrameDecoder]:
     return sock, decoder
 
 
+def closed_after_error(sock: socket.socket, decoder: FrameDecoder) -> bool:
+    """Whether the server closed the session after the error answer just read (a PING
+    sent after it gets no answer)."""
+    try:
+        sock.sendall(request_frame(b"", PING_ID, op=Op.PING))
+        return read_answer(sock, decoder) is None
+    except (BrokenPipeError, ConnectionResetError):
+        return True
+
+
 def answers_one_at_a_time(port: int, frames: list[bytes]) -> list[bytes]:
     """Each frame's answer, sent one at a time; after an error answer a PING tells whether
     the server closed the session ("|closed": the next frame goes on a new connection)."""
@@ -65,11 +75,7 @@ def answers_one_at_a_time(port: int, frames: list[bytes]) -> list[bytes]:
         sock.sendall(data)
         answer = read_answer(sock, decoder)
         if answer is not None and answer[1] & 2:
-            try:
-                sock.sendall(request_frame(b"", PING_ID, op=Op.PING))
-                closed = read_answer(sock, decoder) is None
-            except (BrokenPipeError, ConnectionResetError):
-                closed = True
+            closed = closed_after_error(sock, decoder)
             if not closed:
                 answer += b"|open"
             else:

@@ -212,18 +212,26 @@ def test_pipelined_reads_are_answered_as_the_general_way_answers_them(server, ta
     assert _without_run(fast, "one") == _without_run(general, "two")
 
 
-def test_a_long_poll_woken_by_a_send_is_answered_alike(server, taken, monkeypatch):
-    """A PULL that finds nothing and may wait is handed by the step to the general way's
-    wait, which the send ends; both connections get the same answer, the message."""
-    port = server.server.port
+def _sessions_by_way(monkeypatch) -> list[bool]:
+    """The list of ways the sessions opened from now on take for their reads, one each in
+    order (True: the step; False: the general way); a session opened when it is empty
+    takes the step. The caller fills it right before opening the sessions it compares."""
     ways: list[bool] = []
     init = SessionRequests.__init__
 
-    def way_per_session(self, session):  # the first session the step, the second not
+    def way_per_session(self, session):
         init(self, session)
         self.plain_reads = ways.pop(0) if ways else True
 
     monkeypatch.setattr(SessionRequests, "__init__", way_per_session)
+    return ways
+
+
+def test_a_long_poll_woken_by_a_send_is_answered_alike(server, taken, monkeypatch):
+    """A PULL that finds nothing and may wait is handed by the step to the general way's
+    wait, which the send ends; both connections get the same answer, the message."""
+    port = server.server.port
+    ways = _sessions_by_way(monkeypatch)
     ways.extend([True, False])
     fast, fast_decoder = open_session(port)
     general, general_decoder = open_session(port)
@@ -253,14 +261,7 @@ def test_a_woken_long_poll_the_step_declines_goes_on_the_general_way(server, tak
     step declines the woken pull, and the general way's task reads it with room for the
     message: the same answer as a session of the general way."""
     port = server.server.port
-    ways: list[bool] = []
-    init = SessionRequests.__init__
-
-    def way_per_session(self, session):  # the first session the step, the second not
-        init(self, session)
-        self.plain_reads = ways.pop(0) if ways else True
-
-    monkeypatch.setattr(SessionRequests, "__init__", way_per_session)
+    ways = _sessions_by_way(monkeypatch)
     ways.extend([True, False])
     fast, fast_decoder = open_session(port)
     general, general_decoder = open_session(port)
@@ -290,14 +291,7 @@ def test_a_long_poll_at_the_end_of_a_followed_queue_waits_without_a_read(server,
     with no read of the queue (``Reader.nothing_from``), and, woken by a send, is answered
     as a session of the general way answers the same PULL."""
     port = server.server.port
-    ways: list[bool] = []
-    init = SessionRequests.__init__
-
-    def way_per_session(self, session):  # the first session the step, the second not
-        init(self, session)
-        self.plain_reads = ways.pop(0) if ways else True
-
-    monkeypatch.setattr(SessionRequests, "__init__", way_per_session)
+    ways = _sessions_by_way(monkeypatch)
     reads: list[int] = []
     real = plain_pull.pull_now
     monkeypatch.setattr(plain_pull, "pull_now",

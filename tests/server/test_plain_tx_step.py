@@ -26,7 +26,7 @@ from fmq.server.net.session_requests import _DECLINED, SessionRequests
 from fmq.server.server import Server
 from fmq.tx import ids
 from tests.native.test_plain_send_twins import send_payload
-from tests.server.raw_requests import PING_ID, open_session, read_answer, request_frame
+from tests.server.raw_requests import closed_after_error, open_session, read_answer, request_frame
 from tests.server.send_servers import GONE_TOPIC, MAX_SIZE, SMALL_TOPIC, answers_and_stored
 
 GROUPS = ["g"] * 16 + ["h", "", "%g", "a" * 255, "a" * 256, "g\x00", "é"]
@@ -132,12 +132,7 @@ def _one_at_a_time(server: Server, specs: list[tuple]) -> list[bytes]:
         sock.sendall(data)
         answer = read_answer(sock, decoder)
         if answer is not None and answer[1] & 2:
-            try:
-                sock.sendall(request_frame(b"", PING_ID, op=Op.PING))
-                closed = read_answer(sock, decoder) is None
-            except (BrokenPipeError, ConnectionResetError):
-                closed = True
-            answer += b"|closed" if closed else b"|open"
+            answer += b"|closed" if closed_after_error(sock, decoder) else b"|open"
         if answer is None or answer.endswith(b"|closed"):
             answer = answer or b"|closed"
             sock.close()
