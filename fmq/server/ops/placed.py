@@ -66,7 +66,6 @@ class FinishTogether:
         return self.one(token, failure)
 
 
-
 def answer_now(answered: Answered, fut: asyncio.Future) -> None:
     """``answered(fut)``; a bug in it is logged and stops no other request's answer (as an
     exception in a done callback is logged by the loop)."""
