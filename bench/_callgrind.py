@@ -9,6 +9,8 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 #: The client requests the measuring process makes (callgrind's own header).
 HELPER = """
@@ -58,3 +60,29 @@ def run_dumped(tree: str, script: str, args: list[str], scratch_dir: str,
         raise SystemExit(f"callgrind wrote {len(dumps)} dumps, not {needed}:\n"
                          f"{out.stderr[-2000:]}")
     return out.stdout, [_total(path) for _, path in dumps]
+
+
+@contextmanager
+def collecting(pid: int) -> Iterator[None]:
+    """Callgrind's counting on in the running server ``pid`` for the body, off after it
+    (``callgrind_control -i``): the body's instructions only, not the server's start-up."""
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True,
+                   capture_output=True)
+    yield
+    subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True,
+                   capture_output=True)
+
+
+def stop(proc: subprocess.Popen) -> str:
+    """Stop a server running under callgrind; what it printed on its standard error."""
+    proc.terminate()
+    _out, err = proc.communicate(timeout=600)
+    return err
+
+
+def collected(err: str) -> int:
+    """The instructions callgrind counted, from its summary on standard error."""
+    found = re.search(r"Collected : (\d+)", err)
+    if found is None:
+        raise SystemExit(f"callgrind printed no count:\n{err[-2000:]}")
+    return int(found.group(1))

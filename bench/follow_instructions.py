@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._callgrind import collected, collecting, stop  # noqa: E402
 from bench.ab_rounds import fmq_command, parser, trees  # noqa: E402
 from bench.bench_network import free_port  # noqa: E402
 from fmq.client import Client  # noqa: E402
@@ -106,21 +106,15 @@ def measure(tree: str, producers: int, consumers: int, seconds: float, scratch: 
             time.sleep(0.5)
         time.sleep(SETTLE_S)
         s0, n0 = _stats(client), _sent(client)
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
-                       capture_output=True)
-        time.sleep(seconds)
-        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True,
-                       capture_output=True)
+        with collecting(proc.pid):
+            time.sleep(seconds)
         s1, n1 = _stats(client), _sent(client)
         for t in threads:
             t.join(run_for + 120.0)
         client.close()
     finally:
-        proc.terminate()
-        _out, err = proc.communicate(timeout=600)
-    found = re.search(r"Collected : (\d+)", err)
-    if found is None:
-        raise SystemExit(f"callgrind printed no count:\n{err[-2000:]}")
+        err = stop(proc)
+    instructions = collected(err)
     for kind, report in reports.items():
         if not report.count_check.startswith("ok") or report.errors:
             raise SystemExit(f"{kind} failed: {report.count_check}, {report.errors}")
@@ -129,7 +123,7 @@ def measure(tree: str, producers: int, consumers: int, seconds: float, scratch: 
         shutil.copy(out, os.path.join(keep, f"callgrind.{name}.{consumers}"))
     sent = n1 - n0
     pulls = (s1["requests_by_op"].get("PULL", 0) - s0["requests_by_op"].get("PULL", 0))
-    return {"instructions": int(found.group(1)), "sent": sent,
+    return {"instructions": instructions, "sent": sent,
             "pulls": pulls, "reads": s1["pull_reads"] - s0["pull_reads"],
             "wakeups": s1["pull_wakeups"] - s0["pull_wakeups"],
             "reads_per_message": max(1, consumers // QUEUES)}

@@ -33,7 +33,6 @@ share included (the same in both checkouts).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._callgrind import collected, collecting, stop  # noqa: E402
 from bench.ab_rounds import fmq_command, parser, trees  # noqa: E402
 from bench.bench_network import free_port  # noqa: E402
 from bench.send_path_instructions import BODY, WINDOW, RawClient  # noqa: E402
@@ -155,20 +155,14 @@ def server_instructions(tree: str, kind: str, requests: int, scratch: str,
              batches=kind not in ("woken", "follow"))
         # warm: caches, shared queues
         at = drive(clients, kind, WINDOW * len(clients), 1, messages)
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
-                       capture_output=True)
-        drive(clients, kind, requests, at, messages)
-        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True,
-                       capture_output=True)
+        with collecting(proc.pid):
+            drive(clients, kind, requests, at, messages)
         for client in clients:
             client.sock.close()
     finally:
-        proc.terminate()
-        _out, err = proc.communicate(timeout=600)
-    found = re.search(r"Collected : (\d+)", err)
-    if found is None:
-        raise SystemExit(f"callgrind printed no count:\n{err[-2000:]}")
-    return int(found.group(1))
+        err = stop(proc)
+    instructions = collected(err)
+    return instructions
 
 
 def main() -> None:

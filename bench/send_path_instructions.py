@@ -32,7 +32,6 @@ producer, the COMMIT of its last transaction and the PREPARE of its next one.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -42,6 +41,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._callgrind import collected, collecting, stop  # noqa: E402
 from bench.ab_rounds import fmq_command, parser, trees  # noqa: E402
 from bench.bench_network import free_port  # noqa: E402
 from fmq.protocol import HEADER_SIZE, Frame, Op, decode_response, encode_request  # noqa: E402
@@ -150,19 +150,13 @@ def server_instructions(tree: str, kind: str, requests: int, scratch: str,
     try:
         client = RawClient(port)
         drive(client, kind, WINDOW)  # the topic made, the first segment and caches warm
-        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
-                       capture_output=True)
-        drive(client, kind, requests, window)
-        subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True,
-                       capture_output=True)
+        with collecting(proc.pid):
+            drive(client, kind, requests, window)
         client.sock.close()
     finally:
-        proc.terminate()
-        _out, err = proc.communicate(timeout=600)
-    found = re.search(r"Collected : (\d+)", err)
-    if found is None:
-        raise SystemExit(f"callgrind printed no count:\n{err[-2000:]}")
-    return int(found.group(1))
+        err = stop(proc)
+    instructions = collected(err)
+    return instructions
 
 
 def server_writes(tree: str, kind: str, requests: int, scratch: str) -> dict[str, float]:
