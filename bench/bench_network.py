@@ -44,24 +44,32 @@ def free_port() -> int:
 
 
 def start_server(data_dir: str, port: int, *extra_args: str) -> subprocess.Popen:
-    from fmq.client import Client
-    from fmq.errors import FMQError
-
     log = open(os.path.join(os.path.dirname(data_dir), "bench-server.log"), "a")  # noqa: SIM115
     proc = subprocess.Popen([sys.executable, "-m", "fmq.cli.main", "server", "--data-dir",
                              data_dir, "--port", str(port), "--log-level", "WARNING",
                              *extra_args],
                             stdout=log, stderr=log)
+    wait_answering(proc, port, "server")
+    return proc
+
+
+def wait_answering(proc: subprocess.Popen, port: int, what: str = "the server") -> None:
+    """Return once the server ``proc`` answers a ping on 127.0.0.1:``port`` (within 30 s);
+    else kill it and raise."""
+    from fmq.client import Client
+    from fmq.errors import FMQError
+
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             with Client(f"127.0.0.1:{port}", retries=0, connect_timeout=0.5) as c:
                 c.ping()
-            return proc
+            return
         except FMQError:
             time.sleep(0.05)
     proc.kill()
-    raise RuntimeError("server did not start")
+    proc.wait()
+    raise RuntimeError(f"{what} did not start")
 
 
 def _worker(address: str, threads: int, seconds: float, mode: str, start_at: float,

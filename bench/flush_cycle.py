@@ -42,11 +42,9 @@ import subprocess
 import sys
 import time
 
-from ab_rounds import FMQ_OF_TREE, alternate, scratch, trees
-from bench_network import free_port
+from ab_rounds import FMQ_OF_TREE, alternate, parser, scratch, trees
+from bench_network import free_port, wait_answering
 
-from fmq.client import Client
-from fmq.errors import FMQError
 from fmq.loadgen import BenchSpec, run_bench
 
 #: (name, what it measures) in the order printed.
@@ -152,18 +150,6 @@ def parts(events: list[list]) -> dict[str, list[float]]:
     }
 
 
-def wait_answering(server: subprocess.Popen, port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and server.poll() is None:
-        try:
-            with Client(f"127.0.0.1:{port}", retries=0, connect_timeout=0.5) as client:
-                client.ping()
-            return
-        except FMQError:
-            time.sleep(0.05)
-    raise RuntimeError("the server did not start")
-
-
 def one_round(tree: str, args: argparse.Namespace) -> dict:
     with scratch("fmq-flush-cycle-") as tmp:
         port = free_port()
@@ -207,8 +193,7 @@ def main() -> None:
         sys.argv = [sys.argv[0], tree, *sys.argv[5:]]
         exec(FMQ_OF_TREE, {"__name__": "__fmq__"})  # noqa: S102 - the tree's own fmq CLI
         return
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--old", help="an older checkout to compare with (git worktree add)")
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--producers", type=int, default=64)

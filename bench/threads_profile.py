@@ -42,10 +42,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ab_rounds import alternate, fmq_command, scratch, trees
-from bench_network import free_port
+from bench_network import free_port, wait_answering
 
-from fmq.client import Client
-from fmq.errors import FMQError
 from fmq.loadgen import BenchSpec, run_bench
 from fmq.loadgen.probe import ServerProbe
 
@@ -379,17 +377,8 @@ def start_tree_server(tree: str, data_dir: str, port: int, pure: bool = False,
         proc = subprocess.Popen([*fmq_command(tree), "server", "--data-dir", data_dir,
                                  "--port", str(port), "--log-level", "WARNING", *config],
                                 env=env, stdout=log, stderr=log)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with Client(f"127.0.0.1:{port}", retries=0, connect_timeout=0.5) as c:
-                c.ping()
-            return proc
-        except FMQError:
-            time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"the server of {tree} did not start")
+    wait_answering(proc, port, f"the server of {tree}")
+    return proc
 
 
 
