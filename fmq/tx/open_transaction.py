@@ -1,8 +1,8 @@
 """What the broker holds of one open transaction: :class:`OpenTransaction` and the
 :class:`PreMessage` of each of its messages (:mod:`fmq.tx.manager` keeps them).
 
-One of each is made per PREPARE (per message) on the event loop: this module runs compiled
-(``fmq.tx._open_transaction_c``, the same source compiled by Cython, setup.py) where
+One of each is made per PREPARE (per message) on the event loop: their compiled twin
+(``fmq.tx._open_transaction_c.pyx``, extension types whose fields C stores) runs where
 ``fmq.native.choose`` picks it, and :mod:`fmq.tx.manager` is the one place the rest of
 FMQ takes the two classes from, so a process uses one pair of them throughout.
 tests/native/test_tx_writer_twins.py compares the two.
@@ -30,13 +30,10 @@ class PreMessage:
     """A PRE_MESSAGE in the log: where it is and what the future REF needs.
 
     Written out as the dataclass it was (its fields, ``__eq__`` by value, its repr, no
-    hash): a dataclass's ``__init__`` is generated Python code, which the compiled twin
-    would still run in the interpreter, once per message of every PREPARE."""
+    hash), as its compiled twin is."""
 
     __slots__ = ("offset", "size", "topic", "queue_id", "key", "tags", "body_size",
                  "queue_offset")
-    __match_args__ = ("offset", "size", "topic", "queue_id", "key", "tags", "body_size",
-                      "queue_offset")
     __hash__ = None  # mutable, compared by value (as the dataclass had it)
 
     def __init__(self, offset: int, size: int, topic: str, queue_id: int, key: str | None,
