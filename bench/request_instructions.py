@@ -89,8 +89,8 @@ broker.close()
 MARKS_BY_MARK_ENCODER = """
 from fmq.log import record
 from fmq.log.record import marks
-from fmq.tx import writer
-writer.encode_mark_into = marks.mark_encoder(
+from fmq.tx import writers
+writers.WRITER_MODULE.encode_mark_into = marks.mark_encoder(
     record.crc32c, record.CODEC_MODULE.python_codec(record.crc32c).encode_into)
 """
 

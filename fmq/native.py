@@ -39,6 +39,8 @@ COMPILED_MODULES: dict[str, str] = {
     "fmq.protocol._message_requests_c": "fmq/protocol/_message_requests_c.pyx",
     "fmq.protocol._struct_codecs_c": "fmq/protocol/struct_codecs.py",
     "fmq.engine._queue_placement_c": "fmq/engine/queue_placement.py",
+    "fmq.tx._open_transaction_c": "fmq/tx/_open_transaction_c.pyx",
+    "fmq.tx._writer_c": "fmq/tx/writer.py",
     "fmq.index._derive_c": "fmq/index/derive.py",
     "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
     "fmq.index._batch_puts_c": "fmq/index/_batch_puts_c.pyx",

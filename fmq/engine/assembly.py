@@ -46,7 +46,7 @@ from fmq.tx.feedback import Feedback
 from fmq.tx.manager import TxManager
 from fmq.tx.relocation import TxRelocator
 from fmq.tx.state import TxState
-from fmq.tx.writer import TxWriter
+from fmq.tx.writers import TxWriter
 
 
 @dataclass

@@ -18,10 +18,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
+from fmq import native
 from fmq.errors import (
     DuplicateTransaction,
     InvalidArgument,
@@ -33,106 +32,17 @@ from fmq.errors import (
     UnknownTransaction,
 )
 from fmq.message import check_label
+from fmq.tx import open_transaction as open_transaction_py
 from fmq.tx.ids import scope_of
+from fmq.tx.open_transaction import TxKey
 from fmq.tx.scope_decision import DECISION_KEY
 from fmq.tx.state import TxState
 
-_monotonic = time.monotonic
-_new_lock = threading.Lock
-
-if TYPE_CHECKING:  # the manager holds state only; it never decodes records itself
-    from fmq.log.record import Record
-
-#: What names a transaction: (producer group, transaction id).
-TxKey = tuple[str, str]
-
-
-@dataclass(slots=True)
-class PreMessage:
-    """A PRE_MESSAGE in the log: where it is and what the future REF needs."""
-
-    offset: int
-    size: int
-    topic: str
-    queue_id: int
-    key: str | None
-    tags: str | None
-    body_size: int
-    #: Set once a REF/TX record for it is durable (queue offset it got).
-    queue_offset: int = -1
-
-    @classmethod
-    def of(cls, rec: Record) -> PreMessage:
-        """The PRE_MESSAGE record ``rec`` (its offset and size set by encode or decode)."""
-        return cls(rec.log_offset, rec.size, rec.topic, rec.queue_id, rec.key, rec.tags,
-                   len(rec.body))
-
-
-class OpenTransaction:
-    """A transaction prepared in the log and not yet ended, as the broker tracks it (not
-    :class:`fmq.client.Transaction`, a producer's handle on one).
-
-    A slotted class with a written-out ``__init__``: one is made per transaction on the
-    event loop, and the dataclass's default factories cost about as much again."""
-
-    __slots__ = ("tx_id", "producer_group", "prepare_offset", "store_time", "messages",
-                 "expected_messages", "prepared", "state", "registered_at", "checks",
-                 "next_check_at", "lease_until", "lease_owner", "busy")
-
-    def __init__(self, tx_id: str, producer_group: str, prepare_offset: int, store_time: int,
-                 messages: list[PreMessage] | None = None, expected_messages: int = 0,
-                 prepared: bool = False, state: TxState = TxState.OPEN) -> None:
-        self.tx_id = tx_id
-        self.producer_group = producer_group
-        self.prepare_offset = prepare_offset
-        self.store_time = store_time  # wall clock ms of the PREPARE (for display only)
-        self.messages: list[PreMessage] = [] if messages is None else messages
-        #: PRE_MESSAGEs the PREPARE announced (0: not recorded, an older log).
-        self.expected_messages = expected_messages
-        #: PREPARE and every PRE_MESSAGE are durable (set after the prepare's fsync, or by
-        #: recovery for a complete prepare). Until then a retry of the prepare must wait.
-        self.prepared = prepared
-        self.state = state
-        self.registered_at = _monotonic()
-        self.checks = 0
-        self.next_check_at = 0.0
-        self.lease_until = 0.0
-        #: Who holds the lease (an opaque token: the server passes the polling connection,
-        #: embedded callers None). Only the holder can return the lease early.
-        self.lease_owner: object = None
-        #: Serialises commit/rollback of this one transaction.
-        self.busy = _new_lock()
-
-    def __repr__(self) -> str:
-        return (f"OpenTransaction(tx_id={self.tx_id!r}, producer_group="
-                f"{self.producer_group!r}, prepare_offset={self.prepare_offset}, "
-                f"messages={len(self.messages)}, prepared={self.prepared}, "
-                f"state={self.state.value})")
-
-    @property
-    def key(self) -> TxKey:
-        return self.producer_group, self.tx_id
-
-    @property
-    def complete(self) -> bool:
-        """Every PRE_MESSAGE the PREPARE announced is in the log."""
-        return len(self.messages) >= self.expected_messages
-
-    @property
-    def referenced(self) -> bool:
-        return any(m.queue_offset >= 0 for m in self.messages)
-
-    def info(self, now_ms: int) -> dict:
-        return {
-            "tx_id": self.tx_id,
-            "producer_group": self.producer_group,
-            "state": self.state.value if self.complete else "incomplete",
-            "age_ms": max(0, now_ms - self.store_time),
-            "checks": self.checks,
-            "messages": len(self.messages),
-            "expected_messages": self.expected_messages,
-            "prepare_offset": self.prepare_offset,
-        }
+#: The classes of :mod:`fmq.tx.open_transaction` that run: compiled where built (one pair
+#: per process: every module takes them from here).
+_OPEN = native.choose(open_transaction_py)
+PreMessage = _OPEN.PreMessage
+OpenTransaction = _OPEN.OpenTransaction
 
 
 class TxManager:
@@ -310,12 +220,20 @@ class TxManager:
         return final
 
     def finish(self, key: TxKey, state: TxState) -> None:
-        self.open.pop(key, None)
-        if self.finished_memory:
-            self.finished[key] = state
-            self.finished.move_to_end(key)
-            while len(self.finished) > self.finished_memory:
-                self.finished.popitem(last=False)
+        self.finish_all((key,), state)
+
+    def finish_all(self, keys: Sequence[TxKey], state: TxState) -> None:
+        """Each of ``keys`` ended with ``state``, in order (lock held by the caller): no
+        longer open, remembered among the finished ones (one call for the COMMITs one
+        flush covered)."""
+        is_open, finished, memory = self.open, self.finished, self.finished_memory
+        for key in keys:
+            is_open.pop(key, None)
+            if memory:
+                finished[key] = state
+                finished.move_to_end(key)
+                while len(finished) > memory:
+                    finished.popitem(last=False)
 
     def forget(self, key: TxKey) -> None:
         """Drop a transaction whose prepare failed, remembering *no* final state: its

@@ -43,6 +43,7 @@ _PRE_MESSAGE = RecordType.PRE_MESSAGE
 _REF_MESSAGE = RecordType.REF_MESSAGE
 _COMMIT = RecordType.COMMIT
 _COMMITTED = TxState.COMMIT
+_COMMITTING = TxState.COMMITTING
 #: A message that passed ``check_message`` takes at most its body, this and its
 #: transaction's id and group in the log, with the end filler a segment keeps room for
 #: (``check_fits``' own first test, with room for the largest properties).
@@ -128,13 +129,15 @@ class TxWriter:
         the records, register the transaction (not yet prepared). Returns it and the log
         offset its records end at; :meth:`prepare_done` once that is durable (or failed)."""
         self.check_open()
-        tx_id, fresh, overhead = self._check_prepare(messages, producer_group, tx_id, False)
+        tx_id, fresh, overhead, bound = self._check_prepare(messages, producer_group, tx_id,
+                                                            False)
         self.admit()
         store_time = now_ms()
         outcomes: list = [None]
         with self.tx.lock:
             self._place_checked_prepares(
-                [(0, messages, producer_group, tx_id, fresh, overhead)], outcomes, store_time)
+                [(0, messages, producer_group, tx_id, fresh, overhead, bound)], outcomes,
+                store_time)
         outcome = outcomes[0]
         if isinstance(outcome, BaseException):
             raise outcome
@@ -153,14 +156,15 @@ class TxWriter:
         (tests/server/test_plain_tx_step.py)."""
         self.check_open()
         outcomes: list = []
-        checked = []  # (position, messages, group, id, fresh, overhead)
+        checked = []  # (position, messages, group, id, fresh, overhead, bound)
         for messages, group, tx_id in requests:
             try:
-                tx_id, fresh, overhead = self._check_prepare(messages, group, tx_id, True)
+                tx_id, fresh, overhead, bound = self._check_prepare(messages, group, tx_id,
+                                                                    True)
             except Exception as exc:  # noqa: BLE001 - it fails this request only
                 outcomes.append(exc)
                 continue
-            checked.append((len(outcomes), messages, group, tx_id, fresh, overhead))
+            checked.append((len(outcomes), messages, group, tx_id, fresh, overhead, bound))
             outcomes.append(None)
         if not checked:
             return outcomes
@@ -176,11 +180,13 @@ class TxWriter:
         return outcomes
 
     def _check_prepare(self, messages: Sequence[Message], producer_group: str,
-                       tx_id: str | None, plain: bool) -> tuple[str, bool, int]:
+                       tx_id: str | None, plain: bool) -> tuple[str, bool, int, int]:
         """A PREPARE's checks, before anything is placed: its id (made here when None:
-        ``fresh``), and the record overhead of its id and group. ``plain``: the messages
-        passed ``check_message`` as they were decoded; their topics' and sizes' checks
-        are left."""
+        ``fresh``), the record overhead of its id and group, and an upper bound of the
+        bytes its records take (as ``reserve_segments`` bounds them; measured here, where
+        the messages are gone through anyway). ``plain``: the messages passed
+        ``check_message`` as they were decoded; their topics' and sizes' checks are
+        left."""
         cfg = self.config
         self._check_group(producer_group)
         fresh = tx_id is None  # an id of this process: no earlier transaction has it
@@ -199,6 +205,7 @@ class TxWriter:
         # A checked message whose body is this much smaller than a segment surely fits
         # (check_fits' own first test, with room for the largest properties).
         fits_below = segment_size - _FIT_BOUND - overhead
+        bound = HEADER_SIZE + overhead + len(messages) * (RECORD_BOUND + overhead)
         if plain:
             takes = self.queues.check_topic_takes
             for m in messages:
@@ -206,7 +213,10 @@ class TxWriter:
                 takes(m.topic, size)
                 if size >= fits_below:
                     check_fits(m, segment_size, overhead)
-            return tx_id, fresh, overhead
+                bound += size
+                if m.properties:
+                    bound += MAX_PROPERTIES
+            return tx_id, fresh, overhead, bound
         known = self._topics_checked
         check_topic = self.queues.check_topic
         for m in messages:
@@ -219,12 +229,15 @@ class TxWriter:
                 self._topic_checked(topic)
             check_topic(m)
             check_fits(m, segment_size, overhead)
-        return tx_id, fresh, overhead
+            bound += len(m.body)
+            if m.properties:
+                bound += MAX_PROPERTIES
+        return tx_id, fresh, overhead, bound
 
     def _place_checked_prepares(self, checked: list[tuple], outcomes: list, store_time: int
                                 ) -> None:
         """Checked PREPAREs (position in ``outcomes``, messages, group, id, fresh,
-        overhead) answered from their first attempts (retries) or reserved, registered and
+        overhead, bound of their records' bytes) answered from their first attempts (retries) or reserved, registered and
         placed, in order (the manager's lock held): each one's outcome set in
         ``outcomes``, a (transaction, end) or the exception that fails it alone.
 
@@ -239,7 +252,8 @@ class TxWriter:
         txm = self.tx
         is_open, max_open = txm.open, txm.max_open
         ready = []  # (position, messages, group, id, overhead, registered transaction)
-        for at, messages, group, tx_id, fresh, overhead in checked:
+        turn_bound = 0  # the bytes the records of ``ready`` take at most
+        for at, messages, group, tx_id, fresh, overhead, bound in checked:
             # An id made here with room for one more open transaction: the manager's
             # reserve would only check that room (the usual PREPARE skips two calls).
             if not fresh or len(is_open) >= max_open:
@@ -255,11 +269,12 @@ class TxWriter:
             tx = OpenTransaction(tx_id, group, -1, store_time, expected_messages=len(messages))
             txm.register(tx)
             ready.append((at, messages, group, tx_id, overhead, tx))
+            turn_bound += bound
         if not ready:
             return
         log_ = self.log
         with log_.lock:
-            if log_.takes_message_runs() and log_.fits_in_active(_turn_bound(ready)):
+            if log_.takes_message_runs() and log_.fits_in_active(turn_bound):
                 self._place_prepare_runs(ready, outcomes, store_time)
                 return
             for item in ready:
@@ -558,7 +573,7 @@ class TxWriter:
         taken: dict[tuple[str, int], int] = {}  # queue offsets this turn took so far
         for _at, tx, pending, _size in group:
             states.append(tx.state)
-            tx.state = TxState.COMMITTING
+            tx.state = _COMMITTING
             records = []
             for m in pending:
                 q = (m.topic, m.queue_id)
@@ -584,17 +599,21 @@ class TxWriter:
         for (at, tx, pending, _size), (tx_id, group_name, records), state in zip(
                 group, runs, states, strict=True):
             n = len(records)
-            mine = placed[first:first + n]
-            first += n
-            for (offset, size), spec, m in zip(mine, records, pending, strict=False):
-                qoff = spec[2]
+            got = min(n, len(placed) - first)  # of its records, those placed
+            # Its REFs placed, by position (no slices and zips per commit: most hold one).
+            for j in range(min(got, n - 1)):
+                offset, size = placed[first + j]
+                m = pending[j]
+                qoff = records[j][2]
                 advance(m.topic, m.queue_id, qoff, m.body_size)
                 m.queue_offset = qoff
                 items.append((offset + size, _new_tuple(QueueEntry, (
                     m.topic, m.queue_id, qoff, m.offset, m.size, tag_hash(m.tags),
                     store_time, m.key, offset))))
-            if len(mine) == n:
-                offset, size = mine[-1]
+            mine = got > 0
+            first += n
+            if got == n:
+                offset, size = placed[first - 1]
                 items.append((offset + size, _new_tuple(TxEnd, (tx_id, group_name, True,
                                                                 offset))))
                 outcomes[at] = tx, offset + size
@@ -628,10 +647,9 @@ class TxWriter:
         try:
             if failure is None:
                 txm = self.tx
-                finish = txm.finish
+                keys = [(tx.producer_group, tx.tx_id) for tx in txs]
                 with txm.lock:
-                    for tx in txs:
-                        finish((tx.producer_group, tx.tx_id), _COMMITTED)
+                    txm.finish_all(keys, _COMMITTED)
         finally:
             for tx in txs:
                 tx.busy.release()
@@ -679,7 +697,7 @@ class TxWriter:
                 log_.reserve_locked([m.size for m in pending] + [tail])
             elif log_.failed is not None:  # as reserve_locked would refuse it
                 raise LogFailed(log_.failed)
-            tx.state = TxState.COMMITTING  # after the reservation: a refusal changes nothing
+            tx.state = _COMMITTING  # after the reservation: a refusal changes nothing
             if not bodies and log_.takes_message_runs() and self._all_refs(pending, size + tail):
                 self._place_commit_run(tx, pending, store_time)
                 return log_.next_offset
@@ -792,19 +810,6 @@ def _ref_plan(tx: OpenTransaction, threshold: int) -> tuple[list[PreMessage], in
             pending.append(m)
             size += m.size
     return pending, size
-
-
-def _turn_bound(ready: list[tuple]) -> int:
-    """An upper bound of the bytes the records of the reserved PREPAREs ``ready`` take
-    (:meth:`TxWriter._place_checked_prepares`), as ``reserve_segments`` bounds one."""
-    total = 0
-    for _at, messages, _group, _tx_id, overhead, _tx in ready:
-        total += HEADER_SIZE + overhead + len(messages) * (RECORD_BOUND + overhead)
-        for m in messages:
-            total += len(m.body)
-            if m.properties:
-                total += MAX_PROPERTIES
-    return total
 
 
 def _uncommitted(tx: OpenTransaction, threshold: int, read: Callable[[int, int], Record]

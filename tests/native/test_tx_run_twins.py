@@ -191,16 +191,17 @@ def _records_without_stamps(data: bytes) -> list:
     return out
 
 
-def _transactions(requests: list[list[Message]], commits: list[bool], runs_hooked: bool
-                  ) -> tuple:
+def _transactions(requests: list[list[Message]], commits: list[bool], runs_hooked: bool,
+                  writer_class: type = TxWriter) -> tuple:
     """Prepare each request's messages as a transaction, then commit those ``commits``
-    picks, in order; everything the two ways must agree on (the clock's stamps left out)."""
+    picks, in order; everything the two ways must agree on (the clock's stamps left out).
+    ``writer_class``: the pure writer, or its compiled twin."""
     config = BrokerConfig(segment_size=SEGMENT, max_message_size=1500)
     with _log_with_items(runs_hooked) as (log_, items):
         queues = seat.Queues(3, {("a", 1): 40})
         txm = TxManager(max_open=100, finished_memory=100, check_after_ms=60_000,
                         check_max_interval_ms=60_000)
-        writer = TxWriter(log_, txm, config, queues, SEGMENT, admit=lambda: None)
+        writer = writer_class(log_, txm, config, queues, SEGMENT, admit=lambda: None)
         assert log_.takes_message_runs() is runs_hooked
         ends, opened = [], []
         for i, messages in enumerate(requests):
@@ -307,12 +308,13 @@ def _outcome(value: object) -> object:
 
 
 def _turns(requests: list[tuple[list[Message], str]], commits: list[str], in_turns: bool,
-           segment: int) -> tuple:
+           segment: int, writer_class: type = TxWriter) -> tuple:
     """The PREPAREs ``requests`` (messages, id) and then the COMMITs ``commits`` (ids),
     placed as one turn each (``place_prepares``, ``place_commits``) or one request at a
     time (``place_prepare``, ``place_commit``), finished once all are placed (as the
     pipeline's acknowledger does): every outcome and what the log, the index items, the
-    manager and the queues hold (the clock's stamps left out)."""
+    manager and the queues hold (the clock's stamps left out). ``writer_class``: the pure
+    writer, or its compiled twin."""
     config = BrokerConfig(segment_size=segment, max_message_size=1500, tx_copy_threshold=300)
     with tempfile.TemporaryDirectory() as directory:
         log_ = Log(directory, segment)
@@ -325,7 +327,7 @@ def _turns(requests: list[tuple[list[Message], str]], commits: list[str], in_tur
             queues = seat.Queues(3, {("a", 1): 40})
             txm = TxManager(max_open=5, finished_memory=100, check_after_ms=60_000,
                             check_max_interval_ms=60_000)
-            writer = TxWriter(log_, txm, config, queues, segment, admit=lambda: None)
+            writer = writer_class(log_, txm, config, queues, segment, admit=lambda: None)
             if in_turns:
                 prepared = writer.place_prepares([(m, "g", i) for m, i in requests])
             else:

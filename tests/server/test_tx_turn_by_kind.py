@@ -12,7 +12,7 @@ import socket
 from fmq.protocol import FrameDecoder, Op, decode_error, decode_response, encode_request
 from fmq.server.ops.batcher import UNSHARED, by_kind
 from fmq.server.ops.tx_ops import touches
-from fmq.tx.writer import TxWriter
+from fmq.tx.writers import TxWriter
 from tests.server.send_servers import sends_server, stored_messages
 
 
