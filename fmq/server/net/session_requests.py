@@ -9,8 +9,12 @@ message (a SEND_BATCH whose every message) passes its own checks as it is decode
 the twins are) goes straight to the send pipeline; any other request, and one it declines,
 runs the general way, which makes every check again and gives each error. What the step
 asks of the session (no users, no cluster, not a follower, established) is asked once per
-run of frames (:meth:`SessionRequests.start_frames`), and its answer is framed from
-placement's packed results as they are (:meth:`SessionRequests._answer_plain`).
+run of frames (:meth:`SessionRequests.start_frames`). Such a send has no future, done
+callback or set entry of its own: its entry in the send pipeline names the session's
+:class:`~fmq.server.net.plain_sends.PlainSends`, and its answer is framed from placement's
+packed results as they are, with the others of its flush, into its session's answers
+(:func:`~fmq.server.net.plain_sends.answer_sends`, compiled where the twins are); the
+session is told once per flush (:meth:`SessionRequests.plain_written`).
 tests/server/test_plain_send_step.py compares the two ways' answers and stored records, one
 request at a time and in pipelined windows.
 
@@ -34,10 +38,12 @@ import asyncio
 import functools
 import logging
 import struct
+from collections.abc import Sequence
 from typing import Any, Protocol
 
+from fmq import native
 from fmq.errors import ConnectionLost, FMQError, ProtocolError, ServerBusy
-from fmq.message import PackedResults
+from fmq.message import SendResult
 from fmq.protocol import (
     HEADER_SIZE,
     PROTOCOL_VERSION,
@@ -62,6 +68,7 @@ from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
 from fmq.server.cluster.first_sight import check_again
 from fmq.server.cluster.hosting import not_hosted
 from fmq.server.context import RequestSession, ServerContext
+from fmq.server.net import plain_sends
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
 from fmq.server.ops.handlers import pull_after_wait, send_batch_reply, send_reply
@@ -78,13 +85,10 @@ logger = logging.getLogger("fmq.server")
 ANSWERED_BY_PIPELINE = frozenset((Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT))
 
 _SEND = int(Op.SEND)
-#: A plain step's answer framed by hand (:meth:`SessionRequests._answer_plain`): the length
-#: prefix and header, a SEND_BATCH's with its results' count; the lengths count the header.
+#: A transaction step's answer framed by hand (:meth:`SessionRequests._answer_tx`): the
+#: length prefix and header; the length counts the header.
 _SEND_ANSWER_HEAD = struct.Struct(">IBBHQ")
-_BATCH_ANSWER_HEAD = struct.Struct(">IBBHQI")
 _ANSWER_SIZE = HEADER_SIZE
-_BATCH_ANSWER_SIZE = HEADER_SIZE + 4
-_RESULT_SIZE = PackedResults.FORMAT.size
 #: The requests a plain step may take (:meth:`SessionRequests._start_plain_send`).
 _PLAIN_OPS = frozenset((_SEND, int(Op.SEND_BATCH)))
 _PREPARE = int(Op.PREPARE)
@@ -97,8 +101,11 @@ _MAX_TX_ID = 255
 _STATE_PAYLOADS = {state: bytes(state_answer(state).payload) for state in TxState}
 _STATE_PAYLOADS[None] = _STATE_PAYLOADS[TxState.COMMIT]
 #: What :meth:`SessionRequests._start_plain_send` returns for a request it leaves to the
-#: general way (nothing of it done yet).
+#: general way (nothing of it done yet), and for one it queued in the send pipeline.
 _DECLINED = object()
+_QUEUED = object()
+#: The session's plain sends in flight: the compiled twin where it runs.
+_PlainSends = native.choose(plain_sends).PlainSends
 #: The reads' short step (:meth:`SessionRequests._start_plain_read`): a PULL answered at
 #: once, a COMMIT_OFFSET without a task; a COMMIT_OFFSET's answer is its bare header.
 _PULL = int(Op.PULL)
@@ -143,6 +150,9 @@ class SessionRequests:
         self.running: set[asyncio.Future] = set()
         self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
         self._tx_steps: TxSteps | None = None  # the server's, once a step needs it
+        #: The plain sends in flight (no future each: fmq.server.net.plain_sends).
+        self.plain = _PlainSends(self)
+        self._drained: asyncio.Future | None = None  # see drained()
 
     def start_frames(self, frames: list[Frame]) -> None:
         """Start the request of each frame, in order, until the session closes; each holds
@@ -159,33 +169,41 @@ class SessionRequests:
         reads = self.plain_reads and self._plain_reads_session()
         # The PULLs of the run the step answers at once are written in one piece.
         gather = GatheredAnswers(session) if reads and len(frames) > 1 else None
-        for frame in frames:
-            size = HEADER_SIZE + len(frame.payload)
-            admission.received(size)
-            request = None
-            try:
-                op = frame.opcode
-                if plain and op in _PLAIN_OPS:
-                    request = self._start_plain_send(frame)
-                elif plain_tx and op in _PLAIN_TX_OPS:
-                    request = self._start_plain_tx(frame)
-                elif reads and op in _PLAIN_READ_OPS:
-                    request = self._start_plain_read(frame, gather)
-                else:
-                    request = _DECLINED
-                if request is _DECLINED:
-                    if gather is not None:  # written before it may answer or close
-                        gather.flush()
-                    request = self._start(frame)
-            finally:
-                # The one place a frame's bytes go back when its request does not run
-                # (refused, malformed, or a bug): a refusal cannot forget them.
-                if request is None:
-                    admission.release(size)
-                else:
-                    self._held[request] = size
-            if session.closing:
-                break
+        received = 0
+        try:
+            for frame in frames:
+                size = HEADER_SIZE + len(frame.payload)
+                received += size
+                request = None
+                try:
+                    op = frame.opcode
+                    if plain and op in _PLAIN_OPS:
+                        request = self._start_plain_send(frame, size)
+                    elif plain_tx and op in _PLAIN_TX_OPS:
+                        request = self._start_plain_tx(frame)
+                    elif reads and op in _PLAIN_READ_OPS:
+                        request = self._start_plain_read(frame, gather)
+                    else:
+                        request = _DECLINED
+                    if request is _DECLINED:
+                        if gather is not None:  # written before it may answer or close
+                            gather.flush()
+                        request = self._start(frame)
+                finally:
+                    # The one place a frame's bytes go back when its request does not run
+                    # (refused, malformed, or a bug): a refusal cannot forget them. A plain
+                    # send holds them in its entry of the send pipeline, given back as it
+                    # is answered (fmq.server.net.plain_sends).
+                    if request is None:
+                        admission.release(size)
+                    elif request is not _QUEUED:
+                        self._held[request] = size
+                if session.closing:
+                    break
+        finally:
+            # The frames' bytes are their requests' from now on: told once for the run
+            # (nothing reads the count between two frames of it).
+            admission.received(received)
         if gather is not None:
             gather.flush()
 
@@ -284,50 +302,117 @@ class SessionRequests:
             request.add_done_callback(answer)
         return request
 
-    def _start_plain_send(self, frame: Frame) -> asyncio.Future | object | None:
+    def _start_plain_send(self, frame: Frame, size: int) -> object | None:
         """A SEND or SEND_BATCH of a session the step may serve (:meth:`_plain_session`)
-        started the short way: its future, None when it is refused (answered already), or
-        _DECLINED (nothing done) for :meth:`_start` to run it. Each condition below stands
-        for a check of :meth:`_start` that passes trivially when it holds: the header, the
-        in-flight limit, the shutdown; a SEND_BATCH's list limit is checked (a refusal
-        declines: the general way gives it); the messages' own checks are made as they are
-        decoded, the rest (the batch's size, their topics', their records' sizes) by
+        started the short way: _QUEUED (in the send pipeline, without a future, holding
+        the frame's ``size`` request bytes: :mod:`fmq.server.net.plain_sends`), None when
+        it is refused (answered already), or _DECLINED (nothing done) for :meth:`_start` to
+        run it. Each condition below stands for a check of :meth:`_start` that passes
+        trivially when it holds: the header, the in-flight limit (plain sends in flight
+        count), the shutdown; a SEND_BATCH's list limit is checked (a refusal declines: the
+        general way gives it); the messages' own checks are made as they are decoded, the
+        rest (the batch's size, their topics', their records' sizes) by
         :meth:`SendBatcher.submit_plain`."""
         ctx = self.ctx
         op, rid = frame.opcode, frame.request_id
+        plain = self.plain
         if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
-                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
+                or len(self.running) + plain.count >= ctx.config.max_in_flight
+                or ctx.stopping):
             return _DECLINED
-        batcher = ctx.batcher
         max_size = ctx.broker.config.max_message_size
         if op == _SEND:
             message = PLAIN_SEND(frame.payload, max_size)
             if message is None:
                 return _DECLINED
-            messages, reply = [message], send_reply
+            messages = [message]
         else:
             try:
                 ctx.limits.check(frame)
             except FMQError:
                 return _DECLINED
-            messages, reply = PLAIN_SEND_BATCH(frame.payload, max_size), send_batch_reply
+            messages = PLAIN_SEND_BATCH(frame.payload, max_size)
             if messages is None:
                 return _DECLINED
         counters = ctx.counters
         counters.requests += 1
         counters.by_op[op] += 1
         try:
-            # No reply function: the future ends with the placed results, which
-            # _answer_plain frames as they are.
-            request = batcher.submit_plain(messages, None, functools.partial(
-                self._answer_plain, op, rid, reply))
+            ctx.batcher.submit_plain(messages, plain, rid, op, size)  # type: ignore[union-attr]
         except FMQError as exc:  # refused before it started (a send that cannot be stored)
             counters.failed(op, exc)
             self.session.send(encode_error(op, rid, exc))
             return None
-        self.running.add(request)
-        ctx.all_tasks.add(request)
-        return request
+        plain.count += 1
+        return _QUEUED
+
+    # ------------------------------------------------------------------ plain sends' owner
+
+    def acknowledges(self) -> bool:
+        """Whether a write may be answered as done now: SEND and SEND_BATCH are
+        ``follower=REFUSES`` (:func:`fencing_refusal`), so not on a fenced primary."""
+        role = self.ctx.replication
+        return role is None or role.acknowledges()
+
+    def plain_written(self, data: bytes, ended: int, size: int) -> None:
+        """Plain sends' answers framed in one piece (:func:`answer_sends`), written;
+        ``ended`` of them answered, their ``size`` request bytes given back. A bug here is
+        logged and stops no other session's answers."""
+        session = self.session
+        try:
+            if data:
+                session.send(data)
+            if size:
+                session.admission.release(size)
+            if ended:
+                if session.eof and not self.running and not self.plain.count:
+                    session.close()
+                drained = self._drained
+                if drained is not None and not self.plain.count:
+                    self._drained = None
+                    if not drained.done():
+                        drained.set_result(None)
+        except Exception:  # noqa: BLE001 - the other sessions still get theirs
+            logger.exception("answering a connection's sends failed")
+
+    def plain_failed(self, op: int, rid: int, exc: BaseException) -> None:
+        """A plain send failed (its flush, or placement): its error answer, counted as
+        :meth:`_answer` counts one."""
+        try:
+            self.ctx.counters.failed(op, exc)
+            if not isinstance(exc, FMQError):
+                logger.error("request %s failed unexpectedly", Op(op).name, exc_info=exc)
+            self.session.send(encode_error(op, rid, exc))
+        except Exception:  # noqa: BLE001 - the other requests still get theirs
+            logger.exception("answering a request failed")
+
+    def plain_results(self, op: int, rid: int, results: Sequence[SendResult]) -> None:
+        """A plain send's answer through the codec (its results are not packed, or a
+        fenced primary may have to refuse it), as :meth:`_answer` writes it."""
+        exc = fencing_refusal(self.ctx.replication, op)
+        if exc is None:
+            try:
+                reply = send_reply if op == _SEND else send_batch_reply
+                data = encode_response(op, rid, reply(results))
+            except Exception as enc:  # noqa: BLE001 - a bug must not kill the session
+                exc = enc
+        if exc is not None:
+            self.plain_failed(op, rid, exc)
+            return
+        self.session.send(data)
+
+    def in_flight(self) -> int:
+        """Requests of this session running now (plain sends too)."""
+        return len(self.running) + self.plain.count
+
+    def drained(self) -> asyncio.Future | None:
+        """A future that ends once no plain send of this session is in flight (a stopping
+        server waits for them, as for its tasks), or None when none is."""
+        if not self.plain.count:
+            return None
+        if self._drained is None:
+            self._drained = self.ctx.loop.create_future()
+        return self._drained
 
     def _start_plain_tx(self, frame: Frame) -> asyncio.Future | object | None:
         """A PREPARE or COMMIT of a session the step may serve (:meth:`_plain_session`, and
@@ -404,7 +489,7 @@ class SessionRequests:
         # _done's, inline (nothing reserved for the reply here: nothing to settle).
         self.ctx.all_tasks.discard(request)
         session.admission.release(self._held.pop(request, 0))
-        if session.eof and not self.running:
+        if session.eof and not self.running and not self.plain.count:
             session.close()
 
     def _start_plain_read(self, frame: Frame, gather: GatheredAnswers | None = None
@@ -520,43 +605,13 @@ class SessionRequests:
                                              rid))
         self.ctx.all_tasks.discard(request)
         session.admission.release(self._held.pop(request, 0))
-        if session.eof and not self.running:
+        if session.eof and not self.running and not self.plain.count:
             session.close()
 
     def _run_checked(self, declared: FmqOperation, req: dict) -> Any:
         """A held first write, once the routes were read: checked again, then started."""
         check_again(self.ctx.routes, self.ctx, declared.hosted, req)
         return declared.handler(self.ctx, self.session, req)
-
-    def _answer_plain(self, op: int, rid: int, reply: Reply, request: asyncio.Future) -> None:
-        """The answer of a request the short step started, written as :meth:`_answer`
-        writes it: placement's packed results framed as they are (a SEND's payload is its
-        one result, a SEND_BATCH's a u32 count and its results: the wire's send_result
-        layout), or through ``reply`` and the codec when they are not packed, the request
-        failed or a fenced primary may have to refuse it (SEND and SEND_BATCH are
-        ``follower=REFUSES``, :func:`fencing_refusal`). It reserved no reply bytes."""
-        role = self.ctx.replication
-        results = (request.result() if not request.cancelled() and request.exception() is None
-                   and (role is None or role.acknowledges()) else None)
-        if type(results) is not PackedResults:
-            self._answer(op, rid, request, reply)
-            return
-        self.running.discard(request)
-        data = results.data
-        if op == _SEND:
-            frame = _SEND_ANSWER_HEAD.pack(_ANSWER_SIZE + len(data), PROTOCOL_VERSION, op,
-                                           FLAG_RESPONSE, rid) + data
-        else:
-            frame = _BATCH_ANSWER_HEAD.pack(_BATCH_ANSWER_SIZE + len(data), PROTOCOL_VERSION,
-                                            op, FLAG_RESPONSE, rid,
-                                            len(data) // _RESULT_SIZE) + data
-        session = self.session
-        session.send(frame)
-        # _done's, inline (nothing reserved for the reply here: nothing to settle).
-        self.ctx.all_tasks.discard(request)
-        session.admission.release(self._held.pop(request, 0))
-        if session.eof and not self.running:
-            session.close()
 
     def _answer(self, op: int, rid: int, request: asyncio.Future, reply: Reply | None = None
                 ) -> None:
@@ -593,7 +648,7 @@ class SessionRequests:
         self.ctx.all_tasks.discard(request)
         session.admission.release(self._held.pop(request, 0))
         session.replies.settle(request)
-        if session.eof and not self.running:
+        if session.eof and not self.running and not self.plain.count:
             session.close()
 
 

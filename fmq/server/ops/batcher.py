@@ -25,7 +25,7 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fmq.engine.broker import Broker
 from fmq.engine.idempotence import bind_principal
@@ -45,8 +45,12 @@ from fmq.server.ops.placed import (
     WriteRequest,
     answer_now,
     answer_placed,
+    answer_sends,
 )
 from fmq.threadname import name_os_thread
+
+if TYPE_CHECKING:
+    from fmq.server.net.plain_sends import PlainSends
 
 
 class SendBatcher:
@@ -114,18 +118,20 @@ class SendBatcher:
         self._sends.append((msgs, fut, reply, None))
         return fut
 
-    def submit_plain(self, msgs: list[Message], reply: Reply, answered: Answered
-                     ) -> asyncio.Future:
+    def submit_plain(self, msgs: list[Message], plain: PlainSends, rid: int, op: int,
+                     size: int) -> None:
         """:meth:`submit` of messages that passed ``check_message`` when they were decoded
         (a plain SEND or SEND_BATCH: :func:`fmq.protocol.message_requests.plain_message`),
-        from a session without a principal, answered by ``answered(fut)`` when they end (as
-        :meth:`answer_directly` has it). Raises at once (nothing queued) as :meth:`submit`
-        does, from the checks left: the batch's size, each message's topic and record size
-        (a batch's: once for what its messages share, ``Broker.check_messages``)."""
-        limit = self.max_batch_messages
-        if len(msgs) > limit:
+        from a session without a principal, with no future: answered into the session's
+        answers once durable (``plain``, its request id ``rid``, opcode ``op`` and the
+        request bytes ``size`` it holds: :func:`fmq.server.net.plain_sends.answer_sends`).
+        Raises at once (nothing queued) as :meth:`submit` does, from the checks left: the
+        batch's size, each message's topic and record size (a batch's: once for what its
+        messages share, ``Broker.check_messages``)."""
+        if len(msgs) > self.max_batch_messages:
             raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
-                                  f"(max_batch_messages) of {limit}; send smaller batches")
+                                  f"(max_batch_messages) of {self.max_batch_messages}; send "
+                                  f"smaller batches")
         if self._stopping:
             self._check_running()  # raises its error
         if len(msgs) == 1:
@@ -135,9 +141,7 @@ class SendBatcher:
         if not self._scheduled:  # _this_turn's, inline: once per request here
             self._scheduled = True
             self.loop.call_soon(self._place)
-        fut = self.loop.create_future()
-        self._sends.append((msgs, fut, reply, answered))
-        return fut
+        self._sends.append((msgs, None, plain, rid, op, size))
 
     def submit_write(self, place: Place, finish: Finish) -> asyncio.Future:
         """Queue a write that is not a send (a transaction's PREPARE or COMMIT) for the end
@@ -322,7 +326,11 @@ class SendBatcher:
         if not refused:
             return batch
         for i, exc in refused.items():
-            fut, answered = batch[i][1], batch[i][3]
+            item = batch[i]
+            if item[1] is None:  # a plain send (none carries a sequence: never here)
+                answer_sends([item], [], exc)
+                continue
+            fut, answered = item[1], item[3]
             if not fut.done():
                 fut.set_exception(exc)
             if answered is not None:
