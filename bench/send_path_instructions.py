@@ -13,13 +13,14 @@ its share of its window's flush and of whatever the server's own timers did mean
 Not part of the test run::
 
     python bench/send_path_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--requests 1024]
-        [--only send|tx|batch] [--keep DIR] [--writes]
+        [--only send|tx|batch] [--keep DIR] [--writes | --syscalls]
 
 ``--keep DIR`` keeps each run's callgrind file in DIR (``callgrind.<tree>.<kind>``), for
 ``callgrind_annotate --inclusive=yes`` to tell where the instructions go.
 
 ``--writes`` counts, instead of instructions, the server's write system calls per request
-under the same windows (``strace -f -c``, every thread; needs strace).
+under the same windows (``strace -f -c``, every thread; needs strace); ``--syscalls`` every
+system call, by name.
 
 ``send``: SEND of one 1 KiB message. ``tx``: a transaction of one 1 KiB message, its PREPARE
 and its COMMIT (two requests, both counted as one transaction). ``batch``: SEND_BATCH of 16
@@ -159,12 +160,16 @@ def server_instructions(tree: str, kind: str, requests: int, scratch: str,
     return instructions
 
 
-def server_writes(tree: str, kind: str, requests: int, scratch: str) -> dict[str, float]:
+WRITES = ("write", "writev", "sendmsg", "sendto")
+
+
+def server_writes(tree: str, kind: str, requests: int, scratch: str,
+                  calls_of: tuple[str, ...] | None = WRITES) -> dict[str, float]:
     """The write system calls a server of ``tree`` made per request while serving
     ``requests`` of ``kind`` (``strace -f -c`` of every thread, counted from a warm-up
     window on, as :func:`server_instructions` counts): ``write``, ``writev``, ``sendmsg``
     and ``sendto`` (answers, and the log's and the index's writes, which the same requests
-    make on both trees)."""
+    make on both trees); ``calls_of`` None: every system call, by name."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="data-", dir=scratch)
     out = os.path.join(scratch, "strace.out")
@@ -176,8 +181,9 @@ def server_writes(tree: str, kind: str, requests: int, scratch: str) -> dict[str
     try:
         client = RawClient(port)
         drive(client, kind, WINDOW)
-        tracer = subprocess.Popen(["strace", "-f", "-c", "-q", "-o", out, "-e",
-                                   "trace=write,writev,sendmsg,sendto", "-p", str(proc.pid)],
+        only = ["-e", "trace=" + ",".join(calls_of)] if calls_of else []
+        tracer = subprocess.Popen(["strace", "-f", "-c", "-q", "-o", out, *only, "-p",
+                                   str(proc.pid)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)  # strace attaches to every thread
         drive(client, kind, requests)
@@ -191,8 +197,10 @@ def server_writes(tree: str, kind: str, requests: int, scratch: str) -> dict[str
     with open(out, encoding="utf-8") as f:
         for line in f:
             parts = line.split()
-            if parts and parts[-1] in ("write", "writev", "sendmsg", "sendto"):
-                calls[parts[-1]] = int(parts[3]) / requests  # % time, seconds, usecs/call, calls
+            # % time, seconds, usecs/call, calls, [errors,] name
+            if (len(parts) >= 5 and parts[3].isdigit() and parts[-1] != "total"
+                    and (calls_of is None or parts[-1] in calls_of)):
+                calls[parts[-1]] = int(parts[3]) / requests
     return calls
 
 
@@ -207,14 +215,19 @@ def main() -> None:
     ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
     ap.add_argument("--writes", action="store_true",
                     help="count write system calls per request (strace) instead of instructions")
+    ap.add_argument("--syscalls", action="store_true",
+                    help="count every system call per request (strace), by name")
     args = ap.parse_args()
-    if args.writes:
+    if args.writes or args.syscalls:
         for kind in [args.only] if args.only else ["send"]:
             for name, tree in trees(args.old).items():
                 with tempfile.TemporaryDirectory(prefix="fmq-send-writes-") as tmp:
-                    calls = server_writes(tree, kind, args.requests, tmp)
-                print(f"{name}: write system calls per {kind} request: "
-                      + ", ".join(f"{k} {v:.3f}" for k, v in sorted(calls.items())), flush=True)
+                    calls = server_writes(tree, kind, args.requests, tmp,
+                                          None if args.syscalls else WRITES)
+                what = "system calls" if args.syscalls else "write system calls"
+                print(f"{name}: {what} per {kind} request: {sum(calls.values()):.3f}: "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in sorted(calls.items())
+                                  if v >= 0.001), flush=True)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")

@@ -16,11 +16,14 @@ from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
+from fmq.errors import FMQError
 from fmq.message import PackedResults
 from fmq.protocol.framing import FLAG_RESPONSE, HEADER_SIZE, PROTOCOL_VERSION
 from fmq.protocol.schema import Op
 
 cdef int _SEND = int(Op.SEND)
+cdef int _SEND_BATCH = int(Op.SEND_BATCH)
+cdef object _FMQError = FMQError
 cdef Py_ssize_t _RESULT_SIZE = PackedResults.FORMAT.size
 cdef Py_ssize_t _HEADER = HEADER_SIZE
 cdef uint8_t _VERSION = PROTOCOL_VERSION
@@ -40,8 +43,9 @@ cdef inline void _put_u32(uint8_t *p, uint32_t v) noexcept:
 
 @cython.final
 cdef class PlainSends:
-    """One session's plain sends in flight (``count``) and, while :func:`answer_sends`
-    runs, the answers framed for it and not written yet."""
+    """One session's plain sends: queued from its frames (:meth:`take`), counted while in
+    flight (``count``) and, while :func:`answer_sends` runs, the answers framed for it and
+    not written yet (:class:`fmq.server.net.plain_sends.PlainSends`)."""
 
     cdef public object owner
     #: Plain sends queued and not answered yet (they count against max_in_flight).
@@ -52,16 +56,94 @@ cdef class PlainSends:
     cdef Py_ssize_t _ended
     cdef Py_ssize_t _size
     cdef bint _open
+    cdef object _counters
+    cdef object _batcher
+    cdef object _check_one
+    cdef object _check_many
+    cdef object _check_limits
+    cdef object _max_size
+    cdef object _decode_send
+    cdef object _decode_batch
 
     def __cinit__(self):
         self._buf = NULL
         self._len = self._cap = 0
 
-    def __init__(self, owner):
+    def __init__(self, owner, counters, batcher, broker, limits, decode_send, decode_batch):
         self.owner = owner
         self.count = 0
         self._ended = self._size = 0
         self._open = False
+        self._counters = counters
+        self._batcher = batcher
+        self._check_one = broker.check_plain_message
+        self._check_many = broker.check_messages
+        self._check_limits = limits.check
+        self._max_size = broker.config.max_message_size
+        self._decode_send = decode_send
+        self._decode_batch = decode_batch
+
+    def take(self, frames, Py_ssize_t at, Py_ssize_t room):
+        """Queue the plain SENDs and SEND_BATCHes of ``frames`` from ``at`` on in the send
+        pipeline, while fewer than ``room`` are in flight; the index of the first frame not
+        taken (:meth:`fmq.server.net.plain_sends.PlainSends.take`)."""
+        cdef Py_ssize_t count = len(frames)
+        cdef list queue = None
+        cdef list msgs
+        cdef Py_ssize_t sends = 0, batches = 0, received = 0, size
+        cdef object max_size = self._max_size
+        cdef object frame, op_object, rid, payload, message
+        cdef int op
+        try:
+            while at < count and self.count < room:
+                frame = frames[at]
+                op_object = frame.opcode
+                if op_object == _SEND:
+                    op = _SEND
+                elif op_object == _SEND_BATCH:
+                    op = _SEND_BATCH
+                else:
+                    break
+                rid = frame.request_id
+                if frame.version != _VERSION or frame.flags & _FLAGS or rid == 0:
+                    break
+                payload = frame.payload
+                try:
+                    if op == _SEND:
+                        message = self._decode_send(payload, max_size)
+                        if message is None:
+                            break
+                        self._check_one(message)
+                        msgs = [message]
+                    else:
+                        self._check_limits(frame)
+                        message = self._decode_batch(payload, max_size)
+                        if message is None or len(message) > self._batcher.max_batch_messages:
+                            break
+                        msgs = message
+                        self._check_many(msgs)
+                    if queue is None:
+                        queue = self._batcher.plain_queue()
+                except _FMQError:
+                    break
+                size = _HEADER + len(payload)
+                queue.append((msgs, None, self, rid, op_object, size))
+                self.count += 1
+                received += size
+                if op == _SEND:
+                    sends += 1
+                else:
+                    batches += 1
+                at += 1
+        finally:
+            if received:
+                counters = self._counters
+                counters.requests += sends + batches
+                by_op = counters.by_op
+                by_op[_SEND] += sends
+                by_op[_SEND_BATCH] += batches
+                self.owner.plain_received(received)
+        return at
 
     def __dealloc__(self):
         PyMem_Free(self._buf)

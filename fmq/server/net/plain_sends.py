@@ -2,7 +2,9 @@
 framed in one call (issue 41, item 1).
 
 A plain send (the session's short step, :mod:`fmq.server.net.session_requests`) is queued
-in the send pipeline without an asyncio future, a done callback or a set entry of its own:
+in the send pipeline by :meth:`PlainSends.take`, a run of a read's frames in one call (the
+decode, the checks, the queueing, the counting), without an asyncio future, a done
+callback or a set entry of its own:
 its entry in the turn's sends is ``(messages, None, plain, request_id, opcode, size)``,
 ``plain`` the session's :class:`PlainSends`, ``size`` the request bytes it holds. When the
 flush covering it is durable, :func:`answer_sends` answers a placed batch in one pass:
@@ -30,11 +32,13 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from fmq.errors import FMQError
 from fmq.message import PackedResults
 from fmq.protocol.framing import FLAG_RESPONSE, HEADER_SIZE, PROTOCOL_VERSION
 from fmq.protocol.schema import Op
 
 _SEND = int(Op.SEND)  # a SEND's answer is its one result, a SEND_BATCH's has a count
+_SEND_BATCH = int(Op.SEND_BATCH)
 _RESULT_SIZE = PackedResults.FORMAT.size
 #: The length prefix and header of an answer, a SEND_BATCH's with its results' count; the
 #: lengths count the header.
@@ -50,6 +54,9 @@ class PlainOwner(Protocol):
     def acknowledges(self) -> bool:
         """Whether a write may be answered as done now (not a fenced primary)."""
 
+    def plain_received(self, size: int) -> None:
+        """Frames of ``size`` request bytes were taken: their sends hold them now."""
+
     def plain_written(self, data: bytes, ended: int, size: int) -> None:
         """Write ``data`` (answers framed here, maybe none); ``ended`` plain sends were
         answered since the last call, holding ``size`` request bytes, given back now."""
@@ -62,12 +69,26 @@ class PlainOwner(Protocol):
 
 
 class PlainSends:
-    """One session's plain sends in flight (``count``) and, while :func:`answer_sends`
-    runs, the answers framed for it and not written yet."""
+    """One session's plain sends: queued from its frames (:meth:`take`), counted while in
+    flight (``count``) and, while :func:`answer_sends` runs, the answers framed for it and
+    not written yet.
 
-    __slots__ = ("owner", "count", "_answers", "_ended", "_size", "_open")
+    What :meth:`take` uses is given once: ``counters`` (the server's
+    :class:`~fmq.server.context.ServerCounters`), ``batcher`` (its
+    :class:`~fmq.server.ops.batcher.SendBatcher`: ``plain_queue()`` and
+    ``max_batch_messages``), ``broker`` (``check_plain_message``, ``check_messages`` and
+    ``config.max_message_size``), ``limits`` (the list limits:
+    :class:`~fmq.server.net.request_limits.RequestLimits`) and the plain decodes
+    (``decode_send``, ``decode_batch``: :data:`~fmq.protocol.message_requests.PLAIN_SEND`,
+    ``PLAIN_SEND_BATCH``)."""
 
-    def __init__(self, owner: PlainOwner) -> None:
+    __slots__ = ("owner", "count", "_answers", "_ended", "_size", "_open", "_counters",
+                 "_batcher", "_check_one", "_check_many", "_check_limits", "_max_size",
+                 "_decode_send", "_decode_batch")
+
+    def __init__(self, owner: PlainOwner, counters: Any, batcher: Any, broker: Any,
+                 limits: Any, decode_send: Callable[[Any, int], Any],
+                 decode_batch: Callable[[Any, int], Any]) -> None:
         self.owner = owner
         #: Plain sends queued and not answered yet (they count against max_in_flight).
         self.count = 0
@@ -75,6 +96,73 @@ class PlainSends:
         self._ended = 0
         self._size = 0
         self._open = False  # touched by the running pass
+        self._counters = counters
+        self._batcher = batcher
+        self._check_one = broker.check_plain_message
+        self._check_many = broker.check_messages
+        self._check_limits = limits.check
+        self._max_size = broker.config.max_message_size
+        self._decode_send = decode_send
+        self._decode_batch = decode_batch
+
+    def take(self, frames: Sequence[Any], at: int, room: int) -> int:
+        """Queue the plain SENDs and SEND_BATCHes of ``frames`` from ``at`` on in the send
+        pipeline (:meth:`SendBatcher.plain_queue`), while fewer than ``room`` are in flight;
+        the index of the first frame not taken. One is not taken (it and what follows are
+        left to the caller, the general way, which makes every check again and gives each
+        error) when it is another request, its header is not a plain request's (version,
+        a response's flag, request id 0), its payload is not plain (the decodes), it is
+        over a list limit or ``max_batch_messages``, its topic refuses it (the broker's
+        checks), or the pipeline stops. Each one taken holds its frame's request bytes
+        from now on (:meth:`PlainOwner.plain_received`) and is counted as a request."""
+        count = len(frames)
+        queue = None
+        sends = batches = received = 0
+        max_size = self._max_size
+        try:
+            while at < count and self.count < room:
+                frame = frames[at]
+                op = frame.opcode
+                if op != _SEND and op != _SEND_BATCH:
+                    break
+                rid = frame.request_id
+                if frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0:
+                    break
+                payload = frame.payload
+                try:
+                    if op == _SEND:
+                        message = self._decode_send(payload, max_size)
+                        if message is None:
+                            break
+                        self._check_one(message)
+                        msgs = [message]
+                    else:
+                        self._check_limits(frame)
+                        msgs = self._decode_batch(payload, max_size)
+                        if msgs is None or len(msgs) > self._batcher.max_batch_messages:
+                            break
+                        self._check_many(msgs)
+                    if queue is None:
+                        queue = self._batcher.plain_queue()
+                except FMQError:
+                    break
+                size = HEADER_SIZE + len(payload)
+                queue.append((msgs, None, self, rid, op, size))
+                self.count += 1
+                received += size
+                if op == _SEND:
+                    sends += 1
+                else:
+                    batches += 1
+                at += 1
+        finally:
+            if received:
+                counters = self._counters
+                counters.requests += sends + batches
+                counters.by_op[_SEND] += sends
+                counters.by_op[_SEND_BATCH] += batches
+                self.owner.plain_received(received)
+        return at
 
     def _frame(self, op: int, rid: int, results: bytes, n: int) -> None:
         if op == _SEND:

@@ -2,7 +2,8 @@
 operation table (:data:`fmq.server.ops.table.OPERATIONS`), its declaration's checks first,
 and answered with its request id when it ends (pipelining: many run at once).
 
-A plain SEND or SEND_BATCH takes a shorter step (:meth:`SessionRequests._start_plain_send`):
+A plain SEND or SEND_BATCH takes a shorter step (:meth:`PlainSends.take
+<fmq.server.net.plain_sends.PlainSends.take>`, one call for a run of them):
 on a server without users and outside a cluster, from an established session, a SEND whose
 message (a SEND_BATCH whose every message) passes its own checks as it is decoded
 (:data:`~fmq.protocol.message_requests.PLAIN_SEND`, ``PLAIN_SEND_BATCH``, compiled where
@@ -89,8 +90,6 @@ _SEND = int(Op.SEND)
 #: length prefix and header; the length counts the header.
 _SEND_ANSWER_HEAD = struct.Struct(">IBBHQ")
 _ANSWER_SIZE = HEADER_SIZE
-#: The requests a plain step may take (:meth:`SessionRequests._start_plain_send`).
-_PLAIN_OPS = frozenset((_SEND, int(Op.SEND_BATCH)))
 _PREPARE = int(Op.PREPARE)
 #: The requests the transaction step may take (:meth:`SessionRequests._start_plain_tx`).
 _PLAIN_TX_OPS = frozenset((_PREPARE, int(Op.COMMIT)))
@@ -100,11 +99,10 @@ _MAX_TX_ID = 255
 #: A COMMIT's answer payload per final state (None: committed by this request).
 _STATE_PAYLOADS = {state: bytes(state_answer(state).payload) for state in TxState}
 _STATE_PAYLOADS[None] = _STATE_PAYLOADS[TxState.COMMIT]
-#: What :meth:`SessionRequests._start_plain_send` returns for a request it leaves to the
-#: general way (nothing of it done yet), and for one it queued in the send pipeline.
+#: What a short step (:meth:`SessionRequests._start_plain_tx`, ``_start_plain_read``)
+#: returns for a request it leaves to the general way (nothing of it done yet).
 _DECLINED = object()
-_QUEUED = object()
-#: The session's plain sends in flight: the compiled twin where it runs.
+#: The session's plain sends: the compiled twin where it runs.
 _PlainSends = native.choose(plain_sends).PlainSends
 #: The reads' short step (:meth:`SessionRequests._start_plain_read`): a PULL answered at
 #: once, a COMMIT_OFFSET without a task; a COMMIT_OFFSET's answer is its bare header.
@@ -150,8 +148,11 @@ class SessionRequests:
         self.running: set[asyncio.Future] = set()
         self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
         self._tx_steps: TxSteps | None = None  # the server's, once a step needs it
-        #: The plain sends in flight (no future each: fmq.server.net.plain_sends).
-        self.plain = _PlainSends(self)
+        #: The plain sends, taken from the frames and in flight without a future each
+        #: (fmq.server.net.plain_sends).
+        ctx = self.ctx
+        self.plain = _PlainSends(self, ctx.counters, ctx.batcher, ctx.broker, ctx.limits,
+                                 PLAIN_SEND, PLAIN_SEND_BATCH)
         self._drained: asyncio.Future | None = None  # see drained()
 
     def start_frames(self, frames: list[Frame]) -> None:
@@ -166,20 +167,28 @@ class SessionRequests:
         # then takes the general way, which is never wrong).
         plain = self.plain_sends and self._plain_session()
         plain_tx = plain and self.plain_tx and pipelined(self.ctx)
+        plain = plain and not self.ctx.stopping
         reads = self.plain_reads and self._plain_reads_session()
         # The PULLs of the run the step answers at once are written in one piece.
         gather = GatheredAnswers(session) if reads and len(frames) > 1 else None
+        plain_sends = self.plain
+        max_in_flight = self.ctx.config.max_in_flight
         received = 0
+        at, count = 0, len(frames)
         try:
-            for frame in frames:
+            while at < count:
+                if plain:  # the plain sends from here on, in one call
+                    at = plain_sends.take(frames, at, max_in_flight - len(self.running))
+                    if at == count:
+                        break
+                frame = frames[at]  # one the step did not take: the general way's
+                at += 1
                 size = HEADER_SIZE + len(frame.payload)
                 received += size
                 request = None
                 try:
                     op = frame.opcode
-                    if plain and op in _PLAIN_OPS:
-                        request = self._start_plain_send(frame, size)
-                    elif plain_tx and op in _PLAIN_TX_OPS:
+                    if plain_tx and op in _PLAIN_TX_OPS:
                         request = self._start_plain_tx(frame)
                     elif reads and op in _PLAIN_READ_OPS:
                         request = self._start_plain_read(frame, gather)
@@ -191,12 +200,12 @@ class SessionRequests:
                         request = self._start(frame)
                 finally:
                     # The one place a frame's bytes go back when its request does not run
-                    # (refused, malformed, or a bug): a refusal cannot forget them. A plain
+                    # (refused, malformed, or a bug): a refusal cannot forget them. (A plain
                     # send holds them in its entry of the send pipeline, given back as it
-                    # is answered (fmq.server.net.plain_sends).
+                    # is answered: fmq.server.net.plain_sends.)
                     if request is None:
                         admission.release(size)
-                    elif request is not _QUEUED:
+                    else:
                         self._held[request] = size
                 if session.closing:
                     break
@@ -246,7 +255,7 @@ class SessionRequests:
                 "request id 0 is reserved for connection-level errors; number requests from "
                 "1 (docs/protocol.md section 1)"), "reserved request id")
             return None
-        refusal = refusal_before_decoding(ctx, len(self.running), frame)
+        refusal = refusal_before_decoding(ctx, self.in_flight(), frame)
         if refusal is not None:
             session.send(encode_error(op, rid, refusal))
             return None
@@ -302,50 +311,6 @@ class SessionRequests:
             request.add_done_callback(answer)
         return request
 
-    def _start_plain_send(self, frame: Frame, size: int) -> object | None:
-        """A SEND or SEND_BATCH of a session the step may serve (:meth:`_plain_session`)
-        started the short way: _QUEUED (in the send pipeline, without a future, holding
-        the frame's ``size`` request bytes: :mod:`fmq.server.net.plain_sends`), None when
-        it is refused (answered already), or _DECLINED (nothing done) for :meth:`_start` to
-        run it. Each condition below stands for a check of :meth:`_start` that passes
-        trivially when it holds: the header, the in-flight limit (plain sends in flight
-        count), the shutdown; a SEND_BATCH's list limit is checked (a refusal declines: the
-        general way gives it); the messages' own checks are made as they are decoded, the
-        rest (the batch's size, their topics', their records' sizes) by
-        :meth:`SendBatcher.submit_plain`."""
-        ctx = self.ctx
-        op, rid = frame.opcode, frame.request_id
-        plain = self.plain
-        if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
-                or len(self.running) + plain.count >= ctx.config.max_in_flight
-                or ctx.stopping):
-            return _DECLINED
-        max_size = ctx.broker.config.max_message_size
-        if op == _SEND:
-            message = PLAIN_SEND(frame.payload, max_size)
-            if message is None:
-                return _DECLINED
-            messages = [message]
-        else:
-            try:
-                ctx.limits.check(frame)
-            except FMQError:
-                return _DECLINED
-            messages = PLAIN_SEND_BATCH(frame.payload, max_size)
-            if messages is None:
-                return _DECLINED
-        counters = ctx.counters
-        counters.requests += 1
-        counters.by_op[op] += 1
-        try:
-            ctx.batcher.submit_plain(messages, plain, rid, op, size)  # type: ignore[union-attr]
-        except FMQError as exc:  # refused before it started (a send that cannot be stored)
-            counters.failed(op, exc)
-            self.session.send(encode_error(op, rid, exc))
-            return None
-        plain.count += 1
-        return _QUEUED
-
     # ------------------------------------------------------------------ plain sends' owner
 
     def acknowledges(self) -> bool:
@@ -353,6 +318,10 @@ class SessionRequests:
         ``follower=REFUSES`` (:func:`fencing_refusal`), so not on a fenced primary."""
         role = self.ctx.replication
         return role is None or role.acknowledges()
+
+    def plain_received(self, size: int) -> None:
+        """Plain sends were taken from frames of ``size`` request bytes: they hold them."""
+        self.session.admission.received(size)
 
     def plain_written(self, data: bytes, ended: int, size: int) -> None:
         """Plain sends' answers framed in one piece (:func:`answer_sends`), written;
@@ -417,7 +386,7 @@ class SessionRequests:
     def _start_plain_tx(self, frame: Frame) -> asyncio.Future | object | None:
         """A PREPARE or COMMIT of a session the step may serve (:meth:`_plain_session`, and
         transactions on the send pipeline, :func:`~fmq.server.ops.tx_ops.pipelined`) started
-        the short way, as :meth:`_start_plain_send` starts a SEND: its future, None when it
+        the short way, as the plain sends are started: its future, None when it
         is refused (answered already), or _DECLINED (nothing done) for :meth:`_start`. A
         PREPARE's messages must be plain (their own checks made as they are decoded,
         :func:`~fmq.protocol.message_requests.plain_prepare`); every other check is the
@@ -425,7 +394,7 @@ class SessionRequests:
         ctx = self.ctx
         op, rid = frame.opcode, frame.request_id
         if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
-                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
+                or self.in_flight() >= ctx.config.max_in_flight or ctx.stopping):
             return _DECLINED
         if op == _PREPARE:
             try:
@@ -495,7 +464,7 @@ class SessionRequests:
     def _start_plain_read(self, frame: Frame, gather: GatheredAnswers | None = None
                           ) -> asyncio.Future | object | None:
         """A PULL or COMMIT_OFFSET of a session the step may serve (:meth:`_plain_reads_session`)
-        started the short way, as :meth:`_start_plain_send` starts a SEND: None when it was
+        started the short way, as the plain sends are started: None when it was
         answered (a PULL answered at once, :func:`answer_pull_now`), the future of a PULL
         left to wait or of a COMMIT_OFFSET, or _DECLINED (nothing answered) for
         :meth:`_start` to run it. The conditions
@@ -505,7 +474,7 @@ class SessionRequests:
         ctx = self.ctx
         op, rid = frame.opcode, frame.request_id
         if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
-                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
+                or self.in_flight() >= ctx.config.max_in_flight or ctx.stopping):
             return _DECLINED
         if op == _PULL:
             fields = plain_pull(frame.payload)

@@ -25,7 +25,7 @@ import functools
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fmq.engine.broker import Broker
 from fmq.engine.idempotence import bind_principal
@@ -48,9 +48,6 @@ from fmq.server.ops.placed import (
     answer_sends,
 )
 from fmq.threadname import name_os_thread
-
-if TYPE_CHECKING:
-    from fmq.server.net.plain_sends import PlainSends
 
 
 class SendBatcher:
@@ -118,30 +115,20 @@ class SendBatcher:
         self._sends.append((msgs, fut, reply, None))
         return fut
 
-    def submit_plain(self, msgs: list[Message], plain: PlainSends, rid: int, op: int,
-                     size: int) -> None:
-        """:meth:`submit` of messages that passed ``check_message`` when they were decoded
-        (a plain SEND or SEND_BATCH: :func:`fmq.protocol.message_requests.plain_message`),
-        from a session without a principal, with no future: answered into the session's
-        answers once durable (``plain``, its request id ``rid``, opcode ``op`` and the
-        request bytes ``size`` it holds: :func:`fmq.server.net.plain_sends.answer_sends`).
-        Raises at once (nothing queued) as :meth:`submit` does, from the checks left: the
-        batch's size, each message's topic and record size (a batch's: once for what its
-        messages share, ``Broker.check_messages``)."""
-        if len(msgs) > self.max_batch_messages:
-            raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
-                                  f"(max_batch_messages) of {self.max_batch_messages}; send "
-                                  f"smaller batches")
+    def plain_queue(self) -> list[SendRequest]:
+        """This turn's sends, for a session's plain SENDs and SEND_BATCHes to join as they
+        are taken from its frames (:meth:`fmq.server.net.plain_sends.PlainSends.take`: the
+        messages passed ``check_message`` as they were decoded, and the broker's checks of
+        their topic and record size, ``max_batch_messages`` and the list limit there;
+        each entry ``(messages, None, plain, request id, opcode, request bytes)``, answered
+        into its session's answers once durable, without a future). Placement is scheduled
+        for the end of this turn. Raises ServerBusy (nothing queued) once the server stops."""
         if self._stopping:
             self._check_running()  # raises its error
-        if len(msgs) == 1:
-            self.broker.check_plain_message(msgs[0])
-        else:
-            self.broker.check_messages(msgs)
-        if not self._scheduled:  # _this_turn's, inline: once per request here
+        if not self._scheduled:  # _this_turn's, inline
             self._scheduled = True
             self.loop.call_soon(self._place)
-        self._sends.append((msgs, None, plain, rid, op, size))
+        return self._sends
 
     def submit_write(self, place: Place, finish: Finish) -> asyncio.Future:
         """Queue a write that is not a send (a transaction's PREPARE or COMMIT) for the end
