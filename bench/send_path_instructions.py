@@ -15,6 +15,10 @@ Not part of the test run::
     python bench/send_path_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--requests 1024]
         [--only send|tx|batch] [--keep DIR] [--writes | --syscalls]
 
+``--connections N`` (``send`` only): N connections, each with one SEND in flight (a window
+is one SEND written on each, then every answer read: row 1's load of N producers), instead
+of windows on one connection.
+
 ``--keep DIR`` keeps each run's callgrind file in DIR (``callgrind.<tree>.<kind>``), for
 ``callgrind_annotate --inclusive=yes`` to tell where the instructions go.
 
@@ -79,12 +83,20 @@ class RawClient:
 
     def window(self, requests: list[tuple[int, dict]]) -> list[dict]:
         """Send ``requests`` (opcode, fields) in one write; their answers' fields."""
+        self.write(requests)
+        return [self._answer() for _ in requests]
+
+    def write(self, requests: list[tuple[int, dict]]) -> None:
+        """Send ``requests`` (opcode, fields) in one write."""
         out = []
         for op, fields in requests:
             self.rid += 1
             out.append(encode_request(op, self.rid, fields))
         self.sock.sendall(b"".join(out))
-        return [self._answer() for _ in requests]
+
+    def answers(self, count: int) -> list[dict]:
+        """The fields of the next ``count`` answers."""
+        return [self._answer() for _ in range(count)]
 
     def _answer(self) -> dict:
         while True:
@@ -100,6 +112,25 @@ class RawClient:
             if not data:
                 raise SystemExit("the server closed the connection")
             self.buf += data
+
+
+class Producers:
+    """Several connections, each a producer with one SEND in flight: a window is one SEND
+    written on each, then each one's answer read (row 1's load, ``--connections``)."""
+
+    def __init__(self, port: int, connections: int) -> None:
+        self.clients = [RawClient(port) for _ in range(connections)]
+
+    def sends(self, requests: int) -> None:
+        for _ in range(requests // len(self.clients)):
+            for client in self.clients:
+                client.write([(Op.SEND, {"message": _message()})])
+            for client in self.clients:
+                client.answers(1)
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.sock.close()
 
 
 def drive_tx_with_next(client: RawClient, requests: int, window: int) -> None:
@@ -135,7 +166,7 @@ def drive(client: RawClient, kind: str, requests: int, window: int = WINDOW) -> 
 
 
 def server_instructions(tree: str, kind: str, requests: int, scratch: str,
-                        window: int = WINDOW) -> int:
+                        window: int = WINDOW, connections: int = 1) -> int:
     """The instructions a server of ``tree`` spent serving ``requests`` of ``kind``: counted
     only while the client drives them (``callgrind_control`` turns counting on after a
     warm-up window and off before the server stops), so start-up and shut-down are left out."""
@@ -149,11 +180,18 @@ def server_instructions(tree: str, kind: str, requests: int, scratch: str,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
     try:
-        client = RawClient(port)
-        drive(client, kind, WINDOW)  # the topic made, the first segment and caches warm
-        with collecting(proc.pid):
-            drive(client, kind, requests, window)
-        client.sock.close()
+        if connections > 1:  # one SEND in flight on each
+            producers = Producers(port, connections)
+            producers.sends(WINDOW)  # the topic made, the first segment and caches warm
+            with collecting(proc.pid):
+                producers.sends(requests)
+            producers.close()
+        else:
+            client = RawClient(port)
+            drive(client, kind, WINDOW)  # the topic made, the first segment and caches warm
+            with collecting(proc.pid):
+                drive(client, kind, requests, window)
+            client.sock.close()
     finally:
         err = stop(proc)
     instructions = collected(err)
@@ -215,6 +253,9 @@ def main() -> None:
     ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
     ap.add_argument("--writes", action="store_true",
                     help="count write system calls per request (strace) instead of instructions")
+    ap.add_argument("--connections", type=int, default=1,
+                    help="SENDs on this many connections, one in flight on each (row 1's "
+                         "load; --only send), instead of windows on one")
     ap.add_argument("--syscalls", action="store_true",
                     help="count every system call per request (strace), by name")
     args = ap.parse_args()
@@ -235,7 +276,8 @@ def main() -> None:
     for kind in kinds:
         for name, tree in trees(args.old).items():
             with tempfile.TemporaryDirectory(prefix="fmq-send-instr-") as tmp:
-                count = server_instructions(tree, kind, args.requests, tmp, args.window)
+                count = server_instructions(tree, kind, args.requests, tmp, args.window,
+                                            args.connections)
                 if args.keep:
                     os.makedirs(args.keep, exist_ok=True)
                     shutil.copy(os.path.join(tmp, "callgrind.out"),

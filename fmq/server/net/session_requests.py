@@ -165,14 +165,24 @@ class SessionRequests:
         # (a frame of it cannot change them: a log-in or a role change ends in a later
         # turn; the first request makes the session established, the rest of its run
         # then takes the general way, which is never wrong).
-        plain = self.plain_sends and self._plain_session()
-        plain_tx = plain and self.plain_tx and pipelined(self.ctx)
-        plain = plain and not self.ctx.stopping
-        reads = self.plain_reads and self._plain_reads_session()
+        # The short steps' conditions stand for checks of _start that pass trivially for
+        # any such request of the session: its first request is done, no users, no
+        # cluster; and for SEND and SEND_BATCH (follower=REFUSES, follower_refusal) not a
+        # follower and a send pipeline (a follower serves PULL; _start_commit_offset asks
+        # for a COMMIT_OFFSET). Inline: asked at every read.
+        ctx = self.ctx
+        role = ctx.replication
+        reads = (session.established and session.principal is None
+                 and not ctx.authenticator.enforcing and ctx.routes is None)
+        plain = (self.plain_sends and reads and ctx.batcher is not None
+                 and (role is None or role.primary is None))
+        plain_tx = plain and self.plain_tx  # and pipelined(ctx), asked at a PREPARE or COMMIT
+        plain = plain and not ctx.stopping
+        reads = self.plain_reads and reads
         # The PULLs of the run the step answers at once are written in one piece.
         gather = GatheredAnswers(session) if reads and len(frames) > 1 else None
         plain_sends = self.plain
-        max_in_flight = self.ctx.config.max_in_flight
+        max_in_flight = ctx.config.max_in_flight
         received = 0
         at, count = 0, len(frames)
         try:
@@ -188,7 +198,7 @@ class SessionRequests:
                 request = None
                 try:
                     op = frame.opcode
-                    if plain_tx and op in _PLAIN_TX_OPS:
+                    if plain_tx and op in _PLAIN_TX_OPS and pipelined(ctx):
                         request = self._start_plain_tx(frame)
                     elif reads and op in _PLAIN_READ_OPS:
                         request = self._start_plain_read(frame, gather)
@@ -215,25 +225,6 @@ class SessionRequests:
             admission.received(received)
         if gather is not None:
             gather.flush()
-
-    def _plain_session(self) -> bool:
-        """Whether this session's SENDs may take the short step now: the checks of
-        :meth:`_start` that pass trivially for any SEND of it (its first request is done,
-        no users, no cluster, not a follower: SEND and SEND_BATCH are ``follower=REFUSES``,
-        :func:`follower_refusal`)."""
-        ctx, session = self.ctx, self.session
-        role = ctx.replication
-        return (session.established and session.principal is None
-                and not ctx.authenticator.enforcing and ctx.routes is None
-                and ctx.batcher is not None and (role is None or role.primary is None))
-
-    def _plain_reads_session(self) -> bool:
-        """Whether this session's PULLs and COMMIT_OFFSETs may take the short step now:
-        :meth:`_plain_session`'s conditions but the send pipeline's and the follower's (a
-        follower serves PULL; :meth:`_start_commit_offset` asks for a COMMIT_OFFSET)."""
-        ctx, session = self.ctx, self.session
-        return (session.established and session.principal is None
-                and not ctx.authenticator.enforcing and ctx.routes is None)
 
     def _start(self, frame: Frame) -> asyncio.Future | None:
         """The request's future, or None when it is refused (answered already)."""
@@ -384,7 +375,7 @@ class SessionRequests:
         return self._drained
 
     def _start_plain_tx(self, frame: Frame) -> asyncio.Future | object | None:
-        """A PREPARE or COMMIT of a session the step may serve (:meth:`_plain_session`, and
+        """A PREPARE or COMMIT of a session the step may serve (:meth:`start_frames`, and
         transactions on the send pipeline, :func:`~fmq.server.ops.tx_ops.pipelined`) started
         the short way, as the plain sends are started: its future, None when it
         is refused (answered already), or _DECLINED (nothing done) for :meth:`_start`. A
@@ -463,7 +454,7 @@ class SessionRequests:
 
     def _start_plain_read(self, frame: Frame, gather: GatheredAnswers | None = None
                           ) -> asyncio.Future | object | None:
-        """A PULL or COMMIT_OFFSET of a session the step may serve (:meth:`_plain_reads_session`)
+        """A PULL or COMMIT_OFFSET of a session the step may serve (:meth:`start_frames`)
         started the short way, as the plain sends are started: None when it was
         answered (a PULL answered at once, :func:`answer_pull_now`), the future of a PULL
         left to wait or of a COMMIT_OFFSET, or _DECLINED (nothing answered) for
