@@ -13,13 +13,18 @@ its share of its window's flush and of whatever the server's own timers did mean
 Not part of the test run::
 
     python bench/send_path_instructions.py [--old PATH_OF_AN_OLDER_CHECKOUT] [--requests 1024]
-        [--only send|tx|batch] [--keep DIR] [--writes]
+        [--only send|tx|batch] [--keep DIR] [--writes | --syscalls]
+
+``--connections N`` (``send`` only): N connections, each with one SEND in flight (a window
+is one SEND written on each, then every answer read: row 1's load of N producers), instead
+of windows on one connection.
 
 ``--keep DIR`` keeps each run's callgrind file in DIR (``callgrind.<tree>.<kind>``), for
 ``callgrind_annotate --inclusive=yes`` to tell where the instructions go.
 
 ``--writes`` counts, instead of instructions, the server's write system calls per request
-under the same windows (``strace -f -c``, every thread; needs strace).
+under the same windows (``strace -f -c``, every thread; needs strace); ``--syscalls`` every
+system call, by name.
 
 ``send``: SEND of one 1 KiB message. ``tx``: a transaction of one 1 KiB message, its PREPARE
 and its COMMIT (two requests, both counted as one transaction). ``batch``: SEND_BATCH of 16
@@ -78,12 +83,20 @@ class RawClient:
 
     def window(self, requests: list[tuple[int, dict]]) -> list[dict]:
         """Send ``requests`` (opcode, fields) in one write; their answers' fields."""
+        self.write(requests)
+        return [self._answer() for _ in requests]
+
+    def write(self, requests: list[tuple[int, dict]]) -> None:
+        """Send ``requests`` (opcode, fields) in one write."""
         out = []
         for op, fields in requests:
             self.rid += 1
             out.append(encode_request(op, self.rid, fields))
         self.sock.sendall(b"".join(out))
-        return [self._answer() for _ in requests]
+
+    def answers(self, count: int) -> list[dict]:
+        """The fields of the next ``count`` answers."""
+        return [self._answer() for _ in range(count)]
 
     def _answer(self) -> dict:
         while True:
@@ -99,6 +112,25 @@ class RawClient:
             if not data:
                 raise SystemExit("the server closed the connection")
             self.buf += data
+
+
+class Producers:
+    """Several connections, each a producer with one SEND in flight: a window is one SEND
+    written on each, then each one's answer read (row 1's load, ``--connections``)."""
+
+    def __init__(self, port: int, connections: int) -> None:
+        self.clients = [RawClient(port) for _ in range(connections)]
+
+    def sends(self, requests: int) -> None:
+        for _ in range(requests // len(self.clients)):
+            for client in self.clients:
+                client.write([(Op.SEND, {"message": _message()})])
+            for client in self.clients:
+                client.answers(1)
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.sock.close()
 
 
 def drive_tx_with_next(client: RawClient, requests: int, window: int) -> None:
@@ -134,7 +166,7 @@ def drive(client: RawClient, kind: str, requests: int, window: int = WINDOW) -> 
 
 
 def server_instructions(tree: str, kind: str, requests: int, scratch: str,
-                        window: int = WINDOW) -> int:
+                        window: int = WINDOW, connections: int = 1) -> int:
     """The instructions a server of ``tree`` spent serving ``requests`` of ``kind``: counted
     only while the client drives them (``callgrind_control`` turns counting on after a
     warm-up window and off before the server stops), so start-up and shut-down are left out."""
@@ -148,23 +180,34 @@ def server_instructions(tree: str, kind: str, requests: int, scratch: str,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, PYTHONPATH=tree), cwd=tree)
     try:
-        client = RawClient(port)
-        drive(client, kind, WINDOW)  # the topic made, the first segment and caches warm
-        with collecting(proc.pid):
-            drive(client, kind, requests, window)
-        client.sock.close()
+        if connections > 1:  # one SEND in flight on each
+            producers = Producers(port, connections)
+            producers.sends(WINDOW)  # the topic made, the first segment and caches warm
+            with collecting(proc.pid):
+                producers.sends(requests)
+            producers.close()
+        else:
+            client = RawClient(port)
+            drive(client, kind, WINDOW)  # the topic made, the first segment and caches warm
+            with collecting(proc.pid):
+                drive(client, kind, requests, window)
+            client.sock.close()
     finally:
         err = stop(proc)
     instructions = collected(err)
     return instructions
 
 
-def server_writes(tree: str, kind: str, requests: int, scratch: str) -> dict[str, float]:
+WRITES = ("write", "writev", "sendmsg", "sendto")
+
+
+def server_writes(tree: str, kind: str, requests: int, scratch: str,
+                  calls_of: tuple[str, ...] | None = WRITES) -> dict[str, float]:
     """The write system calls a server of ``tree`` made per request while serving
     ``requests`` of ``kind`` (``strace -f -c`` of every thread, counted from a warm-up
     window on, as :func:`server_instructions` counts): ``write``, ``writev``, ``sendmsg``
     and ``sendto`` (answers, and the log's and the index's writes, which the same requests
-    make on both trees)."""
+    make on both trees); ``calls_of`` None: every system call, by name."""
     port = free_port()
     data = tempfile.mkdtemp(prefix="data-", dir=scratch)
     out = os.path.join(scratch, "strace.out")
@@ -176,8 +219,9 @@ def server_writes(tree: str, kind: str, requests: int, scratch: str) -> dict[str
     try:
         client = RawClient(port)
         drive(client, kind, WINDOW)
-        tracer = subprocess.Popen(["strace", "-f", "-c", "-q", "-o", out, "-e",
-                                   "trace=write,writev,sendmsg,sendto", "-p", str(proc.pid)],
+        only = ["-e", "trace=" + ",".join(calls_of)] if calls_of else []
+        tracer = subprocess.Popen(["strace", "-f", "-c", "-q", "-o", out, *only, "-p",
+                                   str(proc.pid)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1)  # strace attaches to every thread
         drive(client, kind, requests)
@@ -191,8 +235,10 @@ def server_writes(tree: str, kind: str, requests: int, scratch: str) -> dict[str
     with open(out, encoding="utf-8") as f:
         for line in f:
             parts = line.split()
-            if parts and parts[-1] in ("write", "writev", "sendmsg", "sendto"):
-                calls[parts[-1]] = int(parts[3]) / requests  # % time, seconds, usecs/call, calls
+            # % time, seconds, usecs/call, calls, [errors,] name
+            if (len(parts) >= 5 and parts[3].isdigit() and parts[-1] != "total"
+                    and (calls_of is None or parts[-1] in calls_of)):
+                calls[parts[-1]] = int(parts[3]) / requests
     return calls
 
 
@@ -207,14 +253,22 @@ def main() -> None:
     ap.add_argument("--keep", default=None, help="a directory to keep the callgrind files in")
     ap.add_argument("--writes", action="store_true",
                     help="count write system calls per request (strace) instead of instructions")
+    ap.add_argument("--connections", type=int, default=1,
+                    help="SENDs on this many connections, one in flight on each (row 1's "
+                         "load; --only send), instead of windows on one")
+    ap.add_argument("--syscalls", action="store_true",
+                    help="count every system call per request (strace), by name")
     args = ap.parse_args()
-    if args.writes:
+    if args.writes or args.syscalls:
         for kind in [args.only] if args.only else ["send"]:
             for name, tree in trees(args.old).items():
                 with tempfile.TemporaryDirectory(prefix="fmq-send-writes-") as tmp:
-                    calls = server_writes(tree, kind, args.requests, tmp)
-                print(f"{name}: write system calls per {kind} request: "
-                      + ", ".join(f"{k} {v:.3f}" for k, v in sorted(calls.items())), flush=True)
+                    calls = server_writes(tree, kind, args.requests, tmp,
+                                          None if args.syscalls else WRITES)
+                what = "system calls" if args.syscalls else "write system calls"
+                print(f"{name}: {what} per {kind} request: {sum(calls.values()):.3f}: "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in sorted(calls.items())
+                                  if v >= 0.001), flush=True)
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
@@ -222,7 +276,8 @@ def main() -> None:
     for kind in kinds:
         for name, tree in trees(args.old).items():
             with tempfile.TemporaryDirectory(prefix="fmq-send-instr-") as tmp:
-                count = server_instructions(tree, kind, args.requests, tmp, args.window)
+                count = server_instructions(tree, kind, args.requests, tmp, args.window,
+                                            args.connections)
                 if args.keep:
                     os.makedirs(args.keep, exist_ok=True)
                     shutil.copy(os.path.join(tmp, "callgrind.out"),

@@ -45,6 +45,7 @@ COMPILED_MODULES: dict[str, str] = {
     "fmq.index._item_batch_c": "fmq/index/_item_batch_c.pyx",
     "fmq.index._batch_puts_c": "fmq/index/_batch_puts_c.pyx",
     "fmq.server.net._answer_send_c": "fmq/server/net/_answer_send_c.pyx",
+    "fmq.server.net._plain_sends_c": "fmq/server/net/_plain_sends_c.pyx",
     "fmq.server.kafka._record_messages_c": "fmq/server/kafka/_record_messages_c.pyx",
     "fmq.server.kafka._stored_batches_c": "fmq/server/kafka/_stored_batches_c.pyx",
     "fmq.server.ops._pull_messages_c": "fmq/server/ops/_pull_messages_c.pyx",

@@ -231,6 +231,9 @@ class Server:
             logger.info("answered %d requests waiting for reply room ServerBusy (stopping)",
                         waiting)
         pending = list(self.ctx.all_tasks)
+        # Plain sends have no task each: a session's end as its last one is answered.
+        pending += [d for session in self.sessions.values()
+                    if (d := session.requests.drained()) is not None]
         if pending:
             hurry = asyncio.ensure_future(self._hurry.wait())
             await asyncio.wait([asyncio.gather(*pending, return_exceptions=True), hurry],
@@ -340,7 +343,8 @@ class Server:
             "connections": len(self.sessions),
             "pending_connections": len(self.pending),
             "requests": counters.requests,
-            "in_flight": len(ctx.all_tasks),
+            "in_flight": len(ctx.all_tasks) + sum(session.requests.plain.count
+                                                  for session in self.sessions.values()),
             "protocol_errors": counters.protocol_errors,
             "busy_refusals": counters.busy_refusals,
             "pulls_waiting": ctx.wakeups.waiting,

@@ -1,4 +1,4 @@
-"""A plain SEND's or SEND_BATCH's short step (``SessionRequests._start_plain_send``) against the general way
+"""A plain SEND's or SEND_BATCH's short step (``PlainSends.take`` and ``answer_sends``) against the general way
 (``SessionRequests.plain_sends = False``, every request through ``_start``): the same
 SEND and SEND_BATCH frames, valid and invalid (topic names, body sizes against the broker's and a topic's
 ``max_message_size``, keys, tags, properties, queue ids, a deleted topic, malformed
@@ -10,12 +10,13 @@ the comparison would compare the general way with itself."""
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 
-from fmq.message import PackedResults
 from fmq.protocol import PROTOCOL_VERSION, Op
-from fmq.server.net.session_requests import _DECLINED, SessionRequests
+from fmq.server.net.session_requests import SessionRequests
+from fmq.server.ops.batcher import SendBatcher
 from tests.native.test_plain_send_twins import batch_payload, send_payload
 from tests.server.raw_requests import answers_in_windows, answers_one_at_a_time, request_frame
 from tests.server.send_servers import (
@@ -84,15 +85,14 @@ def test_plain_sends_are_answered_and_stored_as_the_general_way_does(tmp_path, m
                                                                      seed):
     frames = _requests(seed, 400)
     taken = []  # the opcode of each request the step took
-    step = SessionRequests._start_plain_send
+    place = SendBatcher._place_turn
 
-    def counted(self, frame):
-        request = step(self, frame)
-        if request is not _DECLINED:
-            taken.append(frame.opcode)
-        return request
+    def counted(self):
+        # The step's entries have no future: (messages, None, plain, id, opcode, bytes).
+        taken.extend(item[4] for item in self._sends if item[1] is None)
+        return place(self)
 
-    monkeypatch.setattr(SessionRequests, "_start_plain_send", counted)
+    monkeypatch.setattr(SendBatcher, "_place_turn", counted)
 
     def serve(name: str) -> tuple[list[bytes], list[tuple]]:
         return answers_and_stored(str(tmp_path / name),
@@ -114,19 +114,21 @@ def test_plain_sends_are_answered_and_stored_as_the_general_way_does(tmp_path, m
 def test_pipelined_plain_sends_are_answered_and_stored_as_the_general_way_does(
         tmp_path, monkeypatch, seed):
     """Windows of 16 requests on one connection: placement packs the results of a turn's
-    sends, and the step frames its answers from them (SessionRequests._answer_plain); the
+    sends, and the step frames their answers from them into the session's answers
+    (fmq.server.net.plain_sends.answer_sends, written by SessionRequests.plain_written); the
     same answers, request by request, and the same stored messages as the general way."""
     frames = _requests(seed, 480, intact=True)
     framed = []  # the opcode of each answer the step framed from packed results
-    answer = _STEP_CLASS._answer_plain
+    written = _STEP_CLASS.plain_written
 
-    def counted(self, op, rid, reply, request):
-        if type(request.result() if request.done() and not request.cancelled()
-                and request.exception() is None else None) is PackedResults:
-            framed.append(op)
-        return answer(self, op, rid, reply, request)
+    def counted(self, data, ended, size):
+        at = 0
+        while at < len(data):  # the framed answers, one after the other
+            framed.append(data[at + 5])
+            at += 4 + struct.unpack_from(">I", data, at)[0]
+        return written(self, data, ended, size)
 
-    monkeypatch.setattr(_STEP_CLASS, "_answer_plain", counted)
+    monkeypatch.setattr(_STEP_CLASS, "plain_written", counted)
 
     def serve(name: str) -> tuple[dict[int, bytes], list[tuple]]:
         return answers_and_stored(str(tmp_path / name),

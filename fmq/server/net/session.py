@@ -48,7 +48,6 @@ class ClientSession(asyncio.Protocol):
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
         self.requests = SessionRequests(self)
-        self.tasks = self.requests.running  # requests in flight
         self.id = 0
         self.peer = "?"
         self.transport: asyncio.Transport | None = None
@@ -186,7 +185,7 @@ class ClientSession(asyncio.Protocol):
                     and now - replies.drained_at > cfg.write_timeout_ms / 1000):
                 return (f"the peer read none of its {replies.unsent} unsent reply bytes for more "
                         f"than write_timeout_ms ({cfg.write_timeout_ms} ms)")
-        elif (cfg.idle_timeout_ms and not self.tasks
+        elif (cfg.idle_timeout_ms and not self.requests.in_flight()
               and now - self.last_received > cfg.idle_timeout_ms / 1000):
             return f"idle for more than idle_timeout_ms ({cfg.idle_timeout_ms} ms)"
         return None
@@ -209,7 +208,7 @@ class ClientSession(asyncio.Protocol):
         self.eof = True
         self.closing = True
         self.ctx.wakeups.session_closed(self.id)
-        if not self.tasks:
+        if not self.requests.in_flight():
             self.close()
         return True
 

@@ -2,15 +2,20 @@
 operation table (:data:`fmq.server.ops.table.OPERATIONS`), its declaration's checks first,
 and answered with its request id when it ends (pipelining: many run at once).
 
-A plain SEND or SEND_BATCH takes a shorter step (:meth:`SessionRequests._start_plain_send`):
+A plain SEND or SEND_BATCH takes a shorter step (:meth:`PlainSends.take
+<fmq.server.net.plain_sends.PlainSends.take>`, one call for a run of them):
 on a server without users and outside a cluster, from an established session, a SEND whose
 message (a SEND_BATCH whose every message) passes its own checks as it is decoded
 (:data:`~fmq.protocol.message_requests.PLAIN_SEND`, ``PLAIN_SEND_BATCH``, compiled where
 the twins are) goes straight to the send pipeline; any other request, and one it declines,
 runs the general way, which makes every check again and gives each error. What the step
 asks of the session (no users, no cluster, not a follower, established) is asked once per
-run of frames (:meth:`SessionRequests.start_frames`), and its answer is framed from
-placement's packed results as they are (:meth:`SessionRequests._answer_plain`).
+run of frames (:meth:`SessionRequests.start_frames`). Such a send has no future, done
+callback or set entry of its own: its entry in the send pipeline names the session's
+:class:`~fmq.server.net.plain_sends.PlainSends`, and its answer is framed from placement's
+packed results as they are, with the others of its flush, into its session's answers
+(:func:`~fmq.server.net.plain_sends.answer_sends`, compiled where the twins are); the
+session is told once per flush (:meth:`SessionRequests.plain_written`).
 tests/server/test_plain_send_step.py compares the two ways' answers and stored records, one
 request at a time and in pipelined windows.
 
@@ -34,10 +39,12 @@ import asyncio
 import functools
 import logging
 import struct
+from collections.abc import Sequence
 from typing import Any, Protocol
 
+from fmq import native
 from fmq.errors import ConnectionLost, FMQError, ProtocolError, ServerBusy
-from fmq.message import PackedResults
+from fmq.message import SendResult
 from fmq.protocol import (
     HEADER_SIZE,
     PROTOCOL_VERSION,
@@ -62,6 +69,7 @@ from fmq.server.cluster.fencing import fencing_refusal, follower_refusal
 from fmq.server.cluster.first_sight import check_again
 from fmq.server.cluster.hosting import not_hosted
 from fmq.server.context import RequestSession, ServerContext
+from fmq.server.net import plain_sends
 from fmq.server.net.reply_account import ReplyAccount
 from fmq.server.net.request_admission import RequestAdmission
 from fmq.server.ops.handlers import pull_after_wait, send_batch_reply, send_reply
@@ -78,15 +86,10 @@ logger = logging.getLogger("fmq.server")
 ANSWERED_BY_PIPELINE = frozenset((Op.SEND, Op.SEND_BATCH, Op.PREPARE, Op.COMMIT))
 
 _SEND = int(Op.SEND)
-#: A plain step's answer framed by hand (:meth:`SessionRequests._answer_plain`): the length
-#: prefix and header, a SEND_BATCH's with its results' count; the lengths count the header.
+#: A transaction step's answer framed by hand (:meth:`SessionRequests._answer_tx`): the
+#: length prefix and header; the length counts the header.
 _SEND_ANSWER_HEAD = struct.Struct(">IBBHQ")
-_BATCH_ANSWER_HEAD = struct.Struct(">IBBHQI")
 _ANSWER_SIZE = HEADER_SIZE
-_BATCH_ANSWER_SIZE = HEADER_SIZE + 4
-_RESULT_SIZE = PackedResults.FORMAT.size
-#: The requests a plain step may take (:meth:`SessionRequests._start_plain_send`).
-_PLAIN_OPS = frozenset((_SEND, int(Op.SEND_BATCH)))
 _PREPARE = int(Op.PREPARE)
 #: The requests the transaction step may take (:meth:`SessionRequests._start_plain_tx`).
 _PLAIN_TX_OPS = frozenset((_PREPARE, int(Op.COMMIT)))
@@ -96,9 +99,11 @@ _MAX_TX_ID = 255
 #: A COMMIT's answer payload per final state (None: committed by this request).
 _STATE_PAYLOADS = {state: bytes(state_answer(state).payload) for state in TxState}
 _STATE_PAYLOADS[None] = _STATE_PAYLOADS[TxState.COMMIT]
-#: What :meth:`SessionRequests._start_plain_send` returns for a request it leaves to the
-#: general way (nothing of it done yet).
+#: What a short step (:meth:`SessionRequests._start_plain_tx`, ``_start_plain_read``)
+#: returns for a request it leaves to the general way (nothing of it done yet).
 _DECLINED = object()
+#: The session's plain sends: the compiled twin where it runs.
+_PlainSends = native.choose(plain_sends).PlainSends
 #: The reads' short step (:meth:`SessionRequests._start_plain_read`): a PULL answered at
 #: once, a COMMIT_OFFSET without a task; a COMMIT_OFFSET's answer is its bare header.
 _PULL = int(Op.PULL)
@@ -143,6 +148,12 @@ class SessionRequests:
         self.running: set[asyncio.Future] = set()
         self._held: dict[asyncio.Future, int] = {}  # request bytes per running request
         self._tx_steps: TxSteps | None = None  # the server's, once a step needs it
+        #: The plain sends, taken from the frames and in flight without a future each
+        #: (fmq.server.net.plain_sends).
+        ctx = self.ctx
+        self.plain = _PlainSends(self, ctx.counters, ctx.batcher, ctx.broker, ctx.limits,
+                                 PLAIN_SEND, PLAIN_SEND_BATCH)
+        self._drained: asyncio.Future | None = None  # see drained()
 
     def start_frames(self, frames: list[Frame]) -> None:
         """Start the request of each frame, in order, until the session closes; each holds
@@ -154,59 +165,66 @@ class SessionRequests:
         # (a frame of it cannot change them: a log-in or a role change ends in a later
         # turn; the first request makes the session established, the rest of its run
         # then takes the general way, which is never wrong).
-        plain = self.plain_sends and self._plain_session()
-        plain_tx = plain and self.plain_tx and pipelined(self.ctx)
-        reads = self.plain_reads and self._plain_reads_session()
+        # The short steps' conditions stand for checks of _start that pass trivially for
+        # any such request of the session: its first request is done, no users, no
+        # cluster; and for SEND and SEND_BATCH (follower=REFUSES, follower_refusal) not a
+        # follower and a send pipeline (a follower serves PULL; _start_commit_offset asks
+        # for a COMMIT_OFFSET). Inline: asked at every read.
+        ctx = self.ctx
+        role = ctx.replication
+        reads = (session.established and session.principal is None
+                 and not ctx.authenticator.enforcing and ctx.routes is None)
+        plain = (self.plain_sends and reads and ctx.batcher is not None
+                 and (role is None or role.primary is None))
+        plain_tx = plain and self.plain_tx  # and pipelined(ctx), asked at a PREPARE or COMMIT
+        plain = plain and not ctx.stopping
+        reads = self.plain_reads and reads
         # The PULLs of the run the step answers at once are written in one piece.
         gather = GatheredAnswers(session) if reads and len(frames) > 1 else None
-        for frame in frames:
-            size = HEADER_SIZE + len(frame.payload)
-            admission.received(size)
-            request = None
-            try:
-                op = frame.opcode
-                if plain and op in _PLAIN_OPS:
-                    request = self._start_plain_send(frame)
-                elif plain_tx and op in _PLAIN_TX_OPS:
-                    request = self._start_plain_tx(frame)
-                elif reads and op in _PLAIN_READ_OPS:
-                    request = self._start_plain_read(frame, gather)
-                else:
-                    request = _DECLINED
-                if request is _DECLINED:
-                    if gather is not None:  # written before it may answer or close
-                        gather.flush()
-                    request = self._start(frame)
-            finally:
-                # The one place a frame's bytes go back when its request does not run
-                # (refused, malformed, or a bug): a refusal cannot forget them.
-                if request is None:
-                    admission.release(size)
-                else:
-                    self._held[request] = size
-            if session.closing:
-                break
+        plain_sends = self.plain
+        max_in_flight = ctx.config.max_in_flight
+        received = 0
+        at, count = 0, len(frames)
+        try:
+            while at < count:
+                if plain:  # the plain sends from here on, in one call
+                    at = plain_sends.take(frames, at, max_in_flight - len(self.running))
+                    if at == count:
+                        break
+                frame = frames[at]  # one the step did not take: the general way's
+                at += 1
+                size = HEADER_SIZE + len(frame.payload)
+                received += size
+                request = None
+                try:
+                    op = frame.opcode
+                    if plain_tx and op in _PLAIN_TX_OPS and pipelined(ctx):
+                        request = self._start_plain_tx(frame)
+                    elif reads and op in _PLAIN_READ_OPS:
+                        request = self._start_plain_read(frame, gather)
+                    else:
+                        request = _DECLINED
+                    if request is _DECLINED:
+                        if gather is not None:  # written before it may answer or close
+                            gather.flush()
+                        request = self._start(frame)
+                finally:
+                    # The one place a frame's bytes go back when its request does not run
+                    # (refused, malformed, or a bug): a refusal cannot forget them. (A plain
+                    # send holds them in its entry of the send pipeline, given back as it
+                    # is answered: fmq.server.net.plain_sends.)
+                    if request is None:
+                        admission.release(size)
+                    else:
+                        self._held[request] = size
+                if session.closing:
+                    break
+        finally:
+            # The frames' bytes are their requests' from now on: told once for the run
+            # (nothing reads the count between two frames of it).
+            admission.received(received)
         if gather is not None:
             gather.flush()
-
-    def _plain_session(self) -> bool:
-        """Whether this session's SENDs may take the short step now: the checks of
-        :meth:`_start` that pass trivially for any SEND of it (its first request is done,
-        no users, no cluster, not a follower: SEND and SEND_BATCH are ``follower=REFUSES``,
-        :func:`follower_refusal`)."""
-        ctx, session = self.ctx, self.session
-        role = ctx.replication
-        return (session.established and session.principal is None
-                and not ctx.authenticator.enforcing and ctx.routes is None
-                and ctx.batcher is not None and (role is None or role.primary is None))
-
-    def _plain_reads_session(self) -> bool:
-        """Whether this session's PULLs and COMMIT_OFFSETs may take the short step now:
-        :meth:`_plain_session`'s conditions but the send pipeline's and the follower's (a
-        follower serves PULL; :meth:`_start_commit_offset` asks for a COMMIT_OFFSET)."""
-        ctx, session = self.ctx, self.session
-        return (session.established and session.principal is None
-                and not ctx.authenticator.enforcing and ctx.routes is None)
 
     def _start(self, frame: Frame) -> asyncio.Future | None:
         """The request's future, or None when it is refused (answered already)."""
@@ -228,7 +246,7 @@ class SessionRequests:
                 "request id 0 is reserved for connection-level errors; number requests from "
                 "1 (docs/protocol.md section 1)"), "reserved request id")
             return None
-        refusal = refusal_before_decoding(ctx, len(self.running), frame)
+        refusal = refusal_before_decoding(ctx, self.in_flight(), frame)
         if refusal is not None:
             session.send(encode_error(op, rid, refusal))
             return None
@@ -284,55 +302,82 @@ class SessionRequests:
             request.add_done_callback(answer)
         return request
 
-    def _start_plain_send(self, frame: Frame) -> asyncio.Future | object | None:
-        """A SEND or SEND_BATCH of a session the step may serve (:meth:`_plain_session`)
-        started the short way: its future, None when it is refused (answered already), or
-        _DECLINED (nothing done) for :meth:`_start` to run it. Each condition below stands
-        for a check of :meth:`_start` that passes trivially when it holds: the header, the
-        in-flight limit, the shutdown; a SEND_BATCH's list limit is checked (a refusal
-        declines: the general way gives it); the messages' own checks are made as they are
-        decoded, the rest (the batch's size, their topics', their records' sizes) by
-        :meth:`SendBatcher.submit_plain`."""
-        ctx = self.ctx
-        op, rid = frame.opcode, frame.request_id
-        if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
-                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
-            return _DECLINED
-        batcher = ctx.batcher
-        max_size = ctx.broker.config.max_message_size
-        if op == _SEND:
-            message = PLAIN_SEND(frame.payload, max_size)
-            if message is None:
-                return _DECLINED
-            messages, reply = [message], send_reply
-        else:
-            try:
-                ctx.limits.check(frame)
-            except FMQError:
-                return _DECLINED
-            messages, reply = PLAIN_SEND_BATCH(frame.payload, max_size), send_batch_reply
-            if messages is None:
-                return _DECLINED
-        counters = ctx.counters
-        counters.requests += 1
-        counters.by_op[op] += 1
+    # ------------------------------------------------------------------ plain sends' owner
+
+    def acknowledges(self) -> bool:
+        """Whether a write may be answered as done now: SEND and SEND_BATCH are
+        ``follower=REFUSES`` (:func:`fencing_refusal`), so not on a fenced primary."""
+        role = self.ctx.replication
+        return role is None or role.acknowledges()
+
+    def plain_received(self, size: int) -> None:
+        """Plain sends were taken from frames of ``size`` request bytes: they hold them."""
+        self.session.admission.received(size)
+
+    def plain_written(self, data: bytes, ended: int, size: int) -> None:
+        """Plain sends' answers framed in one piece (:func:`answer_sends`), written;
+        ``ended`` of them answered, their ``size`` request bytes given back. A bug here is
+        logged and stops no other session's answers."""
+        session = self.session
         try:
-            # No reply function: the future ends with the placed results, which
-            # _answer_plain frames as they are.
-            request = batcher.submit_plain(messages, None, functools.partial(
-                self._answer_plain, op, rid, reply))
-        except FMQError as exc:  # refused before it started (a send that cannot be stored)
-            counters.failed(op, exc)
+            if data:
+                session.send(data)
+            if size:
+                session.admission.release(size)
+            if ended:
+                if session.eof and not self.running and not self.plain.count:
+                    session.close()
+                drained = self._drained
+                if drained is not None and not self.plain.count:
+                    self._drained = None
+                    if not drained.done():
+                        drained.set_result(None)
+        except Exception:  # noqa: BLE001 - the other sessions still get theirs
+            logger.exception("answering a connection's sends failed")
+
+    def plain_failed(self, op: int, rid: int, exc: BaseException) -> None:
+        """A plain send failed (its flush, or placement): its error answer, counted as
+        :meth:`_answer` counts one."""
+        try:
+            self.ctx.counters.failed(op, exc)
+            if not isinstance(exc, FMQError):
+                logger.error("request %s failed unexpectedly", Op(op).name, exc_info=exc)
             self.session.send(encode_error(op, rid, exc))
+        except Exception:  # noqa: BLE001 - the other requests still get theirs
+            logger.exception("answering a request failed")
+
+    def plain_results(self, op: int, rid: int, results: Sequence[SendResult]) -> None:
+        """A plain send's answer through the codec (its results are not packed, or a
+        fenced primary may have to refuse it), as :meth:`_answer` writes it."""
+        exc = fencing_refusal(self.ctx.replication, op)
+        if exc is None:
+            try:
+                reply = send_reply if op == _SEND else send_batch_reply
+                data = encode_response(op, rid, reply(results))
+            except Exception as enc:  # noqa: BLE001 - a bug must not kill the session
+                exc = enc
+        if exc is not None:
+            self.plain_failed(op, rid, exc)
+            return
+        self.session.send(data)
+
+    def in_flight(self) -> int:
+        """Requests of this session running now (plain sends too)."""
+        return len(self.running) + self.plain.count
+
+    def drained(self) -> asyncio.Future | None:
+        """A future that ends once no plain send of this session is in flight (a stopping
+        server waits for them, as for its tasks), or None when none is."""
+        if not self.plain.count:
             return None
-        self.running.add(request)
-        ctx.all_tasks.add(request)
-        return request
+        if self._drained is None:
+            self._drained = self.ctx.loop.create_future()
+        return self._drained
 
     def _start_plain_tx(self, frame: Frame) -> asyncio.Future | object | None:
-        """A PREPARE or COMMIT of a session the step may serve (:meth:`_plain_session`, and
+        """A PREPARE or COMMIT of a session the step may serve (:meth:`start_frames`, and
         transactions on the send pipeline, :func:`~fmq.server.ops.tx_ops.pipelined`) started
-        the short way, as :meth:`_start_plain_send` starts a SEND: its future, None when it
+        the short way, as the plain sends are started: its future, None when it
         is refused (answered already), or _DECLINED (nothing done) for :meth:`_start`. A
         PREPARE's messages must be plain (their own checks made as they are decoded,
         :func:`~fmq.protocol.message_requests.plain_prepare`); every other check is the
@@ -340,7 +385,7 @@ class SessionRequests:
         ctx = self.ctx
         op, rid = frame.opcode, frame.request_id
         if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
-                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
+                or self.in_flight() >= ctx.config.max_in_flight or ctx.stopping):
             return _DECLINED
         if op == _PREPARE:
             try:
@@ -404,13 +449,13 @@ class SessionRequests:
         # _done's, inline (nothing reserved for the reply here: nothing to settle).
         self.ctx.all_tasks.discard(request)
         session.admission.release(self._held.pop(request, 0))
-        if session.eof and not self.running:
+        if session.eof and not self.running and not self.plain.count:
             session.close()
 
     def _start_plain_read(self, frame: Frame, gather: GatheredAnswers | None = None
                           ) -> asyncio.Future | object | None:
-        """A PULL or COMMIT_OFFSET of a session the step may serve (:meth:`_plain_reads_session`)
-        started the short way, as :meth:`_start_plain_send` starts a SEND: None when it was
+        """A PULL or COMMIT_OFFSET of a session the step may serve (:meth:`start_frames`)
+        started the short way, as the plain sends are started: None when it was
         answered (a PULL answered at once, :func:`answer_pull_now`), the future of a PULL
         left to wait or of a COMMIT_OFFSET, or _DECLINED (nothing answered) for
         :meth:`_start` to run it. The conditions
@@ -420,7 +465,7 @@ class SessionRequests:
         ctx = self.ctx
         op, rid = frame.opcode, frame.request_id
         if (frame.version != PROTOCOL_VERSION or frame.flags & FLAG_RESPONSE or rid == 0
-                or len(self.running) >= ctx.config.max_in_flight or ctx.stopping):
+                or self.in_flight() >= ctx.config.max_in_flight or ctx.stopping):
             return _DECLINED
         if op == _PULL:
             fields = plain_pull(frame.payload)
@@ -520,43 +565,13 @@ class SessionRequests:
                                              rid))
         self.ctx.all_tasks.discard(request)
         session.admission.release(self._held.pop(request, 0))
-        if session.eof and not self.running:
+        if session.eof and not self.running and not self.plain.count:
             session.close()
 
     def _run_checked(self, declared: FmqOperation, req: dict) -> Any:
         """A held first write, once the routes were read: checked again, then started."""
         check_again(self.ctx.routes, self.ctx, declared.hosted, req)
         return declared.handler(self.ctx, self.session, req)
-
-    def _answer_plain(self, op: int, rid: int, reply: Reply, request: asyncio.Future) -> None:
-        """The answer of a request the short step started, written as :meth:`_answer`
-        writes it: placement's packed results framed as they are (a SEND's payload is its
-        one result, a SEND_BATCH's a u32 count and its results: the wire's send_result
-        layout), or through ``reply`` and the codec when they are not packed, the request
-        failed or a fenced primary may have to refuse it (SEND and SEND_BATCH are
-        ``follower=REFUSES``, :func:`fencing_refusal`). It reserved no reply bytes."""
-        role = self.ctx.replication
-        results = (request.result() if not request.cancelled() and request.exception() is None
-                   and (role is None or role.acknowledges()) else None)
-        if type(results) is not PackedResults:
-            self._answer(op, rid, request, reply)
-            return
-        self.running.discard(request)
-        data = results.data
-        if op == _SEND:
-            frame = _SEND_ANSWER_HEAD.pack(_ANSWER_SIZE + len(data), PROTOCOL_VERSION, op,
-                                           FLAG_RESPONSE, rid) + data
-        else:
-            frame = _BATCH_ANSWER_HEAD.pack(_BATCH_ANSWER_SIZE + len(data), PROTOCOL_VERSION,
-                                            op, FLAG_RESPONSE, rid,
-                                            len(data) // _RESULT_SIZE) + data
-        session = self.session
-        session.send(frame)
-        # _done's, inline (nothing reserved for the reply here: nothing to settle).
-        self.ctx.all_tasks.discard(request)
-        session.admission.release(self._held.pop(request, 0))
-        if session.eof and not self.running:
-            session.close()
 
     def _answer(self, op: int, rid: int, request: asyncio.Future, reply: Reply | None = None
                 ) -> None:
@@ -593,7 +608,7 @@ class SessionRequests:
         self.ctx.all_tasks.discard(request)
         session.admission.release(self._held.pop(request, 0))
         session.replies.settle(request)
-        if session.eof and not self.running:
+        if session.eof and not self.running and not self.plain.count:
             session.close()
 
 

@@ -45,6 +45,7 @@ from fmq.server.ops.placed import (
     WriteRequest,
     answer_now,
     answer_placed,
+    answer_sends,
 )
 from fmq.threadname import name_os_thread
 
@@ -114,30 +115,20 @@ class SendBatcher:
         self._sends.append((msgs, fut, reply, None))
         return fut
 
-    def submit_plain(self, msgs: list[Message], reply: Reply, answered: Answered
-                     ) -> asyncio.Future:
-        """:meth:`submit` of messages that passed ``check_message`` when they were decoded
-        (a plain SEND or SEND_BATCH: :func:`fmq.protocol.message_requests.plain_message`),
-        from a session without a principal, answered by ``answered(fut)`` when they end (as
-        :meth:`answer_directly` has it). Raises at once (nothing queued) as :meth:`submit`
-        does, from the checks left: the batch's size, each message's topic and record size
-        (a batch's: once for what its messages share, ``Broker.check_messages``)."""
-        limit = self.max_batch_messages
-        if len(msgs) > limit:
-            raise InvalidArgument(f"a batch of {len(msgs)} messages is over the limit "
-                                  f"(max_batch_messages) of {limit}; send smaller batches")
+    def plain_queue(self) -> list[SendRequest]:
+        """This turn's sends, for a session's plain SENDs and SEND_BATCHes to join as they
+        are taken from its frames (:meth:`fmq.server.net.plain_sends.PlainSends.take`: the
+        messages passed ``check_message`` as they were decoded, and the broker's checks of
+        their topic and record size, ``max_batch_messages`` and the list limit there;
+        each entry ``(messages, None, plain, request id, opcode, request bytes)``, answered
+        into its session's answers once durable, without a future). Placement is scheduled
+        for the end of this turn. Raises ServerBusy (nothing queued) once the server stops."""
         if self._stopping:
             self._check_running()  # raises its error
-        if len(msgs) == 1:
-            self.broker.check_plain_message(msgs[0])
-        else:
-            self.broker.check_messages(msgs)
-        if not self._scheduled:  # _this_turn's, inline: once per request here
+        if not self._scheduled:  # _this_turn's, inline
             self._scheduled = True
             self.loop.call_soon(self._place)
-        fut = self.loop.create_future()
-        self._sends.append((msgs, fut, reply, answered))
-        return fut
+        return self._sends
 
     def submit_write(self, place: Place, finish: Finish) -> asyncio.Future:
         """Queue a write that is not a send (a transaction's PREPARE or COMMIT) for the end
@@ -322,7 +313,11 @@ class SendBatcher:
         if not refused:
             return batch
         for i, exc in refused.items():
-            fut, answered = batch[i][1], batch[i][3]
+            item = batch[i]
+            if item[1] is None:  # a plain send (none carries a sequence: never here)
+                answer_sends([item], [], exc)
+                continue
+            fut, answered = item[1], item[3]
             if not fut.done():
                 fut.set_exception(exc)
             if answered is not None:

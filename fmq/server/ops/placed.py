@@ -12,11 +12,14 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fmq.message import Message, PackedResults, SendResult
+from fmq import native
+from fmq.message import Message, SendResult
+from fmq.server.net import plain_sends
 
 logger = logging.getLogger("fmq.server")
 
-_part = PackedResults.part  # a request's results, out of a placement's packed ones
+#: ``answer_sends`` of the compiled twin where it runs, else the reference.
+_ANSWER_SENDS = native.choose(plain_sends).answer_sends
 
 #: Turns a request's results into its answer (on the event loop).
 Reply = Callable[[Sequence[SendResult]], Any]
@@ -26,7 +29,9 @@ Reply = Callable[[Sequence[SendResult]], Any]
 Answered = Callable[[asyncio.Future], Any]
 
 #: One send request: its messages, the future its answer goes to, how to make that answer
-#: and who writes it (None: whoever awaits the future).
+#: and who writes it (None: whoever awaits the future). A plain send of a session's short
+#: step has no future: ``(messages, None, PlainSends, request id, opcode, request bytes)``
+#: (:mod:`fmq.server.net.plain_sends`), answered into its session's answers.
 SendRequest = tuple[list[Message], asyncio.Future, Reply | None, Answered | None]
 
 #: A write other than a send (a transaction's records): places its records without waiting
@@ -95,25 +100,34 @@ class PlacedSends:
 
     def answer(self, failure: BaseException | None, durable: bool) -> None:
         """Each request gets its results, or ``failure``: a send is acknowledged only when
-        all of it succeeded (``durable`` changes nothing for sends)."""
-        results = self.results
-        packed = results.data if type(results) is PackedResults else None
-        pos = 0
-        for msgs, fut, reply, answered in self.requests:
-            n = len(msgs)
-            if failure is not None:
-                if not fut.done():
-                    fut.set_exception(failure)
-            else:
-                mine = results[pos:pos + n] if packed is None else _part(packed, pos, n)
-                pos += n
-                if not fut.done():
-                    try:
-                        fut.set_result(reply(mine) if reply is not None else mine)
-                    except Exception as exc:  # noqa: BLE001 - a bug fails its request only
-                        fut.set_exception(exc)
-            if answered is not None:
-                answer_now(answered, fut)
+        all of it succeeded (``durable`` changes nothing for sends). A plain send (no
+        future: the session's short step) is framed into its session's answers
+        (:func:`fmq.server.net.plain_sends.answer_sends`, compiled where the twins are);
+        any other through its future, by :func:`_answer_request`."""
+        answer_sends(self.requests, self.results, failure)
+
+
+def answer_sends(requests: list[SendRequest], results: Sequence[SendResult],
+                 failure: BaseException | None) -> None:
+    """Answer send ``requests`` (plain or not) with their ``results``, or ``failure``."""
+    _ANSWER_SENDS(requests, results, failure, _answer_request)
+
+
+def _answer_request(item: SendRequest, mine: Sequence[SendResult] | None,
+                    failure: BaseException | None) -> None:
+    """A send request of the general way ended: its future gets its results through its
+    ``reply`` (``mine``), or ``failure``; then whoever answers it does."""
+    _msgs, fut, reply, answered = item
+    if not fut.done():
+        if failure is not None:
+            fut.set_exception(failure)
+        else:
+            try:
+                fut.set_result(reply(mine) if reply is not None else mine)
+            except Exception as exc:  # noqa: BLE001 - a bug fails its request only
+                fut.set_exception(exc)
+    if answered is not None:
+        answer_now(answered, fut)
 
 
 class PlacedWrites:
