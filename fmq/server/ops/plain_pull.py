@@ -162,10 +162,12 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
 
 def wait_then(ctx: ServerContext, wait: PullWait, woken: Callable[[], None]) -> None:
     """Call ``woken()`` once, when data lands in the waiting pull's queue, its session
-    closes, the server stops or its deadline passes: the general way's wait
+    closes, the server stops or its deadline passes (within a tick after it,
+    :mod:`~fmq.server.ops.pull_deadlines`): the general way's wait
     (:meth:`ServerContext.wait_for_data`) without its task and future, counted alike."""
     qev, sev = wait.events
     wakeups = ctx.wakeups
+    deadlines = wakeups.deadlines
     counters = ctx.counters
     ended = False
 
@@ -175,14 +177,16 @@ def wait_then(ctx: ServerContext, wait: PullWait, woken: Callable[[], None]) -> 
             return
         ended = True
         wakeups.waiting -= 1
-        timer.cancel()
+        deadlines.remove(tick, wake)
         qev.forget(wake)
         sev.forget(wake)
         counters.pull_wakeups += qev.is_set() and not ctx.stopping
         woken()
 
     wakeups.waiting += 1
-    timer = ctx.loop.call_at(wait.deadline, wake)  # before on_set: it may call at once
+    # Before on_set, which may call at once. The deadline's timer is shared
+    # (pull_deadlines): none armed per wait.
+    tick = deadlines.add(ctx.loop, wait.deadline, wake)
     qev.on_set(wake)
     sev.on_set(wake)
 

@@ -1,0 +1,118 @@
+"""The deadlines of waiting pull long polls, on one event-loop timer.
+
+A long poll that finds nothing waits until data lands in its queue, its session closes, the
+server stops, or its ``wait_ms`` passes. Arming an event-loop timer per wait
+(``loop.call_at``: a timer handle, a copy of the context, a libuv timer, then its cancel
+when data comes first, as it nearly always does for a consumer following its queue) cost a
+woken PULL about 15,000 instructions of its 190,000 (docs/performance.md, "One timer for the
+long polls' deadlines"). Here a wait's deadline goes into the bucket of its *tick* (the
+first multiple of :data:`TICK_S` past it), a dict entry added and, when the wait ends
+early, removed; one timer runs, armed for the earliest bucket only, and calls every waiter
+of each bucket that is due.
+
+The time-out's bounds: a waiter is called once its tick has begun by the loop's clock, so
+never before its deadline (the tick starts after it), and at most :data:`TICK_S` and a
+millisecond after it (:data:`_LATE_S`), plus the event loop's own delay (a busy loop runs a
+timer late, as it ran the per-wait one).
+Ending a wait for data is not delayed at all: that goes through the wait's events
+(:mod:`fmq.server.ops.wakeups`), not through here.
+
+Buckets whose waiters all ended early stay, empty, until the timer reaches them (at most
+one per tick of the longest wait); the timer skips them and re-arms for the next bucket
+that still holds a waiter. So a loop of consumers following their queues, whose waits end
+by data, arms about one timer per longest wait rather than one per PULL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections.abc import Callable
+
+#: Deadlines share a timer per tick of this many seconds: a long poll's time-out answer
+#: comes at most this much after its ``wait_ms``.
+TICK_S = 0.01
+_TICKS_PER_S = 100
+assert _TICKS_PER_S * TICK_S == 1.0
+
+#: The timer is armed this much after its tick begins: uvloop rounds a delay to whole
+#: milliseconds, so a timer armed for the tick's start may fire before it, find nothing
+#: due and have to be armed again.
+_LATE_S = 0.001
+
+
+def tick_of(deadline: float) -> int:
+    """The tick whose bucket holds a wait ending at ``deadline``: the first that begins
+    after it (``int(t * 100)`` is monotonic in ``t``, so a tick begun by the clock,
+    ``tick_of(now) > tick``, means ``now > deadline``)."""
+    return int(deadline * _TICKS_PER_S) + 1
+
+
+class PullDeadlines:
+    """Waiters by tick (event-loop thread only): :meth:`add` a callback to be called once
+    its deadline's tick begins, :meth:`remove` it when its wait ends otherwise."""
+
+    __slots__ = ("_buckets", "_ticks", "_timer", "_armed", "_loop")
+
+    def __init__(self) -> None:
+        #: tick -> its waiters' callbacks (a dict: calls in the order they were added).
+        self._buckets: dict[int, dict[Callable[[], None], None]] = {}
+        #: The ticks of the buckets, a heap: a tick is here exactly while its bucket is.
+        self._ticks: list[int] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._armed = 0  # the tick the timer is armed for
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, loop: asyncio.AbstractEventLoop, deadline: float,
+            cb: Callable[[], None]) -> int:
+        """Call ``cb()`` once ``deadline`` (``loop.time()``'s clock) has passed, within a
+        tick; its tick, for :meth:`remove`."""
+        tick = int(deadline * _TICKS_PER_S) + 1  # tick_of, inline: once per wait
+        bucket = self._buckets.get(tick)
+        if bucket is None:
+            bucket = self._buckets[tick] = {}
+            heapq.heappush(self._ticks, tick)
+            if self._timer is None or tick < self._armed:
+                self._loop = loop
+                self._arm(tick)
+        bucket[cb] = None
+        return tick
+
+    def remove(self, tick: int, cb: Callable[[], None]) -> None:
+        """Forget ``cb`` (added for ``tick``): its wait ended before its deadline."""
+        bucket = self._buckets.get(tick)
+        if bucket is not None:
+            bucket.pop(cb, None)
+
+    def __len__(self) -> int:
+        """Waiters in the buckets."""
+        return sum(map(len, self._buckets.values()))
+
+    @property
+    def armed(self) -> bool:
+        """Whether the timer is armed (a test's view)."""
+        return self._timer is not None
+
+    def _arm(self, tick: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._armed = tick
+        self._timer = self._loop.call_at(tick / _TICKS_PER_S + _LATE_S, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = int(self._loop.time() * _TICKS_PER_S)  # the tick begun last
+        ticks, buckets = self._ticks, self._buckets
+        due = []
+        while ticks and ticks[0] <= now:
+            bucket = buckets.pop(heapq.heappop(ticks))
+            if bucket:
+                due.append(bucket)
+        while ticks and not buckets[ticks[0]]:  # every wait of it ended early
+            del buckets[heapq.heappop(ticks)]
+        if ticks:
+            self._arm(ticks[0])
+        # Armed first: a callback may add a waiter (a pull that waits again).
+        for bucket in due:
+            for cb in bucket:
+                cb()
