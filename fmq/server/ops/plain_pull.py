@@ -77,6 +77,8 @@ class PullSession(Protocol):
 
     def send(self, data: bytes, reserved: int = 0) -> None: ...
 
+    def send_parts(self, parts: list[bytes], reserved: int = 0) -> None: ...
+
 
 def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
                     fields: PullFields, deadline: float | None = None) -> bool | PullWait:
@@ -155,8 +157,10 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
         counters.requests += 1
         counters.by_op[op] += 1
     data = items.data
-    session.send(b"".join((_HEAD(_FIXED + len(data), PROTOCOL_VERSION, op, FLAG_RESPONSE, rid,
-                                 count), data, _RANGE(lo, hi))), size)
+    # The messages as the read made them (or another group's answer kept them), behind
+    # and before the frame's own bytes: not copied to put a header before them.
+    session.send_parts([_HEAD(_FIXED + len(data), PROTOCOL_VERSION, op, FLAG_RESPONSE, rid,
+                              count), data, _RANGE(lo, hi)], size)
     return True
 
 
@@ -215,10 +219,14 @@ class GatheredAnswers:
         self._parts.append(data)
         self._reserved += reserved
 
+    def send_parts(self, parts: list[bytes], reserved: int = 0) -> None:
+        self._parts += parts  # joined once, with the others, by flush
+        self._reserved += reserved
+
     def flush(self) -> None:
         """Write what was gathered, if anything, with the reply bytes reserved for it."""
         parts = self._parts
         if parts:
             reserved, self._reserved = self._reserved, 0
             self._parts = []
-            self.session.send(parts[0] if len(parts) == 1 else b"".join(parts), reserved)
+            self.session.send_parts(parts, reserved)
