@@ -68,8 +68,8 @@ def test_a_removed_waiter_is_not_called_and_empty_ticks_leave_no_timer(kind):
         early = d.add(loop, now + 0.02, lambda: called.append("early"))
         d.add(loop, now + 0.06, lambda: called.append("kept"))
         gone = lambda: called.append("gone")  # noqa: E731
-        d.remove(d.add(loop, now + 0.04, gone), gone)
-        d.remove(early, called.append)  # another callback: nothing removed
+        d.add(loop, now + 0.04, gone).pop(gone, None)
+        early.pop(called.append, None)  # another callback: nothing removed
         assert len(d) == 2
         await asyncio.sleep(0.2)
         assert called == ["early", "kept"]
@@ -101,9 +101,9 @@ def test_many_waits_share_one_timer(kind):
         start = loop.time()
         for i in range(200):  # later deadlines, one per waiter, as long polls come in
             cb = functools.partial(called.append, i)
-            tick = d.add(counting, start + 0.05 + i * 0.0005, cb)
+            bucket = d.add(counting, start + 0.05 + i * 0.0005, cb)
             if i % 2:  # ended early, by data
-                d.remove(tick, cb)
+                bucket.pop(cb, None)
         assert armed == 1
         while len(called) < 100:
             await asyncio.sleep(0.01)
@@ -134,6 +134,22 @@ def test_an_earlier_deadline_rearms_and_a_waiter_may_add_another(kind):
         assert d.armed and len(d) == 1
         await asyncio.sleep(1.0)
         assert calls == ["first", "second", "late"]
+    _run(kind, main)
+
+
+@pytest.mark.parametrize("kind", LOOPS)
+def test_a_waiter_that_ends_another_of_its_tick_leaves_it_uncalled(kind):
+    # A session's close, say, run by the first time-out of a tick, ends its other waits.
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        d = PullDeadlines()
+        calls: list[str] = []
+        at = loop.time() + 0.02
+        second = lambda: calls.append("second")  # noqa: E731
+        bucket = d.add(loop, at, lambda: calls.append("first") or bucket.pop(second, None))
+        assert d.add(loop, at, second) is bucket
+        await asyncio.sleep(0.2)
+        assert calls == ["first"]
     _run(kind, main)
 
 

@@ -171,7 +171,6 @@ def wait_then(ctx: ServerContext, wait: PullWait, woken: Callable[[], None]) -> 
     (:meth:`ServerContext.wait_for_data`) without its task and future, counted alike."""
     qev, sev = wait.events
     wakeups = ctx.wakeups
-    deadlines = wakeups.deadlines
     counters = ctx.counters
     ended = False
 
@@ -181,7 +180,7 @@ def wait_then(ctx: ServerContext, wait: PullWait, woken: Callable[[], None]) -> 
             return
         ended = True
         wakeups.waiting -= 1
-        deadlines.remove(tick, wake)
+        bucket.pop(wake, None)
         qev.forget(wake)
         sev.forget(wake)
         counters.pull_wakeups += qev.is_set() and not ctx.stopping
@@ -190,7 +189,7 @@ def wait_then(ctx: ServerContext, wait: PullWait, woken: Callable[[], None]) -> 
     wakeups.waiting += 1
     # Before on_set, which may call at once. The deadline's timer is shared
     # (pull_deadlines): none armed per wait.
-    tick = deadlines.add(ctx.loop, wait.deadline, wake)
+    bucket = wakeups.deadlines.add(ctx.loop, wait.deadline, wake)
     qev.on_set(wake)
     sev.on_set(wake)
 

@@ -48,15 +48,19 @@ def tick_of(deadline: float) -> int:
     return int(deadline * _TICKS_PER_S) + 1
 
 
+#: The waiters of one tick: their callbacks, in the order they were added (a dict's order).
+Bucket = dict[Callable[[], None], None]
+
+
 class PullDeadlines:
     """Waiters by tick (event-loop thread only): :meth:`add` a callback to be called once
-    its deadline's tick begins, :meth:`remove` it when its wait ends otherwise."""
+    its deadline's tick begins; popped from its bucket when its wait ends otherwise."""
 
     __slots__ = ("_buckets", "_ticks", "_timer", "_armed", "_loop")
 
     def __init__(self) -> None:
-        #: tick -> its waiters' callbacks (a dict: calls in the order they were added).
-        self._buckets: dict[int, dict[Callable[[], None], None]] = {}
+        #: tick -> its waiters.
+        self._buckets: dict[int, Bucket] = {}
         #: The ticks of the buckets, a heap: a tick is here exactly while its bucket is.
         self._ticks: list[int] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -64,25 +68,25 @@ class PullDeadlines:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def add(self, loop: asyncio.AbstractEventLoop, deadline: float,
-            cb: Callable[[], None]) -> int:
+            cb: Callable[[], None]) -> Bucket:
         """Call ``cb()`` once ``deadline`` (``loop.time()``'s clock) has passed, within a
-        tick; its tick, for :meth:`remove`."""
+        tick. Returns its bucket: ``bucket.pop(cb, None)`` forgets it (its wait ended
+        before its deadline; a dict's own method, no call of Python code, and harmless
+        once the bucket is due)."""
         tick = int(deadline * _TICKS_PER_S) + 1  # tick_of, inline: once per wait
         bucket = self._buckets.get(tick)
         if bucket is None:
-            bucket = self._buckets[tick] = {}
-            heapq.heappush(self._ticks, tick)
-            if self._timer is None or tick < self._armed:
-                self._loop = loop
-                self._arm(tick)
+            bucket = self._bucket(loop, tick)
         bucket[cb] = None
-        return tick
+        return bucket
 
-    def remove(self, tick: int, cb: Callable[[], None]) -> None:
-        """Forget ``cb`` (added for ``tick``): its wait ended before its deadline."""
-        bucket = self._buckets.get(tick)
-        if bucket is not None:
-            bucket.pop(cb, None)
+    def _bucket(self, loop: asyncio.AbstractEventLoop, tick: int) -> Bucket:
+        bucket = self._buckets[tick] = {}
+        heapq.heappush(self._ticks, tick)
+        if self._timer is None or tick < self._armed:
+            self._loop = loop
+            self._arm(tick)
+        return bucket
 
     def __len__(self) -> int:
         """Waiters in the buckets."""
@@ -112,7 +116,9 @@ class PullDeadlines:
             del buckets[heapq.heappop(ticks)]
         if ticks:
             self._arm(ticks[0])
-        # Armed first: a callback may add a waiter (a pull that waits again).
+        # Armed first: a callback may add a waiter (a pull that waits again). A callback
+        # may also end another wait of its bucket (popped then: not called).
         for bucket in due:
-            for cb in bucket:
-                cb()
+            for cb in list(bucket):
+                if bucket.pop(cb, False) is None:
+                    cb()

@@ -115,14 +115,13 @@ class PullWakeups:
         qev.on_set(wake)
         sev.on_set(wake)
         loop = woken.get_loop()
-        deadlines = self.deadlines
-        tick = deadlines.add(loop, loop.time() + timeout, wake)
+        bucket = self.deadlines.add(loop, loop.time() + timeout, wake)
         self.waiting += 1
         try:
             await woken
         finally:
             self.waiting -= 1
-            deadlines.remove(tick, wake)
+            bucket.pop(wake, None)
             qev.forget(wake)
             sev.forget(wake)
         return qev.is_set()
