@@ -514,14 +514,14 @@ def test_long_polls_woken_by_one_write_are_written_in_one_piece(server, taken, m
 
 
 def test_a_large_answer_is_written_without_joining_its_parts(server, taken, monkeypatch):
-    """An answer of several KiB of messages goes to the transport as its header, its
+    """An answer of tens of KiB of messages goes to the transport as its header, its
     messages and its range (no copy of the messages behind the header), and reads as the
     general way's answer."""
     port = server.server.port
     ctx = server.server.ctx
     ctx.broker.topics.create("large", queues=1)
     for i in range(4):
-        ctx.broker.send(Message("large", bytes([65 + i]) * 3000, queue_id=0))
+        ctx.broker.send(Message("large", bytes([65 + i]) * 9000, queue_id=0))
     assert ctx.broker.wait_indexed(30)
     pull = request_frame(_pull(b"large", 0, 0, 10, 0), 5, op=Op.PULL)
     writes = _counting_writes(monkeypatch)
@@ -529,5 +529,5 @@ def test_a_large_answer_is_written_without_joining_its_parts(server, taken, monk
     assert ("parts", len(fast[0]) + 6) in writes, writes
     monkeypatch.setattr(SessionRequests, "plain_reads", False)
     assert fast == answers_one_at_a_time(port, [pull])
-    assert fast[0][1] == 1 and all(bytes([65 + i]) * 3000 in fast[0] for i in range(4))
+    assert fast[0][1] == 1 and all(bytes([65 + i]) * 9000 in fast[0] for i in range(4))
     assert taken == [Op.PULL]

@@ -1,26 +1,25 @@
 """The deadlines of waiting pull long polls, on one event-loop timer.
 
 A long poll that finds nothing waits until data lands in its queue, its session closes, the
-server stops, or its ``wait_ms`` passes. Arming an event-loop timer per wait
-(``loop.call_at``: a timer handle, a copy of the context, a libuv timer, then its cancel
-when data comes first, as it nearly always does for a consumer following its queue) cost a
-woken PULL about 15,000 instructions of its 190,000 (docs/performance.md, "One timer for the
-long polls' deadlines"). Here a wait's deadline goes into the bucket of its *tick* (the
-first multiple of :data:`TICK_S` past it), a dict entry added and, when the wait ends
-early, removed; one timer runs, armed for the earliest bucket only, and calls every waiter
-of each bucket that is due.
+server stops, or its ``wait_ms`` passes. An event-loop timer armed per wait
+(``loop.call_at``: a timer handle, a copy of the context, a libuv timer; then its cancel
+when data comes first, as it nearly always does for a consumer following its queue) cost
+more than the rest of the wait's bookkeeping. Here a wait's deadline goes into the bucket
+of its *tick* (the first multiple of :data:`TICK_S` past it): a dict entry added, and
+popped when the wait ends early; one timer runs, armed for the earliest bucket only, and
+calls every waiter of each bucket that is due (docs/performance.md, "Readers, fifth
+step").
 
 The time-out's bounds: a waiter is called once its tick has begun by the loop's clock, so
 never before its deadline (the tick starts after it), and at most :data:`TICK_S` and a
-millisecond after it (:data:`_LATE_S`), plus the event loop's own delay (a busy loop runs a
-timer late, as it ran the per-wait one).
-Ending a wait for data is not delayed at all: that goes through the wait's events
-(:mod:`fmq.server.ops.wakeups`), not through here.
+millisecond (:data:`_LATE_S`) after it, plus the event loop's own delay (a busy loop runs a
+timer late, as it ran the per-wait one). Ending a wait for data is not delayed at all: that
+goes through the wait's events (:mod:`fmq.server.ops.wakeups`), not through here.
 
 Buckets whose waiters all ended early stay, empty, until the timer reaches them (at most
-one per tick of the longest wait); the timer skips them and re-arms for the next bucket
-that still holds a waiter. So a loop of consumers following their queues, whose waits end
-by data, arms about one timer per longest wait rather than one per PULL.
+one per tick of the longest wait); the timer skips them and is armed again for the next
+bucket that still holds a waiter. So consumers following their queues, whose waits end by
+data, arm about one timer per longest wait rather than one per PULL.
 """
 
 from __future__ import annotations
@@ -31,9 +30,8 @@ from collections.abc import Callable
 
 #: Deadlines share a timer per tick of this many seconds: a long poll's time-out answer
 #: comes at most this much after its ``wait_ms``.
-TICK_S = 0.01
 _TICKS_PER_S = 100
-assert _TICKS_PER_S * TICK_S == 1.0
+TICK_S = 1 / _TICKS_PER_S
 
 #: The timer is armed this much after its tick begins: uvloop rounds a delay to whole
 #: milliseconds, so a timer armed for the tick's start may fire before it, find nothing
