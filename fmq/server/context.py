@@ -169,8 +169,19 @@ class ServerContext:
         return min(requested, self.config.max_wait_ms) / 1000.0
 
     def data_arrived(self, queues: set[tuple[str, int]]) -> None:
-        """A write completed: wake the pull long polls of ``queues``, and only those."""
-        self.wakeups.data_arrived(queues)
+        """A write completed: wake the pull long polls of ``queues``, and only those.
+
+        The woken pulls the session's step reads at once answer in this call
+        (:func:`fmq.server.ops.plain_pull.wait_then`); they are written as the send
+        pipeline's answers are (:class:`~fmq.server.net.answer_writes.AnswerWrites`): each
+        connection's in one piece, sent to the sockets with the interpreter lock released
+        once, not one ``write`` per PULL (a consumer following four queues woke four)."""
+        batcher = self.batcher
+        if batcher is None:
+            self.wakeups.data_arrived(queues)
+            return
+        with batcher.answer_writes:
+            self.wakeups.data_arrived(queues)
 
     async def wait_for_data(self, events: PullEvents, timeout: float) -> bool:
         """Wait until data lands in the queue (True), or the session closes, the server

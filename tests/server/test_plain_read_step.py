@@ -431,3 +431,103 @@ def test_a_window_of_pulls_answered_at_once_is_written_in_one_piece(server, take
     assert sum(pulls) == sum(len(a) - 2 + 16 for a in fast.values())
     monkeypatch.setattr(SessionRequests, "plain_reads", False)
     assert fast == answers_in_windows(port, frames, 16)
+
+
+def _counting_writes(monkeypatch) -> list[tuple[str, int]]:
+    """Each write of a session's answers from now on: ("one", bytes) for one piece through
+    the transport, ("parts", bytes) for a list of parts given to it as they are, and
+    ("direct", bytes) for answers held and sent to the socket by the compiled sender."""
+    from fmq.server.net.session import ClientSession
+    writes: list[tuple[str, int]] = []
+    write, write_parts = ClientSession._write, ClientSession._write_parts
+    held_for_socket = ClientSession.held_for_socket
+
+    def one(self, data, reserved, sent=0):
+        if not sent:  # (the rest of a direct send's answer is counted there)
+            writes.append(("one", len(data)))
+        write(self, data, reserved, sent)
+
+    def parts(self, parts, reserved):
+        writes.append(("parts", sum(map(len, parts))))
+        write_parts(self, parts, reserved)
+
+    def direct(self):
+        taken = held_for_socket(self)
+        if taken is not None:
+            writes.append(("direct", len(taken[1])))
+        return taken
+
+    monkeypatch.setattr(ClientSession, "_write", one)
+    monkeypatch.setattr(ClientSession, "_write_parts", parts)
+    monkeypatch.setattr(ClientSession, "held_for_socket", direct)
+    return writes
+
+
+def _answers(sock: socket.socket, decoder: FrameDecoder, n: int) -> list[bytes]:
+    """The next ``n`` answers, as ``read_answer`` gives one (several may come in one read)."""
+    frames: list = []
+    deadline = time.monotonic() + 30
+    while len(frames) < n and time.monotonic() < deadline:
+        chunk = sock.recv(1 << 16)
+        assert chunk, "the server closed the session"
+        frames += decoder.feed(chunk)
+    assert len(frames) == n
+    return [bytes([f.opcode, f.flags]) + struct.pack(">Q", f.request_id) + bytes(f.payload)
+            for f in frames]
+
+
+def test_long_polls_woken_by_one_write_are_written_in_one_piece(server, taken, monkeypatch):
+    """A consumer waiting at the end of four queues, all woken by one send: its four
+    answers go out in one write (held as the send pipeline's answers are), not one per
+    PULL; they are the general way's answers."""
+    port = server.server.port
+    ways = _sessions_by_way(monkeypatch)
+    ways.extend([True, False])
+    fast, fast_decoder = open_session(port)
+    general, general_decoder = open_session(port)
+    ends = [server.server.ctx.broker.reads.queue_range("t", q)[1] for q in range(QUEUES)]
+    pulls = b"".join(request_frame(_pull(b"t", q, ends[q], 5, 30_000), 20 + q, op=Op.PULL)
+                     for q in range(QUEUES))
+    writes = _counting_writes(monkeypatch)
+    try:
+        fast.sendall(pulls)
+        general.sendall(pulls)
+        time.sleep(0.1)  # all wait (max_wait_ms 200: the send must come before)
+        assert writes == []
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as producer:
+            batch = [{"topic": "t", "body": b"woken%d" % q, "key": None, "tags": None,
+                      "properties": {}, "queue_id": q} for q in range(QUEUES)]
+            producer.sendall(encode_request(Op.SEND_BATCH, 1, {"messages": batch}))
+            assert read_answer(producer, FrameDecoder(1 << 24))[1] == 1
+        got_fast = _answers(fast, fast_decoder, QUEUES)
+        got_general = _answers(general, general_decoder, QUEUES)
+    finally:
+        fast.close()
+        general.close()
+    assert sorted(got_fast) == sorted(got_general)
+    assert all(b"woken%d" % q in a for q, a in enumerate(sorted(got_fast)))
+    assert taken.count("wait") == QUEUES and taken.count(Op.PULL) == QUEUES
+    # The fast session's four answers in one write; the general way's, one each, and the
+    # producer's answer.
+    assert [n for _, n in writes].count(sum(len(a) + 6 for a in got_fast)) == 1, \
+        f"the woken answers were not written in one piece: {writes}"
+
+
+def test_a_large_answer_is_written_without_joining_its_parts(server, taken, monkeypatch):
+    """An answer of tens of KiB of messages goes to the transport as its header, its
+    messages and its range (no copy of the messages behind the header), and reads as the
+    general way's answer."""
+    port = server.server.port
+    ctx = server.server.ctx
+    ctx.broker.topics.create("large", queues=1)
+    for i in range(4):
+        ctx.broker.send(Message("large", bytes([65 + i]) * 9000, queue_id=0))
+    assert ctx.broker.wait_indexed(30)
+    pull = request_frame(_pull(b"large", 0, 0, 10, 0), 5, op=Op.PULL)
+    writes = _counting_writes(monkeypatch)
+    fast = answers_one_at_a_time(port, [pull])
+    assert ("parts", len(fast[0]) + 6) in writes, writes
+    monkeypatch.setattr(SessionRequests, "plain_reads", False)
+    assert fast == answers_one_at_a_time(port, [pull])
+    assert fast[0][1] == 1 and all(bytes([65 + i]) * 9000 in fast[0] for i in range(4))
+    assert taken == [Op.PULL]

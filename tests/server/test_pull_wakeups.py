@@ -1,5 +1,5 @@
 """Pull long polls' wake-ups (fmq.server.ops.wakeups): what ends a wait, and what a wait
-costs the event loop (one future and a timer, no tasks)."""
+costs the event loop (one future, no tasks, no timer of its own)."""
 
 from __future__ import annotations
 
@@ -86,4 +86,20 @@ def test_only_writes_to_a_waited_queue_are_wanted():
         w.data_arrived({("t", 0)})
         assert not w.wanted({("t", 0)})  # woken: nobody waits there any more
         await asyncio.wait_for(waiting, 5)
+    asyncio.run(run())
+
+
+def test_waits_arm_no_timer_each():
+    # Their deadlines share one timer (pull_deadlines); before, each wait armed its own.
+    # asyncio's loop lists its armed timers (``_scheduled``).
+    async def run() -> None:
+        w = PullWakeups()
+        loop = asyncio.get_running_loop()
+        before = len(loop._scheduled)
+        waits = [await _waiting(w, q % 4, q) for q in range(50)]
+        assert w.waiting == 50
+        assert len(loop._scheduled) == before + 1
+        w.data_arrived({("t", q) for q in range(4)})
+        assert await asyncio.gather(*waits) == [True] * 50
+        assert len(w.deadlines) == 0
     asyncio.run(run())

@@ -77,6 +77,8 @@ class PullSession(Protocol):
 
     def send(self, data: bytes, reserved: int = 0) -> None: ...
 
+    def send_parts(self, parts: list[bytes], reserved: int = 0) -> None: ...
+
 
 def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
                     fields: PullFields, deadline: float | None = None) -> bool | PullWait:
@@ -155,14 +157,17 @@ def answer_pull_now(ctx: ServerContext, session: PullSession, op: int, rid: int,
         counters.requests += 1
         counters.by_op[op] += 1
     data = items.data
-    session.send(b"".join((_HEAD(_FIXED + len(data), PROTOCOL_VERSION, op, FLAG_RESPONSE, rid,
-                                 count), data, _RANGE(lo, hi))), size)
+    # The messages as the read made them (or another group's answer kept them), behind
+    # and before the frame's own bytes: not copied to put a header before them.
+    session.send_parts([_HEAD(_FIXED + len(data), PROTOCOL_VERSION, op, FLAG_RESPONSE, rid,
+                              count), data, _RANGE(lo, hi)], size)
     return True
 
 
 def wait_then(ctx: ServerContext, wait: PullWait, woken: Callable[[], None]) -> None:
     """Call ``woken()`` once, when data lands in the waiting pull's queue, its session
-    closes, the server stops or its deadline passes: the general way's wait
+    closes, the server stops or its deadline passes (within a tick after it,
+    :mod:`~fmq.server.ops.pull_deadlines`): the general way's wait
     (:meth:`ServerContext.wait_for_data`) without its task and future, counted alike."""
     qev, sev = wait.events
     wakeups = ctx.wakeups
@@ -175,14 +180,16 @@ def wait_then(ctx: ServerContext, wait: PullWait, woken: Callable[[], None]) -> 
             return
         ended = True
         wakeups.waiting -= 1
-        timer.cancel()
+        bucket.pop(wake, None)
         qev.forget(wake)
         sev.forget(wake)
         counters.pull_wakeups += qev.is_set() and not ctx.stopping
         woken()
 
     wakeups.waiting += 1
-    timer = ctx.loop.call_at(wait.deadline, wake)  # before on_set: it may call at once
+    # Before on_set, which may call at once. The deadline's timer is shared
+    # (pull_deadlines): none armed per wait.
+    bucket = wakeups.deadlines.add(ctx.loop, wait.deadline, wake)
     qev.on_set(wake)
     sev.on_set(wake)
 
@@ -211,10 +218,16 @@ class GatheredAnswers:
         self._parts.append(data)
         self._reserved += reserved
 
+    def send_parts(self, parts: list[bytes], reserved: int = 0) -> None:
+        self._parts += parts  # joined once, with the others, by flush
+        self._reserved += reserved
+
     def flush(self) -> None:
         """Write what was gathered, if anything, with the reply bytes reserved for it."""
         parts = self._parts
         if parts:
             reserved, self._reserved = self._reserved, 0
             self._parts = []
-            self.session.send(parts[0] if len(parts) == 1 else b"".join(parts), reserved)
+            # One copy of the run (its answers' parts were not joined one by one): a
+            # transport's write of a list costs uvloop per part, more than the copy here.
+            self.session.send(b"".join(parts), reserved)

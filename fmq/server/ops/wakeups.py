@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from fmq.server.ops.pull_deadlines import PullDeadlines
+
 Queue = tuple[str, int]
 
 
@@ -48,11 +50,13 @@ PullEvents = tuple[WakeEvent, WakeEvent]
 class PullWakeups:
     """One event per (topic, queue) with waiters (set when a write lands there) and one per
     session (set when it closes); each is dropped once set, and made again by the next
-    waiter."""
+    waiter. The waits' deadlines share one timer (:attr:`deadlines`)."""
 
     def __init__(self) -> None:
         self._queues: dict[Queue, WakeEvent] = {}
         self._sessions: dict[int, WakeEvent] = {}
+        #: When the waits time out: within a tick (``pull_deadlines.TICK_S``) after it.
+        self.deadlines = PullDeadlines()
         #: Pull long polls waiting now.
         self.waiting = 0
 
@@ -98,8 +102,9 @@ class PullWakeups:
     async def wait(self, events: PullEvents, timeout: float,
                    loop: asyncio.AbstractEventLoop | None = None) -> bool:
         """Wait until data lands in the queue (True), or the session closes, everything is
-        woken or ``timeout`` passes (False). ``loop``: the running one, named by a caller
-        that knows it (finding it costs a getpid system call in CPython 3.11)."""
+        woken or ``timeout`` passes (False; within a tick after it, see
+        :mod:`~fmq.server.ops.pull_deadlines`). ``loop``: the running one, named by a
+        caller that knows it (finding it costs a getpid system call in CPython 3.11)."""
         qev, sev = events
         woken = (loop or asyncio.get_running_loop()).create_future()
 
@@ -109,13 +114,14 @@ class PullWakeups:
 
         qev.on_set(wake)
         sev.on_set(wake)
-        timer = woken.get_loop().call_later(timeout, wake)
+        loop = woken.get_loop()
+        bucket = self.deadlines.add(loop, loop.time() + timeout, wake)
         self.waiting += 1
         try:
             await woken
         finally:
             self.waiting -= 1
-            timer.cancel()
+            bucket.pop(wake, None)
             qev.forget(wake)
             sev.forget(wake)
         return qev.is_set()
