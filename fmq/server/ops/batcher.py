@@ -330,7 +330,8 @@ class SendBatcher:
         self.answer_handed_back()
 
     def _hand_over(self, placed: Placed) -> None:
-        """Queue placed requests for the acknowledger (in log order: all placing is here).
+        """Queue placed requests for the acknowledger, or the loop's flushes (in log order:
+        all placing is here).
 
         A retried PREPARE is answered from its first attempt, whose records end before
         what this turn placed: its entry is queued at the highest end so far, so that the

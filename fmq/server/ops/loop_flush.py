@@ -167,7 +167,7 @@ class ThreadFlush:
         self._done = False
         self._error: BaseException | None = None
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="fmq-flush-waiter",
+        self._thread = threading.Thread(target=self._run, name="fmq-flush-wait",
                                         daemon=True)
         self._thread.start()
 
