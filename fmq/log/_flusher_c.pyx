@@ -37,6 +37,7 @@ cdef extern from "<pthread.h>" nogil:
 cdef extern from "<unistd.h>" nogil:
     ssize_t pwrite(int fd, const void* buf, size_t count, long long offset)
     ssize_t write(int fd, const void* buf, size_t count)
+    ssize_t read(int fd, void* buf, size_t count)
     int fdatasync(int fd)
 
 cdef enum:
@@ -97,22 +98,33 @@ cdef class Flusher:
                                "its outcome before starting the next")
         PyObject_GetBuffer(data, &self.buf, PyBUF_SIMPLE)
         self.holding = True
-        with nogil:
-            pthread_mutex_lock(&self.mutex)
-            self.fd = fd
-            self.base = <const char*>self.buf.buf
-            self.size = self.buf.len
-            self.position = position
-            self.error = 0
-            self.state = QUEUED
-            pthread_cond_broadcast(&self.cond)
-            pthread_mutex_unlock(&self.mutex)
+        # The mutex is taken without releasing the interpreter lock: the thread holds it
+        # only for a few instructions and never wants that lock, and a release here would
+        # let another Python thread (the index writer) take the lock for its whole switch
+        # interval before the loop got it back.
+        pthread_mutex_lock(&self.mutex)
+        self.fd = fd
+        self.base = <const char*>self.buf.buf
+        self.size = self.buf.len
+        self.position = position
+        self.error = 0
+        self.state = QUEUED
+        pthread_cond_broadcast(&self.cond)
+        pthread_mutex_unlock(&self.mutex)
 
     @property
     def ended_ns(self):
         """When the last job's sync returned (or its write failed), on the monotonic clock
         (``time.monotonic_ns``): what the flush took, without the loop's wait to see it."""
         return self.ended
+
+    def drain(self):
+        """Read the eventfd's count (0 when it was not signalled), keeping the interpreter
+        lock (the eventfd does not block: see start())."""
+        cdef uint64_t count = 0
+        if read(self.event_fd, &count, 8) != 8:
+            return 0
+        return count
 
     def busy(self):
         """A job was started and its outcome not taken yet."""
@@ -121,23 +133,21 @@ cdef class Flusher:
     def done(self):
         """The job started ended (its outcome is ready)."""
         cdef int state
-        with nogil:
-            pthread_mutex_lock(&self.mutex)
-            state = self.state
-            pthread_mutex_unlock(&self.mutex)
+        pthread_mutex_lock(&self.mutex)  # the interpreter lock kept: see start()
+        state = self.state
+        pthread_mutex_unlock(&self.mutex)
         return state == DONE
 
     def outcome(self):
         """The ended job's failure (None: written and synced); the flusher is free again.
         Call only once :meth:`done`."""
         cdef int state, error
-        with nogil:
-            pthread_mutex_lock(&self.mutex)
-            state = self.state
-            error = self.error
-            if state == DONE:
-                self.state = IDLE
-            pthread_mutex_unlock(&self.mutex)
+        pthread_mutex_lock(&self.mutex)  # the interpreter lock kept: see start()
+        state = self.state
+        error = self.error
+        if state == DONE:
+            self.state = IDLE
+        pthread_mutex_unlock(&self.mutex)
         if state != DONE:
             raise RuntimeError("no flush has ended: wait for the eventfd or call wait()")
         if self.holding:

@@ -61,6 +61,13 @@ class Flusher:
             self._state = _QUEUED
             self._cond.notify_all()
 
+    def drain(self) -> int:
+        """Read the eventfd's count (0 when it was not signalled)."""
+        try:
+            return os.eventfd_read(self.fileno)
+        except BlockingIOError:
+            return 0
+
     def busy(self) -> bool:
         """A job was started and its outcome not taken yet."""
         return self._state != _IDLE

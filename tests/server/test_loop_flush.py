@@ -41,7 +41,8 @@ def test_the_flusher_is_the_compiled_one_unless_the_pure_path_is_asked_for():
 
 def run_with_batcher(broker, scenario, timeout: float = 120):
     async def main():
-        batcher = SendBatcher(broker, asyncio.get_running_loop(), 1000)
+        batcher = SendBatcher(broker, asyncio.get_running_loop(), 1000,
+                              loop_flush=True)
         try:
             return await asyncio.wait_for(scenario(batcher), timeout)
         finally:
@@ -207,7 +208,8 @@ def test_a_shutdown_with_a_flush_in_flight_answers_it_first(broker):
         return results
 
     async def main():
-        batcher = SendBatcher(broker, asyncio.get_running_loop(), 1000)
+        batcher = SendBatcher(broker, asyncio.get_running_loop(), 1000,
+                              loop_flush=True)
         return await asyncio.wait_for(scenario(batcher), 60)
 
     results = asyncio.run(main())
@@ -221,7 +223,8 @@ def test_a_loop_gone_with_a_flush_in_flight_is_ended_by_close(broker):
     holder: dict = {}
 
     async def main():
-        batcher = holder["batcher"] = SendBatcher(broker, asyncio.get_running_loop(), 1000)
+        batcher = holder["batcher"] = SendBatcher(broker, asyncio.get_running_loop(), 1000,
+                              loop_flush=True)
         holder["futs"] = [batcher.submit([Message("gone", b"x")]) for _ in range(8)]
         await asyncio.sleep(0)
         assert batcher._loop_flush._flush is not None, "no flush in flight"

@@ -5,6 +5,7 @@ every acknowledged send is there."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 
@@ -12,6 +13,7 @@ from fmq.client import Producer
 from fmq.errors import FMQError
 
 from .conftest import FAST
+from .harness import ServerProcess
 from .test_crash_and_feedback import consume_all
 
 PRODUCERS = 64
@@ -29,8 +31,22 @@ def thread_names(pid: int) -> set[str]:
     return names
 
 
-def test_64_producers_while_the_server_with_the_flusher_is_killed(start_server):
-    srv = start_server(FAST)
+#: The fmq command with the loop's flushes switched on (SendBatcher.LOOP_FLUSH is off).
+FLUSHER_FMQ = [sys.executable, "-c",
+               "import sys; from fmq.server.ops.batcher import SendBatcher; "
+               "SendBatcher.LOOP_FLUSH = True; from fmq.cli.main import cli; "
+               "sys.argv[0] = 'fmq'; cli()"]
+
+
+def test_64_producers_while_the_server_with_the_flusher_is_killed(tmp_path):
+    srv = ServerProcess(str(tmp_path / "data"), FAST, program=FLUSHER_FMQ).start()
+    try:
+        _killed_under_producers(srv)
+    finally:
+        srv.kill()
+
+
+def _killed_under_producers(srv: ServerProcess) -> None:
     stop = threading.Event()
     lock = threading.Lock()
     acked: list[bytes] = []

@@ -71,9 +71,8 @@ def test_the_servers_threads_carry_their_names_for_the_operating_system(
         p.send("named", b"x")
     pid = srv.proc.pid
     names = thread_names(pid)
-    # The event loop leads the flushes: its flusher thread writes them (no acknowledger).
-    assert {"fmq-flusher", "fmq-flush-wait", index_thread, "fmq-maintenance"} <= names, names
-    assert thread_switches(pid, "fmq-flusher") > 0  # it waited for at least one flush
+    assert {"fmq-send-acker", index_thread, "fmq-maintenance"} <= names, names
+    assert thread_switches(pid, "fmq-send-acker") > 0  # it waited for at least one flush
     if writer == "process":  # the indexer process too (once started), not one more "python"
         wait_until(lambda: "fmq-indexer" in child_names(pid), 60,
                    "the indexer process named fmq-indexer")

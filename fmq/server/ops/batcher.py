@@ -4,12 +4,12 @@ the log together, and one thread acknowledges them flush by flush.
 * On the event loop, at the end of each turn, everything submitted in that turn is placed
   in the log (:meth:`Broker.place_batch`: queue offsets, encoding, all or none per batch),
   without waiting for the disk.
-* In flush mode ``sync`` without followers to wait for, the loop then leads the flush
-  itself (:mod:`fmq.server.ops.loop_flush`): a flusher thread that needs no interpreter
+* Switched on (:attr:`SendBatcher.LOOP_FLUSH`, off by default), in flush mode ``sync``
+  without followers to wait for, the loop then leads the flush itself (:mod:`fmq.server.ops.loop_flush`): a flusher thread that needs no interpreter
   lock writes and fdatasyncs what was placed, an eventfd wakes the loop, which answers
   every batch that flush covered and starts the next one.
-* Otherwise (flush mode ``async``, or ``sync`` acknowledgement, whose followers are waited
-  for in a thread: :class:`ReplicaStage`) the *acknowledger* thread waits until the group
+* Otherwise (and always in flush mode ``async``, or ``sync`` acknowledgement, whose
+  followers are waited for in a thread: :class:`ReplicaStage`) the *acknowledger* thread waits until the group
   commit covers what was placed and hands every batch that flush covered back to the event
   loop in one call.
 
@@ -63,12 +63,17 @@ class SendBatcher:
     MAX_BATCH = 4096  # messages per place_batch
     MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per place_batch (it holds the log lock)
     #: Whether the loop leads the flushes where it can (:mod:`fmq.server.ops.loop_flush`);
-    #: False: the acknowledger thread does, as with followers or flush mode ``async``.
-    LOOP_FLUSH = True
+    #: False: the acknowledger thread does, as with followers or flush mode ``async``. Off:
+    #: on the loaded 2-core machine it was measured on, row 1 ran slower with it
+    #: (docs/performance.md, "The event loop leads the flushes").
+    LOOP_FLUSH = False
 
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop,
                  max_batch_messages: int,
-                 wait_replicated: Callable[[int], None] | None = None) -> None:
+                 wait_replicated: Callable[[int], None] | None = None,
+                 loop_flush: bool | None = None) -> None:
+        """``loop_flush``: whether the loop leads the flushes where it can (None:
+        :attr:`LOOP_FLUSH`)."""
         self.broker = broker
         self.loop = loop
         self.max_batch_messages = max_batch_messages
@@ -95,7 +100,9 @@ class SendBatcher:
         #: The loop's own flushes (None: the acknowledger thread's).
         self._loop_flush: LoopFlush | None = None
         self._acknowledger: threading.Thread | None = None
-        if (self.LOOP_FLUSH and wait_replicated is None
+        if loop_flush is None:
+            loop_flush = self.LOOP_FLUSH
+        if (loop_flush and wait_replicated is None
                 and broker.config.flush_mode == "sync"):
             self._loop_flush = LoopFlush(broker, loop, self._placed, self._answer_flushed)
         else:

@@ -69,10 +69,7 @@ class LoopFlush:
         loop.add_reader(self._signal, self._signalled)
 
     def _signalled(self) -> None:
-        try:
-            os.eventfd_read(self._signal)
-        except BlockingIOError:  # drained by a look that came first
-            pass
+        self._flusher.drain()  # 0 when a look that came first drained it
         self.look()
 
     def look(self) -> None:
@@ -98,13 +95,15 @@ class LoopFlush:
                 self._answer(done, failure)
             else:
                 durable = self._broker.durable_end
-                if placed[0].end <= durable:
-                    done = []
-                    while placed and placed[0].end <= durable:
-                        done.append(placed.popleft())
-                    self._answer(done, None)
+                done = []
+                while placed and placed[0].end <= durable:
+                    done.append(placed.popleft())
                 if placed:
+                    # The next flush first: the disk works while the loop answers this one
+                    # (answering a flush of 64 sends takes about as long as its fdatasync).
                     self._start(placed[-1].end)
+                if done:
+                    self._answer(done, None)
         if self._stopping and not placed and self._flush is None \
                 and not self._thread_flush.busy():
             self._shut()
