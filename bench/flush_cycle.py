@@ -11,6 +11,7 @@ This script starts the server with timestamps around those steps (a wrapper per 
 the median and mean of each part::
 
     python bench/flush_cycle.py [--seconds 6] [--producers 64] [--rounds 3] [--old DIR]
+        [--loop-flush]
 
 The parts:
 
@@ -180,7 +181,8 @@ def one_round(tree: str, args: argparse.Namespace) -> dict:
         stamps = os.path.join(tmp, "stamps.json")
         env = dict(os.environ, PYTHONPATH=tree)
         server = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--serve", tree, stamps, "--",
+            [sys.executable, os.path.abspath(__file__), "--serve", tree, stamps,
+             "--loop-flush" if args.loop_flush else "--",
              "server", "--data-dir", os.path.join(tmp, "data"), "--port", str(port),
              "--log-level", "WARNING"], env=env, stdout=subprocess.DEVNULL)
         try:
@@ -214,6 +216,10 @@ def main() -> None:
         tree, out_path = sys.argv[2], sys.argv[3]
         sys.path.insert(0, tree)
         install_timestamps(out_path)
+        if sys.argv[4] == "--loop-flush":  # the loop leads the flushes, where the tree can
+            from fmq.server.ops import batcher
+            if hasattr(batcher.SendBatcher, "LOOP_FLUSH"):
+                batcher.SendBatcher.LOOP_FLUSH = True
         sys.argv = [sys.argv[0], tree, *sys.argv[5:]]
         exec(FMQ_OF_TREE, {"__name__": "__fmq__"})  # noqa: S102 - the tree's own fmq CLI
         return
@@ -221,6 +227,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--producers", type=int, default=64)
+    ap.add_argument("--loop-flush", action="store_true",
+                    help="switch on the event loop's flushes (SendBatcher.LOOP_FLUSH) in "
+                         "every tree that has them")
     args = ap.parse_args()
     checkouts = trees(args.old)
     results = alternate(list(checkouts), args.rounds,

@@ -1,5 +1,7 @@
 """The event loop leads the send pipeline's flushes: a flusher thread that needs no
-interpreter lock writes them, and the loop answers what each made durable.
+interpreter lock writes them, and the loop answers what each made durable. Off by default
+(``SendBatcher.LOOP_FLUSH``): on the loaded 2-core machine it was measured on, row 1 ran
+slower with it (docs/performance.md).
 
 When a turn's sends are placed and no flush is under way, the loop takes the group
 commit's queued bytes itself (:meth:`Broker.start_flush`, under the log's lock: threads
