@@ -11,16 +11,20 @@ This script starts the server with timestamps around those steps (a wrapper per 
 the median and mean of each part::
 
     python bench/flush_cycle.py [--seconds 6] [--producers 64] [--rounds 3] [--old DIR]
+        [--loop-flush]
 
 The parts:
 
 * ``pwrite`` and ``fdatasync``: the acknowledger's write and sync of one flush (each with
   the interpreter lock taken back after the call), or both in one call
-  (``FileIO.write_then_sync``, the usual flush since it exists);
+  (``FileIO.write_then_sync``, the usual flush since it exists); where the event loop leads
+  the flushes (``fmq.server.ops.loop_flush``), from the loop handing the flush to its
+  flusher thread to the thread's sync returning (the flusher's own clock, ``ended_ns``);
 * ``after the sync, to the hand-back``: the acknowledger's own Python after its fdatasync
-  (statistics, waking the index writer, taking the flushed batches);
+  (statistics, waking the index writer, taking the flushed batches); where the loop leads,
+  from the sync's return to the loop taking the flush's outcome (the eventfd's wake-up);
 * ``hand-back, to the answers``: from the acknowledger's hand-back to the event loop
-  starting to answer that flush;
+  starting to answer that flush (where the loop leads: the group commit's bookkeeping);
 * ``answering``: the loop making and sending one flush's answers;
 * ``placement, to the pwrite``: when the acknowledger waited for work, from the loop's
   hand-over of a placed batch to its write starting (its wake-up and the lock);
@@ -65,6 +69,10 @@ def install_timestamps(out_path: str) -> None:
     ``out_path`` on SIGUSR1."""
     from fmq.log import fileio
     from fmq.server.ops import batcher
+    try:  # trees where the event loop leads the flushes
+        from fmq.server.ops import loop_flush  # noqa: F401 - found through sys.modules
+    except ImportError:
+        pass
 
     events: list[tuple] = []
     now = time.perf_counter_ns
@@ -86,7 +94,10 @@ def install_timestamps(out_path: str) -> None:
     hand_over, hand_back = batcher_class._hand_over, batcher_class._hand_back
 
     def hand_over_stamped(self, placed):
-        events.append(("hand_over", now(), self._acker_waiting))
+        flushing = getattr(self, "_loop_flush", None)
+        idle = (self._acker_waiting if flushing is None
+                else flushing._flush is None and not flushing._thread_flush.busy())
+        events.append(("hand_over", now(), idle))
         return hand_over(self, placed)
 
     def hand_back_stamped(self, done, failure, durable=False):
@@ -94,6 +105,20 @@ def install_timestamps(out_path: str) -> None:
         return hand_back(self, done, failure, durable)
 
     batcher_class._hand_over = hand_over_stamped
+    loop_flush = getattr(sys.modules.get("fmq.server.ops.loop_flush"), "LoopFlush", None)
+    if loop_flush is not None:  # the event loop leads the flushes: its flusher thread's
+        write, end = loop_flush._write, loop_flush._end  # write is timed by its own clock
+
+        def write_stamped(self, flush):
+            self._stamp_started = now()
+            return write(self, flush)
+
+        def end_stamped(self, flush):
+            # perf_counter_ns and the flusher's monotonic_ns read one clock on Linux.
+            events.append(("write_then_sync", self._stamp_started, self._flusher.ended_ns))
+            events.append(("hand_back", now(), 0))  # the loop takes the flush's outcome
+            return end(self, flush)
+        loop_flush._write, loop_flush._end = write_stamped, end_stamped
     batcher_class._hand_back = hand_back_stamped
     if hasattr(batcher_class, "answer_handed_back"):  # answered at the loop's next look
         answer = batcher_class.answer_handed_back
@@ -156,7 +181,8 @@ def one_round(tree: str, args: argparse.Namespace) -> dict:
         stamps = os.path.join(tmp, "stamps.json")
         env = dict(os.environ, PYTHONPATH=tree)
         server = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--serve", tree, stamps, "--",
+            [sys.executable, os.path.abspath(__file__), "--serve", tree, stamps,
+             "--loop-flush" if args.loop_flush else "--",
              "server", "--data-dir", os.path.join(tmp, "data"), "--port", str(port),
              "--log-level", "WARNING"], env=env, stdout=subprocess.DEVNULL)
         try:
@@ -190,6 +216,10 @@ def main() -> None:
         tree, out_path = sys.argv[2], sys.argv[3]
         sys.path.insert(0, tree)
         install_timestamps(out_path)
+        if sys.argv[4] == "--loop-flush":  # the loop leads the flushes, where the tree can
+            from fmq.server.ops import batcher
+            if hasattr(batcher.SendBatcher, "LOOP_FLUSH"):
+                batcher.SendBatcher.LOOP_FLUSH = True
         sys.argv = [sys.argv[0], tree, *sys.argv[5:]]
         exec(FMQ_OF_TREE, {"__name__": "__fmq__"})  # noqa: S102 - the tree's own fmq CLI
         return
@@ -197,6 +227,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--producers", type=int, default=64)
+    ap.add_argument("--loop-flush", action="store_true",
+                    help="switch on the event loop's flushes (SendBatcher.LOOP_FLUSH) in "
+                         "every tree that has them")
     args = ap.parse_args()
     checkouts = trees(args.old)
     results = alternate(list(checkouts), args.rounds,

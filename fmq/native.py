@@ -35,6 +35,7 @@ COMPILED_MODULES: dict[str, str] = {
     "fmq.log.record._codec_c": "fmq/log/record/codec.py",
     "fmq.log.record._record_c": "fmq/log/record/_record_c.pyx",
     "fmq.log._write_sync_c": "fmq/log/_write_sync_c.pyx",
+    "fmq.log._flusher_c": "fmq/log/_flusher_c.pyx",
     "fmq.protocol._framing_c": "fmq/protocol/_framing_c.pyx",
     "fmq.protocol._message_requests_c": "fmq/protocol/_message_requests_c.pyx",
     "fmq.protocol._struct_codecs_c": "fmq/protocol/struct_codecs.py",

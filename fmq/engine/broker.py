@@ -24,6 +24,7 @@ from fmq.engine.maintenance import Upkeep
 from fmq.engine.queues import check_messages, place_messages
 from fmq.engine.stats import broker_stats
 from fmq.errors import BrokerClosed, FMQError
+from fmq.log.commit import PendingFlush
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.flush_stats import Histogram
 from fmq.log.record.sizes import check_fits
@@ -212,6 +213,31 @@ class Broker:
         """Return once the log below ``end_offset`` is durable (written, in flush mode
         ``async``). Raises LogFailed if a write or fsync failed first."""
         self._log.wait_durable(end_offset, sync=self.config.flush_mode == "sync")
+
+    def start_flush(self) -> PendingFlush | None:
+        """Take the log's queued records for a flush the caller writes and fdatasyncs
+        itself (the server's event loop, through its flusher thread: it needs no
+        interpreter lock), then ends with :meth:`end_flush`. None when the flush is left
+        to :meth:`wait_durable`: one is under way, nothing is queued, flush mode ``async``,
+        or not the usual flush (:meth:`fmq.log.commit.GroupCommit.start_flush`)."""
+        if self.config.flush_mode != "sync":
+            return None
+        return self._log.start_flush()
+
+    def end_flush(self, flush: PendingFlush, error: BaseException | None) -> None:
+        """The flush :meth:`start_flush` took is written and synced, or failed with
+        ``error`` (the log fails for good, as a failed :meth:`wait_durable` flush)."""
+        self._log.end_flush(flush, error)
+
+    @property
+    def durable_end(self) -> int:
+        """The log offset below which everything is written and fdatasync'd."""
+        return self._log.flushed_offset
+
+    @property
+    def log_failure(self) -> BaseException | None:
+        """The write or fsync failure that failed the log (None: it works)."""
+        return self._log.failed
 
     # ================================================================== consumable
 

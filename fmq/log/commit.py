@@ -10,6 +10,16 @@ the waiters it covered, plus one other to lead the next flush: with 64 threads w
 waking all of them on every flush (a condition's ``notify_all``) cost more in thread
 switches than the flush itself.
 
+A flush can also be led from outside any waiting thread: the server's event loop (where
+``SendBatcher.LOOP_FLUSH`` switches it on) takes the queued bytes with :meth:`GroupCommit.start_flush` (marking the flush under way, so
+threads calling ``wait_durable`` meanwhile become its followers), has its flusher thread
+write and fdatasync them without the interpreter lock (:mod:`fmq.log.flusher`), and ends it
+with :meth:`GroupCommit.end_flush`: the same bookkeeping as a leader's (offsets, statistics,
+the covered waiters and one new leader woken, ``on_flushed``). Only the usual flush goes
+that way: one segment's bytes, no other segment left unsynced, the operating system's own
+I/O (:attr:`~fmq.log.fileio.FileIO.plain`); a segment roll, or a test's I/O that counts or
+crashes each step, goes through a leader.
+
 A failed write or fsync is fatal: the failure is kept, every waiter is woken with
 :class:`~fmq.errors.LogFailed` and every later append is refused. An fsync is never
 retried (PostgreSQL's "fsyncgate": a retried fsync can succeed after the kernel dropped
@@ -36,6 +46,21 @@ class _Chunk:
         self.segment = segment
         self.position = position
         self.data = bytearray()
+
+
+class PendingFlush:
+    """A flush :meth:`GroupCommit.start_flush` took: ``data`` to write at ``position`` of
+    ``fd`` and fdatasync, then :meth:`GroupCommit.end_flush`."""
+
+    __slots__ = ("fd", "data", "position", "target", "started")
+
+    def __init__(self, chunk: _Chunk, target: int) -> None:
+        self.fd = chunk.segment.fd
+        self.data = chunk.data
+        self.position = chunk.position
+        #: The log offset the flush makes durable.
+        self.target = target
+        self.started = time.monotonic()
 
 
 class GroupCommit:
@@ -135,6 +160,32 @@ class GroupCommit:
                 continue
             self._flush_batch(chunks, target, sync, unsynced)
 
+    def start_flush(self) -> PendingFlush | None:
+        """Take everything queued for a flush the caller has written elsewhere (its
+        flusher thread), marking a flush under way; end it with :meth:`end_flush`.
+        None when a flush is under way, nothing is queued, the log failed or closed, or the
+        flush is not the usual one (a segment roll, an unsynced segment, an I/O that is not
+        :attr:`~fmq.log.fileio.FileIO.plain`): ``wait_durable`` then leads it."""
+        with self._cond:
+            chunks = self._chunks
+            if (self._leading or len(chunks) != 1 or self._failed is not None
+                    or self._closed):
+                return None
+            segment = chunks[0].segment
+            if self._unsynced not in ([], [segment]) or not segment.io.plain:
+                return None
+            self._chunks = []
+            self._leading = True
+            return PendingFlush(chunks[0], self.queued_end)
+
+    def end_flush(self, flush: PendingFlush, error: BaseException | None) -> None:
+        """The flush :meth:`start_flush` took was written and synced (``error`` None), or
+        failed: the failure is kept (fatal, never retried) and every waiter woken with it."""
+        if error is not None:
+            self._flush_failed(error)
+        else:
+            self._flush_ended(flush.target, True, flush.started, [])
+
     def _wake_covered(self) -> None:
         """After a flush (lock held): wake the waiters it covered, and one more to lead the
         next flush if any are left."""
@@ -163,12 +214,19 @@ class GroupCommit:
             else:
                 touched = self._write_chunks(chunks, sync, unsynced)
         except BaseException as exc:  # OSError, or a test's injected failure
-            with self._cond:
-                self.fail(exc)
-                self._leading = False
-                self._wake_covered()
-                self._cond.notify_all()
+            self._flush_failed(exc)
             raise LogFailed(exc) from exc
+        self._flush_ended(target, sync, started, touched)
+
+    def _flush_failed(self, exc: BaseException) -> None:
+        with self._cond:
+            self.fail(exc)
+            self._leading = False
+            self._wake_covered()
+            self._cond.notify_all()
+
+    def _flush_ended(self, target: int, sync: bool, started: float,
+                     touched: list[Segment]) -> None:
         with self._cond:
             self._leading = False
             self._written = max(self._written, target)

@@ -35,10 +35,19 @@ class FileIO:
     def fdatasync(self, fd: int) -> None:
         os.fdatasync(fd)
 
+    @property
+    def plain(self) -> bool:
+        """Whether a flush's write and sync are the system calls themselves: no subclass
+        changes either step. Then they may be made in one call, or by another thread
+        (:mod:`fmq.log.flusher`); a test's I/O that counts, fails or crashes them always
+        sees both, in this order."""
+        cls = type(self)
+        return (cls.pwrite is FileIO.pwrite and cls.fdatasync is FileIO.fdatasync
+                and cls.write_then_sync is FileIO.write_then_sync)
+
     def write_then_sync(self, fd: int, data: bytes | memoryview, position: int) -> None:
         """:meth:`pwrite` then :meth:`fdatasync`: a flush of one segment. Made in one call
-        (:mod:`fmq.log.write_sync`) unless a subclass changes either step (a test's I/O
-        that counts, fails or crashes them sees both, in this order)."""
+        (:mod:`fmq.log.write_sync`) when the I/O is :attr:`plain`."""
         cls = type(self)
         if cls.pwrite is FileIO.pwrite and cls.fdatasync is FileIO.fdatasync:
             _WRITE_THEN_SYNC(fd, data, position)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from fmq.errors import OffsetOutOfRange
-from fmq.log.commit import GroupCommit
+from fmq.log.commit import GroupCommit, PendingFlush
 from fmq.log.fileio import OS_IO, FileIO
 from fmq.log.flush_stats import FlushStats
 from fmq.log.record import (
@@ -370,6 +370,15 @@ class Log:
         """Return once every byte below ``end_offset`` is written (and fdatasync'd when
         ``sync``). Raises :class:`LogFailed` if a write or fsync failed first."""
         self._commit.wait_durable(end_offset, sync)
+
+    def start_flush(self) -> PendingFlush | None:
+        """Take the queued bytes for a flush the caller writes itself (None: leave it to
+        :meth:`wait_durable`): :meth:`GroupCommit.start_flush`."""
+        return self._commit.start_flush()
+
+    def end_flush(self, flush: PendingFlush, error: BaseException | None) -> None:
+        """End a flush :meth:`start_flush` took: :meth:`GroupCommit.end_flush`."""
+        self._commit.end_flush(flush, error)
 
     def flush(self) -> None:
         """Write and fdatasync everything appended so far."""

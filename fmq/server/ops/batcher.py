@@ -4,8 +4,14 @@ the log together, and one thread acknowledges them flush by flush.
 * On the event loop, at the end of each turn, everything submitted in that turn is placed
   in the log (:meth:`Broker.place_batch`: queue offsets, encoding, all or none per batch),
   without waiting for the disk.
-* The *acknowledger* thread waits until the group commit covers what was placed and hands
-  every batch that flush covered back to the event loop in one call.
+* Switched on (:attr:`SendBatcher.LOOP_FLUSH`, off by default), in flush mode ``sync``
+  without followers to wait for, the loop then leads the flush itself (:mod:`fmq.server.ops.loop_flush`): a flusher thread that needs no interpreter
+  lock writes and fdatasyncs what was placed, an eventfd wakes the loop, which answers
+  every batch that flush covered and starts the next one.
+* Otherwise (and always in flush mode ``async``, or ``sync`` acknowledgement, whose
+  followers are waited for in a thread: :class:`ReplicaStage`) the *acknowledger* thread waits until the group
+  commit covers what was placed and hands every batch that flush covered back to the event
+  loop in one call.
 
 Placing is pure Python work: in another thread it would only contend for the interpreter
 lock with the event loop (a placer thread cost more in lock hand-offs than it saved). The
@@ -32,6 +38,7 @@ from fmq.engine.idempotence import bind_principal
 from fmq.errors import InvalidArgument, ServerBusy
 from fmq.message import Message
 from fmq.server.net.answer_writes import AnswerWrites
+from fmq.server.ops.loop_flush import LoopFlush
 from fmq.server.ops.placed import (
     Answered,
     Finish,
@@ -56,10 +63,18 @@ class SendBatcher:
 
     MAX_BATCH = 4096  # messages per place_batch
     MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per place_batch (it holds the log lock)
+    #: Whether the loop leads the flushes where it can (:mod:`fmq.server.ops.loop_flush`);
+    #: False: the acknowledger thread does, as with followers or flush mode ``async``. Off:
+    #: on the loaded 2-core machine it was measured on, row 1 ran slower with it
+    #: (docs/performance.md, "The event loop leads the flushes").
+    LOOP_FLUSH = False
 
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop,
                  max_batch_messages: int,
-                 wait_replicated: Callable[[int], None] | None = None) -> None:
+                 wait_replicated: Callable[[int], None] | None = None,
+                 loop_flush: bool | None = None) -> None:
+        """``loop_flush``: whether the loop leads the flushes where it can (None:
+        :attr:`LOOP_FLUSH`)."""
         self.broker = broker
         self.loop = loop
         self.max_batch_messages = max_batch_messages
@@ -83,9 +98,18 @@ class SendBatcher:
         #: its next turn's placement.
         self.handed_back: deque[tuple[list[Placed], BaseException | None, bool]] = deque()
         self._wake_sent = False  # a wake-up callback is scheduled and has not run yet
-        self._acknowledger = threading.Thread(target=self._acknowledge_loop,
-                                              name="fmq-send-acker", daemon=True)
-        self._acknowledger.start()
+        #: The loop's own flushes (None: the acknowledger thread's).
+        self._loop_flush: LoopFlush | None = None
+        self._acknowledger: threading.Thread | None = None
+        if loop_flush is None:
+            loop_flush = self.LOOP_FLUSH
+        if (loop_flush and wait_replicated is None
+                and broker.config.flush_mode == "sync"):
+            self._loop_flush = LoopFlush(broker, loop, self._placed, self._answer_flushed)
+        else:
+            self._acknowledger = threading.Thread(target=self._acknowledge_loop,
+                                                  name="fmq-send-acker", daemon=True)
+            self._acknowledger.start()
         #: ``sync`` acknowledgement: flushed batches wait here for the followers, in a
         #: thread of their own so that the next flush is not held up meanwhile.
         self._replicated: ReplicaStage | None = None
@@ -189,12 +213,15 @@ class SendBatcher:
         return self.loop.create_future()
 
     def close(self) -> None:
-        """Stop the acknowledger once everything placed is answered (the server stops;
-        called from a thread other than the event loop's)."""
+        """Stop the acknowledger, or the loop's flushes, once everything placed is answered
+        (the server stops; called from a thread other than the event loop's)."""
         with self._placed_cond:
             self._stopping = True
             self._placed_cond.notify()
-        self._acknowledger.join()
+        if self._loop_flush is not None:
+            self._loop_flush.close()
+        if self._acknowledger is not None:
+            self._acknowledger.join()
         if self._replicated is not None:
             self._replicated.close()
 
@@ -205,6 +232,10 @@ class SendBatcher:
         try:
             self._place_turn()
         finally:
+            if self._loop_flush is not None:
+                # Answers a flush that ended meanwhile, and starts one for this turn's
+                # sends unless one is under way (its end starts the next at once).
+                self._loop_flush.look()
             if self.handed_back:
                 self.answer_handed_back()
 
@@ -286,12 +317,19 @@ class SendBatcher:
                 done, failure, durable = due.popleft()
                 answer_placed(done, failure, durable)
 
+    def _answer_flushed(self, done: list[Placed], failure: BaseException | None) -> None:
+        """Answer the batches a flush of the loop's covered (on the loop), as a hand-back
+        is answered."""
+        self.handed_back.append((done, failure, False))
+        self.answer_handed_back()
+
     def _woken(self) -> None:
         self._wake_sent = False  # before draining: a hand-back from now on wakes again
         self.answer_handed_back()
 
     def _hand_over(self, placed: Placed) -> None:
-        """Queue placed requests for the acknowledger (in log order: all placing is here).
+        """Queue placed requests for the acknowledger, or the loop's flushes (in log order:
+        all placing is here).
 
         A retried PREPARE is answered from its first attempt, whose records end before
         what this turn placed: its entry is queued at the highest end so far, so that the
@@ -300,6 +338,9 @@ class SendBatcher:
         if placed.end < self._last_end:
             placed.end = self._last_end
         self._last_end = placed.end
+        if self._loop_flush is not None:  # read on the loop only
+            self._placed.append(placed)
+            return
         with self._placed_cond:
             self._placed.append(placed)
             if self._acker_waiting:  # else it is flushing and looks again after
