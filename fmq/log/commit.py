@@ -10,8 +10,9 @@ the waiters it covered, plus one other to lead the next flush: with 64 threads w
 waking all of them on every flush (a condition's ``notify_all``) cost more in thread
 switches than the flush itself.
 
-A flush can also be led from outside any waiting thread: the server's event loop (where
-``SendBatcher.LOOP_FLUSH`` switches it on) takes the queued bytes with :meth:`GroupCommit.start_flush` (marking the flush under way, so
+A flush can also be led from outside any waiting thread: the server's event loop (unless
+``SendBatcher.LOOP_FLUSH`` is off) takes the queued bytes with
+:meth:`GroupCommit.start_flush` (marking the flush under way, so
 threads calling ``wait_durable`` meanwhile become its followers), has its flusher thread
 write and fdatasync them without the interpreter lock (:mod:`fmq.log.flusher`), and ends it
 with :meth:`GroupCommit.end_flush`: the same bookkeeping as a leader's (offsets, statistics,

@@ -31,7 +31,8 @@ def thread_names(pid: int) -> set[str]:
     return names
 
 
-#: The fmq command with the loop's flushes switched on (SendBatcher.LOOP_FLUSH is off).
+#: The fmq command with the loop's flushes switched on (whatever SendBatcher.LOOP_FLUSH's
+#: default is).
 FLUSHER_FMQ = [sys.executable, "-c",
                "import sys; from fmq.server.ops.batcher import SendBatcher; "
                "SendBatcher.LOOP_FLUSH = True; from fmq.cli.main import cli; "

@@ -71,8 +71,11 @@ def test_the_servers_threads_carry_their_names_for_the_operating_system(
         p.send("named", b"x")
     pid = srv.proc.pid
     names = thread_names(pid)
-    assert {"fmq-send-acker", index_thread, "fmq-maintenance"} <= names, names
-    assert thread_switches(pid, "fmq-send-acker") > 0  # it waited for at least one flush
+    # The loop leads the flushes (SendBatcher.LOOP_FLUSH): its flusher thread writes them,
+    # another waits for the flushes a thread leads; no acknowledger thread.
+    assert {"fmq-flusher", "fmq-flush-wait", index_thread, "fmq-maintenance"} <= names, names
+    assert "fmq-send-acker" not in names, names
+    assert thread_switches(pid, "fmq-flusher") > 0  # it waited for at least one flush
     if writer == "process":  # the indexer process too (once started), not one more "python"
         wait_until(lambda: "fmq-indexer" in child_names(pid), 60,
                    "the indexer process named fmq-indexer")

@@ -4,8 +4,9 @@ the log together, and one thread acknowledges them flush by flush.
 * On the event loop, at the end of each turn, everything submitted in that turn is placed
   in the log (:meth:`Broker.place_batch`: queue offsets, encoding, all or none per batch),
   without waiting for the disk.
-* Switched on (:attr:`SendBatcher.LOOP_FLUSH`, off by default), in flush mode ``sync``
-  without followers to wait for, the loop then leads the flush itself (:mod:`fmq.server.ops.loop_flush`): a flusher thread that needs no interpreter
+* In flush mode ``sync`` without followers to wait for (and :attr:`SendBatcher.LOOP_FLUSH`
+  on, the default), the loop then leads the flush itself
+  (:mod:`fmq.server.ops.loop_flush`): a flusher thread that needs no interpreter
   lock writes and fdatasyncs what was placed, an eventfd wakes the loop, which answers
   every batch that flush covered and starts the next one.
 * Otherwise (and always in flush mode ``async``, or ``sync`` acknowledgement, whose
@@ -64,10 +65,10 @@ class SendBatcher:
     MAX_BATCH = 4096  # messages per place_batch
     MAX_BATCH_BYTES = 16 * 1024 * 1024  # body bytes per place_batch (it holds the log lock)
     #: Whether the loop leads the flushes where it can (:mod:`fmq.server.ops.loop_flush`);
-    #: False: the acknowledger thread does, as with followers or flush mode ``async``. Off:
-    #: on the loaded 2-core machine it was measured on, row 1 ran slower with it
-    #: (docs/performance.md, "The event loop leads the flushes").
-    LOOP_FLUSH = False
+    #: False: the acknowledger thread does, as with followers or flush mode ``async``. On:
+    #: row 1 ran 1.09x-1.15x faster with it on a quiet machine, 0.79x on one whose cores
+    #: were oversubscribed (docs/performance.md, "The event loop leads the flushes").
+    LOOP_FLUSH = True
 
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop,
                  max_batch_messages: int,

@@ -1,7 +1,8 @@
 """The event loop leads the send pipeline's flushes: a flusher thread that needs no
-interpreter lock writes them, and the loop answers what each made durable. Off by default
-(``SendBatcher.LOOP_FLUSH``): on the loaded 2-core machine it was measured on, row 1 ran
-slower with it (docs/performance.md).
+interpreter lock writes them, and the loop answers what each made durable. On by default
+(``SendBatcher.LOOP_FLUSH``): on a quiet 2-core machine row 1 ran 1.09x to 1.15x faster
+with it; with both cores oversubscribed several times over it ran slower (0.79x), since
+every flush then waits for the loop to be scheduled (docs/performance.md).
 
 When a turn's sends are placed and no flush is under way, the loop takes the group
 commit's queued bytes itself (:meth:`Broker.start_flush`, under the log's lock: threads
