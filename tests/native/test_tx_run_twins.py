@@ -114,12 +114,12 @@ def _log_bytes(log_: Log) -> bytes:
 
 
 @contextmanager
-def _log_with_items(runs_hooked: bool) -> Iterator[tuple[Log, list]]:
-    """A fresh log whose ``on_append`` files each record's index items with its end offset
-    (what the dispatcher's hand-off queues); ``runs_hooked``: ``on_append_entries`` files
-    what runs hand over the same way."""
+def log_with_items(runs_hooked: bool, segment: int = SEGMENT) -> Iterator[tuple[Log, list]]:
+    """A fresh log of ``segment``-byte segments whose ``on_append`` files each record's
+    index items with its end offset (what the dispatcher's hand-off queues);
+    ``runs_hooked``: ``on_append_entries`` files what runs hand over the same way."""
     with tempfile.TemporaryDirectory() as directory:
-        log_ = Log(directory, SEGMENT)
+        log_ = Log(directory, segment)
         log_.start_at(0)
         items: list = []
         log_.on_append = lambda rec: items.extend(
@@ -143,12 +143,12 @@ def test_the_log_places_a_run_as_record_by_record(shapes) -> None:
     records = [(rtype, qid, 7 if rtype == RecordType.REF_MESSAGE else -1, 99, 3, "a", key,
                 None, None, b"b" * n if rtype == RecordType.PRE_MESSAGE else b"")
                for rtype, qid, n, key in shapes]
-    with _log_with_items(True) as (log_, _items):
+    with log_with_items(True) as (log_, _items):
         placed: list = []
         with log_.lock:
             log_.append_tx_records_locked("tx", "g", 777, records, placed)
         by_run = _log_bytes(log_)
-    with _log_with_items(False) as (log_, _items):
+    with log_with_items(False) as (log_, _items):
         one_by_one = []
         with log_.lock:
             for spec in records:
@@ -197,7 +197,7 @@ def _transactions(requests: list[list[Message]], commits: list[bool], runs_hooke
     picks, in order; everything the two ways must agree on (the clock's stamps left out).
     ``writer_class``: the pure writer, or its compiled twin."""
     config = BrokerConfig(segment_size=SEGMENT, max_message_size=1500)
-    with _log_with_items(runs_hooked) as (log_, items):
+    with log_with_items(runs_hooked) as (log_, items):
         queues = seat.Queues(3, {("a", 1): 40})
         txm = TxManager(max_open=100, finished_memory=100, check_after_ms=60_000,
                         check_max_interval_ms=60_000)
@@ -236,7 +236,7 @@ def test_a_usual_commit_takes_the_run() -> None:
     segment) is committed by the run: its REF's queue entry and the COMMIT's end are
     handed over together, not derived record by record."""
     config = BrokerConfig(segment_size=SEGMENT, max_message_size=1500)
-    with _log_with_items(True) as (log_, items):
+    with log_with_items(True) as (log_, items):
         handed: list = []
         log_.on_append_entries = handed.append
         writer = TxWriter(log_, TxManager(10, 10, 60_000, 60_000), config,
@@ -274,7 +274,7 @@ def test_the_log_places_a_turns_runs_as_one_run_after_the_other(runs, before) ->
     filler = [(RecordType.PRE_MESSAGE, 0, -1, -1, 0, "a", None, None, None, b"f" * before)]
     outs = []
     for together in (True, False):
-        with _log_with_items(True) as (log_, _items):
+        with log_with_items(True) as (log_, _items):
             placed: list = []
             with log_.lock:
                 log_.append_tx_records_locked("x", "g", 1, filler, [])
@@ -316,55 +316,46 @@ def _turns(requests: list[tuple[list[Message], str]], commits: list[str], in_tur
     manager and the queues hold (the clock's stamps left out). ``writer_class``: the pure
     writer, or its compiled twin."""
     config = BrokerConfig(segment_size=segment, max_message_size=1500, tx_copy_threshold=300)
-    with tempfile.TemporaryDirectory() as directory:
-        log_ = Log(directory, segment)
-        log_.start_at(0)
-        items: list = []
-        log_.on_append = lambda rec: items.extend(
-            (rec.end_offset, item) for item in index_items(rec))
-        log_.on_append_entries = items.extend
-        try:
-            queues = seat.Queues(3, {("a", 1): 40})
-            txm = TxManager(max_open=5, finished_memory=100, check_after_ms=60_000,
-                            check_max_interval_ms=60_000)
-            writer = writer_class(log_, txm, config, queues, segment, admit=lambda: None)
-            if in_turns:
-                prepared = writer.place_prepares([(m, "g", i) for m, i in requests])
-            else:
-                prepared = []
-                for messages, tx_id in requests:
-                    try:
-                        prepared.append(writer.place_prepare(messages, "g", tx_id))
-                    except Exception as exc:  # noqa: BLE001 - compared as an outcome
-                        prepared.append(exc)
-            got = [_outcome(p) for p in prepared]
-            log_.flush()  # a commit may copy a PRE_MESSAGE: it reads it from the file
-            for p in prepared:
-                if isinstance(p, tuple):
-                    writer.prepare_done(p[0])
-            if in_turns:
-                committed = writer.place_commits([("g", tx_id) for tx_id in commits])
-            else:
-                committed = []
-                for tx_id in commits:
-                    try:
-                        committed.append(writer.place_commit("g", tx_id))
-                    except Exception as exc:  # noqa: BLE001 - compared as an outcome
-                        committed.append(exc)
-            got += [_outcome(c) for c in committed]
-            for c in committed:
-                if isinstance(c, tuple):
-                    writer.commit_done(c[0])
-            data = _log_bytes(log_)
-            return (got, _records_without_stamps(data), _items_without_stamps(items),
-                    sorted((k, t.prepare_offset, t.prepared, t.state.value,
-                            [(m.offset, m.queue_offset) for m in t.messages])
-                           for k, t in txm.open.items()),
-                    dict(txm.finished), queues.messages_in, queues.bytes_in,
-                    {q: queues.next_offset(*q) for q in [(t, i) for t in "ab"
-                                                         for i in range(3)]})
-        finally:
-            log_.close()
+    with log_with_items(True, segment) as (log_, items):
+        queues = seat.Queues(3, {("a", 1): 40})
+        txm = TxManager(max_open=5, finished_memory=100, check_after_ms=60_000,
+                        check_max_interval_ms=60_000)
+        writer = writer_class(log_, txm, config, queues, segment, admit=lambda: None)
+        if in_turns:
+            prepared = writer.place_prepares([(m, "g", i) for m, i in requests])
+        else:
+            prepared = []
+            for messages, tx_id in requests:
+                try:
+                    prepared.append(writer.place_prepare(messages, "g", tx_id))
+                except Exception as exc:  # noqa: BLE001 - compared as an outcome
+                    prepared.append(exc)
+        got = [_outcome(p) for p in prepared]
+        log_.flush()  # a commit may copy a PRE_MESSAGE: it reads it from the file
+        for p in prepared:
+            if isinstance(p, tuple):
+                writer.prepare_done(p[0])
+        if in_turns:
+            committed = writer.place_commits([("g", tx_id) for tx_id in commits])
+        else:
+            committed = []
+            for tx_id in commits:
+                try:
+                    committed.append(writer.place_commit("g", tx_id))
+                except Exception as exc:  # noqa: BLE001 - compared as an outcome
+                    committed.append(exc)
+        got += [_outcome(c) for c in committed]
+        for c in committed:
+            if isinstance(c, tuple):
+                writer.commit_done(c[0])
+        data = _log_bytes(log_)
+        return (got, _records_without_stamps(data), _items_without_stamps(items),
+                sorted((k, t.prepare_offset, t.prepared, t.state.value,
+                        [(m.offset, m.queue_offset) for m in t.messages])
+                       for k, t in txm.open.items()),
+                dict(txm.finished), queues.messages_in, queues.bytes_in,
+                {q: queues.next_offset(*q) for q in [(t, i) for t in "ab"
+                                                     for i in range(3)]})
 
 
 @settings(max_examples=80, deadline=None)

@@ -17,14 +17,12 @@ and finished transactions and queues.
 from __future__ import annotations
 
 import itertools
-import tempfile
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fmq.config import BrokerConfig
 from fmq.engine import queues as seat
-from fmq.index.derive import index_items
 from fmq.log.log import Log
 from fmq.message import Message
 from fmq.tx import ids
@@ -37,6 +35,7 @@ from tests.native.test_tx_run_twins import (
     _records_without_stamps,
     _transactions,
     _turns,
+    log_with_items,
 )
 from tests.native.twins import compiled
 
@@ -125,28 +124,19 @@ def _run(writer_class: type, requests: list[tuple]) -> tuple:
 def _requests_on_a_log(writer_class: type, requests: list[tuple]) -> tuple:
     config = BrokerConfig(segment_size=4096, max_message_size=1500, tx_copy_threshold=300,
                           max_messages_per_transaction=4)
-    with tempfile.TemporaryDirectory() as directory:
-        log_ = Log(directory, 4096)
-        log_.start_at(0)
-        items: list = []
-        log_.on_append = lambda rec: items.extend(
-            (rec.end_offset, item) for item in index_items(rec))
-        log_.on_append_entries = items.extend
-        try:
-            queues = seat.Queues(3, {("a", 1): 40})
-            txm = TxManager(max_open=4, finished_memory=100, check_after_ms=60_000,
-                            check_max_interval_ms=60_000)
-            writer = writer_class(log_, txm, config, queues, 4096, admit=lambda: None)
-            said = [_ask(writer, log_, request) for request in requests]
-            data = _log_bytes(log_)
-            return (said, _records_without_stamps(data), _items_without_stamps(items),
-                    sorted((t.tx_id, t.producer_group, t.prepare_offset, t.prepared,
-                            t.state.value, [(m.offset, m.queue_offset) for m in t.messages])
-                           for t in txm.open.values()),
-                    sorted((g, i, s.value) for (g, i), s in txm.finished.items()),
-                    queues.messages_in, queues.bytes_in)
-        finally:
-            log_.close()
+    with log_with_items(True, 4096) as (log_, items):
+        queues = seat.Queues(3, {("a", 1): 40})
+        txm = TxManager(max_open=4, finished_memory=100, check_after_ms=60_000,
+                        check_max_interval_ms=60_000)
+        writer = writer_class(log_, txm, config, queues, 4096, admit=lambda: None)
+        said = [_ask(writer, log_, request) for request in requests]
+        data = _log_bytes(log_)
+        return (said, _records_without_stamps(data), _items_without_stamps(items),
+                sorted((t.tx_id, t.producer_group, t.prepare_offset, t.prepared,
+                        t.state.value, [(m.offset, m.queue_offset) for m in t.messages])
+                       for t in txm.open.values()),
+                sorted((g, i, s.value) for (g, i), s in txm.finished.items()),
+                queues.messages_in, queues.bytes_in)
 
 
 def _ask(writer, log_: Log, request: tuple) -> object:
