@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fmq.log import flusher as pure
+from tests.log.written_files import file_after
 from tests.native.twins import compiled
 
 
@@ -48,15 +49,10 @@ def _run(flusher, fd: int, data, position: int) -> OSError | None:
 
 
 def _file_after(flusher, path: str, prefill: bytes, data, position: int) -> bytes:
-    with open(path, "wb") as f:
-        f.write(prefill)
-    fd = os.open(path, os.O_RDWR)
-    try:
+    def write(fd: int, data, position: int) -> None:
         assert _run(flusher, fd, data, position) is None
-    finally:
-        os.close(fd)
-    with open(path, "rb") as f:
-        return f.read()
+
+    return file_after(write, path, prefill, data, position)
 
 
 @settings(max_examples=40, deadline=None)

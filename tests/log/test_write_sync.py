@@ -16,24 +16,13 @@ import fmq
 from fmq.log import write_sync
 from fmq.log.fileio import FileIO
 from fmq.message import Message
+from tests.log.written_files import file_after
 from tests.native.twins import compiled, outcome
 
 
 @pytest.fixture(scope="module")
 def c_write():
     return compiled("fmq.log._write_sync_c").write_then_sync
-
-
-def _file_after(write, path: str, prefill: bytes, data, position: int) -> bytes:
-    with open(path, "wb") as f:
-        f.write(prefill)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        write(fd, data, position)
-    finally:
-        os.close(fd)
-    with open(path, "rb") as f:
-        return f.read()
 
 
 @settings(max_examples=60, deadline=None)
@@ -43,9 +32,9 @@ def test_both_leave_the_same_file(tmp_path_factory, c_write, data, position, pre
     given_data = {"bytes": data, "bytearray": bytearray(data),
                   "view": memoryview(bytearray(data))}[kind]
     base = tmp_path_factory.mktemp("ws")
-    pure = _file_after(write_sync.write_then_sync, str(base / "pure"), prefill, given_data,
+    pure = file_after(write_sync.write_then_sync, str(base / "pure"), prefill, given_data,
                        position)
-    fast = _file_after(c_write, str(base / "c"), prefill, given_data, position)
+    fast = file_after(c_write, str(base / "c"), prefill, given_data, position)
     assert fast == pure
     expected = bytearray(prefill)
     if data:  # an empty write does not extend the file
